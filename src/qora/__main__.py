@@ -1,0 +1,3 @@
+from qora.cli import main
+
+main()

@@ -1,0 +1,20 @@
+"""The one place in Qora that knows NumPy from CuPy.
+
+Use :func:`resolve` to turn ``"auto" | "cpu" | "cuda"`` into a :class:`Backend`,
+and :func:`xp_of` to find the array module of arrays already made. CuPy is
+imported only by :mod:`qora.backend._cupy`, lazily and guarded, so the CPU path
+works where CuPy is absent; ``QORA_DISABLE_CUDA=1`` forces it.
+"""
+
+from __future__ import annotations
+
+from qora.backend.core import (
+    Backend,
+    BackendUnavailable,
+    has_cuda,
+    resolve,
+    xp_of,
+    is_device_array,
+)
+
+__all__ = ["Backend", "BackendUnavailable", "has_cuda", "resolve", "xp_of", "is_device_array"]

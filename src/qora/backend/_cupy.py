@@ -1,0 +1,67 @@
+"""The one module that imports CuPy.
+
+Everything else in Qora asks :func:`cupy_module` for CuPy, so that a machine
+without CuPy (or with ``QORA_DISABLE_CUDA=1``) never touches it, and so that the
+probe for a usable device runs once per process.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+__all__ = ["cupy_module", "cuda_disabled", "probe_error"]
+
+_probe_error: str | None = None
+
+
+def cuda_disabled() -> bool:
+    """True when the user forces the CPU path with ``QORA_DISABLE_CUDA=1``."""
+    return os.environ.get("QORA_DISABLE_CUDA", "").strip() not in ("", "0", "false", "False")
+
+
+@functools.lru_cache(maxsize=1)
+def _probe():
+    global _probe_error
+    try:
+        import cupy  # noqa: PLC0415 - the single guarded import of CuPy
+    except Exception as exc:  # ImportError, or a broken CUDA install raising at import
+        _probe_error = f"CuPy could not be imported ({type(exc).__name__}: {exc})"
+        return None
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # no driver, no device
+        _probe_error = f"CuPy sees no CUDA device ({type(exc).__name__}: {exc})"
+        return None
+    if count < 1:
+        _probe_error = "CuPy sees no CUDA device"
+        return None
+    return cupy
+
+
+def cupy_module():
+    """Return the ``cupy`` module if a CUDA device is usable, else ``None``."""
+    if cuda_disabled():
+        return None
+    return _probe()
+
+
+def probe_error() -> str:
+    """Why CUDA is not available, in words (empty when it is)."""
+    if cuda_disabled():
+        return "CUDA is disabled by QORA_DISABLE_CUDA"
+    if _probe() is not None:
+        return ""
+    return _probe_error or "CUDA is not available"
+
+
+def submodule(name: str):
+    """A CuPy submodule such as ``"cupyx.scipy.fftpack"`` or ``"cupy.cuda.cufft"``.
+
+    Only for code that already holds a CUDA backend (so CuPy is importable).
+    """
+    if cupy_module() is None:
+        raise RuntimeError(f"{name} needs CuPy and a GPU: {probe_error()}")
+    import importlib
+
+    return importlib.import_module(name)

@@ -1,0 +1,78 @@
+"""Lazy loading of the CUDA sources kept as ``.cu`` files inside the package.
+
+Each engine keeps its kernels in ``<engine>/kernels/*.cu`` (package data). A
+module is compiled by :class:`cupy.RawModule` on first use and memoized per
+(device, package, file, name expressions, options), so importing Qora compiles
+nothing and a second solver on the same device reuses the compiled module.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import threading
+
+from qora.backend import _cupy
+
+__all__ = ["kernel_source", "load_module", "get_kernel", "DEFAULT_OPTIONS"]
+
+DEFAULT_OPTIONS = ("--std=c++17",)
+
+_lock = threading.Lock()
+_modules: dict = {}
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_source(package: str, filename: str) -> str:
+    """The text of ``<package>/kernels/<filename>``.
+
+    Raises
+    ------
+    FileNotFoundError
+        The file is not installed with the package (a packaging error).
+    """
+    path = importlib.resources.files(package).joinpath("kernels", filename)
+    if not path.is_file():
+        raise FileNotFoundError(f"CUDA source {filename!r} not found in {package}/kernels (is it package data?)")
+    return path.read_text()
+
+
+def load_module(package: str, filename: str, *, name_expressions=(), options=DEFAULT_OPTIONS):
+    """Compile (once per device) and return the :class:`cupy.RawModule` of a ``.cu`` file.
+
+    Parameters
+    ----------
+    package : str
+        Dotted package holding a ``kernels`` folder, e.g. ``"qora.phase"``.
+    filename : str
+        The ``.cu`` file in that folder.
+    name_expressions : sequence of str
+        Template instantiations to compile, e.g. ``("scale_inplace<float>",)``.
+    options : sequence of str
+        NVRTC options.
+    """
+    cupy = _cupy.cupy_module()
+    if cupy is None:
+        raise RuntimeError(f"CUDA kernels need CuPy and a GPU: {_cupy.probe_error()}")
+    device = cupy.cuda.runtime.getDevice()
+    key = (device, package, filename, tuple(name_expressions), tuple(options))
+    with _lock:
+        module = _modules.get(key)
+        if module is None:
+            source = kernel_source(package, filename)
+            module = cupy.RawModule(code=source, options=tuple(options),
+                                    name_expressions=tuple(name_expressions) or None)
+            module.compile()  # compile now, so errors point here and not at the first launch
+            _modules[key] = module
+        return module
+
+
+def get_kernel(package: str, filename: str, name: str, *, name_expressions=(), options=DEFAULT_OPTIONS):
+    """One kernel of a module (``name`` may be a template expression listed in ``name_expressions``)."""
+    module = load_module(package, filename, name_expressions=name_expressions, options=options)
+    return module.get_function(name)
+
+
+def loaded_count() -> int:
+    """How many modules are compiled in this process (for tests of the memoization)."""
+    return len(_modules)

@@ -1,0 +1,321 @@
+"""The harness every benchmark uses.
+
+- :func:`time_device`: warm-up, then one timing per repeat (CUDA events on the
+  GPU, ``perf_counter`` on the CPU), summarised by the median.
+- :func:`time_peer`: for a peer (a JAX ``jit`` loop, a plain CuPy loop), the time
+  per iteration from the difference of ``n`` and ``2n`` iterations, best of five,
+  so that compilation, dispatch and transfers drop out.
+- :func:`fft_pair_floor` and :func:`copy_floor`: the floors measured in the same
+  run (a forward+inverse C2C pair replayed from a CUDA graph; the copy bandwidth).
+- :class:`BenchResult`: cases, device facts, versions, commit and clean-tree
+  flag, written as JSON to ``bench/results/`` and printed as a table.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "Timing", "time_device", "time_peer", "fft_pair_floor", "copy_floor", "BenchResult", "versions",
+    "git_state", "results_dir", "newest_result",
+]
+
+
+@dataclass
+class Timing:
+    """Repeated timings of one case, in milliseconds."""
+
+    samples_ms: list
+
+    @property
+    def median_ms(self) -> float:
+        return float(np.median(self.samples_ms))
+
+    @property
+    def min_ms(self) -> float:
+        return float(np.min(self.samples_ms))
+
+    @property
+    def spread(self) -> float:
+        """(p90 - p10) / median: how noisy the repeats were."""
+        p10, p90 = np.percentile(self.samples_ms, [10, 90])
+        return float((p90 - p10) / self.median_ms) if self.median_ms else 0.0
+
+    def as_dict(self) -> dict:
+        return {"median_ms": self.median_ms, "min_ms": self.min_ms, "spread": self.spread,
+                "repeats": len(self.samples_ms)}
+
+
+def time_device(backend, fn, *, warmup: int = 3, repeats: int = 20, setup=None, per_call: int = 1) -> Timing:
+    """Time ``fn()`` on ``backend``; each sample is one call divided by ``per_call``.
+
+    ``setup()``, if given, runs before each sample outside the timed region (to
+    restore inputs that ``fn`` changes). Device work is timed with CUDA events on
+    the current stream, so a sample is the work queued by ``fn``, not its launch.
+    """
+    for _ in range(warmup):
+        if setup is not None:
+            setup()
+        fn()
+    backend.synchronize()
+    samples = []
+    for _ in range(repeats):
+        if setup is not None:
+            setup()
+            backend.synchronize()
+        with backend.timer() as t:
+            fn()
+        samples.append(t.ms / per_call)
+    return Timing(samples)
+
+
+def time_peer(run_iterations, n: int, *, best_of: int = 5) -> float:
+    """Milliseconds per iteration of a peer, by the difference of ``n`` and ``2n`` iterations.
+
+    ``run_iterations(k)`` must run ``k`` iterations and return only when they are
+    done (block until ready). The best of ``best_of`` differences is returned.
+    """
+    if n < 1:
+        raise ValueError("n must be at least 1")
+    run_iterations(n)  # compile and warm up
+    best = math.inf
+    for _ in range(best_of):
+        t0 = time.perf_counter()
+        run_iterations(n)
+        t1 = time.perf_counter()
+        run_iterations(2 * n)
+        t2 = time.perf_counter()
+        best = min(best, ((t2 - t1) - (t1 - t0)) / n * 1e3)
+    return best
+
+
+def _pairs_per_replay(n_points: int, precision: str) -> tuple[int, float]:
+    """Pairs per graph replay and the input magnitude that keeps them in range.
+
+    An unscaled forward+inverse pair multiplies the data by n, so R pairs need
+    R*log2(n) + log2(n)/2 octaves of exponent range: fp32 has about 250, fp16
+    about 40 with subnormals. Fewer pairs per replay cost a little launch gap at
+    the smallest sizes; overflowing would time Inf and NaN arithmetic instead.
+    """
+    octaves = math.log2(n_points)
+    if precision == "fp16":
+        return 1, 2.0 ** (10 - octaves)  # inverse output lands near 2^10
+    pairs = int(max(1, min(8, (240 // octaves) - 1)))
+    return pairs, 2.0 ** (-(pairs + 0.5) * octaves / 2)
+
+
+def fft_pair_floor(backend, shape, precision: str = "fp32", *, repeats: int = 20, seed: int = 0) -> dict:
+    """Time one forward and one inverse in-place C2C transform of ``shape``.
+
+    On the GPU the pair is replayed from a CUDA graph (several pairs per graph for
+    fp32, see :func:`_pairs_per_replay`) on random data restored before every
+    sample; fp16 uses an ``XtPlanNd`` plan. On the CPU it is ``scipy.fft`` on all
+    cores (fp32 only). Returns ``{"ms": median per pair, ...}``.
+    """
+    rng = np.random.default_rng(seed)
+    n = int(np.prod(shape))
+    pairs, magnitude = _pairs_per_replay(n, precision)
+    host = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(np.complex64) * np.float32(magnitude)
+    if not backend.is_cuda:
+        if precision != "fp32":
+            raise ValueError("the CPU floor is fp32 only")
+        plan = backend.fft.c2c(shape, np.complex64, norm=None)
+        x = host.copy()
+
+        def pair():
+            plan.forward(x, out=x)
+            plan.inverse(x, out=x)
+
+        t = time_device(backend, pair, warmup=2, repeats=max(5, repeats // 4), setup=lambda: np.copyto(x, host))
+        return {"ms": t.median_ms, "timing": t.as_dict(), "pairs_per_sample": 1}
+
+    from qora.backend.graph import StepGraph
+
+    xp = backend.xp
+    if precision == "fp16":
+        plan = backend.fft.half_c2c(shape)
+        pristine = xp.asarray(np.stack([host.real, host.imag], axis=-1).astype(np.float16))
+    elif precision == "fp32":
+        plan = backend.fft.c2c(shape, np.complex64, norm=None)
+        pristine = xp.asarray(host)
+    else:
+        raise ValueError(f"precision must be 'fp32' or 'fp16', got {precision!r}")
+    x = pristine.copy()
+
+    def pair():
+        plan.forward(x, out=x)
+        plan.inverse(x, out=x)
+
+    pair()  # make cuFFT's kernels resident before capture
+    graph = StepGraph(pair, repeat=pairs)
+
+    def restore():
+        x[...] = pristine
+
+    samples = []
+    for i in range(repeats + 3):
+        restore()
+        backend.synchronize()
+        start, stop = xp.cuda.Event(), xp.cuda.Event()
+        start.record(graph.stream)
+        graph.replay()
+        stop.record(graph.stream)
+        stop.synchronize()
+        if i >= 3:
+            samples.append(xp.cuda.get_elapsed_time(start, stop) / pairs)
+    finite = bool(xp.isfinite(x.astype(xp.float32) if precision == "fp16" else x).all())
+    t = Timing(samples)
+    del x, pristine, graph
+    return {"ms": t.median_ms, "timing": t.as_dict(), "pairs_per_sample": pairs, "finite": finite,
+            "plan_created_s": plan.created_s}
+
+
+def copy_floor(backend) -> dict:
+    """The measured copy bandwidth (GB/s, read + write) with its detail."""
+    from qora.backend.device import copy_bandwidth
+
+    gbs, detail = copy_bandwidth(backend)
+    return {"gbs": gbs, **detail}
+
+
+def versions() -> dict:
+    """Versions of Python, NumPy, SciPy, Qora and, when imported, CuPy/CUDA/cuFFT."""
+    import scipy
+
+    import qora
+
+    out = {"python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
+           "qora": qora.__version__, "platform": platform.platform()}
+    from qora.backend import _cupy
+
+    cupy = _cupy.cupy_module()
+    if cupy is not None:
+        out["cupy"] = cupy.__version__
+        try:
+            out["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
+            out["cuda_driver"] = cupy.cuda.runtime.driverGetVersion()
+            out["cufft"] = _cupy.submodule("cupy.cuda.cufft").getVersion()
+        except Exception as exc:  # version queries are informative only
+            out["cuda_version_error"] = str(exc)
+    return out
+
+
+def git_state(repo: Path | None = None) -> dict:
+    """The commit and whether the tree was clean; ``QORA_COMMIT`` / ``QORA_TREE_CLEAN`` override.
+
+    The device machine receives a copy of the working tree without ``.git``, so a
+    benchmark run there is told its commit through the environment.
+    """
+    commit = os.environ.get("QORA_COMMIT")
+    clean = os.environ.get("QORA_TREE_CLEAN")
+    repo = repo or Path.cwd()
+    if commit is None:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
+                                    check=True).stdout.strip()
+            status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                                    capture_output=True, text=True, check=True).stdout
+            clean = "1" if not status.strip() else "0"
+        except (OSError, subprocess.CalledProcessError):
+            commit, clean = "unknown", None
+    return {"commit": commit, "clean": None if clean is None else clean in ("1", "true", "True")}
+
+
+def results_dir() -> Path:
+    """``bench/results`` of the checkout (``QORA_RESULTS_DIR`` overrides)."""
+    env = os.environ.get("QORA_RESULTS_DIR")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[3] / "bench" / "results"
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in text.lower()).strip("-").replace("--", "-")
+
+
+@dataclass
+class BenchResult:
+    """One benchmark run: its cases and everything needed to trust and repeat it."""
+
+    benchmark: str
+    backend: str
+    device: dict
+    cases: dict = field(default_factory=dict)
+    notes: dict = field(default_factory=dict)
+    columns: tuple = ("ms",)
+
+    def add(self, name: str, **values) -> None:
+        self.cases[name] = values
+
+    def as_dict(self) -> dict:
+        return {
+            "benchmark": self.benchmark,
+            "backend": self.backend,
+            "device": self.device,
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "versions": versions(),
+            **git_state(),
+            "cases": self.cases,
+            "notes": self.notes,
+        }
+
+    def write(self, directory: Path | None = None) -> Path:
+        """Write the JSON atomically to ``directory`` (default :func:`results_dir`)."""
+        directory = Path(directory) if directory is not None else results_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        data = self.as_dict()
+        stamp = data["date"].replace(":", "").replace("-", "")[:15]
+        path = directory / f"{self.benchmark}-{_slug(self.device.get('name', 'unknown'))}-{stamp}.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=_json_default) + "\n")
+        os.replace(tmp, path)
+        return path
+
+    def table(self) -> str:
+        """The cases as a fixed-width text table of ``columns``."""
+        cols = list(self.columns)
+        width = max([len("case")] + [len(k) for k in self.cases])
+        lines = [f"{'case':<{width}}  " + "  ".join(f"{c:>12}" for c in cols)]
+        for name, vals in self.cases.items():
+            cells = []
+            for c in cols:
+                v = vals.get(c)
+                cells.append(f"{v:>12.4g}" if isinstance(v, (int, float)) and v is not None else f"{str(v):>12}")
+            lines.append(f"{name:<{width}}  " + "  ".join(cells))
+        return "\n".join(lines)
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
+
+
+def newest_result(benchmark: str, directory: Path | None = None) -> tuple[Path, dict] | None:
+    """The newest result file of ``benchmark`` (by its recorded date), or None."""
+    directory = Path(directory) if directory is not None else results_dir()
+    best = None
+    for path in sorted(directory.glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if data.get("benchmark") != benchmark:
+            continue
+        if best is None or data.get("date", "") > best[1].get("date", ""):
+            best = (path, data)
+    return best

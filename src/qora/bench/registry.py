@@ -1,0 +1,32 @@
+"""The cases each benchmark's newest committed result must contain.
+
+A benchmark registers its name (the ``benchmark`` field of its JSON) and the
+case names it promises; ``tests/test_bench_results.py`` checks that the newest
+result of each registered benchmark in ``bench/results/`` lists them all and
+names its device. Add a benchmark here when its first result is committed.
+"""
+
+from __future__ import annotations
+
+FLOOR_SHAPES = ((256, 256), (1024, 1024), (2048, 2048), (4096, 4096), (128, 128, 128), (256, 256, 256),
+                (512, 512, 512))
+FLOOR_PRECISIONS = ("fp32", "fp16")
+
+
+def shape_label(shape) -> str:
+    """``(256, 256)`` -> ``"256x256"``."""
+    return "x".join(str(int(s)) for s in shape)
+
+
+def fft_pair_case(shape, precision: str) -> str:
+    return f"fft_pair/{shape_label(shape)}/{precision}"
+
+
+REQUIRED_CASES: dict[str, list[str]] = {
+    "floors": ["copy"] + [fft_pair_case(s, p) for s in FLOOR_SHAPES for p in FLOOR_PRECISIONS],
+}
+
+
+def required_cases(benchmark: str) -> list[str]:
+    """Case names the benchmark's result must contain (KeyError for an unregistered benchmark)."""
+    return list(REQUIRED_CASES[benchmark])

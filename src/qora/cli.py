@@ -1,0 +1,99 @@
+"""The ``qora`` command. Engines add their groups here (``qora phase``, ``qora holo``, ``qora ssb``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+import qora
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(qora.__version__, prog_name="qora")
+def cli() -> None:
+    """Qora: coherent imaging reconstruction (CDI, holographic tomography, 4D-STEM) on CPUs and NVIDIA GPUs."""
+
+
+def _info(backend: str, measure: bool) -> dict:
+    from qora.backend import has_cuda, resolve
+    from qora.backend._cupy import probe_error
+    from qora.bench.common import versions
+
+    be = resolve(backend)
+    facts = be.device_facts(measure=measure).as_dict()
+    return {"backend": be.name, "cuda_available": has_cuda(),
+            "cuda_note": probe_error() or "ok", "device": facts, "versions": versions()}
+
+
+def _print_info(info: dict) -> None:
+    dev = info["device"]
+    click.echo(f"qora {info['versions']['qora']}")
+    click.echo(f"backend: {info['backend']} (CUDA: {'yes' if info['cuda_available'] else 'no, ' + info['cuda_note']})")
+    click.echo(f"device: {dev['name']}")
+    if info["backend"] == "cuda":
+        click.echo(f"  {dev['sm_count']} SMs at up to {dev['clock_mhz']:.0f} MHz, compute capability "
+                   f"{dev['compute_capability']}, L2 {dev['l2_bytes'] / 2**20:.0f} MiB, "
+                   f"memory {dev['total_memory_bytes'] / 2**30:.1f} GiB")
+        click.echo(f"  peak DRAM {dev['peak_dram_gbs']:.0f} GB/s ({dev['memory_clock_mhz']:.0f} MHz x "
+                   f"{dev['bus_width_bits']} bit x 2)")
+    else:
+        click.echo(f"  {dev['cpu_cores']} cores available to this process")
+    if dev.get("copy_gbs"):
+        click.echo(f"  measured copy bandwidth {dev['copy_gbs']:.0f} GB/s (read + write)")
+    click.echo("versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items() if k != "qora"))
+
+
+@cli.command()
+@click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--measure", is_flag=True, help="Also measure the copy bandwidth (a second or two).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def info(backend: str, measure: bool, as_json: bool) -> None:
+    """Print the backend, the device and the versions Qora sees."""
+    data = _info(backend, measure)
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        _print_info(data)
+
+
+@cli.command()
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("demo-output"),
+              show_default=True, help="Folder for the demo's images and results.")
+@click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+def demo(out: Path, backend: str) -> None:
+    """Run the main jobs on built-in example data and write their images to OUT."""
+    out.mkdir(parents=True, exist_ok=True)
+    data = _info(backend, measure=False)
+    _print_info(data)
+    (out / "info.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+    click.echo(f"wrote {out / 'info.json'}")
+
+
+@cli.group()
+def bench() -> None:
+    """Benchmarks; results go to bench/results/ as JSON and are printed as a table."""
+
+
+@bench.command("floors")
+@click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--repeats", type=click.IntRange(3, 1000), default=20, show_default=True)
+@click.option("--no-write", is_flag=True, help="Print only; write no result file.")
+def bench_floors(backend: str, repeats: int, no_write: bool) -> None:
+    """Copy bandwidth and cuFFT forward+inverse pair floors (fp32 and fp16) per shape."""
+    from qora.bench import floors
+
+    floors.run(backend=backend, repeats=repeats, write=not no_write, echo=click.echo)
+
+
+def main(argv=None) -> None:
+    try:
+        cli.main(args=argv, prog_name="qora", standalone_mode=True)
+    except KeyboardInterrupt:  # pragma: no cover - interactive
+        sys.exit(130)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

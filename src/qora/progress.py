@@ -1,0 +1,66 @@
+"""The one progress signature shared by every engine.
+
+Long work calls ``progress(stage, done, total, metrics) -> bool``: ``stage`` names
+the phase of the work ("HIO", "reconstruct", "fit"), ``done`` of ``total`` units
+are finished, ``metrics`` is a small dict of numbers worth showing (an error, a
+loss). Returning ``False`` asks the work to stop at the next safe point; any
+other return value (``None`` included) continues. :func:`tqdm_progress` turns
+this into a progress bar for the command line.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, Optional
+
+__all__ = ["Progress", "report", "tqdm_progress"]
+
+Progress = Callable[[str, int, int, Mapping[str, float]], Optional[bool]]
+
+
+def report(progress: Progress | None, stage: str, done: int, total: int, metrics=None) -> bool:
+    """Call ``progress`` if given; True to continue, False when it asked to stop."""
+    if progress is None:
+        return True
+    return progress(stage, int(done), int(total), dict(metrics or {})) is not False
+
+
+class tqdm_progress:
+    """A progress callback drawing one tqdm bar per stage; use as a context manager.
+
+    Parameters
+    ----------
+    disable : bool
+        No bar at all (for scripts and logs).
+    """
+
+    def __init__(self, *, disable: bool = False, **tqdm_kwargs) -> None:
+        self.disable = disable
+        self.kwargs = tqdm_kwargs
+        self._bar = None
+        self._stage = None
+
+    def __call__(self, stage: str, done: int, total: int, metrics: Mapping[str, float]) -> bool:
+        from tqdm.auto import tqdm
+
+        if stage != self._stage:
+            self.close()
+            self._bar = tqdm(total=total, desc=stage, disable=self.disable, **self.kwargs)
+            self._stage = stage
+        self._bar.total = total
+        self._bar.n = done
+        if metrics:
+            self._bar.set_postfix({k: f"{v:.3g}" for k, v in metrics.items()}, refresh=False)
+        self._bar.refresh()
+        return True
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+            self._stage = None
+
+    def __enter__(self) -> "tqdm_progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,85 @@
+import json
+
+import numpy as np
+import pytest
+
+from qora.bench import common
+from qora.bench.common import BenchResult, Timing, git_state, newest_result, time_device, time_peer
+
+
+def test_time_peer_takes_the_difference_of_n_and_2n(monkeypatch):
+    clock = {"t": 0.0}
+    monkeypatch.setattr(common.time, "perf_counter", lambda: clock["t"])
+
+    def run(k):  # 3 ms per iteration plus 50 ms of fixed cost (compilation, transfer)
+        clock["t"] += (3.0 * k + 50.0) * 1e-3
+
+    assert time_peer(run, 10) == pytest.approx(3.0)
+
+
+def test_timing_summary():
+    t = Timing([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert t.median_ms == 3.0 and t.min_ms == 1.0
+    assert t.as_dict()["repeats"] == 5
+
+
+def test_time_device_runs_setup_outside_and_counts_calls(be):
+    calls = {"fn": 0, "setup": 0}
+
+    def fn():
+        calls["fn"] += 1
+
+    def setup():
+        calls["setup"] += 1
+
+    t = time_device(be, fn, warmup=2, repeats=5, setup=setup)
+    assert calls == {"fn": 7, "setup": 7}
+    assert len(t.samples_ms) == 5
+
+
+def test_result_json_round_trip_and_newest(tmp_path, monkeypatch):
+    monkeypatch.setenv("QORA_COMMIT", "abc123")
+    monkeypatch.setenv("QORA_TREE_CLEAN", "1")
+    r = BenchResult("floors", "cpu", {"name": "Test CPU"})
+    r.add("copy", ms=None, gbs=10.0)
+    p1 = r.write(tmp_path)
+    data = json.loads(p1.read_text())
+    assert data["commit"] == "abc123" and data["clean"] is True
+    assert data["device"]["name"] == "Test CPU" and data["cases"]["copy"]["gbs"] == 10.0
+    assert {"python", "numpy", "scipy", "qora"} <= set(data["versions"])
+    older = dict(data, date="2000-01-01T00:00:00+00:00", cases={})
+    (tmp_path / "old.json").write_text(json.dumps(older))
+    path, newest = newest_result("floors", tmp_path)
+    assert path == p1 and newest["cases"]
+    assert newest_result("phase", tmp_path) is None
+    assert not list(tmp_path.glob("*.tmp"))
+    assert "copy" in r.table()
+
+
+def test_git_state_reads_the_repository(monkeypatch):
+    monkeypatch.delenv("QORA_COMMIT", raising=False)
+    monkeypatch.delenv("QORA_TREE_CLEAN", raising=False)
+    state = git_state()
+    assert isinstance(state["commit"], str) and state["commit"]
+
+
+def test_pairs_per_replay_stay_in_range():
+    for n in [2**16, 2**20, 2**22, 2**24, 2**27]:
+        # an unscaled pair multiplies by n; the forward half by about sqrt(n)
+        pairs, mag = common._pairs_per_replay(n, "fp32")
+        top = np.log2(mag) + pairs * np.log2(n)
+        assert pairs >= 1 and np.log2(mag) > -126 and top < 127
+        pairs, mag = common._pairs_per_replay(n, "fp16")
+        assert pairs == 1 and np.log2(mag) + np.log2(n) < 15.9 and np.log2(mag) >= -24
+
+
+def test_floors_on_the_cpu(tmp_path, monkeypatch):
+    from qora.bench import floors
+
+    monkeypatch.setenv("QORA_RESULTS_DIR", str(tmp_path))
+    lines = []
+    result = floors.run(backend="cpu", shapes=((64, 64), (16, 16, 16)), repeats=5, echo=lines.append)
+    assert {"copy", "fft_pair/64x64/fp32", "fft_pair/16x16x16/fp32"} == set(result.cases)
+    assert result.cases["copy"]["gbs"] > 0
+    assert all(c["ms"] > 0 for k, c in result.cases.items() if k != "copy")
+    assert len(list(tmp_path.glob("floors-*.json"))) == 1

@@ -1,0 +1,39 @@
+import json
+import subprocess
+import sys
+
+from click.testing import CliRunner
+
+from qora.cli import cli
+
+
+def test_help_lists_the_commands():
+    out = CliRunner().invoke(cli, ["--help"])
+    assert out.exit_code == 0
+    for word in ("info", "bench", "demo"):
+        assert word in out.output
+
+
+def test_info_json_on_the_cpu():
+    out = CliRunner().invoke(cli, ["info", "--backend", "cpu", "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["backend"] == "cpu" and data["device"]["cpu_cores"] >= 1
+    assert "numpy" in data["versions"]
+
+
+def test_demo_writes_its_output(tmp_path):
+    out = CliRunner().invoke(cli, ["demo", "--backend", "cpu", "--out", str(tmp_path / "demo")])
+    assert out.exit_code == 0, out.output
+    assert json.loads((tmp_path / "demo" / "info.json").read_text())["backend"] == "cpu"
+
+
+def test_python_dash_m_qora_runs():
+    out = subprocess.run([sys.executable, "-m", "qora", "info", "--backend", "cpu"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "backend: cpu" in out.stdout
+
+
+def test_bad_backend_is_rejected_by_the_cli():
+    out = CliRunner().invoke(cli, ["info", "--backend", "gpu"])
+    assert out.exit_code != 0 and "gpu" in out.output

@@ -1,0 +1,149 @@
+import numpy as np
+import pytest
+
+from qora.backend.fft import trailing_axes
+
+SHAPES = [((16, 16), None), ((15, 17), None), ((6, 9, 10), None), ((4, 8, 6), (1, 2)), ((3, 5, 7, 8), (2, 3))]
+
+
+def _random(rng, shape, dtype=np.complex64):
+    return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+
+
+@pytest.mark.parametrize("shape,axes", SHAPES)
+@pytest.mark.parametrize("norm", ["backward", "ortho", "forward", None])
+def test_c2c_matches_numpy_float64(be, rng, shape, axes, norm):
+    x = _random(rng, shape)
+    plan = be.fft.c2c(shape, np.complex64, axes=axes, norm=norm)
+    ax = trailing_axes(len(shape), axes)
+    np_norm = norm if norm is not None else "backward"
+    ref_f = np.fft.fftn(x.astype(np.complex128), axes=ax, norm=np_norm)
+    ref_i = np.fft.ifftn(x.astype(np.complex128), axes=ax, norm=np_norm)
+    if norm is None:  # unscaled both ways
+        ref_i = ref_i * plan.n
+    y = be.to_host(plan.forward(be.asarray(x)))
+    z = be.to_host(plan.inverse(be.asarray(x)))
+    assert y.dtype == np.complex64
+    np.testing.assert_allclose(y, ref_f, rtol=0, atol=2e-6 * np.abs(ref_f).max())
+    np.testing.assert_allclose(z, ref_i, rtol=0, atol=2e-6 * np.abs(ref_i).max())
+
+
+def test_c2c_in_place_round_trip(be, rng):
+    x = _random(rng, (3, 32, 32))
+    d = be.asarray(x)
+    plan = be.fft.c2c(x.shape, axes=(1, 2))
+    out = plan.forward(d, out=d)
+    assert out is d
+    plan.inverse(d, out=d)
+    np.testing.assert_allclose(be.to_host(d), x, atol=1e-5)
+
+
+def test_complex128_plan(be, rng):
+    x = _random(rng, (8, 12), np.complex128)
+    y = be.to_host(be.fft.c2c(x.shape, np.complex128).forward(be.asarray(x)))
+    np.testing.assert_allclose(y, np.fft.fft2(x), atol=1e-12 * np.abs(y).max())
+
+
+@pytest.mark.parametrize("shape", [(16, 16), (15, 18), (5, 8, 9)])
+def test_r2c_matches_numpy(be, rng, shape):
+    x = rng.standard_normal(shape).astype(np.float32)
+    plan = be.fft.r2c(shape)
+    assert plan.spectrum_shape == shape[:-1] + (shape[-1] // 2 + 1,)
+    spec = plan.forward(be.asarray(x))
+    ref = np.fft.rfftn(x.astype(np.float64))
+    np.testing.assert_allclose(be.to_host(spec), ref, atol=2e-6 * np.abs(ref).max())
+    back = be.to_host(plan.inverse(spec.copy()))
+    np.testing.assert_allclose(back, x, atol=1e-5)
+
+
+def test_plan_cache_reuses_plans(be):
+    cache = be.fft
+    cache.clear()
+    made, hits = cache.made, cache.hits
+    p1 = cache.c2c((32, 32))
+    p2 = cache.c2c((32, 32))
+    p3 = cache.c2c((32, 32), norm="ortho")
+    p4 = cache.c2c((2, 32, 32), axes=(1, 2))
+    assert p1 is p2 and p1 is not p3 and p4 is not p1
+    assert p4.batch == 2 and p1.batch == 1
+    assert cache.made == made + 3 and cache.hits == hits + 1
+    assert len(cache) == 3
+
+
+def test_plan_rejects_bad_input(be):
+    plan = be.fft.c2c((8, 8))
+    with pytest.raises(ValueError, match="expected shape"):
+        plan.forward(be.asarray(np.zeros((8, 9), np.complex64)))
+    with pytest.raises(ValueError, match="expected shape"):
+        plan.forward(be.asarray(np.zeros((8, 8), np.complex128)))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        plan.forward(be.asarray(np.zeros((8, 16), np.complex64))[:, ::2])
+    with pytest.raises(ValueError, match="trailing axes"):
+        be.fft.c2c((4, 8, 8), axes=(0, 1))
+    with pytest.raises(ValueError, match="complex64 or complex128"):
+        be.fft.c2c((8, 8), np.float32)
+    with pytest.raises(ValueError, match="norm must be"):
+        be.fft.c2c((8, 8), norm="unitary")
+
+
+def test_half_plan_needs_cuda_on_cpu():
+    from qora.backend import resolve
+
+    with pytest.raises(ValueError, match="CUDA"):
+        resolve("cpu").fft.half_c2c((16, 16))
+    with pytest.raises(ValueError, match="CUDA"):
+        resolve("cpu").fft.callback_c2c((16, 16), store=("", "f"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,axes", [((64, 64), None), ((32, 32, 32), None), ((4, 128, 64), (1, 2))])
+def test_half_plan_matches_fp64_reference(rng, shape, axes):
+    from qora.backend import resolve
+
+    be = resolve("cuda")
+    plan = be.fft.half_c2c(shape, axes=axes)
+    x = _random(rng, shape) * np.float32(2.0**-6)
+    storage = np.stack([x.real, x.imag], axis=-1).astype(np.float16)
+    y = be.to_host(plan.forward(be.asarray(storage)))
+    y = y[..., 0].astype(np.float64) + 1j * y[..., 1]
+    ref = np.fft.fftn(storage[..., 0].astype(np.float64) + 1j * storage[..., 1], axes=plan.axes)
+    rel = np.linalg.norm(y - ref) / np.linalg.norm(ref)
+    assert rel < 3e-3  # fp16 storage: about 11 bits per value
+    assert be.fft.half_c2c(shape, axes=axes) is plan
+
+
+@pytest.mark.gpu
+def test_half_plan_rejects_non_power_of_two():
+    from qora.backend import resolve
+
+    with pytest.raises(ValueError, match="power-of-two"):
+        resolve("cuda").fft.half_c2c((48, 64))
+
+
+STORE_SCALE = r"""
+#include <cufftXt.h>
+__device__ void qora_store_scaled(void* out, unsigned long long offset, cufftComplex v,
+                                  void* info, void* shared) {
+    const float s = *static_cast<const float*>(info);
+    static_cast<cufftComplex*>(out)[offset] = make_cuComplex(s * v.x, s * v.y);
+}
+"""
+
+
+@pytest.mark.gpu
+def test_callback_plan_applies_store_callback(rng):
+    from qora.backend import resolve
+
+    be = resolve("cuda")
+    xp = be.xp
+    factor = xp.asarray(np.array([2.5], np.float32))
+    plan = be.fft.callback_c2c((64, 64), store=(STORE_SCALE, "qora_store_scaled"), data=factor)
+    assert plan.created_s > 0
+    x = _random(rng, (64, 64))
+    ref = np.fft.fft2(x.astype(np.complex128))
+    y = be.to_host(plan.forward(be.asarray(x)))
+    np.testing.assert_allclose(y, 2.5 * ref, atol=1e-5 * np.abs(2.5 * ref).max())
+    # The coefficient lives in device memory: changing it needs no new plan.
+    factor[...] = -1.0
+    y = be.to_host(plan.forward(be.asarray(x)))
+    np.testing.assert_allclose(y, -ref, atol=1e-5 * np.abs(ref).max())

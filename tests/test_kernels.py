@@ -1,0 +1,54 @@
+import numpy as np
+import pytest
+
+from qora.backend.kernels import kernel_source
+
+
+def test_kernel_sources_are_found_as_package_data():
+    src = kernel_source("qora.backend", "stream.cu")
+    assert "copy_float4" in src and "scale_inplace" in src
+
+
+def test_missing_kernel_source_is_a_clear_error():
+    with pytest.raises(FileNotFoundError, match="no_such_file.cu"):
+        kernel_source("qora.backend", "no_such_file.cu")
+
+
+def test_loading_without_cuda_is_a_clear_error(monkeypatch):
+    from qora.backend.kernels import load_module
+
+    monkeypatch.setenv("QORA_DISABLE_CUDA", "1")
+    with pytest.raises(RuntimeError, match="CuPy and a GPU"):
+        load_module("qora.backend", "stream.cu")
+
+
+@pytest.mark.gpu
+def test_loader_compiles_once_per_device_and_runs(rng):
+    from qora.backend import resolve
+    from qora.backend.kernels import get_kernel, load_module
+
+    be = resolve("cuda")
+    cp = be.xp
+    m1 = load_module("qora.backend", "stream.cu")
+    m2 = load_module("qora.backend", "stream.cu")
+    assert m1 is m2
+    copy = m1.get_function("copy_float4")
+    a = cp.asarray(rng.standard_normal(4 * 1000).astype(np.float32))
+    b = cp.full_like(a, np.nan)
+    copy((8,), (128,), (a, b, cp.int64(1000)))
+    np.testing.assert_array_equal(b.get(), a.get())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ctype,dtype", [("float", np.float32), ("double", np.float64)])
+def test_templated_kernel(rng, ctype, dtype):
+    from qora.backend import resolve
+    from qora.backend.kernels import get_kernel
+
+    cp = resolve("cuda").xp
+    k = get_kernel("qora.backend", "stream.cu", f"scale_inplace<{ctype}>",
+                   name_expressions=("scale_inplace<float>", "scale_inplace<double>"))
+    host = rng.standard_normal(1001).astype(dtype)
+    x = cp.asarray(host)
+    k((4,), (64,), (x, dtype(3.0), cp.int64(x.size)))
+    np.testing.assert_allclose(x.get(), 3.0 * host, rtol=1e-6)
