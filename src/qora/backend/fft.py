@@ -130,10 +130,15 @@ class C2CPlan(_Plan):
         from qora.backend.core import cpu_count
 
         f = scipy.fft.fftn if direction < 0 else scipy.fft.ifftn
+        # pocketfft transforms a C-contiguous complex array in place when allowed to
+        # overwrite it, so copy into ``out`` first and never allocate the result.
+        if out is not x:
+            np.copyto(out, x)
         # scipy applies its own "backward" scale on the inverse; ask for none and scale here.
-        y = f(x, axes=self.axes, norm="forward" if direction > 0 else "backward", workers=cpu_count(),
-              overwrite_x=out is x)
-        out[...] = y
+        y = f(out, axes=self.axes, norm="forward" if direction > 0 else "backward", workers=cpu_count(),
+              overwrite_x=True)
+        if y is not out:
+            out[...] = y
         return self._scale(out, scale)
 
     def forward(self, x, out=None):

@@ -1,0 +1,125 @@
+"""Comparing reconstructions: alignment, object error, PRTF and modes.
+
+A CDI reconstruction is defined up to a global phase, a translation and the
+twin (complex conjugate with point reflection about the array centre).
+:func:`align` removes all three against a reference; :func:`object_error` is the
+relative L2 error after that.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.optimize
+
+__all__ = ["twin", "shift", "align", "object_error", "prtf", "modes"]
+
+
+def twin(x: np.ndarray) -> np.ndarray:
+    """The twin image: conj(x(-r)), point reflection about index n//2 on every axis."""
+    out = np.conj(x)
+    for ax, n in enumerate(x.shape):
+        idx = (2 * (n // 2) - np.arange(n)) % n
+        out = np.take(out, idx, axis=ax)
+    return out
+
+
+def shift(x: np.ndarray, delta) -> np.ndarray:
+    """Translate ``x`` by ``delta`` pixels (sub-pixel allowed) with a Fourier phase ramp."""
+    spec = np.fft.fftn(x)
+    for ax, (n, d) in enumerate(zip(x.shape, delta)):
+        f = np.fft.fftfreq(n).reshape([-1 if i == ax else 1 for i in range(x.ndim)])
+        spec = spec * np.exp(-2j * np.pi * f * d)
+    return np.fft.ifftn(spec)
+
+
+def _best_shift(x, ref):
+    """The translation maximising |<shift(x), ref>|: integer peak, then sub-pixel refinement."""
+    xc = np.fft.ifftn(np.fft.fftn(ref) * np.conj(np.fft.fftn(x)))
+    peak = np.array(np.unravel_index(int(np.argmax(np.abs(xc))), x.shape), float)
+    peak = np.where(peak > np.array(x.shape) / 2, peak - np.array(x.shape), peak)
+    fx = np.fft.fftn(x)
+    fr = np.fft.fftn(ref)
+    freqs = [np.fft.fftfreq(n).reshape([-1 if i == ax else 1 for i in range(x.ndim)]) for ax, n in enumerate(x.shape)]
+
+    def overlap(d):
+        ramp = sum(f * di for f, di in zip(freqs, d))
+        return -abs(np.vdot(fx * np.exp(-2j * np.pi * ramp), fr))
+
+    res = scipy.optimize.minimize(overlap, peak, method="Nelder-Mead",
+                                  options={"xatol": 1e-6, "fatol": 1e-14 * abs(overlap(peak)), "maxiter": 400})
+    return res.x if res.fun <= overlap(peak) else peak
+
+
+def align(x: np.ndarray, reference: np.ndarray, *, allow_twin: bool = True, subpixel: bool = True):
+    """``x`` (or its twin) translated and phased to best match ``reference``.
+
+    Returns ``(aligned, info)`` with ``info = {"twin": bool, "shift": tuple, "phase": float}``.
+    """
+    x = np.asarray(x, np.complex128)
+    ref = np.asarray(reference, np.complex128)
+    if x.shape != ref.shape:
+        raise ValueError(f"shapes differ: {x.shape} and {ref.shape}")
+    best = None
+    for is_twin in ((False, True) if allow_twin else (False,)):
+        cand = twin(x) if is_twin else x
+        d = _best_shift(cand, ref) if subpixel else np.zeros(x.ndim)
+        if not subpixel:
+            xc = np.fft.ifftn(np.fft.fftn(ref) * np.conj(np.fft.fftn(cand)))
+            d = np.array(np.unravel_index(int(np.argmax(np.abs(xc))), x.shape), float)
+        moved = shift(cand, d) if np.any(d != 0) else cand
+        c = np.vdot(moved, ref)
+        phase = float(np.angle(c))
+        moved = moved * np.exp(1j * phase)
+        err = np.linalg.norm(moved - ref)
+        if best is None or err < best[0]:
+            best = (err, moved, {"twin": is_twin, "shift": tuple(float(v) for v in d), "phase": phase})
+    return best[1], best[2]
+
+
+def object_error(x: np.ndarray, reference: np.ndarray, **kwargs) -> float:
+    """||align(x) - ref|| / ||ref||: the relative object error after phase, translation and twin."""
+    aligned, _ = align(x, reference, **kwargs)
+    ref = np.asarray(reference, np.complex128)
+    return float(np.linalg.norm(aligned - ref) / np.linalg.norm(ref))
+
+
+def prtf(objects, intensity, *, nbins: int | None = None):
+    """Phase-retrieval transfer function over starts, radially averaged.
+
+    ``objects`` (K, *shape) are aligned to the first; PRTF(q) = |<F x_k>| / sqrt(I)
+    in shells of |q|. Returns ``(q, prtf)`` with q in cycles per pixel.
+    """
+    objects = np.asarray(objects)
+    ref = objects[0]
+    aligned = np.stack([ref] + [align(o, ref)[0] for o in objects[1:]])
+    axes = tuple(range(1, objects.ndim))
+    spec = np.fft.fftshift(np.fft.fftn(np.fft.ifftshift(aligned, axes=axes), axes=axes, norm="ortho"), axes=axes)
+    mean = np.abs(spec.mean(axis=0))
+    amp = np.sqrt(np.maximum(np.asarray(intensity, float), 0))
+    grids = np.meshgrid(*[(np.arange(n) - n // 2) / n for n in ref.shape], indexing="ij")
+    q = np.sqrt(sum(g**2 for g in grids))
+    nbins = nbins or min(ref.shape) // 2
+    edges = np.linspace(0, 0.5, nbins + 1)
+    which = np.digitize(q, edges) - 1
+    valid = (which >= 0) & (which < nbins) & (amp > 0)
+    num = np.bincount(which[valid], weights=mean[valid], minlength=nbins)
+    den = np.bincount(which[valid], weights=amp[valid], minlength=nbins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        curve = np.where(den > 0, num / den, np.nan)
+    return 0.5 * (edges[1:] + edges[:-1]), curve
+
+
+def modes(objects, *, count: int = 3):
+    """Orthogonal modes of the aligned starts (SVD), strongest first, and their weights.
+
+    Returns ``(modes (count, *shape), weights (count,))``, weights summing to 1
+    over all modes: how much of the starts' power each mode carries.
+    """
+    objects = np.asarray(objects)
+    ref = objects[0]
+    aligned = np.stack([ref] + [align(o, ref)[0] for o in objects[1:]])
+    mat = aligned.reshape(len(aligned), -1)
+    u, s, vh = np.linalg.svd(mat, full_matrices=False)
+    weights = s**2 / np.sum(s**2)
+    count = min(count, len(s))
+    return (vh[:count] * s[:count, None]).reshape((count,) + ref.shape), weights[:count]

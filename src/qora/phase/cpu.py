@@ -1,0 +1,149 @@
+"""The CPU engine: ``scipy.fft`` on all cores, each element-wise pass one Numba loop.
+
+Per iteration: an unscaled forward transform, the fused modulus step (projection
+and the error's sum in one pass), an unscaled inverse transform, and the fused
+support update. The loops restate :func:`qora.phase.physics.modulus_project`
+and :func:`qora.phase.physics.support_update`; ``tests/phase/test_cpu.py``
+compares them over every branch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from qora.backend import resolve
+from qora.phase.physics import shrinkwrap
+
+__all__ = ["CpuEngine", "modulus_step", "update_step", "CONSTRAINT_CODES"]
+
+CONSTRAINT_CODES = {None: 0, "real": 1, "positive": 2}
+
+
+@numba.njit(parallel=True, fastmath=False, cache=True)
+def _modulus_step(y, amp, scale):
+    n = y.size
+    err = 0.0
+    s2 = scale * scale
+    for i in numba.prange(n):
+        v = y[i]
+        a = amp[i]
+        re = v.real
+        im = v.imag
+        mag = math.sqrt(re * re + im * im)
+        if a >= 0.0:
+            d = scale * mag - a
+            err += d * d
+            if mag > 0.0:
+                f = scale * a / mag
+                y[i] = complex(re * f, im * f)
+            else:
+                y[i] = complex(scale * a, 0.0)
+        else:
+            y[i] = complex(re * s2, im * s2)
+    return err
+
+
+@numba.njit(parallel=True, fastmath=False, cache=True)
+def _update_step(x, p, support, a, b, constraint):
+    n = x.size
+    for i in numba.prange(n):
+        v = p[i]
+        inside = support[i] != 0
+        if constraint != 0:
+            if constraint == 2 and v.real < 0.0:
+                inside = False
+            else:
+                v = complex(v.real, 0.0)
+        if inside:
+            x[i] = v
+        else:
+            x[i] = a * x[i] + b * p[i]
+
+
+def modulus_step(y, amp, scale: float) -> float:
+    """In place: ``y`` (unscaled transform, complex64) becomes ``w`` of the modulus projection.
+
+    Returns the sum over measured pixels of (|F x| - a)^2. ``y`` and ``amp`` are
+    C-contiguous with the same number of elements.
+    """
+    return float(_modulus_step(y.reshape(-1), amp.reshape(-1), np.float32(scale)))
+
+
+def update_step(x, p, support, a: float, b: float, constraint=None) -> None:
+    """In place: ``x`` becomes ``p`` inside the support (and constraint), ``a x + b p`` outside."""
+    _update_step(x.reshape(-1), p.reshape(-1), support.reshape(-1).view(np.uint8), np.float32(a), np.float32(b),
+                 CONSTRAINT_CODES[constraint])
+
+
+class CpuEngine:
+    """B starts of one pattern on the CPU, iterated in place.
+
+    Parameters
+    ----------
+    amp : ndarray (shape)
+        Signed amplitude in FFT layout (-1 where masked), float32.
+    support : ndarray (B, *shape) or (shape)
+        Initial support(s), bool.
+    batch : int
+        Number of starts iterated together (one batched transform).
+    """
+
+    name = "cpu"
+
+    def __init__(self, amp, support, batch: int = 1) -> None:
+        self.backend = resolve("cpu")
+        self.shape = tuple(amp.shape)
+        self.batch = int(batch)
+        self.amp = np.ascontiguousarray(amp, dtype=np.float32)
+        self.n = int(np.prod(self.shape))
+        self.scale = 1.0 / math.sqrt(self.n)
+        self.denominator = float(np.sum(np.where(self.amp >= 0, self.amp.astype(np.float64) ** 2, 0.0)))
+        full = (self.batch,) + self.shape
+        self.plan = self.backend.fft.c2c(full, np.complex64, axes=tuple(range(1, len(full))), norm=None)
+        self.x = np.zeros(full, np.complex64)
+        self.y = np.empty(full, np.complex64)
+        self.support = np.empty(full, np.bool_)
+        self.set_support(support)
+
+    def set_support(self, support) -> None:
+        self.support[...] = np.broadcast_to(np.asarray(support, bool), self.support.shape)
+
+    def set_x(self, x) -> None:
+        self.x[...] = x
+
+    def get_x(self) -> np.ndarray:
+        return self.x.copy()
+
+    def get_support(self) -> np.ndarray:
+        return self.support.copy()
+
+    def iterate(self, iterations: int, a: float, b: float, constraint=None) -> np.ndarray:
+        """Run ``iterations`` updates; returns the Fourier error of each iterate, shape (iterations, B)."""
+        errors = np.empty((iterations, self.batch))
+        for k in range(iterations):
+            self.plan.forward(self.x, out=self.y)
+            for s in range(self.batch):
+                errors[k, s] = modulus_step(self.y[s], self.amp, self.scale)
+            self.plan.inverse(self.y, out=self.y)
+            update_step(self.x, self.y, self.support, a, b, constraint)
+        return np.sqrt(errors / self.denominator)
+
+    def fourier_errors(self) -> np.ndarray:
+        """The Fourier error of the current iterate of each start (no update)."""
+        self.plan.forward(self.x, out=self.y)
+        return np.sqrt(np.array([modulus_step(self.y[s], self.amp, self.scale) for s in range(self.batch)])
+                       / self.denominator)
+
+    def shrinkwrap(self, sigma: float, threshold: float, min_fraction: float = 0.2) -> np.ndarray:
+        """Update each start's support from its blurred modulus; returns which starts changed."""
+        changed = np.zeros(self.batch, bool)
+        for s in range(self.batch):
+            new, ok = shrinkwrap(self.x[s], self.support[s], sigma=sigma, threshold=threshold,
+                                 min_fraction=min_fraction, xp=np)
+            if ok:
+                changed[s] = not np.array_equal(new, self.support[s])
+                self.support[s] = new
+        return changed

@@ -1,0 +1,176 @@
+"""Recipes: the sequence of algorithm stages of a reconstruction, as frozen data.
+
+A recipe reads like its notation::
+
+    HIO**400 ER**100
+    HIO(beta=0.8, sw=20, sigma=2, sigma_min=1, threshold=0.2)**600 ER(constraint=real)**100
+
+Each stage is ``NAME(options)**iterations`` with NAME one of ER, HIO, RAAR.
+Options: ``beta`` (HIO/RAAR feedback, default 0.9), ``constraint`` (``none``,
+``real``, ``positive``), and shrinkwrap: ``sw`` (update the support every that
+many iterations; 0 = never), ``sigma`` and ``sigma_min`` (Gaussian blur in
+pixels, decreasing geometrically from the first to the second over the stage's
+updates), ``threshold`` (fraction of the blurred maximum). ``str(recipe)`` prints
+the recipe back in canonical form, so it can be stored with a result and parsed
+again.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields, replace
+
+from qora.phase.physics import ALGORITHMS, update_coefficients
+
+__all__ = ["Stage", "Recipe", "RecipeError", "default_recipe", "DEFAULT_RECIPE"]
+
+
+class RecipeError(ValueError):
+    """A recipe string that does not parse, or a stage with invalid options."""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage: ``iterations`` of ``algorithm`` with its options."""
+
+    algorithm: str
+    iterations: int
+    beta: float = 0.9
+    constraint: str | None = None
+    sw: int = 0
+    sigma: float = 2.0
+    sigma_min: float = 1.0
+    threshold: float = 0.2
+
+    def __post_init__(self):
+        if self.algorithm not in ALGORITHMS:
+            raise RecipeError(f"unknown algorithm {self.algorithm!r}; expected one of {ALGORITHMS}")
+        if not isinstance(self.iterations, int) or self.iterations < 1:
+            raise RecipeError(f"{self.algorithm}: iterations must be a positive integer, got {self.iterations!r}")
+        if not 0.0 < self.beta <= 1.0:
+            raise RecipeError(f"{self.algorithm}: beta must be in (0, 1], got {self.beta}")
+        if self.constraint not in (None, "real", "positive"):
+            raise RecipeError(f"{self.algorithm}: constraint must be none, real or positive, got {self.constraint!r}")
+        if self.sw < 0:
+            raise RecipeError(f"{self.algorithm}: sw must be >= 0, got {self.sw}")
+        if not (self.sigma > 0 and self.sigma_min > 0):
+            raise RecipeError(f"{self.algorithm}: sigma and sigma_min must be positive")
+        if not 0.0 < self.threshold < 1.0:
+            raise RecipeError(f"{self.algorithm}: threshold must be in (0, 1), got {self.threshold}")
+
+    @property
+    def coefficients(self) -> tuple[float, float]:
+        """(a, b) of the outside-support update."""
+        return update_coefficients(self.algorithm, self.beta)
+
+    def sigma_at(self, update: int, updates: int) -> float:
+        """Blur for the ``update``-th of ``updates`` shrinkwrap updates of this stage."""
+        if updates <= 1:
+            return self.sigma
+        t = update / (updates - 1)
+        return float(self.sigma * (self.sigma_min / self.sigma) ** t)
+
+    def __str__(self) -> str:
+        opts = []
+        defaults = Stage("ER", 1)
+        for f in fields(self):
+            if f.name in ("algorithm", "iterations"):
+                continue
+            value = getattr(self, f.name)
+            if f.name in ("sigma", "sigma_min", "threshold") and self.sw == 0:
+                continue
+            if value != getattr(defaults, f.name):
+                opts.append(f"{f.name}={'none' if value is None else _fmt(value)}")
+        inner = f"({', '.join(opts)})" if opts else ""
+        return f"{self.algorithm}{inner}**{self.iterations}"
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return repr(v).rstrip("0").rstrip(".") if "." in repr(v) else repr(v)
+    return str(v)
+
+
+_STAGE = re.compile(r"\s*([A-Za-z]+)\s*(?:\(([^()]*)\))?\s*\*\*\s*(\d+)\s*")
+_OPTION_TYPES = {"beta": float, "sw": int, "sigma": float, "sigma_min": float, "threshold": float,
+                 "constraint": str}
+
+
+def _parse_options(text: str, where: str) -> dict:
+    out = {}
+    if not text or not text.strip():
+        return out
+    for item in text.split(","):
+        if "=" not in item:
+            raise RecipeError(f"{where}: option {item.strip()!r} is not of the form name=value")
+        key, value = (s.strip() for s in item.split("=", 1))
+        if key not in _OPTION_TYPES:
+            raise RecipeError(f"{where}: unknown option {key!r}; expected one of {sorted(_OPTION_TYPES)}")
+        if key == "constraint":
+            out[key] = None if value.lower() == "none" else value.lower()
+            continue
+        try:
+            out[key] = _OPTION_TYPES[key](value)
+        except ValueError:
+            raise RecipeError(f"{where}: option {key}={value!r} is not a valid {_OPTION_TYPES[key].__name__}") from None
+    return out
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """An ordered tuple of :class:`Stage` objects."""
+
+    stages: tuple = field(default_factory=tuple)
+
+    def __post_init__(self):
+        if not self.stages:
+            raise RecipeError("a recipe needs at least one stage")
+
+    @classmethod
+    def parse(cls, text: "str | Recipe") -> "Recipe":
+        """Parse ``"HIO**400 ER**100"`` (see the module docstring for options)."""
+        if isinstance(text, Recipe):
+            return text
+        if not isinstance(text, str):
+            raise RecipeError(f"a recipe is a string, got {type(text).__name__}")
+        stages = []
+        pos = 0
+        text = text.strip()
+        if not text:
+            raise RecipeError("empty recipe")
+        while pos < len(text):
+            m = _STAGE.match(text, pos)
+            if m is None:
+                raise RecipeError(f"cannot parse recipe at character {pos}: {text[pos:pos + 30]!r} "
+                                  "(expected NAME(options)**N, e.g. HIO**400)")
+            name, opts, n = m.group(1).upper(), m.group(2), int(m.group(3))
+            stages.append(Stage(name, n, **_parse_options(opts, f"stage {len(stages) + 1} ({name})")))
+            pos = m.end()
+        return cls(tuple(stages))
+
+    @property
+    def iterations(self) -> int:
+        return sum(s.iterations for s in self.stages)
+
+    def __add__(self, other: "Recipe | str") -> "Recipe":
+        return Recipe(self.stages + Recipe.parse(other).stages)
+
+    def __str__(self) -> str:
+        return " ".join(str(s) for s in self.stages)
+
+    def with_options(self, **options) -> "Recipe":
+        """The same stages with ``options`` applied to every stage."""
+        return Recipe(tuple(replace(s, **options) for s in self.stages))
+
+
+DEFAULT_RECIPE = "HIO(sw=20, sigma=2, sigma_min=0.75, threshold=0.15)**800 ER(sw=20, sigma=0.75, sigma_min=0.5, threshold=0.15)**200 ER**300"
+
+
+def default_recipe() -> Recipe:
+    """The recipe that reconstructs the test objects from an autocorrelation support without tuning.
+
+    HIO with shrinkwrap every 20 iterations (blur 2 -> 0.75 px, threshold 0.15)
+    finds the object; ER with a light shrinkwrap tightens the support to it;
+    plain ER then converges on that support. See docs/phase.md for how it was chosen.
+    """
+    return Recipe.parse(DEFAULT_RECIPE)

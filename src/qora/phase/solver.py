@@ -1,0 +1,322 @@
+"""The public API of qora.phase: :func:`reconstruct` and the :class:`Solver` behind it."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from qora.progress import report
+from qora.phase.physics import autocorrelation_support, native_amplitude
+from qora.phase.recipe import Recipe, default_recipe
+
+__all__ = ["reconstruct", "Solver", "PhaseResult", "random_start", "check_intensity"]
+
+VARIANTS_CPU = ("cpu",)
+
+
+def check_intensity(intensity, mask=None):
+    """Validate a pattern and its mask; returns ``(intensity float64, mask bool or None)``."""
+    intensity = np.asarray(intensity)
+    if intensity.ndim not in (2, 3):
+        raise ValueError(f"intensity must be a 2D or 3D array, got {intensity.ndim} dimensions")
+    if not np.issubdtype(intensity.dtype, np.number) or np.iscomplexobj(intensity):
+        raise ValueError(f"intensity must be real numbers, got dtype {intensity.dtype}")
+    intensity = intensity.astype(np.float64)
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.shape != intensity.shape:
+            raise ValueError(f"mask shape {mask.shape} differs from intensity shape {intensity.shape}")
+        mask = mask.astype(bool)
+        if mask.all():
+            raise ValueError("the mask hides every pixel: nothing was measured")
+    measured = ~mask if mask is not None else np.ones(intensity.shape, bool)
+    bad = ~np.isfinite(intensity) & measured
+    if bad.any():
+        raise ValueError(f"intensity has {int(bad.sum())} non-finite measured pixels (NaN or Inf); mask them")
+    if (intensity[measured] < 0).any():
+        raise ValueError(f"intensity has {int((intensity[measured] < 0).sum())} negative measured pixels")
+    if not (intensity[measured] > 0).any():
+        raise ValueError("intensity is zero everywhere it was measured")
+    if mask is not None:
+        intensity = np.where(mask, 0.0, intensity)
+    return intensity, mask
+
+
+def random_start(amp_native, support, seed: int, start: int) -> np.ndarray:
+    """Start ``start``: the measured moduli with random phases, back-transformed, inside the support.
+
+    Drawn on the host from ``Generator(PCG64(seed + start))`` so that every
+    backend and variant starts from the same array.
+    """
+    rng = np.random.Generator(np.random.PCG64(seed + start))
+    phase = rng.uniform(-np.pi, np.pi, size=amp_native.shape)
+    spec = np.where(amp_native >= 0, amp_native, 0.0) * np.exp(1j * phase)
+    x = np.fft.ifftn(spec, norm="ortho")
+    return np.where(support, x, 0).astype(np.complex64)
+
+
+@dataclass
+class PhaseResult:
+    """What a reconstruction returns; everything needed to repeat it is kept.
+
+    Attributes
+    ----------
+    object : ndarray, complex64
+        The best start's object, centre-origin.
+    support : ndarray, bool
+        Its final support.
+    errors : ndarray (iterations, starts)
+        Fourier error of every iterate of every start.
+    final_errors : ndarray (starts,)
+        Fourier error of each start's final object.
+    llk, free_llk : ndarray (starts,)
+        Poisson deviance per pixel on the measured pixels used, and on the
+        held-out pixels (NaN when none were held out).
+    best : int
+        Index of the best start by ``rank``.
+    objects, supports : ndarray or None
+        All starts, when ``keep_all=True``.
+    """
+
+    object: np.ndarray
+    support: np.ndarray
+    errors: np.ndarray
+    final_errors: np.ndarray
+    llk: np.ndarray
+    free_llk: np.ndarray
+    best: int
+    rank: str
+    recipe: str
+    seed: int
+    starts: int
+    backend: str
+    variant: str
+    timings: dict = field(default_factory=dict)
+    versions: dict = field(default_factory=dict)
+    objects: np.ndarray | None = None
+    supports: np.ndarray | None = None
+    stopped_early: bool = False
+
+    @property
+    def fourier_error(self) -> float:
+        return float(self.final_errors[self.best])
+
+
+def _poisson_deviance(calc, obs):
+    """Mean Poisson deviance per pixel, 2 (calc - obs + obs log(obs / calc))."""
+    calc = np.maximum(calc, 1e-30)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        term = np.where(obs > 0, obs * np.log(obs / calc), 0.0)
+    return float(np.mean(2.0 * (calc - obs + term))) if calc.size else float("nan")
+
+
+class Solver:
+    """Plans and buffers for one pattern, kept between runs.
+
+    Parameters
+    ----------
+    intensity : ndarray (2D or 3D)
+        Detector layout (q = 0 at index n//2), non-negative, finite where measured.
+    mask : bool ndarray, optional
+        True where a pixel was not measured.
+    backend : {"auto", "cpu", "cuda"}
+    variant : str
+        The engine; ``"auto"`` picks the default for the backend.
+    batch : int
+        Starts iterated together (one batched transform); 1 loops over starts.
+    free_fraction : float
+        Fraction of measured pixels held out of the iteration to compute the free LLK.
+    """
+
+    def __init__(self, intensity, *, mask=None, backend="auto", variant="auto", batch: int = 1,
+                 free_fraction: float = 0.0, seed: int = 0) -> None:
+        from qora.backend import resolve
+
+        t0 = time.perf_counter()
+        self.intensity, self.mask = check_intensity(intensity, mask)
+        self.shape = self.intensity.shape
+        self.backend = resolve(backend)
+        if self.backend.is_cuda:
+            raise NotImplementedError("the CUDA variants of qora.phase are not built yet; use backend='cpu'")
+        self.variant = "cpu" if variant == "auto" else variant
+        if self.variant not in VARIANTS_CPU:
+            raise ValueError(f"variant must be 'auto' or one of {VARIANTS_CPU} on the CPU, got {variant!r}")
+        if batch < 1:
+            raise ValueError(f"batch must be at least 1, got {batch}")
+        self.batch = int(batch)
+        if not 0.0 <= free_fraction < 0.5:
+            raise ValueError(f"free_fraction must be in [0, 0.5), got {free_fraction}")
+        measured = ~self.mask if self.mask is not None else np.ones(self.shape, bool)
+        self.free = np.zeros(self.shape, bool)
+        if free_fraction > 0:
+            rng = np.random.Generator(np.random.PCG64(seed + 2**31))
+            # hold out pixels in centro-symmetric pairs: I(q) = I(-q) for a real-space object is not
+            # assumed, but a lone held-out pixel next to its measured twin would leak its value
+            self.free = measured & (rng.random(self.shape) < free_fraction)
+        used_mask = ~measured | self.free
+        self.amp = native_amplitude(self.intensity, used_mask if used_mask.any() else None)
+        self._engine = None
+        self.timings = {"construct_s": time.perf_counter() - t0}
+
+    def _engine_for(self, support):
+        from qora.phase.cpu import CpuEngine
+
+        if self._engine is None:
+            self._engine = CpuEngine(self.amp, support, batch=self.batch)
+        else:
+            self._engine.set_support(support)
+        return self._engine
+
+    def default_support(self) -> np.ndarray:
+        """The autocorrelation support (centre-origin)."""
+        return autocorrelation_support(self.intensity, mask=self.mask)
+
+    def run(self, *, support=None, recipe=None, starts: int = 1, seed: int = 0, rank: str = "fourier",
+            keep_all: bool = False, progress=None, sync_every: int = 50) -> PhaseResult:
+        """Reconstruct from ``starts`` random starts; see :func:`reconstruct`."""
+        recipe = default_recipe() if recipe is None else Recipe.parse(recipe)
+        if rank not in ("fourier", "free_llk"):
+            raise ValueError(f"rank must be 'fourier' or 'free_llk', got {rank!r}")
+        if rank == "free_llk" and not self.free.any():
+            raise ValueError("rank='free_llk' needs held-out pixels: make the Solver with free_fraction > 0")
+        if starts < 1:
+            raise ValueError(f"starts must be at least 1, got {starts}")
+        if sync_every < 1:
+            raise ValueError(f"sync_every must be at least 1, got {sync_every}")
+        if support is None:
+            support = self.default_support()
+        support = np.asarray(support)
+        if support.shape != self.shape:
+            raise ValueError(f"support shape {support.shape} differs from the pattern's {self.shape}")
+        support = support.astype(bool)
+        if not support.any():
+            raise ValueError("the support is empty")
+        t0 = time.perf_counter()
+        all_x, all_s, all_err = [], [], []
+        stopped = False
+        total = recipe.iterations * starts
+        for group in range(0, starts, self.batch):
+            ids = list(range(group, min(starts, group + self.batch)))
+            engine = self._engine_for(support)
+            x0 = np.zeros((self.batch,) + self.shape, np.complex64)
+            for k, i in enumerate(ids):
+                x0[k] = random_start(self.amp, support, seed, i)
+            engine.set_x(x0)
+            errs, stopped = self._run_recipe(engine, recipe, group * recipe.iterations, total, progress, sync_every)
+            all_x.append(engine.get_x()[: len(ids)])
+            all_s.append(engine.get_support()[: len(ids)])
+            final = engine.fourier_errors()[: len(ids)]
+            all_err.append((errs[:, : len(ids)], final))
+            if stopped:
+                break
+        objects = np.concatenate(all_x)
+        supports = np.concatenate(all_s)
+        errors = np.concatenate([e for e, _ in all_err], axis=1)
+        final_errors = np.concatenate([f for _, f in all_err])
+        llk, free_llk = self._llk(objects)
+        scores = final_errors if rank == "fourier" else free_llk
+        best = int(np.nanargmin(scores))
+        from qora.bench.common import versions
+
+        return PhaseResult(
+            object=objects[best], support=supports[best], errors=errors, final_errors=final_errors, llk=llk,
+            free_llk=free_llk, best=best, rank=rank, recipe=str(recipe), seed=seed, starts=len(objects),
+            backend=self.backend.name, variant=self.variant,
+            timings={**self.timings, "run_s": time.perf_counter() - t0}, versions=versions(),
+            objects=objects if keep_all else None, supports=supports if keep_all else None, stopped_early=stopped,
+        )
+
+    def _run_recipe(self, engine, recipe, done0, total, progress, sync_every):
+        history = []
+        done = done0
+        for stage in recipe.stages:
+            a, b = stage.coefficients
+            updates = stage.iterations // stage.sw if stage.sw else 0
+            k = 0
+            update = 0
+            while k < stage.iterations:
+                chunk = min(sync_every, stage.iterations - k)
+                if stage.sw:
+                    chunk = min(chunk, stage.sw - (k % stage.sw))
+                history.append(engine.iterate(chunk, a, b, stage.constraint))
+                k += chunk
+                done += chunk
+                if stage.sw and k % stage.sw == 0 and update < updates:
+                    engine.shrinkwrap(stage.sigma_at(update, updates), stage.threshold)
+                    update += 1
+                if not report(progress, stage.algorithm, done, total, {"fourier_error": float(history[-1][-1].min())}):
+                    return np.concatenate(history), True
+        return np.concatenate(history), False
+
+    def _llk(self, objects):
+        axes = tuple(range(1, objects.ndim))
+        calc = np.fft.fftshift(np.abs(np.fft.fftn(np.fft.ifftshift(objects, axes=axes), axes=axes, norm="ortho")) ** 2,
+                               axes=axes)
+        measured = ~self.mask if self.mask is not None else np.ones(self.shape, bool)
+        used = measured & ~self.free
+        llk = np.array([_poisson_deviance(c[used], self.intensity[used]) for c in calc])
+        if self.free.any():
+            free = np.array([_poisson_deviance(c[self.free], self.intensity[self.free]) for c in calc])
+        else:
+            free = np.full(len(objects), np.nan)
+        return llk, free
+
+
+def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int = 1, backend="auto",
+                variant="auto", seed: int = 0, rank: str = "fourier", progress=None, sync_every: int = 50,
+                batch: int = 1, keep_all: bool = False, free_fraction: float | None = None) -> PhaseResult:
+    """Reconstruct a complex object from a far-field diffraction pattern.
+
+    Parameters
+    ----------
+    intensity : ndarray (N1, N2) or (N1, N2, N3)
+        Measured intensities, detector layout: q = 0 at index n//2 on every axis.
+    support : bool ndarray, optional
+        Centre-origin support; by default the thresholded autocorrelation.
+    mask : bool ndarray, optional
+        True where a pixel was not measured (its modulus is left free).
+    recipe : str or Recipe, optional
+        E.g. ``"HIO**400 ER**100"``; by default :func:`default_recipe`.
+    starts : int
+        Random starts; the best by ``rank`` is returned.
+    rank : {"fourier", "free_llk"}
+        Final Fourier error, or Poisson deviance on held-out pixels (5% of the
+        measured pixels are held out unless ``free_fraction`` says otherwise).
+    progress : callable, optional
+        ``progress(stage, done, total, metrics)``; return False to stop early.
+    sync_every : int
+        Iterations between progress reports (and, on the GPU, host reads).
+    batch : int
+        Starts iterated together in one batched transform.
+    keep_all : bool
+        Keep every start's object and support in the result.
+
+    Returns
+    -------
+    PhaseResult
+
+    Notes
+    -----
+    Each iteration is ``x <- P_S-update(x, P_M x)`` with the modulus projection
+    ``P_M x = F^-1 [a F x / |F x|]`` (unitary F; masked pixels keep ``F x``) and
+    the update ``P_M x`` inside the support, ``a x + b P_M x`` outside (ER:
+    a = b = 0; HIO: 1, -beta; RAAR: beta, 1 - 2 beta).
+
+    References
+    ----------
+    J. R. Fienup, "Phase retrieval algorithms: a comparison", Appl. Opt. 21,
+    2758 (1982), doi:10.1364/AO.21.002758. D. R. Luke, "Relaxed averaged
+    alternating reflections for diffraction imaging", Inverse Problems 21, 37
+    (2005), doi:10.1088/0266-5611/21/1/004. S. Marchesini et al., "X-ray image
+    reconstruction from a diffraction pattern alone", Phys. Rev. B 68, 140101
+    (2003), doi:10.1103/PhysRevB.68.140101.
+    """
+    if free_fraction is None:
+        free_fraction = 0.05 if rank == "free_llk" else 0.0
+    solver = Solver(intensity, mask=mask, backend=backend, variant=variant, batch=min(batch, starts),
+                    free_fraction=free_fraction, seed=seed)
+    return solver.run(support=support, recipe=recipe, starts=starts, seed=seed, rank=rank, keep_all=keep_all,
+                      progress=progress, sync_every=sync_every)
