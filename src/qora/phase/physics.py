@@ -131,7 +131,7 @@ def gaussian_blur(v, sigma: float, *, xp=None):
         g = xp.exp(-2.0 * (math.pi * sigma * f) ** 2)
         g = g.reshape([-1 if i == ax else 1 for i in range(len(shape))])
         factor = g if factor is None else factor * g
-    return xp.fft.irfftn(spec * factor, s=shape).astype(v.dtype)
+    return xp.fft.irfftn(spec * factor, s=shape, axes=tuple(range(len(shape)))).astype(v.dtype)
 
 
 def shrinkwrap(x, support, *, sigma: float, threshold: float, min_fraction: float = 0.2, xp=None):

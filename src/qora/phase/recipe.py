@@ -163,13 +163,14 @@ class Recipe:
         return Recipe(tuple(replace(s, **options) for s in self.stages))
 
 
-DEFAULT_RECIPE = "HIO(sw=20, sigma=2, sigma_min=0.75, threshold=0.15)**800 ER(sw=20, sigma=0.75, sigma_min=0.5, threshold=0.15)**200 ER**300"
+DEFAULT_RECIPE = ("HIO(sw=20, sigma=3, sigma_min=1, threshold=0.25)**1000 "
+                  "ER(sw=20, sigma=1, sigma_min=0.5, threshold=0.25)**200 ER**300")
 
 
 def default_recipe() -> Recipe:
     """The recipe that reconstructs the test objects from an autocorrelation support without tuning.
 
-    HIO with shrinkwrap every 20 iterations (blur 2 -> 0.75 px, threshold 0.15)
+    HIO with shrinkwrap every 20 iterations (blur 3 -> 1 px, threshold 0.25)
     finds the object; ER with a light shrinkwrap tightens the support to it;
     plain ER then converges on that support. See docs/phase.md for how it was chosen.
     """

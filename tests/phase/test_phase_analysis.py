@@ -1,0 +1,33 @@
+import numpy as np
+import pytest
+
+from qora.phase import analysis, objects
+
+
+def test_align_removes_phase_translation_and_twin():
+    obj = objects.triangle(64).astype(np.complex128)
+    moved = analysis.shift(analysis.twin(obj), (3.25, -2.5)) * np.exp(1.1j)
+    aligned, info = analysis.align(moved, obj)
+    assert info["twin"]
+    assert np.linalg.norm(aligned - obj) / np.linalg.norm(obj) < 1e-5
+    assert analysis.object_error(moved, obj) < 1e-5
+
+
+def test_twin_is_an_involution_and_reflects_about_the_centre():
+    x = np.random.default_rng(0).standard_normal((7, 8)) + 0j
+    np.testing.assert_array_equal(analysis.twin(analysis.twin(x)), x)
+    assert analysis.twin(x)[3, 4] == np.conj(x[3, 4])  # the centre (n//2) stays
+
+
+def test_object_error_of_a_different_object_is_large():
+    assert analysis.object_error(objects.triangle(32), objects.box((32, 32), 8)) > 0.3
+
+
+def test_prtf_and_modes_of_identical_starts():
+    obj, intensity = objects.simulate("triangle", 32)
+    starts = np.stack([obj, np.roll(obj, 1, axis=0) * 1j, analysis.twin(obj)])
+    q, curve = analysis.prtf(starts, intensity)
+    strong = intensity[intensity > 1e-3 * intensity.max()]
+    assert strong.size and np.nanmin(curve[:4]) == pytest.approx(1.0, abs=1e-3)
+    m, w = analysis.modes(starts, count=2)
+    assert w[0] == pytest.approx(1.0, abs=1e-6) and m.shape == (2, 32, 32)
