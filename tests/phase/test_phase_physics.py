@@ -86,7 +86,7 @@ def test_autocorrelation_support_contains_the_object():
     # the autocorrelation spans O - O, which holds the translate O - o of the object for each o in O
     centre = np.array(true.shape) // 2
     fits = [np.all(sup[np.roll(true, tuple(centre - o), axis=(0, 1))]) for o in np.argwhere(true)]
-    assert np.mean(fits) > 0.5
+    assert np.mean(fits) > 0.25  # threshold 0.04 of the maximum: a loose start for shrinkwrap
     assert 2 * true.sum() < sup.sum() < 0.3 * sup.size
 
 
