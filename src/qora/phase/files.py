@@ -1,0 +1,139 @@
+"""Phase results and simulated patterns as CXI/HDF5 files, and their figures.
+
+Result layout (HDF5, CXI-style; root attributes ``qora_kind = "phase_result"``,
+``qora_version``, ``units``):
+
+- ``entry_1/image_1/data``: the best object (complex64, centre-origin)
+- ``entry_1/image_1/support``: its support (uint8)
+- ``entry_1/image_1/process_1/``: ``errors`` (iterations x starts), ``final_errors``,
+  ``llk``, ``free_llk``; attributes ``recipe``, ``seed``, ``starts``, ``best``, ``rank``,
+  ``backend``, ``variant``, ``timings`` and ``versions`` (JSON)
+- ``entry_1/image_1/all_objects``, ``all_supports`` when every start was kept
+
+A simulated pattern is a CXI file with ``entry_1/data_1/data`` and the true
+object at ``entry_1/sample_1/qora_truth``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from qora import __version__
+from qora.io.atomic import atomic_path
+
+__all__ = ["write_result", "read_result", "write_pattern", "read_truth", "plot_result"]
+
+
+def _root_attrs(f, kind: str) -> None:
+    f.attrs["qora_kind"] = kind
+    f.attrs["qora_version"] = __version__
+    f.attrs["units"] = "pixels; object amplitude in sqrt(counts) (unitary transform)"
+    f.attrs["cxi_version"] = 150
+
+
+def write_pattern(path, intensity, *, mask=None, truth=None) -> None:
+    """Write a pattern (and optional mask and true object) as a CXI file, atomically."""
+    import h5py
+
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        _root_attrs(f, "phase_pattern")
+        f.create_dataset("entry_1/data_1/data", data=np.asarray(intensity, np.float32), compression="gzip")
+        if mask is not None:
+            f.create_dataset("entry_1/instrument_1/detector_1/mask", data=np.asarray(mask, np.uint8))
+        if truth is not None:
+            f.create_dataset("entry_1/sample_1/qora_truth", data=np.asarray(truth, np.complex64))
+
+
+def read_truth(path) -> np.ndarray:
+    """The object stored by :func:`write_pattern` or the best object of a result file."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        for name in ("entry_1/sample_1/qora_truth", "entry_1/image_1/data"):
+            if name in f:
+                return f[name][()]
+    raise ValueError(f"{path}: holds neither a true object nor a reconstruction")
+
+
+def write_result(path, result) -> None:
+    """Write a :class:`~qora.phase.solver.PhaseResult` as CXI/HDF5, atomically."""
+    import h5py
+
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        _root_attrs(f, "phase_result")
+        img = f.create_group("entry_1/image_1")
+        img.create_dataset("data", data=result.object)
+        img.create_dataset("support", data=result.support.astype(np.uint8))
+        proc = img.create_group("process_1")
+        for name in ("errors", "final_errors", "llk", "free_llk"):
+            proc.create_dataset(name, data=np.asarray(getattr(result, name)))
+        for name in ("recipe", "seed", "starts", "best", "rank", "backend", "variant"):
+            proc.attrs[name] = getattr(result, name)
+        proc.attrs["stopped_early"] = bool(result.stopped_early)
+        proc.attrs["timings"] = json.dumps(result.timings)
+        proc.attrs["versions"] = json.dumps(result.versions)
+        if result.objects is not None:
+            img.create_dataset("all_objects", data=result.objects, compression="gzip")
+            img.create_dataset("all_supports", data=result.supports.astype(np.uint8), compression="gzip")
+
+
+def read_result(path):
+    """Read a result file back into a :class:`~qora.phase.solver.PhaseResult`."""
+    import h5py
+
+    from qora.phase.solver import PhaseResult
+
+    with h5py.File(path, "r") as f:
+        if f.attrs.get("qora_kind") != "phase_result":
+            raise ValueError(f"{path}: not a qora phase result (qora_kind={f.attrs.get('qora_kind')!r})")
+        img = f["entry_1/image_1"]
+        proc = img["process_1"]
+        a = proc.attrs
+        return PhaseResult(
+            object=img["data"][()], support=img["support"][()].astype(bool), errors=proc["errors"][()],
+            final_errors=proc["final_errors"][()], llk=proc["llk"][()], free_llk=proc["free_llk"][()],
+            best=int(a["best"]), rank=str(a["rank"]), recipe=str(a["recipe"]), seed=int(a["seed"]),
+            starts=int(a["starts"]), backend=str(a["backend"]), variant=str(a["variant"]),
+            timings=json.loads(a["timings"]), versions=json.loads(a["versions"]),
+            objects=img["all_objects"][()] if "all_objects" in img else None,
+            supports=img["all_supports"][()].astype(bool) if "all_supports" in img else None,
+            stopped_early=bool(a["stopped_early"]),
+        )
+
+
+def plot_result(path, result, *, title: str | None = None) -> None:
+    """PNG of amplitude, phase, support (central slice for 3D) and the error curves of all starts."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    obj, sup = result.object, result.support
+    if obj.ndim == 3:
+        obj, sup = obj[obj.shape[0] // 2], sup[sup.shape[0] // 2]
+    fig, axes = plt.subplots(1, 4, figsize=(16, 4))
+    im = axes[0].imshow(np.abs(obj), cmap="gray")
+    axes[0].set_title("amplitude")
+    fig.colorbar(im, ax=axes[0], shrink=0.8)
+    phase = np.where(sup, np.angle(obj), np.nan)
+    im = axes[1].imshow(phase, cmap="twilight", vmin=-np.pi, vmax=np.pi)
+    axes[1].set_title("phase (rad), inside the support")
+    fig.colorbar(im, ax=axes[1], shrink=0.8)
+    axes[2].imshow(sup, cmap="gray")
+    axes[2].set_title(f"support ({int(result.support.sum())} px)")
+    for s in range(result.errors.shape[1]):
+        axes[3].semilogy(result.errors[:, s], lw=1.5 if s == result.best else 0.7,
+                         color="C3" if s == result.best else "0.6")
+    axes[3].set_xlabel("iteration")
+    axes[3].set_ylabel("Fourier error")
+    axes[3].set_title("Fourier error per start (best in red)")
+    for ax in axes[:3]:
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.suptitle(title or f"best of {result.starts} starts: Fourier error {result.fourier_error:.2e}")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
+    plt.close(fig)
