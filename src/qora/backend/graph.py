@@ -96,9 +96,24 @@ class StepGraph:
             pass
 
     def replay(self, times: int = 1) -> None:
-        """Launch the graph ``times`` times on its stream (asynchronous)."""
+        """Launch the graph ``times`` times on its stream (asynchronous).
+
+        The replay is ordered with the caller's current stream: it starts after the
+        work queued there before, and work queued there afterwards waits for it, so
+        a graph can be mixed with ordinary calls without explicit synchronisation.
+        """
+        cupy = self._cupy
+        current = cupy.cuda.get_current_stream()
+        if current.ptr != self.stream.ptr:
+            before = cupy.cuda.Event(disable_timing=True)
+            before.record(current)
+            self.stream.wait_event(before)
         for _ in range(times):
             self.graph.launch(self.stream)
+        if current.ptr != self.stream.ptr:
+            after = cupy.cuda.Event(disable_timing=True)
+            after.record(self.stream)
+            current.wait_event(after)
         self.replays += times
 
     def synchronize(self) -> None:

@@ -96,6 +96,7 @@ def _ours(shape):
 
 
 def run_cpu(*, shapes=CPU_SHAPES, write=True, echo=print) -> BenchResult:
+    import qora.phase.cpu  # noqa: F401 - sets the OpenMP wait policy before numba starts its threads
     import numba
 
     be = resolve("cpu")

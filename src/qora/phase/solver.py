@@ -15,6 +15,24 @@ from qora.phase.recipe import Recipe, default_recipe
 __all__ = ["reconstruct", "Solver", "PhaseResult", "random_start", "check_intensity"]
 
 VARIANTS_CPU = ("cpu",)
+VARIANTS_CUDA = ("naive", "fused", "graph", "batched")
+# variant="auto" on the GPU: graph, the fastest fp32 variant measured so far at every size
+# (docs/phase-performance.md); half is never chosen automatically.
+AUTO_CUDA_VARIANT = "graph"
+
+
+def _pick_variant(backend, variant: str) -> str:
+    if backend.is_cuda:
+        if variant == "auto":
+            return AUTO_CUDA_VARIANT
+        if variant not in VARIANTS_CUDA:
+            raise ValueError(f"variant must be 'auto' or one of {VARIANTS_CUDA} on the GPU, got {variant!r}")
+        return variant
+    if variant == "auto":
+        return "cpu"
+    if variant not in VARIANTS_CPU:
+        raise ValueError(f"variant must be 'auto' or one of {VARIANTS_CPU} on the CPU, got {variant!r}")
+    return variant
 
 
 def check_intensity(intensity, mask=None):
@@ -139,11 +157,7 @@ class Solver:
         self.intensity, self.mask = check_intensity(intensity, mask)
         self.shape = self.intensity.shape
         self.backend = resolve(backend)
-        if self.backend.is_cuda:
-            raise NotImplementedError("the CUDA variants of qora.phase are not built yet; use backend='cpu'")
-        self.variant = "cpu" if variant == "auto" else variant
-        if self.variant not in VARIANTS_CPU:
-            raise ValueError(f"variant must be 'auto' or one of {VARIANTS_CPU} on the CPU, got {variant!r}")
+        self.variant = _pick_variant(self.backend, variant)
         if batch < 1:
             raise ValueError(f"batch must be at least 1, got {batch}")
         self.batch = int(batch)
@@ -162,10 +176,15 @@ class Solver:
         self.timings = {"construct_s": time.perf_counter() - t0}
 
     def _engine_for(self, support):
-        from qora.phase.cpu import CpuEngine
-
         if self._engine is None:
-            self._engine = CpuEngine(self.amp, support, batch=self.batch)
+            if self.backend.is_cuda:
+                from qora.phase.cuda import make_engine
+
+                self._engine = make_engine(self.variant, self.amp, support, self.batch)
+            else:
+                from qora.phase.cpu import CpuEngine
+
+                self._engine = CpuEngine(self.amp, support, batch=self.batch)
         else:
             self._engine.set_support(support)
         return self._engine
@@ -316,6 +335,8 @@ def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int 
     """
     if free_fraction is None:
         free_fraction = 0.05 if rank == "free_llk" else 0.0
+    if variant == "batched" and batch == 1:
+        batch = starts  # all starts in one batched plan unless told otherwise
     solver = Solver(intensity, mask=mask, backend=backend, variant=variant, batch=min(batch, starts),
                     free_fraction=free_fraction, seed=seed)
     return solver.run(support=support, recipe=recipe, starts=starts, seed=seed, rank=rank, keep_all=keep_all,

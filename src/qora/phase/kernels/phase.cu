@@ -1,0 +1,118 @@
+// qora.phase element-wise kernels: the fused modulus step (with the Fourier error's
+// partial sums) and the fused ER/HIO/RAAR support update.
+//
+// Layout: B starts of n complex64 values each, start b at offset b*n; the launch grid's
+// y index is the start. The amplitude (n floats, FFT layout, -1 where masked) is shared
+// by all starts; the support is one byte per pixel per start.
+//
+// References: qora.phase.physics.modulus_project and qora.phase.physics.support_update
+// (parity tests in tests/phase/test_phase_cuda.py sweep every branch).
+
+// Each thread moves two complex values per step as one 16-byte float4 when n is even
+// (so every start's base stays 16-byte aligned); odd n falls back to one value per step.
+
+__device__ __forceinline__ float2 modulus_one(float2 v, float a, float scale, float& err) {
+    float mag = sqrtf(v.x * v.x + v.y * v.y);
+    if (a >= 0.0f) {
+        float d = scale * mag - a;
+        err += d * d;
+        if (mag > 0.0f) {
+            float f = scale * a / mag;
+            return make_float2(v.x * f, v.y * f);
+        }
+        return make_float2(scale * a, 0.0f);
+    }
+    float s2 = scale * scale;
+    return make_float2(v.x * s2, v.y * s2);
+}
+
+__device__ __forceinline__ void block_add(float v, double* target) {
+    // warp shuffle, then one value per warp through shared memory, one atomic per block
+    __shared__ float warp_sums[32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) warp_sums[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        int nwarps = (blockDim.x + 31) >> 5;
+        float s = lane < nwarps ? warp_sums[lane] : 0.0f;
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+        if (lane == 0) atomicAdd(target, (double)s);
+    }
+}
+
+// y <- w of the modulus projection (in place); err_sums[slot * B + b] += sum (|F x| - a)^2.
+// slot = *counter when counter is given (graph variant: a device-side iteration index),
+// else 0.
+extern "C" __global__ void modulus_step(float2* __restrict__ y, const float* __restrict__ amp, float scale,
+                                        long long n, double* __restrict__ err_sums,
+                                        const int* __restrict__ counter) {
+    const int b = blockIdx.y;
+    float2* yb = y + (long long)b * n;
+    float err = 0.0f;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    const long long t0 = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if ((n & 1) == 0) {
+        float4* y4 = reinterpret_cast<float4*>(yb);
+        const float2* a2 = reinterpret_cast<const float2*>(amp);
+        for (long long i = t0; i < n / 2; i += stride) {
+            float4 v = y4[i];
+            float2 a = a2[i];
+            float2 w0 = modulus_one(make_float2(v.x, v.y), a.x, scale, err);
+            float2 w1 = modulus_one(make_float2(v.z, v.w), a.y, scale, err);
+            y4[i] = make_float4(w0.x, w0.y, w1.x, w1.y);
+        }
+    } else {
+        for (long long i = t0; i < n; i += stride) yb[i] = modulus_one(yb[i], amp[i], scale, err);
+    }
+    const int slot = counter ? *counter : 0;
+    block_add(err, err_sums + (long long)slot * gridDim.y + b);
+}
+
+__device__ __forceinline__ float2 update_one(float2 x, float2 p, unsigned char s, float a, float b,
+                                             int constraint) {
+    bool inside = s != 0;
+    float2 v = p;
+    if (constraint != 0) {
+        if (constraint == 2 && p.x < 0.0f) inside = false;
+        else v.y = 0.0f;
+    }
+    if (inside) return v;
+    return make_float2(a * x.x + b * p.x, a * x.y + b * p.y);
+}
+
+// x <- p inside the support (and constraint), a x + b p outside. Skips the load of x
+// when the support keeps both values of a pair and no constraint can reject them.
+// With counter given, one thread advances the device iteration index for the next step.
+extern "C" __global__ void update_step(float2* __restrict__ x, const float2* __restrict__ p,
+                                       const unsigned char* __restrict__ support, float a, float b,
+                                       int constraint, long long n, int* __restrict__ counter) {
+    const int bi = blockIdx.y;
+    float2* xb = x + (long long)bi * n;
+    const float2* pb = p + (long long)bi * n;
+    const unsigned char* sb = support + (long long)bi * n;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    const long long t0 = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if ((n & 1) == 0) {
+        float4* x4 = reinterpret_cast<float4*>(xb);
+        const float4* p4 = reinterpret_cast<const float4*>(pb);
+        const uchar2* s2 = reinterpret_cast<const uchar2*>(sb);
+        for (long long i = t0; i < n / 2; i += stride) {
+            float4 pv = p4[i];
+            uchar2 s = s2[i];
+            float4 xv;
+            if (s.x && s.y && constraint == 0) {
+                xv = pv;  // both inside: x is not needed
+            } else {
+                float4 old = x4[i];
+                float2 u0 = update_one(make_float2(old.x, old.y), make_float2(pv.x, pv.y), s.x, a, b, constraint);
+                float2 u1 = update_one(make_float2(old.z, old.w), make_float2(pv.z, pv.w), s.y, a, b, constraint);
+                xv = make_float4(u0.x, u0.y, u1.x, u1.y);
+            }
+            x4[i] = xv;
+        }
+    } else {
+        for (long long i = t0; i < n; i += stride) xb[i] = update_one(xb[i], pb[i], sb[i], a, b, constraint);
+    }
+    if (counter && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *counter += 1;
+}
