@@ -87,7 +87,8 @@ def time_peer(run_iterations, n: int, *, best_of: int = 5) -> float:
     """
     if n < 1:
         raise ValueError("n must be at least 1")
-    run_iterations(n)  # compile and warm up
+    run_iterations(n)  # compile and warm up (both lengths: a graph per length, a jit per shape)
+    run_iterations(2 * n)
     best = math.inf
     for _ in range(best_of):
         t0 = time.perf_counter()
@@ -253,6 +254,7 @@ class BenchResult:
     cases: dict = field(default_factory=dict)
     notes: dict = field(default_factory=dict)
     columns: tuple = ("ms",)
+    git: dict = field(default_factory=git_state)  # taken when the run starts, not when it is written
 
     def add(self, name: str, **values) -> None:
         self.cases[name] = values
@@ -264,7 +266,7 @@ class BenchResult:
             "device": self.device,
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "versions": versions(),
-            **git_state(),
+            **self.git,
             "cases": self.cases,
             "notes": self.notes,
         }

@@ -57,7 +57,7 @@ class _DeviceState:
         self.support[...] = self.xp.asarray(s)
 
     def set_x(self, x) -> None:
-        self.x[...] = self.xp.asarray(np.asarray(x, np.complex64))
+        self.x[...] = self.xp.asarray(np.ascontiguousarray(x, np.complex64))
 
     def get_x(self) -> np.ndarray:
         return self.x.get()

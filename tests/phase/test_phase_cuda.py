@@ -1,0 +1,116 @@
+"""CUDA variants of qora.phase against the CPU reference, from the same starts."""
+
+import numpy as np
+import pytest
+
+from qora.phase import analysis, objects, reconstruct
+from qora.phase.physics import native_amplitude, update_coefficients
+from qora.phase.solver import Solver, random_start
+from qora.testing import assert_parity
+
+pytestmark = pytest.mark.gpu
+
+VARIANTS = ["naive", "fused", "graph", "batched"]
+CASES = [("triangle", (64, 64)), ("triangle", (45, 51)), ("cut_prism", (32, 32, 32)), ("cut_prism", (15, 16, 17))]
+
+
+def _case(name, shape, batch, seed=0):
+    obj = objects.OBJECTS[name](shape=shape)
+    from qora.phase.physics import detector_intensity
+
+    intensity = detector_intensity(obj)
+    mask = np.zeros(shape, bool)
+    mask[(0,) * len(shape)] = True  # one masked pixel exercises that branch
+    amp = native_amplitude(intensity, mask)
+    support = objects.support_of(obj)
+    x0 = np.stack([random_start(amp, support, seed, s) for s in range(batch)])
+    return amp, support, x0
+
+
+def _run(engine, x0, iterations, algorithm, constraint):
+    a, b = update_coefficients(algorithm, 0.9)
+    engine.set_x(x0)
+    errs = engine.iterate(iterations, a, b, constraint)
+    return engine.get_x(), errs
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name,shape", CASES)
+@pytest.mark.parametrize("iterations", [1, 20])
+def test_variant_matches_cpu_step_by_step(variant, name, shape, iterations):
+    from qora.phase.cpu import CpuEngine
+    from qora.phase.cuda import make_engine
+
+    batch = 3 if variant == "batched" else 1
+    amp, support, x0 = _case(name, shape, batch)
+    assert_parity(lambda x: _run(CpuEngine(amp, support, batch), x, iterations, "HIO", None),
+                  lambda x: _run(make_engine(variant, amp, support, batch), x, iterations, "HIO", None),
+                  x0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("algorithm", ["ER", "HIO", "RAAR"])
+@pytest.mark.parametrize("constraint", [None, "real", "positive"])
+def test_graph_every_update_branch(algorithm, constraint):
+    from qora.phase.cpu import CpuEngine
+    from qora.phase.cuda import make_engine
+
+    amp, support, x0 = _case("triangle", (48, 48), 2)
+    assert_parity(lambda x: _run(CpuEngine(amp, support, 2), x, 5, algorithm, constraint),
+                  lambda x: _run(make_engine("graph", amp, support, 2), x, 5, algorithm, constraint),
+                  x0, rtol=1e-5)
+
+
+def test_known_support_recipe_on_the_gpu():
+    obj, intensity = objects.simulate("triangle", 64)
+    r = reconstruct(intensity, support=objects.support_of(obj), recipe="HIO**400 ER**100", starts=8,
+                    backend="cuda", variant="graph")
+    assert r.backend == "cuda" and r.variant == "graph"
+    assert r.fourier_error < 1e-6 and analysis.object_error(r.object, obj) < 1e-6
+
+
+def test_known_support_cut_prism_on_the_gpu():
+    obj, intensity = objects.simulate("cut_prism", 64)
+    r = reconstruct(intensity, support=objects.support_of(obj), recipe="HIO**400 ER**100", starts=8,
+                    backend="cuda", variant="graph")
+    assert analysis.object_error(r.object, obj) < 1e-5
+
+
+def test_default_recipe_on_the_gpu_with_shrinkwrap():
+    obj, intensity = objects.simulate("triangle", 64)
+    r = reconstruct(intensity, starts=4, backend="cuda")
+    assert analysis.object_error(r.object, obj) < 1e-3
+
+
+def test_batched_equals_looped():
+    obj, intensity = objects.simulate("triangle", 64)
+    sup = objects.support_of(obj)
+    kw = dict(support=sup, recipe="HIO**50 ER**20", starts=4, backend="cuda", keep_all=True)
+    looped = reconstruct(intensity, variant="graph", batch=1, **kw)
+    batched = reconstruct(intensity, variant="batched", **kw)
+    np.testing.assert_allclose(batched.objects, looped.objects, atol=1e-5 * np.abs(looped.objects).max())
+    np.testing.assert_allclose(batched.final_errors, looped.final_errors, rtol=1e-4)
+
+
+def test_second_graph_run_allocates_nothing_and_recaptures_nothing():
+    from qora.backend import resolve
+
+    cp = resolve("cuda").xp
+    obj, intensity = objects.simulate("triangle", 64)
+    solver = Solver(intensity, backend="cuda", variant="graph")
+    sup = objects.support_of(obj)
+    solver.run(support=sup, recipe="HIO**100 ER**50", starts=1, sync_every=25)
+    engine = solver._engine
+    graphs = dict(engine._graphs)
+    pool = cp.get_default_memory_pool()
+    before = pool.total_bytes()
+    reads = []
+    solver.run(support=sup, recipe="HIO**100 ER**50", starts=1, sync_every=25,
+               progress=lambda *a: reads.append(a[1]))
+    assert pool.total_bytes() == before
+    assert engine._graphs.keys() == graphs.keys() and all(engine._graphs[k] is graphs[k] for k in graphs)
+    assert reads == [25, 50, 75, 100, 125, 150]  # one host read per progress report
+
+
+def test_bad_variant_name():
+    with pytest.raises(ValueError, match="variant"):
+        Solver(np.ones((8, 8)), backend="cuda", variant="half-baked")
