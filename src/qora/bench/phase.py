@@ -66,7 +66,9 @@ def peers_python() -> Path:
     """The peers' interpreter (``QORA_PEERS_PYTHON`` or ``.peers/bin/python`` of the checkout)."""
     env = os.environ.get("QORA_PEERS_PYTHON")
     if env:
-        return Path(env)
+        import shutil
+
+        return Path(shutil.which(env) or env)
     return Path(__file__).resolve().parents[3] / ".peers" / "bin" / "python"
 
 
