@@ -143,8 +143,13 @@ class CudaEngine(_DeviceState):
 
     def _ensure_history(self, iterations: int) -> None:
         if self.history.size < iterations * self.batch:
-            self.history = self.xp.zeros(iterations * self.batch, np.float64)
-            self._graphs.clear()  # captured graphs point at the old history
+            # room for at least 1024 iterations, doubling: captured graphs point at the
+            # history, so a reallocation costs a recapture of every cached graph
+            size = max(1024, 2 * self.history.size // max(1, self.batch), iterations)
+            while size < iterations:
+                size *= 2
+            self.history = self.xp.zeros(size * self.batch, np.float64)
+            self._graphs.clear()
 
     def _reset(self) -> None:
         self.history.fill(0)
