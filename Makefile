@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-EXTRAS := test,dask,formats,viewer
+EXTRAS := test,dask,formats,viewer,fftw
 
 .PHONY: demo test install clean
 

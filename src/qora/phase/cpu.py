@@ -28,6 +28,7 @@ import numba  # noqa: E402
 import numpy as np
 
 from qora.backend import resolve
+from qora.backend.fft import CPU_THREADS_FROM
 from qora.phase.physics import shrinkwrap
 
 __all__ = ["CpuEngine", "modulus_step", "update_step", "CONSTRAINT_CODES"]
@@ -35,8 +36,7 @@ __all__ = ["CpuEngine", "modulus_step", "update_step", "CONSTRAINT_CODES"]
 CONSTRAINT_CODES = {None: 0, "real": 1, "positive": 2}
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True)
-def _modulus_step(y, amp, scale):
+def _modulus_loop(y, amp, scale):
     n = y.size
     err = 0.0
     s2 = scale * scale
@@ -59,8 +59,7 @@ def _modulus_step(y, amp, scale):
     return err
 
 
-@numba.njit(parallel=True, fastmath=True, cache=True)
-def _update_step(x, p, support, a, b, constraint):
+def _update_loop(x, p, support, a, b, constraint):
     n = x.size
     for i in numba.prange(n):
         v = p[i]
@@ -76,19 +75,36 @@ def _update_step(x, p, support, a, b, constraint):
             x[i] = a * x[i] + b * p[i]
 
 
+# Each loop exists twice: on Numba's threads, and serial. Waking the sleeping OpenMP
+# threads costs about 0.1 ms per loop on the development machine, more than a loop
+# over 2^16 values takes, so below the size where the FFTs go multi-threaded the
+# loops run serially too (qora.backend.fft.CPU_THREADS_FROM).
+_jit = dict(fastmath=True, cache=True)
+_modulus_parallel = numba.njit(parallel=True, **_jit)(_modulus_loop)
+_modulus_serial = numba.njit(parallel=False, **_jit)(_modulus_loop)
+_update_parallel = numba.njit(parallel=True, **_jit)(_update_loop)
+_update_serial = numba.njit(parallel=False, **_jit)(_update_loop)
+
+
+def _parallel(n: int) -> bool:
+    return n >= CPU_THREADS_FROM
+
+
 def modulus_step(y, amp, scale: float) -> float:
     """In place: ``y`` (unscaled transform, complex64) becomes ``w`` of the modulus projection.
 
     Returns the sum over measured pixels of (|F x| - a)^2. ``y`` and ``amp`` are
     C-contiguous with the same number of elements.
     """
-    return float(_modulus_step(y.reshape(-1), amp.reshape(-1), np.float32(scale)))
+    f = _modulus_parallel if _parallel(y.size) else _modulus_serial
+    return float(f(y.reshape(-1), amp.reshape(-1), np.float32(scale)))
 
 
 def update_step(x, p, support, a: float, b: float, constraint=None) -> None:
     """In place: ``x`` becomes ``p`` inside the support (and constraint), ``a x + b p`` outside."""
-    _update_step(x.reshape(-1), p.reshape(-1), support.reshape(-1).view(np.uint8), np.float32(a), np.float32(b),
-                 CONSTRAINT_CODES[constraint])
+    f = _update_parallel if _parallel(x.size) else _update_serial
+    f(x.reshape(-1), p.reshape(-1), support.reshape(-1).view(np.uint8), np.float32(a), np.float32(b),
+      CONSTRAINT_CODES[constraint])
 
 
 class CpuEngine:
@@ -116,8 +132,9 @@ class CpuEngine:
         self.denominator = float(np.sum(np.where(self.amp >= 0, self.amp.astype(np.float64) ** 2, 0.0)))
         full = (self.batch,) + self.shape
         self.plan = self.backend.fft.c2c(full, np.complex64, axes=tuple(range(1, len(full))), norm=None)
-        self.x = np.zeros(full, np.complex64)
-        self.y = np.empty(full, np.complex64)
+        self.x = self.plan.empty()
+        self.x[...] = 0
+        self.y = self.plan.empty()
         self.support = np.empty(full, np.bool_)
         self.set_support(support)
 
