@@ -114,3 +114,85 @@ def test_second_graph_run_allocates_nothing_and_recaptures_nothing():
 def test_bad_variant_name():
     with pytest.raises(ValueError, match="variant"):
         Solver(np.ones((8, 8)), backend="cuda", variant="half-baked")
+
+
+# --- fp16 variants -------------------------------------------------------------------
+
+FP16 = ["half", "mixed"]
+
+
+@pytest.mark.parametrize("variant", FP16)
+@pytest.mark.parametrize("name,shape", [("triangle", (64, 64)), ("cut_prism", (32, 32, 32))])
+@pytest.mark.parametrize("iterations,tolerance", [(1, 3e-3), (20, 3e-2)])
+def test_fp16_variants_follow_the_cpu_to_fp16_precision(variant, name, shape, iterations, tolerance):
+    from qora.phase.cpu import CpuEngine
+    from qora.phase.cuda import make_engine
+
+    amp, support, x0 = _case(name, shape, 2)
+    ref, ref_err = _run(CpuEngine(amp, support, 2), x0, iterations, "HIO", None)
+    got, got_err = _run(make_engine(variant, amp, support, 2), x0, iterations, "HIO", None)
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < tolerance
+    np.testing.assert_allclose(got_err, ref_err, rtol=10 * tolerance)
+
+
+def test_mixed_er_stage_is_the_fp32_path():
+    from qora.phase.cuda import make_engine
+
+    amp, support, x0 = _case("triangle", (64, 64), 1)
+    a = _run(make_engine("mixed", amp, support, 1), x0, 20, "ER", None)
+    b = _run(make_engine("graph", amp, support, 1), x0, 20, "ER", None)
+    np.testing.assert_array_equal(a[0], b[0])
+
+
+def test_fp16_variants_refuse_other_sizes():
+    with pytest.raises(ValueError, match="power-of-two"):
+        reconstruct(np.ones((48, 64)), support=np.ones((48, 64), bool), recipe="HIO**2", backend="cuda",
+                    variant="half")
+
+
+def _known(name, n, variant, starts=8):
+    obj, intensity = objects.simulate(name, n)
+    r = reconstruct(intensity, support=objects.support_of(obj), recipe="HIO**400 ER**100", starts=starts,
+                    backend="cuda", variant=variant)
+    return obj, r
+
+
+def _z_factor_removed(x, truth):
+    """Relative error left after dividing out the best factor that depends on z (axis 0) alone."""
+    aligned, _ = analysis.align(x, truth)
+    out = aligned.copy()
+    for k in range(truth.shape[0]):
+        den = np.vdot(aligned[k], aligned[k])
+        if abs(den) > 0:
+            out[k] = aligned[k] * (np.vdot(aligned[k], truth[k]) / den)
+    return np.linalg.norm(out - truth) / np.linalg.norm(truth)
+
+
+@pytest.mark.parametrize("name,n", [("triangle", 64), ("triangle", 256), ("prism", 64)])
+def test_half_stays_in_its_band(name, n):
+    """fp16 holds about three digits: the object error stalls between 2e-4 and 3e-3, not better, not worse."""
+    obj, r = _known(name, n, "half")
+    err = analysis.object_error(r.object, obj)
+    assert 2e-4 < err < 3e-3 if obj.ndim == 2 else 2e-4 < err < 1e-2
+    assert 1e-4 < r.fourier_error < 3e-3
+
+
+@pytest.mark.parametrize("n", [64, 256])
+def test_mixed_reaches_float_precision_in_2d(n):
+    obj, r = _known("triangle", n, "mixed")
+    assert r.fourier_error < 1e-6 and analysis.object_error(r.object, obj) < 1e-6
+
+
+def test_mixed_on_the_separable_prism_differs_by_a_z_only_factor():
+    obj, r = _known("prism", 64, "mixed")
+    err = analysis.object_error(r.object, obj)
+    residual = _z_factor_removed(r.object, obj)
+    assert r.fourier_error < 1e-6
+    assert residual < 1e-5 and residual < err  # what is left after the z factor is at fp32 level
+
+
+def test_mixed_matches_graph_on_the_cut_prism():
+    obj, mixed = _known("cut_prism", 64, "mixed")
+    _, graph = _known("cut_prism", 64, "graph")
+    assert analysis.object_error(mixed.object, obj) < 1e-5
+    assert analysis.object_error(graph.object, obj) < 1e-5

@@ -40,7 +40,7 @@ def workload(shape, seed: int = 0):
     return amp, support, x0
 
 
-def _iterations_for(one_ms: float, target_s: float = 0.4) -> int:
+def _iterations_for(one_ms: float, target_s: float = 0.3) -> int:
     return int(max(3, min(2000, math.ceil(target_s * 1e3 / max(one_ms, 1e-3)))))
 
 
@@ -136,10 +136,11 @@ def run_cpu(*, shapes=CPU_SHAPES, write=True, echo=print) -> BenchResult:
 
 CUDA_SHAPES = ((256, 256), (1024, 1024), (2048, 2048), (4096, 4096), (128, 128, 128), (256, 256, 256),
                (512, 512, 512))
-CUDA_VARIANTS = ("naive", "fused", "graph")
-# Modeled device traffic per element and iteration beyond the FFTs (seed 000's byte model)
-ELEMENTWISE_BYTES = {"naive": 91, "fused": 45, "graph": 45, "batched": 45}
-FFT_PAIR_BYTES = 32
+CUDA_VARIANTS = ("naive", "fused", "graph", "half", "mixed")
+# Modeled device traffic per element and iteration (seed 000's byte model): element-wise
+# kernels, and one read and one write per transform (16 bytes per fp16 pair, 32 per fp32)
+ELEMENTWISE_BYTES = {"naive": 91, "fused": 45, "graph": 45, "batched": 45, "half": 25, "mixed": 37}
+FFT_PAIR_BYTES = {"half": 16, "mixed": 16}
 STARTS_SHAPES = ((256, 256), (1024, 1024), (2048, 2048), (128, 128, 128), (256, 256, 256))
 
 
@@ -212,7 +213,7 @@ def run_cuda(*, shapes=CUDA_SHAPES, write=True, echo=print, peers=True) -> Bench
             times["jax_jit"] = jax["ms"]
             result.notes.setdefault("jax", jax["jax"])
         for impl, ms in times.items():
-            bytes_el = FFT_PAIR_BYTES + ELEMENTWISE_BYTES.get(impl, ELEMENTWISE_BYTES["naive"])
+            bytes_el = FFT_PAIR_BYTES.get(impl, 32) + ELEMENTWISE_BYTES.get(impl, ELEMENTWISE_BYTES["naive"])
             result.add(f"hio/{label}/{impl}", ms=ms, vs_floor=ms / floor, vs_pair=ms / pair,
                        model_gbs=n_el * bytes_el / (ms * 1e-3) / 1e9,
                        vs_jax=ms / times["jax_jit"] if "jax_jit" in times else None, shape=list(shape))

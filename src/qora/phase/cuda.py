@@ -11,6 +11,12 @@
   the history once per call, i.e. once per progress report.
 - ``batched``: ``graph`` over several starts at once: one batched cuFFT plan and the
   start index from the launch grid (the Solver's ``batch``).
+- ``half``: fp16 storage and fp16 cuFFT (power-of-two extents), fp32 arithmetic; the
+  amplitude is scaled by its maximum so nothing overflows. Stalls near 1e-3 (fp16's
+  three digits): a precision floor, never chosen by ``variant="auto"``.
+- ``mixed``: HIO and RAAR iterations use the fp16 wave and transforms of ``half`` while
+  ``x`` stays in fp32 (with an fp16 copy for the next transform); ER iterations, how a
+  recipe ends, run the fp32 path of ``graph`` on the same ``x``.
 
 All engines hold their arrays on the device between calls; ``set_x``/``get_x`` move
 host arrays. Every engine is compared with the CPU reference in
@@ -29,7 +35,7 @@ from qora.phase.physics import fourier_error, shrinkwrap
 
 __all__ = ["CudaEngine", "NaiveCudaEngine", "CUDA_VARIANTS", "make_engine"]
 
-CUDA_VARIANTS = ("naive", "fused", "graph", "batched")
+CUDA_VARIANTS = ("naive", "fused", "graph", "batched", "half", "mixed")
 THREADS = 256
 CONSTRAINT_CODES = {None: 0, "real": 1, "positive": 2}
 
@@ -110,36 +116,26 @@ class NaiveCudaEngine(_DeviceState):
         return np.sqrt(errors / self.denominator)
 
 
-class CudaEngine(_DeviceState):
-    """Fused kernels (``graph=False``: the host reads the error every iteration) or CUDA graphs."""
+class _KernelEngine(_DeviceState):
+    """Iterations of hand-written kernels, either read back every iteration or as CUDA graphs.
 
-    def __init__(self, amp, support, batch: int = 1, *, graph: bool = True) -> None:
+    Subclasses provide ``_step(a, b, code)`` (one iteration, queued on the current
+    stream, allocation-free) and may convert ``x`` on the way in and out.
+    """
+
+    def __init__(self, amp, support, batch: int, *, graph: bool) -> None:
         super().__init__(amp, support, batch)
-        self.name = ("batched" if batch > 1 else "graph") if graph else "fused"
         self.use_graph = graph
-        xp = self.xp
-        axes = tuple(range(1, len(self.full)))
-        self.plan = self.backend.fft.c2c(self.full, np.complex64, axes=axes, norm=None)
-        self.y = xp.empty(self.full, np.complex64)
         module = load_module("qora.phase", "phase.cu")
-        self._modulus = module.get_function("modulus_step")
-        self._update = module.get_function("update_step")
+        self._kernels = {name: module.get_function(name) for name in (
+            "modulus_step", "update_step", "modulus_half", "update_half", "update_mixed", "to_half", "from_half")}
         work = self.n // 2 if self.n % 2 == 0 else self.n
         sms = self.backend.device_facts().sm_count
         self.grid = (max(1, min(-(-work // THREADS), max(1, 8 * sms // self.batch))), self.batch)
-        self.counter = xp.zeros(1, np.int32)
-        self.history = xp.zeros(0, np.float64)
+        self.flat_grid = (max(1, min(-(-(self.n * self.batch) // THREADS), 16 * sms)),)
+        self.counter = self.xp.zeros(1, np.int32)
+        self.history = self.xp.zeros(0, np.float64)
         self._graphs: dict = {}
-        self.plan.forward(self.x, out=self.y)  # cuFFT kernels resident before any capture
-        xp.cuda.get_current_stream().synchronize()
-
-    def _step(self, a, b, code) -> None:
-        self.plan.forward(self.x, out=self.y)
-        self._modulus(self.grid, (THREADS,), (self.y, self.amp, np.float32(self.scale), np.int64(self.n),
-                                              self.history, self.counter))
-        self.plan.inverse(self.y, out=self.y)
-        self._update(self.grid, (THREADS,), (self.x, self.y, self.support, np.float32(a), np.float32(b),
-                                             np.int32(code), np.int64(self.n), self.counter))
 
     def _ensure_history(self, iterations: int) -> None:
         if self.history.size < iterations * self.batch:
@@ -155,9 +151,13 @@ class CudaEngine(_DeviceState):
         self.history.fill(0)
         self.counter.fill(0)
 
+    def _before(self, a: float, b: float) -> None:
+        """Work outside the graph before a run of iterations (e.g. refreshing a copy)."""
+
     def iterate(self, iterations: int, a: float, b: float, constraint=None) -> np.ndarray:
         code = CONSTRAINT_CODES[constraint]
         self._ensure_history(iterations)
+        self._before(a, b)
         if not self.use_graph:
             self._reset()
             errors = np.empty((iterations, self.batch))
@@ -180,6 +180,151 @@ class CudaEngine(_DeviceState):
         errors = self.history[: iterations * self.batch].get().reshape(iterations, self.batch)
         return np.sqrt(errors / self.denominator)
 
+    def _launch_fp32(self, y, plan, a, b, code) -> None:
+        k = self._kernels
+        plan.forward(self.x, out=y)
+        k["modulus_step"](self.grid, (THREADS,), (y, self.amp, np.float32(self.scale), np.int64(self.n),
+                                                   self.history, self.counter))
+        plan.inverse(y, out=y)
+        k["update_step"](self.grid, (THREADS,), (self.x, y, self.support, np.float32(a), np.float32(b),
+                                                  np.int32(code), np.int64(self.n), self.counter))
+
+
+class CudaEngine(_KernelEngine):
+    """fp32 kernels: ``fused`` (``graph=False``: the host reads the error every iteration),
+    ``graph`` and ``batched`` (CUDA graphs)."""
+
+    def __init__(self, amp, support, batch: int = 1, *, graph: bool = True) -> None:
+        super().__init__(amp, support, batch, graph=graph)
+        self.name = ("batched" if batch > 1 else "graph") if graph else "fused"
+        axes = tuple(range(1, len(self.full)))
+        self.plan = self.backend.fft.c2c(self.full, np.complex64, axes=axes, norm=None)
+        self.y = self.xp.empty(self.full, np.complex64)
+        self.plan.forward(self.x, out=self.y)  # cuFFT kernels resident before any capture
+        self.xp.cuda.get_current_stream().synchronize()
+
+    def _step(self, a, b, code) -> None:
+        self._launch_fp32(self.y, self.plan, a, b, code)
+
+
+def _check_power_of_two(shape, variant):
+    bad = [s for s in shape if s & (s - 1)]
+    if bad:
+        raise ValueError(f"variant {variant!r} needs power-of-two extents (fp16 cuFFT), got shape {tuple(shape)}; "
+                         "use variant='graph'")
+
+
+class _HalfBuffers:
+    """The fp16 side shared by half and mixed: scaled amplitude, fp16 wave and plan."""
+
+    def _init_half(self) -> None:
+        xp = self.xp
+        amp = self.amp
+        measured = amp >= 0
+        self.amax = float(amp.max())
+        if not self.amax > 0:
+            raise ValueError("the amplitude is zero everywhere: nothing to scale for fp16")
+        self.amp_unit = xp.where(measured, amp / np.float32(self.amax), np.float32(-1)).astype(np.float32)
+        axes = tuple(range(1, len(self.full)))
+        self.plan16 = self.backend.fft.half_c2c(self.full, axes=axes)
+        self.yh = xp.zeros(self.full + (2,), np.float16)
+        self.plan16.forward(self.yh, out=self.yh)
+        xp.cuda.get_current_stream().synchronize()
+
+    def _to_half(self, x, xh, scale) -> None:
+        self._kernels["to_half"](self.flat_grid, (THREADS,), (x, xh, np.float32(scale),
+                                                              np.int64(self.n * self.batch)))
+
+    def _modulus_half(self, yh) -> None:
+        self._kernels["modulus_half"](self.grid, (THREADS,), (yh, self.amp_unit, np.float32(self.scale),
+                                                             np.int64(self.n), self.history, self.counter))
+
+
+class HalfEngine(_HalfBuffers, _KernelEngine):
+    """fp16 storage and fp16 cuFFT with fp32 arithmetic; ``x`` is kept as x / max(a) in fp16."""
+
+    name = "half"
+
+    def __init__(self, amp, support, batch: int = 1) -> None:
+        super().__init__(amp, support, batch, graph=True)
+        _check_power_of_two(self.shape, "half")
+        self._init_half()
+        self.xh = self.xp.zeros(self.full + (2,), np.float16)
+
+    def set_x(self, x) -> None:
+        super().set_x(x)
+        self._to_half(self.x, self.xh, 1.0 / self.amax)
+
+    def _sync_x(self) -> None:
+        self._kernels["from_half"](self.flat_grid, (THREADS,), (self.xh, self.x, np.float32(self.amax),
+                                                                np.int64(self.n * self.batch)))
+
+    def get_x(self) -> np.ndarray:
+        self._sync_x()
+        return super().get_x()
+
+    def fourier_errors(self) -> np.ndarray:
+        self._sync_x()
+        return super().fourier_errors()
+
+    def shrinkwrap(self, sigma, threshold, min_fraction=0.2):
+        self._sync_x()
+        return super().shrinkwrap(sigma, threshold, min_fraction)
+
+    def _step(self, a, b, code) -> None:
+        self.plan16.forward(self.xh, out=self.yh)
+        self._modulus_half(self.yh)
+        self.plan16.inverse(self.yh, out=self.yh)
+        self._kernels["update_half"](self.grid, (THREADS,), (
+            self.xh, self.yh, self.support, np.float32(a), np.float32(b), np.int32(code), np.float32(self.scale),
+            np.int64(self.n), self.counter))
+
+    def iterate(self, iterations, a, b, constraint=None):
+        # the fp16 kernels sum (|F x| - a)^2 / max(a)^2: scale back to the measured amplitude
+        return super().iterate(iterations, a, b, constraint) * self.amax
+
+
+class MixedEngine(_HalfBuffers, CudaEngine):
+    """HIO and RAAR in fp16 transforms with ``x`` kept in fp32 (plus its fp16 copy); ER in fp32."""
+
+    def __init__(self, amp, support, batch: int = 1) -> None:
+        super().__init__(amp, support, batch, graph=True)
+        _check_power_of_two(self.shape, "mixed")
+        self.name = "mixed"
+        self._init_half()
+        self.xh = self.xp.zeros(self.full + (2,), np.float16)
+        self._xh_fresh = False
+
+    @staticmethod
+    def _is_fp32(a, b) -> bool:
+        return a == 0.0 and b == 0.0  # ER, how recipes end
+
+    def set_x(self, x) -> None:
+        super().set_x(x)
+        self._xh_fresh = False
+
+    def _before(self, a, b) -> None:
+        if self._is_fp32(a, b):
+            self._xh_fresh = False  # fp32 iterations change x without the copy
+        elif not self._xh_fresh:
+            self._to_half(self.x, self.xh, 1.0 / self.amax)
+            self._xh_fresh = True
+
+    def _step(self, a, b, code) -> None:
+        if self._is_fp32(a, b):
+            self._launch_fp32(self.y, self.plan, a, b, code)
+            return
+        self.plan16.forward(self.xh, out=self.yh)
+        self._modulus_half(self.yh)
+        self.plan16.inverse(self.yh, out=self.yh)
+        self._kernels["update_mixed"](self.grid, (THREADS,), (
+            self.x, self.xh, self.yh, self.support, np.float32(a), np.float32(b), np.int32(code),
+            np.float32(self.scale * self.amax), np.float32(1.0 / self.amax), np.int64(self.n), self.counter))
+
+    def iterate(self, iterations, a, b, constraint=None):
+        errors = super().iterate(iterations, a, b, constraint)
+        return errors if self._is_fp32(a, b) else errors * self.amax
+
 
 def make_engine(variant: str, amp, support, batch: int):
     """The CUDA engine of ``variant`` for B = ``batch`` starts."""
@@ -189,4 +334,8 @@ def make_engine(variant: str, amp, support, batch: int):
         return CudaEngine(amp, support, batch, graph=False)
     if variant in ("graph", "batched"):
         return CudaEngine(amp, support, batch, graph=True)
+    if variant == "half":
+        return HalfEngine(amp, support, batch)
+    if variant == "mixed":
+        return MixedEngine(amp, support, batch)
     raise ValueError(f"variant must be one of {CUDA_VARIANTS} on the GPU, got {variant!r}")

@@ -15,7 +15,7 @@ from qora.phase.recipe import Recipe, default_recipe
 __all__ = ["reconstruct", "Solver", "PhaseResult", "random_start", "check_intensity"]
 
 VARIANTS_CPU = ("cpu",)
-VARIANTS_CUDA = ("naive", "fused", "graph", "batched")
+VARIANTS_CUDA = ("naive", "fused", "graph", "batched", "half", "mixed")
 # variant="auto" on the GPU: graph, the fastest fp32 variant measured so far at every size
 # (docs/phase-performance.md); half is never chosen automatically.
 AUTO_CUDA_VARIANT = "graph"

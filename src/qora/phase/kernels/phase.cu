@@ -8,6 +8,8 @@
 // References: qora.phase.physics.modulus_project and qora.phase.physics.support_update
 // (parity tests in tests/phase/test_phase_cuda.py sweep every branch).
 
+#include <cuda_fp16.h>
+
 // Each thread moves two complex values per step as one 16-byte float4 when n is even
 // (so every start's base stays 16-byte aligned); odd n falls back to one value per step.
 
@@ -115,4 +117,120 @@ extern "C" __global__ void update_step(float2* __restrict__ x, const float2* __r
         for (long long i = t0; i < n; i += stride) xb[i] = update_one(xb[i], pb[i], sb[i], a, b, constraint);
     }
     if (counter && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *counter += 1;
+}
+
+
+// ---------------------------------------------------------------------------------------
+// fp16 storage (variants half and mixed): complex values as __half2 (re, im), arithmetic in
+// fp32. The amplitude is divided by its maximum, so that |F x| <= 1 and the unscaled forward
+// transform stays below sqrt(n) (< 65504 for n < 2^32). The projection is stored at unit
+// scale, and the inverse transform's 1/sqrt(n) is applied in the update (pscale), where it
+// cannot push weak values into fp16 subnormals.
+
+__device__ __forceinline__ float2 modulus_unit(float2 v, float a, float s, float& err) {
+    float mag = sqrtf(v.x * v.x + v.y * v.y);
+    if (a >= 0.0f) {
+        float d = s * mag - a;
+        err += d * d;
+        if (mag > 0.0f) {
+            float f = a / mag;
+            return make_float2(v.x * f, v.y * f);
+        }
+        return make_float2(a, 0.0f);
+    }
+    return make_float2(v.x * s, v.y * s);
+}
+
+// y (fp16, unscaled transform) <- the unit-scale projection; error sums as modulus_step.
+extern "C" __global__ void modulus_half(__half2* __restrict__ y, const float* __restrict__ amp, float s,
+                                        long long n, double* __restrict__ err_sums,
+                                        const int* __restrict__ counter) {
+    const int b = blockIdx.y;
+    __half2* yb = y + (long long)b * n;
+    float err = 0.0f;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    const long long t0 = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if ((n & 1) == 0) {
+        uint2* y2 = reinterpret_cast<uint2*>(yb);  // two __half2 per 8-byte load
+        const float2* a2 = reinterpret_cast<const float2*>(amp);
+        for (long long i = t0; i < n / 2; i += stride) {
+            uint2 raw = y2[i];
+            float2 a = a2[i];
+            float2 v0 = __half22float2(*reinterpret_cast<__half2*>(&raw.x));
+            float2 v1 = __half22float2(*reinterpret_cast<__half2*>(&raw.y));
+            __half2 w0 = __float22half2_rn(modulus_unit(v0, a.x, s, err));
+            __half2 w1 = __float22half2_rn(modulus_unit(v1, a.y, s, err));
+            uint2 out;
+            out.x = *reinterpret_cast<unsigned int*>(&w0);
+            out.y = *reinterpret_cast<unsigned int*>(&w1);
+            y2[i] = out;
+        }
+    } else {
+        for (long long i = t0; i < n; i += stride)
+            yb[i] = __float22half2_rn(modulus_unit(__half22float2(yb[i]), amp[i], s, err));
+    }
+    const int slot = counter ? *counter : 0;
+    block_add(err, err_sums + (long long)slot * gridDim.y + b);
+}
+
+// half: x (fp16) <- update with p = pscale * (fp16 inverse transform).
+extern "C" __global__ void update_half(__half2* __restrict__ x, const __half2* __restrict__ p,
+                                       const unsigned char* __restrict__ support, float a, float b,
+                                       int constraint, float pscale, long long n, int* __restrict__ counter) {
+    const int bi = blockIdx.y;
+    __half2* xb = x + (long long)bi * n;
+    const __half2* pb = p + (long long)bi * n;
+    const unsigned char* sb = support + (long long)bi * n;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    const long long t0 = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (long long i = t0; i < n; i += stride) {
+        float2 pv = __half22float2(pb[i]);
+        pv.x *= pscale;
+        pv.y *= pscale;
+        float2 xv = (sb[i] && constraint == 0) ? pv : update_one(__half22float2(xb[i]), pv, sb[i], a, b, constraint);
+        xb[i] = __float22half2_rn(xv);
+    }
+    if (counter && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *counter += 1;
+}
+
+// mixed: x (fp32, true scale) <- update with p = pscale * (fp16 inverse transform); also writes
+// the fp16 copy xh = x * xh_scale that the next forward transform reads.
+extern "C" __global__ void update_mixed(float2* __restrict__ x, __half2* __restrict__ xh,
+                                        const __half2* __restrict__ p, const unsigned char* __restrict__ support,
+                                        float a, float b, int constraint, float pscale, float xh_scale,
+                                        long long n, int* __restrict__ counter) {
+    const int bi = blockIdx.y;
+    float2* xb = x + (long long)bi * n;
+    __half2* hb = xh + (long long)bi * n;
+    const __half2* pb = p + (long long)bi * n;
+    const unsigned char* sb = support + (long long)bi * n;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    const long long t0 = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (long long i = t0; i < n; i += stride) {
+        float2 pv = __half22float2(pb[i]);
+        pv.x *= pscale;
+        pv.y *= pscale;
+        float2 xv = (sb[i] && constraint == 0) ? pv : update_one(xb[i], pv, sb[i], a, b, constraint);
+        xb[i] = xv;
+        hb[i] = __float22half2_rn(make_float2(xv.x * xh_scale, xv.y * xh_scale));
+    }
+    if (counter && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *counter += 1;
+}
+
+// xh = x * scale in fp16 (entering an fp16 stage, or loading a start).
+extern "C" __global__ void to_half(const float2* __restrict__ x, __half2* __restrict__ xh, float scale,
+                                   long long total) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride)
+        xh[i] = __float22half2_rn(make_float2(x[i].x * scale, x[i].y * scale));
+}
+
+// x = xh * scale in fp32.
+extern "C" __global__ void from_half(const __half2* __restrict__ xh, float2* __restrict__ x, float scale,
+                                     long long total) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        float2 v = __half22float2(xh[i]);
+        x[i] = make_float2(v.x * scale, v.y * scale);
+    }
 }
