@@ -22,8 +22,20 @@ def fft_pair_case(shape, precision: str) -> str:
     return f"fft_pair/{shape_label(shape)}/{precision}"
 
 
+PHASE_CPU_SHAPES = ((256, 256), (1024, 1024), (2048, 2048), (128, 128, 128))
+PHASE_CPU_IMPLS = ("qora_loops_1_thread", "qora_loops_all_threads", "numpy", "jax_jit")
+PHASE_GPU_IMPLS = ("naive", "fused", "graph", "half", "mixed", "cupy_loop", "jax_jit")
+PHASE_STARTS_SHAPES = ((256, 256), (1024, 1024), (2048, 2048), (128, 128, 128), (256, 256, 256))
+
 REQUIRED_CASES: dict[str, list[str]] = {
     "floors": ["copy"] + [fft_pair_case(s, p) for s in FLOOR_SHAPES for p in FLOOR_PRECISIONS],
+    "phase-cpu": [f"hio/{shape_label(s)}/{i}" for s in PHASE_CPU_SHAPES for i in PHASE_CPU_IMPLS],
+    "phase": (["copy"]
+              + [f"floor/{shape_label(s)}/{f}" for s in FLOOR_SHAPES for f in ("fft_pair", "pair_plus_45B")]
+              + [f"hio/{shape_label(s)}/{i}" for s in FLOOR_SHAPES for i in PHASE_GPU_IMPLS]
+              + [f"starts8/{shape_label(s)}/{k}" for s in PHASE_STARTS_SHAPES
+                 for k in ("looped", "batched_all", "batched_2")]
+              + [f"progress/256x256/every_{n}" for n in (1, 10, 100)]),
 }
 
 
