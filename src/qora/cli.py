@@ -113,11 +113,15 @@ cli.add_command(_phase_group)
 @bench.command("phase")
 @click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--no-write", is_flag=True, help="Print only; write no result file.")
-def bench_phase(backend: str, no_write: bool) -> None:
+@click.option("--extras", is_flag=True, help="GPU: callback, iteration split, construction, recipes, memory.")
+def bench_phase(backend: str, no_write: bool, extras: bool) -> None:
     """ms per HIO iteration per size, against a NumPy loop and a jax.jit loop (peers env)."""
     from qora.bench import phase as phase_bench
 
-    phase_bench.run(backend=backend, write=not no_write, echo=click.echo)
+    if extras:
+        phase_bench.run_cuda_extras(write=not no_write, echo=click.echo)
+    else:
+        phase_bench.run(backend=backend, write=not no_write, echo=click.echo)
 
 
 def main(argv=None) -> None:

@@ -10,7 +10,7 @@ from qora.testing import assert_parity
 
 pytestmark = pytest.mark.gpu
 
-VARIANTS = ["naive", "fused", "graph", "batched"]
+VARIANTS = ["naive", "fused", "graph", "batched", "callback"]
 CASES = [("triangle", (64, 64)), ("triangle", (45, 51)), ("cut_prism", (32, 32, 32)), ("cut_prism", (15, 16, 17))]
 
 
@@ -196,3 +196,29 @@ def test_mixed_matches_graph_on_the_cut_prism():
     _, graph = _known("cut_prism", 64, "graph")
     assert analysis.object_error(mixed.object, obj) < 1e-5
     assert analysis.object_error(graph.object, obj) < 1e-5
+
+
+# --- callback ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", ["ER", "HIO", "RAAR"])
+@pytest.mark.parametrize("constraint", [None, "positive"])
+def test_callback_every_update_branch(algorithm, constraint):
+    from qora.phase.cpu import CpuEngine
+    from qora.phase.cuda import make_engine
+
+    amp, support, x0 = _case("triangle", (48, 48), 2)
+    assert_parity(lambda x: _run(CpuEngine(amp, support, 2), x, 5, algorithm, constraint),
+                  lambda x: _run(make_engine("callback", amp, support, 2), x, 5, algorithm, constraint),
+                  x0, rtol=1e-5)
+
+
+def test_callback_recipe_changes_algorithm_without_new_plans():
+    obj, intensity = objects.simulate("triangle", 64)
+    solver = Solver(intensity, backend="cuda", variant="callback")
+    r = solver.run(support=objects.support_of(obj), recipe="HIO**400 ER**100", starts=4)
+    engine = solver._engine
+    plans = (engine.plan_forward, engine.plan_inverse)
+    solver.run(support=objects.support_of(obj), recipe="RAAR**30 ER**10", starts=1)
+    assert (engine.plan_forward, engine.plan_inverse) == plans and engine.plan_created_s > 0
+    assert r.fourier_error < 1e-6 and analysis.object_error(r.object, obj) < 1e-6

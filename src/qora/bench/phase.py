@@ -136,10 +136,11 @@ def run_cpu(*, shapes=CPU_SHAPES, write=True, echo=print) -> BenchResult:
 
 CUDA_SHAPES = ((256, 256), (1024, 1024), (2048, 2048), (4096, 4096), (128, 128, 128), (256, 256, 256),
                (512, 512, 512))
-CUDA_VARIANTS = ("naive", "fused", "graph", "half", "mixed")
+CUDA_VARIANTS = ("naive", "fused", "graph", "half", "mixed", "callback")
 # Modeled device traffic per element and iteration (seed 000's byte model): element-wise
 # kernels, and one read and one write per transform (16 bytes per fp16 pair, 32 per fp32)
-ELEMENTWISE_BYTES = {"naive": 91, "fused": 45, "graph": 45, "batched": 45, "half": 25, "mixed": 37}
+ELEMENTWISE_BYTES = {"naive": 91, "fused": 45, "graph": 45, "batched": 45, "half": 25, "mixed": 37,
+                     "callback": 13}
 FFT_PAIR_BYTES = {"half": 16, "mixed": 16}
 STARTS_SHAPES = ((256, 256), (1024, 1024), (2048, 2048), (128, 128, 128), (256, 256, 256))
 
@@ -272,3 +273,103 @@ def run(*, backend="auto", shapes=None, write=True, echo=print) -> BenchResult:
     if be.is_cuda:
         return run_cuda(shapes=shapes or CUDA_SHAPES, write=write, echo=echo)
     return run_cpu(shapes=shapes or CPU_SHAPES, write=write, echo=echo)
+
+
+def run_cuda_extras(*, shapes=CUDA_SHAPES, write=True, echo=print) -> BenchResult:
+    """The seed's other GPU tables: callback against graph (with plan creation time), the
+    split of an iteration into cuFFT and element-wise time, solver construction, whole
+    recipes at 256^3 and device memory per voxel at 512^3."""
+    from qora.backend.device import PeakMemory
+    from qora.backend.graph import StepGraph
+    from qora.bench.common import fft_pair_floor
+    from qora.phase import objects
+    from qora.phase.solver import Solver
+
+    be = resolve("cuda")
+    xp = be.xp
+    result = BenchResult("phase-extras", "cuda", be.device_facts().as_dict(), columns=("ms", "ratio"))
+    pool = xp.get_default_memory_pool()
+    for shape in shapes:
+        label = shape_label(shape)
+        row = {}
+        for variant in ("graph", "callback"):
+            engine, it = _cuda_engine_runner(variant, shape)
+            t0 = time.perf_counter()
+            it(2)
+            n = _iterations_for((time.perf_counter() - t0) * 1e3 / 2, 0.2)
+            row[variant] = time_peer(it, n)
+            if variant == "callback":
+                result.add(f"callback/{label}/plan_creation", ms=engine.plan_created_s * 1e3)
+            # split: the two element-wise kernels alone, replayed from a graph, against the pair
+            if variant == "graph":
+                reps = 20
+
+                def kernels_only(engine=engine):
+                    k = engine._kernels
+                    for _ in range(reps):
+                        k["modulus_step"](engine.grid, (THREADS,), (engine.y, engine.amp, np.float32(engine.scale),
+                                                                     np.int64(engine.n), engine.history, engine.counter))
+                        k["update_step"](engine.grid, (THREADS,), (engine.x, engine.y, engine.support,
+                                                                    np.float32(1), np.float32(-BETA), np.int32(0),
+                                                                    np.int64(engine.n), engine.counter))
+
+                engine._ensure_history(1024)
+                engine.counter.fill(0)
+                g = StepGraph(lambda: (engine.counter.fill(0), kernels_only()))
+                samples = []
+                for _ in range(10):
+                    with be.timer() as t:
+                        g.replay()
+                    samples.append(t.ms / reps)
+                elementwise = float(np.median(samples))
+                pair = fft_pair_floor(be, shape, "fp32", repeats=10)["ms"]
+                result.add(f"split/{label}/fft_pair", ms=pair)
+                result.add(f"split/{label}/elementwise", ms=elementwise,
+                           gbs=45 * int(np.prod(shape)) / (elementwise * 1e-3) / 1e9)
+                result.add(f"split/{label}/iteration", ms=row["graph"], ratio=row["graph"] / (pair + elementwise))
+            del engine, it
+            pool.free_all_blocks()
+        result.add(f"callback/{label}/graph", ms=row["graph"])
+        result.add(f"callback/{label}/callback", ms=row["callback"], ratio=row["callback"] / row["graph"])
+        echo(f"  {label:>12}: graph {row['graph']:.4f}, callback {row['callback']:.4f} ms")
+
+    # solver construction and whole recipes at 256^3: a prism with its known support, and the
+    # default recipe from the autocorrelation support; wall time of the second run
+    obj, intensity = objects.simulate("prism", 256)
+    support = objects.support_of(obj)
+    for variant in ("graph", "half", "mixed", "callback"):
+        t0 = time.perf_counter()
+        solver = Solver(intensity, backend="cuda", variant=variant)
+        solver.run(support=support, recipe="ER**1", starts=1)
+        be.synchronize()
+        result.add(f"construct/256x256x256/{variant}", ms=(time.perf_counter() - t0) * 1e3)
+        recipes = {"known": ("HIO**400 ER**100", support)}
+        if variant != "callback":
+            recipes["default"] = (None, None)
+        for name, (recipe, sup) in recipes.items():
+            for attempt in range(2):
+                t0 = time.perf_counter()
+                r = solver.run(support=sup, recipe=recipe, starts=1)
+                wall = time.perf_counter() - t0
+            result.add(f"recipe/256x256x256/{name}/{variant}", ms=wall * 1e3, fourier_error=r.fourier_error)
+            echo(f"  recipe {name} {variant}: {wall:.2f} s (Fourier error {r.fourier_error:.1e})")
+        del solver
+        pool.free_all_blocks()
+
+    # device memory of one graph start at 512^3
+    rng = np.random.default_rng(0)
+    big = (512, 512, 512)
+    intensity = rng.random(big, dtype=np.float32)
+    support = np.zeros(big, bool)
+    support[192:320, 192:320, 192:320] = True
+    pool.free_all_blocks()
+    with PeakMemory(be) as pm:
+        solver = Solver(intensity, backend="cuda", variant="graph")
+        solver.run(support=support, recipe="HIO**10", starts=1)
+    result.add("memory/512x512x512/graph", ms=None, bytes_per_voxel=pm.peak_bytes / intensity.size,
+               peak_gib=pm.peak_bytes / 2**30)
+    echo(f"  memory at 512^3, graph: {pm.peak_bytes / intensity.size:.1f} bytes per voxel ({pm.peak_bytes / 2**30:.2f} GiB)")
+    if write:
+        path = result.write()
+        echo(f"result written to {path}")
+    return result

@@ -17,6 +17,8 @@
 - ``mixed``: HIO and RAAR iterations use the fp16 wave and transforms of ``half`` while
   ``x`` stays in fp32 (with an fp16 copy for the next transform); ER iterations, how a
   recipe ends, run the fp32 path of ``graph`` on the same ``x``.
+- ``callback``: the modulus step and the update inside cuFFT's own passes as LTO store
+  callbacks (:class:`CallbackEngine`).
 
 All engines hold their arrays on the device between calls; ``set_x``/``get_x`` move
 host arrays. Every engine is compared with the CPU reference in
@@ -29,13 +31,13 @@ import math
 
 import numpy as np
 
-from qora.backend import resolve
+from qora.backend import is_device_array, resolve
 from qora.backend.kernels import load_module
 from qora.phase.physics import fourier_error, shrinkwrap
 
 __all__ = ["CudaEngine", "NaiveCudaEngine", "CUDA_VARIANTS", "make_engine"]
 
-CUDA_VARIANTS = ("naive", "fused", "graph", "batched", "half", "mixed")
+CUDA_VARIANTS = ("naive", "fused", "graph", "batched", "half", "mixed", "callback")
 THREADS = 256
 CONSTRAINT_CODES = {None: 0, "real": 1, "positive": 2}
 
@@ -59,8 +61,9 @@ class _DeviceState:
         self.set_support(support)
 
     def set_support(self, support) -> None:
-        s = np.broadcast_to(np.asarray(support, bool), self.full).astype(np.uint8)
-        self.support[...] = self.xp.asarray(s)
+        xp = self.xp
+        s = support if is_device_array(support) else np.asarray(support, bool)
+        self.support[...] = xp.broadcast_to(xp.asarray(s).astype(np.uint8), self.full)
 
     def set_x(self, x) -> None:
         self.x[...] = self.xp.asarray(np.ascontiguousarray(x, np.complex64))
@@ -326,6 +329,94 @@ class MixedEngine(_HalfBuffers, CudaEngine):
         return errors if self._is_fp32(a, b) else errors * self.amax
 
 
+class CallbackEngine(_KernelEngine):
+    """The element-wise work inside cuFFT's passes, as LTO store callbacks (``kernels/callbacks.cu``).
+
+    An iteration is three graph nodes: the forward transform (its store callback applies the
+    modulus projection and adds the error terms to 4096 slots per start), a one-block
+    kernel that reduces the slots into the history and counts the iteration, and the
+    inverse transform (its store callback applies the support update, reading the old
+    object from one half of a double buffer and writing the new one to the other). The
+    coefficients live in device memory, so ER, HIO and RAAR share the plans; graphs are
+    cached per (length, coefficients, starting half).
+    """
+
+    name = "callback"
+    SLOTS = 4096
+
+    def __init__(self, amp, support, batch: int = 1) -> None:
+        super().__init__(amp, support, batch, graph=True)
+        from qora.backend.kernels import kernel_source
+
+        xp = self.xp
+        self._kernels["reduce_slots"] = load_module("qora.phase", "phase.cu").get_function("reduce_slots")
+        self.bufs = [self.x, xp.zeros_like(self.x)]
+        self.half = 0
+        self.y = xp.empty(self.full, np.complex64)
+        self.slots = xp.zeros(self.batch * self.SLOTS, np.float32)
+        self.state = xp.zeros(2, np.int32)
+        self.coef = xp.zeros(3, np.float32)
+        fwd = np.zeros(1, dtype=[("amp", "u8"), ("slots", "u8"), ("n", "i8"), ("scale", "f4"), ("pad", "f4")])
+        fwd[0] = (self.amp.data.ptr, self.slots.data.ptr, self.n, self.scale, 0.0)
+        inv = np.zeros(1, dtype=[("support", "u8"), ("buf0", "u8"), ("buf1", "u8"), ("state", "u8"),
+                                 ("coef", "u8"), ("n", "i8")])
+        inv[0] = (self.support.data.ptr, self.bufs[0].data.ptr, self.bufs[1].data.ptr, self.state.data.ptr,
+                  self.coef.data.ptr, self.n * self.batch)
+        self._fwd_info = xp.asarray(fwd.view(np.uint8))
+        self._inv_info = xp.asarray(inv.view(np.uint8))
+        source = kernel_source("qora.phase", "callbacks.cu")
+        axes = tuple(range(1, len(self.full)))
+        fft = self.backend.fft
+        self.plan_forward = fft.callback_c2c(self.full, axes=axes, store=(source, "qora_forward_store"),
+                                             data=self._fwd_info)
+        self.plan_inverse = fft.callback_c2c(self.full, axes=axes, store=(source, "qora_inverse_store"),
+                                             data=self._inv_info)
+        self.plan_created_s = self.plan_forward.created_s + self.plan_inverse.created_s
+
+    # the current half of the double buffer is the object
+    @property
+    def x(self):
+        return self.bufs[self.half] if hasattr(self, "bufs") else self.__dict__["x"]
+
+    @x.setter
+    def x(self, value):
+        if hasattr(self, "bufs"):
+            self.bufs[self.half][...] = value
+        else:
+            self.__dict__["x"] = value
+
+    def _step_k(self, k: int, half: int) -> None:
+        self.plan_forward.forward(self.bufs[(half + k) % 2], out=self.y)
+        self._kernels["reduce_slots"]((1,), (1024,), (self.slots, np.int32(self.batch), self.history, self.state))
+        self.plan_inverse.inverse(self.y, out=self.y)
+
+    def iterate(self, iterations: int, a: float, b: float, constraint=None) -> np.ndarray:
+        code = CONSTRAINT_CODES[constraint]
+        self._ensure_history(iterations)
+        key = (iterations, float(a), float(b), code, self.half)
+        graph = self._graphs.get(key)
+        if graph is None:
+            from qora.backend.graph import StepGraph
+
+            half = self.half
+
+            def captured():
+                self.history.fill(0)
+                self.state[0:1].fill(0)
+                self.state[1:2].fill(half)
+                self.coef[0:1].fill(a)
+                self.coef[1:2].fill(b)
+                self.coef[2:3].fill(code)
+                for k in range(iterations):
+                    self._step_k(k, half)
+
+            graph = self._graphs[key] = StepGraph(captured)
+        graph.replay()
+        self.half = (self.half + iterations) % 2
+        errors = self.history[: iterations * self.batch].get().reshape(iterations, self.batch)
+        return np.sqrt(errors / self.denominator)
+
+
 def make_engine(variant: str, amp, support, batch: int):
     """The CUDA engine of ``variant`` for B = ``batch`` starts."""
     if variant == "naive":
@@ -338,4 +429,6 @@ def make_engine(variant: str, amp, support, batch: int):
         return HalfEngine(amp, support, batch)
     if variant == "mixed":
         return MixedEngine(amp, support, batch)
+    if variant == "callback":
+        return CallbackEngine(amp, support, batch)
     raise ValueError(f"variant must be one of {CUDA_VARIANTS} on the GPU, got {variant!r}")

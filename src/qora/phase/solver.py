@@ -15,7 +15,7 @@ from qora.phase.recipe import Recipe, default_recipe
 __all__ = ["reconstruct", "Solver", "PhaseResult", "random_start", "check_intensity"]
 
 VARIANTS_CPU = ("cpu",)
-VARIANTS_CUDA = ("naive", "fused", "graph", "batched", "half", "mixed")
+VARIANTS_CUDA = ("naive", "fused", "graph", "batched", "half", "mixed", "callback")
 # variant="auto" on the GPU: graph, the fastest fp32 variant measured so far at every size
 # (docs/phase-performance.md); half is never chosen automatically.
 AUTO_CUDA_VARIANT = "graph"
@@ -190,8 +190,10 @@ class Solver:
         return self._engine
 
     def default_support(self) -> np.ndarray:
-        """The autocorrelation support (centre-origin)."""
-        return autocorrelation_support(self.intensity, mask=self.mask)
+        """The autocorrelation support (centre-origin), computed on the solver's device."""
+        xp = self.backend.xp
+        support = autocorrelation_support(xp.asarray(self.intensity), mask=self.mask, xp=xp)
+        return self.backend.to_host(support)
 
     def run(self, *, support=None, recipe=None, starts: int = 1, seed: int = 0, rank: str = "fourier",
             keep_all: bool = False, progress=None, sync_every: int = 50) -> PhaseResult:

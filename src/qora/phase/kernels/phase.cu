@@ -234,3 +234,21 @@ extern "C" __global__ void from_half(const __half2* __restrict__ xh, float2* __r
         x[i] = make_float2(v.x * scale, v.y * scale);
     }
 }
+
+// callback variant: one block sums each start's 4096 error slots into the history, clears
+// them, and counts the iteration (the inverse transform's callback reads the count to pick
+// the halves of the double buffer).
+extern "C" __global__ void reduce_slots(float* __restrict__ slots, int starts, double* __restrict__ err_sums,
+                                        int* __restrict__ state) {
+    const int slot = state[0];
+    for (int b = 0; b < starts; ++b) {
+        float v = 0.0f;
+        for (int i = threadIdx.x; i < 4096; i += blockDim.x) {
+            v += slots[b * 4096 + i];
+            slots[b * 4096 + i] = 0.0f;
+        }
+        block_add(v, err_sums + (long long)slot * starts + b);
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) state[0] = slot + 1;
+}
