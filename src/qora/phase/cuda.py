@@ -66,7 +66,7 @@ class _DeviceState:
         self.support[...] = xp.broadcast_to(xp.asarray(s).astype(np.uint8), self.full)
 
     def set_x(self, x) -> None:
-        self.x[...] = self.xp.asarray(np.ascontiguousarray(x, np.complex64))
+        self.x[...] = x if is_device_array(x) else self.xp.asarray(np.ascontiguousarray(x, np.complex64))
 
     def get_x(self) -> np.ndarray:
         return self.x.get()

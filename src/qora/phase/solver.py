@@ -63,17 +63,19 @@ def check_intensity(intensity, mask=None):
     return intensity, mask
 
 
-def random_start(amp_native, support, seed: int, start: int) -> np.ndarray:
+def random_start(amp_native, support, seed: int, start: int, xp=np):
     """Start ``start``: the measured moduli with random phases, back-transformed, inside the support.
 
-    Drawn on the host from ``Generator(PCG64(seed + start))`` so that every
-    backend and variant starts from the same array.
+    The phases are drawn on the host from ``Generator(PCG64(seed + start))``, so every
+    backend and variant starts from the same random numbers; the transform runs on
+    ``xp``'s device (NumPy or CuPy: the starts then agree to float rounding).
     """
     rng = np.random.Generator(np.random.PCG64(seed + start))
-    phase = rng.uniform(-np.pi, np.pi, size=amp_native.shape)
-    spec = np.where(amp_native >= 0, amp_native, 0.0) * np.exp(1j * phase)
-    x = np.fft.ifftn(spec, norm="ortho")
-    return np.where(support, x, 0).astype(np.complex64)
+    phase = xp.asarray(rng.uniform(-np.pi, np.pi, size=amp_native.shape).astype(np.float32))
+    amp = xp.asarray(amp_native)
+    spec = xp.where(amp >= 0, amp, np.float32(0)) * xp.exp(1j * phase).astype(np.complex64)
+    x = xp.fft.ifftn(spec, norm="ortho")
+    return xp.where(xp.asarray(support), x, 0).astype(np.complex64)
 
 
 @dataclass
@@ -123,12 +125,14 @@ class PhaseResult:
         return float(self.final_errors[self.best])
 
 
-def _poisson_deviance(calc, obs):
+def _poisson_deviance(calc, obs, xp=np):
     """Mean Poisson deviance per pixel, 2 (calc - obs + obs log(obs / calc))."""
-    calc = np.maximum(calc, 1e-30)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        term = np.where(obs > 0, obs * np.log(obs / calc), 0.0)
-    return float(np.mean(2.0 * (calc - obs + term))) if calc.size else float("nan")
+    if not calc.size:
+        return float("nan")
+    calc = xp.maximum(calc.astype(np.float64), 1e-30)
+    safe_obs = xp.where(obs > 0, obs, 1.0)
+    term = xp.where(obs > 0, obs * xp.log(safe_obs / calc), 0.0)
+    return float(xp.mean(2.0 * (calc - obs + term)))
 
 
 class Solver:
@@ -222,10 +226,12 @@ class Solver:
         for group in range(0, starts, self.batch):
             ids = list(range(group, min(starts, group + self.batch)))
             engine = self._engine_for(support)
-            x0 = np.zeros((self.batch,) + self.shape, np.complex64)
+            xp = self.backend.xp
+            x0 = xp.zeros((self.batch,) + self.shape, np.complex64)
             for k, i in enumerate(ids):
-                x0[k] = random_start(self.amp, support, seed, i)
+                x0[k] = random_start(self.amp, support, seed, i, xp=xp)
             engine.set_x(x0)
+            del x0
             errs, stopped = self._run_recipe(engine, recipe, group * recipe.iterations, total, progress, sync_every)
             all_x.append(engine.get_x()[: len(ids)])
             all_s.append(engine.get_support()[: len(ids)])
@@ -273,17 +279,20 @@ class Solver:
         return np.concatenate(history), False
 
     def _llk(self, objects):
-        axes = tuple(range(1, objects.ndim))
-        calc = np.fft.fftshift(np.abs(np.fft.fftn(np.fft.ifftshift(objects, axes=axes), axes=axes, norm="ortho")) ** 2,
-                               axes=axes)
+        """Poisson deviance per pixel of each start, on the used and on the held-out pixels."""
+        xp = self.backend.xp
         measured = ~self.mask if self.mask is not None else np.ones(self.shape, bool)
-        used = measured & ~self.free
-        llk = np.array([_poisson_deviance(c[used], self.intensity[used]) for c in calc])
-        if self.free.any():
-            free = np.array([_poisson_deviance(c[self.free], self.intensity[self.free]) for c in calc])
-        else:
-            free = np.full(len(objects), np.nan)
-        return llk, free
+        used = xp.asarray(measured & ~self.free)
+        free = xp.asarray(self.free)
+        obs = xp.asarray(self.intensity)
+        axes = tuple(range(len(self.shape)))
+        llk, free_llk = [], []
+        for obj in objects:  # one start at a time keeps the device memory at one volume
+            o = xp.asarray(obj)
+            calc = xp.fft.fftshift(xp.abs(xp.fft.fftn(xp.fft.ifftshift(o, axes=axes), norm="ortho")) ** 2, axes=axes)
+            llk.append(_poisson_deviance(calc[used], obs[used], xp))
+            free_llk.append(_poisson_deviance(calc[free], obs[free], xp) if self.free.any() else float("nan"))
+        return np.array(llk), np.array(free_llk)
 
 
 def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int = 1, backend="auto",
