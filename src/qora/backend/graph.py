@@ -25,6 +25,13 @@ class GraphCaptureError(RuntimeError):
     """A step could not be captured into a CUDA graph (it talked to the host, most often)."""
 
 
+def _is_capture_violation(exc: BaseException) -> bool:
+    """Errors that stream capture causes: CUDA runtime errors and CuPy's capture guards."""
+    text = f"{type(exc).__name__} {exc}"
+    return ("CUDARuntimeError" in text or "Capture" in text or "capturing" in text
+            or "cuBLAS" in text or "cuSOLVER" in text or "cuRAND" in text or "cuSPARSE" in text)
+
+
 class StepGraph:
     """``repeat`` calls of ``step`` captured into one CUDA graph.
 
@@ -70,6 +77,8 @@ class StepGraph:
                     self.step()
             except Exception as exc:
                 self._abort(stream)
+                if not _is_capture_violation(exc):
+                    raise  # a plain bug in the step, not a capture problem
                 raise GraphCaptureError(
                     f"step {name!r} cannot be captured into a CUDA graph: it synchronises with the host or "
                     f"does something else that stream capture forbids ({type(exc).__name__}: {exc})"

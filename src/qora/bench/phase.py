@@ -283,6 +283,7 @@ def run_cuda_extras(*, shapes=CUDA_SHAPES, write=True, echo=print) -> BenchResul
     from qora.backend.graph import StepGraph
     from qora.bench.common import fft_pair_floor
     from qora.phase import objects
+    from qora.phase.cuda import THREADS
     from qora.phase.solver import Solver
 
     be = resolve("cuda")
