@@ -1,0 +1,147 @@
+"""Phantoms: spheres as volumes, their analytic first-Born fields, and holograms.
+
+The forward model here evaluates the sphere's Fourier transform at the exact
+Ewald-cap frequencies of each illumination, so it shares no gridding with the
+reconstruction (which maps measured frequencies to the nearest volume bin).
+
+Scattering potential: V(r) = k0^2 (n(r)^2 - n_m^2), with (lap + k_m^2) u = -V u.
+First Born, refocused to z = 0 (see docs/holo.md for the derivation): the field
+ratio phi = u_s / u_in has the continuous 2D spectrum
+
+    Phi(kappa) = i V^(kappa, nu_z(kappa + nu_in) - nu_z,in) / (4 pi nu_z(kappa + nu_in))
+
+inside the detection pupil |kappa + nu_in| <= NA / lambda, and zero outside.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from qora.holo.geometry import Geometry, frequencies, nu_z
+
+__all__ = ["Sphere", "render_spheres", "sphere_transform", "born_ratio", "holograms", "add_noise"]
+
+
+@dataclass(frozen=True)
+class Sphere:
+    """A homogeneous sphere: centre (z, y, x) in um from the volume centre, radius in um, index."""
+
+    center: tuple = (0.0, 0.0, 0.0)
+    radius: float = 1.5
+    index: float = 1.36
+
+
+def _axes(n: int, pixel: float) -> np.ndarray:
+    return (np.arange(n) - n // 2) * pixel
+
+
+def render_spheres(spheres, n: int, pixel: float, medium_index: float, *, supersample: int = 1) -> np.ndarray:
+    """Refractive-index volume (n, n, n), float32, of spheres in the medium.
+
+    ``supersample`` > 1 anti-aliases: each voxel takes the index contrast times the
+    fraction of its supersample^3 sub-voxels inside the sphere (hard edges with 1).
+    Overlapping spheres: the later one wins.
+    """
+    z = _axes(n, pixel)
+    vol = np.full((n, n, n), medium_index, np.float64)
+    s = max(1, int(supersample))
+    sub = (np.arange(s) + 0.5) / s - 0.5  # sub-voxel offsets, in pixels
+    for sph in spheres:
+        c = np.asarray(sph.center, float)
+        # only the bounding box of the sphere needs work
+        lo = np.searchsorted(z, c - sph.radius - pixel) - 1
+        hi = np.searchsorted(z, c + sph.radius + pixel) + 1
+        lo = np.clip(lo, 0, n)
+        hi = np.clip(hi, 0, n)
+        sl = tuple(slice(a, b) for a, b in zip(lo, hi))
+        gz, gy, gx = np.meshgrid(z[sl[0]], z[sl[1]], z[sl[2]], indexing="ij")
+        frac = np.zeros(gz.shape)
+        for dz in sub:
+            for dy in sub:
+                for dx in sub:
+                    r2 = ((gz + dz * pixel - c[0]) ** 2 + (gy + dy * pixel - c[1]) ** 2
+                          + (gx + dx * pixel - c[2]) ** 2)
+                    frac += r2 <= sph.radius**2
+        frac /= s**3
+        block = vol[sl]
+        vol[sl] = np.where(frac > 0, block * (1 - frac) + sph.index * frac, block)
+    return vol.astype(np.float32)
+
+
+def sphere_transform(q, radius: float):
+    """Fourier transform (cycles convention, exp(-2 pi i q.r)) of the unit ball of ``radius`` at |q| = ``q``.
+
+    4 pi R^3 (sin x - x cos x) / x^3 with x = 2 pi |q| R; its value at q = 0 is the volume.
+    """
+    x = 2 * math.pi * np.asarray(q, float) * radius
+    small = np.abs(x) < 1e-3
+    xs = np.where(small, 1.0, x)
+    full = 4 * math.pi * radius**3 * (np.sin(xs) - xs * np.cos(xs)) / xs**3
+    series = 4 * math.pi * radius**3 * (1 / 3 - x**2 / 30)
+    return np.where(small, series, full)
+
+
+def born_ratio(spheres, geometry: Geometry, *, n: int | None = None, pixel: float | None = None) -> np.ndarray:
+    """The first-Born field ratio u_s / u_in at z = 0 for every illumination: (A, n, n) complex128.
+
+    Computed on a grid of ``n`` x ``n`` samples at ``pixel`` um (the geometry's by
+    default; a hologram grid of twice the samples at half the pixel has the same
+    frequency bins), centre-origin.
+    """
+    n = n or geometry.n
+    pixel = pixel or geometry.pixel
+    f = frequencies(n, pixel)
+    ky, kx = np.meshgrid(f, f, indexing="ij")
+    km = geometry.medium_frequency
+    out = np.empty((geometry.count, n, n), np.complex128)
+    nu_in_z = geometry.nu_z_in()
+    for a, (nuy, nux) in enumerate(geometry.illuminations):
+        my, mx = ky + nuy, kx + nux
+        inside = np.hypot(my, mx) <= geometry.pupil_frequency
+        nz = nu_z(my, mx, km)
+        inside &= np.isfinite(nz)
+        nz = np.where(inside, nz, 1.0)
+        qz = nz - nu_in_z[a]
+        spec = np.zeros((n, n), np.complex128)
+        for sph in spheres:
+            dv = geometry.k0**2 * (sph.index**2 - geometry.medium_index**2)
+            qabs = np.sqrt(ky**2 + kx**2 + qz**2)
+            c = np.asarray(sph.center, float)
+            shift = np.exp(-2j * math.pi * (qz * c[0] + ky * c[1] + kx * c[2]))
+            spec += dv * sphere_transform(qabs, sph.radius) * shift
+        spec = np.where(inside, 1j * spec / (4 * math.pi * nz), 0)
+        # continuous spectrum -> samples: ifft2 gives sum_kappa Phi e^{2 pi i kappa r} / n^2; the
+        # integral over kappa has the bin area 1 / (n pixel)^2
+        out[a] = np.fft.fftshift(np.fft.ifft2(spec)) / pixel**2
+    return out
+
+
+def holograms(ratio, geometry: Geometry, carrier, *, hologram_pixel: float | None = None) -> np.ndarray:
+    """Off-axis holograms |u_ref + u_in r|^2, (A, N, N) float64, on the grid of ``ratio``.
+
+    ``ratio`` (A, N, N) is the field ratio r = u / u_in on the hologram grid (pixel
+    ``hologram_pixel``, half the geometry's pixel by default); ``carrier`` (nu_y, nu_x)
+    is the reference wave's frequency. A ratio of ones gives the background holograms.
+    """
+    ratio = np.asarray(ratio)
+    count, n = ratio.shape[0], ratio.shape[-1]
+    pixel = hologram_pixel or geometry.pixel / 2
+    y = _axes(n, pixel)
+    Y, X = np.meshgrid(y, y, indexing="ij")
+    ref = np.exp(2j * math.pi * (carrier[0] * Y + carrier[1] * X))
+    out = np.empty(ratio.shape, np.float64)
+    for a in range(count):
+        nuy, nux = geometry.illuminations[a]
+        u_in = np.exp(2j * math.pi * (nuy * Y + nux * X))
+        out[a] = np.abs(ref + u_in * ratio[a]) ** 2
+    return out
+
+
+def add_noise(holos, fraction: float = 0.02, *, seed: int = 0) -> np.ndarray:
+    """Gaussian noise of ``fraction`` times the mean hologram intensity."""
+    rng = np.random.default_rng(seed)
+    holos = np.asarray(holos, float)
+    return holos + rng.normal(0.0, fraction * holos.mean(), holos.shape)
