@@ -135,7 +135,7 @@ def field_ratio(fields, background_fields, *, floor: float = 1e-6) -> np.ndarray
     if fields.shape != bg.shape:
         raise ValueError(f"fields {fields.shape} and backgrounds {bg.shape} differ in shape")
     mag = np.abs(bg)
-    if np.any(mag < floor * np.median(mag)):
+    if np.any(mag == 0) or np.any(mag < floor * np.median(mag)):
         raise ValueError("a background field is (nearly) zero somewhere: cannot form the ratio")
     return fields / bg
 

@@ -112,6 +112,7 @@ def gerchberg_papoulis_r2c(data, measured, iterations: int):
     a = (P(k) + conj P(-k)) / 2 and b = 1 - (M(k) + M(-k)) / 2 (see docs/holo.md).
     """
     n = data.shape
+    axes = tuple(range(len(n)))
     half = n[-1] // 2 + 1
     m = measured.astype(np.float64)
     a_full = (data * measured + np.conj(_mirror(data * measured))) / 2
@@ -120,9 +121,9 @@ def gerchberg_papoulis_r2c(data, measured, iterations: int):
     b = b_full[..., :half]
     estimate = a.copy()
     for _ in range(iterations):
-        v = np.maximum(np.fft.irfftn(estimate, s=n), 0.0)
-        estimate = a + b * np.fft.rfftn(v)
-    return np.fft.fftshift(np.fft.irfftn(estimate, s=n))
+        v = np.maximum(np.fft.irfftn(estimate, s=n, axes=axes), 0.0)
+        estimate = a + b * np.fft.rfftn(v, axes=axes)
+    return np.fft.fftshift(np.fft.irfftn(estimate, s=n, axes=axes))
 
 
 @dataclass

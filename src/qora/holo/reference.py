@@ -27,10 +27,21 @@ SPHERE_INDEX = 1.36
 NOISE = 0.02
 
 
-def geometry(n: int = N) -> Geometry:
-    """The reference geometry (optionally at another volume size, same pixel)."""
-    return Geometry(WAVELENGTH, MEDIUM_INDEX, PIXEL, n, NA_DETECTION,
-                    illuminations=cone_illuminations(NA_ILLUMINATION, WAVELENGTH, CONE_COUNT))
+def geometry(n: int = N, *, on_grid: bool = True) -> Geometry:
+    """The reference geometry (optionally at another volume size, same pixel).
+
+    With ``on_grid`` (the default) each illumination frequency is rounded to the
+    nearest frequency bin of the n x n field grid (at most half a bin, 0.04 um^-1 at
+    n = 128, an NA change below 0.02). A plane wave whose frequency is off the grid
+    is not periodic on it, so synthetic holograms of such waves carry leakage that
+    real measurements do not; the reconstruction is told the rounded frequencies, so
+    the data and the model agree exactly.
+    """
+    ill = cone_illuminations(NA_ILLUMINATION, WAVELENGTH, CONE_COUNT)
+    if on_grid:
+        df = 1.0 / (n * PIXEL)
+        ill = np.round(ill / df) * df
+    return Geometry(WAVELENGTH, MEDIUM_INDEX, PIXEL, n, NA_DETECTION, illuminations=ill)
 
 
 def carrier(hologram_n: int = HOLOGRAM_N, hologram_pixel: float = PIXEL / 2) -> np.ndarray:
