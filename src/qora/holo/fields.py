@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-__all__ = ["find_sideband", "extract_fields", "field_ratio", "illumination_frequencies", "peak_frequency"]
+__all__ = ["find_sideband", "extract_fields", "field_ratio", "illumination_frequencies", "peak_frequency", "CropPlan"]
 
 
 def _dtft_magnitude(h, fy, fx, pixel):
@@ -82,6 +82,42 @@ def find_sideband(background, hologram_pixel: float, **kwargs) -> np.ndarray:
     return peak_frequency(background - background.mean(), hologram_pixel, **kwargs)
 
 
+class CropPlan:
+    """The crop of :func:`extract_fields`, computed once: window rows and columns, pupil, scale."""
+
+    def __init__(self, big: int, sideband, *, hologram_pixel: float, n: int, pupil_frequency: float) -> None:
+        if n > big:
+            raise ValueError(f"the crop window n={n} exceeds the hologram size {big}")
+        self.big, self.n = big, n
+        self.sideband = np.asarray(sideband, float)
+        df = 1.0 / (big * hologram_pixel)
+        centre = np.round(self.sideband / df).astype(int)  # integer bin of the sideband
+        m = np.fft.fftfreq(n, 1.0 / n).astype(int)  # window offsets in FFT order
+        self.rows = (centre[0] + m) % big
+        self.cols = (centre[1] + m) % big
+        fy = (centre[0] + m) * df
+        fx = (centre[1] + m) * df
+        self.pupil = np.hypot(fy[:, None] - self.sideband[0], fx[None, :] - self.sideband[1]) <= pupil_frequency
+        self.scale = (n / big) ** 2
+
+    def __call__(self, hologram) -> np.ndarray:
+        spec = np.fft.fft2(np.fft.ifftshift(hologram))
+        window = spec[np.ix_(self.rows, self.cols)] * self.pupil
+        return np.fft.fftshift(np.fft.ifft2(window)) * self.scale
+
+
+def _stack(holograms):
+    holos = np.asarray(holograms, float)
+    single = holos.ndim == 2
+    if single:
+        holos = holos[None]
+    if holos.ndim != 3 or holos.shape[-1] != holos.shape[-2]:
+        raise ValueError(f"holograms must be (A, N, N) or (N, N), got {holos.shape}")
+    if not np.all(np.isfinite(holos)):
+        raise ValueError("holograms have non-finite values")
+    return holos, single
+
+
 def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_frequency: float) -> np.ndarray:
     """Complex fields (A, n, n) at pixel 2 * ``hologram_pixel`` from holograms (A, N, N) or (N, N).
 
@@ -98,29 +134,9 @@ def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_
     The output is centre-origin; its scale is that of u (a plane wave of amplitude 1
     gives |field| = 1).
     """
-    holos = np.asarray(holograms, float)
-    single = holos.ndim == 2
-    if single:
-        holos = holos[None]
-    if holos.ndim != 3 or holos.shape[-1] != holos.shape[-2]:
-        raise ValueError(f"holograms must be (A, N, N) or (N, N), got {holos.shape}")
-    big = holos.shape[-1]
-    if n > big:
-        raise ValueError(f"the crop window n={n} exceeds the hologram size {big}")
-    df = 1.0 / (big * hologram_pixel)
-    centre = np.round(np.asarray(sideband, float) / df).astype(int)  # integer bin of the sideband
-    m = np.fft.fftfreq(n, 1.0 / n).astype(int)  # window offsets in FFT order
-    rows = (centre[0] + m) % big
-    cols = (centre[1] + m) % big
-    fy = (centre[0] + m) * df
-    fx = (centre[1] + m) * df
-    pupil = np.hypot(fy[:, None] - sideband[0], fx[None, :] - sideband[1]) <= pupil_frequency
-    out = np.empty((holos.shape[0], n, n), np.complex128)
-    scale = (n / big) ** 2
-    for a, h in enumerate(holos):
-        spec = np.fft.fft2(np.fft.ifftshift(h))
-        window = spec[np.ix_(rows, cols)] * pupil
-        out[a] = np.fft.fftshift(np.fft.ifft2(window)) * scale
+    holos, single = _stack(holograms)
+    crop = CropPlan(holos.shape[-1], sideband, hologram_pixel=hologram_pixel, n=n, pupil_frequency=pupil_frequency)
+    out = np.stack([crop(h) for h in holos])
     return out[0] if single else out
 
 

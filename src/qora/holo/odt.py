@@ -26,7 +26,7 @@ import numpy as np
 from qora.holo.geometry import Geometry, frequencies, nu_z
 from qora.holo.unwrap import rytov
 
-__all__ = ["map_spectrum", "reconstruct", "index_from_potential", "potential_from_index", "OdtResult",
+__all__ = ["MappingPlan", "map_spectrum", "reconstruct", "index_from_potential", "potential_from_index", "OdtResult",
            "gerchberg_papoulis", "gerchberg_papoulis_r2c"]
 
 
@@ -40,42 +40,64 @@ def potential_from_index(index, geometry: Geometry):
     return geometry.k0**2 * (np.asarray(index, np.float64) ** 2 - geometry.medium_index**2)
 
 
+class MappingPlan:
+    """Where each (illumination, lateral bin) lands in the volume spectrum, computed once.
+
+    For illumination a: the flat volume index of its nearest axial bin, the mask of
+    lateral bins inside the pupil, and the factor -4 pi i nu_z / pixel that turns a
+    2D DFT value of phi into a 3D DFT value of the potential; and the hit counts.
+    """
+
+    def __init__(self, geometry: Geometry) -> None:
+        if geometry.geometry != "scan":
+            raise NotImplementedError("the rotation geometry's mapping is not built yet")
+        n, p = geometry.n, geometry.pixel
+        self.geometry = geometry
+        f = frequencies(n, p)
+        ky, kx = np.meshgrid(f, f, indexing="ij")
+        iy, ix = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+        km = geometry.medium_frequency
+        nu_in_z = geometry.nu_z_in()
+        self.targets, self.lateral, self.factors = [], [], []
+        self.hits = np.zeros(n**3, np.int32)
+        for a, (nuy, nux) in enumerate(geometry.illuminations):
+            my, mx = ky + nuy, kx + nux
+            nz = nu_z(my, mx, km)
+            ok = (np.hypot(my, mx) <= geometry.pupil_frequency) & np.isfinite(nz)
+            qz = nz[ok] - nu_in_z[a]
+            kz = np.round(qz * n * p).astype(np.int64) % n
+            target = (kz * n + iy[ok]) * n + ix[ok]
+            self.targets.append(target)
+            self.lateral.append(np.flatnonzero(ok))
+            # continuous Phi ~ p^2 DFT2 and V_DFT3 = V^ / p^3: the factor is -4 pi i nu_z / p
+            self.factors.append(-4j * math.pi * nz[ok] / p)
+            np.add.at(self.hits, target, 1)
+        self.measured = (self.hits > 0).reshape(n, n, n)
+
+    def __call__(self, phi) -> np.ndarray:
+        """The mapped volume spectrum (FFT order, origin at index 0), averaged over hits."""
+        g = self.geometry
+        n = g.n
+        phi = np.asarray(phi)
+        if phi.shape != (g.count, n, n):
+            raise ValueError(f"phi must be ({g.count}, {n}, {n}) for this geometry, got {phi.shape}")
+        spectrum = np.zeros(n**3, np.complex128)
+        for a in range(g.count):
+            spec2 = np.fft.fft2(np.fft.ifftshift(phi[a])).reshape(-1)
+            np.add.at(spectrum, self.targets[a], self.factors[a] * spec2[self.lateral[a]])
+        hit = self.hits > 0
+        spectrum[hit] /= self.hits[hit]
+        return spectrum.reshape(n, n, n)
+
+
 def map_spectrum(phi, geometry: Geometry):
     """Volume spectrum (n, n, n) (FFT order, origin at index 0 on every axis) and its hit counts.
 
     ``phi`` (A, n, n) is the first-order field ratio at z = 0, centre-origin, on the
     geometry's grid. Frequencies outside the detection pupil, or evanescent, are skipped.
     """
-    phi = np.asarray(phi)
-    count, n = phi.shape[0], geometry.n
-    if phi.shape != (geometry.count, n, n):
-        raise ValueError(f"phi must be ({geometry.count}, {n}, {n}) for this geometry, got {phi.shape}")
-    if geometry.geometry != "scan":
-        raise NotImplementedError("the rotation geometry's mapping is not built yet")
-    p = geometry.pixel
-    f = frequencies(n, p)
-    ky, kx = np.meshgrid(f, f, indexing="ij")
-    spectrum = np.zeros((n, n, n), np.complex128)
-    hits = np.zeros((n, n, n), np.int32)
-    km = geometry.medium_frequency
-    nu_in_z = geometry.nu_z_in()
-    iy, ix = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
-    for a in range(count):
-        nuy, nux = geometry.illuminations[a]
-        my, mx = ky + nuy, kx + nux
-        nz = nu_z(my, mx, km)
-        ok = (np.hypot(my, mx) <= geometry.pupil_frequency) & np.isfinite(nz)
-        nz = np.where(ok, nz, 0.0)
-        qz = nz - nu_in_z[a]
-        kz = np.round(qz * n * p).astype(int) % n
-        # continuous Phi ~ p^2 DFT; V_DFT3 = V^ / p^3
-        spec2 = np.fft.fft2(np.fft.ifftshift(phi[a])) * p**2
-        values = -4j * math.pi * nz * spec2 / p**3
-        np.add.at(spectrum, (kz[ok], iy[ok], ix[ok]), values[ok])
-        np.add.at(hits, (kz[ok], iy[ok], ix[ok]), 1)
-    measured = hits > 0
-    spectrum[measured] /= hits[measured]
-    return spectrum, hits
+    plan = MappingPlan(geometry)
+    return plan(phi), plan.hits.reshape((geometry.n,) * 3)
 
 
 def _to_volume(spectrum):
@@ -126,6 +148,62 @@ def gerchberg_papoulis_r2c(data, measured, iterations: int):
     return np.fft.fftshift(np.fft.irfftn(estimate, s=n, axes=axes))
 
 
+def fista_tv(data, measured, iterations: int, lam: float, inner: int):
+    """FISTA with step 1 on f(x) = 1/2 ||M (F x - P)||^2 plus lam TV(x), x >= 0 (real potential).
+
+    The gradient step y - grad f(y) is the half-spectrum restore step of
+    :func:`gerchberg_papoulis_r2c` (the Lipschitz constant of grad f is 1); the prox is
+    FGP with ``inner`` iterations, its dual warm-started between outer iterations.
+    Returns the real volume, centre-origin.
+    """
+    from qora.holo.tv import fgp_prox
+
+    n = data.shape
+    axes = tuple(range(len(n)))
+    half = n[-1] // 2 + 1
+    m = measured.astype(np.float64)
+    a = ((data * measured + np.conj(_mirror(data * measured))) / 2)[..., :half]
+    b = (1 - (m + _mirror(m)) / 2)[..., :half]
+    x_prev = y = np.fft.irfftn(a, s=n, axes=axes)
+    t = 1.0
+    dual = None
+    for _ in range(iterations):
+        v = np.fft.irfftn(a + b * np.fft.rfftn(y, axes=axes), s=n, axes=axes)
+        x, dual = fgp_prox(v, lam, inner, dual=dual)
+        t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
+        y = x + ((t - 1) / t_new) * (x - x_prev)
+        x_prev, t = x, t_new
+    return np.fft.fftshift(x_prev)
+
+
+def solve(spectrum, measured, geometry: Geometry, *, method: str = "gp", iterations: int = 50, r2c: bool = False,
+          tv_weight: float = 1e-3, tv_inner: int = 10):
+    """From a mapped spectrum to the index volume by ``method`` ("plain", "gp" or "tv")."""
+    if method == "plain":
+        potential = _to_volume(spectrum)
+    elif method in ("gp", "tv"):
+        if iterations < 1:
+            raise ValueError(f"iterations must be at least 1, got {iterations}")
+        if method == "gp":
+            potential = (gerchberg_papoulis_r2c if r2c else gerchberg_papoulis)(spectrum, measured, iterations)
+        else:
+            if tv_weight <= 0 or tv_inner < 1:
+                raise ValueError("tv needs tv_weight > 0 and tv_inner >= 1")
+            potential = fista_tv(spectrum, measured, iterations, tv_weight * geometry.k0**2, tv_inner)
+    else:
+        raise ValueError(f"method must be 'plain', 'gp' or 'tv', got {method!r}")
+    return index_from_potential(potential, geometry)
+
+
+def first_order(ratio, approximation: str):
+    """The first-order field: Rytov phase log(r) or Born r - 1."""
+    if approximation == "rytov":
+        return rytov(ratio)
+    if approximation == "born":
+        return ratio - 1
+    raise ValueError(f"approximation must be 'rytov' or 'born', got {approximation!r}")
+
+
 @dataclass
 class OdtResult:
     """A reconstructed refractive-index volume (z, y, x), float32, centre-origin, and how it was made."""
@@ -139,7 +217,7 @@ class OdtResult:
 
 
 def reconstruct(ratio, geometry: Geometry, *, approximation: str = "rytov", method: str = "gp",
-                iterations: int = 50, r2c: bool = False) -> OdtResult:
+                iterations: int = 50, r2c: bool = False, tv_weight: float = 1e-3, tv_inner: int = 10) -> OdtResult:
     """Refractive-index volume from field ratios u / u_in (A, n, n) at z = 0.
 
     Parameters
@@ -148,10 +226,15 @@ def reconstruct(ratio, geometry: Geometry, *, approximation: str = "rytov", meth
         Field ratios, centre-origin, one per illumination of ``geometry``.
     approximation : {"rytov", "born"}
         First-order field: the Rytov phase log(r) (unwrapped, border rule), or r - 1.
-    method : {"plain", "gp"}
-        Plain inversion of the mapped spectrum, or Gerchberg-Papoulis with non-negativity.
+    method : {"plain", "gp", "tv"}
+        Plain inversion of the mapped spectrum, Gerchberg-Papoulis with non-negativity,
+        or FISTA with an isotropic TV prox (FGP) and non-negativity.
     iterations : int
-        Gerchberg-Papoulis iterations.
+        Gerchberg-Papoulis or FISTA iterations.
+    tv_weight : float
+        TV weight on n^2 - n_m^2 (lambda = tv_weight k0^2 on the potential).
+    tv_inner : int
+        FGP iterations per FISTA iteration.
     r2c : bool
         Run Gerchberg-Papoulis on half spectra (real transforms): same iterates, half the memory.
     """
@@ -160,22 +243,11 @@ def reconstruct(ratio, geometry: Geometry, *, approximation: str = "rytov", meth
         raise ValueError("ratio must be complex (u / u_in)")
     if not np.all(np.isfinite(ratio)):
         raise ValueError("ratio has non-finite values")
-    if approximation == "rytov":
-        phi = rytov(ratio)
-    elif approximation == "born":
-        phi = ratio - 1
-    else:
-        raise ValueError(f"approximation must be 'rytov' or 'born', got {approximation!r}")
-    spectrum, hits = map_spectrum(phi, geometry)
-    measured = hits > 0
-    if method == "plain":
-        potential = _to_volume(spectrum)
-        iterations = 0
-    elif method == "gp":
-        if iterations < 1:
-            raise ValueError(f"iterations must be at least 1, got {iterations}")
-        potential = (gerchberg_papoulis_r2c if r2c else gerchberg_papoulis)(spectrum, measured, iterations)
-    else:
-        raise ValueError(f"method must be 'plain' or 'gp', got {method!r}")
-    return OdtResult(index_from_potential(potential, geometry), geometry, method, approximation, iterations,
-                     info={"measured_fraction": float(measured.mean()), "r2c": bool(r2c)})
+    phi = first_order(ratio, approximation)
+    plan = MappingPlan(geometry)
+    spectrum = plan(phi)
+    index = solve(spectrum, plan.measured, geometry, method=method, iterations=iterations, r2c=r2c,
+                  tv_weight=tv_weight, tv_inner=tv_inner)
+    return OdtResult(index, geometry, method, approximation, 0 if method == "plain" else iterations,
+                     info={"measured_fraction": float(plan.measured.mean()), "r2c": bool(r2c),
+                           "tv_weight": tv_weight if method == "tv" else None})
