@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-__all__ = ["find_sideband", "extract_fields", "field_ratio", "illumination_frequencies", "peak_frequency", "CropPlan"]
+__all__ = ["quantitative_phase", "find_sideband", "extract_fields", "field_ratio", "illumination_frequencies", "peak_frequency", "CropPlan"]
 
 
 def _dtft_magnitude(h, fy, fx, pixel):
@@ -162,3 +162,34 @@ def illumination_frequencies(background_fields, pixel: float) -> np.ndarray:
     if bg.ndim == 2:
         bg = bg[None]
     return np.stack([peak_frequency(b, pixel, exclude_radius=0.0, half="all") for b in bg])
+
+
+def quantitative_phase(hologram, background, *, hologram_pixel: float = 1.0, n: int | None = None,
+                       pupil_frequency: float | None = None, sideband=None) -> dict:
+    """Field, unwrapped phase and amplitude of one hologram against its background (QPI).
+
+    The sideband is found in the background automatically (or given, cycles per unit of
+    ``hologram_pixel``). Without a known NA, the pupil's radius is a third of the
+    sideband's distance from zero frequency, the usual choice for off-axis setups (the
+    autocorrelation term then stays out). ``n`` defaults to half the hologram size.
+
+    Returns ``{"ratio", "phase" (rad, border mean near 0), "amplitude", "sideband",
+    "pixel"}``.
+    """
+    from qora.holo.unwrap import rytov
+
+    hologram = np.asarray(hologram, float)
+    background = np.asarray(background, float)
+    if hologram.shape != background.shape or hologram.ndim != 2:
+        raise ValueError(f"hologram {hologram.shape} and background {background.shape} must be equal 2D shapes")
+    if sideband is None:
+        sideband = find_sideband(background, hologram_pixel)
+    sideband = np.asarray(sideband, float)
+    n = n or hologram.shape[-1] // 2
+    if pupil_frequency is None:
+        pupil_frequency = np.hypot(*sideband) / 3
+    kw = dict(hologram_pixel=hologram_pixel, n=n, pupil_frequency=pupil_frequency)
+    ratio = field_ratio(extract_fields(hologram, sideband, **kw), extract_fields(background, sideband, **kw))
+    r = rytov(ratio)
+    return {"ratio": ratio, "phase": r.imag, "amplitude": np.exp(r.real), "sideband": sideband,
+            "pixel": hologram_pixel * hologram.shape[-1] / n}
