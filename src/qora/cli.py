@@ -71,6 +71,22 @@ def demo(out: Path, backend: str) -> None:
     (out / "info.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
     click.echo(f"wrote {out / 'info.json'}")
     _demo_phase(out, backend)
+    _demo_holo(out)
+
+
+def _demo_holo(out: Path) -> None:
+    """ODT: the reference bead (3 um, n = 1.36, 49 illuminations) from holograms to a volume."""
+    from click.testing import CliRunner
+
+    runner = CliRunner()
+    holos = out / "holo-holograms.h5"
+    for args in (["holo", "simulate", "--size", "128", "--out", str(holos)],
+                 ["holo", "reconstruct", str(holos), "--method", "gp", "--out", str(out / "holo-volume.h5"),
+                  "--plot", str(out / "holo-slices.png"), "--quiet"]):
+        res = runner.invoke(cli, args, catch_exceptions=False)
+        click.echo(res.output.rstrip())
+        if res.exit_code != 0:
+            raise click.ClickException(f"demo step failed: qora {' '.join(args)}")
 
 
 def _demo_phase(out: Path, backend: str) -> None:
@@ -105,9 +121,11 @@ def bench_floors(backend: str, repeats: int, no_write: bool) -> None:
     floors.run(backend=backend, repeats=repeats, write=not no_write, echo=click.echo)
 
 
+from qora.holo.cli import holo as _holo_group  # noqa: E402
 from qora.phase.cli import phase as _phase_group  # noqa: E402
 
 cli.add_command(_phase_group)
+cli.add_command(_holo_group)
 
 
 @bench.command("phase")

@@ -48,7 +48,7 @@ def peak_frequency(image, pixel: float, *, exclude_radius: float | None = None, 
     FY, FX = np.meshgrid(fy, fx, indexing="ij")
     if exclude_radius is None:
         exclude_radius = 0.05 / pixel
-    allowed = np.hypot(FY, FX) > exclude_radius
+    allowed = np.hypot(FY, FX) > exclude_radius if exclude_radius > 0 else np.ones(spec.shape, bool)
     if half == "negative_x":
         allowed &= (FX < 0) | ((FX == 0) & (FY < 0))
     elif half != "all":

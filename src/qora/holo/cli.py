@@ -1,0 +1,175 @@
+"""``qora holo``: simulate holograms, reconstruct index volumes, and quantitative phase images."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import numpy as np
+
+
+@click.group("holo")
+def holo() -> None:
+    """Optical diffraction tomography from off-axis holograms (units: um)."""
+
+
+def _parse_spheres(text: str):
+    from qora.holo.phantoms import Sphere
+
+    spheres = []
+    for item in text.split(";"):
+        if not item.strip():
+            continue
+        parts = [float(v) for v in item.split(",")]
+        if len(parts) != 5:
+            raise click.BadParameter(f"sphere {item!r}: expected z,y,x,radius,index (um, um, um, um, index)")
+        z, y, x, r, n = parts
+        if r <= 0:
+            raise click.BadParameter(f"sphere {item!r}: the radius must be positive")
+        spheres.append(Sphere((z, y, x), r, n))
+    if not spheres:
+        raise click.BadParameter("no sphere given")
+    return spheres
+
+
+@holo.command("simulate")
+@click.option("--size", "n", type=click.IntRange(16, 1024), default=128, show_default=True,
+              help="Volume and field size n (holograms are 2n x 2n).")
+@click.option("--spheres", default=None,
+              help='"z,y,x,radius,index;..." in um; default: the reference bead (3 um, n = 1.36).')
+@click.option("--angles", type=click.IntRange(1, 1000), default=48, show_default=True,
+              help="Illuminations on the cone (plus normal incidence).")
+@click.option("--na-illumination", type=float, default=0.8, show_default=True)
+@click.option("--noise", type=float, default=0.0, show_default=True,
+              help="Gaussian noise, fraction of the mean hologram intensity (the reference uses 0.02).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Output .h5 file.")
+def simulate_cmd(n, spheres, angles, na_illumination, noise, seed, out) -> None:
+    """Holograms and backgrounds of spheres (analytic first-order fields) in the reference geometry."""
+    from qora.holo import reference as R
+    from qora.holo.files import write_holograms
+    from qora.holo.geometry import Geometry, cone_illuminations
+    from qora.holo.phantoms import Sphere, add_noise, born_ratio, holograms, render_spheres
+
+    spheres = _parse_spheres(spheres) if spheres else [Sphere(radius=R.SPHERE_DIAMETER / 2, index=R.SPHERE_INDEX)]
+    df = 1.0 / (n * R.PIXEL)
+    ill = np.round(cone_illuminations(na_illumination, R.WAVELENGTH, angles) / df) * df
+    g = Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, n, R.NA_DETECTION, illuminations=ill)
+    hp = g.pixel / 2
+    phi = born_ratio(spheres, g, n=2 * n, pixel=hp)
+    carrier = R.carrier(2 * n, hp)
+    holos = holograms(np.exp(phi), g, carrier, hologram_pixel=hp)
+    bgs = holograms(np.ones_like(phi), g, carrier, hologram_pixel=hp)
+    if noise > 0:
+        holos = add_noise(holos, noise, seed=seed)
+        bgs = add_noise(bgs, noise, seed=seed + 1)
+    truth = render_spheres(spheres, n, g.pixel, g.medium_index, supersample=3)
+    write_holograms(out, holos, bgs, g, hologram_pixel=hp, truth=truth)
+    click.echo(f"wrote {out}: {g.count} holograms of {2 * n}^2, {len(spheres)} sphere(s), noise {noise}")
+
+
+@holo.command("reconstruct")
+@click.argument("holos", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("backgrounds", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=False)
+@click.option("--wavelength", type=float, help="Vacuum wavelength, um (stacks without metadata).")
+@click.option("--pixel", type=float, help="Object-space pixel of the fields and volume, um.")
+@click.option("--hologram-pixel", type=float, help="Object-space pixel of the holograms, um (default pixel / 2).")
+@click.option("--medium-index", type=float, help="Refractive index of the medium.")
+@click.option("--na", "na_detection", type=float, help="Detection NA.")
+@click.option("--geometry", "geometry_kind", type=click.Choice(["scan"]), default="scan", show_default=True,
+              help="Illumination scanning (the illuminations are measured from the backgrounds).")
+@click.option("--method", type=click.Choice(["plain", "gp", "tv"]), default="gp", show_default=True)
+@click.option("--approximation", type=click.Choice(["rytov", "born"]), default="rytov", show_default=True)
+@click.option("--iterations", type=click.IntRange(1, 100000), default=50, show_default=True)
+@click.option("--tv-weight", type=float, default=1e-3, show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Volume .h5 (or .tif).")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="PNG of slices.")
+@click.option("--quiet", is_flag=True)
+def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, medium_index, na_detection,
+                    geometry_kind, method, approximation, iterations, tv_weight, out, plot, quiet) -> None:
+    """Refractive-index volume from a hologram stack (and its backgrounds)."""
+    from qora.holo import fields as F
+    from qora.holo.files import load_stack, plot_volume, read_holograms, write_volume, write_volume_tiff
+    from qora.holo.geometry import Geometry
+    from qora.holo.pipeline import Pipeline
+    from qora.progress import tqdm_progress
+
+    truth = None
+    try:
+        if holos.suffix.lower() in (".h5", ".hdf5") and backgrounds is None:
+            stack, bgs, g, hp, truth = read_holograms(holos)
+        else:
+            if backgrounds is None:
+                raise click.UsageError("BACKGROUNDS is required unless HOLOS is a qora hologram file")
+            missing = [k for k, v in (("--wavelength", wavelength), ("--pixel", pixel),
+                                      ("--medium-index", medium_index), ("--na", na_detection)) if v is None]
+            if missing:
+                raise click.UsageError(f"stacks without metadata need {', '.join(missing)}")
+            stack, bgs = load_stack(holos), load_stack(backgrounds)
+            if stack.shape != bgs.shape or stack.ndim != 3:
+                raise click.UsageError(f"holograms {stack.shape} and backgrounds {bgs.shape} must be equal (A, N, N)")
+            hp = hologram_pixel or pixel / 2
+            n = int(round(stack.shape[-1] * hp / pixel))
+            sideband = F.find_sideband(bgs[0], hp)
+            bg_fields = F.extract_fields(bgs, sideband, hologram_pixel=hp, n=n,
+                                         pupil_frequency=na_detection / wavelength)
+            g = Geometry(wavelength, medium_index, pixel, n, na_detection,
+                         illuminations=F.illumination_frequencies(bg_fields, pixel))
+        sideband = F.find_sideband(bgs[0], hp)
+        pipe = Pipeline(g, sideband=sideband, hologram_pixel=hp, hologram_n=stack.shape[-1], method=method,
+                        approximation=approximation, iterations=iterations, tv_weight=tv_weight)
+        pipe.set_background(bgs)
+        with tqdm_progress(disable=quiet) as bar:
+            result = pipe.process(stack, progress=bar)
+    except (ValueError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    if out.suffix.lower() in (".tif", ".tiff"):
+        write_volume_tiff(out, result.index, g)
+    else:
+        write_volume(out, result.index, g, method=method, approximation=approximation, iterations=iterations)
+    msg = f"wrote {out}: {result.index.shape}, index {result.index.min():.4f} to {result.index.max():.4f}"
+    if truth is not None:
+        msg += f"; RMSE against the simulated truth {np.sqrt(np.mean((result.index - truth) ** 2)):.2e}"
+    click.echo(msg)
+    if plot is not None:
+        plot_volume(plot, result.index, g, truth=truth, title=f"{method.upper()}, {approximation}, {g.count} angles")
+        click.echo(f"wrote {plot}")
+
+
+@holo.command("phase")
+@click.argument("hologram", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("background", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--pixel", type=float, default=1.0, show_default=True, help="Hologram pixel (um, or 1 for pixels).")
+@click.option("--na", "na_detection", type=float, default=None, help="Detection NA (needs --wavelength).")
+@click.option("--wavelength", type=float, default=None, help="Vacuum wavelength, um.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Output .h5.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None)
+def phase_cmd(hologram, background, pixel, na_detection, wavelength, out, plot) -> None:
+    """Quantitative phase of one hologram: field, unwrapped phase and amplitude (sideband found automatically)."""
+    import h5py
+
+    from qora.holo import fields as F
+    from qora.holo.files import load_stack, plot_phase
+    from qora.io.atomic import atomic_path
+
+    try:
+        h, b = load_stack(hologram), load_stack(background)
+        if h.ndim == 3:
+            h, b = h[0], b[0]
+        pupil = na_detection / wavelength if (na_detection and wavelength) else None
+        res = F.quantitative_phase(h, b, hologram_pixel=pixel, pupil_frequency=pupil)
+    except (ValueError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    with atomic_path(out) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs["qora_kind"] = "holo_phase"
+        f.attrs["units"] = "phase in rad; pixel in the unit of --pixel"
+        f.attrs["pixel"] = res["pixel"]
+        f.attrs["sideband"] = res["sideband"]
+        f.create_dataset("phase", data=res["phase"].astype(np.float32))
+        f.create_dataset("amplitude", data=res["amplitude"].astype(np.float32))
+        f.create_dataset("field_ratio", data=res["ratio"].astype(np.complex64))
+    click.echo(f"wrote {out}: phase {res['phase'].min():.3f} to {res['phase'].max():.3f} rad; "
+               f"sideband at {res['sideband'][0]:.4f}, {res['sideband'][1]:.4f} cycles per unit")
+    if plot is not None:
+        plot_phase(plot, res["phase"], res["amplitude"], pixel=res["pixel"])
+        click.echo(f"wrote {plot}")

@@ -1,0 +1,194 @@
+"""Hologram stacks and index volumes on disk, and their figures.
+
+Hologram file (HDF5, ``qora_kind = "holo_holograms"``): ``holograms`` (A, N, N),
+``backgrounds`` (A, N, N), ``illuminations`` (A, 2) in cycles/um, optional ``truth``
+(the simulated index volume); attributes ``wavelength_um``, ``medium_index``,
+``pixel_um`` (field and volume pixel), ``hologram_pixel_um``, ``na_detection``, ``n``.
+
+Volume file (HDF5, ``qora_kind = "holo_volume"``): ``index`` (z, y, x) float32,
+centre-origin, and the same geometry attributes plus ``method``, ``approximation``,
+``iterations``. TIFF volumes carry the pixel size as ImageJ spacing (um).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from qora import __version__
+from qora.holo.geometry import Geometry
+from qora.io.atomic import atomic_path
+
+__all__ = ["write_holograms", "read_holograms", "write_volume", "read_volume", "write_volume_tiff",
+           "load_stack", "plot_volume", "plot_phase"]
+
+UNITS = "refractive index; lengths in um; frequencies in cycles/um"
+
+
+def _geometry_attrs(obj, geometry: Geometry) -> None:
+    obj.attrs["qora_version"] = __version__
+    obj.attrs["units"] = UNITS
+    obj.attrs["wavelength_um"] = geometry.wavelength
+    obj.attrs["medium_index"] = geometry.medium_index
+    obj.attrs["pixel_um"] = geometry.pixel
+    obj.attrs["na_detection"] = geometry.na_detection
+    obj.attrs["n"] = geometry.n
+    obj.attrs["geometry"] = geometry.geometry
+
+
+def _geometry_from(f) -> Geometry:
+    a = f.attrs
+    return Geometry(float(a["wavelength_um"]), float(a["medium_index"]), float(a["pixel_um"]), int(a["n"]),
+                    float(a["na_detection"]), illuminations=f["illuminations"][()])
+
+
+def write_holograms(path, holograms, backgrounds, geometry: Geometry, *, hologram_pixel: float, truth=None) -> None:
+    """Write a simulated or measured hologram stack with its backgrounds and geometry, atomically."""
+    import h5py
+
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs["qora_kind"] = "holo_holograms"
+        _geometry_attrs(f, geometry)
+        f.attrs["hologram_pixel_um"] = hologram_pixel
+        f.create_dataset("holograms", data=np.asarray(holograms, np.float32), compression="gzip")
+        f.create_dataset("backgrounds", data=np.asarray(backgrounds, np.float32), compression="gzip")
+        f.create_dataset("illuminations", data=geometry.illuminations)
+        if truth is not None:
+            f.create_dataset("truth", data=np.asarray(truth, np.float32), compression="gzip")
+
+
+def read_holograms(path):
+    """``(holograms, backgrounds, geometry, hologram_pixel, truth or None)`` from :func:`write_holograms`."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        if f.attrs.get("qora_kind") != "holo_holograms":
+            raise ValueError(f"{path}: not a qora hologram file (qora_kind={f.attrs.get('qora_kind')!r})")
+        return (f["holograms"][()].astype(np.float64), f["backgrounds"][()].astype(np.float64), _geometry_from(f),
+                float(f.attrs["hologram_pixel_um"]), f["truth"][()] if "truth" in f else None)
+
+
+def load_stack(path) -> np.ndarray:
+    """A hologram stack (A, N, N) or one hologram from TIFF, .npy, .npz or HDF5 (dataset ``holograms``/``data``)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such file: {path}")
+    suffix = path.suffix.lower()
+    if suffix in (".tif", ".tiff"):
+        import tifffile
+
+        data = tifffile.imread(path)
+    elif suffix == ".npy":
+        data = np.load(path)
+    elif suffix == ".npz":
+        with np.load(path) as z:
+            data = z[z.files[0]]
+    elif suffix in (".h5", ".hdf5"):
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            name = next((k for k in ("holograms", "data") if k in f), None)
+            if name is None:
+                raise ValueError(f"{path}: expected a dataset named holograms or data")
+            data = f[name][()]
+    else:
+        raise ValueError(f"{path}: unknown stack format {suffix!r} (expected .tif, .npy, .npz, .h5)")
+    return np.asarray(data, np.float64)
+
+
+def write_volume(path, index, geometry: Geometry, *, method: str = "", approximation: str = "", iterations: int = 0,
+                 extra: dict | None = None) -> None:
+    """Write an index volume with its geometry as HDF5, atomically."""
+    import h5py
+
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs["qora_kind"] = "holo_volume"
+        _geometry_attrs(f, geometry)
+        f.attrs["method"] = method
+        f.attrs["approximation"] = approximation
+        f.attrs["iterations"] = iterations
+        f.attrs["extra"] = json.dumps(extra or {})
+        f.create_dataset("index", data=np.asarray(index, np.float32), compression="gzip")
+        f.create_dataset("illuminations", data=geometry.illuminations)
+
+
+def read_volume(path):
+    """``(index, geometry, attributes)`` from :func:`write_volume`."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        if f.attrs.get("qora_kind") != "holo_volume":
+            raise ValueError(f"{path}: not a qora volume (qora_kind={f.attrs.get('qora_kind')!r})")
+        return f["index"][()], _geometry_from(f), dict(f.attrs)
+
+
+def write_volume_tiff(path, index, geometry: Geometry) -> None:
+    """Write an index volume as a float32 TIFF stack with ImageJ spacing in um, atomically."""
+    import tifffile
+
+    with atomic_path(path) as tmp:
+        tifffile.imwrite(tmp, np.asarray(index, np.float32), imagej=True,
+                         resolution=(1 / geometry.pixel, 1 / geometry.pixel),
+                         metadata={"spacing": geometry.pixel, "unit": "um", "axes": "ZYX"})
+
+
+def plot_volume(path, index, geometry: Geometry, *, truth=None, title: str = "") -> None:
+    """PNG: orthogonal slices through the centre (z, y, x) and a line profile along x."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    index = np.asarray(index)
+    n = index.shape[0]
+    c = n // 2
+    ext = np.array([-(n // 2), n - n // 2]) * geometry.pixel
+    extent = [ext[0], ext[1], ext[1], ext[0]]
+    vmin, vmax = float(index.min()), float(index.max())
+    fig, axes = plt.subplots(1, 4, figsize=(17, 4))
+    for ax, img, label in ((axes[0], index[c], "x-y at z = 0"), (axes[1], index[:, c], "x-z at y = 0"),
+                           (axes[2], index[:, :, c], "y-z at x = 0")):
+        im = ax.imshow(img, cmap="viridis", vmin=vmin, vmax=vmax, extent=extent)
+        ax.set_title(label)
+        ax.set_xlabel("um")
+    fig.colorbar(im, ax=axes[:3], shrink=0.8, label="refractive index")
+    x = (np.arange(n) - n // 2) * geometry.pixel
+    axes[3].plot(x, index[c, c], label="reconstruction")
+    if truth is not None:
+        axes[3].plot(x, np.asarray(truth)[c, c], "--", label="truth")
+    axes[3].axhline(geometry.medium_index, color="0.7", lw=0.8)
+    axes[3].set_xlabel("x (um)")
+    axes[3].set_ylabel("index")
+    axes[3].set_title("profile along x through the centre")
+    axes[3].legend()
+    if title:
+        fig.suptitle(title)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=90, format="png")
+    plt.close(fig)
+
+
+def plot_phase(path, phase, amplitude, *, pixel: float = 1.0, title: str = "") -> None:
+    """PNG of an unwrapped phase (rad) and amplitude image."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    n = phase.shape[0]
+    extent = [0, phase.shape[1] * pixel, n * pixel, 0]
+    im = axes[0].imshow(phase, cmap="coolwarm", extent=extent)
+    axes[0].set_title("unwrapped phase (rad)")
+    fig.colorbar(im, ax=axes[0])
+    im = axes[1].imshow(amplitude, cmap="gray", extent=extent)
+    axes[1].set_title("amplitude (ratio to background)")
+    fig.colorbar(im, ax=axes[1])
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=90, format="png")
+    plt.close(fig)

@@ -1,0 +1,87 @@
+import h5py
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from qora.cli import cli
+from qora.holo import reference as R
+from qora.holo.files import read_holograms, read_volume, write_volume, write_volume_tiff
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory):
+    d = tmp_path_factory.mktemp("holo")
+    path = d / "h.h5"
+    out = CliRunner().invoke(cli, ["holo", "simulate", "--size", "48", "--angles", "12",
+                                   "--spheres", "0,0,0,1.0,1.35;0,0.8,-1.2,0.4,1.38", "--out", str(path)])
+    assert out.exit_code == 0, out.output
+    return d, path
+
+
+def test_simulate_writes_holograms_with_geometry(simulated):
+    _, path = simulated
+    holos, bgs, g, hp, truth = read_holograms(path)
+    assert holos.shape == bgs.shape == (13, 96, 96) and g.n == 48 and hp == pytest.approx(R.PIXEL / 2)
+    assert truth.shape == (48, 48, 48) and truth.max() == pytest.approx(1.38, abs=1e-3)
+
+
+def test_reconstruct_from_the_file_and_from_plain_stacks(simulated):
+    d, path = simulated
+    runner = CliRunner()
+    vol = d / "v.h5"
+    out = runner.invoke(cli, ["holo", "reconstruct", str(path), "--iterations", "10", "--out", str(vol),
+                              "--plot", str(d / "s.png"), "--quiet"])
+    assert out.exit_code == 0, out.output
+    index, g, attrs = read_volume(vol)
+    assert index.shape == (48, 48, 48) and attrs["method"] == "gp" and g.count == 13
+    assert (d / "s.png").read_bytes()[:4] == b"\x89PNG"
+    rmse = float(out.output.split("RMSE against the simulated truth ")[1].split()[0])
+    assert rmse < 5e-3
+    # the same data as .npy stacks, geometry from the options and illuminations from the backgrounds
+    holos, bgs, g, hp, _ = read_holograms(path)
+    np.save(d / "h.npy", holos)
+    np.save(d / "b.npy", bgs)
+    out = runner.invoke(cli, ["holo", "reconstruct", str(d / "h.npy"), str(d / "b.npy"), "--wavelength",
+                              str(R.WAVELENGTH), "--pixel", str(R.PIXEL), "--medium-index", str(R.MEDIUM_INDEX),
+                              "--na", str(R.NA_DETECTION), "--iterations", "10", "--out", str(d / "v2.h5"),
+                              "--quiet"])
+    assert out.exit_code == 0, out.output
+    index2, g2, _ = read_volume(d / "v2.h5")
+    np.testing.assert_allclose(g2.illuminations, g.illuminations, atol=1e-5)
+    np.testing.assert_allclose(index2, index, atol=1e-5)
+    out = runner.invoke(cli, ["holo", "reconstruct", str(d / "h.npy"), str(d / "b.npy"), "--out", str(d / "x.h5")])
+    assert out.exit_code != 0 and "--wavelength" in out.output
+
+
+def test_phase_command(simulated):
+    d, path = simulated
+    holos, bgs, _, hp, _ = read_holograms(path)
+    np.save(d / "one.npy", holos[0])
+    np.save(d / "bg.npy", bgs[0])
+    out = CliRunner().invoke(cli, ["holo", "phase", str(d / "one.npy"), str(d / "bg.npy"), "--pixel", str(hp),
+                                   "--out", str(d / "p.h5"), "--plot", str(d / "p.png")])
+    assert out.exit_code == 0, out.output
+    with h5py.File(d / "p.h5") as f:
+        assert f["phase"].shape == (48, 48) and f["phase"][()].max() > 0.3
+
+
+def test_volume_tiff_and_round_trip(tmp_path):
+    import tifffile
+
+    g = R.geometry(16)
+    vol = np.random.default_rng(0).random((16, 16, 16)).astype(np.float32)
+    write_volume(tmp_path / "v.h5", vol, g, method="gp")
+    back, g2, attrs = read_volume(tmp_path / "v.h5")
+    np.testing.assert_array_equal(back, vol)
+    assert g2.pixel == g.pixel and attrs["qora_kind"] == "holo_volume"
+    write_volume_tiff(tmp_path / "v.tif", vol, g)
+    np.testing.assert_array_equal(tifffile.imread(tmp_path / "v.tif"), vol)
+    with pytest.raises(ValueError, match="not a qora volume"):
+        with h5py.File(tmp_path / "bad.h5", "w") as f:
+            f.attrs["qora_kind"] = "other"
+        read_volume(tmp_path / "bad.h5")
+
+
+def test_bad_sphere_spec():
+    out = CliRunner().invoke(cli, ["holo", "simulate", "--spheres", "1,2,3", "--out", "/tmp/never.h5"])
+    assert out.exit_code != 0 and "z,y,x,radius,index" in out.output
