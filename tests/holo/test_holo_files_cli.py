@@ -85,3 +85,37 @@ def test_volume_tiff_and_round_trip(tmp_path):
 def test_bad_sphere_spec():
     out = CliRunner().invoke(cli, ["holo", "simulate", "--spheres", "1,2,3", "--out", "/tmp/never.h5"])
     assert out.exit_code != 0 and "z,y,x,radius,index" in out.output
+
+
+def test_rotation_geometry_through_the_cli(tmp_path):
+    runner = CliRunner()
+    path = tmp_path / "rot.h5"
+    out = runner.invoke(cli, ["holo", "simulate", "--size", "48", "--angles", "36", "--geometry", "rotation",
+                              "--spheres", "0.5,0,-1.0,0.8,1.36", "--out", str(path)])
+    assert out.exit_code == 0, out.output
+    out = runner.invoke(cli, ["holo", "reconstruct", str(path), "--iterations", "10", "--out",
+                              str(tmp_path / "v.h5"), "--quiet"])
+    assert out.exit_code == 0, out.output
+    _, g, _ = read_volume(tmp_path / "v.h5")
+    assert g.geometry == "rotation" and g.count == 36
+    assert float(out.output.split("RMSE against the simulated truth ")[1].split()[0]) < 3e-3
+    holos, bgs, _, _, _ = read_holograms(path)
+    np.save(tmp_path / "h.npy", holos)
+    np.save(tmp_path / "b.npy", bgs)
+    base = ["holo", "reconstruct", str(tmp_path / "h.npy"), str(tmp_path / "b.npy"), "--wavelength",
+            str(R.WAVELENGTH), "--pixel", str(R.PIXEL), "--medium-index", str(R.MEDIUM_INDEX), "--na",
+            str(R.NA_DETECTION), "--geometry", "rotation", "--out", str(tmp_path / "v2.h5"), "--quiet"]
+    out = runner.invoke(cli, base + ["--angles", "0:360:36", "--iterations", "10"])
+    assert out.exit_code == 0, out.output
+    np.testing.assert_allclose(read_volume(tmp_path / "v2.h5")[0], read_volume(tmp_path / "v.h5")[0], atol=1e-5)
+    out = runner.invoke(cli, base + ["--angles", "0:360:35"])
+    assert out.exit_code != 0 and "35 angles for 36 holograms" in out.output
+
+
+def test_exact_model_through_the_cli(tmp_path):
+    out = CliRunner().invoke(cli, ["holo", "simulate", "--size", "32", "--angles", "6", "--model", "exact",
+                                   "--spheres", "0,0,0,0.8,1.34", "--out", str(tmp_path / "e.h5")])
+    assert out.exit_code == 0, out.output
+    out = CliRunner().invoke(cli, ["holo", "simulate", "--size", "32", "--model", "exact",
+                                   "--spheres", "0,0,0,0.8,1.34;1,0,0,0.3,1.35", "--out", str(tmp_path / "x.h5")])
+    assert out.exit_code != 0 and "one sphere" in out.output

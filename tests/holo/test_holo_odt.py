@@ -123,3 +123,34 @@ def test_gradient_adjoint_is_the_adjoint():
     x = rng.standard_normal((5, 6, 7))
     p = rng.standard_normal((3, 5, 6, 7))
     assert np.isclose(np.vdot(gradient(x), p), np.vdot(x, gradient_adjoint(p)))
+
+
+@pytest.mark.slow
+def test_rotation_geometry_two_spheres():
+    """Sample rotation about y (ODTbrain's setting): two off-centre spheres come back where they are."""
+    from qora.holo.geometry import Geometry
+
+    n = 96
+    g = Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, n, R.NA_DETECTION,
+                 angles=np.linspace(0, 2 * np.pi, 120, endpoint=False))
+    spheres = [P.Sphere((0.5, 0.3, -1.0), 1.2, 1.36), P.Sphere((-1.5, -0.5, 1.5), 0.6, 1.38)]
+    ratio = np.exp(P.born_ratio(spheres, g))
+    truth = P.render_spheres(spheres, n, g.pixel, g.medium_index, supersample=3)
+    plain = odt.reconstruct(ratio, g, method="plain").index
+    gp = odt.reconstruct(ratio, g, method="gp", iterations=30, r2c=True).index
+    assert _rmse(gp, truth) < _rmse(plain, truth) < 1e-3
+    for s in spheres:
+        ball = P.render_spheres([P.Sphere(s.center, s.radius + 0.6, 2.0)], n, g.pixel, g.medium_index) > 1.5
+        one = P.render_spheres([s], n, g.pixel, g.medium_index, supersample=3)
+        got = (gp[ball] - R.MEDIUM_INDEX).sum() / (one - R.MEDIUM_INDEX).sum()
+        assert got == pytest.approx(1.0, abs=0.1)
+
+
+def test_rotation_geometry_arguments():
+    from qora.holo.geometry import Geometry
+
+    g = Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, 16, R.NA_DETECTION, angles=[0.0, 0.5])
+    assert g.geometry == "rotation" and g.count == 2 and g.illuminations.shape == (2, 2)
+    np.testing.assert_allclose(g.rotation(1) @ g.rotation(1).T, np.eye(3), atol=1e-12)
+    with pytest.raises(ValueError, match="not both"):
+        Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, 16, R.NA_DETECTION, illuminations=[[0.1, 0.0]], angles=[0.0])

@@ -42,30 +42,44 @@ def _parse_spheres(text: str):
 @click.option("--na-illumination", type=float, default=0.8, show_default=True)
 @click.option("--noise", type=float, default=0.0, show_default=True,
               help="Gaussian noise, fraction of the mean hologram intensity (the reference uses 0.02).")
+@click.option("--geometry", "geometry_kind", type=click.Choice(["scan", "rotation"]), default="scan",
+              show_default=True, help="Illumination scanning on a cone, or sample rotation about y over 360 degrees.")
+@click.option("--model", type=click.Choice(["born", "exact"]), default="born", show_default=True,
+              help="First-order fields (Rytov-consistent), or the exact partial-wave solution (one sphere).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Output .h5 file.")
-def simulate_cmd(n, spheres, angles, na_illumination, noise, seed, out) -> None:
+def simulate_cmd(n, spheres, angles, na_illumination, noise, geometry_kind, model, seed, out) -> None:
     """Holograms and backgrounds of spheres (analytic first-order fields) in the reference geometry."""
     from qora.holo import reference as R
     from qora.holo.files import write_holograms
     from qora.holo.geometry import Geometry, cone_illuminations
-    from qora.holo.phantoms import Sphere, add_noise, born_ratio, holograms, render_spheres
+    from qora.holo.phantoms import Sphere, add_noise, born_ratio, holograms, partial_wave_ratio, render_spheres
 
     spheres = _parse_spheres(spheres) if spheres else [Sphere(radius=R.SPHERE_DIAMETER / 2, index=R.SPHERE_INDEX)]
-    df = 1.0 / (n * R.PIXEL)
-    ill = np.round(cone_illuminations(na_illumination, R.WAVELENGTH, angles) / df) * df
-    g = Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, n, R.NA_DETECTION, illuminations=ill)
+    if geometry_kind == "rotation":
+        g = Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, n, R.NA_DETECTION,
+                     angles=np.linspace(0, 2 * np.pi, angles, endpoint=False))
+    else:
+        df = 1.0 / (n * R.PIXEL)
+        ill = np.round(cone_illuminations(na_illumination, R.WAVELENGTH, angles) / df) * df
+        g = Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, n, R.NA_DETECTION, illuminations=ill)
     hp = g.pixel / 2
-    phi = born_ratio(spheres, g, n=2 * n, pixel=hp)
+    if model == "exact":
+        if len(spheres) != 1:
+            raise click.BadParameter("the exact partial-wave model is for one sphere", param_hint="--model")
+        field = 1 + partial_wave_ratio(spheres[0], g, n=2 * n, pixel=hp)
+    else:
+        field = np.exp(born_ratio(spheres, g, n=2 * n, pixel=hp))
     carrier = R.carrier(2 * n, hp)
-    holos = holograms(np.exp(phi), g, carrier, hologram_pixel=hp)
-    bgs = holograms(np.ones_like(phi), g, carrier, hologram_pixel=hp)
+    holos = holograms(field, g, carrier, hologram_pixel=hp)
+    bgs = holograms(np.ones_like(field), g, carrier, hologram_pixel=hp)
     if noise > 0:
         holos = add_noise(holos, noise, seed=seed)
         bgs = add_noise(bgs, noise, seed=seed + 1)
     truth = render_spheres(spheres, n, g.pixel, g.medium_index, supersample=3)
     write_holograms(out, holos, bgs, g, hologram_pixel=hp, truth=truth)
-    click.echo(f"wrote {out}: {g.count} holograms of {2 * n}^2, {len(spheres)} sphere(s), noise {noise}")
+    click.echo(f"wrote {out}: {g.count} holograms of {2 * n}^2 ({geometry_kind}, {model}), {len(spheres)} sphere(s), "
+               f"noise {noise}")
 
 
 @holo.command("reconstruct")
@@ -76,8 +90,11 @@ def simulate_cmd(n, spheres, angles, na_illumination, noise, seed, out) -> None:
 @click.option("--hologram-pixel", type=float, help="Object-space pixel of the holograms, um (default pixel / 2).")
 @click.option("--medium-index", type=float, help="Refractive index of the medium.")
 @click.option("--na", "na_detection", type=float, help="Detection NA.")
-@click.option("--geometry", "geometry_kind", type=click.Choice(["scan"]), default="scan", show_default=True,
-              help="Illumination scanning (the illuminations are measured from the backgrounds).")
+@click.option("--geometry", "geometry_kind", type=click.Choice(["scan", "rotation"]), default="scan",
+              show_default=True, help="Illumination scanning (illuminations measured from the backgrounds) or "
+              "sample rotation about y (give --angles).")
+@click.option("--angles", "angle_range", default=None,
+              help="Rotation angles in degrees as START:STOP:COUNT (STOP excluded), e.g. 0:360:180.")
 @click.option("--method", type=click.Choice(["plain", "gp", "tv"]), default="gp", show_default=True)
 @click.option("--approximation", type=click.Choice(["rytov", "born"]), default="rytov", show_default=True)
 @click.option("--iterations", type=click.IntRange(1, 100000), default=50, show_default=True)
@@ -86,7 +103,8 @@ def simulate_cmd(n, spheres, angles, na_illumination, noise, seed, out) -> None:
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="PNG of slices.")
 @click.option("--quiet", is_flag=True)
 def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, medium_index, na_detection,
-                    geometry_kind, method, approximation, iterations, tv_weight, out, plot, quiet) -> None:
+                    geometry_kind, angle_range, method, approximation, iterations, tv_weight, out, plot,
+                    quiet) -> None:
     """Refractive-index volume from a hologram stack (and its backgrounds)."""
     from qora.holo import fields as F
     from qora.holo.files import load_stack, plot_volume, read_holograms, write_volume, write_volume_tiff
@@ -110,11 +128,23 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
                 raise click.UsageError(f"holograms {stack.shape} and backgrounds {bgs.shape} must be equal (A, N, N)")
             hp = hologram_pixel or pixel / 2
             n = int(round(stack.shape[-1] * hp / pixel))
-            sideband = F.find_sideband(bgs[0], hp)
-            bg_fields = F.extract_fields(bgs, sideband, hologram_pixel=hp, n=n,
-                                         pupil_frequency=na_detection / wavelength)
-            g = Geometry(wavelength, medium_index, pixel, n, na_detection,
-                         illuminations=F.illumination_frequencies(bg_fields, pixel))
+            if geometry_kind == "rotation":
+                if angle_range is None:
+                    raise click.UsageError("the rotation geometry needs --angles START:STOP:COUNT")
+                try:
+                    start, stop, count = (float(v) for v in angle_range.split(":"))
+                except ValueError:
+                    raise click.UsageError(f"--angles {angle_range!r} is not START:STOP:COUNT") from None
+                angles = np.deg2rad(np.linspace(start, stop, int(count), endpoint=False))
+                if len(angles) != stack.shape[0]:
+                    raise click.UsageError(f"{len(angles)} angles for {stack.shape[0]} holograms")
+                g = Geometry(wavelength, medium_index, pixel, n, na_detection, angles=angles)
+            else:
+                sideband = F.find_sideband(bgs[0], hp)
+                bg_fields = F.extract_fields(bgs, sideband, hologram_pixel=hp, n=n,
+                                             pupil_frequency=na_detection / wavelength)
+                g = Geometry(wavelength, medium_index, pixel, n, na_detection,
+                             illuminations=F.illumination_frequencies(bg_fields, pixel))
         sideband = F.find_sideband(bgs[0], hp)
         pipe = Pipeline(g, sideband=sideband, hologram_pixel=hp, hologram_n=stack.shape[-1], method=method,
                         approximation=approximation, iterations=iterations, tv_weight=tv_weight)

@@ -1,7 +1,8 @@
 """Hologram stacks and index volumes on disk, and their figures.
 
 Hologram file (HDF5, ``qora_kind = "holo_holograms"``): ``holograms`` (A, N, N),
-``backgrounds`` (A, N, N), ``illuminations`` (A, 2) in cycles/um, optional ``truth``
+``backgrounds`` (A, N, N), ``illuminations`` (A, 2) in cycles/um, ``angles`` (A,) in
+radians for the rotation geometry, optional ``truth``
 (the simulated index volume); attributes ``wavelength_um``, ``medium_index``,
 ``pixel_um`` (field and volume pixel), ``hologram_pixel_um``, ``na_detection``, ``n``.
 
@@ -40,6 +41,9 @@ def _geometry_attrs(obj, geometry: Geometry) -> None:
 
 def _geometry_from(f) -> Geometry:
     a = f.attrs
+    if "angles" in f:
+        return Geometry(float(a["wavelength_um"]), float(a["medium_index"]), float(a["pixel_um"]), int(a["n"]),
+                        float(a["na_detection"]), angles=f["angles"][()])
     return Geometry(float(a["wavelength_um"]), float(a["medium_index"]), float(a["pixel_um"]), int(a["n"]),
                     float(a["na_detection"]), illuminations=f["illuminations"][()])
 
@@ -55,6 +59,8 @@ def write_holograms(path, holograms, backgrounds, geometry: Geometry, *, hologra
         f.create_dataset("holograms", data=np.asarray(holograms, np.float32), compression="gzip")
         f.create_dataset("backgrounds", data=np.asarray(backgrounds, np.float32), compression="gzip")
         f.create_dataset("illuminations", data=geometry.illuminations)
+        if geometry.angles is not None:
+            f.create_dataset("angles", data=geometry.angles)
         if truth is not None:
             f.create_dataset("truth", data=np.asarray(truth, np.float32), compression="gzip")
 
@@ -112,6 +118,8 @@ def write_volume(path, index, geometry: Geometry, *, method: str = "", approxima
         f.attrs["extra"] = json.dumps(extra or {})
         f.create_dataset("index", data=np.asarray(index, np.float32), compression="gzip")
         f.create_dataset("illuminations", data=geometry.illuminations)
+        if geometry.angles is not None:
+            f.create_dataset("angles", data=geometry.angles)
 
 
 def read_volume(path):

@@ -89,7 +89,11 @@ class Geometry:
         if np.any(np.hypot(ill[:, 0], ill[:, 1]) >= self.medium_frequency):
             raise ValueError("an illumination frequency reaches the medium wavenumber: it would not propagate")
         if self.angles is not None:
-            object.__setattr__(self, "angles", np.asarray(self.angles, float).reshape(-1))
+            angles = np.asarray(self.angles, float).reshape(-1)
+            object.__setattr__(self, "angles", angles)
+            if np.any(ill != 0):
+                raise ValueError("the rotation geometry illuminates along z: give angles or illuminations, not both")
+            object.__setattr__(self, "illuminations", np.zeros((len(angles), 2)))
 
     @property
     def geometry(self) -> str:
@@ -114,6 +118,18 @@ class Geometry:
     def pupil_frequency(self) -> float:
         """NA / lambda, cycles/um."""
         return self.na_detection / self.wavelength
+
+    def rotation(self, a: int) -> np.ndarray:
+        """The 3x3 matrix acting on (z, y, x) that turns the object into its pose at angle a (about y).
+
+        Identity for the scanning geometry. The sample's spectrum at angle a is the object's
+        spectrum at rotation(a).T @ q: the mapping reads measured frequencies through it.
+        """
+        if self.angles is None:
+            return np.eye(3)
+        t = self.angles[a]
+        c, s = math.cos(t), math.sin(t)
+        return np.array([[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]])
 
     def nu_z_in(self) -> np.ndarray:
         """Axial frequency of each illumination."""

@@ -49,8 +49,6 @@ class MappingPlan:
     """
 
     def __init__(self, geometry: Geometry) -> None:
-        if geometry.geometry != "scan":
-            raise NotImplementedError("the rotation geometry's mapping is not built yet")
         n, p = geometry.n, geometry.pixel
         self.geometry = geometry
         f = frequencies(n, p)
@@ -65,8 +63,13 @@ class MappingPlan:
             nz = nu_z(my, mx, km)
             ok = (np.hypot(my, mx) <= geometry.pupil_frequency) & np.isfinite(nz)
             qz = nz[ok] - nu_in_z[a]
-            kz = np.round(qz * n * p).astype(np.int64) % n
-            target = (kz * n + iy[ok]) * n + ix[ok]
+            if geometry.angles is None:  # scanning: the lateral bins are the volume's
+                kz = np.round(qz * n * p).astype(np.int64) % n
+                target = (kz * n + iy[ok]) * n + ix[ok]
+            else:  # rotation: the cap turned back into the object's frame, nearest bin on every axis
+                q = geometry.rotation(a).T @ np.stack([qz, ky[ok], kx[ok]])
+                k3 = np.round(q * n * p).astype(np.int64) % n
+                target = (k3[0] * n + k3[1]) * n + k3[2]
             self.targets.append(target)
             self.lateral.append(np.flatnonzero(ok))
             # continuous Phi ~ p^2 DFT2 and V_DFT3 = V^ / p^3: the factor is -4 pi i nu_z / p

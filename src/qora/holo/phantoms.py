@@ -109,7 +109,7 @@ def born_ratio(spheres, geometry: Geometry, *, n: int | None = None, pixel: floa
         for sph in spheres:
             dv = geometry.k0**2 * (sph.index**2 - geometry.medium_index**2)
             qabs = np.sqrt(ky**2 + kx**2 + qz**2)
-            c = np.asarray(sph.center, float)
+            c = geometry.rotation(a) @ np.asarray(sph.center, float)  # the sample's pose at this angle
             shift = np.exp(-2j * math.pi * (qz * c[0] + ky * c[1] + kx * c[2]))
             spec += dv * sphere_transform(qabs, sph.radius) * shift
         spec = np.where(inside, 1j * spec / (4 * math.pi * nz), 0)
@@ -196,9 +196,9 @@ def partial_wave_ratio(sphere: Sphere, geometry: Geometry, *, n: int | None = No
     ky, kx = np.meshgrid(f, f, indexing="ij")
     km = geometry.medium_frequency
     nu_in_z = geometry.nu_z_in()
-    c = np.asarray(sphere.center, float)
     out = np.empty((geometry.count, n, n), np.complex128)
     for a, (nuy, nux) in enumerate(geometry.illuminations):
+        c = geometry.rotation(a) @ np.asarray(sphere.center, float)
         my, mx = ky + nuy, kx + nux
         nz = nu_z(my, mx, km)
         inside = (np.hypot(my, mx) <= geometry.pupil_frequency) & np.isfinite(nz)
