@@ -142,6 +142,16 @@ def bench_phase(backend: str, no_write: bool, extras: bool) -> None:
         phase_bench.run(backend=backend, write=not no_write, echo=click.echo)
 
 
+@bench.command("holo")
+@click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--no-write", is_flag=True, help="Print only; write no result file.")
+def bench_holo(backend: str, no_write: bool) -> None:
+    """Holography stage times, and ODTbrain on the same rotation data (peers env)."""
+    from qora.bench import holo as holo_bench
+
+    holo_bench.run(backend=backend, write=not no_write, echo=click.echo)
+
+
 def main(argv=None) -> None:
     try:
         cli.main(args=argv, prog_name="qora", standalone_mode=True)
