@@ -139,6 +139,8 @@ def _against_odtbrain(result, n: int, count: int, echo) -> None:
     rmse = lambda v: float(np.sqrt(np.mean((v - truth) ** 2)))  # noqa: E731
     row = {}
     for name, kwargs in (("qora_gp50", dict(method="gp", iterations=50, r2c=True)),
+                         ("qora_gp50_os1.5", dict(method="gp", iterations=50, r2c=True, oversample=1.5)),
+                         ("qora_gp50_os2", dict(method="gp", iterations=50, r2c=True, oversample=2)),
                          ("qora_tv30x5", dict(method="tv", iterations=30, tv_inner=5))):
         vol, ms = _timed(lambda kwargs=kwargs: odt.reconstruct(ratio, g, **kwargs).index)
         row[name] = (ms, rmse(vol))

@@ -219,8 +219,34 @@ class OdtResult:
     info: dict = field(default_factory=dict)
 
 
+def oversampled(geometry: Geometry, factor: float) -> Geometry:
+    """The geometry on a grid ``factor`` times larger at the same pixel (finer frequency bins)."""
+    from dataclasses import replace
+
+    big = int(round(geometry.n * factor))
+    if big < geometry.n:
+        raise ValueError(f"oversample must be at least 1, got {factor}")
+    return replace(geometry, n=big)
+
+
+def pad_fields(phi, big: int):
+    """Centre-origin first-order fields (A, n, n) zero-padded to (A, big, big) (phi = 0 outside)."""
+    count, n = phi.shape[0], phi.shape[-1]
+    out = np.zeros((count, big, big), phi.dtype)
+    lo = big // 2 - n // 2
+    out[:, lo:lo + n, lo:lo + n] = phi
+    return out
+
+
+def crop_volume(volume, n: int):
+    """The central n^3 of a centre-origin volume."""
+    lo = volume.shape[0] // 2 - n // 2
+    return volume[lo:lo + n, lo:lo + n, lo:lo + n]
+
+
 def reconstruct(ratio, geometry: Geometry, *, approximation: str = "rytov", method: str = "gp",
-                iterations: int = 50, r2c: bool = False, tv_weight: float = 1e-3, tv_inner: int = 10) -> OdtResult:
+                iterations: int = 50, r2c: bool = False, tv_weight: float = 1e-3, tv_inner: int = 10,
+                oversample: float = 1.0) -> OdtResult:
     """Refractive-index volume from field ratios u / u_in (A, n, n) at z = 0.
 
     Parameters
@@ -238,6 +264,11 @@ def reconstruct(ratio, geometry: Geometry, *, approximation: str = "rytov", meth
         TV weight on n^2 - n_m^2 (lambda = tv_weight k0^2 on the potential).
     tv_inner : int
         FGP iterations per FISTA iteration.
+    oversample : float
+        Map onto a volume this many times larger (the fields zero-padded, phi = 0 outside
+        the field of view), so the nearest-bin error in k-space shrinks by the same factor,
+        and return the central n^3. Costs oversample^3 in the solver; pays for objects that
+        fill the field of view and for the rotation geometry, where every axis is rounded.
     r2c : bool
         Run Gerchberg-Papoulis on half spectra (real transforms): same iterates, half the memory.
     """
@@ -247,10 +278,16 @@ def reconstruct(ratio, geometry: Geometry, *, approximation: str = "rytov", meth
     if not np.all(np.isfinite(ratio)):
         raise ValueError("ratio has non-finite values")
     phi = first_order(ratio, approximation)
-    plan = MappingPlan(geometry)
+    grid = geometry
+    if oversample != 1.0:
+        grid = oversampled(geometry, oversample)
+        phi = pad_fields(phi, grid.n)
+    plan = MappingPlan(grid)
     spectrum = plan(phi)
-    index = solve(spectrum, plan.measured, geometry, method=method, iterations=iterations, r2c=r2c,
+    index = solve(spectrum, plan.measured, grid, method=method, iterations=iterations, r2c=r2c,
                   tv_weight=tv_weight, tv_inner=tv_inner)
+    if grid is not geometry:
+        index = np.ascontiguousarray(crop_volume(index, geometry.n))
     return OdtResult(index, geometry, method, approximation, 0 if method == "plain" else iterations,
-                     info={"measured_fraction": float(plan.measured.mean()), "r2c": bool(r2c),
+                     info={"measured_fraction": float(plan.measured.mean()), "r2c": bool(r2c), "oversample": oversample,
                            "tv_weight": tv_weight if method == "tv" else None})
