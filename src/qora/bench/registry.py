@@ -27,6 +27,9 @@ PHASE_CPU_IMPLS = ("qora_loops_1_thread", "qora_loops_all_threads", "numpy", "ja
 PHASE_GPU_IMPLS = ("naive", "fused", "graph", "half", "mixed", "cupy_loop", "jax_jit")
 PHASE_STARTS_SHAPES = ((256, 256), (1024, 1024), (2048, 2048), (128, 128, 128), (256, 256, 256))
 
+HOLO_STAGES = ("fields", "ratio", "rytov", "mapping_plan", "mapping", "gp50_r2c", "gp50_c2c")
+HOLO_PEER_CASES = ("qora_gp50", "qora_gp50_os1.5", "qora_gp50_os2", "qora_tv30x5", "odtbrain")
+
 REQUIRED_CASES: dict[str, list[str]] = {
     "floors": ["copy"] + [fft_pair_case(s, p) for s in FLOOR_SHAPES for p in FLOOR_PRECISIONS],
     "phase-cpu": [f"hio/{shape_label(s)}/{i}" for s in PHASE_CPU_SHAPES for i in PHASE_CPU_IMPLS],
@@ -36,6 +39,10 @@ REQUIRED_CASES: dict[str, list[str]] = {
               + [f"starts8/{shape_label(s)}/{k}" for s in PHASE_STARTS_SHAPES
                  for k in ("looped", "batched_all", "batched_2")]
               + [f"progress/256x256/every_{n}" for n in (1, 10, 100)]),
+    "holo-cpu": ([f"stage/128x128x128/{s}" for s in HOLO_STAGES + ("tv30x5",)]
+                 + [f"stage/256x256x256/{s}" for s in HOLO_STAGES]
+                 + [f"odtbrain/{label}/{c}" for label in ("128x128x128x120", "188x188x188x180")
+                    for c in HOLO_PEER_CASES]),
 }
 
 
