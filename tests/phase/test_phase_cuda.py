@@ -48,15 +48,16 @@ def test_variant_matches_cpu_step_by_step(variant, name, shape, iterations):
                   x0, rtol=1e-5)
 
 
+@pytest.mark.parametrize("variant", ["graph", "callback"])
 @pytest.mark.parametrize("algorithm", ["ER", "HIO", "RAAR"])
 @pytest.mark.parametrize("constraint", [None, "real", "positive"])
-def test_graph_every_update_branch(algorithm, constraint):
+def test_every_update_branch(variant, algorithm, constraint):
     from qora.phase.cpu import CpuEngine
     from qora.phase.cuda import make_engine
 
     amp, support, x0 = _case("triangle", (48, 48), 2)
     assert_parity(lambda x: _run(CpuEngine(amp, support, 2), x, 5, algorithm, constraint),
-                  lambda x: _run(make_engine("graph", amp, support, 2), x, 5, algorithm, constraint),
+                  lambda x: _run(make_engine(variant, amp, support, 2), x, 5, algorithm, constraint),
                   x0, rtol=1e-5)
 
 
@@ -199,18 +200,6 @@ def test_mixed_matches_graph_on_the_cut_prism():
 
 
 # --- callback ----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("algorithm", ["ER", "HIO", "RAAR"])
-@pytest.mark.parametrize("constraint", [None, "positive"])
-def test_callback_every_update_branch(algorithm, constraint):
-    from qora.phase.cpu import CpuEngine
-    from qora.phase.cuda import make_engine
-
-    amp, support, x0 = _case("triangle", (48, 48), 2)
-    assert_parity(lambda x: _run(CpuEngine(amp, support, 2), x, 5, algorithm, constraint),
-                  lambda x: _run(make_engine("callback", amp, support, 2), x, 5, algorithm, constraint),
-                  x0, rtol=1e-5)
 
 
 def test_callback_recipe_changes_algorithm_without_new_plans():

@@ -44,22 +44,30 @@ def _iterations_for(one_ms: float, target_s: float = 0.3) -> int:
     return int(max(3, min(2000, math.ceil(target_s * 1e3 / max(one_ms, 1e-3)))))
 
 
-def _numpy_peer(shape):
-    amp, support, x0 = workload(shape)
-    state = {"x": x0.copy()}
+def _plain_loop(backend, shape):
+    """The textbook HIO loop in plain array code (NumPy or CuPy): the peer without our kernels."""
+    xp = backend.xp
+    amp_h, support_h, x0 = workload(shape)
+    amp, support = xp.asarray(amp_h), xp.asarray(support_h)
+    state = {"x": xp.asarray(x0)}
 
     def iterate(k):
         x = state["x"]
         for _ in range(k):
-            y = np.fft.fftn(x, norm="ortho")
-            mag = np.abs(y)
-            _ = np.sum((mag - amp) ** 2)
-            y = np.where(mag > 0, amp * y / np.where(mag > 0, mag, 1), amp)
-            p = np.fft.ifftn(y, norm="ortho")
-            x = np.where(support, p, x - BETA * p)
+            y = xp.fft.fftn(x, norm="ortho")
+            mag = xp.abs(y)
+            _ = xp.sum((mag - amp) ** 2)
+            y = xp.where(mag > 0, amp * y / xp.where(mag > 0, mag, 1), amp)
+            p = xp.fft.ifftn(y, norm="ortho")
+            x = xp.where(support, p, x - BETA * p)
         state["x"] = x.astype(np.complex64)
+        backend.synchronize()
 
     return iterate
+
+
+def _numpy_peer(shape):
+    return _plain_loop(resolve("cpu"), shape)
 
 
 def peers_python() -> Path:
@@ -159,25 +167,7 @@ def _cuda_engine_runner(variant, shape, batch=1):
 
 
 def _cupy_peer(shape):
-    be = resolve("cuda")
-    xp = be.xp
-    amp_h, support_h, x0 = workload(shape)
-    amp, support = xp.asarray(amp_h), xp.asarray(support_h)
-    state = {"x": xp.asarray(x0)}
-
-    def iterate(k):
-        x = state["x"]
-        for _ in range(k):
-            y = xp.fft.fftn(x, norm="ortho")
-            mag = xp.abs(y)
-            _ = xp.sum((mag - amp) ** 2)
-            y = xp.where(mag > 0, amp * y / xp.where(mag > 0, mag, 1), amp)
-            p = xp.fft.ifftn(y, norm="ortho")
-            x = xp.where(support, p, x - BETA * p)
-        state["x"] = x
-        be.synchronize()
-
-    return iterate
+    return _plain_loop(resolve("cuda"), shape)
 
 
 def run_cuda(*, shapes=CUDA_SHAPES, write=True, echo=print, peers=True) -> BenchResult:
