@@ -159,7 +159,7 @@ def fista_tv(data, measured, iterations: int, lam: float, inner: int):
     FGP with ``inner`` iterations, its dual warm-started between outer iterations.
     Returns the real volume, centre-origin.
     """
-    from qora.holo.tv import fgp_prox
+    from qora.holo.tv_cpu import fgp_prox_fused as fgp_prox  # the fused loops; tv.fgp_prox is the reference
 
     n = data.shape
     axes = tuple(range(len(n)))

@@ -1,0 +1,87 @@
+"""The FGP step of :mod:`qora.holo.tv` as two fused Numba loops per iteration (CPU fast path).
+
+Per FGP iteration: one pass computes the primal point x = max(v - lam D^T r, 0) at every
+voxel; a second computes the dual update at every voxel (forward differences of x, the
+projection onto the unit ball, the momentum step), writing p and r in place. The
+NumPy version in :mod:`qora.holo.tv` is the reference; ``tests/holo`` compares them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+import qora.phase.cpu  # noqa: F401 - sets the OpenMP wait policy before Numba starts its threads
+
+__all__ = ["fgp_prox_fused"]
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True)
+def _primal(v, r, lam, nonnegative, x):
+    nz, ny, nx = v.shape
+    for k in numba.prange(nz):
+        for j in range(ny):
+            for i in range(nx):
+                # D^T r = -(div r): contributions of the forward differences into and out of this voxel
+                d = 0.0
+                if k < nz - 1:
+                    d -= r[0, k, j, i]
+                if k > 0:
+                    d += r[0, k - 1, j, i]
+                if j < ny - 1:
+                    d -= r[1, k, j, i]
+                if j > 0:
+                    d += r[1, k, j - 1, i]
+                if i < nx - 1:
+                    d -= r[2, k, j, i]
+                if i > 0:
+                    d += r[2, k, j, i - 1]
+                val = v[k, j, i] - lam * d
+                if nonnegative and val < 0.0:
+                    val = 0.0
+                x[k, j, i] = val
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True)
+def _dual(x, p, r, step, momentum):
+    nz, ny, nx = x.shape
+    for k in numba.prange(nz):
+        for j in range(ny):
+            for i in range(nx):
+                xc = x[k, j, i]
+                g0 = x[k + 1, j, i] - xc if k < nz - 1 else 0.0
+                g1 = x[k, j + 1, i] - xc if j < ny - 1 else 0.0
+                g2 = x[k, j, i + 1] - xc if i < nx - 1 else 0.0
+                q0 = r[0, k, j, i] + step * g0
+                q1 = r[1, k, j, i] + step * g1
+                q2 = r[2, k, j, i] + step * g2
+                norm = math.sqrt(q0 * q0 + q1 * q1 + q2 * q2)
+                s = 1.0 / norm if norm > 1.0 else 1.0
+                n0, n1, n2 = q0 * s, q1 * s, q2 * s
+                r[0, k, j, i] = n0 + momentum * (n0 - p[0, k, j, i])
+                r[1, k, j, i] = n1 + momentum * (n1 - p[1, k, j, i])
+                r[2, k, j, i] = n2 + momentum * (n2 - p[2, k, j, i])
+                p[0, k, j, i] = n0
+                p[1, k, j, i] = n1
+                p[2, k, j, i] = n2
+
+
+def fgp_prox_fused(v, lam: float, iterations: int, *, dual=None, nonnegative: bool = True):
+    """The same iterates as :func:`qora.holo.tv.fgp_prox`, in two fused loops per iteration."""
+    v = np.ascontiguousarray(v, dtype=np.float64)
+    if lam <= 0:
+        return (np.maximum(v, 0) if nonnegative else v.copy()), dual
+    p = np.zeros((3,) + v.shape) if dual is None else np.ascontiguousarray(dual, dtype=np.float64)
+    r = p.copy()
+    x = np.empty_like(v)
+    t = 1.0
+    step = 1.0 / (12.0 * lam)
+    for _ in range(iterations):
+        _primal(v, r, lam, nonnegative, x)
+        t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
+        _dual(x, p, r, step, (t - 1) / t_new)
+        t = t_new
+    _primal(v, p, lam, nonnegative, x)
+    return x, p
