@@ -11,16 +11,9 @@ from qora.holo import reference as R
 
 @pytest.fixture(scope="module")
 def reference_ratio():
-    g = R.geometry()
-    sphere = P.Sphere(radius=R.SPHERE_DIAMETER / 2, index=R.SPHERE_INDEX)
-    big, hp = R.HOLOGRAM_N, R.PIXEL / 2
-    phi = P.born_ratio([sphere], g, n=big, pixel=hp)
-    carrier = R.carrier()
-    holo = P.holograms(np.exp(phi), g, carrier, hologram_pixel=hp)
-    bg = P.holograms(np.ones_like(phi), g, carrier, hologram_pixel=hp)
-    sideband = F.find_sideband(bg[0], hp)
-    kw = dict(hologram_pixel=hp, n=g.n, pupil_frequency=g.pupil_frequency)
-    ratio = F.field_ratio(F.extract_fields(holo, sideband, **kw), F.extract_fields(bg, sideband, **kw))
+    g, sphere = R.geometry(), P.Sphere(radius=R.SPHERE_DIAMETER / 2, index=R.SPHERE_INDEX)
+    holos, bgs, hp = P.simulate_holograms([sphere], g)
+    ratio = F.ratio_from_holograms(holos, bgs, g, hp)
     truth = P.render_spheres([sphere], g.n, g.pixel, g.medium_index, supersample=4)
     inner = P.render_spheres([P.Sphere(radius=1.2, index=2.0)], g.n, g.pixel, g.medium_index) > 1.5
     return g, ratio, truth, inner
@@ -73,16 +66,9 @@ def test_bad_inputs(reference_ratio):
 
 @pytest.mark.slow
 def test_tv_beats_gp_with_noise():
-    g = R.geometry()
-    sphere = P.Sphere(radius=R.SPHERE_DIAMETER / 2, index=R.SPHERE_INDEX)
-    big, hp = R.HOLOGRAM_N, R.PIXEL / 2
-    phi = P.born_ratio([sphere], g, n=big, pixel=hp)
-    carrier = R.carrier()
-    holo = P.add_noise(P.holograms(np.exp(phi), g, carrier, hologram_pixel=hp), R.NOISE, seed=1)
-    bg = P.add_noise(P.holograms(np.ones_like(phi), g, carrier, hologram_pixel=hp), R.NOISE, seed=2)
-    kw = dict(hologram_pixel=hp, n=g.n, pupil_frequency=g.pupil_frequency)
-    sideband = F.find_sideband(bg[0], hp)
-    ratio = F.field_ratio(F.extract_fields(holo, sideband, **kw), F.extract_fields(bg, sideband, **kw))
+    g, sphere = R.geometry(), P.Sphere(radius=R.SPHERE_DIAMETER / 2, index=R.SPHERE_INDEX)
+    holos, bgs, hp = P.simulate_holograms([sphere], g, noise=R.NOISE, seed=1)
+    ratio = F.ratio_from_holograms(holos, bgs, g, hp)
     truth = P.render_spheres([sphere], g.n, g.pixel, g.medium_index, supersample=4)
     gp = odt.reconstruct(ratio, g, method="gp", iterations=50, r2c=True).index
     tv = odt.reconstruct(ratio, g, method="tv", iterations=30, tv_inner=5).index

@@ -41,20 +41,6 @@ def cell_phantom(n: int, pixel: float):
             Sphere((-0.5 * s, -2.2 * s, 2.0 * s), 0.7 * s, 1.38)]
 
 
-def _holograms(spheres, g, *, noise: float, seed: int):
-    from qora.holo import reference as R
-    from qora.holo.phantoms import add_noise, born_ratio, holograms
-
-    hp = g.pixel / 2
-    phi = born_ratio(spheres, g, n=2 * g.n, pixel=hp)
-    carrier = R.carrier(2 * g.n, hp)
-    holos = holograms(np.exp(phi), g, carrier, hologram_pixel=hp)
-    bgs = holograms(np.ones_like(phi), g, carrier, hologram_pixel=hp)
-    if noise:
-        holos, bgs = add_noise(holos, noise, seed=seed), add_noise(bgs, noise, seed=seed + 1)
-    return holos, bgs, hp
-
-
 def _timed(fn):
     t0 = time.perf_counter()
     out = fn()
@@ -65,11 +51,11 @@ def _stages(result, n: int, echo, *, tv: bool) -> None:
     from qora.holo import fields as F
     from qora.holo import odt
     from qora.holo import reference as R
-    from qora.holo.phantoms import Sphere
+    from qora.holo.phantoms import Sphere, simulate_holograms
     from qora.holo.unwrap import rytov
 
     g = R.geometry(n)
-    holos, bgs, hp = _holograms([Sphere(radius=1.5, index=1.36)], g, noise=0.0, seed=0)
+    holos, bgs, hp = simulate_holograms([Sphere(radius=1.5, index=1.36)], g)
     label = shape_label((n, n, n))
     sideband = F.find_sideband(bgs[0], hp)
     kw = dict(hologram_pixel=hp, n=g.n, pupil_frequency=g.pupil_frequency)
@@ -125,15 +111,13 @@ def _against_odtbrain(result, n: int, count: int, echo) -> None:
     from qora.holo import odt
     from qora.holo import reference as R
     from qora.holo.geometry import Geometry
-    from qora.holo.phantoms import render_spheres
+    from qora.holo.phantoms import render_spheres, simulate_holograms
 
     g = Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, n, R.NA_DETECTION,
                  angles=np.linspace(0, 2 * np.pi, count, endpoint=False))
     spheres = cell_phantom(n, g.pixel)
-    holos, bgs, hp = _holograms(spheres, g, noise=0.02, seed=3)
-    sideband = F.find_sideband(bgs[0], hp)
-    kw = dict(hologram_pixel=hp, n=g.n, pupil_frequency=g.pupil_frequency)
-    ratio = F.field_ratio(F.extract_fields(holos, sideband, **kw), F.extract_fields(bgs, sideband, **kw))
+    holos, bgs, hp = simulate_holograms(spheres, g, noise=0.02, seed=3)
+    ratio = F.ratio_from_holograms(holos, bgs, g, hp)
     truth = render_spheres(spheres, n, g.pixel, g.medium_index, supersample=3)
     label = f"{shape_label((n, n, n))}x{count}"
     rmse = lambda v: float(np.sqrt(np.mean((v - truth) ** 2)))  # noqa: E731

@@ -53,7 +53,7 @@ def simulate_cmd(n, spheres, angles, na_illumination, noise, geometry_kind, mode
     from qora.holo import reference as R
     from qora.holo.files import write_holograms
     from qora.holo.geometry import Geometry, cone_illuminations
-    from qora.holo.phantoms import Sphere, add_noise, born_ratio, holograms, partial_wave_ratio, render_spheres
+    from qora.holo.phantoms import Sphere, render_spheres, simulate_holograms
 
     spheres = _parse_spheres(spheres) if spheres else [Sphere(radius=R.SPHERE_DIAMETER / 2, index=R.SPHERE_INDEX)]
     if geometry_kind == "rotation":
@@ -63,19 +63,10 @@ def simulate_cmd(n, spheres, angles, na_illumination, noise, geometry_kind, mode
         df = 1.0 / (n * R.PIXEL)
         ill = np.round(cone_illuminations(na_illumination, R.WAVELENGTH, angles) / df) * df
         g = Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, n, R.NA_DETECTION, illuminations=ill)
-    hp = g.pixel / 2
-    if model == "exact":
-        if len(spheres) != 1:
-            raise click.BadParameter("the exact partial-wave model is for one sphere", param_hint="--model")
-        field = 1 + partial_wave_ratio(spheres[0], g, n=2 * n, pixel=hp)
-    else:
-        field = np.exp(born_ratio(spheres, g, n=2 * n, pixel=hp))
-    carrier = R.carrier(2 * n, hp)
-    holos = holograms(field, g, carrier, hologram_pixel=hp)
-    bgs = holograms(np.ones_like(field), g, carrier, hologram_pixel=hp)
-    if noise > 0:
-        holos = add_noise(holos, noise, seed=seed)
-        bgs = add_noise(bgs, noise, seed=seed + 1)
+    try:
+        holos, bgs, hp = simulate_holograms(spheres, g, model=model, noise=noise, seed=seed)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--model") from exc
     truth = render_spheres(spheres, n, g.pixel, g.medium_index, supersample=3)
     write_holograms(out, holos, bgs, g, hologram_pixel=hp, truth=truth)
     click.echo(f"wrote {out}: {g.count} holograms of {2 * n}^2 ({geometry_kind}, {model}), {len(spheres)} sphere(s), "

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-__all__ = ["quantitative_phase", "find_sideband", "extract_fields", "field_ratio", "illumination_frequencies", "peak_frequency", "CropPlan"]
+__all__ = ["ratio_from_holograms", "quantitative_phase", "find_sideband", "extract_fields", "field_ratio", "illumination_frequencies", "peak_frequency", "CropPlan"]
 
 
 def _dtft_magnitude(h, fy, fx, pixel):
@@ -193,3 +193,13 @@ def quantitative_phase(hologram, background, *, hologram_pixel: float = 1.0, n: 
     r = rytov(ratio)
     return {"ratio": ratio, "phase": r.imag, "amplitude": np.exp(r.real), "sideband": sideband,
             "pixel": hologram_pixel * hologram.shape[-1] / n}
+
+
+def ratio_from_holograms(holograms, backgrounds, geometry, hologram_pixel: float) -> np.ndarray:
+    """Field ratios (A, n, n) of a hologram stack over its backgrounds: the per-call chain in one call.
+
+    The sideband is found in the first (normal-incidence) background.
+    """
+    sideband = find_sideband(np.asarray(backgrounds)[0], hologram_pixel)
+    kw = dict(hologram_pixel=hologram_pixel, n=geometry.n, pupil_frequency=geometry.pupil_frequency)
+    return field_ratio(extract_fields(holograms, sideband, **kw), extract_fields(backgrounds, sideband, **kw))

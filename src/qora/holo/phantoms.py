@@ -22,7 +22,8 @@ import numpy as np
 
 from qora.holo.geometry import Geometry, frequencies, nu_z
 
-__all__ = ["Sphere", "render_spheres", "sphere_transform", "born_ratio", "holograms", "add_noise"]
+__all__ = ["Sphere", "render_spheres", "sphere_transform", "born_ratio", "holograms", "add_noise",
+           "simulate_holograms", "scattering_amplitude", "partial_wave_ratio"]
 
 
 @dataclass(frozen=True)
@@ -211,3 +212,32 @@ def partial_wave_ratio(sphere: Sphere, geometry: Geometry, *, n: int | None = No
         spec = np.where(inside, 1j * amp / nz * shift, 0)
         out[a] = np.fft.fftshift(np.fft.ifft2(spec)) / pixel**2
     return out
+
+
+def simulate_holograms(spheres, geometry: Geometry, *, model: str = "born", noise: float = 0.0, seed: int = 0,
+                       carrier=None):
+    """Sample and background holograms (A, 2n, 2n) of spheres, at half the geometry's pixel.
+
+    ``model``: "born" gives the Rytov-consistent field u_in exp(phi_Born) (what the Rytov
+    reconstruction inverts exactly), "exact" the partial-wave solution of one sphere.
+    ``carrier`` defaults to the reference's (a quarter of the sampling frequency on the
+    diagonal); ``noise`` is a fraction of the mean intensity. Returns
+    ``(holograms, backgrounds, hologram_pixel)``.
+    """
+    from qora.holo import reference
+
+    big, hp = 2 * geometry.n, geometry.pixel / 2
+    if model == "exact":
+        if len(spheres) != 1:
+            raise ValueError("the exact partial-wave model is for one sphere")
+        field = 1 + partial_wave_ratio(spheres[0], geometry, n=big, pixel=hp)
+    elif model == "born":
+        field = np.exp(born_ratio(spheres, geometry, n=big, pixel=hp))
+    else:
+        raise ValueError(f"model must be 'born' or 'exact', got {model!r}")
+    carrier = reference.carrier(big, hp) if carrier is None else np.asarray(carrier, float)
+    holos = holograms(field, geometry, carrier, hologram_pixel=hp)
+    bgs = holograms(np.ones_like(field), geometry, carrier, hologram_pixel=hp)
+    if noise > 0:
+        holos, bgs = add_noise(holos, noise, seed=seed), add_noise(bgs, noise, seed=seed + 1)
+    return holos, bgs, hp
