@@ -175,3 +175,39 @@ def test_fused_fgp_equals_the_reference(nonnegative):
     ref2, _ = fgp_prox(v, 0.25, 5, dual=dual_ref.copy(), nonnegative=nonnegative)
     got2, _ = fgp_prox_fused(v, 0.25, 5, dual=dual.copy(), nonnegative=nonnegative)
     np.testing.assert_allclose(got2, ref2, atol=1e-12)
+
+
+def test_solver_grid_is_a_fast_length_and_padding_only_refines_it():
+    from qora.backend.fft import fast_length
+
+    assert [fast_length(m) for m in (188, 192, 282, 376, 470, 3)] == [192, 192, 288, 384, 480, 4]
+    g = R.geometry(n=47)
+    assert odt.solver_grid(g).n == 48 and odt.solver_grid(g, 2).n == 96
+    assert odt.solver_grid(R.geometry(n=32)).n == 32
+    with pytest.raises(ValueError):
+        odt.solver_grid(g, 0.5)
+
+
+def test_field_of_view_box_matches_the_centre_crop():
+    rng = np.random.default_rng(0)
+    fov = odt.FieldOfView(12, 7)
+    box = rng.random((7, 7, 7))
+    big = fov.expand(box)  # FFT layout
+    centred = np.fft.fftshift(big)
+    np.testing.assert_array_equal(odt.crop_volume(centred, 7), box)
+    assert np.count_nonzero(centred) == np.count_nonzero(box)
+    np.testing.assert_array_equal(fov.crop(big), box)
+
+
+def test_tv_with_a_field_of_view_is_zero_outside_it():
+    g = R.geometry(n=24)
+    grid = odt.solver_grid(g, 1.5)
+    rng = np.random.default_rng(1)
+    plan = odt.MappingPlan(grid)
+    phi = odt.pad_fields(0.01 * rng.standard_normal((g.count, 24, 24)) + 0j, grid.n)
+    index = odt.solve(plan(phi), plan.measured, grid, method="tv", iterations=3, tv_inner=2, field_of_view=24)
+    outside = index.copy()
+    lo = grid.n // 2 - 12
+    outside[lo:lo + 24, lo:lo + 24, lo:lo + 24] = g.medium_index
+    np.testing.assert_allclose(outside, g.medium_index, atol=1e-12)
+    assert np.ptp(index[lo:lo + 24, lo:lo + 24, lo:lo + 24]) > 0

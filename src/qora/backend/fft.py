@@ -23,7 +23,7 @@ import numpy as np
 
 from qora.backend import _cupy
 
-__all__ = ["PlanCache", "C2CPlan", "R2CPlan", "HalfC2CPlan", "CallbackC2CPlan", "trailing_axes"]
+__all__ = ["PlanCache", "C2CPlan", "R2CPlan", "HalfC2CPlan", "CallbackC2CPlan", "trailing_axes", "fast_length"]
 
 NORMS = ("backward", "ortho", "forward", None)
 
@@ -116,6 +116,24 @@ class _FFTWPlans:
 
 
 _fftw = _FFTWPlans()
+
+
+def fast_length(minimum: int) -> int:
+    """The smallest even length >= ``minimum`` with no prime factor above 5.
+
+    A length with a larger prime factor can be several times slower: on our CPU machine a
+    376^3 transform (8 x 47) takes 5.2x longer than 384^3 and even 378^3 (2 x 27 x 7) 1.6x
+    longer (docs/holo-performance.md).
+    """
+    m = max(2, int(minimum))
+    while True:
+        k = m
+        for p in (2, 3, 5):
+            while k % p == 0:
+                k //= p
+        if k == 1 and m % 2 == 0:
+            return m
+        m += 1
 
 
 def empty(shape, dtype=np.complex64) -> np.ndarray:

@@ -90,12 +90,14 @@ def simulate_cmd(n, spheres, angles, na_illumination, noise, geometry_kind, mode
 @click.option("--approximation", type=click.Choice(["rytov", "born"]), default="rytov", show_default=True)
 @click.option("--iterations", type=click.IntRange(1, 100000), default=50, show_default=True)
 @click.option("--tv-weight", type=float, default=1e-3, show_default=True)
+@click.option("--oversample", type=click.FloatRange(1.0, 4.0), default=1.0, show_default=True,
+              help="Map onto a grid this many times finer in k (costs oversample^3; docs/holo.md).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Volume .h5 (or .tif).")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="PNG of slices.")
 @click.option("--quiet", is_flag=True)
 def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, medium_index, na_detection,
-                    geometry_kind, angle_range, method, approximation, iterations, tv_weight, out, plot,
-                    quiet) -> None:
+                    geometry_kind, angle_range, method, approximation, iterations, tv_weight, oversample, out,
+                    plot, quiet) -> None:
     """Refractive-index volume from a hologram stack (and its backgrounds)."""
     from qora.holo import fields as F
     from qora.holo.files import load_stack, plot_volume, read_holograms, write_volume, write_volume_tiff
@@ -138,7 +140,8 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
                              illuminations=F.illumination_frequencies(bg_fields, pixel))
         sideband = F.find_sideband(bgs[0], hp)
         pipe = Pipeline(g, sideband=sideband, hologram_pixel=hp, hologram_n=stack.shape[-1], method=method,
-                        approximation=approximation, iterations=iterations, tv_weight=tv_weight)
+                        approximation=approximation, iterations=iterations, tv_weight=tv_weight,
+                        oversample=oversample)
         pipe.set_background(bgs)
         with tqdm_progress(disable=quiet) as bar:
             result = pipe.process(stack, progress=bar)

@@ -19,10 +19,11 @@ on half spectra (R2C), or by FISTA with an isotropic TV proximal step (FGP).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from qora.backend.fft import fast_length
 from qora.holo.geometry import Geometry, frequencies, nu_z
 from qora.holo.unwrap import rytov
 
@@ -107,6 +108,31 @@ def _to_volume(spectrum):
     return np.fft.fftshift(np.fft.ifftn(spectrum))
 
 
+class FieldOfView:
+    """The central n^3 box of a grid of edge ``big`` (FFT layout, origin at index 0).
+
+    When the solver's grid is larger than the recorded field of view (``solver_grid``),
+    the object is known to lie inside the central n^3: the potential is zero outside. The
+    box per axis, in FFT layout, is [big - n//2, big) followed by [0, n - n//2).
+    """
+
+    def __init__(self, big: int, n: int) -> None:
+        if not 0 < n <= big:
+            raise ValueError(f"field of view {n} must fit the grid {big}")
+        self.big, self.n = big, n
+        self.index = np.concatenate([np.arange(big - n // 2, big), np.arange(0, n - n // 2)])  # centre-origin order
+
+    def crop(self, v):
+        """The box of a big FFT-layout volume, as a centre-origin n^3 array."""
+        return v[np.ix_(self.index, self.index, self.index)]
+
+    def expand(self, c):
+        """A centre-origin n^3 array placed in a zero big^3 volume in FFT layout."""
+        out = np.zeros((self.big,) * 3, c.dtype)
+        out[np.ix_(self.index, self.index, self.index)] = c
+        return out
+
+
 def gerchberg_papoulis(data, measured, iterations: int):
     """C2C Gerchberg-Papoulis: inverse FFT, keep max(Re, 0), FFT, restore the measured bins.
 
@@ -151,12 +177,14 @@ def gerchberg_papoulis_r2c(data, measured, iterations: int):
     return np.fft.fftshift(np.fft.irfftn(estimate, s=n, axes=axes))
 
 
-def fista_tv(data, measured, iterations: int, lam: float, inner: int):
+def fista_tv(data, measured, iterations: int, lam: float, inner: int, fov: FieldOfView | None = None):
     """FISTA with step 1 on f(x) = 1/2 ||M (F x - P)||^2 plus lam TV(x), x >= 0 (real potential).
 
     The gradient step y - grad f(y) is the half-spectrum restore step of
     :func:`gerchberg_papoulis_r2c` (the Lipschitz constant of grad f is 1); the prox is
     FGP with ``inner`` iterations, its dual warm-started between outer iterations.
+    With ``fov`` the unknown x is the box alone (zero outside): the iterates and the prox
+    live on n^3 and only the transforms see the big grid.
     Returns the real volume, centre-origin.
     """
     from qora.holo.tv_cpu import fgp_prox_fused as fgp_prox  # the fused loops; tv.fgp_prox is the reference
@@ -167,21 +195,34 @@ def fista_tv(data, measured, iterations: int, lam: float, inner: int):
     m = measured.astype(np.float64)
     a = ((data * measured + np.conj(_mirror(data * measured))) / 2)[..., :half]
     b = (1 - (m + _mirror(m)) / 2)[..., :half]
-    x_prev = y = np.fft.irfftn(a, s=n, axes=axes)
+    if fov is None:
+        restrict = expand = lambda v: v  # noqa: E731
+    else:
+        restrict, expand = fov.crop, fov.expand
+    x_prev = y = restrict(np.fft.irfftn(a, s=n, axes=axes))
     t = 1.0
     dual = None
     for _ in range(iterations):
-        v = np.fft.irfftn(a + b * np.fft.rfftn(y, axes=axes), s=n, axes=axes)
-        x, dual = fgp_prox(v, lam, inner, dual=dual)
+        v = restrict(np.fft.irfftn(a + b * np.fft.rfftn(expand(y), axes=axes), s=n, axes=axes))
+        x, dual = fgp_prox(np.ascontiguousarray(v), lam, inner, dual=dual)
         t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
         y = x + ((t - 1) / t_new) * (x - x_prev)
         x_prev, t = x, t_new
-    return np.fft.fftshift(x_prev)
+    return np.fft.fftshift(expand(x_prev))
 
 
 def solve(spectrum, measured, geometry: Geometry, *, method: str = "gp", iterations: int = 50, r2c: bool = False,
-          tv_weight: float = 1e-3, tv_inner: int = 10):
-    """From a mapped spectrum to the index volume by ``method`` ("plain", "gp" or "tv")."""
+          tv_weight: float = 1e-3, tv_inner: int = 10, field_of_view: int | None = None):
+    """From a mapped spectrum to the index volume by ``method`` ("plain", "gp" or "tv").
+
+    ``field_of_view``: edge (voxels) of the central box outside which the potential is known
+    to be zero (the recorded field of view inside a larger solver grid); None: no such box.
+    TV uses it (its iterates and prox then live on the box alone: faster, and 2-5% lower RMSE
+    on the cell phantom); GP does not (measured: the box changed its RMSE by +1%).
+    """
+    fov = None
+    if field_of_view is not None and field_of_view != geometry.n:
+        fov = FieldOfView(geometry.n, field_of_view)
     if method == "plain":
         potential = _to_volume(spectrum)
     elif method in ("gp", "tv"):
@@ -192,7 +233,7 @@ def solve(spectrum, measured, geometry: Geometry, *, method: str = "gp", iterati
         else:
             if tv_weight <= 0 or tv_inner < 1:
                 raise ValueError("tv needs tv_weight > 0 and tv_inner >= 1")
-            potential = fista_tv(spectrum, measured, iterations, tv_weight * geometry.k0**2, tv_inner)
+            potential = fista_tv(spectrum, measured, iterations, tv_weight * geometry.k0**2, tv_inner, fov)
     else:
         raise ValueError(f"method must be 'plain', 'gp' or 'tv', got {method!r}")
     return index_from_potential(potential, geometry)
@@ -219,14 +260,26 @@ class OdtResult:
     info: dict = field(default_factory=dict)
 
 
-def oversampled(geometry: Geometry, factor: float) -> Geometry:
-    """The geometry on a grid ``factor`` times larger at the same pixel (finer frequency bins)."""
-    from dataclasses import replace
+def solver_grid(geometry: Geometry, oversample: float = 1.0) -> Geometry:
+    """The geometry the solver runs on: the same pixel on the smallest fast FFT length of at
+    least n * oversample (finer k-bins; the fields are zero-padded onto it and the central
+    n^3 of the result is kept)."""
+    if not oversample >= 1.0:
+        raise ValueError(f"oversample must be at least 1, got {oversample}")
+    big = fast_length(math.ceil(geometry.n * oversample - 1e-9))
+    return geometry if big == geometry.n else replace(geometry, n=big)
 
-    big = int(round(geometry.n * factor))
-    if big < geometry.n:
-        raise ValueError(f"oversample must be at least 1, got {factor}")
-    return replace(geometry, n=big)
+
+def invert(phi, geometry: Geometry, plan: "MappingPlan", **options) -> np.ndarray:
+    """Index volume (n^3 of ``geometry``) from first-order fields (A, n, n): padded onto the
+    plan's grid, mapped, solved (``solve`` options) and cropped back."""
+    big = plan.geometry.n
+    if big != geometry.n:
+        phi = pad_fields(phi, big)
+    index = solve(plan(phi), plan.measured, plan.geometry, field_of_view=geometry.n, **options)
+    if big != geometry.n:
+        index = np.ascontiguousarray(crop_volume(index, geometry.n))
+    return index
 
 
 def pad_fields(phi, big: int):
@@ -269,6 +322,9 @@ def reconstruct(ratio, geometry: Geometry, *, approximation: str = "rytov", meth
         the field of view), so the nearest-bin error in k-space shrinks by the same factor,
         and return the central n^3. Costs oversample^3 in the solver; pays for objects that
         fill the field of view and for the rotation geometry, where every axis is rounded.
+        The solver's grid is the smallest fast FFT length (even, factors 2, 3 and 5) of at
+        least n * oversample, also for oversample 1 (188 runs on 192: a 188^3 transform,
+        4 x 47, is 6x slower); ``info["grid"]`` records it.
     r2c : bool
         Run Gerchberg-Papoulis on half spectra (real transforms): same iterates, half the memory.
     """
@@ -278,16 +334,10 @@ def reconstruct(ratio, geometry: Geometry, *, approximation: str = "rytov", meth
     if not np.all(np.isfinite(ratio)):
         raise ValueError("ratio has non-finite values")
     phi = first_order(ratio, approximation)
-    grid = geometry
-    if oversample != 1.0:
-        grid = oversampled(geometry, oversample)
-        phi = pad_fields(phi, grid.n)
-    plan = MappingPlan(grid)
-    spectrum = plan(phi)
-    index = solve(spectrum, plan.measured, grid, method=method, iterations=iterations, r2c=r2c,
-                  tv_weight=tv_weight, tv_inner=tv_inner)
-    if grid is not geometry:
-        index = np.ascontiguousarray(crop_volume(index, geometry.n))
+    plan = MappingPlan(solver_grid(geometry, oversample))
+    index = invert(phi, geometry, plan, method=method, iterations=iterations, r2c=r2c, tv_weight=tv_weight,
+                   tv_inner=tv_inner)
     return OdtResult(index, geometry, method, approximation, 0 if method == "plain" else iterations,
                      info={"measured_fraction": float(plan.measured.mean()), "r2c": bool(r2c), "oversample": oversample,
+                           "grid": plan.geometry.n,
                            "tv_weight": tv_weight if method == "tv" else None})

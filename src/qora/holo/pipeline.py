@@ -14,7 +14,7 @@ import numpy as np
 
 from qora.holo.fields import CropPlan, _stack, field_ratio
 from qora.holo.geometry import Geometry
-from qora.holo.odt import MappingPlan, OdtResult, first_order, solve
+from qora.holo.odt import MappingPlan, OdtResult, first_order, invert, solver_grid
 from qora.progress import report
 
 __all__ = ["Pipeline"]
@@ -32,17 +32,17 @@ class Pipeline:
         Hologram pixel in object space, um (half the geometry's pixel for a 2n crop).
     hologram_n : int
         Hologram size N (holograms are N x N).
-    approximation, method, iterations, r2c, tv_weight, tv_inner
+    approximation, method, iterations, r2c, tv_weight, tv_inner, oversample
         As in :func:`qora.holo.odt.reconstruct`.
     """
 
     def __init__(self, geometry: Geometry, *, sideband, hologram_pixel: float, hologram_n: int,
                  approximation: str = "rytov", method: str = "gp", iterations: int = 50, r2c: bool = True,
-                 tv_weight: float = 1e-3, tv_inner: int = 10) -> None:
+                 tv_weight: float = 1e-3, tv_inner: int = 10, oversample: float = 1.0) -> None:
         self.geometry = geometry
         self.crop = CropPlan(hologram_n, sideband, hologram_pixel=hologram_pixel, n=geometry.n,
                              pupil_frequency=geometry.pupil_frequency)
-        self.mapping = MappingPlan(geometry)
+        self.mapping = MappingPlan(solver_grid(geometry, oversample))
         self.options = dict(method=method, iterations=iterations, r2c=r2c, tv_weight=tv_weight, tv_inner=tv_inner)
         self.approximation = approximation
         first_order(np.ones((1, 2, 2), complex), approximation)  # reject a bad name now, not per stack
@@ -63,20 +63,18 @@ class Pipeline:
         """One stack of sample holograms (A, N, N) -> :class:`OdtResult`."""
         if self.background_fields is None:
             raise RuntimeError("call set_background(...) before process(...)")
-        steps = 4
+        steps = 3
         report(progress, "fields", 0, steps)
         ratio = field_ratio(self._fields(holograms), self.background_fields)
         report(progress, "rytov" if self.approximation == "rytov" else "born", 1, steps)
         phi = first_order(ratio, self.approximation)
-        report(progress, "mapping", 2, steps)
-        spectrum = self.mapping(phi)
-        report(progress, self.options["method"], 3, steps)
-        index = solve(spectrum, self.mapping.measured, self.geometry, **self.options)
-        report(progress, "done", 4, steps)
+        report(progress, self.options["method"], 2, steps)
+        index = invert(phi, self.geometry, self.mapping, **self.options)
+        report(progress, "done", 3, steps)
         return OdtResult(index, self.geometry, self.options["method"], self.approximation,
                          0 if self.options["method"] == "plain" else self.options["iterations"],
                          info={"measured_fraction": float(self.mapping.measured.mean()),
-                               "r2c": self.options["r2c"]})
+                               "r2c": self.options["r2c"], "grid": self.mapping.geometry.n})
 
     def process_series(self, stacks, *, progress=None):
         """Yield the volume of each stack of a time series, in order."""
