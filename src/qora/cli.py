@@ -132,11 +132,14 @@ cli.add_command(_holo_group)
 @click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--no-write", is_flag=True, help="Print only; write no result file.")
 @click.option("--extras", is_flag=True, help="GPU: callback, iteration split, construction, recipes, memory.")
-def bench_phase(backend: str, no_write: bool, extras: bool) -> None:
+@click.option("--callback-probe", is_flag=True, help="GPU: the callback variant with parts switched off.")
+def bench_phase(backend: str, no_write: bool, extras: bool, callback_probe: bool) -> None:
     """ms per HIO iteration per size, against a NumPy loop and a jax.jit loop (peers env)."""
     from qora.bench import phase as phase_bench
 
-    if extras:
+    if callback_probe:
+        phase_bench.run_callback_probe(write=not no_write, echo=click.echo)
+    elif extras:
         phase_bench.run_cuda_extras(write=not no_write, echo=click.echo)
     else:
         phase_bench.run(backend=backend, write=not no_write, echo=click.echo)

@@ -265,6 +265,55 @@ def run(*, backend="auto", shapes=None, write=True, echo=print) -> BenchResult:
     return run_cpu(shapes=shapes or CPU_SHAPES, write=write, echo=echo)
 
 
+# The callback probe's builds of callbacks.cu (its QORA_CB_* switches), from the shipped one down
+CALLBACK_BUILDS = {
+    "shipped": {},
+    "warp_error": {"QORA_CB_ERROR": 2},
+    "no_error": {"QORA_CB_ERROR": 0},
+    "no_update": {"QORA_CB_UPDATE": 0},
+    "no_modulus": {"QORA_CB_MODULUS": 0},
+    "copy_only": {"QORA_CB_MODULUS": 0, "QORA_CB_UPDATE": 0},
+}
+PROBE_SHAPES = ((2048, 2048), (128, 128, 128), (256, 256, 256))
+
+
+def run_callback_probe(*, shapes=PROBE_SHAPES, write=True, echo=print) -> BenchResult:
+    """Where the callback variant's time goes: the same iteration with parts of its callbacks
+    switched off, timed in one run with graph and the bare cuFFT pair (ms per iteration)."""
+    from qora.bench.common import fft_pair_floor
+    from qora.phase.cuda import CallbackEngine
+
+    be = resolve("cuda")
+    result = BenchResult("phase-callback", "cuda", be.device_facts().as_dict(), columns=("ms", "vs_graph"))
+    pool = be.xp.get_default_memory_pool()
+    for shape in shapes:
+        label = shape_label(shape)
+        amp, support, x0 = workload(shape)
+        times = {"fft_pair": fft_pair_floor(be, shape, "fp32", repeats=10)["ms"]}
+        engines = {"graph": _cuda_engine_runner("graph", shape)[0]}
+        for name, defines in CALLBACK_BUILDS.items():
+            engines[name] = CallbackEngine(amp, support, 1, defines=defines)
+            result.add(f"plans/{label}/{name}", ms=engines[name].plan_created_s * 1e3)
+        for name, engine in engines.items():
+            engine.set_x(x0[None])
+            engine.iterate(2, 1.0, -BETA)
+            t0 = time.perf_counter()
+            engine.iterate(2, 1.0, -BETA)
+            n = _iterations_for((time.perf_counter() - t0) * 1e3 / 2, 0.2)
+            times[name] = time_peer(lambda k, e=engine: e.iterate(k, 1.0, -BETA), n)
+        for name, ms in times.items():
+            result.add(f"callback/{label}/{name}", ms=ms, vs_graph=ms / times["graph"],
+                       over_pair=ms - times["fft_pair"])
+        echo(f"  {label:>12}: " + ", ".join(f"{k} {v:.4f}" for k, v in times.items()))
+        del engines
+        pool.free_all_blocks()
+    if write:
+        path = result.write()
+        echo(f"result written to {path}")
+    echo(result.table())
+    return result
+
+
 def run_cuda_extras(*, shapes=CUDA_SHAPES, write=True, echo=print) -> BenchResult:
     """The seed's other GPU tables: callback against graph (with plan creation time), the
     split of an iteration into cuFFT and element-wise time, solver construction, whole

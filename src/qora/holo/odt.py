@@ -22,13 +22,33 @@ import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+import scipy.fft
 
+from qora.backend.core import cpu_count
 from qora.backend.fft import fast_length
 from qora.holo.geometry import Geometry, frequencies, nu_z
 from qora.holo.unwrap import rytov
 
 __all__ = ["MappingPlan", "map_spectrum", "reconstruct", "index_from_potential", "potential_from_index", "OdtResult",
            "gerchberg_papoulis", "gerchberg_papoulis_r2c"]
+
+
+class _fft:  # noqa: N801 - a namespace: SciPy's transforms on all cores (NumPy's run on one)
+    @staticmethod
+    def fftn(x):
+        return scipy.fft.fftn(x, workers=cpu_count())
+
+    @staticmethod
+    def ifftn(x):
+        return scipy.fft.ifftn(x, workers=cpu_count())
+
+    @staticmethod
+    def rfftn(x, axes):
+        return scipy.fft.rfftn(x, axes=axes, workers=cpu_count())
+
+    @staticmethod
+    def irfftn(x, s, axes):
+        return scipy.fft.irfftn(x, s=s, axes=axes, workers=cpu_count())
 
 
 def index_from_potential(v, geometry: Geometry):
@@ -105,7 +125,7 @@ def map_spectrum(phi, geometry: Geometry):
 
 
 def _to_volume(spectrum):
-    return np.fft.fftshift(np.fft.ifftn(spectrum))
+    return np.fft.fftshift(_fft.ifftn(spectrum))
 
 
 class FieldOfView:
@@ -140,9 +160,9 @@ def gerchberg_papoulis(data, measured, iterations: int):
     """
     estimate = data.copy()
     for _ in range(iterations):
-        v = np.fft.ifftn(estimate)
+        v = _fft.ifftn(estimate)
         v = np.maximum(v.real, 0.0)
-        estimate = np.fft.fftn(v)
+        estimate = _fft.fftn(v)
         estimate[measured] = data[measured]
     return _to_volume(estimate)
 
@@ -172,9 +192,9 @@ def gerchberg_papoulis_r2c(data, measured, iterations: int):
     b = b_full[..., :half]
     estimate = a.copy()
     for _ in range(iterations):
-        v = np.maximum(np.fft.irfftn(estimate, s=n, axes=axes), 0.0)
-        estimate = a + b * np.fft.rfftn(v, axes=axes)
-    return np.fft.fftshift(np.fft.irfftn(estimate, s=n, axes=axes))
+        v = np.maximum(_fft.irfftn(estimate, s=n, axes=axes), 0.0)
+        estimate = a + b * _fft.rfftn(v, axes=axes)
+    return np.fft.fftshift(_fft.irfftn(estimate, s=n, axes=axes))
 
 
 def fista_tv(data, measured, iterations: int, lam: float, inner: int, fov: FieldOfView | None = None):
@@ -199,11 +219,11 @@ def fista_tv(data, measured, iterations: int, lam: float, inner: int, fov: Field
         restrict = expand = lambda v: v  # noqa: E731
     else:
         restrict, expand = fov.crop, fov.expand
-    x_prev = y = restrict(np.fft.irfftn(a, s=n, axes=axes))
+    x_prev = y = restrict(_fft.irfftn(a, s=n, axes=axes))
     t = 1.0
     dual = None
     for _ in range(iterations):
-        v = restrict(np.fft.irfftn(a + b * np.fft.rfftn(expand(y), axes=axes), s=n, axes=axes))
+        v = restrict(_fft.irfftn(a + b * _fft.rfftn(expand(y), axes=axes), s=n, axes=axes))
         x, dual = fgp_prox(np.ascontiguousarray(v), lam, inner, dual=dual)
         t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
         y = x + ((t - 1) / t_new) * (x - x_prev)

@@ -344,7 +344,8 @@ class CallbackEngine(_KernelEngine):
     name = "callback"
     SLOTS = 4096
 
-    def __init__(self, amp, support, batch: int = 1) -> None:
+    def __init__(self, amp, support, batch: int = 1, *, defines: dict | None = None) -> None:
+        """``defines``: preprocessor switches of ``callbacks.cu`` (the probe's cut-down builds)."""
         super().__init__(amp, support, batch, graph=True)
         from qora.backend.kernels import kernel_source
 
@@ -364,7 +365,8 @@ class CallbackEngine(_KernelEngine):
                   self.coef.data.ptr, self.n * self.batch)
         self._fwd_info = xp.asarray(fwd.view(np.uint8))
         self._inv_info = xp.asarray(inv.view(np.uint8))
-        source = kernel_source("qora.phase", "callbacks.cu")
+        source = "".join(f"#define {k} {v}\n" for k, v in (defines or {}).items())
+        source += kernel_source("qora.phase", "callbacks.cu")
         axes = tuple(range(1, len(self.full)))
         fft = self.backend.fft
         self.plan_forward = fft.callback_c2c(self.full, axes=axes, store=(source, "qora_forward_store"),

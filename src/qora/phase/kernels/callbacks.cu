@@ -15,6 +15,35 @@
 
 #define QORA_SLOTS 4096
 
+// Switches for the cut-down builds of the callback probe (qora.bench.phase.run_callback_probe);
+// the shipped variant uses the defaults.
+#ifndef QORA_CB_MODULUS
+#define QORA_CB_MODULUS 1  // 0: the forward store writes the value unchanged (a copy-only callback)
+#endif
+#ifndef QORA_CB_ERROR
+#define QORA_CB_ERROR 1  // 0: no error sum; 1: one atomic per value; 2: one per full warp
+#endif
+#ifndef QORA_CB_UPDATE
+#define QORA_CB_UPDATE 1  // 0: the inverse store writes P_M x into the new half without the update
+#endif
+
+// Adds e to the start's slots. With QORA_CB_ERROR 2, a warp whose 32 lanes all store values of
+// one start sums them with shuffles first (cuFFT calls the callback from code that may diverge,
+// so partial warps fall back to one atomic each).
+__device__ __forceinline__ void qora_add_error(float* slots, long long b, long long i, float e, bool measured) {
+#if QORA_CB_ERROR == 2
+    const unsigned mask = __activemask();
+    if (mask == 0xffffffffu && __all_sync(mask, __shfl_sync(mask, b, 0) == b)) {
+        for (int o = 16; o > 0; o >>= 1) e += __shfl_xor_sync(mask, e, o);
+        if ((threadIdx.x & 31) == 0) atomicAdd(slots + b * QORA_SLOTS + ((i >> 5) & (QORA_SLOTS - 1)), e);
+        return;
+    }
+#endif
+#if QORA_CB_ERROR != 0
+    if (measured) atomicAdd(slots + b * QORA_SLOTS + (i & (QORA_SLOTS - 1)), e);
+#endif
+}
+
 struct QoraForwardInfo {
     const float* amp;      // n values, FFT layout, -1 where masked
     float* slots;          // B * QORA_SLOTS partial error sums
@@ -38,13 +67,17 @@ __device__ void qora_forward_store(void* out, unsigned long long offset, cufftCo
     const long long n = info->n;
     const long long b = (long long)offset / n;
     const long long i = (long long)offset - b * n;
+#if QORA_CB_MODULUS == 0
+    static_cast<cufftComplex*>(out)[offset] = v;
+    return;
+#endif
     const float a = info->amp[i];
     const float s = info->scale;
     const float mag = sqrtf(v.x * v.x + v.y * v.y);
     cufftComplex w;
+    const float d = a >= 0.0f ? s * mag - a : 0.0f;
+    qora_add_error(info->slots, b, i, d * d, a >= 0.0f);
     if (a >= 0.0f) {
-        const float d = s * mag - a;
-        atomicAdd(info->slots + b * QORA_SLOTS + (i & (QORA_SLOTS - 1)), d * d);
         if (mag > 0.0f) {
             const float f = s * a / mag;
             w.x = v.x * f;
@@ -66,6 +99,10 @@ __device__ void qora_inverse_store(void* out, unsigned long long offset, cufftCo
     const int old = (info->state[1] + info->state[0] - 1) & 1;  // the reduce kernel counted this iteration
     const float2* x_old = old ? info->buf1 : info->buf0;
     float2* x_new = old ? info->buf0 : info->buf1;
+#if QORA_CB_UPDATE == 0
+    x_new[offset] = make_float2(p.x, p.y);
+    return;
+#endif
     const float a = info->coef[0];
     const float b = info->coef[1];
     const int constraint = (int)info->coef[2];
