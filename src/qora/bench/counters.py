@@ -104,6 +104,11 @@ def parse_csv(text: str) -> list[dict]:
     return out
 
 
+def _mean(values) -> float:
+    finite = [v for v in values if np.isfinite(v)]
+    return float(np.mean(finite)) if finite else float("nan")
+
+
 def _short(name: str) -> str:
     for k in OUR_KERNELS:
         if k in name:
@@ -140,10 +145,10 @@ def summarize(kernels: list[dict], n_elements: int, iterations: int = ITERATIONS
             "launches_per_iteration": e["launches"] / iterations,
             "us_per_iteration": e["ns"] / iterations / 1e3,
             "bytes_per_element": e["bytes"] / iterations / n_elements,
-            "l2_hit_pct": float(np.nanmean(e["l2_hit"])),
-            "dram_pct_of_peak": float(np.nanmean(e["dram_pct"])),
-            "sm_pct_of_peak": float(np.nanmean(e["sm_pct"])),
-            "load_sectors_per_request": float(np.nanmean(e["sectors_per_request"])),
+            "l2_hit_pct": _mean(e["l2_hit"]),
+            "dram_pct_of_peak": _mean(e["dram_pct"]),
+            "sm_pct_of_peak": _mean(e["sm_pct"]),
+            "load_sectors_per_request": _mean(e["sectors_per_request"]),
             "registers": e["registers"],
         }
     return {

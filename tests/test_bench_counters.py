@@ -1,0 +1,29 @@
+"""The Nsight Compute report parser (qora.bench.counters) on a log in ncu's raw CSV form."""
+
+import pytest
+
+from qora.bench import counters
+
+LOG = """==PROF== Connected to process 1
+"ID","Process ID","Kernel Name","gpu__time_duration.sum","dram__bytes_read.sum","dram__bytes_write.sum","lts__t_sector_hit_rate.pct","l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum","l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"
+"","","","nsecond","byte","byte","%","",""
+"0","1","regular_fft<256>(float2*)","1000","4000","4000","50","10","40"
+"1","1","modulus_step","500","2000","1000","20","5","80"
+"2","1","update_step","600","3000","1500","30","5","80"
+"3","1","regular_fft<256>(float2*)","1000","4000","4000","50","10","40"
+==PROF== Disconnected
+"""
+
+
+def test_parse_skips_units_and_profiler_lines():
+    ks = counters.parse_csv(LOG)
+    assert [k["name"] for k in ks][1:3] == ["modulus_step", "update_step"]
+    assert ks[0]["dram__bytes_read.sum"] == 4000.0 and len(ks) == 4
+
+
+def test_summary_splits_our_kernels_from_cufft_per_iteration_and_element():
+    s = counters.summarize(counters.parse_csv(LOG), n_elements=100, iterations=1)
+    assert s["ours_bytes_per_element"] == pytest.approx((2000 + 1000 + 3000 + 1500) / 100)
+    assert s["cufft_bytes_per_element"] == pytest.approx(160.0)
+    assert s["kernels"]["modulus_step"]["load_sectors_per_request"] == pytest.approx(16.0)
+    assert s["kernels"]["regular_fft"]["launches_per_iteration"] == 2
