@@ -27,3 +27,9 @@ def test_summary_splits_our_kernels_from_cufft_per_iteration_and_element():
     assert s["cufft_bytes_per_element"] == pytest.approx(160.0)
     assert s["kernels"]["modulus_step"]["load_sectors_per_request"] == pytest.approx(16.0)
     assert s["kernels"]["regular_fft"]["launches_per_iteration"] == 2
+
+
+def test_cupy_helper_kernels_are_neither_ours_nor_cufft():
+    log = LOG.replace('"2","1","update_step"', '"2","1","cupy_multiply__complex64"')
+    s = counters.summarize(counters.parse_csv(log), n_elements=100, iterations=1)
+    assert s["ours_bytes_per_element"] == pytest.approx(30.0) and s["cufft_bytes_per_element"] == pytest.approx(160.0)

@@ -10,7 +10,7 @@ from qora.testing import assert_parity
 
 pytestmark = pytest.mark.gpu
 
-VARIANTS = ["naive", "fused", "graph", "batched", "callback"]
+VARIANTS = ["naive", "fused", "graph", "batched", "callback", "callback-store"]
 CASES = [("triangle", (64, 64)), ("triangle", (45, 51)), ("cut_prism", (32, 32, 32)), ("cut_prism", (15, 16, 17))]
 
 
@@ -27,6 +27,15 @@ def _case(name, shape, batch, seed=0):
     return amp, support, x0
 
 
+def make_engine(variant, amp, support, batch):
+    """The variant's engine; "callback-store" is the callback variant in its store-callback mode."""
+    from qora.phase import cuda
+
+    if variant == "callback-store":
+        return cuda.CallbackEngine(amp, support, batch, mode="store")
+    return cuda.make_engine(variant, amp, support, batch)
+
+
 def _run(engine, x0, iterations, algorithm, constraint):
     a, b = update_coefficients(algorithm, 0.9)
     engine.set_x(x0)
@@ -39,7 +48,6 @@ def _run(engine, x0, iterations, algorithm, constraint):
 @pytest.mark.parametrize("iterations", [1, 20])
 def test_variant_matches_cpu_step_by_step(variant, name, shape, iterations):
     from qora.phase.cpu import CpuEngine
-    from qora.phase.cuda import make_engine
 
     batch = 3 if variant == "batched" else 1
     amp, support, x0 = _case(name, shape, batch)
@@ -48,12 +56,11 @@ def test_variant_matches_cpu_step_by_step(variant, name, shape, iterations):
                   x0, rtol=1e-5)
 
 
-@pytest.mark.parametrize("variant", ["graph", "callback"])
+@pytest.mark.parametrize("variant", ["graph", "callback", "callback-store"])
 @pytest.mark.parametrize("algorithm", ["ER", "HIO", "RAAR"])
 @pytest.mark.parametrize("constraint", [None, "real", "positive"])
 def test_every_update_branch(variant, algorithm, constraint):
     from qora.phase.cpu import CpuEngine
-    from qora.phase.cuda import make_engine
 
     amp, support, x0 = _case("triangle", (48, 48), 2)
     assert_parity(lambda x: _run(CpuEngine(amp, support, 2), x, 5, algorithm, constraint),
@@ -127,7 +134,6 @@ FP16 = ["half", "mixed"]
 @pytest.mark.parametrize("iterations,tolerance", [(1, 3e-3), (20, 3e-2)])
 def test_fp16_variants_follow_the_cpu_to_fp16_precision(variant, name, shape, iterations, tolerance):
     from qora.phase.cpu import CpuEngine
-    from qora.phase.cuda import make_engine
 
     amp, support, x0 = _case(name, shape, 2)
     ref, ref_err = _run(CpuEngine(amp, support, 2), x0, iterations, "HIO", None)

@@ -265,14 +265,15 @@ def run(*, backend="auto", shapes=None, write=True, echo=print) -> BenchResult:
     return run_cpu(shapes=shapes or CPU_SHAPES, write=write, echo=echo)
 
 
-# The callback probe's builds of callbacks.cu (its QORA_CB_* switches), from the shipped one down
+# The callback probe's builds: (mode, switches of callbacks.cu), from the shipped one down
 CALLBACK_BUILDS = {
-    "shipped": {},
-    "warp_error": {"QORA_CB_ERROR": 2},
-    "no_error": {"QORA_CB_ERROR": 0},
-    "no_update": {"QORA_CB_UPDATE": 0},
-    "no_modulus": {"QORA_CB_MODULUS": 0},
-    "copy_only": {"QORA_CB_MODULUS": 0, "QORA_CB_UPDATE": 0},
+    "store": ("store", {}),
+    "load": ("load", {}),
+    "load_warp_error": ("load", {"QORA_CB_ERROR": 2}),
+    "load_no_error": ("load", {"QORA_CB_ERROR": 0}),
+    "load_no_update": ("load", {"QORA_CB_UPDATE": 0}),
+    "load_no_modulus": ("load", {"QORA_CB_MODULUS": 0}),
+    "load_copy_only": ("load", {"QORA_CB_MODULUS": 0, "QORA_CB_UPDATE": 0}),
 }
 PROBE_SHAPES = ((2048, 2048), (128, 128, 128), (256, 256, 256))
 
@@ -291,8 +292,8 @@ def run_callback_probe(*, shapes=PROBE_SHAPES, write=True, echo=print) -> BenchR
         amp, support, x0 = workload(shape)
         times = {"fft_pair": fft_pair_floor(be, shape, "fp32", repeats=10)["ms"]}
         engines = {"graph": _cuda_engine_runner("graph", shape)[0]}
-        for name, defines in CALLBACK_BUILDS.items():
-            engines[name] = CallbackEngine(amp, support, 1, defines=defines)
+        for name, (mode, defines) in CALLBACK_BUILDS.items():
+            engines[name] = CallbackEngine(amp, support, 1, mode=mode, defines=defines)
             result.add(f"plans/{label}/{name}", ms=engines[name].plan_created_s * 1e3)
         for name, engine in engines.items():
             engine.set_x(x0[None])

@@ -330,91 +330,127 @@ class MixedEngine(_HalfBuffers, CudaEngine):
 
 
 class CallbackEngine(_KernelEngine):
-    """The element-wise work inside cuFFT's passes, as LTO store callbacks (``kernels/callbacks.cu``).
+    """The element-wise work inside cuFFT's passes, as LTO callbacks (``kernels/callbacks.cu``).
 
-    An iteration is three graph nodes: the forward transform (its store callback applies the
-    modulus projection and adds the error terms to 4096 slots per start), a one-block
-    kernel that reduces the slots into the history and counts the iteration, and the
-    inverse transform (its store callback applies the support update, reading the old
-    object from one half of a double buffer and writing the new one to the other). The
-    coefficients live in device memory, so ER, HIO and RAAR share the plans; graphs are
-    cached per (length, coefficients, starting half).
+    ``mode="load"`` (the default): the inverse transform loads the spectrum through the
+    modulus projection (its error terms added to 4096 slots per start), and the forward
+    transform of the next iteration loads P_M x through the support update, writing the
+    new x as it goes; a chunk starts with a plain forward transform of x and ends with the
+    ``update_step`` kernel. ``mode="store"`` (the seed's form): the forward transform's
+    store callback applies the modulus projection, the inverse's the update, into the
+    other half of a double-buffered x. Either way a one-block kernel reduces the slots
+    into the history after each modulus step. The coefficients live in device memory, so
+    ER, HIO and RAAR share the plans; graphs are cached per (length, coefficients[, half]).
     """
 
     name = "callback"
     SLOTS = 4096
+    MODES = ("load", "store")
 
-    def __init__(self, amp, support, batch: int = 1, *, defines: dict | None = None) -> None:
+    def __init__(self, amp, support, batch: int = 1, *, mode: str = "load", defines: dict | None = None) -> None:
         """``defines``: preprocessor switches of ``callbacks.cu`` (the probe's cut-down builds)."""
+        if mode not in self.MODES:
+            raise ValueError(f"mode must be one of {self.MODES}, got {mode!r}")
         super().__init__(amp, support, batch, graph=True)
         from qora.backend.kernels import kernel_source
 
         xp = self.xp
+        self.mode = mode
         self._kernels["reduce_slots"] = load_module("qora.phase", "phase.cu").get_function("reduce_slots")
-        self.bufs = [self.x, xp.zeros_like(self.x)]
-        self.half = 0
         self.y = xp.empty(self.full, np.complex64)
         self.slots = xp.zeros(self.batch * self.SLOTS, np.float32)
         self.state = xp.zeros(2, np.int32)
         self.coef = xp.zeros(3, np.float32)
-        fwd = np.zeros(1, dtype=[("amp", "u8"), ("slots", "u8"), ("n", "i8"), ("scale", "f4"), ("pad", "f4")])
-        fwd[0] = (self.amp.data.ptr, self.slots.data.ptr, self.n, self.scale, 0.0)
-        inv = np.zeros(1, dtype=[("support", "u8"), ("buf0", "u8"), ("buf1", "u8"), ("state", "u8"),
-                                 ("coef", "u8"), ("n", "i8")])
-        inv[0] = (self.support.data.ptr, self.bufs[0].data.ptr, self.bufs[1].data.ptr, self.state.data.ptr,
-                  self.coef.data.ptr, self.n * self.batch)
-        self._fwd_info = xp.asarray(fwd.view(np.uint8))
-        self._inv_info = xp.asarray(inv.view(np.uint8))
+        modulus = np.zeros(1, dtype=[("amp", "u8"), ("slots", "u8"), ("n", "i8"), ("scale", "f4"), ("pad", "f4")])
+        modulus[0] = (self.amp.data.ptr, self.slots.data.ptr, self.n, self.scale, 0.0)
+        self._modulus_info = xp.asarray(modulus.view(np.uint8))
         source = "".join(f"#define {k} {v}\n" for k, v in (defines or {}).items())
         source += kernel_source("qora.phase", "callbacks.cu")
         axes = tuple(range(1, len(self.full)))
         fft = self.backend.fft
-        self.plan_forward = fft.callback_c2c(self.full, axes=axes, store=(source, "qora_forward_store"),
-                                             data=self._fwd_info)
-        self.plan_inverse = fft.callback_c2c(self.full, axes=axes, store=(source, "qora_inverse_store"),
-                                             data=self._inv_info)
-        self.plan_created_s = self.plan_forward.created_s + self.plan_inverse.created_s
+        if mode == "store":
+            self.bufs = [self.x, xp.zeros_like(self.x)]
+            self.half = 0
+            inv = np.zeros(1, dtype=[("support", "u8"), ("buf0", "u8"), ("buf1", "u8"), ("state", "u8"),
+                                     ("coef", "u8"), ("n", "i8")])
+            inv[0] = (self.support.data.ptr, self.bufs[0].data.ptr, self.bufs[1].data.ptr, self.state.data.ptr,
+                      self.coef.data.ptr, self.n * self.batch)
+            self._update_info = xp.asarray(inv.view(np.uint8))
+            self.plan_forward = fft.callback_c2c(self.full, axes=axes, store=(source, "qora_forward_store"),
+                                                 data=self._modulus_info)
+            self.plan_inverse = fft.callback_c2c(self.full, axes=axes, store=(source, "qora_inverse_store"),
+                                                 data=self._update_info)
+            created = [self.plan_forward, self.plan_inverse]
+        else:
+            upd = np.zeros(1, dtype=[("support", "u8"), ("x", "u8"), ("coef", "u8"), ("n", "i8")])
+            upd[0] = (self.support.data.ptr, self.x.data.ptr, self.coef.data.ptr, self.n * self.batch)
+            self._update_info = xp.asarray(upd.view(np.uint8))
+            self.plan_plain = fft.c2c(self.full, np.complex64, axes=axes)
+            self.plan_forward = fft.callback_c2c(self.full, axes=axes, load=(source, "qora_update_load"),
+                                                 data=self._update_info)
+            self.plan_inverse = fft.callback_c2c(self.full, axes=axes, load=(source, "qora_modulus_load"),
+                                                 data=self._modulus_info)
+            created = [self.plan_forward, self.plan_inverse]
+        self.plan_created_s = sum(p.created_s for p in created)
 
-    # the current half of the double buffer is the object
+    # store mode: the current half of the double buffer is the object
     @property
     def x(self):
-        return self.bufs[self.half] if hasattr(self, "bufs") else self.__dict__["x"]
+        return self.bufs[self.half] if "bufs" in self.__dict__ else self.__dict__["x"]
 
     @x.setter
     def x(self, value):
-        if hasattr(self, "bufs"):
+        if "bufs" in self.__dict__:
             self.bufs[self.half][...] = value
         else:
             self.__dict__["x"] = value
 
-    def _step_k(self, k: int, half: int) -> None:
-        self.plan_forward.forward(self.bufs[(half + k) % 2], out=self.y)
+    def _reduce(self) -> None:
         self._kernels["reduce_slots"]((1,), (1024,), (self.slots, np.int32(self.batch), self.history, self.state))
-        self.plan_inverse.inverse(self.y, out=self.y)
+
+    def _capture_store(self, iterations: int) -> None:
+        half = self.half
+        self.state[1:2].fill(half)
+        for k in range(iterations):
+            self.plan_forward.forward(self.bufs[(half + k) % 2], out=self.y)
+            self._reduce()
+            self.plan_inverse.inverse(self.y, out=self.y)
+
+    def _capture_load(self, iterations: int, a: float, b: float, code: int) -> None:
+        for k in range(iterations):
+            if k == 0:
+                self.plan_plain.forward(self.x, out=self.y)
+            else:
+                self.plan_forward.forward(self.y, out=self.y)  # the update of iteration k - 1, then F
+            self.plan_inverse.inverse(self.y, out=self.y)  # the modulus step, then F^-1: y = P_M x
+            self._reduce()
+        self._kernels["update_step"](self.grid, (THREADS,), (self.x, self.y, self.support, np.float32(a),
+                                                              np.float32(b), np.int32(code), np.int64(self.n),
+                                                              self.counter))
 
     def iterate(self, iterations: int, a: float, b: float, constraint=None) -> np.ndarray:
         code = CONSTRAINT_CODES[constraint]
         self._ensure_history(iterations)
-        key = (iterations, float(a), float(b), code, self.half)
+        key = (iterations, float(a), float(b), code, getattr(self, "half", 0))
         graph = self._graphs.get(key)
         if graph is None:
             from qora.backend.graph import StepGraph
 
-            half = self.half
-
             def captured():
                 self.history.fill(0)
                 self.state[0:1].fill(0)
-                self.state[1:2].fill(half)
                 self.coef[0:1].fill(a)
                 self.coef[1:2].fill(b)
                 self.coef[2:3].fill(code)
-                for k in range(iterations):
-                    self._step_k(k, half)
+                if self.mode == "store":
+                    self._capture_store(iterations)
+                else:
+                    self._capture_load(iterations, a, b, code)
 
             graph = self._graphs[key] = StepGraph(captured)
         graph.replay()
-        self.half = (self.half + iterations) % 2
+        if self.mode == "store":
+            self.half = (self.half + iterations) % 2
         errors = self.history[: iterations * self.batch].get().reshape(iterations, self.batch)
         return np.sqrt(errors / self.denominator)
 

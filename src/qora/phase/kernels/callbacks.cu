@@ -61,15 +61,16 @@ struct QoraInverseInfo {
     long long n;
 };
 
-__device__ void qora_forward_store(void* out, unsigned long long offset, cufftComplex v, void* info_,
-                                   void* shared) {
-    const QoraForwardInfo* info = static_cast<const QoraForwardInfo*>(info_);
+// The modulus projection of one value v of the unscaled forward transform at a flat offset,
+// with its error term; the result, inverse-transformed unscaled, is P_M x (the 1 / sqrt(n) of
+// both transforms folded in: |w| = a / sqrt(n), and s^2 v where the pixel is masked).
+__device__ __forceinline__ cufftComplex qora_modulus(cufftComplex v, unsigned long long offset,
+                                                     const QoraForwardInfo* info) {
     const long long n = info->n;
     const long long b = (long long)offset / n;
     const long long i = (long long)offset - b * n;
 #if QORA_CB_MODULUS == 0
-    static_cast<cufftComplex*>(out)[offset] = v;
-    return;
+    return v;
 #endif
     const float a = info->amp[i];
     const float s = info->scale;
@@ -90,7 +91,33 @@ __device__ void qora_forward_store(void* out, unsigned long long offset, cufftCo
         w.x = v.x * s * s;
         w.y = v.y * s * s;
     }
-    static_cast<cufftComplex*>(out)[offset] = w;
+    return w;
+}
+
+// The support update of one value p = P_M x: p inside the support (and constraint), a x + b p
+// outside (coef = a, b, constraint code); x is read only where it is needed.
+__device__ __forceinline__ float2 qora_update(cufftComplex p, const float2* x, unsigned long long offset,
+                                              const unsigned char* support, const float* coef) {
+    float2 v = make_float2(p.x, p.y);
+#if QORA_CB_UPDATE == 0
+    return v;
+#endif
+    const int constraint = (int)coef[2];
+    bool inside = support[offset] != 0;
+    if (constraint != 0) {
+        if (constraint == 2 && p.x < 0.0f) inside = false;
+        else v.y = 0.0f;
+    }
+    if (!inside) {
+        const float2 xo = x[offset];
+        v = make_float2(coef[0] * xo.x + coef[1] * p.x, coef[0] * xo.y + coef[1] * p.y);
+    }
+    return v;
+}
+
+__device__ void qora_forward_store(void* out, unsigned long long offset, cufftComplex v, void* info_,
+                                   void* shared) {
+    static_cast<cufftComplex*>(out)[offset] = qora_modulus(v, offset, static_cast<const QoraForwardInfo*>(info_));
 }
 
 __device__ void qora_inverse_store(void* out, unsigned long long offset, cufftComplex p, void* info_,
@@ -99,22 +126,34 @@ __device__ void qora_inverse_store(void* out, unsigned long long offset, cufftCo
     const int old = (info->state[1] + info->state[0] - 1) & 1;  // the reduce kernel counted this iteration
     const float2* x_old = old ? info->buf1 : info->buf0;
     float2* x_new = old ? info->buf0 : info->buf1;
-#if QORA_CB_UPDATE == 0
-    x_new[offset] = make_float2(p.x, p.y);
-    return;
-#endif
-    const float a = info->coef[0];
-    const float b = info->coef[1];
-    const int constraint = (int)info->coef[2];
-    bool inside = info->support[offset] != 0;
-    float2 v = make_float2(p.x, p.y);
-    if (constraint != 0) {
-        if (constraint == 2 && p.x < 0.0f) inside = false;
-        else v.y = 0.0f;
-    }
-    if (!inside) {
-        const float2 x = x_old[offset];
-        v = make_float2(a * x.x + b * p.x, a * x.y + b * p.y);
-    }
-    x_new[offset] = v;
+    x_new[offset] = qora_update(p, x_old, offset, info->support, info->coef);
+}
+
+// The load-callback form (the shipped one; docs/phase-performance.md says why): both callbacks
+// run in the first pass of a transform, as it reads its input, instead of in the last pass.
+// The inverse transform loads the forward spectrum through the modulus projection; the forward
+// transform of the next iteration loads p = P_M x through the support update and also writes
+// the new x (in place: cuFFT loads each input value once, and x is not one of its buffers).
+
+struct QoraUpdateInfo {
+    const unsigned char* support;  // B * n
+    float2* x;                     // the object, updated in place
+    const float* coef;             // a, b, constraint code
+    long long n;
+};
+
+__device__ cufftComplex qora_modulus_load(void* in, unsigned long long offset, void* info_, void* shared) {
+    return qora_modulus(static_cast<const cufftComplex*>(in)[offset], offset,
+                        static_cast<const QoraForwardInfo*>(info_));
+}
+
+__device__ cufftComplex qora_update_load(void* in, unsigned long long offset, void* info_, void* shared) {
+    const QoraUpdateInfo* info = static_cast<const QoraUpdateInfo*>(info_);
+    const float2 v = qora_update(static_cast<const cufftComplex*>(in)[offset], info->x, offset, info->support,
+                                 info->coef);
+    info->x[offset] = v;
+    cufftComplex w;
+    w.x = v.x;
+    w.y = v.y;
+    return w;
 }
