@@ -9,7 +9,7 @@ py=${2:-python3}
 mkdir -p "$out"
 metrics=$("$py" -m qora.bench.counters metrics)
 for shape in ${QORA_NCU_SHAPES:-2048x2048 256x256x256}; do
-  for variant in ${QORA_NCU_VARIANTS:-pair graph half mixed callback callback-store}; do
+  for variant in ${QORA_NCU_VARIANTS:-pair graph half mixed callback callback-load}; do
     ncu --clock-control none --profile-from-start off --print-units base --csv --page raw \
         --metrics "$metrics" --log-file "$out/$variant-$shape.csv" \
         "$py" -m qora.bench.counters target "$variant" "$shape" >"$out/$variant-$shape.log" 2>&1 \

@@ -10,7 +10,7 @@ from qora.testing import assert_parity
 
 pytestmark = pytest.mark.gpu
 
-VARIANTS = ["naive", "fused", "graph", "batched", "callback", "callback-store"]
+VARIANTS = ["naive", "fused", "graph", "batched", "callback", "callback-load"]
 CASES = [("triangle", (64, 64)), ("triangle", (45, 51)), ("cut_prism", (32, 32, 32)), ("cut_prism", (15, 16, 17))]
 
 
@@ -28,11 +28,11 @@ def _case(name, shape, batch, seed=0):
 
 
 def make_engine(variant, amp, support, batch):
-    """The variant's engine; "callback-store" is the callback variant in its store-callback mode."""
+    """The variant's engine; "callback-load" is the callback variant in its load-callback mode."""
     from qora.phase import cuda
 
-    if variant == "callback-store":
-        return cuda.CallbackEngine(amp, support, batch, mode="store")
+    if variant == "callback-load":
+        return cuda.CallbackEngine(amp, support, batch, mode="load")
     return cuda.make_engine(variant, amp, support, batch)
 
 
@@ -56,7 +56,7 @@ def test_variant_matches_cpu_step_by_step(variant, name, shape, iterations):
                   x0, rtol=1e-5)
 
 
-@pytest.mark.parametrize("variant", ["graph", "callback", "callback-store"])
+@pytest.mark.parametrize("variant", ["graph", "callback", "callback-load"])
 @pytest.mark.parametrize("algorithm", ["ER", "HIO", "RAAR"])
 @pytest.mark.parametrize("constraint", [None, "real", "positive"])
 def test_every_update_branch(variant, algorithm, constraint):

@@ -64,11 +64,11 @@ def target(variant: str, shape, iterations: int = ITERATIONS) -> None:
                 plan.forward(x, out=x)
                 plan.inverse(x, out=x)
     else:
-        if variant == "callback-store":
+        if variant == "callback-load":
             from qora.phase.cuda import CallbackEngine
 
             amp, support, x0 = workload(tuple(shape))
-            engine = CallbackEngine(amp, support, 1, mode="store")
+            engine = CallbackEngine(amp, support, 1, mode="load")
             engine.set_x(x0[None])
 
             def run():

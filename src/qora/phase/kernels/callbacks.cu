@@ -1,12 +1,13 @@
-// cuFFT LTO store callbacks of the callback variant (compiled by cuFFT through NVRTC and
-// linked by nvJitLink into its own kernels when the plans are made).
+// cuFFT LTO callbacks of the callback variant (compiled by cuFFT through NVRTC and linked by
+// nvJitLink into its own kernels when the plans are made), in two forms (CallbackEngine.mode).
 //
-// The forward transform's store callback applies the modulus projection to each value as
-// cuFFT writes it and adds the value's error term to one of 4096 float slots per start
-// (slot = pixel mod 4096, to spread the atomics); the inverse transform's store callback
-// applies the support update and writes the new object into the other half of a double
-// buffer (cuFFT does not promise to leave its output untouched before the final store, so the
-// old object is read from one half and the new one written to the other).
+// Store form (the default): the forward transform's store callback applies the modulus
+// projection to each value as cuFFT writes it and adds the value's error term to one of 4096
+// float slots per start (slot = pixel mod 4096, to spread the atomics); the inverse transform's
+// store callback applies the support update and writes the new object into the other half of
+// a double buffer (cuFFT does not promise to leave its output untouched before the final store,
+// so the old object is read from one half and the new one written to the other).
+// Load form: the same arithmetic as the transforms load their input (see below).
 //
 // References: qora.phase.physics.modulus_project and support_update; the same arithmetic as
 // modulus_step and update_step in phase.cu.
@@ -129,7 +130,7 @@ __device__ void qora_inverse_store(void* out, unsigned long long offset, cufftCo
     x_new[offset] = qora_update(p, x_old, offset, info->support, info->coef);
 }
 
-// The load-callback form (the shipped one; docs/phase-performance.md says why): both callbacks
+// The load-callback form (docs/phase-performance.md compares the two): both callbacks
 // run in the first pass of a transform, as it reads its input, instead of in the last pass.
 // The inverse transform loads the forward spectrum through the modulus projection; the forward
 // transform of the next iteration loads p = P_M x through the support update and also writes
