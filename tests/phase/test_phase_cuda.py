@@ -119,6 +119,35 @@ def test_second_graph_run_allocates_nothing_and_recaptures_nothing():
     assert reads == [25, 50, 75, 100, 125, 150]  # one host read per progress report
 
 
+@pytest.mark.parametrize("variant", ["graph", "mixed", "callback"])
+def test_starts_built_in_the_engine_equal_the_cpu_reference(variant):
+    from qora.phase.cuda import make_engine
+    from qora.phase.solver import fill_random_starts
+
+    amp, support, _ = _case("triangle", (64, 64), 1)
+    engine = make_engine(variant, amp, support, 2)
+    fill_random_starts(engine, 7, [0, 1])
+    reference = np.stack([random_start(amp, support, 7, s) for s in (0, 1)])
+    np.testing.assert_allclose(engine.get_x(), reference, rtol=0, atol=1e-6 * np.abs(reference).max())
+
+
+def test_whole_run_stays_within_32_bytes_per_voxel():
+    """The start and the LLK are computed in the engine's buffers (PyNX's 32 B/voxel figure)."""
+    from qora.backend import resolve
+    from qora.backend.device import PeakMemory
+
+    be = resolve("cuda")
+    shape = (256, 256, 256)
+    rng = np.random.default_rng(0)
+    intensity = rng.random(shape, dtype=np.float32)
+    support = np.zeros(shape, bool)
+    support[96:160, 96:160, 96:160] = True
+    be.xp.get_default_memory_pool().free_all_blocks()
+    with PeakMemory(be) as pm:
+        Solver(intensity, backend="cuda", variant="graph").run(support=support, recipe="HIO**10", starts=1)
+    assert pm.peak_bytes / intensity.size <= 32
+
+
 def test_bad_variant_name():
     with pytest.raises(ValueError, match="variant"):
         Solver(np.ones((8, 8)), backend="cuda", variant="half-baked")

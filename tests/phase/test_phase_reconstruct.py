@@ -112,3 +112,40 @@ def test_bad_input_is_a_clear_error(kwargs, match):
     intensity = kwargs.pop("intensity")
     with pytest.raises(ValueError, match=match):
         reconstruct(intensity, backend="cpu", **kwargs)
+
+
+def _deviance_reference(obj, intensity, pixels):
+    """Poisson deviance per pixel in float64 from plain NumPy (the object centre-origin)."""
+    calc = np.abs(np.fft.fftshift(np.fft.fftn(np.fft.ifftshift(obj.astype(np.complex128)), norm="ortho"))) ** 2
+    c, o = np.maximum(calc[pixels], 1e-30), intensity[pixels].astype(np.float64)
+    term = np.where(o > 0, o * np.log(np.where(o > 0, o, 1.0) / c), 0.0)
+    return float(np.mean(2 * (c - o + term)))
+
+
+def test_llk_and_free_llk_equal_a_float64_reference():
+    obj, intensity = objects.simulate("triangle", 32, photons=1e7, seed=1)
+    solver = Solver(intensity, backend="cpu", free_fraction=0.1, seed=2)
+    r = solver.run(support=objects.support_of(obj), recipe="HIO**30 ER**10", starts=2, keep_all=True)
+    for k in range(2):
+        o = r.objects[k]
+        assert r.llk[k] == pytest.approx(_deviance_reference(o, intensity, ~solver.free), rel=1e-4)
+        assert r.free_llk[k] == pytest.approx(_deviance_reference(o, intensity, solver.free), rel=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(24, 20), (9, 10, 11)])
+def test_starts_built_in_the_engine_equal_the_reference(shape):
+    from qora.phase.cpu import CpuEngine
+    from qora.phase.physics import native_amplitude
+    from qora.phase.solver import fill_random_starts, random_start
+
+    rng = np.random.default_rng(0)
+    intensity = rng.random(shape)
+    mask = np.zeros(shape, bool)
+    mask[(0,) * len(shape)] = True
+    amp = native_amplitude(intensity, mask)
+    support = rng.random(shape) < 0.4
+    engine = CpuEngine(amp, support, batch=3)
+    fill_random_starts(engine, 5, [3, 4])
+    np.testing.assert_allclose(engine.get_x()[:2], np.stack([random_start(amp, support, 5, s) for s in (3, 4)]),
+                               rtol=0, atol=2e-6 * np.abs(engine.get_x()).max())
+    assert not engine.get_x()[2].any()

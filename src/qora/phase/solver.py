@@ -63,19 +63,54 @@ def check_intensity(intensity, mask=None):
     return intensity, mask
 
 
+def start_phases(seed: int, start: int, shape) -> np.ndarray:
+    """The random phases (rad, float32) of start ``start``: ``Generator(PCG64(seed + start))``
+    on the host, so every backend and variant starts from the same numbers."""
+    rng = np.random.Generator(np.random.PCG64(seed + start))
+    return rng.uniform(-np.pi, np.pi, size=tuple(shape)).astype(np.float32)
+
+
 def random_start(amp_native, support, seed: int, start: int, xp=np):
     """Start ``start``: the measured moduli with random phases, back-transformed, inside the support.
 
-    The phases are drawn on the host from ``Generator(PCG64(seed + start))``, so every
-    backend and variant starts from the same random numbers; the transform runs on
-    ``xp``'s device (NumPy or CuPy: the starts then agree to float rounding).
+    The plain-array reference of :func:`fill_random_starts`; the transform runs on ``xp``'s
+    device (NumPy or CuPy: the starts then agree to float rounding).
     """
-    rng = np.random.Generator(np.random.PCG64(seed + start))
-    phase = xp.asarray(rng.uniform(-np.pi, np.pi, size=amp_native.shape).astype(np.float32))
+    phase = xp.asarray(start_phases(seed, start, amp_native.shape))
     amp = xp.asarray(amp_native)
     spec = xp.where(amp >= 0, amp, np.float32(0)) * xp.exp(1j * phase).astype(np.complex64)
     x = xp.fft.ifftn(spec, norm="ortho")
     return xp.where(xp.asarray(support), x, 0).astype(np.complex64)
+
+
+def _slabs(length: int, count: int = 8):
+    step = max(1, -(-length // count))
+    return [slice(i, min(length, i + step)) for i in range(0, length, step)]
+
+
+def fill_random_starts(engine, seed: int, ids) -> None:
+    """Write the random starts ``ids`` into the engine's own x (and zeros past them), in place.
+
+    The same start as :func:`random_start`, built slab by slab in x itself and transformed
+    in place, so the device needs only a slab's temporaries beyond the engine's buffers
+    (a whole 512^3 run then stays near the engine's 23 bytes per voxel).
+    """
+    xp = engine.backend.xp
+    x = engine.x
+    plan = engine.backend.fft.c2c(engine.shape, np.complex64, norm="ortho")
+    for k in range(engine.batch):
+        xk = x[k]
+        if k >= len(ids):
+            xk.fill(0)
+            continue
+        phase = start_phases(seed, ids[k], engine.shape)
+        for sl in _slabs(engine.shape[0]):
+            xk[sl] = xp.exp(1j * xp.asarray(phase[sl]))
+            xk[sl] *= xp.maximum(engine.amp[sl], np.float32(0))
+        plan.inverse(xk, out=xk)
+        for sl in _slabs(engine.shape[0]):
+            xk[sl] *= engine.support[k][sl]
+    engine.set_x(x)
 
 
 @dataclass
@@ -125,14 +160,12 @@ class PhaseResult:
         return float(self.final_errors[self.best])
 
 
-def _poisson_deviance(calc, obs, xp=np):
-    """Mean Poisson deviance per pixel, 2 (calc - obs + obs log(obs / calc))."""
-    if not calc.size:
-        return float("nan")
+def _poisson_deviance_sum(calc, obs, xp=np) -> float:
+    """Sum over pixels of the Poisson deviance 2 (calc - obs + obs log(obs / calc))."""
     calc = xp.maximum(calc.astype(np.float64), 1e-30)
     safe_obs = xp.where(obs > 0, obs, 1.0)
     term = xp.where(obs > 0, obs * xp.log(safe_obs / calc), 0.0)
-    return float(xp.mean(2.0 * (calc - obs + term)))
+    return float(xp.sum(2.0 * (calc - obs + term)))
 
 
 class Solver:
@@ -226,12 +259,7 @@ class Solver:
         for group in range(0, starts, self.batch):
             ids = list(range(group, min(starts, group + self.batch)))
             engine = self._engine_for(support)
-            xp = self.backend.xp
-            x0 = xp.zeros((self.batch,) + self.shape, np.complex64)
-            for k, i in enumerate(ids):
-                x0[k] = random_start(self.amp, support, seed, i, xp=xp)
-            engine.set_x(x0)
-            del x0
+            fill_random_starts(engine, seed, ids)
             errs, stopped = self._run_recipe(engine, recipe, group * recipe.iterations, total, progress, sync_every)
             all_x.append(engine.get_x()[: len(ids)])
             all_s.append(engine.get_support()[: len(ids)])
@@ -243,7 +271,7 @@ class Solver:
         supports = np.concatenate(all_s)
         errors = np.concatenate([e for e, _ in all_err], axis=1)
         final_errors = np.concatenate([f for _, f in all_err])
-        llk, free_llk = self._llk(objects)
+        llk, free_llk = self._llk(objects, scratch=self._engine.x[0])
         scores = final_errors if rank == "fourier" else free_llk
         best = int(np.nanargmin(scores))
         from qora.bench.common import versions
@@ -278,20 +306,35 @@ class Solver:
                     return np.concatenate(history), True
         return np.concatenate(history), False
 
-    def _llk(self, objects):
-        """Poisson deviance per pixel of each start, on the used and on the held-out pixels."""
+    def _llk(self, objects, scratch=None):
+        """Poisson deviance per pixel of each start, on the used and on the held-out pixels.
+
+        Computed slab by slab in the FFT layout, the object transformed in place in
+        ``scratch`` (a complex64 volume on the solver's device: the engine's x, free once
+        the objects are on the host), so the device needs only a slab's temporaries more.
+        """
         xp = self.backend.xp
         measured = ~self.mask if self.mask is not None else np.ones(self.shape, bool)
-        used = xp.asarray(measured & ~self.free)
-        free = xp.asarray(self.free)
-        obs = xp.asarray(self.intensity)
-        axes = tuple(range(len(self.shape)))
+        used = np.fft.ifftshift(measured & ~self.free)
+        free = np.fft.ifftshift(self.free)
+        obs = np.fft.ifftshift(self.intensity)
+        plan = self.backend.fft.c2c(self.shape, np.complex64, norm="ortho")
         llk, free_llk = [], []
         for obj in objects:  # one start at a time keeps the device memory at one volume
-            o = xp.asarray(obj)
-            calc = xp.fft.fftshift(xp.abs(xp.fft.fftn(xp.fft.ifftshift(o, axes=axes), norm="ortho")) ** 2, axes=axes)
-            llk.append(_poisson_deviance(calc[used], obs[used], xp))
-            free_llk.append(_poisson_deviance(calc[free], obs[free], xp) if self.free.any() else float("nan"))
+            f = xp.empty(self.shape, np.complex64) if scratch is None else scratch
+            for sl in _slabs(self.shape[0]):  # slab by slab: no whole-volume upload buffer
+                f[sl] = xp.asarray(obj[sl])
+            plan.forward(f, out=f)
+            sums = np.zeros((2, 2))  # (used, free) x (deviance sum, count)
+            for sl in _slabs(self.shape[0]):
+                calc = xp.abs(f[sl]) ** 2
+                for row, sel in ((0, used[sl]), (1, free[sl])):
+                    if sel.any():
+                        sel_d = xp.asarray(sel)
+                        sums[row] += (_poisson_deviance_sum(calc[sel_d], xp.asarray(obs[sl])[sel_d], xp), sel.sum())
+            del f
+            llk.append(sums[0, 0] / sums[0, 1] if sums[0, 1] else float("nan"))
+            free_llk.append(sums[1, 0] / sums[1, 1] if sums[1, 1] else float("nan"))
         return np.array(llk), np.array(free_llk)
 
 
