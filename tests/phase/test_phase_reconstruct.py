@@ -149,3 +149,19 @@ def test_starts_built_in_the_engine_equal_the_reference(shape):
     np.testing.assert_allclose(engine.get_x()[:2], np.stack([random_start(amp, support, 5, s) for s in (3, 4)]),
                                rtol=0, atol=2e-6 * np.abs(engine.get_x()).max())
     assert not engine.get_x()[2].any()
+
+
+def test_auto_batch_policy():
+    from qora.backend import resolve
+    from qora.phase.solver import auto_batch
+
+    class FakeCuda:
+        is_cuda = True
+
+    assert auto_batch(FakeCuda(), "auto", (256, 256), 20) == 8
+    assert auto_batch(FakeCuda(), "auto", (1024, 1024), 3) == 3
+    assert auto_batch(FakeCuda(), "auto", (128, 128, 128), 8) == 1  # measured slower batched
+    assert auto_batch(FakeCuda(), "mixed", (256, 256), 8) == 1
+    assert auto_batch(resolve("cpu"), "auto", (256, 256), 8) == 1
+    with pytest.raises(ValueError):
+        reconstruct(np.ones((8, 8)), support=np.ones((8, 8), bool), recipe="ER**1", batch=0, backend="cpu")

@@ -384,9 +384,7 @@ def run_cuda_extras(*, shapes=CUDA_SHAPES, write=True, echo=print) -> BenchResul
         solver.run(support=support, recipe="ER**1", starts=1)
         be.synchronize()
         result.add(f"construct/256x256x256/{variant}", ms=(time.perf_counter() - t0) * 1e3)
-        recipes = {"known": ("HIO**400 ER**100", support)}
-        if variant != "callback":
-            recipes["default"] = (None, None)
+        recipes = {"known": ("HIO**400 ER**100", support), "default": (None, None)}
         for name, (recipe, sup) in recipes.items():
             for attempt in range(2):
                 t0 = time.perf_counter()

@@ -40,8 +40,9 @@ def simulate_cmd(name, size, photons, seed, out) -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--rank", type=click.Choice(["fourier", "free_llk"]), default="fourier", show_default=True)
 @click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--batch", type=click.IntRange(1, 10000), default=1, show_default=True,
-              help="Starts iterated together in one batched transform.")
+@click.option("--batch", default="auto", show_default=True,
+              help="Starts iterated together in one batched transform, or 'auto' (up to 8 on the GPU "
+              "for patterns of at most 2^20 pixels).")
 @click.option("--keep-all", is_flag=True, help="Keep every start in the result file.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Result .cxi file.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="PNG figure.")
@@ -53,6 +54,7 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, batch, kee
     from qora.phase.files import plot_result, write_result
     from qora.progress import tqdm_progress
 
+    batch = batch if batch == "auto" else _positive_int(batch, "--batch")
     try:
         intensity, file_mask = load_pattern(data, mask=mask)
         sup = load_mask(support) if support is not None else None
@@ -86,3 +88,13 @@ def compare_cmd(result, reference) -> None:
     err = float(np.linalg.norm(aligned - ref) / np.linalg.norm(ref))
     click.echo(f"relative object error {err:.3e} (twin: {info['twin']}, shift: "
                f"{', '.join(f'{s:.2f}' for s in info['shift'])} px, phase {info['phase']:.3f} rad)")
+
+
+def _positive_int(text: str, name: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is neither 'auto' nor an integer", param_hint=name) from None
+    if value < 1:
+        raise click.BadParameter(f"must be at least 1, got {value}", param_hint=name)
+    return value

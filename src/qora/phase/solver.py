@@ -18,7 +18,21 @@ VARIANTS_CPU = ("cpu",)
 VARIANTS_CUDA = ("naive", "fused", "graph", "batched", "half", "mixed", "callback")
 # variant="auto" on the GPU: graph, the fastest fp32 variant measured so far at every size
 # (docs/phase-performance.md); half is never chosen automatically.
+# variant="auto" on the GPU (docs/phase-performance.md, "The auto policy"): graph is the fastest
+# variant that keeps fp32 accuracy at every measured size (fused pays a host round trip, callback
+# is 1.4-2.6x slower on the H200, naive 2-8x; half and mixed lose fp32 accuracy), and several
+# starts run batched, up to AUTO_BATCH at a time, where that measured faster per start: up to
+# 2^20 pixels (0.22x of looped at 256^2, 0.91x at 1024^2; 1.09x at 128^3, so not above).
 AUTO_CUDA_VARIANT = "graph"
+AUTO_BATCH = 8
+AUTO_BATCH_MAX_PIXELS = 2**20
+
+
+def auto_batch(backend, variant: str, shape, starts: int) -> int:
+    """How many starts ``reconstruct(..., batch="auto")`` iterates together."""
+    if backend.is_cuda and variant in ("auto", "graph", "batched") and int(np.prod(shape)) <= AUTO_BATCH_MAX_PIXELS:
+        return max(1, min(starts, AUTO_BATCH))
+    return 1
 
 
 def _pick_variant(backend, variant: str) -> str:
@@ -340,7 +354,8 @@ class Solver:
 
 def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int = 1, backend="auto",
                 variant="auto", seed: int = 0, rank: str = "fourier", progress=None, sync_every: int = 50,
-                batch: int = 1, keep_all: bool = False, free_fraction: float | None = None) -> PhaseResult:
+                batch: int | str = "auto", keep_all: bool = False,
+                free_fraction: float | None = None) -> PhaseResult:
     """Reconstruct a complex object from a far-field diffraction pattern.
 
     Parameters
@@ -362,8 +377,9 @@ def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int 
         ``progress(stage, done, total, metrics)``; return False to stop early.
     sync_every : int
         Iterations between progress reports (and, on the GPU, host reads).
-    batch : int
-        Starts iterated together in one batched transform.
+    batch : int or "auto"
+        Starts iterated together in one batched transform; "auto" batches up to 8 on the
+        GPU for patterns of at most 2^20 pixels, where that was measured faster, else 1.
     keep_all : bool
         Keep every start's object and support in the result.
 
@@ -389,8 +405,14 @@ def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int 
     """
     if free_fraction is None:
         free_fraction = 0.05 if rank == "free_llk" else 0.0
-    if variant == "batched" and batch == 1:
+    from qora.backend import resolve
+
+    if batch == "auto":
+        batch = starts if variant == "batched" else auto_batch(resolve(backend), variant, np.shape(intensity), starts)
+    elif variant == "batched" and batch == 1:
         batch = starts  # all starts in one batched plan unless told otherwise
+    if not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise ValueError(f"batch must be 'auto' or a positive integer, got {batch!r}")
     solver = Solver(intensity, mask=mask, backend=backend, variant=variant, batch=min(batch, starts),
                     free_fraction=free_fraction, seed=seed)
     return solver.run(support=support, recipe=recipe, starts=starts, seed=seed, rank=rank, keep_all=keep_all,
