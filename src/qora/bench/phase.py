@@ -406,6 +406,7 @@ def run_cuda_extras(*, shapes=CUDA_SHAPES, write=True, echo=print) -> BenchResul
 
     amp = native_amplitude(intensity)
     for variant in ("graph", "mixed"):
+        be.fft.clear()  # plans and their work areas count
         pool.free_all_blocks()
         with PeakMemory(be) as engine_pm:  # the engine's steady state: buffers, plan, work area
             engine = make_engine(variant, amp, support, 1)
@@ -415,6 +416,7 @@ def run_cuda_extras(*, shapes=CUDA_SHAPES, write=True, echo=print) -> BenchResul
         result.add(f"memory/512x512x512/{variant}/engine", ms=None,
                    bytes_per_voxel=engine_pm.peak_bytes / intensity.size, peak_gib=engine_pm.peak_bytes / 2**30)
         echo(f"  memory at 512^3, {variant} engine: {engine_pm.peak_bytes / intensity.size:.1f} bytes per voxel")
+    be.fft.clear()
     pool.free_all_blocks()
     with PeakMemory(be) as pm:  # a whole run: the random start and the final LLK included
         solver = Solver(intensity, backend="cuda", variant="graph")

@@ -102,6 +102,21 @@ def _slabs(length: int, count: int = 8):
     return [slice(i, min(length, i + step)) for i in range(0, length, step)]
 
 
+def _unitary_in_place(engine, *, inverse: bool) -> None:
+    """Unitary F (or F^-1) of every start in the engine's x, in place: with the engine's own
+    unscaled fp32 plan where it has one (no second cuFFT work area on the device), else a
+    cached ortho plan start by start."""
+    x = engine.x
+    plan = getattr(engine, "plan", None)
+    if plan is not None:
+        (plan.inverse if inverse else plan.forward)(x, out=x)
+        x *= np.float32(engine.scale)
+        return
+    plan = engine.backend.fft.c2c(engine.shape, np.complex64, norm="ortho")
+    for k in range(engine.batch):
+        (plan.inverse if inverse else plan.forward)(x[k], out=x[k])
+
+
 def fill_random_starts(engine, seed: int, ids) -> None:
     """Write the random starts ``ids`` into the engine's own x (and zeros past them), in place.
 
@@ -111,19 +126,18 @@ def fill_random_starts(engine, seed: int, ids) -> None:
     """
     xp = engine.backend.xp
     x = engine.x
-    plan = engine.backend.fft.c2c(engine.shape, np.complex64, norm="ortho")
     for k in range(engine.batch):
-        xk = x[k]
         if k >= len(ids):
-            xk.fill(0)
+            x[k].fill(0)
             continue
         phase = start_phases(seed, ids[k], engine.shape)
         for sl in _slabs(engine.shape[0]):
-            xk[sl] = xp.exp(1j * xp.asarray(phase[sl]))
-            xk[sl] *= xp.maximum(engine.amp[sl], np.float32(0))
-        plan.inverse(xk, out=xk)
+            x[k][sl] = xp.exp(1j * xp.asarray(phase[sl]))
+            x[k][sl] *= xp.maximum(engine.amp[sl], np.float32(0))
+    _unitary_in_place(engine, inverse=True)
+    for k in range(engine.batch):
         for sl in _slabs(engine.shape[0]):
-            xk[sl] *= engine.support[k][sl]
+            x[k][sl] *= engine.support[k][sl]
     engine.set_x(x)
 
 
@@ -267,7 +281,7 @@ class Solver:
         if not support.any():
             raise ValueError("the support is empty")
         t0 = time.perf_counter()
-        all_x, all_s, all_err = [], [], []
+        all_x, all_s, all_err, all_llk = [], [], [], ([], [])
         stopped = False
         total = recipe.iterations * starts
         for group in range(0, starts, self.batch):
@@ -279,13 +293,16 @@ class Solver:
             all_s.append(engine.get_support()[: len(ids)])
             final = engine.fourier_errors()[: len(ids)]
             all_err.append((errs[:, : len(ids)], final))
+            group_llk = self._llk(engine, len(ids))  # last: it transforms x in place
+            all_llk[0].extend(group_llk[0])
+            all_llk[1].extend(group_llk[1])
             if stopped:
                 break
         objects = np.concatenate(all_x)
         supports = np.concatenate(all_s)
         errors = np.concatenate([e for e, _ in all_err], axis=1)
         final_errors = np.concatenate([f for _, f in all_err])
-        llk, free_llk = self._llk(objects, scratch=self._engine.x[0])
+        llk, free_llk = np.array(all_llk[0]), np.array(all_llk[1])
         scores = final_errors if rank == "fourier" else free_llk
         best = int(np.nanargmin(scores))
         from qora.bench.common import versions
@@ -320,36 +337,33 @@ class Solver:
                     return np.concatenate(history), True
         return np.concatenate(history), False
 
-    def _llk(self, objects, scratch=None):
-        """Poisson deviance per pixel of each start, on the used and on the held-out pixels.
+    def _llk(self, engine, count: int):
+        """Poisson deviance per pixel of the engine's first ``count`` starts, on the used and on
+        the held-out pixels (NaN where there are none).
 
-        Computed slab by slab in the FFT layout, the object transformed in place in
-        ``scratch`` (a complex64 volume on the solver's device: the engine's x, free once
-        the objects are on the host), so the device needs only a slab's temporaries more.
+        The objects are transformed in place in the engine's x (they are on the host by
+        then) and the sums taken slab by slab in the FFT layout, so the device needs only a
+        slab's temporaries beyond the engine's buffers.
         """
         xp = self.backend.xp
         measured = ~self.mask if self.mask is not None else np.ones(self.shape, bool)
         used = np.fft.ifftshift(measured & ~self.free)
         free = np.fft.ifftshift(self.free)
         obs = np.fft.ifftshift(self.intensity)
-        plan = self.backend.fft.c2c(self.shape, np.complex64, norm="ortho")
+        _unitary_in_place(engine, inverse=False)
+        x = engine.x
         llk, free_llk = [], []
-        for obj in objects:  # one start at a time keeps the device memory at one volume
-            f = xp.empty(self.shape, np.complex64) if scratch is None else scratch
-            for sl in _slabs(self.shape[0]):  # slab by slab: no whole-volume upload buffer
-                f[sl] = xp.asarray(obj[sl])
-            plan.forward(f, out=f)
-            sums = np.zeros((2, 2))  # (used, free) x (deviance sum, count)
+        for k in range(count):
+            sums = np.zeros((2, 2))  # (used, free) x (deviance sum, pixel count)
             for sl in _slabs(self.shape[0]):
-                calc = xp.abs(f[sl]) ** 2
+                calc = xp.abs(x[k][sl]) ** 2
                 for row, sel in ((0, used[sl]), (1, free[sl])):
                     if sel.any():
                         sel_d = xp.asarray(sel)
                         sums[row] += (_poisson_deviance_sum(calc[sel_d], xp.asarray(obs[sl])[sel_d], xp), sel.sum())
-            del f
             llk.append(sums[0, 0] / sums[0, 1] if sums[0, 1] else float("nan"))
             free_llk.append(sums[1, 0] / sums[1, 1] if sums[1, 1] else float("nan"))
-        return np.array(llk), np.array(free_llk)
+        return llk, free_llk
 
 
 def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int = 1, backend="auto",
