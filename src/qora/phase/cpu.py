@@ -144,6 +144,9 @@ class CpuEngine:
     def set_x(self, x) -> None:
         self.x[...] = x
 
+    def x_written(self) -> None:
+        """Hook: x was written in place (nothing to refresh on the CPU)."""
+
     def get_x(self) -> np.ndarray:
         return self.x.copy()
 
@@ -160,12 +163,6 @@ class CpuEngine:
             self.plan.inverse(self.y, out=self.y)
             update_step(self.x, self.y, self.support, a, b, constraint)
         return np.sqrt(errors / self.denominator)
-
-    def fourier_errors(self) -> np.ndarray:
-        """The Fourier error of the current iterate of each start (no update)."""
-        self.plan.forward(self.x, out=self.y)
-        return np.sqrt(np.array([modulus_step(self.y[s], self.amp, self.scale) for s in range(self.batch)])
-                       / self.denominator)
 
     def shrinkwrap(self, sigma: float, threshold: float, min_fraction: float = 0.2) -> np.ndarray:
         """Update each start's support from its blurred modulus; returns which starts changed."""

@@ -33,7 +33,7 @@ import numpy as np
 
 from qora.backend import is_device_array, resolve
 from qora.backend.kernels import load_module
-from qora.phase.physics import fourier_error, shrinkwrap
+from qora.phase.physics import shrinkwrap
 
 __all__ = ["CudaEngine", "NaiveCudaEngine", "CUDA_VARIANTS", "make_engine"]
 
@@ -67,16 +67,16 @@ class _DeviceState:
 
     def set_x(self, x) -> None:
         self.x[...] = x if is_device_array(x) else self.xp.asarray(np.ascontiguousarray(x, np.complex64))
+        self.x_written()
+
+    def x_written(self) -> None:
+        """Hook: x was written in place (engines with an fp16 copy refresh it)."""
 
     def get_x(self) -> np.ndarray:
         return self.x.get()
 
     def get_support(self) -> np.ndarray:
         return self.support.get().astype(bool)
-
-    def fourier_errors(self) -> np.ndarray:
-        """Fourier error of each start's current iterate (no update)."""
-        return np.array([fourier_error(self.x[s], self.amp) for s in range(self.batch)])
 
     def shrinkwrap(self, sigma: float, threshold: float, min_fraction: float = 0.2) -> np.ndarray:
         changed = np.zeros(self.batch, bool)
@@ -254,8 +254,7 @@ class HalfEngine(_HalfBuffers, _KernelEngine):
         self._init_half()
         self.xh = self.xp.zeros(self.full + (2,), np.float16)
 
-    def set_x(self, x) -> None:
-        super().set_x(x)
+    def x_written(self) -> None:
         self._to_half(self.x, self.xh, 1.0 / self.amax)
 
     def _sync_x(self) -> None:
@@ -265,10 +264,6 @@ class HalfEngine(_HalfBuffers, _KernelEngine):
     def get_x(self) -> np.ndarray:
         self._sync_x()
         return super().get_x()
-
-    def fourier_errors(self) -> np.ndarray:
-        self._sync_x()
-        return super().fourier_errors()
 
     def shrinkwrap(self, sigma, threshold, min_fraction=0.2):
         self._sync_x()
@@ -302,8 +297,7 @@ class MixedEngine(_HalfBuffers, CudaEngine):
     def _is_fp32(a, b) -> bool:
         return a == 0.0 and b == 0.0  # ER, how recipes end
 
-    def set_x(self, x) -> None:
-        super().set_x(x)
+    def x_written(self) -> None:
         self._xh_fresh = False
 
     def _before(self, a, b) -> None:

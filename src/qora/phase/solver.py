@@ -138,7 +138,7 @@ def fill_random_starts(engine, seed: int, ids) -> None:
     for k in range(engine.batch):
         for sl in _slabs(engine.shape[0]):
             x[k][sl] *= engine.support[k][sl]
-    engine.set_x(x)
+    engine.x_written()
 
 
 @dataclass
@@ -291,11 +291,10 @@ class Solver:
             errs, stopped = self._run_recipe(engine, recipe, group * recipe.iterations, total, progress, sync_every)
             all_x.append(engine.get_x()[: len(ids)])
             all_s.append(engine.get_support()[: len(ids)])
-            final = engine.fourier_errors()[: len(ids)]
+            final, group_llk, group_free = self._final_scores(engine, len(ids))  # last: it transforms x
             all_err.append((errs[:, : len(ids)], final))
-            group_llk = self._llk(engine, len(ids))  # last: it transforms x in place
-            all_llk[0].extend(group_llk[0])
-            all_llk[1].extend(group_llk[1])
+            all_llk[0].extend(group_llk)
+            all_llk[1].extend(group_free)
             if stopped:
                 break
         objects = np.concatenate(all_x)
@@ -337,9 +336,10 @@ class Solver:
                     return np.concatenate(history), True
         return np.concatenate(history), False
 
-    def _llk(self, engine, count: int):
-        """Poisson deviance per pixel of the engine's first ``count`` starts, on the used and on
-        the held-out pixels (NaN where there are none).
+    def _final_scores(self, engine, count: int):
+        """For the engine's first ``count`` starts: the Fourier error of the final object, and
+        the Poisson deviance per pixel on the used and on the held-out pixels (NaN where
+        there are none).
 
         The objects are transformed in place in the engine's x (they are on the host by
         then) and the sums taken slab by slab in the FFT layout, so the device needs only a
@@ -352,18 +352,23 @@ class Solver:
         obs = np.fft.ifftshift(self.intensity)
         _unitary_in_place(engine, inverse=False)
         x = engine.x
-        llk, free_llk = [], []
+        errors, llk, free_llk = [], [], []
         for k in range(count):
             sums = np.zeros((2, 2))  # (used, free) x (deviance sum, pixel count)
+            misfit = 0.0
             for sl in _slabs(self.shape[0]):
-                calc = xp.abs(x[k][sl]) ** 2
+                modulus = xp.abs(x[k][sl])
+                amp = engine.amp[sl]
+                misfit += float(xp.sum(xp.where(amp >= 0, (modulus - amp) ** 2, 0), dtype=np.float64))
+                calc = modulus**2
                 for row, sel in ((0, used[sl]), (1, free[sl])):
                     if sel.any():
                         sel_d = xp.asarray(sel)
                         sums[row] += (_poisson_deviance_sum(calc[sel_d], xp.asarray(obs[sl])[sel_d], xp), sel.sum())
+            errors.append(np.sqrt(misfit / engine.denominator))
             llk.append(sums[0, 0] / sums[0, 1] if sums[0, 1] else float("nan"))
             free_llk.append(sums[1, 0] / sums[1, 1] if sums[1, 1] else float("nan"))
-        return llk, free_llk
+        return np.array(errors), llk, free_llk
 
 
 def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int = 1, backend="auto",
