@@ -102,3 +102,8 @@ def test_cli_simulate_run_compare(tmp_path):
     assert err < 1e-5
     out = runner.invoke(cli, ["phase", "run", str(pattern), "--recipe", "HIO**", "--out", str(result)])
     assert out.exit_code == 1 and "cannot parse" in out.output
+    out = runner.invoke(cli, ["phase", "run", str(pattern), "--backend", "cpu", "--variant", "graph", "--out",
+                              str(result)])
+    assert out.exit_code == 1 and "variant" in out.output
+    out = runner.invoke(cli, ["phase", "run", str(pattern), "--batch", "zero", "--out", str(result)])
+    assert out.exit_code == 2 and "--batch" in out.output

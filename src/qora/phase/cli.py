@@ -40,6 +40,9 @@ def simulate_cmd(name, size, photons, seed, out) -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--rank", type=click.Choice(["fourier", "free_llk"]), default="fourier", show_default=True)
 @click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--variant", type=click.Choice(["auto", "cpu", "naive", "fused", "graph", "batched", "half", "mixed",
+                                              "callback"]), default="auto", show_default=True,
+              help="Engine (docs/phase.md, 'On the GPU'); auto: cpu on the CPU, graph on the GPU.")
 @click.option("--batch", default="auto", show_default=True,
               help="Starts iterated together in one batched transform, or 'auto' (up to 8 on the GPU "
               "for patterns of at most 2^20 pixels).")
@@ -47,7 +50,8 @@ def simulate_cmd(name, size, photons, seed, out) -> None:
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Result .cxi file.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="PNG figure.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, batch, keep_all, out, plot, quiet) -> None:
+def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, batch, keep_all, out, plot,
+            quiet) -> None:
     """Reconstruct the object of the pattern in DATA (.cxi, .h5, .npy, .npz, .tif, .edf)."""
     from qora.io.patterns import load_mask, load_pattern
     from qora.phase import reconstruct
@@ -60,7 +64,7 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, batch, kee
         sup = load_mask(support) if support is not None else None
         with tqdm_progress(disable=quiet) as bar:
             result = reconstruct(intensity, mask=file_mask, support=sup, recipe=recipe, starts=starts, seed=seed,
-                                 rank=rank, backend=backend, batch=batch, keep_all=keep_all, progress=bar)
+                                 rank=rank, backend=backend, variant=variant, batch=batch, keep_all=keep_all, progress=bar)
     except (ValueError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from exc
     write_result(out, result)
