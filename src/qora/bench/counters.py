@@ -35,6 +35,11 @@ METRICS = (
     "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
     "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
     "launch__registers_per_thread",
+    # the SMs' requests to L2 (32-byte sectors): what the byte model counts, whether or not the
+    # L2 then goes to DRAM (written lines still in the 60 MiB L2 at a kernel's end are not DRAM
+    # traffic yet, so DRAM bytes undercount the model where a volume fits the L2)
+    "lts__t_sectors_srcunit_tex_op_read.sum",
+    "lts__t_sectors_srcunit_tex_op_write.sum",
 )
 # Our element-wise kernels (kernels/phase.cu); every other kernel is cuFFT's
 OUR_KERNELS = ("modulus_step", "update_step", "modulus_half", "update_half", "update_mixed", "to_half",
@@ -128,14 +133,17 @@ def _short(name: str) -> str:
 def summarize(kernels: list[dict], n_elements: int, iterations: int = ITERATIONS) -> dict:
     """Per iteration: totals of our kernels and of cuFFT's, and a per-kernel-name table."""
     per = {}
-    totals = {"ours": [0.0, 0.0], "cufft": [0.0, 0.0], "other": [0.0, 0.0]}  # bytes, ns
+    totals = {"ours": [0.0, 0.0, 0.0], "cufft": [0.0, 0.0, 0.0], "other": [0.0, 0.0, 0.0]}  # DRAM B, ns, L2 B
     for k in kernels:
         name = _short(k["name"])
         b = k.get("dram__bytes_read.sum", 0.0) + k.get("dram__bytes_write.sum", 0.0)
         t = k.get("gpu__time_duration.sum", 0.0)
+        l2 = 32.0 * (k.get("lts__t_sectors_srcunit_tex_op_read.sum", 0.0)
+                     + k.get("lts__t_sectors_srcunit_tex_op_write.sum", 0.0))
         group = "ours" if name in OUR_KERNELS else "other" if name.startswith("cupy_") else "cufft"
         totals[group][0] += b
         totals[group][1] += t
+        totals[group][2] += l2
         entry = per.setdefault(name, {"launches": 0, "bytes": 0.0, "ns": 0.0, "l2_hit": [], "dram_pct": [],
                                       "sm_pct": [], "sectors_per_request": [], "registers": 0})
         entry["launches"] += 1
@@ -163,6 +171,7 @@ def summarize(kernels: list[dict], n_elements: int, iterations: int = ITERATIONS
     return {
         "ours_bytes_per_element": totals["ours"][0] / iterations / n_elements,
         "ours_us": totals["ours"][1] / iterations / 1e3,
+        "ours_l2_bytes_per_element": totals["ours"][2] / iterations / n_elements,
         "cufft_bytes_per_element": totals["cufft"][0] / iterations / n_elements,
         "cufft_us": totals["cufft"][1] / iterations / 1e3,
         "kernels": table,
@@ -200,8 +209,10 @@ def report(directory, *, write: bool = True, echo=print):
             else:
                 measured = s["ours_bytes_per_element"]
             model = MODEL_BYTES.get(variant.split("-")[0])
+            l2 = None if variant.startswith("callback") else s["ours_l2_bytes_per_element"]
             result.add(f"counters/{label}/{variant}", bytes_per_element=measured, model=model,
-                       ratio=measured / model if model else None, elementwise_us=s["ours_us"],
+                       ratio=measured / model if model else None, l2_bytes_per_element=l2,
+                       l2_ratio=l2 / model if l2 and model else None, elementwise_us=s["ours_us"],
                        cufft_us=s["cufft_us"], cufft_bytes_per_element=s["cufft_bytes_per_element"],
                        kernels=s["kernels"])
         for variant, s in variants.items():
