@@ -28,8 +28,8 @@ PHASE_GPU_IMPLS = ("naive", "fused", "graph", "half", "mixed", "cupy_loop", "jax
 PHASE_STARTS_SHAPES = ((256, 256), (1024, 1024), (2048, 2048), (128, 128, 128), (256, 256, 256))
 
 HOLO_STAGES = ("fields", "ratio", "rytov", "mapping_plan", "mapping", "gp50_r2c", "gp50_c2c")
-HOLO_PEER_CASES = ("qora_gp50", "qora_gp50_os1.5", "qora_gp50_os2", "qora_tv30x5", "qora_tv30x5_os2_w3e-2",
-                   "odtbrain")
+HOLO_PEER_CASES = ("qora_gp50", "qora_gp50_os1.5", "qora_gp50_os2", "qora_tv30x20_w8e-2", "qora_tv30x20_os1.5_w8e-2",
+                   "qora_tv30x20_os2_w8e-2", "odtbrain")
 
 REQUIRED_CASES: dict[str, list[str]] = {
     "floors": ["copy"] + [fft_pair_case(s, p) for s in FLOOR_SHAPES for p in FLOOR_PRECISIONS],

@@ -232,7 +232,7 @@ def fista_tv(data, measured, iterations: int, lam: float, inner: int, fov: Field
 
 
 def solve(spectrum, measured, geometry: Geometry, *, method: str = "gp", iterations: int = 50, r2c: bool = False,
-          tv_weight: float = 1e-3, tv_inner: int = 10, field_of_view: int | None = None):
+          tv_weight: float = 1e-3, tv_inner: int = 20, field_of_view: int | None = None):
     """From a mapped spectrum to the index volume by ``method`` ("plain", "gp" or "tv").
 
     ``field_of_view``: edge (voxels) of the central box outside which the potential is known
@@ -318,7 +318,7 @@ def crop_volume(volume, n: int):
 
 
 def reconstruct(ratio, geometry: Geometry, *, approximation: str = "rytov", method: str = "gp",
-                iterations: int = 50, r2c: bool = False, tv_weight: float = 1e-3, tv_inner: int = 10,
+                iterations: int = 50, r2c: bool = False, tv_weight: float = 1e-3, tv_inner: int = 20,
                 oversample: float = 1.0) -> OdtResult:
     """Refractive-index volume from field ratios u / u_in (A, n, n) at z = 0.
 

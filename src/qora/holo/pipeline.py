@@ -38,7 +38,7 @@ class Pipeline:
 
     def __init__(self, geometry: Geometry, *, sideband, hologram_pixel: float, hologram_n: int,
                  approximation: str = "rytov", method: str = "gp", iterations: int = 50, r2c: bool = True,
-                 tv_weight: float = 1e-3, tv_inner: int = 10, oversample: float = 1.0) -> None:
+                 tv_weight: float = 1e-3, tv_inner: int = 20, oversample: float = 1.0) -> None:
         self.geometry = geometry
         self.crop = CropPlan(hologram_n, sideband, hologram_pixel=hologram_pixel, n=geometry.n,
                              pupil_frequency=geometry.pupil_frequency)
