@@ -44,8 +44,9 @@ def _parse_spheres(text: str):
               help="Gaussian noise, fraction of the mean hologram intensity (the reference uses 0.02).")
 @click.option("--geometry", "geometry_kind", type=click.Choice(["scan", "rotation"]), default="scan",
               show_default=True, help="Illumination scanning on a cone, or sample rotation about y over 360 degrees.")
-@click.option("--model", type=click.Choice(["born", "exact"]), default="born", show_default=True,
-              help="First-order fields (Rytov-consistent), or the exact partial-wave solution (one sphere).")
+@click.option("--model", type=click.Choice(["born", "exact", "bpm"]), default="born", show_default=True,
+              help="First-order fields (Rytov-consistent), the exact partial-wave solution (one sphere), or the "
+              "beam propagation model with obliquity (multiple forward scattering; scanning geometry).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Output .h5 file.")
 def simulate_cmd(n, spheres, angles, na_illumination, noise, geometry_kind, model, seed, out) -> None:
@@ -64,8 +65,13 @@ def simulate_cmd(n, spheres, angles, na_illumination, noise, geometry_kind, mode
         ill = np.round(cone_illuminations(na_illumination, R.WAVELENGTH, angles) / df) * df
         g = Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, n, R.NA_DETECTION, illuminations=ill)
     try:
-        holos, bgs, hp = simulate_holograms(spheres, g, model=model, noise=noise, seed=seed)
-    except ValueError as exc:
+        if model == "bpm":
+            from qora.holo.bpm import simulate_bpm_holograms
+
+            holos, bgs, hp = simulate_bpm_holograms(spheres, g, noise=noise, seed=seed)
+        else:
+            holos, bgs, hp = simulate_holograms(spheres, g, model=model, noise=noise, seed=seed)
+    except (ValueError, NotImplementedError) as exc:
         raise click.BadParameter(str(exc), param_hint="--model") from exc
     truth = render_spheres(spheres, n, g.pixel, g.medium_index, supersample=3)
     write_holograms(out, holos, bgs, g, hologram_pixel=hp, truth=truth)
@@ -86,18 +92,23 @@ def simulate_cmd(n, spheres, angles, na_illumination, noise, geometry_kind, mode
               "sample rotation about y (give --angles).")
 @click.option("--angles", "angle_range", default=None,
               help="Rotation angles in degrees as START:STOP:COUNT (STOP excluded), e.g. 0:360:180.")
-@click.option("--method", type=click.Choice(["plain", "gp", "tv"]), default="gp", show_default=True)
+@click.option("--method", type=click.Choice(["plain", "gp", "tv", "bpm"]), default="gp", show_default=True,
+              help="Fourier diffraction (plain, gp, tv), or the inversion of the beam propagation model from a "
+              "Rytov + 20 GP start (scanning geometry; --iterations are its gradient steps).")
 @click.option("--approximation", type=click.Choice(["rytov", "born"]), default="rytov", show_default=True)
 @click.option("--iterations", type=click.IntRange(1, 100000), default=50, show_default=True)
-@click.option("--tv-weight", type=float, default=1e-3, show_default=True)
+@click.option("--tv-weight", type=float, default=None,
+              help="TV weight on n^2 - n_m^2 [default: 1e-3 for tv; none (x >= 0 only) for bpm].")
+@click.option("--batch", type=click.IntRange(1, 100000), default=None,
+              help="bpm: illuminations per gradient step, cycled without momentum (default: all, with FISTA).")
 @click.option("--oversample", type=click.FloatRange(1.0, 4.0), default=1.0, show_default=True,
               help="Map onto a grid this many times finer in k (costs oversample^3; docs/holo.md).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Volume .h5 (or .tif).")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="PNG of slices.")
 @click.option("--quiet", is_flag=True)
 def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, medium_index, na_detection,
-                    geometry_kind, angle_range, method, approximation, iterations, tv_weight, oversample, out,
-                    plot, quiet) -> None:
+                    geometry_kind, angle_range, method, approximation, iterations, tv_weight, batch, oversample,
+                    out, plot, quiet) -> None:
     """Refractive-index volume from a hologram stack (and its backgrounds)."""
     from qora.holo import fields as F
     from qora.holo.files import load_stack, plot_volume, read_holograms, write_volume, write_volume_tiff
@@ -139,13 +150,25 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
                 g = Geometry(wavelength, medium_index, pixel, n, na_detection,
                              illuminations=F.illumination_frequencies(bg_fields, pixel))
         sideband = F.find_sideband(bgs[0], hp)
-        pipe = Pipeline(g, sideband=sideband, hologram_pixel=hp, hologram_n=stack.shape[-1], method=method,
-                        approximation=approximation, iterations=iterations, tv_weight=tv_weight,
-                        oversample=oversample)
-        pipe.set_background(bgs)
-        with tqdm_progress(disable=quiet) as bar:
-            result = pipe.process(stack, progress=bar)
-    except (ValueError, FileNotFoundError) as exc:
+        if method == "bpm":
+            from qora.holo.bpm import bpm_reconstruct
+
+            if g.geometry == "rotation":
+                raise click.UsageError("--method bpm needs the illumination-scanning geometry, not rotation")
+            approximation = "bpm"
+            kw = dict(hologram_pixel=hp, n=g.n, pupil_frequency=g.pupil_frequency)
+            ratio = F.field_ratio(F.extract_fields(stack, sideband, **kw), F.extract_fields(bgs, sideband, **kw))
+            with tqdm_progress(disable=quiet) as bar:
+                result = bpm_reconstruct(ratio, g, iterations=iterations, tv_weight=tv_weight, batch=batch,
+                                         progress=bar)
+        else:
+            pipe = Pipeline(g, sideband=sideband, hologram_pixel=hp, hologram_n=stack.shape[-1], method=method,
+                            approximation=approximation, iterations=iterations,
+                            tv_weight=1e-3 if tv_weight is None else tv_weight, oversample=oversample)
+            pipe.set_background(bgs)
+            with tqdm_progress(disable=quiet) as bar:
+                result = pipe.process(stack, progress=bar)
+    except (ValueError, FileNotFoundError, NotImplementedError) as exc:
         raise click.ClickException(str(exc)) from exc
     if out.suffix.lower() in (".tif", ".tiff"):
         write_volume_tiff(out, result.index, g)

@@ -1,0 +1,420 @@
+"""The beam propagation model (BPM): multiple forward scattering, its gradient and its inversion.
+
+The unknown is the index contrast x = n - n_m on a (n_z, n, n) grid, centre-origin, one slice
+per voxel of thickness d = pixel; slice k sits at z_k = (k - n_z // 2) d, the plane of its voxel
+centres (the same grid as the ODT volumes). Instead of the field u the model propagates the
+envelope w = u / u_in of each illumination: the tilt of the incident wave drops out, w is
+periodic on the field grid, and bin mu of its spectrum S is the field's spectrum at mu + nu_in.
+Per slice (F the unnormalised 2D FFT):
+
+    w_k     = F^-1 S_k                    (S_0 = n^2 delta, i.e. w_0 = 1)
+    A       = F(exp(i k0 d x_k) w_k)      the thin phase screen of slice k
+    S_{k+1} = c (q A + (1 - q) S_k)       c = exp(2 pi i (nu_z(mu + nu_in) - nu_z,in) d)
+
+and the last slice uses, instead of c, the propagator from z_{n_z - 1} back to the focal plane
+z = 0 (a negative distance) times the detection pupil. The output is w at z = 0, the field ratio
+u / u_in (centre-origin), the quantity ``odt.reconstruct`` takes; its first-Born counterpart is
+``1 + phantoms.born_ratio``.
+
+The obliquity weight q = (n_m / lambda) / nu_z(mu + nu_in) makes the weak-object limit equal to
+first Born at every angle (the plain screen, q = 1, leaves out 1 / cos(theta) of the scattered
+direction). It is capped at its value at the edge of the detection pupil: it diverges for grazing
+waves, which never reach the camera.
+
+All tables (c, the last step, q) are computed once in float64 on the host (:func:`bpm_tables`)
+and are backend-neutral NumPy arrays, so a device implementation can use identical values.
+See docs/holo.md, "Beam propagation".
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.fft
+
+from qora.backend.core import cpu_count
+from qora.holo.geometry import Geometry, frequencies, nu_z
+from qora.progress import report
+
+__all__ = ["BpmTables", "bpm_tables", "bpm_forward", "bpm_jvp", "bpm_vjp", "bpm_gradient", "bpm_lipschitz",
+           "bpm_reconstruct", "simulate_bpm_holograms", "upsample_fields"]
+
+#: stored envelopes per chunk of illuminations in the reverse pass (bytes); chunking changes nothing
+#: but the memory
+CHUNK_BYTES = 512 * 2**20
+
+
+def _fft2(a):
+    return scipy.fft.fft2(a, axes=(-2, -1), workers=cpu_count(), overwrite_x=True)
+
+
+def _ifft2(a):
+    return scipy.fft.ifft2(a, axes=(-2, -1), workers=cpu_count(), overwrite_x=True)
+
+
+def _check_scan(geometry: Geometry) -> None:
+    if geometry.angles is not None:
+        raise NotImplementedError("the beam propagation model is built for the illumination-scanning geometry; "
+                                  "the rotation geometry is not supported")
+
+
+@dataclass
+class BpmTables:
+    """Per-illumination tables (count, n, n) in the FFT layout of the envelope spectrum (float64 / complex128).
+
+    Attributes
+    ----------
+    propagator : complex (A, n, n)
+        c = exp(2 pi i (nu_z(mu + nu_in) - nu_z,in) d), zero where |mu + nu_in| >= n_m / lambda.
+    last : complex (A, n, n)
+        From the last slice's plane z_{n_z-1} back to z = 0, times the detection pupil.
+    obliquity : float (A, n, n)
+        q = (n_m / lambda) / nu_z(mu + nu_in), capped at its pupil-edge value (ones without obliquity).
+    n_z : int
+        Number of slices the tables are for.
+    step : float
+        Slice thickness d (the pixel), um.
+    k0 : float
+        2 pi / lambda, rad/um.
+    """
+
+    propagator: np.ndarray
+    last: np.ndarray
+    obliquity: np.ndarray
+    n_z: int
+    step: float
+    k0: float
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def count(self) -> int:
+        return self.propagator.shape[0]
+
+    @property
+    def n(self) -> int:
+        return self.propagator.shape[-1]
+
+    def products(self, dtype, index=slice(None)):
+        """(c q, c (1 - q), last q, last (1 - q)) in ``dtype`` for the illuminations ``index`` (cached per dtype)."""
+        dtype = np.dtype(dtype)
+        if dtype not in self._cache:
+            q = self.obliquity
+            self._cache[dtype] = tuple(t.astype(dtype) for t in (self.propagator * q, self.propagator * (1 - q),
+                                                                  self.last * q, self.last * (1 - q)))
+        return tuple(t[index] for t in self._cache[dtype])
+
+    def lipschitz(self) -> np.ndarray:
+        """Per illumination, n_z (k0 d q_a(0))^2: the largest eigenvalue of J_a^T J_a for a weak object."""
+        return self.n_z * (self.k0 * self.step * self.obliquity[:, 0, 0]) ** 2
+
+
+def bpm_tables(geometry: Geometry, n_z: int | None = None, obliquity: bool = True) -> BpmTables:
+    """The propagation, last-step and obliquity tables of ``geometry`` for ``n_z`` slices (default n)."""
+    _check_scan(geometry)
+    n, d = geometry.n, geometry.pixel
+    n_z = int(n_z or n)
+    if n_z < 1:
+        raise ValueError(f"n_z must be positive, got {n_z}")
+    f = frequencies(n, d)
+    ky, kx = np.meshgrid(f, f, indexing="ij")
+    km = geometry.medium_frequency
+    nu_in_z = geometry.nu_z_in()
+    q_max = km / math.sqrt(km**2 - geometry.pupil_frequency**2)  # NA < n_m is checked by Geometry
+    z_last = (n_z - 1 - n_z // 2) * d
+    shape = (geometry.count, n, n)
+    prop, last, q = np.zeros(shape, np.complex128), np.zeros(shape, np.complex128), np.ones(shape, np.float64)
+    for a, (nuy, nux) in enumerate(geometry.illuminations):
+        my, mx = ky + nuy, kx + nux
+        nz = nu_z(my, mx, km)
+        live = np.isfinite(nz) & (np.hypot(my, mx) < km)
+        nz = np.where(live, nz, 1.0)
+        dz = nz - nu_in_z[a]
+        prop[a] = np.where(live, np.exp(2j * math.pi * dz * d), 0)
+        pupil = live & (np.hypot(my, mx) <= geometry.pupil_frequency)
+        last[a] = np.where(pupil, np.exp(-2j * math.pi * dz * z_last), 0)  # from z_{n_z-1} back to z = 0
+        if obliquity:
+            q[a] = np.where(live, np.minimum(km / nz, q_max), q_max)
+    return BpmTables(prop, last, q, n_z, d, geometry.k0)
+
+
+def _prepare(contrast, geometry: Geometry, tables: BpmTables | None):
+    _check_scan(geometry)
+    x = np.asarray(contrast)
+    if x.ndim != 3 or x.shape[1:] != (geometry.n, geometry.n):
+        raise ValueError(f"contrast must be (n_z, {geometry.n}, {geometry.n}), got {x.shape}")
+    real = np.float32 if x.dtype == np.float32 else np.float64
+    x = x.astype(real, copy=False)
+    if tables is None:
+        tables = bpm_tables(geometry, x.shape[0])
+    if tables.n_z != x.shape[0] or tables.n != geometry.n or tables.count != geometry.count:
+        raise ValueError(f"tables are for {tables.count} x {tables.n_z} slices of {tables.n}^2, the contrast is "
+                         f"{x.shape} with {geometry.count} illuminations")
+    cdtype = np.complex64 if real == np.float32 else np.complex128
+    # exp(i k0 d x_k), (n_z, n, n), laterally in the FFT layout (origin at index 0) of w = F^-1 S
+    screens = np.exp(1j * tables.k0 * tables.step * _lateral_fft_layout(x)).astype(cdtype)
+    return x, tables, screens, cdtype
+
+
+def _lateral_fft_layout(v):
+    return np.fft.ifftshift(v, axes=(-2, -1))
+
+
+def _lateral_centre(v):
+    return np.fft.fftshift(v, axes=(-2, -1))
+
+
+def _chunks(count: int, n_z: int, n: int, itemsize: int):
+    size = max(1, min(count, CHUNK_BYTES // max(1, n_z * n * n * itemsize)))
+    return [slice(s, min(s + size, count)) for s in range(0, count, size)]
+
+
+def _forward_chunk(screens, tables, index, cdtype, keep: bool, tangent=None):
+    """Envelope spectra through all slices for illuminations ``index``.
+
+    Returns (S_K, stored w_k (n_z, B, n, n) or None, the tangent's S_K or None). ``tangent`` is
+    i k0 d h (n_z, n, n): the tangent-linear model runs alongside.
+    """
+    cq, cr, lq, lr = tables.products(cdtype, index)
+    n_z, n = screens.shape[0], screens.shape[-1]
+    b = cq.shape[0]
+    s = np.zeros((b, n, n), cdtype)
+    s[:, 0, 0] = n * n
+    ds = np.zeros_like(s) if tangent is not None else None
+    stored = np.empty((n_z, b, n, n), cdtype) if keep else None
+    for k in range(n_z):
+        w = _ifft2(s.copy())
+        if keep:
+            stored[k] = w
+        pk = screens[k]
+        a_spec = _fft2(pk * w)
+        tq, tr = (lq, lr) if k == n_z - 1 else (cq, cr)
+        if tangent is not None:
+            dw = _ifft2(ds.copy())
+            da = _fft2(pk * (dw + tangent[k] * w))
+            ds = tq * da + tr * ds
+        s = tq * a_spec + tr * s
+    return s, stored, ds
+
+
+def bpm_forward(contrast, geometry: Geometry, tables: BpmTables | None = None, keep: bool = False):
+    """Field ratios u / u_in at z = 0 (A, n, n), centre-origin, of the index contrast (n_z, n, n).
+
+    complex128, or complex64 for a float32 contrast. With ``keep`` also the envelopes w_k
+    entering every slice, (n_z, A, n, n) in FFT layout (what the reverse pass stores).
+    """
+    x, tables, screens, cdtype = _prepare(contrast, geometry, tables)
+    out = np.empty((geometry.count, geometry.n, geometry.n), cdtype)
+    stored = np.empty((x.shape[0],) + out.shape, cdtype) if keep else None
+    for index in _chunks(geometry.count, x.shape[0], geometry.n, np.dtype(cdtype).itemsize if keep else 1):
+        s, w, _ = _forward_chunk(screens, tables, index, cdtype, keep)
+        out[index] = np.fft.fftshift(_ifft2(s), axes=(-2, -1))
+        if keep:
+            stored[:, index] = w
+    return (out, stored) if keep else out
+
+
+def bpm_jvp(contrast, h, geometry: Geometry, tables: BpmTables | None = None):
+    """The tangent-linear model J h: the change of the field ratios (A, n, n) along the contrast change h."""
+    x, tables, screens, cdtype = _prepare(contrast, geometry, tables)
+    h = np.asarray(h, x.dtype)
+    if h.shape != x.shape:
+        raise ValueError(f"h must have the contrast's shape {x.shape}, got {h.shape}")
+    tangent = (1j * tables.k0 * tables.step * _lateral_fft_layout(h)).astype(cdtype)
+    out = np.empty((geometry.count, geometry.n, geometry.n), cdtype)
+    for index in _chunks(geometry.count, x.shape[0], geometry.n, 1):
+        _, _, ds = _forward_chunk(screens, tables, index, cdtype, False, tangent)
+        out[index] = np.fft.fftshift(_ifft2(ds), axes=(-2, -1))
+    return out
+
+
+def _reverse(x, screens, tables, cdtype, index, residual_fn):
+    """Forward pass storing w_k, then the slices backwards: Re(J^H r) summed over illuminations ``index``.
+
+    ``residual_fn(y)`` gets the chunk's field ratios (B, n, n), centre-origin, and returns the
+    residual r (the same shape) to back-propagate; returns (gradient (n_z, n, n), sum of |r|^2).
+    """
+    n_z, n = x.shape[0], x.shape[-1]
+    grad = np.zeros(x.shape, np.float64)
+    loss = 0.0
+    kd = tables.k0 * tables.step
+    start, stop, _ = index.indices(tables.count)
+    for sub in _chunks(stop - start, n_z, n, np.dtype(cdtype).itemsize):
+        ind = slice(start + sub.start, start + sub.stop)
+        s, stored, _ = _forward_chunk(screens, tables, ind, cdtype, True)
+        y = np.fft.fftshift(_ifft2(s), axes=(-2, -1))
+        r = np.asarray(residual_fn(y, ind), cdtype)
+        loss += float(np.vdot(r, r).real)
+        cq, cr, lq, lr = tables.products(cdtype, ind)
+        g = _fft2(np.fft.ifftshift(r, axes=(-2, -1)))  # n^2 times the adjoint of S_K
+        for k in range(n_z - 1, -1, -1):
+            tq, tr = (lq, lr) if k == n_z - 1 else (cq, cr)
+            b = _ifft2(np.conj(tq) * g)
+            g = np.conj(tr) * g
+            pk = screens[k]
+            pw = pk * stored[k]
+            grad[k] += kd * np.sum((pw.real * b.imag - pw.imag * b.real), axis=0)  # Im(conj(p w) b)
+            g += _fft2(np.conj(pk) * b)
+    return _lateral_centre(grad), loss
+
+
+def bpm_vjp(contrast, r, geometry: Geometry, tables: BpmTables | None = None):
+    """J^T r = Re(J^H r): the real adjoint of :func:`bpm_jvp` applied to field-ratio residuals r (A, n, n)."""
+    x, tables, screens, cdtype = _prepare(contrast, geometry, tables)
+    r = np.asarray(r)
+    grad, _ = _reverse(x, screens, tables, cdtype, slice(None), lambda y, ind: r[ind])
+    return grad.astype(x.dtype)
+
+
+def bpm_gradient(contrast, data, geometry: Geometry, tables: BpmTables | None = None, *, index=slice(None),
+                 return_loss: bool = False):
+    """Gradient (n_z, n, n) of f(x) = 1/(2 A) sum_a ||y_a(x) - d_a||^2 over the illuminations ``index``.
+
+    ``data`` are measured field ratios u / u_in (count, n, n), centre-origin; A is the number of
+    illuminations in ``index`` (all by default), so a batch gradient is the mean over its batch.
+    The norm is the plain sum over pixels. With ``return_loss`` also returns f(x).
+    """
+    x, tables, screens, cdtype = _prepare(contrast, geometry, tables)
+    data = np.asarray(data)
+    if data.shape != (geometry.count, geometry.n, geometry.n):
+        raise ValueError(f"data must be ({geometry.count}, {geometry.n}, {geometry.n}), got {data.shape}")
+    count = len(range(*index.indices(geometry.count)))
+    grad, loss = _reverse(x, screens, tables, cdtype, index, lambda y, ind: y - data[ind])
+    grad = (grad / count).astype(x.dtype)
+    return (grad, loss / (2 * count)) if return_loss else grad
+
+
+def bpm_lipschitz(tables: BpmTables, index=slice(None)) -> float:
+    """L = n_z (k0 d)^2 mean_a q_a(0)^2 over the illuminations ``index``: the weak-object estimate of the
+    Lipschitz constant of the gradient of f (a constant volume adds the same phase to every angle's
+    zero-frequency bin)."""
+    return float(np.mean(tables.lipschitz()[index]))
+
+
+def _rytov_start(data, geometry: Geometry, n_z: int):
+    from qora.holo import odt
+
+    index = odt.reconstruct(data, geometry, method="gp", iterations=20, r2c=True).index
+    x = index.astype(np.float64) - geometry.medium_index
+    if n_z != geometry.n:  # the central n_z planes (or zero planes around the n^3 volume)
+        out = np.zeros((n_z, geometry.n, geometry.n))
+        lo_out, lo_in = max(0, n_z // 2 - geometry.n // 2), max(0, geometry.n // 2 - n_z // 2)
+        m = min(n_z, geometry.n)
+        out[lo_out:lo_out + m] = x[lo_in:lo_in + m]
+        x = out
+    return np.maximum(x, 0.0)
+
+
+def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, tv_weight: float | None = None,
+                    tv_inner: int = 20, batch: int | None = None, step: float = 1.0, progress=None, *,
+                    n_z: int | None = None, obliquity: bool = True):
+    """Refractive-index volume from field ratios u / u_in (A, n, n) by inverting the beam propagation model.
+
+    Proximal gradient on f(x) = 1/(2A) sum_a ||y_a(x) - d_a||^2 over the index contrast x = n - n_m
+    with the projection onto x >= 0, or with ``tv_weight`` the FGP proximal step of isotropic TV
+    (and x >= 0) with weight ``step * tv_weight / (2 n_m)`` per step of length step / L: the
+    ODT TV solver's weight tv_weight k0^2 on the potential V = k0^2 (n^2 - n_m^2) ~ 2 k0^2 n_m x,
+    carried over to x with both data terms scaled to a unit Lipschitz constant.
+
+    With all illuminations per step (``batch`` None) FISTA momentum; with ``batch`` the steps cycle
+    through consecutive batches of that many illuminations without momentum, each with the batch's
+    mean gradient and its own L. ``iterations`` counts steps. The step is step / L, L from
+    :func:`bpm_lipschitz`. ``start``: the starting index contrast n - n_m (n_z, n, n), default Rytov
+    ODT with 20 Gerchberg-Papoulis iterations (pass ``index - n_m`` to start from an index volume). ``progress`` gets
+    ("bpm", step, iterations, {"loss": f}) after each step and may stop the loop by returning False.
+
+    Returns an :class:`qora.holo.odt.OdtResult` (method "bpm", approximation "bpm"); ``info`` holds
+    the loss per step ("loss", f before that step), "n_z", "batch", "tv_weight", "seconds".
+    """
+    from qora.holo.odt import OdtResult
+    from qora.holo.tv_cpu import fgp_prox_fused
+
+    _check_scan(geometry)
+    data = np.asarray(data)
+    if not np.iscomplexobj(data) or data.shape != (geometry.count, geometry.n, geometry.n):
+        raise ValueError(f"data must be complex field ratios ({geometry.count}, {geometry.n}, {geometry.n})")
+    if iterations < 0:
+        raise ValueError(f"iterations must be non-negative, got {iterations}")
+    if tv_weight is not None and (tv_weight < 0 or tv_inner < 1):
+        raise ValueError("tv needs tv_weight >= 0 and tv_inner >= 1")
+    if batch is not None and not 1 <= batch <= geometry.count:
+        raise ValueError(f"batch must be between 1 and {geometry.count}, got {batch}")
+    t0 = time.perf_counter()
+    if start is None:
+        x = _rytov_start(data, geometry, int(n_z or geometry.n))
+    else:
+        x = np.array(start, np.float64)
+        if x.ndim != 3 or x.shape[1:] != (geometry.n, geometry.n) or not np.all(np.isfinite(x)):
+            raise ValueError(f"start must be a finite index contrast (n_z, {geometry.n}, {geometry.n}), got {x.shape}")
+    tables = bpm_tables(geometry, x.shape[0], obliquity)
+    lam = 0.0 if not tv_weight else step * tv_weight / (2 * geometry.medium_index)
+    if batch is None or batch >= geometry.count:
+        batches = [slice(None)]
+    else:
+        batches = [slice(s, min(s + batch, geometry.count)) for s in range(0, geometry.count, batch)]
+    lips = [bpm_lipschitz(tables, b) for b in batches]
+    momentum = len(batches) == 1
+    dual = None
+    x_prev, y, t = x, x, 1.0
+    losses = []
+    for it in range(iterations):
+        j = it % len(batches)
+        grad, loss = bpm_gradient(y, data, geometry, tables, index=batches[j], return_loss=True)
+        losses.append(loss)
+        v = y - (step / lips[j]) * grad
+        if lam > 0:
+            x_new, dual = fgp_prox_fused(np.ascontiguousarray(v), lam, tv_inner, dual=dual)
+        else:
+            x_new = np.maximum(v, 0.0)
+        if momentum:
+            t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
+            y = x_new + ((t - 1) / t_new) * (x_new - x_prev)
+            t = t_new
+        else:
+            y = x_new
+        x_prev = x_new
+        if not report(progress, "bpm", it + 1, iterations, {"loss": loss}):
+            break
+    index = (x_prev + geometry.medium_index).astype(np.float32)
+    return OdtResult(index, geometry, "bpm", "bpm", len(losses),
+                     info={"loss": losses, "n_z": x.shape[0], "batch": batch, "tv_weight": tv_weight,
+                           "step": step, "obliquity": obliquity, "seconds": time.perf_counter() - t0})
+
+
+def upsample_fields(ratio, big: int):
+    """Band-limited field ratios (A, n, n) resampled to (A, big, big) on the same field of view
+    (zero-padded spectra; exact when the spectrum is zero at the Nyquist bin, as behind the pupil)."""
+    ratio = np.asarray(ratio)
+    n = ratio.shape[-1]
+    spec = np.fft.fftshift(np.fft.fft2(np.fft.ifftshift(ratio, axes=(-2, -1))), axes=(-2, -1))
+    out = np.zeros(ratio.shape[:-2] + (big, big), np.complex128)
+    lo = big // 2 - n // 2
+    out[..., lo:lo + n, lo:lo + n] = spec
+    out = np.fft.ifft2(np.fft.ifftshift(out, axes=(-2, -1))) * (big / n) ** 2
+    return np.fft.fftshift(out, axes=(-2, -1))
+
+
+def simulate_bpm_holograms(spheres, geometry: Geometry, *, noise: float = 0.0, seed: int = 0, carrier=None,
+                           supersample: int = 3):
+    """Sample and background holograms (A, 2n, 2n) of spheres from the beam propagation model.
+
+    The spheres are rendered on the geometry's n^3 grid (anti-aliased), propagated by
+    :func:`bpm_forward`, and the pupil-limited field ratios upsampled to the hologram grid at half
+    the pixel. Returns ``(holograms, backgrounds, hologram_pixel)`` like ``phantoms.simulate_holograms``.
+    """
+    from qora.holo import reference
+    from qora.holo.phantoms import add_noise, holograms, render_spheres
+
+    _check_scan(geometry)
+    vol = render_spheres(spheres, geometry.n, geometry.pixel, geometry.medium_index, supersample=supersample)
+    ratio = bpm_forward(vol.astype(np.float64) - geometry.medium_index, geometry)
+    big, hp = 2 * geometry.n, geometry.pixel / 2
+    field_big = upsample_fields(ratio, big)
+    carrier = reference.carrier(big, hp) if carrier is None else np.asarray(carrier, float)
+    holos = holograms(field_big, geometry, carrier, hologram_pixel=hp)
+    bgs = holograms(np.ones_like(field_big), geometry, carrier, hologram_pixel=hp)
+    if noise > 0:
+        holos, bgs = add_noise(holos, noise, seed=seed), add_noise(bgs, noise, seed=seed + 1)
+    return holos, bgs, hp
