@@ -1,0 +1,182 @@
+"""From 4D-STEM data to G(Q, k), prepared once, and the images it gives.
+
+Conventions (docs/ssb.md): data axes (scan_row, scan_col, det_row, det_col);
+G(Q, k) = sum_R I(R, k) exp(-2 pi i Q.R), the forward FFT over the scan axes of the
+bright-field pixels' intensities (normalised to 1 in the bright field), kept on the half plane
+Q_col >= 0 since the data are real. For a weak phase object phi with spectrum Phi,
+
+    G(Q, k) = |psi(k)|^2 delta(Q) + i Phi(Q) Gamma(Q, k),
+    Gamma(Q, k) = conj(psi(k)) psi(k - Q) - psi(k) conj(psi(k + Q)),   psi = A exp(-i chi).
+
+Units: A, 1/A, mrad, kV, rad.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from qora.ssb.optics import Aberrations, aperture, chi, chi_gradient, wavelength
+
+__all__ = ["DetectorFit", "fit_detector", "Session"]
+
+
+@dataclass(frozen=True)
+class DetectorFit:
+    """The bright-field disk on the detector: centre (row, col) and radius, pixels;
+    ``mrad_per_pixel`` from the convergence semi-angle."""
+
+    center: tuple
+    radius: float
+    mrad_per_pixel: float
+
+
+def fit_detector(data, alpha_mrad: float, *, threshold: float = 0.5) -> DetectorFit:
+    """Centre and radius of the bright-field disk from the mean diffraction pattern, to sub-pixel.
+
+    The pattern is scaled by its bright-field level (the median above ``threshold`` of the
+    maximum); its sum is then the disk's area in pixels (partly lit edge pixels count by
+    their fraction), so radius = sqrt(area / pi), and the centre is the intensity-weighted
+    centroid of the scaled pattern, clipped to [0, 1] to keep dark-field counts out.
+    """
+    data = np.asarray(data)
+    if data.ndim != 4:
+        raise ValueError(f"4D-STEM data must be (scan_row, scan_col, det_row, det_col), got shape {data.shape}")
+    mean = data.reshape(-1, *data.shape[2:]).mean(0, dtype=np.float64)
+    if not np.all(np.isfinite(mean)):
+        raise ValueError("the data hold NaN or Inf")
+    if not mean.max() > 0:
+        raise ValueError("the mean diffraction pattern is zero: no bright field to fit")
+    level = np.median(mean[mean > threshold * mean.max()])
+    w = np.clip(mean / level, 0.0, 1.0)
+    area = w.sum()
+    rows, cols = np.indices(w.shape)
+    center = (float((w * rows).sum() / area), float((w * cols).sum() / area))
+    radius = math.sqrt(area / math.pi)
+    return DetectorFit(center, radius, alpha_mrad / radius)
+
+
+class Session:
+    """The bright field and its half-plane G(Q, k), prepared once for many images.
+
+    Parameters
+    ----------
+    data : ndarray (scan_row, scan_col, det_row, det_col)
+    kv : float
+        Accelerating voltage (kV).
+    alpha_mrad : float
+        Convergence semi-angle (mrad).
+    scan_step : float
+        Scan step (A), the same along both scan axes.
+    rotation : float
+        Scan rotation (rad): the angle from the detector's axes to the scan's.
+    detector : DetectorFit, optional
+        The bright-field disk; fitted from the data when not given.
+    chunk : int
+        Bright-field pixels transformed at a time (bounds the temporary memory).
+    """
+
+    def __init__(self, data, *, kv: float, alpha_mrad: float, scan_step: float, rotation: float = 0.0,
+                 detector: DetectorFit | None = None, chunk: int = 512) -> None:
+        t0 = time.perf_counter()
+        data = np.asarray(data)
+        if data.ndim != 4:
+            raise ValueError(f"4D-STEM data must be (scan_row, scan_col, det_row, det_col), got shape {data.shape}")
+        if not scan_step > 0:
+            raise ValueError(f"scan_step must be positive (A), got {scan_step}")
+        self.kv, self.alpha_mrad, self.scan_step, self.rotation = float(kv), float(alpha_mrad), float(scan_step), rotation
+        self.wavelength = wavelength(kv)
+        self.detector = detector or fit_detector(data, alpha_mrad)
+        self.scan_shape = data.shape[:2]
+        # bright-field pixels: inside the disk, by their centres (1/A, detector axes)
+        dk = self.detector.mrad_per_pixel * 1e-3 / self.wavelength
+        rows, cols = np.indices(data.shape[2:])
+        ky = (rows - self.detector.center[0]) * dk
+        kx = (cols - self.detector.center[1]) * dk
+        inside = np.hypot(ky, kx) <= self.alpha_mrad * 1e-3 / self.wavelength
+        self.bf_index = np.flatnonzero(inside)
+        self.k = np.stack([ky.ravel()[self.bf_index], kx.ravel()[self.bf_index]], 1)  # (nbf, 2) 1/A
+        flat = data.reshape(*self.scan_shape, -1)
+        level = float(np.mean(flat[..., self.bf_index], dtype=np.float64))
+        if not level > 0:
+            raise ValueError("the bright field holds no intensity")
+        sy, sx = self.scan_shape
+        self.G = np.empty((sy, sx // 2 + 1, len(self.bf_index)), np.complex128)
+        for start in range(0, len(self.bf_index), chunk):
+            idx = self.bf_index[start:start + chunk]
+            block = flat[..., idx].astype(np.float64) / level
+            self.G[..., start:start + len(idx)] = np.fft.rfft2(block, axes=(0, 1))
+        self.bright_field = flat[..., self.bf_index].sum(-1) / level
+        self.timings = {"prepare_s": time.perf_counter() - t0}
+
+    # -- geometry -----------------------------------------------------------------------
+    @property
+    def nbytes(self) -> int:
+        return self.G.nbytes
+
+    def q_half(self):
+        """(Qy, Qx) (1/A) of the half plane, in the detector's axes (the scan rotated)."""
+        sy, sx = self.scan_shape
+        qy = np.fft.fftfreq(sy, self.scan_step)[:, None] * np.ones((1, sx // 2 + 1))
+        qx = np.fft.rfftfreq(sx, self.scan_step)[None, :] * np.ones((sy, 1))
+        c, s = math.cos(self.rotation), math.sin(self.rotation)
+        return c * qy + s * qx, -s * qy + c * qx
+
+    def _psi(self, ky, kx, aberrations):
+        lam = self.wavelength
+        return aperture(kx, ky, self.alpha_mrad, lam) * np.exp(-1j * chi(kx, ky, aberrations, lam))
+
+    def gamma(self, aberrations: Aberrations, qy, qx):
+        """Gamma(Q, k) for the half plane's Q (..., 1) against the bright-field k: (..., nbf)."""
+        ky, kx = self.k[:, 0], self.k[:, 1]
+        qy, qx = np.asarray(qy)[..., None], np.asarray(qx)[..., None]
+        p = self._psi(ky, kx, aberrations)
+        return np.conj(p) * self._psi(ky - qy, kx - qx, aberrations) - p * np.conj(self._psi(ky + qy, kx + qx, aberrations))
+
+    def double_overlap(self, qy, qx):
+        """Bright-field pixels where exactly one of the disks shifted by +-Q overlaps: (..., nbf)."""
+        limit = self.alpha_mrad * 1e-3 / self.wavelength
+        ky, kx = self.k[:, 0], self.k[:, 1]
+        qy, qx = np.asarray(qy)[..., None], np.asarray(qx)[..., None]
+        minus = np.hypot(ky - qy, kx - qx) <= limit
+        plus = np.hypot(ky + qy, kx + qx) <= limit
+        return minus ^ plus
+
+    # -- images -------------------------------------------------------------------------
+    def image(self, aberrations: Aberrations | None = None, method: str = "ssb", *, rows: int = 16) -> np.ndarray:
+        """The phase image (rad, scan grid) for the given aberrations by ``method``:
+        "ssb" (single side band over the double-overlap pixels) or "parallax" (tcBF: the
+        bright-field images shifted by grad chi / 2 pi, summed, and phase-flipped by
+        sign(sin chi(Q))). Q = 0 and the scan's Nyquist row and column are left out."""
+        aberrations = aberrations or Aberrations()
+        if method not in ("ssb", "parallax"):
+            raise ValueError(f"method must be 'ssb' or 'parallax', got {method!r}")
+        qy, qx = self.q_half()
+        spectrum = np.zeros(qy.shape, np.complex128)
+        for r0 in range(0, qy.shape[0], rows):  # a band of Q rows at a time bounds the (Q, k) temporaries
+            sl = slice(r0, r0 + rows)
+            g = self.G[sl]
+            if method == "ssb":
+                gam = self.gamma(aberrations, qy[sl], qx[sl])
+                mag = np.abs(gam)
+                use = self.double_overlap(qy[sl], qx[sl]) & (mag > 1e-12)
+                weight = np.where(use, np.conj(gam) / np.where(use, mag, 1.0), 0)
+                norm = np.where(use, mag, 0).sum(-1)
+                spectrum[sl] = np.where(norm > 0, (g * weight).sum(-1) / (1j * np.where(norm > 0, norm, 1)), 0)
+            else:
+                gy, gx = chi_gradient(self.k[:, 1], self.k[:, 0], aberrations, self.wavelength)[::-1]
+                shift = np.exp(-1j * (gy * qy[sl][..., None] + gx * qx[sl][..., None]))
+                flip = np.sign(np.sin(chi(qx[sl], qy[sl], aberrations, self.wavelength)))
+                spectrum[sl] = flip * (g * shift).sum(-1) / (2 * len(self.bf_index))
+        spectrum[0, 0] = 0
+        # at the Nyquist frequency +Q and -Q are one bin, so G there mixes Phi(Q) Gamma(Q) with
+        # Phi(-Q) Gamma(-Q): the scan does not resolve it, and the bin is left out
+        sy, sx = self.scan_shape
+        if sy % 2 == 0:
+            spectrum[sy // 2] = 0
+        if sx % 2 == 0:
+            spectrum[:, sx // 2] = 0
+        return np.fft.irfft2(spectrum, s=self.scan_shape)

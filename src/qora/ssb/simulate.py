@@ -1,0 +1,158 @@
+"""A 4D-STEM simulator of our own, for tests and the demo (independent of the reconstruction code).
+
+The specimen is a stack of phase slices on a periodic grid of ``pixel`` A; the probe, formed
+by an aperture of semi-angle alpha with aberrations (``optics.probe_spectrum``), is scanned in
+steps of ``stride`` pixels over the whole periodic field, so the scan has no edges. At each
+position the exit wave of the probe window (``window`` x ``window`` pixels) is found by
+multislice: multiply by exp(i phi_j) (slice j, laterally shifted by z_j tau for a specimen
+tilt tau), propagate by the slice spacing with exp(-i pi lambda dz |k|^2); the detector records
+|F exit|^2, the window's Fourier grid (1/(window pixel) 1/A per detector pixel), with q = 0 at
+the detector's centre pixel. The defocus convention matches ``optics``: a slice at depth z
+(from the mid-plane) sees C10 + z.
+
+Units: A, mrad, kV, rad; dose in electrons per A^2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from qora.ssb.optics import Aberrations, probe_spectrum, wavelength
+
+__all__ = ["amorphous_slices", "Scan4D", "simulate", "scan_truth"]
+
+
+def amorphous_slices(shape, pixel: float, *, slices: int = 1, atoms_per_a2: float = 0.05, sigma: float = 0.4,
+                     phase_per_atom: float = 0.05, seed: int = 0) -> np.ndarray:
+    """Random-atom phase slices (slices, ny, nx) in rad: Gaussian atoms of std ``sigma`` A at
+    uniform random positions, each adding ``phase_per_atom`` rad at its peak; periodic."""
+    ny, nx = shape
+    rng = np.random.default_rng(seed)
+    ky = np.fft.fftfreq(ny, pixel)[:, None]
+    kx = np.fft.fftfreq(nx, pixel)[None, :]
+    blob = np.exp(-2 * np.pi**2 * sigma**2 * (kx**2 + ky**2))  # FT of the unit-peak Gaussian / (2 pi sigma^2)
+    out = np.empty((slices, ny, nx))
+    count = max(1, int(round(atoms_per_a2 * ny * nx * pixel**2)))
+    for s in range(slices):
+        ry = rng.uniform(0, ny * pixel, count)
+        rx = rng.uniform(0, nx * pixel, count)
+        # the atoms' spectrum at exact (off-grid) positions, then the blob: no rounding to pixels
+        spec = np.zeros((ny, nx), np.complex128)
+        for chunk in np.array_split(np.arange(count), max(1, count // 256)):
+            spec += np.exp(-2j * np.pi * (ky[..., None] * ry[chunk] + kx[..., None] * rx[chunk])).sum(-1)
+        out[s] = np.fft.ifft2(spec * blob).real * (2 * np.pi * sigma**2) / pixel**2 * phase_per_atom
+    return out
+
+
+@dataclass
+class Scan4D:
+    """A 4D-STEM dataset and what produced it.
+
+    ``data`` (scan_row, scan_col, det_row, det_col), counts or intensities; ``scan_step`` A;
+    ``detector_pixel`` 1/A per detector pixel; ``kv``; ``alpha_mrad``; ``aberrations``;
+    ``phase`` the specimen's total phase (ny, nx) rad on the simulation grid of ``pixel`` A.
+    """
+
+    data: np.ndarray
+    scan_step: float
+    detector_pixel: float
+    kv: float
+    alpha_mrad: float
+    aberrations: Aberrations
+    pixel: float
+    phase: np.ndarray
+    thickness: float = 0.0
+    tilt: tuple = (0.0, 0.0)
+
+    @property
+    def mrad_per_pixel(self) -> float:
+        return self.detector_pixel * wavelength(self.kv) * 1e3
+
+
+def simulate(slices, *, pixel: float, stride: int, window: int, kv: float = 300.0, alpha_mrad: float = 20.0,
+             aberrations: Aberrations | None = None, thickness: float = 0.0, tilt=(0.0, 0.0),
+             dose: float | None = None, seed: int = 0, batch: int = 256) -> Scan4D:
+    """Scan the probe over ``slices`` (phase, rad; (ny, nx) or (count, ny, nx)) and record 4D data.
+
+    ``thickness`` (A) spreads the slices evenly over it (a single slice ignores it); ``tilt``
+    (tau_y, tau_x) (rad) shifts the slice at depth z by z tau; ``dose`` (e/A^2) draws Poisson
+    counts, otherwise the intensity is normalised to 1 per pixel of the incident beam.
+    """
+    slices = np.asarray(slices, np.float64)
+    if slices.ndim == 2:
+        slices = slices[None]
+    if slices.ndim != 3 or not np.all(np.isfinite(slices)):
+        raise ValueError("slices must be finite phases of shape (ny, nx) or (count, ny, nx)")
+    count, ny, nx = slices.shape
+    if ny % stride or nx % stride:
+        raise ValueError(f"the field ({ny}, {nx}) must be a whole number of scan steps of {stride} pixels")
+    if window > min(ny, nx):
+        raise ValueError(f"the probe window {window} exceeds the field ({ny}, {nx})")
+    aberrations = aberrations or Aberrations()
+    lam = wavelength(kv)
+    k = np.fft.fftfreq(window, pixel)
+    kx, ky = k[None, :], k[:, None]
+    if alpha_mrad * 1e-3 / lam >= 0.5 / pixel * 2 / 3:
+        raise ValueError("the aperture reaches beyond 2/3 of the window's Nyquist frequency: use a smaller pixel")
+    depths = (np.arange(count) + 0.5) * (thickness / count) - thickness / 2 if count > 1 else np.zeros(1)
+    dz = thickness / count if count > 1 else 0.0
+    first = Aberrations({**aberrations.values, "C10": (aberrations.get("C10") + depths[0], 0.0)})
+    probe_k = probe_spectrum(kx, ky, first, alpha_mrad, lam)
+    probe_k /= np.sqrt(np.sum(np.abs(probe_k) ** 2))
+    probe = np.fft.fftshift(np.fft.ifft2(probe_k) * window)  # centred in the window
+    propagate = np.exp(-1j * np.pi * lam * dz * (kx**2 + ky**2))
+    # tilted slices: shift slice j by depth_j * tau (Fourier shift on the periodic field)
+    fy = np.fft.fftfreq(ny, pixel)[:, None]
+    fx = np.fft.fftfreq(nx, pixel)[None, :]
+    transmissions = np.empty_like(slices, dtype=np.complex128)
+    for j in range(count):
+        sy, sx = depths[j] * tilt[0], depths[j] * tilt[1]
+        shifted = np.fft.ifft2(np.fft.fft2(slices[j]) * np.exp(-2j * np.pi * (fy * sy + fx * sx))).real
+        transmissions[j] = np.exp(1j * shifted)
+    rows, cols = np.meshgrid(np.arange(0, ny, stride), np.arange(0, nx, stride), indexing="ij")
+    positions = np.stack([rows.ravel(), cols.ravel()], 1)
+    offs = np.arange(window) - window // 2
+    data = np.empty((len(positions), window, window))
+    for start in range(0, len(positions), batch):
+        pos = positions[start:start + batch]
+        iy = (pos[:, 0, None] + offs[None, :]) % ny
+        ix = (pos[:, 1, None] + offs[None, :]) % nx
+        wave = np.broadcast_to(probe, (len(pos), window, window)).copy()
+        for j in range(count):
+            wave *= transmissions[j][iy[:, :, None], ix[:, None, :]]
+            if j + 1 < count:
+                wave = np.fft.ifft2(np.fft.fft2(wave) * propagate)
+        far = np.fft.fftshift(np.fft.fft2(np.fft.ifftshift(wave, axes=(1, 2))), axes=(1, 2))
+        data[start:start + batch] = np.abs(far) ** 2 / window**2
+    # one incident-beam detector pixel holds 1 on average inside the bright field
+    data *= np.count_nonzero(np.abs(probe_k) > 0)
+    if dose is not None:
+        if not dose > 0:
+            raise ValueError(f"dose must be positive (e/A^2), got {dose}")
+        per_position = dose * (stride * pixel) ** 2
+        total = np.count_nonzero(np.abs(probe_k) > 0)
+        data = np.random.default_rng(seed).poisson(data * per_position / total).astype(np.float64)
+    data = data.reshape(ny // stride, nx // stride, window, window)
+    return Scan4D(data=data, scan_step=stride * pixel, detector_pixel=1.0 / (window * pixel), kv=kv,
+                  alpha_mrad=alpha_mrad, aberrations=aberrations, pixel=pixel, phase=slices.sum(0),
+                  thickness=thickness, tilt=tuple(tilt))
+
+
+def scan_truth(scan: Scan4D, *, band_limit: float | None = None) -> np.ndarray:
+    """The specimen's phase on the scan grid (Fourier-resampled), low-passed to |Q| <= ``band_limit``
+    (1/A; default 2 alpha / lambda, what SSB can transfer), mean removed."""
+    phase = scan.phase
+    sy, sx = scan.data.shape[:2]
+    spec = np.fft.fft2(phase)
+    ny, nx = phase.shape
+    keep_y = np.fft.fftfreq(sy, 1.0 / sy).astype(int)
+    keep_x = np.fft.fftfreq(sx, 1.0 / sx).astype(int)
+    small = spec[np.ix_(keep_y % ny, keep_x % nx)] * (sy * sx) / (ny * nx)
+    qy = np.fft.fftfreq(sy, scan.scan_step)[:, None]
+    qx = np.fft.fftfreq(sx, scan.scan_step)[None, :]
+    limit = band_limit if band_limit is not None else 2 * scan.alpha_mrad * 1e-3 / wavelength(scan.kv)
+    small[np.hypot(qy, qx) > limit] = 0
+    small[0, 0] = 0
+    return np.fft.ifft2(small).real

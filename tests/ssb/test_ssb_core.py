@@ -1,0 +1,151 @@
+"""qora.ssb part 1 on the CPU: optics, the simulator, the detector fit, G(Q, k) and the images."""
+
+import math
+
+import numpy as np
+import pytest
+
+from qora.ssb.optics import Aberrations, chi, chi_gradient, wavelength
+from qora.ssb.session import Session, fit_detector
+from qora.ssb.simulate import amorphous_slices, scan_truth, simulate
+
+PIXEL, STRIDE, WINDOW, KV, ALPHA = 0.2, 2, 64, 300.0, 20.0
+
+
+@pytest.fixture(scope="module")
+def defocused():
+    slices = amorphous_slices((128, 128), PIXEL, seed=1)
+    ab = Aberrations(C10=150.0)
+    return simulate(slices, pixel=PIXEL, stride=STRIDE, window=WINDOW, kv=KV, alpha_mrad=ALPHA, aberrations=ab), ab
+
+
+def test_relativistic_wavelength():
+    # lambda = h c / sqrt(E (2 m c^2 + E)): 300 kV 0.019687 A, 200 kV 0.025079 A, 80 kV 0.041757 A
+    assert wavelength(300) == pytest.approx(0.0196875, rel=1e-5)
+    assert wavelength(200) == pytest.approx(0.0250793, rel=1e-5)
+    assert wavelength(80) == pytest.approx(0.0417572, rel=1e-5)
+    with pytest.raises(ValueError):
+        wavelength(0)
+
+
+def test_chi_terms_and_gradient():
+    lam = wavelength(300)
+    k = np.array([0.3, -0.2])
+    # C10 alone: pi lambda C10 |k|^2; C30 alone: pi/2 lambda^3 C30 |k|^4
+    np.testing.assert_allclose(chi(*k, Aberrations(C10=100.0), lam), math.pi * lam * 100 * 0.13, rtol=1e-12)
+    np.testing.assert_allclose(chi(*k, Aberrations(C30=1e7), lam), math.pi / 2 * lam**3 * 1e7 * 0.13**2, rtol=1e-12)
+    # C12 polar and cartesian forms agree: a = C cos 2phi, b = C sin 2phi
+    polar = Aberrations(C12=(40.0, 0.3))
+    cart = Aberrations.from_cartesian(C12=(40 * math.cos(0.6), 40 * math.sin(0.6)))
+    assert chi(*k, polar, lam) == pytest.approx(chi(*k, cart, lam), rel=1e-12)
+    ab = Aberrations(C10=80.0, C12=(30.0, 0.4), C21=(2e3, 1.0), C23=(1e3, -0.5), C30=5e5)
+    gx, gy = chi_gradient(*k, ab, lam)
+    h = 1e-6
+    assert gx == pytest.approx((chi(k[0] + h, k[1], ab, lam) - chi(k[0] - h, k[1], ab, lam)) / (2 * h), rel=1e-6)
+    assert gy == pytest.approx((chi(k[0], k[1] + h, ab, lam) - chi(k[0], k[1] - h, ab, lam)) / (2 * h), rel=1e-6)
+    with pytest.raises(ValueError):
+        Aberrations(C99=1.0)
+
+
+def test_detector_fit_finds_an_off_centre_disk_to_a_tenth_of_a_pixel():
+    rng = np.random.default_rng(0)
+    center, radius = (30.37, 33.81), 11.62
+    rows, cols = np.indices((64, 64))
+    sub = 8  # the disk integrated over each pixel
+    fine_r = (np.arange(64 * sub) + 0.5) / sub - 0.5
+    inside = np.hypot(fine_r[:, None] - center[0], fine_r[None, :] - center[1]) <= radius
+    pattern = inside.reshape(64, sub, 64, sub).mean((1, 3))
+    data = rng.poisson(200 * pattern[None, None] * np.ones((4, 4, 1, 1)) + 0.5).astype(float)
+    fit = fit_detector(data, 20.0)
+    assert abs(fit.center[0] - center[0]) < 0.1 and abs(fit.center[1] - center[1]) < 0.1
+    assert abs(fit.radius - radius) < 0.1
+    assert fit.mrad_per_pixel == pytest.approx(20.0 / fit.radius)
+    with pytest.raises(ValueError):
+        fit_detector(np.zeros((2, 2, 8, 8)), 20.0)
+
+
+def test_simulator_bright_field_and_dose(defocused):
+    scan, _ = defocused
+    assert scan.data.shape == (64, 64, WINDOW, WINDOW)
+    # a phase object conserves the electrons: every pattern sums to the bright-field pixel count
+    sums = scan.data.sum((2, 3))
+    np.testing.assert_allclose(sums, sums.mean(), rtol=1e-9)
+    noisy = simulate(scan.phase, pixel=PIXEL, stride=STRIDE, window=WINDOW, aberrations=Aberrations(C10=150.0),
+                     dose=1e4, seed=3)
+    expected = 1e4 * (STRIDE * PIXEL) ** 2
+    assert noisy.data.sum((2, 3)).mean() == pytest.approx(expected, rel=0.01)
+    assert np.all(noisy.data == np.round(noisy.data))
+
+
+def test_half_plane_g_equals_the_full_plane_transform(defocused):
+    scan, _ = defocused
+    s = Session(scan.data, kv=KV, alpha_mrad=ALPHA, scan_step=scan.scan_step, chunk=100)
+    flat = scan.data.reshape(64, 64, -1)[..., s.bf_index]
+    full = np.fft.fft2(flat / flat.mean(), axes=(0, 1))
+    np.testing.assert_allclose(s.G, full[:, :33], rtol=1e-10, atol=1e-9 * np.abs(full).max())
+    # the other half is the conjugate mirror: G(-Q, k) = conj G(Q, k) for real data
+    np.testing.assert_allclose(full[1:, 40], np.conj(full[:0:-1, 64 - 40]), rtol=1e-9, atol=1e-9)
+
+
+def _ssb_full_plane(session, aberrations):
+    """SSB written independently on the full Q plane, one Q at a time."""
+    lam = session.wavelength
+    limit = session.alpha_mrad * 1e-3 / lam
+    sy, sx = session.scan_shape
+    data = session.G  # half plane: rebuild the full plane from conjugate symmetry
+    full = np.empty((sy, sx, data.shape[-1]), complex)
+    full[:, : sx // 2 + 1] = data
+    for j in range(sx // 2 + 1, sx):
+        full[:, j] = np.conj(data[(-np.arange(sy)) % sy, sx - j])
+    ky, kx = session.k[:, 0], session.k[:, 1]
+
+    def psi(y, x):
+        inside = np.hypot(y, x) <= limit
+        return inside * np.exp(-1j * chi(x, y, aberrations, lam))
+
+    out = np.zeros((sy, sx), complex)
+    for i, qy in enumerate(np.fft.fftfreq(sy, session.scan_step)):
+        for j, qx in enumerate(np.fft.fftfreq(sx, session.scan_step)):
+            if (i == 0 and j == 0) or 2 * i == sy or 2 * j == sx:  # no DC, no Nyquist (see Session.image)
+                continue
+            gam = np.conj(psi(ky, kx)) * psi(ky - qy, kx - qx) - psi(ky, kx) * np.conj(psi(ky + qy, kx + qx))
+            double = (np.hypot(ky - qy, kx - qx) <= limit) ^ (np.hypot(ky + qy, kx + qx) <= limit)
+            use = double & (np.abs(gam) > 1e-12)
+            if use.any():
+                g = full[i, j, use]
+                out[i, j] = np.sum(g * np.conj(gam[use]) / np.abs(gam[use])) / (1j * np.abs(gam[use]).sum())
+    return np.fft.ifft2(out).real
+
+
+def test_ssb_from_the_half_plane_equals_an_independent_full_plane_ssb():
+    slices = amorphous_slices((48, 48), PIXEL, seed=2)
+    ab = Aberrations(C10=60.0, C12=(20.0, 0.5))
+    scan = simulate(slices, pixel=PIXEL, stride=STRIDE, window=32, aberrations=ab, alpha_mrad=15.0)
+    s = Session(scan.data, kv=KV, alpha_mrad=15.0, scan_step=scan.scan_step)
+    ours = s.image(ab, "ssb")
+    ref = _ssb_full_plane(s, ab)
+    np.testing.assert_allclose(ours, ref, atol=1e-9 * np.abs(ref).max())
+
+
+def test_images_correlate_with_the_projected_phase(defocused):
+    scan, ab = defocused
+    s = Session(scan.data, kv=KV, alpha_mrad=ALPHA, scan_step=scan.scan_step)
+    truth = scan_truth(scan)
+    pearson = lambda img: np.corrcoef(img.ravel(), truth.ravel())[0, 1]  # noqa: E731
+    ssb = s.image(ab, "ssb")
+    assert pearson(ssb) >= 0.9  # measured 0.996
+    assert ssb.std() == pytest.approx(truth.std(), rel=0.1)  # radians, not arbitrary units
+    assert pearson(s.image(ab, "parallax")) >= 0.8  # measured 0.89
+    # the convention is pinned: the opposite defocus sign destroys the image
+    assert pearson(s.image(Aberrations(C10=-150.0), "ssb")) < 0.3
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError, match="scan_row"):
+        Session(np.ones((4, 4, 8)), kv=300, alpha_mrad=20, scan_step=1.0)
+    with pytest.raises(ValueError, match="scan_step"):
+        Session(np.ones((4, 4, 8, 8)), kv=300, alpha_mrad=20, scan_step=0.0)
+    with pytest.raises(ValueError, match="method"):
+        slices = amorphous_slices((32, 32), PIXEL, seed=0)
+        scan = simulate(slices, pixel=PIXEL, stride=2, window=32, alpha_mrad=15.0)
+        Session(scan.data, kv=KV, alpha_mrad=15.0, scan_step=scan.scan_step).image(method="icom")
