@@ -72,6 +72,24 @@ def demo(out: Path, backend: str) -> None:
     click.echo(f"wrote {out / 'info.json'}")
     _demo_phase(out, backend)
     _demo_holo(out)
+    _demo_ssb(out)
+
+
+def _demo_ssb(out: Path) -> None:
+    """4D-STEM: a simulated amorphous film (300 kV, 20 mrad, C10 = 150 A) to SSB and parallax images."""
+    from click.testing import CliRunner
+
+    runner = CliRunner()
+    data = out / "ssb-dataset.h5"
+    steps = [["ssb", "simulate", "--scan", "64", "--c10", "150", "--out", str(data)]]
+    for method in ("ssb", "parallax"):
+        steps.append(["ssb", "image", str(data), "--c10", "150", "--method", method, "--out",
+                      str(out / f"ssb-{method}.h5"), "--plot", str(out / f"ssb-{method}.png")])
+    for args in steps:
+        res = runner.invoke(cli, args, catch_exceptions=False)
+        click.echo(res.output.rstrip())
+        if res.exit_code != 0:
+            raise click.ClickException(f"demo step failed: qora {' '.join(args)}")
 
 
 def _demo_holo(out: Path) -> None:
@@ -123,9 +141,11 @@ def bench_floors(backend: str, repeats: int, no_write: bool) -> None:
 
 from qora.holo.cli import holo as _holo_group  # noqa: E402
 from qora.phase.cli import phase as _phase_group  # noqa: E402
+from qora.ssb.cli import ssb as _ssb_group  # noqa: E402
 
 cli.add_command(_phase_group)
 cli.add_command(_holo_group)
+cli.add_command(_ssb_group)
 
 
 @bench.command("phase")

@@ -1,0 +1,144 @@
+"""4D-STEM data in and phase images out.
+
+Dataset file (HDF5, ``qora_kind = "ssb_dataset"``): ``data`` (scan_row, scan_col, det_row,
+det_col) float32; attributes ``kv``, ``alpha_mrad``, ``scan_step_a``, ``detector_pixel_inv_a``
+and, for simulated data, the aberrations as JSON and ``truth`` (the specimen's phase on the
+scan grid, rad). Image file (HDF5, ``qora_kind = "ssb_image"``): ``phase`` (scan_row,
+scan_col) float32 rad, attributes ``method``, ``scan_step_a``, ``kv``, ``alpha_mrad`` and the
+aberrations as JSON. Both written atomically. ``load_data`` also reads ``.npy`` and, through
+rosettasciio (the ``formats`` extra), ``.mib``, ``.dm4``, EMPAD ``.raw`` and ``.emd``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from qora.io.atomic import atomic_path
+from qora.ssb.optics import Aberrations
+
+__all__ = ["write_dataset", "read_dataset", "load_data", "write_image", "plot_image"]
+
+
+def write_dataset(path, data, *, kv: float, alpha_mrad: float, scan_step: float, detector_pixel: float | None = None,
+                  aberrations: Aberrations | None = None, truth=None) -> None:
+    import h5py
+
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs["qora_kind"] = "ssb_dataset"
+        f.attrs["kv"] = kv
+        f.attrs["alpha_mrad"] = alpha_mrad
+        f.attrs["scan_step_a"] = scan_step
+        if detector_pixel is not None:
+            f.attrs["detector_pixel_inv_a"] = detector_pixel
+        f.attrs["aberrations"] = json.dumps((aberrations or Aberrations()).values)
+        f.create_dataset("data", data=np.asarray(data, np.float32), chunks=True, compression="gzip")
+        if truth is not None:
+            f.create_dataset("truth", data=np.asarray(truth, np.float32))
+
+
+def read_dataset(path):
+    """``(data, metadata)`` of a qora dataset file; data memory-mapped where HDF5 allows (read lazily)."""
+    import h5py
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    with h5py.File(path, "r") as f:
+        if f.attrs.get("qora_kind") != "ssb_dataset":
+            raise ValueError(f"{path}: not a qora 4D-STEM dataset (qora_kind={f.attrs.get('qora_kind')!r})")
+        meta = {k: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()}
+        meta["aberrations"] = Aberrations({k: tuple(v) for k, v in json.loads(meta["aberrations"]).items()})
+        data = f["data"][...]
+        if "truth" in f:
+            meta["truth"] = f["truth"][...]
+    return data, meta
+
+
+def load_data(path):
+    """4D data from ``.h5`` (qora's), ``.npy`` (memory-mapped) or detector formats via rosettasciio:
+    ``(data, metadata)`` with whatever metadata the file holds (kv, alpha_mrad, scan_step_a)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    suffix = path.suffix.lower()
+    if suffix in (".h5", ".hdf5"):
+        return read_dataset(path)
+    if suffix == ".npy":
+        data = np.load(path, mmap_mode="r")
+        meta = {}
+    else:
+        try:
+            from rsciio import IO_PLUGINS  # noqa: F401 - present means the formats extra is installed
+        except ImportError:
+            raise ValueError(f"{path}: reading {suffix} files needs rosettasciio (pip install 'qora[formats]')") from None
+        data, meta = _read_rsciio(path)
+    if data.ndim != 4:
+        raise ValueError(f"{path}: 4D-STEM data must be (scan_row, scan_col, det_row, det_col), got shape {data.shape}")
+    return data, meta
+
+
+def _read_rsciio(path: Path):
+    import importlib
+
+    plugins = {".mib": "rsciio.quantumdetector", ".dm4": "rsciio.digitalmicrograph", ".raw": "rsciio.empad",
+               ".emd": "rsciio.emd"}
+    name = plugins.get(path.suffix.lower())
+    if name is None:
+        raise ValueError(f"{path}: unknown 4D-STEM format {path.suffix!r} (known: .h5, .npy, {', '.join(plugins)})")
+    reader = importlib.import_module(name)
+    if path.suffix.lower() == ".raw":  # EMPAD: the .xml beside the .raw holds the shape
+        path = path.with_suffix(".xml")
+    items = reader.file_reader(str(path), lazy=True)
+    item = next(i for i in items if np.ndim(i["data"]) == 4)
+    meta = {}
+    md = item.get("metadata", {})
+    beam = md.get("Acquisition_instrument", {}).get("TEM", {})
+    if "beam_energy" in beam:
+        meta["kv"] = float(beam["beam_energy"])
+    if "convergence_angle" in beam:
+        meta["alpha_mrad"] = float(beam["convergence_angle"])
+    axes = item.get("axes", [])
+    if axes and axes[0].get("units") in ("nm", "Å", "A"):
+        meta["scan_step_a"] = float(axes[0]["scale"]) * (10.0 if axes[0]["units"] == "nm" else 1.0)
+    return np.asarray(item["data"]), meta
+
+
+def write_image(path, phase, *, method: str, scan_step: float, kv: float, alpha_mrad: float,
+                aberrations: Aberrations) -> None:
+    import h5py
+
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs["qora_kind"] = "ssb_image"
+        f.attrs["method"] = method
+        f.attrs["scan_step_a"] = scan_step
+        f.attrs["kv"] = kv
+        f.attrs["alpha_mrad"] = alpha_mrad
+        f.attrs["aberrations"] = json.dumps(aberrations.values)
+        f.create_dataset("phase", data=np.asarray(phase, np.float32))
+
+
+def plot_image(path, phase, *, scan_step: float, title: str = "", chi_map=None) -> None:
+    """PNG of the phase image (and, when given, the aberration function over the aperture)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = 2 if chi_map is not None else 1
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4.4), squeeze=False)
+    sy, sx = np.shape(phase)
+    im = axes[0, 0].imshow(phase, cmap="gray", extent=(0, sx * scan_step, sy * scan_step, 0))
+    axes[0, 0].set(title=title or "phase (rad)", xlabel="x (A)", ylabel="y (A)")
+    fig.colorbar(im, ax=axes[0, 0], label="rad")
+    if chi_map is not None:
+        extent, values = chi_map
+        im = axes[0, 1].imshow(values, cmap="twilight", extent=extent, origin="lower")
+        axes[0, 1].set(title="aberration function chi (rad)", xlabel="k_x (mrad)", ylabel="k_y (mrad)")
+        fig.colorbar(im, ax=axes[0, 1], label="rad")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
