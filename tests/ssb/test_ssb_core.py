@@ -149,3 +149,21 @@ def test_bad_input_is_refused():
         slices = amorphous_slices((32, 32), PIXEL, seed=0)
         scan = simulate(slices, pixel=PIXEL, stride=2, window=32, alpha_mrad=15.0)
         Session(scan.data, kv=KV, alpha_mrad=15.0, scan_step=scan.scan_step).image(method="icom")
+
+
+def test_thick_model_tends_to_the_standard_ssb_and_corrects_a_tilted_slab():
+    slices = amorphous_slices((96, 96), PIXEL, slices=8, atoms_per_a2=0.02, seed=4)
+    ab = Aberrations(C10=50.0)
+    tilt = (0.01, -0.005)
+    scan = simulate(slices, pixel=PIXEL, stride=2, window=48, alpha_mrad=25.0, aberrations=ab, thickness=200.0,
+                    tilt=tilt)
+    s = Session(scan.data, kv=KV, alpha_mrad=25.0, scan_step=scan.scan_step)
+    standard = s.image(ab, "ssb")
+    np.testing.assert_allclose(s.image(ab, "thick", thickness=1e-3), standard, atol=1e-6 * np.abs(standard).max())
+    truth = scan_truth(scan)
+    pearson = lambda img: np.corrcoef(img.ravel(), truth.ravel())[0, 1]  # noqa: E731
+    thick = pearson(s.image(ab, "thick", thickness=200.0, tilt=tilt))
+    assert thick > pearson(standard) + 0.15  # the depth weights recover what one defocus cannot
+    assert thick > pearson(s.image(ab, "thick", thickness=200.0)) + 0.2  # and the tilt's sign and axes are right
+    with pytest.raises(ValueError, match="thick"):
+        s.image(ab, "ssb", thickness=10.0)

@@ -129,12 +129,27 @@ class Session:
         lam = self.wavelength
         return aperture(kx, ky, self.alpha_mrad, lam) * np.exp(-1j * chi(kx, ky, aberrations, lam))
 
-    def gamma(self, aberrations: Aberrations, qy, qx):
-        """Gamma(Q, k) for the half plane's Q (..., 1) against the bright-field k: (..., nbf)."""
+    def gamma(self, aberrations: Aberrations, qy, qx, *, thickness: float = 0.0, tilt=(0.0, 0.0)):
+        """Gamma(Q, k) for Q (...) against the bright-field k: (..., nbf).
+
+        With ``thickness`` t (A) and ``tilt`` (tau_y, tau_x) (rad), the thick-sample model: a
+        slice at depth z from the mid-plane sees C10 + z and is shifted by z tau, so each term
+        of Gamma gathers the phase z a, a = pi lambda (|k_out|^2 - |k_in|^2) - 2 pi tau.Q, and
+        the average over the slab weighs it by sinc(a t / 2) = sin(a t / 2) / (a t / 2).
+        """
         ky, kx = self.k[:, 0], self.k[:, 1]
         qy, qx = np.asarray(qy)[..., None], np.asarray(qx)[..., None]
         p = self._psi(ky, kx, aberrations)
-        return np.conj(p) * self._psi(ky - qy, kx - qx, aberrations) - p * np.conj(self._psi(ky + qy, kx + qx, aberrations))
+        first = np.conj(p) * self._psi(ky - qy, kx - qx, aberrations)
+        second = p * np.conj(self._psi(ky + qy, kx + qx, aberrations))
+        if thickness:
+            lam, k2 = self.wavelength, ky**2 + kx**2
+            tilt_phase = 2 * np.pi * (tilt[0] * qy + tilt[1] * qx)
+            a1 = np.pi * lam * (k2 - ((ky - qy) ** 2 + (kx - qx) ** 2)) - tilt_phase
+            a2 = np.pi * lam * (((ky + qy) ** 2 + (kx + qx) ** 2) - k2) - tilt_phase
+            first = first * np.sinc(a1 * thickness / (2 * np.pi))  # numpy's sinc(x) = sin(pi x) / (pi x)
+            second = second * np.sinc(a2 * thickness / (2 * np.pi))
+        return first - second
 
     def double_overlap(self, qy, qx):
         """Bright-field pixels where exactly one of the disks shifted by +-Q overlaps: (..., nbf)."""
@@ -146,21 +161,28 @@ class Session:
         return minus ^ plus
 
     # -- images -------------------------------------------------------------------------
-    def image(self, aberrations: Aberrations | None = None, method: str = "ssb", *, rows: int = 16) -> np.ndarray:
+    def image(self, aberrations: Aberrations | None = None, method: str = "ssb", *, thickness: float = 0.0,
+              tilt=(0.0, 0.0), rows: int = 16) -> np.ndarray:
         """The phase image (rad, scan grid) for the given aberrations by ``method``:
-        "ssb" (single side band over the double-overlap pixels) or "parallax" (tcBF: the
-        bright-field images shifted by grad chi / 2 pi, summed, and phase-flipped by
-        sign(sin chi(Q))). Q = 0 and the scan's Nyquist row and column are left out."""
+        "ssb" (single side band over the double-overlap pixels), "thick" (SSB with the
+        thick-sample Gamma of ``thickness`` (A) and specimen ``tilt`` (tau_y, tau_x) rad; C10 is
+        the mid-plane's), or "parallax" (tcBF: the bright-field images shifted by grad chi /
+        2 pi, summed, and phase-flipped by sign(sin chi(Q))). Q = 0 and the scan's Nyquist row
+        and column are left out."""
         aberrations = aberrations or Aberrations()
-        if method not in ("ssb", "parallax"):
-            raise ValueError(f"method must be 'ssb' or 'parallax', got {method!r}")
+        if method not in ("ssb", "thick", "parallax"):
+            raise ValueError(f"method must be 'ssb', 'thick' or 'parallax', got {method!r}")
+        if method == "thick" and not thickness >= 0:
+            raise ValueError(f"thickness must be non-negative (A), got {thickness}")
+        if method != "thick" and (thickness or any(tilt)):
+            raise ValueError("thickness and tilt belong to method='thick'")
         qy, qx = self.q_half()
         spectrum = np.zeros(qy.shape, np.complex128)
         for r0 in range(0, qy.shape[0], rows):  # a band of Q rows at a time bounds the (Q, k) temporaries
             sl = slice(r0, r0 + rows)
             g = self.G[sl]
-            if method == "ssb":
-                gam = self.gamma(aberrations, qy[sl], qx[sl])
+            if method in ("ssb", "thick"):
+                gam = self.gamma(aberrations, qy[sl], qx[sl], thickness=thickness, tilt=tilt)
                 mag = np.abs(gam)
                 use = self.double_overlap(qy[sl], qx[sl]) & (mag > 1e-12)
                 weight = np.where(use, np.conj(gam) / np.where(use, mag, 1.0), 0)
