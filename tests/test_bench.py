@@ -83,3 +83,13 @@ def test_floors_on_the_cpu(tmp_path, monkeypatch):
     assert result.cases["copy"]["gbs"] > 0
     assert all(c["ms"] > 0 for k, c in result.cases.items() if k != "copy")
     assert len(list(tmp_path.glob("floors-*.json"))) == 1
+
+
+def test_ssb_bench_times_every_step_on_a_small_scan():
+    from qora.bench import ssb
+
+    r = ssb.run(scan=16, window=32, write=False, repeats=1, echo=lambda *_: None)
+    steps = {k.split("/")[-1] for k in r.cases if k.startswith("step/16x16x32x32/")}
+    assert steps == set(ssb.SSB_STEPS)
+    assert all(r.cases[f"step/16x16x32x32/{s}"]["ms"] > 0 for s in steps)
+    assert r.cases["memory/16x16x32x32/prepare"]["g_bytes"] > 0

@@ -175,6 +175,16 @@ def bench_holo(backend: str, no_write: bool) -> None:
     holo_bench.run(backend=backend, write=not no_write, echo=click.echo)
 
 
+@bench.command("ssb")
+@click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--no-write", is_flag=True, help="Print only; write no result file.")
+def bench_ssb(backend: str, no_write: bool) -> None:
+    """4D-STEM steps on a 128 x 128 scan: load, detector fit, session prepare, each image method."""
+    from qora.bench import ssb as ssb_bench
+
+    ssb_bench.run(backend=backend, write=not no_write, echo=click.echo)
+
+
 def main(argv=None) -> None:
     try:
         cli.main(args=argv, prog_name="qora", standalone_mode=True)

@@ -31,6 +31,8 @@ HOLO_STAGES = ("fields", "ratio", "rytov", "mapping_plan", "mapping", "gp50_r2c"
 HOLO_PEER_CASES = ("qora_gp50", "qora_gp50_os1.5", "qora_gp50_os2", "qora_tv30x20_w8e-2", "qora_tv30x20_os1.5_w8e-2",
                    "qora_tv30x20_os2_w8e-2", "odtbrain")
 
+SSB_BENCH_LABEL = "128x128x64x64"
+
 REQUIRED_CASES: dict[str, list[str]] = {
     "floors": ["copy"] + [fft_pair_case(s, p) for s in FLOOR_SHAPES for p in FLOOR_PRECISIONS],
     "phase-cpu": [f"hio/{shape_label(s)}/{i}" for s in PHASE_CPU_SHAPES for i in PHASE_CPU_IMPLS],
@@ -44,6 +46,8 @@ REQUIRED_CASES: dict[str, list[str]] = {
                  + [f"stage/256x256x256/{s}" for s in HOLO_STAGES]
                  + [f"odtbrain/{label}/{c}" for label in ("128x128x128x120", "188x188x188x180")
                     for c in HOLO_PEER_CASES]),
+    "ssb-cpu": [f"step/{SSB_BENCH_LABEL}/{s}" for s in ("load", "detector_fit", "prepare", "image_ssb", "image_thick",
+                                                        "image_parallax")] + [f"memory/{SSB_BENCH_LABEL}/prepare"],
 }
 
 

@@ -1,0 +1,76 @@
+"""``qora bench ssb``: the 4D-STEM steps of the seed's protocol that exist so far, on a 128 x 128 scan.
+
+Steps timed (warm; the median of ``repeats`` runs each): load the dataset file, fit the
+detector, prepare the session (bright field and half-plane G), and one image per method (SSB,
+the thick model, parallax) at fixed parameters, as a user moving a slider would. The dataset is
+our simulator's (amorphous film, 300 kV, 20 mrad, a 64 x 64 detector), written once to a
+temporary HDF5 file. The peak memory of the preparation is reported too.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from qora.backend import resolve
+from qora.bench.common import BenchResult
+
+__all__ = ["run", "SSB_STEPS"]
+
+SSB_STEPS = ("load", "detector_fit", "prepare", "image_ssb", "image_thick", "image_parallax")
+
+
+def _median_ms(fn, repeats: int):
+    times, out = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return out, float(np.median(times))
+
+
+def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int = 64, repeats: int = 3) -> BenchResult:
+    from qora.backend.device import PeakMemory
+    from qora.ssb.files import read_dataset, write_dataset
+    from qora.ssb.optics import Aberrations
+    from qora.ssb.session import Session, fit_detector
+    from qora.ssb.simulate import amorphous_slices, simulate
+
+    be = resolve(backend)
+    if be.is_cuda:
+        raise RuntimeError("the GPU path of qora.ssb arrives with its kernels (issue 8 continues); use --backend cpu")
+    result = BenchResult("ssb-cpu", "cpu", be.device_facts().as_dict(), columns=("ms",))
+    label = f"{scan}x{scan}x{window}x{window}"
+    ab = Aberrations(C10=150.0)
+    pixel = 0.2
+    sim = simulate(amorphous_slices((2 * scan, 2 * scan), pixel, atoms_per_a2=0.1, seed=0), pixel=pixel, stride=2,
+                   window=window, aberrations=ab)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench.h5"
+        write_dataset(path, sim.data, kv=sim.kv, alpha_mrad=sim.alpha_mrad, scan_step=sim.scan_step)
+        (data, meta), t_load = _median_ms(lambda: read_dataset(path), repeats)
+    fit, t_fit = _median_ms(lambda: fit_detector(data, meta["alpha_mrad"]), repeats)
+    kw = dict(kv=meta["kv"], alpha_mrad=meta["alpha_mrad"], scan_step=meta["scan_step_a"], detector=fit)
+    session, t_prep = _median_ms(lambda: Session(data, **kw), repeats)
+    with PeakMemory(be) as pm:
+        Session(data, **kw)
+    times = {"load": t_load, "detector_fit": t_fit, "prepare": t_prep}
+    _, times["image_ssb"] = _median_ms(lambda: session.image(ab, "ssb"), repeats)
+    _, times["image_thick"] = _median_ms(lambda: session.image(ab, "thick", thickness=100.0, tilt=(0.01, 0.0)),
+                                         repeats)
+    _, times["image_parallax"] = _median_ms(lambda: session.image(ab, "parallax"), repeats)
+    for step, ms in times.items():
+        result.add(f"step/{label}/{step}", ms=ms)
+    result.add(f"memory/{label}/prepare", ms=None, peak_bytes=pm.peak_bytes, data_bytes=int(data.nbytes),
+               g_bytes=int(session.nbytes), bright_field_pixels=int(len(session.bf_index)))
+    echo(f"CPU: {result.device['name']}, {result.device['cpu_cores']} cores; scan {scan}^2, detector {window}^2, "
+         f"{len(session.bf_index)} bright-field pixels, G {session.nbytes / 2**20:.0f} MiB")
+    echo("  " + ", ".join(f"{k} {v:.0f} ms" for k, v in times.items())
+         + f"; prepare peak {pm.peak_bytes / 2**20:.0f} MiB")
+    if write:
+        out = result.write()
+        echo(f"result written to {out}")
+    return result
