@@ -129,15 +129,16 @@ class Session:
         lam = self.wavelength
         return aperture(kx, ky, self.alpha_mrad, lam) * np.exp(-1j * chi(kx, ky, aberrations, lam))
 
-    def gamma(self, aberrations: Aberrations, qy, qx, *, thickness: float = 0.0, tilt=(0.0, 0.0)):
+    def gamma(self, aberrations: Aberrations, qy, qx, *, thickness: float = 0.0, tilt=(0.0, 0.0), pixels=slice(None)):
         """Gamma(Q, k) for Q (...) against the bright-field k: (..., nbf).
 
         With ``thickness`` t (A) and ``tilt`` (tau_y, tau_x) (rad), the thick-sample model: a
         slice at depth z from the mid-plane sees C10 + z and is shifted by z tau, so each term
         of Gamma gathers the phase z a, a = pi lambda (|k_out|^2 - |k_in|^2) - 2 pi tau.Q, and
         the average over the slab weighs it by sinc(a t / 2) = sin(a t / 2) / (a t / 2).
+        ``pixels`` selects bright-field pixels (an index or slice into the list).
         """
-        ky, kx = self.k[:, 0], self.k[:, 1]
+        ky, kx = self.k[pixels, 0], self.k[pixels, 1]
         qy, qx = np.asarray(qy)[..., None], np.asarray(qx)[..., None]
         p = self._psi(ky, kx, aberrations)
         first = np.conj(p) * self._psi(ky - qy, kx - qx, aberrations)
@@ -151,10 +152,10 @@ class Session:
             second = second * np.sinc(a2 * thickness / (2 * np.pi))
         return first - second
 
-    def double_overlap(self, qy, qx):
+    def double_overlap(self, qy, qx, pixels=slice(None)):
         """Bright-field pixels where exactly one of the disks shifted by +-Q overlaps: (..., nbf)."""
         limit = self.alpha_mrad * 1e-3 / self.wavelength
-        ky, kx = self.k[:, 0], self.k[:, 1]
+        ky, kx = self.k[pixels, 0], self.k[pixels, 1]
         qy, qx = np.asarray(qy)[..., None], np.asarray(qx)[..., None]
         minus = np.hypot(ky - qy, kx - qx) <= limit
         plus = np.hypot(ky + qy, kx + qx) <= limit
@@ -202,3 +203,40 @@ class Session:
         if sx % 2 == 0:
             spectrum[:, sx // 2] = 0
         return np.fft.irfft2(spectrum, s=self.scan_shape)
+
+    def mean_phase(self, aberrations: Aberrations | None = None, *, thickness: float = 0.0, tilt=(0.0, 0.0),
+                   chunk: int = 64):
+        """The mean-phase image (rad) and the loss for the given parameters.
+
+        Each bright-field pixel's plane is corrected, G(Q, k) conj(Gamma) / |Gamma| on the Q
+        where k is a double-overlap pixel, with its unscattered G(0, k) kept, and transformed
+        back over the full Q plane: for the right parameters its image is |psi|^2 + i (the
+        phase, filtered), so the angles of all pixels' images agree. The mean-phase image is
+        the argument of the mean phasor exp(i angle) over the pixels, and the loss is 1 minus
+        the mean over positions of that mean phasor's length (a circular variance: 0 when
+        every pixel agrees). ``thickness`` and ``tilt`` select the thick-sample Gamma.
+        """
+        aberrations = aberrations or Aberrations()
+        sy, sx = self.scan_shape
+        qy = np.fft.fftfreq(sy, self.scan_step)[:, None] * np.ones((1, sx))
+        qx = np.fft.fftfreq(sx, self.scan_step)[None, :] * np.ones((sy, 1))
+        c, s = math.cos(self.rotation), math.sin(self.rotation)
+        qy, qx = c * qy + s * qx, -s * qy + c * qx
+        mirror_rows = (-np.arange(sy)) % sy
+        phasor = np.zeros((sy, sx), np.complex128)
+        for start in range(0, len(self.bf_index), chunk):
+            ks = slice(start, start + chunk)
+            half = self.G[..., ks]
+            full = np.empty((sy, sx, half.shape[-1]), np.complex128)  # the full plane from the real data's symmetry
+            full[:, : sx // 2 + 1] = half
+            cols = np.arange(sx // 2 + 1, sx)
+            full[:, cols] = np.conj(half[mirror_rows][:, sx - cols])
+            gam = self.gamma(aberrations, qy, qx, thickness=thickness, tilt=tilt, pixels=ks)
+            mag = np.abs(gam)
+            use = self.double_overlap(qy, qx, ks) & (mag > 1e-12)
+            plane = np.where(use, full * np.conj(gam) / np.where(use, mag, 1.0), 0)
+            plane[0, 0] = full[0, 0]
+            images = np.fft.ifft2(plane, axes=(0, 1))
+            phasor += np.exp(1j * np.angle(images)).sum(-1)
+        phasor /= len(self.bf_index)
+        return np.angle(phasor), float(1.0 - np.abs(phasor).mean())
