@@ -200,3 +200,44 @@ def test_parallax_upsampled_three_times_beats_interpolating_the_plain_image():
     assert pearson(up) > pearson(interpolated) + 0.01  # measured 0.863
     with pytest.raises(ValueError, match="upsample"):
         s.image(ab, "ssb", upsample=3)
+
+
+@pytest.fixture(scope="module")
+def astigmatic():
+    ab = Aberrations(C10=-100.0, C12=(20.0, np.deg2rad(25.0)))
+    scan = simulate(amorphous_slices((96, 96), PIXEL, atoms_per_a2=0.1, seed=1), pixel=PIXEL, stride=2, window=48,
+                    alpha_mrad=ALPHA, aberrations=ab)
+    return Session(scan.data, kv=KV, alpha_mrad=ALPHA, scan_step=scan.scan_step), ab
+
+
+def test_agreement_derivatives_are_exact_and_batches_equal_single_sets(astigmatic):
+    from qora.ssb.agreement import Band
+
+    s, _ = astigmatic
+    names = ("C10", "C12a", "C12b", "thickness", "tilt_y", "tilt_x")
+    band = Band(s, names)
+    v = {"C10": -90.0, "C12a": 12.0, "C12b": -10.0, "thickness": 30.0, "tilt_y": 0.004, "tilt_x": -0.003}
+    f, grad, hess = band.evaluate(v)
+    np.testing.assert_allclose(hess, hess.T, rtol=1e-12)
+    for i, name in enumerate(names):
+        h = 1e-6 if name.startswith("tilt") else 1e-2
+        up, down = band.evaluate({**v, name: v[name] + h}, order=1), band.evaluate({**v, name: v[name] - h}, order=1)
+        assert grad[i] == pytest.approx((up[0] - down[0]) / (2 * h), rel=1e-4)
+        np.testing.assert_allclose(hess[i], (up[1] - down[1]) / (2 * h), rtol=1e-4, atol=1e-4 * np.abs(hess[i]).max())
+    sets = [v, {**v, "C10": 0.0}, {**v, "thickness": 0.0, "C12a": 0.0}]
+    np.testing.assert_allclose(band.evaluate_batch(sets), [band.evaluate(x, order=0) for x in sets], rtol=1e-12)
+    assert 0 < f <= 1
+
+
+def test_cold_start_fit_finds_defocus_and_astigmatism(astigmatic):
+    from qora.ssb.agreement import Band, defocus_search, newton, parameters_to_aberrations
+
+    s, truth = astigmatic
+    band = Band(s, ("C10", "C12a", "C12b"))
+    c10, _ = defocus_search(band)  # from C10 = 0, no astigmatism
+    values, _, _ = newton(band, {"C10": c10, "C12a": 0.0, "C12b": 0.0})
+    fitted = parameters_to_aberrations(values)
+    assert abs(fitted.get("C10") - truth.get("C10")) < 2.0
+    mag, angle = fitted.values["C12"]
+    assert abs(mag - 20.0) < 1.0
+    assert abs(np.rad2deg(angle) - 25.0) < 2.0
