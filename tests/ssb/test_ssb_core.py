@@ -241,3 +241,35 @@ def test_cold_start_fit_finds_defocus_and_astigmatism(astigmatic):
     mag, angle = fitted.values["C12"]
     assert abs(mag - 20.0) < 1.0
     assert abs(np.rad2deg(angle) - 25.0) < 2.0
+
+
+def _slab_fit(slices, tilt):
+    from qora.ssb.agreement import Band, defocus_search, newton
+
+    scan = simulate(slices, pixel=PIXEL, stride=2, window=48, alpha_mrad=25.0, aberrations=Aberrations(C10=-100.0),
+                    thickness=120.0, tilt=tilt)
+    s = Session(scan.data, kv=KV, alpha_mrad=25.0, scan_step=scan.scan_step)
+    standard = Band(s, ("C10",))
+    c10, _ = defocus_search(standard)
+    std_values, std_agreement, _ = newton(standard, {"C10": c10})
+    thick = Band(s, ("C10", "thickness", "tilt_y", "tilt_x"))
+    values, agreement, _ = newton(thick, {"C10": std_values["C10"], "thickness": 60.0, "tilt_y": 0.0, "tilt_x": 0.0},
+                                  iterations=60)
+    return values, agreement, std_agreement
+
+
+def test_thick_fit_recovers_tilt_and_thickness_of_a_columnar_slab():
+    """One layer repeated in 12 slices over 120 A and sheared by the tilt (a crystal near a zone axis)."""
+    layer = amorphous_slices((96, 96), PIXEL, atoms_per_a2=0.02, phase_per_atom=0.02, seed=6)[0]
+    values, agreement, standard = _slab_fit(np.repeat(layer[None], 12, axis=0), (0.008, -0.005))
+    assert abs(values["tilt_y"] - 0.008) < 1.5e-3 and abs(values["tilt_x"] + 0.005) < 1.5e-3  # measured 0.2 mrad
+    assert abs(values["thickness"] - 120.0) < 24.0  # measured 123 A
+    assert agreement > standard  # measured 0.971 against 0.753
+
+
+def test_thick_fit_recovers_the_thickness_of_an_amorphous_slab():
+    """A tilted random slab is another random slab: only the thickness is observable."""
+    values, agreement, standard = _slab_fit(amorphous_slices((96, 96), PIXEL, slices=12, atoms_per_a2=0.02, seed=5),
+                                            (0.008, -0.005))
+    assert abs(values["thickness"] - 120.0) < 24.0  # measured 115 A
+    assert agreement > standard  # measured 0.597 against 0.541
