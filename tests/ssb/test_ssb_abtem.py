@@ -89,3 +89,27 @@ def test_abtem_axis_order_is_not_ours(abtem_scan):
     for layout in ((1, 0, 3, 2), (0, 1, 3, 2)):
         image = Session(data.transpose(layout), **kw).image(right, "ssb")
         assert pearson(image, ref) < 0.5, layout  # measured 0.19 and -0.17 (right: 0.996)
+
+
+def test_cold_start_fit_on_the_abtem_data(abtem_scan):
+    """From C10 = 0 and no astigmatism (rotation given): the fit finds abTEM's C10 and C12."""
+    from qora.ssb.agreement import Band, defocus_search, newton, parameters_to_aberrations
+
+    from qora.ssb.session import DetectorFit
+
+    fx, data, _, fitted_session = abtem_scan
+    # abTEM's aperture edge is soft, so the fitted disk is 1.5% small, which scales every fitted
+    # coefficient by ~3%: a calibrated detector (abTEM's own sampling) is what a fit needs
+    calibration = DetectorFit(tuple(float(v) for v in fx["detector_center"]),
+                              float(fx["alpha_mrad"]) / float(fx["detector_mrad_per_pixel"]),
+                              float(fx["detector_mrad_per_pixel"]))
+    session = Session(data, kv=fitted_session.kv, alpha_mrad=fitted_session.alpha_mrad,
+                      scan_step=fitted_session.scan_step, detector=calibration)
+    band = Band(session, ("C10", "C12a", "C12b"))
+    c10, _ = defocus_search(band)
+    values, _, _ = newton(band, {"C10": c10, "C12a": 0.0, "C12b": 0.0}, iterations=40)
+    fitted = parameters_to_aberrations(values)
+    mag, angle = fitted.values["C12"]
+    assert abs(fitted.get("C10") - float(fx["C10"])) < 2.0
+    assert abs(mag - float(fx["C12"])) < 1.0
+    assert abs(math.degrees(angle - float(fx["phi12"]))) < 2.0
