@@ -273,3 +273,32 @@ def test_thick_fit_recovers_the_thickness_of_an_amorphous_slab():
                                             (0.008, -0.005))
     assert abs(values["thickness"] - 120.0) < 24.0  # measured 115 A
     assert agreement > standard  # measured 0.597 against 0.541
+
+
+def _rotate_detector(data, theta):
+    """Patterns of a scan turned by ``theta`` against the detector: I_d(k_d) = I_s(R(-theta) k_d),
+    the scan frame's patterns resampled (bilinear) at the detector's pixels."""
+    from scipy.ndimage import map_coordinates
+
+    n = data.shape[-1]
+    yd, xd = np.indices((n, n)) - n // 2
+    c, s = np.cos(theta), np.sin(theta)
+    coords = np.array([-s * xd + c * yd + n // 2, c * xd + s * yd + n // 2])
+    flat = data.reshape(-1, n, n)
+    return np.stack([map_coordinates(p, coords, order=1) for p in flat]).reshape(data.shape)
+
+
+def test_cold_start_fit_with_an_unknown_scan_rotation():
+    from qora.ssb.agreement import fit_rotation, parameters_to_aberrations
+
+    ab = Aberrations(C10=-100.0, C12=(20.0, np.deg2rad(25.0)))  # in the scan's frame
+    scan = simulate(amorphous_slices((96, 96), PIXEL, atoms_per_a2=0.1, seed=1), pixel=PIXEL, stride=2, window=48,
+                    alpha_mrad=ALPHA, aberrations=ab)
+    s = Session(_rotate_detector(scan.data, np.deg2rad(7.0)), kv=KV, alpha_mrad=ALPHA, scan_step=scan.scan_step)
+    rotation, values, _ = fit_rotation(s)
+    fitted = parameters_to_aberrations(values)
+    assert abs(np.rad2deg(rotation) - 7.0) < 0.5  # measured 7.10
+    assert abs(fitted.get("C10") + 100.0) < 2.0  # measured -98.6
+    mag, angle = fitted.values["C12"]
+    assert abs(mag - 20.0) < 1.0  # measured 19.66
+    assert abs(np.rad2deg(angle) - 32.0) < 2.0  # the azimuth in the detector's frame: 25 + 7 degrees; 32.03

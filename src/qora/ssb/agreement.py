@@ -24,11 +24,13 @@ is exact. The scan rotation is held fixed here.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from qora.ssb.optics import KNOWN_ABERRATIONS, Aberrations, aperture
 
-__all__ = ["ABERRATION_PARAMETERS", "THICK_PARAMETERS", "Band", "parameters_to_aberrations", "newton"]
+__all__ = ["ABERRATION_PARAMETERS", "THICK_PARAMETERS", "Band", "parameters_to_aberrations", "newton", "defocus_search", "fit_rotation"]
 
 ABERRATION_PARAMETERS = ("C10", "C12a", "C12b", "C21a", "C21b", "C23a", "C23b", "C30")
 THICK_PARAMETERS = ("thickness", "tilt_y", "tilt_x")
@@ -74,15 +76,17 @@ class Band:
     """The frequencies of a band and everything about them that does not depend on p.
 
     Built from a :class:`qora.ssb.session.Session`: the half-plane Q with band_low <= |Q| <=
-    band_high (1/A) and their G, apertures, and the phase bases of every fitted parameter.
+    band_high (1/A) and their G, apertures, and the phase bases of every fitted parameter, for
+    the scan rotation ``rotation`` (rad; the session's by default).
     """
 
-    def __init__(self, session, parameters, *, band=(0.2, 0.9)) -> None:
+    def __init__(self, session, parameters, *, band=(0.2, 0.9), rotation: float | None = None) -> None:
         unknown = [p for p in parameters if p not in ABERRATION_PARAMETERS + THICK_PARAMETERS]
         if unknown:
             raise ValueError(f"unknown parameters {unknown}; known: {ABERRATION_PARAMETERS + THICK_PARAMETERS}")
         self.parameters = tuple(parameters)
-        qy, qx = session.q_half()
+        self.rotation = session.rotation if rotation is None else float(rotation)
+        qy, qx = session.q_half(self.rotation)
         q = np.hypot(qy, qx)
         sy, sx = session.scan_shape
         keep = (q >= band[0]) & (q <= band[1])
@@ -260,3 +264,51 @@ def defocus_search(band: Band, *, low: float = -500.0, high: float = 500.0, step
     values = np.concatenate([band.evaluate_batch([{**fixed, "C10": float(c)} for c in grid[i:i + batch]])
                              for i in range(0, len(grid), batch)])
     return float(grid[int(np.argmax(values))]), values
+
+
+def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9), coarse_deg: float = 6.0,
+                 tolerance_deg: float = 0.1):
+    """Cold-start fit with the scan rotation unknown: ``(rotation, values, agreement)``.
+
+    The agreement does not change when the scan turns by 180 degrees (G(-Q) = conj G(Q) and
+    Gamma(-Q) = -conj Gamma(Q)), so the rotation is found in [-90, 90) degrees. A coarse grid
+    of ``coarse_deg`` with the C10 search at each angle picks the basin; a golden-section search
+    on the rotation, with a C10 search around the coarse one and Newton on ``parameters`` at
+    each angle, refines it to ``tolerance_deg``. The rotation has no exact derivative here (the top-hat aperture makes
+    the agreement piecewise constant in it at the pixel level).
+    """
+    def c10_only(theta):
+        b = Band(session, ("C10",), band=band, rotation=theta)
+        c10, values = defocus_search(b, step=20.0, low=-400.0, high=400.0)
+        return float(values.max()), c10
+
+    grid = np.deg2rad(np.arange(-90.0, 90.0, coarse_deg))
+    scores = [c10_only(t) for t in grid]
+    best = int(np.argmax([a for a, _ in scores]))
+
+    coarse_c10 = scores[best][1]
+
+    def full(theta):
+        b = Band(session, parameters, band=band, rotation=theta)
+        c10, _ = defocus_search(b, step=10.0, low=coarse_c10 - 60.0, high=coarse_c10 + 60.0)
+        start = {p: 0.0 for p in parameters}
+        start["C10"] = c10
+        values, agreement, _ = newton(b, start)
+        return agreement, values
+
+    lo, hi = grid[best] - np.deg2rad(coarse_deg), grid[best] + np.deg2rad(coarse_deg)
+    golden = (math.sqrt(5) - 1) / 2
+    x1, x2 = hi - golden * (hi - lo), lo + golden * (hi - lo)
+    f1, f2 = full(x1), full(x2)
+    while hi - lo > np.deg2rad(tolerance_deg):
+        if f1[0] > f2[0]:
+            hi, x2, f2 = x2, x1, f1
+            x1 = hi - golden * (hi - lo)
+            f1 = full(x1)
+        else:
+            lo, x1, f1 = x1, x2, f2
+            x2 = lo + golden * (hi - lo)
+            f2 = full(x2)
+    theta, (agreement, values) = (x1, f1) if f1[0] > f2[0] else (x2, f2)
+    theta = (theta + np.pi / 2) % np.pi - np.pi / 2
+    return float(theta), values, agreement

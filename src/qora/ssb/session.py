@@ -117,12 +117,14 @@ class Session:
     def nbytes(self) -> int:
         return self.G.nbytes
 
-    def q_half(self):
-        """(Qy, Qx) (1/A) of the half plane, in the detector's axes (the scan rotated)."""
+    def q_half(self, rotation: float | None = None):
+        """(Qy, Qx) (1/A) of the half plane, in the detector's axes (the scan rotated by
+        ``rotation`` rad, the session's by default)."""
         sy, sx = self.scan_shape
         qy = np.fft.fftfreq(sy, self.scan_step)[:, None] * np.ones((1, sx // 2 + 1))
         qx = np.fft.rfftfreq(sx, self.scan_step)[None, :] * np.ones((sy, 1))
-        c, s = math.cos(self.rotation), math.sin(self.rotation)
+        rotation = self.rotation if rotation is None else rotation
+        c, s = math.cos(rotation), math.sin(rotation)
         return c * qy + s * qx, -s * qy + c * qx
 
     def _psi(self, ky, kx, aberrations):
