@@ -36,3 +36,22 @@ def test_image_needs_the_microscope_settings_for_bare_arrays(tmp_path):
                               "--out", str(tmp_path / "i.h5")])
     assert out.exit_code == 1 and "scan_row" in out.output
     assert not (tmp_path / "i.h5").exists()
+
+
+def test_fit_writes_both_branches_as_json(tmp_path):
+    import json
+
+    runner = CliRunner()
+    data = tmp_path / "d.h5"
+    out = runner.invoke(cli, ["ssb", "simulate", "--scan", "32", "--window", "48", "--c10", "-100", "--c12", "20",
+                              "--c12-angle", "25", "--out", str(data)])
+    assert out.exit_code == 0, out.output
+    fit, png = tmp_path / "fit.json", tmp_path / "fit.png"
+    out = runner.invoke(cli, ["ssb", "fit", str(data), "--rotation", "0", "--out", str(fit), "--plot", str(png),
+                              "--quiet"])
+    assert out.exit_code == 0, out.output
+    result = json.loads(fit.read_text())
+    p = result["standard"]["parameters"]
+    assert abs(p["C10"] + 100) < 2 and abs(np.hypot(p["C12a"], p["C12b"]) - 20) < 1
+    assert result["better"] == "standard"  # a single thin slice: the thick model adds nothing
+    assert "thick" in result and png.stat().st_size > 0

@@ -115,3 +115,58 @@ def image_cmd(data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle, c30
         plot_image(plot, phase, scan_step=scan_step, title=f"{method} phase (rad)",
                    chi_map=((-a, a, -a, a), values))
         click.echo(f"wrote {plot}")
+
+
+@ssb.command("fit")
+@click.argument("data", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--kv", type=float, default=None, help="Accelerating voltage (kV); default from the file.")
+@click.option("--semiangle", type=float, default=None, help="Convergence semi-angle (mrad); default from the file.")
+@click.option("--scan-step", type=float, default=None, help="Scan step (A); default from the file.")
+@click.option("--rotation", type=float, default=None, help="Scan rotation (degrees); fitted when not given.")
+@click.option("--tilt/--no-tilt", default=True, show_default=True, help="Also fit the thick-sample model with tilt.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Fit .json file.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="PNG of the images of the fitted branches.")
+@click.option("--quiet", is_flag=True)
+def fit_cmd(data, kv, semiangle, scan_step, rotation, tilt, out, plot, quiet) -> None:
+    """Fit defocus, astigmatism (and rotation, thickness, tilt) from a cold start."""
+    import json
+
+    from qora.io.atomic import atomic_path
+    from qora.progress import tqdm_progress
+    from qora.ssb.agreement import fit_session, parameters_to_aberrations
+    from qora.ssb.files import load_data, plot_image
+    from qora.ssb.session import Session
+
+    try:
+        stack, meta = load_data(data)
+        kv = kv if kv is not None else meta.get("kv")
+        semiangle = semiangle if semiangle is not None else meta.get("alpha_mrad")
+        scan_step = scan_step if scan_step is not None else meta.get("scan_step_a")
+        missing = [n for n, v in (("--kv", kv), ("--semiangle", semiangle), ("--scan-step", scan_step)) if v is None]
+        if missing:
+            raise click.UsageError(f"the file has no {', '.join(missing)[2:]}: give {', '.join(missing)}")
+        session = Session(stack, kv=kv, alpha_mrad=semiangle, scan_step=scan_step)
+        with tqdm_progress(disable=quiet) as bar:
+            result = fit_session(session, rotation=None if rotation is None else np.deg2rad(rotation), tilt=tilt,
+                                 progress=bar)
+    except (ValueError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    with atomic_path(out) as tmp:
+        tmp.write_text(json.dumps(result, indent=2) + "\n")
+    std = parameters_to_aberrations(result["standard"]["parameters"])
+    click.echo(f"rotation {np.rad2deg(result['rotation_rad']):.2f} deg; standard: C10 {std.get('C10'):.1f} A, "
+               f"C12 {std.get('C12'):.1f} A, agreement {result['standard']['agreement']:.4f}")
+    if "thick" in result:
+        p = result["thick"]["parameters"]
+        click.echo(f"thick: thickness {p['thickness']:.0f} A, tilt ({p['tilt_y'] * 1e3:.2f}, {p['tilt_x'] * 1e3:.2f}) "
+                   f"mrad, agreement {result['thick']['agreement']:.4f}; better: {result['better']}")
+    click.echo(f"wrote {out}")
+    if plot is not None:
+        session.rotation = result["rotation_rad"]
+        branch = result.get("better", "standard")
+        p = result[branch]["parameters"]
+        kw = {"thickness": p["thickness"], "tilt": (p["tilt_y"], p["tilt_x"])} if branch == "thick" else {}
+        image = session.image(parameters_to_aberrations(p), "thick" if branch == "thick" else "ssb", **kw)
+        plot_image(plot, image, scan_step=scan_step, title=f"{branch} fit: phase (rad)")
+        click.echo(f"wrote {plot}")
