@@ -404,17 +404,10 @@ def simulate_bpm_holograms(spheres, geometry: Geometry, *, noise: float = 0.0, s
     :func:`bpm_forward`, and the pupil-limited field ratios upsampled to the hologram grid at half
     the pixel. Returns ``(holograms, backgrounds, hologram_pixel)`` like ``phantoms.simulate_holograms``.
     """
-    from qora.holo import reference
-    from qora.holo.phantoms import add_noise, holograms, render_spheres
+    from qora.holo.phantoms import holograms_from_fields, render_spheres
 
     _check_scan(geometry)
     vol = render_spheres(spheres, geometry.n, geometry.pixel, geometry.medium_index, supersample=supersample)
     ratio = bpm_forward(vol.astype(np.float64) - geometry.medium_index, geometry)
-    big, hp = 2 * geometry.n, geometry.pixel / 2
-    field_big = upsample_fields(ratio, big)
-    carrier = reference.carrier(big, hp) if carrier is None else np.asarray(carrier, float)
-    holos = holograms(field_big, geometry, carrier, hologram_pixel=hp)
-    bgs = holograms(np.ones_like(field_big), geometry, carrier, hologram_pixel=hp)
-    if noise > 0:
-        holos, bgs = add_noise(holos, noise, seed=seed), add_noise(bgs, noise, seed=seed + 1)
-    return holos, bgs, hp
+    return holograms_from_fields(upsample_fields(ratio, 2 * geometry.n), geometry, noise=noise, seed=seed,
+                                 carrier=carrier)

@@ -235,6 +235,16 @@ def simulate_holograms(spheres, geometry: Geometry, *, model: str = "born", nois
         field = np.exp(born_ratio(spheres, geometry, n=big, pixel=hp))
     else:
         raise ValueError(f"model must be 'born' or 'exact', got {model!r}")
+    return holograms_from_fields(field, geometry, noise=noise, seed=seed, carrier=carrier)
+
+
+def holograms_from_fields(field, geometry: Geometry, *, noise: float = 0.0, seed: int = 0, carrier=None):
+    """Sample and background holograms of field ratios u / u_in (A, 2n, 2n) at half the geometry's
+    pixel: ``(holograms, backgrounds, hologram_pixel)``; ``carrier`` and ``noise`` as in
+    :func:`simulate_holograms`."""
+    from qora.holo import reference
+
+    big, hp = np.shape(field)[-1], geometry.pixel / 2
     carrier = reference.carrier(big, hp) if carrier is None else np.asarray(carrier, float)
     holos = holograms(field, geometry, carrier, hologram_pixel=hp)
     bgs = holograms(np.ones_like(field), geometry, carrier, hologram_pixel=hp)

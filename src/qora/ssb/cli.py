@@ -32,6 +32,20 @@ _aberration_options = [
 ]
 
 
+def _load_with_settings(path, kv, semiangle, scan_step):
+    """The data and the microscope settings: the options where given, else the file's."""
+    from qora.ssb.files import load_data
+
+    stack, meta = load_data(path)
+    kv = kv if kv is not None else meta.get("kv")
+    semiangle = semiangle if semiangle is not None else meta.get("alpha_mrad")
+    scan_step = scan_step if scan_step is not None else meta.get("scan_step_a")
+    missing = [n for n, v in (("--kv", kv), ("--semiangle", semiangle), ("--scan-step", scan_step)) if v is None]
+    if missing:
+        raise click.UsageError(f"the file has no {', '.join(missing)[2:]}: give {', '.join(missing)}")
+    return stack, meta, kv, semiangle, scan_step
+
+
 def aberration_options(f):
     for option in reversed(_aberration_options):
         f = option(f)
@@ -83,18 +97,12 @@ def simulate_cmd(scan, step, window, kv, semiangle, c10, c12, c12_angle, c30, sl
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="PNG figure.")
 def image_cmd(data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle, c30, method, out, plot) -> None:
     """The phase image of a 4D-STEM dataset for given aberrations."""
-    from qora.ssb.files import load_data, plot_image, write_image
+    from qora.ssb.files import plot_image, write_image
     from qora.ssb.optics import chi
     from qora.ssb.session import Session
 
     try:
-        stack, meta = load_data(data)
-        kv = kv if kv is not None else meta.get("kv")
-        semiangle = semiangle if semiangle is not None else meta.get("alpha_mrad")
-        scan_step = scan_step if scan_step is not None else meta.get("scan_step_a")
-        missing = [n for n, v in (("--kv", kv), ("--semiangle", semiangle), ("--scan-step", scan_step)) if v is None]
-        if missing:
-            raise click.UsageError(f"the file has no {', '.join(missing)[2:]}: give {', '.join(missing)}")
+        stack, meta, kv, semiangle, scan_step = _load_with_settings(data, kv, semiangle, scan_step)
         ab = _aberrations(c10, c12, c12_angle, c30)
         session = Session(stack, kv=kv, alpha_mrad=semiangle, scan_step=scan_step, rotation=np.deg2rad(rotation))
         phase = session.image(ab, method)
@@ -135,17 +143,11 @@ def fit_cmd(data, kv, semiangle, scan_step, rotation, tilt, out, plot, quiet) ->
     from qora.io.atomic import atomic_path
     from qora.progress import tqdm_progress
     from qora.ssb.agreement import fit_session, parameters_to_aberrations
-    from qora.ssb.files import load_data, plot_image
+    from qora.ssb.files import plot_image
     from qora.ssb.session import Session
 
     try:
-        stack, meta = load_data(data)
-        kv = kv if kv is not None else meta.get("kv")
-        semiangle = semiangle if semiangle is not None else meta.get("alpha_mrad")
-        scan_step = scan_step if scan_step is not None else meta.get("scan_step_a")
-        missing = [n for n, v in (("--kv", kv), ("--semiangle", semiangle), ("--scan-step", scan_step)) if v is None]
-        if missing:
-            raise click.UsageError(f"the file has no {', '.join(missing)[2:]}: give {', '.join(missing)}")
+        stack, meta, kv, semiangle, scan_step = _load_with_settings(data, kv, semiangle, scan_step)
         session = Session(stack, kv=kv, alpha_mrad=semiangle, scan_step=scan_step)
         with tqdm_progress(disable=quiet) as bar:
             result = fit_session(session, rotation=None if rotation is None else np.deg2rad(rotation), tilt=tilt,
