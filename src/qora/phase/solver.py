@@ -16,11 +16,9 @@ __all__ = ["reconstruct", "Solver", "PhaseResult", "random_start", "check_intens
 
 VARIANTS_CPU = ("cpu",)
 VARIANTS_CUDA = ("naive", "fused", "graph", "batched", "half", "mixed", "callback")
-# variant="auto" on the GPU: graph, the fastest fp32 variant measured so far at every size
-# (docs/phase-performance.md); half is never chosen automatically.
 # variant="auto" on the GPU (docs/phase-performance.md, "The auto policy"): graph is the fastest
-# variant that keeps fp32 accuracy at every measured size (fused pays a host round trip, callback
-# is 1.4-2.6x slower on the H200, naive 2-8x; half and mixed lose fp32 accuracy), and several
+# variant that keeps fp32 accuracy at every measured size (fused pays a host round trip (1.02-6x), callback
+# is 1.4-2.6x slower on the H200, naive 6-58x; half and mixed lose fp32 accuracy), and several
 # starts run batched, up to AUTO_BATCH at a time, where that measured faster per start: up to
 # 2^20 pixels (0.22x of looped at 256^2, 0.91x at 1024^2; 1.09x at 128^3, so not above).
 AUTO_CUDA_VARIANT = "graph"
