@@ -32,7 +32,7 @@ def _per_call(g, hp, bg, holos, **kw):
 def test_pipeline_equals_the_per_call_chain_and_keeps_its_state(small_case):
     g, hp, bg, stacks = small_case
     pipe = Pipeline(g, sideband=F.find_sideband(bg[0], hp), hologram_pixel=hp, hologram_n=2 * g.n,
-                    iterations=10, r2c=True)
+                    iterations=10, r2c=True, backend="cpu")
     pipe.set_background(bg)
     seen = []
     first = pipe.process(stacks[0], progress=lambda s, d, t, m: seen.append(s)).index
@@ -49,7 +49,7 @@ def test_pipeline_equals_the_per_call_chain_and_keeps_its_state(small_case):
 
 def test_pipeline_errors(small_case):
     g, hp, bg, stacks = small_case
-    pipe = Pipeline(g, sideband=F.find_sideband(bg[0], hp), hologram_pixel=hp, hologram_n=2 * g.n)
+    pipe = Pipeline(g, sideband=F.find_sideband(bg[0], hp), hologram_pixel=hp, hologram_n=2 * g.n, backend="cpu")
     with pytest.raises(RuntimeError, match="set_background"):
         pipe.process(stacks[0])
     with pytest.raises(ValueError, match="expected holograms"):

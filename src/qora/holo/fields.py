@@ -118,7 +118,8 @@ def _stack(holograms):
     return holos, single
 
 
-def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_frequency: float) -> np.ndarray:
+def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_frequency: float,
+                   backend="cpu") -> np.ndarray:
     """Complex fields (A, n, n) at pixel 2 * ``hologram_pixel`` from holograms (A, N, N) or (N, N).
 
     Parameters
@@ -132,8 +133,16 @@ def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_
         sideband's centre are removed (the autocorrelation term and noise).
 
     The output is centre-origin; its scale is that of u (a plane wave of amplitude 1
-    gives |field| = 1).
+    gives |field| = 1). ``backend="cuda"`` runs :func:`qora.holo.cuda.extract_fields`
+    (complex64 out; even N and n).
     """
+    from qora.backend import resolve
+
+    if resolve(backend).is_cuda:
+        from qora.holo import cuda
+
+        return cuda.extract_fields(holograms, sideband, hologram_pixel=hologram_pixel, n=n,
+                                   pupil_frequency=pupil_frequency)
     holos, single = _stack(holograms)
     crop = CropPlan(holos.shape[-1], sideband, hologram_pixel=hologram_pixel, n=n, pupil_frequency=pupil_frequency)
     out = np.stack([crop(h) for h in holos])

@@ -319,7 +319,7 @@ def crop_volume(volume, n: int):
 
 def reconstruct(ratio, geometry: Geometry, *, approximation: str = "rytov", method: str = "gp",
                 iterations: int = 50, r2c: bool = False, tv_weight: float = 1e-3, tv_inner: int = 20,
-                oversample: float = 1.0) -> OdtResult:
+                oversample: float = 1.0, backend="cpu", **cuda_options) -> OdtResult:
     """Refractive-index volume from field ratios u / u_in (A, n, n) at z = 0.
 
     Parameters
@@ -347,7 +347,19 @@ def reconstruct(ratio, geometry: Geometry, *, approximation: str = "rytov", meth
         4 x 47, is 6x slower); ``info["grid"]`` records it.
     r2c : bool
         Run Gerchberg-Papoulis on half spectra (real transforms): same iterates, half the memory.
+    backend : {"cpu", "cuda", "auto"}
+        Where to run. CUDA takes ``mapping`` ("gather" or "scatter") and ``fgp`` ("fused",
+        "separate", "cube", "march") as well; see :func:`qora.holo.cuda.reconstruct`.
     """
+    from qora.backend import resolve
+
+    if resolve(backend).is_cuda:
+        from qora.holo import cuda
+
+        return cuda.reconstruct(ratio, geometry, approximation=approximation, method=method, iterations=iterations,
+                                r2c=r2c, tv_weight=tv_weight, tv_inner=tv_inner, oversample=oversample, **cuda_options)
+    if cuda_options:
+        raise TypeError(f"options {sorted(cuda_options)} apply to the CUDA backend only")
     ratio = np.asarray(ratio)
     if not np.iscomplexobj(ratio):
         raise ValueError("ratio must be complex (u / u_in)")

@@ -5,7 +5,8 @@ hit counts), given the background holograms once (:meth:`Pipeline.set_background
 then :meth:`Pipeline.process` turns each hologram stack of a time series into a
 refractive-index volume. It runs the same functions as the per-call chain
 (``extract_fields`` -> ``field_ratio`` -> ``rytov`` -> ``reconstruct``), so the two
-agree to rounding; the CUDA Pipeline will keep its buffers on the device.
+agree to rounding. With ``backend="cuda"`` (the default where a GPU is) it is
+:class:`qora.holo.cuda.CudaPipeline`: plans, buffers and backgrounds on the device, made once.
 """
 
 from __future__ import annotations
@@ -34,11 +35,29 @@ class Pipeline:
         Hologram size N (holograms are N x N).
     approximation, method, iterations, r2c, tv_weight, tv_inner, oversample
         As in :func:`qora.holo.odt.reconstruct`.
+    backend : {"auto", "cpu", "cuda"}
+        "auto" is the GPU where there is one.
+    upload_parts, mapping, fgp
+        CUDA only: see :class:`qora.holo.cuda.CudaPipeline`.
     """
 
     def __init__(self, geometry: Geometry, *, sideband, hologram_pixel: float, hologram_n: int,
                  approximation: str = "rytov", method: str = "gp", iterations: int = 50, r2c: bool = True,
-                 tv_weight: float = 1e-3, tv_inner: int = 20, oversample: float = 1.0) -> None:
+                 tv_weight: float = 1e-3, tv_inner: int = 20, oversample: float = 1.0, backend="auto",
+                 upload_parts: int = 1, mapping: str = "gather", fgp: str = "fused") -> None:
+        from qora.backend import resolve
+
+        if backend == "auto" and (geometry.n % 2 or hologram_n % 2):
+            backend = "cpu"  # the CUDA stages need even sizes (centre-origin signs)
+        self.backend = resolve(backend)
+        self.cuda = None
+        if self.backend.is_cuda:
+            from qora.holo.cuda import CudaPipeline
+
+            self.cuda = CudaPipeline(geometry, sideband=sideband, hologram_pixel=hologram_pixel, hologram_n=hologram_n,
+                                     approximation=approximation, method=method, iterations=iterations, r2c=r2c,
+                                     tv_weight=tv_weight, tv_inner=tv_inner, oversample=oversample,
+                                     upload_parts=upload_parts, mapping=mapping, fgp=fgp)
         self.geometry = geometry
         self.crop = CropPlan(hologram_n, sideband, hologram_pixel=hologram_pixel, n=geometry.n,
                              pupil_frequency=geometry.pupil_frequency)
@@ -57,12 +76,18 @@ class Pipeline:
 
     def set_background(self, holograms) -> None:
         """Extract and keep the background fields (one hologram per illumination)."""
+        if self.cuda is not None:
+            self.cuda.set_background(holograms)
+            self.background_fields = True
+            return
         self.background_fields = self._fields(holograms)
 
     def process(self, holograms, *, progress=None) -> OdtResult:
         """One stack of sample holograms (A, N, N) -> :class:`OdtResult`."""
         if self.background_fields is None:
             raise RuntimeError("call set_background(...) before process(...)")
+        if self.cuda is not None:
+            return self.cuda.process(holograms, progress=progress)
         steps = 3
         report(progress, "fields", 0, steps)
         ratio = field_ratio(self._fields(holograms), self.background_fields)
