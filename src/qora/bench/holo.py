@@ -152,7 +152,9 @@ def _against_odtbrain(result, n: int, count: int, echo) -> None:
 def run(*, backend="auto", write=True, echo=print, quick: bool = False) -> BenchResult:
     be = resolve(backend)
     if be.is_cuda:
-        raise RuntimeError("the CUDA holography benchmark arrives with the CUDA stages (issue 6); use --backend cpu")
+        from qora.bench import holo_cuda
+
+        return holo_cuda.run(be, write=write, echo=echo, quick=quick)
     result = BenchResult("holo-cpu", "cpu", be.device_facts().as_dict(), columns=("ms", "rmse"))
     echo(f"CPU: {result.device['name']}, {result.device['cpu_cores']} cores")
     _stages(result, 64 if quick else 128, echo, tv=True)

@@ -82,12 +82,17 @@ class Pipeline:
             return
         self.background_fields = self._fields(holograms)
 
-    def process(self, holograms, *, progress=None) -> OdtResult:
-        """One stack of sample holograms (A, N, N) -> :class:`OdtResult`."""
+    def process(self, holograms=None, *, progress=None) -> OdtResult:
+        """One stack of sample holograms (A, N, N) -> :class:`OdtResult`.
+
+        On CUDA, ``holograms=None`` processes what was written into ``self.cuda.input()``.
+        """
         if self.background_fields is None:
             raise RuntimeError("call set_background(...) before process(...)")
         if self.cuda is not None:
             return self.cuda.process(holograms, progress=progress)
+        if holograms is None:
+            raise ValueError("give the hologram stack (only the CUDA Pipeline has an input buffer)")
         steps = 3
         report(progress, "fields", 0, steps)
         ratio = field_ratio(self._fields(holograms), self.background_fields)

@@ -1,0 +1,135 @@
+"""Nsight Compute counters of the holography kernels (issue 6): FGP variants, mapping, GP.
+
+``bench/ncu-holo.sh OUTDIR`` runs ``python -m qora.bench.holo_counters target KIND N`` under
+``ncu`` for each kind (``fused``, ``separate``, ``cube``, ``march``: two FGP steps of a TV
+solve; ``gp``: two Gerchberg-Papoulis iterations; ``mapping``: gather and scatter), then
+``python -m qora.bench.holo_counters report OUTDIR`` writes the ``holo-counters`` result: per
+kernel, time, DRAM bytes against the traffic model (volumes of 4 n^3 bytes), and DRAM GB/s
+against the copy bandwidth measured in the same process. DRAM bytes, not requested bytes:
+L2 hits do not flatter the bandwidth.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from qora.bench.counters import METRICS, _mean, parse_csv
+
+__all__ = ["KINDS", "KERNELS", "model_bytes", "target", "report"]
+
+KINDS = ("fused", "separate", "cube", "march", "gp", "mapping")
+KERNELS = ("fgp_fused", "fgp_primal", "fgp_dual", "fgp_cube", "fgp_march", "clamp_real", "restore_half",
+           "map_gather", "map_scatter")
+KERNEL_REGEX = "regex:^(" + "|".join(KERNELS) + ")$"
+
+
+def model_bytes(kernel: str, n: int) -> float | None:
+    """Compulsory DRAM bytes of one launch at n^3 (the solver grid equals the box here)."""
+    vol = 4.0 * n**3
+    half = n * n * (n // 2 + 1)
+    return {
+        "fgp_fused": 13 * vol, "fgp_cube": 13 * vol, "fgp_march": 13 * vol,
+        "fgp_primal": 5 * vol,  # read v, r (3); write z
+        "fgp_dual": 13 * vol,  # read z, p (3), r (3); write p (3), r (3)
+        "clamp_real": 2 * 4.0 * n * n * 2 * (n // 2 + 1),
+        "restore_half": 25.0 * half,
+    }.get(kernel)
+
+
+def target(kind: str, n: int) -> None:
+    """Build the solver for ``kind`` at n^3 (reference geometry, 49 illuminations), run it once,
+    then run the profiled part between cudaProfilerStart and Stop."""
+    import cupy as cp
+
+    from qora.holo import cuda
+    from qora.holo import reference as R
+
+    g = R.geometry(n)
+    rng = np.random.default_rng(0)
+    phi = cp.asarray((rng.standard_normal((g.count, n, n)) * 0.01 + 0j).astype(np.complex64))
+    work = cuda.WorkArea()
+    if kind in cuda.FGP_VARIANTS:
+        recon = cuda._Reconstruction(g, work, method="tv", iterations=1, tv_inner=2, tv_weight=1e-3, fgp=kind)
+    else:
+        recon = cuda._Reconstruction(g, work, method="gp", iterations=2, r2c=True)
+    work.allocate()
+    dst = cp.empty((n, n, n), cp.float32)
+    spectra = phi.copy()
+    recon(spectra, dst.data.ptr)
+    cp.cuda.Device().synchronize()
+    solver = recon.solver
+    rt = cp.cuda.runtime
+    rt.profilerStart()
+    if kind in cuda.FGP_VARIANTS:
+        solver.fgp_steps(2)
+    elif kind == "gp":
+        for _ in range(2):
+            solver._clamp()
+            solver._restore()
+    else:
+        recon.mapper(spectra, solver.sums, solver.hits)
+        cuda.Mapper(recon.plan, "scatter")(spectra, solver.sums, solver.hits)
+    cp.cuda.Device().synchronize()
+    rt.profilerStop()
+
+
+def report(directory, *, write: bool = True, echo=print):
+    """Read ``KIND-N.csv`` files; write the holo-counters result with GB/s against the copy bandwidth."""
+    from qora.backend import resolve
+    from qora.bench.common import BenchResult, copy_floor
+
+    be = resolve("cuda")
+    copy = copy_floor(be)
+    result = BenchResult("holo-counters", "cuda", be.device_facts().as_dict(), columns=("us", "gbs", "pct_copy"))
+    result.add("copy", gbs=copy["gbs"])
+    for path in sorted(Path(directory).glob("*.csv")):
+        kind, size = path.stem.rsplit("-", 1)
+        n = int(size)
+        per: dict[str, list] = {}
+        for k in parse_csv(path.read_text(errors="replace")):
+            name = next((x for x in KERNELS if x == k["name"].split("(")[0].strip()), None)
+            if name is not None:
+                per.setdefault(name, []).append(k)
+        for name, launches in per.items():
+            t = _mean([k.get("gpu__time_duration.sum", np.nan) for k in launches]) * 1e-9
+            b = _mean([k.get("dram__bytes_read.sum", 0.0) + k.get("dram__bytes_write.sum", 0.0) for k in launches])
+            model = model_bytes(name, n)
+            gbs = b / t / 1e9
+            result.add(f"counters/{n}/{kind}/{name}", us=t * 1e6, dram_bytes=b, model_bytes=model,
+                       bytes_vs_model=b / model if model else None, gbs=gbs, pct_copy=100 * gbs / copy["gbs"],
+                       l2_hit_pct=_mean([k.get("lts__t_sector_hit_rate.pct", np.nan) for k in launches]),
+                       dram_pct_of_peak=_mean([k.get("dram__throughput.avg.pct_of_peak_sustained_elapsed", np.nan)
+                                               for k in launches]),
+                       registers=int(launches[0].get("launch__registers_per_thread", 0) or 0),
+                       launches=len(launches))
+            echo(f"  {n:>4} {kind:>9} {name:<13} {t * 1e6:9.1f} us  {b / 2**20:8.1f} MiB"
+                 + (f" ({b / model:4.2f} of model)" if model else "")
+                 + f"  {gbs:7.0f} GB/s = {100 * gbs / copy['gbs']:5.1f}% of copy")
+    if write:
+        path = result.write()
+        echo(f"result written to {path}")
+    return result
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["metrics"]:
+        print(",".join(METRICS))
+    elif argv[:1] == ["regex"]:
+        print(KERNEL_REGEX)
+    elif argv[:1] == ["target"] and len(argv) == 3:
+        target(argv[1], int(argv[2]))
+    elif argv[:1] == ["report"] and len(argv) == 2:
+        report(argv[1])
+    else:
+        print("usage: python -m qora.bench.holo_counters metrics | regex | target KIND N | report DIR",
+              file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,283 @@
+"""``qora bench holo --backend cuda``: the holography stages on the GPU against their floors.
+
+At 256^3 and 512^3 (the reference geometry, 49 illuminations, holograms 2n x 2n):
+
+- time per stage (CUDA events, medians): upload, field extraction, Rytov, the mapping FFT,
+  mapping by gather and by scatter, GP 50 (R2C and C2C), FISTA-TV 20 x 10 with each FGP kernel,
+  and the Pipeline end to end (host array in, host volume out; 1 and 4 upload parts);
+- the FGP step as in seed 004: (solve with 10 dual steps - solve with 0) / 200 per kernel;
+- bytes by the traffic model per stage, GB/s against the copy bandwidth measured in the same run;
+- the Pipeline's model: its transforms (each plan timed alone) + its kernels' compulsory bytes
+  at the copy bandwidth + the host transfers at the measured page-locked bandwidth;
+- peak device memory of C2C, R2C, TV and the Pipeline (256^3);
+- the 188^3, 180-angle rotation case with default GP through the Pipeline (host in, host out,
+  transfers included, warm plans) beside the CPU Pipeline on the same machine.
+
+The holograms are a Gaussian phase bump seen by every illumination: the work does not depend
+on the content, and synthesising it takes seconds at 512^3 (the parity tests check values).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from qora.bench.common import BenchResult, copy_floor, time_device
+from qora.bench.registry import shape_label
+
+__all__ = ["run", "traffic"]
+
+FGP_STEPS = (20, 10)  # outer x inner iterations of the FGP-step measurement (seed 004)
+
+
+def bump_holograms(g):
+    from qora.holo.phantoms import holograms_from_fields
+
+    big, hp = 2 * g.n, g.pixel / 2
+    y = (np.arange(big) - big // 2) * hp
+    r2 = y[:, None] ** 2 + y[None, :] ** 2
+    ratio = np.exp((-0.05 + 2j) * np.exp(-r2 / (0.15 * big * hp) ** 2))
+    return holograms_from_fields(np.broadcast_to(ratio, (g.count, big, big)), g)
+
+
+def traffic(n: int, count: int, big: int, entries: int, iterations: int = 50) -> dict:
+    """Compulsory bytes of each stage's kernels (the traffic model; the FFTs are timed, not modelled).
+
+    n: field edge; big: solver grid edge; count: holograms (2n x 2n); entries: mapped bins.
+    """
+    hn, half = 2 * n, big // 2 + 1
+    px, nh, n3 = count * n * n, big * big * half, big**3
+    padded = 4 * big * big * 2 * half
+    return {
+        "fields": 8 * px + 8 * px,  # crop: window bins read, fields written (inverse FFT timed apart)
+        "rytov": (16 + 12) * px + 16 * px + 12 * px + (16 + 12 + 8) * px,  # divergence, Poisson, congruence, write
+        "mapping": 12 * n3 + entries * (8 + 16) + entries * 12,  # zeroing, spectrum + tables, sums and hits
+        "gp_prepare": (8 * nh + 4 * n3 // 2) + (12 * n3 + 8 * n3) + (2 * 8 * nh + 8 * nh) + 16 * nh,
+        "gp_loop": iterations * (2 * padded + 25 * nh),  # clamp (read + write), restore (E, a, counts, E)
+        "index": 2 * padded + 4 * n**3,
+        "h2d": 4 * count * hn * hn,
+        "d2h": 4 * n**3,
+    }
+
+
+def _wall_ms(fn, sync, repeats: int = 5) -> float:
+    """Median wall time of ``fn(); sync()`` after one warm-up call (work on streams of its own)."""
+    fn()
+    sync()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    return float(np.median(samples))
+
+
+def _transfer_gbs(cp, nbytes: int) -> dict:
+    host = cp.cuda.alloc_pinned_memory(nbytes)
+    dev = cp.empty(nbytes, cp.uint8)
+    s = cp.cuda.get_current_stream()
+    out = {}
+    for name, args in (("h2d", (dev.data.ptr, host.ptr, nbytes, 1)), ("d2h", (host.ptr, dev.data.ptr, nbytes, 2))):
+        samples = []
+        for i in range(6):
+            t0 = time.perf_counter()
+            cp.cuda.runtime.memcpyAsync(*args, s.ptr)
+            s.synchronize()
+            if i:
+                samples.append(time.perf_counter() - t0)
+        out[name] = nbytes / np.median(samples) / 1e9
+    return out
+
+
+def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
+    from qora.backend.cufft_raw import FORWARD, INVERSE
+    from qora.backend.device import PeakMemory
+    from qora.holo import cuda
+    from qora.holo import fields as F
+    from qora.holo import reference as R
+
+    cp = be.xp
+    g = R.geometry(n)
+    label = shape_label((n, n, n))
+    holos, bgs, hp = bump_holograms(g)
+    sideband = F.find_sideband(bgs[0], hp)
+    with PeakMemory(be) as peak_pipe:
+        pipe = cuda.CudaPipeline(g, sideband=sideband, hologram_pixel=hp, hologram_n=2 * n)
+        pipe.set_background(bgs)
+        pipe.process(holos)
+    solver, mapper = pipe.recon.solver, pipe.recon.mapper
+    model = traffic(n, g.count, pipe.recon.big, mapper.entries)
+    times = {}
+    stream = cp.cuda.get_current_stream()
+    dst = cp.empty((n, n, n), cp.float32)
+    times["upload"] = _wall_ms(lambda: pipe._upload(holos), pipe.copy_stream.synchronize)
+    times["fields"] = time_device(be, lambda: pipe.fields.extract(pipe.sample), repeats=10).median_ms
+    times["rytov"] = time_device(be, lambda: pipe.order(pipe.sample, pipe.background, pipe.phi), repeats=10).median_ms
+    spectra = pipe.phi
+    fft2 = pipe.recon.fft
+    times["mapping_fft"] = time_device(be, lambda: fft2.execute(spectra.data.ptr, spectra.data.ptr, FORWARD),
+                                       repeats=10).median_ms
+    times["mapping_gather"] = time_device(be, lambda: mapper(spectra, solver.sums, solver.hits), repeats=10).median_ms
+    scatter = cuda.Mapper(pipe.recon.plan, "scatter")
+    times["mapping_scatter"] = time_device(be, lambda: scatter(spectra, solver.sums, solver.hits), repeats=10).median_ms
+    del scatter
+
+    def gp_half():
+        mapper(spectra, solver.sums, solver.hits)
+        solver._gp_half(dst.data.ptr, stream)
+
+    times["gp50_r2c"] = time_device(be, gp_half, warmup=1, repeats=5).median_ms - times["mapping_gather"]
+    # transforms alone, for the Pipeline's model
+    big = pipe.recon.big
+    f = pipe.fields
+    ffts = {
+        "hologram_r2c": time_device(be, lambda: f.r2c[g.count].execute(f.holograms.data.ptr, f.spectra.data.ptr),
+                                    repeats=10).median_ms,
+        "field_c2c": time_device(be, lambda: f.inverse.execute(pipe.sample.data.ptr, pipe.sample.data.ptr, INVERSE),
+                                 repeats=10).median_ms,
+        "volume_r2c": time_device(be, lambda: solver.forward.execute(solver.sums.data.ptr, solver.sums.data.ptr),
+                                  repeats=10).median_ms,
+        "volume_c2r": time_device(be, lambda: solver.backward.execute(solver.sums.data.ptr, solver.sums.data.ptr),
+                                  repeats=10).median_ms,
+    }
+    iters = solver.iterations
+    fft_ms = (ffts["hologram_r2c"] + 4 * ffts["field_c2c"] + (iters + 1) * ffts["volume_c2r"]
+              + iters * ffts["volume_r2c"])
+    transfer = _transfer_gbs(cp, model["h2d"])
+    kernel_bytes = sum(v for k, v in model.items() if k not in ("h2d", "d2h"))
+    model_ms = (fft_ms + kernel_bytes / copy_gbs / 1e6 + model["h2d"] / transfer["h2d"] / 1e6
+                + model["d2h"] / transfer["d2h"] / 1e6)
+    nothing = lambda: None  # noqa: E731 - process() returns when its stream is done
+    e2e = _wall_ms(lambda: pipe.process(holos), nothing)
+    host_in = pipe.input()
+    host_in[...] = holos
+    e2e_buffer = _wall_ms(lambda: pipe.process(), nothing)
+    pipe.profile = True
+    pipe.process()
+    pipe.profile = False
+    result.add(f"pipeline/{label}/per_stack", ms=e2e, model_ms=model_ms, ratio=e2e / model_ms,
+               input_buffer_ms=e2e_buffer, buffer_ratio=e2e_buffer / model_ms, fft_ms=fft_ms, ffts=ffts,
+               kernel_bytes=kernel_bytes, transfer_gbs=transfer, stage_ms=dict(pipe.stage_ms))
+    parts4 = cuda.CudaPipeline(g, sideband=sideband, hologram_pixel=hp, hologram_n=2 * n, upload_parts=4)
+    parts4.set_background(bgs)
+    t4 = _wall_ms(lambda: parts4.process(holos), nothing)
+    result.add(f"pipeline/{label}/per_stack_4_parts", ms=t4, ratio=t4 / model_ms)
+    del parts4
+    for stage, ms in times.items():
+        key = {"mapping_gather": "mapping", "mapping_scatter": "mapping", "upload": "h2d"}.get(stage, stage)
+        nbytes = model.get(key)
+        if stage == "gp50_r2c":
+            nbytes = model["gp_prepare"] + model["gp_loop"] + model["index"]
+        gbs = nbytes / ms / 1e6 if nbytes and stage not in ("mapping_fft",) else None
+        result.add(f"stage/{label}/{stage}", ms=ms, bytes=nbytes, gbs=gbs,
+                   pct_copy=100 * gbs / copy_gbs if gbs and stage != "upload" else None)
+    echo(f"  {label}: " + ", ".join(f"{k} {v:.2f} ms" for k, v in times.items())
+         + f"; pipeline {e2e:.1f} ms (model {model_ms:.1f}, x{e2e / model_ms:.2f}; "
+         f"input buffer {e2e_buffer:.1f}; 4 parts {t4:.1f}); stages {pipe.stage_ms}")
+    del pipe
+    _solvers(result, be, g, label, echo, memory=memory, peak_pipe=peak_pipe.peak_bytes)
+
+
+def _solvers(result, be, g, label, echo, *, memory: bool, peak_pipe: int) -> None:
+    """GP C2C, TV per FGP kernel, the FGP step, and peak memory, each on its own solver."""
+    import cupy as cp
+
+    from qora.backend.device import PeakMemory
+    from qora.holo import cuda
+
+    n = g.n
+    rng = np.random.default_rng(0)
+    phi = (rng.standard_normal((g.count, n, n)) * 0.01 + 0j).astype(np.complex64)
+    dst = cp.empty((n, n, n), cp.float32)
+    peaks = {"pipeline_gp_r2c": peak_pipe}
+
+    def build(**options):
+        with PeakMemory(be) as peak:
+            work = cuda.WorkArea()
+            recon = cuda._Reconstruction(g, work, **options)
+            work.allocate()
+            x = cp.asarray(phi)
+            recon(x, dst.data.ptr)
+            be.synchronize()
+        return recon, x, peak.peak_bytes
+
+    recon, x, peaks["gp_r2c"] = build(method="gp", iterations=50, r2c=True)
+    del recon, x
+    recon, x, peaks["gp_c2c"] = build(method="gp", iterations=50, r2c=False)
+    t = time_device(be, lambda: recon(x, dst.data.ptr), warmup=1, repeats=3).median_ms
+    result.add(f"stage/{label}/gp50_c2c_with_mapping", ms=t)
+    del recon, x
+    outer, inner = FGP_STEPS
+    step = {}
+    for fgp in cuda.FGP_VARIANTS:
+        ms = {}
+        for k in (0, inner):
+            recon, x, p = build(method="tv", iterations=outer, tv_inner=k, tv_weight=1e-3, fgp=fgp)
+            if fgp == "fused" and k == inner:
+                peaks["tv"] = p
+            ms[k] = time_device(be, lambda: recon(x, dst.data.ptr), warmup=1, repeats=3).median_ms
+            del recon, x
+        step[fgp] = (ms[inner] - ms[0]) / (outer * inner)
+        nbytes = (13 if fgp != "separate" else 18) * 4 * n**3
+        gbs = nbytes / step[fgp] / 1e6
+        result.add(f"fgp/{label}/{fgp}", ms=step[fgp], solve_ms=ms[inner], bytes=nbytes, gbs=gbs)
+    if memory:
+        for k, v in peaks.items():
+            result.add(f"memory/{label}/{k}", bytes=v, gib=v / 2**30)
+    echo(f"  {label}: FGP step " + ", ".join(f"{k} {v:.3f} ms" for k, v in step.items())
+         + "; peak GiB " + ", ".join(f"{k} {v / 2**30:.2f}" for k, v in peaks.items()))
+
+
+def _rotation_188(result, be, echo) -> None:
+    from qora.holo import fields as F
+    from qora.holo import reference as R
+    from qora.holo.geometry import Geometry
+    from qora.holo.pipeline import Pipeline
+
+    g = Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, 188, R.NA_DETECTION,
+                 angles=np.linspace(0, 2 * np.pi, 180, endpoint=False))
+    holos, bgs, hp = bump_holograms(g)
+    sideband = F.find_sideband(bgs[0], hp)
+    kw = dict(sideband=sideband, hologram_pixel=hp, hologram_n=2 * g.n)
+    t0 = time.perf_counter()
+    gpu = Pipeline(g, backend="cuda", **kw)
+    build_s = time.perf_counter() - t0
+    gpu.set_background(bgs)
+    samples = []
+    for i in range(6):
+        t0 = time.perf_counter()
+        vol = gpu.process(holos).index
+        if i:
+            samples.append(time.perf_counter() - t0)
+    del gpu
+    cpu = Pipeline(g, backend="cpu", **kw)
+    cpu.set_background(bgs)
+    t0 = time.perf_counter()
+    ref = cpu.process(holos).index
+    cpu_s = time.perf_counter() - t0
+    gpu_s = float(np.median(samples))
+    diff = float(np.linalg.norm(vol - ref) / np.linalg.norm(ref - g.medium_index))
+    result.add("rotation/188x188x188x180/gp50_pipeline", ms=gpu_s * 1e3, cpu_ms=cpu_s * 1e3, speedup=cpu_s / gpu_s,
+               build_s=build_s, relative_difference=diff)
+    echo(f"  188^3 x 180 rotation, GP 50: GPU {gpu_s:.2f} s (host in and out), CPU {cpu_s:.1f} s, "
+         f"x{cpu_s / gpu_s:.0f}; GPU vs CPU {diff:.1e}; Pipeline built in {build_s:.1f} s")
+
+
+def run(be, *, write: bool = True, echo=print, quick: bool = False) -> BenchResult:
+    facts = be.device_facts().as_dict()
+    result = BenchResult("holo", "cuda", facts, columns=("ms", "gbs", "ratio"))
+    copy = copy_floor(be)
+    result.add("copy", gbs=copy["gbs"])
+    echo(f"CUDA: {facts['name']}; copy {copy['gbs']:.0f} GB/s")
+    sizes = (64,) if quick else (256, 512)
+    for n in sizes:
+        _stages(result, be, n, copy["gbs"], echo, memory=n == sizes[0])
+    if not quick:
+        _rotation_188(result, be, echo)
+    if write:
+        path = result.write()
+        echo(f"result written to {path}")
+    echo(result.table())
+    return result
