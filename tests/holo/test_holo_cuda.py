@@ -181,7 +181,8 @@ def test_pipeline_matches_the_per_call_chain_and_allocates_nothing(pipeline_case
     used, total, plans = pool.used_bytes(), pool.total_bytes(), pipe.cuda.work.plan_count
     other = pipe.process(stacks[1]).index
     pipe.cuda.input()[...] = stacks[0]  # filled in place: no host copy
-    again = pipe.process().index
+    again = pipe.process(copy=False).index
+    assert again is pipe.cuda.host_out
     assert (pool.used_bytes(), pool.total_bytes(), pipe.cuda.work.plan_count) == (used, total, plans)
     np.testing.assert_array_equal(again, first)
     assert np.abs(other - first).max() > 1e-3
@@ -199,6 +200,10 @@ def test_pipeline_stage_times_and_errors(pipeline_case):
     pipe.set_background(bg)
     with pytest.raises(ValueError, match="expected holograms"):
         pipe.process(stacks[0][:3])
+    bad = stacks[0].copy()
+    bad[3, 5, 7] = np.nan
+    with pytest.raises(ValueError, match="non-finite"):
+        pipe.process(bad)
     pipe.cuda.profile = True
     pipe.process(stacks[0])
     assert set(pipe.cuda.stage_ms) == {"fields", "rytov", "solve"}

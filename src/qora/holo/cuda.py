@@ -597,6 +597,9 @@ class CudaPipeline:
         self.copy_stream = cp.cuda.Stream(non_blocking=True)
         self.uploaded = [cp.cuda.Event(disable_timing=True) for _ in self.fields.parts]
         self.free = cp.cuda.Event(disable_timing=True)
+        self._flag_mem = cp.cuda.alloc_pinned_memory(4)
+        self.host_flag = np.frombuffer(self._flag_mem, np.int32, 1)
+        self.flag = cp.zeros(1, cp.int32)
         self.has_background = False
         self.stage_ms: dict = {}
         self.profile = False
@@ -613,8 +616,6 @@ class CudaPipeline:
             if holos.shape != self.host_in.shape:
                 raise ValueError(f"expected holograms of shape {self.host_in.shape}, got {holos.shape}")
             np.copyto(self.host_in, holos, casting="same_kind")
-        if not np.isfinite(self.host_in).all():
-            raise ValueError("holograms have non-finite values")
         self.free.record(self.stream)  # the previous stack's R2C has read the device buffer
         self.copy_stream.wait_event(self.free)
         per = self.host_in[0].size
@@ -623,21 +624,41 @@ class CudaPipeline:
                                         4 * size * per, 1, self.copy_stream.ptr)
             event.record(self.copy_stream)
 
+    def _check_finite(self) -> None:
+        """Queue the device-side check of the uploaded holograms (read by :meth:`_raise_if_nonfinite`)."""
+        cp = _cupy()
+        quads = self.fields.holograms.size // 4  # N even: N^2 is a multiple of 4
+        self.flag.fill(0)
+        _k("flag_nonfinite")((min(_blocks(quads), 132 * 8),), (THREADS,), (self.fields.holograms, np.int64(quads),
+                                                                           self.flag))
+        cp.cuda.runtime.memcpyAsync(self.host_flag.ctypes.data, self.flag.data.ptr, 4, _MEMCPY_DEFAULT,
+                                    self.stream.ptr)
+
+    def _raise_if_nonfinite(self) -> None:
+        if self.host_flag[0]:
+            raise ValueError("holograms have non-finite values")
+
     def set_background(self, holograms) -> None:
         """Extract and keep the background fields on the device (one hologram per illumination)."""
         cp = _cupy()
         self._upload(holograms)
         with self.stream:
             self.fields.extract(self.background, ready=self.uploaded)
+            self._check_finite()
             mag = cp.abs(self.background)
             low = bool((mag.min() <= 0) | (mag.min() < 1e-6 * cp.median(mag)))
         self.stream.synchronize()
+        self._raise_if_nonfinite()
         if low:
             raise ValueError("a background field is (nearly) zero somewhere: cannot form the ratio")
         self.has_background = True
 
-    def process(self, holograms=None, *, progress=None) -> OdtResult:
-        """One stack (A, N, N) (or the contents of :meth:`input`) -> :class:`OdtResult` (host volume)."""
+    def process(self, holograms=None, *, progress=None, copy: bool = True) -> OdtResult:
+        """One stack (A, N, N) (or the contents of :meth:`input`) -> :class:`OdtResult` (host volume).
+
+        ``copy=False`` returns the page-locked output buffer itself (no host copy): valid until
+        the next call, for a consumer that writes it out at once (a time series to disk).
+        """
         from qora.progress import report
 
         cp = _cupy()
@@ -655,18 +676,20 @@ class CudaPipeline:
 
             mark("start")
             self.fields.extract(self.sample, ready=self.uploaded)
+            self._check_finite()
             mark("fields")
             self.order(self.sample, self.background, self.phi, self.approximation)
             mark(self.approximation)
             self.recon(self.phi, self.host_out.ctypes.data)
             mark("solve")
         self.stream.synchronize()
+        self._raise_if_nonfinite()
         report(progress, "done", 3, 3)
         if self.profile:
             self.stage_ms = {name: cp.cuda.get_elapsed_time(marks[i - 1][1], e)
                              for i, (name, e) in enumerate(marks) if i > 0}
         o = self.options
-        return OdtResult(self.host_out.copy(), self.geometry, o["method"], self.approximation,
+        return OdtResult(self.host_out.copy() if copy else self.host_out, self.geometry, o["method"], self.approximation,
                          0 if o["method"] == "plain" else o["iterations"],
                          info={"measured_fraction": float(self.recon.plan.measured.mean()), "r2c": self.recon.solver.real,
                                "grid": self.recon.big, "backend": "cuda", "mapping": o["mapping"],

@@ -61,6 +61,17 @@ extern "C" __global__ void crop_window(const float2* __restrict__ spectra, int b
     out[idx] = make_float2(v.x * w, v.y * w);
 }
 
+// *flag = 1 if any of the floats is not finite (the holograms' check, on the device).
+extern "C" __global__ void flag_nonfinite(const float4* __restrict__ x, long long quads, int* __restrict__ flag) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    bool bad = false;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < quads; i += stride) {
+        const float4 v = x[i];
+        bad |= !(isfinite(v.x) && isfinite(v.y) && isfinite(v.z) && isfinite(v.w));
+    }
+    if (__syncthreads_or(bad) && threadIdx.x == 0) *flag = 1;
+}
+
 // ------------------------------------------------------------------------------------------
 // Least-squares unwrapping (Ghiglia and Romero): the divergence of the wrapped phase gradient,
 // a 2D DCT-II computed by one batched 2D FFT of the Makhoul-reordered image, the Neumann
