@@ -434,20 +434,29 @@ __device__ __forceinline__ void tv_dual(Dims d, long long c, int k, int j, int i
     const float *__restrict__ v, const float *__restrict__ r, float *__restrict__ p, float *__restrict__ r_next, \
         int nz, int ny, int nx, float lam, int nonnegative, float step, float momentum
 
-// fused (default): one kernel per step; the primal point recomputed at the voxel and at its three
-// upper neighbours; own p and r loaded first so their latency overlaps the neighbour reads.
-extern "C" __global__ void fgp_fused(TV_ARGS) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y, k = blockIdx.z;
-    if (i >= nx || j >= ny) return;
+// The fused update of voxel (k, j, i) given the primal point there: the primal point recomputed
+// at its three upper neighbours; own p and r loaded first so their latency overlaps the
+// neighbour reads. Returns the primal point at (k + 1, j, i) for a caller marching along z.
+__device__ __forceinline__ float fgp_fused_voxel(TV_ARGS, int k, int j, int i, float zc) {
     const Dims d = make_dims(nz, ny, nx);
     const long long c = (k * (long long)ny + j) * nx + i;
     const float p0 = p[c], p1 = p[d.volume + c], p2 = p[2 * d.volume + c];
     const float r0 = r[c], r1 = r[d.volume + c], r2 = r[2 * d.volume + c];
-    const float zc = tv_primal(v, r, d, k, j, i, lam, nonnegative);
     const float z0 = k < nz - 1 ? tv_primal(v, r, d, k + 1, j, i, lam, nonnegative) : 0.0f;
     const float z1 = j < ny - 1 ? tv_primal(v, r, d, k, j + 1, i, lam, nonnegative) : 0.0f;
     const float z2 = i < nx - 1 ? tv_primal(v, r, d, k, j, i + 1, lam, nonnegative) : 0.0f;
     tv_dual(d, c, k, j, i, zc, z0, z1, z2, r0, r1, r2, p0, p1, p2, step, momentum, p, r_next);
+    return z0;
+}
+
+#define TV_PASS v, r, p, r_next, nz, ny, nx, lam, nonnegative, step, momentum
+
+// fused (default): one kernel per step, one thread per voxel.
+extern "C" __global__ void fgp_fused(TV_ARGS) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y, k = blockIdx.z;
+    if (i >= nx || j >= ny) return;
+    const float zc = tv_primal(v, r, make_dims(nz, ny, nx), k, j, i, lam, nonnegative);
+    fgp_fused_voxel(TV_PASS, k, j, i, zc);
 }
 
 // two kernels: the primal point written to z by one, read by the other.
