@@ -40,6 +40,7 @@ __all__ = ["FieldStage", "FirstOrder", "Mapper", "Solver", "CudaPipeline", "extr
 THREADS = 256
 FGP_VARIANTS = ("fused", "separate", "cube", "march")
 MAPPINGS = ("gather", "scatter")
+FUSED_PLANES = 4  # planes per thread of the fused FGP kernel (its #define in holo.cu)
 _MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: the direction from the addresses (unified addressing)
 
 
@@ -431,7 +432,7 @@ class Solver:
             t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
             m = np.float32((t - 1) / t_new)
             if self.fgp == "fused":
-                _k("fgp_fused")((_blocks(nb, 32), _blocks(nb, 8), nb), (32, 8, 1),
+                _k("fgp_fused")((_blocks(nb, 64), _blocks(nb, 4), _blocks(nb, FUSED_PLANES)), (64, 4, 1),
                                 (self.v, r, self.p, r_next, *dims, lam, one, step, m))
             elif self.fgp == "separate":
                 z = self.y  # free while the prox runs (y is rebuilt by fista_step)

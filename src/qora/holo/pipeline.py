@@ -82,15 +82,16 @@ class Pipeline:
             return
         self.background_fields = self._fields(holograms)
 
-    def process(self, holograms=None, *, progress=None) -> OdtResult:
+    def process(self, holograms=None, *, progress=None, copy: bool = True) -> OdtResult:
         """One stack of sample holograms (A, N, N) -> :class:`OdtResult`.
 
-        On CUDA, ``holograms=None`` processes what was written into ``self.cuda.input()``.
+        On CUDA, ``holograms=None`` processes what was written into ``self.cuda.input()``, and
+        ``copy=False`` returns the page-locked output buffer (valid until the next call).
         """
         if self.background_fields is None:
             raise RuntimeError("call set_background(...) before process(...)")
         if self.cuda is not None:
-            return self.cuda.process(holograms, progress=progress)
+            return self.cuda.process(holograms, progress=progress, copy=copy)
         if holograms is None:
             raise ValueError("give the hologram stack (only the CUDA Pipeline has an input buffer)")
         steps = 3
