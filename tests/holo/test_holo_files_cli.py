@@ -51,6 +51,20 @@ def test_reconstruct_from_the_file_and_from_plain_stacks(simulated):
     np.testing.assert_allclose(index2, index, atol=1e-5)
     out = runner.invoke(cli, ["holo", "reconstruct", str(d / "h.npy"), str(d / "b.npy"), "--out", str(d / "x.h5")])
     assert out.exit_code != 0 and "--wavelength" in out.output
+    # a time series of two stacks streams through one Pipeline
+    np.save(d / "series.npy", np.stack([holos, holos[:, ::-1]]))
+    opts = ["--wavelength", str(R.WAVELENGTH), "--pixel", str(R.PIXEL), "--medium-index", str(R.MEDIUM_INDEX),
+            "--na", str(R.NA_DETECTION), "--iterations", "10", "--backend", "cpu"]
+    out = runner.invoke(cli, ["holo", "reconstruct", str(d / "series.npy"), str(d / "b.npy"), *opts,
+                              "--out", str(d / "series.h5"), "--plot", str(d / "series.png")])
+    assert out.exit_code == 0, out.output
+    series, _, _ = read_volume(d / "series.h5")
+    assert series.shape == (2, 48, 48, 48)
+    np.testing.assert_allclose(series[0], index2, atol=1e-6)
+    assert np.abs(series[1] - series[0]).max() > 1e-3  # the flipped holograms are another object
+    out = runner.invoke(cli, ["holo", "reconstruct", str(d / "series.npy"), str(d / "b.npy"), *opts,
+                              "--out", str(d / "series.tif")])
+    assert out.exit_code != 0 and "series" in out.output
 
 
 def test_phase_command(simulated):

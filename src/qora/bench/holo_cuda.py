@@ -38,7 +38,8 @@ def bump_holograms(g):
     y = (np.arange(big) - big // 2) * hp
     r2 = y[:, None] ** 2 + y[None, :] ** 2
     ratio = np.exp((-0.05 + 2j) * np.exp(-r2 / (0.15 * big * hp) ** 2))
-    return holograms_from_fields(np.broadcast_to(ratio, (g.count, big, big)), g)
+    holos, bgs, hp = holograms_from_fields(np.broadcast_to(ratio, (g.count, big, big)), g)
+    return holos.astype(np.float32), bgs.astype(np.float32), hp  # as a camera's frames arrive: 32-bit
 
 
 def traffic(n: int, count: int, big: int, entries: int, iterations: int = 50) -> dict:

@@ -31,6 +31,14 @@ HOLO_STAGES = ("fields", "ratio", "rytov", "mapping_plan", "mapping", "gp50_r2c"
 HOLO_PEER_CASES = ("qora_gp50", "qora_gp50_os1.5", "qora_gp50_os2", "qora_tv30x20_w8e-2", "qora_tv30x20_os1.5_w8e-2",
                    "qora_tv30x20_os2_w8e-2", "odtbrain")
 
+HOLO_GPU_SIZES = ("256x256x256", "512x512x512")
+HOLO_GPU_STAGES = ("upload", "fields", "rytov", "mapping_fft", "mapping_gather", "mapping_scatter", "gp50_r2c",
+                   "gp50_c2c_with_mapping")
+HOLO_FGP = ("fused", "separate", "cube", "march")
+HOLO_COUNTER_KERNELS = ("fused/fgp_fused", "separate/fgp_primal", "separate/fgp_dual", "cube/fgp_cube",
+                        "march/fgp_march", "gp/clamp_real", "gp/restore_half", "mapping/map_gather",
+                        "mapping/map_scatter")
+
 SSB_BENCH_LABEL = "128x128x64x64"
 
 REQUIRED_CASES: dict[str, list[str]] = {
@@ -46,6 +54,12 @@ REQUIRED_CASES: dict[str, list[str]] = {
                  + [f"stage/256x256x256/{s}" for s in HOLO_STAGES]
                  + [f"odtbrain/{label}/{c}" for label in ("128x128x128x120", "188x188x188x180")
                     for c in HOLO_PEER_CASES]),
+    "holo": (["copy", "rotation/188x188x188x180/gp50_pipeline"]
+             + [f"stage/{z}/{s}" for z in HOLO_GPU_SIZES for s in HOLO_GPU_STAGES]
+             + [f"fgp/{z}/{f}" for z in HOLO_GPU_SIZES for f in HOLO_FGP]
+             + [f"pipeline/{z}/{k}" for z in HOLO_GPU_SIZES for k in ("per_stack", "per_stack_4_parts")]
+             + [f"memory/256x256x256/{k}" for k in ("pipeline_gp_r2c", "gp_r2c", "gp_c2c", "tv")]),
+    "holo-counters": ["copy"] + [f"counters/512/{k}" for k in HOLO_COUNTER_KERNELS],
     "ssb-cpu": [f"step/{SSB_BENCH_LABEL}/{s}" for s in ("load", "detector_fit", "prepare", "image_ssb", "image_thick",
                                                         "image_parallax")] + [f"memory/{SSB_BENCH_LABEL}/prepare"],
 }

@@ -103,16 +103,23 @@ def simulate_cmd(n, spheres, angles, na_illumination, noise, geometry_kind, mode
               help="bpm: illuminations per gradient step, cycled without momentum (default: all, with FISTA).")
 @click.option("--oversample", type=click.FloatRange(1.0, 4.0), default=1.0, show_default=True,
               help="Map onto a grid this many times finer in k (costs oversample^3; docs/holo.md).")
+@click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="Where the Pipeline runs (auto: the GPU where there is one).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Volume .h5 (or .tif).")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="PNG of slices.")
 @click.option("--quiet", is_flag=True)
 def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, medium_index, na_detection,
                     geometry_kind, angle_range, method, approximation, iterations, tv_weight, batch, oversample,
-                    out, plot, quiet) -> None:
-    """Refractive-index volume from a hologram stack (and its backgrounds)."""
+                    backend, out, plot, quiet) -> None:
+    """Refractive-index volume from a hologram stack (and its backgrounds).
+
+    A time series (T, A, N, N) of stacks with one set of backgrounds (A, N, N) streams through
+    one Pipeline (plans and backgrounds made once) and gives volumes (T, n, n, n).
+    """
     from qora.holo import fields as F
     from qora.holo.files import load_stack, plot_volume, read_holograms, write_volume, write_volume_tiff
     from qora.holo.geometry import Geometry
+    from qora.holo.odt import OdtResult
     from qora.holo.pipeline import Pipeline
     from qora.progress import tqdm_progress
 
@@ -128,8 +135,9 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
             if missing:
                 raise click.UsageError(f"stacks without metadata need {', '.join(missing)}")
             stack, bgs = load_stack(holos), load_stack(backgrounds)
-            if stack.shape != bgs.shape or stack.ndim != 3:
-                raise click.UsageError(f"holograms {stack.shape} and backgrounds {bgs.shape} must be equal (A, N, N)")
+            if stack.shape[-3:] != bgs.shape or stack.ndim not in (3, 4):
+                raise click.UsageError(f"holograms {stack.shape} must be (A, N, N), or a series (T, A, N, N), of "
+                                       f"the backgrounds' shape {bgs.shape}")
             hp = hologram_pixel or pixel / 2
             n = int(round(stack.shape[-1] * hp / pixel))
             if geometry_kind == "rotation":
@@ -155,6 +163,8 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
 
             if g.geometry == "rotation":
                 raise click.UsageError("--method bpm needs the illumination-scanning geometry, not rotation")
+            if stack.ndim != 3:
+                raise click.UsageError("--method bpm takes one stack (A, N, N), not a series")
             approximation = "bpm"
             kw = dict(hologram_pixel=hp, n=g.n, pupil_frequency=g.pupil_frequency)
             ratio = F.field_ratio(F.extract_fields(stack, sideband, **kw), F.extract_fields(bgs, sideband, **kw))
@@ -164,13 +174,20 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
         else:
             pipe = Pipeline(g, sideband=sideband, hologram_pixel=hp, hologram_n=stack.shape[-1], method=method,
                             approximation=approximation, iterations=iterations,
-                            tv_weight=1e-3 if tv_weight is None else tv_weight, oversample=oversample)
+                            tv_weight=1e-3 if tv_weight is None else tv_weight, oversample=oversample,
+                            backend=backend)
             pipe.set_background(bgs)
             with tqdm_progress(disable=quiet) as bar:
-                result = pipe.process(stack, progress=bar)
+                if stack.ndim == 4:
+                    volumes = [r.index for r in pipe.process_series(stack, progress=bar)]
+                    result = OdtResult(np.stack(volumes), g, method, approximation, iterations)
+                else:
+                    result = pipe.process(stack, progress=bar)
     except (ValueError, FileNotFoundError, NotImplementedError) as exc:
         raise click.ClickException(str(exc)) from exc
     if out.suffix.lower() in (".tif", ".tiff"):
+        if result.index.ndim != 3:
+            raise click.UsageError("a series of volumes goes to .h5, not .tif")
         write_volume_tiff(out, result.index, g)
     else:
         write_volume(out, result.index, g, method=method, approximation=approximation, iterations=iterations)
@@ -179,7 +196,7 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
         msg += f"; RMSE against the simulated truth {np.sqrt(np.mean((result.index - truth) ** 2)):.2e}"
     click.echo(msg)
     if plot is not None:
-        plot_volume(plot, result.index, g, truth=truth, title=f"{method.upper()}, {approximation}, {g.count} angles")
+        plot_volume(plot, result.index if result.index.ndim == 3 else result.index[-1], g, truth=truth, title=f"{method.upper()}, {approximation}, {g.count} angles")
         click.echo(f"wrote {plot}")
 
 

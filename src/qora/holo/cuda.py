@@ -476,6 +476,7 @@ class _Reconstruction:
         self.solver = Solver(grid, geometry.n, work, **solver_options)
         self.padded = cp.zeros((geometry.count, grid.n, grid.n), cp.complex64) if grid.n != geometry.n else None
         self.fft = work.plan(C2C, (grid.n, grid.n), batch=geometry.count)
+        self.measured_fraction = float(self.plan.measured.mean())  # once: a host pass over N^3 (60 ms at 512^3)
 
     def __call__(self, phi, dst_ptr: int) -> None:
         spectra = phi
@@ -550,7 +551,7 @@ def reconstruct(ratio, geometry: Geometry, *, approximation: str = "rytov", meth
     recon(phi, out.data.ptr)
     index = out.get()
     return OdtResult(index, geometry, method, approximation, 0 if method == "plain" else iterations,
-                     info={"measured_fraction": float(recon.plan.measured.mean()), "r2c": bool(recon.solver.real),
+                     info={"measured_fraction": recon.measured_fraction, "r2c": bool(recon.solver.real),
                            "oversample": oversample, "grid": recon.big, "backend": "cuda", "mapping": mapping,
                            "fgp": fgp if method == "tv" else None, "tv_weight": tv_weight if method == "tv" else None})
 
@@ -692,6 +693,6 @@ class CudaPipeline:
         o = self.options
         return OdtResult(self.host_out.copy() if copy else self.host_out, self.geometry, o["method"], self.approximation,
                          0 if o["method"] == "plain" else o["iterations"],
-                         info={"measured_fraction": float(self.recon.plan.measured.mean()), "r2c": self.recon.solver.real,
+                         info={"measured_fraction": self.recon.measured_fraction, "r2c": self.recon.solver.real,
                                "grid": self.recon.big, "backend": "cuda", "mapping": o["mapping"],
                                "upload_parts": len(self.fields.parts)})

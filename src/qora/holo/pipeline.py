@@ -112,4 +112,4 @@ class Pipeline:
         stacks = list(stacks)
         for i, holos in enumerate(stacks):
             yield self.process(holos)
-            report(progress, "series", i + 1, len(stacks))
+            report(progress, "stacks", i + 1, len(stacks))
