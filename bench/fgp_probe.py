@@ -195,12 +195,12 @@ def main(n=512, steps=10):
     solver = cuda.Solver(g, n, work, method="tv", iterations=1, tv_inner=1, tv_weight=1e-3)
     rng = np.random.default_rng(0)
     solver.v[...] = cp.asarray(rng.standard_normal(n**3).astype(np.float32) * 1e-3)
-    solver.p[...] = cp.asarray(np.clip(rng.standard_normal(3 * n**3), -1, 1).astype(np.float32))
-    solver.r[...] = solver.p
+    solver.prox.p[...] = cp.asarray(np.clip(rng.standard_normal(3 * n**3), -1, 1).astype(np.float32))
+    solver.prox.r[...] = solver.prox.p
     module = cp.RawModule(code=kernel_source("qora.holo", "holo.cu") + PROBES, options=("--std=c++17",))
     dims = (np.int32(n),) * 3
     lam, step, m, one = np.float32(solver.lam), np.float32(1 / (12 * solver.lam)), np.float32(0.3), np.int32(1)
-    p0, r0 = solver.p.copy(), solver.r.copy()
+    p0, r0 = solver.prox.p.copy(), solver.prox.r.copy()
     reference = None
     copy_gbs = cuda_copy = None
     from qora.backend import resolve
@@ -210,20 +210,20 @@ def main(n=512, steps=10):
     print(f"n={n}, copy {copy_gbs:.0f} GB/s; 13 volumes = {13 * 4 * n**3 / 2**20:.0f} MiB")
     for name, (kernel, block, planes) in CASES.items():
         grid = (-(-n // block[0]), -(-n // block[1]), -(-n // planes))
-        args = (solver.v, solver.r, solver.p, solver.r_next, *dims, lam, one, step, m)
+        args = (solver.v, solver.prox.r, solver.prox.p, solver.prox.r_next, *dims, lam, one, step, m)
         if kernel == "separate":
             primal, dual = module.get_function("fgp_primal"), module.get_function("fgp_dual")
 
             def fn(grid, block, args, primal=primal, dual=dual):
-                primal(grid, block, (solver.v, solver.r, *dims, lam, one, solver.y))
-                dual(grid, block, (solver.y, solver.r, solver.p, solver.r_next, *dims, step, m))
+                primal(grid, block, (solver.v, solver.prox.r, *dims, lam, one, solver.y))
+                dual(grid, block, (solver.y, solver.prox.r, solver.prox.p, solver.prox.r_next, *dims, step, m))
 
             fn.num_regs = f"{primal.num_regs}+{dual.num_regs}"
         else:
             fn = module.get_function(kernel)
-        solver.p[...] = p0
+        solver.prox.p[...] = p0
         fn(grid, block, args)
-        out = (solver.p.get(), solver.r_next.get())
+        out = (solver.prox.p.get(), solver.prox.r_next.get())
         if reference is None:
             reference = out
         same = all(np.array_equal(a, b) for a, b in zip(out, reference))

@@ -293,10 +293,10 @@ def bpm_lipschitz(tables: BpmTables, index=slice(None)) -> float:
     return float(np.mean(tables.lipschitz()[index]))
 
 
-def _rytov_start(data, geometry: Geometry, n_z: int):
+def _rytov_start(data, geometry: Geometry, n_z: int, backend: str = "cpu"):
     from qora.holo import odt
 
-    index = odt.reconstruct(data, geometry, method="gp", iterations=20, r2c=True).index
+    index = odt.reconstruct(data, geometry, method="gp", iterations=20, r2c=True, backend=backend).index
     x = index.astype(np.float64) - geometry.medium_index
     if n_z != geometry.n:  # the central n_z planes (or zero planes around the n^3 volume)
         out = np.zeros((n_z, geometry.n, geometry.n))
@@ -309,7 +309,7 @@ def _rytov_start(data, geometry: Geometry, n_z: int):
 
 def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, tv_weight: float | None = None,
                     tv_inner: int = 20, batch: int | None = None, step: float = 1.0, progress=None, *,
-                    n_z: int | None = None, obliquity: bool = True):
+                    n_z: int | None = None, obliquity: bool = True, backend="cpu", **cuda_options):
     """Refractive-index volume from field ratios u / u_in (A, n, n) by inverting the beam propagation model.
 
     Proximal gradient on f(x) = 1/(2A) sum_a ||y_a(x) - d_a||^2 over the index contrast x = n - n_m
@@ -327,8 +327,20 @@ def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, 
 
     Returns an :class:`qora.holo.odt.OdtResult` (method "bpm", approximation "bpm"); ``info`` holds
     the loss per step ("loss", f before that step), "n_z", "batch", "tv_weight", "seconds".
+
+    ``backend="cuda"`` (or "auto" where a GPU is) runs :func:`qora.holo.bpm_cuda.bpm_reconstruct`,
+    which also takes ``chunk`` (illuminations per chunk of the reverse pass) and ``fgp``.
     """
+    from qora.backend import resolve
     from qora.holo.odt import OdtResult
+
+    if resolve(backend).is_cuda:
+        from qora.holo import bpm_cuda
+
+        return bpm_cuda.bpm_reconstruct(data, geometry, start, iterations, tv_weight, tv_inner, batch, step, progress,
+                                        n_z=n_z, obliquity=obliquity, **cuda_options)
+    if cuda_options:
+        raise TypeError(f"options {sorted(cuda_options)} apply to the CUDA backend only")
     from qora.holo.tv_cpu import fgp_prox_fused
 
     _check_scan(geometry)

@@ -170,7 +170,7 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
             ratio = F.field_ratio(F.extract_fields(stack, sideband, **kw), F.extract_fields(bgs, sideband, **kw))
             with tqdm_progress(disable=quiet) as bar:
                 result = bpm_reconstruct(ratio, g, iterations=iterations, tv_weight=tv_weight, batch=batch,
-                                         progress=bar)
+                                         progress=bar, backend=backend)
         else:
             pipe = Pipeline(g, sideband=sideband, hologram_pixel=hp, hologram_n=stack.shape[-1], method=method,
                             approximation=approximation, iterations=iterations,

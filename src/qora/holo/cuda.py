@@ -34,7 +34,7 @@ from qora.holo.fields import CropPlan
 from qora.holo.geometry import Geometry
 from qora.holo.odt import MappingPlan, OdtResult, solver_grid
 
-__all__ = ["FieldStage", "FirstOrder", "Mapper", "Solver", "CudaPipeline", "extract_fields", "first_order",
+__all__ = ["FieldStage", "FirstOrder", "Mapper", "FgpProx", "Solver", "CudaPipeline", "extract_fields", "first_order",
            "reconstruct", "FGP_VARIANTS", "MAPPINGS"]
 
 THREADS = 256
@@ -231,6 +231,88 @@ def _copy_box(src_ptr: int, row_floats: int, big: int, nb: int, dst_ptr: int, st
                                       _MEMCPY_DEFAULT, stream.ptr)
 
 
+class FgpProx:
+    """The TV proximal step by FGP on the device, for real volumes (nz, ny, nx) float32.
+
+    Holds the dual p (warm-started between calls, as FISTA's outer loop and the BPM inversion
+    use it), its momentum copy r and the next r (double-buffered: neighbouring threads still
+    read the old r). ``variant`` picks the step's kernel (:data:`FGP_VARIANTS`); ``scratch``
+    is a volume the "separate" variant may use for the primal point (allocated if not given).
+    """
+
+    def __init__(self, shape, lam: float, variant: str = "fused", *, scratch=None, nonnegative: bool = True) -> None:
+        cp = _cupy()
+        if variant not in FGP_VARIANTS:
+            raise ValueError(f"fgp must be one of {FGP_VARIANTS}, got {variant!r}")
+        if not lam > 0:
+            raise ValueError(f"the TV weight must be positive, got {lam}")
+        self.shape = tuple(int(v) for v in shape)
+        self.lam, self.variant, self.nonnegative = float(lam), variant, nonnegative
+        size = int(np.prod(self.shape))
+        self.p = cp.zeros(3 * size, cp.float32)
+        self.r = cp.empty(3 * size, cp.float32)
+        self.r_next = cp.empty(3 * size, cp.float32)
+        self.z = None
+        if variant == "separate":
+            self.z = scratch if scratch is not None else cp.empty(size, cp.float32)
+
+    def reset(self) -> None:
+        """Forget the warm start (p = 0)."""
+        self.p.fill(0)
+
+    def _dims(self):
+        nz, ny, nx = self.shape
+        return np.int32(nz), np.int32(ny), np.int32(nx)
+
+    def _plane_grid(self, bx: int, by: int, planes: int = 1):
+        nz, ny, nx = self.shape
+        return (_blocks(nx, bx), _blocks(ny, by), _blocks(nz, planes))
+
+    def steps(self, v, count: int) -> None:
+        """``count`` FGP iterations for the data v (r restarted from p, t = 1)."""
+        cp = _cupy()
+        if count == 0:
+            return
+        cp.cuda.runtime.memcpyAsync(self.r.data.ptr, self.p.data.ptr, self.p.nbytes, _MEMCPY_DEFAULT,
+                                    cp.cuda.get_current_stream().ptr)
+        dims = self._dims()
+        lam = np.float32(self.lam)
+        step = np.float32(1.0 / (12.0 * self.lam))
+        nonneg = np.int32(self.nonnegative)
+        t = 1.0
+        r, r_next = self.r, self.r_next
+        for _ in range(count):
+            t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
+            m = np.float32((t - 1) / t_new)
+            args = (v, r, self.p, r_next, *dims, lam, nonneg, step, m)
+            if self.variant == "fused":
+                _k("fgp_fused")(self._plane_grid(64, 4, FUSED_PLANES), (64, 4, 1), args)
+            elif self.variant == "separate":
+                _k("fgp_primal")(self._plane_grid(32, 8), (32, 8, 1), (v, r, *dims, lam, nonneg, self.z))
+                _k("fgp_dual")(self._plane_grid(32, 8), (32, 8, 1), (self.z, r, self.p, r_next, *dims, step, m))
+            elif self.variant == "cube":
+                _k("fgp_cube")(self._plane_grid(16, 8, 4), (16, 8, 4), args)
+            else:
+                _k("fgp_march")(self._plane_grid(32, 8, 8), (32, 8, 1), args)
+            r, r_next = r_next, r
+            t = t_new
+        self.r, self.r_next = r, r_next
+
+    def primal(self, v, out) -> None:
+        """out = max(v - lam D^T p, 0): the prox's result for the current dual."""
+        _k("fgp_primal")(self._plane_grid(32, 8), (32, 8, 1),
+                         (v, self.p, *self._dims(), np.float32(self.lam), np.int32(self.nonnegative), out))
+
+    def __call__(self, v, steps: int, out) -> None:
+        """The prox of v into ``out`` after ``steps`` FGP iterations from the current (warm) dual."""
+        self.steps(v, steps)
+        self.primal(v, out)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.p.nbytes * 3 + (self.z.nbytes if self.z is not None else 0))
+
+
 class Solver:
     """From mapped spectra to the index box: GP (R2C or C2C), plain, or FISTA-TV, on one grid.
 
@@ -288,9 +370,8 @@ class Solver:
             self.v = cp.empty(nb3, cp.float32)
             self.y = cp.empty(nb3, cp.float32)
             self.x_prev = cp.empty(nb3, cp.float32)
-            self.p = cp.empty(3 * nb3, cp.float32)
-            self.r = cp.empty(3 * nb3, cp.float32)
-            self.r_next = cp.empty(3 * nb3, cp.float32)
+            # the separate variant's primal point goes to y, free while the prox runs
+            self.prox = FgpProx((field_of_view,) * 3, self.lam, fgp, scratch=self.y)
         self.scale = 1.0 / n3
         self.info: dict = {}
 
@@ -392,7 +473,7 @@ class Solver:
         self.backward.execute(p, p)
         self._box("box_restrict", real, self.y, self.scale)
         cp.cuda.runtime.memcpyAsync(self.x_prev.data.ptr, self.y.data.ptr, 4 * nb**3, _MEMCPY_DEFAULT, stream.ptr)
-        self.p.fill(0)
+        self.prox.reset()
         t = 1.0
         dims = (np.int32(nb),) * 3
         lam = np.float32(self.lam)
@@ -404,9 +485,9 @@ class Solver:
             self._restore()
             self.backward.execute(p, p)
             self._box("box_restrict", real, self.v, self.scale)
-            self.fgp_steps(self.tv_inner)
+            self.prox.steps(self.v, self.tv_inner)
             t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
-            _k("fista_step")(grid, block, (self.v, self.p, *dims, lam, np.int32(1), np.float32((t - 1) / t_new),
+            _k("fista_step")(grid, block, (self.v, self.prox.p, *dims, lam, np.int32(1), np.float32((t - 1) / t_new),
                                            self.x_prev, self.y))
             t = t_new
         medium2, inv_k02 = self._index_scalars()
@@ -415,45 +496,16 @@ class Solver:
         cp.cuda.runtime.memcpyAsync(dst_ptr, self.x_prev.data.ptr, 4 * nb**3, _MEMCPY_DEFAULT, stream.ptr)
 
     def fgp_steps(self, steps: int) -> None:
-        """``steps`` FGP iterations on the dual p for the primal data v (r restarted from p, t = 1)."""
-        cp = _cupy()
-        nb = self.nb
-        if steps == 0:
-            return
-        cp.cuda.runtime.memcpyAsync(self.r.data.ptr, self.p.data.ptr, 12 * nb**3, _MEMCPY_DEFAULT,
-                                    cp.cuda.get_current_stream().ptr)
-        dims = (np.int32(nb),) * 3
-        lam = np.float32(self.lam)
-        step = np.float32(1.0 / (12.0 * self.lam))
-        one = np.int32(1)
-        t = 1.0
-        r, r_next = self.r, self.r_next
-        for _ in range(steps):
-            t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
-            m = np.float32((t - 1) / t_new)
-            if self.fgp == "fused":
-                _k("fgp_fused")((_blocks(nb, 64), _blocks(nb, 4), _blocks(nb, FUSED_PLANES)), (64, 4, 1),
-                                (self.v, r, self.p, r_next, *dims, lam, one, step, m))
-            elif self.fgp == "separate":
-                z = self.y  # free while the prox runs (y is rebuilt by fista_step)
-                _k("fgp_primal")((_blocks(nb, 32), _blocks(nb, 8), nb), (32, 8, 1), (self.v, r, *dims, lam, one, z))
-                _k("fgp_dual")((_blocks(nb, 32), _blocks(nb, 8), nb), (32, 8, 1),
-                               (z, r, self.p, r_next, *dims, step, m))
-            elif self.fgp == "cube":
-                _k("fgp_cube")((_blocks(nb, 16), _blocks(nb, 8), _blocks(nb, 4)), (16, 8, 4),
-                               (self.v, r, self.p, r_next, *dims, lam, one, step, m))
-            else:
-                _k("fgp_march")((_blocks(nb, 32), _blocks(nb, 8), _blocks(nb, 8)), (32, 8, 1),
-                                (self.v, r, self.p, r_next, *dims, lam, one, step, m))
-            r, r_next = r_next, r
-            t = t_new
-        self.r, self.r_next = r, r_next
+        """``steps`` FGP iterations on the dual for the current primal data (the counters' target)."""
+        self.prox.steps(self.v, steps)
 
     @property
     def device_bytes(self) -> int:
         """Bytes of the solver's own buffers (the shared work area not included)."""
-        names = ("sums", "hits_raw", "counts", "estimate", "v", "y", "x_prev", "p", "r", "r_next")
-        return int(sum(getattr(self, n).nbytes for n in names if hasattr(self, n)))
+        names = ("sums", "hits_raw", "counts", "estimate", "v", "y", "x_prev")
+        own = sum(getattr(self, n).nbytes for n in names if hasattr(self, n))
+        return int(own + (self.prox.nbytes - (self.y.nbytes if self.prox.z is self.y else 0) if hasattr(self, "prox")
+                          else 0))
 
 
 def _pad_into(phi, padded) -> None:

@@ -580,3 +580,98 @@ extern "C" __global__ void fista_step(const float* __restrict__ v, const float* 
     y[c] = x + momentum * (x - xp);
     x_prev[c] = x;
 }
+
+// ------------------------------------------------------------------------------------------
+// Beam propagation (qora.holo.bpm): the envelope spectra S of a chunk of B illuminations
+// (B, n, n), FFT layout; per-illumination tables tq = c q, tr = c (1 - q) (or the last step's).
+
+// screens[k, p] = exp(i kd x[k, p']) with p in the FFT layout and p' its centre-origin pixel.
+extern "C" __global__ void bpm_screens(const float* __restrict__ x, int nz, int n, float kd,
+                                       float2* __restrict__ screens) {
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)nz * n * n) return;
+    const int col = (int)(idx % n), row = (int)((idx / n) % n);
+    const long long k = idx / ((long long)n * n);
+    const float v = x[(k * n + (row + n / 2) % n) * n + (col + n / 2) % n];
+    float s, c;
+    sincosf(kd * v, &s, &c);
+    screens[idx] = make_float2(c, s);
+}
+
+// w <- scale w (the inverse FFT's 1/n^2), stored <- w (when given), w <- screen w.
+extern "C" __global__ void bpm_screen(float2* __restrict__ w, const float2* __restrict__ screen, long long total,
+                                      int n2, float scale, float2* __restrict__ stored) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    const float2 v = make_float2(w[i].x * scale, w[i].y * scale);
+    if (stored != nullptr) stored[i] = v;
+    w[i] = cmul(screen[i % n2], v);
+}
+
+// S <- tq A + tr S.
+extern "C" __global__ void bpm_propagate(const float2* __restrict__ a, const float2* __restrict__ tq,
+                                         const float2* __restrict__ tr, long long total, float2* __restrict__ s) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    const float2 x = cmul(tq[i], a[i]), y = cmul(tr[i], s[i]);
+    s[i] = make_float2(x.x + y.x, x.y + y.y);
+}
+
+// Field ratios out (B, n, n), centre-origin, from w = the unscaled inverse FFT of S (FFT layout).
+extern "C" __global__ void bpm_output(const float2* __restrict__ w, long long total, int n, float scale,
+                                      float2* __restrict__ out) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    const int col = (int)(i % n), row = (int)((i / n) % n);
+    const long long a = i / ((long long)n * n);
+    out[(a * n + (row + n / 2) % n) * n + (col + n / 2) % n] = make_float2(w[i].x * scale, w[i].y * scale);
+}
+
+// The residual in the FFT layout, written over w: r = scale w - d for the data d (centre-origin),
+// or, with scale 0, r = d (a residual given as it is); sum |r|^2 into *loss.
+extern "C" __global__ void bpm_residual(float2* __restrict__ w, const float2* __restrict__ data, long long total,
+                                        int n, float scale, double* __restrict__ loss) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    float e = 0.0f;
+    if (i < total) {
+        const int col = (int)(i % n), row = (int)((i / n) % n);
+        const long long a = i / ((long long)n * n);
+        const float2 d = data[(a * n + (row + n / 2) % n) * n + (col + n / 2) % n];
+        const float2 r = scale != 0.0f ? make_float2(w[i].x * scale - d.x, w[i].y * scale - d.y) : d;
+        w[i] = r;
+        e = r.x * r.x + r.y * r.y;
+    }
+    block_add(e, loss);
+}
+
+// The reverse pass's split: G' = G + H (H: the previous slice's forward FFT of conj(p) b, or null),
+// b = scale conj(tq) G' (scale: the next inverse FFT's 1/n^2), G = conj(tr) G'. b may be H.
+extern "C" __global__ void bpm_split(float2* __restrict__ g, const float2* h, const float2* __restrict__ tq,
+                                     const float2* __restrict__ tr, long long total, float scale, float2* b) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    float2 gp = g[i];
+    if (h != nullptr) gp = make_float2(gp.x + h[i].x, gp.y + h[i].y);
+    const float2 u = cmul(cconj(tq[i]), gp);
+    b[i] = make_float2(u.x * scale, u.y * scale);
+    g[i] = cmul(cconj(tr[i]), gp);
+}
+
+// One thread per pixel looping over the chunk's B illuminations (no atomics):
+// grad[p] += kd sum_b Im(conj(screen w_b) b_b), then b_b <- conj(screen) b_b for the forward FFT.
+extern "C" __global__ void bpm_gradient(const float2* __restrict__ screen, const float2* __restrict__ stored,
+                                        float2* __restrict__ b, int count, int n2, float kd,
+                                        float* __restrict__ grad) {
+    const int p = blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= n2) return;
+    const float2 s = screen[p];
+    float acc = 0.0f;
+    for (int a = 0; a < count; ++a) {
+        const long long i = (long long)a * n2 + p;
+        const float2 pw = cmul(s, stored[i]);
+        const float2 v = b[i];
+        acc += pw.x * v.y - pw.y * v.x;
+        b[i] = cmul(cconj(s), v);
+    }
+    grad[p] += kd * acc;
+}
