@@ -266,6 +266,70 @@ def _rotation_188(result, be, echo) -> None:
          f"x{cpu_s / gpu_s:.0f}; GPU vs CPU {diff:.1e}; Pipeline built in {build_s:.1f} s")
 
 
+def _bpm(result, be, n: int, copy_gbs: float, echo) -> None:
+    """BPM forward and gradient times, its kernels' GB/s, and RMSE against time on exact-model data."""
+    import cupy as cp
+
+    from qora.holo import bpm_cuda, odt
+    from qora.holo import phantoms as P
+    from qora.holo import reference as R
+    from qora.holo.bpm import bpm_reconstruct, bpm_tables
+
+    g = R.geometry(n)
+    label = shape_label((n, n, n))
+    sphere = P.Sphere(radius=1.5, index=1.40)  # the 3 um bead of the BPM validation, exact partial waves
+    data = 1 + P.partial_wave_ratio(sphere, g)
+    truth = P.render_spheres([sphere], n, g.pixel, g.medium_index, supersample=3)
+    rmse = lambda v: float(np.sqrt(np.mean((v - truth) ** 2)))  # noqa: E731
+    dev = bpm_cuda.BpmDevice(g, bpm_tables(g, n))
+    x = cp.asarray((truth - g.medium_index).astype(np.float32))
+    dev.set_contrast(x)
+    out = cp.empty((g.count, n, n), cp.complex64)
+    d = cp.asarray(data, cp.complex64)
+    t_fwd = time_device(be, lambda: dev.forward(out), warmup=1, repeats=3).median_ms
+    t_grad = time_device(be, lambda: dev.reverse(d), warmup=1, repeats=3).median_ms
+    b = dev.chunk
+    total = b * n * n
+    a, s = dev.w[:b], dev.s[:b]
+    prop = time_device(be, lambda: cuda_kernel("bpm_propagate")((-(-total // 256),), (256,),
+                                                               (a, dev.cq[:b], dev.cr[:b], np.int64(total), s)),
+                       repeats=20).median_ms
+    dev._forward(slice(0, b), True)
+    screen = time_device(be, lambda: cuda_kernel("bpm_screen")((-(-total // 256),), (256,),
+                                                              (a, dev.screens[0], np.int64(total), np.int32(n * n),
+                                                               np.float32(1.0), dev.stored[0, :b])),
+                         repeats=20).median_ms
+    gbs_prop, gbs_screen = 40 * total / prop / 1e6, 24 * total / screen / 1e6
+    result.add(f"bpm/{label}/forward", ms=t_fwd, chunk=b)
+    result.add(f"bpm/{label}/gradient", ms=t_grad, chunk=b)
+    result.add(f"bpm/{label}/propagate_kernel", ms=prop, gbs=gbs_prop, pct_copy=100 * gbs_prop / copy_gbs)
+    result.add(f"bpm/{label}/screen_kernel", ms=screen, gbs=gbs_screen, pct_copy=100 * gbs_screen / copy_gbs)
+    del dev, out, d, x
+    rows = {}
+    for name, fn in (
+        ("rytov_gp50", lambda: odt.reconstruct(data, g, method="gp", iterations=50, r2c=True, backend="cuda").index),
+        ("rytov_tv30x20", lambda: odt.reconstruct(data, g, method="tv", iterations=30, tv_inner=20,
+                                                  backend="cuda").index),
+        ("bpm20_from_rytov_gp20", lambda: bpm_reconstruct(data, g, iterations=20, backend="cuda").index),
+        ("bpm20_tv_from_rytov_gp20", lambda: bpm_reconstruct(data, g, iterations=20, tv_weight=1e-3,
+                                                             backend="cuda").index),
+    ):
+        fn()
+        t0 = time.perf_counter()
+        vol = fn()
+        rows[name] = ((time.perf_counter() - t0) * 1e3, rmse(vol))
+        result.add(f"accuracy/{label}/{name}", ms=rows[name][0], rmse=rows[name][1])
+    echo(f"  BPM {label}: forward {t_fwd:.1f} ms, gradient {t_grad:.1f} ms (chunk {b}); propagate "
+         f"{gbs_prop:.0f} GB/s ({100 * gbs_prop / copy_gbs:.0f}% of copy), screen {gbs_screen:.0f} GB/s; "
+         + ", ".join(f"{k} {ms:.0f} ms RMSE {e:.2e}" for k, (ms, e) in rows.items()))
+
+
+def cuda_kernel(name):
+    from qora.holo.cuda import _k
+
+    return _k(name)
+
+
 def run(be, *, write: bool = True, echo=print, quick: bool = False) -> BenchResult:
     facts = be.device_facts().as_dict()
     result = BenchResult("holo", "cuda", facts, columns=("ms", "gbs", "ratio"))
@@ -275,6 +339,8 @@ def run(be, *, write: bool = True, echo=print, quick: bool = False) -> BenchResu
     sizes = (64,) if quick else (256, 512)
     for n in sizes:
         _stages(result, be, n, copy["gbs"], echo, memory=n == sizes[0])
+    for n in ((32,) if quick else (128, 256)):
+        _bpm(result, be, n, copy["gbs"], echo)
     if not quick:
         _rotation_188(result, be, echo)
     if write:
