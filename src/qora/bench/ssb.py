@@ -1,4 +1,5 @@
-"""``qora bench ssb``: the 4D-STEM steps of the seed's protocol that exist so far, on a 128 x 128 scan.
+"""``qora bench ssb``: the 4D-STEM steps of the seed's protocol that exist so far, on a 128 x 128 scan,
+on the CPU or the GPU (``--backend``; the GPU adds the 3x parallax and the mean-phase image).
 
 Steps timed (warm; the median of ``repeats`` runs each): load the dataset file, fit the
 detector, prepare the session (bright field and half-plane G), and one image per method (SSB,
@@ -40,9 +41,7 @@ def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int 
     from qora.ssb.simulate import amorphous_slices, simulate
 
     be = resolve(backend)
-    if be.is_cuda:
-        raise RuntimeError("the GPU path of qora.ssb arrives with its kernels (issue 8 continues); use --backend cpu")
-    result = BenchResult("ssb-cpu", "cpu", be.device_facts().as_dict(), columns=("ms",))
+    result = BenchResult(f"ssb-{be.name}", be.name, be.device_facts().as_dict(), columns=("ms",))
     label = f"{scan}x{scan}x{window}x{window}"
     ab = Aberrations(C10=150.0)
     pixel = 0.2
@@ -53,7 +52,9 @@ def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int 
         write_dataset(path, sim.data, kv=sim.kv, alpha_mrad=sim.alpha_mrad, scan_step=sim.scan_step)
         (data, meta), t_load = _median_ms(lambda: read_dataset(path), repeats)
     fit, t_fit = _median_ms(lambda: fit_detector(data, meta["alpha_mrad"]), repeats)
-    kw = dict(kv=meta["kv"], alpha_mrad=meta["alpha_mrad"], scan_step=meta["scan_step_a"], detector=fit)
+    kw = dict(kv=meta["kv"], alpha_mrad=meta["alpha_mrad"], scan_step=meta["scan_step_a"], detector=fit,
+              backend=be)
+    Session(data, **kw)  # warm: CuPy's kernels and FFT plans are made on first use
     session, t_prep = _median_ms(lambda: Session(data, **kw), repeats)
     with PeakMemory(be) as pm:
         Session(data, **kw)
@@ -62,11 +63,16 @@ def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int 
     _, times["image_thick"] = _median_ms(lambda: session.image(ab, "thick", thickness=100.0, tilt=(0.01, 0.0)),
                                          repeats)
     _, times["image_parallax"] = _median_ms(lambda: session.image(ab, "parallax"), repeats)
+    if be.is_cuda:
+        for name, fn in (("image_parallax_up3", lambda: session.image(ab, "parallax", upsample=3)),
+                         ("mean_phase", lambda: session.mean_phase(ab))):
+            fn()
+            _, times[name] = _median_ms(fn, repeats)
     for step, ms in times.items():
         result.add(f"step/{label}/{step}", ms=ms)
     result.add(f"memory/{label}/prepare", ms=None, peak_bytes=pm.peak_bytes, data_bytes=int(data.nbytes),
                g_bytes=int(session.nbytes), bright_field_pixels=int(len(session.bf_index)))
-    echo(f"CPU: {result.device['name']}, {result.device['cpu_cores']} cores; scan {scan}^2, detector {window}^2, "
+    echo(f"{be.name}: {result.device['name']}; scan {scan}^2, detector {window}^2, "
          f"{len(session.bf_index)} bright-field pixels, G {session.nbytes / 2**20:.0f} MiB")
     echo("  " + ", ".join(f"{k} {v:.0f} ms" for k, v in times.items())
          + f"; prepare peak {pm.peak_bytes / 2**20:.0f} MiB")

@@ -98,7 +98,7 @@ class Band:
         if not keep.any():
             raise ValueError(f"no scan frequency in the band {band} 1/A")
         self.qy, self.qx = qy[keep][:, None], qx[keep][:, None]
-        self.G = session.G[keep]  # (nq, nbf)
+        self.G = session.host_G()[keep]  # (nq, nbf); the fits run on the host (issue 10 brings them to the GPU)
         self.total = float(np.sum(np.abs(self.G) ** 2))
         lam = session.wavelength
         ky, kx = session.k[:, 0][None, :], session.k[:, 1][None, :]

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from qora.backend import xp_of
+
 __all__ = ["wavelength", "Aberrations", "chi", "chi_gradient", "aperture", "probe_spectrum", "KNOWN_ABERRATIONS"]
 
 # (n, m) of the supported coefficients: C10 defocus, C12 twofold astigmatism, C21 axial coma,
@@ -98,31 +100,33 @@ class Aberrations:
 
 
 def chi(kx, ky, aberrations: Aberrations, lam: float):
-    """The aberration phase chi (rad) at spatial frequencies (kx, ky) (1/A)."""
-    kx, ky = np.asarray(kx, np.float64), np.asarray(ky, np.float64)
-    w = lam * np.hypot(kx, ky)
-    theta = np.arctan2(ky, kx)
-    out = np.zeros(np.broadcast(kx, ky).shape)
+    """The aberration phase chi (rad) at spatial frequencies (kx, ky) (1/A); NumPy or CuPy arrays."""
+    xp = xp_of(kx, ky)
+    kx, ky = xp.asarray(kx, np.float64), xp.asarray(ky, np.float64)
+    w = lam * xp.hypot(kx, ky)
+    theta = xp.arctan2(ky, kx)
+    out = xp.zeros(xp.broadcast(kx, ky).shape)
     for name, (mag, angle) in aberrations.values.items():
         n, m = KNOWN_ABERRATIONS[name]
-        out += mag * w ** (n + 1) * np.cos(m * (theta - angle)) / (n + 1)
+        out += mag * w ** (n + 1) * xp.cos(m * (theta - angle)) / (n + 1)
     return 2 * np.pi / lam * out
 
 
 def chi_gradient(kx, ky, aberrations: Aberrations, lam: float):
     """(d chi / d kx, d chi / d ky) (rad A): the image shift of a bright-field pixel is this / 2 pi."""
-    kx, ky = np.asarray(kx, np.float64), np.asarray(ky, np.float64)
-    k = np.hypot(kx, ky)
-    theta = np.arctan2(ky, kx)
-    dk = np.zeros(np.broadcast(kx, ky).shape)  # d/dk at fixed theta
-    dth = np.zeros_like(dk)  # (1/k) d/dtheta
+    xp = xp_of(kx, ky)
+    kx, ky = xp.asarray(kx, np.float64), xp.asarray(ky, np.float64)
+    k = xp.hypot(kx, ky)
+    theta = xp.arctan2(ky, kx)
+    dk = xp.zeros(xp.broadcast(kx, ky).shape)  # d/dk at fixed theta
+    dth = xp.zeros_like(dk)  # (1/k) d/dtheta
     for name, (mag, angle) in aberrations.values.items():
         n, m = KNOWN_ABERRATIONS[name]
         c = 2 * np.pi / lam * mag * lam ** (n + 1) / (n + 1)
-        dk += c * (n + 1) * k**n * np.cos(m * (theta - angle))
-        dth += -c * m * k**n * np.sin(m * (theta - angle))
-    gx = dk * np.cos(theta) - dth * np.sin(theta)
-    gy = dk * np.sin(theta) + dth * np.cos(theta)
+        dk += c * (n + 1) * k**n * xp.cos(m * (theta - angle))
+        dth += -c * m * k**n * xp.sin(m * (theta - angle))
+    gx = dk * xp.cos(theta) - dth * xp.sin(theta)
+    gy = dk * xp.sin(theta) + dth * xp.cos(theta)
     return gx, gy
 
 
@@ -130,9 +134,10 @@ def aperture(kx, ky, alpha_mrad: float, lam: float):
     """The probe-forming aperture (1 inside |k| <= alpha / lambda, 0 outside)."""
     if not alpha_mrad > 0:
         raise ValueError(f"the convergence semi-angle must be positive (mrad), got {alpha_mrad}")
-    return (np.hypot(kx, ky) <= alpha_mrad * 1e-3 / lam).astype(np.float64)
+    xp = xp_of(kx, ky)
+    return (xp.hypot(kx, ky) <= alpha_mrad * 1e-3 / lam).astype(np.float64)
 
 
 def probe_spectrum(kx, ky, aberrations: Aberrations, alpha_mrad: float, lam: float):
     """psi(k) = A(k) exp(-i chi(k)) (unnormalised)."""
-    return aperture(kx, ky, alpha_mrad, lam) * np.exp(-1j * chi(kx, ky, aberrations, lam))
+    return aperture(kx, ky, alpha_mrad, lam) * xp_of(kx, ky).exp(-1j * chi(kx, ky, aberrations, lam))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qora.backend.device import PeakMemory
 from qora.ssb.optics import Aberrations, aperture, chi, chi_gradient, wavelength
 
 __all__ = ["DetectorFit", "fit_detector", "Session"]
@@ -65,6 +66,7 @@ class Session:
     Parameters
     ----------
     data : ndarray (scan_row, scan_col, det_row, det_col)
+        May be memory-mapped: it is read one chunk of bright-field pixels at a time.
     kv : float
         Accelerating voltage (kV).
     alpha_mrad : float
@@ -76,21 +78,35 @@ class Session:
     detector : DetectorFit, optional
         The bright-field disk; fitted from the data when not given.
     chunk : int
-        Bright-field pixels transformed at a time (bounds the temporary memory).
+        Bright-field pixels transformed (and, where G does not fit the device, streamed) at a time.
+    backend : {"cpu", "cuda", "auto"}
+        Where G is computed and the images are made (complex128 on both: the GPU path is the
+        same NumPy-style code on CuPy arrays).
+    max_bytes : int, optional
+        On CUDA, the most G may take on the device (default half the free device memory). A
+        larger G stays in host memory and every image streams it to the device in chunks of k.
     """
 
     def __init__(self, data, *, kv: float, alpha_mrad: float, scan_step: float, rotation: float = 0.0,
-                 detector: DetectorFit | None = None, chunk: int = 512) -> None:
+                 detector: DetectorFit | None = None, chunk: int = 512, backend="cpu",
+                 max_bytes: int | None = None) -> None:
+        from qora.backend import resolve
+
         t0 = time.perf_counter()
         data = np.asarray(data)
         if data.ndim != 4:
             raise ValueError(f"4D-STEM data must be (scan_row, scan_col, det_row, det_col), got shape {data.shape}")
         if not scan_step > 0:
             raise ValueError(f"scan_step must be positive (A), got {scan_step}")
+        if chunk < 1:
+            raise ValueError(f"chunk must be positive, got {chunk}")
+        self.backend = resolve(backend)
+        xp = self.xp = self.backend.xp
         self.kv, self.alpha_mrad, self.scan_step, self.rotation = float(kv), float(alpha_mrad), float(scan_step), rotation
         self.wavelength = wavelength(kv)
         self.detector = detector or fit_detector(data, alpha_mrad)
         self.scan_shape = data.shape[:2]
+        self.chunk = int(chunk)
         # bright-field pixels: inside the disk, by their centres (1/A, detector axes)
         dk = self.detector.mrad_per_pixel * 1e-3 / self.wavelength
         rows, cols = np.indices(data.shape[2:])
@@ -98,41 +114,69 @@ class Session:
         kx = (cols - self.detector.center[1]) * dk
         inside = np.hypot(ky, kx) <= self.alpha_mrad * 1e-3 / self.wavelength
         self.bf_index = np.flatnonzero(inside)
-        self.k = np.stack([ky.ravel()[self.bf_index], kx.ravel()[self.bf_index]], 1)  # (nbf, 2) 1/A
+        self.k = np.stack([ky.ravel()[self.bf_index], kx.ravel()[self.bf_index]], 1)  # (nbf, 2) 1/A, host
+        self._k = xp.asarray(self.k)  # where the images are made
         flat = data.reshape(*self.scan_shape, -1)
         level = float(np.mean(flat[..., self.bf_index], dtype=np.float64))
         if not level > 0:
             raise ValueError("the bright field holds no intensity")
         sy, sx = self.scan_shape
-        self.G = np.empty((sy, sx // 2 + 1, len(self.bf_index)), np.complex128)
-        for start in range(0, len(self.bf_index), chunk):
-            idx = self.bf_index[start:start + chunk]
-            block = flat[..., idx].astype(np.float64) / level
-            self.G[..., start:start + len(idx)] = np.fft.rfft2(block, axes=(0, 1))
+        shape = (sy, sx // 2 + 1, len(self.bf_index))
+        nbytes = 16 * int(np.prod(shape))
+        on_device = True
+        if self.backend.is_cuda:
+            budget = max_bytes if max_bytes is not None else xp.cuda.Device().mem_info[0] // 2
+            on_device = nbytes <= budget
+        self.G = (xp if on_device else np).empty(shape, np.complex128)
+        with PeakMemory(self.backend) as peak:
+            for start in range(0, len(self.bf_index), self.chunk):
+                idx = self.bf_index[start:start + self.chunk]
+                block = xp.asarray(flat[..., idx].astype(np.float64) / level)
+                spec = xp.fft.rfft2(block, axes=(0, 1))
+                self.G[..., start:start + len(idx)] = spec if on_device else self.backend.to_host(spec)
+                del block, spec
         self.bright_field = flat[..., self.bf_index].sum(-1) / level
         self.timings = {"prepare_s": time.perf_counter() - t0}
+        self.memory = {"G_bytes": nbytes, "G_on": "device" if (self.backend.is_cuda and on_device) else "host",
+                       "prepare_peak_bytes": peak.peak_bytes}
 
     # -- geometry -----------------------------------------------------------------------
     @property
     def nbytes(self) -> int:
         return self.G.nbytes
 
+    def _chunks(self):
+        """(slice of the pixel list, G of those pixels where the images are made), chunk by chunk."""
+        for start in range(0, len(self.bf_index), self.chunk):
+            ks = slice(start, start + self.chunk)
+            yield ks, self.xp.asarray(self.G[..., ks])
+
+    def host_G(self) -> np.ndarray:
+        """G(Q, k) as a host array."""
+        return self.backend.to_host(self.G)
+
     def q_half(self, rotation: float | None = None):
         """(Qy, Qx) (1/A) of the half plane, in the detector's axes (the scan rotated by
-        ``rotation`` rad, the session's by default)."""
+        ``rotation`` rad, the session's by default); host arrays."""
+        return self._q(rotation, half=True, xp=np)
+
+    def _q(self, rotation=None, *, half: bool, xp=None):
+        xp = xp or self.xp
         sy, sx = self.scan_shape
-        qy = np.fft.fftfreq(sy, self.scan_step)[:, None] * np.ones((1, sx // 2 + 1))
-        qx = np.fft.rfftfreq(sx, self.scan_step)[None, :] * np.ones((sy, 1))
+        cols = sx // 2 + 1 if half else sx
+        qy = xp.asarray(np.fft.fftfreq(sy, self.scan_step))[:, None] * xp.ones((1, cols))
+        qx_axis = np.fft.rfftfreq(sx, self.scan_step) if half else np.fft.fftfreq(sx, self.scan_step)
+        qx = xp.asarray(qx_axis)[None, :] * xp.ones((sy, 1))
         rotation = self.rotation if rotation is None else rotation
         c, s = math.cos(rotation), math.sin(rotation)
         return c * qy + s * qx, -s * qy + c * qx
 
     def _psi(self, ky, kx, aberrations):
         lam = self.wavelength
-        return aperture(kx, ky, self.alpha_mrad, lam) * np.exp(-1j * chi(kx, ky, aberrations, lam))
+        return aperture(kx, ky, self.alpha_mrad, lam) * self.xp.exp(-1j * chi(kx, ky, aberrations, lam))
 
     def gamma(self, aberrations: Aberrations, qy, qx, *, thickness: float = 0.0, tilt=(0.0, 0.0), pixels=slice(None)):
-        """Gamma(Q, k) for Q (...) against the bright-field k: (..., nbf).
+        """Gamma(Q, k) for Q (...) against the bright-field k: (..., nbf), on the session's backend.
 
         With ``thickness`` t (A) and ``tilt`` (tau_y, tau_x) (rad), the thick-sample model: a
         slice at depth z from the mid-plane sees C10 + z and is shifted by z tau, so each term
@@ -140,33 +184,35 @@ class Session:
         the average over the slab weighs it by sinc(a t / 2) = sin(a t / 2) / (a t / 2).
         ``pixels`` selects bright-field pixels (an index or slice into the list).
         """
-        ky, kx = self.k[pixels, 0], self.k[pixels, 1]
-        qy, qx = np.asarray(qy)[..., None], np.asarray(qx)[..., None]
+        xp = self.xp
+        ky, kx = self._k[pixels, 0], self._k[pixels, 1]
+        qy, qx = xp.asarray(qy)[..., None], xp.asarray(qx)[..., None]
         p = self._psi(ky, kx, aberrations)
-        first = np.conj(p) * self._psi(ky - qy, kx - qx, aberrations)
-        second = p * np.conj(self._psi(ky + qy, kx + qx, aberrations))
+        first = xp.conj(p) * self._psi(ky - qy, kx - qx, aberrations)
+        second = p * xp.conj(self._psi(ky + qy, kx + qx, aberrations))
         if thickness:
             lam, k2 = self.wavelength, ky**2 + kx**2
             tilt_phase = 2 * np.pi * (tilt[0] * qy + tilt[1] * qx)
             a1 = np.pi * lam * (k2 - ((ky - qy) ** 2 + (kx - qx) ** 2)) - tilt_phase
             a2 = np.pi * lam * (((ky + qy) ** 2 + (kx + qx) ** 2) - k2) - tilt_phase
-            first = first * np.sinc(a1 * thickness / (2 * np.pi))  # numpy's sinc(x) = sin(pi x) / (pi x)
-            second = second * np.sinc(a2 * thickness / (2 * np.pi))
+            first = first * xp.sinc(a1 * thickness / (2 * np.pi))  # sinc(x) = sin(pi x) / (pi x)
+            second = second * xp.sinc(a2 * thickness / (2 * np.pi))
         return first - second
 
     def double_overlap(self, qy, qx, pixels=slice(None)):
         """Bright-field pixels where exactly one of the disks shifted by +-Q overlaps: (..., nbf)."""
+        xp = self.xp
         limit = self.alpha_mrad * 1e-3 / self.wavelength
-        ky, kx = self.k[pixels, 0], self.k[pixels, 1]
-        qy, qx = np.asarray(qy)[..., None], np.asarray(qx)[..., None]
-        minus = np.hypot(ky - qy, kx - qx) <= limit
-        plus = np.hypot(ky + qy, kx + qx) <= limit
+        ky, kx = self._k[pixels, 0], self._k[pixels, 1]
+        qy, qx = xp.asarray(qy)[..., None], xp.asarray(qx)[..., None]
+        minus = xp.hypot(ky - qy, kx - qx) <= limit
+        plus = xp.hypot(ky + qy, kx + qx) <= limit
         return minus ^ plus
 
     # -- images -------------------------------------------------------------------------
     def image(self, aberrations: Aberrations | None = None, method: str = "ssb", *, thickness: float = 0.0,
               tilt=(0.0, 0.0), upsample: int = 1, rows: int = 16) -> np.ndarray:
-        """The phase image (rad, scan grid) for the given aberrations by ``method``:
+        """The phase image (rad, scan grid; a host array) for the given aberrations by ``method``:
         "ssb" (single side band over the double-overlap pixels), "thick" (SSB with the
         thick-sample Gamma of ``thickness`` (A) and specimen ``tilt`` (tau_y, tau_x) rad; C10 is
         the mid-plane's), or "parallax" (tcBF: the bright-field images shifted by grad chi /
@@ -184,23 +230,31 @@ class Session:
             if method != "parallax" or int(upsample) != upsample or upsample < 1:
                 raise ValueError(f"upsample must be a positive integer, and above 1 only for parallax, got {upsample}")
             return self._parallax_upsampled(aberrations, int(upsample))
-        qy, qx = self.q_half()
-        spectrum = np.zeros(qy.shape, np.complex128)
-        for r0 in range(0, qy.shape[0], rows):  # a band of Q rows at a time bounds the (Q, k) temporaries
-            sl = slice(r0, r0 + rows)
-            g = self.G[sl]
-            if method in ("ssb", "thick"):
-                gam = self.gamma(aberrations, qy[sl], qx[sl], thickness=thickness, tilt=tilt)
-                mag = np.abs(gam)
-                use = self.double_overlap(qy[sl], qx[sl]) & (mag > 1e-12)
-                weight = np.where(use, np.conj(gam) / np.where(use, mag, 1.0), 0)
-                norm = np.where(use, mag, 0).sum(-1)
-                spectrum[sl] = np.where(norm > 0, (g * weight).sum(-1) / (1j * np.where(norm > 0, norm, 1)), 0)
-            else:
-                gy, gx = chi_gradient(self.k[:, 1], self.k[:, 0], aberrations, self.wavelength)[::-1]
-                shift = np.exp(-1j * (gy * qy[sl][..., None] + gx * qx[sl][..., None]))
-                flip = np.sign(np.sin(chi(qx[sl], qy[sl], aberrations, self.wavelength)))
-                spectrum[sl] = flip * (g * shift).sum(-1) / (2 * len(self.bf_index))
+        xp = self.xp
+        qy, qx = self._q(half=True)
+        numerator = xp.zeros(qy.shape, np.complex128)
+        norm = xp.zeros(qy.shape)
+        flip = xp.sign(xp.sin(chi(qx, qy, aberrations, self.wavelength)))
+        for ks, g_all in self._chunks():  # sums over k, one chunk of pixels (and a band of Q rows) at a time
+            if method == "parallax":
+                gx, gy = chi_gradient(self._k[ks, 1], self._k[ks, 0], aberrations, self.wavelength)
+            for r0 in range(0, qy.shape[0], rows):
+                sl = slice(r0, r0 + rows)
+                g = g_all[sl]
+                if method in ("ssb", "thick"):
+                    gam = self.gamma(aberrations, qy[sl], qx[sl], thickness=thickness, tilt=tilt, pixels=ks)
+                    mag = xp.abs(gam)
+                    use = self.double_overlap(qy[sl], qx[sl], ks) & (mag > 1e-12)
+                    weight = xp.where(use, xp.conj(gam) / xp.where(use, mag, 1.0), 0)
+                    numerator[sl] += (g * weight).sum(-1)
+                    norm[sl] += xp.where(use, mag, 0).sum(-1)
+                else:
+                    shift = xp.exp(-1j * (gy * qy[sl][..., None] + gx * qx[sl][..., None]))
+                    numerator[sl] += (g * shift).sum(-1)
+        if method == "parallax":
+            spectrum = flip * numerator / (2 * len(self.bf_index))
+        else:
+            spectrum = xp.where(norm > 0, numerator / (1j * xp.where(norm > 0, norm, 1)), 0)
         spectrum[0, 0] = 0
         # at the Nyquist frequency +Q and -Q are one bin, so G there mixes Phi(Q) Gamma(Q) with
         # Phi(-Q) Gamma(-Q): the scan does not resolve it, and the bin is left out
@@ -209,11 +263,11 @@ class Session:
             spectrum[sy // 2] = 0
         if sx % 2 == 0:
             spectrum[:, sx // 2] = 0
-        return np.fft.irfft2(spectrum, s=self.scan_shape)
+        return self.backend.to_host(xp.fft.irfft2(spectrum, s=self.scan_shape))
 
     def mean_phase(self, aberrations: Aberrations | None = None, *, thickness: float = 0.0, tilt=(0.0, 0.0),
                    chunk: int = 64):
-        """The mean-phase image (rad) and the loss for the given parameters.
+        """The mean-phase image (rad; a host array) and the loss for the given parameters.
 
         Each bright-field pixel's plane is corrected, G(Q, k) conj(Gamma) / |Gamma| on the Q
         where k is a double-overlap pixel, with its unscattered G(0, k) kept, and transformed
@@ -223,30 +277,30 @@ class Session:
         the mean over positions of that mean phasor's length (a circular variance: 0 when
         every pixel agrees). ``thickness`` and ``tilt`` select the thick-sample Gamma.
         """
+        xp = self.xp
         aberrations = aberrations or Aberrations()
         sy, sx = self.scan_shape
-        qy = np.fft.fftfreq(sy, self.scan_step)[:, None] * np.ones((1, sx))
-        qx = np.fft.fftfreq(sx, self.scan_step)[None, :] * np.ones((sy, 1))
-        c, s = math.cos(self.rotation), math.sin(self.rotation)
-        qy, qx = c * qy + s * qx, -s * qy + c * qx
+        qy, qx = self._q(half=False)
         mirror_rows = (-np.arange(sy)) % sy
-        phasor = np.zeros((sy, sx), np.complex128)
-        for start in range(0, len(self.bf_index), chunk):
-            ks = slice(start, start + chunk)
-            half = self.G[..., ks]
-            full = np.empty((sy, sx, half.shape[-1]), np.complex128)  # the full plane from the real data's symmetry
-            full[:, : sx // 2 + 1] = half
-            cols = np.arange(sx // 2 + 1, sx)
-            full[:, cols] = np.conj(half[mirror_rows][:, sx - cols])
-            gam = self.gamma(aberrations, qy, qx, thickness=thickness, tilt=tilt, pixels=ks)
-            mag = np.abs(gam)
-            use = self.double_overlap(qy, qx, ks) & (mag > 1e-12)
-            plane = np.where(use, full * np.conj(gam) / np.where(use, mag, 1.0), 0)
-            plane[0, 0] = full[0, 0]
-            images = np.fft.ifft2(plane, axes=(0, 1))
-            phasor += np.exp(1j * np.angle(images)).sum(-1)
+        cols = np.arange(sx // 2 + 1, sx)
+        phasor = xp.zeros((sy, sx), np.complex128)
+        for outer, g_chunk in self._chunks():
+            for start in range(0, g_chunk.shape[-1], chunk):
+                inner = slice(start, start + chunk)
+                ks = slice(outer.start + start, outer.start + min(start + chunk, g_chunk.shape[-1]))
+                half = g_chunk[..., inner]
+                full = xp.empty((sy, sx, half.shape[-1]), np.complex128)  # the full plane from the data's symmetry
+                full[:, : sx // 2 + 1] = half
+                full[:, cols] = xp.conj(half[mirror_rows][:, sx - cols])
+                gam = self.gamma(aberrations, qy, qx, thickness=thickness, tilt=tilt, pixels=ks)
+                mag = xp.abs(gam)
+                use = self.double_overlap(qy, qx, ks) & (mag > 1e-12)
+                plane = xp.where(use, full * xp.conj(gam) / xp.where(use, mag, 1.0), 0)
+                plane[0, 0] = full[0, 0]
+                images = xp.fft.ifft2(plane, axes=(0, 1))
+                phasor += xp.exp(1j * xp.angle(images)).sum(-1)
         phasor /= len(self.bf_index)
-        return np.angle(phasor), float(1.0 - np.abs(phasor).mean())
+        return self.backend.to_host(xp.angle(phasor)), float(1.0 - xp.abs(phasor).mean())
 
     def _parallax_upsampled(self, aberrations: Aberrations, factor: int) -> np.ndarray:
         """Parallax on a grid ``factor`` times finer: each bright-field image's samples are
@@ -254,38 +308,49 @@ class Session:
         weights; the shifts differ by sub-pixel amounts between pixels, which is what fills
         the finer grid), the weighted sums divided by the summed weights, and the result
         phase-flipped by sign(sin chi(Q)) on the fine grid's frequencies."""
+        xp = self.xp
         sy, sx = self.scan_shape
         fy, fx = sy * factor, sx * factor
         fine = self.scan_step / factor
-        bf = np.fft.irfft2(self.G, s=self.scan_shape, axes=(0, 1))  # (sy, sx, nbf): the normalised BF images
-        gx, gy = chi_gradient(self.k[:, 1], self.k[:, 0], aberrations, self.wavelength)
+        gx, gy = chi_gradient(self._k[:, 1], self._k[:, 0], aberrations, self.wavelength)
         c, s = math.cos(self.rotation), math.sin(self.rotation)
         # G(Q, k) ~ exp(i grad chi(k).Q): the image of pixel k at R shows the specimen at
         # R + grad chi / 2 pi (scan axes, A), where its samples go
         shift_y = (c * gy - s * gx) / (2 * np.pi)
         shift_x = (s * gy + c * gx) / (2 * np.pi)
-        rows, cols = np.meshgrid(np.arange(sy) * factor, np.arange(sx) * factor, indexing="ij")
-        total = np.zeros(fy * fx)
-        weight = np.zeros(fy * fx)
-        for j in range(len(self.bf_index)):
-            py = rows + shift_y[j] / fine
-            px = cols + shift_x[j] / fine
-            y0, x0 = np.floor(py).astype(int), np.floor(px).astype(int)
-            wy, wx = py - y0, px - x0
+        rows, cols = xp.meshgrid(xp.arange(sy) * factor, xp.arange(sx) * factor, indexing="ij")
+        total = xp.zeros(fy * fx)
+        weight = xp.zeros(fy * fx)
+        for ks, g in self._chunks():
+            bf = xp.fft.irfft2(g, s=self.scan_shape, axes=(0, 1))  # (sy, sx, chunk): the normalised BF images
             # each pixel's own unscattered level out (edge pixels are partly lit): a level left in
             # would print the coarse grid onto the fine one
-            values = bf[..., j] - bf[..., j].mean()
+            values = bf - bf.mean(axis=(0, 1))
+            py = rows[..., None] + shift_y[ks] / fine
+            px = cols[..., None] + shift_x[ks] / fine
+            y0, x0 = xp.floor(py).astype(np.int64), xp.floor(px).astype(np.int64)
+            wy, wx = py - y0, px - x0
             for dy, wy_ in ((0, 1 - wy), (1, wy)):
                 for dx, wx_ in ((0, 1 - wx), (1, wx)):
-                    idx = ((y0 + dy) % fy) * fx + (x0 + dx) % fx
+                    idx = (((y0 + dy) % fy) * fx + (x0 + dx) % fx).ravel()
                     w = (wy_ * wx_).ravel()
-                    np.add.at(total, idx.ravel(), w * values.ravel())
-                    np.add.at(weight, idx.ravel(), w)
-        image = np.where(weight > 0, total / np.where(weight > 0, weight, 1), 0).reshape(fy, fx)
-        qy = np.fft.fftfreq(fy, fine)[:, None]
-        qx = np.fft.fftfreq(fx, fine)[None, :]
+                    _add_at(xp, total, idx, w * values.ravel())
+                    _add_at(xp, weight, idx, w)
+        image = xp.where(weight > 0, total / xp.where(weight > 0, weight, 1), 0).reshape(fy, fx)
+        qy = xp.asarray(np.fft.fftfreq(fy, fine))[:, None]
+        qx = xp.asarray(np.fft.fftfreq(fx, fine))[None, :]
         qdy, qdx = c * qy + s * qx, -s * qy + c * qx
-        flip = np.sign(np.sin(chi(qdx, qdy, aberrations, self.wavelength)))
-        spectrum = np.fft.fft2(image) * flip / 2
+        flip = xp.sign(xp.sin(chi(qdx, qdy, aberrations, self.wavelength)))
+        spectrum = xp.fft.fft2(image) * flip / 2
         spectrum[0, 0] = 0
-        return np.fft.ifft2(spectrum).real
+        return self.backend.to_host(xp.fft.ifft2(spectrum).real)
+
+
+def _add_at(xp, target, index, values) -> None:
+    """target[index] += values with repeated indices summed (np.add.at; CuPy's scatter_add)."""
+    if xp is np:
+        np.add.at(target, index, values)
+    else:
+        import cupyx
+
+        cupyx.scatter_add(target, index, values)

@@ -1,0 +1,71 @@
+"""qora.ssb on CUDA: G(Q, k), every image method and the mean phase against the CPU session."""
+
+import os
+
+import numpy as np
+import pytest
+
+from qora.ssb.optics import Aberrations
+from qora.ssb.session import Session
+from qora.ssb.simulate import amorphous_slices, simulate
+
+pytestmark = pytest.mark.gpu
+
+PIXEL, STRIDE, WINDOW, KV, ALPHA = 0.2, 2, 48, 300.0, 20.0
+AB = Aberrations(C10=120.0, C12=(15.0, 0.4), C30=2e5)
+
+
+@pytest.fixture(scope="module")
+def sessions():
+    from qora.backend import has_cuda
+
+    if not has_cuda():  # the module fixture runs before the per-test GPU gate: the same rule here
+        (pytest.fail if os.environ.get("QORA_REQUIRE_GPU", "") not in ("", "0") else pytest.skip)("needs a GPU")
+    sim = simulate(amorphous_slices((96, 96), PIXEL, seed=4), pixel=PIXEL, stride=STRIDE, window=WINDOW, kv=KV,
+                   alpha_mrad=ALPHA, aberrations=AB)
+    kw = dict(kv=KV, alpha_mrad=ALPHA, scan_step=sim.scan_step, rotation=0.1, chunk=100)
+    cpu = Session(sim.data, **kw)
+    gpu = Session(sim.data, backend="cuda", detector=cpu.detector, **kw)
+    streamed = Session(sim.data, backend="cuda", detector=cpu.detector, max_bytes=1, **kw)
+    return cpu, gpu, streamed
+
+
+def _rel(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def test_g_is_computed_on_the_device_and_equals_the_cpu(sessions):
+    cpu, gpu, streamed = sessions
+    assert gpu.memory["G_on"] == "device" and streamed.memory["G_on"] == "host"
+    assert type(gpu.G).__module__.startswith("cupy") and isinstance(streamed.G, np.ndarray)
+    assert _rel(gpu.host_G(), cpu.G) < 1e-12
+    assert gpu.memory["G_bytes"] == cpu.G.nbytes
+
+
+@pytest.mark.parametrize("method,kw", [("ssb", {}), ("thick", dict(thickness=80.0, tilt=(0.004, -0.002))),
+                                       ("parallax", {}), ("parallax", dict(upsample=3))],
+                         ids=["ssb", "thick", "parallax", "parallax-up3"])
+def test_images_match_the_cpu(sessions, method, kw):
+    cpu, gpu, streamed = sessions
+    ref = cpu.image(AB, method, **kw)
+    for s in (gpu, streamed):  # G resident on the device, and G streamed from the host in chunks of k
+        got = s.image(AB, method, **kw)
+        assert isinstance(got, np.ndarray) and got.shape == ref.shape
+        assert _rel(got, ref) < 1e-5
+
+
+def test_mean_phase_matches_the_cpu(sessions):
+    cpu, gpu, streamed = sessions
+    ref, loss = cpu.mean_phase(AB)
+    for s in (gpu, streamed):
+        phase, got_loss = s.mean_phase(AB)
+        assert np.abs(np.angle(np.exp(1j * (phase - ref)))).max() < 5e-5
+        assert got_loss == pytest.approx(loss, abs=1e-9)
+
+
+def test_the_fit_runs_from_a_gpu_session(sessions):
+    from qora.ssb.agreement import Band
+
+    cpu, gpu, _ = sessions
+    a, b = Band(cpu, ["C10"]), Band(gpu, ["C10"])
+    np.testing.assert_allclose(b.G, a.G, rtol=1e-12, atol=1e-12 * np.abs(a.G).max())
