@@ -95,7 +95,10 @@ def simulate_cmd(scan, step, window, kv, semiangle, c10, c12, c12_angle, c30, sl
 @click.option("--method", type=click.Choice(["ssb", "parallax"]), default="ssb", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Image .h5 file.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="PNG figure.")
-def image_cmd(data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle, c30, method, out, plot) -> None:
+@click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="Where G is prepared and the image made (auto: the GPU where there is one).")
+def image_cmd(data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle, c30, method, out, plot,
+              backend) -> None:
     """The phase image of a 4D-STEM dataset for given aberrations."""
     from qora.ssb.files import plot_image, write_image
     from qora.ssb.optics import chi
@@ -104,7 +107,8 @@ def image_cmd(data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle, c30
     try:
         stack, meta, kv, semiangle, scan_step = _load_with_settings(data, kv, semiangle, scan_step)
         ab = _aberrations(c10, c12, c12_angle, c30)
-        session = Session(stack, kv=kv, alpha_mrad=semiangle, scan_step=scan_step, rotation=np.deg2rad(rotation))
+        session = Session(stack, kv=kv, alpha_mrad=semiangle, scan_step=scan_step, rotation=np.deg2rad(rotation),
+                          backend=backend)
         phase = session.image(ab, method)
     except (ValueError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from exc
