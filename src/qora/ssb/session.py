@@ -334,8 +334,8 @@ class Session:
                 for dx, wx_ in ((0, 1 - wx), (1, wx)):
                     idx = (((y0 + dy) % fy) * fx + (x0 + dx) % fx).ravel()
                     w = (wy_ * wx_).ravel()
-                    _add_at(xp, total, idx, w * values.ravel())
-                    _add_at(xp, weight, idx, w)
+                    xp.add.at(total, idx, w * values.ravel())  # repeated indices summed
+                    xp.add.at(weight, idx, w)
         image = xp.where(weight > 0, total / xp.where(weight > 0, weight, 1), 0).reshape(fy, fx)
         qy = xp.asarray(np.fft.fftfreq(fy, fine))[:, None]
         qx = xp.asarray(np.fft.fftfreq(fx, fine))[None, :]
@@ -345,12 +345,3 @@ class Session:
         spectrum[0, 0] = 0
         return self.backend.to_host(xp.fft.ifft2(spectrum).real)
 
-
-def _add_at(xp, target, index, values) -> None:
-    """target[index] += values with repeated indices summed (np.add.at; CuPy's scatter_add)."""
-    if xp is np:
-        np.add.at(target, index, values)
-    else:
-        import cupyx
-
-        cupyx.scatter_add(target, index, values)
