@@ -2,6 +2,7 @@
 
 import h5py
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from qora.cli import cli
@@ -55,3 +56,31 @@ def test_fit_writes_both_branches_as_json(tmp_path):
     assert abs(p["C10"] + 100) < 2 and abs(np.hypot(p["C12a"], p["C12b"]) - 20) < 1
     assert result["better"] == "standard"  # a single thin slice: the thick model adds nothing
     assert "thick" in result and png.stat().st_size > 0
+
+
+def test_empad_raw_is_read_lazily_and_gives_the_same_session(tmp_path):
+    """An EMPAD .raw/.xml pair (128 x 130 float32 frames, two footer rows) through rosettasciio:
+    the data stay a lazy, memory-mapped array and the session equals the one of the array."""
+    pytest.importorskip("rsciio")
+    from qora.ssb.files import load_data
+    from qora.ssb.optics import Aberrations
+    from qora.ssb.session import Session
+    from qora.ssb.simulate import amorphous_slices, simulate
+
+    sim = simulate(amorphous_slices((128, 128), 0.3, seed=2), pixel=0.3, stride=8, window=128, alpha_mrad=20.0,
+                   aberrations=Aberrations(C10=80.0))
+    data = sim.data.astype(np.float32)
+    raw = np.zeros(data.shape[:2] + (130, 128), np.float32)
+    raw[:, :, :128] = data
+    sy, sx = data.shape[:2]
+    name = f"scan_x{sx}_y{sy}"
+    raw.tofile(tmp_path / f"{name}.raw")
+    (tmp_path / f"{name}.xml").write_text(f'<root><raw_file filename="{name}.raw"/><pix_x>{sx}</pix_x>'
+                                          f'<pix_y>{sy}</pix_y></root>')
+    lazy, meta = load_data(tmp_path / f"{name}.raw")
+    assert not isinstance(lazy, np.ndarray) and lazy.shape == data.shape  # dask over a memory map
+    kw = dict(kv=sim.kv, alpha_mrad=sim.alpha_mrad, scan_step=sim.scan_step, chunk=50, backend="cpu")
+    a, b = Session(lazy, **kw), Session(data, **kw)
+    assert a.detector == b.detector
+    np.testing.assert_allclose(a.G, b.G, rtol=1e-10, atol=1e-10 * np.abs(b.G).max())
+    np.testing.assert_allclose(a.image(Aberrations(C10=80.0)), b.image(Aberrations(C10=80.0)), atol=1e-10)

@@ -58,10 +58,17 @@ REQUIRED_CASES: dict[str, list[str]] = {
              + [f"stage/{z}/{s}" for z in HOLO_GPU_SIZES for s in HOLO_GPU_STAGES]
              + [f"fgp/{z}/{f}" for z in HOLO_GPU_SIZES for f in HOLO_FGP]
              + [f"pipeline/{z}/{k}" for z in HOLO_GPU_SIZES for k in ("per_stack", "per_stack_4_parts")]
-             + [f"memory/256x256x256/{k}" for k in ("pipeline_gp_r2c", "gp_r2c", "gp_c2c", "tv")]),
+             + [f"memory/256x256x256/{k}" for k in ("pipeline_gp_r2c", "gp_r2c", "gp_c2c", "tv")]
+             + [f"bpm/{z}/{k}" for z in ("128x128x128", "256x256x256")
+                for k in ("forward", "gradient", "propagate_kernel", "screen_kernel")]
+             + [f"accuracy/{z}/{k}" for z in ("128x128x128", "256x256x256")
+                for k in ("rytov_gp50", "rytov_tv30x20", "bpm20_from_rytov_gp20", "bpm20_tv_from_rytov_gp20")]),
     "holo-counters": ["copy"] + [f"counters/512/{k}" for k in HOLO_COUNTER_KERNELS],
     "ssb-cpu": [f"step/{SSB_BENCH_LABEL}/{s}" for s in ("load", "detector_fit", "prepare", "image_ssb", "image_thick",
                                                         "image_parallax")] + [f"memory/{SSB_BENCH_LABEL}/prepare"],
+    "ssb-cuda": [f"step/{SSB_BENCH_LABEL}/{s}" for s in ("load", "detector_fit", "prepare", "image_ssb", "image_thick",
+                                                         "image_parallax", "image_parallax_up3", "mean_phase")]
+                + [f"memory/{SSB_BENCH_LABEL}/prepare"],
 }
 
 

@@ -103,7 +103,7 @@ def _read_rsciio(path: Path):
     axes = item.get("axes", [])
     if axes and axes[0].get("units") in ("nm", "Å", "A"):
         meta["scan_step_a"] = float(axes[0]["scale"]) * (10.0 if axes[0]["units"] == "nm" else 1.0)
-    return np.asarray(item["data"]), meta
+    return item["data"], meta  # lazy (memory-mapped through dask): Session reads it a chunk of pixels at a time
 
 
 def write_image(path, phase, *, method: str, scan_step: float, kv: float, alpha_mrad: float,

@@ -43,10 +43,10 @@ def fit_detector(data, alpha_mrad: float, *, threshold: float = 0.5) -> Detector
     their fraction), so radius = sqrt(area / pi), and the centre is the intensity-weighted
     centroid of the scaled pattern, clipped to [0, 1] to keep dark-field counts out.
     """
-    data = np.asarray(data)
+    data = _array_like(data)
     if data.ndim != 4:
         raise ValueError(f"4D-STEM data must be (scan_row, scan_col, det_row, det_col), got shape {data.shape}")
-    mean = data.reshape(-1, *data.shape[2:]).mean(0, dtype=np.float64)
+    mean = np.asarray(data.mean(axis=(0, 1), dtype=np.float64))
     if not np.all(np.isfinite(mean)):
         raise ValueError("the data hold NaN or Inf")
     if not mean.max() > 0:
@@ -93,7 +93,7 @@ class Session:
         from qora.backend import resolve
 
         t0 = time.perf_counter()
-        data = np.asarray(data)
+        data = _array_like(data)
         if data.ndim != 4:
             raise ValueError(f"4D-STEM data must be (scan_row, scan_col, det_row, det_col), got shape {data.shape}")
         if not scan_step > 0:
@@ -116,8 +116,8 @@ class Session:
         self.bf_index = np.flatnonzero(inside)
         self.k = np.stack([ky.ravel()[self.bf_index], kx.ravel()[self.bf_index]], 1)  # (nbf, 2) 1/A, host
         self._k = xp.asarray(self.k)  # where the images are made
-        flat = data.reshape(*self.scan_shape, -1)
-        level = float(np.mean(flat[..., self.bf_index], dtype=np.float64))
+        pixels = np.unravel_index(self.bf_index, data.shape[2:])  # gathered as (rows, cols): no reshape of
+        level = float(np.asarray(_gather(data, pixels).mean(dtype=np.float64)))  # a memory-mapped array
         if not level > 0:
             raise ValueError("the bright field holds no intensity")
         sy, sx = self.scan_shape
@@ -130,12 +130,13 @@ class Session:
         self.G = (xp if on_device else np).empty(shape, np.complex128)
         with PeakMemory(self.backend) as peak:
             for start in range(0, len(self.bf_index), self.chunk):
-                idx = self.bf_index[start:start + self.chunk]
-                block = xp.asarray(flat[..., idx].astype(np.float64) / level)
+                part = (pixels[0][start:start + self.chunk], pixels[1][start:start + self.chunk])
+                idx = part[0]
+                block = xp.asarray(np.asarray(_gather(data, part), np.float64) / level)
                 spec = xp.fft.rfft2(block, axes=(0, 1))
                 self.G[..., start:start + len(idx)] = spec if on_device else self.backend.to_host(spec)
                 del block, spec
-        self.bright_field = flat[..., self.bf_index].sum(-1) / level
+        self.bright_field = np.asarray(_gather(data, pixels).sum(-1)) / level
         self.timings = {"prepare_s": time.perf_counter() - t0}
         self.memory = {"G_bytes": nbytes, "G_on": "device" if (self.backend.is_cuda and on_device) else "host",
                        "prepare_peak_bytes": peak.peak_bytes}
@@ -345,3 +346,21 @@ class Session:
         spectrum[0, 0] = 0
         return self.backend.to_host(xp.fft.ifft2(spectrum).real)
 
+
+def _array_like(data):
+    """``data`` as it is when it is an array that reads lazily (a NumPy memmap, a dask array from
+    a detector file), else as a NumPy array."""
+    if isinstance(data, np.ndarray) or (hasattr(data, "shape") and hasattr(data, "compute")):
+        return data
+    return np.asarray(data)
+
+
+def _gather(data, pixels):
+    """(scan_row, scan_col, npix) of the detector pixels (rows, cols): only they are read (for a
+    lazy array, the band of detector rows that holds them)."""
+    rows, cols = pixels
+    if isinstance(data, np.ndarray):
+        return data[:, :, rows, cols]
+    r0, r1 = int(rows.min()), int(rows.max()) + 1
+    band = np.asarray(data[:, :, r0:r1])
+    return band[:, :, rows - r0, cols]
