@@ -143,28 +143,14 @@ def test_cuda_rejects_what_it_cannot_do(scan_case):
         cuda.first_order(np.ones((1, 15, 15), complex))
 
 
-@pytest.fixture(scope="module")
-def pipeline_case():
-    g = R.geometry(48)
-    hp = g.pixel / 2
-    big = 2 * g.n
-    carrier = R.carrier(big, hp)
-    stacks = []
-    for radius in (1.0, 1.2):
-        phi = P.born_ratio([P.Sphere(radius=radius, index=1.35)], g, n=big, pixel=hp)
-        stacks.append(P.holograms(np.exp(phi), g, carrier, hologram_pixel=hp))
-    bg = P.holograms(np.ones((g.count, big, big)), g, carrier, hologram_pixel=hp)
-    return g, hp, bg, stacks
-
-
 @pytest.mark.parametrize("parts", [1, 4])
 @pytest.mark.parametrize("method", ["gp", "tv"])
-def test_pipeline_matches_the_per_call_chain_and_allocates_nothing(pipeline_case, parts, method):
+def test_pipeline_matches_the_per_call_chain_and_allocates_nothing(small_case, parts, method):
     import cupy
 
     from qora.holo.pipeline import Pipeline
 
-    g, hp, bg, stacks = pipeline_case
+    g, hp, bg, stacks = small_case
     sideband = F.find_sideband(bg[0], hp)
     opts = dict(method=method, iterations=10, r2c=True, tv_weight=3e-3, tv_inner=5)
     pipe = Pipeline(g, sideband=sideband, hologram_pixel=hp, hologram_n=2 * g.n, backend="cuda", upload_parts=parts,
@@ -188,10 +174,10 @@ def test_pipeline_matches_the_per_call_chain_and_allocates_nothing(pipeline_case
     assert np.abs(other - first).max() > 1e-3
 
 
-def test_pipeline_stage_times_and_errors(pipeline_case):
+def test_pipeline_stage_times_and_errors(small_case):
     from qora.holo.pipeline import Pipeline
 
-    g, hp, bg, stacks = pipeline_case
+    g, hp, bg, stacks = small_case
     pipe = Pipeline(g, sideband=F.find_sideband(bg[0], hp), hologram_pixel=hp, hologram_n=2 * g.n, backend="cuda")
     with pytest.raises(RuntimeError, match="set_background"):
         pipe.process(stacks[0])

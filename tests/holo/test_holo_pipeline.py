@@ -8,20 +8,6 @@ from qora.holo import reference as R
 from qora.holo.pipeline import Pipeline
 
 
-@pytest.fixture(scope="module")
-def small_case():
-    g = R.geometry(48)
-    hp = g.pixel / 2
-    big = 2 * g.n
-    carrier = R.carrier(big, hp)
-    stacks = []
-    for radius in (1.0, 1.2):
-        phi = P.born_ratio([P.Sphere(radius=radius, index=1.35)], g, n=big, pixel=hp)
-        stacks.append(P.holograms(np.exp(phi), g, carrier, hologram_pixel=hp))
-    bg = P.holograms(np.ones((g.count, big, big)), g, carrier, hologram_pixel=hp)
-    return g, hp, bg, stacks
-
-
 def _per_call(g, hp, bg, holos, **kw):
     sideband = F.find_sideband(bg[0], hp)
     args = dict(hologram_pixel=hp, n=g.n, pupil_frequency=g.pupil_frequency)

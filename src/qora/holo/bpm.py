@@ -307,6 +307,33 @@ def _rytov_start(data, geometry: Geometry, n_z: int, backend: str = "cpu"):
     return np.maximum(x, 0.0)
 
 
+def inversion_inputs(data, geometry: Geometry, start, iterations: int, tv_weight, tv_inner: int, batch, n_z,
+                     backend: str = "cpu"):
+    """The checked data, the start (float64; Rytov + 20 GP by default, on ``backend``) and the
+    illumination batches of a BPM inversion (both backends' :func:`bpm_reconstruct`)."""
+    _check_scan(geometry)
+    data = np.asarray(data)
+    if not np.iscomplexobj(data) or data.shape != (geometry.count, geometry.n, geometry.n):
+        raise ValueError(f"data must be complex field ratios ({geometry.count}, {geometry.n}, {geometry.n})")
+    if iterations < 0:
+        raise ValueError(f"iterations must be non-negative, got {iterations}")
+    if tv_weight is not None and (tv_weight < 0 or tv_inner < 1):
+        raise ValueError("tv needs tv_weight >= 0 and tv_inner >= 1")
+    if batch is not None and not 1 <= batch <= geometry.count:
+        raise ValueError(f"batch must be between 1 and {geometry.count}, got {batch}")
+    if start is None:
+        x = _rytov_start(data, geometry, int(n_z or geometry.n), backend)
+    else:
+        x = np.array(start, np.float64)
+        if x.ndim != 3 or x.shape[1:] != (geometry.n, geometry.n) or not np.all(np.isfinite(x)):
+            raise ValueError(f"start must be a finite index contrast (n_z, {geometry.n}, {geometry.n}), got {x.shape}")
+    if batch is None or batch >= geometry.count:
+        batches = [slice(None)]
+    else:
+        batches = [slice(s, min(s + batch, geometry.count)) for s in range(0, geometry.count, batch)]
+    return data, x, batches
+
+
 def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, tv_weight: float | None = None,
                     tv_inner: int = 20, batch: int | None = None, step: float = 1.0, progress=None, *,
                     n_z: int | None = None, obliquity: bool = True, backend="cpu", **cuda_options):
@@ -343,29 +370,10 @@ def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, 
         raise TypeError(f"options {sorted(cuda_options)} apply to the CUDA backend only")
     from qora.holo.tv_cpu import fgp_prox_fused
 
-    _check_scan(geometry)
-    data = np.asarray(data)
-    if not np.iscomplexobj(data) or data.shape != (geometry.count, geometry.n, geometry.n):
-        raise ValueError(f"data must be complex field ratios ({geometry.count}, {geometry.n}, {geometry.n})")
-    if iterations < 0:
-        raise ValueError(f"iterations must be non-negative, got {iterations}")
-    if tv_weight is not None and (tv_weight < 0 or tv_inner < 1):
-        raise ValueError("tv needs tv_weight >= 0 and tv_inner >= 1")
-    if batch is not None and not 1 <= batch <= geometry.count:
-        raise ValueError(f"batch must be between 1 and {geometry.count}, got {batch}")
     t0 = time.perf_counter()
-    if start is None:
-        x = _rytov_start(data, geometry, int(n_z or geometry.n))
-    else:
-        x = np.array(start, np.float64)
-        if x.ndim != 3 or x.shape[1:] != (geometry.n, geometry.n) or not np.all(np.isfinite(x)):
-            raise ValueError(f"start must be a finite index contrast (n_z, {geometry.n}, {geometry.n}), got {x.shape}")
+    data, x, batches = inversion_inputs(data, geometry, start, iterations, tv_weight, tv_inner, batch, n_z)
     tables = bpm_tables(geometry, x.shape[0], obliquity)
     lam = 0.0 if not tv_weight else step * tv_weight / (2 * geometry.medium_index)
-    if batch is None or batch >= geometry.count:
-        batches = [slice(None)]
-    else:
-        batches = [slice(s, min(s + batch, geometry.count)) for s in range(0, geometry.count, batch)]
     lips = [bpm_lipschitz(tables, b) for b in batches]
     momentum = len(batches) == 1
     dual = None

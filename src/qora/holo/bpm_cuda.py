@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from qora.backend.cufft_raw import C2C, FORWARD, INVERSE
-from qora.holo.bpm import BpmTables, _check_scan, _rytov_start, bpm_lipschitz, bpm_tables
+from qora.holo.bpm import BpmTables, _check_scan, bpm_lipschitz, bpm_tables, inversion_inputs
 from qora.holo.cuda import THREADS, FgpProx, WorkArea, _blocks, _cupy, _k
 from qora.holo.geometry import Geometry
 from qora.progress import report
@@ -196,32 +196,14 @@ def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, 
     cp = _cupy()
     from qora.holo.odt import OdtResult
 
-    _check_scan(geometry)
-    data = np.asarray(data)
-    if not np.iscomplexobj(data) or data.shape != (geometry.count, geometry.n, geometry.n):
-        raise ValueError(f"data must be complex field ratios ({geometry.count}, {geometry.n}, {geometry.n})")
-    if iterations < 0:
-        raise ValueError(f"iterations must be non-negative, got {iterations}")
-    if tv_weight is not None and (tv_weight < 0 or tv_inner < 1):
-        raise ValueError("tv needs tv_weight >= 0 and tv_inner >= 1")
-    if batch is not None and not 1 <= batch <= geometry.count:
-        raise ValueError(f"batch must be between 1 and {geometry.count}, got {batch}")
     t0 = time.perf_counter()
-    if start is None:
-        x0 = _rytov_start(data, geometry, int(n_z or geometry.n), backend="cuda")
-    else:
-        x0 = np.array(start, np.float64)
-        if x0.ndim != 3 or x0.shape[1:] != (geometry.n, geometry.n) or not np.all(np.isfinite(x0)):
-            raise ValueError(f"start must be a finite index contrast (n_z, {geometry.n}, {geometry.n}), got {x0.shape}")
+    data, x0, batches = inversion_inputs(data, geometry, start, iterations, tv_weight, tv_inner, batch, n_z,
+                                         backend="cuda")
     tables = bpm_tables(geometry, x0.shape[0], obliquity)
     dev = BpmDevice(geometry, tables, chunk=chunk)
     d = cp.asarray(data, cp.complex64)
     lam = 0.0 if not tv_weight else step * tv_weight / (2 * geometry.medium_index)
     prox = FgpProx(x0.shape, lam, fgp) if lam > 0 else None
-    if batch is None or batch >= geometry.count:
-        batches = [slice(None)]
-    else:
-        batches = [slice(s, min(s + batch, geometry.count)) for s in range(0, geometry.count, batch)]
     lips = [bpm_lipschitz(tables, b) for b in batches]
     momentum = len(batches) == 1
     x_prev = cp.asarray(x0, cp.float32)

@@ -1,0 +1,23 @@
+"""Shared holography fixtures."""
+
+import numpy as np
+import pytest
+
+from qora.holo import phantoms as P
+from qora.holo import reference as R
+
+
+@pytest.fixture(scope="module")
+def small_case():
+    """A 48^3 reference geometry, two hologram stacks (beads of radius 1.0 and 1.2 um, n = 1.35)
+    and the backgrounds: ``(geometry, hologram_pixel, backgrounds, stacks)``."""
+    g = R.geometry(48)
+    hp = g.pixel / 2
+    big = 2 * g.n
+    carrier = R.carrier(big, hp)
+    stacks = []
+    for radius in (1.0, 1.2):
+        phi = P.born_ratio([P.Sphere(radius=radius, index=1.35)], g, n=big, pixel=hp)
+        stacks.append(P.holograms(np.exp(phi), g, carrier, hologram_pixel=hp))
+    bg = P.holograms(np.ones((g.count, big, big)), g, carrier, hologram_pixel=hp)
+    return g, hp, bg, stacks
