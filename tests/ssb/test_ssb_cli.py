@@ -84,3 +84,25 @@ def test_empad_raw_is_read_lazily_and_gives_the_same_session(tmp_path):
     assert a.detector == b.detector
     np.testing.assert_allclose(a.G, b.G, rtol=1e-10, atol=1e-10 * np.abs(b.G).max())
     np.testing.assert_allclose(a.image(Aberrations(C10=80.0)), b.image(Aberrations(C10=80.0)), atol=1e-10)
+
+
+def test_merlin_mib_with_its_hdr_is_read_lazily(tmp_path):
+    """A Quantum Detectors .mib (384-byte frame headers, big-endian U16 frames) with its .hdr giving
+    the scan shape: lazy 4D data, rows flipped as rosettasciio presents Merlin frames."""
+    pytest.importorskip("rsciio")
+    from qora.ssb.files import load_data
+
+    sy, sx, n = 3, 4, 32
+    frames = np.random.default_rng(0).integers(0, 1000, (sy, sx, n, n)).astype(np.uint16)
+    with open(tmp_path / "scan.mib", "wb") as f:
+        for i, frame in enumerate(frames.reshape(-1, n, n)):
+            head = (f"MQ1,{i + 1:06d},00384,01,{n:04d},{n:04d},U16,   1x1,01,2026-11-30 00:00:{i:02d}.000000,"
+                    f"1.000000,0,0,0,1.0E+1,0.0E+0,0.0E+0,0.0E+0,0.0E+0,0.0E+0,0.0E+0,0.0E+0,3RX,MQ1A,"
+                    f"2026-11-30T00:00:{i:02d}.000000000Z,1000000ns,12,")
+            f.write(head.encode().ljust(384, b" "))
+            f.write(frame.astype(">u2").tobytes())
+    (tmp_path / "scan.hdr").write_text(f"HDR,\t\nFrames in Acquisition (Number):\t{sy * sx}\n"
+                                       f"Frames per Trigger (Number):\t{sx}\nEnd\t\n")
+    lazy, _ = load_data(tmp_path / "scan.mib")
+    assert not isinstance(lazy, np.ndarray) and lazy.shape == (sy, sx, n, n)
+    np.testing.assert_array_equal(np.asarray(lazy), frames[:, :, ::-1])
