@@ -24,14 +24,22 @@ _lock = threading.Lock()
 _lib = None
 
 
+def _device_cupy():
+    from qora.backend import _cupy
+
+    cupy = _cupy.cupy_module()
+    if cupy is None:
+        raise RuntimeError(f"cuFFT plans need CuPy and a GPU: {_cupy.probe_error()}")
+    return cupy
+
+
 def _library():
     """The libcufft CuPy uses (found in this process's mappings after CuPy loaded it)."""
     global _lib
     with _lock:
         if _lib is not None:
             return _lib
-        import cupy
-
+        cupy = _device_cupy()
         cupy.fft.fft(cupy.ones(4, cupy.complex64))  # make sure CuPy has loaded libcufft
         path = None
         with open("/proc/self/maps") as maps:
@@ -117,9 +125,7 @@ class RawPlan:
 
     def execute(self, src: int, dst: int, direction: int = FORWARD, stream=None) -> None:
         """Run the transform from device address ``src`` to ``dst`` (equal for in-place) on ``stream``."""
-        import cupy
-
-        s = stream if stream is not None else cupy.cuda.get_current_stream()
+        s = stream if stream is not None else _device_cupy().cuda.get_current_stream()
         _check(self.lib.cufftSetStream(self.handle, s.ptr), "cufftSetStream")
         if self.kind == C2C:
             _check(self.lib.cufftExecC2C(self.handle, src, dst, direction), "cufftExecC2C")
@@ -152,8 +158,7 @@ class WorkArea:
 
     def allocate(self) -> None:
         """Allocate the largest work area once and give it to every plan (call after the last add)."""
-        import cupy
-
+        cupy = _device_cupy()
         self.buffer = cupy.empty(max(self.nbytes, 1), dtype=cupy.uint8)
         for plan in self.plans:
             _check(plan.lib.cufftSetWorkArea(plan.handle, ctypes.c_void_p(self.buffer.data.ptr)), "cufftSetWorkArea")

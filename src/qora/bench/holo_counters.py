@@ -42,11 +42,11 @@ def model_bytes(kernel: str, n: int) -> float | None:
 def target(kind: str, n: int) -> None:
     """Build the solver for ``kind`` at n^3 (reference geometry, 49 illuminations), run it once,
     then run the profiled part between cudaProfilerStart and Stop."""
-    import cupy as cp
-
+    from qora.backend import resolve
     from qora.holo import cuda
     from qora.holo import reference as R
 
+    cp = resolve("cuda").xp
     g = R.geometry(n)
     rng = np.random.default_rng(0)
     phi = cp.asarray((rng.standard_normal((g.count, n, n)) * 0.01 + 0j).astype(np.complex64))

@@ -183,11 +183,10 @@ def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
 
 def _solvers(result, be, g, label, echo, *, memory: bool, peak_pipe: int) -> None:
     """GP C2C, TV per FGP kernel, the FGP step, and peak memory, each on its own solver."""
-    import cupy as cp
-
     from qora.backend.device import PeakMemory
     from qora.holo import cuda
 
+    cp = be.xp
     n = g.n
     rng = np.random.default_rng(0)
     phi = (rng.standard_normal((g.count, n, n)) * 0.01 + 0j).astype(np.complex64)
@@ -268,13 +267,12 @@ def _rotation_188(result, be, echo) -> None:
 
 def _bpm(result, be, n: int, copy_gbs: float, echo) -> None:
     """BPM forward and gradient times, its kernels' GB/s, and RMSE against time on exact-model data."""
-    import cupy as cp
-
     from qora.holo import bpm_cuda, odt
     from qora.holo import phantoms as P
     from qora.holo import reference as R
     from qora.holo.bpm import bpm_reconstruct, bpm_tables
 
+    cp = be.xp
     g = R.geometry(n)
     label = shape_label((n, n, n))
     sphere = P.Sphere(radius=1.5, index=1.40)  # the 3 um bead of the BPM validation, exact partial waves

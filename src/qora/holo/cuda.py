@@ -45,9 +45,9 @@ _MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: the direction from the addresses (unif
 
 
 def _cupy():
-    import cupy
+    from qora.backend.cufft_raw import _device_cupy
 
-    return cupy
+    return _device_cupy()
 
 
 def _k(name: str):
