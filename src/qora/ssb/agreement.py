@@ -30,7 +30,8 @@ import numpy as np
 
 from qora.ssb.optics import KNOWN_ABERRATIONS, Aberrations, aperture
 
-__all__ = ["ABERRATION_PARAMETERS", "THICK_PARAMETERS", "Band", "parameters_to_aberrations", "newton", "defocus_search", "fit_rotation", "fit_session"]
+__all__ = ["ABERRATION_PARAMETERS", "THICK_PARAMETERS", "SEARCH_BOUNDS", "Band", "parameters_to_aberrations", "newton",
+           "defocus_search", "tpe_search", "fit_rotation", "fit_session"]
 
 ABERRATION_PARAMETERS = ("C10", "C12a", "C12b", "C21a", "C21b", "C23a", "C23b", "C30")
 THICK_PARAMETERS = ("thickness", "tilt_y", "tilt_x")
@@ -216,6 +217,26 @@ class Band:
         out[:] = np.sum(np.abs(S) ** 2 / N, -1) / self.total
         return out
 
+    def uncertainties(self, agreement: float, hessian) -> dict:
+        """Standard errors of the fitted parameters from the Hessian of the agreement at its maximum.
+
+        With white complex noise of variance sigma^2 on G (Poisson counts give nearly that over
+        the bright field), -log L = E / sigma^2 with E = T (1 - agreement) the energy the model
+        leaves (T = sum |G|^2, Phi(Q) profiled out), so cov = sigma^2 (d2 E)^-1 =
+        sigma^2 / T (-H)^-1, and sigma^2 = E / (elements - frequencies - parameters): the
+        residual estimates the noise (model error counts as noise, so the errors are upper
+        estimates on a sample the weak-phase model does not describe). Units: A, rad.
+        """
+        h = -np.asarray(hessian, float)
+        nq, nbf = self.G.shape
+        dof = max(1, nq * nbf - nq - len(self.parameters))
+        sigma2 = self.total * max(1.0 - agreement, 0.0) / dof
+        try:
+            cov = sigma2 / self.total * np.linalg.inv(h)
+        except np.linalg.LinAlgError:
+            return {name: float("inf") for name in self.parameters}
+        return {name: float(math.sqrt(max(cov[i, i], 0.0))) for i, name in enumerate(self.parameters)}
+
 
 def newton(band: Band, start: dict, *, iterations: int = 20, tolerance: float = 1e-10):
     """Maximise the agreement from ``start`` by damped Newton steps with the exact Hessian.
@@ -266,6 +287,67 @@ def defocus_search(band: Band, *, low: float = -500.0, high: float = 500.0, step
     return float(grid[int(np.argmax(values))]), values
 
 
+SEARCH_BOUNDS = {"C10": (-500.0, 500.0), "C12a": (-60.0, 60.0), "C12b": (-60.0, 60.0)}
+
+
+def tpe_search(band: Band, bounds: dict | None = None, *, trials: int = 200, batch: int = 8, seed: int = 0,
+               fixed: dict | None = None, startup: int | None = None, gamma: float = 0.2, candidates: int = 96):
+    """A batched search in the style of the tree-structured Parzen estimator (TPE), seeded.
+
+    ``startup`` trials (default a fifth, in whole batches) are uniform in ``bounds`` (name ->
+    (low, high), default :data:`SEARCH_BOUNDS` for the band's parameters); then each pass splits
+    the trials so far into the best ``gamma`` and the rest, draws ``candidates`` points from
+    Gaussian kernels around the best ones, and evaluates the ``batch`` candidates with the largest
+    ratio of the two kernel densities (good over rest) in one pass over G. Returns
+    ``(values, agreement, trials (n, d), agreements (n,))`` with values the best trial.
+    """
+    if bounds is None:
+        bounds = {p: SEARCH_BOUNDS[p] for p in band.parameters if p in SEARCH_BOUNDS}
+    names = list(bounds)
+    if not names:
+        raise ValueError("nothing to search: give bounds for at least one parameter")
+    unknown = [n for n in names if n not in band.parameters]
+    if unknown:
+        raise ValueError(f"the band does not fit {unknown}")
+    if trials < batch or batch < 1:
+        raise ValueError(f"need trials >= batch >= 1, got {trials} and {batch}")
+    rng = np.random.default_rng(seed)
+    lo = np.array([bounds[n][0] for n in names], float)
+    hi = np.array([bounds[n][1] for n in names], float)
+    span = hi - lo
+    fixed = dict(fixed or {})
+    startup = startup or max(batch, batch * round(trials / 5 / batch))
+    xs, ys = [], []
+
+    def run(points):
+        ys.extend(band.evaluate_batch([{**fixed, **dict(zip(names, map(float, p)))} for p in points]))
+        xs.extend(points)
+
+    while len(xs) < min(startup, trials):
+        run(lo + span * rng.random((batch, len(names))))
+
+    def density(points, centres, width):
+        z = (points[:, None, :] - centres[None, :, :]) / width
+        return np.exp(-0.5 * (z**2).sum(-1)).sum(-1) / len(centres) / np.prod(width)
+
+    while len(xs) < trials:
+        x, y = np.array(xs), np.array(ys)
+        order = np.argsort(-y)
+        n_good = max(2, int(math.ceil(gamma * len(y))))
+        good, rest = x[order[:n_good]], x[order[n_good:]]
+        scale = len(names) + 4
+        w_good = np.maximum(good.std(0) * n_good ** (-1 / scale), 0.01 * span)
+        w_rest = np.maximum(rest.std(0) * max(len(rest), 1) ** (-1 / scale), 0.05 * span)
+        pick = good[rng.integers(n_good, size=candidates)]
+        cand = np.clip(pick + rng.normal(size=pick.shape) * w_good, lo, hi)
+        ratio = density(cand, good, w_good) / (density(cand, rest, w_rest) + 1e-300)
+        take = min(batch, trials - len(xs))
+        run(cand[np.argsort(-ratio)[:take]])
+    x, y = np.array(xs), np.array(ys)
+    best = int(np.argmax(y))
+    return {**fixed, **dict(zip(names, map(float, x[best])))}, float(y[best]), x, y
+
+
 def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9), coarse_deg: float = 6.0,
                  tolerance_deg: float = 0.1):
     """Cold-start fit with the scan rotation unknown: ``(rotation, values, agreement)``.
@@ -314,13 +396,18 @@ def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9)
     return float(theta), values, agreement
 
 
-def fit_session(session, *, rotation: float | None = None, tilt: bool = True, band=(0.2, 0.9), progress=None):
+def fit_session(session, *, rotation: float | None = None, tilt: bool = True, band=(0.2, 0.9), progress=None,
+                trials: int = 200, batch: int = 8, seed: int = 0, compare_standard: bool = True):
     """The standard fit (C10, C12) and, with ``tilt``, the thick-sample fit beside it.
 
-    ``rotation`` (rad) is given or, when None, fitted (:func:`fit_rotation`). The thick fit starts
-    from the standard one with 60 A of thickness and no tilt and fits C10, C12, thickness and
-    tilt by Newton. Returns a dict (JSON-ready): per branch its parameters (A, rad), agreement
-    and the Hessian of the agreement; the rotation; stage timings (s); the conventions.
+    ``rotation`` (rad) is given or, when None, fitted (:func:`fit_rotation`). With the rotation
+    given the cold start is :func:`tpe_search` over C10 and C12 (``trials`` sets, ``batch`` per
+    pass over G, ``seed``), then Newton. The thick fit starts from the standard one with 60 A of
+    thickness and no tilt and fits C10, C12, thickness and tilt by Newton. Returns a dict
+    (JSON-ready): per branch its parameters (A, rad), agreement, the Hessian of the agreement and
+    the parameters' standard errors from it (:meth:`Band.uncertainties`); the rotation; which
+    branch fits better; stage timings (s); the conventions. ``compare_standard=False`` leaves the
+    standard branch (still the thick fit's start) out of the result when ``tilt`` is on.
     """
     import time
 
@@ -335,12 +422,15 @@ def fit_session(session, *, rotation: float | None = None, tilt: bool = True, ba
         hessian = Band(session, names, band=band, rotation=rotation).evaluate(values)[2]
     else:
         b = Band(session, names, band=band, rotation=rotation)
-        c10, _ = defocus_search(b)
-        values, agreement, hessian = newton(b, {"C10": c10, "C12a": 0.0, "C12b": 0.0})
+        start, _, _, _ = tpe_search(b, trials=trials, batch=batch, seed=seed)
+        timings["search_s"] = time.perf_counter() - t0
+        values, agreement, hessian = newton(b, start)
     timings["standard_s"] = time.perf_counter() - t0
+    std_band = Band(session, names, band=band, rotation=rotation)
     out = {"rotation_rad": float(rotation),
            "standard": {"parameters": {k: float(v) for k, v in values.items()}, "agreement": float(agreement),
-                        "hessian": np.asarray(hessian).tolist(), "parameter_order": list(names)},
+                        "hessian": np.asarray(hessian).tolist(), "parameter_order": list(names),
+                        "uncertainty": std_band.uncertainties(agreement, hessian)},
            "conventions": "Krivanek chi, defocus = -C10, cartesian C_nm,a = C cos(m phi), C_nm,b = C sin(m phi); "
                           "C10 at the mid-plane; tilt (y, x) in rad; docs/ssb.md",
            "band_inv_a": list(band)}
@@ -353,9 +443,12 @@ def fit_session(session, *, rotation: float | None = None, tilt: bool = True, ba
                                                iterations=60)
         timings["thick_s"] = time.perf_counter() - t1
         out["thick"] = {"parameters": {k: float(v) for k, v in tvalues.items()}, "agreement": float(tagreement),
-                        "hessian": np.asarray(thessian).tolist(), "parameter_order": list(tnames)}
+                        "hessian": np.asarray(thessian).tolist(), "parameter_order": list(tnames),
+                        "uncertainty": b.uncertainties(tagreement, thessian)}
         # the simpler model unless the thick one explains measurably more (0.1% of the signal)
         out["better"] = "thick" if tagreement > agreement + 1e-3 else "standard"
+        if not compare_standard:
+            out.pop("standard")
     report(progress, "done", 2, 2)
     out["timings_s"] = timings
     return out

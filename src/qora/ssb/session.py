@@ -303,6 +303,71 @@ class Session:
         phasor /= len(self.bf_index)
         return self.backend.to_host(xp.angle(phasor)), float(1.0 - xp.abs(phasor).mean())
 
+    # -- fits, previews ------------------------------------------------------------------
+    def fit(self, *, rotation: float | None = None, tilt: bool = True, compare_standard: bool = True,
+            band=(0.2, 0.9), trials: int = 200, batch: int = 8, seed: int = 0, progress=None) -> dict:
+        """Fit the aberrations (and with ``tilt`` the thick-sample model's thickness and tilt) from a
+        cold start: :func:`qora.ssb.agreement.fit_session` (the result dict, JSON-ready). The scan
+        ``rotation`` (rad) is fitted unless given."""
+        from qora.ssb.agreement import fit_session
+
+        return fit_session(self, rotation=rotation, tilt=tilt, band=band, progress=progress, trials=trials,
+                           batch=batch, seed=seed, compare_standard=compare_standard)
+
+    def reconstruct(self, *, progress=None, **fit_options) -> dict:
+        """Both branches fitted and imaged (the seed's default): ``{"fit", "images", "better"}``,
+        images by name "standard" (SSB) and "thick" (tilt-corrected), rad on the scan grid."""
+        from qora.ssb.agreement import parameters_to_aberrations
+
+        result = self.fit(tilt=True, compare_standard=True, progress=progress, **fit_options)
+        saved = self.rotation
+        try:
+            self.rotation = result["rotation_rad"]
+            std = result["standard"]["parameters"]
+            thick = result["thick"]["parameters"]
+            images = {"standard": self.image(parameters_to_aberrations(std), "ssb"),
+                      "thick": self.image(parameters_to_aberrations(thick), "thick",
+                                          thickness=thick["thickness"], tilt=(thick["tilt_y"], thick["tilt_x"]))}
+        finally:
+            self.rotation = saved
+        return {"fit": result, "images": images, "better": result["better"]}
+
+    def preview(self, params, *, upsample: int = 1, loss: bool = False):
+        """The image for given parameters, cheap enough to follow a slider.
+
+        ``params``: :class:`Aberrations` or a dict of cartesian parameters (``C10``, ``C12a``, ...,
+        A) with optional ``thickness`` (A) and ``tilt_y``, ``tilt_x`` (rad) and ``rotation`` (rad).
+        ``upsample`` 1: the SSB image, tilt-corrected (method "thick") when a thickness or tilt is
+        given; 3 (or any integer above 1): the parallax image on the finer grid (sub-pixel
+        shifts; it takes the aberrations, not the thickness and tilt). With ``loss`` also the
+        mean-phase loss for those parameters (the slider's release): returns ``(image, loss)``.
+        """
+        from qora.ssb.agreement import parameters_to_aberrations
+
+        if isinstance(params, Aberrations):
+            ab, extra = params, {}
+        else:
+            params = dict(params)
+            extra = {k: float(params.pop(k)) for k in ("thickness", "tilt_y", "tilt_x", "rotation") if k in params}
+            ab = parameters_to_aberrations(params)
+        thickness = extra.get("thickness", 0.0)
+        tilt = (extra.get("tilt_y", 0.0), extra.get("tilt_x", 0.0))
+        saved = self.rotation
+        try:
+            if "rotation" in extra:
+                self.rotation = extra["rotation"]
+            if upsample > 1:
+                image = self.image(ab, "parallax", upsample=upsample)
+            elif thickness or any(tilt):
+                image = self.image(ab, "thick", thickness=thickness, tilt=tilt)
+            else:
+                image = self.image(ab, "ssb")
+            if not loss:
+                return image
+            return image, self.mean_phase(ab, thickness=thickness, tilt=tilt)[1]
+        finally:
+            self.rotation = saved
+
     def _parallax_upsampled(self, aberrations: Aberrations, factor: int) -> np.ndarray:
         """Parallax on a grid ``factor`` times finer: each bright-field image's samples are
         placed at their shifted positions R + grad chi(k) / 2 pi on the fine grid (bilinear

@@ -21,7 +21,7 @@ import numpy as np
 
 from qora.ssb.optics import Aberrations, probe_spectrum, wavelength
 
-__all__ = ["amorphous_slices", "Scan4D", "simulate", "scan_truth"]
+__all__ = ["amorphous_slices", "atoms_slice", "crystal_slices", "Scan4D", "simulate", "scan_truth"]
 
 
 def amorphous_slices(shape, pixel: float, *, slices: int = 1, atoms_per_a2: float = 0.05, sigma: float = 0.4,
@@ -30,20 +30,49 @@ def amorphous_slices(shape, pixel: float, *, slices: int = 1, atoms_per_a2: floa
     uniform random positions, each adding ``phase_per_atom`` rad at its peak; periodic."""
     ny, nx = shape
     rng = np.random.default_rng(seed)
-    ky = np.fft.fftfreq(ny, pixel)[:, None]
-    kx = np.fft.fftfreq(nx, pixel)[None, :]
-    blob = np.exp(-2 * np.pi**2 * sigma**2 * (kx**2 + ky**2))  # FT of the unit-peak Gaussian / (2 pi sigma^2)
-    out = np.empty((slices, ny, nx))
     count = max(1, int(round(atoms_per_a2 * ny * nx * pixel**2)))
+    out = np.empty((slices, ny, nx))
     for s in range(slices):
         ry = rng.uniform(0, ny * pixel, count)
         rx = rng.uniform(0, nx * pixel, count)
-        # the atoms' spectrum at exact (off-grid) positions, then the blob: no rounding to pixels
-        spec = np.zeros((ny, nx), np.complex128)
-        for chunk in np.array_split(np.arange(count), max(1, count // 256)):
-            spec += np.exp(-2j * np.pi * (ky[..., None] * ry[chunk] + kx[..., None] * rx[chunk])).sum(-1)
-        out[s] = np.fft.ifft2(spec * blob).real * (2 * np.pi * sigma**2) / pixel**2 * phase_per_atom
+        out[s] = atoms_slice(shape, pixel, ry, rx, sigma=sigma, phase_per_atom=phase_per_atom)
     return out
+
+
+def atoms_slice(shape, pixel: float, ry, rx, *, sigma: float = 0.4, phase_per_atom=0.05) -> np.ndarray:
+    """One phase slice (ny, nx) (rad) of Gaussian atoms of std ``sigma`` A at positions (ry, rx) (A),
+    each adding ``phase_per_atom`` rad (a scalar or one per atom) at its peak; periodic. The atoms'
+    spectrum is summed at their exact positions, then multiplied by the Gaussian: no rounding to pixels."""
+    ny, nx = shape
+    ry, rx = np.asarray(ry, float), np.asarray(rx, float)
+    weight = np.broadcast_to(np.asarray(phase_per_atom, float), ry.shape)
+    ky = np.fft.fftfreq(ny, pixel)[:, None]
+    kx = np.fft.fftfreq(nx, pixel)[None, :]
+    blob = np.exp(-2 * np.pi**2 * sigma**2 * (kx**2 + ky**2))  # FT of the unit-peak Gaussian / (2 pi sigma^2)
+    spec = np.zeros((ny, nx), np.complex128)
+    for chunk in np.array_split(np.arange(ry.size), max(1, ry.size // 256)):
+        spec += (weight[chunk] * np.exp(-2j * np.pi * (ky[..., None] * ry[chunk] + kx[..., None] * rx[chunk]))).sum(-1)
+    return np.fft.ifft2(spec * blob).real * (2 * np.pi * sigma**2) / pixel**2
+
+
+def crystal_slices(shape, pixel: float, *, period: float, basis=((0.0, 0.0, 1.0), (0.5, 0.3, 0.6)),
+                   sigma: float = 0.35, phase_per_atom: float = 0.05, slices: int = 1) -> np.ndarray:
+    """A square lattice of ``period`` A with a ``basis`` of atoms (fractional y, x, relative
+    strength), as phase slices (slices, ny, nx) (rad), each slice the same layer. The field must
+    hold a whole number of periods on both axes (the slices are periodic)."""
+    ny, nx = shape
+    cells = (ny * pixel / period, nx * pixel / period)
+    if not all(abs(c - round(c)) < 1e-9 for c in cells):
+        raise ValueError(f"the field ({ny * pixel}, {nx * pixel}) A must hold whole periods of {period} A")
+    iy, ix = np.meshgrid(np.arange(round(cells[0])), np.arange(round(cells[1])), indexing="ij")
+    ry, rx, w = [], [], []
+    for fy, fx, strength in basis:
+        ry.append(((iy + fy) * period).ravel())
+        rx.append(((ix + fx) * period).ravel())
+        w.append(np.full(iy.size, strength * phase_per_atom))
+    layer = atoms_slice(shape, pixel, np.concatenate(ry), np.concatenate(rx), sigma=sigma,
+                        phase_per_atom=np.concatenate(w))
+    return np.repeat(layer[None], slices, axis=0)
 
 
 @dataclass
