@@ -49,13 +49,16 @@ def test_fit_writes_both_branches_as_json(tmp_path):
     assert out.exit_code == 0, out.output
     fit, png = tmp_path / "fit.json", tmp_path / "fit.png"
     out = runner.invoke(cli, ["ssb", "fit", str(data), "--rotation", "0", "--out", str(fit), "--plot", str(png),
-                              "--quiet"])
+                              "--trials", "96", "--seed", "1", "--backend", "cpu", "--quiet"])
     assert out.exit_code == 0, out.output
+    assert "+-" in out.output  # the standard errors are printed
     result = json.loads(fit.read_text())
     p = result["standard"]["parameters"]
     assert abs(p["C10"] + 100) < 2 and abs(np.hypot(p["C12a"], p["C12b"]) - 20) < 1
+    assert set(result["standard"]["uncertainty"]) == {"C10", "C12a", "C12b"}
     assert result["better"] == "standard"  # a single thin slice: the thick model adds nothing
-    assert "thick" in result and png.stat().st_size > 0
+    assert "thick" in result and "thickness" in result["thick"]["uncertainty"]
+    assert png.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_empad_raw_is_read_lazily_and_gives_the_same_session(tmp_path):

@@ -139,40 +139,43 @@ def image_cmd(data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle, c30
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Fit .json file.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="PNG of the images of the fitted branches.")
+@click.option("--trials", type=click.IntRange(8, 100000), default=200, show_default=True,
+              help="Trials of the cold-start search (rotation given), 8 per pass over G.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the search.")
+@click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="Where G is prepared (the fit itself runs on the host).")
 @click.option("--quiet", is_flag=True)
-def fit_cmd(data, kv, semiangle, scan_step, rotation, tilt, out, plot, quiet) -> None:
+def fit_cmd(data, kv, semiangle, scan_step, rotation, tilt, out, plot, trials, seed, backend, quiet) -> None:
     """Fit defocus, astigmatism (and rotation, thickness, tilt) from a cold start."""
     import json
 
     from qora.io.atomic import atomic_path
     from qora.progress import tqdm_progress
     from qora.ssb.agreement import fit_session, parameters_to_aberrations
-    from qora.ssb.files import plot_image
+    from qora.ssb.files import plot_fit
     from qora.ssb.session import Session
 
     try:
         stack, meta, kv, semiangle, scan_step = _load_with_settings(data, kv, semiangle, scan_step)
-        session = Session(stack, kv=kv, alpha_mrad=semiangle, scan_step=scan_step)
+        session = Session(stack, kv=kv, alpha_mrad=semiangle, scan_step=scan_step, backend=backend)
         with tqdm_progress(disable=quiet) as bar:
             result = fit_session(session, rotation=None if rotation is None else np.deg2rad(rotation), tilt=tilt,
-                                 progress=bar)
+                                 progress=bar, trials=trials, seed=seed)
     except (ValueError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from exc
     with atomic_path(out) as tmp:
         tmp.write_text(json.dumps(result, indent=2) + "\n")
     std = parameters_to_aberrations(result["standard"]["parameters"])
-    click.echo(f"rotation {np.rad2deg(result['rotation_rad']):.2f} deg; standard: C10 {std.get('C10'):.1f} A, "
-               f"C12 {std.get('C12'):.1f} A, agreement {result['standard']['agreement']:.4f}")
+    err = result["standard"]["uncertainty"]
+    click.echo(f"rotation {np.rad2deg(result['rotation_rad']):.2f} deg; standard: C10 {std.get('C10'):.1f} "
+               f"+- {err['C10']:.1f} A, C12 {std.get('C12'):.1f} A (C12a/b +- {err['C12a']:.1f}/{err['C12b']:.1f}), "
+               f"agreement {result['standard']['agreement']:.4f}")
     if "thick" in result:
-        p = result["thick"]["parameters"]
-        click.echo(f"thick: thickness {p['thickness']:.0f} A, tilt ({p['tilt_y'] * 1e3:.2f}, {p['tilt_x'] * 1e3:.2f}) "
-                   f"mrad, agreement {result['thick']['agreement']:.4f}; better: {result['better']}")
+        p, e = result["thick"]["parameters"], result["thick"]["uncertainty"]
+        click.echo(f"thick: thickness {p['thickness']:.0f} +- {e['thickness']:.0f} A, tilt ({p['tilt_y'] * 1e3:.2f}, "
+                   f"{p['tilt_x'] * 1e3:.2f}) +- ({e['tilt_y'] * 1e3:.2f}, {e['tilt_x'] * 1e3:.2f}) mrad, agreement "
+                   f"{result['thick']['agreement']:.4f}; better: {result['better']}")
     click.echo(f"wrote {out}")
     if plot is not None:
-        session.rotation = result["rotation_rad"]
-        branch = result.get("better", "standard")
-        p = result[branch]["parameters"]
-        kw = {"thickness": p["thickness"], "tilt": (p["tilt_y"], p["tilt_x"])} if branch == "thick" else {}
-        image = session.image(parameters_to_aberrations(p), "thick" if branch == "thick" else "ssb", **kw)
-        plot_image(plot, image, scan_step=scan_step, title=f"{branch} fit: phase (rad)")
+        plot_fit(plot, session, result)
         click.echo(f"wrote {plot}")

@@ -142,3 +142,77 @@ def plot_image(path, phase, *, scan_step: float, title: str = "", chi_map=None) 
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110)
     plt.close(fig)
+
+
+def plot_fit(path, session, result: dict) -> None:
+    """PNG of a fit (:func:`qora.ssb.agreement.fit_session`'s result): the image of each branch,
+    the fitted aberration function chi over the aperture (the better branch), and the agreement
+    along each fitted parameter of that branch around its fit (+-4 standard errors, at least
+    +-10 A or +-1 mrad), the others held."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from qora.ssb.agreement import Band, parameters_to_aberrations
+    from qora.ssb.optics import chi
+
+    branches = [b for b in ("standard", "thick") if b in result]
+    best = result.get("better", branches[0])
+    params = result[best]["parameters"]
+    names = list(result[best]["parameter_order"])
+    saved = session.rotation
+    session.rotation = result["rotation_rad"]
+    try:
+        images = {}
+        for b in branches:
+            p = result[b]["parameters"]
+            kw = {"thickness": p["thickness"], "tilt": (p["tilt_y"], p["tilt_x"])} if b == "thick" else {}
+            images[b] = session.image(parameters_to_aberrations(p), "thick" if b == "thick" else "ssb", **kw)
+        band = Band(session, names, rotation=result["rotation_rad"])
+        error = result[best].get("uncertainty", {})
+        curves = {}
+        for name in names:
+            floor = 1e-3 if name.startswith("tilt") else 10.0
+            half = max(4 * error.get(name, 0.0), floor)
+            xs = params[name] + np.linspace(-half, half, 25)
+            curves[name] = (xs, band.evaluate_batch([{**params, name: float(x)} for x in xs]))
+    finally:
+        session.rotation = saved
+    cols = max(len(branches) + 1, len(names))
+    fig, axes = plt.subplots(2, cols, figsize=(3.6 * cols, 7.0), squeeze=False)
+    sy, sx = session.scan_shape
+    step = session.scan_step
+    for i, b in enumerate(branches):
+        im = axes[0, i].imshow(images[b], cmap="gray", extent=(0, sx * step, sy * step, 0))
+        axes[0, i].set_title(f"{b}: agreement {result[b]['agreement']:.4f}", fontsize=9)
+        axes[0, i].set(xlabel="x (A)", ylabel="y (A)")
+        fig.colorbar(im, ax=axes[0, i], label="rad")
+    a = session.alpha_mrad
+    grid = np.linspace(-a, a, 129)
+    ky, kx = np.meshgrid(grid, grid, indexing="ij")
+    k = 1e-3 / session.wavelength
+    values = np.where(np.hypot(ky, kx) <= a, chi(kx * k, ky * k, parameters_to_aberrations(params), session.wavelength),
+                      np.nan)
+    ax = axes[0, len(branches)]
+    im = ax.imshow(values, cmap="twilight", extent=(-a, a, -a, a), origin="lower")
+    ax.set_title(f"chi of the {best} fit (rad)", fontsize=9)
+    ax.set(xlabel="k_x (mrad)", ylabel="k_y (mrad)")
+    fig.colorbar(im, ax=ax, label="rad")
+    for j in range(len(branches) + 1, cols):
+        axes[0, j].axis("off")
+    for j in range(cols):
+        if j >= len(names):
+            axes[1, j].axis("off")
+            continue
+        name = names[j]
+        xs, ys = curves[name]
+        scale, unit = (1e3, "mrad") if name.startswith("tilt") else (1.0, "A")
+        axes[1, j].plot(xs * scale, ys, "-")
+        axes[1, j].axvline(params[name] * scale, color="k", lw=0.8)
+        axes[1, j].set(xlabel=f"{name} ({unit})", ylabel="agreement" if j == 0 else None)
+    fig.suptitle(f"scan rotation {np.rad2deg(result['rotation_rad']):.2f} deg; better: {best}")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)
