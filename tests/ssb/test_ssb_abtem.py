@@ -113,3 +113,24 @@ def test_cold_start_fit_on_the_abtem_data(abtem_scan):
     assert abs(fitted.get("C10") - float(fx["C10"])) < 2.0
     assert abs(mag - float(fx["C12"])) < 1.0
     assert abs(math.degrees(angle - float(fx["phi12"]))) < 2.0
+
+
+@pytest.mark.slow
+def test_cold_start_fit_with_the_rotation_unknown_on_the_abtem_fixture(abtem_scan):
+    """The same, with the scan rotation fitted as well (abTEM's scan is not rotated: 0 degrees)."""
+    from qora.ssb.agreement import fit_rotation, parameters_to_aberrations
+    from qora.ssb.session import DetectorFit
+
+    fx, data, _, fitted_session = abtem_scan
+    calibration = DetectorFit(tuple(float(v) for v in fx["detector_center"]),
+                              float(fx["alpha_mrad"]) / float(fx["detector_mrad_per_pixel"]),
+                              float(fx["detector_mrad_per_pixel"]))
+    session = Session(data, kv=fitted_session.kv, alpha_mrad=fitted_session.alpha_mrad,
+                      scan_step=fitted_session.scan_step, detector=calibration)
+    rotation, values, _ = fit_rotation(session)
+    fitted = parameters_to_aberrations(values)
+    mag, angle = fitted.values["C12"]
+    assert abs(math.degrees(rotation)) < 0.5
+    assert abs(fitted.get("C10") - float(fx["C10"])) < 2.0
+    assert abs(mag - float(fx["C12"])) < 1.0
+    assert abs(math.degrees(angle - float(fx["phi12"]))) < 2.0

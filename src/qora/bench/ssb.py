@@ -2,8 +2,10 @@
 on the CPU or the GPU (``--backend``; the GPU adds the 3x parallax and the mean-phase image).
 
 Steps timed (warm; the median of ``repeats`` runs each): load the dataset file, fit the
-detector, prepare the session (bright field and half-plane G), and one image per method (SSB,
-the thick model, parallax) at fixed parameters, as a user moving a slider would. The dataset is
+detector, prepare the session (bright field and half-plane G), one image per method (SSB, the
+thick model, parallax) at fixed parameters; the previews as a slider moves them (C10 changes on
+every call; median of 20): 1x, 3x, tilt-corrected 1x, and 1x with the loss; the fit from a cold
+start with the rotation given (median of 3 seeds): its search, standard and thick stages. The dataset is
 our simulator's (amorphous film, 300 kV, 20 mrad, a 64 x 64 detector), written once to a
 temporary HDF5 file. The peak memory of the preparation is reported too.
 """
@@ -68,6 +70,30 @@ def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int 
                          ("mean_phase", lambda: session.mean_phase(ab))):
             fn()
             _, times[name] = _median_ms(fn, repeats)
+    # previews as a slider moves them: C10 changes on every call (median of 20)
+    previews = (("preview_1x", {}), ("preview_3x", {"upsample": 3}), ("preview_tilt_1x", {"thickness": 100.0}),
+                ("preview_loss_1x", {"loss": True}))
+    for name, opts in previews:
+        opts = dict(opts)
+        extra = {"thickness": opts.pop("thickness")} if "thickness" in opts else {}
+        session.preview({"C10": 150.0, **extra}, **opts)
+        samples = []
+        for i in range(20):
+            t0 = time.perf_counter()
+            session.preview({"C10": 150.0 + 0.5 * i, **extra}, **opts)
+            samples.append((time.perf_counter() - t0) * 1e3)
+        times[name] = float(np.median(samples))
+    # the fit from a cold start (rotation given), median of 3: search, standard Newton, thick Newton
+    from qora.ssb.agreement import fit_session
+
+    fits = [fit_session(session, rotation=0.0, tilt=True, seed=i) for i in range(repeats)]
+    for stage, key in (("fit_search", "search_s"), ("fit_standard", "standard_s"), ("fit_thick", "thick_s")):
+        times[stage] = float(np.median([f["timings_s"][key] for f in fits])) * 1e3
+    c10_error = float(np.median([abs(f["standard"]["parameters"]["C10"] - 150.0) for f in fits]))
+    result.notes["fit"] = {"truth_C10_a": 150.0, "median_abs_C10_error_a": c10_error,
+                           "median_C12_a": float(np.median([np.hypot(f["standard"]["parameters"]["C12a"],
+                                                                     f["standard"]["parameters"]["C12b"])
+                                                            for f in fits]))}
     for step, ms in times.items():
         result.add(f"step/{label}/{step}", ms=ms)
     result.add(f"memory/{label}/prepare", ms=None, peak_bytes=pm.peak_bytes, data_bytes=int(data.nbytes),
@@ -75,7 +101,7 @@ def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int 
     echo(f"{be.name}: {result.device['name']}; scan {scan}^2, detector {window}^2, "
          f"{len(session.bf_index)} bright-field pixels, G {session.nbytes / 2**20:.0f} MiB")
     echo("  " + ", ".join(f"{k} {v:.0f} ms" for k, v in times.items())
-         + f"; prepare peak {pm.peak_bytes / 2**20:.0f} MiB")
+         + f"; prepare peak {pm.peak_bytes / 2**20:.0f} MiB; fit |C10 error| {c10_error:.2f} A")
     if write:
         out = result.write()
         echo(f"result written to {out}")
