@@ -40,8 +40,8 @@ HOLO_COUNTER_KERNELS = ("fused/fgp_fused", "separate/fgp_primal", "separate/fgp_
                         "mapping/map_scatter")
 
 SSB_BENCH_LABEL = "128x128x64x64"
-SSB_FIT_STEPS = ("preview_1x", "preview_3x", "preview_tilt_1x", "preview_loss_1x", "fit_search", "fit_standard",
-                 "fit_thick")
+SSB_PREVIEW_STEPS = ("preview_1x", "preview_3x", "preview_tilt_1x", "preview_loss_1x")
+SSB_FIT_STEPS = SSB_PREVIEW_STEPS + ("fit_search", "fit_standard", "fit_thick")
 
 REQUIRED_CASES: dict[str, list[str]] = {
     "floors": ["copy"] + [fft_pair_case(s, p) for s in FLOOR_SHAPES for p in FLOOR_PRECISIONS],
@@ -70,8 +70,7 @@ REQUIRED_CASES: dict[str, list[str]] = {
                                                         "image_parallax") + SSB_FIT_STEPS]
                + [f"memory/{SSB_BENCH_LABEL}/prepare"],
     "ssb-cuda": [f"step/{SSB_BENCH_LABEL}/{s}" for s in ("load", "detector_fit", "prepare", "image_ssb", "image_thick",
-                                                         "image_parallax", "image_parallax_up3", "mean_phase")
-                 + SSB_FIT_STEPS]
+                                                         "image_parallax", "image_parallax_up3", "mean_phase")]
                 + [f"memory/{SSB_BENCH_LABEL}/prepare"],
 }
 
