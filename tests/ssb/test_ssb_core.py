@@ -276,16 +276,9 @@ def test_thick_fit_recovers_the_thickness_of_an_amorphous_slab():
 
 
 def _rotate_detector(data, theta):
-    """Patterns of a scan turned by ``theta`` against the detector: I_d(k_d) = I_s(R(-theta) k_d),
-    the scan frame's patterns resampled (bilinear) at the detector's pixels."""
-    from scipy.ndimage import map_coordinates
+    from qora.ssb.simulate import rotate_detector
 
-    n = data.shape[-1]
-    yd, xd = np.indices((n, n)) - n // 2
-    c, s = np.cos(theta), np.sin(theta)
-    coords = np.array([-s * xd + c * yd + n // 2, c * xd + s * yd + n // 2])
-    flat = data.reshape(-1, n, n)
-    return np.stack([map_coordinates(p, coords, order=1) for p in flat]).reshape(data.shape)
+    return rotate_detector(data, theta)
 
 
 def test_cold_start_fit_with_an_unknown_scan_rotation():

@@ -100,6 +100,8 @@ def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int 
                                                                 for f in fits]))}
     for step, ms in times.items():
         result.add(f"step/{label}/{step}", ms=ms)
+    if not be.is_cuda:
+        _against_py4dstem(result, sim, echo)
     result.add(f"memory/{label}/prepare", ms=None, peak_bytes=pm.peak_bytes, data_bytes=int(data.nbytes),
                g_bytes=int(session.nbytes), bright_field_pixels=int(len(session.bf_index)))
     echo(f"{be.name}: {result.device['name']}; scan {scan}^2, detector {window}^2, "
@@ -110,3 +112,71 @@ def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int 
         out = result.write()
         echo(f"result written to {out}")
     return result
+
+
+def py4dstem_python() -> Path:
+    """The interpreter of py4DSTEM's environment (bench/py4dstem-env.sh), or ``QORA_PY4DSTEM_PYTHON``."""
+    import os
+
+    env = os.environ.get("QORA_PY4DSTEM_PYTHON")
+    return Path(env) if env else Path(__file__).resolve().parents[3] / ".py4dstem" / "bin" / "python"
+
+
+def _py4dstem_fit(data, scan_step: float, kv: float, mrad_per_pixel: float) -> dict:
+    import json
+    import subprocess
+
+    script = Path(__file__).with_name("peers") / "ssb_py4dstem.py"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "data.npy"
+        np.save(path, np.asarray(data, np.float32))
+        proc = subprocess.run([str(py4dstem_python()), str(script), str(path), str(scan_step), str(kv),
+                               str(mrad_per_pixel)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the py4DSTEM peer failed: {proc.stderr.strip()[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _against_py4dstem(result, film, echo) -> None:
+    """qora's fit and py4DSTEM's parallax fit on the same two datasets: the film (C10 = 150 A, no
+    astigmatism, no rotation) and a crystal whose parallax shifts exceed half its period (3.2 A
+    lattice, C10 = -100 A, 20 A of C12 at 25 degrees, the scan turned by 7 degrees). Errors: |C10|,
+    |C12| magnitude (angle conventions differ between the codes) and the rotation's."""
+    from qora.ssb.agreement import fit_rotation, fit_session, parameters_to_aberrations
+    from qora.ssb.optics import Aberrations
+    from qora.ssb.session import Session
+    from qora.ssb.simulate import crystal_slices, rotate_detector, simulate
+
+    if not py4dstem_python().exists():
+        echo(f"  py4DSTEM: no environment at {py4dstem_python()} (bench/py4dstem-env.sh); comparison skipped")
+        return
+    crystal = simulate(crystal_slices((96, 96), 0.2, period=3.2), pixel=0.2, stride=2, window=48, alpha_mrad=20.0,
+                       aberrations=Aberrations(C10=-100.0, C12=(20.0, np.deg2rad(25.0))))
+    cases = {
+        "film": (film.data, film.scan_step, film.kv, film.mrad_per_pixel, 150.0, 0.0, 0.0, film.alpha_mrad),
+        "crystal_3.2A_rot7": (rotate_detector(crystal.data, np.deg2rad(7.0)), crystal.scan_step, crystal.kv,
+                              crystal.mrad_per_pixel, -100.0, 20.0, 7.0, crystal.alpha_mrad),
+    }
+    for name, (data, step, kv, mpp, c10, c12, rot_deg, alpha) in cases.items():
+        t0 = time.perf_counter()
+        session = Session(data, kv=kv, alpha_mrad=alpha, scan_step=step)
+        if rot_deg == 0.0:
+            fit = fit_session(session, rotation=0.0, tilt=False)
+            values, rotation = fit["standard"]["parameters"], 0.0
+        else:
+            rotation, values, _ = fit_rotation(session)
+        ours_ms = (time.perf_counter() - t0) * 1e3
+        ab = parameters_to_aberrations(values)
+        ours = (abs(ab.get("C10") - c10), abs(ab.get("C12") - c12), abs(np.rad2deg(rotation) - rot_deg))
+        peer = _py4dstem_fit(data, step, kv, mpp)
+        p = peer["polar"]
+        theirs = (abs(p.get("C10", np.nan) - c10), abs(p.get("C12", 0.0) - c12),
+                  abs(((np.rad2deg(peer["rotation_rad"]) - rot_deg) + 90) % 180 - 90))
+        for who, ms, err, raw in (("qora", ours_ms, ours, {"C10": ab.get("C10"), "C12": ab.get("C12")}),
+                                  ("py4dstem", peer["seconds"] * 1e3, theirs, p)):
+            result.add(f"peer/{name}/{who}", ms=ms, c10_error_a=err[0], c12_error_a=err[1], rotation_error_deg=err[2],
+                       fitted=raw)
+        result.notes.setdefault("py4dstem", peer["py4dstem"])
+        echo(f"  {name}: qora {ours_ms / 1e3:.1f} s, errors C10 {ours[0]:.2f} A, C12 {ours[1]:.2f} A, rotation "
+             f"{ours[2]:.2f} deg; py4DSTEM {peer['seconds']:.1f} s, errors C10 {theirs[0]:.2f} A, C12 {theirs[1]:.2f} A, "
+             f"rotation {theirs[2]:.2f} deg")

@@ -21,7 +21,7 @@ import numpy as np
 
 from qora.ssb.optics import Aberrations, probe_spectrum, wavelength
 
-__all__ = ["amorphous_slices", "atoms_slice", "crystal_slices", "Scan4D", "simulate", "scan_truth"]
+__all__ = ["amorphous_slices", "atoms_slice", "crystal_slices", "rotate_detector", "Scan4D", "simulate", "scan_truth"]
 
 
 def amorphous_slices(shape, pixel: float, *, slices: int = 1, atoms_per_a2: float = 0.05, sigma: float = 0.4,
@@ -185,3 +185,17 @@ def scan_truth(scan: Scan4D, *, band_limit: float | None = None) -> np.ndarray:
     small[np.hypot(qy, qx) > limit] = 0
     small[0, 0] = 0
     return np.fft.ifft2(small).real
+
+
+def rotate_detector(data, theta: float) -> np.ndarray:
+    """Patterns of a scan turned by ``theta`` (rad) against the detector: I_d(k_d) = I_s(R(-theta) k_d),
+    the scan frame's patterns resampled (bilinear, about the detector's centre pixel) at the
+    detector's pixels. Simulates a scan rotation the fits must find."""
+    from scipy.ndimage import map_coordinates
+
+    n = data.shape[-1]
+    yd, xd = np.indices((n, n)) - n // 2
+    c, s = np.cos(theta), np.sin(theta)
+    coords = np.array([-s * xd + c * yd + n // 2, c * xd + s * yd + n // 2])
+    flat = data.reshape(-1, n, n)
+    return np.stack([map_coordinates(p, coords, order=1) for p in flat]).reshape(data.shape)
