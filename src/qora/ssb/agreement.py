@@ -19,7 +19,8 @@ linear in the cartesian coefficients, chi = sum_p c_p B_p(k), so Gamma's two ter
     term2 = A(k) A(k + Q) exp(-i sum_p c_p [B_p(k) - B_p(k + Q)]) s2(t, tau),
 
 with s the thick model's sinc depth weights (1 for the standard model), and every derivative
-is exact. The scan rotation is held fixed here.
+is exact. The scan rotation is a parameter too (``rotation``, rad): Q in the detector's frame
+turns with it, and the band's apertures get a soft edge so that the agreement is smooth in it.
 """
 
 from __future__ import annotations
@@ -73,21 +74,76 @@ def _sinc_derivatives(u):
     return f, d1, d2
 
 
+def _basis_derivatives(name: str, ky, kx, lam: float, qdy, qdx, qddy, qddx):
+    """B_p(k) and its first and second derivatives along a path k(theta) with dk/dtheta = (qdy, qdx)
+    and d2k/dtheta2 = (qddy, qddx): (B, dB, d2B). Exact: r^(n+1) cos(m phi) = Re(z^m) |z|^(n+1-m)
+    with z = kx + i ky is a polynomial (n + 1 - m is even for every Krivanek term here)."""
+    coefficient = name.rstrip("ab") if name[-1] in "ab" else name
+    n, m = KNOWN_ABERRATIONS[coefficient]
+    j = (n + 1 - m) // 2
+    c = 2 * np.pi * lam**n / (n + 1)
+    z = kx + 1j * ky
+    r2 = kx**2 + ky**2
+
+    def zp(p):  # z^p, 0 for negative p (its coefficient is then zero)
+        return z**p if p >= 0 else np.zeros_like(z)
+
+    def rp(p):
+        return r2**p if p >= 0 else np.zeros_like(r2)
+
+    f = zp(m) * rp(j)
+    fx = m * zp(m - 1) * rp(j) + zp(m) * j * rp(j - 1) * 2 * kx
+    fy = 1j * m * zp(m - 1) * rp(j) + zp(m) * j * rp(j - 1) * 2 * ky
+    fxx = m * (m - 1) * zp(m - 2) * rp(j) + 4 * m * j * zp(m - 1) * rp(j - 1) * kx \
+        + zp(m) * (j * (j - 1) * rp(j - 2) * 4 * kx**2 + 2 * j * rp(j - 1))
+    fyy = -m * (m - 1) * zp(m - 2) * rp(j) + 4j * m * j * zp(m - 1) * rp(j - 1) * ky \
+        + zp(m) * (j * (j - 1) * rp(j - 2) * 4 * ky**2 + 2 * j * rp(j - 1))
+    fxy = 1j * m * (m - 1) * zp(m - 2) * rp(j) + 2 * m * j * zp(m - 1) * rp(j - 1) * (ky + 1j * kx) \
+        + zp(m) * j * (j - 1) * rp(j - 2) * 4 * kx * ky
+    part = np.imag if name.endswith("b") else np.real
+    d1 = fx * qdx + fy * qdy
+    d2 = fxx * qdx**2 + 2 * fxy * qdx * qdy + fyy * qdy**2 + fx * qddx + fy * qddy
+    return c * part(f), c * part(d1), c * part(d2)
+
+
+def _soft_aperture(ky, kx, radius: float, width: float, qdy=None, qdx=None, qddy=None, qddx=None):
+    """A(k) = 1 / (1 + exp((|k| - radius) / width)) (1/A), and its first and second derivatives
+    along a path with dk/dtheta = (qdy, qdx), d2k/dtheta2 = (qddy, qddx) when given."""
+    r = np.hypot(ky, kx)
+    a = 0.5 * (1 - np.tanh((r - radius) / (2 * width)))  # the logistic, without overflow
+    if qdy is None:
+        return a
+    ar = -a * (1 - a) / width
+    arr = a * (1 - a) * (1 - 2 * a) / width**2
+    rs = np.maximum(r, 1e-300)
+    ur = (ky * qdy + kx * qdx) / rs  # the path's radial speed
+    speed2 = qdy**2 + qdx**2
+    first = ar * ur
+    second = arr * ur**2 + ar * ((speed2 - ur**2) / rs + (ky * qddy + kx * qddx) / rs)
+    return a, first, second
+
+
 class Band:
     """The frequencies of a band and everything about them that does not depend on p.
 
     Built from a :class:`qora.ssb.session.Session`: the half-plane Q with band_low <= |Q| <=
     band_high (1/A) and their G, apertures, and the phase bases of every fitted parameter, for
-    the scan rotation ``rotation`` (rad; the session's by default).
+    the scan rotation ``rotation`` (rad; the session's by default). With ``"rotation"`` among the
+    parameters the rotation is fitted too, with exact derivatives: the apertures then have a soft
+    edge (a logistic of width ``soft_edge`` 1/A, default half a detector pixel) so that the
+    agreement is smooth in the rotation; the geometry is rebuilt for each rotation evaluated.
     """
 
-    def __init__(self, session, parameters, *, band=(0.2, 0.9), rotation: float | None = None) -> None:
-        unknown = [p for p in parameters if p not in ABERRATION_PARAMETERS + THICK_PARAMETERS]
+    def __init__(self, session, parameters, *, band=(0.2, 0.9), rotation: float | None = None,
+                 soft_edge: float | None = None) -> None:
+        known = ABERRATION_PARAMETERS + THICK_PARAMETERS + ("rotation",)
+        unknown = [p for p in parameters if p not in known]
         if unknown:
-            raise ValueError(f"unknown parameters {unknown}; known: {ABERRATION_PARAMETERS + THICK_PARAMETERS}")
+            raise ValueError(f"unknown parameters {unknown}; known: {known}")
         self.parameters = tuple(parameters)
         self.rotation = session.rotation if rotation is None else float(rotation)
-        qy, qx = session.q_half(self.rotation)
+        self.fits_rotation = "rotation" in self.parameters
+        qy, qx = session.q_half(0.0)  # the scan frame; turned for each rotation
         q = np.hypot(qy, qx)
         sy, sx = session.scan_shape
         keep = (q >= band[0]) & (q <= band[1])
@@ -98,78 +154,181 @@ class Band:
         keep[0, 0] = False
         if not keep.any():
             raise ValueError(f"no scan frequency in the band {band} 1/A")
-        self.qy, self.qx = qy[keep][:, None], qx[keep][:, None]
+        self._q_scan = (qy[keep][:, None], qx[keep][:, None])
         self.G = session.host_G()[keep]  # (nq, nbf); the fits run on the host (issue 10 brings them to the GPU)
         self.total = float(np.sum(np.abs(self.G) ** 2))
-        lam = session.wavelength
-        ky, kx = session.k[:, 0][None, :], session.k[:, 1][None, :]
-        a0 = aperture(kx, ky, session.alpha_mrad, lam)
-        self.a1 = a0 * aperture(kx - self.qx, ky - self.qy, session.alpha_mrad, lam)
-        self.a2 = a0 * aperture(kx + self.qx, ky + self.qy, session.alpha_mrad, lam)
-        abers = [p for p in self.parameters if p in ABERRATION_PARAMETERS]
-        self.aberration_index = [self.parameters.index(p) for p in abers]
-        self.d1 = np.stack([_basis(p, ky - self.qy, kx - self.qx, lam) - _basis(p, ky, kx, lam) for p in abers]) \
-            if abers else np.zeros((0,) + self.G.shape)
-        self.d2 = np.stack([_basis(p, ky, kx, lam) - _basis(p, ky + self.qy, kx + self.qx, lam) for p in abers]) \
-            if abers else np.zeros((0,) + self.G.shape)
-        k2 = ky**2 + kx**2
-        self.a1_depth = np.pi * lam * (k2 - ((ky - self.qy) ** 2 + (kx - self.qx) ** 2))
-        self.a2_depth = np.pi * lam * (((ky + self.qy) ** 2 + (kx + self.qx) ** 2) - k2)
+        self.lam = session.wavelength
+        self.alpha = session.alpha_mrad * 1e-3 / self.lam
+        self.ky, self.kx = session.k[:, 0][None, :], session.k[:, 1][None, :]
+        dk = session.detector.mrad_per_pixel * 1e-3 / self.lam
+        self.soft_edge = (0.5 * dk if soft_edge is None else float(soft_edge)) if self.fits_rotation else None
+        self.aberration_names = [p for p in self.parameters if p in ABERRATION_PARAMETERS]
+        self.aberration_index = [self.parameters.index(p) for p in self.aberration_names]
         self.thick = any(p in THICK_PARAMETERS for p in self.parameters)
+        self._geometry_for = None
+        self._set_rotation(self.rotation)
+
+    # -- the geometry at one rotation, with its rotation derivatives --------------------------
+    def _set_rotation(self, theta: float) -> None:
+        if self._geometry_for == theta:
+            return
+        lam, ky, kx = self.lam, self.ky, self.kx
+        c, s = math.cos(theta), math.sin(theta)
+        qys, qxs = self._q_scan
+        self.qy, self.qx = c * qys + s * qxs, -s * qys + c * qxs
+        qdy, qdx = self.qx, -self.qy  # dQ/dtheta in the detector frame
+        qddy, qddx = -self.qy, -self.qx
+        self.q_dot = (qdy, qdx)
+        names = self.aberration_names
+        self.terms = []
+        for sign in (-1, 1):  # term 1 at k - Q, term 2 at k + Q
+            ks = (ky + sign * self.qy, kx + sign * self.qx)
+            path = (sign * qdy, sign * qdx, sign * qddy, sign * qddx)  # d(k +- Q)/dtheta
+            if self.soft_edge is None:
+                a0 = aperture(kx, ky, self.alpha * 1e3 * lam, lam)
+                a = a0 * aperture(ks[1], ks[0], self.alpha * 1e3 * lam, lam)
+                a_d = a_dd = None
+            else:
+                a0 = _soft_aperture(ky, kx, self.alpha, self.soft_edge)
+                a_s, a_s1, a_s2 = _soft_aperture(ks[0], ks[1], self.alpha, self.soft_edge, *path)
+                a, a_d, a_dd = a0 * a_s, a0 * a_s1, a0 * a_s2
+            d, d_d, d_dd = [], [], []
+            for p in names:
+                b0 = _basis_derivatives(p, ky, kx, lam, 0 * qdy, 0 * qdx, 0 * qddy, 0 * qddx)[0]
+                bs, bs1, bs2 = _basis_derivatives(p, ks[0], ks[1], lam, *path)
+                # term 1: B(k - Q) - B(k); term 2: B(k) - B(k + Q)
+                d.append(bs - b0 if sign < 0 else b0 - bs)
+                d_d.append(bs1 if sign < 0 else -bs1)
+                d_dd.append(bs2 if sign < 0 else -bs2)
+            k2, kq2 = ky**2 + kx**2, ks[0] ** 2 + ks[1] ** 2
+            dot = ks[0] * path[0] + ks[1] * path[1]  # (k +- Q) . d(k +- Q)/dtheta
+            speed2 = path[0] ** 2 + path[1] ** 2
+            acc = ks[0] * path[2] + ks[1] * path[3]
+            # depth phase pi lambda (|k|^2 - |k - Q|^2) (term 1) or pi lambda (|k + Q|^2 - |k|^2) (term 2)
+            depth = np.pi * lam * ((k2 - kq2) if sign < 0 else (kq2 - k2))
+            depth_d = np.pi * lam * 2 * dot * (-1 if sign < 0 else 1)
+            depth_dd = np.pi * lam * 2 * (speed2 + acc) * (-1 if sign < 0 else 1)
+            self.terms.append({"a": a, "a_d": a_d, "a_dd": a_dd, "d": d, "d_d": d_d, "d_dd": d_dd,
+                               "depth": depth, "depth_d": depth_d, "depth_dd": depth_dd})
+        self._geometry_for = theta
+
+    @property
+    def a1(self):
+        return self.terms[0]["a"]
+
+    @property
+    def a2(self):
+        return self.terms[1]["a"]
 
     # -- one parameter set with derivatives -----------------------------------------------
-    def _depth(self, depth_phase, values, order: int):
-        """s, its derivatives in (thickness, tilt_y, tilt_x) (first: 3 arrays, second: 3 x 3)."""
+    def _depth(self, term, values, order: int):
+        """The sinc depth weight s and its derivatives in the depth-related parameters present
+        (thickness, tilt_y, tilt_x, rotation): (s, {name: s_i}, {(name, name): s_ij})."""
         t = values.get("thickness", 0.0)
         ty, tx = values.get("tilt_y", 0.0), values.get("tilt_x", 0.0)
-        a = depth_phase - 2 * np.pi * (ty * self.qy + tx * self.qx)
+        qy, qx = self.qy, self.qx
+        a = term["depth"] - 2 * np.pi * (ty * qy + tx * qx)
         u = a * t / 2
-        f, d1, d2 = _sinc_derivatives(u)
+        f, f1, f2 = _sinc_derivatives(u)
         if order == 0:
-            return f, None, None
-        du = [a / 2, -np.pi * self.qy * t, -np.pi * self.qx * t]  # du / d(thickness, tilt_y, tilt_x)
-        first = [d1 * g for g in du]
-        cross = {(0, 1): -np.pi * self.qy, (0, 2): -np.pi * self.qx}
-        second = [[d2 * du[i] * du[j] + (d1 * cross.get((min(i, j), max(i, j)), 0.0)) for j in range(3)]
-                  for i in range(3)]
+            return f, {}, {}
+        qdy, qdx = self.q_dot
+        a_r = term["depth_d"] - 2 * np.pi * (ty * qdy + tx * qdx)
+        a_rr = term["depth_dd"] - 2 * np.pi * (ty * -qy + tx * -qx)
+        du = {"thickness": a / 2, "tilt_y": -np.pi * qy * t, "tilt_x": -np.pi * qx * t, "rotation": a_r * t / 2}
+        ddu = {("thickness", "tilt_y"): -np.pi * qy, ("thickness", "tilt_x"): -np.pi * qx,
+               ("thickness", "rotation"): a_r / 2, ("tilt_y", "rotation"): -np.pi * qdy * t,
+               ("tilt_x", "rotation"): -np.pi * qdx * t, ("rotation", "rotation"): a_rr * t / 2}
+        present = [p for p in ("thickness", "tilt_y", "tilt_x", "rotation") if p in self.parameters]
+        first = {p: f1 * du[p] for p in present}
+        second = {}
+        for i, p in enumerate(present):
+            for q_ in present[i:]:
+                cross = ddu.get((p, q_), ddu.get((q_, p), 0.0))
+                second[(p, q_)] = second[(q_, p)] = f2 * du[p] * du[q_] + f1 * cross
         return f, first, second
 
     def evaluate(self, values: dict, *, order: int = 2):
         """Agreement (and with ``order`` 1 or 2 its gradient and Hessian in ``self.parameters``)."""
-        c = np.array([values.get(self.parameters[i], 0.0) for i in self.aberration_index])
-        nparam = len(self.parameters)
+        if self.fits_rotation:
+            self._set_rotation(float(values.get("rotation", self.rotation)))
+        names = self.parameters
+        nparam = len(names)
+        c = np.array([values.get(p, 0.0) for p in self.aberration_names])
         terms = []
-        for a_ap, d, depth in ((self.a1, self.d1, self.a1_depth), (self.a2, self.d2, self.a2_depth)):
-            e = a_ap * np.exp(-1j * np.tensordot(c, d, axes=(0, 0))) if len(c) else a_ap.astype(complex)
-            s, s1, s2 = self._depth(depth, values, order) if self.thick else (1.0, None, None)
-            term = e * s
-            grads = hess = None
-            if order >= 1:
-                grads = [None] * nparam
-                for j, i in enumerate(self.aberration_index):
-                    grads[i] = -1j * d[j] * term
-                for ti, name in enumerate(THICK_PARAMETERS):
-                    if name in self.parameters:
-                        grads[self.parameters.index(name)] = e * s1[ti]
-            if order >= 2:
-                hess = [[None] * nparam for _ in range(nparam)]
-                for pi_, pname in enumerate(self.parameters):
-                    for qi, qname in enumerate(self.parameters):
-                        ep = -1j * d[self.aberration_index.index(pi_)] if pi_ in self.aberration_index else None
-                        eq = -1j * d[self.aberration_index.index(qi)] if qi in self.aberration_index else None
-                        tp = THICK_PARAMETERS.index(pname) if pname in THICK_PARAMETERS else None
-                        tq = THICK_PARAMETERS.index(qname) if qname in THICK_PARAMETERS else None
-                        h = 0
-                        if ep is not None and eq is not None:
-                            h = h + ep * eq * s
-                        if ep is not None and tq is not None:
-                            h = h + ep * s1[tq]
-                        if eq is not None and tp is not None:
-                            h = h + eq * s1[tp]
-                        if tp is not None and tq is not None:
-                            h = h + s2[tp][tq]
-                        hess[pi_][qi] = e * h
-            terms.append((term, grads, hess))
+        for term in self.terms:
+            phase = sum(ci * di for ci, di in zip(c, term["d"])) if len(c) else 0.0
+            e = np.exp(-1j * phase) * np.ones(self.G.shape)
+            if self.thick or self.fits_rotation:
+                sw, s_first, s_second = self._depth(term, values, order) if self.thick else (1.0, {}, {})
+            else:
+                sw, s_first, s_second = 1.0, {}, {}
+            a = term["a"]
+            value = a * e * sw
+            if order == 0:
+                terms.append((value, None, None))
+                continue
+            # first derivatives of the three factors a (aperture), e (aberration phase), s (depth)
+            phase_d = {}
+            for j, p in enumerate(self.aberration_names):
+                phase_d[p] = term["d"][j]
+            if self.fits_rotation:
+                phase_d["rotation"] = sum(ci * di for ci, di in zip(c, term["d_d"])) if len(c) else 0.0
+            a_d = {"rotation": term["a_d"]} if self.fits_rotation else {}
+            grads = []
+            for p in names:
+                g = 0.0
+                if p in a_d:
+                    g = g + a_d[p] * e * sw
+                if p in phase_d:
+                    g = g + a * (-1j * phase_d[p]) * e * sw
+                if p in s_first:
+                    g = g + a * e * s_first[p]
+                grads.append(g * np.ones(self.G.shape))
+            if order == 1:
+                terms.append((value, grads, None))
+                continue
+            phase_dd = {}
+            if self.fits_rotation:
+                for j, p in enumerate(self.aberration_names):
+                    phase_dd[(p, "rotation")] = phase_dd[("rotation", p)] = term["d_d"][j]
+                phase_dd[("rotation", "rotation")] = (sum(ci * di for ci, di in zip(c, term["d_dd"]))
+                                                      if len(c) else 0.0)
+            a_dd = term["a_dd"] if self.fits_rotation else None
+            hess = [[None] * nparam for _ in range(nparam)]
+            for i, p in enumerate(names):
+                for j in range(i, nparam):
+                    q_ = names[j]
+                    # d2(a e s) = a_pq e s + a_p e_q s + a_p e s_q + a_q e_p s + a e_pq s + a e_p s_q
+                    #             + a_q e s_p + a e_q s_p + a e s_pq, with e_p = -i phi_p e and
+                    #             e_pq = (-i phi_pq - phi_p phi_q) e
+                    ep = -1j * phase_d[p] if p in phase_d else None
+                    eq = -1j * phase_d[q_] if q_ in phase_d else None
+                    h = 0.0
+                    if p == "rotation" and q_ == "rotation":
+                        h = h + a_dd * sw
+                    if p in a_d and eq is not None:
+                        h = h + a_d[p] * eq * sw
+                    if q_ in a_d and ep is not None:
+                        h = h + a_d[q_] * ep * sw
+                    if p in a_d and q_ in s_first:
+                        h = h + a_d[p] * s_first[q_]
+                    if q_ in a_d and p in s_first:
+                        h = h + a_d[q_] * s_first[p]
+                    e2 = 0.0
+                    if ep is not None and eq is not None:
+                        e2 = e2 + ep * eq
+                    if (p, q_) in phase_dd:
+                        e2 = e2 - 1j * phase_dd[(p, q_)]
+                    h = h + a * e2 * sw
+                    if ep is not None and q_ in s_first:
+                        h = h + a * ep * s_first[q_]
+                    if eq is not None and p in s_first:
+                        h = h + a * eq * s_first[p]
+                    if (p, q_) in s_second:
+                        h = h + a * s_second[(p, q_)]
+                    hess[i][j] = hess[j][i] = h * e
+            terms.append((value, grads, hess))
         (t1, g1, h1), (t2, g2, h2) = terms
         gam = t1 - t2
         G = self.G
@@ -200,22 +359,33 @@ class Band:
         return value, grad, hessian
 
     def evaluate_batch(self, sets) -> np.ndarray:
-        """Agreement of several parameter sets (a list of dicts) in one pass over G."""
+        """Agreement of several parameter sets (a list of dicts) in one pass over G per rotation."""
         sets = list(sets)
-        c = np.array([[s.get(self.parameters[i], 0.0) for i in self.aberration_index] for s in sets])
         out = np.empty(len(sets))
+        if self.fits_rotation:
+            groups: dict = {}
+            for i, v in enumerate(sets):
+                groups.setdefault(float(v.get("rotation", self.rotation)), []).append(i)
+            for theta, idx in groups.items():
+                self._set_rotation(theta)
+                out[idx] = self._batch([sets[i] for i in idx])
+            return out
+        return self._batch(sets)
+
+    def _batch(self, sets) -> np.ndarray:
+        c = np.array([[v.get(p, 0.0) for p in self.aberration_names] for v in sets])
         gam = []
-        for a_ap, d, depth in ((self.a1, self.d1, self.a1_depth), (self.a2, self.d2, self.a2_depth)):
+        for term in self.terms:
+            d = np.stack(term["d"]) if term["d"] else np.zeros((0,) + self.G.shape)
             phase = np.tensordot(c, d, axes=(1, 0)) if c.shape[1] else np.zeros((len(sets),) + self.G.shape)
-            e = a_ap[None] * np.exp(-1j * phase)
+            e = term["a"][None] * np.exp(-1j * phase)
             if self.thick:
-                e = e * np.stack([self._depth(depth, s, 0)[0] * np.ones(self.G.shape) for s in sets])
+                e = e * np.stack([self._depth(term, v, 0)[0] * np.ones(self.G.shape) for v in sets])
             gam.append(e)
         gam = gam[0] - gam[1]  # (B, nq, nbf)
         S = np.sum(self.G[None] * np.conj(gam), -1)
         N = np.maximum(np.sum(np.abs(gam) ** 2, -1), 1e-300)
-        out[:] = np.sum(np.abs(S) ** 2 / N, -1) / self.total
-        return out
+        return np.sum(np.abs(S) ** 2 / N, -1) / self.total
 
     def uncertainties(self, agreement: float, hessian) -> dict:
         """Standard errors of the fitted parameters from the Hessian of the agreement at its maximum.
@@ -348,16 +518,14 @@ def tpe_search(band: Band, bounds: dict | None = None, *, trials: int = 200, bat
     return {**fixed, **dict(zip(names, map(float, x[best])))}, float(y[best]), x, y
 
 
-def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9), coarse_deg: float = 6.0,
-                 tolerance_deg: float = 0.1):
+def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9), coarse_deg: float = 6.0):
     """Cold-start fit with the scan rotation unknown: ``(rotation, values, agreement)``.
 
     The agreement does not change when the scan turns by 180 degrees (G(-Q) = conj G(Q) and
     Gamma(-Q) = -conj Gamma(Q)), so the rotation is found in [-90, 90) degrees. A coarse grid
-    of ``coarse_deg`` with the C10 search at each angle picks the basin; a golden-section search
-    on the rotation, with a C10 search around the coarse one and Newton on ``parameters`` at
-    each angle, refines it to ``tolerance_deg``. The rotation has no exact derivative here (the top-hat aperture makes
-    the agreement piecewise constant in it at the pixel level).
+    of ``coarse_deg`` with the C10 search at each angle picks the basin; a finer C10 search at the
+    best angle, then Newton on ``parameters`` and the rotation together, with exact first and
+    second derivatives in all of them (the apertures with a soft edge, :class:`Band`), refines it.
     """
     def c10_only(theta):
         b = Band(session, ("C10",), band=band, rotation=theta)
@@ -367,32 +535,14 @@ def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9)
     grid = np.deg2rad(np.arange(-90.0, 90.0, coarse_deg))
     scores = [c10_only(t) for t in grid]
     best = int(np.argmax([a for a, _ in scores]))
-
-    coarse_c10 = scores[best][1]
-
-    def full(theta):
-        b = Band(session, parameters, band=band, rotation=theta)
-        c10, _ = defocus_search(b, step=10.0, low=coarse_c10 - 60.0, high=coarse_c10 + 60.0)
-        start = {p: 0.0 for p in parameters}
-        start["C10"] = c10
-        values, agreement, _ = newton(b, start)
-        return agreement, values
-
-    lo, hi = grid[best] - np.deg2rad(coarse_deg), grid[best] + np.deg2rad(coarse_deg)
-    golden = (math.sqrt(5) - 1) / 2
-    x1, x2 = hi - golden * (hi - lo), lo + golden * (hi - lo)
-    f1, f2 = full(x1), full(x2)
-    while hi - lo > np.deg2rad(tolerance_deg):
-        if f1[0] > f2[0]:
-            hi, x2, f2 = x2, x1, f1
-            x1 = hi - golden * (hi - lo)
-            f1 = full(x1)
-        else:
-            lo, x1, f1 = x1, x2, f2
-            x2 = lo + golden * (hi - lo)
-            f2 = full(x2)
-    theta, (agreement, values) = (x1, f1) if f1[0] > f2[0] else (x2, f2)
-    theta = (theta + np.pi / 2) % np.pi - np.pi / 2
+    theta0, coarse_c10 = float(grid[best]), scores[best][1]
+    b = Band(session, ("C10",), band=band, rotation=theta0)
+    c10, _ = defocus_search(b, step=10.0, low=coarse_c10 - 60.0, high=coarse_c10 + 60.0)
+    b = Band(session, tuple(parameters) + ("rotation",), band=band, rotation=theta0)
+    start = {p: 0.0 for p in parameters}
+    start.update(C10=c10, rotation=theta0)
+    values, agreement, _ = newton(b, start, iterations=60)
+    theta = (values.pop("rotation") + np.pi / 2) % np.pi - np.pi / 2
     return float(theta), values, agreement
 
 
@@ -419,18 +569,27 @@ def fit_session(session, *, rotation: float | None = None, tilt: bool = True, ba
     report(progress, "standard", 0, 2)
     if rotation is None:
         rotation, values, agreement = fit_rotation(session, names, band=band)
-        hessian = Band(session, names, band=band, rotation=rotation).evaluate(values)[2]
     else:
         b = Band(session, names, band=band, rotation=rotation)
         start, _, _, _ = tpe_search(b, trials=trials, batch=batch, seed=seed)
         timings["search_s"] = time.perf_counter() - t0
         values, agreement, hessian = newton(b, start)
     timings["standard_s"] = time.perf_counter() - t0
-    std_band = Band(session, names, band=band, rotation=rotation)
+    fitted_rotation = "search_s" not in timings
+    std_names = names + (("rotation",) if fitted_rotation else ())
+    std_band = Band(session, std_names, band=band, rotation=rotation)
+    if fitted_rotation:
+        # the Hessian in the rotation too, from the soft-edged band the rotation was fitted on; the
+        # agreement reported is the top-hat one, comparable with the thick branch's
+        soft_agreement, _, hessian = std_band.evaluate({**values, "rotation": rotation})
+        uncertainty = std_band.uncertainties(soft_agreement, hessian)
+        agreement = Band(session, names, band=band, rotation=rotation).evaluate(values, order=0)
+    else:
+        uncertainty = std_band.uncertainties(agreement, hessian)
     out = {"rotation_rad": float(rotation),
            "standard": {"parameters": {k: float(v) for k, v in values.items()}, "agreement": float(agreement),
-                        "hessian": np.asarray(hessian).tolist(), "parameter_order": list(names),
-                        "uncertainty": std_band.uncertainties(agreement, hessian)},
+                        "hessian": np.asarray(hessian).tolist(), "parameter_order": list(std_names),
+                        "uncertainty": uncertainty},
            "conventions": "Krivanek chi, defocus = -C10, cartesian C_nm,a = C cos(m phi), C_nm,b = C sin(m phi); "
                           "C10 at the mid-plane; tilt (y, x) in rad; docs/ssb.md",
            "band_inv_a": list(band)}
