@@ -88,7 +88,7 @@ def test_floors_on_the_cpu(tmp_path, monkeypatch):
 def test_ssb_bench_times_every_step_on_a_small_scan():
     from qora.bench import ssb
 
-    r = ssb.run(scan=16, window=32, write=False, repeats=1, echo=lambda *_: None)
+    r = ssb.run(scan=16, window=32, write=False, repeats=1, echo=lambda *_: None, peers=False)
     steps = {k.split("/")[-1] for k in r.cases if k.startswith("step/16x16x32x32/")}
     assert steps == set(ssb.SSB_STEPS)
     assert all(r.cases[f"step/16x16x32x32/{s}"]["ms"] > 0 for s in steps)

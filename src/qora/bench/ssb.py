@@ -23,7 +23,8 @@ from qora.bench.common import BenchResult
 
 __all__ = ["run", "SSB_STEPS"]
 
-SSB_STEPS = ("load", "detector_fit", "prepare", "image_ssb", "image_thick", "image_parallax")
+SSB_STEPS = ("load", "detector_fit", "prepare", "image_ssb", "image_thick", "image_parallax", "preview_1x",
+             "preview_3x", "preview_tilt_1x", "preview_loss_1x", "fit_search", "fit_standard", "fit_thick")
 
 
 def _median_ms(fn, repeats: int):
@@ -35,7 +36,8 @@ def _median_ms(fn, repeats: int):
     return out, float(np.median(times))
 
 
-def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int = 64, repeats: int = 3) -> BenchResult:
+def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int = 64, repeats: int = 3,
+        peers: bool = True) -> BenchResult:
     from qora.backend.device import PeakMemory
     from qora.ssb.files import read_dataset, write_dataset
     from qora.ssb.optics import Aberrations
@@ -100,7 +102,7 @@ def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int 
                                                                 for f in fits]))}
     for step, ms in times.items():
         result.add(f"step/{label}/{step}", ms=ms)
-    if not be.is_cuda:
+    if peers and not be.is_cuda:
         _against_py4dstem(result, sim, echo)
     result.add(f"memory/{label}/prepare", ms=None, peak_bytes=pm.peak_bytes, data_bytes=int(data.nbytes),
                g_bytes=int(session.nbytes), bright_field_pixels=int(len(session.bf_index)))
