@@ -91,46 +91,47 @@ def test_abtem_axis_order_is_not_ours(abtem_scan):
         assert pearson(image, ref) < 0.5, layout  # measured 0.19 and -0.17 (right: 0.996)
 
 
-def test_cold_start_fit_on_the_abtem_data(abtem_scan):
-    """From C10 = 0 and no astigmatism (rotation given): the fit finds abTEM's C10 and C12."""
-    from qora.ssb.agreement import Band, defocus_search, newton, parameters_to_aberrations
-
+def _calibrated_session(abtem_scan):
+    """The fixture's data with abTEM's own detector sampling. abTEM's aperture edge is soft, so the
+    fitted disk is 1.5% small, which scales every fitted coefficient by ~3%: a calibrated detector
+    is what a fit needs."""
     from qora.ssb.session import DetectorFit
 
     fx, data, _, fitted_session = abtem_scan
-    # abTEM's aperture edge is soft, so the fitted disk is 1.5% small, which scales every fitted
-    # coefficient by ~3%: a calibrated detector (abTEM's own sampling) is what a fit needs
     calibration = DetectorFit(tuple(float(v) for v in fx["detector_center"]),
                               float(fx["alpha_mrad"]) / float(fx["detector_mrad_per_pixel"]),
                               float(fx["detector_mrad_per_pixel"]))
-    session = Session(data, kv=fitted_session.kv, alpha_mrad=fitted_session.alpha_mrad,
-                      scan_step=fitted_session.scan_step, detector=calibration)
-    band = Band(session, ("C10", "C12a", "C12b"))
-    c10, _ = defocus_search(band)
-    values, _, _ = newton(band, {"C10": c10, "C12a": 0.0, "C12b": 0.0}, iterations=40)
+    return fx, Session(data, kv=fitted_session.kv, alpha_mrad=fitted_session.alpha_mrad,
+                       scan_step=fitted_session.scan_step, detector=calibration)
+
+
+def _assert_abtem_aberrations(fx, values):
+    from qora.ssb.agreement import parameters_to_aberrations
+
     fitted = parameters_to_aberrations(values)
     mag, angle = fitted.values["C12"]
     assert abs(fitted.get("C10") - float(fx["C10"])) < 2.0
     assert abs(mag - float(fx["C12"])) < 1.0
     assert abs(math.degrees(angle - float(fx["phi12"]))) < 2.0
+
+
+def test_cold_start_fit_on_the_abtem_data(abtem_scan):
+    """From C10 = 0 and no astigmatism (rotation given): the fit finds abTEM's C10 and C12."""
+    from qora.ssb.agreement import Band, defocus_search, newton
+
+    fx, session = _calibrated_session(abtem_scan)
+    band = Band(session, ("C10", "C12a", "C12b"))
+    c10, _ = defocus_search(band)
+    values, _, _ = newton(band, {"C10": c10, "C12a": 0.0, "C12b": 0.0}, iterations=40)
+    _assert_abtem_aberrations(fx, values)
 
 
 @pytest.mark.slow
 def test_cold_start_fit_with_the_rotation_unknown_on_the_abtem_fixture(abtem_scan):
     """The same, with the scan rotation fitted as well (abTEM's scan is not rotated: 0 degrees)."""
-    from qora.ssb.agreement import fit_rotation, parameters_to_aberrations
-    from qora.ssb.session import DetectorFit
+    from qora.ssb.agreement import fit_rotation
 
-    fx, data, _, fitted_session = abtem_scan
-    calibration = DetectorFit(tuple(float(v) for v in fx["detector_center"]),
-                              float(fx["alpha_mrad"]) / float(fx["detector_mrad_per_pixel"]),
-                              float(fx["detector_mrad_per_pixel"]))
-    session = Session(data, kv=fitted_session.kv, alpha_mrad=fitted_session.alpha_mrad,
-                      scan_step=fitted_session.scan_step, detector=calibration)
+    fx, session = _calibrated_session(abtem_scan)
     rotation, values, _ = fit_rotation(session)
-    fitted = parameters_to_aberrations(values)
-    mag, angle = fitted.values["C12"]
     assert abs(math.degrees(rotation)) < 0.5
-    assert abs(fitted.get("C10") - float(fx["C10"])) < 2.0
-    assert abs(mag - float(fx["C12"])) < 1.0
-    assert abs(math.degrees(angle - float(fx["phi12"]))) < 2.0
+    _assert_abtem_aberrations(fx, values)
