@@ -295,26 +295,28 @@ def test_thick_fit_recovers_the_thickness_of_an_amorphous_slab():
     assert agreement > standard  # measured 0.597 against 0.541
 
 
-def _rotate_detector(data, theta):
+def _fit_with_a_7_degree_rotation(slices):
+    """Cold-start fit of a scan of ``slices`` turned by 7 degrees against the detector (C10 = -100 A,
+    20 A of C12 at 25 degrees in the scan's frame): its checks, and (rotation deg, C10, |C12|, angle deg)."""
+    from qora.ssb.agreement import fit_rotation, parameters_to_aberrations
     from qora.ssb.simulate import rotate_detector
 
-    return rotate_detector(data, theta)
+    ab = Aberrations(C10=-100.0, C12=(20.0, np.deg2rad(25.0)))
+    scan = simulate(slices, pixel=PIXEL, stride=2, window=48, alpha_mrad=ALPHA, aberrations=ab)
+    s = Session(rotate_detector(scan.data, np.deg2rad(7.0)), kv=KV, alpha_mrad=ALPHA, scan_step=scan.scan_step)
+    rotation, values, _ = fit_rotation(s)
+    fitted = parameters_to_aberrations(values)
+    mag, angle = fitted.values["C12"]
+    assert abs(np.rad2deg(rotation) - 7.0) < 0.5
+    assert abs(fitted.get("C10") + 100.0) < 2.0
+    assert abs(mag - 20.0) < 1.0
+    assert abs(np.rad2deg(angle) - 32.0) < 2.0  # the azimuth in the detector's frame: 25 + 7 degrees
+    return np.rad2deg(rotation), fitted.get("C10"), mag, np.rad2deg(angle)
 
 
 def test_cold_start_fit_with_an_unknown_scan_rotation():
-    from qora.ssb.agreement import fit_rotation, parameters_to_aberrations
-
-    ab = Aberrations(C10=-100.0, C12=(20.0, np.deg2rad(25.0)))  # in the scan's frame
-    scan = simulate(amorphous_slices((96, 96), PIXEL, atoms_per_a2=0.1, seed=1), pixel=PIXEL, stride=2, window=48,
-                    alpha_mrad=ALPHA, aberrations=ab)
-    s = Session(_rotate_detector(scan.data, np.deg2rad(7.0)), kv=KV, alpha_mrad=ALPHA, scan_step=scan.scan_step)
-    rotation, values, _ = fit_rotation(s)
-    fitted = parameters_to_aberrations(values)
-    assert abs(np.rad2deg(rotation) - 7.0) < 0.5  # measured 7.02
-    assert abs(fitted.get("C10") + 100.0) < 2.0  # measured -98.1
-    mag, angle = fitted.values["C12"]
-    assert abs(mag - 20.0) < 1.0  # measured 19.76
-    assert abs(np.rad2deg(angle) - 32.0) < 2.0  # the azimuth in the detector's frame: 25 + 7 degrees; 32.01
+    # measured 7.02 degrees, C10 -98.1 A, C12 19.76 A at 32.01 degrees
+    _fit_with_a_7_degree_rotation(amorphous_slices((96, 96), PIXEL, atoms_per_a2=0.1, seed=1))
 
 
 def test_tpe_search_is_seeded_and_lands_in_the_basin(astigmatic):
@@ -390,18 +392,9 @@ def test_cold_start_on_a_crystal_whose_parallax_exceeds_half_its_period():
     """A 3.2 A square lattice with a two-atom basis: the parallax shifts at the aperture's edge
     (|C10| alpha = 2 A) exceed half the period, where image cross-correlation aligns the wrong
     lattice site; the agreement fit does not correlate images."""
-    from qora.ssb.agreement import fit_rotation, parameters_to_aberrations
     from qora.ssb.simulate import crystal_slices
 
     period = 3.2
     assert 100.0 * ALPHA * 1e-3 > period / 2
-    ab = Aberrations(C10=-100.0, C12=(20.0, np.deg2rad(25.0)))
-    scan = simulate(crystal_slices((96, 96), PIXEL, period=period), pixel=PIXEL, stride=2, window=48,
-                    alpha_mrad=ALPHA, aberrations=ab)
-    s = Session(_rotate_detector(scan.data, np.deg2rad(7.0)), kv=KV, alpha_mrad=ALPHA, scan_step=scan.scan_step)
-    rotation, values, _ = fit_rotation(s)
-    fitted = parameters_to_aberrations(values)
-    assert abs(np.rad2deg(rotation) - 7.0) < 0.5  # measured 7.07
-    assert abs(fitted.get("C10") + 100.0) < 2.0  # measured -98.6
-    mag, angle = fitted.values["C12"]
-    assert abs(mag - 20.0) < 1.0 and abs(np.rad2deg(angle) - 32.0) < 2.0  # measured 19.77 A, 31.86 degrees
+    # measured 7.07 degrees, C10 -98.6 A, C12 19.77 A at 31.86 degrees
+    _fit_with_a_7_degree_rotation(crystal_slices((96, 96), PIXEL, period=period))

@@ -180,6 +180,8 @@ class Band:
         qddy, qddx = -self.qy, -self.qx
         self.q_dot = (qdy, qdx)
         names = self.aberration_names
+        zero = np.zeros_like(qdy)
+        b0 = [_basis_derivatives(p, ky, kx, lam, zero, zero, zero, zero)[0] for p in names]  # B(k): no path
         self.terms = []
         for sign in (-1, 1):  # term 1 at k - Q, term 2 at k + Q
             ks = (ky + sign * self.qy, kx + sign * self.qx)
@@ -193,11 +195,10 @@ class Band:
                 a_s, a_s1, a_s2 = _soft_aperture(ks[0], ks[1], self.alpha, self.soft_edge, *path)
                 a, a_d, a_dd = a0 * a_s, a0 * a_s1, a0 * a_s2
             d, d_d, d_dd = [], [], []
-            for p in names:
-                b0 = _basis_derivatives(p, ky, kx, lam, 0 * qdy, 0 * qdx, 0 * qddy, 0 * qddx)[0]
+            for p, b in zip(names, b0):
                 bs, bs1, bs2 = _basis_derivatives(p, ks[0], ks[1], lam, *path)
                 # term 1: B(k - Q) - B(k); term 2: B(k) - B(k + Q)
-                d.append(bs - b0 if sign < 0 else b0 - bs)
+                d.append(bs - b if sign < 0 else b - bs)
                 d_d.append(bs1 if sign < 0 else -bs1)
                 d_dd.append(bs2 if sign < 0 else -bs2)
             k2, kq2 = ky**2 + kx**2, ks[0] ** 2 + ks[1] ** 2
