@@ -71,7 +71,8 @@ REQUIRED_CASES: dict[str, list[str]] = {
                + [f"memory/{SSB_BENCH_LABEL}/prepare"]
                + [f"peer/{d}/{w}" for d in ("film", "crystal_3.2A_rot7") for w in ("qora", "py4dstem")],
     "ssb-cuda": [f"step/{SSB_BENCH_LABEL}/{s}" for s in ("load", "detector_fit", "prepare", "image_ssb", "image_thick",
-                                                         "image_parallax", "image_parallax_up3", "mean_phase")]
+                                                         "image_parallax", "image_parallax_up3", "mean_phase")
+                                                        + SSB_FIT_STEPS]
                 + [f"memory/{SSB_BENCH_LABEL}/prepare"],
 }
 

@@ -29,6 +29,7 @@ import math
 
 import numpy as np
 
+from qora.backend.core import xp_of
 from qora.ssb.optics import KNOWN_ABERRATIONS, Aberrations, aperture
 
 __all__ = ["ABERRATION_PARAMETERS", "THICK_PARAMETERS", "SEARCH_BOUNDS", "Band", "parameters_to_aberrations", "newton",
@@ -42,9 +43,10 @@ def _basis(name: str, ky, kx, lam: float):
     """B_p(k): the chi per unit of the cartesian coefficient ``name`` (rad / A)."""
     coefficient = name.rstrip("ab") if name[-1] in "ab" else name
     n, m = KNOWN_ABERRATIONS[coefficient]
-    w = lam * np.hypot(ky, kx)
-    theta = np.arctan2(ky, kx)
-    angular = np.sin(m * theta) if name.endswith("b") else np.cos(m * theta)
+    xp = xp_of(ky, kx)
+    w = lam * xp.hypot(ky, kx)
+    theta = xp.arctan2(ky, kx)
+    angular = xp.sin(m * theta) if name.endswith("b") else xp.cos(m * theta)
     return 2 * np.pi / lam * w ** (n + 1) / (n + 1) * angular
 
 
@@ -65,12 +67,13 @@ def parameters_to_aberrations(values: dict) -> Aberrations:
 
 def _sinc_derivatives(u):
     """sinc(u) = sin(u) / u and its first two derivatives in u (series near 0)."""
-    small = np.abs(u) < 1e-4
-    us = np.where(small, 1.0, u)
-    s, c = np.sin(us), np.cos(us)
-    f = np.where(small, 1 - u**2 / 6, s / us)
-    d1 = np.where(small, -u / 3, (us * c - s) / us**2)
-    d2 = np.where(small, -1 / 3 + u**2 / 10, -s / us - 2 * c / us**2 + 2 * s / us**3)
+    xp = xp_of(u)
+    small = xp.abs(u) < 1e-4
+    us = xp.where(small, 1.0, u)
+    s, c = xp.sin(us), xp.cos(us)
+    f = xp.where(small, 1 - u**2 / 6, s / us)
+    d1 = xp.where(small, -u / 3, (us * c - s) / us**2)
+    d2 = xp.where(small, -1 / 3 + u**2 / 10, -s / us - 2 * c / us**2 + 2 * s / us**3)
     return f, d1, d2
 
 
@@ -81,15 +84,16 @@ def _basis_derivatives(name: str, ky, kx, lam: float, qdy, qdx, qddy, qddx):
     coefficient = name.rstrip("ab") if name[-1] in "ab" else name
     n, m = KNOWN_ABERRATIONS[coefficient]
     j = (n + 1 - m) // 2
+    xp = xp_of(ky, kx)
     c = 2 * np.pi * lam**n / (n + 1)
     z = kx + 1j * ky
     r2 = kx**2 + ky**2
 
     def zp(p):  # z^p, 0 for negative p (its coefficient is then zero)
-        return z**p if p >= 0 else np.zeros_like(z)
+        return z**p if p >= 0 else xp.zeros_like(z)
 
     def rp(p):
-        return r2**p if p >= 0 else np.zeros_like(r2)
+        return r2**p if p >= 0 else xp.zeros_like(r2)
 
     f = zp(m) * rp(j)
     fx = m * zp(m - 1) * rp(j) + zp(m) * j * rp(j - 1) * 2 * kx
@@ -100,7 +104,7 @@ def _basis_derivatives(name: str, ky, kx, lam: float, qdy, qdx, qddy, qddx):
         + zp(m) * (j * (j - 1) * rp(j - 2) * 4 * ky**2 + 2 * j * rp(j - 1))
     fxy = 1j * m * (m - 1) * zp(m - 2) * rp(j) + 2 * m * j * zp(m - 1) * rp(j - 1) * (ky + 1j * kx) \
         + zp(m) * j * (j - 1) * rp(j - 2) * 4 * kx * ky
-    part = np.imag if name.endswith("b") else np.real
+    part = xp.imag if name.endswith("b") else xp.real
     d1 = fx * qdx + fy * qdy
     d2 = fxx * qdx**2 + 2 * fxy * qdx * qdy + fyy * qdy**2 + fx * qddx + fy * qddy
     return c * part(f), c * part(d1), c * part(d2)
@@ -109,18 +113,24 @@ def _basis_derivatives(name: str, ky, kx, lam: float, qdy, qdx, qddy, qddx):
 def _soft_aperture(ky, kx, radius: float, width: float, qdy=None, qdx=None, qddy=None, qddx=None):
     """A(k) = 1 / (1 + exp((|k| - radius) / width)) (1/A), and its first and second derivatives
     along a path with dk/dtheta = (qdy, qdx), d2k/dtheta2 = (qddy, qddx) when given."""
-    r = np.hypot(ky, kx)
-    a = 0.5 * (1 - np.tanh((r - radius) / (2 * width)))  # the logistic, without overflow
+    xp = xp_of(ky, kx)
+    r = xp.hypot(ky, kx)
+    a = 0.5 * (1 - xp.tanh((r - radius) / (2 * width)))  # the logistic, without overflow
     if qdy is None:
         return a
     ar = -a * (1 - a) / width
     arr = a * (1 - a) * (1 - 2 * a) / width**2
-    rs = np.maximum(r, 1e-300)
+    rs = xp.maximum(r, 1e-300)
     ur = (ky * qdy + kx * qdx) / rs  # the path's radial speed
     speed2 = qdy**2 + qdx**2
     first = ar * ur
     second = arr * ur**2 + ar * ((speed2 - ur**2) / rs + (ky * qddy + kx * qddx) / rs)
     return a, first, second
+
+
+
+def _to_host(a):
+    return a.get() if hasattr(a, "get") else a
 
 
 class Band:
@@ -154,12 +164,17 @@ class Band:
         keep[0, 0] = False
         if not keep.any():
             raise ValueError(f"no scan frequency in the band {band} 1/A")
-        self._q_scan = (qy[keep][:, None], qx[keep][:, None])
-        self.G = session.host_G()[keep]  # (nq, nbf); the fits run on the host (issue 10 brings them to the GPU)
-        self.total = float(np.sum(np.abs(self.G) ** 2))
+        # The band lives where G does: on the device for a session holding G there, else on the host
+        # (a session streaming G from the host memory fits on the host).
+        on_device = session.memory.get("G_on") == "device"
+        xp = self.xp = session.xp if on_device else np
+        self.G = session.G[xp.asarray(keep)] if on_device else session.host_G()[keep]  # (nq, nbf)
+        self._q_scan = (xp.asarray(qy[keep])[:, None], xp.asarray(qx[keep])[:, None])
+        self.total = float(xp.sum(xp.abs(self.G) ** 2))
         self.lam = session.wavelength
         self.alpha = session.alpha_mrad * 1e-3 / self.lam
-        self.ky, self.kx = session.k[:, 0][None, :], session.k[:, 1][None, :]
+        k = xp.asarray(session.k)  # (nbf, 2), a host array
+        self.ky, self.kx = k[:, 0][None, :], k[:, 1][None, :]
         dk = session.detector.mrad_per_pixel * 1e-3 / self.lam
         self.soft_edge = (0.5 * dk if soft_edge is None else float(soft_edge)) if self.fits_rotation else None
         self.aberration_names = [p for p in self.parameters if p in ABERRATION_PARAMETERS]
@@ -180,7 +195,7 @@ class Band:
         qddy, qddx = -self.qy, -self.qx
         self.q_dot = (qdy, qdx)
         names = self.aberration_names
-        zero = np.zeros_like(qdy)
+        zero = self.xp.zeros_like(qdy)
         b0 = [_basis_derivatives(p, ky, kx, lam, zero, zero, zero, zero)[0] for p in names]  # B(k): no path
         self.terms = []
         for sign in (-1, 1):  # term 1 at k - Q, term 2 at k + Q
@@ -255,11 +270,12 @@ class Band:
             self._set_rotation(float(values.get("rotation", self.rotation)))
         names = self.parameters
         nparam = len(names)
-        c = np.array([values.get(p, 0.0) for p in self.aberration_names])
+        xp = self.xp
+        c = [float(values.get(p, 0.0)) for p in self.aberration_names]
         terms = []
         for term in self.terms:
             phase = sum(ci * di for ci, di in zip(c, term["d"])) if len(c) else 0.0
-            e = np.exp(-1j * phase) * np.ones(self.G.shape)
+            e = xp.exp(-1j * phase) * xp.ones(self.G.shape)
             if self.thick or self.fits_rotation:
                 sw, s_first, s_second = self._depth(term, values, order) if self.thick else (1.0, {}, {})
             else:
@@ -285,7 +301,7 @@ class Band:
                     g = g + a * (-1j * phase_d[p]) * e * sw
                 if p in s_first:
                     g = g + a * e * s_first[p]
-                grads.append(g * np.ones(self.G.shape))
+                grads.append(g * xp.ones(self.G.shape))
             if order == 1:
                 terms.append((value, grads, None))
                 continue
@@ -333,30 +349,30 @@ class Band:
         (t1, g1, h1), (t2, g2, h2) = terms
         gam = t1 - t2
         G = self.G
-        S = np.sum(G * np.conj(gam), -1)
-        N = np.sum(np.abs(gam) ** 2, -1)
-        N = np.maximum(N, 1e-300)
-        P = np.abs(S) ** 2
-        value = float(np.sum(P / N)) / self.total
+        S = xp.sum(G * xp.conj(gam), -1)
+        N = xp.sum(xp.abs(gam) ** 2, -1)
+        N = xp.maximum(N, 1e-300)
+        P = xp.abs(S) ** 2
+        value = float(xp.sum(P / N)) / self.total
         if order == 0:
             return value
         gp = [g1[i] - g2[i] for i in range(nparam)]
-        Sp = [np.sum(G * np.conj(g), -1) for g in gp]
-        Np = [2 * np.real(np.sum(np.conj(gam) * g, -1)) for g in gp]
-        Pp = [2 * np.real(np.conj(S) * s) for s in Sp]
-        grad = np.array([np.sum(Pp[i] / N - P * Np[i] / N**2) for i in range(nparam)]) / self.total
+        Sp = [xp.sum(G * xp.conj(g), -1) for g in gp]
+        Np = [2 * xp.real(xp.sum(xp.conj(gam) * g, -1)) for g in gp]
+        Pp = [2 * xp.real(xp.conj(S) * s) for s in Sp]
+        grad = np.array([float(xp.sum(Pp[i] / N - P * Np[i] / N**2)) for i in range(nparam)]) / self.total
         if order == 1:
             return value, grad
         hessian = np.empty((nparam, nparam))
         for i in range(nparam):
             for j in range(i, nparam):
                 gij = h1[i][j] - h2[i][j]
-                Sij = np.sum(G * np.conj(gij), -1)
-                Nij = 2 * np.real(np.sum(np.conj(gp[j]) * gp[i] + np.conj(gam) * gij, -1))
-                Pij = 2 * np.real(np.conj(Sp[j]) * Sp[i] + np.conj(S) * Sij)
+                Sij = xp.sum(G * xp.conj(gij), -1)
+                Nij = 2 * xp.real(xp.sum(xp.conj(gp[j]) * gp[i] + xp.conj(gam) * gij, -1))
+                Pij = 2 * xp.real(xp.conj(Sp[j]) * Sp[i] + xp.conj(S) * Sij)
                 hij = (Pij / N - Pp[i] * Np[j] / N**2 - Pp[j] * Np[i] / N**2 - P * Nij / N**2
                        + 2 * P * Np[i] * Np[j] / N**3)
-                hessian[i, j] = hessian[j, i] = np.sum(hij) / self.total
+                hessian[i, j] = hessian[j, i] = float(xp.sum(hij)) / self.total
         return value, grad, hessian
 
     def evaluate_batch(self, sets) -> np.ndarray:
@@ -374,19 +390,22 @@ class Band:
         return self._batch(sets)
 
     def _batch(self, sets) -> np.ndarray:
-        c = np.array([[v.get(p, 0.0) for p in self.aberration_names] for v in sets])
+        xp = self.xp
+        c = xp.asarray(np.array([[v.get(p, 0.0) for p in self.aberration_names] for v in sets], float))
         gam = []
         for term in self.terms:
-            d = np.stack(term["d"]) if term["d"] else np.zeros((0,) + self.G.shape)
-            phase = np.tensordot(c, d, axes=(1, 0)) if c.shape[1] else np.zeros((len(sets),) + self.G.shape)
-            e = term["a"][None] * np.exp(-1j * phase)
+            if c.shape[1]:
+                phase = xp.tensordot(c, xp.stack(term["d"]), axes=(1, 0))
+            else:
+                phase = xp.zeros((len(sets),) + self.G.shape)
+            e = term["a"][None] * xp.exp(-1j * phase)
             if self.thick:
-                e = e * np.stack([self._depth(term, v, 0)[0] * np.ones(self.G.shape) for v in sets])
+                e = e * xp.stack([self._depth(term, v, 0)[0] * xp.ones(self.G.shape) for v in sets])
             gam.append(e)
         gam = gam[0] - gam[1]  # (B, nq, nbf)
-        S = np.sum(self.G[None] * np.conj(gam), -1)
-        N = np.maximum(np.sum(np.abs(gam) ** 2, -1), 1e-300)
-        return np.sum(np.abs(S) ** 2 / N, -1) / self.total
+        S = xp.sum(self.G[None] * xp.conj(gam), -1)
+        N = xp.maximum(xp.sum(xp.abs(gam) ** 2, -1), 1e-300)
+        return np.asarray(_to_host(xp.sum(xp.abs(S) ** 2 / N, -1))) / self.total
 
     def uncertainties(self, agreement: float, hessian) -> dict:
         """Standard errors of the fitted parameters from the Hessian of the agreement at its maximum.
