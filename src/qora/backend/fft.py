@@ -118,6 +118,25 @@ class _FFTWPlans:
 _fftw = _FFTWPlans()
 
 
+def fftw_wisdom():
+    """FFTW's wisdom (the plans measured in this process), or None without pyFFTW.
+
+    FFTW_MEASURE picks among algorithms by timing them, so two processes can pick different
+    ones and round differently; an iterative phase retrieval amplifies that to visibly different
+    results. Processes that load the same wisdom (:func:`load_fftw_wisdom`) before they plan
+    pick the same algorithms and give bitwise the same results (``qora.distributed`` does this
+    for its workers)."""
+    pyfftw = _pyfftw()
+    return None if pyfftw is None else pyfftw.export_wisdom()
+
+
+def load_fftw_wisdom(wisdom) -> None:
+    """Load wisdom from :func:`fftw_wisdom` (before planning: plans made earlier are kept)."""
+    pyfftw = _pyfftw()
+    if pyfftw is not None and wisdom is not None:
+        pyfftw.import_wisdom(wisdom)
+
+
 def fast_length(minimum: int) -> int:
     """The smallest even length >= ``minimum`` with no prime factor above 5.
 

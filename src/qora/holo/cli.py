@@ -7,6 +7,8 @@ from pathlib import Path
 import click
 import numpy as np
 
+from qora.distributed.options import scale_out_client, scale_out_options
+
 
 @click.group("holo")
 def holo() -> None:
@@ -105,16 +107,21 @@ def simulate_cmd(n, spheres, angles, na_illumination, noise, geometry_kind, mode
               help="Map onto a grid this many times finer in k (costs oversample^3; docs/holo.md).")
 @click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
               help="Where the Pipeline runs (auto: the GPU where there is one).")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Volume .h5 (or .tif).")
+@click.option("--out", type=click.Path(path_type=Path), required=True,
+              help="Volume .h5 (or .tif); a series on a Dask cluster goes to a .zarr store.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="PNG of slices.")
 @click.option("--quiet", is_flag=True)
+@scale_out_options
 def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, medium_index, na_detection,
                     geometry_kind, angle_range, method, approximation, iterations, tv_weight, batch, oversample,
-                    backend, out, plot, quiet) -> None:
+                    backend, out, plot, quiet, scheduler, workers, gpus) -> None:
     """Refractive-index volume from a hologram stack (and its backgrounds).
 
     A time series (T, A, N, N) of stacks with one set of backgrounds (A, N, N) streams through
-    one Pipeline (plans and backgrounds made once) and gives volumes (T, n, n, n).
+    one Pipeline (plans and backgrounds made once) and gives volumes (T, n, n, n). With
+    --workers, --gpus or --scheduler the series is spread over a Dask cluster, one Pipeline per
+    worker, each volume written to the Zarr store --out as it finishes; running the command
+    again on the same store does only the time points still missing (docs/scale-out.md).
     """
     from qora.holo import fields as F
     from qora.holo.files import load_stack, plot_volume, read_holograms, write_volume, write_volume_tiff
@@ -171,6 +178,14 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
             with tqdm_progress(disable=quiet) as bar:
                 result = bpm_reconstruct(ratio, g, iterations=iterations, tv_weight=tv_weight, batch=batch,
                                          progress=bar, backend=backend)
+        elif scheduler or workers or gpus:
+            if stack.ndim != 4 or out.suffix.lower() != ".zarr":
+                raise click.UsageError("on a Dask cluster, give a time series (T, A, N, N) and a .zarr store as --out")
+            _series_on_cluster(stack, bgs, g, out, (scheduler, workers, gpus), quiet=quiet, sideband=sideband,
+                               hologram_pixel=hp, method=method, approximation=approximation, iterations=iterations,
+                               tv_weight=1e-3 if tv_weight is None else tv_weight, oversample=oversample,
+                               backend=backend)
+            return
         else:
             pipe = Pipeline(g, sideband=sideband, hologram_pixel=hp, hologram_n=stack.shape[-1], method=method,
                             approximation=approximation, iterations=iterations,
@@ -198,6 +213,20 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
     if plot is not None:
         plot_volume(plot, result.index if result.index.ndim == 3 else result.index[-1], g, truth=truth, title=f"{method.upper()}, {approximation}, {g.count} angles")
         click.echo(f"wrote {plot}")
+
+
+def _series_on_cluster(stack, backgrounds, geometry, out, cluster, *, quiet, **options) -> None:
+    from qora.distributed.holo import SeriesStore, reconstruct_series
+    from qora.progress import tqdm_progress
+
+    with scale_out_client(*cluster) as client, tqdm_progress(disable=quiet) as bar:
+        report = reconstruct_series(stack, backgrounds, geometry, store=out, client=client, progress=bar, **options)
+    click.echo(report.summary().split("\n")[0])
+    click.echo(f"{len(SeriesStore(out).index())} of {len(stack)} time points in {out}")
+    for t, error in report.failed.items():
+        click.echo(f"FAILED time point {t}: {error}", err=True)
+    if report.failed:
+        raise SystemExit(1)
 
 
 @holo.command("phase")

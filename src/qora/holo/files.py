@@ -21,6 +21,7 @@ import numpy as np
 from qora import __version__
 from qora.holo.geometry import Geometry
 from qora.io.atomic import atomic_path
+from qora.io.errors import naming_file
 
 __all__ = ["write_holograms", "read_holograms", "write_volume", "read_volume", "write_volume_tiff",
            "load_stack", "plot_volume", "plot_phase"]
@@ -81,6 +82,11 @@ def load_stack(path) -> np.ndarray:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such file: {path}")
+    with naming_file(path):
+        return np.asarray(_read_stack_format(path), np.float64)
+
+
+def _read_stack_format(path: Path):
     suffix = path.suffix.lower()
     if suffix in (".tif", ".tiff"):
         import tifffile
@@ -101,7 +107,7 @@ def load_stack(path) -> np.ndarray:
             data = f[name][()]
     else:
         raise ValueError(f"{path}: unknown stack format {suffix!r} (expected .tif, .npy, .npz, .h5)")
-    return np.asarray(data, np.float64)
+    return data
 
 
 def write_volume(path, index, geometry: Geometry, *, method: str = "", approximation: str = "", iterations: int = 0,

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from qora.io.errors import naming_file
+
 __all__ = ["load_pattern", "load_mask", "CXI_DATA_PATHS", "CXI_MASK_PATHS"]
 
 CXI_DATA_PATHS = ("entry_1/data_1/data", "entry_1/instrument_1/detector_1/data", "entry_1/image_1/data")
@@ -45,6 +47,11 @@ def load_mask(path) -> np.ndarray:
 def _load(path: Path, dataset):
     if not path.exists():
         raise FileNotFoundError(f"no such file: {path}")
+    with naming_file(path):
+        return _load_format(path, dataset)
+
+
+def _load_format(path: Path, dataset):
     suffix = path.suffix.lower()
     if suffix in (".cxi", ".h5", ".hdf5", ".nxs"):
         return _read_hdf5(path, dataset)

@@ -138,6 +138,14 @@ class CpuEngine:
         self.support = np.empty(full, np.bool_)
         self.set_support(support)
 
+    def set_amplitude(self, amp) -> None:
+        """A new pattern of the same shape (plans and buffers kept)."""
+        amp = np.asarray(amp, np.float32)
+        if amp.shape != self.shape:
+            raise ValueError(f"amplitude shape {amp.shape} differs from the engine's {self.shape}")
+        self.amp[...] = amp
+        self.denominator = float(np.sum(np.where(self.amp >= 0, self.amp.astype(np.float64) ** 2, 0.0)))
+
     def set_support(self, support) -> None:
         self.support[...] = np.broadcast_to(np.asarray(support, bool), self.support.shape)
 

@@ -60,6 +60,18 @@ class _DeviceState:
         self.support = xp.zeros(self.full, np.uint8)
         self.set_support(support)
 
+    def set_amplitude(self, amp) -> None:
+        """A new pattern of the same shape, written in place (plans and captured graphs stay valid)."""
+        amp = np.ascontiguousarray(amp, np.float32)
+        if amp.shape != self.shape:
+            raise ValueError(f"amplitude shape {amp.shape} differs from the engine's {self.shape}")
+        self.amp.set(amp)
+        self.denominator = float(np.sum(np.where(amp >= 0, np.asarray(amp, np.float64) ** 2, 0.0)))
+        self.amplitude_written()
+
+    def amplitude_written(self) -> None:
+        """Hook: the amplitude was replaced (engines with a scaled copy refresh it)."""
+
     def set_support(self, support) -> None:
         xp = self.xp
         s = support if is_device_array(support) else np.asarray(support, bool)
@@ -222,17 +234,20 @@ class _HalfBuffers:
 
     def _init_half(self) -> None:
         xp = self.xp
-        amp = self.amp
-        measured = amp >= 0
-        self.amax = float(amp.max())
-        if not self.amax > 0:
-            raise ValueError("the amplitude is zero everywhere: nothing to scale for fp16")
-        self.amp_unit = xp.where(measured, amp / np.float32(self.amax), np.float32(-1)).astype(np.float32)
+        self.amp_unit = xp.empty(self.shape, np.float32)
+        self.amplitude_written()
         axes = tuple(range(1, len(self.full)))
         self.plan16 = self.backend.fft.half_c2c(self.full, axes=axes)
         self.yh = xp.zeros(self.full + (2,), np.float16)
         self.plan16.forward(self.yh, out=self.yh)
         xp.cuda.get_current_stream().synchronize()
+
+    def amplitude_written(self) -> None:
+        xp, amp = self.xp, self.amp
+        self.amax = float(amp.max())
+        if not self.amax > 0:
+            raise ValueError("the amplitude is zero everywhere: nothing to scale for fp16")
+        self.amp_unit[...] = xp.where(amp >= 0, amp / np.float32(self.amax), np.float32(-1))
 
     def _to_half(self, x, xh, scale) -> None:
         self._kernels["to_half"](self.flat_grid, (THREADS,), (x, xh, np.float32(scale),

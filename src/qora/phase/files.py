@@ -72,6 +72,7 @@ def write_result(path, result) -> None:
         for name in ("recipe", "seed", "starts", "best", "rank", "backend", "variant"):
             proc.attrs[name] = getattr(result, name)
         proc.attrs["stopped_early"] = bool(result.stopped_early)
+        proc.attrs["first_start"] = int(result.first_start)
         proc.attrs["timings"] = json.dumps(result.timings)
         proc.attrs["versions"] = json.dumps(result.versions)
         if result.objects is not None:
@@ -99,7 +100,7 @@ def read_result(path):
             timings=json.loads(a["timings"]), versions=json.loads(a["versions"]),
             objects=img["all_objects"][()] if "all_objects" in img else None,
             supports=img["all_supports"][()].astype(bool) if "all_supports" in img else None,
-            stopped_early=bool(a["stopped_early"]),
+            stopped_early=bool(a["stopped_early"]), first_start=int(a.get("first_start", 0)),
         )
 
 

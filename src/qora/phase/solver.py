@@ -160,6 +160,8 @@ class PhaseResult:
         Index of the best start by ``rank``.
     objects, supports : ndarray or None
         All starts, when ``keep_all=True``.
+    first_start : int
+        The number of the first start (starts are drawn from ``PCG64(seed + number)``).
     """
 
     object: np.ndarray
@@ -180,6 +182,7 @@ class PhaseResult:
     objects: np.ndarray | None = None
     supports: np.ndarray | None = None
     stopped_early: bool = False
+    first_start: int = 0
 
     @property
     def fourier_error(self) -> float:
@@ -217,8 +220,6 @@ class Solver:
         from qora.backend import resolve
 
         t0 = time.perf_counter()
-        self.intensity, self.mask = check_intensity(intensity, mask)
-        self.shape = self.intensity.shape
         self.backend = resolve(backend)
         self.variant = _pick_variant(self.backend, variant)
         if batch < 1:
@@ -226,17 +227,31 @@ class Solver:
         self.batch = int(batch)
         if not 0.0 <= free_fraction < 0.5:
             raise ValueError(f"free_fraction must be in [0, 0.5), got {free_fraction}")
+        self.free_fraction, self.free_seed = float(free_fraction), int(seed)
+        self.shape = None
+        self._engine = None
+        self.set_intensity(intensity, mask=mask)
+        self.timings = {"construct_s": time.perf_counter() - t0}
+
+    def set_intensity(self, intensity, *, mask=None) -> None:
+        """Take a new pattern of the same shape, keeping the engine (plans, device buffers): a worker
+        holds one Solver per shape and feeds it pattern after pattern (``qora.distributed``). A run
+        after this equals a run of a Solver made for the new pattern."""
+        intensity, mask = check_intensity(intensity, mask)
+        if self.shape is not None and intensity.shape != self.shape:
+            raise ValueError(f"pattern shape {intensity.shape} differs from the solver's {self.shape}")
+        self.intensity, self.mask, self.shape = intensity, mask, intensity.shape
         measured = ~self.mask if self.mask is not None else np.ones(self.shape, bool)
         self.free = np.zeros(self.shape, bool)
-        if free_fraction > 0:
-            rng = np.random.Generator(np.random.PCG64(seed + 2**31))
+        if self.free_fraction > 0:
+            rng = np.random.Generator(np.random.PCG64(self.free_seed + 2**31))
             # hold out pixels in centro-symmetric pairs: I(q) = I(-q) for a real-space object is not
             # assumed, but a lone held-out pixel next to its measured twin would leak its value
-            self.free = measured & (rng.random(self.shape) < free_fraction)
+            self.free = measured & (rng.random(self.shape) < self.free_fraction)
         used_mask = ~measured | self.free
         self.amp = native_amplitude(self.intensity, used_mask if used_mask.any() else None)
-        self._engine = None
-        self.timings = {"construct_s": time.perf_counter() - t0}
+        if self._engine is not None:
+            self._engine.set_amplitude(self.amp)
 
     def _engine_for(self, support):
         if self._engine is None:
@@ -259,8 +274,12 @@ class Solver:
         return self.backend.to_host(support)
 
     def run(self, *, support=None, recipe=None, starts: int = 1, seed: int = 0, rank: str = "fourier",
-            keep_all: bool = False, progress=None, sync_every: int = 50) -> PhaseResult:
-        """Reconstruct from ``starts`` random starts; see :func:`reconstruct`."""
+            keep_all: bool = False, progress=None, sync_every: int = 50, first_start: int = 0) -> PhaseResult:
+        """Reconstruct from ``starts`` random starts; see :func:`reconstruct`. The starts are numbered
+        from ``first_start`` (start s is drawn from ``PCG64(seed + s)``), so that starts split over
+        several runs (``qora.distributed``) are the ones a single run would make."""
+        if first_start < 0:
+            raise ValueError(f"first_start must be non-negative, got {first_start}")
         recipe = default_recipe() if recipe is None else Recipe.parse(recipe)
         if rank not in ("fourier", "free_llk"):
             raise ValueError(f"rank must be 'fourier' or 'free_llk', got {rank!r}")
@@ -285,7 +304,7 @@ class Solver:
         for group in range(0, starts, self.batch):
             ids = list(range(group, min(starts, group + self.batch)))
             engine = self._engine_for(support)
-            fill_random_starts(engine, seed, ids)
+            fill_random_starts(engine, seed, [first_start + i for i in ids])
             errs, stopped = self._run_recipe(engine, recipe, group * recipe.iterations, total, progress, sync_every)
             all_x.append(engine.get_x()[: len(ids)])
             all_s.append(engine.get_support()[: len(ids)])
@@ -308,7 +327,7 @@ class Solver:
             object=objects[best], support=supports[best], errors=errors, final_errors=final_errors, llk=llk,
             free_llk=free_llk, best=best, rank=rank, recipe=str(recipe), seed=seed, starts=len(objects),
             backend=self.backend.name, variant=self.variant,
-            timings={**self.timings, "run_s": time.perf_counter() - t0}, versions=versions(),
+            timings={**self.timings, "run_s": time.perf_counter() - t0}, versions=versions(), first_start=first_start,
             objects=objects if keep_all else None, supports=supports if keep_all else None, stopped_early=stopped,
         )
 
@@ -367,6 +386,36 @@ class Solver:
             llk.append(sums[0, 0] / sums[0, 1] if sums[0, 1] else float("nan"))
             free_llk.append(sums[1, 0] / sums[1, 1] if sums[1, 1] else float("nan"))
         return np.array(errors), llk, free_llk
+
+
+def merge_results(parts) -> PhaseResult:
+    """One result from runs of the same pattern over consecutive ranges of starts (``first_start``):
+    the result a single run of all the starts gives, with the best chosen the same way (the first
+    of the lowest scores). Objects of every start are kept only if every part kept them."""
+    parts = sorted(parts, key=lambda r: r.first_start)
+    if not parts:
+        raise ValueError("no results to merge")
+    first = parts[0]
+    for r in parts[1:]:
+        if (r.rank, r.recipe, r.seed, r.object.shape) != (first.rank, first.recipe, first.seed, first.object.shape):
+            raise ValueError("results of different runs (rank, recipe, seed or shape differ) cannot be merged")
+    final_errors = np.concatenate([r.final_errors for r in parts])
+    free_llk = np.concatenate([r.free_llk for r in parts])
+    scores = final_errors if first.rank == "fourier" else free_llk
+    best = int(np.nanargmin(scores))
+    offsets = np.cumsum([0] + [r.starts for r in parts])
+    owner = int(np.searchsorted(offsets, best, side="right") - 1)
+    keep_all = all(r.objects is not None for r in parts)
+    return PhaseResult(
+        object=parts[owner].object, support=parts[owner].support,
+        errors=np.concatenate([r.errors for r in parts], axis=1), final_errors=final_errors,
+        llk=np.concatenate([r.llk for r in parts]), free_llk=free_llk, best=best, rank=first.rank,
+        recipe=first.recipe, seed=first.seed, starts=int(offsets[-1]), backend=first.backend, variant=first.variant,
+        timings={"run_s": float(sum(r.timings.get("run_s", 0.0) for r in parts)), "parts": len(parts)},
+        versions=first.versions,
+        objects=np.concatenate([r.objects for r in parts]) if keep_all else None,
+        supports=np.concatenate([r.supports for r in parts]) if keep_all else None,
+        stopped_early=any(r.stopped_early for r in parts), first_start=first.first_start)
 
 
 def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int = 1, backend="auto",

@@ -171,6 +171,7 @@ class Band:
         self.G = session.G[xp.asarray(keep)] if on_device else session.host_G()[keep]  # (nq, nbf)
         self._q_scan = (xp.asarray(qy[keep])[:, None], xp.asarray(qx[keep])[:, None])
         self.total = float(xp.sum(xp.abs(self.G) ** 2))
+        self.shape = self.G.shape  # (frequencies, bright-field pixels)
         self.lam = session.wavelength
         self.alpha = session.alpha_mrad * 1e-3 / self.lam
         k = xp.asarray(session.k)  # (nbf, 2), a host array
@@ -182,6 +183,17 @@ class Band:
         self.thick = any(p in THICK_PARAMETERS for p in self.parameters)
         self._geometry_for = None
         self._set_rotation(self.rotation)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["xp"] = self.xp.__name__  # a module does not pickle: its name does
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        import importlib
+
+        self.__dict__.update(state)
+        self.xp = importlib.import_module(state["xp"])
 
     # -- the geometry at one rotation, with its rotation derivatives --------------------------
     def _set_rotation(self, theta: float) -> None:
@@ -264,8 +276,8 @@ class Band:
                 second[(p, q_)] = second[(q_, p)] = f2 * du[p] * du[q_] + f1 * cross
         return f, first, second
 
-    def evaluate(self, values: dict, *, order: int = 2):
-        """Agreement (and with ``order`` 1 or 2 its gradient and Hessian in ``self.parameters``)."""
+    def moments(self, values: dict, *, order: int = 2) -> dict:
+        """The per-Q sums over k the agreement of ``values`` and its derivatives are made of."""
         if self.fits_rotation:
             self._set_rotation(float(values.get("rotation", self.rotation)))
         names = self.parameters
@@ -346,50 +358,62 @@ class Band:
                         h = h + a * s_second[(p, q_)]
                     hess[i][j] = hess[j][i] = h * e
             terms.append((value, grads, hess))
+        return self._moments(terms, order)
+
+    def _moments(self, terms, order: int) -> dict:
+        """The sums over this band's k of the products the agreement is made of, per Q: additive
+        over disjoint sets of bright-field pixels, so shards of G (``qora.distributed``) add them
+        up before :func:`combine_moments` finishes the agreement."""
+        xp, G = self.xp, self.G
         (t1, g1, h1), (t2, g2, h2) = terms
         gam = t1 - t2
-        G = self.G
-        S = xp.sum(G * xp.conj(gam), -1)
-        N = xp.sum(xp.abs(gam) ** 2, -1)
-        N = xp.maximum(N, 1e-300)
-        P = xp.abs(S) ** 2
-        value = float(xp.sum(P / N)) / self.total
+        m = {"S": xp.sum(G * xp.conj(gam), -1), "N": xp.sum(xp.abs(gam) ** 2, -1)}
         if order == 0:
-            return value
+            return m
+        nparam = len(self.parameters)
         gp = [g1[i] - g2[i] for i in range(nparam)]
-        Sp = [xp.sum(G * xp.conj(g), -1) for g in gp]
-        Np = [2 * xp.real(xp.sum(xp.conj(gam) * g, -1)) for g in gp]
-        Pp = [2 * xp.real(xp.conj(S) * s) for s in Sp]
-        grad = np.array([float(xp.sum(Pp[i] / N - P * Np[i] / N**2)) for i in range(nparam)]) / self.total
+        m["Sp"] = xp.stack([xp.sum(G * xp.conj(g), -1) for g in gp])
+        m["Np"] = xp.stack([2 * xp.real(xp.sum(xp.conj(gam) * g, -1)) for g in gp])
         if order == 1:
-            return value, grad
-        hessian = np.empty((nparam, nparam))
+            return m
+        Sij = xp.zeros((nparam, nparam) + m["S"].shape, m["S"].dtype)
+        Nij = xp.zeros((nparam, nparam) + m["S"].shape)
         for i in range(nparam):
             for j in range(i, nparam):
                 gij = h1[i][j] - h2[i][j]
-                Sij = xp.sum(G * xp.conj(gij), -1)
-                Nij = 2 * xp.real(xp.sum(xp.conj(gp[j]) * gp[i] + xp.conj(gam) * gij, -1))
-                Pij = 2 * xp.real(xp.conj(Sp[j]) * Sp[i] + xp.conj(S) * Sij)
-                hij = (Pij / N - Pp[i] * Np[j] / N**2 - Pp[j] * Np[i] / N**2 - P * Nij / N**2
-                       + 2 * P * Np[i] * Np[j] / N**3)
-                hessian[i, j] = hessian[j, i] = float(xp.sum(hij)) / self.total
-        return value, grad, hessian
+                Sij[i, j] = xp.sum(G * xp.conj(gij), -1)
+                Nij[i, j] = 2 * xp.real(xp.sum(xp.conj(gp[j]) * gp[i] + xp.conj(gam) * gij, -1))
+        m["Sij"], m["Nij"] = Sij, Nij
+        return m
+
+    def evaluate(self, values: dict, *, order: int = 2):
+        """Agreement (and with ``order`` 1 or 2 its gradient and Hessian in ``self.parameters``)."""
+        return combine_moments(self.moments(values, order=order), self.total, order)
 
     def evaluate_batch(self, sets) -> np.ndarray:
         """Agreement of several parameter sets (a list of dicts) in one pass over G per rotation."""
-        sets = list(sets)
-        out = np.empty(len(sets))
-        if self.fits_rotation:
-            groups: dict = {}
-            for i, v in enumerate(sets):
-                groups.setdefault(float(v.get("rotation", self.rotation)), []).append(i)
-            for theta, idx in groups.items():
-                self._set_rotation(theta)
-                out[idx] = self._batch([sets[i] for i in idx])
-            return out
-        return self._batch(sets)
+        return combine_batch_moments(self.batch_moments(sets), self.total)
 
-    def _batch(self, sets) -> np.ndarray:
+    def batch_moments(self, sets) -> dict:
+        """S and N (see :meth:`moments`) of each set, (B, nq), in one pass over G per rotation."""
+        sets = list(sets)
+        if not self.fits_rotation:
+            return self._batch(sets)
+        xp = self.xp
+        out = None
+        groups: dict = {}
+        for i, v in enumerate(sets):
+            groups.setdefault(float(v.get("rotation", self.rotation)), []).append(i)
+        for theta, idx in groups.items():
+            self._set_rotation(theta)
+            part = self._batch([sets[i] for i in idx])
+            if out is None:
+                out = {k: xp.empty((len(sets),) + a.shape[1:], a.dtype) for k, a in part.items()}
+            for k, a in part.items():
+                out[k][xp.asarray(idx)] = a
+        return out
+
+    def _batch(self, sets) -> dict:
         xp = self.xp
         c = xp.asarray(np.array([[v.get(p, 0.0) for p in self.aberration_names] for v in sets], float))
         gam = []
@@ -403,9 +427,7 @@ class Band:
                 e = e * xp.stack([self._depth(term, v, 0)[0] * xp.ones(self.G.shape) for v in sets])
             gam.append(e)
         gam = gam[0] - gam[1]  # (B, nq, nbf)
-        S = xp.sum(self.G[None] * xp.conj(gam), -1)
-        N = xp.maximum(xp.sum(xp.abs(gam) ** 2, -1), 1e-300)
-        return np.asarray(_to_host(xp.sum(xp.abs(S) ** 2 / N, -1))) / self.total
+        return {"S": xp.sum(self.G[None] * xp.conj(gam), -1), "N": xp.sum(xp.abs(gam) ** 2, -1)}
 
     def uncertainties(self, agreement: float, hessian) -> dict:
         """Standard errors of the fitted parameters from the Hessian of the agreement at its maximum.
@@ -418,7 +440,7 @@ class Band:
         estimates on a sample the weak-phase model does not describe). Units: A, rad.
         """
         h = -np.asarray(hessian, float)
-        nq, nbf = self.G.shape
+        nq, nbf = self.shape
         dof = max(1, nq * nbf - nq - len(self.parameters))
         sigma2 = self.total * max(1.0 - agreement, 0.0) / dof
         try:
@@ -426,6 +448,44 @@ class Band:
         except np.linalg.LinAlgError:
             return {name: float("inf") for name in self.parameters}
         return {name: float(math.sqrt(max(cov[i, i], 0.0))) for i, name in enumerate(self.parameters)}
+
+
+def make_band(session, parameters, **kwargs):
+    """A :class:`Band` of ``session``, or what the session makes in its place (a session split over
+    workers, :class:`qora.distributed.ssb.ShardedSession`, makes a band of the same interface)."""
+    maker = getattr(session, "make_band", None)
+    return maker(parameters, **kwargs) if maker is not None else Band(session, parameters, **kwargs)
+
+
+def combine_moments(m: dict, total: float, order: int = 2):
+    """The agreement sum_Q |S|^2 / N / total from the moments of :meth:`Band.moments` (summed over
+    shards where G is split), with its gradient and Hessian for ``order`` 1 and 2."""
+    xp = xp_of(m["S"])
+    S, N = m["S"], xp.maximum(m["N"], 1e-300)
+    P = xp.abs(S) ** 2
+    value = float(xp.sum(P / N)) / total
+    if order == 0:
+        return value
+    Sp, Np = m["Sp"], m["Np"]
+    nparam = len(Sp)
+    Pp = 2 * xp.real(xp.conj(S)[None] * Sp)
+    grad = _to_host(xp.sum(Pp / N - P * Np / N**2, -1)) / total
+    if order == 1:
+        return value, grad
+    hessian = np.empty((nparam, nparam))
+    for i in range(nparam):
+        for j in range(i, nparam):
+            Pij = 2 * xp.real(xp.conj(Sp[j]) * Sp[i] + xp.conj(S) * m["Sij"][i, j])
+            hij = (Pij / N - Pp[i] * Np[j] / N**2 - Pp[j] * Np[i] / N**2 - P * m["Nij"][i, j] / N**2
+                   + 2 * P * Np[i] * Np[j] / N**3)
+            hessian[i, j] = hessian[j, i] = float(xp.sum(hij)) / total
+    return value, grad, hessian
+
+
+def combine_batch_moments(m: dict, total: float) -> np.ndarray:
+    """The agreement of each set from :meth:`Band.batch_moments` (summed over shards)."""
+    xp = xp_of(m["S"])
+    return np.asarray(_to_host(xp.sum(xp.abs(m["S"]) ** 2 / xp.maximum(m["N"], 1e-300), -1))) / total
 
 
 def newton(band: Band, start: dict, *, iterations: int = 20, tolerance: float = 1e-10):
@@ -548,7 +608,7 @@ def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9)
     second derivatives in all of them (the apertures with a soft edge, :class:`Band`), refines it.
     """
     def c10_only(theta):
-        b = Band(session, ("C10",), band=band, rotation=theta)
+        b = make_band(session, ("C10",), band=band, rotation=theta)
         c10, values = defocus_search(b, step=20.0, low=-400.0, high=400.0)
         return float(values.max()), c10
 
@@ -556,9 +616,9 @@ def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9)
     scores = [c10_only(t) for t in grid]
     best = int(np.argmax([a for a, _ in scores]))
     theta0, coarse_c10 = float(grid[best]), scores[best][1]
-    b = Band(session, ("C10",), band=band, rotation=theta0)
+    b = make_band(session, ("C10",), band=band, rotation=theta0)
     c10, _ = defocus_search(b, step=10.0, low=coarse_c10 - 60.0, high=coarse_c10 + 60.0)
-    b = Band(session, tuple(parameters) + ("rotation",), band=band, rotation=theta0)
+    b = make_band(session, tuple(parameters) + ("rotation",), band=band, rotation=theta0)
     start = {p: 0.0 for p in parameters}
     start.update(C10=c10, rotation=theta0)
     values, agreement, _ = newton(b, start, iterations=60)
@@ -590,20 +650,20 @@ def fit_session(session, *, rotation: float | None = None, tilt: bool = True, ba
     if rotation is None:
         rotation, values, agreement = fit_rotation(session, names, band=band)
     else:
-        b = Band(session, names, band=band, rotation=rotation)
+        b = make_band(session, names, band=band, rotation=rotation)
         start, _, _, _ = tpe_search(b, trials=trials, batch=batch, seed=seed)
         timings["search_s"] = time.perf_counter() - t0
         values, agreement, hessian = newton(b, start)
     timings["standard_s"] = time.perf_counter() - t0
     fitted_rotation = "search_s" not in timings
     std_names = names + (("rotation",) if fitted_rotation else ())
-    std_band = Band(session, std_names, band=band, rotation=rotation)
+    std_band = make_band(session, std_names, band=band, rotation=rotation)
     if fitted_rotation:
         # the Hessian in the rotation too, from the soft-edged band the rotation was fitted on; the
         # agreement reported is the top-hat one, comparable with the thick branch's
         soft_agreement, _, hessian = std_band.evaluate({**values, "rotation": rotation})
         uncertainty = std_band.uncertainties(soft_agreement, hessian)
-        agreement = Band(session, names, band=band, rotation=rotation).evaluate(values, order=0)
+        agreement = make_band(session, names, band=band, rotation=rotation).evaluate(values, order=0)
     else:
         uncertainty = std_band.uncertainties(agreement, hessian)
     out = {"rotation_rad": float(rotation),
@@ -617,7 +677,7 @@ def fit_session(session, *, rotation: float | None = None, tilt: bool = True, ba
         report(progress, "thick", 1, 2)
         t1 = time.perf_counter()
         tnames = names + ("thickness", "tilt_y", "tilt_x")
-        b = Band(session, tnames, band=band, rotation=rotation)
+        b = make_band(session, tnames, band=band, rotation=rotation)
         tvalues, tagreement, thessian = newton(b, {**values, "thickness": 60.0, "tilt_y": 0.0, "tilt_x": 0.0},
                                                iterations=60)
         timings["thick_s"] = time.perf_counter() - t1

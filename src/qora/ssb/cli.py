@@ -7,6 +7,8 @@ from pathlib import Path
 import click
 import numpy as np
 
+from qora.distributed.options import scale_out_client, scale_out_options
+
 
 @click.group("ssb")
 def ssb() -> None:
@@ -143,10 +145,16 @@ def image_cmd(data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle, c30
               help="Trials of the cold-start search (rotation given), 8 per pass over G.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the search.")
 @click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
-              help="Where G is prepared (the fit itself runs on the host).")
+              help="Where G is held and the fit runs (on a cluster: on each worker).")
 @click.option("--quiet", is_flag=True)
-def fit_cmd(data, kv, semiangle, scan_step, rotation, tilt, out, plot, trials, seed, backend, quiet) -> None:
-    """Fit defocus, astigmatism (and rotation, thickness, tilt) from a cold start."""
+@scale_out_options
+def fit_cmd(data, kv, semiangle, scan_step, rotation, tilt, out, plot, trials, seed, backend, quiet, scheduler,
+            workers, gpus) -> None:
+    """Fit defocus, astigmatism (and rotation, thickness, tilt) from a cold start.
+
+    With --workers, --gpus or --scheduler, G is split by bright-field pixel over a Dask
+    cluster's workers, each reading its part of DATA (docs/scale-out.md).
+    """
     import json
 
     from qora.io.atomic import atomic_path
@@ -155,12 +163,24 @@ def fit_cmd(data, kv, semiangle, scan_step, rotation, tilt, out, plot, trials, s
     from qora.ssb.files import plot_fit
     from qora.ssb.session import Session
 
+    cluster = bool(scheduler or workers or gpus)
+    if cluster and plot is not None:
+        raise click.UsageError("--plot images the whole bright field in one process: fit on the cluster, then "
+                               "`qora ssb image` with the fitted parameters")
     try:
         stack, meta, kv, semiangle, scan_step = _load_with_settings(data, kv, semiangle, scan_step)
-        session = Session(stack, kv=kv, alpha_mrad=semiangle, scan_step=scan_step, backend=backend)
-        with tqdm_progress(disable=quiet) as bar:
-            result = fit_session(session, rotation=None if rotation is None else np.deg2rad(rotation), tilt=tilt,
-                                 progress=bar, trials=trials, seed=seed)
+        with scale_out_client(scheduler, workers, gpus) as client:
+            if client is None:
+                session = Session(stack, kv=kv, alpha_mrad=semiangle, scan_step=scan_step, backend=backend)
+            else:
+                from qora.distributed.ssb import ShardedSession
+
+                del stack  # each worker reads its part of the file
+                session = ShardedSession(str(data), client=client, kv=kv, alpha_mrad=semiangle, scan_step=scan_step,
+                                         backend=backend)
+            with tqdm_progress(disable=quiet) as bar:
+                result = fit_session(session, rotation=None if rotation is None else np.deg2rad(rotation),
+                                     tilt=tilt, progress=bar, trials=trials, seed=seed)
     except (ValueError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from exc
     with atomic_path(out) as tmp:

@@ -46,7 +46,13 @@ def fit_detector(data, alpha_mrad: float, *, threshold: float = 0.5) -> Detector
     data = _array_like(data)
     if data.ndim != 4:
         raise ValueError(f"4D-STEM data must be (scan_row, scan_col, det_row, det_col), got shape {data.shape}")
-    mean = np.asarray(data.mean(axis=(0, 1), dtype=np.float64))
+    return fit_detector_from_mean(np.asarray(data.mean(axis=(0, 1), dtype=np.float64)), alpha_mrad,
+                                  threshold=threshold)
+
+
+def fit_detector_from_mean(mean, alpha_mrad: float, *, threshold: float = 0.5) -> DetectorFit:
+    """:func:`fit_detector` from the mean diffraction pattern (det_row, det_col) itself."""
+    mean = np.asarray(mean, np.float64)
     if not np.all(np.isfinite(mean)):
         raise ValueError("the data hold NaN or Inf")
     if not mean.max() > 0:
@@ -58,6 +64,30 @@ def fit_detector(data, alpha_mrad: float, *, threshold: float = 0.5) -> Detector
     center = (float((w * rows).sum() / area), float((w * cols).sum() / area))
     radius = math.sqrt(area / math.pi)
     return DetectorFit(center, radius, alpha_mrad / radius)
+
+
+def bright_field_pixels(detector_shape, detector: DetectorFit, alpha_mrad: float, kv: float):
+    """The bright-field pixels, inside the disk by their centres: their flat indices on the
+    detector and their k = (ky, kx) (1/A, detector axes), (nbf, 2)."""
+    lam = wavelength(kv)
+    dk = detector.mrad_per_pixel * 1e-3 / lam
+    rows, cols = np.indices(tuple(detector_shape))
+    ky = (rows - detector.center[0]) * dk
+    kx = (cols - detector.center[1]) * dk
+    index = np.flatnonzero(np.hypot(ky, kx) <= alpha_mrad * 1e-3 / lam)
+    return index, np.stack([ky.ravel()[index], kx.ravel()[index]], 1)
+
+
+def scan_frequencies(scan_shape, scan_step: float, rotation: float, *, half: bool, xp=np):
+    """(Qy, Qx) (1/A) of the scan's FFT grid (its half plane with ``half``), in the detector's
+    axes: the scan frame turned by ``rotation`` rad."""
+    sy, sx = scan_shape
+    cols = sx // 2 + 1 if half else sx
+    qy = xp.asarray(np.fft.fftfreq(sy, scan_step))[:, None] * xp.ones((1, cols))
+    qx_axis = np.fft.rfftfreq(sx, scan_step) if half else np.fft.fftfreq(sx, scan_step)
+    qx = xp.asarray(qx_axis)[None, :] * xp.ones((sy, 1))
+    c, s = math.cos(rotation), math.sin(rotation)
+    return c * qy + s * qx, -s * qy + c * qx
 
 
 class Session:
@@ -85,11 +115,17 @@ class Session:
     max_bytes : int, optional
         On CUDA, the most G may take on the device (default half the free device memory). A
         larger G stays in host memory and every image streams it to the device in chunks of k.
+    pixels : slice, optional
+        Only these bright-field pixels (a slice of the list, in its order): a shard of G, as
+        ``qora.distributed`` splits it over workers; images need the whole list.
+    level : float, optional
+        The mean count of a bright-field pixel that G is normalised by (default: measured over the
+        session's pixels); shards take the whole bright field's, so that their G add up.
     """
 
     def __init__(self, data, *, kv: float, alpha_mrad: float, scan_step: float, rotation: float = 0.0,
                  detector: DetectorFit | None = None, chunk: int = 512, backend="cpu",
-                 max_bytes: int | None = None) -> None:
+                 max_bytes: int | None = None, pixels: slice | None = None, level: float | None = None) -> None:
         from qora.backend import resolve
 
         t0 = time.perf_counter()
@@ -107,17 +143,18 @@ class Session:
         self.detector = detector or fit_detector(data, alpha_mrad)
         self.scan_shape = data.shape[:2]
         self.chunk = int(chunk)
-        # bright-field pixels: inside the disk, by their centres (1/A, detector axes)
-        dk = self.detector.mrad_per_pixel * 1e-3 / self.wavelength
-        rows, cols = np.indices(data.shape[2:])
-        ky = (rows - self.detector.center[0]) * dk
-        kx = (cols - self.detector.center[1]) * dk
-        inside = np.hypot(ky, kx) <= self.alpha_mrad * 1e-3 / self.wavelength
-        self.bf_index = np.flatnonzero(inside)
-        self.k = np.stack([ky.ravel()[self.bf_index], kx.ravel()[self.bf_index]], 1)  # (nbf, 2) 1/A, host
+        self.bf_index, self.k = bright_field_pixels(data.shape[2:], self.detector, self.alpha_mrad, self.kv)
+        self.bf_count = len(self.bf_index)  # of the whole bright field, also in a shard
+        if pixels is not None:
+            self.bf_index, self.k = self.bf_index[pixels], self.k[pixels]
+            if not len(self.bf_index):
+                raise ValueError(f"pixels {pixels} selects no bright-field pixel (of {self.bf_count})")
+        self.pixels = pixels
         self._k = xp.asarray(self.k)  # where the images are made
         pixels = np.unravel_index(self.bf_index, data.shape[2:])  # gathered as (rows, cols): no reshape of
-        level = float(np.asarray(_gather(data, pixels).mean(dtype=np.float64)))  # a memory-mapped array
+        if level is None:
+            level = float(np.asarray(_gather(data, pixels).mean(dtype=np.float64)))  # a memory-mapped array
+        level = float(level)
         if not level > 0:
             raise ValueError("the bright field holds no intensity")
         sy, sx = self.scan_shape
@@ -136,6 +173,7 @@ class Session:
                 spec = xp.fft.rfft2(block, axes=(0, 1))
                 self.G[..., start:start + len(idx)] = spec if on_device else self.backend.to_host(spec)
                 del block, spec
+        self.level = level
         self.bright_field = np.asarray(_gather(data, pixels).sum(-1)) / level
         self.timings = {"prepare_s": time.perf_counter() - t0}
         self.memory = {"G_bytes": nbytes, "G_on": "device" if (self.backend.is_cuda and on_device) else "host",
@@ -152,6 +190,26 @@ class Session:
             ks = slice(start, start + self.chunk)
             yield ks, self.xp.asarray(self.G[..., ks])
 
+    def __getstate__(self) -> dict:
+        # the backend (a module and its locks) travels by name: a session can move between Dask
+        # workers; its arrays are copied as they are (CuPy's pickle goes through the host)
+        state = dict(self.__dict__)
+        state["backend"] = self.backend.name
+        state.pop("xp")
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        from qora.backend import resolve
+
+        self.__dict__.update(state)
+        self.backend = resolve(state["backend"])
+        self.xp = self.backend.xp
+
+    def _whole(self, what: str) -> None:
+        if self.pixels is not None:
+            raise ValueError(f"{what} need every bright-field pixel; this session holds the shard {self.pixels} "
+                             f"of {self.bf_count} (qora.distributed fits on shards, then images on the whole)")
+
     def host_G(self) -> np.ndarray:
         """G(Q, k) as a host array."""
         return self.backend.to_host(self.G)
@@ -162,15 +220,8 @@ class Session:
         return self._q(rotation, half=True, xp=np)
 
     def _q(self, rotation=None, *, half: bool, xp=None):
-        xp = xp or self.xp
-        sy, sx = self.scan_shape
-        cols = sx // 2 + 1 if half else sx
-        qy = xp.asarray(np.fft.fftfreq(sy, self.scan_step))[:, None] * xp.ones((1, cols))
-        qx_axis = np.fft.rfftfreq(sx, self.scan_step) if half else np.fft.fftfreq(sx, self.scan_step)
-        qx = xp.asarray(qx_axis)[None, :] * xp.ones((sy, 1))
-        rotation = self.rotation if rotation is None else rotation
-        c, s = math.cos(rotation), math.sin(rotation)
-        return c * qy + s * qx, -s * qy + c * qx
+        return scan_frequencies(self.scan_shape, self.scan_step, self.rotation if rotation is None else rotation,
+                                half=half, xp=xp or self.xp)
 
     def _psi(self, ky, kx, aberrations):
         lam = self.wavelength
@@ -220,6 +271,7 @@ class Session:
         2 pi, summed, and phase-flipped by sign(sin chi(Q))). Q = 0 and the scan's Nyquist row
         and column are left out. ``upsample`` (parallax only) returns the image on a grid that
         many times finer, from the bright-field images' sub-pixel shifts (:meth:`_parallax_upsampled`)."""
+        self._whole("images")
         aberrations = aberrations or Aberrations()
         if method not in ("ssb", "thick", "parallax"):
             raise ValueError(f"method must be 'ssb', 'thick' or 'parallax', got {method!r}")
@@ -278,6 +330,7 @@ class Session:
         the mean over positions of that mean phasor's length (a circular variance: 0 when
         every pixel agrees). ``thickness`` and ``tilt`` select the thick-sample Gamma.
         """
+        self._whole("the mean phase")
         xp = self.xp
         aberrations = aberrations or Aberrations()
         sy, sx = self.scan_shape
