@@ -20,14 +20,23 @@ def _require_gpu() -> bool:
     return os.environ.get("QORA_REQUIRE_GPU", "") not in ("", "0")
 
 
-@pytest.fixture(autouse=True)
-def _gpu_gate(request):
-    if request.node.get_closest_marker("gpu") is None:
-        return
+def _gate() -> None:
     if not has_cuda():
         if _require_gpu():
             pytest.fail(f"QORA_REQUIRE_GPU=1 but no usable GPU: {probe_error()}")
         pytest.skip(f"needs a GPU: {probe_error()}")
+
+
+@pytest.fixture(autouse=True)
+def _gpu_gate(request):
+    if request.node.get_closest_marker("gpu") is not None:
+        _gate()
+
+
+@pytest.fixture(scope="module")
+def gpu_module():
+    """The same gate for module-scoped GPU fixtures (they are set up before the per-test one)."""
+    _gate()
 
 
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])

@@ -185,6 +185,21 @@ def bench_ssb(backend: str, no_write: bool) -> None:
     ssb_bench.run(backend=backend, write=not no_write, echo=click.echo)
 
 
+@bench.command("scale-out")
+@click.option("--gpus/--cpu", default=None, help="One worker per GPU (default where there is a GPU), or processes.")
+@click.option("--max-workers", type=click.IntRange(1, 4096), default=None, help="Stop at this many workers.")
+@click.option("--patterns", type=click.IntRange(1, 10000), default=24, show_default=True)
+@click.option("--stacks", type=click.IntRange(1, 10000), default=24, show_default=True)
+@click.option("--repeats", type=click.IntRange(1, 100), default=3, show_default=True)
+@click.option("--no-write", is_flag=True, help="Print only; write no result file.")
+def bench_scale_out(gpus, max_workers, patterns, stacks, repeats, no_write) -> None:
+    """Throughput of the Dask patterns (phase, holo, ssb) on 1, 2, ... workers (docs/scale-out.md)."""
+    from qora.bench import scaleout
+
+    scaleout.run(gpus=gpus, max_workers=max_workers, patterns=patterns, stacks=stacks, repeats=repeats,
+                 write=not no_write, echo=click.echo)
+
+
 def main(argv=None) -> None:
     try:
         cli.main(args=argv, prog_name="qora", standalone_mode=True)

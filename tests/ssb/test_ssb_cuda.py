@@ -1,7 +1,5 @@
 """qora.ssb on CUDA: G(Q, k), every image method and the mean phase against the CPU session."""
 
-import os
-
 import numpy as np
 import pytest
 
@@ -16,11 +14,7 @@ AB = Aberrations(C10=120.0, C12=(15.0, 0.4), C30=2e5)
 
 
 @pytest.fixture(scope="module")
-def sessions():
-    from qora.backend import has_cuda
-
-    if not has_cuda():  # the module fixture runs before the per-test GPU gate: the same rule here
-        (pytest.fail if os.environ.get("QORA_REQUIRE_GPU", "") not in ("", "0") else pytest.skip)("needs a GPU")
+def sessions(gpu_module):
     sim = simulate(amorphous_slices((96, 96), PIXEL, seed=4), pixel=PIXEL, stride=STRIDE, window=WINDOW, kv=KV,
                    alpha_mrad=ALPHA, aberrations=AB)
     kw = dict(kv=KV, alpha_mrad=ALPHA, scan_step=sim.scan_step, rotation=0.1, chunk=100)
