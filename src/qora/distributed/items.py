@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+import warnings
 from dataclasses import dataclass, field
 
 from qora.distributed.cluster import dask_distributed
@@ -53,8 +54,12 @@ def run_items(client, fn, items: dict, *, stage: str = "items", progress=None, o
     out = ItemReport(workers=len(client.scheduler_info(n_workers=-1)["workers"]))
     t0 = time.perf_counter()
     run = uuid.uuid4().hex[:8]
-    futures = {client.submit(fn, *args, key=f"qora-{stage}-{run}-{i}", pure=False, **kwargs): key
-               for i, (key, args) in enumerate(items.items())}
+    with warnings.catch_warnings():
+        # arrays given in memory travel inside their tasks, so that a task lost with its worker can
+        # be run again anywhere (Dask warns about large graphs; files scale better: docs/scale-out.md)
+        warnings.filterwarnings("ignore", "Sending large graph", UserWarning)
+        futures = {client.submit(fn, *args, key=f"qora-{stage}-{run}-{i}", pure=False, **kwargs): key
+                   for i, (key, args) in enumerate(items.items())}
     total = len(futures)
     report(progress, stage, 0, total, {"failed": 0})
     for future in distributed.as_completed(list(futures)):
