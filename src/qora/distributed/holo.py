@@ -139,24 +139,25 @@ def _worker_pipeline(token: str, geometry, backgrounds, options: dict):
         return pipe
 
 
-def _read_stack(source):
+def _read_stack(source, dtype):
     if isinstance(source, (str, Path)):
         from qora.holo.files import load_stack
 
-        return load_stack(source)
+        return load_stack(source, dtype=dtype)
     return np.asarray(source)
 
 
 def _process_time_point(t: int, source, store: str, token: str, geometry, backgrounds, options: dict) -> dict:
     """One time point on a worker: its stack -> volume -> the store."""
     t0 = time.perf_counter()
-    holograms = _read_stack(source)
     with _PIPELINES_LOCK:
         pipe = _worker_pipeline(token, geometry, backgrounds, options)
-        volume = pipe.process(holograms).index
-    SeriesStore(store).write_volume(t, volume)
-    return {"seconds": time.perf_counter() - t0, "min": float(volume.min()), "max": float(volume.max()),
-            "backend": pipe.backend.name}
+        # the GPU takes float32 holograms: read them so (half the bytes); the CPU path computes in float64
+        holograms = _read_stack(source, np.float32 if pipe.cuda is not None else np.float64)
+        volume = pipe.process(holograms, copy=False).index  # the page-locked output, valid until the next stack
+        SeriesStore(store).write_volume(t, volume)
+        return {"seconds": time.perf_counter() - t0, "min": float(volume.min()), "max": float(volume.max()),
+                "backend": pipe.backend.name}
 
 
 def reconstruct_series(stacks, backgrounds, geometry, *, store, client, sideband, hologram_pixel: float,

@@ -77,13 +77,14 @@ def read_holograms(path):
                 float(f.attrs["hologram_pixel_um"]), f["truth"][()] if "truth" in f else None)
 
 
-def load_stack(path) -> np.ndarray:
-    """A hologram stack (A, N, N) or one hologram from TIFF, .npy, .npz or HDF5 (dataset ``holograms``/``data``)."""
+def load_stack(path, *, dtype=np.float64) -> np.ndarray:
+    """A hologram stack (A, N, N) or one hologram from TIFF, .npy, .npz or HDF5 (dataset ``holograms``/``data``),
+    as ``dtype`` (float32 where the GPU takes it: half the bytes to read and convert)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such file: {path}")
     with naming_file(path):
-        return np.asarray(_read_stack_format(path), np.float64)
+        return np.asarray(_read_stack_format(path), dtype)
 
 
 def _read_stack_format(path: Path):
