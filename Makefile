@@ -1,6 +1,6 @@
 # Two commands do all set-up on a fresh machine:
 #   make demo   - runs the main jobs on built-in example data and writes their images to demo-output/
-#   make test   - runs the whole CPU test suite
+#   make test   - runs the whole CPU test suite (installs Debian's chromium for the viewer's tests)
 # Each makes a virtual environment in .venv and installs Qora with every extra but CUDA.
 
 PYTHON ?= python3
@@ -8,6 +8,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 EXTRAS := test,dask,formats,viewer,fftw
+
+# The viewer's end-to-end tests drive Debian's Chromium (Playwright's own browser download is not
+# used); installed here when missing.
+CHROMIUM := /usr/bin/chromium
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 .PHONY: demo test install clean
 
@@ -22,7 +27,11 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/qora demo --out demo-output
 
-test: $(STAMP)
+$(CHROMIUM):
+	$(SUDO) apt-get update -q
+	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends chromium
+
+test: $(STAMP) $(CHROMIUM)
 	$(PY) -m pytest -q
 
 clean:

@@ -123,6 +123,28 @@ def _demo_phase(out: Path, backend: str) -> None:
     click.echo(f"phase: object error {err:.2e}; wrote {out / 'phase-result.png'} and phase-result.cxi")
 
 
+@cli.command("view")
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8765, show_default=True)
+@click.option("--allow-remote", is_flag=True, help="Allow a --host beyond this machine (a token is then required).")
+@click.option("--token", default=None, help="The token to require (default: made up and printed when remote).")
+@click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="Where a 4D-STEM Session computes its previews.")
+@click.option("--pattern", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Phase results: the measured pattern, for the PRTF.")
+def view_cmd(path, host, port, allow_remote, token, backend, pattern) -> None:
+    """Browse a result in the browser: 4D-STEM data with aberration sliders (SSB preview), a phase
+    result (images, errors, PRTF), a holography volume or Zarr series (slices, profile)."""
+    from qora.viewer import serve
+
+    try:
+        serve(path, host=host, port=port, allow_remote=allow_remote, token=token, backend=backend, pattern=pattern,
+              echo=click.echo)
+    except (ValueError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
 @cli.group()
 def bench() -> None:
     """Benchmarks; results go to bench/results/ as JSON and are printed as a table."""

@@ -1,0 +1,349 @@
+"""What the viewer shows, per kind of file: a 4D-STEM dataset (a Session and its previews),
+a phase result, a holography volume or series. Every input from the page is checked here
+(names, types, ranges) before it reaches the engines; a bad one raises :class:`BadRequest`."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from qora.viewer.render import png
+
+__all__ = ["BadRequest", "open_view", "SsbView", "PhaseView", "HoloView", "SSB_SLIDERS"]
+
+
+class BadRequest(ValueError):
+    """An input from the page that is not acceptable (the message says why)."""
+
+
+def number(value, name: str, lo: float, hi: float) -> float:
+    """A finite number within [lo, hi] (bools and strings are refused)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadRequest(f"{name} must be a number, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value) or not lo <= value <= hi:
+        raise BadRequest(f"{name} must be within [{lo:g}, {hi:g}], got {value!r}")
+    return value
+
+
+def integer(value, name: str, lo: int, hi: int) -> int:
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"{name} must be an integer, got {value!r}")
+    if not lo <= value <= hi:
+        raise BadRequest(f"{name} must be within [{lo}, {hi}], got {value}")
+    return value
+
+
+# The SSB sliders: name -> (label, unit, low, high, step). Magnitudes with their angles for the
+# non-round aberrations (the angle phi of C_nm cos(m (phi_k - phi))), rotation and tilt in the
+# units a microscopist reads.
+SSB_SLIDERS = {
+    "C10": ("C10 (defocus = -C10)", "A", -1000.0, 1000.0, 1.0),
+    "C12": ("C12 (2-fold astigmatism)", "A", 0.0, 500.0, 0.5),
+    "C12_angle": ("C12 angle", "deg", -90.0, 90.0, 0.5),
+    "C21": ("C21 (coma)", "A", 0.0, 20000.0, 10.0),
+    "C21_angle": ("C21 angle", "deg", -180.0, 180.0, 1.0),
+    "C23": ("C23 (3-fold astigmatism)", "A", 0.0, 20000.0, 10.0),
+    "C23_angle": ("C23 angle", "deg", -60.0, 60.0, 0.5),
+    "C30": ("C30 (spherical)", "A", -2e6, 2e6, 1000.0),
+    "rotation": ("scan rotation", "deg", -180.0, 180.0, 0.1),
+    "thickness": ("thickness", "A", 0.0, 1000.0, 1.0),
+    "tilt_y": ("tilt y", "mrad", -30.0, 30.0, 0.1),
+    "tilt_x": ("tilt x", "mrad", -30.0, 30.0, 0.1),
+}
+
+
+def ssb_parameters(values: dict) -> dict:
+    """Slider values (UI units, validated) -> the parameters of :meth:`Session.preview`
+    (cartesian aberrations in A, rotation and tilt in rad, thickness in A)."""
+    from qora.ssb.optics import Aberrations
+
+    if not isinstance(values, dict):
+        raise BadRequest("params must be an object of slider values")
+    unknown = sorted(set(values) - set(SSB_SLIDERS))
+    if unknown:
+        raise BadRequest(f"unknown parameters {unknown}; known: {sorted(SSB_SLIDERS)}")
+    v = {name: number(values.get(name, 0.0), name, spec[2], spec[3]) for name, spec in SSB_SLIDERS.items()}
+    ab = Aberrations(C10=v["C10"], C12=(v["C12"], math.radians(v["C12_angle"])),
+                     C21=(v["C21"], math.radians(v["C21_angle"])), C23=(v["C23"], math.radians(v["C23_angle"])),
+                     C30=v["C30"])
+    out = {}
+    for name, value in ab.cartesian().items():
+        if isinstance(value, tuple):
+            out[name + "a"], out[name + "b"] = value
+        else:
+            out[name] = value
+    out["rotation"] = math.radians(v["rotation"])
+    if v["thickness"] > 0 or v["tilt_y"] or v["tilt_x"]:
+        out.update(thickness=v["thickness"], tilt_y=v["tilt_y"] * 1e-3, tilt_x=v["tilt_x"] * 1e-3)
+    return out
+
+
+class SsbView:
+    """A 4D-STEM dataset held in a :class:`qora.ssb.session.Session` (on the GPU where there is one)."""
+
+    kind = "ssb"
+
+    def __init__(self, path, *, backend="auto") -> None:
+        from qora.ssb.files import load_data
+        from qora.ssb.session import Session
+
+        data, meta = load_data(path)
+        missing = [k for k in ("kv", "alpha_mrad", "scan_step_a") if k not in meta]
+        if missing:
+            raise ValueError(f"{path}: the viewer needs {missing} in the file (a qora dataset file holds them)")
+        self.path = Path(path)
+        self.meta = {k: meta[k] for k in ("kv", "alpha_mrad", "scan_step_a")}
+        self.session = Session(data, kv=meta["kv"], alpha_mrad=meta["alpha_mrad"], scan_step=meta["scan_step_a"],
+                               backend=backend)
+        self.start = {name: 0.0 for name in SSB_SLIDERS}  # a cold start: the user's sliders find the truth
+        self._lock = threading.Lock()
+        self._latest: dict = {}  # the newest request number of each page
+        self._fit = {"state": "idle"}
+        self._fit_lock = threading.Lock()
+
+    def info(self) -> dict:
+        sy, sx = self.session.scan_shape
+        return {"kind": self.kind, "file": self.path.name, "scan": [sy, sx], **self.meta,
+                "backend": self.session.backend.name, "bright_field_pixels": int(len(self.session.bf_index)),
+                "sliders": {k: {"label": s[0], "unit": s[1], "min": s[2], "max": s[3], "step": s[4]}
+                            for k, s in SSB_SLIDERS.items()},
+                "start": self.start}
+
+    def preview(self, body) -> tuple[bytes | None, dict]:
+        """``{"params", "upsample", "loss", "seq", "client"}`` -> (PNG or None if a newer request
+        came in, headers). Requests run one at a time; one that waited while a newer one from the
+        same page (``client``) arrived is dropped (the newest slider position wins)."""
+        if not isinstance(body, dict):
+            raise BadRequest("the request must be a JSON object")
+        params = ssb_parameters(body.get("params", {}))
+        upsample = integer(body.get("upsample", 1), "upsample", 1, 3)
+        if upsample == 2:
+            raise BadRequest("upsample must be 1 or 3")
+        loss = body.get("loss", False)
+        if not isinstance(loss, bool):
+            raise BadRequest("loss must be true or false")
+        seq = integer(body.get("seq", 0), "seq", 0, 2**53)
+        client = body.get("client", "")
+        if not isinstance(client, str) or len(client) > 64:
+            raise BadRequest("client must be a string of at most 64 characters")
+        if len(self._latest) > 1000:  # forget old pages
+            self._latest.clear()
+        self._latest[client] = max(self._latest.get(client, 0), seq)
+        with self._lock:
+            if seq < self._latest[client]:
+                return None, {"X-Seq": str(seq), "X-Superseded": "1"}
+            t0 = time.perf_counter()
+            out = self.session.preview(params, upsample=upsample, loss=loss)
+            image, value = out if loss else (out, None)
+            data, lo, hi = png(image)
+            ms = (time.perf_counter() - t0) * 1e3
+        headers = {"X-Seq": str(seq), "X-Server-Ms": f"{ms:.2f}", "X-Range": f"{lo:.6g},{hi:.6g}"}
+        if value is not None:
+            headers["X-Loss"] = f"{value:.8g}"
+        return data, headers
+
+    def image_npy(self, body) -> bytes:
+        """The preview's phase (rad, float32) as a .npy file, for export."""
+        import io
+
+        params = ssb_parameters((body or {}).get("params", {}))
+        upsample = integer((body or {}).get("upsample", 1), "upsample", 1, 3)
+        with self._lock:
+            image = self.session.preview(params, upsample=upsample)
+        out = io.BytesIO()
+        np.save(out, np.asarray(image, np.float32))
+        return out.getvalue()
+
+    # -- "fit from here": Newton from the sliders' values, in a thread, polled for progress ----
+    def start_fit(self, body) -> dict:
+        if not isinstance(body, dict):
+            raise BadRequest("the request must be a JSON object")
+        values = body.get("params", {})
+        params = ssb_parameters(values)
+        thick = "thickness" in params
+        with self._fit_lock:
+            if self._fit.get("state") == "running":
+                raise BadRequest("a fit is already running")
+            self._fit = {"state": "running", "done": 0, "total": 20, "stage": "newton"}
+        threading.Thread(target=self._run_fit, args=(params, thick, dict(values)), daemon=True).start()
+        return self.fit_status()
+
+    def _run_fit(self, params: dict, thick: bool, values: dict) -> None:
+        from qora.ssb.agreement import Band, newton
+
+        try:
+            names = ("C10", "C12a", "C12b") + (("thickness", "tilt_y", "tilt_x") if thick else ())
+            with self._lock:
+                band = Band(self.session, names, rotation=params["rotation"])
+            fixed = {k: v for k, v in params.items() if k not in names and k != "rotation"}
+            steps = {"n": 0}
+
+            class Counting:  # counts Newton's full evaluations (one per step) for the progress bar
+                parameters = band.parameters
+
+                def evaluate(self_, v, order=2):
+                    with self._lock:
+                        out = band.evaluate({**fixed, **v}, order=order)
+                    if order == 2:
+                        steps["n"] += 1
+                        self._fit["done"] = min(steps["n"], 20)
+                    return out
+
+            fitted, agreement, _ = newton(Counting(), {n: params.get(n, 0.0) for n in names})
+            result = dict(values)
+            c12 = complex(fitted["C12a"], fitted["C12b"])
+            result.update(C10=fitted["C10"], C12=abs(c12), C12_angle=math.degrees(np.angle(c12)) / 2)
+            if thick:
+                result.update(thickness=fitted["thickness"], tilt_y=fitted["tilt_y"] * 1e3,
+                              tilt_x=fitted["tilt_x"] * 1e3)
+            self._fit = {"state": "done", "done": 20, "total": 20, "result": result, "agreement": agreement}
+        except Exception as exc:  # reported to the page, the server goes on
+            self._fit = {"state": "error", "error": f"{type(exc).__name__}: {exc}"}
+
+    def fit_status(self) -> dict:
+        return dict(self._fit)
+
+
+class PhaseView:
+    """A CDI result file: amplitude, phase and support (the central slice of a 3D object), the
+    error curves of all starts, and the PRTF over the kept starts."""
+
+    kind = "phase"
+
+    def __init__(self, path, *, pattern=None) -> None:
+        from qora.phase.files import read_result
+
+        self.path = Path(path)
+        self.result = read_result(path)
+        obj, sup = self.result.object, self.result.support
+        if obj.ndim == 3:
+            obj, sup = obj[obj.shape[0] // 2], sup[sup.shape[0] // 2]
+        self.images = {"amplitude": (np.abs(obj), "gray"),
+                       "phase": (np.where(sup, np.angle(obj), 0.0), "twilight"),
+                       "support": (sup.astype(float), "gray")}
+        self.prtf = self._prtf(pattern)
+
+    def _prtf(self, pattern):
+        from qora.phase.analysis import prtf
+
+        objects = self.result.objects
+        if objects is None or len(objects) < 2:
+            return {"note": "the PRTF needs the starts kept (qora phase run --keep-all) and at least two"}
+        if pattern is not None:
+            from qora.io.patterns import load_pattern
+
+            intensity, note = load_pattern(pattern)[0], f"against the measured pattern {Path(pattern).name}"
+        else:  # no pattern: the best start's own modulus stands in for the measured one
+            best = np.fft.fftshift(np.fft.fftn(np.fft.ifftshift(self.result.object), norm="ortho"))
+            intensity, note = np.abs(best) ** 2, "against |F x| of the best start (no pattern given: --pattern)"
+        q, curve = prtf(objects, intensity)
+        return {"q": q.tolist(), "prtf": np.nan_to_num(curve).tolist(), "note": note}
+
+    def info(self) -> dict:
+        r = self.result
+        errors = np.asarray(r.errors, float)
+        stride = max(1, len(errors) // 1000)  # at most ~1000 points per curve
+        return {"kind": self.kind, "file": self.path.name, "shape": list(r.object.shape), "starts": int(r.starts),
+                "best": int(r.best), "recipe": r.recipe, "fourier_error": float(r.fourier_error),
+                "errors": errors[::stride].T.tolist(), "error_stride": stride, "prtf": self.prtf}
+
+    def image(self, what: str) -> tuple[bytes, dict]:
+        if what not in self.images:
+            raise BadRequest(f"image must be one of {sorted(self.images)}, got {what!r}")
+        image, cmap = self.images[what]
+        lo, hi = (-np.pi, np.pi) if what == "phase" else (None, None)
+        data, lo, hi = png(image, lo=lo, hi=hi, cmap=cmap)
+        return data, {"X-Range": f"{lo:.6g},{hi:.6g}"}
+
+
+class HoloView:
+    """A refractive-index volume file, or a time series store: orthogonal slices with a fixed
+    colour scale, a line profile."""
+
+    kind = "holo"
+
+    def __init__(self, path) -> None:
+        self.path = Path(path)
+        if self.path.is_dir():
+            from qora.distributed.holo import SeriesStore
+
+            self.series = SeriesStore(path)
+            self.times = sorted(self.series.index())
+            if not self.times:
+                raise ValueError(f"{path}: the series holds no volume yet")
+            attrs = self.series.attrs
+            self.pixel, self.medium = float(attrs["pixel_um"]), float(attrs["medium_index"])
+            first = self.series.volume(self.times[0])
+        else:
+            from qora.holo.files import read_volume
+
+            index, geometry, _ = read_volume(path)
+            self.series, self.times, self._volume = None, [0], np.asarray(index, np.float32)
+            if self._volume.ndim == 4:  # a series in one file (T, n, n, n)
+                self.times = list(range(len(self._volume)))
+            self.pixel, self.medium = float(geometry.pixel), float(geometry.medium_index)
+            first = self._volume if self._volume.ndim == 3 else self._volume[0]
+        self.shape = first.shape
+        self.range = (float(first.min()), float(first.max()))
+        self._cache: dict = {}
+
+    def volume(self, t: int) -> np.ndarray:
+        if t not in self.times:
+            raise BadRequest(f"time point {t} is not in the file (have {self.times[0]}..{self.times[-1]})")
+        if self.series is None:
+            return self._volume if self._volume.ndim == 3 else self._volume[t]
+        if t not in self._cache:
+            self._cache = {t: self.series.volume(t)}  # one volume kept: a series can be large
+        return self._cache[t]
+
+    def info(self) -> dict:
+        return {"kind": self.kind, "file": self.path.name, "shape": list(self.shape), "times": self.times,
+                "pixel_um": self.pixel, "medium_index": self.medium, "range": list(self.range)}
+
+    def _plane(self, query) -> tuple[np.ndarray, int, int]:
+        axis = integer(query.get("axis", "0"), "axis", 0, 2)
+        index = integer(query.get("index", str(self.shape[axis] // 2)), "index", 0, self.shape[axis] - 1)
+        t = integer(query.get("t", str(self.times[0])), "t", min(self.times), max(self.times))
+        return np.take(self.volume(t), index, axis=axis), axis, index
+
+    def slice_png(self, query) -> tuple[bytes, dict]:
+        plane, _, _ = self._plane(query)
+        lo = number(float(query["lo"]), "lo", -10.0, 10.0) if "lo" in query else self.range[0]
+        hi = number(float(query["hi"]), "hi", -10.0, 10.0) if "hi" in query else self.range[1]
+        data, lo, hi = png(plane, lo=lo, hi=hi, cmap="viridis")
+        return data, {"X-Range": f"{lo:.6g},{hi:.6g}"}
+
+    def profile(self, query) -> dict:
+        """The index along the plane's middle row (or ``row``), with positions in um."""
+        plane, axis, index = self._plane(query)
+        row = integer(query.get("row", str(plane.shape[0] // 2)), "row", 0, plane.shape[0] - 1)
+        values = plane[row]
+        x = (np.arange(len(values)) - len(values) // 2) * self.pixel
+        return {"axis": axis, "index": index, "row": row, "x_um": x.tolist(), "index_values": values.tolist()}
+
+
+def open_view(path, *, backend="auto", pattern=None):
+    """The view for a file: a phase result (.cxi), a holography volume (.h5) or series (.zarr
+    directory), or a 4D-STEM dataset (anything :func:`qora.ssb.files.load_data` reads)."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such file: {path}")
+    if path.is_dir():
+        return HoloView(path)
+    if path.suffix.lower() in (".h5", ".hdf5", ".cxi", ".nxs"):
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            kind = f.attrs.get("qora_kind")
+        if kind == "phase_result":
+            return PhaseView(path, pattern=pattern)
+        if kind == "holo_volume":
+            return HoloView(path)
+    return SsbView(path, backend=backend)

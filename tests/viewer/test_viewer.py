@@ -1,0 +1,249 @@
+"""qora view end to end: the app served by uvicorn on localhost, driven by headless Chromium
+(Debian's, through Playwright): each view opens, a dragged slider redraws the image, the final
+image equals Session.preview at the final position, a bad request gets a clear error."""
+
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+import uvicorn
+
+from qora.viewer import check_host
+from qora.viewer.app import make_app
+from qora.viewer.views import open_view
+
+CHROMIUM = "/usr/bin/chromium"
+# Chromium's own network chatter is refused on a closed network: turn it off (docs/viewer.md)
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync"]
+
+
+class Served:
+    """A view's app on a free localhost port, in a thread."""
+
+    def __init__(self, view, token=None) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/"
+        self.server = uvicorn.Server(uvicorn.Config(make_app(view, token=token), log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.thread.start()
+        deadline = time.time() + 30
+        while not self.server.started:
+            assert time.time() < deadline, "the server did not start"
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        yield b
+        b.close()
+
+
+def _pixels(page, selector):
+    """The displayed image's gray levels (the red channel) as the browser decoded them."""
+    data = page.evaluate("""(sel) => { const img = document.querySelector(sel);
+        const c = document.createElement('canvas'); c.width = img.naturalWidth; c.height = img.naturalHeight;
+        const g = c.getContext('2d'); g.drawImage(img, 0, 0);
+        const d = g.getImageData(0, 0, c.width, c.height).data;
+        return {w: c.width, h: c.height, v: Array.from(d.filter((_, i) => i % 4 === 0))}; }""", selector)
+    return np.array(data["v"], np.int16).reshape(data["h"], data["w"])
+
+
+def _quiet(page, timeout=60):
+    """Wait until the page's last preview carries the loss (the slider's release was served)."""
+    page.wait_for_function("() => { const i = document.querySelector('#ssb-image');"
+                           " return i && i.dataset.loss === '1' && i.complete; }", timeout=timeout * 1000)
+
+
+def _drag(page, selector, fraction_from, fraction_to, steps=10):
+    box = page.locator(selector).bounding_box()
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + box["width"] * fraction_from, y)
+    page.mouse.down()
+    for k in range(1, steps + 1):
+        page.mouse.move(box["x"] + box["width"] * (fraction_from + (fraction_to - fraction_from) * k / steps), y)
+        time.sleep(0.02)
+    page.mouse.up()
+
+
+@pytest.fixture(scope="module")
+def ssb_served(tmp_path_factory):
+    from qora.ssb.files import write_dataset
+    from qora.ssb.optics import Aberrations
+    from qora.ssb.simulate import amorphous_slices, simulate
+
+    sim = simulate(amorphous_slices((96, 96), 0.2, seed=2), pixel=0.2, stride=2, window=32, kv=300.0,
+                   alpha_mrad=20.0, aberrations=Aberrations(C10=150.0))
+    path = tmp_path_factory.mktemp("ssb") / "film.h5"
+    write_dataset(path, sim.data, kv=300.0, alpha_mrad=20.0, scan_step=sim.scan_step)
+    view = open_view(path, backend="cpu")
+    served = Served(view)
+    yield served, view
+    served.close()
+
+
+def test_ssb_drag_redraws_and_matches_session_preview(browser, ssb_served):
+    served, view = ssb_served
+    page = browser.new_page()
+    page.goto(served.url)
+    _quiet(page)
+    first = _pixels(page, "#ssb-image")
+    first_seq = int(page.get_attribute("#ssb-image", "data-seq"))
+    _drag(page, "#s-C10", 0.5, 0.58)  # C10 from 0 towards +160 A
+    _quiet(page)
+    assert int(page.get_attribute("#ssb-image", "data-seq")) > first_seq
+    shown = json.loads(page.get_attribute("#ssb-image", "data-params"))
+    c10 = float(page.input_value("#s-C10"))
+    assert shown["C10"] == c10 and 100.0 < c10 < 200.0
+    assert all(v == 0 for k, v in shown.items() if k != "C10")
+    got = _pixels(page, "#ssb-image")
+    assert np.abs(got - first).mean() > 1.0  # the image changed
+    # the independent check: the session's preview at the final position, scaled min..max to 8 bits
+    phase = view.session.preview({"C10": c10, "rotation": 0.0})
+    expected = np.rint((phase - phase.min()) / (phase.max() - phase.min()) * 255)
+    assert got.shape == phase.shape
+    assert np.abs(got - expected).max() <= 1
+    assert page.text_content("#ssb-loss").startswith("loss: ") and "(" not in page.text_content("#ssb-loss")
+    latency = page.evaluate("window.qoraLatency")
+    assert latency and all(e["total_ms"] >= e["server_ms"] > 0 for e in latency)
+    page.close()
+
+
+def test_ssb_bad_requests_get_clear_errors(browser, ssb_served):
+    served, _ = ssb_served
+    page = browser.new_page()
+    page.goto(served.url)
+    _quiet(page)
+    post = """async (body) => { const r = await fetch('/api/ssb/preview', {method: 'POST', body});
+                                 return [r.status, r.status === 200 ? null : (await r.json()).error]; }"""
+    cases = {json.dumps({"params": {"C10": "abc"}}): "C10 must be a number",
+             json.dumps({"params": {"C10": 1e9}}): "C10 must be within",
+             json.dumps({"params": {"C99": 1}}): "unknown parameters ['C99']",
+             json.dumps({"params": {"C10": 1}, "upsample": 2}): "upsample must be 1 or 3",
+             json.dumps({"params": {"C10": 1}, "loss": "yes"}): "loss must be true or false",
+             json.dumps({"params": {"C10": 1}, "seq": 2**60}): "seq must be within",
+             "{not json": "not JSON",
+             json.dumps([1, 2]): "must be a JSON object"}
+    for body, message in cases.items():
+        status, error = page.evaluate(post, body)
+        assert status == 400 and message in error, (body, status, error)
+    status, _ = page.evaluate(post, json.dumps({"params": {"C10": 5.0}, "seq": 10**9}))
+    assert status == 200  # the server goes on
+    # the page shows an error from the server in its alert line
+    page.evaluate("() => { const s = document.querySelector('#ssb-upsample'); s.options[1].value = '2';"
+                  " s.value = '2'; s.dispatchEvent(new Event('change')); }")
+    page.wait_for_function("() => document.querySelector('#error').textContent.includes('upsample must be 1 or 3')")
+    page.close()
+
+
+def test_ssb_fit_from_here(browser, ssb_served):
+    served, _ = ssb_served
+    page = browser.new_page()
+    page.goto(served.url)
+    _quiet(page)
+    page.fill("#s-C10", "120")
+    page.dispatch_event("#s-C10", "change")
+    page.click("#ssb-fit")
+    page.wait_for_function("() => document.querySelector('#status').textContent.startsWith('fit done')",
+                           timeout=120_000)
+    assert abs(float(page.input_value("#s-C10")) - 150.0) < 3.0
+    assert int(page.get_attribute("#ssb-fit-progress", "value")) == 20
+    page.close()
+
+
+def test_phase_result_view(browser, tmp_path):
+    from qora.phase import objects, reconstruct
+    from qora.phase.files import write_result
+
+    _, intensity = objects.simulate("triangle", 48, photons=1e7, seed=0)
+    result = reconstruct(intensity, starts=3, recipe="HIO**60 ER**20", backend="cpu", keep_all=True)
+    write_result(tmp_path / "r.cxi", result)
+    served = Served(open_view(tmp_path / "r.cxi"))
+    try:
+        page = browser.new_page()
+        page.goto(served.url)
+        for what in ("amplitude", "phase", "support"):
+            page.wait_for_function(f"() => (document.querySelector('#phase-{what}') || {{}}).naturalWidth === 48")
+        support = _pixels(page, "#phase-support")
+        np.testing.assert_array_equal(support > 127, result.support)
+        for canvas in ("#phase-errors", "#phase-prtf"):  # both plots drew something
+            inked = page.evaluate("""(sel) => { const c = document.querySelector(sel);
+                const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+                let n = 0; for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 0 && d[i] < 200) n++; return n; }""",
+                                  canvas)
+            assert inked > 200, canvas
+        assert "best start" in page.text_content("#phase-prtf-note")  # no pattern given: the stand-in is named
+        page.close()
+    finally:
+        served.close()
+
+
+def test_holo_volume_view(browser, tmp_path):
+    from qora.holo import phantoms as P
+    from qora.holo import reference as R
+    from qora.holo.files import write_volume
+
+    g = R.geometry(32)
+    volume = P.render_spheres([P.Sphere(radius=1.5, index=1.36, center=(1.0, 0.0, 0.0))], g.n, g.pixel,
+                              g.medium_index)
+    write_volume(tmp_path / "v.h5", volume, g)
+    served = Served(open_view(tmp_path / "v.h5"))
+    try:
+        page = browser.new_page()
+        page.goto(served.url)
+        page.wait_for_function("() => ((document.querySelector('#holo-image') || {dataset: {}}).dataset.query || '')"
+                               ".includes('index=16')")
+        before = _pixels(page, "#holo-image")
+        _drag(page, "#holo-slice", 0.5, 0.95)
+        page.wait_for_function("() => document.querySelector('#holo-image').dataset.query.includes("
+                               "'index=' + document.querySelector('#holo-slice').value + '&')")  # the final position
+        query = page.get_attribute("#holo-image", "data-query")
+        index = int(query.split("index=")[1].split("&")[0])
+        assert index > 20 and index == int(page.input_value("#holo-slice"))
+        page.wait_for_function("() => document.querySelector('#holo-image').complete")
+        assert np.abs(_pixels(page, "#holo-image") - before).mean() > 1.0
+        status = page.evaluate("async () => (await fetch('/api/holo/slice?axis=5')).status")
+        assert status == 400
+        profile = json.loads(urllib.request.urlopen(served.url + "api/holo/profile?axis=0&index=16").read())
+        np.testing.assert_allclose(profile["index_values"], volume[16, 16], rtol=1e-6)
+        page.close()
+    finally:
+        served.close()
+
+
+def test_remote_binding_needs_the_flag_and_a_token(tmp_path):
+    with pytest.raises(ValueError, match="--allow-remote"):
+        check_host("0.0.0.0", allow_remote=False, token=None)
+    assert check_host("127.0.0.1", allow_remote=False, token=None) is None
+    token = check_host("0.0.0.0", allow_remote=True, token=None)
+    assert token and len(token) >= 24
+    from qora.holo import reference as R
+    from qora.holo.files import write_volume
+
+    g = R.geometry(16)
+    write_volume(tmp_path / "v.h5", np.full((16, 16, 16), 1.33, np.float32), g)
+    served = Served(open_view(tmp_path / "v.h5"), token="secret-token")
+    try:
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(served.url + "api/info")
+        assert err.value.code == 401
+        request = urllib.request.Request(served.url + "api/info", headers={"Authorization": "Bearer secret-token"})
+        assert json.loads(urllib.request.urlopen(request).read())["kind"] == "holo"
+        assert urllib.request.urlopen(served.url + "api/info?token=secret-token").status == 200
+    finally:
+        served.close()
