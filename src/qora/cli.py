@@ -222,6 +222,20 @@ def bench_scale_out(gpus, max_workers, patterns, stacks, repeats, no_write) -> N
                  write=not no_write, echo=click.echo)
 
 
+@bench.command("viewer")
+@click.option("--part", type=click.Choice(["server", "browser"]), required=True,
+              help="server: request to PNG on this machine's GPU; browser: Chromium's own overhead (CPU).")
+@click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--screenshots", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="browser: also write screenshots of the three views here.")
+@click.option("--no-write", is_flag=True, help="Print only; write no result file.")
+def bench_viewer(part, backend, screenshots, no_write) -> None:
+    """The SSB slider's latency: server time for a 256^2-scan dataset, and the browser's overhead."""
+    from qora.bench import viewer
+
+    viewer.run(part=part, backend=backend, screenshots=screenshots, write=not no_write, echo=click.echo)
+
+
 def main(argv=None) -> None:
     try:
         cli.main(args=argv, prog_name="qora", standalone_mode=True)

@@ -90,7 +90,19 @@ class SsbView:
 
     kind = "ssb"
 
-    def __init__(self, path, *, backend="auto") -> None:
+    def __init__(self, session, *, name: str) -> None:
+        self.path = Path(name)
+        self.session = session
+        self.meta = {"kv": session.kv, "alpha_mrad": session.alpha_mrad, "scan_step_a": session.scan_step}
+        self.start = {name: 0.0 for name in SSB_SLIDERS}  # a cold start: the user's sliders find the truth
+        self._lock = threading.Lock()
+        self._latest: dict = {}  # the newest request number of each page
+        self._fit = {"state": "idle"}
+        self._fit_lock = threading.Lock()
+
+    @classmethod
+    def open(cls, path, *, backend="auto") -> "SsbView":
+        """The view of a dataset file (its kv, semi-angle and scan step read from it)."""
         from qora.ssb.files import load_data
         from qora.ssb.session import Session
 
@@ -98,15 +110,9 @@ class SsbView:
         missing = [k for k in ("kv", "alpha_mrad", "scan_step_a") if k not in meta]
         if missing:
             raise ValueError(f"{path}: the viewer needs {missing} in the file (a qora dataset file holds them)")
-        self.path = Path(path)
-        self.meta = {k: meta[k] for k in ("kv", "alpha_mrad", "scan_step_a")}
-        self.session = Session(data, kv=meta["kv"], alpha_mrad=meta["alpha_mrad"], scan_step=meta["scan_step_a"],
-                               backend=backend)
-        self.start = {name: 0.0 for name in SSB_SLIDERS}  # a cold start: the user's sliders find the truth
-        self._lock = threading.Lock()
-        self._latest: dict = {}  # the newest request number of each page
-        self._fit = {"state": "idle"}
-        self._fit_lock = threading.Lock()
+        session = Session(data, kv=meta["kv"], alpha_mrad=meta["alpha_mrad"], scan_step=meta["scan_step_a"],
+                          backend=backend)
+        return cls(session, name=Path(path).name)
 
     def info(self) -> dict:
         sy, sx = self.session.scan_shape
@@ -346,4 +352,4 @@ def open_view(path, *, backend="auto", pattern=None):
             return PhaseView(path, pattern=pattern)
         if kind == "holo_volume":
             return HoloView(path)
-    return SsbView(path, backend=backend)
+    return SsbView.open(path, backend=backend)
