@@ -119,14 +119,32 @@ class _FixedImage:
 
     kind = "ssb"
 
-    def __init__(self, real, payload: bytes) -> None:
-        self.real, self.payload = real, payload
+    def __init__(self, info: dict, payload: bytes) -> None:
+        self._info, self.payload = info, payload
 
     def info(self):
-        return self.real.info()
+        return self._info
 
     def preview(self, body):
         return self.payload, {"X-Seq": str(body.get("seq", 0)), "X-Server-Ms": "0.001", "X-Range": "0,1"}
+
+
+def _serve_stub(directory: str, port: int) -> None:
+    """The stand-in server, in a process of its own (so that it shares no interpreter lock with
+    the Python that drives the browser)."""
+    import uvicorn
+
+    from qora.viewer.app import make_app
+
+    directory = Path(directory)
+    view = _FixedImage(json.loads((directory / "info.json").read_text()), (directory / "payload.png").read_bytes())
+    uvicorn.run(make_app(view), host="127.0.0.1", port=port, log_level="warning")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def run_browser(*, write=True, echo=print, screenshots: Path | None = None) -> BenchResult:
@@ -142,14 +160,31 @@ def run_browser(*, write=True, echo=print, screenshots: Path | None = None) -> B
     session = _dataset(be)
     real = SsbView(session, name="bench-256x256")
     payload, _, _ = png(session.preview({"C10": 150.0}))
-    served = _Served(make_app(_FixedImage(real, payload)))
+    import subprocess
+    import sys
+
+    stub_dir = tempfile.TemporaryDirectory()
+    (Path(stub_dir.name) / "info.json").write_text(json.dumps(real.info()))
+    (Path(stub_dir.name) / "payload.png").write_bytes(payload)
+    port = _free_port()
+    stub = subprocess.Popen([sys.executable, "-c", f"from qora.bench.viewer import _serve_stub; "
+                             f"_serve_stub({stub_dir.name!r}, {port})"])
+    deadline = time.time() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if time.time() > deadline or stub.poll() is not None:
+                raise RuntimeError("the stand-in server did not start")
+            time.sleep(0.1)
     flags = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
              "--disable-component-update", "--disable-sync"]
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=flags, headless=True)
             page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.goto(f"http://127.0.0.1:{served.port}/")
+            page.goto(f"http://127.0.0.1:{port}/")
             page.wait_for_function("() => (document.querySelector('#ssb-image') || {}).complete && "
                                    "window.qoraLatency && window.qoraLatency.length > 0")
             for _ in range(2):  # warm
@@ -165,8 +200,11 @@ def run_browser(*, write=True, echo=print, screenshots: Path | None = None) -> B
                  f"p95 {np.percentile(overhead, 95):.1f} ms over {len(entries)} images of {len(payload)} bytes")
             browser.close()
     finally:
-        served.close()
-    result.notes.update(steps=STEPS, chromium="/usr/bin/chromium", payload="PNG of the 256x256 preview")
+        stub.terminate()
+        stub.wait(10)
+        stub_dir.cleanup()
+    result.notes.update(steps=STEPS, chromium="/usr/bin/chromium", payload="PNG of the 256x256 preview",
+                        stand_in="a server process of its own answering at once")
     if screenshots is not None:
         _screenshots(Path(screenshots), session, echo)
     if write:
