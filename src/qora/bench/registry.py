@@ -74,6 +74,8 @@ REQUIRED_CASES: dict[str, list[str]] = {
                                                          "image_parallax", "image_parallax_up3", "mean_phase")
                                                         + SSB_FIT_STEPS]
                 + [f"memory/{SSB_BENCH_LABEL}/prepare"],
+    "viewer-server": [f"{k}/{p}" for k in ("drag_1x", "drag_3x", "release_loss_1x") for p in ("request_to_png", "in_view")],
+    "viewer-browser": ["drag_1x/browser_overhead"],
     "scale-out": ["phase/in_process", "holo/in_process", "phase/1_workers", "holo/1_workers",
                   "ssb/1_workers/batch8", "ssb/1_workers/newton5"],
 }
