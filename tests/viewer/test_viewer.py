@@ -3,17 +3,13 @@
 image equals Session.preview at the final position, a bad request gets a clear error."""
 
 import json
-import socket
-import threading
 import time
 import urllib.error
 import urllib.request
 
 import numpy as np
 import pytest
-import uvicorn
-
-from qora.viewer import check_host
+from qora.viewer import BackgroundServer, check_host
 from qora.viewer.app import make_app
 from qora.viewer.views import open_view
 
@@ -23,25 +19,9 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "-
          "--disable-component-update", "--disable-sync"]
 
 
-class Served:
-    """A view's app on a free localhost port, in a thread."""
-
-    def __init__(self, view, token=None) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/"
-        self.server = uvicorn.Server(uvicorn.Config(make_app(view, token=token), log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-        self.thread.start()
-        deadline = time.time() + 30
-        while not self.server.started:
-            assert time.time() < deadline, "the server did not start"
-            time.sleep(0.02)
-
-    def close(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.sock.close()
+def Served(view, token=None):
+    """The view's app on a free localhost port, in a thread."""
+    return BackgroundServer(make_app(view, token=token))
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,6 @@ import http.client
 import json
 import socket
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -43,25 +42,6 @@ def _dataset(backend):
     return Session(sim.data, kv=sim.kv, alpha_mrad=sim.alpha_mrad, scan_step=sim.scan_step, backend=backend)
 
 
-class _Served:
-    def __init__(self, app) -> None:
-        import uvicorn
-
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.01)
-
-    def close(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-        self.sock.close()
-
-
 def _stats(samples) -> dict:
     a = np.asarray(samples, float)
     return {"median_ms": float(np.median(a)), "p95_ms": float(np.percentile(a, 95)), "count": len(a)}
@@ -69,13 +49,14 @@ def _stats(samples) -> dict:
 
 def run_server(*, backend="auto", write=True, echo=print) -> BenchResult:
     from qora.backend import resolve
+    from qora.viewer import BackgroundServer
     from qora.viewer.app import make_app
     from qora.viewer.views import SsbView
 
     be = resolve(backend)
     result = BenchResult("viewer-server", be.name, be.device_facts().as_dict(), columns=("median_ms", "p95_ms"))
     view = SsbView(_dataset(be), name="bench-256x256")
-    served = _Served(make_app(view))
+    served = BackgroundServer(make_app(view))
     conn = http.client.HTTPConnection("127.0.0.1", served.port)
     seq = 0
 
@@ -151,7 +132,6 @@ def run_browser(*, write=True, echo=print, screenshots: Path | None = None) -> B
     from playwright.sync_api import sync_playwright
 
     from qora.backend import resolve
-    from qora.viewer.app import make_app
     from qora.viewer.render import png
     from qora.viewer.views import SsbView
 
@@ -235,6 +215,7 @@ def _screenshots(directory: Path, session, echo) -> None:
     from qora.holo.files import write_volume
     from qora.phase import objects, reconstruct
     from qora.phase.files import write_result
+    from qora.viewer import BackgroundServer
     from qora.viewer.app import make_app
     from qora.viewer.views import SsbView, open_view
 
@@ -252,7 +233,7 @@ def _screenshots(directory: Path, session, echo) -> None:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=flags, headless=True)
             for name, view in views.items():
-                served = _Served(make_app(view))
+                served = BackgroundServer(make_app(view))
                 try:
                     page = browser.new_page(viewport={"width": 1300, "height": 820})
                     page.goto(f"http://127.0.0.1:{served.port}/")

@@ -224,8 +224,6 @@ def simulate_holograms(spheres, geometry: Geometry, *, model: str = "born", nois
     diagonal); ``noise`` is a fraction of the mean intensity. Returns
     ``(holograms, backgrounds, hologram_pixel)``.
     """
-    from qora.holo import reference
-
     big, hp = 2 * geometry.n, geometry.pixel / 2
     if model == "exact":
         if len(spheres) != 1:

@@ -23,7 +23,6 @@ __all__ = ["dct2", "idct2", "dct", "idct", "unwrap", "rytov", "wrap"]
 
 def wrap(p):
     """Phase wrapped into [-pi, pi)."""
-    xp = xp_of(p)
     return (p + math.pi) % (2 * math.pi) - math.pi
 
 
