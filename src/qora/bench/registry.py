@@ -73,6 +73,7 @@ REQUIRED_CASES: dict[str, list[str]] = {
     "ssb-cuda": [f"step/{SSB_BENCH_LABEL}/{s}" for s in ("load", "detector_fit", "prepare", "image_ssb", "image_thick",
                                                          "image_parallax", "image_parallax_up3", "mean_phase")
                                                         + SSB_FIT_STEPS]
+                + [f"agreement/{b}_sets/{k}" for b in (1, 2, 4, 8) for k in ("fused", "arrays")]
                 + [f"memory/{SSB_BENCH_LABEL}/prepare"],
     "viewer-server": [f"{k}/{p}" for k in ("drag_1x", "drag_3x", "release_loss_1x") for p in ("request_to_png", "in_view")],
     "viewer-browser": ["drag_1x/browser_overhead"],

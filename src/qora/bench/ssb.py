@@ -85,6 +85,19 @@ def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int 
             session.preview({"C10": 150.0 + 0.5 * i, **extra}, **opts)
             samples.append((time.perf_counter() - t0) * 1e3)
         times[name] = float(np.median(samples))
+    if be.is_cuda:  # one pass of the agreement over the band's G for B sets: the fused kernel and the array code
+        from qora.ssb.agreement import Band, combine_batch_moments
+
+        band = Band(session, ("C10", "C12a", "C12b", "thickness", "tilt_y", "tilt_x"))
+        for count in (1, 2, 4, 8):
+            sets = [{"C10": 100.0 + 10 * i, "thickness": 50.0} for i in range(count)]
+            for kind, fn in (("fused", lambda: band.evaluate_batch(sets)),
+                             ("arrays", lambda: combine_batch_moments(band._batch_arrays(sets), band.total))):
+                fn()
+                _, ms = _median_ms(fn, 10)
+                result.add(f"agreement/{count}_sets/{kind}", ms=ms, frequencies=int(band.shape[0]),
+                           pixels=int(band.shape[1]))
+                times[f"agreement_{count}_{kind}"] = ms
     # the fit from a cold start (rotation given), median of 3: search, standard Newton, thick Newton;
     # on the GPU the band and its agreement live on the device (array code in float64; the fused
     # kernel is issue 10)

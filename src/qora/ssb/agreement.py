@@ -415,6 +415,38 @@ class Band:
 
     def _batch(self, sets) -> dict:
         xp = self.xp
+        if xp is not np and self.soft_edge is None and len(sets) <= 64:
+            return self._batch_kernel(sets)
+        return self._batch_arrays(sets)
+
+    _KERNEL_COEFFICIENTS = ("C10", "C12a", "C12b", "C21a", "C21b", "C23a", "C23b", "C30")  # then C32, C34: zero
+
+    def _batch_kernel(self, sets) -> dict:
+        """:meth:`_batch_arrays` in one kernel pass over the band's G (``kernels/ssb.cu``,
+        ``band_batch``): chi from its coefficients per term, no (B, nq, nbf) arrays."""
+        from qora.backend.kernels import get_kernel
+
+        xp = self.xp
+        table = np.zeros((len(sets), 15))
+        for row, v in zip(table, sets):
+            for i, name in enumerate(self._KERNEL_COEFFICIENTS):
+                if name in self.aberration_names:
+                    row[i] = v.get(name, 0.0)
+            if self.thick:
+                row[12:15] = v.get("thickness", 0.0), v.get("tilt_y", 0.0), v.get("tilt_x", 0.0)
+        if getattr(self, "_k_pairs", None) is None:
+            self._k_pairs = xp.ascontiguousarray(xp.stack([self.ky[0], self.kx[0]], 1))
+        nq, nbf = self.G.shape
+        S = xp.empty((len(sets), nq), np.complex128)
+        N = xp.empty((len(sets), nq))
+        get_kernel("qora.ssb", "ssb.cu", "band_batch")(
+            (nq,), (128,), (self.G, self._k_pairs, xp.ascontiguousarray(self.qy[:, 0]),
+                            xp.ascontiguousarray(self.qx[:, 0]), xp.asarray(table), np.int32(len(sets)), np.int32(nq),
+                            np.int32(nbf), np.float64(self.lam), np.float64(self.alpha), S, N))
+        return {"S": S, "N": N}
+
+    def _batch_arrays(self, sets) -> dict:
+        xp = self.xp
         c = xp.asarray(np.array([[v.get(p, 0.0) for p in self.aberration_names] for v in sets], float))
         gam = []
         for term in self.terms:

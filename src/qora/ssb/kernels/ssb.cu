@@ -95,3 +95,85 @@ ssb_sums(const double2* __restrict__ G, const double* __restrict__ k, const doub
         norm[q] = total_n;
     }
 }
+
+// The band agreement's sums for a batch of parameter sets in one pass over the band's G
+// (qora.ssb.agreement.Band.batch_moments): per Q (a block) and set, S = sum_k G conj(Gamma) and
+// N = sum_k |Gamma|^2, with Gamma = A(k) A(k - Q) e^{-i (chi(k - Q) - chi(k))} s1
+// - A(k) A(k + Q) e^{-i (chi(k) - chi(k + Q))} s2 (top-hat apertures; s the depth sinc of the
+// thick model). Each set is 15 numbers: the 12 coefficients of chi_of, thickness, tilt y, tilt x.
+// The sets are taken one after the other over the block's row of G (8 kB per Q for ~500 pixels,
+// read from DRAM once and then from L1): accumulators for all sets at once in registers, with
+// the set loop unrolled, needed 254 registers and spilled (ptxas), as the three sincos per term
+// carry their own slow-path frames.
+#define MAX_SETS 64
+#define SET_STRIDE 15
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+band_batch(const double2* __restrict__ G, const double* __restrict__ k, const double* __restrict__ qy,
+           const double* __restrict__ qx, const double* __restrict__ sets, int nsets, int nq, int nbf, double lam,
+           double limit, double2* __restrict__ S, double* __restrict__ N) {
+    __shared__ double c[MAX_SETS * SET_STRIDE];
+    __shared__ double part[THREADS / 32][3];
+    for (int t = threadIdx.x; t < nsets * SET_STRIDE; t += THREADS) c[t] = sets[t];
+    __syncthreads();
+    const int q = blockIdx.x;
+    if (q >= nq) return;
+    const double Qy = qy[q], Qx = qx[q];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int b = 0; b < nsets; ++b) {
+        const double* cs = c + b * SET_STRIDE;
+        const double t = cs[12], tilt = 2.0 * QORA_PI * (cs[13] * Qy + cs[14] * Qx);
+        double sr = 0.0, si = 0.0, sn = 0.0;
+        for (int j = threadIdx.x; j < nbf; j += THREADS) {
+            const double ky = k[2 * j], kx = k[2 * j + 1];
+            const double my = ky - Qy, mx = kx - Qx, py = ky + Qy, px = kx + Qx;
+            const bool in0 = hypot(ky, kx) <= limit;
+            const bool minus = in0 && hypot(my, mx) <= limit, plus = in0 && hypot(py, px) <= limit;
+            if (!minus && !plus) continue;
+            const double k2 = ky * ky + kx * kx;
+            const double c0 = chi_of(cs, lam, ky, kx);
+            double gr = 0.0, gi = 0.0;
+            if (minus) {  // e^{-i (chi(k - Q) - chi(k))} s1
+                double s, co;
+                sincos(chi_of(cs, lam, my, mx) - c0, &s, &co);
+                const double w = t != 0.0 ? sinc_half(QORA_PI * lam * (k2 - (my * my + mx * mx)) - tilt, t) : 1.0;
+                gr += w * co;
+                gi -= w * s;
+            }
+            if (plus) {  // - e^{-i (chi(k) - chi(k + Q))} s2
+                double s, co;
+                sincos(c0 - chi_of(cs, lam, py, px), &s, &co);
+                const double w = t != 0.0 ? sinc_half(QORA_PI * lam * ((py * py + px * px) - k2) - tilt, t) : 1.0;
+                gr -= w * co;
+                gi += w * s;
+            }
+            const double2 g = G[(long long)q * nbf + j];
+            sr += g.x * gr + g.y * gi;  // G conj(Gamma)
+            si += g.y * gr - g.x * gi;
+            sn += gr * gr + gi * gi;
+        }
+        for (int off = 16; off > 0; off >>= 1) {
+            sr += __shfl_down_sync(0xffffffffu, sr, off);
+            si += __shfl_down_sync(0xffffffffu, si, off);
+            sn += __shfl_down_sync(0xffffffffu, sn, off);
+        }
+        if (lane == 0) {
+            part[warp][0] = sr;
+            part[warp][1] = si;
+            part[warp][2] = sn;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            double2 total = make_double2(0.0, 0.0);
+            double total_n = 0.0;
+            for (int w = 0; w < THREADS / 32; ++w) {
+                total.x += part[w][0];
+                total.y += part[w][1];
+                total_n += part[w][2];
+            }
+            S[(long long)b * nq + q] = total;
+            N[(long long)b * nq + q] = total_n;
+        }
+        __syncthreads();  // part is reused by the next set
+    }
+}
