@@ -199,7 +199,8 @@ def test_holo_volume_view(browser, tmp_path):
         assert np.abs(_pixels(page, "#holo-image") - before).mean() > 1.0
         status = page.evaluate("async () => (await fetch('/api/holo/slice?axis=5')).status")
         assert status == 400
-        profile = json.loads(urllib.request.urlopen(served.url + "api/holo/profile?axis=0&index=16").read())
+        with urllib.request.urlopen(served.url + "api/holo/profile?axis=0&index=16") as response:
+            profile = json.loads(response.read())
         np.testing.assert_allclose(profile["index_values"], volume[16, 16], rtol=1e-6)
         page.close()
     finally:
@@ -221,9 +222,12 @@ def test_remote_binding_needs_the_flag_and_a_token(tmp_path):
     try:
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(served.url + "api/info")
+        err.value.close()
         assert err.value.code == 401
         request = urllib.request.Request(served.url + "api/info", headers={"Authorization": "Bearer secret-token"})
-        assert json.loads(urllib.request.urlopen(request).read())["kind"] == "holo"
-        assert urllib.request.urlopen(served.url + "api/info?token=secret-token").status == 200
+        with urllib.request.urlopen(request) as response:
+            assert json.loads(response.read())["kind"] == "holo"
+        with urllib.request.urlopen(served.url + "api/info?token=secret-token") as response:
+            assert response.status == 200
     finally:
         served.close()

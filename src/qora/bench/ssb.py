@@ -97,7 +97,6 @@ def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int 
                 _, ms = _median_ms(fn, 10)
                 result.add(f"agreement/{count}_sets/{kind}", ms=ms, frequencies=int(band.shape[0]),
                            pixels=int(band.shape[1]))
-                times[f"agreement_{count}_{kind}"] = ms
     # the fit from a cold start (rotation given), median of 3: search, standard Newton, thick Newton;
     # on the GPU the band and its agreement live on the device (array code in float64; the fused
     # kernel is issue 10)
