@@ -77,11 +77,17 @@ def ssb_served(tmp_path_factory):
     served.close()
 
 
-def test_ssb_drag_redraws_and_matches_session_preview(browser, ssb_served):
-    served, view = ssb_served
+def _open_ssb(browser, served):
+    """A new page on the 4D-STEM view, once its first preview (with the loss) is shown."""
     page = browser.new_page()
     page.goto(served.url)
     _quiet(page)
+    return page
+
+
+def test_ssb_drag_redraws_and_matches_session_preview(browser, ssb_served):
+    served, view = ssb_served
+    page = _open_ssb(browser, served)
     first = _pixels(page, "#ssb-image")
     first_seq = int(page.get_attribute("#ssb-image", "data-seq"))
     _drag(page, "#s-C10", 0.5, 0.58)  # C10 from 0 towards +160 A
@@ -106,9 +112,7 @@ def test_ssb_drag_redraws_and_matches_session_preview(browser, ssb_served):
 
 def test_ssb_bad_requests_get_clear_errors(browser, ssb_served):
     served, _ = ssb_served
-    page = browser.new_page()
-    page.goto(served.url)
-    _quiet(page)
+    page = _open_ssb(browser, served)
     post = """async (body) => { const r = await fetch('/api/ssb/preview', {method: 'POST', body});
                                  return [r.status, r.status === 200 ? null : (await r.json()).error]; }"""
     cases = {json.dumps({"params": {"C10": "abc"}}): "C10 must be a number",
@@ -133,9 +137,7 @@ def test_ssb_bad_requests_get_clear_errors(browser, ssb_served):
 
 def test_ssb_fit_from_here(browser, ssb_served):
     served, _ = ssb_served
-    page = browser.new_page()
-    page.goto(served.url)
-    _quiet(page)
+    page = _open_ssb(browser, served)
     page.fill("#s-C10", "120")
     page.dispatch_event("#s-C10", "change")
     page.click("#ssb-fit")

@@ -22,6 +22,7 @@ __all__ = ["reconstruct_many", "PhaseCampaign"]
 _SOLVERS: "OrderedDict[tuple, object]" = OrderedDict()  # this worker process's solvers, by shape and options
 _SOLVERS_LOCK = threading.RLock()  # a solver is one set of buffers: one run at a time
 _MAX_SOLVERS = 4
+_PLANNED: set = set()  # (shape, solver options) whose FFT plans this client process has measured
 
 
 def _worker_solver(intensity, mask, options: dict):
@@ -151,15 +152,15 @@ def _plan_here(named: dict, solver_options: dict, run_options: dict, client) -> 
 
     if resolve(solver_options["backend"]).is_cuda:
         return
-    shapes = set()
     for source in named.values():
         try:
             intensity, mask = _load(source, None)
         except (ValueError, OSError):
             continue
-        if intensity.shape in shapes:
+        key = (intensity.shape, tuple(sorted(solver_options.items())))
+        if key in _PLANNED:  # measured in an earlier call: the wisdom holds it already
             continue
-        shapes.add(intensity.shape)
+        _PLANNED.add(key)
         Solver(intensity, mask=mask, **solver_options).run(recipe="ER**1", starts=1, seed=run_options["seed"],
                                                            support=run_options["support"])
     share_fft_plans(client)

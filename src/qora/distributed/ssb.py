@@ -51,8 +51,7 @@ def _make_shard(data, options: dict, pixels: slice):
 def _make_band(shard, parameters, kwargs):
     from qora.ssb.agreement import Band
 
-    band = Band(shard, parameters, **kwargs)
-    return band
+    return Band(shard, parameters, **kwargs)
 
 
 def _band_facts(band):
@@ -170,8 +169,6 @@ class ShardedBand:
     per shard and a sum of their moments on the client."""
 
     def __init__(self, session: ShardedSession, parameters, **kwargs) -> None:
-        from qora.ssb.agreement import Band
-
         client = session.client
         self.client = client
         self.parameters = tuple(parameters)
@@ -180,7 +177,12 @@ class ShardedBand:
         self.total = float(sum(t for t, _ in facts))
         nq = facts[0][1][0]
         self.shape = (nq, sum(s[1] for _, s in facts))
-        self.uncertainties = Band.uncertainties.__get__(self)
+
+    def uncertainties(self, agreement: float, hessian) -> dict:
+        """As :meth:`Band.uncertainties` (it needs only the shape, total and parameters)."""
+        from qora.ssb.agreement import Band
+
+        return Band.uncertainties(self, agreement, hessian)
 
     def _sum(self, fn, *args) -> dict:
         parts = self.client.gather([_submit_beside(self.client, b, fn, *args) for b in self._bands])

@@ -176,6 +176,7 @@ class Band:
         self.alpha = session.alpha_mrad * 1e-3 / self.lam
         k = xp.asarray(session.k)  # (nbf, 2), a host array
         self.ky, self.kx = k[:, 0][None, :], k[:, 1][None, :]
+        self._k_pairs = xp.ascontiguousarray(k)  # (nbf, 2) as (ky, kx), for the batch kernel
         dk = session.detector.mrad_per_pixel * 1e-3 / self.lam
         self.soft_edge = (0.5 * dk if soft_edge is None else float(soft_edge)) if self.fits_rotation else None
         self.aberration_names = [p for p in self.parameters if p in ABERRATION_PARAMETERS]
@@ -434,8 +435,6 @@ class Band:
                     row[i] = v.get(name, 0.0)
             if self.thick:
                 row[12:15] = v.get("thickness", 0.0), v.get("tilt_y", 0.0), v.get("tilt_x", 0.0)
-        if getattr(self, "_k_pairs", None) is None:
-            self._k_pairs = xp.ascontiguousarray(xp.stack([self.ky[0], self.kx[0]], 1))
         nq, nbf = self.G.shape
         S = xp.empty((len(sets), nq), np.complex128)
         N = xp.empty((len(sets), nq))
