@@ -207,6 +207,25 @@ def bench_ssb(backend: str, no_write: bool) -> None:
     ssb_bench.run(backend=backend, write=not no_write, echo=click.echo)
 
 
+@bench.command("ssb-full")
+@click.option("--dir", "directory", type=click.Path(file_okay=False), default="/tmp/qora-ssb-full", show_default=True,
+              help="Where the full-scale dataset is kept (made there on the GPU when missing; 19 GB).")
+@click.option("--scan", type=click.IntRange(16, 4096), default=512, show_default=True, help="Scan side.")
+@click.option("--repeats", type=click.IntRange(1, 100), default=3, show_default=True, help="Fits per step.")
+@click.option("--previews", type=click.IntRange(1, 1000), default=20, show_default=True, help="Previews per step.")
+@click.option("--kernels-only", is_flag=True, help="Build the session and run one pass of each agreement kernel "
+                                                   "(for Nsight Compute); no timings.")
+@click.option("--no-write", is_flag=True, help="Print only; write no result file.")
+def bench_ssb_full(directory: str, scan: int, repeats: int, previews: int, kernels_only: bool, no_write: bool) -> None:
+    """The seed's 4D-STEM protocol, steps 1-9, on a 512^2 scan with a 192^2 detector (GPU)."""
+    from pathlib import Path
+
+    from qora.bench import ssb_full
+
+    ssb_full.run(directory=Path(directory), scan=scan, repeats=repeats, previews=previews, write=not no_write,
+                 echo=click.echo, kernels_only=kernels_only)
+
+
 @bench.command("scale-out")
 @click.option("--gpus/--cpu", default=None, help="One worker per GPU (default where there is a GPU), or processes.")
 @click.option("--max-workers", type=click.IntRange(1, 4096), default=None, help="Stop at this many workers.")

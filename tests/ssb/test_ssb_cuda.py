@@ -19,9 +19,22 @@ def sessions(gpu_module):
                    alpha_mrad=ALPHA, aberrations=AB)
     kw = dict(kv=KV, alpha_mrad=ALPHA, scan_step=sim.scan_step, rotation=0.1, chunk=100)
     cpu = Session(sim.data, **kw)
-    gpu = Session(sim.data, backend="cuda", detector=cpu.detector, **kw)
-    streamed = Session(sim.data, backend="cuda", detector=cpu.detector, max_bytes=1, **kw)
+    # complex128 G on the device: the float64 kernels are held to the CPU's rounding
+    gpu = Session(sim.data, backend="cuda", detector=cpu.detector, precision="double", **kw)
+    streamed = Session(sim.data, backend="cuda", detector=cpu.detector, max_bytes=1, precision="double", **kw)
     return cpu, gpu, streamed
+
+
+@pytest.fixture(scope="module")
+def single(sessions):
+    """The default CUDA session: complex64 G made from data streamed in scan rows (uint16 counts,
+    as a detector writes them), and the CPU session of the same counts."""
+    cpu, _, _ = sessions
+    sim = simulate(amorphous_slices((96, 96), PIXEL, seed=4), pixel=PIXEL, stride=STRIDE, window=WINDOW, kv=KV,
+                   alpha_mrad=ALPHA, aberrations=AB, thickness=60.0, tilt=(0.003, -0.002), dose=5e4)
+    counts = sim.data.astype(np.uint16)
+    kw = dict(kv=KV, alpha_mrad=ALPHA, scan_step=sim.scan_step, rotation=0.1, detector=cpu.detector)
+    return Session(counts, **kw), Session(counts, backend="cuda", **kw)
 
 
 def _rel(a, b):
@@ -144,3 +157,117 @@ def test_fits_from_a_gpu_session_match_the_cpu(sessions):
             assert abs(b[branch]["parameters"][name] - a[branch]["parameters"][name]) < 0.1
     for name in ("tilt_y", "tilt_x"):
         assert abs(b["thick"]["parameters"][name] - a["thick"]["parameters"][name]) < 5e-5
+
+
+# -- complex64 G streamed to the device, and the quadratic-chi kernels (kernels/band.cu) -----------
+THICK = ("C10", "C12a", "C12b", "thickness", "tilt_y", "tilt_x")
+
+
+def test_streamed_complex64_g_matches_the_cpu(single):
+    cpu, gpu = single
+    assert gpu.G.dtype == np.complex64 and gpu.memory["G_on"] == "device"
+    assert _rel(gpu.host_G(), cpu.G) < 2e-6
+    assert gpu.level == pytest.approx(cpu.level, rel=1e-12)
+    np.testing.assert_allclose(gpu.bright_field, cpu.bright_field, rtol=1e-12)
+
+
+@pytest.mark.parametrize("names", [("C10",), ("C10", "C12a", "C12b"), THICK])
+def test_quadratic_batch_kernel_matches_the_cpu(single, names):
+    """Sets with thickness 0, a thin slab (|u| < 0.5: the series) and a thick one (the quotient)."""
+    from qora.ssb.agreement import Band
+
+    cpu, gpu = single
+    a, b = Band(cpu, names), Band(gpu, names)
+    assert b.quadratic_kernels and not a.quadratic_kernels
+    sets = [{"C10": c, "C12a": 9.0 - i, "C12b": -4.0 + 2 * i, "thickness": t, "tilt_y": 0.004 * (i % 3 - 1),
+             "tilt_x": -0.002} for i, (c, t) in enumerate(zip(np.linspace(60, 180, 9), (0, 1, 5, 40, 80, 120, 200,
+                                                                                          60, 0)))]
+    np.testing.assert_allclose(b.evaluate_batch(sets), a.evaluate_batch(sets), rtol=2e-6)
+
+
+@pytest.mark.parametrize("names,values", [
+    (("C10", "C12a", "C12b"), {"C10": 115.0, "C12a": 8.0, "C12b": -6.0}),
+    (THICK, {"C10": 115.0, "C12a": 8.0, "C12b": -6.0, "thickness": 70.0, "tilt_y": 0.003, "tilt_x": -0.001}),
+    (THICK, {"C10": 115.0, "C12a": 8.0, "C12b": -6.0, "thickness": 0.0, "tilt_y": 0.0, "tilt_x": 0.0}),
+    (("C12b", "thickness", "C10"), {"C10": 90.0, "C12b": 3.0, "thickness": 30.0})],
+    ids=["standard", "thick", "thick-at-zero", "subset-reordered"])
+def test_quadratic_derivative_kernel_matches_the_cpu(single, names, values):
+    """Agreement, gradient and Hessian in one pass against the float64 array code; derivatives
+    compared in units of each parameter's curvature (sqrt of the Hessian's diagonal), so that A and
+    rad weigh alike."""
+    from qora.ssb.agreement import Band
+
+    cpu, gpu = single
+    a, b = Band(cpu, names), Band(gpu, names)
+    va, ga, ha = a.evaluate(values)
+    vb, gb, hb = b.evaluate(values)
+    assert vb == pytest.approx(va, rel=2e-6)
+    scale = np.sqrt(np.abs(np.diag(ha)))
+    np.testing.assert_allclose(gb / scale, ga / scale, atol=2e-5 * max(1.0, np.abs(ga / scale).max()))
+    np.testing.assert_allclose(hb / np.outer(scale, scale), ha / np.outer(scale, scale), atol=2e-5)
+
+
+def test_fit_of_the_complex64_session_matches_the_cpu(single):
+    """The fit through the quadratic kernels within part 2's parity bounds."""
+    cpu, gpu = single
+    a = cpu.fit(rotation=0.1, tilt=True, trials=64)
+    b = gpu.fit(rotation=0.1, tilt=True, trials=64)
+    for branch in ("standard", "thick"):
+        assert b[branch]["agreement"] == pytest.approx(a[branch]["agreement"], rel=1e-5)
+        for name in ("C10", "C12a", "C12b"):
+            assert abs(b[branch]["parameters"][name] - a[branch]["parameters"][name]) < 0.1
+    for name in ("tilt_y", "tilt_x"):
+        assert abs(b["thick"]["parameters"][name] - a["thick"]["parameters"][name]) < 5e-5
+
+
+def _image_with_float32_chi(session, ab, thickness, tilt):
+    """The thick-model SSB image with chi evaluated in float32 the plain way (the polar Krivanek
+    series of optics.chi on float32 k): the issue's reference for the previews' phases."""
+    from qora.ssb import optics
+
+    lam = session.wavelength
+    qy, qx = session.q_half()
+    k = session.k.astype(np.float32)
+    ky, kx = k[:, 0], k[:, 1]
+    qy32, qx32 = qy.astype(np.float32)[..., None], qx.astype(np.float32)[..., None]
+
+    def chi32(y, x):
+        return optics.chi(x, y, ab, np.float32(lam)).astype(np.float32)
+
+    c0 = chi32(ky, kx)
+    lim = session.alpha_mrad * 1e-3 / lam
+    minus = np.hypot(session.k[:, 0] - qy[..., None], session.k[:, 1] - qx[..., None]) <= lim
+    plus = np.hypot(session.k[:, 0] + qy[..., None], session.k[:, 1] + qx[..., None]) <= lim
+    tilt_phase = 2 * np.pi * (tilt[0] * qy + tilt[1] * qx)[..., None]
+    k2 = session.k[:, 0] ** 2 + session.k[:, 1] ** 2
+    a1 = np.pi * lam * (k2 - ((session.k[:, 0] - qy[..., None]) ** 2 + (session.k[:, 1] - qx[..., None]) ** 2)) - tilt_phase
+    a2 = np.pi * lam * (((session.k[:, 0] + qy[..., None]) ** 2 + (session.k[:, 1] + qx[..., None]) ** 2) - k2) - tilt_phase
+    g1 = np.exp(1j * (c0 - chi32(ky - qy32, kx - qx32))) * np.sinc(a1 * thickness / (2 * np.pi))
+    g2 = -np.exp(-1j * (c0 - chi32(ky + qy32, kx + qx32))) * np.sinc(a2 * thickness / (2 * np.pi))
+    gam = np.where(minus & ~plus, g1, 0) + np.where(plus & ~minus, g2, 0)
+    mag = np.abs(gam)
+    use = (minus ^ plus) & (mag > 1e-12)
+    weight = np.where(use, np.conj(gam) / np.where(use, mag, 1.0), 0)
+    num = (session.G * weight).sum(-1)
+    norm = np.where(use, mag, 0).sum(-1)
+    spec = np.where(norm > 0, num / (1j * np.where(norm > 0, norm, 1)), 0)
+    spec[0, 0] = 0
+    sy, sx = session.scan_shape
+    spec[sy // 2] = 0
+    spec[:, sx // 2] = 0
+    return np.fft.irfft2(spec, s=session.scan_shape)
+
+
+@pytest.mark.parametrize("thickness,tilt", [(0.0, (0.0, 0.0)), (60.0, (0.003, -0.002))])
+def test_previews_of_the_complex64_session(single, thickness, tilt):
+    """Part 1's image tolerance against the float64 CPU image, and the issue's 1e-6 rad against a
+    float32 evaluation of chi written the plain way, on the same G."""
+    cpu, gpu = single
+    ab = Aberrations(C10=118.0, C12=(14.0, 0.35))
+    params = {"C10": ab.cartesian()["C10"], "C12a": ab.cartesian()["C12"][0], "C12b": ab.cartesian()["C12"][1]}
+    if thickness:
+        params.update(thickness=thickness, tilt_y=tilt[0], tilt_x=tilt[1])
+    got = gpu.preview(params)
+    assert _rel(got, cpu.preview(params)) < 1e-5
+    plain = _image_with_float32_chi(cpu, ab, thickness, tilt)
+    assert np.abs(got - plain).max() < 1e-6

@@ -14,7 +14,7 @@ import platform
 import tracemalloc
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["DeviceFacts", "device_facts", "copy_bandwidth", "PeakMemory", "pool_stats"]
+__all__ = ["DeviceFacts", "device_facts", "copy_bandwidth", "PeakMemory", "PeakPoolUse", "pool_stats"]
 
 # cudaDeviceAttr values (stable since CUDA 5); CUDA 13 dropped clockRate and
 # memoryClockRate from cudaDeviceProp, so we read attributes, not properties.
@@ -204,3 +204,46 @@ class PeakMemory:
             self.peak_bytes = int(tracemalloc.get_traced_memory()[1] - self._base)
             if self._started:
                 tracemalloc.stop()
+
+
+class PeakPoolUse:
+    """High-water mark of the bytes in use in CuPy's default pool during a ``with`` block
+    (``.peak_bytes``, counting what was in use on entry), exact: a memory hook sees every
+    allocation and free, so steps that free their blocks in between do not hide a peak. Zero on
+    the CPU."""
+
+    def __init__(self, backend) -> None:
+        from qora.backend.core import resolve
+
+        self.backend = resolve(backend)
+        self.peak_bytes = 0
+        self._hook = None
+
+    def __enter__(self) -> "PeakPoolUse":
+        if not self.backend.is_cuda:
+            return self
+        cupy = self.backend.xp
+        self.backend.synchronize()
+        tracker = self
+        tracker._used = int(cupy.get_default_memory_pool().used_bytes())
+        tracker.peak_bytes = tracker._used
+
+        class _Hook(cupy.cuda.MemoryHook):
+            name = "qora_peak_pool_use"
+
+            def malloc_postprocess(self, **kw):
+                tracker._used += int(kw["mem_size"])
+                tracker.peak_bytes = max(tracker.peak_bytes, tracker._used)
+
+            def free_postprocess(self, **kw):
+                tracker._used -= int(kw["mem_size"])
+
+        self._hook = _Hook()
+        self._hook.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._hook is not None:
+            self.backend.synchronize()
+            self._hook.__exit__(*exc)
+            self._hook = None

@@ -133,6 +133,40 @@ def _to_host(a):
     return a.get() if hasattr(a, "get") else a
 
 
+# the parameters of the quadratic-chi kernels, in their order (kernels/band.cu)
+QUADRATIC_PARAMETERS = ("C10", "C12a", "C12b", "thickness", "tilt_y", "tilt_x")
+_SHARED_BYTES = 48 * 1024  # dynamic shared memory a block may take without opting in
+
+
+def _band_G(session, keep, on_device: bool):
+    """The band's rows of G, gathered once per session and band mask: the fits make several bands
+    of one band of frequencies (standard, thick, the Hessian's), and at full scale each gather is
+    3 GB."""
+    key = keep.tobytes()
+    cached = getattr(session, "_band_cache", None)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    G = session.G[session.xp.asarray(keep)] if on_device else session.host_G()[keep]
+    try:
+        session._band_cache = (key, G)  # one band kept: the memory of one more is all it costs
+    except AttributeError:
+        pass
+    return G
+
+
+def _detector_grid(k, xp):
+    """The bright-field pixels' rows and columns on the detector grid: (ky of each row, kx of each
+    column, row | column << 16 of each pixel), or None when k is not on a grid of at most 1024
+    rows and columns (the quadratic kernels' row and column tables need one)."""
+    k = np.asarray(k)
+    rows, r = np.unique(k[:, 0], return_inverse=True)
+    cols, c = np.unique(k[:, 1], return_inverse=True)
+    if len(rows) > 1024 or len(cols) > 1024:
+        return None
+    cell = (r.astype(np.int64) | (c.astype(np.int64) << 16)).astype(np.int32)
+    return xp.asarray(rows), xp.asarray(cols), xp.asarray(cell)
+
+
 class Band:
     """The frequencies of a band and everything about them that does not depend on p.
 
@@ -168,7 +202,7 @@ class Band:
         # (a session streaming G from the host memory fits on the host).
         on_device = session.memory.get("G_on") == "device"
         xp = self.xp = session.xp if on_device else np
-        self.G = session.G[xp.asarray(keep)] if on_device else session.host_G()[keep]  # (nq, nbf)
+        self.G = _band_G(session, keep, on_device)  # (nq, nbf)
         self._q_scan = (xp.asarray(qy[keep])[:, None], xp.asarray(qx[keep])[:, None])
         self.total = float(xp.sum(xp.abs(self.G) ** 2))
         self.shape = self.G.shape  # (frequencies, bright-field pixels)
@@ -184,6 +218,10 @@ class Band:
         self.thick = any(p in THICK_PARAMETERS for p in self.parameters)
         self._geometry_for = None
         self._set_rotation(self.rotation)
+        self._grid = _detector_grid(session.k, xp) if xp is not np else None
+        # the quadratic-chi kernels (kernels/band.cu): top-hat apertures, chi of C10 and C12 only
+        self.quadratic_kernels = (self._grid is not None and self.soft_edge is None
+                                  and set(self.aberration_names) <= set(QUADRATIC_PARAMETERS[:3]))
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -279,6 +317,8 @@ class Band:
 
     def moments(self, values: dict, *, order: int = 2) -> dict:
         """The per-Q sums over k the agreement of ``values`` and its derivatives are made of."""
+        if self.quadratic_kernels:
+            return self._kernel_moments(values, order)
         if self.fits_rotation:
             self._set_rotation(float(values.get("rotation", self.rotation)))
         names = self.parameters
@@ -382,8 +422,8 @@ class Band:
         for i in range(nparam):
             for j in range(i, nparam):
                 gij = h1[i][j] - h2[i][j]
-                Sij[i, j] = xp.sum(G * xp.conj(gij), -1)
-                Nij[i, j] = 2 * xp.real(xp.sum(xp.conj(gp[j]) * gp[i] + xp.conj(gam) * gij, -1))
+                Sij[i, j] = Sij[j, i] = xp.sum(G * xp.conj(gij), -1)
+                Nij[i, j] = Nij[j, i] = 2 * xp.real(xp.sum(xp.conj(gp[j]) * gp[i] + xp.conj(gam) * gij, -1))
         m["Sij"], m["Nij"] = Sij, Nij
         return m
 
@@ -416,16 +456,101 @@ class Band:
 
     def _batch(self, sets) -> dict:
         xp = self.xp
+        if self.quadratic_kernels:
+            return self._quadratic_batch(sets)
         if xp is not np and self.soft_edge is None and len(sets) <= 64:
             return self._batch_kernel(sets)
         return self._batch_arrays(sets)
+
+    # -- the quadratic-chi kernels (kernels/band.cu) ----------------------------------------
+    def _quadratic_row(self, v: dict) -> list:
+        """A set as the kernels take it: C10, C12a, C12b (those the band fits, else 0), thickness
+        and tilt (the thick model's, else 0)."""
+        row = [float(v.get(p, 0.0)) if p in self.aberration_names else 0.0 for p in QUADRATIC_PARAMETERS[:3]]
+        row += [float(v.get(p, 0.0)) if self.thick else 0.0 for p in QUADRATIC_PARAMETERS[3:]]
+        return row
+
+    def _quadratic_launch(self, name: str, table, out, sets_count: int | None = None) -> None:
+        from qora.ssb.cuda import kernel
+
+        xp = self.xp
+        krow, kcol, cell = self._grid
+        nq, nbf = self.G.shape
+        nsets = 1 if sets_count is None else sets_count
+        shared = nsets * 2 * (len(krow) + len(kcol)) * 8
+        args = (self._G64, self._k_pairs, cell, krow, np.int32(len(krow)), kcol, np.int32(len(kcol)),
+                self._qy_flat, self._qx_flat, xp.asarray(table, np.float64))
+        args += (np.int32(nsets),) if sets_count is not None else ()
+        args += (np.int32(nq), np.int32(nbf), np.float64(self.lam), np.float64(self.alpha), out)
+        kernel(name)((nq,), (256,), args, shared_mem=shared)
+
+    @property
+    def _G64(self):
+        """The band's G as complex64, what the quadratic kernels read (the session's own when it
+        holds complex64)."""
+        if self.G.dtype != np.complex64:
+            if getattr(self, "_g64", None) is None:
+                self._g64 = self.G.astype(np.complex64)
+            return self._g64
+        return self.G
+
+    @property
+    def _qy_flat(self):
+        return self.xp.ascontiguousarray(self.qy[:, 0])
+
+    @property
+    def _qx_flat(self):
+        return self.xp.ascontiguousarray(self.qx[:, 0])
+
+    def _quadratic_batch(self, sets) -> dict:
+        """S and N of each set by ``band_quad_batch``, up to 8 sets per pass over G."""
+        from qora.ssb.cuda import BATCH_SETS
+
+        xp = self.xp
+        krow, kcol, _ = self._grid
+        per_pass = max(1, min(BATCH_SETS, _SHARED_BYTES // (16 * (len(krow) + len(kcol)))))
+        nq = self.G.shape[0]
+        S, N = [], []
+        for start in range(0, len(sets), per_pass):
+            part = sets[start:start + per_pass]
+            out = xp.empty((len(part), nq, 3))
+            self._quadratic_launch("band_quad_batch<8>", [self._quadratic_row(v) for v in part], out,
+                                   sets_count=len(part))
+            S.append(out[..., 0] + 1j * out[..., 1])
+            N.append(out[..., 2])
+        return {"S": xp.concatenate(S), "N": xp.concatenate(N)}
+
+    def _kernel_moments(self, values: dict, order: int) -> dict:
+        """:meth:`moments` by the quadratic kernels: order 0 one set of the batch kernel, else every
+        first and second derivative in one pass (``band_quad_derivatives``)."""
+        xp = self.xp
+        if order == 0:
+            m = self._quadratic_batch([values])
+            return {"S": m["S"][0], "N": m["N"][0]}
+        nk = 6 if self.thick else 3
+        pairs = [(i, j) for i in range(nk) for j in range(i, nk)]
+        nq = self.G.shape[0]
+        out = xp.empty((nq, 3 + 3 * nk + 3 * len(pairs)))
+        self._quadratic_launch(f"band_quad_derivatives<{nk}>", self._quadratic_row(values), out)
+        out = out.T
+        first = out[3:3 + 3 * nk].reshape(nk, 3, nq)
+        second = out[3 + 3 * nk:].reshape(len(pairs), 3, nq)
+        Sij = xp.empty((nk, nk, nq), np.complex128)
+        Nij = xp.empty((nk, nk, nq))
+        i, j = np.array(pairs).T
+        for a, b in ((i, j), (j, i)):
+            Sij[a, b] = second[:, 0] + 1j * second[:, 1]
+            Nij[a, b] = second[:, 2]
+        idx = np.array([QUADRATIC_PARAMETERS.index(p) for p in self.parameters])
+        return {"S": out[0] + 1j * out[1], "N": out[2], "Sp": (first[:, 0] + 1j * first[:, 1])[idx],
+                "Np": first[:, 2][idx], "Sij": Sij[np.ix_(idx, idx)], "Nij": Nij[np.ix_(idx, idx)]}
 
     _KERNEL_COEFFICIENTS = ("C10", "C12a", "C12b", "C21a", "C21b", "C23a", "C23b", "C30")  # then C32, C34: zero
 
     def _batch_kernel(self, sets) -> dict:
         """:meth:`_batch_arrays` in one kernel pass over the band's G (``kernels/ssb.cu``,
         ``band_batch``): chi from its coefficients per term, no (B, nq, nbf) arrays."""
-        from qora.backend.kernels import get_kernel
+        from qora.ssb.cuda import complex_tag, kernel
 
         xp = self.xp
         table = np.zeros((len(sets), 15))
@@ -438,9 +563,9 @@ class Band:
         nq, nbf = self.G.shape
         S = xp.empty((len(sets), nq), np.complex128)
         N = xp.empty((len(sets), nq))
-        get_kernel("qora.ssb", "ssb.cu", "band_batch")(
-            (nq,), (128,), (self.G, self._k_pairs, xp.ascontiguousarray(self.qy[:, 0]),
-                            xp.ascontiguousarray(self.qx[:, 0]), xp.asarray(table), np.int32(len(sets)), np.int32(nq),
+        kernel(f"band_batch<{complex_tag(self.G)}>")(
+            (nq,), (128,), (self.G, self._k_pairs, self._qy_flat, self._qx_flat, xp.asarray(table), np.int32(len(sets)),
+                            np.int32(nq),
                             np.int32(nbf), np.float64(self.lam), np.float64(self.alpha), S, N))
         return {"S": S, "N": N}
 
@@ -498,19 +623,16 @@ def combine_moments(m: dict, total: float, order: int = 2):
     if order == 0:
         return value
     Sp, Np = m["Sp"], m["Np"]
-    nparam = len(Sp)
     Pp = 2 * xp.real(xp.conj(S)[None] * Sp)
     grad = _to_host(xp.sum(Pp / N - P * Np / N**2, -1)) / total
     if order == 1:
         return value, grad
-    hessian = np.empty((nparam, nparam))
-    for i in range(nparam):
-        for j in range(i, nparam):
-            Pij = 2 * xp.real(xp.conj(Sp[j]) * Sp[i] + xp.conj(S) * m["Sij"][i, j])
-            hij = (Pij / N - Pp[i] * Np[j] / N**2 - Pp[j] * Np[i] / N**2 - P * m["Nij"][i, j] / N**2
-                   + 2 * P * Np[i] * Np[j] / N**3)
-            hessian[i, j] = hessian[j, i] = float(xp.sum(hij)) / total
-    return value, grad, hessian
+    # all pairs at once, (nparam, nparam, nq): a few launches however many parameters
+    Pij = 2 * xp.real(xp.conj(Sp)[None] * Sp[:, None] + xp.conj(S) * m["Sij"])
+    outer_p = Pp[:, None] * Np[None] + Pp[None] * Np[:, None]
+    h = Pij / N - outer_p / N**2 - P * m["Nij"] / N**2 + 2 * P * Np[:, None] * Np[None] / N**3
+    hessian = np.asarray(_to_host(xp.sum(h, -1)), float) / total
+    return value, grad, (hessian + hessian.T) / 2
 
 
 def combine_batch_moments(m: dict, total: float) -> np.ndarray:

@@ -35,17 +35,23 @@ class DetectorFit:
     mrad_per_pixel: float
 
 
-def fit_detector(data, alpha_mrad: float, *, threshold: float = 0.5) -> DetectorFit:
+def fit_detector(data, alpha_mrad: float, *, threshold: float = 0.5, rows: int | None = None) -> DetectorFit:
     """Centre and radius of the bright-field disk from the mean diffraction pattern, to sub-pixel.
 
     The pattern is scaled by its bright-field level (the median above ``threshold`` of the
     maximum); its sum is then the disk's area in pixels (partly lit edge pixels count by
     their fraction), so radius = sqrt(area / pi), and the centre is the intensity-weighted
     centroid of the scaled pattern, clipped to [0, 1] to keep dark-field counts out.
+    ``rows``: sum only that many scan rows, evenly spaced (a large memory-mapped scan need not be
+    read whole for a mean pattern; every row by default).
     """
     data = _array_like(data)
     if data.ndim != 4:
         raise ValueError(f"4D-STEM data must be (scan_row, scan_col, det_row, det_col), got shape {data.shape}")
+    if rows is not None:
+        if rows < 1:
+            raise ValueError(f"rows must be positive, got {rows}")
+        data = data[np.unique(np.linspace(0, data.shape[0] - 1, min(rows, data.shape[0])).round().astype(int))]
     return fit_detector_from_mean(np.asarray(data.mean(axis=(0, 1), dtype=np.float64)), alpha_mrad,
                                   threshold=threshold)
 
@@ -110,8 +116,11 @@ class Session:
     chunk : int
         Bright-field pixels transformed (and, where G does not fit the device, streamed) at a time.
     backend : {"cpu", "cuda", "auto"}
-        Where G is computed and the images are made (complex128 on both: the GPU path is the
-        same NumPy-style code on CuPy arrays).
+        Where G is computed and the images are made.
+    precision : {"auto", "single", "double"}
+        G as complex64 or complex128; "auto" takes complex64 on CUDA (half the memory and reads:
+        G of a 512^2 scan with 8,800 bright-field pixels is 9.3 GB) and complex128 on the CPU.
+        On CUDA G is then computed on the device from the data streamed in scan rows.
     max_bytes : int, optional
         On CUDA, the most G may take on the device (default half the free device memory). A
         larger G stays in host memory and every image streams it to the device in chunks of k.
@@ -125,7 +134,8 @@ class Session:
 
     def __init__(self, data, *, kv: float, alpha_mrad: float, scan_step: float, rotation: float = 0.0,
                  detector: DetectorFit | None = None, chunk: int = 512, backend="cpu",
-                 max_bytes: int | None = None, pixels: slice | None = None, level: float | None = None) -> None:
+                 max_bytes: int | None = None, pixels: slice | None = None, level: float | None = None,
+                 precision: str = "auto") -> None:
         from qora.backend import resolve
 
         t0 = time.perf_counter()
@@ -151,30 +161,37 @@ class Session:
                 raise ValueError(f"pixels {pixels} selects no bright-field pixel (of {self.bf_count})")
         self.pixels = pixels
         self._k = xp.asarray(self.k)  # where the images are made
+        if precision not in ("auto", "single", "double"):
+            raise ValueError(f"precision must be 'auto', 'single' or 'double', got {precision!r}")
+        single = precision == "single" or (precision == "auto" and self.backend.is_cuda)
+        dtype = np.complex64 if single else np.complex128
         pixels = np.unravel_index(self.bf_index, data.shape[2:])  # gathered as (rows, cols): no reshape of
-        if level is None:
-            level = float(np.asarray(_gather(data, pixels).mean(dtype=np.float64)))  # a memory-mapped array
-        level = float(level)
-        if not level > 0:
-            raise ValueError("the bright field holds no intensity")
         sy, sx = self.scan_shape
         shape = (sy, sx // 2 + 1, len(self.bf_index))
-        nbytes = 16 * int(np.prod(shape))
+        nbytes = np.dtype(dtype).itemsize * int(np.prod(shape))
         on_device = True
         if self.backend.is_cuda:
             budget = max_bytes if max_bytes is not None else xp.cuda.Device().mem_info[0] // 2
             on_device = nbytes <= budget
-        self.G = (xp if on_device else np).empty(shape, np.complex128)
         with PeakMemory(self.backend) as peak:
-            for start in range(0, len(self.bf_index), self.chunk):
-                part = (pixels[0][start:start + self.chunk], pixels[1][start:start + self.chunk])
-                idx = part[0]
-                block = xp.asarray(np.asarray(_gather(data, part), np.float64) / level)
-                spec = xp.fft.rfft2(block, axes=(0, 1))
-                self.G[..., start:start + len(idx)] = spec if on_device else self.backend.to_host(spec)
-                del block, spec
-        self.level = level
-        self.bright_field = np.asarray(_gather(data, pixels).sum(-1)) / level
+            if self.backend.is_cuda and on_device:
+                from qora.ssb.stream import g_on_device
+
+                self.G, level, bright = g_on_device(data, pixels, dtype, level)
+            else:
+                if level is None:
+                    level = float(np.asarray(_gather(data, pixels).mean(dtype=np.float64)))  # a memory-mapped array
+                _check_level(level)
+                self.G = (xp if on_device else np).empty(shape, dtype)
+                for start in range(0, len(self.bf_index), self.chunk):
+                    part = (pixels[0][start:start + self.chunk], pixels[1][start:start + self.chunk])
+                    block = xp.asarray(np.asarray(_gather(data, part), np.float64) / level)
+                    spec = xp.fft.rfft2(block, axes=(0, 1)).astype(dtype, copy=False)
+                    self.G[..., start:start + len(part[0])] = spec if on_device else self.backend.to_host(spec)
+                    del block, spec
+                bright = np.asarray(_gather(data, pixels).sum(-1, dtype=np.float64))
+        self.level = float(level)
+        self.bright_field = bright / self.level
         self.timings = {"prepare_s": time.perf_counter() - t0}
         self.memory = {"G_bytes": nbytes, "G_on": "device" if (self.backend.is_cuda and on_device) else "host",
                        "prepare_peak_bytes": peak.peak_bytes}
@@ -263,14 +280,17 @@ class Session:
 
     # -- images -------------------------------------------------------------------------
     def image(self, aberrations: Aberrations | None = None, method: str = "ssb", *, thickness: float = 0.0,
-              tilt=(0.0, 0.0), upsample: int = 1, rows: int = 16) -> np.ndarray:
+              tilt=(0.0, 0.0), upsample: int = 1, rows: int = 16, timings: dict | None = None) -> np.ndarray:
         """The phase image (rad, scan grid; a host array) for the given aberrations by ``method``:
         "ssb" (single side band over the double-overlap pixels), "thick" (SSB with the
         thick-sample Gamma of ``thickness`` (A) and specimen ``tilt`` (tau_y, tau_x) rad; C10 is
         the mid-plane's), or "parallax" (tcBF: the bright-field images shifted by grad chi /
         2 pi, summed, and phase-flipped by sign(sin chi(Q))). Q = 0 and the scan's Nyquist row
         and column are left out. ``upsample`` (parallax only) returns the image on a grid that
-        many times finer, from the bright-field images' sub-pixel shifts (:meth:`_parallax_upsampled`)."""
+        many times finer, from the bright-field images' sub-pixel shifts (:meth:`_parallax_upsampled`).
+        ``timings``: a dict that receives the time (ms) of the sums over the bright field ("sums"),
+        the inverse FFT ("fft") and the copy to the host ("copy"), each waited for on the device
+        (for profiling: the waits cost a little)."""
         self._whole("images")
         aberrations = aberrations or Aberrations()
         if method not in ("ssb", "thick", "parallax"):
@@ -282,7 +302,8 @@ class Session:
         if upsample != 1:
             if method != "parallax" or int(upsample) != upsample or upsample < 1:
                 raise ValueError(f"upsample must be a positive integer, and above 1 only for parallax, got {upsample}")
-            return self._parallax_upsampled(aberrations, int(upsample))
+            return self._parallax_upsampled(aberrations, int(upsample), timings)
+        clock = _Clock(self.backend, timings)
         xp = self.xp
         qy, qx = self._q(half=True)
         numerator = xp.zeros(qy.shape, np.complex128)
@@ -319,12 +340,17 @@ class Session:
             spectrum[sy // 2] = 0
         if sx % 2 == 0:
             spectrum[:, sx // 2] = 0
-        return self.backend.to_host(xp.fft.irfft2(spectrum, s=self.scan_shape))
+        clock.lap("sums")
+        image = xp.fft.irfft2(spectrum, s=self.scan_shape)
+        clock.lap("fft")
+        image = self.backend.to_host(image)
+        clock.lap("copy")
+        return image
 
     def _ssb_sums(self, aberrations: Aberrations, qy, qx, thickness: float, tilt, numerator, norm) -> None:
         """The SSB sums per Q of :meth:`image` by the fused kernel (G on the device): the array
         code's chunks of pixels and Q rows made ~40 temporaries of each chunk; this reads G once."""
-        from qora.backend.kernels import get_kernel
+        from qora.ssb.cuda import complex_tag, kernel
 
         xp = self.xp
         cart = aberrations.cartesian()
@@ -332,9 +358,8 @@ class Session:
         for name in ("C10", "C12", "C21", "C23", "C30", "C32", "C34"):
             value = cart.get(name, 0.0 if KNOWN_ABERRATIONS[name][1] == 0 else (0.0, 0.0))
             coef.extend(value if isinstance(value, tuple) else (value,))
-        kernel = get_kernel("qora.ssb", "ssb.cu", "ssb_sums")
         nq, nbf = int(qy.size), len(self.bf_index)
-        kernel((nq,), (128,), (self.G, self._k, xp.ascontiguousarray(qy.ravel()), xp.ascontiguousarray(qx.ravel()),
+        kernel(f"ssb_sums<{complex_tag(self.G)}>")((nq,), (128,), (self.G, self._k, xp.ascontiguousarray(qy.ravel()), xp.ascontiguousarray(qx.ravel()),
                                xp.asarray(coef, np.float64), np.int32(nq), np.int32(nbf), np.float64(self.wavelength),
                                np.float64(self.alpha_mrad * 1e-3 / self.wavelength), np.float64(thickness),
                                np.float64(tilt[0]), np.float64(tilt[1]), numerator, norm))
@@ -442,12 +467,13 @@ class Session:
         finally:
             self.rotation = saved
 
-    def _parallax_upsampled(self, aberrations: Aberrations, factor: int) -> np.ndarray:
+    def _parallax_upsampled(self, aberrations: Aberrations, factor: int, timings: dict | None = None) -> np.ndarray:
         """Parallax on a grid ``factor`` times finer: each bright-field image's samples are
         placed at their shifted positions R + grad chi(k) / 2 pi on the fine grid (bilinear
         weights; the shifts differ by sub-pixel amounts between pixels, which is what fills
         the finer grid), the weighted sums divided by the summed weights, and the result
         phase-flipped by sign(sin chi(Q)) on the fine grid's frequencies."""
+        clock = _Clock(self.backend, timings)
         xp = self.xp
         sy, sx = self.scan_shape
         fy, fx = sy * factor, sx * factor
@@ -477,13 +503,41 @@ class Session:
                     xp.add.at(total, idx, w * values.ravel())  # repeated indices summed
                     xp.add.at(weight, idx, w)
         image = xp.where(weight > 0, total / xp.where(weight > 0, weight, 1), 0).reshape(fy, fx)
+        clock.lap("sums")
         qy = xp.asarray(np.fft.fftfreq(fy, fine))[:, None]
         qx = xp.asarray(np.fft.fftfreq(fx, fine))[None, :]
         qdy, qdx = c * qy + s * qx, -s * qy + c * qx
         flip = xp.sign(xp.sin(chi(qdx, qdy, aberrations, self.wavelength)))
         spectrum = xp.fft.fft2(image) * flip / 2
         spectrum[0, 0] = 0
-        return self.backend.to_host(xp.fft.ifft2(spectrum).real)
+        image = xp.fft.ifft2(spectrum).real
+        clock.lap("fft")
+        image = self.backend.to_host(image)
+        clock.lap("copy")
+        return image
+
+
+class _Clock:
+    """Laps of a computation (ms) into ``timings`` when given, waiting for the device at each."""
+
+    def __init__(self, backend, timings: dict | None) -> None:
+        self.backend, self.timings = backend, timings
+        if timings is not None:
+            backend.synchronize()
+            self.t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        if self.timings is None:
+            return
+        self.backend.synchronize()
+        now = time.perf_counter()
+        self.timings[name] = self.timings.get(name, 0.0) + (now - self.t) * 1e3
+        self.t = now
+
+
+def _check_level(level) -> None:
+    if not float(level) > 0:
+        raise ValueError("the bright field holds no intensity")
 
 
 def _array_like(data):

@@ -21,7 +21,8 @@ import numpy as np
 
 from qora.ssb.optics import Aberrations, probe_spectrum, wavelength
 
-__all__ = ["amorphous_slices", "atoms_slice", "crystal_slices", "rotate_detector", "Scan4D", "simulate", "scan_truth"]
+__all__ = ["amorphous_slices", "atoms_slice", "crystal_slices", "rotate_detector", "Scan4D", "simulate",
+           "simulate_to_npy", "scan_truth"]
 
 
 def amorphous_slices(shape, pixel: float, *, slices: int = 1, atoms_per_a2: float = 0.05, sigma: float = 0.4,
@@ -49,9 +50,8 @@ def atoms_slice(shape, pixel: float, ry, rx, *, sigma: float = 0.4, phase_per_at
     ky = np.fft.fftfreq(ny, pixel)[:, None]
     kx = np.fft.fftfreq(nx, pixel)[None, :]
     blob = np.exp(-2 * np.pi**2 * sigma**2 * (kx**2 + ky**2))  # FT of the unit-peak Gaussian / (2 pi sigma^2)
-    spec = np.zeros((ny, nx), np.complex128)
-    for chunk in np.array_split(np.arange(ry.size), max(1, ry.size // 256)):
-        spec += (weight[chunk] * np.exp(-2j * np.pi * (ky[..., None] * ry[chunk] + kx[..., None] * rx[chunk]))).sum(-1)
+    # sum_a w_a e^{-2 pi i (ky ry_a + kx rx_a)} is a product of an (ny, atoms) and an (atoms, nx) matrix
+    spec = (np.exp(-2j * np.pi * ky * ry[None, :]) * weight[None, :]) @ np.exp(-2j * np.pi * rx[:, None] * kx)
     return np.fft.ifft2(spec * blob).real * (2 * np.pi * sigma**2) / pixel**2
 
 
@@ -100,6 +100,62 @@ class Scan4D:
         return self.detector_pixel * wavelength(self.kv) * 1e3
 
 
+class _Multislice:
+    """The probe, the slices' transmissions and the propagator of one simulation, on the array
+    module ``xp`` (NumPy or CuPy), and the diffraction patterns of any batch of scan positions."""
+
+    def __init__(self, slices, *, pixel: float, stride: int, window: int, kv: float, alpha_mrad: float,
+                 aberrations: Aberrations, thickness: float, tilt, xp=np) -> None:
+        slices = np.asarray(slices, np.float64)
+        if slices.ndim == 2:
+            slices = slices[None]
+        if slices.ndim != 3 or not np.all(np.isfinite(slices)):
+            raise ValueError("slices must be finite phases of shape (ny, nx) or (count, ny, nx)")
+        count, ny, nx = slices.shape
+        if ny % stride or nx % stride:
+            raise ValueError(f"the field ({ny}, {nx}) must be a whole number of scan steps of {stride} pixels")
+        if window > min(ny, nx):
+            raise ValueError(f"the probe window {window} exceeds the field ({ny}, {nx})")
+        lam = wavelength(kv)
+        if alpha_mrad * 1e-3 / lam >= 0.5 / pixel * 2 / 3:
+            raise ValueError("the aperture reaches beyond 2/3 of the window's Nyquist frequency: use a smaller pixel")
+        self.xp, self.shape, self.window, self.count, self.slices = xp, (ny, nx), window, count, slices
+        k = np.fft.fftfreq(window, pixel)
+        kx, ky = k[None, :], k[:, None]
+        depths = (np.arange(count) + 0.5) * (thickness / count) - thickness / 2 if count > 1 else np.zeros(1)
+        dz = thickness / count if count > 1 else 0.0
+        first = Aberrations({**aberrations.values, "C10": (aberrations.get("C10") + depths[0], 0.0)})
+        probe_k = probe_spectrum(kx, ky, first, alpha_mrad, lam)
+        probe_k /= np.sqrt(np.sum(np.abs(probe_k) ** 2))
+        self.lit = np.count_nonzero(np.abs(probe_k) > 0)  # incident-beam pixels
+        self.probe = xp.asarray(np.fft.fftshift(np.fft.ifft2(probe_k) * window))  # centred in the window
+        self.propagate = xp.asarray(np.exp(-1j * np.pi * lam * dz * (kx**2 + ky**2)))
+        # tilted slices: shift slice j by depth_j * tau (Fourier shift on the periodic field)
+        fy = np.fft.fftfreq(ny, pixel)[:, None]
+        fx = np.fft.fftfreq(nx, pixel)[None, :]
+        self.transmissions = xp.empty(slices.shape, np.complex128)
+        for j in range(count):
+            sy, sx = depths[j] * tilt[0], depths[j] * tilt[1]
+            shifted = np.fft.ifft2(np.fft.fft2(slices[j]) * np.exp(-2j * np.pi * (fy * sy + fx * sx))).real
+            self.transmissions[j] = xp.asarray(np.exp(1j * shifted))
+        rows, cols = np.meshgrid(np.arange(0, ny, stride), np.arange(0, nx, stride), indexing="ij")
+        self.positions = np.stack([rows.ravel(), cols.ravel()], 1)
+        self.offsets = np.arange(window) - window // 2
+
+    def patterns(self, pos):
+        """|F exit|^2 / window^2 at the scan positions ``pos`` (n, 2) (rows, cols of the field)."""
+        xp, (ny, nx), window = self.xp, self.shape, self.window
+        iy = xp.asarray((pos[:, 0, None] + self.offsets[None, :]) % ny)
+        ix = xp.asarray((pos[:, 1, None] + self.offsets[None, :]) % nx)
+        wave = xp.broadcast_to(self.probe, (len(pos), window, window)).copy()
+        for j in range(self.count):
+            wave *= self.transmissions[j][iy[:, :, None], ix[:, None, :]]
+            if j + 1 < self.count:
+                wave = xp.fft.ifft2(xp.fft.fft2(wave) * self.propagate)
+        far = xp.fft.fftshift(xp.fft.fft2(xp.fft.ifftshift(wave, axes=(1, 2))), axes=(1, 2))
+        return xp.abs(far) ** 2 / window**2
+
+
 def simulate(slices, *, pixel: float, stride: int, window: int, kv: float = 300.0, alpha_mrad: float = 20.0,
              aberrations: Aberrations | None = None, thickness: float = 0.0, tilt=(0.0, 0.0),
              dose: float | None = None, seed: int = 0, batch: int = 256) -> Scan4D:
@@ -109,64 +165,66 @@ def simulate(slices, *, pixel: float, stride: int, window: int, kv: float = 300.
     (tau_y, tau_x) (rad) shifts the slice at depth z by z tau; ``dose`` (e/A^2) draws Poisson
     counts, otherwise the intensity is normalised to 1 per pixel of the incident beam.
     """
-    slices = np.asarray(slices, np.float64)
-    if slices.ndim == 2:
-        slices = slices[None]
-    if slices.ndim != 3 or not np.all(np.isfinite(slices)):
-        raise ValueError("slices must be finite phases of shape (ny, nx) or (count, ny, nx)")
-    count, ny, nx = slices.shape
-    if ny % stride or nx % stride:
-        raise ValueError(f"the field ({ny}, {nx}) must be a whole number of scan steps of {stride} pixels")
-    if window > min(ny, nx):
-        raise ValueError(f"the probe window {window} exceeds the field ({ny}, {nx})")
     aberrations = aberrations or Aberrations()
-    lam = wavelength(kv)
-    k = np.fft.fftfreq(window, pixel)
-    kx, ky = k[None, :], k[:, None]
-    if alpha_mrad * 1e-3 / lam >= 0.5 / pixel * 2 / 3:
-        raise ValueError("the aperture reaches beyond 2/3 of the window's Nyquist frequency: use a smaller pixel")
-    depths = (np.arange(count) + 0.5) * (thickness / count) - thickness / 2 if count > 1 else np.zeros(1)
-    dz = thickness / count if count > 1 else 0.0
-    first = Aberrations({**aberrations.values, "C10": (aberrations.get("C10") + depths[0], 0.0)})
-    probe_k = probe_spectrum(kx, ky, first, alpha_mrad, lam)
-    probe_k /= np.sqrt(np.sum(np.abs(probe_k) ** 2))
-    probe = np.fft.fftshift(np.fft.ifft2(probe_k) * window)  # centred in the window
-    propagate = np.exp(-1j * np.pi * lam * dz * (kx**2 + ky**2))
-    # tilted slices: shift slice j by depth_j * tau (Fourier shift on the periodic field)
-    fy = np.fft.fftfreq(ny, pixel)[:, None]
-    fx = np.fft.fftfreq(nx, pixel)[None, :]
-    transmissions = np.empty_like(slices, dtype=np.complex128)
-    for j in range(count):
-        sy, sx = depths[j] * tilt[0], depths[j] * tilt[1]
-        shifted = np.fft.ifft2(np.fft.fft2(slices[j]) * np.exp(-2j * np.pi * (fy * sy + fx * sx))).real
-        transmissions[j] = np.exp(1j * shifted)
-    rows, cols = np.meshgrid(np.arange(0, ny, stride), np.arange(0, nx, stride), indexing="ij")
-    positions = np.stack([rows.ravel(), cols.ravel()], 1)
-    offs = np.arange(window) - window // 2
+    ms = _Multislice(slices, pixel=pixel, stride=stride, window=window, kv=kv, alpha_mrad=alpha_mrad,
+                     aberrations=aberrations, thickness=thickness, tilt=tilt)
+    (ny, nx), positions = ms.shape, ms.positions
     data = np.empty((len(positions), window, window))
     for start in range(0, len(positions), batch):
-        pos = positions[start:start + batch]
-        iy = (pos[:, 0, None] + offs[None, :]) % ny
-        ix = (pos[:, 1, None] + offs[None, :]) % nx
-        wave = np.broadcast_to(probe, (len(pos), window, window)).copy()
-        for j in range(count):
-            wave *= transmissions[j][iy[:, :, None], ix[:, None, :]]
-            if j + 1 < count:
-                wave = np.fft.ifft2(np.fft.fft2(wave) * propagate)
-        far = np.fft.fftshift(np.fft.fft2(np.fft.ifftshift(wave, axes=(1, 2))), axes=(1, 2))
-        data[start:start + batch] = np.abs(far) ** 2 / window**2
+        data[start:start + batch] = ms.patterns(positions[start:start + batch])
     # one incident-beam detector pixel holds 1 on average inside the bright field
-    data *= np.count_nonzero(np.abs(probe_k) > 0)
+    data *= ms.lit
     if dose is not None:
         if not dose > 0:
             raise ValueError(f"dose must be positive (e/A^2), got {dose}")
         per_position = dose * (stride * pixel) ** 2
-        total = np.count_nonzero(np.abs(probe_k) > 0)
-        data = np.random.default_rng(seed).poisson(data * per_position / total).astype(np.float64)
+        data = np.random.default_rng(seed).poisson(data * per_position / ms.lit).astype(np.float64)
     data = data.reshape(ny // stride, nx // stride, window, window)
     return Scan4D(data=data, scan_step=stride * pixel, detector_pixel=1.0 / (window * pixel), kv=kv,
-                  alpha_mrad=alpha_mrad, aberrations=aberrations, pixel=pixel, phase=slices.sum(0),
+                  alpha_mrad=alpha_mrad, aberrations=aberrations, pixel=pixel, phase=ms.slices.sum(0),
                   thickness=thickness, tilt=tuple(tilt))
+
+
+def simulate_to_npy(path, slices, *, pixel: float, stride: int, window: int, detector: int, dose: float,
+                    kv: float = 300.0, alpha_mrad: float = 20.0, aberrations: Aberrations | None = None,
+                    thickness: float = 0.0, tilt=(0.0, 0.0), seed: int = 0, batch: int = 2048, backend="auto",
+                    progress=None) -> dict:
+    """:func:`simulate` for scans too large for memory: Poisson counts (``dose`` e/A^2) written as
+    uint16 to a ``.npy`` file (scan_row, scan_col, detector, detector) batch by batch, the
+    multislice on ``backend``. The window's patterns sit centred on a ``detector`` x ``detector``
+    array (``detector`` >= ``window``; the rim beyond the simulated angles reads 0). Returns the
+    dataset's metadata (kv, alpha_mrad, scan_step_a, detector_pixel_inv_a, the largest count)."""
+    from qora.backend import resolve
+    from qora.progress import report
+
+    if detector < window:
+        raise ValueError(f"the detector ({detector}) must hold the window ({window})")
+    if not dose > 0:
+        raise ValueError(f"dose must be positive (e/A^2), got {dose}")
+    be = resolve(backend)
+    xp = be.xp
+    aberrations = aberrations or Aberrations()
+    ms = _Multislice(slices, pixel=pixel, stride=stride, window=window, kv=kv, alpha_mrad=alpha_mrad,
+                     aberrations=aberrations, thickness=thickness, tilt=tilt, xp=xp)
+    (ny, nx), positions = ms.shape, ms.positions
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.uint16,
+                                    shape=(ny // stride, nx // stride, detector, detector))
+    flat = out.reshape(-1, detector, detector)
+    pad = (detector - window) // 2
+    per_position = dose * (stride * pixel) ** 2
+    rng = xp.random.RandomState(seed)
+    largest = 0
+    for start in range(0, len(positions), batch):
+        counts = rng.poisson(ms.patterns(positions[start:start + batch]) * per_position)
+        largest = max(largest, int(counts.max()))
+        if largest > np.iinfo(np.uint16).max:
+            raise ValueError(f"a count of {largest} does not fit uint16: lower the dose")
+        flat[start:start + len(counts), pad:pad + window, pad:pad + window] = be.to_host(counts.astype(np.uint16))
+        report(progress, "simulate", start + len(counts), len(positions))
+    out.flush()
+    del out, flat
+    return {"kv": kv, "alpha_mrad": alpha_mrad, "scan_step_a": stride * pixel,
+            "detector_pixel_inv_a": 1.0 / (window * pixel), "largest_count": largest}
 
 
 def scan_truth(scan: Scan4D, *, band_limit: float | None = None) -> np.ndarray:

@@ -10,6 +10,10 @@
 
 #define THREADS 128
 
+// G is complex64 (float2) or complex128 (double2); sums are float64 either way
+__device__ __forceinline__ double2 load2(const float2& v) { return make_double2(v.x, v.y); }
+__device__ __forceinline__ double2 load2(const double2& v) { return v; }
+
 // coefficients: C10, C12a, C12b, C21a, C21b, C23a, C23b, C30, C32a, C32b, C34a, C34b (A);
 // chi = 2 pi / lambda * sum_nm (lambda |k|)^(n+1) / (n+1) (C_a cos m phi + C_b sin m phi)
 __device__ __forceinline__ double chi_of(const double* __restrict__ c, double lam, double ky, double kx) {
@@ -28,8 +32,9 @@ __device__ __forceinline__ double sinc_half(double a, double t) {  // sin(a t / 
     return fabs(u) < 1e-8 ? 1.0 - u * u / 6.0 : sin(u) / u;
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS)
-ssb_sums(const double2* __restrict__ G, const double* __restrict__ k, const double* __restrict__ qy,
+template <typename C>
+__global__ void __launch_bounds__(THREADS)
+ssb_sums(const C* __restrict__ G, const double* __restrict__ k, const double* __restrict__ qy,
          const double* __restrict__ qx, const double* __restrict__ coef, int nq, int nbf, double lam, double limit,
          double thickness, double tilt_y, double tilt_x, double2* __restrict__ numerator, double* __restrict__ norm) {
     __shared__ double c[12];
@@ -66,7 +71,7 @@ ssb_sums(const double2* __restrict__ G, const double* __restrict__ k, const doub
         }
         const double mag = hypot(gr, gi);
         if (!(mag > 1e-12)) continue;
-        const double2 g = G[(long long)q * nbf + j];
+        const double2 g = load2(G[(long long)q * nbf + j]);
         // G conj(Gamma) / |Gamma|
         sr += (g.x * gr + g.y * gi) / mag;
         si += (g.y * gr - g.x * gi) / mag;
@@ -108,8 +113,9 @@ ssb_sums(const double2* __restrict__ G, const double* __restrict__ k, const doub
 #define MAX_SETS 64
 #define SET_STRIDE 15
 
-extern "C" __global__ void __launch_bounds__(THREADS)
-band_batch(const double2* __restrict__ G, const double* __restrict__ k, const double* __restrict__ qy,
+template <typename C>
+__global__ void __launch_bounds__(THREADS)
+band_batch(const C* __restrict__ G, const double* __restrict__ k, const double* __restrict__ qy,
            const double* __restrict__ qx, const double* __restrict__ sets, int nsets, int nq, int nbf, double lam,
            double limit, double2* __restrict__ S, double* __restrict__ N) {
     __shared__ double c[MAX_SETS * SET_STRIDE];
@@ -147,7 +153,7 @@ band_batch(const double2* __restrict__ G, const double* __restrict__ k, const do
                 gr -= w * co;
                 gi += w * s;
             }
-            const double2 g = G[(long long)q * nbf + j];
+            const double2 g = load2(G[(long long)q * nbf + j]);
             sr += g.x * gr + g.y * gi;  // G conj(Gamma)
             si += g.y * gr - g.x * gi;
             sn += gr * gr + gi * gi;
@@ -177,3 +183,10 @@ band_batch(const double2* __restrict__ G, const double* __restrict__ k, const do
         __syncthreads();  // part is reused by the next set
     }
 }
+
+#ifdef QORA_NVCC_CHECK
+template __global__ void ssb_sums<float2>(const float2*, const double*, const double*, const double*, const double*, int,
+                                          int, double, double, double, double, double, double2*, double*);
+template __global__ void band_batch<float2>(const float2*, const double*, const double*, const double*, const double*,
+                                            int, int, int, double, double, double2*, double*);
+#endif

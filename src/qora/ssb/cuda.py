@@ -1,0 +1,30 @@
+"""The CUDA kernels of qora.ssb by name: one place that knows which file holds each and which
+template instantiations its module compiles (``kernels/ssb.cu``, ``kernels/band.cu``)."""
+
+from __future__ import annotations
+
+__all__ = ["kernel", "complex_tag"]
+
+_MODULES = {
+    "ssb.cu": ("ssb_sums<float2>", "ssb_sums<double2>", "band_batch<float2>", "band_batch<double2>"),
+    "band.cu": ("band_quad_batch<8>", "band_quad_derivatives<3>", "band_quad_derivatives<6>"),
+}
+
+BATCH_SETS = 8  # the compile-time set count of band_quad_batch
+
+
+def complex_tag(array) -> str:
+    """The CUDA vector type of a complex array: ``float2`` (complex64) or ``double2`` (complex128)."""
+    import numpy as np
+
+    return "float2" if array.dtype == np.complex64 else "double2"
+
+
+def kernel(name: str):
+    """The compiled kernel ``name`` (a template expression such as ``"ssb_sums<float2>"``)."""
+    from qora.backend.kernels import get_kernel
+
+    for filename, names in _MODULES.items():
+        if name in names:
+            return get_kernel("qora.ssb", filename, name, name_expressions=names)
+    raise KeyError(f"no qora.ssb kernel {name!r}; known: {[n for names in _MODULES.values() for n in names]}")

@@ -1,0 +1,337 @@
+// qora.ssb: the band agreement (qora.ssb.agreement.Band) when chi is quadratic in k, the fits' case
+// (C10, C12a, C12b with the thick model's thickness and tilt), with no special function per term.
+//
+// chi(k) = k^T M k with M = pi lambda [[C10 - C12a, C12b], [C12b, C10 + C12a]] in (ky, kx). The two
+// terms of Gamma then share one phase that is linear in k,
+//     chi(k - Q) - chi(k) = -2 k.MQ + QMQ,    chi(k) - chi(k + Q) = -2 k.MQ - QMQ,
+//     Gamma = e^{2i k.MQ} (A1 s1 e^{-i QMQ} - A2 s2 e^{+i QMQ}),
+// and e^{2i k.v} = e^{2i ky vy} e^{2i kx vx} splits into a row factor and a column factor because
+// the bright-field pixels lie on the detector's grid. The thick model's depth phases are
+// u = t (pi lambda k.Q -+ pi lambda |Q|^2 / 2 - pi tau.Q): again e^{i pi lambda t k.Q} splits into rows
+// and columns. So each block (one band frequency Q) makes, per parameter set, four small tables
+// in float64 (one sincos per detector row or column, ~100 each) and every (k, Q, set) term is a
+// few complex products of table entries: the sincos of the seed's kernel (two per term, and two
+// sines for the depth weights) are gone. Per-term arithmetic is float32; sums of S and N are
+// float64.
+//
+// The apertures are top-hat: k - Q inside when |k - Q|^2 <= limit^2, decided by hypot as the array
+// code does when the squared test is within rounding of the edge.
+
+#define QPI 3.141592653589793238462643383279502884
+
+namespace {
+
+__device__ __forceinline__ float2 cmul(float2 a, float2 b) {
+    return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
+}
+
+__device__ __forceinline__ float2 unit(double phase) {
+    double s, c;
+    sincos(phase, &s, &c);
+    return make_float2((float)c, (float)s);
+}
+
+// |d| <= limit, with d = (dy, dx) and its squared length d2 computed by the caller
+__device__ __forceinline__ bool inside(double d2, double dy, double dx, double limit) {
+    const double l2 = limit * limit;
+    if (fabs(d2 - l2) > 1e-12 * l2) return d2 <= l2;
+    return hypot(dy, dx) <= limit;
+}
+
+// sinc(u) = sin(u) / u from sin(u) (a table product, absolute error ~1e-7); a series below 0.5,
+// where the quotient would magnify that error
+__device__ __forceinline__ float sinc_of(float sin_u, float u) {
+    const float u2 = u * u;
+    if (fabsf(u) < 0.5f)
+        return 1.0f + u2 * (-1.0f / 6 + u2 * (1.0f / 120 + u2 * (-1.0f / 5040 + u2 * (1.0f / 362880))));
+    return sin_u / u;
+}
+
+// sinc and its first two derivatives in u
+__device__ __forceinline__ void sinc_derivatives(float sin_u, float cos_u, float u, float& s, float& s1, float& s2) {
+    const float u2 = u * u;
+    if (fabsf(u) < 0.5f) {
+        s = 1.0f + u2 * (-1.0f / 6 + u2 * (1.0f / 120 + u2 * (-1.0f / 5040 + u2 * (1.0f / 362880))));
+        s1 = u * (-1.0f / 3 + u2 * (1.0f / 30 + u2 * (-1.0f / 840 + u2 * (1.0f / 45360))));
+        s2 = -1.0f / 3 + u2 * (1.0f / 10 + u2 * (-1.0f / 168 + u2 * (1.0f / 6480)));
+        return;
+    }
+    const float inv = 1.0f / u;
+    s = sin_u * inv;
+    s1 = (cos_u - s) * inv;
+    s2 = -s - 2.0f * s1 * inv;
+}
+
+// The per-(Q, set) constants and the row/column tables of one parameter set, in shared memory.
+// set: C10, C12a, C12b, thickness, tilt_y, tilt_x.
+struct SetConstants {
+    float2 w;        // e^{-i QMQ}
+    float2 eb1, eb2; // e^{i t h1}, e^{i t h2}: the Q-only parts of the two depth phases
+    float h1, h2;    // a/2 - pi lambda k.Q of the two terms (1/A)
+    float t;         // thickness (A); 0 for the standard model
+};
+
+__device__ void make_tables(const double* __restrict__ set, double lam, double Qy, double Qx,
+                            const double* __restrict__ krow, int nrow, const double* __restrict__ kcol, int ncol,
+                            float2* __restrict__ rows, float2* __restrict__ cols, float2* __restrict__ drows,
+                            float2* __restrict__ dcols, SetConstants* __restrict__ sc) {
+    const double pl = QPI * lam;
+    const double c10 = set[0], c12a = set[1], c12b = set[2], t = set[3];
+    const double vy = pl * ((c10 - c12a) * Qy + c12b * Qx), vx = pl * (c12b * Qy + (c10 + c12a) * Qx);
+    for (int i = threadIdx.x; i < nrow; i += blockDim.x) {
+        rows[i] = unit(2.0 * krow[i] * vy);
+        if (t != 0.0) drows[i] = unit(pl * t * krow[i] * Qy);
+    }
+    for (int i = threadIdx.x; i < ncol; i += blockDim.x) {
+        cols[i] = unit(2.0 * kcol[i] * vx);
+        if (t != 0.0) dcols[i] = unit(pl * t * kcol[i] * Qx);
+    }
+    if (threadIdx.x == 0) {
+        const double q2 = Qy * Qy + Qx * Qx, tilt = QPI * (set[4] * Qy + set[5] * Qx);
+        const double h1 = -0.5 * pl * q2 - tilt, h2 = 0.5 * pl * q2 - tilt;
+        sc->w = unit(-(Qy * vy + Qx * vx));
+        sc->eb1 = unit(t * h1);
+        sc->eb2 = unit(t * h2);
+        sc->h1 = (float)h1;
+        sc->h2 = (float)h2;
+        sc->t = (float)t;
+    }
+}
+
+struct Pixel {  // one bright-field pixel against the block's Q
+    bool in1, in2;  // k - Q, k + Q inside the aperture
+    int row, col;
+    float ky, kx, kq;
+};
+
+__device__ __forceinline__ bool pixel_terms(const double* __restrict__ k, const int* __restrict__ cell, int j,
+                                            double Qy, double Qx, double limit, Pixel& p) {
+    const double ky = k[2 * j], kx = k[2 * j + 1];
+    const double kq = ky * Qy + kx * Qx, k2 = ky * ky + kx * kx, q2 = Qy * Qy + Qx * Qx;
+    if (!inside(k2, ky, kx, limit)) return false;
+    p.in1 = inside(k2 - 2.0 * kq + q2, ky - Qy, kx - Qx, limit);
+    p.in2 = inside(k2 + 2.0 * kq + q2, ky + Qy, kx + Qx, limit);
+    if (!p.in1 && !p.in2) return false;
+    const int c = cell[j];
+    p.row = c & 0xffff;
+    p.col = c >> 16;
+    p.ky = (float)ky;
+    p.kx = (float)kx;
+    p.kq = (float)kq;
+    return true;
+}
+
+template <int N, typename T>
+__device__ __forceinline__ void warp_sum(T (&v)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+        for (int off = 16; off > 0; off >>= 1) v[i] += __shfl_down_sync(0xffffffffu, v[i], off);
+}
+
+}  // namespace
+
+#define BAND_THREADS 256
+#define BAND_WARPS (BAND_THREADS / 32)
+
+// S = sum_k G conj(Gamma) and N = sum_k |Gamma|^2 for up to MAXB parameter sets (B x 6 numbers) in
+// one pass: out (B, nq, 3) = Re S, Im S, N. Dynamic shared memory: B * 2 * (nrow + ncol) float2.
+template <int MAXB>
+__global__ void __launch_bounds__(BAND_THREADS)
+band_quad_batch(const float2* __restrict__ G, const double* __restrict__ k, const int* __restrict__ cell,
+                const double* __restrict__ krow, int nrow, const double* __restrict__ kcol, int ncol,
+                const double* __restrict__ qy, const double* __restrict__ qx, const double* __restrict__ sets,
+                int nsets, int nq, int nbf, double lam, double limit, double* __restrict__ out) {
+    extern __shared__ float2 tables[];
+    __shared__ SetConstants sc[MAXB];
+    __shared__ double part[BAND_WARPS][3 * MAXB];
+    const int q = blockIdx.x;
+    const double Qy = qy[q], Qx = qx[q];
+    const int stride = 2 * (nrow + ncol);
+    for (int b = 0; b < nsets; ++b) {
+        float2* t = tables + b * stride;
+        make_tables(sets + 6 * b, lam, Qy, Qx, krow, nrow, kcol, ncol, t, t + nrow, t + 2 * nrow, t + 2 * nrow + ncol,
+                    sc + b);
+    }
+    __syncthreads();
+    const float pl = (float)(QPI * lam);
+    double acc[3 * MAXB];
+#pragma unroll
+    for (int i = 0; i < 3 * MAXB; ++i) acc[i] = 0.0;
+    for (int j = threadIdx.x; j < nbf; j += BAND_THREADS) {
+        Pixel p;
+        if (!pixel_terms(k, cell, j, Qy, Qx, limit, p)) continue;
+        const float2 g = G[(long long)q * nbf + j];
+#pragma unroll
+        for (int b = 0; b < MAXB; ++b) {
+            if (b < nsets) {  // uniform: every thread of the block takes the same sets
+                const float2* tb = tables + b * stride;
+                const SetConstants& s = sc[b];
+                const float2 e = cmul(tb[p.row], tb[nrow + p.col]);
+                float2 t1 = p.in1 ? cmul(e, s.w) : make_float2(0.f, 0.f);
+                float2 t2 = p.in2 ? cmul(e, make_float2(s.w.x, -s.w.y)) : make_float2(0.f, 0.f);
+                if (s.t != 0.0f) {
+                    const float2 d = cmul(tb[2 * nrow + p.row], tb[2 * nrow + ncol + p.col]);  // e^{i pi lambda t k.Q}
+                    const float a1 = fmaf(pl, p.kq, s.h1), a2 = fmaf(pl, p.kq, s.h2);
+                    const float w1 = sinc_of(d.x * s.eb1.y + d.y * s.eb1.x, s.t * a1);
+                    const float w2 = sinc_of(d.x * s.eb2.y + d.y * s.eb2.x, s.t * a2);
+                    t1.x *= w1; t1.y *= w1;
+                    t2.x *= w2; t2.y *= w2;
+                }
+                const float gr = t1.x - t2.x, gi = t1.y - t2.y;
+                acc[3 * b] += (double)(g.x * gr + g.y * gi);
+                acc[3 * b + 1] += (double)(g.y * gr - g.x * gi);
+                acc[3 * b + 2] += (double)(gr * gr + gi * gi);
+            }
+        }
+    }
+    warp_sum(acc);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0)
+#pragma unroll
+        for (int i = 0; i < 3 * MAXB; ++i) part[warp][i] = acc[i];
+    __syncthreads();
+    if (threadIdx.x < 3 * nsets) {
+        double total = 0.0;
+        for (int w = 0; w < BAND_WARPS; ++w) total += part[w][threadIdx.x];
+        const int b = threadIdx.x / 3, c = threadIdx.x % 3;
+        out[((long long)b * nq + q) * 3 + c] = total;
+    }
+}
+
+// One parameter set with the exact first and second derivatives in the NP parameters C10, C12a,
+// C12b (NP = 3) and thickness, tilt_y, tilt_x (NP = 6), all moments of qora.ssb.agreement.Band
+// in one pass. out (nq, NOUT): Re S, Im S, N, then per parameter Re Sp, Im Sp, Np, then per pair
+// i <= j (row by row) Re Sij, Im Sij, Nij. Every derivative of a term A e^{-i phi} s(u) is the
+// term's phasor times a real or imaginary number: -i d_p s (aberration p, d_p = d phi / d c_p),
+// s' u_p (depth parameter p), -d_p d_q s, -i d_p s' u_q, s'' u_p u_q + s' u_pq.
+template <int NP>
+__global__ void __launch_bounds__(BAND_THREADS)
+band_quad_derivatives(const float2* __restrict__ G, const double* __restrict__ k, const int* __restrict__ cell,
+                      const double* __restrict__ krow, int nrow, const double* __restrict__ kcol, int ncol,
+                      const double* __restrict__ qy, const double* __restrict__ qx, const double* __restrict__ set,
+                      int nq, int nbf, double lam, double limit, double* __restrict__ out) {
+    constexpr int NPAIR = NP * (NP + 1) / 2;
+    constexpr int NF = 3 * NP + 3 * NPAIR;  // float sums: the derivative moments
+    extern __shared__ float2 tables[];
+    __shared__ SetConstants sc[1];
+    __shared__ double part[BAND_WARPS][3 + NF];
+    const int q = blockIdx.x;
+    const double Qy = qy[q], Qx = qx[q];
+    make_tables(set, lam, Qy, Qx, krow, nrow, kcol, ncol, tables, tables + nrow, tables + 2 * nrow,
+                tables + 2 * nrow + ncol, sc);
+    __syncthreads();
+    const SetConstants s = sc[0];
+    const float pl = (float)(QPI * lam);
+    // d phi_term / d c_p = -2 lin_p +- quad_p, lin_p = ay_p ky + ax_p kx (term 1 takes +, term 2 -)
+    const float ay[3] = {(float)(QPI * lam * Qy), (float)(-QPI * lam * Qy), (float)(QPI * lam * Qx)};
+    const float ax[3] = {(float)(QPI * lam * Qx), (float)(QPI * lam * Qx), (float)(QPI * lam * Qy)};
+    const float quad[3] = {(float)(QPI * lam * (Qy * Qy + Qx * Qx)), (float)(QPI * lam * (Qx * Qx - Qy * Qy)),
+                           (float)(2.0 * QPI * lam * Qy * Qx)};
+    // d u / d tilt_y, d tilt_x (both terms) and d2 u / d t d tilt
+    const float uty = (float)(-QPI * Qy * set[3]), utx = (float)(-QPI * Qx * set[3]);
+    const float ut_ty = (float)(-QPI * Qy), ut_tx = (float)(-QPI * Qx);
+    double sr = 0.0, si = 0.0, sn = 0.0;
+    float acc[NF];
+#pragma unroll
+    for (int i = 0; i < NF; ++i) acc[i] = 0.f;
+    for (int j = threadIdx.x; j < nbf; j += BAND_THREADS) {
+        Pixel p;
+        if (!pixel_terms(k, cell, j, Qy, Qx, limit, p)) continue;
+        const float2 g = G[(long long)q * nbf + j];
+        const float2 e = cmul(tables[p.row], tables[nrow + p.col]);
+        const float2 f1 = p.in1 ? cmul(e, s.w) : make_float2(0.f, 0.f);
+        const float2 f2 = p.in2 ? cmul(e, make_float2(s.w.x, -s.w.y)) : make_float2(0.f, 0.f);
+        float v1 = 1.f, v1d = 0.f, v1dd = 0.f, v2 = 1.f, v2d = 0.f, v2dd = 0.f, a1 = 0.f, a2 = 0.f;
+        if (NP == 6 && s.t != 0.0f) {
+            const float2 d = cmul(tables[2 * nrow + p.row], tables[2 * nrow + ncol + p.col]);
+            a1 = fmaf(pl, p.kq, s.h1);
+            a2 = fmaf(pl, p.kq, s.h2);
+            sinc_derivatives(d.x * s.eb1.y + d.y * s.eb1.x, d.x * s.eb1.x - d.y * s.eb1.y, s.t * a1, v1, v1d, v1dd);
+            sinc_derivatives(d.x * s.eb2.y + d.y * s.eb2.x, d.x * s.eb2.x - d.y * s.eb2.y, s.t * a2, v2, v2d, v2dd);
+        } else if (NP == 6) {  // t = 0: s = 1, s' = 0, s'' = -1/3
+            v1dd = v2dd = -1.0f / 3;
+            a1 = fmaf(pl, p.kq, s.h1);
+            a2 = fmaf(pl, p.kq, s.h2);
+        }
+        float d1[3], d2[3];
+#pragma unroll
+        for (int i = 0; i < 3; ++i) {
+            const float lin = fmaf(ay[i], p.ky, ax[i] * p.kx);
+            d1[i] = -2.f * lin + quad[i];
+            d2[i] = -2.f * lin - quad[i];
+        }
+        // d u / d(thickness, tilt_y, tilt_x) per term
+        const float u1[3] = {a1, uty, utx}, u2[3] = {a2, uty, utx};
+        // the coefficient of a derivative (by parameter) for one term: (real, imaginary)
+        auto first = [&](int i, float v, float vd, const float* d, const float* u) -> float2 {
+            return i < 3 ? make_float2(0.f, -d[i] * v) : make_float2(vd * u[i - 3], 0.f);
+        };
+        auto second = [&](int i, int m, float v, float vd, float vdd, const float* d, const float* u) -> float2 {
+            if (i < 3 && m < 3) return make_float2(-d[i] * d[m] * v, 0.f);
+            if (i < 3) return make_float2(0.f, -d[i] * vd * u[m - 3]);
+            if (m < 3) return make_float2(0.f, -d[m] * vd * u[i - 3]);
+            float cross = 0.f;  // d2 u / d p d m: only (thickness, tilt)
+            if (i == 3 && m == 4) cross = ut_ty;
+            if (i == 3 && m == 5) cross = ut_tx;
+            return make_float2(vdd * u[i - 3] * u[m - 3] + vd * cross, 0.f);
+        };
+        auto gamma = [&](float2 c1, float2 c2) -> float2 {  // f1 c1 - f2 c2
+            const float2 x = cmul(f1, c1), y = cmul(f2, c2);
+            return make_float2(x.x - y.x, x.y - y.y);
+        };
+        const float2 gam = gamma(make_float2(v1, 0.f), make_float2(v2, 0.f));
+        sr += (double)(g.x * gam.x + g.y * gam.y);
+        si += (double)(g.y * gam.x - g.x * gam.y);
+        sn += (double)(gam.x * gam.x + gam.y * gam.y);
+        float2 gp[NP];
+#pragma unroll
+        for (int i = 0; i < NP; ++i) {
+            gp[i] = gamma(first(i, v1, v1d, d1, u1), first(i, v2, v2d, d2, u2));
+            acc[3 * i] += g.x * gp[i].x + g.y * gp[i].y;
+            acc[3 * i + 1] += g.y * gp[i].x - g.x * gp[i].y;
+            acc[3 * i + 2] += 2.f * (gam.x * gp[i].x + gam.y * gp[i].y);
+        }
+        int pair = 0;
+#pragma unroll
+        for (int i = 0; i < NP; ++i) {
+#pragma unroll
+            for (int m = i; m < NP; ++m) {
+                const float2 gij = gamma(second(i, m, v1, v1d, v1dd, d1, u1), second(i, m, v2, v2d, v2dd, d2, u2));
+                float* a = acc + 3 * NP + 3 * pair;
+                a[0] += g.x * gij.x + g.y * gij.y;
+                a[1] += g.y * gij.x - g.x * gij.y;
+                a[2] += 2.f * (gp[m].x * gp[i].x + gp[m].y * gp[i].y + gam.x * gij.x + gam.y * gij.y);
+                ++pair;
+            }
+        }
+    }
+    double sums[3] = {sr, si, sn};
+    warp_sum(sums);
+    warp_sum(acc);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) {
+        part[warp][0] = sums[0];
+        part[warp][1] = sums[1];
+        part[warp][2] = sums[2];
+#pragma unroll
+        for (int i = 0; i < NF; ++i) part[warp][3 + i] = acc[i];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 3 + NF; i += BAND_THREADS) {
+        double total = 0.0;
+        for (int w = 0; w < BAND_WARPS; ++w) total += part[w][i];
+        out[(long long)q * (3 + NF) + i] = total;
+    }
+}
+
+#ifdef QORA_NVCC_CHECK  // nvcc -DQORA_NVCC_CHECK: instantiate for a local compile (NVRTC uses name expressions)
+template __global__ void band_quad_batch<8>(const float2*, const double*, const int*, const double*, int,
+                                            const double*, int, const double*, const double*, const double*, int, int,
+                                            int, double, double, double*);
+template __global__ void band_quad_derivatives<3>(const float2*, const double*, const int*, const double*, int,
+                                                  const double*, int, const double*, const double*, const double*, int,
+                                                  int, double, double, double*);
+template __global__ void band_quad_derivatives<6>(const float2*, const double*, const int*, const double*, int,
+                                                  const double*, int, const double*, const double*, const double*, int,
+                                                  int, double, double, double*);
+#endif
