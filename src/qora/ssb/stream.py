@@ -77,7 +77,7 @@ def g_on_device(data, pixels, dtype, level: float | None = None):
     slab = max(1, SLAB_BYTES // max(1, sy * nbf * G.itemsize))
     for j0 in range(0, G.shape[1], slab):
         part = G[:, j0:j0 + slab]
-        G[:, j0:j0 + slab] = cp.fft.fft(part, axis=0) * np.asarray(scale, real)
+        G[:, j0:j0 + slab] = cp.fft.fft(part, axis=0) * real(scale)
     return G, float(level), bright_host
 
 
