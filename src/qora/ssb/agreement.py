@@ -204,7 +204,9 @@ class Band:
         xp = self.xp = session.xp if on_device else np
         self.G = _band_G(session, keep, on_device)  # (nq, nbf)
         self._q_scan = (xp.asarray(qy[keep])[:, None], xp.asarray(qx[keep])[:, None])
-        self.total = float(xp.sum(xp.abs(self.G) ** 2))
+        # sum |G|^2 in blocks of rows: a float64 sum with no G-sized temporary (3 GB at full scale)
+        self.total = float(sum(float(xp.sum(xp.abs(self.G[i:i + 4096]) ** 2, dtype=np.float64))
+                               for i in range(0, self.G.shape[0], 4096)))
         self.shape = self.G.shape  # (frequencies, bright-field pixels)
         self.lam = session.wavelength
         self.alpha = session.alpha_mrad * 1e-3 / self.lam
@@ -238,17 +240,30 @@ class Band:
     def _set_rotation(self, theta: float) -> None:
         if self._geometry_for == theta:
             return
-        lam, ky, kx = self.lam, self.ky, self.kx
         c, s = math.cos(theta), math.sin(theta)
         qys, qxs = self._q_scan
         self.qy, self.qx = c * qys + s * qxs, -s * qys + c * qxs
-        qdy, qdx = self.qx, -self.qy  # dQ/dtheta in the detector frame
+        self.q_dot = (self.qx, -self.qy)  # dQ/dtheta in the detector frame
+        self._terms = None  # the array code's geometry, made when first needed (G-sized arrays)
+        self._geometry_for = theta
+
+    @property
+    def terms(self) -> list:
+        """Per term of Gamma, the apertures, phase differences of the fitted aberrations and depth
+        phases over (Q, k), with their rotation derivatives: what the array code evaluates from.
+        The kernels need none of it, and at full scale each of these arrays is 3 GB."""
+        if self._terms is None:
+            self._terms = self._make_terms()
+        return self._terms
+
+    def _make_terms(self) -> list:
+        lam, ky, kx = self.lam, self.ky, self.kx
+        qdy, qdx = self.q_dot
         qddy, qddx = -self.qy, -self.qx
-        self.q_dot = (qdy, qdx)
         names = self.aberration_names
         zero = self.xp.zeros_like(qdy)
         b0 = [_basis_derivatives(p, ky, kx, lam, zero, zero, zero, zero)[0] for p in names]  # B(k): no path
-        self.terms = []
+        terms = []
         for sign in (-1, 1):  # term 1 at k - Q, term 2 at k + Q
             ks = (ky + sign * self.qy, kx + sign * self.qx)
             path = (sign * qdy, sign * qdx, sign * qddy, sign * qddx)  # d(k +- Q)/dtheta
@@ -275,9 +290,9 @@ class Band:
             depth = np.pi * lam * ((k2 - kq2) if sign < 0 else (kq2 - k2))
             depth_d = np.pi * lam * 2 * dot * (-1 if sign < 0 else 1)
             depth_dd = np.pi * lam * 2 * (speed2 + acc) * (-1 if sign < 0 else 1)
-            self.terms.append({"a": a, "a_d": a_d, "a_dd": a_dd, "d": d, "d_d": d_d, "d_dd": d_dd,
-                               "depth": depth, "depth_d": depth_d, "depth_dd": depth_dd})
-        self._geometry_for = theta
+            terms.append({"a": a, "a_d": a_d, "a_dd": a_dd, "d": d, "d_d": d_d, "d_dd": d_dd,
+                          "depth": depth, "depth_d": depth_d, "depth_dd": depth_dd})
+        return terms
 
     @property
     def a1(self):
