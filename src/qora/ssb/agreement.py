@@ -519,7 +519,7 @@ class Band:
 
     def _quadratic_batch(self, sets) -> dict:
         """S and N of each set by ``band_quad_batch``, up to 8 sets per pass over G."""
-        from qora.ssb.cuda import BATCH_SETS
+        from qora.ssb.cuda import BATCH_SETS, batch_kernel_name
 
         xp = self.xp
         krow, kcol, _ = self._grid
@@ -529,7 +529,7 @@ class Band:
         for start in range(0, len(sets), per_pass):
             part = sets[start:start + per_pass]
             out = xp.empty((len(part), nq, 3))
-            self._quadratic_launch("band_quad_batch<8>", [self._quadratic_row(v) for v in part], out,
+            self._quadratic_launch(batch_kernel_name(len(part)), [self._quadratic_row(v) for v in part], out,
                                    sets_count=len(part))
             S.append(out[..., 0] + 1j * out[..., 1])
             N.append(out[..., 2])

@@ -7,10 +7,20 @@ __all__ = ["kernel", "complex_tag"]
 
 _MODULES = {
     "ssb.cu": ("ssb_sums<float2>", "ssb_sums<double2>", "band_batch<float2>", "band_batch<double2>"),
-    "band.cu": ("band_quad_batch<8>", "band_quad_derivatives<3>", "band_quad_derivatives<6>"),
+    "band.cu": ("band_quad_batch<1, double>", "band_quad_batch<2, double>", "band_quad_batch<4, float>",
+                "band_quad_batch<8, float>", "band_quad_derivatives<3>", "band_quad_derivatives<6>"),
 }
 
-BATCH_SETS = 8  # the compile-time set count of band_quad_batch
+BATCH_SETS = 8  # the largest compile-time set count of band_quad_batch
+
+
+def batch_kernel_name(sets: int) -> str:
+    """The band_quad_batch instantiation for ``sets`` sets (1 to 8): the smallest that holds them,
+    as its registers (and so the warps an SM keeps in flight) grow with the count."""
+    if not 1 <= sets <= BATCH_SETS:
+        raise ValueError(f"band_quad_batch takes 1 to {BATCH_SETS} sets, got {sets}")
+    size = next(n for n in (1, 2, 4, 8) if n >= sets)
+    return f"band_quad_batch<{size}, {'double' if size <= 2 else 'float'}>"
 
 
 def complex_tag(array) -> str:

@@ -201,10 +201,12 @@ class Session:
     def nbytes(self) -> int:
         return self.G.nbytes
 
-    def _chunks(self):
-        """(slice of the pixel list, G of those pixels where the images are made), chunk by chunk."""
-        for start in range(0, len(self.bf_index), self.chunk):
-            ks = slice(start, start + self.chunk)
+    def _chunks(self, size: int | None = None):
+        """(slice of the pixel list, G of those pixels where the images are made), ``size`` (default
+        ``chunk``) pixels at a time."""
+        size = size or self.chunk
+        for start in range(0, len(self.bf_index), size):
+            ks = slice(start, start + size)
             yield ks, self.xp.asarray(self.G[..., ks])
 
     def __getstate__(self) -> dict:
@@ -487,7 +489,8 @@ class Session:
         rows, cols = xp.meshgrid(xp.arange(sy) * factor, xp.arange(sx) * factor, indexing="ij")
         total = xp.zeros(fy * fx)
         weight = xp.zeros(fy * fx)
-        for ks, g in self._chunks():
+        # ~10 float64 temporaries per pixel of the scan and of the chunk: chunks of 256 MB each
+        for ks, g in self._chunks(min(self.chunk, max(1, (256 << 20) // (8 * sy * sx)))):
             bf = xp.fft.irfft2(g, s=self.scan_shape, axes=(0, 1))  # (sy, sx, chunk): the normalised BF images
             # each pixel's own unscattered level out (edge pixels are partly lit): a level left in
             # would print the coarse grid onto the fine one

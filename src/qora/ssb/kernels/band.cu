@@ -104,15 +104,12 @@ struct Pixel {  // one bright-field pixel against the block's Q
     float ky, kx, kq;
 };
 
-__device__ __forceinline__ bool pixel_terms(const double* __restrict__ k, const int* __restrict__ cell, int j,
-                                            double Qy, double Qx, double limit, Pixel& p) {
-    const double ky = k[2 * j], kx = k[2 * j + 1];
+__device__ __forceinline__ bool pixel_terms(double ky, double kx, int c, double Qy, double Qx, double limit, Pixel& p) {
     const double kq = ky * Qy + kx * Qx, k2 = ky * ky + kx * kx, q2 = Qy * Qy + Qx * Qx;
     if (!inside(k2, ky, kx, limit)) return false;
     p.in1 = inside(k2 - 2.0 * kq + q2, ky - Qy, kx - Qx, limit);
     p.in2 = inside(k2 + 2.0 * kq + q2, ky + Qy, kx + Qx, limit);
     if (!p.in1 && !p.in2) return false;
-    const int c = cell[j];
     p.row = c & 0xffff;
     p.col = c >> 16;
     p.ky = (float)ky;
@@ -120,6 +117,30 @@ __device__ __forceinline__ bool pixel_terms(const double* __restrict__ k, const 
     p.kq = (float)kq;
     return true;
 }
+
+// The pixels of a block's row of G, U at a time with every load issued before any is used: a thread
+// keeps U loads of G in flight (DRAM latency is what a pass waits on, not arithmetic).
+template <int U>
+struct Loads {
+    float2 g[U];
+    double ky[U], kx[U];
+    int cell[U];
+    __device__ __forceinline__ void fetch(const float2* __restrict__ G, const double* __restrict__ k,
+                                          const int* __restrict__ cell_of, long long row, int j0, int step, int nbf) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int j = j0 + u * step;
+            if (j < nbf) {
+                g[u] = G[row + j];
+                ky[u] = k[2 * j];
+                kx[u] = k[2 * j + 1];
+                cell[u] = cell_of[j];
+            } else {
+                cell[u] = -1;
+            }
+        }
+    }
+};
 
 template <int N, typename T>
 __device__ __forceinline__ void warp_sum(T (&v)[N]) {
@@ -135,12 +156,16 @@ __device__ __forceinline__ void warp_sum(T (&v)[N]) {
 
 // S = sum_k G conj(Gamma) and N = sum_k |Gamma|^2 for up to MAXB parameter sets (B x 6 numbers) in
 // one pass: out (B, nq, 3) = Re S, Im S, N. Dynamic shared memory: B * 2 * (nrow + ncol) float2.
-template <int MAXB>
-__global__ void __launch_bounds__(BAND_THREADS)
+// Acc: each thread's sums (float64 for the one-set passes of Newton's line search, where the
+// agreement's last digits decide a step; float32 for the search's batches, to keep registers and so
+// occupancy); the block's sums are float64.
+template <int MAXB, typename Acc>
+__global__ void __launch_bounds__(BAND_THREADS, MAXB == 1 ? 3 : (MAXB <= 4 ? 2 : 1))  // the most blocks per SM without spills (ptxas)
 band_quad_batch(const float2* __restrict__ G, const double* __restrict__ k, const int* __restrict__ cell,
                 const double* __restrict__ krow, int nrow, const double* __restrict__ kcol, int ncol,
                 const double* __restrict__ qy, const double* __restrict__ qx, const double* __restrict__ sets,
                 int nsets, int nq, int nbf, double lam, double limit, double* __restrict__ out) {
+    constexpr int U = 4;
     extern __shared__ float2 tables[];
     __shared__ SetConstants sc[MAXB];
     __shared__ double part[BAND_WARPS][3 * MAXB];
@@ -154,33 +179,38 @@ band_quad_batch(const float2* __restrict__ G, const double* __restrict__ k, cons
     }
     __syncthreads();
     const float pl = (float)(QPI * lam);
-    double acc[3 * MAXB];
+    Acc acc[3 * MAXB];
 #pragma unroll
-    for (int i = 0; i < 3 * MAXB; ++i) acc[i] = 0.0;
-    for (int j = threadIdx.x; j < nbf; j += BAND_THREADS) {
-        Pixel p;
-        if (!pixel_terms(k, cell, j, Qy, Qx, limit, p)) continue;
-        const float2 g = G[(long long)q * nbf + j];
+    for (int i = 0; i < 3 * MAXB; ++i) acc[i] = 0;
+    for (int j0 = threadIdx.x; j0 < nbf; j0 += U * BAND_THREADS) {
+        Loads<U> in;
+        in.fetch(G, k, cell, (long long)q * nbf, j0, BAND_THREADS, nbf);
 #pragma unroll
-        for (int b = 0; b < MAXB; ++b) {
-            if (b < nsets) {  // uniform: every thread of the block takes the same sets
-                const float2* tb = tables + b * stride;
-                const SetConstants& s = sc[b];
-                const float2 e = cmul(tb[p.row], tb[nrow + p.col]);
-                float2 t1 = p.in1 ? cmul(e, s.w) : make_float2(0.f, 0.f);
-                float2 t2 = p.in2 ? cmul(e, make_float2(s.w.x, -s.w.y)) : make_float2(0.f, 0.f);
-                if (s.t != 0.0f) {
-                    const float2 d = cmul(tb[2 * nrow + p.row], tb[2 * nrow + ncol + p.col]);  // e^{i pi lambda t k.Q}
-                    const float a1 = fmaf(pl, p.kq, s.h1), a2 = fmaf(pl, p.kq, s.h2);
-                    const float w1 = sinc_of(d.x * s.eb1.y + d.y * s.eb1.x, s.t * a1);
-                    const float w2 = sinc_of(d.x * s.eb2.y + d.y * s.eb2.x, s.t * a2);
-                    t1.x *= w1; t1.y *= w1;
-                    t2.x *= w2; t2.y *= w2;
+        for (int u = 0; u < U; ++u) {
+            Pixel p;
+            if (in.cell[u] < 0 || !pixel_terms(in.ky[u], in.kx[u], in.cell[u], Qy, Qx, limit, p)) continue;
+            const float2 g = in.g[u];
+#pragma unroll
+            for (int b = 0; b < MAXB; ++b) {
+                if (b < nsets) {  // uniform: every thread of the block takes the same sets
+                    const float2* tb = tables + b * stride;
+                    const SetConstants& s = sc[b];
+                    const float2 e = cmul(tb[p.row], tb[nrow + p.col]);
+                    float2 t1 = p.in1 ? cmul(e, s.w) : make_float2(0.f, 0.f);
+                    float2 t2 = p.in2 ? cmul(e, make_float2(s.w.x, -s.w.y)) : make_float2(0.f, 0.f);
+                    if (s.t != 0.0f) {
+                        const float2 d = cmul(tb[2 * nrow + p.row], tb[2 * nrow + ncol + p.col]);  // e^{i pi lambda t k.Q}
+                        const float a1 = fmaf(pl, p.kq, s.h1), a2 = fmaf(pl, p.kq, s.h2);
+                        const float w1 = sinc_of(d.x * s.eb1.y + d.y * s.eb1.x, s.t * a1);
+                        const float w2 = sinc_of(d.x * s.eb2.y + d.y * s.eb2.x, s.t * a2);
+                        t1.x *= w1; t1.y *= w1;
+                        t2.x *= w2; t2.y *= w2;
+                    }
+                    const float gr = t1.x - t2.x, gi = t1.y - t2.y;
+                    acc[3 * b] += (Acc)(g.x * gr + g.y * gi);
+                    acc[3 * b + 1] += (Acc)(g.y * gr - g.x * gi);
+                    acc[3 * b + 2] += (Acc)(gr * gr + gi * gi);
                 }
-                const float gr = t1.x - t2.x, gi = t1.y - t2.y;
-                acc[3 * b] += (double)(g.x * gr + g.y * gi);
-                acc[3 * b + 1] += (double)(g.y * gr - g.x * gi);
-                acc[3 * b + 2] += (double)(gr * gr + gi * gi);
             }
         }
     }
@@ -188,7 +218,7 @@ band_quad_batch(const float2* __restrict__ G, const double* __restrict__ k, cons
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (lane == 0)
 #pragma unroll
-        for (int i = 0; i < 3 * MAXB; ++i) part[warp][i] = acc[i];
+        for (int i = 0; i < 3 * MAXB; ++i) part[warp][i] = (double)acc[i];
     __syncthreads();
     if (threadIdx.x < 3 * nsets) {
         double total = 0.0;
@@ -234,10 +264,15 @@ band_quad_derivatives(const float2* __restrict__ G, const double* __restrict__ k
     float acc[NF];
 #pragma unroll
     for (int i = 0; i < NF; ++i) acc[i] = 0.f;
-    for (int j = threadIdx.x; j < nbf; j += BAND_THREADS) {
+    constexpr int U = 2;
+    for (int j0 = threadIdx.x; j0 < nbf; j0 += U * BAND_THREADS) {
+      Loads<U> in;
+      in.fetch(G, k, cell, (long long)q * nbf, j0, BAND_THREADS, nbf);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
         Pixel p;
-        if (!pixel_terms(k, cell, j, Qy, Qx, limit, p)) continue;
-        const float2 g = G[(long long)q * nbf + j];
+        if (in.cell[u] < 0 || !pixel_terms(in.ky[u], in.kx[u], in.cell[u], Qy, Qx, limit, p)) continue;
+        const float2 g = in.g[u];
         const float2 e = cmul(tables[p.row], tables[nrow + p.col]);
         const float2 f1 = p.in1 ? cmul(e, s.w) : make_float2(0.f, 0.f);
         const float2 f2 = p.in2 ? cmul(e, make_float2(s.w.x, -s.w.y)) : make_float2(0.f, 0.f);
@@ -304,6 +339,7 @@ band_quad_derivatives(const float2* __restrict__ G, const double* __restrict__ k
                 ++pair;
             }
         }
+      }
     }
     double sums[3] = {sr, si, sn};
     warp_sum(sums);
@@ -325,9 +361,13 @@ band_quad_derivatives(const float2* __restrict__ G, const double* __restrict__ k
 }
 
 #ifdef QORA_NVCC_CHECK  // nvcc -DQORA_NVCC_CHECK: instantiate for a local compile (NVRTC uses name expressions)
-template __global__ void band_quad_batch<8>(const float2*, const double*, const int*, const double*, int,
-                                            const double*, int, const double*, const double*, const double*, int, int,
-                                            int, double, double, double*);
+#define BATCH(B, A) template __global__ void band_quad_batch<B, A>(const float2*, const double*, const int*, \
+    const double*, int, const double*, int, const double*, const double*, const double*, int, int, int, double, \
+    double, double*);
+BATCH(1, double)
+BATCH(2, double)
+BATCH(4, float)
+BATCH(8, float)
 template __global__ void band_quad_derivatives<3>(const float2*, const double*, const int*, const double*, int,
                                                   const double*, int, const double*, const double*, const double*, int,
                                                   int, double, double, double*);
