@@ -75,6 +75,12 @@ REQUIRED_CASES: dict[str, list[str]] = {
                                                         + SSB_FIT_STEPS]
                 + [f"agreement/{b}_sets/{k}" for b in (1, 2, 4, 8) for k in ("fused", "arrays")]
                 + [f"memory/{SSB_BENCH_LABEL}/prepare"],
+    "ssb-full": ([f"step/512x512x192x192/{s}" for s in (
+        "1_load_and_detector_fit_s", "2_prepare_s", "3_tilt_fit_s", "3b_tilt_fit_no_standard_s", "4_reconstruct_s",
+        "5_standard_fit_s", "6_preview_tilt_1x_ms", "7_preview_3x_ms", "8_release_loss_1x_ms", "9_peak_gib")]
+                 + [f"split/512x512x192x192/{s}" for s in ("6_preview_tilt_1x_ms", "7_preview_3x_ms")]
+                 + [f"agreement/{b}_sets/{k}" for b in (1, 2, 4, 8) for k in ("quadratic", "per_term_chi")]
+                 + [f"agreement/derivatives_{n}_parameters" for n in (3, 6)]),
     "viewer-server": [f"{k}/{p}" for k in ("drag_1x", "drag_3x", "release_loss_1x") for p in ("request_to_png", "in_view")],
     "viewer-browser": ["drag_1x/browser_overhead"],
     "scale-out": ["phase/in_process", "holo/in_process", "phase/1_workers", "holo/1_workers",

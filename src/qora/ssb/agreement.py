@@ -486,7 +486,7 @@ class Band:
         return row
 
     def _quadratic_launch(self, name: str, table, out, sets_count: int | None = None) -> None:
-        from qora.ssb.cuda import kernel
+        from qora.ssb.cuda import BLOCK, kernel
 
         xp = self.xp
         krow, kcol, cell = self._grid
@@ -497,7 +497,7 @@ class Band:
                 self._qy_flat, self._qx_flat, xp.asarray(table, np.float64))
         args += (np.int32(nsets),) if sets_count is not None else ()
         args += (np.int32(nq), np.int32(nbf), np.float64(self.lam), np.float64(self.alpha), out)
-        kernel(name)((nq,), (256,), args, shared_mem=shared)
+        kernel(name)((nq,), (BLOCK,), args, shared_mem=shared)
 
     @property
     def _G64(self):
@@ -523,7 +523,9 @@ class Band:
 
         xp = self.xp
         krow, kcol, _ = self._grid
-        per_pass = max(1, min(BATCH_SETS, _SHARED_BYTES // (16 * (len(krow) + len(kcol)))))
+        # 4 sets per launch at most: 8 (one block per SM at 178 registers) took 29.5 ms a pass against
+        # 9.9 ms for 4 at full scale, H200 (docs/ssb-performance.md)
+        per_pass = max(1, min(4, BATCH_SETS, _SHARED_BYTES // (16 * (len(krow) + len(kcol)))))
         nq = self.G.shape[0]
         S, N = [], []
         for start in range(0, len(sets), per_pass):
@@ -565,7 +567,7 @@ class Band:
     def _batch_kernel(self, sets) -> dict:
         """:meth:`_batch_arrays` in one kernel pass over the band's G (``kernels/ssb.cu``,
         ``band_batch``): chi from its coefficients per term, no (B, nq, nbf) arrays."""
-        from qora.ssb.cuda import complex_tag, kernel
+        from qora.ssb.cuda import BLOCK, complex_tag, kernel
 
         xp = self.xp
         table = np.zeros((len(sets), 15))
@@ -579,7 +581,7 @@ class Band:
         S = xp.empty((len(sets), nq), np.complex128)
         N = xp.empty((len(sets), nq))
         kernel(f"band_batch<{complex_tag(self.G)}>")(
-            (nq,), (128,), (self.G, self._k_pairs, self._qy_flat, self._qx_flat, xp.asarray(table), np.int32(len(sets)),
+            (nq,), (BLOCK,), (self.G, self._k_pairs, self._qy_flat, self._qx_flat, xp.asarray(table), np.int32(len(sets)),
                             np.int32(nq),
                             np.int32(nbf), np.float64(self.lam), np.float64(self.alpha), S, N))
         return {"S": S, "N": N}

@@ -352,7 +352,7 @@ class Session:
     def _ssb_sums(self, aberrations: Aberrations, qy, qx, thickness: float, tilt, numerator, norm) -> None:
         """The SSB sums per Q of :meth:`image` by the fused kernel (G on the device): the array
         code's chunks of pixels and Q rows made ~40 temporaries of each chunk; this reads G once."""
-        from qora.ssb.cuda import complex_tag, kernel
+        from qora.ssb.cuda import BLOCK, complex_tag, kernel
 
         xp = self.xp
         cart = aberrations.cartesian()
@@ -361,13 +361,13 @@ class Session:
             value = cart.get(name, 0.0 if KNOWN_ABERRATIONS[name][1] == 0 else (0.0, 0.0))
             coef.extend(value if isinstance(value, tuple) else (value,))
         nq, nbf = int(qy.size), len(self.bf_index)
-        kernel(f"ssb_sums<{complex_tag(self.G)}>")((nq,), (128,), (self.G, self._k, xp.ascontiguousarray(qy.ravel()), xp.ascontiguousarray(qx.ravel()),
+        kernel(f"ssb_sums<{complex_tag(self.G)}>")((nq,), (BLOCK,), (self.G, self._k, xp.ascontiguousarray(qy.ravel()), xp.ascontiguousarray(qx.ravel()),
                                xp.asarray(coef, np.float64), np.int32(nq), np.int32(nbf), np.float64(self.wavelength),
                                np.float64(self.alpha_mrad * 1e-3 / self.wavelength), np.float64(thickness),
                                np.float64(tilt[0]), np.float64(tilt[1]), numerator, norm))
 
     def mean_phase(self, aberrations: Aberrations | None = None, *, thickness: float = 0.0, tilt=(0.0, 0.0),
-                   chunk: int = 64):
+                   chunk: int | None = None):
         """The mean-phase image (rad; a host array) and the loss for the given parameters.
 
         Each bright-field pixel's plane is corrected, G(Q, k) conj(Gamma) / |Gamma| on the Q
@@ -385,6 +385,8 @@ class Session:
         qy, qx = self._q(half=False)
         mirror_rows = (-np.arange(sy)) % sy
         cols = np.arange(sx // 2 + 1, sx)
+        # ~12 complex128 full planes per pixel of a chunk: 64 pixels, or 64 MB of planes at most
+        chunk = chunk or max(1, min(64, (64 << 20) // (16 * sy * sx)))
         phasor = xp.zeros((sy, sx), np.complex128)
         for outer, g_chunk in self._chunks():
             for start in range(0, g_chunk.shape[-1], chunk):

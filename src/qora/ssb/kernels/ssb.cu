@@ -8,7 +8,7 @@
 // polynomial in (kx, ky): no angle, no power, one sincos per term. All in float64, as the array
 // code it replaces (qora.ssb.session.Session.image), whose results it equals to rounding.
 
-#define THREADS 128
+#define THREADS 256
 
 // G is complex64 (float2) or complex128 (double2); sums are float64 either way
 __device__ __forceinline__ double2 load2(const float2& v) { return make_double2(v.x, v.y); }
@@ -25,6 +25,14 @@ __device__ __forceinline__ double chi_of(const double* __restrict__ c, double la
     const double four = 0.25 * l4 * (c[7] * r2 * r2 + r2 * (c[8] * (x2 - y2) + c[9] * 2.0 * xy)
                                      + c[10] * (x2 * x2 - 6.0 * x2 * y2 + y2 * y2) + c[11] * 4.0 * xy * (x2 - y2));
     return 2.0 * QORA_PI / lam * (two + three + four);
+}
+
+// hypot(dy, dx) <= limit, by the squared length except within rounding of the edge, where hypot
+// decides as the array code does
+__device__ __forceinline__ bool within(double dy, double dx, double limit) {
+    const double d2 = dy * dy + dx * dx, l2 = limit * limit;
+    if (fabs(d2 - l2) > 1e-12 * l2) return d2 <= l2;
+    return hypot(dy, dx) <= limit;
 }
 
 __device__ __forceinline__ double sinc_half(double a, double t) {  // sin(a t / 2) / (a t / 2)
@@ -50,7 +58,7 @@ ssb_sums(const C* __restrict__ G, const double* __restrict__ k, const double* __
     for (int j = threadIdx.x; j < nbf; j += THREADS) {
         const double ky = k[2 * j], kx = k[2 * j + 1];
         const double my = ky - Qy, mx = kx - Qx, py = ky + Qy, px = kx + Qx;
-        const bool minus = hypot(my, mx) <= limit, plus = hypot(py, px) <= limit;
+        const bool minus = within(my, mx, limit), plus = within(py, px, limit);
         if (minus == plus) continue;  // not a double-overlap pixel
         const double c0 = chi_of(c, lam, ky, kx);
         double gr, gi;  // Gamma: one of the two terms, the other's aperture being 0
