@@ -497,7 +497,7 @@ class Band:
                 self._qy_flat, self._qx_flat, xp.asarray(table, np.float64))
         args += (np.int32(nsets),) if sets_count is not None else ()
         args += (np.int32(nq), np.int32(nbf), np.float64(self.lam), np.float64(self.alpha), out)
-        kernel(name)((nq,), (BLOCK,), args, shared_mem=shared)
+        kernel(name)((nq,), (BLOCK["band.cu"],), args, shared_mem=shared)
 
     @property
     def _G64(self):
@@ -581,7 +581,7 @@ class Band:
         S = xp.empty((len(sets), nq), np.complex128)
         N = xp.empty((len(sets), nq))
         kernel(f"band_batch<{complex_tag(self.G)}>")(
-            (nq,), (BLOCK,), (self.G, self._k_pairs, self._qy_flat, self._qx_flat, xp.asarray(table), np.int32(len(sets)),
+            (nq,), (BLOCK["ssb.cu"],), (self.G, self._k_pairs, self._qy_flat, self._qx_flat, xp.asarray(table), np.int32(len(sets)),
                             np.int32(nq),
                             np.int32(nbf), np.float64(self.lam), np.float64(self.alpha), S, N))
         return {"S": S, "N": N}

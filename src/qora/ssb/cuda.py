@@ -11,7 +11,7 @@ _MODULES = {
                 "band_quad_batch<8, float>", "band_quad_derivatives<3>", "band_quad_derivatives<6>"),
 }
 
-BLOCK = 256  # threads per block of every qora.ssb kernel: THREADS in ssb.cu, BAND_THREADS in band.cu
+BLOCK = {"ssb.cu": 128, "band.cu": 256}  # threads per block: THREADS in ssb.cu, BAND_THREADS in band.cu
 BATCH_SETS = 8  # the largest compile-time set count of band_quad_batch
 
 

@@ -8,7 +8,7 @@
 // polynomial in (kx, ky): no angle, no power, one sincos per term. All in float64, as the array
 // code it replaces (qora.ssb.session.Session.image), whose results it equals to rounding.
 
-#define THREADS 256
+#define THREADS 128
 
 // G is complex64 (float2) or complex128 (double2); sums are float64 either way
 __device__ __forceinline__ double2 load2(const float2& v) { return make_double2(v.x, v.y); }
