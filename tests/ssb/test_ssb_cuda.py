@@ -34,7 +34,17 @@ def single(sessions):
                    alpha_mrad=ALPHA, aberrations=AB, thickness=60.0, tilt=(0.003, -0.002), dose=5e4)
     counts = sim.data.astype(np.uint16)
     kw = dict(kv=KV, alpha_mrad=ALPHA, scan_step=sim.scan_step, rotation=0.1, detector=cpu.detector)
-    return Session(counts, **kw), Session(counts, backend="cuda", **kw)
+    host = Session(counts, **kw)
+    _COUNTS[id(host)] = counts
+    return host, Session(counts, backend="cuda", **kw)
+
+
+_COUNTS: dict = {}
+
+
+def _counts_of(session):
+    """The uint16 counts the ``single`` fixture's sessions were made from."""
+    return _COUNTS[id(session)]
 
 
 def _rel(a, b):
@@ -211,6 +221,30 @@ def test_quadratic_derivative_kernel_matches_the_cpu(single, names, values):
     scale = np.sqrt(np.abs(np.diag(ha)))
     scale[scale == 0] = 1.0  # the tilts at zero thickness: no curvature, and no derivative either
     np.testing.assert_allclose(gb / scale, ga / scale, atol=2e-5 * max(1.0, np.abs(ga / scale).max()))
+    np.testing.assert_allclose(hb / np.outer(scale, scale), ha / np.outer(scale, scale), atol=2e-5)
+
+
+def test_quadratic_kernels_on_a_shard_match_the_cpu(single):
+    """A shard (the top half of the bright field: more detector columns than rows) through the
+    batch and derivative kernels against the CPU shard: the row and column tables must not overlap
+    when the grid is not square (they did, and the sharded thick fit failed)."""
+    from qora.ssb.agreement import Band
+
+    cpu, gpu = single
+    part = slice(0, len(cpu.bf_index) // 2)
+    kw = dict(kv=KV, alpha_mrad=ALPHA, scan_step=cpu.scan_step, rotation=0.1, detector=cpu.detector, level=cpu.level,
+              pixels=part)
+    counts = _counts_of(cpu)
+    a, b = Band(Session(counts, **kw), THICK), Band(Session(counts, backend="cuda", **kw), THICK)
+    rows, cols = (len(g) for g in b._grid[:2])
+    assert rows < cols
+    values = {"C10": 115.0, "C12a": 8.0, "C12b": -6.0, "thickness": 70.0, "tilt_y": 0.003, "tilt_x": -0.001}
+    sets = [values, {**values, "C10": 90.0, "thickness": 20.0}]
+    np.testing.assert_allclose(b.evaluate_batch(sets), a.evaluate_batch(sets), rtol=2e-6)
+    va, ga, ha = a.evaluate(values)
+    vb, gb, hb = b.evaluate(values)
+    assert vb == pytest.approx(va, rel=2e-6)
+    scale = np.sqrt(np.abs(np.diag(ha)))
     np.testing.assert_allclose(hb / np.outer(scale, scale), ha / np.outer(scale, scale), atol=2e-5)
 
 

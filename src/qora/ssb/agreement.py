@@ -147,10 +147,7 @@ def _band_G(session, keep, on_device: bool):
     if cached is not None and cached[0] == key:
         return cached[1]
     G = session.G[session.xp.asarray(keep)] if on_device else session.host_G()[keep]
-    try:
-        session._band_cache = (key, G)  # one band kept: the memory of one more is all it costs
-    except AttributeError:
-        pass
+    session._band_cache = (key, G)  # one band kept: the memory of one more is all it costs
     return G
 
 

@@ -105,5 +105,4 @@ def _read_rows(pool, threads: int, data, s0: int, s1: int, box, out: np.ndarray)
         src = data[src_rows, src_cols, r0:r1, c0:c1]
         np.copyto(out[dst_rows, dst_cols], src if isinstance(src, np.ndarray) else np.asarray(src))
 
-    for _ in pool.map(copy, jobs):
-        pass
+    list(pool.map(copy, jobs))  # waits for every copy and raises the first error

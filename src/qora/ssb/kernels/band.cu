@@ -18,6 +18,8 @@
 // code does when the squared test is within rounding of the edge.
 
 #define QPI 3.141592653589793238462643383279502884
+#define BAND_THREADS 256
+#define BAND_WARPS (BAND_THREADS / 32)
 
 namespace {
 
@@ -62,6 +64,12 @@ __device__ __forceinline__ void sinc_derivatives(float sin_u, float cos_u, float
     s2 = -s - 2.0f * s1 * inv;
 }
 
+struct Pixel {  // one bright-field pixel against the block's Q
+    bool in1, in2;  // k - Q, k + Q inside the aperture
+    int row, col;
+    float ky, kx, kq;
+};
+
 // The per-(Q, set) constants and the row/column tables of one parameter set, in shared memory.
 // set: C10, C12a, C12b, thickness, tilt_y, tilt_x.
 struct SetConstants {
@@ -71,10 +79,19 @@ struct SetConstants {
     float t;         // thickness (A); 0 for the standard model
 };
 
+// One set's four tables in shared memory, one after the other: 2 (nrow + ncol) float2.
+struct Tables {
+    float2 *rows, *cols, *drows, *dcols;  // e^{2i ky vy}, e^{2i kx vx}, e^{i pi lambda t ky Qy}, e^{i pi lambda t kx Qx}
+    __device__ Tables(float2* base, int nrow, int ncol)
+        : rows(base), cols(base + nrow), drows(base + nrow + ncol), dcols(base + 2 * nrow + ncol) {}
+    __device__ __forceinline__ float2 phase(const Pixel& p) const { return cmul(rows[p.row], cols[p.col]); }
+    __device__ __forceinline__ float2 depth(const Pixel& p) const { return cmul(drows[p.row], dcols[p.col]); }
+};
+
 __device__ void make_tables(const double* __restrict__ set, double lam, double Qy, double Qx,
                             const double* __restrict__ krow, int nrow, const double* __restrict__ kcol, int ncol,
-                            float2* __restrict__ rows, float2* __restrict__ cols, float2* __restrict__ drows,
-                            float2* __restrict__ dcols, SetConstants* __restrict__ sc) {
+                            const Tables& tab, SetConstants* __restrict__ sc) {
+    float2 *rows = tab.rows, *cols = tab.cols, *drows = tab.drows, *dcols = tab.dcols;
     const double pl = QPI * lam;
     const double c10 = set[0], c12a = set[1], c12b = set[2], t = set[3];
     const double vy = pl * ((c10 - c12a) * Qy + c12b * Qx), vx = pl * (c12b * Qy + (c10 + c12a) * Qx);
@@ -98,11 +115,6 @@ __device__ void make_tables(const double* __restrict__ set, double lam, double Q
     }
 }
 
-struct Pixel {  // one bright-field pixel against the block's Q
-    bool in1, in2;  // k - Q, k + Q inside the aperture
-    int row, col;
-    float ky, kx, kq;
-};
 
 __device__ __forceinline__ bool pixel_terms(double ky, double kx, int c, double Qy, double Qx, double limit, Pixel& p) {
     const double kq = ky * Qy + kx * Qx, k2 = ky * ky + kx * kx, q2 = Qy * Qy + Qx * Qx;
@@ -142,6 +154,24 @@ struct Loads {
     }
 };
 
+// body(pixel, g) for every bright-field pixel of the block's row of G with a term of Gamma (this
+// thread's share), U pixels' loads at a time
+template <int U, typename Body>
+__device__ __forceinline__ void each_pixel(const float2* __restrict__ G, const double* __restrict__ k,
+                                           const int* __restrict__ cell, int q, int nbf, double Qy, double Qx,
+                                           double limit, Body&& body) {
+    for (int j0 = threadIdx.x; j0 < nbf; j0 += U * BAND_THREADS) {
+        Loads<U> in;
+        in.fetch(G, k, cell, (long long)q * nbf, j0, BAND_THREADS, nbf);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            Pixel p;
+            if (in.cell[u] < 0 || !pixel_terms(in.ky[u], in.kx[u], in.cell[u], Qy, Qx, limit, p)) continue;
+            body(p, in.g[u]);
+        }
+    }
+}
+
 template <int N, typename T>
 __device__ __forceinline__ void warp_sum(T (&v)[N]) {
 #pragma unroll
@@ -151,8 +181,6 @@ __device__ __forceinline__ void warp_sum(T (&v)[N]) {
 
 }  // namespace
 
-#define BAND_THREADS 256
-#define BAND_WARPS (BAND_THREADS / 32)
 
 // S = sum_k G conj(Gamma) and N = sum_k |Gamma|^2 for up to MAXB parameter sets (B x 6 numbers) in
 // one pass: out (B, nq, 3) = Re S, Im S, N. Dynamic shared memory: B * 2 * (nrow + ncol) float2.
@@ -173,33 +201,24 @@ band_quad_batch(const float2* __restrict__ G, const double* __restrict__ k, cons
     const double Qy = qy[q], Qx = qx[q];
     const int stride = 2 * (nrow + ncol);
     for (int b = 0; b < nsets; ++b) {
-        float2* t = tables + b * stride;
-        make_tables(sets + 6 * b, lam, Qy, Qx, krow, nrow, kcol, ncol, t, t + nrow, t + 2 * nrow, t + 2 * nrow + ncol,
-                    sc + b);
+        make_tables(sets + 6 * b, lam, Qy, Qx, krow, nrow, kcol, ncol, Tables(tables + b * stride, nrow, ncol), sc + b);
     }
     __syncthreads();
     const float pl = (float)(QPI * lam);
     Acc acc[3 * MAXB];
 #pragma unroll
     for (int i = 0; i < 3 * MAXB; ++i) acc[i] = 0;
-    for (int j0 = threadIdx.x; j0 < nbf; j0 += U * BAND_THREADS) {
-        Loads<U> in;
-        in.fetch(G, k, cell, (long long)q * nbf, j0, BAND_THREADS, nbf);
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            Pixel p;
-            if (in.cell[u] < 0 || !pixel_terms(in.ky[u], in.kx[u], in.cell[u], Qy, Qx, limit, p)) continue;
-            const float2 g = in.g[u];
+    each_pixel<U>(G, k, cell, q, nbf, Qy, Qx, limit, [&](const Pixel& p, float2 g) {
 #pragma unroll
             for (int b = 0; b < MAXB; ++b) {
                 if (b < nsets) {  // uniform: every thread of the block takes the same sets
-                    const float2* tb = tables + b * stride;
+                    const Tables tb(tables + b * stride, nrow, ncol);
                     const SetConstants& s = sc[b];
-                    const float2 e = cmul(tb[p.row], tb[nrow + p.col]);
+                    const float2 e = tb.phase(p);
                     float2 t1 = p.in1 ? cmul(e, s.w) : make_float2(0.f, 0.f);
                     float2 t2 = p.in2 ? cmul(e, make_float2(s.w.x, -s.w.y)) : make_float2(0.f, 0.f);
                     if (s.t != 0.0f) {
-                        const float2 d = cmul(tb[2 * nrow + p.row], tb[2 * nrow + ncol + p.col]);  // e^{i pi lambda t k.Q}
+                        const float2 d = tb.depth(p);  // e^{i pi lambda t k.Q}
                         const float a1 = fmaf(pl, p.kq, s.h1), a2 = fmaf(pl, p.kq, s.h2);
                         const float w1 = sinc_of(d.x * s.eb1.y + d.y * s.eb1.x, s.t * a1);
                         const float w2 = sinc_of(d.x * s.eb2.y + d.y * s.eb2.x, s.t * a2);
@@ -212,8 +231,7 @@ band_quad_batch(const float2* __restrict__ G, const double* __restrict__ k, cons
                     acc[3 * b + 2] += (Acc)(gr * gr + gi * gi);
                 }
             }
-        }
-    }
+    });
     warp_sum(acc);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (lane == 0)
@@ -247,8 +265,8 @@ band_quad_derivatives(const float2* __restrict__ G, const double* __restrict__ k
     __shared__ double part[BAND_WARPS][3 + NF];
     const int q = blockIdx.x;
     const double Qy = qy[q], Qx = qx[q];
-    make_tables(set, lam, Qy, Qx, krow, nrow, kcol, ncol, tables, tables + nrow, tables + 2 * nrow,
-                tables + 2 * nrow + ncol, sc);
+    const Tables tab(tables, nrow, ncol);
+    make_tables(set, lam, Qy, Qx, krow, nrow, kcol, ncol, tab, sc);
     __syncthreads();
     const SetConstants s = sc[0];
     const float pl = (float)(QPI * lam);
@@ -265,20 +283,13 @@ band_quad_derivatives(const float2* __restrict__ G, const double* __restrict__ k
 #pragma unroll
     for (int i = 0; i < NF; ++i) acc[i] = 0.f;
     constexpr int U = 2;
-    for (int j0 = threadIdx.x; j0 < nbf; j0 += U * BAND_THREADS) {
-      Loads<U> in;
-      in.fetch(G, k, cell, (long long)q * nbf, j0, BAND_THREADS, nbf);
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        Pixel p;
-        if (in.cell[u] < 0 || !pixel_terms(in.ky[u], in.kx[u], in.cell[u], Qy, Qx, limit, p)) continue;
-        const float2 g = in.g[u];
-        const float2 e = cmul(tables[p.row], tables[nrow + p.col]);
+    each_pixel<U>(G, k, cell, q, nbf, Qy, Qx, limit, [&](const Pixel& p, float2 g) {
+        const float2 e = tab.phase(p);
         const float2 f1 = p.in1 ? cmul(e, s.w) : make_float2(0.f, 0.f);
         const float2 f2 = p.in2 ? cmul(e, make_float2(s.w.x, -s.w.y)) : make_float2(0.f, 0.f);
         float v1 = 1.f, v1d = 0.f, v1dd = 0.f, v2 = 1.f, v2d = 0.f, v2dd = 0.f, a1 = 0.f, a2 = 0.f;
         if (NP == 6 && s.t != 0.0f) {
-            const float2 d = cmul(tables[2 * nrow + p.row], tables[2 * nrow + ncol + p.col]);
+            const float2 d = tab.depth(p);
             a1 = fmaf(pl, p.kq, s.h1);
             a2 = fmaf(pl, p.kq, s.h2);
             sinc_derivatives(d.x * s.eb1.y + d.y * s.eb1.x, d.x * s.eb1.x - d.y * s.eb1.y, s.t * a1, v1, v1d, v1dd);
@@ -339,8 +350,7 @@ band_quad_derivatives(const float2* __restrict__ G, const double* __restrict__ k
                 ++pair;
             }
         }
-      }
-    }
+    });
     double sums[3] = {sr, si, sn};
     warp_sum(sums);
     warp_sum(acc);
