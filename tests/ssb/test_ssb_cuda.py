@@ -26,25 +26,21 @@ def sessions(gpu_module):
 
 
 @pytest.fixture(scope="module")
-def single(sessions):
-    """The default CUDA session: complex64 G made from data streamed in scan rows (uint16 counts,
-    as a detector writes them), and the CPU session of the same counts."""
-    cpu, _, _ = sessions
+def counts(gpu_module):
+    """uint16 counts of a thick, tilted film, as a detector writes them."""
     sim = simulate(amorphous_slices((96, 96), PIXEL, seed=4), pixel=PIXEL, stride=STRIDE, window=WINDOW, kv=KV,
                    alpha_mrad=ALPHA, aberrations=AB, thickness=60.0, tilt=(0.003, -0.002), dose=5e4)
-    counts = sim.data.astype(np.uint16)
-    kw = dict(kv=KV, alpha_mrad=ALPHA, scan_step=sim.scan_step, rotation=0.1, detector=cpu.detector)
-    host = Session(counts, **kw)
-    _COUNTS[id(host)] = counts
-    return host, Session(counts, backend="cuda", **kw)
+    return sim.data.astype(np.uint16), sim.scan_step
 
 
-_COUNTS: dict = {}
-
-
-def _counts_of(session):
-    """The uint16 counts the ``single`` fixture's sessions were made from."""
-    return _COUNTS[id(session)]
+@pytest.fixture(scope="module")
+def single(sessions, counts):
+    """The default CUDA session: complex64 G made from the counts streamed in scan rows, and the CPU
+    session of the same counts."""
+    cpu, _, _ = sessions
+    data, step = counts
+    kw = dict(kv=KV, alpha_mrad=ALPHA, scan_step=step, rotation=0.1, detector=cpu.detector)
+    return Session(data, **kw), Session(data, backend="cuda", **kw)
 
 
 def _rel(a, b):
@@ -224,7 +220,7 @@ def test_quadratic_derivative_kernel_matches_the_cpu(single, names, values):
     np.testing.assert_allclose(hb / np.outer(scale, scale), ha / np.outer(scale, scale), atol=2e-5)
 
 
-def test_quadratic_kernels_on_a_shard_match_the_cpu(single):
+def test_quadratic_kernels_on_a_shard_match_the_cpu(single, counts):
     """A shard (the top half of the bright field: more detector columns than rows) through the
     batch and derivative kernels against the CPU shard: the row and column tables must not overlap
     when the grid is not square (they did, and the sharded thick fit failed)."""
@@ -234,8 +230,8 @@ def test_quadratic_kernels_on_a_shard_match_the_cpu(single):
     part = slice(0, len(cpu.bf_index) // 2)
     kw = dict(kv=KV, alpha_mrad=ALPHA, scan_step=cpu.scan_step, rotation=0.1, detector=cpu.detector, level=cpu.level,
               pixels=part)
-    counts = _counts_of(cpu)
-    a, b = Band(Session(counts, **kw), THICK), Band(Session(counts, backend="cuda", **kw), THICK)
+    data = counts[0]
+    a, b = Band(Session(data, **kw), THICK), Band(Session(data, backend="cuda", **kw), THICK)
     rows, cols = (len(g) for g in b._grid[:2])
     assert rows < cols
     values = {"C10": 115.0, "C12a": 8.0, "C12b": -6.0, "thickness": 70.0, "tilt_y": 0.003, "tilt_x": -0.001}
