@@ -13,6 +13,7 @@ Units: A, 1/A, mrad, kV, rad.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -311,7 +312,7 @@ class Session:
         numerator = xp.zeros(qy.shape, np.complex128)
         norm = xp.zeros(qy.shape)
         flip = xp.sign(xp.sin(chi(qx, qy, aberrations, self.wavelength)))
-        fused = method != "parallax" and self.backend.is_cuda and self.memory["G_on"] == "device"
+        fused = method != "parallax" and self._fused
         if fused:  # one kernel: each Q's sums over the bright field (kernels/ssb.cu)
             self._ssb_sums(aberrations, qy, qx, thickness if method == "thick" else 0.0, tilt, numerator, norm)
         for ks, g_all in ([] if fused else self._chunks()):  # sums over k, a chunk of pixels and Q rows at a time
@@ -487,6 +488,35 @@ class Session:
         # R + grad chi / 2 pi (scan axes, A), where its samples go
         shift_y = (c * gy - s * gx) / (2 * np.pi)
         shift_x = (s * gy + c * gx) / (2 * np.pi)
+        if self._fused and factor in FINE_FACTORS:
+            image = self._parallax_fine(shift_y, shift_x, factor)
+        else:
+            image = self._parallax_scatter(shift_y, shift_x, factor)
+        clock.lap("sums")
+        qy = xp.asarray(np.fft.fftfreq(fy, fine))[:, None]
+        qx = xp.asarray(np.fft.fftfreq(fx, fine))[None, :]
+        qdy, qdx = c * qy + s * qx, -s * qy + c * qx
+        flip = xp.sign(xp.sin(chi(qdx, qdy, aberrations, self.wavelength)))
+        spectrum = xp.fft.fft2(image) * flip / 2
+        spectrum[0, 0] = 0
+        image = xp.fft.ifft2(spectrum).real
+        clock.lap("fft")
+        image = self.backend.to_host(image)
+        clock.lap("copy")
+        return image
+
+    @property
+    def _fused(self) -> bool:
+        """G on the device, where the fused kernels read it."""
+        return self.backend.is_cuda and self.memory["G_on"] == "device"
+
+    def _parallax_scatter(self, shift_y, shift_x, factor: int):
+        """The fine parallax image by scattering each bright-field image's samples with bilinear
+        weights (array code), divided by the summed weights."""
+        xp = self.xp
+        sy, sx = self.scan_shape
+        fy, fx = sy * factor, sx * factor
+        fine = self.scan_step / factor
         rows, cols = xp.meshgrid(xp.arange(sy) * factor, xp.arange(sx) * factor, indexing="ij")
         total = xp.zeros(fy * fx)
         weight = xp.zeros(fy * fx)
@@ -506,19 +536,52 @@ class Session:
                     w = (wy_ * wx_).ravel()
                     xp.add.at(total, idx, w * values.ravel())  # repeated indices summed
                     xp.add.at(weight, idx, w)
-        image = xp.where(weight > 0, total / xp.where(weight > 0, weight, 1), 0).reshape(fy, fx)
-        clock.lap("sums")
-        qy = xp.asarray(np.fft.fftfreq(fy, fine))[:, None]
-        qx = xp.asarray(np.fft.fftfreq(fx, fine))[None, :]
-        qdy, qdx = c * qy + s * qx, -s * qy + c * qx
-        flip = xp.sign(xp.sin(chi(qdx, qdy, aberrations, self.wavelength)))
-        spectrum = xp.fft.fft2(image) * flip / 2
-        spectrum[0, 0] = 0
-        image = xp.fft.ifft2(spectrum).real
-        clock.lap("fft")
-        image = self.backend.to_host(image)
-        clock.lap("copy")
-        return image
+        return xp.where(weight > 0, total / xp.where(weight > 0, weight, 1), 0).reshape(fy, fx)
+
+    def _parallax_fine(self, shift_y, shift_x, factor: int):
+        """:meth:`_parallax_scatter` by the kernel ``parallax_fine`` (kernels/ssb.cu): the scattered
+        sum's fine spectrum summed over the bright field straight from G, then one inverse FFT; the
+        summed weights repeat with period ``factor`` (the samples of one image lie ``factor`` fine
+        pixels apart, so each fine pixel takes at most one of them per axis), an F x F table."""
+        from qora.ssb.cuda import BLOCK, complex_tag, kernel
+
+        xp = self.xp
+        sy, sx = self.scan_shape
+        ny, nx = sy * factor, sx * factor
+        sigma = np.stack([self.backend.to_host(shift_y), self.backend.to_host(shift_x)], 1) / (self.scan_step / factor)
+        whole = np.floor(sigma)
+        frac = sigma - whole
+        spectrum = xp.empty((ny, nx), np.complex64)
+        kernel(f"parallax_fine<{complex_tag(self.G)}, {factor}>")(
+            (sx, sy), (BLOCK["ssb.cu"],),
+            (self.G, np.int32(sy), np.int32(sx), np.int32(len(self.bf_index)),
+             xp.asarray(np.mod(whole, [ny, nx]).astype(np.int32)), xp.asarray(frac.astype(np.float32)),
+             _roots(xp, ny), _roots(xp, nx), spectrum))
+        total = xp.fft.ifft2(spectrum).real
+        # per axis, an image's sample lands on (floor(sigma) + R factor) with weight 1 - e and on the
+        # next fine pixel with e: weight by fine row modulo factor, summed over the pixels
+        per_axis = []
+        for axis in (0, 1):
+            a = np.zeros((len(frac), factor))
+            first = np.mod(whole[:, axis], factor).astype(int)
+            np.add.at(a, (np.arange(len(frac)), first), 1 - frac[:, axis])
+            np.add.at(a, (np.arange(len(frac)), (first + 1) % factor), frac[:, axis])
+            per_axis.append(a)
+        weight = xp.asarray(np.tile(per_axis[0].T @ per_axis[1], (sy, sx)), np.float32)
+        return xp.where(weight > 0, total / xp.where(weight > 0, weight, 1), 0)
+
+
+FINE_FACTORS = (2, 3, 4)  # the upsampling factors parallax_fine is compiled for
+
+
+@functools.lru_cache(maxsize=8)
+def _roots_host(n: int) -> np.ndarray:
+    return np.exp(-2j * np.pi * np.arange(n) / n).astype(np.complex64)
+
+
+def _roots(xp, n: int):
+    """e^{-2 pi i m / n}, m = 0 .. n - 1, complex64 on ``xp``."""
+    return xp.asarray(_roots_host(n))
 
 
 class _Clock:

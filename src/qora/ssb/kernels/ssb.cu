@@ -198,3 +198,93 @@ template __global__ void ssb_sums<float2>(const float2*, const double*, const do
 template __global__ void band_batch<float2>(const float2*, const double*, const double*, const double*, const double*,
                                             int, int, int, double, double, double2*, double*);
 #endif
+
+// The parallax image on a grid F times finer (qora.ssb.session.Session._parallax_upsampled), in
+// Fourier space. The array code places each bright-field image's samples v_k(R) at f R + sigma_k on
+// the fine grid with bilinear weights. Per axis, sum_n Lambda(n - p) e^{-2 pi i m n / N} with
+// p = F R + s, s = floor(sigma) + e, is e^{-2 pi i m R / S} e^{-2 pi i m s / N} ((1 - e) + e e^{-2 pi i m / N})
+// (N = F S): so the fine spectrum of the scattered sum is exactly
+//     T(m) = sum_k V_k(m mod S) By_k(my) Bx_k(mx),  By_k(m) = w^{m floor(sigma_y)} ((1 - e_y) + e_y w^m),
+// w = e^{-2 pi i / N}, V_k the scan spectrum of pixel k's image with its mean out (G with Q = 0 left
+// out). One block per frequency of the coarse full plane (G from the half plane, conjugated where
+// mirrored) accumulates its F x F aliases; the root-of-unity tables are read through L1.
+template <typename C, int F>
+__global__ void __launch_bounds__(THREADS)
+parallax_fine(const C* __restrict__ G, int sy, int sx, int nbf, const int* __restrict__ whole,
+              const float* __restrict__ frac, const float2* __restrict__ root_y, const float2* __restrict__ root_x,
+              float2* __restrict__ T) {
+    __shared__ float2 part[THREADS / 32][F * F];
+    const int cx = blockIdx.x, cy = blockIdx.y;
+    const int Ny = F * sy, Nx = F * sx, sxh = sx / 2 + 1;
+    const bool mirrored = cx >= sxh;
+    const long long row = ((long long)(mirrored ? (sy - cy) % sy : cy) * sxh + (mirrored ? sx - cx : cx)) * nbf;
+    float2 wy[F], wx[F];  // w^m of the aliases
+#pragma unroll
+    for (int i = 0; i < F; ++i) {
+        wy[i] = root_y[cy + i * sy];
+        wx[i] = root_x[cx + i * sx];
+    }
+    float2 acc[F * F];
+#pragma unroll
+    for (int i = 0; i < F * F; ++i) acc[i] = make_float2(0.f, 0.f);
+    if (cy != 0 || cx != 0) {  // Q = 0: each image's mean, taken out
+        for (int j = threadIdx.x; j < nbf; j += THREADS) {
+            const double2 g = load2(G[row + j]);
+            const float2 v = make_float2((float)g.x, mirrored ? -(float)g.y : (float)g.y);
+            const int ny = whole[2 * j], nx = whole[2 * j + 1];  // floor(sigma) mod N
+            const float ey = frac[2 * j], ex = frac[2 * j + 1];
+            float2 by[F], bx[F];
+            int iy = (int)(((long long)cy * ny) % Ny), ix = (int)(((long long)cx * nx) % Nx);
+            const int sty = sy * (ny % F), stx = sx * (nx % F);  // (m + S) n - m n = S n = S (n mod F) mod N
+#pragma unroll
+            for (int i = 0; i < F; ++i) {
+                const float2 ry = root_y[iy], rx = root_x[ix];
+                const float2 ly = make_float2(1.f - ey + ey * wy[i].x, ey * wy[i].y);
+                const float2 lx = make_float2(1.f - ex + ex * wx[i].x, ex * wx[i].y);
+                by[i] = make_float2(ry.x * ly.x - ry.y * ly.y, ry.x * ly.y + ry.y * ly.x);
+                bx[i] = make_float2(rx.x * lx.x - rx.y * lx.y, rx.x * lx.y + rx.y * lx.x);
+                iy += sty;
+                if (iy >= Ny) iy -= Ny;
+                ix += stx;
+                if (ix >= Nx) ix -= Nx;
+            }
+#pragma unroll
+            for (int i = 0; i < F; ++i) {
+                const float2 vy = make_float2(v.x * by[i].x - v.y * by[i].y, v.x * by[i].y + v.y * by[i].x);
+#pragma unroll
+                for (int jx = 0; jx < F; ++jx) {
+                    float2& a = acc[i * F + jx];
+                    a.x += vy.x * bx[jx].x - vy.y * bx[jx].y;
+                    a.y += vy.x * bx[jx].y + vy.y * bx[jx].x;
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < F * F; ++i)
+        for (int off = 16; off > 0; off >>= 1) {
+            acc[i].x += __shfl_down_sync(0xffffffffu, acc[i].x, off);
+            acc[i].y += __shfl_down_sync(0xffffffffu, acc[i].y, off);
+        }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0)
+#pragma unroll
+        for (int i = 0; i < F * F; ++i) part[warp][i] = acc[i];
+    __syncthreads();
+    if (threadIdx.x < F * F) {
+        float2 total = make_float2(0.f, 0.f);
+        for (int w = 0; w < THREADS / 32; ++w) {
+            total.x += part[w][threadIdx.x].x;
+            total.y += part[w][threadIdx.x].y;
+        }
+        const int i = threadIdx.x / F, jx = threadIdx.x % F;
+        T[(long long)(cy + i * sy) * Nx + cx + jx * sx] = total;
+    }
+}
+
+#ifdef QORA_NVCC_CHECK
+template __global__ void parallax_fine<float2, 3>(const float2*, int, int, int, const int*, const float*, const float2*,
+                                                  const float2*, float2*);
+template __global__ void parallax_fine<double2, 2>(const double2*, int, int, int, const int*, const float*,
+                                                   const float2*, const float2*, float2*);
+#endif
