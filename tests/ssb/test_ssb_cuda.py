@@ -303,3 +303,23 @@ def test_previews_of_the_complex64_session(single, thickness, tilt):
     assert _rel(got, cpu.preview(params)) < 1e-5
     plain = _image_with_float32_chi(cpu, ab, thickness, tilt)
     assert np.abs(got - plain).max() < 1e-6
+
+
+@pytest.mark.parametrize("factor", [2, 3])
+def test_fine_parallax_kernel_of_the_complex64_session(single, factor):
+    """The upsampled parallax by the Fourier-sum kernel against the CPU's bilinear scatter."""
+    cpu, gpu = single
+    params = {"C10": 118.0, "C12a": 6.0, "C12b": -9.0}
+    assert _rel(gpu.preview(params, upsample=factor), cpu.preview(params, upsample=factor)) < 1e-5
+
+
+@pytest.mark.parametrize("c10,thickness", [(118.0, 0.0), (60.0, 0.0), (118.0, 60.0)])
+def test_loss_of_the_complex64_session(single, c10, thickness):
+    """The half-plane loss kernels against the CPU's full planes, near and away from the fit."""
+    cpu, gpu = single
+    kw = dict(thickness=thickness, tilt=(0.003, -0.002) if thickness else (0.0, 0.0))
+    ab = Aberrations(C10=c10, C12=(14.0, 0.35))
+    ref, loss = cpu.mean_phase(ab, **kw)
+    phase, got = gpu.mean_phase(ab, **kw)
+    assert np.abs(np.angle(np.exp(1j * (phase - ref)))).max() < 1e-4
+    assert got == pytest.approx(loss, rel=1e-4, abs=1e-7)

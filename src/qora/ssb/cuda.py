@@ -7,7 +7,8 @@ __all__ = ["kernel", "complex_tag"]
 
 _MODULES = {
     "ssb.cu": ("ssb_sums<float2>", "ssb_sums<double2>", "band_batch<float2>", "band_batch<double2>")
-              + tuple(f"parallax_fine<{c}, {f}>" for c in ("float2", "double2") for f in (2, 3, 4)),
+              + tuple(f"parallax_fine<{c}, {f}>" for c in ("float2", "double2") for f in (2, 3, 4))
+              + ("loss_half<float2>", "loss_half<double2>", "loss_moments<float>", "loss_moments<double>"),
     "band.cu": ("band_quad_batch<1, double>", "band_quad_batch<2, double>", "band_quad_batch<4, float>",
                 "band_quad_batch<8, float>", "band_quad_derivatives<3>", "band_quad_derivatives<6>"),
 }

@@ -356,16 +356,22 @@ class Session:
         from qora.ssb.cuda import BLOCK, complex_tag, kernel
 
         xp = self.xp
+        nq, nbf = int(qy.size), len(self.bf_index)
+        kernel(f"ssb_sums<{complex_tag(self.G)}>")(
+            (nq,), (BLOCK["ssb.cu"],),
+            (self.G, self._k, xp.ascontiguousarray(qy.ravel()), xp.ascontiguousarray(qx.ravel()),
+             self._chi_coefficients(aberrations), np.int32(nq), np.int32(nbf), np.float64(self.wavelength),
+             np.float64(self.alpha_mrad * 1e-3 / self.wavelength), np.float64(thickness), np.float64(tilt[0]),
+             np.float64(tilt[1]), numerator, norm))
+
+    def _chi_coefficients(self, aberrations: Aberrations):
+        """The 12 cartesian coefficients the kernels' chi_of takes (C10, C12a, C12b, ..., C34b; A)."""
         cart = aberrations.cartesian()
         coef = []
         for name in ("C10", "C12", "C21", "C23", "C30", "C32", "C34"):
             value = cart.get(name, 0.0 if KNOWN_ABERRATIONS[name][1] == 0 else (0.0, 0.0))
             coef.extend(value if isinstance(value, tuple) else (value,))
-        nq, nbf = int(qy.size), len(self.bf_index)
-        kernel(f"ssb_sums<{complex_tag(self.G)}>")((nq,), (BLOCK["ssb.cu"],), (self.G, self._k, xp.ascontiguousarray(qy.ravel()), xp.ascontiguousarray(qx.ravel()),
-                               xp.asarray(coef, np.float64), np.int32(nq), np.int32(nbf), np.float64(self.wavelength),
-                               np.float64(self.alpha_mrad * 1e-3 / self.wavelength), np.float64(thickness),
-                               np.float64(tilt[0]), np.float64(tilt[1]), numerator, norm))
+        return self.xp.asarray(coef, np.float64)
 
     def mean_phase(self, aberrations: Aberrations | None = None, *, thickness: float = 0.0, tilt=(0.0, 0.0),
                    chunk: int | None = None):
@@ -377,11 +383,14 @@ class Session:
         phase, filtered), so the angles of all pixels' images agree. The mean-phase image is
         the argument of the mean phasor exp(i angle) over the pixels, and the loss is 1 minus
         the mean over positions of that mean phasor's length (a circular variance: 0 when
-        every pixel agrees). ``thickness`` and ``tilt`` select the thick-sample Gamma.
+        every pixel agrees). ``thickness`` and ``tilt`` select the thick-sample Gamma. The scan's
+        Nyquist row and column are left out, as in :meth:`image` (+Q and -Q are one bin there).
         """
         self._whole("the mean phase")
         xp = self.xp
         aberrations = aberrations or Aberrations()
+        if self._fused:
+            return self._mean_phase_half(aberrations, thickness, tilt)
         sy, sx = self.scan_shape
         qy, qx = self._q(half=False)
         mirror_rows = (-np.arange(sy)) % sy
@@ -400,10 +409,47 @@ class Session:
                 mag = xp.abs(gam)
                 use = self.double_overlap(qy, qx, ks) & (mag > 1e-12)
                 plane = xp.where(use, full * xp.conj(gam) / xp.where(use, mag, 1.0), 0)
+                if sy % 2 == 0:
+                    plane[sy // 2] = 0
+                if sx % 2 == 0:
+                    plane[:, sx // 2] = 0
                 plane[0, 0] = full[0, 0]
                 images = xp.fft.ifft2(plane, axes=(0, 1))
                 phasor += xp.exp(1j * xp.angle(images)).sum(-1)
         phasor /= len(self.bf_index)
+        return self.backend.to_host(xp.angle(phasor)), float(1.0 - xp.abs(phasor).mean())
+
+    def _mean_phase_half(self, aberrations: Aberrations, thickness: float, tilt):
+        """:meth:`mean_phase` from the half plane (kernels/ssb.cu: loss_half, loss_moments). The
+        corrected plane is anti-Hermitian away from Q = 0 (Gamma(-Q) = -conj Gamma(Q), G(-Q) =
+        conj G(Q)), so each pixel's image is G(0, k) / N + i r with r real: a half-plane C2R of
+        -i P (unscaled: the angle does not see N) gives N r, and the phasors are summed as the
+        images are read. No full plane, no angle image."""
+        from qora.ssb.cuda import BLOCK, complex_tag, kernel
+
+        xp = self.xp
+        sy, sx = self.scan_shape
+        sxh, npos, nbf = sx // 2 + 1, sy * sx, len(self.bf_index)
+        qy, qx = self._q(half=True)
+        tag = complex_tag(self.G)
+        chunk = max(1, min(nbf, (256 << 20) // (sy * sxh * self.G.itemsize)))  # 256 MB of planes
+        planes = xp.empty((chunk, sy, sxh), self.G.dtype)
+        g0 = xp.ascontiguousarray(self.G[0, 0].real, dtype=np.float64)
+        phasor = xp.zeros((sy, sx), np.complex128)
+        half = kernel(f"loss_half<{tag}>")
+        moments = kernel(f"loss_moments<{'float' if tag == 'float2' else 'double'}>")
+        args = (xp.ascontiguousarray(qy.ravel()), xp.ascontiguousarray(qx.ravel()), self._chi_coefficients(aberrations),
+                np.int32(sy), np.int32(sx), np.int32(nbf))
+        for first in range(0, nbf, chunk):
+            count = min(chunk, nbf - first)
+            half((sy * sxh,), (BLOCK["ssb.cu"],),
+                 (self.G, self._k) + args + (np.int32(first), np.int32(count), np.float64(self.wavelength),
+                                             np.float64(self.alpha_mrad * 1e-3 / self.wavelength), np.float64(thickness),
+                                             np.float64(tilt[0]), np.float64(tilt[1]), planes))
+            images = xp.fft.irfft2(planes[:count], s=(sy, sx), norm="forward")  # N r, (count, sy, sx)
+            moments(((npos + 255) // 256,), (256,), (images, g0[first:first + count], np.int32(count), np.int64(npos),
+                                                     phasor))
+        phasor /= nbf
         return self.backend.to_host(xp.angle(phasor)), float(1.0 - xp.abs(phasor).mean())
 
     # -- fits, previews ------------------------------------------------------------------

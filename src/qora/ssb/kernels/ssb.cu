@@ -40,6 +40,35 @@ __device__ __forceinline__ double sinc_half(double a, double t) {  // sin(a t / 
     return fabs(u) < 1e-8 ? 1.0 - u * u / 6.0 : sin(u) / u;
 }
 
+// Gamma(Q, k) where k is a double-overlap pixel (one of the disks shifted by -Q, +Q holds it) and
+// |Gamma| > 1e-12: false elsewhere, where the SSB sums leave the pixel out. One of the two terms, the
+// other's aperture being 0; the thick model's sinc weight when thickness is not 0.
+__device__ __forceinline__ bool ssb_gamma(const double* __restrict__ c, double lam, double limit, double ky, double kx,
+                                          double Qy, double Qx, double thickness, double tilt_phase, double& gr,
+                                          double& gi, double& mag) {
+    const double my = ky - Qy, mx = kx - Qx, py = ky + Qy, px = kx + Qx;
+    const bool minus = within(my, mx, limit), plus = within(py, px, limit);
+    if (minus == plus) return false;  // not a double-overlap pixel
+    const double c0 = chi_of(c, lam, ky, kx);
+    if (minus) {  // conj(psi(k)) psi(k - Q) = e^{i (chi(k) - chi(k - Q))}
+        double s, co;
+        sincos(c0 - chi_of(c, lam, my, mx), &s, &co);
+        const double w = thickness != 0.0
+            ? sinc_half(QORA_PI * lam * ((ky * ky + kx * kx) - (my * my + mx * mx)) - tilt_phase, thickness) : 1.0;
+        gr = w * co;
+        gi = w * s;
+    } else {  // - psi(k) conj(psi(k + Q)) = -e^{-i (chi(k) - chi(k + Q))}
+        double s, co;
+        sincos(c0 - chi_of(c, lam, py, px), &s, &co);
+        const double w = thickness != 0.0
+            ? sinc_half(QORA_PI * lam * ((py * py + px * px) - (ky * ky + kx * kx)) - tilt_phase, thickness) : 1.0;
+        gr = -w * co;
+        gi = w * s;
+    }
+    mag = hypot(gr, gi);
+    return mag > 1e-12;
+}
+
 template <typename C>
 __global__ void __launch_bounds__(THREADS)
 ssb_sums(const C* __restrict__ G, const double* __restrict__ k, const double* __restrict__ qy,
@@ -57,28 +86,8 @@ ssb_sums(const C* __restrict__ G, const double* __restrict__ k, const double* __
     double sr = 0.0, si = 0.0, sn = 0.0;
     for (int j = threadIdx.x; j < nbf; j += THREADS) {
         const double ky = k[2 * j], kx = k[2 * j + 1];
-        const double my = ky - Qy, mx = kx - Qx, py = ky + Qy, px = kx + Qx;
-        const bool minus = within(my, mx, limit), plus = within(py, px, limit);
-        if (minus == plus) continue;  // not a double-overlap pixel
-        const double c0 = chi_of(c, lam, ky, kx);
-        double gr, gi;  // Gamma: one of the two terms, the other's aperture being 0
-        if (minus) {  // conj(psi(k)) psi(k - Q) = e^{i (chi(k) - chi(k - Q))}
-            double s, co;
-            sincos(c0 - chi_of(c, lam, my, mx), &s, &co);
-            const double w = thickness != 0.0
-                ? sinc_half(QORA_PI * lam * ((ky * ky + kx * kx) - (my * my + mx * mx)) - tilt_phase, thickness) : 1.0;
-            gr = w * co;
-            gi = w * s;
-        } else {  // - psi(k) conj(psi(k + Q)) = -e^{-i (chi(k) - chi(k + Q))}
-            double s, co;
-            sincos(c0 - chi_of(c, lam, py, px), &s, &co);
-            const double w = thickness != 0.0
-                ? sinc_half(QORA_PI * lam * ((py * py + px * px) - (ky * ky + kx * kx)) - tilt_phase, thickness) : 1.0;
-            gr = -w * co;
-            gi = w * s;
-        }
-        const double mag = hypot(gr, gi);
-        if (!(mag > 1e-12)) continue;
+        double gr, gi, mag;
+        if (!ssb_gamma(c, lam, limit, ky, kx, Qy, Qx, thickness, tilt_phase, gr, gi, mag)) continue;
         const double2 g = load2(G[(long long)q * nbf + j]);
         // G conj(Gamma) / |Gamma|
         sr += (g.x * gr + g.y * gi) / mag;
@@ -288,3 +297,60 @@ template __global__ void parallax_fine<float2, 3>(const float2*, int, int, int, 
 template __global__ void parallax_fine<double2, 2>(const double2*, int, int, int, const int*, const float*,
                                                    const float2*, const float2*, float2*);
 #endif
+
+// The mean-phase loss (qora.ssb.session.Session.mean_phase) from the half plane. Each pixel's
+// corrected plane P(Q) = G(Q, k) conj(Gamma) / |Gamma| (double overlap; 0 elsewhere, at Q = 0 and on
+// the Nyquist row and column) is anti-Hermitian, Gamma(-Q) = -conj Gamma(Q) and G(-Q) = conj G(Q),
+// so its image is G(0, k) / N + i r with r real: r = C2R(-i P) / N. loss_half writes -i P for a
+// chunk of pixels as (chunk, sy, sx / 2 + 1) planes, one block per half-plane Q; an unscaled C2R
+// gives N r; loss_moments adds each position's unit phasor (G(0, k), N r) / |.| over the chunk.
+template <typename C>
+__global__ void __launch_bounds__(THREADS)
+loss_half(const C* __restrict__ G, const double* __restrict__ k, const double* __restrict__ qy,
+          const double* __restrict__ qx, const double* __restrict__ coef, int sy, int sx, int nbf, int first, int count,
+          double lam, double limit, double thickness, double tilt_y, double tilt_x, C* __restrict__ planes) {
+    __shared__ double c[12];
+    if (threadIdx.x < 12) c[threadIdx.x] = coef[threadIdx.x];
+    __syncthreads();
+    const int sxh = sx / 2 + 1, q = blockIdx.x, row = q / sxh, col = q % sxh;
+    const long long plane = (long long)sy * sxh;
+    const bool nyquist = (sy % 2 == 0 && row == sy / 2) || (sx % 2 == 0 && col == sx / 2);
+    const double Qy = qy[q], Qx = qx[q];
+    const double tilt_phase = 2.0 * QORA_PI * (tilt_y * Qy + tilt_x * Qx);
+    for (int j = threadIdx.x; j < count; j += THREADS) {
+        double gr, gi, mag, pr = 0.0, pi = 0.0;
+        const int kk = first + j;
+        if (q != 0 && !nyquist &&
+            ssb_gamma(c, lam, limit, k[2 * kk], k[2 * kk + 1], Qy, Qx, thickness, tilt_phase, gr, gi, mag)) {
+            const double2 g = load2(G[(long long)q * nbf + kk]);
+            pr = (g.x * gr + g.y * gi) / mag;  // G conj(Gamma) / |Gamma|
+            pi = (g.y * gr - g.x * gi) / mag;
+        }
+        C out;
+        out.x = pi;  // -i P
+        out.y = -pr;
+        planes[j * plane + q] = out;
+    }
+}
+
+template <typename R>
+__global__ void loss_moments(const R* __restrict__ images, const double* __restrict__ g0, int count, long long npos,
+                             double2* __restrict__ phasor) {
+    const long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= npos) return;
+    double sr = 0.0, si = 0.0;
+    for (int j = 0; j < count; ++j) {
+        const double re = g0[j], im = (double)images[j * npos + p];
+        const double m = hypot(re, im);
+        if (m > 0.0) {
+            sr += re / m;
+            si += im / m;
+        } else {
+            sr += 1.0;  // angle(0) = 0
+        }
+    }
+    double2 acc = phasor[p];
+    acc.x += sr;
+    acc.y += si;
+    phasor[p] = acc;
+}
