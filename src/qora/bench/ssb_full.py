@@ -209,6 +209,7 @@ def run(*, directory: Path, scan: int = 512, repeats: int = 3, previews: int = 2
             session = Session(data, **kw)
             prep.append(time.perf_counter() - t0)
         times["2_prepare_s"] = float(np.median(prep))
+        peaks = {"2_prepare_s": peak.peak_bytes / 2**30}  # the running peak after each step (GiB)
         echo(f"{label}: {len(session.bf_index)} bright-field pixels, G {session.nbytes / 1e9:.2f} GB; "
              f"load {times['1_load_and_detector_fit_s']:.2f} s, prepare {times['2_prepare_s']:.2f} s")
         fits = {}
@@ -218,24 +219,31 @@ def run(*, directory: Path, scan: int = 512, repeats: int = 3, previews: int = 2
             seeds = iter(range(100))
             fits[step], times[step], _ = _median(lambda: session.fit(rotation=0.0, seed=next(seeds), **opts), repeats)
             echo(f"  {step}: {times[step]:.3f} s")
+            peaks[step] = peak.peak_bytes / 2**30
         rec, times["4_reconstruct_s"], _ = _median(lambda: session.reconstruct(rotation=0.0), repeats)
+        peaks["4_reconstruct_s"] = peak.peak_bytes / 2**30
         echo(f"  4_reconstruct_s: {times['4_reconstruct_s']:.3f} s")
         fit = fits["3_tilt_fit_s"]
         params = dict(fit["thick"]["parameters"])
         few = previews
         times["6_preview_tilt_1x_ms"], split6 = _previews(session, params, few)
+        peaks["6_preview_tilt_1x_ms"] = peak.peak_bytes / 2**30
         t0 = time.perf_counter()
         session.preview({"C10": params["C10"]}, upsample=3)
         slow = time.perf_counter() - t0 > 1.0
         times["7_preview_3x_ms"], split7 = _previews(session, {"C10": params["C10"], "C12a": params["C12a"],
                                                               "C12b": params["C12b"]}, 3 if slow else few, upsample=3)
+        peaks["7_preview_3x_ms"] = peak.peak_bytes / 2**30
         t0 = time.perf_counter()
         session.preview(params, loss=True)
         slow = time.perf_counter() - t0 > 1.0
         times["8_release_loss_1x_ms"], _ = _previews(session, params, 3 if slow else few, loss=True)
         for step in ("6_preview_tilt_1x_ms", "7_preview_3x_ms", "8_release_loss_1x_ms"):
             echo(f"  {step}: {times[step]:.1f} ms")
-    times["9_peak_gib"] = peak.peak_bytes / 2**30
+    times["9_peak_gib"] = peaks["8_release_loss_1x_ms"] = peak.peak_bytes / 2**30
+    result.notes["peak_gib_after_step"] = peaks
+    result.notes["G_and_band_gib"] = (session.nbytes + getattr(session, "_band_cache", (0, session.G[:0]))[1].nbytes) / 2**30
+    echo(f"  running peak after each step (GiB): " + ", ".join(f"{k.split('_')[0]} {v:.2f}" for k, v in peaks.items()))
     echo(f"  9_peak_gib: {times['9_peak_gib']:.2f} GiB")
     for step in STEPS:
         result.add(f"step/{label}/{step}", value=times[step], seed_cuda_after=SEED_CUDA_AFTER[step])

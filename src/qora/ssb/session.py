@@ -432,7 +432,7 @@ class Session:
         sxh, npos, nbf = sx // 2 + 1, sy * sx, len(self.bf_index)
         qy, qx = self._q(half=True)
         tag = complex_tag(self.G)
-        chunk = max(1, min(nbf, (256 << 20) // (sy * sxh * self.G.itemsize)))  # 256 MB of planes
+        chunk = max(1, min(nbf, (128 << 20) // (sy * sxh * self.G.itemsize)))  # 128 MB of planes
         planes = xp.empty((chunk, sy, sxh), self.G.dtype)
         g0 = xp.ascontiguousarray(self.G[0, 0].real, dtype=np.float64)
         phasor = xp.zeros((sy, sx), np.complex128)

@@ -22,7 +22,7 @@ from qora.backend._cupy import cupy_module
 __all__ = ["g_on_device"]
 
 BLOCK_BYTES = 64 << 20  # host bytes per block of scan rows (the bounding boxes' raw data)
-SLAB_BYTES = 512 << 20  # device bytes per slab of the column transform
+SLAB_BYTES = 128 << 20  # device bytes per slab of the column transform (each holds ~4 such temporaries)
 
 
 def g_on_device(data, pixels, dtype, level: float | None = None):
