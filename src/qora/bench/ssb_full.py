@@ -243,7 +243,7 @@ def run(*, directory: Path, scan: int = 512, repeats: int = 3, previews: int = 2
     times["9_peak_gib"] = peaks["8_release_loss_1x_ms"] = peak.peak_bytes / 2**30
     result.notes["peak_gib_after_step"] = peaks
     result.notes["G_and_band_gib"] = (session.nbytes + getattr(session, "_band_cache", (0, session.G[:0]))[1].nbytes) / 2**30
-    echo(f"  running peak after each step (GiB): " + ", ".join(f"{k.split('_')[0]} {v:.2f}" for k, v in peaks.items()))
+    echo("  running peak after each step (GiB): " + ", ".join(f"{k.split('_')[0]} {v:.2f}" for k, v in peaks.items()))
     echo(f"  9_peak_gib: {times['9_peak_gib']:.2f} GiB")
     for step in STEPS:
         result.add(f"step/{label}/{step}", value=times[step], seed_cuda_after=SEED_CUDA_AFTER[step])
