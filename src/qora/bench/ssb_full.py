@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from qora.backend import resolve
-from qora.bench.common import BenchResult
+from qora.bench.common import BenchResult, time_device
 
 __all__ = ["run", "dataset", "STEPS"]
 
@@ -122,13 +122,8 @@ def _band_terms(band) -> int:
 
 
 def _event_ms(be, fn, repeats: int = 10) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        with be.timer() as t:
-            fn()
-        times.append(t.ms)
-    return float(np.median(times))
+    """Median device time (ms) of ``fn`` by CUDA events, after one warm-up call."""
+    return time_device(be, fn, warmup=1, repeats=repeats).median_ms
 
 
 def _agreement_rows(result, session, be, echo) -> None:
