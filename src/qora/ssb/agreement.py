@@ -241,6 +241,8 @@ class Band:
         qys, qxs = self._q_scan
         self.qy, self.qx = c * qys + s * qxs, -s * qys + c * qxs
         self.q_dot = (self.qx, -self.qy)  # dQ/dtheta in the detector frame
+        self._qy_flat = self.xp.ascontiguousarray(self.qy[:, 0])  # what the kernels take, made once per rotation
+        self._qx_flat = self.xp.ascontiguousarray(self.qx[:, 0])
         self._terms = None  # the array code's geometry, made when first needed (G-sized arrays)
         self._geometry_for = theta
 
@@ -506,13 +508,6 @@ class Band:
             return self._g64
         return self.G
 
-    @property
-    def _qy_flat(self):
-        return self.xp.ascontiguousarray(self.qy[:, 0])
-
-    @property
-    def _qx_flat(self):
-        return self.xp.ascontiguousarray(self.qx[:, 0])
 
     def _quadratic_batch(self, sets) -> dict:
         """S and N of each set by ``band_quad_batch``, up to 8 sets per pass over G."""
