@@ -35,37 +35,64 @@ __device__ __forceinline__ bool within(double dy, double dx, double limit) {
     return hypot(dy, dx) <= limit;
 }
 
-__device__ __forceinline__ double sinc_half(double a, double t) {  // sin(a t / 2) / (a t / 2)
-    const double u = 0.5 * a * t;
-    return fabs(u) < 1e-8 ? 1.0 - u * u / 6.0 : sin(u) / u;
+
+// float32 sincos for complex64 G: the argument reduced to [-pi, pi] in float64 first, so the
+// phase keeps ~1e-7 rad however large chi grows (a plain float32 chi loses 1e-6 rad at 13 rad)
+template <typename C> struct Fast { static constexpr bool value = false; };
+template <> struct Fast<float2> { static constexpr bool value = true; };
+
+template <bool FAST>
+__device__ __forceinline__ void sincos_of(double x, double* s, double* c) {
+    if (FAST) {
+        const double r = x - 2.0 * QORA_PI * rint(x * (0.5 / QORA_PI));
+        float sf, cf;
+        sincosf((float)r, &sf, &cf);
+        *s = sf;
+        *c = cf;
+    } else {
+        sincos(x, s, c);
+    }
 }
 
-// Gamma(Q, k) where k is a double-overlap pixel (one of the disks shifted by -Q, +Q holds it) and
-// |Gamma| > 1e-12: false elsewhere, where the SSB sums leave the pixel out. One of the two terms, the
-// other's aperture being 0; the thick model's sinc weight when thickness is not 0.
+template <bool FAST>
+__device__ __forceinline__ double sinc_of_half(double a, double t) {  // sin(a t / 2) / (a t / 2)
+    const double u = 0.5 * a * t;
+    if (fabs(u) < 1e-8) return 1.0 - u * u / 6.0;
+    double s, c;
+    sincos_of<FAST>(u, &s, &c);
+    return s / u;
+}
+
+// Gamma(Q, k) / |Gamma| (ur, ui) and |Gamma| where k is a double-overlap pixel (one of the disks
+// shifted by -Q, +Q holds it) and |Gamma| > 1e-12: false elsewhere, where the SSB sums leave the pixel
+// out. Gamma is one of the two terms (the other's aperture is 0), a unit phasor times the thick
+// model's sinc weight w, so |Gamma| = |w| and the phasor's direction flips with the sign of w.
+template <bool FAST>
 __device__ __forceinline__ bool ssb_gamma(const double* __restrict__ c, double lam, double limit, double ky, double kx,
-                                          double Qy, double Qx, double thickness, double tilt_phase, double& gr,
-                                          double& gi, double& mag) {
+                                          double Qy, double Qx, double thickness, double tilt_phase, double& ur,
+                                          double& ui, double& mag) {
     const double my = ky - Qy, mx = kx - Qx, py = ky + Qy, px = kx + Qx;
     const bool minus = within(my, mx, limit), plus = within(py, px, limit);
     if (minus == plus) return false;  // not a double-overlap pixel
     const double c0 = chi_of(c, lam, ky, kx);
+    double w = 1.0, s, co;
     if (minus) {  // conj(psi(k)) psi(k - Q) = e^{i (chi(k) - chi(k - Q))}
-        double s, co;
-        sincos(c0 - chi_of(c, lam, my, mx), &s, &co);
-        const double w = thickness != 0.0
-            ? sinc_half(QORA_PI * lam * ((ky * ky + kx * kx) - (my * my + mx * mx)) - tilt_phase, thickness) : 1.0;
-        gr = w * co;
-        gi = w * s;
+        sincos_of<FAST>(c0 - chi_of(c, lam, my, mx), &s, &co);
+        if (thickness != 0.0)
+            w = sinc_of_half<FAST>(QORA_PI * lam * ((ky * ky + kx * kx) - (my * my + mx * mx)) - tilt_phase, thickness);
+        ur = co;
     } else {  // - psi(k) conj(psi(k + Q)) = -e^{-i (chi(k) - chi(k + Q))}
-        double s, co;
-        sincos(c0 - chi_of(c, lam, py, px), &s, &co);
-        const double w = thickness != 0.0
-            ? sinc_half(QORA_PI * lam * ((py * py + px * px) - (ky * ky + kx * kx)) - tilt_phase, thickness) : 1.0;
-        gr = -w * co;
-        gi = w * s;
+        sincos_of<FAST>(c0 - chi_of(c, lam, py, px), &s, &co);
+        if (thickness != 0.0)
+            w = sinc_of_half<FAST>(QORA_PI * lam * ((py * py + px * px) - (ky * ky + kx * kx)) - tilt_phase, thickness);
+        ur = -co;
     }
-    mag = hypot(gr, gi);
+    ui = s;
+    mag = fabs(w);
+    if (w < 0.0) {
+        ur = -ur;
+        ui = -ui;
+    }
     return mag > 1e-12;
 }
 
@@ -86,12 +113,11 @@ ssb_sums(const C* __restrict__ G, const double* __restrict__ k, const double* __
     double sr = 0.0, si = 0.0, sn = 0.0;
     for (int j = threadIdx.x; j < nbf; j += THREADS) {
         const double ky = k[2 * j], kx = k[2 * j + 1];
-        double gr, gi, mag;
-        if (!ssb_gamma(c, lam, limit, ky, kx, Qy, Qx, thickness, tilt_phase, gr, gi, mag)) continue;
+        double ur, ui, mag;
+        if (!ssb_gamma<Fast<C>::value>(c, lam, limit, ky, kx, Qy, Qx, thickness, tilt_phase, ur, ui, mag)) continue;
         const double2 g = load2(G[(long long)q * nbf + j]);
-        // G conj(Gamma) / |Gamma|
-        sr += (g.x * gr + g.y * gi) / mag;
-        si += (g.y * gr - g.x * gi) / mag;
+        sr += g.x * ur + g.y * ui;  // G conj(Gamma) / |Gamma|
+        si += g.y * ur - g.x * ui;
         sn += mag;
     }
     for (int off = 16; off > 0; off >>= 1) {
@@ -159,14 +185,14 @@ band_batch(const C* __restrict__ G, const double* __restrict__ k, const double* 
             if (minus) {  // e^{-i (chi(k - Q) - chi(k))} s1
                 double s, co;
                 sincos(chi_of(cs, lam, my, mx) - c0, &s, &co);
-                const double w = t != 0.0 ? sinc_half(QORA_PI * lam * (k2 - (my * my + mx * mx)) - tilt, t) : 1.0;
+                const double w = t != 0.0 ? sinc_of_half<false>(QORA_PI * lam * (k2 - (my * my + mx * mx)) - tilt, t) : 1.0;
                 gr += w * co;
                 gi -= w * s;
             }
             if (plus) {  // - e^{-i (chi(k) - chi(k + Q))} s2
                 double s, co;
                 sincos(c0 - chi_of(cs, lam, py, px), &s, &co);
-                const double w = t != 0.0 ? sinc_half(QORA_PI * lam * ((py * py + px * px) - k2) - tilt, t) : 1.0;
+                const double w = t != 0.0 ? sinc_of_half<false>(QORA_PI * lam * ((py * py + px * px) - k2) - tilt, t) : 1.0;
                 gr -= w * co;
                 gi += w * s;
             }
@@ -318,13 +344,14 @@ loss_half(const C* __restrict__ G, const double* __restrict__ k, const double* _
     const double Qy = qy[q], Qx = qx[q];
     const double tilt_phase = 2.0 * QORA_PI * (tilt_y * Qy + tilt_x * Qx);
     for (int j = threadIdx.x; j < count; j += THREADS) {
-        double gr, gi, mag, pr = 0.0, pi = 0.0;
+        double ur, ui, mag, pr = 0.0, pi = 0.0;
         const int kk = first + j;
         if (q != 0 && !nyquist &&
-            ssb_gamma(c, lam, limit, k[2 * kk], k[2 * kk + 1], Qy, Qx, thickness, tilt_phase, gr, gi, mag)) {
+            ssb_gamma<Fast<C>::value>(c, lam, limit, k[2 * kk], k[2 * kk + 1], Qy, Qx, thickness, tilt_phase, ur, ui,
+                                      mag)) {
             const double2 g = load2(G[(long long)q * nbf + kk]);
-            pr = (g.x * gr + g.y * gi) / mag;  // G conj(Gamma) / |Gamma|
-            pi = (g.y * gr - g.x * gi) / mag;
+            pr = g.x * ur + g.y * ui;  // G conj(Gamma) / |Gamma|
+            pi = g.y * ur - g.x * ui;
         }
         C out;
         out.x = pi;  // -i P
