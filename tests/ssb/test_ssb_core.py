@@ -337,6 +337,36 @@ def test_tpe_search_is_seeded_and_lands_in_the_basin(astigmatic):
         tpe_search(band, {"C30": (0.0, 1.0)})
 
 
+def test_newton_is_scale_free_and_spends_no_pass_once_converged():
+    """The thick fit's curvatures span eight decades (tilt in rad against thickness in A): the
+    damped Newton must take each parameter's own scale, so a quadratic agreement with that spread
+    is solved in one step, then stops on the predicted gain without another pass."""
+    from qora.ssb.agreement import newton
+
+    curvature = np.array([2.6e-6, 2.2e-6, 3.2e-6, 2.4e-8, 1.4, 1.3])  # the thick fit's Hessian diagonal
+    peak = np.array([118.9, 9.1, 8.0, 65.7, 1.8e-3, 0.9e-3])
+    rng = np.random.default_rng(1)
+    q, _ = np.linalg.qr(rng.normal(size=(6, 6)))
+    scale = np.sqrt(curvature)
+    hess = -(scale[:, None] * (0.7 * np.eye(6) + 0.3 * q @ np.diag(rng.random(6)) @ q.T) * scale[None])
+
+    class Quadratic:
+        parameters = ("C10", "C12a", "C12b", "thickness", "tilt_y", "tilt_x")
+        passes = 0
+
+        def evaluate(self, values, *, order=2):
+            self.passes += 1
+            d = np.array([values[p] for p in self.parameters]) - peak
+            value = 0.9 + 0.5 * d @ hess @ d
+            return value if order == 0 else (value, hess @ d, hess)
+
+    band = Quadratic()
+    values, value, _ = newton(band, dict(zip(band.parameters, [100.0, 0.0, 0.0, 60.0, 0.0, 0.0])), iterations=60)
+    assert np.allclose([values[p] for p in band.parameters], peak, rtol=1e-6, atol=1e-9)
+    assert value == pytest.approx(0.9, abs=1e-12)
+    assert band.passes <= 5  # start; a step damped by mu = 1e-3 and its derivatives; one more to the peak
+
+
 def test_session_fit_reconstruct_and_preview(astigmatic):
     from qora.ssb.agreement import parameters_to_aberrations
 
