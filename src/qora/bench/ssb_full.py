@@ -19,8 +19,8 @@ C10 on every call and return host arrays:
  9. the peak of CuPy's pool in use over steps 2 to 8 (GiB).
 Then the agreement kernel: one pass for 1, 2, 4, 8 sets and one derivative pass, against the
 copy-bandwidth floor of reading the band's G and the special-function (SFU) count at the SFU rate.
-``--kernels-only`` builds the session and runs one batch pass and one derivative pass (for Nsight
-Compute).
+``--kernels-only`` builds the session and runs one batch pass of each model and one derivative pass
+(for Nsight Compute).
 """
 
 from __future__ import annotations
@@ -146,13 +146,18 @@ def _agreement_rows(result, session, be, echo) -> None:
     for count in (1, 2, 4, 8):
         sets = [{**base, "C10": base["C10"] + 5 * i} for i in range(count)]
         ms = _event_ms(be, lambda: band._quadratic_batch(sets))
+        standard = [{**v, "thickness": 0.0} for v in sets]  # band_quad_standard: the search's passes
+        std_ms = _event_ms(be, lambda: band._quadratic_batch(standard))
+        result.add(f"agreement/{count}_sets/standard", ms=std_ms, floor_ms=floor_ms)
         old = _event_ms(be, lambda: band._batch_kernel(sets), repeats=3)
-        # per set and term: two reciprocals (the depth sincs); the tables' sincos are float64 (FP64 pipe)
+        # per set and term: two reciprocals (the depth sincs); the tables' sincos (float32 after a float64
+        # reduction) are per (Q, set), not per term
         sfu_ms = 2 * terms * count / sfu_rate * 1e3
         result.add(f"agreement/{count}_sets/quadratic", ms=ms, floor_ms=floor_ms, sfu_floor_ms=sfu_ms,
                    frequencies=nq, pixels=nbf, terms=terms)
         result.add(f"agreement/{count}_sets/per_term_chi", ms=old)
-        echo(f"  agreement pass, {count} sets: {ms:.2f} ms (per-term chi kernel {old:.2f} ms); floor {floor_ms:.2f} ms "
+        echo(f"  agreement pass, {count} sets: {ms:.2f} ms, standard model {std_ms:.2f} ms "
+             f"(per-term chi kernel {old:.2f} ms); floor {floor_ms:.2f} ms "
              f"(G at {copy_gbs:.0f} GB/s), SFU {sfu_ms:.2f} ms")
     for nk, names in ((3, QUADRATIC_PARAMETERS[:3]), (6, QUADRATIC_PARAMETERS)):
         b = band if nk == 6 else Band(session, names)
@@ -161,8 +166,8 @@ def _agreement_rows(result, session, be, echo) -> None:
         echo(f"  derivative pass, {nk} parameters: {ms:.2f} ms")
     tables = 2 * (len(band._grid[0]) + len(band._grid[1])) + 3
     result.notes["agreement"] = {"copy_gbs": copy_gbs, "band_bytes": band_bytes, "terms_per_set": terms,
-                                 "sfu_per_term": 2.0, "float64_sincos_per_q_and_set": tables,
-                                 "float64_sincos_per_term": tables * nq / terms,
+                                 "sfu_per_term": 2.0, "table_sincos_per_q_and_set": tables,
+                                 "table_sincos_per_term": tables * nq / terms,
                                  "sms": sms, "clock_hz": clock_hz, "sfu_rate_per_s": sfu_rate}
 
 
@@ -194,6 +199,7 @@ def run(*, directory: Path, scan: int = 512, repeats: int = 3, previews: int = 2
         band = Band(session, QUADRATIC_PARAMETERS)
         base = {"C10": 100.0, "C12a": 10.0, "C12b": 5.0, "thickness": 120.0, "tilt_y": 1e-3, "tilt_x": 0.0}
         band._quadratic_batch([{**base, "C10": 100.0 + 5 * i} for i in range(8)])
+        band._quadratic_batch([{**base, "C10": 100.0 + 5 * i, "thickness": 0.0} for i in range(8)])
         band.moments(base, order=2)
         be.synchronize()
         return None
@@ -249,7 +255,9 @@ def run(*, directory: Path, scan: int = 512, repeats: int = 3, previews: int = 2
     result.add(f"split/{label}/7_preview_3x_ms", value=None, **split7)
     std = fits["5_standard_fit_s"]["standard"]["parameters"]
     result.notes["fit"] = {"thick": fit["thick"]["parameters"], "standard": std, "better": fit["better"],
-                           "stage_timings_s": fit["timings_s"], "reconstruct_better": rec["better"],
+                           "stage_timings_s": fit["timings_s"], "passes": fit.get("passes"),
+                           "standard_fit_stage_timings_s": fits["5_standard_fit_s"]["timings_s"],
+                           "reconstruct_better": rec["better"],
                            "abs_C10_error_a": abs(params["C10"] - TRUTH["C10"]),
                            "thickness_a": params["thickness"], "tilt_rad": [params["tilt_y"], params["tilt_x"]]}
     echo(f"  fit: C10 {params['C10']:.2f} A (truth {TRUTH['C10']}), thickness {params['thickness']:.1f} A, "

@@ -210,6 +210,7 @@ class Band:
         k = xp.asarray(session.k)  # (nbf, 2), a host array
         self.ky, self.kx = k[:, 0][None, :], k[:, 1][None, :]
         self._k_pairs = xp.ascontiguousarray(k)  # (nbf, 2) as (ky, kx), for the batch kernel
+        self._k32 = self._k_pairs.astype(np.float32)  # the quadratic kernels' aperture tests, float64 near an edge
         dk = session.detector.mrad_per_pixel * 1e-3 / self.lam
         self.soft_edge = (0.5 * dk if soft_edge is None else float(soft_edge)) if self.fits_rotation else None
         self.aberration_names = [p for p in self.parameters if p in ABERRATION_PARAMETERS]
@@ -221,6 +222,8 @@ class Band:
         # the quadratic-chi kernels (kernels/band.cu): top-hat apertures, chi of C10 and C12 only
         self.quadratic_kernels = (self._grid is not None and self.soft_edge is None
                                   and set(self.aberration_names) <= set(QUADRATIC_PARAMETERS[:3]))
+        # passes over G so far: batches (of any size), single values, values with derivatives
+        self.passes = {"batch": 0, "value": 0, "derivatives": 0}
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -443,6 +446,7 @@ class Band:
 
     def evaluate(self, values: dict, *, order: int = 2):
         """Agreement (and with ``order`` 1 or 2 its gradient and Hessian in ``self.parameters``)."""
+        self.passes["derivatives" if order else "value"] += 1
         return combine_moments(self.moments(values, order=order), self.total, order)
 
     def evaluate_batch(self, sets) -> np.ndarray:
@@ -452,6 +456,7 @@ class Band:
     def batch_moments(self, sets) -> dict:
         """S and N (see :meth:`moments`) of each set, (B, nq), in one pass over G per rotation."""
         sets = list(sets)
+        self.passes["batch"] += 1
         if not self.fits_rotation:
             return self._batch(sets)
         xp = self.xp
@@ -491,8 +496,9 @@ class Band:
         krow, kcol, cell = self._grid
         nq, nbf = self.G.shape
         nsets = 1 if sets_count is None else sets_count
-        shared = nsets * 2 * (len(krow) + len(kcol)) * 8
-        args = (self._G64, self._k_pairs, cell, krow, np.int32(len(krow)), kcol, np.int32(len(kcol)),
+        tables = 1 if name.startswith("band_quad_standard") else 2  # phase tables; the thick model's depth tables
+        shared = nsets * tables * (len(krow) + len(kcol)) * 8
+        args = (self._G64, self._k_pairs, self._k32, cell, krow, np.int32(len(krow)), kcol, np.int32(len(kcol)),
                 self._qy_flat, self._qx_flat, xp.asarray(table, np.float64))
         args += (np.int32(nsets),) if sets_count is not None else ()
         args += (np.int32(nq), np.int32(nbf), np.float64(self.lam), np.float64(self.alpha), out)
@@ -510,21 +516,24 @@ class Band:
 
 
     def _quadratic_batch(self, sets) -> dict:
-        """S and N of each set by ``band_quad_batch``, up to 8 sets per pass over G."""
+        """S and N of each set by ``band_quad_batch``, or ``band_quad_standard`` when no set has a
+        thickness (the search's sets, all of the standard model), up to 8 sets per pass over G."""
         from qora.ssb.cuda import BATCH_SETS, batch_kernel_name
 
         xp = self.xp
         krow, kcol, _ = self._grid
-        # 4 sets per launch at most: 8 (one block per SM at 178 registers) took 29.5 ms a pass against
-        # 9.9 ms for 4 at full scale, H200 (docs/ssb-performance.md)
-        per_pass = max(1, min(4, BATCH_SETS, _SHARED_BYTES // (16 * (len(krow) + len(kcol)))))
+        rows = [self._quadratic_row(v) for v in sets]
+        standard = all(r[3] == 0.0 for r in rows)
+        # the thick kernel 4 sets per launch at most: 8 (one block per SM at 178 registers) took 29.5 ms
+        # a pass against 9.9 ms for 4 at full scale, H200 (docs/ssb-performance.md)
+        most = BATCH_SETS if standard else 4
+        per_pass = max(1, min(most, _SHARED_BYTES // ((8 if standard else 16) * (len(krow) + len(kcol)))))
         nq = self.G.shape[0]
         S, N = [], []
         for start in range(0, len(sets), per_pass):
-            part = sets[start:start + per_pass]
+            part = rows[start:start + per_pass]
             out = xp.empty((len(part), nq, 3))
-            self._quadratic_launch(batch_kernel_name(len(part)), [self._quadratic_row(v) for v in part], out,
-                                   sets_count=len(part))
+            self._quadratic_launch(batch_kernel_name(len(part), standard=standard), part, out, sets_count=len(part))
             S.append(out[..., 0] + 1j * out[..., 1])
             N.append(out[..., 2])
         return {"S": xp.concatenate(S), "N": xp.concatenate(N)}
@@ -816,14 +825,15 @@ def fit_session(session, *, rotation: float | None = None, tilt: bool = True, ba
     thickness and no tilt and fits C10, C12, thickness and tilt by Newton. Returns a dict
     (JSON-ready): per branch its parameters (A, rad), agreement, the Hessian of the agreement and
     the parameters' standard errors from it (:meth:`Band.uncertainties`); the rotation; which
-    branch fits better; stage timings (s); the conventions. ``compare_standard=False`` leaves the
-    standard branch (still the thick fit's start) out of the result when ``tilt`` is on.
+    branch fits better; stage timings (s) and passes over G; the conventions.
+    ``compare_standard=False`` leaves the standard branch (still the thick fit's start) out of the
+    result when ``tilt`` is on.
     """
     import time
 
     from qora.progress import report
 
-    timings = {}
+    timings, passes = {}, {}
     t0 = time.perf_counter()
     names = ("C10", "C12a", "C12b")
     report(progress, "standard", 0, 2)
@@ -834,6 +844,7 @@ def fit_session(session, *, rotation: float | None = None, tilt: bool = True, ba
         start, _, _, _ = tpe_search(b, trials=trials, batch=batch, seed=seed)
         timings["search_s"] = time.perf_counter() - t0
         values, agreement, hessian = newton(b, start)
+        passes["standard"] = getattr(b, "passes", None)  # a band split over workers does not count
     timings["standard_s"] = time.perf_counter() - t0
     fitted_rotation = "search_s" not in timings
     std_names = names + (("rotation",) if fitted_rotation else ())
@@ -861,6 +872,7 @@ def fit_session(session, *, rotation: float | None = None, tilt: bool = True, ba
         tvalues, tagreement, thessian = newton(b, {**values, "thickness": 60.0, "tilt_y": 0.0, "tilt_x": 0.0},
                                                iterations=60)
         timings["thick_s"] = time.perf_counter() - t1
+        passes["thick"] = getattr(b, "passes", None)
         out["thick"] = {"parameters": {k: float(v) for k, v in tvalues.items()}, "agreement": float(tagreement),
                         "hessian": np.asarray(thessian).tolist(), "parameter_order": list(tnames),
                         "uncertainty": b.uncertainties(tagreement, thessian)}
@@ -870,4 +882,5 @@ def fit_session(session, *, rotation: float | None = None, tilt: bool = True, ba
             out.pop("standard")
     report(progress, "done", 2, 2)
     out["timings_s"] = timings
+    out["passes"] = {k: dict(v) for k, v in passes.items() if v is not None}  # over G, per branch's band
     return out

@@ -9,21 +9,23 @@ _MODULES = {
     "ssb.cu": ("ssb_sums<float2>", "ssb_sums<double2>", "band_batch<float2>", "band_batch<double2>")
               + tuple(f"parallax_fine<{c}, {f}>" for c in ("float2", "double2") for f in (2, 3, 4))
               + ("loss_half<float2>", "loss_half<double2>", "loss_moments<float>", "loss_moments<double>"),
-    "band.cu": ("band_quad_batch<1, double>", "band_quad_batch<2, double>", "band_quad_batch<4, float>",
-                "band_quad_batch<8, float>", "band_quad_derivatives<3>", "band_quad_derivatives<6>"),
+    "band.cu": tuple(f"{k}<{n}, {'double' if n <= 2 else 'float'}>" for k in ("band_quad_batch", "band_quad_standard")
+                     for n in (1, 2, 4, 8)) + ("band_quad_derivatives<3>", "band_quad_derivatives<6>"),
 }
 
 BLOCK = {"ssb.cu": 128, "band.cu": 256}  # threads per block: THREADS in ssb.cu, BAND_THREADS in band.cu
-BATCH_SETS = 8  # the largest compile-time set count of band_quad_batch
+BATCH_SETS = 8  # the largest compile-time set count of band_quad_batch and band_quad_standard
 
 
-def batch_kernel_name(sets: int) -> str:
-    """The band_quad_batch instantiation for ``sets`` sets (1 to 8): the smallest that holds them,
-    as its registers (and so the warps an SM keeps in flight) grow with the count."""
+def batch_kernel_name(sets: int, *, standard: bool = False) -> str:
+    """The band_quad_batch instantiation (``band_quad_standard`` for sets of the standard model)
+    for ``sets`` sets (1 to 8): the smallest that holds them, as its registers (and so the warps an
+    SM keeps in flight) grow with the count."""
     if not 1 <= sets <= BATCH_SETS:
         raise ValueError(f"band_quad_batch takes 1 to {BATCH_SETS} sets, got {sets}")
     size = next(n for n in (1, 2, 4, 8) if n >= sets)
-    return f"band_quad_batch<{size}, {'double' if size <= 2 else 'float'}>"
+    name = "band_quad_standard" if standard else "band_quad_batch"
+    return f"{name}<{size}, {'double' if size <= 2 else 'float'}>"
 
 
 def complex_tag(array) -> str:

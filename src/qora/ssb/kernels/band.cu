@@ -27,10 +27,14 @@ __device__ __forceinline__ float2 cmul(float2 a, float2 b) {
     return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
 }
 
+// e^{i phase} as float2: the phase reduced to [-pi, pi] in float64, then the float32 sincos (its
+// fast path, ~1e-7 absolute, the rounding a float2 table entry has anyway): the FP64 sincos it
+// replaces was a fifth of a standard pass's instructions
 __device__ __forceinline__ float2 unit(double phase) {
-    double s, c;
-    sincos(phase, &s, &c);
-    return make_float2((float)c, (float)s);
+    const double r = fma(-2.0 * QPI, rint(phase * (0.5 / QPI)), phase);
+    float s, c;
+    sincosf((float)r, &s, &c);
+    return make_float2(c, s);
 }
 
 // |d| <= limit, with d = (dy, dx) and its squared length d2 computed by the caller
@@ -38,6 +42,15 @@ __device__ __forceinline__ bool inside(double d2, double dy, double dx, double l
     const double l2 = limit * limit;
     if (fabs(d2 - l2) > 1e-12 * l2) return d2 <= l2;
     return hypot(dy, dx) <= limit;
+}
+
+// The same test in float32: 1 inside, 0 outside, -1 within 3e-5 of the edge in |d|^2, where the
+// float64 test decides. The float32 |d|^2 errs by at most ~2e-6 l2 (|k|, |Q| up to twice the
+// aperture), so the margin holds every decision it makes; a pixel lies that close to the edge
+// of one of its three disks for a few in 10^5 of the (k, Q) pairs.
+__device__ __forceinline__ int inside_fast(float d2, float l2) {
+    const float margin = 3e-5f * l2;
+    return d2 < l2 - margin ? 1 : (d2 > l2 + margin ? 0 : -1);
 }
 
 // sinc(u) = sin(u) / u from sin(u) (a table product, absolute error ~1e-7); a series below 0.5,
@@ -116,17 +129,38 @@ __device__ void make_tables(const double* __restrict__ set, double lam, double Q
 }
 
 
-__device__ __forceinline__ bool pixel_terms(double ky, double kx, int c, double Qy, double Qx, double limit, Pixel& p) {
-    const double kq = ky * Qy + kx * Qx, k2 = ky * ky + kx * kx, q2 = Qy * Qy + Qx * Qx;
-    if (!inside(k2, ky, kx, limit)) return false;
-    p.in1 = inside(k2 - 2.0 * kq + q2, ky - Qy, kx - Qx, limit);
-    p.in2 = inside(k2 + 2.0 * kq + q2, ky + Qy, kx + Qx, limit);
+// The block's band frequency in both precisions
+struct Frequency {
+    double y, x, limit;
+    float yf, xf, l2f;
+    __device__ Frequency(double qy, double qx, double lim)
+        : y(qy), x(qx), limit(lim), yf((float)qy), xf((float)qx), l2f((float)(lim * lim)) {}
+};
+
+// the pixel's apertures against Q (float32; float64 near an edge): false when neither term of
+// Gamma is present
+__device__ __forceinline__ bool pixel_terms(float2 kf, const double* __restrict__ k, int j, int c, const Frequency& Q,
+                                            Pixel& p) {
+    const float k2 = kf.x * kf.x + kf.y * kf.y;
+    const float dy1 = kf.x - Q.yf, dx1 = kf.y - Q.xf, dy2 = kf.x + Q.yf, dx2 = kf.y + Q.xf;
+    const int c0 = inside_fast(k2, Q.l2f);
+    if (c0 == 0) return false;
+    int c1 = inside_fast(dy1 * dy1 + dx1 * dx1, Q.l2f), c2 = inside_fast(dy2 * dy2 + dx2 * dx2, Q.l2f);
+    if (c0 < 0 || c1 < 0 || c2 < 0) {  // rare: the array code's float64 decisions
+        const double ky = k[2 * j], kx = k[2 * j + 1];
+        const double kq = ky * Q.y + kx * Q.x, kk = ky * ky + kx * kx, q2 = Q.y * Q.y + Q.x * Q.x;
+        if (!inside(kk, ky, kx, Q.limit)) return false;
+        c1 = inside(kk - 2.0 * kq + q2, ky - Q.y, kx - Q.x, Q.limit);
+        c2 = inside(kk + 2.0 * kq + q2, ky + Q.y, kx + Q.x, Q.limit);
+    }
+    p.in1 = c1 > 0;
+    p.in2 = c2 > 0;
     if (!p.in1 && !p.in2) return false;
     p.row = c & 0xffff;
     p.col = c >> 16;
-    p.ky = (float)ky;
-    p.kx = (float)kx;
-    p.kq = (float)kq;
+    p.ky = kf.x;
+    p.kx = kf.y;
+    p.kq = kf.x * Q.yf + kf.y * Q.xf;
     return true;
 }
 
@@ -134,18 +168,16 @@ __device__ __forceinline__ bool pixel_terms(double ky, double kx, int c, double 
 // keeps U loads of G in flight (DRAM latency is what a pass waits on, not arithmetic).
 template <int U>
 struct Loads {
-    float2 g[U];
-    double ky[U], kx[U];
+    float2 g[U], k[U];
     int cell[U];
-    __device__ __forceinline__ void fetch(const float2* __restrict__ G, const double* __restrict__ k,
+    __device__ __forceinline__ void fetch(const float2* __restrict__ G, const float2* __restrict__ k32,
                                           const int* __restrict__ cell_of, long long row, int j0, int step, int nbf) {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int j = j0 + u * step;
             if (j < nbf) {
                 g[u] = G[row + j];
-                ky[u] = k[2 * j];
-                kx[u] = k[2 * j + 1];
+                k[u] = k32[j];
                 cell[u] = cell_of[j];
             } else {
                 cell[u] = -1;
@@ -154,19 +186,26 @@ struct Loads {
     }
 };
 
+// The pixel arrays the kernels take: k in float64 (ky, kx) and float32, and each pixel's detector
+// cell (row | column << 16)
+struct Pixels {
+    const double* k;
+    const float2* k32;
+    const int* cell;
+};
+
 // body(pixel, g) for every bright-field pixel of the block's row of G with a term of Gamma (this
 // thread's share), U pixels' loads at a time
 template <int U, typename Body>
-__device__ __forceinline__ void each_pixel(const float2* __restrict__ G, const double* __restrict__ k,
-                                           const int* __restrict__ cell, int q, int nbf, double Qy, double Qx,
-                                           double limit, Body&& body) {
+__device__ __forceinline__ void each_pixel(const float2* __restrict__ G, const Pixels& px, int q, int nbf,
+                                           const Frequency& Q, Body&& body) {
     for (int j0 = threadIdx.x; j0 < nbf; j0 += U * BAND_THREADS) {
         Loads<U> in;
-        in.fetch(G, k, cell, (long long)q * nbf, j0, BAND_THREADS, nbf);
+        in.fetch(G, px.k32, px.cell, (long long)q * nbf, j0, BAND_THREADS, nbf);
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             Pixel p;
-            if (in.cell[u] < 0 || !pixel_terms(in.ky[u], in.kx[u], in.cell[u], Qy, Qx, limit, p)) continue;
+            if (in.cell[u] < 0 || !pixel_terms(in.k[u], px.k, j0 + u * BAND_THREADS, in.cell[u], Q, p)) continue;
             body(p, in.g[u]);
         }
     }
@@ -182,6 +221,38 @@ __device__ __forceinline__ void warp_sum(T (&v)[N]) {
 }  // namespace
 
 
+// The block's per-thread sums v (NV of them) added over the block into part[0][...] (float64)
+template <int NV, typename T>
+__device__ __forceinline__ void block_sums(T (&v)[NV], double (*part)[NV]) {
+    warp_sum(v);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0)
+#pragma unroll
+        for (int i = 0; i < NV; ++i) part[warp][i] = (double)v[i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < NV; i += BAND_THREADS) {
+        double total = 0.0;
+        for (int w = 0; w < BAND_WARPS; ++w) total += part[w][i];
+        part[0][i] = total;
+    }
+    __syncthreads();
+}
+
+// Every set's tables and constants for the block's Q, set b's at tables + b * stride
+__device__ __forceinline__ void make_all_tables(const double* __restrict__ sets, int nsets, double lam, const Frequency& Q,
+                                                const double* __restrict__ krow, int nrow,
+                                                const double* __restrict__ kcol, int ncol, float2* tables, int stride,
+                                                SetConstants* sc) {
+    for (int b = 0; b < nsets; ++b)
+        make_tables(sets + 6 * b, lam, Q.y, Q.x, krow, nrow, kcol, ncol, Tables(tables + b * stride, nrow, ncol), sc + b);
+    __syncthreads();
+}
+
+#define BAND_BATCH_ARGS const float2 *__restrict__ G, const double *__restrict__ k, const float2 *__restrict__ k32, \
+    const int *__restrict__ cell, const double *__restrict__ krow, int nrow, const double *__restrict__ kcol, int ncol, \
+    const double *__restrict__ qy, const double *__restrict__ qx, const double *__restrict__ sets, int nsets, int nq, \
+    int nbf, double lam, double limit, double *__restrict__ out
+
 // S = sum_k G conj(Gamma) and N = sum_k |Gamma|^2 for up to MAXB parameter sets (B x 6 numbers) in
 // one pass: out (B, nq, 3) = Re S, Im S, N. Dynamic shared memory: B * 2 * (nrow + ncol) float2.
 // Acc: each thread's sums (float64 for the one-set passes of Newton's line search, where the
@@ -189,26 +260,20 @@ __device__ __forceinline__ void warp_sum(T (&v)[N]) {
 // occupancy); the block's sums are float64.
 template <int MAXB, typename Acc>
 __global__ void __launch_bounds__(BAND_THREADS, MAXB == 1 ? 3 : (MAXB <= 4 ? 2 : 1))  // the most blocks per SM without spills (ptxas)
-band_quad_batch(const float2* __restrict__ G, const double* __restrict__ k, const int* __restrict__ cell,
-                const double* __restrict__ krow, int nrow, const double* __restrict__ kcol, int ncol,
-                const double* __restrict__ qy, const double* __restrict__ qx, const double* __restrict__ sets,
-                int nsets, int nq, int nbf, double lam, double limit, double* __restrict__ out) {
+band_quad_batch(BAND_BATCH_ARGS) {
     constexpr int U = 4;
     extern __shared__ float2 tables[];
     __shared__ SetConstants sc[MAXB];
     __shared__ double part[BAND_WARPS][3 * MAXB];
     const int q = blockIdx.x;
-    const double Qy = qy[q], Qx = qx[q];
+    const Frequency Q(qy[q], qx[q], limit);
     const int stride = 2 * (nrow + ncol);
-    for (int b = 0; b < nsets; ++b) {
-        make_tables(sets + 6 * b, lam, Qy, Qx, krow, nrow, kcol, ncol, Tables(tables + b * stride, nrow, ncol), sc + b);
-    }
-    __syncthreads();
+    make_all_tables(sets, nsets, lam, Q, krow, nrow, kcol, ncol, tables, stride, sc);
     const float pl = (float)(QPI * lam);
     Acc acc[3 * MAXB];
 #pragma unroll
     for (int i = 0; i < 3 * MAXB; ++i) acc[i] = 0;
-    each_pixel<U>(G, k, cell, q, nbf, Qy, Qx, limit, [&](const Pixel& p, float2 g) {
+    each_pixel<U>(G, Pixels{k, k32, cell}, q, nbf, Q, [&](const Pixel& p, float2 g) {
 #pragma unroll
             for (int b = 0; b < MAXB; ++b) {
                 if (b < nsets) {  // uniform: every thread of the block takes the same sets
@@ -232,17 +297,65 @@ band_quad_batch(const float2* __restrict__ G, const double* __restrict__ k, cons
                 }
             }
     });
-    warp_sum(acc);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane == 0)
-#pragma unroll
-        for (int i = 0; i < 3 * MAXB; ++i) part[warp][i] = (double)acc[i];
-    __syncthreads();
+    block_sums(acc, part);
     if (threadIdx.x < 3 * nsets) {
-        double total = 0.0;
-        for (int w = 0; w < BAND_WARPS; ++w) total += part[w][threadIdx.x];
         const int b = threadIdx.x / 3, c = threadIdx.x % 3;
-        out[((long long)b * nq + q) * 3 + c] = total;
+        out[((long long)b * nq + q) * 3 + c] = part[0][threadIdx.x];
+    }
+}
+
+// band_quad_batch for sets of the standard model (no depth; thickness 0): out and arguments the
+// same, dynamic shared memory B * (nrow + ncol) float2. Without depth weights both terms of Gamma
+// carry the one table phasor e, so
+//     S = conj(w) A1 - w A2,  A_i = sum_k [k -+ Q inside] G conj(e),
+//     N = n1 + n2 - 2 n12 Re(w^2)   (n1, n2, n12: the pixels with term 1, term 2, both),
+// and a (k, Q, set) term is one table product and two complex multiply-adds; N needs no per-set
+// work at all. Its fewer registers (the phase constants are not held per set) let more blocks share
+// an SM.
+template <int MAXB, typename Acc>
+__global__ void __launch_bounds__(BAND_THREADS, MAXB == 8 ? 3 : 4)  // the most blocks per SM without spills (ptxas)
+band_quad_standard(BAND_BATCH_ARGS) {
+    constexpr int U = 4;
+    extern __shared__ float2 tables[];
+    __shared__ SetConstants sc[MAXB];
+    __shared__ double part[BAND_WARPS][4 * MAXB + 3];
+    const int q = blockIdx.x;
+    const Frequency Q(qy[q], qx[q], limit);
+    const int stride = nrow + ncol;
+    make_all_tables(sets, nsets, lam, Q, krow, nrow, kcol, ncol, tables, stride, sc);
+    Acc acc[4 * MAXB + 3];  // per set Re A1, Im A1, Re A2, Im A2; then n1, n2, n12
+#pragma unroll
+    for (int i = 0; i < 4 * MAXB + 3; ++i) acc[i] = 0;
+    int n1 = 0, n2 = 0, n12 = 0;
+    each_pixel<U>(G, Pixels{k, k32, cell}, q, nbf, Q, [&](const Pixel& p, float2 g) {
+        const float2 g1 = p.in1 ? g : make_float2(0.f, 0.f), g2 = p.in2 ? g : make_float2(0.f, 0.f);
+        n1 += p.in1;
+        n2 += p.in2;
+        n12 += p.in1 & p.in2;
+#pragma unroll
+        for (int b = 0; b < MAXB; ++b) {
+            if (b < nsets) {  // uniform
+                const float2 e = Tables(tables + b * stride, nrow, ncol).phase(p);
+                acc[4 * b] += (Acc)(g1.x * e.x + g1.y * e.y);  // G conj(e)
+                acc[4 * b + 1] += (Acc)(g1.y * e.x - g1.x * e.y);
+                acc[4 * b + 2] += (Acc)(g2.x * e.x + g2.y * e.y);
+                acc[4 * b + 3] += (Acc)(g2.y * e.x - g2.x * e.y);
+            }
+        }
+    });
+    acc[4 * MAXB] = (Acc)n1;  // exact: counts below 2^24
+    acc[4 * MAXB + 1] = (Acc)n2;
+    acc[4 * MAXB + 2] = (Acc)n12;
+    block_sums(acc, part);
+    if (threadIdx.x < nsets) {
+        const int b = threadIdx.x;
+        const double* a = part[0] + 4 * b;
+        const double wr = sc[b].w.x, wi = sc[b].w.y;
+        const double c1 = part[0][4 * MAXB], c2 = part[0][4 * MAXB + 1], c12 = part[0][4 * MAXB + 2];
+        double* o = out + ((long long)b * nq + q) * 3;
+        o[0] = wr * a[0] + wi * a[1] - (wr * a[2] - wi * a[3]);  // conj(w) A1 - w A2
+        o[1] = wr * a[1] - wi * a[0] - (wr * a[3] + wi * a[2]);
+        o[2] = c1 + c2 - 2.0 * c12 * (wr * wr - wi * wi);
     }
 }
 
@@ -254,7 +367,8 @@ band_quad_batch(const float2* __restrict__ G, const double* __restrict__ k, cons
 // s' u_p (depth parameter p), -d_p d_q s, -i d_p s' u_q, s'' u_p u_q + s' u_pq.
 template <int NP>
 __global__ void __launch_bounds__(BAND_THREADS)
-band_quad_derivatives(const float2* __restrict__ G, const double* __restrict__ k, const int* __restrict__ cell,
+band_quad_derivatives(const float2* __restrict__ G, const double* __restrict__ k, const float2* __restrict__ k32,
+                      const int* __restrict__ cell,
                       const double* __restrict__ krow, int nrow, const double* __restrict__ kcol, int ncol,
                       const double* __restrict__ qy, const double* __restrict__ qx, const double* __restrict__ set,
                       int nq, int nbf, double lam, double limit, double* __restrict__ out) {
@@ -264,7 +378,8 @@ band_quad_derivatives(const float2* __restrict__ G, const double* __restrict__ k
     __shared__ SetConstants sc[1];
     __shared__ double part[BAND_WARPS][3 + NF];
     const int q = blockIdx.x;
-    const double Qy = qy[q], Qx = qx[q];
+    const Frequency Q(qy[q], qx[q], limit);
+    const double Qy = Q.y, Qx = Q.x;
     const Tables tab(tables, nrow, ncol);
     make_tables(set, lam, Qy, Qx, krow, nrow, kcol, ncol, tab, sc);
     __syncthreads();
@@ -283,7 +398,7 @@ band_quad_derivatives(const float2* __restrict__ G, const double* __restrict__ k
 #pragma unroll
     for (int i = 0; i < NF; ++i) acc[i] = 0.f;
     constexpr int U = 2;
-    each_pixel<U>(G, k, cell, q, nbf, Qy, Qx, limit, [&](const Pixel& p, float2 g) {
+    each_pixel<U>(G, Pixels{k, k32, cell}, q, nbf, Q, [&](const Pixel& p, float2 g) {
         const float2 e = tab.phase(p);
         const float2 f1 = p.in1 ? cmul(e, s.w) : make_float2(0.f, 0.f);
         const float2 f2 = p.in2 ? cmul(e, make_float2(s.w.x, -s.w.y)) : make_float2(0.f, 0.f);
@@ -371,17 +486,20 @@ band_quad_derivatives(const float2* __restrict__ G, const double* __restrict__ k
 }
 
 #ifdef QORA_NVCC_CHECK  // nvcc -DQORA_NVCC_CHECK: instantiate for a local compile (NVRTC uses name expressions)
-#define BATCH(B, A) template __global__ void band_quad_batch<B, A>(const float2*, const double*, const int*, \
-    const double*, int, const double*, int, const double*, const double*, const double*, int, int, int, double, \
-    double, double*);
-BATCH(1, double)
-BATCH(2, double)
-BATCH(4, float)
-BATCH(8, float)
-template __global__ void band_quad_derivatives<3>(const float2*, const double*, const int*, const double*, int,
-                                                  const double*, int, const double*, const double*, const double*, int,
-                                                  int, double, double, double*);
-template __global__ void band_quad_derivatives<6>(const float2*, const double*, const int*, const double*, int,
-                                                  const double*, int, const double*, const double*, const double*, int,
-                                                  int, double, double, double*);
+#define BATCH(KERNEL, B, A) template __global__ void KERNEL<B, A>(const float2*, const double*, const float2*, \
+    const int*, const double*, int, const double*, int, const double*, const double*, const double*, int, int, int, \
+    double, double, double*);
+BATCH(band_quad_batch, 1, double)
+BATCH(band_quad_batch, 2, double)
+BATCH(band_quad_batch, 4, float)
+BATCH(band_quad_batch, 8, float)
+BATCH(band_quad_standard, 1, double)
+BATCH(band_quad_standard, 2, double)
+BATCH(band_quad_standard, 4, float)
+BATCH(band_quad_standard, 8, float)
+#define DERIVATIVES(NP) template __global__ void band_quad_derivatives<NP>(const float2*, const double*, \
+    const float2*, const int*, const double*, int, const double*, int, const double*, const double*, const double*, \
+    int, int, double, double, double*);
+DERIVATIVES(3)
+DERIVATIVES(6)
 #endif
