@@ -366,6 +366,16 @@ def test_newton_is_scale_free_and_spends_no_pass_once_converged():
     assert value == pytest.approx(0.9, abs=1e-12)
     assert band.passes <= 5  # start; a step damped by mu = 1e-3 and its derivatives; one more to the peak
 
+    # a peak beyond the tilt bound: the fit stops on the bound, stationary in every free parameter
+    from qora.ssb.agreement import TILT_LIMIT
+
+    peak[4] = 0.3
+    values, _, _ = newton(band, dict(zip(band.parameters, [100.0, 0.0, 0.0, 60.0, 0.0, 0.0])), iterations=60)
+    x = np.array([values[p] for p in band.parameters])
+    assert x[4] == TILT_LIMIT
+    grad = hess @ (x - peak)
+    assert grad[4] > 0 and np.all(np.abs(np.delete(grad / np.sqrt(curvature), 4)) < 1e-6)
+
 
 def test_session_fit_reconstruct_and_preview(astigmatic):
     from qora.ssb.agreement import parameters_to_aberrations

@@ -148,7 +148,14 @@ def _agreement_rows(result, session, be, echo) -> None:
         ms = _event_ms(be, lambda: band._quadratic_batch(sets))
         standard = [{**v, "thickness": 0.0} for v in sets]  # band_quad_standard: the search's passes
         std_ms = _event_ms(be, lambda: band._quadratic_batch(standard))
-        result.add(f"agreement/{count}_sets/standard", ms=std_ms, floor_ms=floor_ms)
+        # the search's view of a pass: the kernel, the agreement's reduction and its copy to the host
+        wall = []
+        for _ in range(11):
+            t0 = time.perf_counter()
+            band.evaluate_batch(standard)
+            wall.append(time.perf_counter() - t0)
+        result.add(f"agreement/{count}_sets/standard", ms=std_ms, floor_ms=floor_ms,
+                   evaluate_batch_wall_ms=float(np.median(wall[1:])) * 1e3)
         old = _event_ms(be, lambda: band._batch_kernel(sets), repeats=3)
         # per set and term: two reciprocals (the depth sincs); the tables' sincos (float32 after a float64
         # reduction) are per (Q, set), not per term

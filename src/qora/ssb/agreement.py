@@ -451,6 +451,11 @@ class Band:
 
     def evaluate_batch(self, sets) -> np.ndarray:
         """Agreement of several parameter sets (a list of dicts) in one pass over G per rotation."""
+        if self.quadratic_kernels and not self.fits_rotation:
+            # the search's passes: the agreement reduced on the device from the kernels' output in one
+            # launch, without the complex S arrays of batch_moments
+            self.passes["batch"] += 1
+            return np.asarray(_to_host(_agreement_sum(self._quadratic_raw(list(sets))))) / self.total
         return combine_batch_moments(self.batch_moments(sets), self.total)
 
     def batch_moments(self, sets) -> dict:
@@ -515,9 +520,10 @@ class Band:
         return self.G
 
 
-    def _quadratic_batch(self, sets) -> dict:
-        """S and N of each set by ``band_quad_batch``, or ``band_quad_standard`` when no set has a
-        thickness (the search's sets, all of the standard model), up to 8 sets per pass over G."""
+    def _quadratic_raw(self, sets):
+        """(B, nq, 3) Re S, Im S, N of each set by ``band_quad_batch``, or ``band_quad_standard``
+        when no set has a thickness (the search's sets, all of the standard model), up to 8 sets
+        per pass over G."""
         from qora.ssb.cuda import BATCH_SETS, batch_kernel_name
 
         xp = self.xp
@@ -528,15 +534,16 @@ class Band:
         # a pass against 9.9 ms for 4 at full scale, H200 (docs/ssb-performance.md)
         most = BATCH_SETS if standard else 4
         per_pass = max(1, min(most, _SHARED_BYTES // ((8 if standard else 16) * (len(krow) + len(kcol)))))
-        nq = self.G.shape[0]
-        S, N = [], []
-        for start in range(0, len(sets), per_pass):
+        out = xp.empty((len(rows), self.G.shape[0], 3))
+        for start in range(0, len(rows), per_pass):
             part = rows[start:start + per_pass]
-            out = xp.empty((len(part), nq, 3))
-            self._quadratic_launch(batch_kernel_name(len(part), standard=standard), part, out, sets_count=len(part))
-            S.append(out[..., 0] + 1j * out[..., 1])
-            N.append(out[..., 2])
-        return {"S": xp.concatenate(S), "N": xp.concatenate(N)}
+            self._quadratic_launch(batch_kernel_name(len(part), standard=standard), part, out[start:start + len(part)],
+                                   sets_count=len(part))
+        return out
+
+    def _quadratic_batch(self, sets) -> dict:
+        out = self._quadratic_raw(sets)
+        return {"S": out[..., 0] + 1j * out[..., 1], "N": out[..., 2]}
 
     def _kernel_moments(self, values: dict, order: int) -> dict:
         """:meth:`moments` by the quadratic kernels: order 0 one set of the batch kernel, else every
@@ -624,6 +631,22 @@ class Band:
         return {name: float(math.sqrt(max(cov[i, i], 0.0))) for i, name in enumerate(self.parameters)}
 
 
+def _agreement_sum(raw):
+    """sum over Q of |S|^2 / N per set, from the kernels' (B, nq, 3) Re S, Im S, N on the device,
+    in one reduction launch."""
+    import cupy as cp
+
+    global _AGREEMENT_SUM
+    if _AGREEMENT_SUM is None:
+        _AGREEMENT_SUM = cp.ReductionKernel("float64 re, float64 im, float64 n", "float64 total",
+                                            "(re * re + im * im) / max(n, 1e-300)", "a + b", "total = a", "0",
+                                            "qora_ssb_agreement_sum")
+    return _AGREEMENT_SUM(raw[..., 0], raw[..., 1], raw[..., 2], axis=1)
+
+
+_AGREEMENT_SUM = None
+
+
 def make_band(session, parameters, **kwargs):
     """A :class:`Band` of ``session``, or what the session makes in its place (a session split over
     workers, :class:`qora.distributed.ssb.ShardedSession`, makes a band of the same interface)."""
@@ -659,33 +682,50 @@ def combine_batch_moments(m: dict, total: float) -> np.ndarray:
     return np.asarray(_to_host(xp.sum(xp.abs(m["S"]) ** 2 / xp.maximum(m["N"], 1e-300), -1))) / total
 
 
+RHO = 0.1  # the least fraction of the quadratic model's predicted gain a Newton step must realise
+# The largest specimen tilt (rad) a fit may reach. The depth phases are paraxial, and as the thickness
+# goes to zero the tilt stops acting on the agreement at all: without a bound Newton then wanders
+# along that flat direction to radians (seen on a film whose unmodelled C30 drove the thickness to
+# 0.2 A). 0.1 rad is far beyond the mrad tilts the model is for (docs/ssb.md).
+TILT_LIMIT = 0.1
+BOUNDS = {"thickness": (0.0, math.inf), "tilt_y": (-TILT_LIMIT, TILT_LIMIT), "tilt_x": (-TILT_LIMIT, TILT_LIMIT)}
+
+
 def newton(band: Band, start: dict, *, iterations: int = 20, tolerance: float = 1e-10):
     """Maximise the agreement from ``start`` by damped Newton steps with the exact Hessian.
 
     Returns ``(values, agreement, hessian)``. Each step solves (-H + mu D) delta = grad with D the
-    magnitudes of the Hessian's diagonal (Marquardt's scaling), raising mu until the agreement
-    increases. The scaling matters: the parameters span eight decades of curvature (tilt in rad
-    against C10 and thickness in A), and a damping of mu times the identity, sized by the stiffest
-    parameter, would hold the soft ones to tiny steps for many passes over G. The fit stops when
-    the full Newton step predicts a gain below ``tolerance`` (relative), so converged fits spend no
-    pass on a step whose change is rounding.
+    magnitudes of the Hessian's diagonal (Marquardt's scaling), raising mu until the step realises
+    a tenth of the gain its quadratic model predicts. The scaling matters: the parameters span eight
+    decades of curvature (tilt in rad against C10 and thickness in A), and a damping of mu times
+    the identity, sized by the stiffest parameter, would hold the soft ones to tiny steps for many
+    passes over G. Thickness and tilt keep to :data:`BOUNDS`; one held at a bound that the gradient
+    pushes against leaves the step (a projected Newton step). The fit stops when the full Newton
+    step predicts a gain below ``tolerance`` (relative), so converged fits spend no pass on a step
+    whose change is rounding.
     """
     values = dict(start)
     names = band.parameters
+    lower = np.array([BOUNDS.get(n, (-math.inf, math.inf))[0] for n in names])
+    upper = np.array([BOUNDS.get(n, (-math.inf, math.inf))[1] for n in names])
     current, grad, hess = band.evaluate(values)
     mu = 1e-3
     for _ in range(iterations):
-        if _newton_gain(grad, hess) <= tolerance * max(abs(current), 1e-30):
+        x = np.array([values.get(n, 0.0) for n in names], float)
+        free = np.flatnonzero(~(((x <= lower) & (grad < 0)) | ((x >= upper) & (grad > 0))))
+        g, h = grad[free], hess[np.ix_(free, free)]
+        if not len(free) or _newton_gain(g, h) <= tolerance * max(abs(current), 1e-30):
             break
-        scale = np.maximum(np.abs(np.diag(hess)), 1e-12 * max(np.abs(np.diag(hess)).max(), 1e-300))
+        scale = np.maximum(np.abs(np.diag(h)), 1e-12 * max(np.abs(np.diag(h)).max(), 1e-300))
         improved = False
         for _ in range(30):
-            delta = np.linalg.solve(-hess + mu * np.diag(scale), grad)
-            trial = {**values, **{n: values.get(n, 0.0) + float(d) for n, d in zip(names, delta)}}
-            if "thickness" in trial:
-                trial["thickness"] = max(trial["thickness"], 0.0)
+            step = np.zeros(len(names))
+            step[free] = np.linalg.solve(-h + mu * np.diag(scale), g)
+            step = np.clip(x + step, lower, upper) - x
+            trial = {**values, **{n: float(v) for n, v in zip(names, x + step)}}
             value = band.evaluate(trial, order=0)
-            if value > current:
+            predicted = float(grad @ step + 0.5 * step @ hess @ step)
+            if value - current > RHO * predicted:
                 values, improved = trial, True
                 mu = max(mu / 10, 1e-9)
                 break
@@ -766,8 +806,11 @@ def tpe_search(band: Band, bounds: dict | None = None, *, trials: int = 200, bat
         run(lo + span * rng.random((batch, len(names))))
 
     def density(points, centres, width):
-        z = (points[:, None, :] - centres[None, :, :]) / width
-        return np.exp(-0.5 * (z**2).sum(-1)).sum(-1) / len(centres) / np.prod(width)
+        # the squared distances as |a|^2 + |b|^2 - 2 a.b: one small matrix product, where the
+        # (candidates, trials, d) differences took most of the search's host time per pass
+        a, b = points / width, centres / width
+        z2 = np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None] - 2.0 * (a @ b.T), 0.0)
+        return np.exp(-0.5 * z2).sum(-1) / len(centres) / np.prod(width)
 
     while len(xs) < trials:
         x, y = np.array(xs), np.array(ys)
