@@ -139,16 +139,19 @@ _SHARED_BYTES = 48 * 1024  # dynamic shared memory a block may take without opti
 
 
 def _band_G(session, keep, on_device: bool):
-    """The band's rows of G, gathered once per session and band mask: the fits make several bands
-    of one band of frequencies (standard, thick, the Hessian's), and at full scale each gather is
-    3 GB."""
+    """The band's rows of G and sum |G|^2 over them, gathered once per session and band mask: the
+    fits make several bands of one band of frequencies (standard, thick, the Hessian's), and at
+    full scale each gather is 3 GB."""
     key = keep.tobytes()
     cached = getattr(session, "_band_cache", None)
     if cached is not None and cached[0] == key:
-        return cached[1]
-    G = session.G[session.xp.asarray(keep)] if on_device else session.host_G()[keep]
-    session._band_cache = (key, G)  # one band kept: the memory of one more is all it costs
-    return G
+        return cached[1], cached[2]
+    xp = session.xp if on_device else np
+    G = session.G[xp.asarray(keep)] if on_device else session.host_G()[keep]
+    # a float64 sum in blocks of rows, with no G-sized temporary
+    total = float(sum(float(xp.sum(xp.abs(G[i:i + 4096]) ** 2, dtype=np.float64)) for i in range(0, G.shape[0], 4096)))
+    session._band_cache = (key, G, total)  # one band kept: the memory of one more is all it costs
+    return G, total
 
 
 def _detector_grid(k, xp):
@@ -199,11 +202,8 @@ class Band:
         # (a session streaming G from the host memory fits on the host).
         on_device = session.memory.get("G_on") == "device"
         xp = self.xp = session.xp if on_device else np
-        self.G = _band_G(session, keep, on_device)  # (nq, nbf)
+        self.G, self.total = _band_G(session, keep, on_device)  # (nq, nbf); sum |G|^2
         self._q_scan = (xp.asarray(qy[keep])[:, None], xp.asarray(qx[keep])[:, None])
-        # sum |G|^2 in blocks of rows: a float64 sum with no G-sized temporary (3 GB at full scale)
-        self.total = float(sum(float(xp.sum(xp.abs(self.G[i:i + 4096]) ** 2, dtype=np.float64))
-                               for i in range(0, self.G.shape[0], 4096)))
         self.shape = self.G.shape  # (frequencies, bright-field pixels)
         self.lam = session.wavelength
         self.alpha = session.alpha_mrad * 1e-3 / self.lam
@@ -891,7 +891,7 @@ def fit_session(session, *, rotation: float | None = None, tilt: bool = True, ba
     timings["standard_s"] = time.perf_counter() - t0
     fitted_rotation = "search_s" not in timings
     std_names = names + (("rotation",) if fitted_rotation else ())
-    std_band = make_band(session, std_names, band=band, rotation=rotation)
+    std_band = make_band(session, std_names, band=band, rotation=rotation) if fitted_rotation else b
     if fitted_rotation:
         # the Hessian in the rotation too, from the soft-edged band the rotation was fitted on; the
         # agreement reported is the top-hat one, comparable with the thick branch's
@@ -924,6 +924,7 @@ def fit_session(session, *, rotation: float | None = None, tilt: bool = True, ba
         if not compare_standard:
             out.pop("standard")
     report(progress, "done", 2, 2)
+    timings["total_s"] = time.perf_counter() - t0
     out["timings_s"] = timings
     out["passes"] = {k: dict(v) for k, v in passes.items() if v is not None}  # over G, per branch's band
     return out

@@ -238,15 +238,23 @@ __device__ __forceinline__ void block_sums(T (&v)[NV], double (*part)[NV]) {
     __syncthreads();
 }
 
-// Every set's tables and constants for the block's Q, set b's at tables + b * stride
+// Every set's tables and constants for the block's Q, set b's at tables + b * stride; with padded,
+// the phase tables of the sets from nsets to padded - 1 are zero (terms that add nothing, so that
+// a kernel may run all padded sets without a guard per set)
 __device__ __forceinline__ void make_all_tables(const double* __restrict__ sets, int nsets, double lam, const Frequency& Q,
                                                 const double* __restrict__ krow, int nrow,
                                                 const double* __restrict__ kcol, int ncol, float2* tables, int stride,
-                                                SetConstants* sc) {
+                                                SetConstants* sc, int padded = 0) {
     for (int b = 0; b < nsets; ++b)
         make_tables(sets + 6 * b, lam, Q.y, Q.x, krow, nrow, kcol, ncol, Tables(tables + b * stride, nrow, ncol), sc + b);
+    for (int i = nsets * stride + threadIdx.x; i < padded * stride; i += blockDim.x) tables[i] = make_float2(0.f, 0.f);
     __syncthreads();
 }
+
+// a += x1 y1 + x2 y2: two FMAs into a float sum; a float64 sum (Newton's one-set passes) takes the
+// float32 product pair
+__device__ __forceinline__ void mac(float& a, float x1, float y1, float x2, float y2) { a = fmaf(x1, y1, fmaf(x2, y2, a)); }
+__device__ __forceinline__ void mac(double& a, float x1, float y1, float x2, float y2) { a += (double)fmaf(x1, y1, x2 * y2); }
 
 #define BAND_BATCH_ARGS const float2 *__restrict__ G, const double *__restrict__ k, const float2 *__restrict__ k32, \
     const int *__restrict__ cell, const double *__restrict__ krow, int nrow, const double *__restrict__ kcol, int ncol, \
@@ -322,7 +330,7 @@ band_quad_standard(BAND_BATCH_ARGS) {
     const int q = blockIdx.x;
     const Frequency Q(qy[q], qx[q], limit);
     const int stride = nrow + ncol;
-    make_all_tables(sets, nsets, lam, Q, krow, nrow, kcol, ncol, tables, stride, sc);
+    make_all_tables(sets, nsets, lam, Q, krow, nrow, kcol, ncol, tables, stride, sc, MAXB);
     Acc acc[4 * MAXB + 3];  // per set Re A1, Im A1, Re A2, Im A2; then n1, n2, n12
 #pragma unroll
     for (int i = 0; i < 4 * MAXB + 3; ++i) acc[i] = 0;
@@ -332,15 +340,14 @@ band_quad_standard(BAND_BATCH_ARGS) {
         n1 += p.in1;
         n2 += p.in2;
         n12 += p.in1 & p.in2;
+        const float2 *row = tables + p.row, *col = tables + nrow + p.col;
 #pragma unroll
-        for (int b = 0; b < MAXB; ++b) {
-            if (b < nsets) {  // uniform
-                const float2 e = Tables(tables + b * stride, nrow, ncol).phase(p);
-                acc[4 * b] += (Acc)(g1.x * e.x + g1.y * e.y);  // G conj(e)
-                acc[4 * b + 1] += (Acc)(g1.y * e.x - g1.x * e.y);
-                acc[4 * b + 2] += (Acc)(g2.x * e.x + g2.y * e.y);
-                acc[4 * b + 3] += (Acc)(g2.y * e.x - g2.x * e.y);
-            }
+        for (int b = 0; b < MAXB; ++b) {  // every padded set: the sets past nsets have zero tables
+            const float2 e = cmul(row[b * stride], col[b * stride]);
+            mac(acc[4 * b], g1.x, e.x, g1.y, e.y);  // G conj(e)
+            mac(acc[4 * b + 1], g1.y, e.x, -g1.x, e.y);
+            mac(acc[4 * b + 2], g2.x, e.x, g2.y, e.y);
+            mac(acc[4 * b + 3], g2.y, e.x, -g2.x, e.y);
         }
     });
     acc[4 * MAXB] = (Acc)n1;  // exact: counts below 2^24
