@@ -501,8 +501,7 @@ class Band:
         krow, kcol, cell = self._grid
         nq, nbf = self.G.shape
         nsets = 1 if sets_count is None else sets_count
-        tables = 1 if name.startswith("band_quad_standard") else 2  # phase tables; the thick model's depth tables
-        shared = nsets * tables * (len(krow) + len(kcol)) * 8
+        shared = self._table_bytes(name.startswith("band_quad_standard"), nsets)
         args = (self._G64, self._k_pairs, self._k32, cell, krow, np.int32(len(krow)), kcol, np.int32(len(kcol)),
                 self._qy_flat, self._qx_flat, xp.asarray(table, np.float64))
         args += (np.int32(nsets),) if sets_count is not None else ()
@@ -520,6 +519,16 @@ class Band:
         return self.G
 
 
+    def _table_bytes(self, standard: bool, sets: int) -> int:
+        """Dynamic shared memory of a quadratic kernel's launch: per set the phase tables (and the
+        thick model's depth tables), for every padded set of band_quad_standard."""
+        from qora.ssb.cuda import batch_size
+
+        krow, kcol, _ = self._grid
+        if standard:
+            return batch_size(sets) * (len(krow) + len(kcol)) * 8
+        return sets * 2 * (len(krow) + len(kcol)) * 8
+
     def _quadratic_raw(self, sets):
         """(B, nq, 3) Re S, Im S, N of each set by ``band_quad_batch``, or ``band_quad_standard``
         when no set has a thickness (the search's sets, all of the standard model), up to 8 sets
@@ -527,13 +536,12 @@ class Band:
         from qora.ssb.cuda import BATCH_SETS, batch_kernel_name
 
         xp = self.xp
-        krow, kcol, _ = self._grid
         rows = [self._quadratic_row(v) for v in sets]
         standard = all(r[3] == 0.0 for r in rows)
         # the thick kernel 4 sets per launch at most: 8 (one block per SM at 178 registers) took 29.5 ms
         # a pass against 9.9 ms for 4 at full scale, H200 (docs/ssb-performance.md)
         most = BATCH_SETS if standard else 4
-        per_pass = max(1, min(most, _SHARED_BYTES // ((8 if standard else 16) * (len(krow) + len(kcol)))))
+        per_pass = next((n for n in (8, 4, 2) if n <= most and self._table_bytes(standard, n) <= _SHARED_BYTES), 1)
         out = xp.empty((len(rows), self.G.shape[0], 3))
         for start in range(0, len(rows), per_pass):
             part = rows[start:start + per_pass]

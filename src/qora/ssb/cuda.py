@@ -17,13 +17,19 @@ BLOCK = {"ssb.cu": 128, "band.cu": 256}  # threads per block: THREADS in ssb.cu,
 BATCH_SETS = 8  # the largest compile-time set count of band_quad_batch and band_quad_standard
 
 
+def batch_size(sets: int) -> int:
+    """The compile-time set count of the instantiation that runs ``sets`` sets (1 to 8): 1, 2, 4 or
+    8. ``band_quad_standard`` runs (and so needs the shared memory of) all of them."""
+    if not 1 <= sets <= BATCH_SETS:
+        raise ValueError(f"band_quad_batch takes 1 to {BATCH_SETS} sets, got {sets}")
+    return next(n for n in (1, 2, 4, 8) if n >= sets)
+
+
 def batch_kernel_name(sets: int, *, standard: bool = False) -> str:
     """The band_quad_batch instantiation (``band_quad_standard`` for sets of the standard model)
     for ``sets`` sets (1 to 8): the smallest that holds them, as its registers (and so the warps an
     SM keeps in flight) grow with the count."""
-    if not 1 <= sets <= BATCH_SETS:
-        raise ValueError(f"band_quad_batch takes 1 to {BATCH_SETS} sets, got {sets}")
-    size = next(n for n in (1, 2, 4, 8) if n >= sets)
+    size = batch_size(sets)
     name = "band_quad_standard" if standard else "band_quad_batch"
     return f"{name}<{size}, {'double' if size <= 2 else 'float'}>"
 
