@@ -359,10 +359,22 @@ class Session:
         nq, nbf = int(qy.size), len(self.bf_index)
         kernel(f"ssb_sums<{complex_tag(self.G)}>")(
             (nq,), (BLOCK["ssb.cu"],),
-            (self.G, self._k, xp.ascontiguousarray(qy.ravel()), xp.ascontiguousarray(qx.ravel()),
-             self._chi_coefficients(aberrations), np.int32(nq), np.int32(nbf), np.float64(self.wavelength),
+            (self.G, self._k, self._chi_pixels(aberrations), xp.ascontiguousarray(qy.ravel()),
+             xp.ascontiguousarray(qx.ravel()), self._chi_coefficients(aberrations), np.int32(nq), np.int32(nbf),
+             np.float64(self.wavelength),
              np.float64(self.alpha_mrad * 1e-3 / self.wavelength), np.float64(thickness), np.float64(tilt[0]),
              np.float64(tilt[1]), numerator, norm))
+
+    def _chi_pixels(self, aberrations: Aberrations):
+        """chi (rad, float64) at each bright-field pixel by the kernels' own polynomial
+        (kernels/ssb.cu, chi_pixels): the sums take chi(k) from it, once per pixel, not per (Q, k)."""
+        from qora.ssb.cuda import kernel
+
+        nbf = len(self.bf_index)
+        out = self.xp.empty(nbf)
+        kernel("chi_pixels")(((nbf + 255) // 256,), (256,), (self._chi_coefficients(aberrations), self._k,
+                                                              np.int32(nbf), np.float64(self.wavelength), out))
+        return out
 
     def _chi_coefficients(self, aberrations: Aberrations):
         """The 12 cartesian coefficients the kernels' chi_of takes (C10, C12a, C12b, ..., C34b; A)."""
@@ -437,13 +449,14 @@ class Session:
         g0 = xp.ascontiguousarray(self.G[0, 0].real, dtype=np.float64)
         phasor = xp.zeros((sy, sx), np.complex128)
         half = kernel(f"loss_half<{tag}>")
+        chi0 = self._chi_pixels(aberrations)
         moments = kernel(f"loss_moments<{'float' if tag == 'float2' else 'double'}>")
         args = (xp.ascontiguousarray(qy.ravel()), xp.ascontiguousarray(qx.ravel()), self._chi_coefficients(aberrations),
                 np.int32(sy), np.int32(sx), np.int32(nbf))
         for first in range(0, nbf, chunk):
             count = min(chunk, nbf - first)
             half((sy * sxh,), (BLOCK["ssb.cu"],),
-                 (self.G, self._k) + args + (np.int32(first), np.int32(count), np.float64(self.wavelength),
+                 (self.G, self._k, chi0) + args + (np.int32(first), np.int32(count), np.float64(self.wavelength),
                                              np.float64(self.alpha_mrad * 1e-3 / self.wavelength), np.float64(thickness),
                                              np.float64(tilt[0]), np.float64(tilt[1]), planes))
             images = xp.fft.irfft2(planes[:count], s=(sy, sx), norm="forward")  # N r, (count, sy, sx)

@@ -60,7 +60,16 @@ __device__ __forceinline__ double sinc_of_half(double a, double t) {  // sin(a t
     if (fabs(u) < 1e-8) return 1.0 - u * u / 6.0;
     double s, c;
     sincos_of<FAST>(u, &s, &c);
+    if (FAST) return (double)((float)s / (float)u);  // s is float32 already: a float64 division adds nothing
     return s / u;
+}
+
+// chi at each bright-field pixel k (float64): the same for every Q, so the sums take it from here
+// instead of evaluating the polynomial twice per (Q, k) term
+__global__ void chi_pixels(const double* __restrict__ coef, const double* __restrict__ k, int nbf, double lam,
+                           double* __restrict__ out) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < nbf) out[j] = chi_of(coef, lam, k[2 * j], k[2 * j + 1]);
 }
 
 // Gamma(Q, k) / |Gamma| (ur, ui) and |Gamma| where k is a double-overlap pixel (one of the disks
@@ -69,12 +78,11 @@ __device__ __forceinline__ double sinc_of_half(double a, double t) {  // sin(a t
 // model's sinc weight w, so |Gamma| = |w| and the phasor's direction flips with the sign of w.
 template <bool FAST>
 __device__ __forceinline__ bool ssb_gamma(const double* __restrict__ c, double lam, double limit, double ky, double kx,
-                                          double Qy, double Qx, double thickness, double tilt_phase, double& ur,
-                                          double& ui, double& mag) {
+                                          double c0, double Qy, double Qx, double thickness, double tilt_phase,
+                                          double& ur, double& ui, double& mag) {  // c0 = chi(k), from chi_pixels
     const double my = ky - Qy, mx = kx - Qx, py = ky + Qy, px = kx + Qx;
     const bool minus = within(my, mx, limit), plus = within(py, px, limit);
     if (minus == plus) return false;  // not a double-overlap pixel
-    const double c0 = chi_of(c, lam, ky, kx);
     double w = 1.0, s, co;
     if (minus) {  // conj(psi(k)) psi(k - Q) = e^{i (chi(k) - chi(k - Q))}
         sincos_of<FAST>(c0 - chi_of(c, lam, my, mx), &s, &co);
@@ -98,7 +106,7 @@ __device__ __forceinline__ bool ssb_gamma(const double* __restrict__ c, double l
 
 template <typename C>
 __global__ void __launch_bounds__(THREADS)
-ssb_sums(const C* __restrict__ G, const double* __restrict__ k, const double* __restrict__ qy,
+ssb_sums(const C* __restrict__ G, const double* __restrict__ k, const double* __restrict__ chi0, const double* __restrict__ qy,
          const double* __restrict__ qx, const double* __restrict__ coef, int nq, int nbf, double lam, double limit,
          double thickness, double tilt_y, double tilt_x, double2* __restrict__ numerator, double* __restrict__ norm) {
     __shared__ double c[12];
@@ -114,7 +122,8 @@ ssb_sums(const C* __restrict__ G, const double* __restrict__ k, const double* __
     for (int j = threadIdx.x; j < nbf; j += THREADS) {
         const double ky = k[2 * j], kx = k[2 * j + 1];
         double ur, ui, mag;
-        if (!ssb_gamma<Fast<C>::value>(c, lam, limit, ky, kx, Qy, Qx, thickness, tilt_phase, ur, ui, mag)) continue;
+        if (!ssb_gamma<Fast<C>::value>(c, lam, limit, ky, kx, chi0[j], Qy, Qx, thickness, tilt_phase, ur, ui, mag))
+            continue;
         const double2 g = load2(G[(long long)q * nbf + j]);
         sr += g.x * ur + g.y * ui;  // G conj(Gamma) / |Gamma|
         si += g.y * ur - g.x * ui;
@@ -228,8 +237,9 @@ band_batch(const C* __restrict__ G, const double* __restrict__ k, const double* 
 }
 
 #ifdef QORA_NVCC_CHECK
-template __global__ void ssb_sums<float2>(const float2*, const double*, const double*, const double*, const double*, int,
-                                          int, double, double, double, double, double, double2*, double*);
+template __global__ void ssb_sums<float2>(const float2*, const double*, const double*, const double*, const double*,
+                                          const double*, int, int, double, double, double, double, double, double2*,
+                                          double*);
 template __global__ void band_batch<float2>(const float2*, const double*, const double*, const double*, const double*,
                                             int, int, int, double, double, double2*, double*);
 #endif
@@ -332,7 +342,7 @@ template __global__ void parallax_fine<double2, 2>(const double2*, int, int, int
 // gives N r; loss_moments adds each position's unit phasor (G(0, k), N r) / |.| over the chunk.
 template <typename C>
 __global__ void __launch_bounds__(THREADS)
-loss_half(const C* __restrict__ G, const double* __restrict__ k, const double* __restrict__ qy,
+loss_half(const C* __restrict__ G, const double* __restrict__ k, const double* __restrict__ chi0, const double* __restrict__ qy,
           const double* __restrict__ qx, const double* __restrict__ coef, int sy, int sx, int nbf, int first, int count,
           double lam, double limit, double thickness, double tilt_y, double tilt_x, C* __restrict__ planes) {
     __shared__ double c[12];
@@ -347,8 +357,8 @@ loss_half(const C* __restrict__ G, const double* __restrict__ k, const double* _
         double ur, ui, mag, pr = 0.0, pi = 0.0;
         const int kk = first + j;
         if (q != 0 && !nyquist &&
-            ssb_gamma<Fast<C>::value>(c, lam, limit, k[2 * kk], k[2 * kk + 1], Qy, Qx, thickness, tilt_phase, ur, ui,
-                                      mag)) {
+            ssb_gamma<Fast<C>::value>(c, lam, limit, k[2 * kk], k[2 * kk + 1], chi0[kk], Qy, Qx, thickness, tilt_phase,
+                                      ur, ui, mag)) {
             const double2 g = load2(G[(long long)q * nbf + kk]);
             pr = g.x * ur + g.y * ui;  // G conj(Gamma) / |Gamma|
             pi = g.y * ur - g.x * ui;
@@ -381,3 +391,9 @@ __global__ void loss_moments(const R* __restrict__ images, const double* __restr
     acc.y += si;
     phasor[p] = acc;
 }
+
+#ifdef QORA_NVCC_CHECK
+template __global__ void loss_half<float2>(const float2*, const double*, const double*, const double*, const double*,
+                                           const double*, int, int, int, int, int, double, double, double, double,
+                                           double, float2*);
+#endif
