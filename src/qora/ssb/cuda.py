@@ -6,9 +6,11 @@ from __future__ import annotations
 __all__ = ["kernel", "complex_tag"]
 
 _MODULES = {
-    "ssb.cu": ("ssb_sums<float2>", "ssb_sums<double2>", "band_batch<float2>", "band_batch<double2>")
+    "ssb.cu": tuple(f"{k}<{c}, {q}>" for k in ("ssb_sums", "loss_half") for c in ("float2", "double2")
+                    for q in ("true", "false"))
+              + ("band_batch<float2>", "band_batch<double2>")
               + tuple(f"parallax_fine<{c}, {f}>" for c in ("float2", "double2") for f in (2, 3, 4))
-              + ("loss_half<float2>", "loss_half<double2>", "loss_moments<float>", "loss_moments<double>", "chi_pixels"),
+              + ("loss_moments<float>", "loss_moments<double>", "chi_pixels"),
     "band.cu": tuple(f"{k}<{n}, {'double' if n <= 2 else 'float'}>" for k in ("band_quad_batch", "band_quad_standard")
                      for n in (1, 2, 4, 8)) + ("band_quad_derivatives<3>", "band_quad_derivatives<6>"),
 }

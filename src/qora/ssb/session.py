@@ -357,13 +357,20 @@ class Session:
 
         xp = self.xp
         nq, nbf = int(qy.size), len(self.bf_index)
-        kernel(f"ssb_sums<{complex_tag(self.G)}>")(
+        kernel(f"ssb_sums<{complex_tag(self.G)}, {self._quadratic_tag(aberrations)}>")(
             (nq,), (BLOCK["ssb.cu"],),
             (self.G, self._k, self._chi_pixels(aberrations), xp.ascontiguousarray(qy.ravel()),
              xp.ascontiguousarray(qx.ravel()), self._chi_coefficients(aberrations), np.int32(nq), np.int32(nbf),
              np.float64(self.wavelength),
              np.float64(self.alpha_mrad * 1e-3 / self.wavelength), np.float64(thickness), np.float64(tilt[0]),
              np.float64(tilt[1]), numerator, norm))
+
+    @staticmethod
+    def _quadratic_tag(aberrations: Aberrations) -> str:
+        """"true" when chi has only C10 and C12 (the kernels' QUAD instantiations), else "false"."""
+        cart = aberrations.cartesian()
+        higher = [v for name, v in cart.items() if name not in ("C10", "C12")]
+        return "false" if any(np.any(np.asarray(v) != 0) for v in higher) else "true"
 
     def _chi_pixels(self, aberrations: Aberrations):
         """chi (rad, float64) at each bright-field pixel by the kernels' own polynomial
@@ -448,7 +455,7 @@ class Session:
         planes = xp.empty((chunk, sy, sxh), self.G.dtype)
         g0 = xp.ascontiguousarray(self.G[0, 0].real, dtype=np.float64)
         phasor = xp.zeros((sy, sx), np.complex128)
-        half = kernel(f"loss_half<{tag}>")
+        half = kernel(f"loss_half<{tag}, {self._quadratic_tag(aberrations)}>")
         chi0 = self._chi_pixels(aberrations)
         moments = kernel(f"loss_moments<{'float' if tag == 'float2' else 'double'}>")
         args = (xp.ascontiguousarray(qy.ravel()), xp.ascontiguousarray(qx.ravel()), self._chi_coefficients(aberrations),

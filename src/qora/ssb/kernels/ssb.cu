@@ -27,6 +27,15 @@ __device__ __forceinline__ double chi_of(const double* __restrict__ c, double la
     return 2.0 * QORA_PI / lam * (two + three + four);
 }
 
+// chi_of when only C10 and C12 may be non-zero (QUAD: the fits' case), else chi_of: the other
+// terms, zero then, were two thirds of a term's float64 work
+template <bool QUAD>
+__device__ __forceinline__ double chi_at(const double* __restrict__ c, double lam, double ky, double kx) {
+    if (!QUAD) return chi_of(c, lam, ky, kx);
+    const double x2 = kx * kx, y2 = ky * ky;
+    return QORA_PI * lam * (c[0] * (x2 + y2) + c[1] * (x2 - y2) + c[2] * 2.0 * kx * ky);
+}
+
 // hypot(dy, dx) <= limit, by the squared length except within rounding of the edge, where hypot
 // decides as the array code does
 __device__ __forceinline__ bool within(double dy, double dx, double limit) {
@@ -76,7 +85,7 @@ __global__ void chi_pixels(const double* __restrict__ coef, const double* __rest
 // shifted by -Q, +Q holds it) and |Gamma| > 1e-12: false elsewhere, where the SSB sums leave the pixel
 // out. Gamma is one of the two terms (the other's aperture is 0), a unit phasor times the thick
 // model's sinc weight w, so |Gamma| = |w| and the phasor's direction flips with the sign of w.
-template <bool FAST>
+template <bool FAST, bool QUAD>
 __device__ __forceinline__ bool ssb_gamma(const double* __restrict__ c, double lam, double limit, double ky, double kx,
                                           double c0, double Qy, double Qx, double thickness, double tilt_phase,
                                           double& ur, double& ui, double& mag) {  // c0 = chi(k), from chi_pixels
@@ -85,12 +94,12 @@ __device__ __forceinline__ bool ssb_gamma(const double* __restrict__ c, double l
     if (minus == plus) return false;  // not a double-overlap pixel
     double w = 1.0, s, co;
     if (minus) {  // conj(psi(k)) psi(k - Q) = e^{i (chi(k) - chi(k - Q))}
-        sincos_of<FAST>(c0 - chi_of(c, lam, my, mx), &s, &co);
+        sincos_of<FAST>(c0 - chi_at<QUAD>(c, lam, my, mx), &s, &co);
         if (thickness != 0.0)
             w = sinc_of_half<FAST>(QORA_PI * lam * ((ky * ky + kx * kx) - (my * my + mx * mx)) - tilt_phase, thickness);
         ur = co;
     } else {  // - psi(k) conj(psi(k + Q)) = -e^{-i (chi(k) - chi(k + Q))}
-        sincos_of<FAST>(c0 - chi_of(c, lam, py, px), &s, &co);
+        sincos_of<FAST>(c0 - chi_at<QUAD>(c, lam, py, px), &s, &co);
         if (thickness != 0.0)
             w = sinc_of_half<FAST>(QORA_PI * lam * ((py * py + px * px) - (ky * ky + kx * kx)) - tilt_phase, thickness);
         ur = -co;
@@ -104,7 +113,7 @@ __device__ __forceinline__ bool ssb_gamma(const double* __restrict__ c, double l
     return mag > 1e-12;
 }
 
-template <typename C>
+template <typename C, bool QUAD>
 __global__ void __launch_bounds__(THREADS)
 ssb_sums(const C* __restrict__ G, const double* __restrict__ k, const double* __restrict__ chi0, const double* __restrict__ qy,
          const double* __restrict__ qx, const double* __restrict__ coef, int nq, int nbf, double lam, double limit,
@@ -122,7 +131,7 @@ ssb_sums(const C* __restrict__ G, const double* __restrict__ k, const double* __
     for (int j = threadIdx.x; j < nbf; j += THREADS) {
         const double ky = k[2 * j], kx = k[2 * j + 1];
         double ur, ui, mag;
-        if (!ssb_gamma<Fast<C>::value>(c, lam, limit, ky, kx, chi0[j], Qy, Qx, thickness, tilt_phase, ur, ui, mag))
+        if (!ssb_gamma<Fast<C>::value, QUAD>(c, lam, limit, ky, kx, chi0[j], Qy, Qx, thickness, tilt_phase, ur, ui, mag))
             continue;
         const double2 g = load2(G[(long long)q * nbf + j]);
         sr += g.x * ur + g.y * ui;  // G conj(Gamma) / |Gamma|
@@ -237,7 +246,7 @@ band_batch(const C* __restrict__ G, const double* __restrict__ k, const double* 
 }
 
 #ifdef QORA_NVCC_CHECK
-template __global__ void ssb_sums<float2>(const float2*, const double*, const double*, const double*, const double*,
+template __global__ void ssb_sums<float2, true>(const float2*, const double*, const double*, const double*, const double*,
                                           const double*, int, int, double, double, double, double, double, double2*,
                                           double*);
 template __global__ void band_batch<float2>(const float2*, const double*, const double*, const double*, const double*,
@@ -340,7 +349,7 @@ template __global__ void parallax_fine<double2, 2>(const double2*, int, int, int
 // so its image is G(0, k) / N + i r with r real: r = C2R(-i P) / N. loss_half writes -i P for a
 // chunk of pixels as (chunk, sy, sx / 2 + 1) planes, one block per half-plane Q; an unscaled C2R
 // gives N r; loss_moments adds each position's unit phasor (G(0, k), N r) / |.| over the chunk.
-template <typename C>
+template <typename C, bool QUAD>
 __global__ void __launch_bounds__(THREADS)
 loss_half(const C* __restrict__ G, const double* __restrict__ k, const double* __restrict__ chi0, const double* __restrict__ qy,
           const double* __restrict__ qx, const double* __restrict__ coef, int sy, int sx, int nbf, int first, int count,
@@ -357,7 +366,7 @@ loss_half(const C* __restrict__ G, const double* __restrict__ k, const double* _
         double ur, ui, mag, pr = 0.0, pi = 0.0;
         const int kk = first + j;
         if (q != 0 && !nyquist &&
-            ssb_gamma<Fast<C>::value>(c, lam, limit, k[2 * kk], k[2 * kk + 1], chi0[kk], Qy, Qx, thickness, tilt_phase,
+            ssb_gamma<Fast<C>::value, QUAD>(c, lam, limit, k[2 * kk], k[2 * kk + 1], chi0[kk], Qy, Qx, thickness, tilt_phase,
                                       ur, ui, mag)) {
             const double2 g = load2(G[(long long)q * nbf + kk]);
             pr = g.x * ur + g.y * ui;  // G conj(Gamma) / |Gamma|
@@ -393,7 +402,7 @@ __global__ void loss_moments(const R* __restrict__ images, const double* __restr
 }
 
 #ifdef QORA_NVCC_CHECK
-template __global__ void loss_half<float2>(const float2*, const double*, const double*, const double*, const double*,
+template __global__ void loss_half<float2, true>(const float2*, const double*, const double*, const double*, const double*,
                                            const double*, int, int, int, int, int, double, double, double, double,
                                            double, float2*);
 #endif
