@@ -455,7 +455,7 @@ class Band:
             # the search's passes: the agreement reduced on the device from the kernels' output in one
             # launch, without the complex S arrays of batch_moments
             self.passes["batch"] += 1
-            return np.asarray(_to_host(_agreement_sum(self._quadratic_raw(list(sets))))) / self.total
+            return np.asarray(_to_host(_agreement_sum(self._quadratic_raw(list(sets)), self.xp))) / self.total
         return combine_batch_moments(self.batch_moments(sets), self.total)
 
     def batch_moments(self, sets) -> dict:
@@ -639,14 +639,12 @@ class Band:
         return {name: float(math.sqrt(max(cov[i, i], 0.0))) for i, name in enumerate(self.parameters)}
 
 
-def _agreement_sum(raw):
-    """sum over Q of |S|^2 / N per set, from the kernels' (B, nq, 3) Re S, Im S, N on the device,
-    in one reduction launch."""
-    import cupy as cp
-
+def _agreement_sum(raw, xp):
+    """sum over Q of |S|^2 / N per set, from the kernels' (B, nq, 3) Re S, Im S, N on the device
+    (``xp``: the CuPy module, as the band holds it), in one reduction launch."""
     global _AGREEMENT_SUM
     if _AGREEMENT_SUM is None:
-        _AGREEMENT_SUM = cp.ReductionKernel("float64 re, float64 im, float64 n", "float64 total",
+        _AGREEMENT_SUM = xp.ReductionKernel("float64 re, float64 im, float64 n", "float64 total",
                                             "(re * re + im * im) / max(n, 1e-300)", "a + b", "total = a", "0",
                                             "qora_ssb_agreement_sum")
     return _AGREEMENT_SUM(raw[..., 0], raw[..., 1], raw[..., 2], axis=1)
