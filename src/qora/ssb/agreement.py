@@ -550,6 +550,7 @@ class Band:
         return out
 
     def _quadratic_batch(self, sets) -> dict:
+        """:meth:`_quadratic_raw` as the S (complex) and N of :meth:`batch_moments`."""
         out = self._quadratic_raw(sets)
         return {"S": out[..., 0] + 1j * out[..., 1], "N": out[..., 2]}
 

@@ -241,25 +241,30 @@ __device__ __forceinline__ void block_sums(T (&v)[NV], double (*part)[NV]) {
 // Every set's tables and constants for the block's Q, set b's at tables + b * stride; with padded,
 // the phase tables of the sets from nsets to padded - 1 are zero (terms that add nothing, so that
 // a kernel may run all padded sets without a guard per set)
-__device__ __forceinline__ void make_all_tables(const double* __restrict__ sets, int nsets, double lam, const Frequency& Q,
-                                                const double* __restrict__ krow, int nrow,
+__device__ __forceinline__ void make_all_tables(const double* __restrict__ sets, int nsets, double lam,
+                                                const Frequency& Q, const double* __restrict__ krow, int nrow,
                                                 const double* __restrict__ kcol, int ncol, float2* tables, int stride,
                                                 SetConstants* sc, int padded = 0) {
     for (int b = 0; b < nsets; ++b)
-        make_tables(sets + 6 * b, lam, Q.y, Q.x, krow, nrow, kcol, ncol, Tables(tables + b * stride, nrow, ncol), sc + b);
+        make_tables(sets + 6 * b, lam, Q.y, Q.x, krow, nrow, kcol, ncol, Tables(tables + b * stride, nrow, ncol),
+                    sc + b);
     for (int i = nsets * stride + threadIdx.x; i < padded * stride; i += blockDim.x) tables[i] = make_float2(0.f, 0.f);
     __syncthreads();
 }
 
 // a += x1 y1 + x2 y2: two FMAs into a float sum; a float64 sum (Newton's one-set passes) takes the
 // float32 product pair
-__device__ __forceinline__ void mac(float& a, float x1, float y1, float x2, float y2) { a = fmaf(x1, y1, fmaf(x2, y2, a)); }
-__device__ __forceinline__ void mac(double& a, float x1, float y1, float x2, float y2) { a += (double)fmaf(x1, y1, x2 * y2); }
+__device__ __forceinline__ void mac(float& a, float x1, float y1, float x2, float y2) {
+    a = fmaf(x1, y1, fmaf(x2, y2, a));
+}
+__device__ __forceinline__ void mac(double& a, float x1, float y1, float x2, float y2) {
+    a += (double)fmaf(x1, y1, x2 * y2);
+}
 
 #define BAND_BATCH_ARGS const float2 *__restrict__ G, const double *__restrict__ k, const float2 *__restrict__ k32, \
-    const int *__restrict__ cell, const double *__restrict__ krow, int nrow, const double *__restrict__ kcol, int ncol, \
-    const double *__restrict__ qy, const double *__restrict__ qx, const double *__restrict__ sets, int nsets, int nq, \
-    int nbf, double lam, double limit, double *__restrict__ out
+    const int *__restrict__ cell, const double *__restrict__ krow, int nrow, const double *__restrict__ kcol, \
+    int ncol, const double *__restrict__ qy, const double *__restrict__ qx, const double *__restrict__ sets, \
+    int nsets, int nq, int nbf, double lam, double limit, double *__restrict__ out
 
 // S = sum_k G conj(Gamma) and N = sum_k |Gamma|^2 for up to MAXB parameter sets (B x 6 numbers) in
 // one pass: out (B, nq, 3) = Re S, Im S, N. Dynamic shared memory: B * 2 * (nrow + ncol) float2.

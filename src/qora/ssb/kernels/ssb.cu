@@ -115,7 +115,8 @@ __device__ __forceinline__ bool ssb_gamma(const double* __restrict__ c, double l
 
 template <typename C, bool QUAD>
 __global__ void __launch_bounds__(THREADS)
-ssb_sums(const C* __restrict__ G, const double* __restrict__ k, const double* __restrict__ chi0, const double* __restrict__ qy,
+ssb_sums(const C* __restrict__ G, const double* __restrict__ k, const double* __restrict__ chi0,
+         const double* __restrict__ qy,
          const double* __restrict__ qx, const double* __restrict__ coef, int nq, int nbf, double lam, double limit,
          double thickness, double tilt_y, double tilt_x, double2* __restrict__ numerator, double* __restrict__ norm) {
     __shared__ double c[12];
@@ -131,7 +132,8 @@ ssb_sums(const C* __restrict__ G, const double* __restrict__ k, const double* __
     for (int j = threadIdx.x; j < nbf; j += THREADS) {
         const double ky = k[2 * j], kx = k[2 * j + 1];
         double ur, ui, mag;
-        if (!ssb_gamma<Fast<C>::value, QUAD>(c, lam, limit, ky, kx, chi0[j], Qy, Qx, thickness, tilt_phase, ur, ui, mag))
+        if (!ssb_gamma<Fast<C>::value, QUAD>(c, lam, limit, ky, kx, chi0[j], Qy, Qx, thickness, tilt_phase, ur, ui,
+                                             mag))
             continue;
         const double2 g = load2(G[(long long)q * nbf + j]);
         sr += g.x * ur + g.y * ui;  // G conj(Gamma) / |Gamma|
@@ -246,7 +248,8 @@ band_batch(const C* __restrict__ G, const double* __restrict__ k, const double* 
 }
 
 #ifdef QORA_NVCC_CHECK
-template __global__ void ssb_sums<float2, true>(const float2*, const double*, const double*, const double*, const double*,
+template __global__ void ssb_sums<float2, true>(const float2*, const double*, const double*, const double*,
+                                                const double*,
                                           const double*, int, int, double, double, double, double, double, double2*,
                                           double*);
 template __global__ void band_batch<float2>(const float2*, const double*, const double*, const double*, const double*,
@@ -351,7 +354,8 @@ template __global__ void parallax_fine<double2, 2>(const double2*, int, int, int
 // gives N r; loss_moments adds each position's unit phasor (G(0, k), N r) / |.| over the chunk.
 template <typename C, bool QUAD>
 __global__ void __launch_bounds__(THREADS)
-loss_half(const C* __restrict__ G, const double* __restrict__ k, const double* __restrict__ chi0, const double* __restrict__ qy,
+loss_half(const C* __restrict__ G, const double* __restrict__ k, const double* __restrict__ chi0,
+          const double* __restrict__ qy,
           const double* __restrict__ qx, const double* __restrict__ coef, int sy, int sx, int nbf, int first, int count,
           double lam, double limit, double thickness, double tilt_y, double tilt_x, C* __restrict__ planes) {
     __shared__ double c[12];
@@ -366,8 +370,8 @@ loss_half(const C* __restrict__ G, const double* __restrict__ k, const double* _
         double ur, ui, mag, pr = 0.0, pi = 0.0;
         const int kk = first + j;
         if (q != 0 && !nyquist &&
-            ssb_gamma<Fast<C>::value, QUAD>(c, lam, limit, k[2 * kk], k[2 * kk + 1], chi0[kk], Qy, Qx, thickness, tilt_phase,
-                                      ur, ui, mag)) {
+            ssb_gamma<Fast<C>::value, QUAD>(c, lam, limit, k[2 * kk], k[2 * kk + 1], chi0[kk], Qy, Qx, thickness,
+                                            tilt_phase, ur, ui, mag)) {
             const double2 g = load2(G[(long long)q * nbf + kk]);
             pr = g.x * ur + g.y * ui;  // G conj(Gamma) / |Gamma|
             pi = g.y * ur - g.x * ui;
