@@ -727,12 +727,18 @@ def newton(band: Band, start: dict, *, iterations: int = 20, tolerance: float = 
         improved = False
         for _ in range(30):
             step = np.zeros(len(names))
-            step[free] = np.linalg.solve(-h + mu * np.diag(scale), g)
+            try:
+                step[free] = np.linalg.solve(-h + mu * np.diag(scale), g)
+            except np.linalg.LinAlgError:  # mu D just cancels an indefinite -H: damp more
+                mu *= 10
+                continue
             step = np.clip(x + step, lower, upper) - x
             trial = {**values, **{n: float(v) for n, v in zip(names, x + step)}}
             value = band.evaluate(trial, order=0)
+            # a step must raise the agreement, and by a tenth of what its quadratic model predicts
+            # (where -H is indefinite, or a bound clipped the step, the model may predict a fall)
             predicted = float(grad @ step + 0.5 * step @ hess @ step)
-            if value - current > RHO * predicted:
+            if value > current and value - current >= RHO * predicted:
                 values, improved = trial, True
                 mu = max(mu / 10, 1e-9)
                 break
