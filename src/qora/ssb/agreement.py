@@ -702,8 +702,8 @@ def newton(band: Band, start: dict, *, iterations: int = 20, tolerance: float = 
     """Maximise the agreement from ``start`` by damped Newton steps with the exact Hessian.
 
     Returns ``(values, agreement, hessian)``. Each step solves (-H + mu D) delta = grad with D the
-    magnitudes of the Hessian's diagonal (Marquardt's scaling), raising mu until the step realises
-    a tenth of the gain its quadratic model predicts. The scaling matters: the parameters span eight
+    magnitudes of the Hessian's diagonal (Marquardt's scaling), raising mu until the step raises
+    the agreement by at least a tenth of the gain its quadratic model predicts. The scaling matters: the parameters span eight
     decades of curvature (tilt in rad against C10 and thickness in A), and a damping of mu times
     the identity, sized by the stiffest parameter, would hold the soft ones to tiny steps for many
     passes over G. Thickness and tilt keep to :data:`BOUNDS`; one held at a bound that the gradient
