@@ -339,6 +339,22 @@ def test_tpe_search_is_seeded_and_lands_in_the_basin(astigmatic):
         tpe_search(band, {"C30": (0.0, 1.0)})
 
 
+def test_a_pickled_session_leaves_the_band_cache_behind(astigmatic):
+    """A session travels to Dask workers by pickle: the band of G the fits cache on it (3 GB at
+    full scale) stays behind and is gathered again, to the same agreement, where it is needed."""
+    import pickle
+
+    from qora.ssb.agreement import Band
+
+    s, _ = astigmatic
+    values = {"C10": -95.0, "C12a": 10.0, "C12b": 15.0}
+    before = Band(s, ("C10", "C12a", "C12b")).evaluate(values, order=0)
+    assert getattr(s, "_band_cache", None) is not None
+    copy = pickle.loads(pickle.dumps(s))
+    assert getattr(copy, "_band_cache", None) is None
+    assert Band(copy, ("C10", "C12a", "C12b")).evaluate(values, order=0) == pytest.approx(before, rel=1e-12)
+
+
 def test_newton_is_scale_free_and_spends_no_pass_once_converged():
     """The thick fit's curvatures span eight decades (tilt in rad against thickness in A): the
     damped Newton must take each parameter's own scale, so a quadratic agreement with that spread
@@ -469,3 +485,15 @@ def test_cold_start_on_a_crystal_whose_parallax_exceeds_half_its_period():
     assert abs(c10 + 100.0) < 2.0
     assert abs(mag - 20.0) < 1.0
     assert abs(angle - 32.0) < 2.0
+
+
+def test_every_batch_launch_names_a_compiled_kernel():
+    """The batch dispatcher and the module's instantiations agree: every set count a launch can
+    take names a kernel the module compiles, and no more sets than a kernel takes reach one."""
+    from qora.ssb.cuda import _MODULES, batch_kernel_name, most_sets
+
+    for standard in (True, False):
+        for sets in range(1, most_sets(standard=standard) + 1):
+            assert batch_kernel_name(sets, standard=standard) in _MODULES["band.cu"]
+        with pytest.raises(ValueError, match="sets"):
+            batch_kernel_name(most_sets(standard=standard) + 1, standard=standard)

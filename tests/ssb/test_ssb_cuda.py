@@ -189,10 +189,11 @@ def test_streamed_complex64_g_matches_the_cpu(single):
 @pytest.mark.parametrize("names", [("C10",), ("C10", "C12a", "C12b"), THICK])
 def test_quadratic_batch_kernel_matches_the_cpu(single, names):
     """Sets with thickness 0, a thin slab (|u| < 0.5: the series) and a thick one (the quotient);
-    the bands without thickness run band_quad_standard. Each instantiation (1, 2, 4, 8 sets; 3 and 5
-    padded to 4 and 8, whose tables must fit the launch's shared memory; 9 as 8 + 1) is held to the
-    float64 array code per frequency: S to 2e-6 of its scale and N to
-    2e-6, where one pixel's aperture decided wrongly would move N by ~1e-3."""
+    the bands without thickness run band_quad_standard. Each instantiation (standard: 1, 2, 4, 8 sets,
+    3 and 5 padded to 4 and 8, whose tables must fit the launch's shared memory, 9 as 8 + 1; thick:
+    1, 2, 4, with 5 to 9 sets as launches of at most 4) is held to the float64 array code per
+    frequency: S to 2e-6 of its scale and N to 2e-6, where one pixel's aperture decided wrongly
+    would move N by ~1e-3."""
     from qora.ssb.agreement import Band
 
     cpu, gpu = single

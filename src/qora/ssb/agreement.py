@@ -135,7 +135,9 @@ def _to_host(a):
 
 # the parameters of the quadratic-chi kernels, in their order (kernels/band.cu)
 QUADRATIC_PARAMETERS = ("C10", "C12a", "C12b", "thickness", "tilt_y", "tilt_x")
-_SHARED_BYTES = 48 * 1024  # dynamic shared memory a block may take without opting in
+# dynamic shared memory a launch may take without opting in: 48 KiB less the kernels' static shared
+# memory (the block sums and the sets' constants, 2.6 KB at most in band.cu)
+_SHARED_BYTES = 44 * 1024
 
 
 def _band_G(session, keep, on_device: bool):
@@ -210,7 +212,8 @@ class Band:
         k = xp.asarray(session.k)  # (nbf, 2), a host array
         self.ky, self.kx = k[:, 0][None, :], k[:, 1][None, :]
         self._k_pairs = xp.ascontiguousarray(k)  # (nbf, 2) as (ky, kx), for the batch kernel
-        self._k32 = self._k_pairs.astype(np.float32)  # the quadratic kernels' aperture tests, float64 near an edge
+        # the quadratic kernels' aperture tests (float64 near an edge)
+        self._k32 = self._k_pairs.astype(np.float32) if xp is not np else None
         dk = session.detector.mrad_per_pixel * 1e-3 / self.lam
         self.soft_edge = (0.5 * dk if soft_edge is None else float(soft_edge)) if self.fits_rotation else None
         self.aberration_names = [p for p in self.parameters if p in ABERRATION_PARAMETERS]
@@ -222,7 +225,8 @@ class Band:
         # the quadratic-chi kernels (kernels/band.cu): top-hat apertures, chi of C10 and C12 only
         self.quadratic_kernels = (self._grid is not None and self.soft_edge is None
                                   and set(self.aberration_names) <= set(QUADRATIC_PARAMETERS[:3]))
-        # passes over G so far: batches (of any size), single values, values with derivatives
+        # calls so far: batches (one pass over G per launch, a thick batch of 8 is two), single values,
+        # values with derivatives (one pass each)
         self.passes = {"batch": 0, "value": 0, "derivatives": 0}
 
     def __getstate__(self) -> dict:
@@ -526,21 +530,19 @@ class Band:
 
         krow, kcol, _ = self._grid
         if standard:
-            return batch_size(sets) * (len(krow) + len(kcol)) * 8
+            return batch_size(sets, standard=True) * (len(krow) + len(kcol)) * 8
         return sets * 2 * (len(krow) + len(kcol)) * 8
 
     def _quadratic_raw(self, sets):
         """(B, nq, 3) Re S, Im S, N of each set by ``band_quad_batch``, or ``band_quad_standard``
         when no set has a thickness (the search's sets, all of the standard model), up to 8 sets
         per pass over G."""
-        from qora.ssb.cuda import BATCH_SETS, batch_kernel_name
+        from qora.ssb.cuda import batch_kernel_name, most_sets
 
         xp = self.xp
         rows = [self._quadratic_row(v) for v in sets]
         standard = all(r[3] == 0.0 for r in rows)
-        # the thick kernel 4 sets per launch at most: 8 (one block per SM at 178 registers) took 29.5 ms
-        # a pass against 9.9 ms for 4 at full scale, H200 (docs/ssb-performance.md)
-        most = BATCH_SETS if standard else 4
+        most = most_sets(standard=standard)
         per_pass = next((n for n in (8, 4, 2) if n <= most and self._table_bytes(standard, n) <= _SHARED_BYTES), 1)
         out = xp.empty((len(rows), self.G.shape[0], 3))
         for start in range(0, len(rows), per_pass):

@@ -216,6 +216,7 @@ class Session:
         state = dict(self.__dict__)
         state["backend"] = self.backend.name
         state.pop("xp")
+        state.pop("_band_cache", None)  # the fits' band of G (3 GB at full scale): remade where needed
         return state
 
     def __setstate__(self, state: dict) -> None:

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from qora.backend._cupy import cupy_module
+from qora.ssb.session import _check_level
 
 __all__ = ["g_on_device"]
 
@@ -71,8 +72,7 @@ def g_on_device(data, pixels, dtype, level: float | None = None):
     bright_host = cp.asnumpy(bright)
     if level is None:
         level = float(bright_host.sum() / (sy * sx * nbf))
-    if not float(level) > 0:
-        raise ValueError("the bright field holds no intensity")
+    _check_level(level)
     scale = 1.0 / float(level)
     slab = max(1, SLAB_BYTES // max(1, sy * nbf * G.itemsize))
     for j0 in range(0, G.shape[1], slab):

@@ -504,7 +504,6 @@ band_quad_derivatives(const float2* __restrict__ G, const double* __restrict__ k
 BATCH(band_quad_batch, 1, double)
 BATCH(band_quad_batch, 2, double)
 BATCH(band_quad_batch, 4, float)
-BATCH(band_quad_batch, 8, float)
 BATCH(band_quad_standard, 1, double)
 BATCH(band_quad_standard, 2, double)
 BATCH(band_quad_standard, 4, float)
