@@ -93,3 +93,17 @@ def test_ssb_bench_times_every_step_on_a_small_scan():
     assert steps == set(ssb.SSB_STEPS)
     assert all(r.cases[f"step/16x16x32x32/{s}"]["ms"] > 0 for s in steps)
     assert r.cases["memory/16x16x32x32/prepare"]["g_bytes"] > 0
+
+
+def test_median_wall_returns_the_last_result_and_the_median_after_warmup():
+    from qora.bench.common import median_wall
+
+    calls = []
+
+    def fn():
+        calls.append(len(calls))
+        return len(calls)
+
+    out, seconds = median_wall(fn, 3, warmup=2)
+    assert len(calls) == 5 and out == 5
+    assert 0.0 <= seconds < 1.0

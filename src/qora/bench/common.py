@@ -56,6 +56,19 @@ class Timing:
                 "repeats": len(self.samples_ms)}
 
 
+def median_wall(fn, repeats: int, *, warmup: int = 0):
+    """``(fn()'s last result, the median wall time in s)`` of ``repeats`` calls after ``warmup``
+    untimed ones: for work that returns to the host (a fit, a preview, a file read)."""
+    for _ in range(warmup):
+        fn()
+    times, out = [], None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return out, float(np.median(times))
+
+
 def time_device(backend, fn, *, warmup: int = 3, repeats: int = 20, setup=None, per_call: int = 1) -> Timing:
     """Time ``fn()`` on ``backend``; each sample is one call divided by ``per_call``.
 

@@ -21,25 +21,15 @@ holo at 2 GPUs.
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
-from qora.bench.common import BenchResult
+from qora.bench.common import BenchResult, median_wall
 
 __all__ = ["run"]
 
 PHASE_RECIPE = "HIO**400 ER**100"
-
-
-def _median_s(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
 
 
 def _phase_files(directory: Path, count: int) -> list:
@@ -120,7 +110,7 @@ def run(*, gpus: bool | None = None, max_workers: int | None = None, patterns: i
                 solver.run(recipe=PHASE_RECIPE, starts=4)
 
         phase_here()
-        t = _median_s(phase_here, repeats)
+        t = median_wall(phase_here, repeats)[1]
         result.add("phase/in_process", per_s=patterns / t, ms=t * 1e3 / patterns)
         pipe = Pipeline(g, hologram_n=stack.shape[-1], backend=backend, **holo_options)
         pipe.set_background(bg)
@@ -130,7 +120,7 @@ def run(*, gpus: bool | None = None, max_workers: int | None = None, patterns: i
                 pipe.process(stack)
 
         holo_here()
-        t = _median_s(holo_here, repeats)
+        t = median_wall(holo_here, repeats)[1]
         result.add("holo/in_process", per_s=stacks / t, ms=t * 1e3 / stacks)
         del pipe, solver
         base = {}
@@ -142,7 +132,7 @@ def run(*, gpus: bool | None = None, max_workers: int | None = None, patterns: i
                     assert not report.failed, report.failed
 
                 phase_round()
-                t = _median_s(phase_round, repeats)
+                t = median_wall(phase_round, repeats)[1]
                 rounds = iter(range(1000))
 
                 def holo_round():
@@ -152,17 +142,17 @@ def run(*, gpus: bool | None = None, max_workers: int | None = None, patterns: i
                     assert not report.failed and len(SeriesStore(store).index()) == stacks, report.summary()
 
                 holo_round()
-                th = _median_s(holo_round, repeats)
+                th = median_wall(holo_round, repeats)[1]
                 sharded = ShardedSession(str(ssb_path), client=client, kv=sim.kv, alpha_mrad=sim.alpha_mrad,
                                          scan_step=sim.scan_step, backend=backend)
                 band = sharded.make_band(("C10", "C12a", "C12b"))
                 sets = [{"C10": 100.0 + 10 * i} for i in range(8)]
                 band.evaluate_batch(sets)
-                tb = _median_s(lambda: band.evaluate_batch(sets), 5)
+                tb = median_wall(lambda: band.evaluate_batch(sets), 5)[1]
                 newton = sharded.make_band(("C10", "C12a", "C12b", "thickness", "tilt_y"))
                 point = {"C10": 150.0, "thickness": 50.0}
                 newton.evaluate(point)
-                tn = _median_s(lambda: newton.evaluate(point), 5)
+                tn = median_wall(lambda: newton.evaluate(point), 5)[1]
                 sharded.close()
             for name, seconds, items in (("phase", t, patterns), ("holo", th, stacks)):
                 rate = items / seconds

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from qora.backend import resolve
-from qora.bench.common import BenchResult
+from qora.bench.common import BenchResult, median_wall
 
 __all__ = ["run", "SSB_STEPS"]
 
@@ -28,12 +28,8 @@ SSB_STEPS = ("load", "detector_fit", "prepare", "image_ssb", "image_thick", "ima
 
 
 def _median_ms(fn, repeats: int):
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return out, float(np.median(times))
+    out, seconds = median_wall(fn, repeats)
+    return out, seconds * 1e3
 
 
 def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int = 64, repeats: int = 3,

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from qora.backend import resolve
-from qora.bench.common import BenchResult, time_device
+from qora.bench.common import BenchResult, median_wall, time_device
 
 __all__ = ["run", "dataset", "STEPS"]
 
@@ -66,17 +66,6 @@ def dataset(directory: Path, *, scan: int = 512, backend="cuda", echo=print) -> 
     meta_path.write_text(json.dumps(meta))
     echo(f"dataset {path} ({path.stat().st_size / 1e9:.1f} GB) made in {meta['simulate_s']:.1f} s")
     return path, meta
-
-
-def _median(fn, repeats: int, warm: bool = True):
-    if warm:
-        fn()
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return out, float(np.median(times)), times
 
 
 def _previews(session, params: dict, count: int, **opts) -> tuple[float, dict]:
@@ -197,7 +186,7 @@ def run(*, directory: Path, scan: int = 512, repeats: int = 3, previews: int = 2
         data = np.load(path, mmap_mode="r")
         return data, fit_detector(data, ALPHA, rows=32)
 
-    (data, detector), times["1_load_and_detector_fit_s"], _ = _median(load, repeats)
+    (data, detector), times["1_load_and_detector_fit_s"] = median_wall(load, repeats, warmup=1)
     kw = dict(kv=KV, alpha_mrad=ALPHA, scan_step=meta["scan_step_a"], detector=detector, backend=be)
     if kernels_only:
         from qora.ssb.agreement import QUADRATIC_PARAMETERS, Band
@@ -228,10 +217,11 @@ def run(*, directory: Path, scan: int = 512, repeats: int = 3, previews: int = 2
                                                                 dict(tilt=True, compare_standard=False)),
                            ("5_standard_fit_s", dict(tilt=False))):
             seeds = iter(range(100))
-            fits[step], times[step], _ = _median(lambda: session.fit(rotation=0.0, seed=next(seeds), **opts), repeats)
+            fits[step], times[step] = median_wall(lambda: session.fit(rotation=0.0, seed=next(seeds), **opts), repeats,
+                                                  warmup=1)
             echo(f"  {step}: {times[step]:.3f} s")
             peaks[step] = peak.peak_bytes / 2**30
-        rec, times["4_reconstruct_s"], _ = _median(lambda: session.reconstruct(rotation=0.0), repeats)
+        rec, times["4_reconstruct_s"] = median_wall(lambda: session.reconstruct(rotation=0.0), repeats, warmup=1)
         peaks["4_reconstruct_s"] = peak.peak_bytes / 2**30
         echo(f"  4_reconstruct_s: {times['4_reconstruct_s']:.3f} s")
         fit = fits["3_tilt_fit_s"]
