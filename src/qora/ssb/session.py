@@ -405,6 +405,8 @@ class Session:
         the mean over positions of that mean phasor's length (a circular variance: 0 when
         every pixel agrees). ``thickness`` and ``tilt`` select the thick-sample Gamma. The scan's
         Nyquist row and column are left out, as in :meth:`image` (+Q and -Q are one bin there).
+        ``chunk``: full planes transformed at a time by the array code (default 64); the kernels'
+        path (G on the device) sizes its own chunks of half planes (128 MB) and ignores it.
         """
         self._whole("the mean phase")
         xp = self.xp
