@@ -1,11 +1,12 @@
 import numpy as np
 import pytest
 
+from qora.backend import resolve
 from qora.backend.device import PeakMemory, device_facts, pool_stats
 
 
 def test_cpu_facts():
-    f = device_facts("cpu")
+    f = device_facts(resolve("cpu"))
     assert f.backend == "cpu" and f.name and f.cpu_cores >= 1
     assert f.as_dict()["copy_gbs"] is None
 

@@ -20,7 +20,7 @@ def cli() -> None:
 def _info(backend: str, measure: bool) -> dict:
     from qora.backend import has_cuda, resolve
     from qora.backend._cupy import probe_error
-    from qora.bench.common import versions
+    from qora.provenance import versions
 
     be = resolve(backend)
     facts = be.device_facts(measure=measure).as_dict()

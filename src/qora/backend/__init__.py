@@ -16,5 +16,8 @@ from qora.backend.core import (
     xp_of,
     is_device_array,
 )
+from qora.backend._cupy import require as require_cupy
+from qora.backend.host import cpu_count
 
-__all__ = ["Backend", "BackendUnavailable", "has_cuda", "resolve", "xp_of", "is_device_array"]
+__all__ = ["Backend", "BackendUnavailable", "has_cuda", "resolve", "xp_of", "is_device_array", "require_cupy",
+           "cpu_count"]

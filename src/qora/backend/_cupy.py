@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import os
 
-__all__ = ["cupy_module", "cuda_disabled", "probe_error"]
+__all__ = ["cupy_module", "require", "cuda_disabled", "probe_error", "submodule"]
 
 _probe_error: str | None = None
 
@@ -46,6 +46,14 @@ def cupy_module():
     return _probe()
 
 
+def require(what: str):
+    """The ``cupy`` module, or a RuntimeError saying that ``what`` needs CuPy and a GPU and why."""
+    cupy = cupy_module()
+    if cupy is None:
+        raise RuntimeError(f"{what} need CuPy and a GPU: {probe_error()}")
+    return cupy
+
+
 def probe_error() -> str:
     """Why CUDA is not available, in words (empty when it is)."""
     if cuda_disabled():
@@ -60,8 +68,7 @@ def submodule(name: str):
 
     Only for code that already holds a CUDA backend (so CuPy is importable).
     """
-    if cupy_module() is None:
-        raise RuntimeError(f"{name} needs CuPy and a GPU: {probe_error()}")
+    require(name)
     import importlib
 
     return importlib.import_module(name)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from typing import Any
@@ -10,6 +9,9 @@ from typing import Any
 import numpy as np
 
 from qora.backend import _cupy
+from qora.backend.device import device_facts
+from qora.backend.fft import PlanCache
+from qora.backend.host import cpu_count  # noqa: F401 - re-exported: qora.backend.core.cpu_count
 from qora.backend.timing import CudaEventTimer, HostTimer
 
 __all__ = ["Backend", "BackendUnavailable", "has_cuda", "resolve", "xp_of", "is_device_array"]
@@ -24,14 +26,6 @@ class BackendUnavailable(RuntimeError):
 def has_cuda() -> bool:
     """True when CuPy imports, sees a CUDA device, and ``QORA_DISABLE_CUDA`` is not set."""
     return _cupy.cupy_module() is not None
-
-
-def cpu_count() -> int:
-    """Cores this process may run on (the affinity mask, not the machine's total)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 class Backend:
@@ -69,8 +63,6 @@ class Backend:
         if self._fft is None:
             with self._lock:
                 if self._fft is None:
-                    from qora.backend.fft import PlanCache
-
                     self._fft = PlanCache(self)
         return self._fft
 
@@ -97,8 +89,6 @@ class Backend:
 
     def device_facts(self, *, measure: bool = False):
         """Facts about the device: see :func:`qora.backend.device.device_facts`."""
-        from qora.backend.device import device_facts
-
         return device_facts(self, measure=measure)
 
 

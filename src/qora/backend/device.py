@@ -14,6 +14,8 @@ import platform
 import tracemalloc
 from dataclasses import asdict, dataclass, field
 
+from qora.backend.host import cpu_count
+
 __all__ = ["DeviceFacts", "device_facts", "copy_bandwidth", "PeakMemory", "PeakPoolUse", "pool_stats"]
 
 # cudaDeviceAttr values (stable since CUDA 5); CUDA 13 dropped clockRate and
@@ -69,9 +71,6 @@ def _cpu_name() -> str:
 
 def device_facts(backend, *, measure: bool = False) -> DeviceFacts:
     """Facts about ``backend``'s device; ``measure=True`` adds the measured copy bandwidth."""
-    from qora.backend.core import cpu_count, resolve
-
-    backend = resolve(backend)
     if not backend.is_cuda:
         facts = DeviceFacts(backend="cpu", name=_cpu_name(), cpu_cores=cpu_count())
         if measure:
@@ -177,9 +176,7 @@ class PeakMemory:
     """
 
     def __init__(self, backend) -> None:
-        from qora.backend.core import resolve
-
-        self.backend = resolve(backend)
+        self.backend = backend
         self.peak_bytes = 0
 
     def __enter__(self) -> "PeakMemory":
@@ -213,9 +210,7 @@ class PeakPoolUse:
     the CPU."""
 
     def __init__(self, backend) -> None:
-        from qora.backend.core import resolve
-
-        self.backend = resolve(backend)
+        self.backend = backend
         self.peak_bytes = 0
         self._hook = None
 

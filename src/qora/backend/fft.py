@@ -1,4 +1,12 @@
-"""FFT plans made once per geometry and reused.
+"""Every FFT in Qora goes through this module.
+
+- One-shot transforms (:func:`fftn`, :func:`rfftn`, ... with :mod:`scipy.fft`'s signature) follow
+  their input: CuPy arrays go to cuFFT, NumPy arrays to pocketfft on the host's threads.
+- :class:`PlanCache` (``Backend.fft``): plans made once per geometry and reused (below).
+- :class:`RawPlan` and :class:`WorkArea`: cuFFT plans with explicit layouts sharing one work area
+  (the holography pipeline's padded in-place layouts), from :mod:`qora.backend._cufft_raw`.
+
+Plans made once per geometry and reused:
 
 A plan transforms the trailing ``len(axes)`` axes of C-contiguous arrays of one
 shape and dtype; any leading axes are a batch. On the CPU a plan is a thin
@@ -22,8 +30,12 @@ import warnings
 import numpy as np
 
 from qora.backend import _cupy
+from qora.backend._cufft_raw import C2C, C2R, FORWARD, INVERSE, R2C, RawPlan, WorkArea
+from qora.backend.host import cpu_count
 
-__all__ = ["PlanCache", "C2CPlan", "R2CPlan", "HalfC2CPlan", "CallbackC2CPlan", "trailing_axes", "fast_length"]
+__all__ = ["PlanCache", "C2CPlan", "R2CPlan", "HalfC2CPlan", "CallbackC2CPlan", "trailing_axes", "fast_length",
+           "fft", "ifft", "rfft", "irfft", "fftn", "ifftn", "rfftn", "irfftn",
+           "RawPlan", "WorkArea", "C2C", "R2C", "C2R", "FORWARD", "INVERSE"]
 
 NORMS = ("backward", "ortho", "forward", None)
 
@@ -56,9 +68,28 @@ FFTW_THREADS_FROM = CPU_THREADS_FROM
 
 
 def _cpu_threads(n_points: int, start: int = CPU_THREADS_FROM) -> int:
-    from qora.backend.core import cpu_count
-
     return 1 if n_points < start else cpu_count()
+
+
+def _one_shot(name: str):
+    """A transform of :mod:`scipy.fft`'s signature that follows its input: cuFFT (CuPy's plan
+    cache) for a device array, pocketfft on the host with the threads :func:`_cpu_threads` gives."""
+
+    def transform(x, *args, **kwargs):
+        if type(x).__module__.split(".", 1)[0] == "cupy":
+            return getattr(_cupy.require("device FFTs").fft, name)(x, *args, **kwargs)
+        import scipy.fft
+
+        return getattr(scipy.fft, name)(x, *args, workers=_cpu_threads(np.size(x)), **kwargs)
+
+    transform.__name__ = transform.__qualname__ = name
+    transform.__doc__ = (f"``{name}`` of a NumPy or CuPy array, arguments as :func:`scipy.fft.{name}`: the one "
+                         "entry point for a transform made once (plans that are reused: :class:`PlanCache`).")
+    return transform
+
+
+fft, ifft, rfft, irfft = (_one_shot(n) for n in ("fft", "ifft", "rfft", "irfft"))
+fftn, ifftn, rfftn, irfftn = (_one_shot(n) for n in ("fftn", "ifftn", "rfftn", "irfftn"))
 
 
 def _pyfftw():
@@ -325,8 +356,6 @@ class R2CPlan(_Plan):
         else:
             import scipy.fft
 
-            from qora.backend.core import cpu_count
-
             out[...] = scipy.fft.rfftn(x, axes=self.axes, workers=cpu_count())
         return self._scale(out, self.forward_scale)
 
@@ -341,8 +370,6 @@ class R2CPlan(_Plan):
             self._inv.fft(x, out, +1)
         else:
             import scipy.fft
-
-            from qora.backend.core import cpu_count
 
             out[...] = scipy.fft.irfftn(x, s=self.transform_shape, axes=self.axes, norm="forward",
                                         workers=cpu_count())

@@ -51,9 +51,7 @@ class StepGraph:
     """
 
     def __init__(self, step, *, repeat: int = 1, stream=None) -> None:
-        cupy = _cupy.cupy_module()
-        if cupy is None:
-            raise RuntimeError(f"CUDA graphs need CuPy and a GPU: {_cupy.probe_error()}")
+        cupy = _cupy.require("CUDA graphs")
         if repeat < 1:
             raise ValueError(f"repeat must be at least 1, got {repeat}")
         self._cupy = cupy

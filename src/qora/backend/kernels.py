@@ -51,9 +51,7 @@ def load_module(package: str, filename: str, *, name_expressions=(), options=DEF
     options : sequence of str
         NVRTC options.
     """
-    cupy = _cupy.cupy_module()
-    if cupy is None:
-        raise RuntimeError(f"CUDA kernels need CuPy and a GPU: {_cupy.probe_error()}")
+    cupy = _cupy.require("CUDA kernels")
     device = cupy.cuda.runtime.getDevice()
     key = (device, package, filename, tuple(name_expressions), tuple(options))
     with _lock:

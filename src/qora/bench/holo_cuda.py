@@ -93,7 +93,7 @@ def _transfer_gbs(cp, nbytes: int) -> dict:
 
 
 def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
-    from qora.backend.cufft_raw import FORWARD, INVERSE
+    from qora.backend.fft import FORWARD, INVERSE
     from qora.backend.device import PeakMemory
     from qora.holo import cuda
     from qora.holo import fields as F

@@ -7,12 +7,18 @@ import logging
 import os
 from contextlib import contextmanager
 
+from qora.backend import cpu_count, has_cuda, require_cupy
+
 __all__ = ["connect", "gpu_count", "dask_distributed"]
 
 # The native thread pools a CPU worker may start: one worker per core, each single-threaded, is
 # faster than N workers each spawning N threads (and the numbers it gives do not depend on it).
 _SINGLE_THREADED = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 
+
+# A dashboard on a port the system picks: Dask reads ``None`` as its default 8787, so two runs on
+# one machine would collide (the second warns and moves, or fails where the port is taken).
+FREE_PORT = ":0"
 
 def dask_distributed():
     """``dask.distributed``, or an ImportError saying which extra brings it."""
@@ -25,10 +31,9 @@ def dask_distributed():
 
 def gpu_count() -> int:
     """CUDA devices this process sees (0 without CuPy or a device)."""
-    from qora.backend._cupy import cupy_module
-
-    cp = cupy_module()
-    return int(cp.cuda.runtime.getDeviceCount()) if cp is not None else 0
+    if not has_cuda():
+        return 0
+    return int(require_cupy("GPU workers").cuda.runtime.getDeviceCount())
 
 
 def _gpu_cluster(devices, *, memory_limit):
@@ -48,10 +53,10 @@ def _gpu_cluster(devices, *, memory_limit):
                                    "options": {"nthreads": 1, "memory_limit": memory_limit,
                                                "env": {"CUDA_VISIBLE_DEVICES": name}}}
                    for name in chosen}
-        scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": None}}
+        scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": FREE_PORT}}
         return distributed.SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.ERROR)
     return LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(chosen), memory_limit=memory_limit,
-                            dashboard_address=None, silence_logs=logging.ERROR)
+                            dashboard_address=FREE_PORT, silence_logs=logging.ERROR)
 
 
 @contextmanager
@@ -86,14 +91,12 @@ def connect(scheduler=None, *, workers: int | None = None, gpus: int | str | Non
             raise ValueError("no GPU to start a worker on" if gpus == "all" else f"gpus must be >= 1, got {gpus}")
         cluster = _gpu_cluster(count, memory_limit=memory_limit)
     else:
-        from qora.backend.core import cpu_count
-
         count = cpu_count() if workers is None else int(workers)
         if count < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         env = {name: str(threads_per_worker) for name in _SINGLE_THREADED}
         cluster = distributed.LocalCluster(n_workers=count, threads_per_worker=threads_per_worker, processes=True,
-                                           memory_limit=memory_limit, dashboard_address=None, silence_logs=logging.ERROR,
+                                           memory_limit=memory_limit, dashboard_address=FREE_PORT, silence_logs=logging.ERROR,
                                            env=env)
     client = distributed.Client(cluster)
     try:

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from qora.backend.cufft_raw import C2C, FORWARD, INVERSE
+from qora.backend.fft import C2C, FORWARD, INVERSE
 from qora.holo.bpm import BpmTables, _check_scan, bpm_lipschitz, bpm_tables, inversion_inputs
 from qora.holo.cuda import THREADS, FgpProx, WorkArea, _blocks, _cupy, _k
 from qora.holo.geometry import Geometry

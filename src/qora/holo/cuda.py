@@ -28,7 +28,8 @@ import math
 
 import numpy as np
 
-from qora.backend.cufft_raw import C2C, C2R, FORWARD, INVERSE, R2C, RawPlan, WorkArea as _WorkArea
+from qora.backend.fft import C2C, C2R, FORWARD, INVERSE, R2C, RawPlan, WorkArea as _WorkArea
+from qora.backend import require_cupy
 from qora.backend.kernels import get_kernel
 from qora.holo.fields import CropPlan
 from qora.holo.geometry import Geometry
@@ -45,9 +46,7 @@ _MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: the direction from the addresses (unif
 
 
 def _cupy():
-    from qora.backend.cufft_raw import _device_cupy
-
-    return _device_cupy()
+    return require_cupy("qora.holo on CUDA")
 
 
 def _k(name: str):

@@ -151,10 +151,7 @@ def write_volume_tiff(path, index, geometry: Geometry) -> None:
 
 def plot_volume(path, index, geometry: Geometry, *, truth=None, title: str = "") -> None:
     """PNG: orthogonal slices through the centre (z, y, x) and a line profile along x."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from qora.plot import save_png, subplots
 
     index = np.asarray(index)
     n = index.shape[0]
@@ -162,7 +159,7 @@ def plot_volume(path, index, geometry: Geometry, *, truth=None, title: str = "")
     ext = np.array([-(n // 2), n - n // 2]) * geometry.pixel
     extent = [ext[0], ext[1], ext[1], ext[0]]
     vmin, vmax = float(index.min()), float(index.max())
-    fig, axes = plt.subplots(1, 4, figsize=(17, 4))
+    fig, axes = subplots(1, 4, figsize=(17, 4))
     for ax, img, label in ((axes[0], index[c], "x-y at z = 0"), (axes[1], index[:, c], "x-z at y = 0"),
                            (axes[2], index[:, :, c], "y-z at x = 0")):
         im = ax.imshow(img, cmap="viridis", vmin=vmin, vmax=vmax, extent=extent)
@@ -180,19 +177,14 @@ def plot_volume(path, index, geometry: Geometry, *, truth=None, title: str = "")
     axes[3].legend()
     if title:
         fig.suptitle(title)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=90, format="png")
-    plt.close(fig)
+    save_png(fig, path, dpi=90)
 
 
 def plot_phase(path, phase, amplitude, *, pixel: float = 1.0, title: str = "") -> None:
     """PNG of an unwrapped phase (rad) and amplitude image."""
-    import matplotlib
+    from qora.plot import save_png, subplots
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = subplots(1, 2, figsize=(10, 4))
     n = phase.shape[0]
     extent = [0, phase.shape[1] * pixel, n * pixel, 0]
     im = axes[0].imshow(phase, cmap="coolwarm", extent=extent)
@@ -204,6 +196,4 @@ def plot_phase(path, phase, amplitude, *, pixel: float = 1.0, title: str = "") -
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=90, format="png")
-    plt.close(fig)
+    save_png(fig, path, dpi=90)

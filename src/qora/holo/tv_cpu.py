@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import math
 
-import numba
-import numpy as np
+from qora.backend.host import openmp_passive
 
-import qora.phase.cpu  # noqa: F401 - sets the OpenMP wait policy before Numba starts its threads
+openmp_passive()  # before Numba loads its OpenMP runtime
+
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
 
 __all__ = ["fgp_prox_fused"]
 

@@ -16,13 +16,10 @@ sum differs from the serial order by rounding only (checked to 1e-5).
 from __future__ import annotations
 
 import math
-import os
 
-# Numba's OpenMP threads spin after each parallel loop by default, stealing the
-# cores that the FFT's threads need next: on the 2-core development machine that
-# made an HIO iteration at 1024^2 take 18.4 ms instead of 11.2. Passive waiting
-# (the user's own setting wins) must be chosen before the OpenMP runtime loads.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from qora.backend.host import openmp_passive
+
+openmp_passive()  # before Numba loads its OpenMP runtime
 
 import numba  # noqa: E402
 import numpy as np

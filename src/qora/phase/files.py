@@ -106,15 +106,12 @@ def read_result(path):
 
 def plot_result(path, result, *, title: str | None = None) -> None:
     """PNG of amplitude, phase, support (central slice for 3D) and the error curves of all starts."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from qora.plot import save_png, subplots
 
     obj, sup = result.object, result.support
     if obj.ndim == 3:
         obj, sup = obj[obj.shape[0] // 2], sup[sup.shape[0] // 2]
-    fig, axes = plt.subplots(1, 4, figsize=(16, 4))
+    fig, axes = subplots(1, 4, figsize=(16, 4))
     im = axes[0].imshow(np.abs(obj), cmap="gray")
     axes[0].set_title("amplitude")
     fig.colorbar(im, ax=axes[0], shrink=0.8)
@@ -135,6 +132,4 @@ def plot_result(path, result, *, title: str | None = None) -> None:
         ax.set_yticks([])
     fig.suptitle(title or f"best of {result.starts} starts: Fourier error {result.fourier_error:.2e}")
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
+    save_png(fig, path, dpi=100)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qora.progress import report
+from qora.provenance import versions as software_versions
 from qora.phase.physics import autocorrelation_support, native_amplitude
 from qora.phase.recipe import Recipe, default_recipe
 
@@ -320,13 +321,11 @@ class Solver:
         llk, free_llk = np.array(all_llk[0]), np.array(all_llk[1])
         scores = final_errors if rank == "fourier" else free_llk
         best = int(np.nanargmin(scores))
-        from qora.bench.common import versions
-
         return PhaseResult(
             object=objects[best], support=supports[best], errors=errors, final_errors=final_errors, llk=llk,
             free_llk=free_llk, best=best, rank=rank, recipe=str(recipe), seed=seed, starts=len(objects),
             backend=self.backend.name, variant=self.variant,
-            timings={**self.timings, "run_s": time.perf_counter() - t0}, versions=versions(), first_start=first_start,
+            timings={**self.timings, "run_s": time.perf_counter() - t0}, versions=software_versions(), first_start=first_start,
             objects=objects if keep_all else None, supports=supports if keep_all else None, stopped_early=stopped,
         )
 

@@ -122,13 +122,10 @@ def write_image(path, phase, *, method: str, scan_step: float, kv: float, alpha_
 
 def plot_image(path, phase, *, scan_step: float, title: str = "", chi_map=None) -> None:
     """PNG of the phase image (and, when given, the aberration function over the aperture)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from qora.plot import save_png, subplots
 
     panels = 2 if chi_map is not None else 1
-    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4.4), squeeze=False)
+    fig, axes = subplots(1, panels, figsize=(5 * panels, 4.4), squeeze=False)
     sy, sx = np.shape(phase)
     im = axes[0, 0].imshow(phase, cmap="gray", extent=(0, sx * scan_step, sy * scan_step, 0))
     axes[0, 0].set(title=title or "phase (rad)", xlabel="x (A)", ylabel="y (A)")
@@ -139,9 +136,7 @@ def plot_image(path, phase, *, scan_step: float, title: str = "", chi_map=None) 
         axes[0, 1].set(title="aberration function chi (rad)", xlabel="k_x (mrad)", ylabel="k_y (mrad)")
         fig.colorbar(im, ax=axes[0, 1], label="rad")
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+    save_png(fig, path, dpi=110)
 
 
 def plot_fit(path, session, result: dict) -> None:
@@ -149,10 +144,7 @@ def plot_fit(path, session, result: dict) -> None:
     the fitted aberration function chi over the aperture (the better branch), and the agreement
     along each fitted parameter of that branch around its fit (+-4 standard errors, at least
     +-10 A or +-1 mrad), the others held."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from qora.plot import save_png, subplots
 
     from qora.ssb.agreement import Band, parameters_to_aberrations
     from qora.ssb.optics import chi
@@ -180,7 +172,7 @@ def plot_fit(path, session, result: dict) -> None:
     finally:
         session.rotation = saved
     cols = max(len(branches) + 1, len(names))
-    fig, axes = plt.subplots(2, cols, figsize=(3.6 * cols, 7.0), squeeze=False)
+    fig, axes = subplots(2, cols, figsize=(3.6 * cols, 7.0), squeeze=False)
     sy, sx = session.scan_shape
     step = session.scan_step
     for i, b in enumerate(branches):
@@ -213,6 +205,4 @@ def plot_fit(path, session, result: dict) -> None:
         axes[1, j].set(xlabel=f"{name} ({unit})", ylabel="agreement" if j == 0 else None)
     fig.suptitle(f"scan rotation {np.rad2deg(result['rotation_rad']):.2f} deg; better: {best}")
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=100)
-    plt.close(fig)
+    save_png(fig, path, dpi=100)

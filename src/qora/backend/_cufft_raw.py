@@ -15,6 +15,8 @@ from __future__ import annotations
 import ctypes
 import threading
 
+from qora.backend import _cupy
+
 __all__ = ["RawPlan", "WorkArea", "R2C", "C2R", "C2C", "FORWARD", "INVERSE"]
 
 R2C, C2R, C2C = 0x2A, 0x2C, 0x29
@@ -25,12 +27,7 @@ _lib = None
 
 
 def _device_cupy():
-    from qora.backend import _cupy
-
-    cupy = _cupy.cupy_module()
-    if cupy is None:
-        raise RuntimeError(f"cuFFT plans need CuPy and a GPU: {_cupy.probe_error()}")
-    return cupy
+    return _cupy.require("cuFFT plans")
 
 
 def _library():

@@ -1,0 +1,29 @@
+"""Facts and policies of the host: the cores this process may use, and how its thread pools wait.
+
+One place for them, so that every engine's CPU path (Numba loops, FFT threads) follows the same rule.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["cpu_count", "openmp_passive"]
+
+
+def cpu_count() -> int:
+    """Cores this process may run on (the affinity mask, not the machine's total)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def openmp_passive() -> None:
+    """Make OpenMP threads sleep, not spin, between parallel loops (unless the user chose).
+
+    Numba's OpenMP threads spin after each parallel loop by default, stealing the cores that the
+    FFT's threads need next: on the 2-core development machine that made an HIO iteration at 1024^2
+    take 18.4 ms instead of 11.2. Must run before Numba starts its thread pool, so every module with Numba
+    loops calls it at import.
+    """
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
