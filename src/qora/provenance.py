@@ -24,15 +24,15 @@ def versions() -> dict:
 
     out = {"python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
            "qora": qora.__version__, "platform": platform.platform()}
-    from qora.backend import _cupy
+    from qora.backend import cupy_submodule, has_cuda, require_cupy
 
-    cupy = _cupy.cupy_module()
-    if cupy is not None:
+    if has_cuda():
+        cupy = require_cupy("CUDA versions")
         out["cupy"] = cupy.__version__
         try:
             out["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
             out["cuda_driver"] = cupy.cuda.runtime.driverGetVersion()
-            out["cufft"] = _cupy.submodule("cupy.cuda.cufft").getVersion()
+            out["cufft"] = cupy_submodule("cupy.cuda.cufft").getVersion()
         except Exception as exc:  # version queries are informative only
             out["cuda_version_error"] = str(exc)
     return out

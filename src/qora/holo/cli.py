@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from qora.distributed.options import scale_out_client, scale_out_options
+from qora.cli.options import scale_out_client, scale_out_options
 
 
 @click.group("holo")

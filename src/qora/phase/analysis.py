@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.optimize
 
+from qora.backend import fft
+
 __all__ = ["twin", "shift", "align", "object_error", "prtf", "modes"]
 
 
@@ -25,20 +27,20 @@ def twin(x: np.ndarray) -> np.ndarray:
 
 def shift(x: np.ndarray, delta) -> np.ndarray:
     """Translate ``x`` by ``delta`` pixels (sub-pixel allowed) with a Fourier phase ramp."""
-    spec = np.fft.fftn(x)
+    spec = fft.fftn(x)
     for ax, (n, d) in enumerate(zip(x.shape, delta)):
         f = np.fft.fftfreq(n).reshape([-1 if i == ax else 1 for i in range(x.ndim)])
         spec = spec * np.exp(-2j * np.pi * f * d)
-    return np.fft.ifftn(spec)
+    return fft.ifftn(spec)
 
 
 def _best_shift(x, ref):
     """The translation maximising |<shift(x), ref>|: integer peak, then sub-pixel refinement."""
-    xc = np.fft.ifftn(np.fft.fftn(ref) * np.conj(np.fft.fftn(x)))
+    xc = fft.ifftn(fft.fftn(ref) * np.conj(fft.fftn(x)))
     peak = np.array(np.unravel_index(int(np.argmax(np.abs(xc))), x.shape), float)
     peak = np.where(peak > np.array(x.shape) / 2, peak - np.array(x.shape), peak)
-    fx = np.fft.fftn(x)
-    fr = np.fft.fftn(ref)
+    fx = fft.fftn(x)
+    fr = fft.fftn(ref)
     freqs = [np.fft.fftfreq(n).reshape([-1 if i == ax else 1 for i in range(x.ndim)]) for ax, n in enumerate(x.shape)]
 
     def overlap(d):
@@ -64,7 +66,7 @@ def align(x: np.ndarray, reference: np.ndarray, *, allow_twin: bool = True, subp
         cand = twin(x) if is_twin else x
         d = _best_shift(cand, ref) if subpixel else np.zeros(x.ndim)
         if not subpixel:
-            xc = np.fft.ifftn(np.fft.fftn(ref) * np.conj(np.fft.fftn(cand)))
+            xc = fft.ifftn(fft.fftn(ref) * np.conj(fft.fftn(cand)))
             d = np.array(np.unravel_index(int(np.argmax(np.abs(xc))), x.shape), float)
         moved = shift(cand, d) if np.any(d != 0) else cand
         c = np.vdot(moved, ref)
@@ -93,7 +95,7 @@ def prtf(objects, intensity, *, nbins: int | None = None):
     ref = objects[0]
     aligned = np.stack([ref] + [align(o, ref)[0] for o in objects[1:]])
     axes = tuple(range(1, objects.ndim))
-    spec = np.fft.fftshift(np.fft.fftn(np.fft.ifftshift(aligned, axes=axes), axes=axes, norm="ortho"), axes=axes)
+    spec = np.fft.fftshift(fft.fftn(np.fft.ifftshift(aligned, axes=axes), axes=axes, norm="ortho"), axes=axes)
     mean = np.abs(spec.mean(axis=0))
     amp = np.sqrt(np.maximum(np.asarray(intensity, float), 0))
     grids = np.meshgrid(*[(np.arange(n) - n // 2) / n for n in ref.shape], indexing="ij")

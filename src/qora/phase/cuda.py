@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from qora.backend import is_device_array, resolve
+from qora.backend import fft, is_device_array, resolve
 from qora.backend.kernels import load_module
 from qora.phase.physics import shrinkwrap
 
@@ -114,13 +114,13 @@ class NaiveCudaEngine(_DeviceState):
         inside = self.support.astype(bool)
         errors = np.empty((iterations, self.batch))
         for k in range(iterations):
-            y = xp.fft.fftn(self.x, axes=axes, norm="ortho")
+            y = fft.fftn(self.x, axes=axes, norm="ortho")
             mag = xp.abs(y)
             d = mag - amp
             errors[k] = (xp.sum(xp.where(measured, d * d, 0), axis=axes)).get()  # host round trip
             safe = xp.where(mag > 0, mag, 1)
             y = xp.where(measured, xp.where(mag > 0, amp * (y / safe), amp), y)
-            p = xp.fft.ifftn(y, axes=axes, norm="ortho").astype(np.complex64)
+            p = fft.ifftn(y, axes=axes, norm="ortho").astype(np.complex64)
             ins = inside
             val = p
             if constraint is not None:
@@ -377,7 +377,7 @@ class CallbackEngine(_KernelEngine):
         source = "".join(f"#define {k} {v}\n" for k, v in (defines or {}).items())
         source += kernel_source("qora.phase", "callbacks.cu")
         axes = tuple(range(1, len(self.full)))
-        fft = self.backend.fft
+        plans = self.backend.fft
         if mode == "store":
             self.bufs = [self.x, xp.zeros_like(self.x)]
             self.half = 0
@@ -386,19 +386,19 @@ class CallbackEngine(_KernelEngine):
             inv[0] = (self.support.data.ptr, self.bufs[0].data.ptr, self.bufs[1].data.ptr, self.state.data.ptr,
                       self.coef.data.ptr, self.n * self.batch)
             self._update_info = xp.asarray(inv.view(np.uint8))
-            self.plan_forward = fft.callback_c2c(self.full, axes=axes, store=(source, "qora_forward_store"),
+            self.plan_forward = plans.callback_c2c(self.full, axes=axes, store=(source, "qora_forward_store"),
                                                  data=self._modulus_info)
-            self.plan_inverse = fft.callback_c2c(self.full, axes=axes, store=(source, "qora_inverse_store"),
+            self.plan_inverse = plans.callback_c2c(self.full, axes=axes, store=(source, "qora_inverse_store"),
                                                  data=self._update_info)
             created = [self.plan_forward, self.plan_inverse]
         else:
             upd = np.zeros(1, dtype=[("support", "u8"), ("x", "u8"), ("coef", "u8"), ("n", "i8")])
             upd[0] = (self.support.data.ptr, self.x.data.ptr, self.coef.data.ptr, self.n * self.batch)
             self._update_info = xp.asarray(upd.view(np.uint8))
-            self.plan_plain = fft.c2c(self.full, np.complex64, axes=axes)
-            self.plan_forward = fft.callback_c2c(self.full, axes=axes, load=(source, "qora_update_load"),
+            self.plan_plain = plans.c2c(self.full, np.complex64, axes=axes)
+            self.plan_forward = plans.callback_c2c(self.full, axes=axes, load=(source, "qora_update_load"),
                                                  data=self._update_info)
-            self.plan_inverse = fft.callback_c2c(self.full, axes=axes, load=(source, "qora_modulus_load"),
+            self.plan_inverse = plans.callback_c2c(self.full, axes=axes, load=(source, "qora_modulus_load"),
                                                  data=self._modulus_info)
             created = [self.plan_forward, self.plan_inverse]
         self.plan_created_s = sum(p.created_s for p in created)

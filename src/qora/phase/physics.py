@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from qora.backend import xp_of
+from qora.backend import fft, xp_of
 
 __all__ = [
     "ALGORITHMS", "CONSTRAINTS", "update_coefficients", "native_amplitude", "modulus_project",
@@ -111,7 +111,7 @@ def fourier_error(x, amp, *, xp=None) -> float:
     """sqrt(sum over measured (|F x| - a)^2 / sum a^2), F unitary; ``amp`` in FFT layout."""
     xp = xp or xp_of(x)
     axes = tuple(range(x.ndim - amp.ndim, x.ndim))
-    y = xp.fft.fftn(x, axes=axes, norm="ortho")
+    y = fft.fftn(x, axes=axes, norm="ortho")
     measured = amp >= 0
     num = xp.sum(xp.where(measured, (xp.abs(y) - amp) ** 2, 0).astype(np.float64))
     den = xp.sum(xp.where(measured, amp.astype(np.float64) ** 2, 0))
@@ -123,7 +123,7 @@ def gaussian_blur(v, sigma: float, *, xp=None):
     xp = xp or xp_of(v)
     if sigma <= 0:
         return v
-    spec = xp.fft.rfftn(v)
+    spec = fft.rfftn(v)
     shape = v.shape
     factor = None
     for ax, n in enumerate(shape):
@@ -131,7 +131,7 @@ def gaussian_blur(v, sigma: float, *, xp=None):
         g = xp.exp(-2.0 * (math.pi * sigma * f) ** 2)
         g = g.reshape([-1 if i == ax else 1 for i in range(len(shape))])
         factor = g if factor is None else factor * g
-    return xp.fft.irfftn(spec * factor, s=shape, axes=tuple(range(len(shape)))).astype(v.dtype)
+    return fft.irfftn(spec * factor, s=shape, axes=tuple(range(len(shape)))).astype(v.dtype)
 
 
 def shrinkwrap(x, support, *, sigma: float, threshold: float, min_fraction: float = 0.2, xp=None):
@@ -160,7 +160,7 @@ def autocorrelation_support(intensity, *, threshold: float = 0.04, sigma: float 
     if mask is not None:
         intensity = xp.where(xp.asarray(mask, bool), 0.0, intensity)
     axes = tuple(range(intensity.ndim))
-    auto = xp.abs(xp.fft.fftshift(xp.fft.ifftn(xp.fft.ifftshift(intensity, axes=axes)), axes=axes))
+    auto = xp.abs(xp.fft.fftshift(fft.ifftn(xp.fft.ifftshift(intensity, axes=axes)), axes=axes))
     auto = gaussian_blur(auto, sigma, xp=xp)
     return auto > threshold * auto.max()
 
@@ -168,5 +168,5 @@ def autocorrelation_support(intensity, *, threshold: float = 0.04, sigma: float 
 def detector_intensity(obj, xp=np):
     """|F obj|^2 (unitary) in detector layout (q = 0 at n//2), for a centre-origin object."""
     axes = tuple(range(obj.ndim))
-    y = xp.fft.fftn(xp.fft.ifftshift(xp.asarray(obj, dtype=np.complex128), axes=axes), norm="ortho")
+    y = fft.fftn(xp.fft.ifftshift(xp.asarray(obj, dtype=np.complex128), axes=axes), norm="ortho")
     return xp.fft.fftshift(xp.abs(y) ** 2, axes=axes)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from qora.backend import fft
 from qora.progress import report
 from qora.provenance import versions as software_versions
 from qora.phase.physics import autocorrelation_support, native_amplitude
@@ -91,7 +92,7 @@ def random_start(amp_native, support, seed: int, start: int, xp=np):
     phase = xp.asarray(start_phases(seed, start, amp_native.shape))
     amp = xp.asarray(amp_native)
     spec = xp.where(amp >= 0, amp, np.float32(0)) * xp.exp(1j * phase).astype(np.complex64)
-    x = xp.fft.ifftn(spec, norm="ortho")
+    x = fft.ifftn(spec, norm="ortho")
     return xp.where(xp.asarray(support), x, 0).astype(np.complex64)
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from qora.distributed.options import scale_out_client, scale_out_options
+from qora.cli.options import backend_option, scale_out_client, scale_out_options
 
 
 @click.group("phase")
@@ -41,7 +41,7 @@ def simulate_cmd(name, size, photons, seed, out) -> None:
 @click.option("--starts", type=click.IntRange(1, 10000), default=4, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--rank", type=click.Choice(["fourier", "free_llk"]), default="fourier", show_default=True)
-@click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@backend_option()
 @click.option("--variant", type=click.Choice(["auto", "cpu", "naive", "fused", "graph", "batched", "half", "mixed",
                                               "callback"]), default="auto", show_default=True,
               help="Engine (docs/phase.md, 'On the GPU'); auto: cpu on the CPU, graph on the GPU.")

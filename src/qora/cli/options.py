@@ -1,5 +1,6 @@
-"""The command line's scale-out options, shared by the long commands (``phase run``, ``holo
-reconstruct``, ``ssb fit``). Plain click: Dask is imported only when one of them is used."""
+"""Options shared by the commands: ``--backend`` on every command that computes, and the scale-out
+options of the long commands (``phase run``, ``holo reconstruct``, ``ssb fit``). Plain click: Dask is
+imported only when a scale-out option is used."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ from contextlib import nullcontext
 
 import click
 
-__all__ = ["scale_out_options", "scale_out_client"]
+__all__ = ["backend_option", "scale_out_options", "scale_out_client"]
+
+BACKENDS = ("auto", "cpu", "cuda")
+
+
+def backend_option(default: str = "auto", help: str | None = None):
+    """``--backend auto|cpu|cuda``, the one definition every command uses."""
+    return click.option("--backend", type=click.Choice(BACKENDS), default=default, show_default=True,
+                        help=help or "Where to compute: auto is CUDA when CuPy sees a GPU, else the CPU.")
 
 
 def scale_out_options(command):

@@ -1,0 +1,110 @@
+"""``qora bench``: the benchmarks (``src/qora/bench/``), one command each; results are JSON and a table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from qora.cli.options import backend_option
+
+
+@click.group("bench")
+def bench() -> None:
+    """Benchmarks; results go to bench/results/ as JSON and are printed as a table."""
+
+
+@bench.command("floors")
+@backend_option()
+@click.option("--repeats", type=click.IntRange(3, 1000), default=20, show_default=True)
+@click.option("--no-write", is_flag=True, help="Print only; write no result file.")
+def bench_floors(backend: str, repeats: int, no_write: bool) -> None:
+    """Copy bandwidth and cuFFT forward+inverse pair floors (fp32 and fp16) per shape."""
+    from qora.bench import floors
+
+    floors.run(backend=backend, repeats=repeats, write=not no_write, echo=click.echo)
+
+
+@bench.command("phase")
+@backend_option()
+@click.option("--no-write", is_flag=True, help="Print only; write no result file.")
+@click.option("--extras", is_flag=True, help="GPU: callback, iteration split, construction, recipes, memory.")
+@click.option("--callback-probe", is_flag=True, help="GPU: the callback variant with parts switched off.")
+def bench_phase(backend: str, no_write: bool, extras: bool, callback_probe: bool) -> None:
+    """ms per HIO iteration per size, against a NumPy loop and a jax.jit loop (peers env)."""
+    from qora.bench import phase as phase_bench
+
+    if callback_probe:
+        phase_bench.run_callback_probe(write=not no_write, echo=click.echo)
+    elif extras:
+        phase_bench.run_cuda_extras(write=not no_write, echo=click.echo)
+    else:
+        phase_bench.run(backend=backend, write=not no_write, echo=click.echo)
+
+
+@bench.command("holo")
+@backend_option("cpu")
+@click.option("--no-write", is_flag=True, help="Print only; write no result file.")
+def bench_holo(backend: str, no_write: bool) -> None:
+    """Holography stage times, and ODTbrain on the same rotation data (peers env)."""
+    from qora.bench import holo as holo_bench
+
+    holo_bench.run(backend=backend, write=not no_write, echo=click.echo)
+
+
+@bench.command("ssb")
+@backend_option("cpu")
+@click.option("--no-write", is_flag=True, help="Print only; write no result file.")
+def bench_ssb(backend: str, no_write: bool) -> None:
+    """4D-STEM steps on a 128 x 128 scan: load, detector fit, session prepare, each image method."""
+    from qora.bench import ssb as ssb_bench
+
+    ssb_bench.run(backend=backend, write=not no_write, echo=click.echo)
+
+
+@bench.command("ssb-full")
+@click.option("--dir", "directory", type=click.Path(file_okay=False), default="/tmp/qora-ssb-full", show_default=True,
+              help="Where the full-scale dataset is kept (made there on the GPU when missing; 19 GB).")
+@click.option("--scan", type=click.IntRange(16, 4096), default=512, show_default=True, help="Scan side.")
+@click.option("--repeats", type=click.IntRange(1, 100), default=3, show_default=True, help="Fits per step.")
+@click.option("--previews", type=click.IntRange(1, 1000), default=20, show_default=True, help="Previews per step.")
+@click.option("--kernels-only", is_flag=True, help="Build the session and run one pass of each agreement kernel "
+                                                   "(for Nsight Compute); no timings.")
+@click.option("--no-write", is_flag=True, help="Print only; write no result file.")
+def bench_ssb_full(directory: str, scan: int, repeats: int, previews: int, kernels_only: bool, no_write: bool) -> None:
+    """The seed's 4D-STEM protocol, steps 1-9, on a 512^2 scan with a 192^2 detector (GPU)."""
+    from pathlib import Path
+
+    from qora.bench import ssb_full
+
+    ssb_full.run(directory=Path(directory), scan=scan, repeats=repeats, previews=previews, write=not no_write,
+                 echo=click.echo, kernels_only=kernels_only)
+
+
+@bench.command("scale-out")
+@click.option("--gpus/--cpu", default=None, help="One worker per GPU (default where there is a GPU), or processes.")
+@click.option("--max-workers", type=click.IntRange(1, 4096), default=None, help="Stop at this many workers.")
+@click.option("--patterns", type=click.IntRange(1, 10000), default=24, show_default=True)
+@click.option("--stacks", type=click.IntRange(1, 10000), default=24, show_default=True)
+@click.option("--repeats", type=click.IntRange(1, 100), default=3, show_default=True)
+@click.option("--no-write", is_flag=True, help="Print only; write no result file.")
+def bench_scale_out(gpus, max_workers, patterns, stacks, repeats, no_write) -> None:
+    """Throughput of the Dask patterns (phase, holo, ssb) on 1, 2, ... workers (docs/scale-out.md)."""
+    from qora.bench import scaleout
+
+    scaleout.run(gpus=gpus, max_workers=max_workers, patterns=patterns, stacks=stacks, repeats=repeats,
+                 write=not no_write, echo=click.echo)
+
+
+@bench.command("viewer")
+@click.option("--part", type=click.Choice(["server", "browser"]), required=True,
+              help="server: request to PNG on this machine's GPU; browser: Chromium's own overhead (CPU).")
+@backend_option()
+@click.option("--screenshots", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="browser: also write screenshots of the three views here.")
+@click.option("--no-write", is_flag=True, help="Print only; write no result file.")
+def bench_viewer(part, backend, screenshots, no_write) -> None:
+    """The SSB slider's latency: server time for a 256^2-scan dataset, and the browser's overhead."""
+    from qora.bench import viewer
+
+    viewer.run(part=part, backend=backend, screenshots=screenshots, write=not no_write, echo=click.echo)

@@ -1,0 +1,77 @@
+"""The house's shape, checked: the import contracts of pyproject.toml, module sizes, and that
+importing Qora leaves a user's plotting backend alone."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "qora"
+MOST_LINES = 600
+
+
+def _run_linter(config: Path, cwd: Path):
+    env = dict(os.environ, PYTHONPATH=str(cwd / "src"))
+    return subprocess.run([sys.executable, "-c", "from importlinter.cli import lint_imports_command; "
+                           "lint_imports_command()", "--config", str(config), "--no-cache"],
+                          cwd=cwd, capture_output=True, text=True, env=env)
+
+
+def test_import_contracts_are_kept():
+    proc = _run_linter(ROOT / "pyproject.toml", ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "BROKEN" not in proc.stdout and "0 broken" in proc.stdout
+
+
+def test_the_linter_fails_on_a_violation(tmp_path):
+    # a copy of the package in which an engine imports the command line: the contracts must break
+    import shutil
+
+    shutil.copytree(PACKAGE, tmp_path / "src" / "qora", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    physics = tmp_path / "src" / "qora" / "phase" / "physics.py"
+    physics.write_text(physics.read_text() + "\n\ndef _bad():\n    import qora.cli  # noqa: F401\n")
+    proc = _run_linter(tmp_path / "pyproject.toml", tmp_path)
+    assert proc.returncode != 0
+    assert "qora.phase is not allowed to import qora.cli" in proc.stdout
+
+
+def test_no_module_is_over_the_size_limit():
+    sizes = {str(p.relative_to(PACKAGE)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
+    assert len(sizes) > 50
+    over = {name: n for name, n in sizes.items() if n > MOST_LINES}
+    assert not over, f"modules over {MOST_LINES} lines: {over}"
+
+
+@pytest.mark.parametrize("engine", ["phase", "holo", "ssb"])
+def test_every_engine_has_a_face(engine):
+    import importlib
+
+    module = importlib.import_module(f"qora.{engine}")
+    assert (PACKAGE / engine / "__init__.py").is_file()
+    names = getattr(module, "__all__", [])
+    assert len(names) >= 3
+    missing = [n for n in names if not hasattr(module, n)]
+    assert not missing, f"qora.{engine}.__all__ names what it lacks: {missing}"
+
+
+def test_importing_the_engines_leaves_the_plotting_backend_alone():
+    code = ("import matplotlib; matplotlib.use('svg'); before = matplotlib.get_backend(); "
+            "import qora, qora.phase, qora.holo, qora.ssb, qora.plot, qora.cli; "
+            "print(before, matplotlib.get_backend())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, MPLBACKEND=""))
+    before, after = out.stdout.split()
+    assert before == "svg" and after == "svg"
+
+
+def test_plotting_leaves_the_plotting_backend_alone(tmp_path):
+    code = ("import matplotlib; matplotlib.use('svg'); import numpy as np; "
+            "from qora.plot import subplots, save_png; fig, ax = subplots(1, 2); ax[0].imshow(np.eye(4)); "
+            f"save_png(fig, {str(tmp_path / 'f.png')!r}); print(matplotlib.get_backend())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "svg"
+    assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
