@@ -48,11 +48,12 @@ def test_result_json_round_trip_and_newest(tmp_path, monkeypatch):
     assert data["device"]["name"] == "Test CPU" and data["cases"]["copy"]["gbs"] == 10.0
     assert {"python", "numpy", "scipy", "qora"} <= set(data["versions"])
     older = dict(data, date="2000-01-01T00:00:00+00:00", cases={})
-    (tmp_path / "old.json").write_text(json.dumps(older))
+    assert p1.parent == tmp_path / "floors"  # one folder per benchmark
+    (tmp_path / "floors" / "old.json").write_text(json.dumps(older))
     path, newest = newest_result("floors", tmp_path)
     assert path == p1 and newest["cases"]
     assert newest_result("phase", tmp_path) is None
-    assert not list(tmp_path.glob("*.tmp"))
+    assert not list(tmp_path.rglob("*.tmp"))
     assert "copy" in r.table()
 
 

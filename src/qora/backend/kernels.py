@@ -70,7 +70,3 @@ def get_kernel(package: str, filename: str, name: str, *, name_expressions=(), o
     module = load_module(package, filename, name_expressions=name_expressions, options=options)
     return module.get_function(name)
 
-
-def loaded_count() -> int:
-    """How many modules are compiled in this process (for tests of the memoization)."""
-    return len(_modules)

@@ -249,8 +249,9 @@ class BenchResult:
         }
 
     def write(self, directory: Path | None = None) -> Path:
-        """Write the JSON atomically to ``directory`` (default :func:`results_dir`)."""
-        directory = Path(directory) if directory is not None else results_dir()
+        """Write the JSON atomically to ``directory/<benchmark>/`` (``directory`` defaults to
+        :func:`results_dir`): one folder per benchmark, apart from logs and profiler dumps."""
+        directory = (Path(directory) if directory is not None else results_dir()) / self.benchmark
         directory.mkdir(parents=True, exist_ok=True)
         data = self.as_dict()
         stamp = data["date"].replace(":", "").replace("-", "")[:15]
@@ -285,10 +286,11 @@ def _json_default(o):
 
 
 def newest_result(benchmark: str, directory: Path | None = None) -> tuple[Path, dict] | None:
-    """The newest result file of ``benchmark`` (by its recorded date), or None."""
+    """The newest result file of ``benchmark`` in ``directory/<benchmark>/`` (by its recorded date),
+    or None."""
     directory = Path(directory) if directory is not None else results_dir()
     best = None
-    for path in sorted(directory.glob("*.json")):
+    for path in sorted((directory / benchmark).glob("*.json")):
         try:
             data = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):

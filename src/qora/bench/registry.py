@@ -87,7 +87,3 @@ REQUIRED_CASES: dict[str, list[str]] = {
                   "ssb/1_workers/batch8", "ssb/1_workers/newton5"],
 }
 
-
-def required_cases(benchmark: str) -> list[str]:
-    """Case names the benchmark's result must contain (KeyError for an unregistered benchmark)."""
-    return list(REQUIRED_CASES[benchmark])
