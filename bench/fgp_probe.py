@@ -9,12 +9,16 @@ Run on the device: ``PYTHONPATH=src python3 bench/fgp_probe.py [N]``.
 
 import sys
 
-import cupy as cp
 import numpy as np
 
+from qora.backend import require_cupy
 from qora.backend.kernels import kernel_source
-from qora.holo import cuda
 from qora.holo import reference as R
+from qora.holo.cuda_solver import SpectrumSolver
+from qora.holo.cuda_stages import WorkArea
+from qora.holo.options import ReconstructionOptions
+
+cp = require_cupy("bench/fgp_probe.py")
 
 PROBES = r"""
 template <int PLANES>
@@ -249,8 +253,8 @@ CASES = {
 
 def main(n=512, steps=10):
     g = R.geometry(n)
-    work = cuda.WorkArea()
-    solver = cuda.Solver(g, n, work, method="tv", iterations=1, tv_inner=1, tv_weight=1e-3)
+    work = WorkArea()
+    solver = SpectrumSolver(g, n, work, ReconstructionOptions(method="tv", iterations=1, tv_inner=1, tv_weight=1e-3))
     rng = np.random.default_rng(0)
     solver.v[...] = cp.asarray(rng.standard_normal(n**3).astype(np.float32) * 1e-3)
     solver.prox.p[...] = cp.asarray(np.clip(rng.standard_normal(3 * n**3), -1, 1).astype(np.float32))

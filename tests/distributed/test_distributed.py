@@ -95,8 +95,8 @@ def test_a_killed_worker_loses_no_pattern(client):
 def holo_case():
     from qora.holo import fields as F
     from qora.holo import phantoms as P
+    from qora.holo import Pipeline, ReconstructionOptions
     from qora.holo import reference as R
-    from qora.holo.pipeline import Pipeline
 
     g = R.geometry(32)
     hp = g.pixel / 2
@@ -106,7 +106,7 @@ def holo_case():
                           hologram_pixel=hp) for r in (0.8, 1.0, 1.2, 1.4)]
     bg = P.holograms(np.ones((g.count, big, big)), g, carrier, hologram_pixel=hp)
     sideband = F.find_sideband(bg[0], hp)
-    options = dict(sideband=sideband, hologram_pixel=hp, backend="cpu", iterations=10)
+    options = dict(sideband=sideband, hologram_pixel=hp, backend="cpu", options=ReconstructionOptions(iterations=10))
     pipe = Pipeline(g, hologram_n=big, **options)
     pipe.set_background(bg)
     return g, np.stack(stacks), bg, options, [pipe.process(s).index for s in stacks]
@@ -133,7 +133,8 @@ def test_series_volumes_equal_the_pipeline_and_a_run_resumes(client, holo_case, 
         np.testing.assert_array_equal(series.volume(t), refs[t])
     assert series.attrs["qora_kind"] == "holo_series" and series.attrs["n"] == g.n
     with pytest.raises(ValueError, match="another geometry or options"):
-        reconstruct_series(stacks, bg, g, store=store, client=client, **{**options, "iterations": 11})
+        reconstruct_series(stacks, bg, g, store=store, client=client,
+                           **{**options, "options": options["options"].replace(iterations=11)})
 
 
 def test_a_bad_stack_fails_alone(client, holo_case, tmp_path):

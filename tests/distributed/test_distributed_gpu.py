@@ -51,7 +51,7 @@ def test_series_on_gpu_workers_equal_the_gpu_pipeline(client, tmp_path):
     from qora.holo import fields as F
     from qora.holo import phantoms as P
     from qora.holo import reference as R
-    from qora.holo.pipeline import Pipeline
+    from qora.holo import Pipeline, ReconstructionOptions
 
     g = R.geometry(64)
     hp = g.pixel / 2
@@ -60,7 +60,8 @@ def test_series_on_gpu_workers_equal_the_gpu_pipeline(client, tmp_path):
     stacks = np.stack([P.holograms(np.exp(P.born_ratio([P.Sphere(radius=r, index=1.36)], g, n=big, pixel=hp)), g,
                                    carrier, hologram_pixel=hp) for r in (1.0, 1.5, 2.0)])
     bg = P.holograms(np.ones((g.count, big, big)), g, carrier, hologram_pixel=hp)
-    options = dict(sideband=F.find_sideband(bg[0], hp), hologram_pixel=hp, backend="cuda", iterations=30)
+    options = dict(sideband=F.find_sideband(bg[0], hp), hologram_pixel=hp, backend="cuda",
+                   options=ReconstructionOptions(iterations=30))
     report = reconstruct_series(stacks, bg, g, store=tmp_path / "s.zarr", client=client, **options)
     assert not report.failed and all(info["backend"] == "cuda" for info in report.done.values())
     pipe = Pipeline(g, hologram_n=big, **options)

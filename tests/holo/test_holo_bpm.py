@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from qora.holo import odt
+from qora import holo
 from qora.holo import phantoms as P
 from qora.holo import reference as R
 from qora.holo.bpm import (bpm_forward, bpm_gradient, bpm_jvp, bpm_reconstruct, bpm_tables, bpm_vjp,
@@ -121,7 +121,7 @@ def test_inversion_of_exact_bead_data_improves_on_rytov():
     sphere = P.Sphere(radius=1.5, index=1.40)
     data = 1 + P.partial_wave_ratio(sphere, g)
     truth = P.render_spheres([sphere], g.n, g.pixel, g.medium_index, supersample=3)
-    start = odt.reconstruct(data, g, method="gp", iterations=20, r2c=True).index
+    start = holo.reconstruct(data, g, method="gp", iterations=20, r2c=True).index
     seen = []
     result = bpm_reconstruct(data, g, iterations=20, progress=lambda *a: seen.append(a[1]))
     rmse = lambda v: float(np.sqrt(np.mean((v - truth) ** 2)))  # noqa: E731

@@ -5,7 +5,8 @@ import pytest
 
 from qora.holo import phantoms as P
 from qora.holo import reference as R
-from qora.holo.bpm import bpm_forward, bpm_gradient, bpm_reconstruct, bpm_vjp
+from qora.holo import bpm_reconstruct  # the api: backend="cpu" by default, "cuda" on the device
+from qora.holo.bpm import bpm_forward, bpm_gradient, bpm_vjp
 from qora.holo.geometry import Geometry, cone_illuminations
 
 pytestmark = pytest.mark.gpu

@@ -5,8 +5,9 @@ import math
 import numpy as np
 import pytest
 
+from qora import holo
 from qora.holo import fields as F
-from qora.holo import odt
+from qora.holo.plans import CropPlan
 from qora.holo import phantoms as P
 from qora.holo import reference as R
 from qora.holo.geometry import Geometry
@@ -39,10 +40,10 @@ def test_field_extraction_matches_cpu(carrier_bins):
     sideband = F.find_sideband(holos[0], hp)
     kw = dict(hologram_pixel=hp, n=g.n, pupil_frequency=g.pupil_frequency)
     if carrier_bins is not None:  # the window crosses k_x = 0: its columns hold both signs
-        cols = F.CropPlan(big, sideband, n=g.n, **{k: kw[k] for k in ("hologram_pixel", "pupil_frequency")}).cols
+        cols = CropPlan(big, sideband, n=g.n, **{k: kw[k] for k in ("hologram_pixel", "pupil_frequency")}).cols
         assert (cols < big // 2).any() and (cols > big // 2).any()
     cpu = F.extract_fields(holos, sideband, **kw)
-    gpu = F.extract_fields(holos, sideband, backend="cuda", **kw)
+    gpu = holo.extract_fields(holos, sideband, backend="cuda", **kw)
     assert gpu.shape == cpu.shape
     assert np.abs(gpu - cpu).max() < 1e-4 * np.abs(cpu).max()
 
@@ -60,7 +61,7 @@ def _phase_stack(n=64, count=3, seed=0):
 
 
 def test_rytov_matches_cpu():
-    from qora.holo import cuda
+    from qora.holo import cuda_pipeline as cuda
 
     ratio = _phase_stack()
     cpu = rytov(ratio)
@@ -70,7 +71,7 @@ def test_rytov_matches_cpu():
 
 
 def test_rytov_and_born_of_a_ratio_of_fields_match_cpu():
-    from qora.holo import cuda
+    from qora.holo import cuda_pipeline as cuda
 
     rng = np.random.default_rng(2)
     ratio = _phase_stack(48, 2)
@@ -113,8 +114,8 @@ def test_reconstruct_matches_cpu(case, options, request):
     g, ratio = request.getfixturevalue(case)
     cuda_only = {k: options[k] for k in ("mapping",) if k in options}
     common = {k: v for k, v in options.items() if k not in cuda_only}
-    cpu = odt.reconstruct(ratio, g, **common).index
-    gpu = odt.reconstruct(ratio, g, backend="cuda", **common, **cuda_only)
+    cpu = holo.reconstruct(ratio, g, **common).index
+    gpu = holo.reconstruct(ratio, g, backend="cuda", **common, **cuda_only)
     assert gpu.index.shape == cpu.shape and gpu.index.dtype == np.float32
     assert gpu.info["backend"] == "cuda"
     assert _relative(gpu.index, cpu, R.MEDIUM_INDEX) < 1e-4
@@ -122,7 +123,7 @@ def test_reconstruct_matches_cpu(case, options, request):
 
 def test_fgp_variants_agree_within_two_ulp(scan_case):
     g, ratio = scan_case
-    runs = {fgp: odt.reconstruct(ratio, g, backend="cuda", method="tv", iterations=6, tv_inner=10, tv_weight=3e-3,
+    runs = {fgp: holo.reconstruct(ratio, g, backend="cuda", method="tv", iterations=6, tv_inner=10, tv_weight=3e-3,
                                  fgp=fgp).index for fgp in ("fused", "separate", "cube", "march")}
     for fgp, index in runs.items():
         np.testing.assert_array_max_ulp(index, runs["separate"], maxulp=2)
@@ -130,15 +131,15 @@ def test_fgp_variants_agree_within_two_ulp(scan_case):
 
 
 def test_cuda_rejects_what_it_cannot_do(scan_case):
-    from qora.holo import cuda
+    from qora.holo import cuda_pipeline as cuda
 
     g, ratio = scan_case
     with pytest.raises(ValueError, match="mapping"):
-        odt.reconstruct(ratio, g, backend="cuda", mapping="nearest")
+        holo.reconstruct(ratio, g, backend="cuda", mapping="nearest")
     with pytest.raises(ValueError, match="fgp"):
-        odt.reconstruct(ratio, g, backend="cuda", method="tv", fgp="tiled")
+        holo.reconstruct(ratio, g, backend="cuda", method="tv", fgp="tiled")
     with pytest.raises(TypeError, match="CUDA backend only"):
-        odt.reconstruct(ratio, g, mapping="gather")
+        holo.reconstruct(ratio, g, mapping="gather")
     with pytest.raises(ValueError, match="even"):
         cuda.first_order(np.ones((1, 15, 15), complex))
 
@@ -148,7 +149,7 @@ def test_cuda_rejects_what_it_cannot_do(scan_case):
 def test_pipeline_matches_the_per_call_chain_and_allocates_nothing(small_case, parts, method):
     import cupy
 
-    from qora.holo.pipeline import Pipeline
+    from qora.holo import Pipeline
 
     g, hp, bg, stacks = small_case
     sideband = F.find_sideband(bg[0], hp)
@@ -160,7 +161,7 @@ def test_pipeline_matches_the_per_call_chain_and_allocates_nothing(small_case, p
     first = pipe.process(stacks[0]).index
     kw = dict(hologram_pixel=hp, n=g.n, pupil_frequency=g.pupil_frequency)
     ratio = F.field_ratio(F.extract_fields(stacks[0], sideband, **kw), F.extract_fields(bg, sideband, **kw))
-    ref = odt.reconstruct(ratio, g, **opts).index
+    ref = holo.reconstruct(ratio, g, **opts).index
     assert _relative(first, ref, R.MEDIUM_INDEX) < 1e-4
     pool = cupy.get_default_memory_pool()
     cupy.cuda.Device().synchronize()
@@ -175,7 +176,7 @@ def test_pipeline_matches_the_per_call_chain_and_allocates_nothing(small_case, p
 
 
 def test_pipeline_stage_times_and_errors(small_case):
-    from qora.holo.pipeline import Pipeline
+    from qora.holo import Pipeline
 
     g, hp, bg, stacks = small_case
     pipe = Pipeline(g, sideband=F.find_sideband(bg[0], hp), hologram_pixel=hp, hologram_n=2 * g.n, backend="cuda")
@@ -196,3 +197,23 @@ def test_pipeline_stage_times_and_errors(small_case):
     assert all(v > 0 for v in pipe.cuda.stage_ms.values())
     with pytest.raises(ValueError, match="upload parts"):
         Pipeline(g, sideband=(0, 0), hologram_pixel=hp, hologram_n=2 * g.n, backend="cuda", upload_parts=0)
+
+
+def test_the_cuda_pipeline_makes_its_mapping_tables_once(small_case, monkeypatch):
+    from qora.holo import Pipeline
+    from qora.holo.plans import MappingPlan
+
+    made = []
+    init = MappingPlan.__init__
+
+    def counting(self, geometry):
+        made.append(geometry.n)
+        init(self, geometry)
+
+    monkeypatch.setattr(MappingPlan, "__init__", counting)
+    g, hp, bg, stacks = small_case
+    pipe = Pipeline(g, sideband=F.find_sideband(bg[0], hp), hologram_pixel=hp, hologram_n=2 * g.n, backend="cuda",
+                    iterations=5)
+    assert len(made) == 1
+    assert pipe.cuda.recon.plan is pipe.mapping and pipe.cuda.recon.mapper.entries == sum(
+        t.size for t in pipe.mapping.targets)

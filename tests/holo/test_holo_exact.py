@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from qora.holo import odt
+from qora import holo
 from qora.holo import phantoms as P
 from qora.holo import reference as R
 
@@ -57,7 +57,7 @@ def test_rytov_gp_recovers_the_contrast_from_exact_data():
     g = R.geometry()
     sphere = P.Sphere(radius=1.5, index=R.MEDIUM_INDEX + 0.01)
     ratio = 1 + P.partial_wave_ratio(sphere, g)
-    index = odt.reconstruct(ratio, g, method="gp", iterations=50, r2c=True).index
+    index = holo.reconstruct(ratio, g, method="gp", iterations=50, r2c=True).index
     # The contrast as the integral of n - n_m around the sphere over the sphere's volume (the
     # integral index that dry-mass measurements use): the mean over the interior is biased by the
     # missing cone (+4% with GP, -25% plain), the integral is fixed by measured frequencies.

@@ -8,7 +8,7 @@ the reference geometry unless a test moves it.
 import numpy as np
 import pytest
 
-from qora.holo import odt
+from qora import holo
 from qora.holo import phantoms as P
 from qora.holo import reference as R
 from qora.holo.mie import dipole_factor, vector_mie_ratio
@@ -116,7 +116,7 @@ def test_rytov_gp_recovers_the_contrast_from_vector_mie_data(detection):
     g = R.geometry()
     sphere = P.Sphere(radius=RADIUS, index=R.MEDIUM_INDEX + 0.01)
     ratio = 1 + vector_mie_ratio(sphere, g, detection=detection, method="far")
-    index = odt.reconstruct(ratio, g, method="gp", iterations=50, r2c=True).index
+    index = holo.reconstruct(ratio, g, method="gp", iterations=50, r2c=True).index
     # the integral of n - n_m over a ball around the sphere, over the sphere's (as in test_holo_exact)
     ball = P.render_spheres([P.Sphere(radius=3.0, index=2.0)], g.n, g.pixel, g.medium_index) > 1.5
     truth = P.render_spheres([sphere], g.n, g.pixel, g.medium_index, supersample=4)

@@ -1,18 +1,18 @@
 import numpy as np
 import pytest
 
+from qora import holo
 from qora.holo import fields as F
-from qora.holo import odt
 from qora.holo import phantoms as P
 from qora.holo import reference as R
-from qora.holo.pipeline import Pipeline
+from qora.holo import Pipeline
 
 
 def _per_call(g, hp, bg, holos, **kw):
     sideband = F.find_sideband(bg[0], hp)
     args = dict(hologram_pixel=hp, n=g.n, pupil_frequency=g.pupil_frequency)
     ratio = F.field_ratio(F.extract_fields(holos, sideband, **args), F.extract_fields(bg, sideband, **args))
-    return odt.reconstruct(ratio, g, **kw).index
+    return holo.reconstruct(ratio, g, **kw).index
 
 
 def test_pipeline_equals_the_per_call_chain_and_keeps_its_state(small_case):

@@ -52,6 +52,7 @@ def _stages(result, n: int, echo, *, tv: bool) -> None:
     from qora.holo import odt
     from qora.holo import reference as R
     from qora.holo.phantoms import Sphere, simulate_holograms
+    from qora.holo.plans import MappingPlan
     from qora.holo.unwrap import rytov
 
     g = R.geometry(n)
@@ -64,7 +65,7 @@ def _stages(result, n: int, echo, *, tv: bool) -> None:
                                               F.extract_fields(bgs, sideband, **kw)))
     ratio, times["ratio"] = _timed(lambda: F.field_ratio(f, b))
     phi, times["rytov"] = _timed(lambda: rytov(ratio))
-    plan, times["mapping_plan"] = _timed(lambda: odt.MappingPlan(g))
+    plan, times["mapping_plan"] = _timed(lambda: MappingPlan(g))
     spec, times["mapping"] = _timed(lambda: plan(phi))
     _, times["gp50_r2c"] = _timed(lambda: odt.solve(spec, plan.measured, g, method="gp", iterations=50, r2c=True))
     _, times["gp50_c2c"] = _timed(lambda: odt.solve(spec, plan.measured, g, method="gp", iterations=50))
@@ -120,10 +121,9 @@ PEER_CASES = (
 
 
 def _against_odtbrain(result, n: int, count: int, echo) -> None:
+    from qora.holo import Geometry, reconstruct
     from qora.holo import fields as F
-    from qora.holo import odt
     from qora.holo import reference as R
-    from qora.holo.geometry import Geometry
     from qora.holo.phantoms import render_spheres, simulate_holograms
 
     g = Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, n, R.NA_DETECTION,
@@ -136,7 +136,7 @@ def _against_odtbrain(result, n: int, count: int, echo) -> None:
     rmse = lambda v: float(np.sqrt(np.mean((v - truth) ** 2)))  # noqa: E731
     row = {}
     for name, kwargs in PEER_CASES:
-        vol, ms = _timed(lambda kwargs=kwargs: odt.reconstruct(ratio, g, **kwargs).index)
+        vol, ms = _timed(lambda kwargs=kwargs: reconstruct(ratio, g, **kwargs).index)
         row[name] = (ms, rmse(vol))
     ob, info = _odtbrain(ratio, g.angles, g)
     err, _, orient = _oriented(ob, truth)

@@ -43,18 +43,22 @@ def target(kind: str, n: int) -> None:
     """Build the solver for ``kind`` at n^3 (reference geometry, 49 illuminations), run it once,
     then run the profiled part between cudaProfilerStart and Stop."""
     from qora.backend import resolve
-    from qora.holo import cuda
     from qora.holo import reference as R
+    from qora.holo.cuda_pipeline import Reconstruction
+    from qora.holo.cuda_stages import Mapper, WorkArea
+    from qora.holo.options import FGP_VARIANTS, ReconstructionOptions
+    from qora.holo.plans import MappingPlan, solver_grid
 
     cp = resolve("cuda").xp
     g = R.geometry(n)
     rng = np.random.default_rng(0)
     phi = cp.asarray((rng.standard_normal((g.count, n, n)) * 0.01 + 0j).astype(np.complex64))
-    work = cuda.WorkArea()
-    if kind in cuda.FGP_VARIANTS:
-        recon = cuda._Reconstruction(g, work, method="tv", iterations=1, tv_inner=2, tv_weight=1e-3, fgp=kind)
+    work = WorkArea()
+    if kind in FGP_VARIANTS:
+        options = ReconstructionOptions(method="tv", iterations=1, tv_inner=2, tv_weight=1e-3, fgp=kind)
     else:
-        recon = cuda._Reconstruction(g, work, method="gp", iterations=2, r2c=True)
+        options = ReconstructionOptions(method="gp", iterations=2, r2c=True)
+    recon = Reconstruction(g, work, MappingPlan(solver_grid(g, options.oversample)), options)
     work.allocate()
     dst = cp.empty((n, n, n), cp.float32)
     spectra = phi.copy()
@@ -63,7 +67,7 @@ def target(kind: str, n: int) -> None:
     solver = recon.solver
     rt = cp.cuda.runtime
     rt.profilerStart()
-    if kind in cuda.FGP_VARIANTS:
+    if kind in FGP_VARIANTS:
         solver.fgp_steps(2)
     elif kind == "gp":
         for _ in range(2):
@@ -71,7 +75,7 @@ def target(kind: str, n: int) -> None:
             solver._restore()
     else:
         recon.mapper(spectra, solver.sums, solver.hits)
-        cuda.Mapper(recon.plan, "scatter")(spectra, solver.sums, solver.hits)
+        Mapper(recon.plan, "scatter")(spectra, solver.sums, solver.hits)
     cp.cuda.Device().synchronize()
     rt.profilerStop()
 

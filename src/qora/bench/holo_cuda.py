@@ -95,9 +95,10 @@ def _transfer_gbs(cp, nbytes: int) -> dict:
 def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
     from qora.backend.fft import FORWARD, INVERSE
     from qora.backend.device import PeakMemory
-    from qora.holo import cuda
+    from qora.holo import Pipeline
     from qora.holo import fields as F
     from qora.holo import reference as R
+    from qora.holo.cuda_stages import Mapper
 
     cp = be.xp
     g = R.geometry(n)
@@ -105,7 +106,7 @@ def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
     holos, bgs, hp = bump_holograms(g)
     sideband = F.find_sideband(bgs[0], hp)
     with PeakMemory(be) as peak_pipe:
-        pipe = cuda.CudaPipeline(g, sideband=sideband, hologram_pixel=hp, hologram_n=2 * n)
+        pipe = Pipeline(g, sideband=sideband, hologram_pixel=hp, hologram_n=2 * n, backend="cuda").cuda
         pipe.set_background(bgs)
         pipe.process(holos)
     solver, mapper = pipe.recon.solver, pipe.recon.mapper
@@ -121,7 +122,7 @@ def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
     times["mapping_fft"] = time_device(be, lambda: fft2.execute(spectra.data.ptr, spectra.data.ptr, FORWARD),
                                        repeats=10).median_ms
     times["mapping_gather"] = time_device(be, lambda: mapper(spectra, solver.sums, solver.hits), repeats=10).median_ms
-    scatter = cuda.Mapper(pipe.recon.plan, "scatter")
+    scatter = Mapper(pipe.recon.plan, "scatter")
     times["mapping_scatter"] = time_device(be, lambda: scatter(spectra, solver.sums, solver.hits), repeats=10).median_ms
     del scatter
 
@@ -161,7 +162,7 @@ def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
     result.add(f"pipeline/{label}/per_stack", ms=e2e, model_ms=model_ms, ratio=e2e / model_ms,
                input_buffer_ms=e2e_buffer, buffer_ratio=e2e_buffer / model_ms, fft_ms=fft_ms, ffts=ffts,
                kernel_bytes=kernel_bytes, transfer_gbs=transfer, stage_ms=dict(pipe.stage_ms))
-    parts4 = cuda.CudaPipeline(g, sideband=sideband, hologram_pixel=hp, hologram_n=2 * n, upload_parts=4)
+    parts4 = Pipeline(g, sideband=sideband, hologram_pixel=hp, hologram_n=2 * n, backend="cuda", upload_parts=4).cuda
     parts4.set_background(bgs)
     t4 = _wall_ms(lambda: parts4.process(holos), nothing)
     result.add(f"pipeline/{label}/per_stack_4_parts", ms=t4, ratio=t4 / model_ms)
@@ -184,7 +185,10 @@ def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
 def _solvers(result, be, g, label, echo, *, memory: bool, peak_pipe: int) -> None:
     """GP C2C, TV per FGP kernel, the FGP step, and peak memory, each on its own solver."""
     from qora.backend.device import PeakMemory
-    from qora.holo import cuda
+    from qora.holo.cuda_pipeline import Reconstruction
+    from qora.holo.cuda_stages import WorkArea
+    from qora.holo.options import FGP_VARIANTS, ReconstructionOptions
+    from qora.holo.plans import MappingPlan, solver_grid
 
     cp = be.xp
     n = g.n
@@ -195,8 +199,8 @@ def _solvers(result, be, g, label, echo, *, memory: bool, peak_pipe: int) -> Non
 
     def build(**options):
         with PeakMemory(be) as peak:
-            work = cuda.WorkArea()
-            recon = cuda._Reconstruction(g, work, **options)
+            work = WorkArea()
+            recon = Reconstruction(g, work, MappingPlan(solver_grid(g)), ReconstructionOptions(**options))
             work.allocate()
             x = cp.asarray(phi)
             recon(x, dst.data.ptr)
@@ -211,7 +215,7 @@ def _solvers(result, be, g, label, echo, *, memory: bool, peak_pipe: int) -> Non
     del recon, x
     outer, inner = FGP_STEPS
     step = {}
-    for fgp in cuda.FGP_VARIANTS:
+    for fgp in FGP_VARIANTS:
         ms = {}
         for k in (0, inner):
             recon, x, p = build(method="tv", iterations=outer, tv_inner=k, tv_weight=1e-3, fgp=fgp)
@@ -233,8 +237,7 @@ def _solvers(result, be, g, label, echo, *, memory: bool, peak_pipe: int) -> Non
 def _rotation_188(result, be, echo) -> None:
     from qora.holo import fields as F
     from qora.holo import reference as R
-    from qora.holo.geometry import Geometry
-    from qora.holo.pipeline import Pipeline
+    from qora.holo import Geometry, Pipeline
 
     g = Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, 188, R.NA_DETECTION,
                  angles=np.linspace(0, 2 * np.pi, 180, endpoint=False))
@@ -267,10 +270,11 @@ def _rotation_188(result, be, echo) -> None:
 
 def _bpm(result, be, n: int, copy_gbs: float, echo) -> None:
     """BPM forward and gradient times, its kernels' GB/s, and RMSE against time on exact-model data."""
-    from qora.holo import bpm_cuda, odt
+    from qora.holo import bpm_cuda, bpm_reconstruct, reconstruct
+    from qora.holo import kernels as K
     from qora.holo import phantoms as P
     from qora.holo import reference as R
-    from qora.holo.bpm import bpm_reconstruct, bpm_tables
+    from qora.holo.plans import bpm_tables
 
     cp = be.xp
     g = R.geometry(n)
@@ -289,13 +293,11 @@ def _bpm(result, be, n: int, copy_gbs: float, echo) -> None:
     b = dev.chunk
     total = b * n * n
     a, s = dev.w[:b], dev.s[:b]
-    prop = time_device(be, lambda: cuda_kernel("bpm_propagate")((-(-total // 256),), (256,),
-                                                               (a, dev.cq[:b], dev.cr[:b], np.int64(total), s)),
+    prop = time_device(be, lambda: K.bpm_propagate(a=a, tq=dev.cq[:b], tr=dev.cr[:b], total=total, s=s),
                        repeats=20).median_ms
     dev._forward(slice(0, b), True)
-    screen = time_device(be, lambda: cuda_kernel("bpm_screen")((-(-total // 256),), (256,),
-                                                              (a, dev.screens[0], np.int64(total), np.int32(n * n),
-                                                               np.float32(1.0), dev.stored[0, :b])),
+    screen = time_device(be, lambda: K.bpm_screen(w=a, screen=dev.screens[0], total=total, n2=n * n, scale=1.0,
+                                                  stored=dev.stored[0, :b]),
                          repeats=20).median_ms
     gbs_prop, gbs_screen = 40 * total / prop / 1e6, 24 * total / screen / 1e6
     result.add(f"bpm/{label}/forward", ms=t_fwd, chunk=b)
@@ -305,9 +307,9 @@ def _bpm(result, be, n: int, copy_gbs: float, echo) -> None:
     del dev, out, d, x
     rows = {}
     for name, fn in (
-        ("rytov_gp50", lambda: odt.reconstruct(data, g, method="gp", iterations=50, r2c=True, backend="cuda").index),
-        ("rytov_tv30x20", lambda: odt.reconstruct(data, g, method="tv", iterations=30, tv_inner=20,
-                                                  backend="cuda").index),
+        ("rytov_gp50", lambda: reconstruct(data, g, method="gp", iterations=50, r2c=True, backend="cuda").index),
+        ("rytov_tv30x20", lambda: reconstruct(data, g, method="tv", iterations=30, tv_inner=20,
+                                              backend="cuda").index),
         ("bpm20_from_rytov_gp20", lambda: bpm_reconstruct(data, g, iterations=20, backend="cuda").index),
         ("bpm20_tv_from_rytov_gp20", lambda: bpm_reconstruct(data, g, iterations=20, tv_weight=1e-3,
                                                              backend="cuda").index),
@@ -321,11 +323,6 @@ def _bpm(result, be, n: int, copy_gbs: float, echo) -> None:
          f"{gbs_prop:.0f} GB/s ({100 * gbs_prop / copy_gbs:.0f}% of copy), screen {gbs_screen:.0f} GB/s; "
          + ", ".join(f"{k} {ms:.0f} ms RMSE {e:.2e}" for k, (ms, e) in rows.items()))
 
-
-def cuda_kernel(name):
-    from qora.holo.cuda import _k
-
-    return _k(name)
 
 
 def run(be, *, write: bool = True, echo=print, quick: bool = False) -> BenchResult:

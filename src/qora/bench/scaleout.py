@@ -45,6 +45,7 @@ def _phase_files(directory: Path, count: int) -> list:
 
 
 def _holo_case(directory: Path):
+    from qora.holo import ReconstructionOptions
     from qora.holo import fields as F
     from qora.holo import phantoms as P
     from qora.holo import reference as R
@@ -58,7 +59,8 @@ def _holo_case(directory: Path):
     bg = P.holograms(np.ones((g.count, big, big)), g, carrier, hologram_pixel=hp).astype(np.float32)
     path = directory / "stack.npy"
     np.save(path, stack)
-    options = dict(sideband=F.find_sideband(bg[0], hp), hologram_pixel=hp, iterations=50)
+    options = dict(sideband=F.find_sideband(bg[0], hp), hologram_pixel=hp,
+                   options=ReconstructionOptions(iterations=50))
     return g, stack, bg, path, options
 
 
@@ -80,7 +82,7 @@ def run(*, gpus: bool | None = None, max_workers: int | None = None, patterns: i
     from qora.backend.core import cpu_count
     from qora.distributed import (SeriesStore, ShardedSession, connect, gpu_count, reconstruct_many,
                                   reconstruct_series)
-    from qora.holo.pipeline import Pipeline
+    from qora.holo import Pipeline
     from qora.io.patterns import load_pattern
     from qora.phase import Solver
 

@@ -212,7 +212,7 @@ def _screenshots(directory: Path, session, echo) -> None:
 
     from qora.holo import phantoms as P
     from qora.holo import reference as R
-    from qora.holo.files import write_volume
+    from qora.holo import write_volume
     from qora.phase import objects, reconstruct
     from qora.phase.files import write_result
     from qora.viewer import BackgroundServer

@@ -6,7 +6,7 @@ refractive index; ``qora-index.json`` lists the time points done. A worker write
 under ``.partial/`` and renames it into place, so an array is complete or absent, never half
 written; the index is rewritten atomically by the client as each volume lands. A run on a
 store that holds some time points already does only the others (an interrupted run resumes).
-Each worker keeps one :class:`qora.holo.pipeline.Pipeline` per geometry (plans, backgrounds
+Each worker keeps one :class:`qora.holo.Pipeline` per geometry (plans, backgrounds
 and, on a GPU, its device buffers made once).
 """
 
@@ -127,7 +127,7 @@ def _geometry_json(geometry) -> dict:
 
 
 def _worker_pipeline(token: str, geometry, backgrounds, options: dict):
-    from qora.holo.pipeline import Pipeline
+    from qora.holo import Pipeline
 
     with _PIPELINES_LOCK:
         pipe = _PIPELINES.get(token)
@@ -141,7 +141,7 @@ def _worker_pipeline(token: str, geometry, backgrounds, options: dict):
 
 def _read_stack(source, dtype):
     if isinstance(source, (str, Path)):
-        from qora.holo.files import load_stack
+        from qora.holo import load_stack
 
         return load_stack(source, dtype=dtype)
     return np.asarray(source)
@@ -161,7 +161,7 @@ def _process_time_point(t: int, source, store: str, token: str, geometry, backgr
 
 
 def reconstruct_series(stacks, backgrounds, geometry, *, store, client, sideband, hologram_pixel: float,
-                       progress=None, times=None, **pipeline_options) -> ItemReport:
+                       options=None, backend="auto", progress=None, times=None) -> ItemReport:
     """Reconstruct every stack of a time series on the client's workers into a Zarr store.
 
     Parameters
@@ -170,13 +170,14 @@ def reconstruct_series(stacks, backgrounds, geometry, *, store, client, sideband
         The sample holograms of each time point.
     backgrounds : array (A, N, N)
         One background hologram per illumination, shared by every time point.
-    geometry : qora.holo.geometry.Geometry
+    geometry : qora.holo.Geometry
     store : path
         The Zarr directory; created, or resumed when it holds a series of the same geometry and
         options (time points already there are skipped, reported in ``skipped``).
     client : distributed.Client
-    sideband, hologram_pixel, pipeline_options
-        As for :class:`qora.holo.pipeline.Pipeline` (``hologram_n`` from the backgrounds).
+    sideband, hologram_pixel, options, backend
+        As for :class:`qora.holo.Pipeline` (``hologram_n`` from the backgrounds); ``options`` a
+        :class:`qora.holo.ReconstructionOptions` (default: its defaults), recorded in the store.
     times : sequence of int, optional
         The time point of each stack (default 0, 1, ...): the arrays' names.
     progress : callable, optional
@@ -191,6 +192,11 @@ def reconstruct_series(stacks, backgrounds, geometry, *, store, client, sideband
     """
     from dask.base import tokenize
 
+    from qora.holo import ReconstructionOptions
+
+    options = options if options is not None else ReconstructionOptions()
+    if not isinstance(options, ReconstructionOptions):
+        raise TypeError(f"options must be a qora.holo.ReconstructionOptions, got {type(options).__name__}")
     backgrounds = np.asarray(backgrounds)
     if backgrounds.ndim != 3 or backgrounds.shape[1] != backgrounds.shape[2]:
         raise ValueError(f"backgrounds must be (A, N, N), got shape {backgrounds.shape}")
@@ -198,14 +204,16 @@ def reconstruct_series(stacks, backgrounds, geometry, *, store, client, sideband
     times = list(range(count)) if times is None else [int(t) for t in times]
     if len(times) != count or len(set(times)) != count:
         raise ValueError(f"times must give {count} distinct time points")
-    options = dict(sideband=tuple(float(v) for v in sideband), hologram_pixel=float(hologram_pixel),
-                   hologram_n=int(backgrounds.shape[-1]), **pipeline_options)
+    recorded = dict(sideband=tuple(float(v) for v in sideband), hologram_pixel=float(hologram_pixel),
+                    hologram_n=int(backgrounds.shape[-1]), **options.to_dict())
     series = SeriesStore(store)
-    series.create(geometry, {k: v for k, v in options.items() if k != "backend"})
+    series.create(geometry, recorded)
     done = series.index()
-    token = tokenize(_geometry_json(geometry), options, backgrounds)
+    token = tokenize(_geometry_json(geometry), recorded, backend, backgrounds)
+    pipeline = dict(sideband=recorded["sideband"], hologram_pixel=recorded["hologram_pixel"],
+                    hologram_n=recorded["hologram_n"], options=options, backend=backend)
     shared = client.scatter(backgrounds, broadcast=True, hash=False)  # a key of its own: no other run releases it
-    items = {t: (t, stacks[i], str(series.path), token, geometry, shared, options)
+    items = {t: (t, stacks[i], str(series.path), token, geometry, shared, pipeline)
              for i, t in enumerate(times) if t not in done}
 
     def land(t, info):

@@ -30,13 +30,15 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.fft
 
-from qora.backend.core import cpu_count
-from qora.holo.geometry import Geometry, frequencies, nu_z
+from qora.backend import fft as backend_fft
+from qora.holo.geometry import Geometry
+from qora.holo.odt import OdtResult
+from qora.holo.odt import reconstruct as odt_reconstruct
+from qora.holo.options import ReconstructionOptions
+from qora.holo.plans import BpmTables, bpm_tables, check_scan
 from qora.progress import report
 
 __all__ = ["BpmTables", "bpm_tables", "bpm_forward", "bpm_jvp", "bpm_vjp", "bpm_gradient", "bpm_lipschitz",
@@ -48,100 +50,15 @@ CHUNK_BYTES = 512 * 2**20
 
 
 def _fft2(a):
-    return scipy.fft.fft2(a, axes=(-2, -1), workers=cpu_count(), overwrite_x=True)
+    return backend_fft.fftn(a, axes=(-2, -1), overwrite_x=True)
 
 
 def _ifft2(a):
-    return scipy.fft.ifft2(a, axes=(-2, -1), workers=cpu_count(), overwrite_x=True)
-
-
-def _check_scan(geometry: Geometry) -> None:
-    if geometry.angles is not None:
-        raise NotImplementedError("the beam propagation model is built for the illumination-scanning geometry; "
-                                  "the rotation geometry is not supported")
-
-
-@dataclass
-class BpmTables:
-    """Per-illumination tables (count, n, n) in the FFT layout of the envelope spectrum (float64 / complex128).
-
-    Attributes
-    ----------
-    propagator : complex (A, n, n)
-        c = exp(2 pi i (nu_z(mu + nu_in) - nu_z,in) d), zero where |mu + nu_in| >= n_m / lambda.
-    last : complex (A, n, n)
-        From the last slice's plane z_{n_z-1} back to z = 0, times the detection pupil.
-    obliquity : float (A, n, n)
-        q = (n_m / lambda) / nu_z(mu + nu_in), capped at its pupil-edge value (ones without obliquity).
-    n_z : int
-        Number of slices the tables are for.
-    step : float
-        Slice thickness d (the pixel), um.
-    k0 : float
-        2 pi / lambda, rad/um.
-    """
-
-    propagator: np.ndarray
-    last: np.ndarray
-    obliquity: np.ndarray
-    n_z: int
-    step: float
-    k0: float
-    _cache: dict = field(default_factory=dict, repr=False)
-
-    @property
-    def count(self) -> int:
-        return self.propagator.shape[0]
-
-    @property
-    def n(self) -> int:
-        return self.propagator.shape[-1]
-
-    def products(self, dtype, index=slice(None)):
-        """(c q, c (1 - q), last q, last (1 - q)) in ``dtype`` for the illuminations ``index`` (cached per dtype)."""
-        dtype = np.dtype(dtype)
-        if dtype not in self._cache:
-            q = self.obliquity
-            self._cache[dtype] = tuple(t.astype(dtype) for t in (self.propagator * q, self.propagator * (1 - q),
-                                                                  self.last * q, self.last * (1 - q)))
-        return tuple(t[index] for t in self._cache[dtype])
-
-    def lipschitz(self) -> np.ndarray:
-        """Per illumination, n_z (k0 d q_a(0))^2: the largest eigenvalue of J_a^T J_a for a weak object."""
-        return self.n_z * (self.k0 * self.step * self.obliquity[:, 0, 0]) ** 2
-
-
-def bpm_tables(geometry: Geometry, n_z: int | None = None, obliquity: bool = True) -> BpmTables:
-    """The propagation, last-step and obliquity tables of ``geometry`` for ``n_z`` slices (default n)."""
-    _check_scan(geometry)
-    n, d = geometry.n, geometry.pixel
-    n_z = int(n_z or n)
-    if n_z < 1:
-        raise ValueError(f"n_z must be positive, got {n_z}")
-    f = frequencies(n, d)
-    ky, kx = np.meshgrid(f, f, indexing="ij")
-    km = geometry.medium_frequency
-    nu_in_z = geometry.nu_z_in()
-    q_max = km / math.sqrt(km**2 - geometry.pupil_frequency**2)  # NA < n_m is checked by Geometry
-    z_last = (n_z - 1 - n_z // 2) * d
-    shape = (geometry.count, n, n)
-    prop, last, q = np.zeros(shape, np.complex128), np.zeros(shape, np.complex128), np.ones(shape, np.float64)
-    for a, (nuy, nux) in enumerate(geometry.illuminations):
-        my, mx = ky + nuy, kx + nux
-        nz = nu_z(my, mx, km)
-        live = np.isfinite(nz) & (np.hypot(my, mx) < km)
-        nz = np.where(live, nz, 1.0)
-        dz = nz - nu_in_z[a]
-        prop[a] = np.where(live, np.exp(2j * math.pi * dz * d), 0)
-        pupil = live & (np.hypot(my, mx) <= geometry.pupil_frequency)
-        last[a] = np.where(pupil, np.exp(-2j * math.pi * dz * z_last), 0)  # from z_{n_z-1} back to z = 0
-        if obliquity:
-            q[a] = np.where(live, np.minimum(km / nz, q_max), q_max)
-    return BpmTables(prop, last, q, n_z, d, geometry.k0)
+    return backend_fft.ifftn(a, axes=(-2, -1), overwrite_x=True)
 
 
 def _prepare(contrast, geometry: Geometry, tables: BpmTables | None):
-    _check_scan(geometry)
+    check_scan(geometry)
     x = np.asarray(contrast)
     if x.ndim != 3 or x.shape[1:] != (geometry.n, geometry.n):
         raise ValueError(f"contrast must be (n_z, {geometry.n}, {geometry.n}), got {x.shape}")
@@ -293,10 +210,14 @@ def bpm_lipschitz(tables: BpmTables, index=slice(None)) -> float:
     return float(np.mean(tables.lipschitz()[index]))
 
 
-def _rytov_start(data, geometry: Geometry, n_z: int, backend: str = "cpu"):
-    from qora.holo import odt
+#: the default start of a BPM inversion: Rytov ODT with 20 Gerchberg-Papoulis iterations on half spectra
+START_OPTIONS = ReconstructionOptions(method="gp", iterations=20, r2c=True)
 
-    index = odt.reconstruct(data, geometry, method="gp", iterations=20, r2c=True, backend=backend).index
+
+def rytov_start(data, geometry: Geometry, n_z: int, reconstruct=odt_reconstruct):
+    """The default start (float64 index contrast, >= 0): ``reconstruct(data, geometry, START_OPTIONS)``
+    (the CPU ODT by default; the CUDA BPM passes the CUDA one), on n_z planes."""
+    index = reconstruct(data, geometry, START_OPTIONS).index
     x = index.astype(np.float64) - geometry.medium_index
     if n_z != geometry.n:  # the central n_z planes (or zero planes around the n^3 volume)
         out = np.zeros((n_z, geometry.n, geometry.n))
@@ -308,10 +229,10 @@ def _rytov_start(data, geometry: Geometry, n_z: int, backend: str = "cpu"):
 
 
 def inversion_inputs(data, geometry: Geometry, start, iterations: int, tv_weight, tv_inner: int, batch, n_z,
-                     backend: str = "cpu"):
-    """The checked data, the start (float64; Rytov + 20 GP by default, on ``backend``) and the
-    illumination batches of a BPM inversion (both backends' :func:`bpm_reconstruct`)."""
-    _check_scan(geometry)
+                     reconstruct=odt_reconstruct):
+    """The checked data, the start (float64; Rytov + 20 GP by default, by ``reconstruct``: see
+    :func:`rytov_start`) and the illumination batches of a BPM inversion (both backends' ``bpm_reconstruct``)."""
+    check_scan(geometry)
     data = np.asarray(data)
     if not np.iscomplexobj(data) or data.shape != (geometry.count, geometry.n, geometry.n):
         raise ValueError(f"data must be complex field ratios ({geometry.count}, {geometry.n}, {geometry.n})")
@@ -322,7 +243,7 @@ def inversion_inputs(data, geometry: Geometry, start, iterations: int, tv_weight
     if batch is not None and not 1 <= batch <= geometry.count:
         raise ValueError(f"batch must be between 1 and {geometry.count}, got {batch}")
     if start is None:
-        x = _rytov_start(data, geometry, int(n_z or geometry.n), backend)
+        x = rytov_start(data, geometry, int(n_z or geometry.n), reconstruct)
     else:
         x = np.array(start, np.float64)
         if x.ndim != 3 or x.shape[1:] != (geometry.n, geometry.n) or not np.all(np.isfinite(x)):
@@ -336,7 +257,7 @@ def inversion_inputs(data, geometry: Geometry, start, iterations: int, tv_weight
 
 def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, tv_weight: float | None = None,
                     tv_inner: int = 20, batch: int | None = None, step: float = 1.0, progress=None, *,
-                    n_z: int | None = None, obliquity: bool = True, backend="cpu", **cuda_options):
+                    n_z: int | None = None, obliquity: bool = True):
     """Refractive-index volume from field ratios u / u_in (A, n, n) by inverting the beam propagation model.
 
     Proximal gradient on f(x) = 1/(2A) sum_a ||y_a(x) - d_a||^2 over the index contrast x = n - n_m
@@ -355,19 +276,10 @@ def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, 
     Returns an :class:`qora.holo.odt.OdtResult` (method "bpm", approximation "bpm"); ``info`` holds
     the loss per step ("loss", f before that step), "n_z", "batch", "tv_weight", "seconds".
 
-    ``backend="cuda"`` (or "auto" where a GPU is) runs :func:`qora.holo.bpm_cuda.bpm_reconstruct`,
-    which also takes ``chunk`` (illuminations per chunk of the reverse pass) and ``fgp``.
+    This is the CPU path; :func:`qora.holo.bpm_reconstruct` (the api's) picks the backend, and its
+    CUDA twin :func:`qora.holo.bpm_cuda.bpm_reconstruct` also takes ``chunk`` (illuminations per
+    chunk of the reverse pass) and ``fgp``.
     """
-    from qora.backend import resolve
-    from qora.holo.odt import OdtResult
-
-    if resolve(backend).is_cuda:
-        from qora.holo import bpm_cuda
-
-        return bpm_cuda.bpm_reconstruct(data, geometry, start, iterations, tv_weight, tv_inner, batch, step, progress,
-                                        n_z=n_z, obliquity=obliquity, **cuda_options)
-    if cuda_options:
-        raise TypeError(f"options {sorted(cuda_options)} apply to the CUDA backend only")
     from qora.holo.tv_cpu import fgp_prox_fused
 
     t0 = time.perf_counter()
@@ -426,7 +338,7 @@ def simulate_bpm_holograms(spheres, geometry: Geometry, *, noise: float = 0.0, s
     """
     from qora.holo.phantoms import holograms_from_fields, render_spheres
 
-    _check_scan(geometry)
+    check_scan(geometry)
     vol = render_spheres(spheres, geometry.n, geometry.pixel, geometry.medium_index, supersample=supersample)
     ratio = bpm_forward(vol.astype(np.float64) - geometry.medium_index, geometry)
     return holograms_from_fields(upsample_fields(ratio, 2 * geometry.n), geometry, noise=noise, seed=seed,

@@ -18,9 +18,13 @@ import time
 import numpy as np
 
 from qora.backend.fft import C2C, FORWARD, INVERSE
-from qora.holo.bpm import BpmTables, _check_scan, bpm_lipschitz, bpm_tables, inversion_inputs
-from qora.holo.cuda import THREADS, FgpProx, WorkArea, _blocks, _cupy, _k
+from qora.holo import kernels as K
+from qora.holo.bpm import bpm_lipschitz, inversion_inputs
+from qora.holo.cuda_pipeline import reconstruct as cuda_reconstruct
+from qora.holo.cuda_stages import FgpProx, WorkArea, cupy
 from qora.holo.geometry import Geometry
+from qora.holo.odt import OdtResult
+from qora.holo.plans import BpmTables, bpm_tables, check_scan
 from qora.progress import report
 
 __all__ = ["BpmDevice", "bpm_forward", "bpm_vjp", "bpm_gradient", "bpm_reconstruct"]
@@ -34,8 +38,8 @@ class BpmDevice:
     """
 
     def __init__(self, geometry: Geometry, tables: BpmTables, *, chunk: int | None = None) -> None:
-        cp = _cupy()
-        _check_scan(geometry)
+        cp = cupy()
+        check_scan(geometry)
         a, n, nz = tables.count, tables.n, tables.n_z
         self.geometry, self.tables, self.n, self.nz, self.count = geometry, tables, n, nz, a
         self.cq, self.cr, self.lq, self.lr = (cp.asarray(t) for t in tables.products(np.complex64))
@@ -61,7 +65,7 @@ class BpmDevice:
         nz, n = self.nz, self.n
         if tuple(x.shape) != (nz, n, n):
             raise ValueError(f"contrast must be ({nz}, {n}, {n}), got {tuple(x.shape)}")
-        _k("bpm_screens")((_blocks(nz * n * n),), (THREADS,), (x, np.int32(nz), np.int32(n), self.kd, self.screens))
+        K.bpm_screens(x=x, nz=nz, n=n, kd=self.kd, screens=self.screens)
 
     def _tables(self, sl, k: int):
         last = k == self.nz - 1
@@ -69,7 +73,7 @@ class BpmDevice:
 
     def _forward(self, sl, keep: bool) -> None:
         """S of the chunk after all slices; with ``keep`` the envelopes w_k into ``self.stored``."""
-        cp = _cupy()
+        cp = cupy()
         n, b = self.n, sl.stop - sl.start
         plan = self.plans[b]
         s, w = self.s[:b], self.w[:b]
@@ -78,16 +82,15 @@ class BpmDevice:
             self.stored = cp.empty((self.nz, self.chunk, n, n), cp.complex64)
         s.fill(0)
         s[:, 0, 0] = n * n
-        grid = (_blocks(total),)
         scale = np.float32(1.0 / (n * n))
         for k in range(self.nz):
             cp.cuda.runtime.memcpyAsync(w.data.ptr, s.data.ptr, s.nbytes, 3, cp.cuda.get_current_stream().ptr)
             plan.execute(w.data.ptr, w.data.ptr, INVERSE)
-            stored = self.stored[k, :b] if keep else np.uint64(0)
-            _k("bpm_screen")(grid, (THREADS,), (w, self.screens[k], np.int64(total), np.int32(n * n), scale, stored))
+            stored = self.stored[k, :b] if keep else None
+            K.bpm_screen(w=w, screen=self.screens[k], total=total, n2=n * n, scale=scale, stored=stored)
             plan.execute(w.data.ptr, w.data.ptr, FORWARD)
             tq, tr = self._tables(sl, k)
-            _k("bpm_propagate")(grid, (THREADS,), (w, tq, tr, np.int64(total), s))
+            K.bpm_propagate(a=w, tq=tq, tr=tr, total=total, s=s)
 
     def forward(self, out) -> None:
         """Field ratios (A, n, n) complex64, centre-origin, into the device array ``out``."""
@@ -98,8 +101,7 @@ class BpmDevice:
             w = self.w[:b]
             w[...] = self.s[:b]
             self.plans[b].execute(w.data.ptr, w.data.ptr, INVERSE)
-            _k("bpm_output")((_blocks(b * n * n),), (THREADS,), (w, np.int64(b * n * n), np.int32(n),
-                                                                 np.float32(1.0 / (n * n)), out[sl]))
+            K.bpm_output(w=w, total=b * n * n, n=n, scale=np.float32(1.0 / (n * n)), out=out[sl])
 
     def reverse(self, data, index=slice(None), *, residual: bool = False):
         """Re(J^H r) summed over the illuminations ``index`` (nz, n, n) float32 centre-origin, and sum |r|^2.
@@ -107,7 +109,7 @@ class BpmDevice:
         r = y - data (data: field ratios, centre-origin, all illuminations), or with ``residual``
         ``data`` is r itself.
         """
-        cp = _cupy()
+        cp = cupy()
         n, nz = self.n, self.nz
         start, stop, _ = index.indices(self.count)
         self.grad.fill(0)
@@ -120,33 +122,30 @@ class BpmDevice:
                 self.plans[b] = self.work.plan(C2C, (n, n), batch=b)
                 self.work.allocate()
             plan, total = self.plans[b], b * n * n
-            grid = (_blocks(total),)
             self._forward(sl, True)
             g, h = self.s[:b], self.w[:b]
             if residual:
-                _k("bpm_residual")(grid, (THREADS,), (g, data[sl], np.int64(total), np.int32(n), np.float32(0),
-                                                      self.loss))
+                K.bpm_residual(w=g, data=data[sl], total=total, n=n, scale=np.float32(0), loss=self.loss)
             else:
                 h[...] = g
                 plan.execute(h.data.ptr, h.data.ptr, INVERSE)
-                _k("bpm_residual")(grid, (THREADS,), (h, data[sl], np.int64(total), np.int32(n), scale, self.loss))
+                K.bpm_residual(w=h, data=data[sl], total=total, n=n, scale=scale, loss=self.loss)
                 g[...] = h
             plan.execute(g.data.ptr, g.data.ptr, FORWARD)  # n^2 times the adjoint of S_K
             for k in range(nz - 1, -1, -1):
                 tq, tr = self._tables(sl, k)
-                carry = h if k < nz - 1 else np.uint64(0)
-                _k("bpm_split")(grid, (THREADS,), (g, carry, tq, tr, np.int64(total), scale, h))
+                carry = h if k < nz - 1 else None
+                K.bpm_split(g=g, carry=carry, tq=tq, tr=tr, total=total, scale=scale, h=h)
                 plan.execute(h.data.ptr, h.data.ptr, INVERSE)
-                _k("bpm_gradient")((_blocks(n * n),), (THREADS,), (self.screens[k], self.stored[k, :b], h,
-                                                                   np.int32(b), np.int32(n * n), self.kd,
-                                                                   self.grad[k]))
+                K.bpm_gradient(screen=self.screens[k], stored=self.stored[k, :b], b=h, count=b, n2=n * n, kd=self.kd,
+                               grad=self.grad[k])
                 plan.execute(h.data.ptr, h.data.ptr, FORWARD)
         grad = cp.fft.fftshift(self.grad, axes=(-2, -1))
         return grad, float(self.loss.get()[0])
 
 
 def _device(contrast, geometry, tables, chunk):
-    cp = _cupy()
+    cp = cupy()
     x = np.asarray(contrast, np.float32)
     if x.ndim != 3 or x.shape[1:] != (geometry.n, geometry.n):
         raise ValueError(f"contrast must be (n_z, {geometry.n}, {geometry.n}), got {x.shape}")
@@ -159,7 +158,7 @@ def _device(contrast, geometry, tables, chunk):
 
 def bpm_forward(contrast, geometry: Geometry, tables: BpmTables | None = None, *, chunk: int | None = None):
     """The CUDA twin of :func:`qora.holo.bpm.bpm_forward` (complex64 field ratios, host)."""
-    cp = _cupy()
+    cp = cupy()
     dev = _device(contrast, geometry, tables, chunk)
     out = cp.empty((geometry.count, geometry.n, geometry.n), cp.complex64)
     dev.forward(out)
@@ -168,7 +167,7 @@ def bpm_forward(contrast, geometry: Geometry, tables: BpmTables | None = None, *
 
 def bpm_vjp(contrast, r, geometry: Geometry, tables: BpmTables | None = None, *, chunk: int | None = None):
     """The CUDA twin of :func:`qora.holo.bpm.bpm_vjp`: J^T r (float32, host)."""
-    cp = _cupy()
+    cp = cupy()
     dev = _device(contrast, geometry, tables, chunk)
     grad, _ = dev.reverse(cp.asarray(np.asarray(r), cp.complex64), residual=True)
     return grad.get()
@@ -177,7 +176,7 @@ def bpm_vjp(contrast, r, geometry: Geometry, tables: BpmTables | None = None, *,
 def bpm_gradient(contrast, data, geometry: Geometry, tables: BpmTables | None = None, *, index=slice(None),
                  return_loss: bool = False, chunk: int | None = None):
     """The CUDA twin of :func:`qora.holo.bpm.bpm_gradient` (float32, host)."""
-    cp = _cupy()
+    cp = cupy()
     dev = _device(contrast, geometry, tables, chunk)
     count = len(range(*index.indices(geometry.count)))
     grad, loss = dev.reverse(cp.asarray(np.asarray(data), cp.complex64), index)
@@ -193,12 +192,10 @@ def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, 
     The iterates stay on the device (float32); the start, by default Rytov with 20 GP
     iterations, is computed by the CUDA ODT solver.
     """
-    cp = _cupy()
-    from qora.holo.odt import OdtResult
-
+    cp = cupy()
     t0 = time.perf_counter()
     data, x0, batches = inversion_inputs(data, geometry, start, iterations, tv_weight, tv_inner, batch, n_z,
-                                         backend="cuda")
+                                         reconstruct=cuda_reconstruct)
     tables = bpm_tables(geometry, x0.shape[0], obliquity)
     dev = BpmDevice(geometry, tables, chunk=chunk)
     d = cp.asarray(data, cp.complex64)

@@ -53,30 +53,20 @@ def _parse_spheres(text: str):
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Output .h5 file.")
 def simulate_cmd(n, spheres, angles, na_illumination, noise, geometry_kind, model, seed, out) -> None:
     """Holograms and backgrounds of spheres (analytic first-order fields) in the reference geometry."""
-    from qora.holo import reference as R
-    from qora.holo.files import write_holograms
-    from qora.holo.geometry import Geometry, cone_illuminations
-    from qora.holo.phantoms import Sphere, render_spheres, simulate_holograms
+    from qora import holo as H
 
-    spheres = _parse_spheres(spheres) if spheres else [Sphere(radius=R.SPHERE_DIAMETER / 2, index=R.SPHERE_INDEX)]
-    if geometry_kind == "rotation":
-        g = Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, n, R.NA_DETECTION,
-                     angles=np.linspace(0, 2 * np.pi, angles, endpoint=False))
-    else:
-        df = 1.0 / (n * R.PIXEL)
-        ill = np.round(cone_illuminations(na_illumination, R.WAVELENGTH, angles) / df) * df
-        g = Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, n, R.NA_DETECTION, illuminations=ill)
+    R = H.reference
+    spheres = _parse_spheres(spheres) if spheres else [H.Sphere(radius=R.SPHERE_DIAMETER / 2, index=R.SPHERE_INDEX)]
+    g = H.simulation_geometry(n, kind=geometry_kind, angles=angles, na_illumination=na_illumination)
     try:
         if model == "bpm":
-            from qora.holo.bpm import simulate_bpm_holograms
-
-            holos, bgs, hp = simulate_bpm_holograms(spheres, g, noise=noise, seed=seed)
+            holos, bgs, hp = H.simulate_bpm_holograms(spheres, g, noise=noise, seed=seed)
         else:
-            holos, bgs, hp = simulate_holograms(spheres, g, model=model, noise=noise, seed=seed)
+            holos, bgs, hp = H.simulate_holograms(spheres, g, model=model, noise=noise, seed=seed)
     except (ValueError, NotImplementedError) as exc:
         raise click.BadParameter(str(exc), param_hint="--model") from exc
-    truth = render_spheres(spheres, n, g.pixel, g.medium_index, supersample=3)
-    write_holograms(out, holos, bgs, g, hologram_pixel=hp, truth=truth)
+    truth = H.render_spheres(spheres, n, g.pixel, g.medium_index, supersample=3)
+    H.write_holograms(out, holos, bgs, g, hologram_pixel=hp, truth=truth)
     click.echo(f"wrote {out}: {g.count} holograms of {2 * n}^2 ({geometry_kind}, {model}), {len(spheres)} sphere(s), "
                f"noise {noise}")
 
@@ -123,17 +113,13 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
     worker, each volume written to the Zarr store --out as it finishes; running the command
     again on the same store does only the time points still missing (docs/scale-out.md).
     """
-    from qora.holo import fields as F
-    from qora.holo.files import load_stack, plot_volume, read_holograms, write_volume, write_volume_tiff
-    from qora.holo.geometry import Geometry
-    from qora.holo.odt import OdtResult
-    from qora.holo.pipeline import Pipeline
+    from qora import holo as H
     from qora.progress import tqdm_progress
 
     truth = None
     try:
         if holos.suffix.lower() in (".h5", ".hdf5") and backgrounds is None:
-            stack, bgs, g, hp, truth = read_holograms(holos)
+            stack, bgs, g, hp, truth = H.read_holograms(holos)
         else:
             if backgrounds is None:
                 raise click.UsageError("BACKGROUNDS is required unless HOLOS is a qora hologram file")
@@ -141,77 +127,63 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
                                       ("--medium-index", medium_index), ("--na", na_detection)) if v is None]
             if missing:
                 raise click.UsageError(f"stacks without metadata need {', '.join(missing)}")
-            stack, bgs = load_stack(holos), load_stack(backgrounds)
+            stack, bgs = H.load_stack(holos), H.load_stack(backgrounds)
             if stack.shape[-3:] != bgs.shape or stack.ndim not in (3, 4):
                 raise click.UsageError(f"holograms {stack.shape} must be (A, N, N), or a series (T, A, N, N), of "
                                        f"the backgrounds' shape {bgs.shape}")
             hp = hologram_pixel or pixel / 2
-            n = int(round(stack.shape[-1] * hp / pixel))
+            optics = dict(wavelength=wavelength, medium_index=medium_index, pixel=pixel, na_detection=na_detection)
             if geometry_kind == "rotation":
                 if angle_range is None:
                     raise click.UsageError("the rotation geometry needs --angles START:STOP:COUNT")
                 try:
-                    start, stop, count = (float(v) for v in angle_range.split(":"))
+                    angles = H.parse_angles(angle_range)
                 except ValueError:
                     raise click.UsageError(f"--angles {angle_range!r} is not START:STOP:COUNT") from None
-                angles = np.deg2rad(np.linspace(start, stop, int(count), endpoint=False))
                 if len(angles) != stack.shape[0]:
                     raise click.UsageError(f"{len(angles)} angles for {stack.shape[0]} holograms")
-                g = Geometry(wavelength, medium_index, pixel, n, na_detection, angles=angles)
+                g = H.rotation_geometry(angles, stack.shape[0], n=H.field_size(stack.shape[-1], hp, pixel), **optics)
             else:
-                sideband = F.find_sideband(bgs[0], hp)
-                bg_fields = F.extract_fields(bgs, sideband, hologram_pixel=hp, n=n,
-                                             pupil_frequency=na_detection / wavelength)
-                g = Geometry(wavelength, medium_index, pixel, n, na_detection,
-                             illuminations=F.illumination_frequencies(bg_fields, pixel))
-        sideband = F.find_sideband(bgs[0], hp)
+                g, _ = H.geometry_from_backgrounds(bgs, hologram_pixel=hp, **optics)
+        sideband = H.find_sideband(bgs[0], hp)
         if method == "bpm":
-            from qora.holo.bpm import bpm_reconstruct
-
             if g.geometry == "rotation":
                 raise click.UsageError("--method bpm needs the illumination-scanning geometry, not rotation")
             if stack.ndim != 3:
                 raise click.UsageError("--method bpm takes one stack (A, N, N), not a series")
             approximation = "bpm"
-            kw = dict(hologram_pixel=hp, n=g.n, pupil_frequency=g.pupil_frequency)
-            ratio = F.field_ratio(F.extract_fields(stack, sideband, **kw), F.extract_fields(bgs, sideband, **kw))
+            ratio = H.ratio_from_holograms(stack, bgs, g, hp)
             with tqdm_progress(disable=quiet) as bar:
-                result = bpm_reconstruct(ratio, g, iterations=iterations, tv_weight=tv_weight, batch=batch,
-                                         progress=bar, backend=backend)
-        elif scheduler or workers or gpus:
-            if stack.ndim != 4 or out.suffix.lower() != ".zarr":
-                raise click.UsageError("on a Dask cluster, give a time series (T, A, N, N) and a .zarr store as --out")
-            _series_on_cluster(stack, bgs, g, out, (scheduler, workers, gpus), quiet=quiet, sideband=sideband,
-                               hologram_pixel=hp, method=method, approximation=approximation, iterations=iterations,
-                               tv_weight=1e-3 if tv_weight is None else tv_weight, oversample=oversample,
-                               backend=backend)
-            return
+                result = H.bpm_reconstruct(ratio, g, iterations=iterations, tv_weight=tv_weight, batch=batch,
+                                           progress=bar, backend=backend)
         else:
-            pipe = Pipeline(g, sideband=sideband, hologram_pixel=hp, hologram_n=stack.shape[-1], method=method,
-                            approximation=approximation, iterations=iterations,
-                            tv_weight=1e-3 if tv_weight is None else tv_weight, oversample=oversample,
-                            backend=backend)
-            pipe.set_background(bgs)
+            options = H.ReconstructionOptions(method=method, approximation=approximation, iterations=iterations,
+                                              tv_weight=1e-3 if tv_weight is None else tv_weight,
+                                              oversample=oversample)
+            if scheduler or workers or gpus:
+                if stack.ndim != 4 or out.suffix.lower() != ".zarr":
+                    raise click.UsageError("on a Dask cluster, give a time series (T, A, N, N) and a .zarr store as "
+                                           "--out")
+                _series_on_cluster(stack, bgs, g, out, (scheduler, workers, gpus), quiet=quiet, sideband=sideband,
+                                   hologram_pixel=hp, options=options, backend=backend)
+                return
             with tqdm_progress(disable=quiet) as bar:
-                if stack.ndim == 4:
-                    volumes = [r.index for r in pipe.process_series(stack, progress=bar)]
-                    result = OdtResult(np.stack(volumes), g, method, approximation, iterations)
-                else:
-                    result = pipe.process(stack, progress=bar)
+                result = H.reconstruct_holograms(stack, bgs, g, sideband=sideband, hologram_pixel=hp, options=options,
+                                                 backend=backend, progress=bar)
     except (ValueError, FileNotFoundError, NotImplementedError) as exc:
         raise click.ClickException(str(exc)) from exc
     if out.suffix.lower() in (".tif", ".tiff"):
         if result.index.ndim != 3:
             raise click.UsageError("a series of volumes goes to .h5, not .tif")
-        write_volume_tiff(out, result.index, g)
+        H.write_volume_tiff(out, result.index, g)
     else:
-        write_volume(out, result.index, g, method=method, approximation=approximation, iterations=iterations)
+        H.write_volume(out, result.index, g, method=method, approximation=approximation, iterations=iterations)
     msg = f"wrote {out}: {result.index.shape}, index {result.index.min():.4f} to {result.index.max():.4f}"
     if truth is not None:
         msg += f"; RMSE against the simulated truth {np.sqrt(np.mean((result.index - truth) ** 2)):.2e}"
     click.echo(msg)
     if plot is not None:
-        plot_volume(plot, result.index if result.index.ndim == 3 else result.index[-1], g, truth=truth, title=f"{method.upper()}, {approximation}, {g.count} angles")
+        H.plot_volume(plot, result.index if result.index.ndim == 3 else result.index[-1], g, truth=truth, title=f"{method.upper()}, {approximation}, {g.count} angles")
         click.echo(f"wrote {plot}")
 
 
@@ -241,16 +213,15 @@ def phase_cmd(hologram, background, pixel, na_detection, wavelength, out, plot) 
     """Quantitative phase of one hologram: field, unwrapped phase and amplitude (sideband found automatically)."""
     import h5py
 
-    from qora.holo import fields as F
-    from qora.holo.files import load_stack, plot_phase
+    from qora import holo as H
     from qora.io.atomic import atomic_path
 
     try:
-        h, b = load_stack(hologram), load_stack(background)
+        h, b = H.load_stack(hologram), H.load_stack(background)
         if h.ndim == 3:
             h, b = h[0], b[0]
         pupil = na_detection / wavelength if (na_detection and wavelength) else None
-        res = F.quantitative_phase(h, b, hologram_pixel=pixel, pupil_frequency=pupil)
+        res = H.quantitative_phase(h, b, hologram_pixel=pixel, pupil_frequency=pupil)
     except (ValueError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from exc
     with atomic_path(out) as tmp, h5py.File(tmp, "w") as f:
@@ -264,5 +235,5 @@ def phase_cmd(hologram, background, pixel, na_detection, wavelength, out, plot) 
     click.echo(f"wrote {out}: phase {res['phase'].min():.3f} to {res['phase'].max():.3f} rad; "
                f"sideband at {res['sideband'][0]:.4f}, {res['sideband'][1]:.4f} cycles per unit")
     if plot is not None:
-        plot_phase(plot, res["phase"], res["amplitude"], pixel=res["pixel"])
+        H.plot_phase(plot, res["phase"], res["amplitude"], pixel=res["pixel"])
         click.echo(f"wrote {plot}")

@@ -16,7 +16,11 @@ import math
 
 import numpy as np
 
-__all__ = ["ratio_from_holograms", "quantitative_phase", "find_sideband", "extract_fields", "field_ratio", "illumination_frequencies", "peak_frequency", "CropPlan"]
+from qora.holo.plans import CropPlan, stack_holograms
+from qora.holo.unwrap import rytov
+
+__all__ = ["ratio_from_holograms", "quantitative_phase", "find_sideband", "extract_fields", "field_ratio",
+           "illumination_frequencies", "peak_frequency"]
 
 
 def _dtft_magnitude(h, fy, fx, pixel):
@@ -82,44 +86,7 @@ def find_sideband(background, hologram_pixel: float, **kwargs) -> np.ndarray:
     return peak_frequency(background - background.mean(), hologram_pixel, **kwargs)
 
 
-class CropPlan:
-    """The crop of :func:`extract_fields`, computed once: window rows and columns, pupil, scale."""
-
-    def __init__(self, big: int, sideband, *, hologram_pixel: float, n: int, pupil_frequency: float) -> None:
-        if n > big:
-            raise ValueError(f"the crop window n={n} exceeds the hologram size {big}")
-        self.big, self.n = big, n
-        self.sideband = np.asarray(sideband, float)
-        df = 1.0 / (big * hologram_pixel)
-        centre = np.round(self.sideband / df).astype(int)  # integer bin of the sideband
-        m = np.fft.fftfreq(n, 1.0 / n).astype(int)  # window offsets in FFT order
-        self.rows = (centre[0] + m) % big
-        self.cols = (centre[1] + m) % big
-        fy = (centre[0] + m) * df
-        fx = (centre[1] + m) * df
-        self.pupil = np.hypot(fy[:, None] - self.sideband[0], fx[None, :] - self.sideband[1]) <= pupil_frequency
-        self.scale = (n / big) ** 2
-
-    def __call__(self, hologram) -> np.ndarray:
-        spec = np.fft.fft2(np.fft.ifftshift(hologram))
-        window = spec[np.ix_(self.rows, self.cols)] * self.pupil
-        return np.fft.fftshift(np.fft.ifft2(window)) * self.scale
-
-
-def _stack(holograms):
-    holos = np.asarray(holograms, float)
-    single = holos.ndim == 2
-    if single:
-        holos = holos[None]
-    if holos.ndim != 3 or holos.shape[-1] != holos.shape[-2]:
-        raise ValueError(f"holograms must be (A, N, N) or (N, N), got {holos.shape}")
-    if not np.all(np.isfinite(holos)):
-        raise ValueError("holograms have non-finite values")
-    return holos, single
-
-
-def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_frequency: float,
-                   backend="cpu") -> np.ndarray:
+def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_frequency: float) -> np.ndarray:
     """Complex fields (A, n, n) at pixel 2 * ``hologram_pixel`` from holograms (A, N, N) or (N, N).
 
     Parameters
@@ -133,17 +100,10 @@ def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_
         sideband's centre are removed (the autocorrelation term and noise).
 
     The output is centre-origin; its scale is that of u (a plane wave of amplitude 1
-    gives |field| = 1). ``backend="cuda"`` runs :func:`qora.holo.cuda.extract_fields`
-    (complex64 out; even N and n).
+    gives |field| = 1). This is the CPU path; :func:`qora.holo.extract_fields` (the api's) picks
+    the backend (its CUDA twin is :func:`qora.holo.cuda_pipeline.extract_fields`).
     """
-    from qora.backend import resolve
-
-    if resolve(backend).is_cuda:
-        from qora.holo import cuda
-
-        return cuda.extract_fields(holograms, sideband, hologram_pixel=hologram_pixel, n=n,
-                                   pupil_frequency=pupil_frequency)
-    holos, single = _stack(holograms)
+    holos, single = stack_holograms(holograms)
     crop = CropPlan(holos.shape[-1], sideband, hologram_pixel=hologram_pixel, n=n, pupil_frequency=pupil_frequency)
     out = np.stack([crop(h) for h in holos])
     return out[0] if single else out
@@ -185,8 +145,6 @@ def quantitative_phase(hologram, background, *, hologram_pixel: float = 1.0, n: 
     Returns ``{"ratio", "phase" (rad, border mean near 0), "amplitude", "sideband",
     "pixel"}``.
     """
-    from qora.holo.unwrap import rytov
-
     hologram = np.asarray(hologram, float)
     background = np.asarray(background, float)
     if hologram.shape != background.shape or hologram.ndim != 2:

@@ -19,36 +19,37 @@ on half spectra (R2C), or by FISTA with an isotropic TV proximal step (FGP).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.fft
 
-from qora.backend.core import cpu_count
-from qora.backend.fft import fast_length
-from qora.holo.geometry import Geometry, frequencies, nu_z
+from qora.backend import fft as backend_fft
+from qora.holo.geometry import Geometry
+from qora.holo.options import CUDA_ONLY, ReconstructionOptions
+from qora.holo.plans import MappingPlan, solver_grid
 from qora.holo.unwrap import rytov
 
-__all__ = ["MappingPlan", "map_spectrum", "reconstruct", "index_from_potential", "potential_from_index", "OdtResult",
-           "gerchberg_papoulis", "gerchberg_papoulis_r2c"]
+__all__ = ["map_spectrum", "reconstruct", "index_from_potential", "potential_from_index", "OdtResult",
+           "gerchberg_papoulis", "gerchberg_papoulis_r2c", "solve", "invert", "first_order", "pad_fields",
+           "crop_volume", "FieldOfView", "fista_tv"]
 
 
-class _fft:  # noqa: N801 - a namespace: SciPy's transforms on all cores (NumPy's run on one)
+class _fft:  # noqa: N801 - a namespace: the one-shot transforms of qora.backend.fft (SciPy's, threads by size)
     @staticmethod
     def fftn(x):
-        return scipy.fft.fftn(x, workers=cpu_count())
+        return backend_fft.fftn(x)
 
     @staticmethod
     def ifftn(x):
-        return scipy.fft.ifftn(x, workers=cpu_count())
+        return backend_fft.ifftn(x)
 
     @staticmethod
     def rfftn(x, axes):
-        return scipy.fft.rfftn(x, axes=axes, workers=cpu_count())
+        return backend_fft.rfftn(x, axes=axes)
 
     @staticmethod
     def irfftn(x, s, axes):
-        return scipy.fft.irfftn(x, s=s, axes=axes, workers=cpu_count())
+        return backend_fft.irfftn(x, s=s, axes=axes)
 
 
 def index_from_potential(v, geometry: Geometry):
@@ -59,59 +60,6 @@ def index_from_potential(v, geometry: Geometry):
 def potential_from_index(index, geometry: Geometry):
     """V = k0^2 (n^2 - n_m^2)."""
     return geometry.k0**2 * (np.asarray(index, np.float64) ** 2 - geometry.medium_index**2)
-
-
-class MappingPlan:
-    """Where each (illumination, lateral bin) lands in the volume spectrum, computed once.
-
-    For illumination a: the flat volume index of its nearest axial bin, the mask of
-    lateral bins inside the pupil, and the factor -4 pi i nu_z / pixel that turns a
-    2D DFT value of phi into a 3D DFT value of the potential; and the hit counts.
-    """
-
-    def __init__(self, geometry: Geometry) -> None:
-        n, p = geometry.n, geometry.pixel
-        self.geometry = geometry
-        f = frequencies(n, p)
-        ky, kx = np.meshgrid(f, f, indexing="ij")
-        iy, ix = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
-        km = geometry.medium_frequency
-        nu_in_z = geometry.nu_z_in()
-        self.targets, self.lateral, self.factors = [], [], []
-        self.hits = np.zeros(n**3, np.int32)
-        for a, (nuy, nux) in enumerate(geometry.illuminations):
-            my, mx = ky + nuy, kx + nux
-            nz = nu_z(my, mx, km)
-            ok = (np.hypot(my, mx) <= geometry.pupil_frequency) & np.isfinite(nz)
-            qz = nz[ok] - nu_in_z[a]
-            if geometry.angles is None:  # scanning: the lateral bins are the volume's
-                kz = np.round(qz * n * p).astype(np.int64) % n
-                target = (kz * n + iy[ok]) * n + ix[ok]
-            else:  # rotation: the cap turned back into the object's frame, nearest bin on every axis
-                q = geometry.rotation(a).T @ np.stack([qz, ky[ok], kx[ok]])
-                k3 = np.round(q * n * p).astype(np.int64) % n
-                target = (k3[0] * n + k3[1]) * n + k3[2]
-            self.targets.append(target)
-            self.lateral.append(np.flatnonzero(ok))
-            # continuous Phi ~ p^2 DFT2 and V_DFT3 = V^ / p^3: the factor is -4 pi i nu_z / p
-            self.factors.append(-4j * math.pi * nz[ok] / p)
-            np.add.at(self.hits, target, 1)
-        self.measured = (self.hits > 0).reshape(n, n, n)
-
-    def __call__(self, phi) -> np.ndarray:
-        """The mapped volume spectrum (FFT order, origin at index 0), averaged over hits."""
-        g = self.geometry
-        n = g.n
-        phi = np.asarray(phi)
-        if phi.shape != (g.count, n, n):
-            raise ValueError(f"phi must be ({g.count}, {n}, {n}) for this geometry, got {phi.shape}")
-        spectrum = np.zeros(n**3, np.complex128)
-        for a in range(g.count):
-            spec2 = np.fft.fft2(np.fft.ifftshift(phi[a])).reshape(-1)
-            np.add.at(spectrum, self.targets[a], self.factors[a] * spec2[self.lateral[a]])
-        hit = self.hits > 0
-        spectrum[hit] /= self.hits[hit]
-        return spectrum.reshape(n, n, n)
 
 
 def map_spectrum(phi, geometry: Geometry):
@@ -207,7 +155,7 @@ def fista_tv(data, measured, iterations: int, lam: float, inner: int, fov: Field
     live on n^3, centre-origin, and only the transforms see the big grid.
     Returns the real volume, centre-origin.
     """
-    from qora.holo.tv_cpu import fgp_prox_fused as fgp_prox  # the fused loops; tv.fgp_prox is the reference
+    from qora.holo.tv_cpu import fgp_prox_fused  # numba, loaded on first use; tv.fgp_prox is the reference
 
     n = data.shape
     axes = tuple(range(len(n)))
@@ -224,7 +172,7 @@ def fista_tv(data, measured, iterations: int, lam: float, inner: int, fov: Field
     dual = None
     for _ in range(iterations):
         v = restrict(_fft.irfftn(a + b * _fft.rfftn(expand(y), axes=axes), s=n, axes=axes))
-        x, dual = fgp_prox(np.ascontiguousarray(v), lam, inner, dual=dual)
+        x, dual = fgp_prox_fused(np.ascontiguousarray(v), lam, inner, dual=dual)
         t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
         y = x + ((t - 1) / t_new) * (x - x_prev)
         x_prev, t = x, t_new
@@ -281,16 +229,6 @@ class OdtResult:
     info: dict = field(default_factory=dict)
 
 
-def solver_grid(geometry: Geometry, oversample: float = 1.0) -> Geometry:
-    """The geometry the solver runs on: the same pixel on the smallest fast FFT length of at
-    least n * oversample (finer k-bins; the fields are zero-padded onto it and the central
-    n^3 of the result is kept)."""
-    if not oversample >= 1.0:
-        raise ValueError(f"oversample must be at least 1, got {oversample}")
-    big = fast_length(math.ceil(geometry.n * oversample - 1e-9))
-    return geometry if big == geometry.n else replace(geometry, n=big)
-
-
 def invert(phi, geometry: Geometry, plan: "MappingPlan", **options) -> np.ndarray:
     """Index volume (n^3 of ``geometry``) from first-order fields (A, n, n): padded onto the
     plan's grid, mapped, solved (``solve`` options) and cropped back."""
@@ -318,59 +256,31 @@ def crop_volume(volume, n: int):
     return volume[lo:lo + n, lo:lo + n, lo:lo + n]
 
 
-def reconstruct(ratio, geometry: Geometry, *, approximation: str = "rytov", method: str = "gp",
-                iterations: int = 50, r2c: bool = False, tv_weight: float = 1e-3, tv_inner: int = 20,
-                oversample: float = 1.0, backend="cpu", **cuda_options) -> OdtResult:
-    """Refractive-index volume from field ratios u / u_in (A, n, n) at z = 0.
+def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None = None) -> OdtResult:
+    """Refractive-index volume from field ratios u / u_in (A, n, n) at z = 0, on the CPU.
 
-    Parameters
-    ----------
-    ratio : ndarray (A, n, n) complex
-        Field ratios, centre-origin, one per illumination of ``geometry``.
-    approximation : {"rytov", "born"}
-        First-order field: the Rytov phase log(r) (unwrapped, border rule), or r - 1.
-    method : {"plain", "gp", "tv"}
-        Plain inversion of the mapped spectrum, Gerchberg-Papoulis with non-negativity,
-        or FISTA with an isotropic TV prox (FGP) and non-negativity.
-    iterations : int
-        Gerchberg-Papoulis or FISTA iterations.
-    tv_weight : float
-        TV weight on n^2 - n_m^2 (lambda = tv_weight k0^2 on the potential).
-    tv_inner : int
-        FGP iterations per FISTA iteration.
-    oversample : float
-        Map onto a volume this many times larger (the fields zero-padded, phi = 0 outside
-        the field of view), so the nearest-bin error in k-space shrinks by the same factor,
-        and return the central n^3. Costs oversample^3 in the solver; pays for objects that
-        fill the field of view and for the rotation geometry, where every axis is rounded.
-        The solver's grid is the smallest fast FFT length (even, factors 2, 3 and 5) of at
-        least n * oversample, also for oversample 1 (188 runs on 192: a 188^3 transform,
-        4 x 47, is 6x slower); ``info["grid"]`` records it.
-    r2c : bool
-        Run Gerchberg-Papoulis on half spectra (real transforms): same iterates, half the memory.
-    backend : {"cpu", "cuda", "auto"}
-        Where to run. CUDA takes ``mapping`` ("gather" or "scatter") and ``fgp`` ("fused",
-        "separate", "cube", "march") as well; see :func:`qora.holo.cuda.reconstruct`.
+    ``ratio``: complex field ratios, centre-origin, one per illumination of ``geometry``.
+    ``options``: a :class:`~qora.holo.options.ReconstructionOptions` (default: its defaults); the
+    CUDA-only fields (mapping, fgp, upload_parts) are not read here. The solver's grid is the smallest
+    fast FFT length of at least n * oversample (``info["grid"]``), also for oversample 1 (188 runs
+    on 192: a 188^3 transform, 4 x 47, is 6x slower). :func:`qora.holo.reconstruct` picks the backend.
     """
-    from qora.backend import resolve
-
-    if resolve(backend).is_cuda:
-        from qora.holo import cuda
-
-        return cuda.reconstruct(ratio, geometry, approximation=approximation, method=method, iterations=iterations,
-                                r2c=r2c, tv_weight=tv_weight, tv_inner=tv_inner, oversample=oversample, **cuda_options)
-    if cuda_options:
-        raise TypeError(f"options {sorted(cuda_options)} apply to the CUDA backend only")
+    o = options if options is not None else ReconstructionOptions()
     ratio = np.asarray(ratio)
     if not np.iscomplexobj(ratio):
         raise ValueError("ratio must be complex (u / u_in)")
     if not np.all(np.isfinite(ratio)):
         raise ValueError("ratio has non-finite values")
-    phi = first_order(ratio, approximation)
-    plan = MappingPlan(solver_grid(geometry, oversample))
-    index = invert(phi, geometry, plan, method=method, iterations=iterations, r2c=r2c, tv_weight=tv_weight,
-                   tv_inner=tv_inner)
-    return OdtResult(index, geometry, method, approximation, 0 if method == "plain" else iterations,
-                     info={"measured_fraction": float(plan.measured.mean()), "r2c": bool(r2c), "oversample": oversample,
-                           "grid": plan.geometry.n,
-                           "tv_weight": tv_weight if method == "tv" else None})
+    phi = first_order(ratio, o.approximation)
+    plan = MappingPlan(solver_grid(geometry, o.oversample))
+    index = invert(phi, geometry, plan, **solve_options(o))
+    return OdtResult(index, geometry, o.method, o.approximation, 0 if o.method == "plain" else o.iterations,
+                     info={"measured_fraction": float(plan.measured.mean()), "r2c": bool(o.r2c),
+                           "oversample": o.oversample, "grid": plan.geometry.n,
+                           "tv_weight": o.tv_weight if o.method == "tv" else None})
+
+
+def solve_options(options: ReconstructionOptions) -> dict:
+    """The keywords of :func:`solve` / :func:`invert` from the options (the CPU solver's choices)."""
+    skip = CUDA_ONLY + ("approximation", "oversample")
+    return {k: v for k, v in options.to_dict().items() if k not in skip}

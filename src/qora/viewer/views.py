@@ -288,7 +288,7 @@ class HoloView:
             self.pixel, self.medium = float(attrs["pixel_um"]), float(attrs["medium_index"])
             first = self.series.volume(self.times[0])
         else:
-            from qora.holo.files import read_volume
+            from qora.holo import read_volume
 
             index, geometry, _ = read_volume(path)
             self.series, self.times, self._volume = None, [0], np.asarray(index, np.float32)

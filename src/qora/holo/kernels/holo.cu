@@ -1,7 +1,7 @@
 // qora.holo kernels: field extraction, least-squares unwrapping and Rytov, Ewald mapping,
 // Gerchberg-Papoulis (half spectra and C2C), FISTA-TV with the FGP step, index.
 //
-// Conventions (see qora/holo/cuda.py, which launches every kernel here):
+// Conventions (see qora/holo/kernels/__init__.py, one launcher per kernel here, and cuda_stages.py):
 // - complex values are float2; stacks are (count, rows, cols) row-major, image a at a*rows*cols;
 // - the 3D volume is (z, y, x) row-major; a real volume of the in-place R2C transform has rows
 //   of 2 (n/2 + 1) floats ("padded"), its half spectrum is (n, n, n/2 + 1) complex;

@@ -1,0 +1,48 @@
+"""Optical diffraction tomography from off-axis holograms (units: um, cycles/um): the public face.
+
+>>> from qora import holo
+>>> g = holo.reference.geometry(64)
+>>> holos, bgs, hp = holo.simulate_holograms([holo.Sphere(radius=1.5, index=1.36)], g)  # doctest: +SKIP
+>>> pipe = holo.Pipeline(g, sideband=holo.find_sideband(bgs[0], hp), hologram_pixel=hp,
+...                      hologram_n=holos.shape[-1], options=holo.ReconstructionOptions(method="tv"))  # doctest: +SKIP
+>>> pipe.set_background(bgs); volume = pipe.process(holos).index  # doctest: +SKIP
+
+Layers: this face and :mod:`qora.holo.api` (the backend resolved once, geometry inference) over
+the CPU modules (:mod:`~qora.holo.fields`, :mod:`~qora.holo.odt`, :mod:`~qora.holo.bpm`,
+:mod:`~qora.holo.pipeline`) and the host tables both backends share (:mod:`qora.holo.plans`); the
+CUDA modules (``cuda_stages``, ``cuda_solver``, ``cuda_pipeline``, ``bpm_cuda``, ``kernels``) are
+leaves that only the api reaches, so importing this package needs no GPU.
+"""
+
+from qora.holo import phantoms, reference
+from qora.holo.api import (Pipeline, bpm_reconstruct, extract_fields, field_size, geometry_from_backgrounds,
+                           parse_angles, reconstruct, reconstruct_holograms, rotation_geometry, simulation_geometry)
+from qora.holo.bpm import bpm_forward, bpm_gradient, simulate_bpm_holograms
+from qora.holo.fields import (field_ratio, find_sideband, illumination_frequencies, quantitative_phase,
+                              ratio_from_holograms)
+from qora.holo.files import (load_stack, plot_phase, plot_volume, read_holograms, read_volume, write_holograms,
+                             write_volume, write_volume_tiff)
+from qora.holo.geometry import Geometry, cone_illuminations
+from qora.holo.mie import vector_mie_ratio
+from qora.holo.odt import OdtResult, index_from_potential, potential_from_index
+from qora.holo.options import ReconstructionOptions
+from qora.holo.phantoms import Sphere, born_ratio, holograms_from_fields, render_spheres, simulate_holograms
+from qora.holo.unwrap import rytov
+
+__all__ = [
+    # reconstruction
+    "reconstruct", "Pipeline", "ReconstructionOptions", "OdtResult", "reconstruct_holograms", "bpm_reconstruct",
+    "bpm_forward", "bpm_gradient", "index_from_potential", "potential_from_index",
+    # geometry
+    "Geometry", "cone_illuminations", "geometry_from_backgrounds", "rotation_geometry", "parse_angles", "field_size",
+    "simulation_geometry",
+    # holograms to fields
+    "extract_fields", "find_sideband", "field_ratio", "illumination_frequencies", "quantitative_phase",
+    "ratio_from_holograms", "rytov",
+    # phantoms and Mie
+    "Sphere", "render_spheres", "born_ratio", "holograms_from_fields", "simulate_holograms",
+    "simulate_bpm_holograms", "vector_mie_ratio", "phantoms", "reference",
+    # files
+    "read_holograms", "write_holograms", "read_volume", "write_volume", "write_volume_tiff", "load_stack",
+    "plot_volume", "plot_phase",
+]

@@ -1,0 +1,251 @@
+"""The holography api: the backend resolved once, the CPU or CUDA path picked here, and the steps a
+script needs between files and volumes (geometry from backgrounds, rotation geometry) as plain functions.
+
+This is the only holo module that reaches the CUDA modules (:mod:`qora.holo.cuda_pipeline`,
+:mod:`qora.holo.bpm_cuda`), and only inside the functions that run on the device, so importing it
+needs no GPU. The CPU modules below it never import a CUDA module; the CLI (:mod:`qora.holo.cli`)
+parses options and calls these functions.
+
+>>> from qora import holo
+>>> g, sideband = holo.geometry_from_backgrounds(backgrounds, wavelength=0.532, medium_index=1.333,
+...                                               pixel=0.1, na_detection=1.2)  # doctest: +SKIP
+>>> pipe = holo.Pipeline(g, sideband=sideband, hologram_pixel=0.05, hologram_n=backgrounds.shape[-1],
+...                      options=holo.ReconstructionOptions(method="tv"))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qora.backend import resolve
+from qora.holo import bpm as _bpm
+from qora.holo import fields as _fields
+from qora.holo import odt as _odt
+from qora.holo.geometry import Geometry, cone_illuminations
+from qora.holo.odt import OdtResult
+from qora.holo.options import CUDA_ONLY, ReconstructionOptions
+from qora.holo.pipeline import CpuPipeline
+from qora.holo.plans import CropPlan, MappingPlan, solver_grid
+from qora.progress import report
+
+__all__ = ["reconstruct", "extract_fields", "bpm_reconstruct", "Pipeline", "pipeline_tables", "reconstruct_holograms",
+           "field_size", "geometry_from_backgrounds", "parse_angles", "rotation_geometry", "simulation_geometry",
+           "options_with"]
+
+
+def options_with(options: ReconstructionOptions | None, changes: dict) -> ReconstructionOptions:
+    """``options`` (default: the defaults) with the keyword ``changes`` (validated; unknown names: TypeError)."""
+    base = options if options is not None else ReconstructionOptions()
+    return base.replace(**changes) if changes else base
+
+
+# -- per-call functions ---------------------------------------------------------------------------------
+
+
+def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None = None, *, backend="cpu",
+                **changes) -> OdtResult:
+    """Refractive-index volume from field ratios u / u_in (A, n, n) at z = 0.
+
+    ``options``: a :class:`ReconstructionOptions` (keyword ``changes`` override its fields, e.g.
+    ``method="tv"``); ``backend``: "cpu", "cuda" or "auto". On the CPU, CUDA-only fields given as
+    keywords are a TypeError (as a field of ``options`` they are ignored there).
+    """
+    be = resolve(backend)
+    if not be.is_cuda:
+        cuda_only = sorted(set(changes) & set(CUDA_ONLY))
+        if cuda_only:
+            raise TypeError(f"options {cuda_only} apply to the CUDA backend only")
+    options = options_with(options, changes)
+    if be.is_cuda:
+        from qora.holo import cuda_pipeline
+
+        return cuda_pipeline.reconstruct(ratio, geometry, options)
+    return _odt.reconstruct(ratio, geometry, options)
+
+
+def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_frequency: float,
+                   backend="cpu") -> np.ndarray:
+    """Complex fields (A, n, n) from holograms (A, N, N) or (N, N): :func:`qora.holo.fields.extract_fields`,
+    or on ``backend="cuda"`` its CUDA twin (complex64 out; even N and n)."""
+    kw = dict(hologram_pixel=hologram_pixel, n=n, pupil_frequency=pupil_frequency)
+    if resolve(backend).is_cuda:
+        from qora.holo import cuda_pipeline
+
+        return cuda_pipeline.extract_fields(holograms, sideband, **kw)
+    return _fields.extract_fields(holograms, sideband, **kw)
+
+
+def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, tv_weight: float | None = None,
+                    tv_inner: int = 20, batch: int | None = None, step: float = 1.0, progress=None, *,
+                    n_z: int | None = None, obliquity: bool = True, backend="cpu", **cuda_options) -> OdtResult:
+    """The inversion of the beam propagation model: :func:`qora.holo.bpm.bpm_reconstruct`, or on
+    ``backend="cuda"`` (or "auto" where a GPU is) :func:`qora.holo.bpm_cuda.bpm_reconstruct`, which
+    also takes ``chunk`` and ``fgp``."""
+    args = (data, geometry, start, iterations, tv_weight, tv_inner, batch, step, progress)
+    if resolve(backend).is_cuda:
+        from qora.holo import bpm_cuda
+
+        return bpm_cuda.bpm_reconstruct(*args, n_z=n_z, obliquity=obliquity, **cuda_options)
+    if cuda_options:
+        raise TypeError(f"options {sorted(cuda_options)} apply to the CUDA backend only")
+    return _bpm.bpm_reconstruct(*args, n_z=n_z, obliquity=obliquity)
+
+
+# -- the Pipeline ---------------------------------------------------------------------------------------
+
+
+def pipeline_tables(geometry: Geometry, *, sideband, hologram_pixel: float, hologram_n: int,
+                    options: ReconstructionOptions) -> tuple[CropPlan, MappingPlan]:
+    """The host tables of a Pipeline, made once: the sideband crop of N x N holograms and the
+    Ewald mapping on the solver's grid (both backends take them as they are)."""
+    crop = CropPlan(hologram_n, sideband, hologram_pixel=hologram_pixel, n=geometry.n,
+                    pupil_frequency=geometry.pupil_frequency)
+    return crop, MappingPlan(solver_grid(geometry, options.oversample))
+
+
+class Pipeline:
+    """Holograms to index volumes for one geometry, with its backgrounds kept between calls.
+
+    Everything that depends only on the geometry is made once (the crop window and pupil, the
+    mapping targets, factors and hit counts: :func:`pipeline_tables`); given the background holograms
+    once (:meth:`set_background`), :meth:`process` turns each hologram stack of a time series into a
+    refractive-index volume, with the same functions as the per-call chain (``extract_fields`` ->
+    ``field_ratio`` -> ``rytov`` -> ``reconstruct``), so the two agree to rounding.
+
+    Parameters
+    ----------
+    geometry : Geometry
+    sideband : (nu_y, nu_x)
+        The sideband's centre, cycles/um (``find_sideband`` of a normal-incidence background).
+    hologram_pixel : float
+        Hologram pixel in object space, um (half the geometry's pixel for a 2n crop).
+    hologram_n : int
+        Hologram size N (holograms are N x N).
+    options : ReconstructionOptions
+        The solver's choices (default: the defaults); keyword ``changes`` override its fields.
+    backend : {"auto", "cpu", "cuda"}
+        "auto" is the GPU where there is one (and both sizes are even). On CUDA the work runs in
+        :class:`qora.holo.cuda_pipeline.CudaPipeline` (``self.cuda``): plans, buffers and backgrounds
+        on the device, made once.
+    """
+
+    def __init__(self, geometry: Geometry, *, sideband, hologram_pixel: float, hologram_n: int,
+                 options: ReconstructionOptions | None = None, backend="auto", **changes) -> None:
+        options = options_with(options, changes)
+        if backend == "auto" and (geometry.n % 2 or hologram_n % 2):
+            backend = "cpu"  # the CUDA stages need even sizes (centre-origin signs)
+        self.backend = resolve(backend)
+        self.geometry, self.options, self.approximation = geometry, options, options.approximation
+        self.crop, self.mapping = pipeline_tables(geometry, sideband=sideband, hologram_pixel=hologram_pixel,
+                                                  hologram_n=hologram_n, options=options)
+        self.cuda = None
+        if self.backend.is_cuda:
+            from qora.holo.cuda_pipeline import CudaPipeline
+
+            self.cuda = CudaPipeline(geometry, self.crop, self.mapping, options)
+            self._engine = self.cuda
+        else:
+            self._engine = CpuPipeline(geometry, self.crop, self.mapping, options)
+        self.background_fields = None
+
+    def set_background(self, holograms) -> None:
+        """Extract and keep the background fields (one hologram per illumination)."""
+        self._engine.set_background(holograms)
+        self.background_fields = True if self.cuda is not None else self._engine.background_fields
+
+    def process(self, holograms=None, *, progress=None, copy: bool = True) -> OdtResult:
+        """One stack of sample holograms (A, N, N) -> :class:`OdtResult`.
+
+        On CUDA, ``holograms=None`` processes what was written into ``self.cuda.input()``, and
+        ``copy=False`` returns the page-locked output buffer (valid until the next call).
+        """
+        if self.background_fields is None:
+            raise RuntimeError("call set_background(...) before process(...)")
+        if self.cuda is not None:
+            return self.cuda.process(holograms, progress=progress, copy=copy)
+        return self._engine.process(holograms, progress=progress)
+
+    def process_series(self, stacks, *, progress=None):
+        """Yield the volume of each stack of a time series, in order."""
+        stacks = list(stacks)
+        for i, holos in enumerate(stacks):
+            yield self.process(holos)
+            report(progress, "stacks", i + 1, len(stacks))
+
+
+def reconstruct_holograms(holograms, backgrounds, geometry: Geometry, *, sideband, hologram_pixel: float,
+                          options: ReconstructionOptions | None = None, backend="auto", progress=None) -> OdtResult:
+    """Index volume(s) of a hologram stack (A, N, N), or a time series (T, A, N, N) (volumes stacked),
+    with its backgrounds (A, N, N), through one :class:`Pipeline`."""
+    holograms = np.asarray(holograms)
+    options = options_with(options, {})
+    pipe = Pipeline(geometry, sideband=sideband, hologram_pixel=hologram_pixel, hologram_n=holograms.shape[-1],
+                    options=options, backend=backend)
+    pipe.set_background(backgrounds)
+    if holograms.ndim == 4:
+        volumes = [r.index for r in pipe.process_series(holograms, progress=progress)]
+        return OdtResult(np.stack(volumes), geometry, options.method, options.approximation, options.iterations)
+    return pipe.process(holograms, progress=progress)
+
+
+# -- geometry ----------------------------------------------------------------------------------------------
+
+
+def field_size(hologram_n: int, hologram_pixel: float, pixel: float) -> int:
+    """The field and volume size n of N x N holograms at ``hologram_pixel`` cropped to ``pixel`` (um)."""
+    return int(round(hologram_n * hologram_pixel / pixel))
+
+
+def geometry_from_backgrounds(backgrounds, *, wavelength: float, medium_index: float, pixel: float,
+                              na_detection: float, hologram_pixel: float | None = None):
+    """The illumination-scanning geometry measured from background holograms (A, N, N), and the sideband.
+
+    The sideband (cycles/um) is found in the first (normal-incidence) background; the background
+    fields are extracted on the CPU and each one's plane-wave frequency is the illumination.
+    ``hologram_pixel`` defaults to ``pixel / 2`` (um). Returns ``(Geometry, sideband)``.
+    """
+    bgs = np.asarray(backgrounds)
+    if bgs.ndim != 3 or bgs.shape[-1] != bgs.shape[-2]:
+        raise ValueError(f"backgrounds must be (A, N, N), got shape {bgs.shape}")
+    hp = hologram_pixel or pixel / 2
+    n = field_size(bgs.shape[-1], hp, pixel)
+    sideband = _fields.find_sideband(bgs[0], hp)
+    bg_fields = _fields.extract_fields(bgs, sideband, hologram_pixel=hp, n=n, pupil_frequency=na_detection / wavelength)
+    g = Geometry(wavelength, medium_index, pixel, n, na_detection,
+                 illuminations=_fields.illumination_frequencies(bg_fields, pixel))
+    return g, sideband
+
+
+def parse_angles(text: str) -> np.ndarray:
+    """Rotation angles (rad) from "START:STOP:COUNT" in degrees (STOP excluded), e.g. "0:360:180"."""
+    try:
+        start, stop, count = (float(v) for v in text.split(":"))
+    except ValueError:
+        raise ValueError(f"angles {text!r} are not START:STOP:COUNT") from None
+    return np.deg2rad(np.linspace(start, stop, int(count), endpoint=False))
+
+
+def rotation_geometry(angles, count: int, *, wavelength: float, medium_index: float, pixel: float,
+                      na_detection: float, n: int) -> Geometry:
+    """The sample-rotation geometry (about y) for ``count`` holograms at ``angles`` (rad, or "START:STOP:COUNT"
+    in degrees); a count that differs from the angles' is a ValueError."""
+    angles = parse_angles(angles) if isinstance(angles, str) else np.asarray(angles, float)
+    if len(angles) != count:
+        raise ValueError(f"{len(angles)} angles for {count} holograms")
+    return Geometry(wavelength, medium_index, pixel, n, na_detection, angles=angles)
+
+
+def simulation_geometry(n: int, *, kind: str = "scan", angles: int = 48, na_illumination: float = 0.8) -> Geometry:
+    """The reference setup's geometry (:mod:`qora.holo.reference`) for simulations: ``angles`` illuminations
+    on a cone of ``na_illumination`` plus normal incidence, rounded to the volume's frequency bins
+    ("scan"), or ``angles`` rotations about y over 360 degrees ("rotation")."""
+    from qora.holo import reference as R
+
+    if kind == "rotation":
+        return Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, n, R.NA_DETECTION,
+                        angles=np.linspace(0, 2 * np.pi, angles, endpoint=False))
+    if kind != "scan":
+        raise ValueError(f"kind must be 'scan' or 'rotation', got {kind!r}")
+    df = 1.0 / (n * R.PIXEL)
+    ill = np.round(cone_illuminations(na_illumination, R.WAVELENGTH, angles) / df) * df
+    return Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, n, R.NA_DETECTION, illuminations=ill)

@@ -1,0 +1,262 @@
+"""qora.holo on CUDA: the device Pipeline and the per-call CUDA functions.
+
+:class:`CudaPipeline` holds the stages of :mod:`qora.holo.cuda_stages` and the
+:class:`~qora.holo.cuda_solver.SpectrumSolver`, its plans, buffers and backgrounds made once, and
+runs one stream per stack. The per-call functions (:func:`extract_fields`, :func:`first_order`,
+:func:`reconstruct`) take and return host arrays and build their stages each call; they are the
+CUDA twins of the CPU functions in :mod:`qora.holo.fields` and :mod:`qora.holo.odt`, reached
+through :mod:`qora.holo.api`. A leaf: it imports the CPU and plans modules, never the reverse.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qora.backend.fft import C2C, FORWARD
+from qora.holo import kernels as K
+from qora.holo.cuda_solver import SpectrumSolver
+from qora.holo.cuda_stages import (MEMCPY_DEFAULT, FieldStage, FirstOrder, Mapper, WorkArea, check_even, cupy,
+                                   ptr)
+from qora.holo.geometry import Geometry
+from qora.holo.odt import OdtResult
+from qora.holo.options import ReconstructionOptions
+from qora.holo.plans import CropPlan, MappingPlan, solver_grid, stack_holograms
+from qora.progress import report
+
+__all__ = ["CudaPipeline", "Reconstruction", "extract_fields", "first_order", "reconstruct"]
+
+
+def pad_into(phi, padded) -> None:
+    """Centre-origin fields (A, n, n) into the middle of a zeroed (A, N, N) stack (phi = 0 outside)."""
+    n, big = phi.shape[-1], padded.shape[-1]
+    lo = big // 2 - n // 2
+    padded[:, lo:lo + n, lo:lo + n] = phi
+
+
+class Reconstruction:
+    """Mapping FFT, mapper and solver for first-order fields (A, n, n) of one geometry.
+
+    ``plan`` is the geometry's mapping table on the solver's grid (``MappingPlan(solver_grid(geometry,
+    options.oversample))``), made by the caller: once per Pipeline.
+    """
+
+    def __init__(self, geometry: Geometry, work: WorkArea, plan: MappingPlan, options: ReconstructionOptions) -> None:
+        cp = cupy()
+        grid = plan.geometry
+        if grid.n != solver_grid(geometry, options.oversample).n or grid.count != geometry.count:
+            raise ValueError(f"the mapping plan is for a {grid.n}^3 grid and {grid.count} illuminations, not the "
+                             f"solver grid of this geometry and oversample {options.oversample}")
+        self.geometry, self.big = geometry, grid.n
+        self.plan = plan
+        self.mapper = Mapper(self.plan, options.mapping)
+        self.solver = SpectrumSolver(grid, geometry.n, work, options)
+        self.padded = cp.zeros((geometry.count, grid.n, grid.n), cp.complex64) if grid.n != geometry.n else None
+        self.fft = work.plan(C2C, (grid.n, grid.n), batch=geometry.count)
+        self.measured_fraction = float(self.plan.measured.mean())  # once: a host pass over N^3 (60 ms at 512^3)
+
+    def __call__(self, phi, dst_ptr: int) -> None:
+        spectra = phi
+        if self.padded is not None:
+            self.padded.fill(0)  # the previous call's in-place FFT left its spectrum there
+            pad_into(phi, self.padded)
+            spectra = self.padded
+        self.fft.execute(spectra.data.ptr, spectra.data.ptr, FORWARD)  # phi is spent
+        self.solver(spectra, self.mapper, dst_ptr)
+
+
+# ---------------------------------------------------------------------------------------------
+# per-call functions: host arrays in and out, stages built for the call
+
+
+def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_frequency: float) -> np.ndarray:
+    """The CUDA twin of :func:`qora.holo.fields.extract_fields` (complex64 out)."""
+    cp = cupy()
+    holos, single = stack_holograms(holograms)
+    crop = CropPlan(holos.shape[-1], sideband, hologram_pixel=hologram_pixel, n=n, pupil_frequency=pupil_frequency)
+    work = WorkArea()
+    stage = FieldStage(crop, holos.shape[0], work)
+    work.allocate()
+    stage.holograms.set(holos.astype(np.float32))
+    out = cp.empty((holos.shape[0], n, n), cp.complex64)
+    stage.extract(out)
+    host = out.get()
+    return host[0] if single else host
+
+
+def first_order(ratio, approximation: str = "rytov", background=None) -> np.ndarray:
+    """The CUDA twin of :func:`qora.holo.odt.first_order` (ratio, or fields over ``background``)."""
+    cp = cupy()
+    r = np.asarray(ratio)
+    single = r.ndim == 2
+    r = r[None] if single else r
+    check_even("field size", r.shape[-1])
+    if r.shape[-1] != r.shape[-2]:
+        raise ValueError(f"fields must be square, got {r.shape}")
+    work = WorkArea()
+    stage = FirstOrder(r.shape[0], r.shape[-1], work)
+    work.allocate()
+    num = cp.asarray(r, cp.complex64)
+    den = None if background is None else cp.asarray(np.asarray(background).reshape(r.shape), cp.complex64)
+    out = cp.empty_like(num)
+    stage(num, den, out, approximation)
+    host = out.get()
+    return host[0] if single else host
+
+
+def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None = None) -> OdtResult:
+    """The CUDA twin of :func:`qora.holo.odt.reconstruct`: the same options, and ``mapping`` and ``fgp`` read."""
+    cp = cupy()
+    o = options if options is not None else ReconstructionOptions()
+    ratio = np.asarray(ratio)
+    if not np.iscomplexobj(ratio) or not np.all(np.isfinite(ratio)):
+        raise ValueError("ratio must be complex and finite (u / u_in)")
+    if ratio.shape != (geometry.count, geometry.n, geometry.n):
+        raise ValueError(f"ratio must be {(geometry.count, geometry.n, geometry.n)}, got {ratio.shape}")
+    work = WorkArea()
+    order = FirstOrder(geometry.count, geometry.n, work)
+    recon = Reconstruction(geometry, work, MappingPlan(solver_grid(geometry, o.oversample)), o)
+    work.allocate()
+    num = cp.asarray(ratio, cp.complex64)
+    phi = cp.empty_like(num)
+    order(num, None, phi, o.approximation)
+    out = cp.empty((geometry.n,) * 3, cp.float32)
+    recon(phi, out.data.ptr)
+    index = out.get()
+    return OdtResult(index, geometry, o.method, o.approximation, 0 if o.method == "plain" else o.iterations,
+                     info={"measured_fraction": recon.measured_fraction, "r2c": bool(recon.solver.real),
+                           "oversample": o.oversample, "grid": recon.big, "backend": "cuda", "mapping": o.mapping,
+                           "fgp": o.fgp if o.method == "tv" else None,
+                           "tv_weight": o.tv_weight if o.method == "tv" else None})
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class CudaPipeline:
+    """The device-resident Pipeline: plans, buffers and backgrounds made once; one stream per stack.
+
+    Made by :class:`qora.holo.Pipeline` (:mod:`qora.holo.api`) from the geometry's host tables, built
+    once there: ``crop`` (the sideband window of N x N holograms) and ``mapping`` (the Ewald mapping
+    on the solver's grid). ``options`` as everywhere; the CUDA ones are ``upload_parts`` (the hologram
+    upload split into parts on a copy stream, each part's R2C ordered after its copy by an event),
+    ``mapping`` ("gather" or "scatter") and ``fgp`` (the TV step's kernel).
+
+    :meth:`input` is the page-locked host buffer of the holograms: fill it in place to save
+    a host copy, then call :meth:`process` without arguments.
+    """
+
+    def __init__(self, geometry: Geometry, crop: CropPlan, mapping: MappingPlan, options: ReconstructionOptions) -> None:
+        cp = cupy()
+        a, n = geometry.count, geometry.n
+        hologram_n = crop.big
+        self.geometry, self.approximation, self.options = geometry, options.approximation, options
+        self.work = WorkArea()
+        self.fields = FieldStage(crop, a, self.work, parts=options.upload_parts)
+        self.order = FirstOrder(a, n, self.work)
+        self.recon = Reconstruction(geometry, self.work, mapping, options)
+        self.sample = cp.empty((a, n, n), cp.complex64)
+        self.background = cp.empty((a, n, n), cp.complex64)
+        self.phi = cp.empty((a, n, n), cp.complex64)
+        self.work.allocate()
+        self._in_mem = cp.cuda.alloc_pinned_memory(4 * a * hologram_n**2)
+        self._out_mem = cp.cuda.alloc_pinned_memory(4 * n**3)
+        self.host_in = np.frombuffer(self._in_mem, np.float32, a * hologram_n**2).reshape(a, hologram_n, hologram_n)
+        self.host_out = np.frombuffer(self._out_mem, np.float32, n**3).reshape(n, n, n)
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.copy_stream = cp.cuda.Stream(non_blocking=True)
+        self.uploaded = [cp.cuda.Event(disable_timing=True) for _ in self.fields.parts]
+        self.free = cp.cuda.Event(disable_timing=True)
+        self._flag_mem = cp.cuda.alloc_pinned_memory(4)
+        self.host_flag = np.frombuffer(self._flag_mem, np.int32, 1)
+        self.flag = cp.zeros(1, cp.int32)
+        self.has_background = False
+        self.stage_ms: dict = {}
+        self.profile = False
+        self.plans_made = self.work.plan_count
+
+    def input(self) -> np.ndarray:
+        """The page-locked host buffer (A, N, N) float32 that :meth:`process` uploads."""
+        return self.host_in
+
+    def _upload(self, holograms) -> None:
+        cp = cupy()
+        if holograms is not None and holograms is not self.host_in:
+            holos = np.asarray(holograms)
+            if holos.shape != self.host_in.shape:
+                raise ValueError(f"expected holograms of shape {self.host_in.shape}, got {holos.shape}")
+            np.copyto(self.host_in, holos, casting="same_kind")
+        self.free.record(self.stream)  # the previous stack's R2C has read the device buffer
+        self.copy_stream.wait_event(self.free)
+        per = self.host_in[0].size
+        for event, (first, size) in zip(self.uploaded, self.fields.parts):
+            cp.cuda.runtime.memcpyAsync(ptr(self.fields.holograms, first * per), self.host_in[first:].ctypes.data,
+                                        4 * size * per, 1, self.copy_stream.ptr)
+            event.record(self.copy_stream)
+
+    def _check_finite(self) -> None:
+        """Queue the device-side check of the uploaded holograms (read by :meth:`_raise_if_nonfinite`)."""
+        cp = cupy()
+        quads = self.fields.holograms.size // 4  # N even: N^2 is a multiple of 4
+        self.flag.fill(0)
+        K.flag_nonfinite(x=self.fields.holograms, quads=quads, flag=self.flag)
+        cp.cuda.runtime.memcpyAsync(self.host_flag.ctypes.data, self.flag.data.ptr, 4, MEMCPY_DEFAULT,
+                                    self.stream.ptr)
+
+    def _raise_if_nonfinite(self) -> None:
+        if self.host_flag[0]:
+            raise ValueError("holograms have non-finite values")
+
+    def set_background(self, holograms) -> None:
+        """Extract and keep the background fields on the device (one hologram per illumination)."""
+        cp = cupy()
+        self._upload(holograms)
+        with self.stream:
+            self.fields.extract(self.background, ready=self.uploaded)
+            self._check_finite()
+            mag = cp.abs(self.background)
+            low = bool((mag.min() <= 0) | (mag.min() < 1e-6 * cp.median(mag)))
+        self.stream.synchronize()
+        self._raise_if_nonfinite()
+        if low:
+            raise ValueError("a background field is (nearly) zero somewhere: cannot form the ratio")
+        self.has_background = True
+
+    def process(self, holograms=None, *, progress=None, copy: bool = True) -> OdtResult:
+        """One stack (A, N, N) (or the contents of :meth:`input`) -> :class:`OdtResult` (host volume).
+
+        ``copy=False`` returns the page-locked output buffer itself (no host copy): valid until
+        the next call, for a consumer that writes it out at once (a time series to disk).
+        """
+        cp = cupy()
+        if not self.has_background:
+            raise RuntimeError("call set_background(...) before process(...)")
+        marks = []
+        self._upload(holograms)
+        report(progress, "fields", 0, 3)
+        with self.stream:
+            def mark(name):
+                if self.profile:
+                    e = cp.cuda.Event()
+                    e.record(self.stream)
+                    marks.append((name, e))
+
+            mark("start")
+            self.fields.extract(self.sample, ready=self.uploaded)
+            self._check_finite()
+            mark("fields")
+            self.order(self.sample, self.background, self.phi, self.approximation)
+            mark(self.approximation)
+            self.recon(self.phi, self.host_out.ctypes.data)
+            mark("solve")
+        self.stream.synchronize()
+        self._raise_if_nonfinite()
+        report(progress, "done", 3, 3)
+        if self.profile:
+            self.stage_ms = {name: cp.cuda.get_elapsed_time(marks[i - 1][1], e)
+                             for i, (name, e) in enumerate(marks) if i > 0}
+        o = self.options
+        return OdtResult(self.host_out.copy() if copy else self.host_out, self.geometry, o.method, self.approximation,
+                         0 if o.method == "plain" else o.iterations,
+                         info={"measured_fraction": self.recon.measured_fraction, "r2c": self.recon.solver.real,
+                               "grid": self.recon.big, "backend": "cuda", "mapping": o.mapping,
+                               "upload_parts": len(self.fields.parts)})

@@ -1,0 +1,88 @@
+"""The options of an ODT reconstruction: one frozen, validated dataclass that every layer takes.
+
+:class:`ReconstructionOptions` crosses the CLI, :mod:`qora.holo.api`, the Pipelines (CPU and
+CUDA), the CUDA spectrum solver and :mod:`qora.distributed.holo` unchanged; a bad value is a
+``ValueError`` naming the field, raised when the options are made (not per stack).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import asdict, dataclass, fields, replace
+
+import numpy as np
+
+__all__ = ["ReconstructionOptions", "APPROXIMATIONS", "METHODS", "MAPPINGS", "FGP_VARIANTS", "CUDA_ONLY"]
+
+APPROXIMATIONS = ("rytov", "born")
+METHODS = ("plain", "gp", "tv")
+MAPPINGS = ("gather", "scatter")
+FGP_VARIANTS = ("fused", "separate", "cube", "march")
+#: the fields that only the CUDA backend reads (the CPU path ignores them)
+CUDA_ONLY = ("mapping", "fgp", "upload_parts")
+
+
+@dataclass(frozen=True)
+class ReconstructionOptions:
+    """How first-order fields become an index volume (the solver's choices, not the geometry)."""
+
+    approximation: str = "rytov"
+    """First-order field: "rytov" (the unwrapped phase log(u / u_in), border rule) or "born" (u / u_in - 1)."""
+    method: str = "gp"
+    """"plain" (the mapped spectrum inverted), "gp" (Gerchberg-Papoulis with non-negativity) or "tv"
+    (FISTA with an isotropic TV prox by FGP, and non-negativity)."""
+    iterations: int = 50
+    """Gerchberg-Papoulis or FISTA iterations (count, at least 1; unused by "plain")."""
+    r2c: bool = True
+    """Gerchberg-Papoulis on half spectra (real transforms): the same iterates, half the memory."""
+    tv_weight: float = 1e-3
+    """TV weight on n^2 - n_m^2 (dimensionless; lambda = tv_weight k0^2 on the potential, rad^2/um^2); > 0 for "tv"."""
+    tv_inner: int = 20
+    """FGP iterations per FISTA iteration (count, >= 0; the CPU solver needs at least 1 for "tv")."""
+    oversample: float = 1.0
+    """Solver grid edge over the field size n (ratio, at least 1): the fields are zero-padded onto the
+    smallest fast FFT length of at least n * oversample (finer k-bins), the central n^3 kept."""
+    mapping: str = "gather"
+    """CUDA only: the Ewald mapping by "gather" (a thread per volume column, no atomics) or "scatter"."""
+    fgp: str = "fused"
+    """CUDA only: the FGP step's kernel, "fused", "separate", "cube" or "march" (equal within 2 ulp)."""
+    upload_parts: int = 1
+    """CUDA Pipeline only: the hologram upload split into this many parts (count, 1 to the number of holograms)."""
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("approximation", APPROXIMATIONS), ("method", METHODS), ("mapping", MAPPINGS),
+                              ("fgp", FGP_VARIANTS)):
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        least = {"iterations": 0 if self.method == "plain" else 1, "tv_inner": 0,
+                 "upload_parts": 1}
+        for name, low in least.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+                raise ValueError(f"{name} must be an integer of at least {low} (method {self.method!r}), "
+                                 f"got {value!r}")
+        if not isinstance(self.r2c, (bool, np.bool_)):
+            raise ValueError(f"r2c must be True or False, got {self.r2c!r}")
+        if not (isinstance(self.tv_weight, numbers.Real) and math.isfinite(self.tv_weight) and self.tv_weight >= 0
+                and (self.tv_weight > 0 or self.method != "tv")):
+            raise ValueError(f"tv_weight must be finite and {'positive' if self.method == 'tv' else 'non-negative'},"
+                             f" got {self.tv_weight!r}")
+        if not (isinstance(self.oversample, numbers.Real) and math.isfinite(self.oversample) and self.oversample >= 1.0):
+            raise ValueError(f"oversample must be at least 1, got {self.oversample!r}")
+
+    def replace(self, **changes) -> "ReconstructionOptions":
+        """A copy with ``changes`` (validated); an unknown name is a TypeError naming it."""
+        unknown = sorted(set(changes) - set(self.names()))
+        if unknown:
+            raise TypeError(f"unknown reconstruction options {unknown}; known: {list(self.names())}")
+        return replace(self, **changes)
+
+    @classmethod
+    def names(cls) -> tuple:
+        return tuple(f.name for f in fields(cls))
+
+    def to_dict(self) -> dict:
+        """The fields as a plain dict (JSON-ready: str, int, float, bool)."""
+        return {k: (v.item() if hasattr(v, "item") else v) for k, v in asdict(self).items()}

@@ -1,0 +1,207 @@
+"""The host tables both backends use, computed once per geometry: the one CPU/CUDA seam.
+
+- :class:`CropPlan`: the sideband window (rows, columns, pupil, scale) of :func:`qora.holo.fields.extract_fields`.
+- :class:`MappingPlan`: the Ewald mapping (targets, lateral bins, factors, hit counts) of the ODT.
+- :func:`solver_grid`: the solver's grid (a fast FFT length of at least n * oversample).
+- :class:`BpmTables` / :func:`bpm_tables`: the beam propagation model's per-illumination tables.
+
+Everything here is NumPy on the host (float64 / complex128); the CPU modules use the tables as
+they are, the CUDA modules cast and upload them once. Nothing here imports a backend.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from qora.backend.fft import fast_length
+from qora.holo.geometry import Geometry, frequencies, nu_z
+
+__all__ = ["CropPlan", "stack_holograms", "MappingPlan", "solver_grid", "BpmTables", "bpm_tables", "check_scan"]
+
+
+class CropPlan:
+    """The crop of :func:`extract_fields`, computed once: window rows and columns, pupil, scale."""
+
+    def __init__(self, big: int, sideband, *, hologram_pixel: float, n: int, pupil_frequency: float) -> None:
+        if n > big:
+            raise ValueError(f"the crop window n={n} exceeds the hologram size {big}")
+        self.big, self.n = big, n
+        self.sideband = np.asarray(sideband, float)
+        df = 1.0 / (big * hologram_pixel)
+        centre = np.round(self.sideband / df).astype(int)  # integer bin of the sideband
+        m = np.fft.fftfreq(n, 1.0 / n).astype(int)  # window offsets in FFT order
+        self.rows = (centre[0] + m) % big
+        self.cols = (centre[1] + m) % big
+        fy = (centre[0] + m) * df
+        fx = (centre[1] + m) * df
+        self.pupil = np.hypot(fy[:, None] - self.sideband[0], fx[None, :] - self.sideband[1]) <= pupil_frequency
+        self.scale = (n / big) ** 2
+
+    def __call__(self, hologram) -> np.ndarray:
+        spec = np.fft.fft2(np.fft.ifftshift(hologram))
+        window = spec[np.ix_(self.rows, self.cols)] * self.pupil
+        return np.fft.fftshift(np.fft.ifft2(window)) * self.scale
+
+
+def stack_holograms(holograms):
+    """Holograms as a float64 stack (A, N, N) and whether one (N, N) was given; checked square and finite."""
+    holos = np.asarray(holograms, float)
+    single = holos.ndim == 2
+    if single:
+        holos = holos[None]
+    if holos.ndim != 3 or holos.shape[-1] != holos.shape[-2]:
+        raise ValueError(f"holograms must be (A, N, N) or (N, N), got {holos.shape}")
+    if not np.all(np.isfinite(holos)):
+        raise ValueError("holograms have non-finite values")
+    return holos, single
+
+
+class MappingPlan:
+    """Where each (illumination, lateral bin) lands in the volume spectrum, computed once.
+
+    For illumination a: the flat volume index of its nearest axial bin, the mask of
+    lateral bins inside the pupil, and the factor -4 pi i nu_z / pixel that turns a
+    2D DFT value of phi into a 3D DFT value of the potential; and the hit counts.
+    """
+
+    def __init__(self, geometry: Geometry) -> None:
+        n, p = geometry.n, geometry.pixel
+        self.geometry = geometry
+        f = frequencies(n, p)
+        ky, kx = np.meshgrid(f, f, indexing="ij")
+        iy, ix = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+        km = geometry.medium_frequency
+        nu_in_z = geometry.nu_z_in()
+        self.targets, self.lateral, self.factors = [], [], []
+        self.hits = np.zeros(n**3, np.int32)
+        for a, (nuy, nux) in enumerate(geometry.illuminations):
+            my, mx = ky + nuy, kx + nux
+            nz = nu_z(my, mx, km)
+            ok = (np.hypot(my, mx) <= geometry.pupil_frequency) & np.isfinite(nz)
+            qz = nz[ok] - nu_in_z[a]
+            if geometry.angles is None:  # scanning: the lateral bins are the volume's
+                kz = np.round(qz * n * p).astype(np.int64) % n
+                target = (kz * n + iy[ok]) * n + ix[ok]
+            else:  # rotation: the cap turned back into the object's frame, nearest bin on every axis
+                q = geometry.rotation(a).T @ np.stack([qz, ky[ok], kx[ok]])
+                k3 = np.round(q * n * p).astype(np.int64) % n
+                target = (k3[0] * n + k3[1]) * n + k3[2]
+            self.targets.append(target)
+            self.lateral.append(np.flatnonzero(ok))
+            # continuous Phi ~ p^2 DFT2 and V_DFT3 = V^ / p^3: the factor is -4 pi i nu_z / p
+            self.factors.append(-4j * math.pi * nz[ok] / p)
+            np.add.at(self.hits, target, 1)
+        self.measured = (self.hits > 0).reshape(n, n, n)
+
+    def __call__(self, phi) -> np.ndarray:
+        """The mapped volume spectrum (FFT order, origin at index 0), averaged over hits."""
+        g = self.geometry
+        n = g.n
+        phi = np.asarray(phi)
+        if phi.shape != (g.count, n, n):
+            raise ValueError(f"phi must be ({g.count}, {n}, {n}) for this geometry, got {phi.shape}")
+        spectrum = np.zeros(n**3, np.complex128)
+        for a in range(g.count):
+            spec2 = np.fft.fft2(np.fft.ifftshift(phi[a])).reshape(-1)
+            np.add.at(spectrum, self.targets[a], self.factors[a] * spec2[self.lateral[a]])
+        hit = self.hits > 0
+        spectrum[hit] /= self.hits[hit]
+        return spectrum.reshape(n, n, n)
+
+
+def solver_grid(geometry: Geometry, oversample: float = 1.0) -> Geometry:
+    """The geometry the solver runs on: the same pixel on the smallest fast FFT length of at
+    least n * oversample (finer k-bins; the fields are zero-padded onto it and the central
+    n^3 of the result is kept)."""
+    if not oversample >= 1.0:
+        raise ValueError(f"oversample must be at least 1, got {oversample}")
+    big = fast_length(math.ceil(geometry.n * oversample - 1e-9))
+    return geometry if big == geometry.n else replace(geometry, n=big)
+
+
+def check_scan(geometry: Geometry) -> None:
+    if geometry.angles is not None:
+        raise NotImplementedError("the beam propagation model is built for the illumination-scanning geometry; "
+                                  "the rotation geometry is not supported")
+
+
+@dataclass
+class BpmTables:
+    """Per-illumination tables (count, n, n) in the FFT layout of the envelope spectrum (float64 / complex128).
+
+    Attributes
+    ----------
+    propagator : complex (A, n, n)
+        c = exp(2 pi i (nu_z(mu + nu_in) - nu_z,in) d), zero where |mu + nu_in| >= n_m / lambda.
+    last : complex (A, n, n)
+        From the last slice's plane z_{n_z-1} back to z = 0, times the detection pupil.
+    obliquity : float (A, n, n)
+        q = (n_m / lambda) / nu_z(mu + nu_in), capped at its pupil-edge value (ones without obliquity).
+    n_z : int
+        Number of slices the tables are for.
+    step : float
+        Slice thickness d (the pixel), um.
+    k0 : float
+        2 pi / lambda, rad/um.
+    """
+
+    propagator: np.ndarray
+    last: np.ndarray
+    obliquity: np.ndarray
+    n_z: int
+    step: float
+    k0: float
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def count(self) -> int:
+        return self.propagator.shape[0]
+
+    @property
+    def n(self) -> int:
+        return self.propagator.shape[-1]
+
+    def products(self, dtype, index=slice(None)):
+        """(c q, c (1 - q), last q, last (1 - q)) in ``dtype`` for the illuminations ``index`` (cached per dtype)."""
+        dtype = np.dtype(dtype)
+        if dtype not in self._cache:
+            q = self.obliquity
+            self._cache[dtype] = tuple(t.astype(dtype) for t in (self.propagator * q, self.propagator * (1 - q),
+                                                                  self.last * q, self.last * (1 - q)))
+        return tuple(t[index] for t in self._cache[dtype])
+
+    def lipschitz(self) -> np.ndarray:
+        """Per illumination, n_z (k0 d q_a(0))^2: the largest eigenvalue of J_a^T J_a for a weak object."""
+        return self.n_z * (self.k0 * self.step * self.obliquity[:, 0, 0]) ** 2
+
+
+def bpm_tables(geometry: Geometry, n_z: int | None = None, obliquity: bool = True) -> BpmTables:
+    """The propagation, last-step and obliquity tables of ``geometry`` for ``n_z`` slices (default n)."""
+    check_scan(geometry)
+    n, d = geometry.n, geometry.pixel
+    n_z = int(n_z or n)
+    if n_z < 1:
+        raise ValueError(f"n_z must be positive, got {n_z}")
+    f = frequencies(n, d)
+    ky, kx = np.meshgrid(f, f, indexing="ij")
+    km = geometry.medium_frequency
+    nu_in_z = geometry.nu_z_in()
+    q_max = km / math.sqrt(km**2 - geometry.pupil_frequency**2)  # NA < n_m is checked by Geometry
+    z_last = (n_z - 1 - n_z // 2) * d
+    shape = (geometry.count, n, n)
+    prop, last, q = np.zeros(shape, np.complex128), np.zeros(shape, np.complex128), np.ones(shape, np.float64)
+    for a, (nuy, nux) in enumerate(geometry.illuminations):
+        my, mx = ky + nuy, kx + nux
+        nz = nu_z(my, mx, km)
+        live = np.isfinite(nz) & (np.hypot(my, mx) < km)
+        nz = np.where(live, nz, 1.0)
+        dz = nz - nu_in_z[a]
+        prop[a] = np.where(live, np.exp(2j * math.pi * dz * d), 0)
+        pupil = live & (np.hypot(my, mx) <= geometry.pupil_frequency)
+        last[a] = np.where(pupil, np.exp(-2j * math.pi * dz * z_last), 0)  # from z_{n_z-1} back to z = 0
+        if obliquity:
+            q[a] = np.where(live, np.minimum(km / nz, q_max), q_max)
+    return BpmTables(prop, last, q, n_z, d, geometry.k0)
