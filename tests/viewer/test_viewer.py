@@ -63,9 +63,7 @@ def _drag(page, selector, fraction_from, fraction_to, steps=10):
 
 @pytest.fixture(scope="module")
 def ssb_served(tmp_path_factory):
-    from qora.ssb.files import write_dataset
-    from qora.ssb.optics import Aberrations
-    from qora.ssb.simulate import amorphous_slices, simulate
+    from qora.ssb import Aberrations, amorphous_slices, simulate, write_dataset
 
     sim = simulate(amorphous_slices((96, 96), 0.2, seed=2), pixel=0.2, stride=2, window=32, kv=300.0,
                    alpha_mrad=20.0, aberrations=Aberrations(C10=150.0))
