@@ -16,10 +16,7 @@ import time
 
 import numpy as np
 
-from qora.ssb.agreement import tpe_search
-from qora.ssb.optics import Aberrations
-from qora.ssb.session import Session
-from qora.ssb.simulate import amorphous_slices, simulate
+from qora.ssb import Aberrations, Session, amorphous_slices, simulate, tpe_search
 
 FILMS = (  # (atoms per A^2 per slice, slices, thickness A)
     (0.16, 1, 0.0), (0.02, 8, 120.0), (0.005, 8, 120.0), (0.02, 24, 120.0))

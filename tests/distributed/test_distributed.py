@@ -150,9 +150,7 @@ def test_a_bad_stack_fails_alone(client, holo_case, tmp_path):
 
 @pytest.fixture(scope="module")
 def ssb_file(tmp_path_factory):
-    from qora.ssb.files import write_dataset
-    from qora.ssb.optics import Aberrations
-    from qora.ssb.simulate import amorphous_slices, simulate
+    from qora.ssb import Aberrations, amorphous_slices, simulate, write_dataset
 
     sim = simulate(amorphous_slices((96, 96), 0.2, seed=4), pixel=0.2, stride=2, window=48, kv=300.0,
                    alpha_mrad=20.0, aberrations=Aberrations(C10=120.0, C12=(15.0, 0.4)))
@@ -162,9 +160,7 @@ def ssb_file(tmp_path_factory):
 
 
 def test_sharded_fit_equals_the_single_session_fit(client, ssb_file):
-    from qora.ssb.agreement import Band, fit_session
-    from qora.ssb.files import read_dataset
-    from qora.ssb.session import Session
+    from qora.ssb import Band, Session, fit_session, read_dataset
 
     path, sim = ssb_file
     sharded = ShardedSession(str(path), client=client, kv=300.0, alpha_mrad=20.0, scan_step=sim.scan_step,

@@ -73,11 +73,7 @@ def test_series_on_gpu_workers_equal_the_gpu_pipeline(client, tmp_path):
 
 def test_sharded_fit_on_gpu_workers_matches_the_cpu(client, tmp_path):
     from qora.distributed import ShardedSession
-    from qora.ssb.agreement import fit_session
-    from qora.ssb.files import read_dataset, write_dataset
-    from qora.ssb.optics import Aberrations
-    from qora.ssb.session import Session
-    from qora.ssb.simulate import amorphous_slices, simulate
+    from qora.ssb import Aberrations, Session, amorphous_slices, fit_session, read_dataset, simulate, write_dataset
 
     sim = simulate(amorphous_slices((96, 96), 0.2, seed=4), pixel=0.2, stride=2, window=48, kv=300.0,
                    alpha_mrad=20.0, aberrations=Aberrations(C10=120.0, C12=(15.0, 0.4)))

@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qora.ssb.optics import Aberrations, wavelength
-from qora.ssb.session import Session
+from qora.ssb import Aberrations, Session, wavelength
 
 FIXTURE = Path(__file__).parent / "fixtures" / "abtem_weak_phase.npz"
 
@@ -95,7 +94,7 @@ def _calibrated_session(abtem_scan):
     """The fixture's data with abTEM's own detector sampling. abTEM's aperture edge is soft, so the
     fitted disk is 1.5% small, which scales every fitted coefficient by ~3%: a calibrated detector
     is what a fit needs."""
-    from qora.ssb.session import DetectorFit
+    from qora.ssb import DetectorFit
 
     fx, data, _, fitted_session = abtem_scan
     calibration = DetectorFit(tuple(float(v) for v in fx["detector_center"]),
@@ -106,7 +105,7 @@ def _calibrated_session(abtem_scan):
 
 
 def _assert_abtem_aberrations(fx, values):
-    from qora.ssb.agreement import parameters_to_aberrations
+    from qora.ssb import parameters_to_aberrations
 
     fitted = parameters_to_aberrations(values)
     mag, angle = fitted.values["C12"]
@@ -117,7 +116,7 @@ def _assert_abtem_aberrations(fx, values):
 
 def test_cold_start_fit_on_the_abtem_data(abtem_scan):
     """From C10 = 0 and no astigmatism (rotation given): the fit finds abTEM's C10 and C12."""
-    from qora.ssb.agreement import Band, defocus_search, newton
+    from qora.ssb import Band, defocus_search, newton
 
     fx, session = _calibrated_session(abtem_scan)
     band = Band(session, ("C10", "C12a", "C12b"))
@@ -129,7 +128,7 @@ def test_cold_start_fit_on_the_abtem_data(abtem_scan):
 @pytest.mark.slow
 def test_cold_start_fit_with_the_rotation_unknown_on_the_abtem_fixture(abtem_scan):
     """The same, with the scan rotation fitted as well (abTEM's scan is not rotated: 0 degrees)."""
-    from qora.ssb.agreement import fit_rotation
+    from qora.ssb import fit_rotation
 
     fx, session = _calibrated_session(abtem_scan)
     rotation, values, _ = fit_rotation(session)

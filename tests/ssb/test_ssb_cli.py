@@ -65,10 +65,7 @@ def test_empad_raw_is_read_lazily_and_gives_the_same_session(tmp_path):
     """An EMPAD .raw/.xml pair (128 x 130 float32 frames, two footer rows) through rosettasciio:
     the data stay a lazy, memory-mapped array and the session equals the one of the array."""
     pytest.importorskip("rsciio")
-    from qora.ssb.files import load_data
-    from qora.ssb.optics import Aberrations
-    from qora.ssb.session import Session
-    from qora.ssb.simulate import amorphous_slices, simulate
+    from qora.ssb import Aberrations, Session, amorphous_slices, load_data, simulate
 
     sim = simulate(amorphous_slices((128, 128), 0.3, seed=2), pixel=0.3, stride=8, window=128, alpha_mrad=20.0,
                    aberrations=Aberrations(C10=80.0))
@@ -93,7 +90,7 @@ def test_merlin_mib_with_its_hdr_is_read_lazily(tmp_path):
     """A Quantum Detectors .mib (384-byte frame headers, big-endian U16 frames) with its .hdr giving
     the scan shape: lazy 4D data, rows flipped as rosettasciio presents Merlin frames."""
     pytest.importorskip("rsciio")
-    from qora.ssb.files import load_data
+    from qora.ssb import load_data
 
     sy, sx, n = 3, 4, 32
     frames = np.random.default_rng(0).integers(0, 1000, (sy, sx, n, n)).astype(np.uint16)

@@ -5,9 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from qora.ssb.optics import Aberrations, chi, chi_gradient, wavelength
-from qora.ssb.session import Session, fit_detector
-from qora.ssb.simulate import amorphous_slices, scan_truth, simulate
+from qora.ssb import (Aberrations, Session, amorphous_slices, chi, chi_gradient, fit_detector, scan_truth, simulate,
+                     wavelength)
 
 PIXEL, STRIDE, WINDOW, KV, ALPHA = 0.2, 2, 64, 300.0, 20.0
 
@@ -211,7 +210,7 @@ def astigmatic():
 
 
 def test_agreement_derivatives_are_exact_and_batches_equal_single_sets(astigmatic):
-    from qora.ssb.agreement import Band
+    from qora.ssb import Band
 
     s, _ = astigmatic
     names = ("C10", "C12a", "C12b", "thickness", "tilt_y", "tilt_x")
@@ -231,7 +230,7 @@ def test_agreement_derivatives_are_exact_and_batches_equal_single_sets(astigmati
 
 def test_exact_derivatives_in_every_parameter_with_the_rotation(astigmatic):
     """All aberration terms, thickness, tilt and the scan rotation (soft-edged apertures)."""
-    from qora.ssb.agreement import ABERRATION_PARAMETERS, Band
+    from qora.ssb import ABERRATION_PARAMETERS, Band
 
     s, _ = astigmatic
     names = ABERRATION_PARAMETERS + ("thickness", "tilt_y", "tilt_x", "rotation")
@@ -250,7 +249,7 @@ def test_exact_derivatives_in_every_parameter_with_the_rotation(astigmatic):
 
 
 def test_cold_start_fit_finds_defocus_and_astigmatism(astigmatic):
-    from qora.ssb.agreement import Band, defocus_search, newton, parameters_to_aberrations
+    from qora.ssb import Band, defocus_search, newton, parameters_to_aberrations
 
     s, truth = astigmatic
     band = Band(s, ("C10", "C12a", "C12b"))
@@ -264,7 +263,7 @@ def test_cold_start_fit_finds_defocus_and_astigmatism(astigmatic):
 
 
 def _slab_fit(slices, tilt):
-    from qora.ssb.agreement import Band, defocus_search, newton
+    from qora.ssb import Band, defocus_search, newton
 
     scan = simulate(slices, pixel=PIXEL, stride=2, window=48, alpha_mrad=25.0, aberrations=Aberrations(C10=-100.0),
                     thickness=120.0, tilt=tilt)
@@ -299,8 +298,7 @@ def _fit_with_a_7_degree_rotation(slices):
     """Cold-start fit of a scan of ``slices`` turned by 7 degrees against the detector (C10 = -100 A,
     20 A of C12 at 25 degrees in the scan's frame): (rotation deg, C10, |C12|, C12 azimuth deg in the
     detector's frame, where the truth is 25 + 7 degrees)."""
-    from qora.ssb.agreement import fit_rotation, parameters_to_aberrations
-    from qora.ssb.simulate import rotate_detector
+    from qora.ssb import fit_rotation, parameters_to_aberrations, rotate_detector
 
     ab = Aberrations(C10=-100.0, C12=(20.0, np.deg2rad(25.0)))
     scan = simulate(slices, pixel=PIXEL, stride=2, window=48, alpha_mrad=ALPHA, aberrations=ab)
@@ -322,7 +320,7 @@ def test_cold_start_fit_with_an_unknown_scan_rotation():
 
 
 def test_tpe_search_is_seeded_and_lands_in_the_basin(astigmatic):
-    from qora.ssb.agreement import Band, newton, parameters_to_aberrations, tpe_search
+    from qora.ssb import Band, newton, parameters_to_aberrations, tpe_search
 
     s, truth = astigmatic
     band = Band(s, ("C10", "C12a", "C12b"))
@@ -344,7 +342,7 @@ def test_a_pickled_session_leaves_the_band_cache_behind(astigmatic):
     full scale) stays behind and is gathered again, to the same agreement, where it is needed."""
     import pickle
 
-    from qora.ssb.agreement import Band
+    from qora.ssb import Band
 
     s, _ = astigmatic
     values = {"C10": -95.0, "C12a": 10.0, "C12b": 15.0}
@@ -359,7 +357,7 @@ def test_newton_is_scale_free_and_spends_no_pass_once_converged():
     """The thick fit's curvatures span eight decades (tilt in rad against thickness in A): the
     damped Newton must take each parameter's own scale, so a quadratic agreement with that spread
     is solved in one step, then stops on the predicted gain without another pass."""
-    from qora.ssb.agreement import newton
+    from qora.ssb import newton
 
     curvature = np.array([2.6e-6, 2.2e-6, 3.2e-6, 2.4e-8, 1.4, 1.3])  # the thick fit's Hessian diagonal
     peak = np.array([118.9, 9.1, 8.0, 65.7, 1.8e-3, 0.9e-3])
@@ -385,7 +383,7 @@ def test_newton_is_scale_free_and_spends_no_pass_once_converged():
     assert band.passes <= 5  # start; a step damped by mu = 1e-3 and its derivatives; one more to the peak
 
     # a peak beyond the tilt bound: the fit stops on the bound, stationary in every free parameter
-    from qora.ssb.agreement import TILT_LIMIT
+    from qora.ssb import TILT_LIMIT
 
     peak[4] = 0.3
     values, _, _ = newton(band, dict(zip(band.parameters, [100.0, 0.0, 0.0, 60.0, 0.0, 0.0])), iterations=60)
@@ -400,7 +398,7 @@ def test_newton_never_accepts_a_fall_in_the_agreement():
     fall for its own step), a step is still taken only if the agreement rises. A fall of less than
     a tenth of the predicted one was accepted once, and a thick fit of a 24-slice film ran from
     agreement 0.47 to 0.0002."""
-    from qora.ssb.agreement import newton
+    from qora.ssb import newton
 
     class Misleading:
         parameters = ("C10", "C12a")
@@ -421,7 +419,7 @@ def test_newton_never_accepts_a_fall_in_the_agreement():
 
 
 def test_session_fit_reconstruct_and_preview(astigmatic):
-    from qora.ssb.agreement import parameters_to_aberrations
+    from qora.ssb import parameters_to_aberrations
 
     s, truth = astigmatic
     fit = s.fit(rotation=0.0, tilt=False, trials=120)
@@ -450,7 +448,7 @@ def test_session_reconstruct_images_both_branches(astigmatic):
 def test_hessian_uncertainties_match_the_spread_over_noise_realisations():
     """Ten Poisson realisations of one specimen: the spread of the fitted C10 and C12 against the
     standard errors from the Hessian (within a factor of two)."""
-    from qora.ssb.agreement import Band, newton
+    from qora.ssb import Band, newton
 
     ab = Aberrations(C10=-100.0, C12=(20.0, np.deg2rad(25.0)))
     slices = amorphous_slices((96, 96), PIXEL, atoms_per_a2=0.1, seed=1)
@@ -475,7 +473,7 @@ def test_cold_start_on_a_crystal_whose_parallax_exceeds_half_its_period():
     """A 3.2 A square lattice with a two-atom basis: the parallax shifts at the aperture's edge
     (|C10| alpha = 2 A) exceed half the period, where image cross-correlation aligns the wrong
     lattice site; the agreement fit does not correlate images."""
-    from qora.ssb.simulate import crystal_slices
+    from qora.ssb import crystal_slices
 
     period = 3.2
     assert 100.0 * ALPHA * 1e-3 > period / 2
@@ -490,7 +488,7 @@ def test_cold_start_on_a_crystal_whose_parallax_exceeds_half_its_period():
 def test_every_batch_launch_names_a_compiled_kernel():
     """The batch dispatcher and the module's instantiations agree: every set count a launch can
     take names a kernel the module compiles, and no more sets than a kernel takes reach one."""
-    from qora.ssb.cuda import _MODULES, batch_kernel_name, most_sets
+    from qora.ssb.kernels import _MODULES, batch_kernel_name, most_sets
 
     for standard in (True, False):
         for sets in range(1, most_sets(standard=standard) + 1):

@@ -3,9 +3,7 @@
 import numpy as np
 import pytest
 
-from qora.ssb.optics import Aberrations
-from qora.ssb.session import Session
-from qora.ssb.simulate import amorphous_slices, simulate
+from qora.ssb import Aberrations, Session, amorphous_slices, simulate
 
 pytestmark = pytest.mark.gpu
 
@@ -93,7 +91,7 @@ def test_mean_phase_matches_the_cpu(sessions):
 
 
 def test_the_band_lives_where_g_does(sessions):
-    from qora.ssb.agreement import Band
+    from qora.ssb import Band
 
     cpu, gpu, streamed = sessions
     a, b, c = Band(cpu, ["C10"]), Band(gpu, ["C10"]), Band(streamed, ["C10"])
@@ -107,7 +105,7 @@ def test_the_band_lives_where_g_does(sessions):
 def test_band_agreement_and_derivatives_match_the_cpu(sessions, parameters):
     """The agreement, its exact gradient and Hessian, and the batched agreement on the device
     equal the host's (the issue's 1e-5 relative on the agreement; the derivatives to the same)."""
-    from qora.ssb.agreement import Band
+    from qora.ssb import Band
 
     cpu, gpu, _ = sessions
     values = {"C10": 110.0, "C12a": 8.0, "C12b": -5.0, "C30": 1e5, "thickness": 80.0, "tilt_y": 0.004,
@@ -127,7 +125,7 @@ def test_band_agreement_and_derivatives_match_the_cpu(sessions, parameters):
 def test_band_batch_kernel_matches_the_array_code(sessions, thick):
     """The fused batch kernel (chi per term from the set's coefficients) against the array code
     on the same device and the host's, with every aberration the band fits."""
-    from qora.ssb.agreement import ABERRATION_PARAMETERS, Band, combine_batch_moments
+    from qora.ssb import ABERRATION_PARAMETERS, Band, combine_batch_moments
 
     cpu, gpu, _ = sessions
     names = ABERRATION_PARAMETERS + (("thickness", "tilt_y", "tilt_x") if thick else ())
@@ -145,7 +143,7 @@ def test_band_batch_kernel_matches_the_array_code(sessions, thick):
 
 def test_rotation_fit_from_a_gpu_session_matches_the_cpu(sessions):
     """The cold-start rotation fit on the device gives the host's rotation within 0.01 degree."""
-    from qora.ssb.agreement import fit_rotation
+    from qora.ssb import fit_rotation
 
     cpu, gpu, _ = sessions
     ra, va, _ = fit_rotation(cpu)
@@ -194,7 +192,7 @@ def test_quadratic_batch_kernel_matches_the_cpu(single, names):
     1, 2, 4, with 5 to 9 sets as launches of at most 4) is held to the float64 array code per
     frequency: S to 2e-6 of its scale and N to 2e-6, where one pixel's aperture decided wrongly
     would move N by ~1e-3."""
-    from qora.ssb.agreement import Band
+    from qora.ssb import Band
 
     cpu, gpu = single
     a, b = Band(cpu, names), Band(gpu, names)
@@ -220,7 +218,7 @@ def test_quadratic_derivative_kernel_matches_the_cpu(single, names, values):
     """Agreement, gradient and Hessian in one pass against the float64 array code; derivatives
     compared in units of each parameter's curvature (sqrt of the Hessian's diagonal), so that A and
     rad weigh alike."""
-    from qora.ssb.agreement import Band
+    from qora.ssb import Band
 
     cpu, gpu = single
     a, b = Band(cpu, names), Band(gpu, names)
@@ -237,7 +235,7 @@ def test_quadratic_kernels_on_a_shard_match_the_cpu(single, counts):
     """A shard (the top half of the bright field: more detector columns than rows) through the
     batch and derivative kernels against the CPU shard: the row and column tables must not overlap
     when the grid is not square (they did, and the sharded thick fit failed)."""
-    from qora.ssb.agreement import Band
+    from qora.ssb import Band
 
     cpu, gpu = single
     part = slice(0, len(cpu.bf_index) // 2)

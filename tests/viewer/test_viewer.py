@@ -63,9 +63,7 @@ def _drag(page, selector, fraction_from, fraction_to, steps=10):
 
 @pytest.fixture(scope="module")
 def ssb_served(tmp_path_factory):
-    from qora.ssb.files import write_dataset
-    from qora.ssb.optics import Aberrations
-    from qora.ssb.simulate import amorphous_slices, simulate
+    from qora.ssb import Aberrations, amorphous_slices, simulate, write_dataset
 
     sim = simulate(amorphous_slices((96, 96), 0.2, seed=2), pixel=0.2, stride=2, window=32, kv=300.0,
                    alpha_mrad=20.0, aberrations=Aberrations(C10=150.0))
@@ -146,6 +144,34 @@ def test_ssb_fit_from_here(browser, ssb_served):
     assert abs(float(page.input_value("#s-C10")) - 150.0) < 3.0
     assert int(page.get_attribute("#ssb-fit-progress", "value")) == 20
     page.close()
+
+
+def test_ssb_fit_progress_comes_from_newtons_callback(ssb_served, monkeypatch):
+    """Server side, no browser: "fit from here" passes newton a callback (it no longer wraps the
+    band) and its progress is the accepted steps that callback reports; it ends done with the fit."""
+    import qora.ssb
+
+    _, view = ssb_served
+    real, reported = qora.ssb.newton, []
+
+    def newton(band, start, **kwargs):
+        callback = kwargs.pop("callback")
+
+        def spy(state):
+            callback(state)
+            reported.append((state.step, view.fit_status()["done"]))
+
+        return real(band, start, callback=spy, **kwargs)
+
+    monkeypatch.setattr(qora.ssb, "newton", newton)
+    status = view.start_fit({"params": {"C10": 120.0}})
+    while status["state"] == "running":
+        time.sleep(0.01)
+        status = view.fit_status()
+    assert status["state"] == "done", status
+    assert abs(status["result"]["C10"] - 150.0) < 3.0
+    assert status["done"] == status["total"] == 20
+    assert reported and all(done == min(step + 1, 20) for step, done in reported)
 
 
 def test_phase_result_view(browser, tmp_path):

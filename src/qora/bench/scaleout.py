@@ -65,9 +65,7 @@ def _holo_case(directory: Path):
 
 
 def _ssb_file(directory: Path) -> tuple:
-    from qora.ssb.files import write_dataset
-    from qora.ssb.optics import Aberrations
-    from qora.ssb.simulate import amorphous_slices, simulate
+    from qora.ssb import Aberrations, amorphous_slices, simulate, write_dataset
 
     sim = simulate(amorphous_slices((256, 256), 0.2, atoms_per_a2=0.1, seed=0), pixel=0.2, stride=2, window=64,
                    aberrations=Aberrations(C10=150.0))

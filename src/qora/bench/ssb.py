@@ -35,10 +35,7 @@ def _median_ms(fn, repeats: int):
 def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int = 64, repeats: int = 3,
         peers: bool = True) -> BenchResult:
     from qora.backend.device import PeakMemory
-    from qora.ssb.files import read_dataset, write_dataset
-    from qora.ssb.optics import Aberrations
-    from qora.ssb.session import Session, fit_detector
-    from qora.ssb.simulate import amorphous_slices, simulate
+    from qora.ssb import Aberrations, Session, amorphous_slices, fit_detector, read_dataset, simulate, write_dataset
 
     be = resolve(backend)
     result = BenchResult(f"ssb-{be.name}", be.name, be.device_facts().as_dict(), columns=("ms",))
@@ -82,7 +79,7 @@ def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int 
             samples.append((time.perf_counter() - t0) * 1e3)
         times[name] = float(np.median(samples))
     if be.is_cuda:  # one pass of the agreement over the band's G for B sets: the fused kernel and the array code
-        from qora.ssb.agreement import Band, combine_batch_moments
+        from qora.ssb import Band, combine_batch_moments
 
         band = Band(session, ("C10", "C12a", "C12b", "thickness", "tilt_y", "tilt_x"))
         for count in (1, 2, 4, 8):
@@ -96,7 +93,7 @@ def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int 
     # the fit from a cold start (rotation given), median of 3: search, standard Newton, thick Newton;
     # on the GPU the band and its agreement live on the device (array code in float64; the fused
     # kernel is issue 10)
-    from qora.ssb.agreement import fit_session
+    from qora.ssb import fit_session
 
     fit_session(session, rotation=0.0, tilt=False, trials=16)  # warm: CuPy compiles its kernels
     fits = [fit_session(session, rotation=0.0, tilt=True, seed=i) for i in range(repeats)]
@@ -151,10 +148,8 @@ def _against_py4dstem(result, film, echo) -> None:
     astigmatism, no rotation) and a crystal whose parallax shifts exceed half its period (3.2 A
     lattice, C10 = -100 A, 20 A of C12 at 25 degrees, the scan turned by 7 degrees). Errors: |C10|,
     |C12| magnitude (angle conventions differ between the codes) and the rotation's."""
-    from qora.ssb.agreement import fit_rotation, fit_session, parameters_to_aberrations
-    from qora.ssb.optics import Aberrations
-    from qora.ssb.session import Session
-    from qora.ssb.simulate import crystal_slices, rotate_detector, simulate
+    from qora.ssb import (Aberrations, Session, crystal_slices, fit_rotation, fit_session, parameters_to_aberrations,
+                         rotate_detector, simulate)
 
     if not py4dstem_python().exists():
         echo(f"  py4DSTEM: no environment at {py4dstem_python()} (bench/py4dstem-env.sh); comparison skipped")

@@ -48,8 +48,7 @@ TRUTH = {"C10": 100.0, "C12": (20.0, 0.6), "thickness": 120.0, "tilt": (2e-3, -1
 
 def dataset(directory: Path, *, scan: int = 512, backend="cuda", echo=print) -> tuple[Path, dict]:
     """The full-scale dataset's path and metadata, simulated into ``directory`` when missing."""
-    from qora.ssb.optics import Aberrations
-    from qora.ssb.simulate import amorphous_slices, simulate_to_npy
+    from qora.ssb import Aberrations, amorphous_slices, simulate_to_npy
 
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"ssb-{scan}x{scan}x{DETECTOR}x{DETECTOR}-uint16.npy"
@@ -86,7 +85,7 @@ def _previews(session, params: dict, count: int, **opts) -> tuple[float, dict]:
 
 
 def _preview_split(session, params: dict, timings: dict, upsample: int) -> None:
-    from qora.ssb.agreement import parameters_to_aberrations
+    from qora.ssb import parameters_to_aberrations
 
     p = dict(params)
     extra = {k: p.pop(k) for k in ("thickness", "tilt_y", "tilt_x") if k in p}
@@ -117,7 +116,7 @@ def _event_ms(be, fn, repeats: int = 10) -> float:
 
 def _agreement_rows(result, session, be, echo) -> None:
     from qora.backend.device import copy_bandwidth
-    from qora.ssb.agreement import QUADRATIC_PARAMETERS, Band
+    from qora.ssb import QUADRATIC_PARAMETERS, Band
 
     cp = be.xp
     band = Band(session, QUADRATIC_PARAMETERS)
@@ -170,7 +169,7 @@ def _agreement_rows(result, session, be, echo) -> None:
 def run(*, directory: Path, scan: int = 512, repeats: int = 3, previews: int = 20, write: bool = True, echo=print,
         kernels_only: bool = False) -> BenchResult | None:
     from qora.backend.device import PeakPoolUse
-    from qora.ssb.session import Session, fit_detector
+    from qora.ssb import Session, fit_detector
 
     be = resolve("cuda")
     path, meta = dataset(Path(directory), scan=scan, backend=be, echo=echo)
@@ -189,7 +188,7 @@ def run(*, directory: Path, scan: int = 512, repeats: int = 3, previews: int = 2
     (data, detector), times["1_load_and_detector_fit_s"] = median_wall(load, repeats, warmup=1)
     kw = dict(kv=KV, alpha_mrad=ALPHA, scan_step=meta["scan_step_a"], detector=detector, backend=be)
     if kernels_only:
-        from qora.ssb.agreement import QUADRATIC_PARAMETERS, Band
+        from qora.ssb import QUADRATIC_PARAMETERS, Band
 
         session = Session(data, **kw)
         band = Band(session, QUADRATIC_PARAMETERS)
@@ -243,7 +242,7 @@ def run(*, directory: Path, scan: int = 512, repeats: int = 3, previews: int = 2
             echo(f"  {step}: {times[step]:.1f} ms")
     times["9_peak_gib"] = peaks["8_release_loss_1x_ms"] = peak.peak_bytes / 2**30
     result.notes["peak_gib_after_step"] = peaks
-    result.notes["G_and_band_gib"] = (session.nbytes + getattr(session, "_band_cache", (0, session.G[:0]))[1].nbytes) / 2**30
+    result.notes["G_and_band_gib"] = (session.nbytes + session.band_cache_bytes) / 2**30
     echo("  running peak after each step (GiB): " + ", ".join(f"{k.split('_')[0]} {v:.2f}" for k, v in peaks.items()))
     echo(f"  9_peak_gib: {times['9_peak_gib']:.2f} GiB")
     for step in STEPS:

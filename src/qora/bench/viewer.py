@@ -33,9 +33,7 @@ STEPS = 100
 
 
 def _dataset(backend):
-    from qora.ssb.optics import Aberrations
-    from qora.ssb.session import Session
-    from qora.ssb.simulate import amorphous_slices, simulate
+    from qora.ssb import Aberrations, Session, amorphous_slices, simulate
 
     sim = simulate(amorphous_slices((512, 512), 0.2, atoms_per_a2=0.1, seed=0), pixel=0.2, stride=2, window=64,
                    aberrations=Aberrations(C10=150.0))

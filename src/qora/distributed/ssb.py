@@ -1,12 +1,13 @@
 """4D-STEM fits over data larger than one device: G(Q, k) split over workers by bright-field pixel.
 
 Each worker reads the scan's frames for its share of the bright-field pixels and holds that
-shard of G (a :class:`qora.ssb.session.Session` made with ``pixels=``), on its GPU where it has
+shard of G (a :class:`qora.ssb.Session` made with ``pixels=``), on its GPU where it has
 one. The agreement of a parameter set is sum_Q |S(Q)|^2 / N(Q) / T with S, N and T sums over k
-(:meth:`qora.ssb.agreement.Band.moments`): each shard returns its partial sums for a batch of
+(:meth:`qora.ssb.Band.moments`): each shard returns its partial sums for a batch of
 sets (and for Newton their first and second derivatives), the client adds them up and finishes
-the agreement (:func:`qora.ssb.agreement.combine_moments`). The fits of :mod:`qora.ssb.agreement`
-run unchanged on a :class:`ShardedSession`: it makes :class:`ShardedBand` where they make a Band.
+the agreement (:func:`qora.ssb.combine_moments`). The fits of :mod:`qora.ssb.fit` and
+:mod:`qora.ssb.optimize` run unchanged on a :class:`ShardedSession`: it makes :class:`ShardedBand`
+where they make a Band.
 
 A shard is a Dask future: if its worker dies, Dask makes it again on another worker from the
 same inputs (the file is read again), and the pass that was waiting on it completes.
@@ -28,7 +29,7 @@ def _open(data):
     from pathlib import Path
 
     if isinstance(data, (str, Path)):
-        from qora.ssb.files import read_dataset
+        from qora.ssb import read_dataset
 
         return read_dataset(data)[0]
     return data
@@ -36,20 +37,20 @@ def _open(data):
 
 def _mean_pattern_part(data, rows: slice):
     """The sum of the frames of the scan rows ``rows`` (float64) and their count."""
-    from qora.ssb.session import _array_like
+    from qora.ssb.detector import array_like
 
-    frames = _array_like(_open(data))[rows]
+    frames = array_like(_open(data))[rows]
     return np.asarray(frames, np.float64).sum((0, 1)), frames.shape[0] * frames.shape[1]
 
 
 def _make_shard(data, options: dict, pixels: slice):
-    from qora.ssb.session import Session
+    from qora.ssb import Session
 
     return Session(_open(data), pixels=pixels, **options)
 
 
 def _make_band(shard, parameters, kwargs):
-    from qora.ssb.agreement import Band
+    from qora.ssb import Band
 
     return Band(shard, parameters, **kwargs)
 
@@ -90,28 +91,28 @@ class ShardedSession:
         array (sent to the workers; for data that fits the client).
     client : distributed.Client
     kv, alpha_mrad, scan_step, rotation, detector, chunk
-        As for :class:`qora.ssb.session.Session`. Without ``detector`` the disk is fitted on the
+        As for :class:`qora.ssb.Session`. Without ``detector`` the disk is fitted on the
         mean pattern, summed over scan rows by the workers.
     shards : int, optional
         Pieces of the bright-field pixel list (default: one per worker).
     backend : {"auto", "cpu", "cuda"}
         Where each worker holds its shard ("auto": its GPU where it has one).
 
-    The fits of :mod:`qora.ssb.agreement` (``fit_session``, ``fit_rotation``) accept it as their
+    The fits of :mod:`qora.ssb.fit` (``qora.ssb.fit``, ``fit_rotation``) accept it as their
     session; images need the whole bright field in one :class:`Session`.
     """
 
     def __init__(self, data, *, client, kv: float, alpha_mrad: float, scan_step: float, rotation: float = 0.0,
                  detector=None, shards: int | None = None, backend="auto", chunk: int = 512) -> None:
-        from qora.ssb.optics import wavelength
-        from qora.ssb.session import _array_like, bright_field_pixels, fit_detector_from_mean
+        from qora.ssb import bright_field_pixels, fit_detector_from_mean, wavelength
+        from qora.ssb.detector import array_like
 
         self.client = client
         workers = len(client.scheduler_info(n_workers=-1)["workers"])
         count = workers if shards is None else int(shards)
         if count < 1:
             raise ValueError(f"shards must be at least 1, got {shards}")
-        probe = _array_like(_open(data))
+        probe = array_like(_open(data))
         if probe.ndim != 4:
             raise ValueError(f"4D-STEM data must be (scan_row, scan_col, det_row, det_col), got shape {probe.shape}")
         self.scan_shape = probe.shape[:2]
@@ -148,7 +149,7 @@ class ShardedSession:
 
     def q_half(self, rotation: float | None = None):
         """(Qy, Qx) (1/A) of the half plane, as :meth:`Session.q_half`."""
-        from qora.ssb.session import scan_frequencies
+        from qora.ssb import scan_frequencies
 
         return scan_frequencies(self.scan_shape, self.scan_step, self.rotation if rotation is None else rotation,
                                 half=True)
@@ -164,7 +165,7 @@ class ShardedSession:
 
 
 class ShardedBand:
-    """A :class:`qora.ssb.agreement.Band` whose G is split over workers: the same interface
+    """A :class:`qora.ssb.Band` whose G is split over workers: the same interface
     (``parameters``, ``evaluate``, ``evaluate_batch``, ``uncertainties``), each pass one task
     per shard and a sum of their moments on the client."""
 
@@ -179,21 +180,21 @@ class ShardedBand:
         self.shape = (nq, sum(s[1] for _, s in facts))
 
     def uncertainties(self, agreement: float, hessian) -> dict:
-        """As :meth:`Band.uncertainties` (it needs only the shape, total and parameters)."""
-        from qora.ssb.agreement import Band
+        """As :meth:`Band.uncertainties`: :func:`qora.ssb.uncertainties` of this band's shape, total and parameters."""
+        from qora.ssb import uncertainties
 
-        return Band.uncertainties(self, agreement, hessian)
+        return uncertainties(agreement, hessian, total=self.total, shape=self.shape, parameters=self.parameters)
 
     def _sum(self, fn, *args) -> dict:
         parts = self.client.gather([_submit_beside(self.client, b, fn, *args) for b in self._bands])
         return {k: sum(p[k] for p in parts) for k in parts[0]}
 
     def evaluate(self, values: dict, *, order: int = 2):
-        from qora.ssb.agreement import combine_moments
+        from qora.ssb import combine_moments
 
         return combine_moments(self._sum(_moments, dict(values), order), self.total, order)
 
     def evaluate_batch(self, sets) -> np.ndarray:
-        from qora.ssb.agreement import combine_batch_moments
+        from qora.ssb import combine_batch_moments
 
         return combine_batch_moments(self._sum(_batch_moments, [dict(v) for v in sets]), self.total)

@@ -16,7 +16,7 @@ def ssb() -> None:
 
 
 def _aberrations(c10, c12, c12_angle, c30):
-    from qora.ssb.optics import Aberrations
+    from qora.ssb import Aberrations
 
     values = {"C10": c10}
     if c12:
@@ -36,7 +36,7 @@ _aberration_options = [
 
 def _load_with_settings(path, kv, semiangle, scan_step):
     """The data and the microscope settings: the options where given, else the file's."""
-    from qora.ssb.files import load_data
+    from qora.ssb import load_data
 
     stack, meta = load_data(path)
     kv = kv if kv is not None else meta.get("kv")
@@ -70,8 +70,7 @@ def aberration_options(f):
 def simulate_cmd(scan, step, window, kv, semiangle, c10, c12, c12_angle, c30, slices, thickness, dose, seed,
                  out) -> None:
     """An amorphous specimen (random atoms) scanned by an aberrated probe."""
-    from qora.ssb.files import write_dataset
-    from qora.ssb.simulate import amorphous_slices, scan_truth, simulate
+    from qora.ssb import amorphous_slices, scan_truth, simulate, write_dataset
 
     pixel = step / 2
     ab = _aberrations(c10, c12, c12_angle, c30)
@@ -102,9 +101,7 @@ def simulate_cmd(scan, step, window, kv, semiangle, c10, c12, c12_angle, c30, sl
 def image_cmd(data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle, c30, method, out, plot,
               backend) -> None:
     """The phase image of a 4D-STEM dataset for given aberrations."""
-    from qora.ssb.files import plot_image, write_image
-    from qora.ssb.optics import chi
-    from qora.ssb.session import Session
+    from qora.ssb import Session, chi, plot_image, write_image
 
     try:
         stack, meta, kv, semiangle, scan_step = _load_with_settings(data, kv, semiangle, scan_step)
@@ -159,9 +156,8 @@ def fit_cmd(data, kv, semiangle, scan_step, rotation, tilt, out, plot, trials, s
 
     from qora.io.atomic import atomic_path
     from qora.progress import tqdm_progress
-    from qora.ssb.agreement import fit_session, parameters_to_aberrations
-    from qora.ssb.files import plot_fit
-    from qora.ssb.session import Session
+    from qora.ssb import Session, parameters_to_aberrations, plot_fit
+    from qora.ssb import fit as fit_session
 
     cluster = bool(scheduler or workers or gpus)
     if cluster and plot is not None:

@@ -19,7 +19,7 @@ import numpy as np
 from qora.io.atomic import atomic_path
 from qora.ssb.optics import Aberrations
 
-__all__ = ["write_dataset", "read_dataset", "load_data", "write_image", "plot_image"]
+__all__ = ["write_dataset", "read_dataset", "load_data", "write_image", "plot_image", "plot_fit"]
 
 
 def write_dataset(path, data, *, kv: float, alpha_mrad: float, scan_step: float, detector_pixel: float | None = None,
@@ -140,13 +140,14 @@ def plot_image(path, phase, *, scan_step: float, title: str = "", chi_map=None) 
 
 
 def plot_fit(path, session, result: dict) -> None:
-    """PNG of a fit (:func:`qora.ssb.agreement.fit_session`'s result): the image of each branch,
+    """PNG of a fit (:func:`qora.ssb.fit`'s result): the image of each branch,
     the fitted aberration function chi over the aperture (the better branch), and the agreement
     along each fitted parameter of that branch around its fit (+-4 standard errors, at least
     +-10 A or +-1 mrad), the others held."""
     from qora.plot import save_png, subplots
 
-    from qora.ssb.agreement import Band, parameters_to_aberrations
+    from qora.ssb.band import Band
+    from qora.ssb.model import parameters_to_aberrations
     from qora.ssb.optics import chi
 
     branches = [b for b in ("standard", "thick") if b in result]

@@ -9,92 +9,28 @@ Q_col >= 0 since the data are real. For a weak phase object phi with spectrum Ph
     Gamma(Q, k) = conj(psi(k)) psi(k - Q) - psi(k) conj(psi(k + Q)),   psi = A exp(-i chi).
 
 Units: A, 1/A, mrad, kV, rad.
+
+The image methods run array code (NumPy or CuPy) or, where G is on the device, the launchers of
+:mod:`qora.ssb.kernels`: :meth:`Session._pick` is the one place that chooses. The fits' band of G
+is cached here (:meth:`Session.band_rows`).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
 from qora.backend.device import PeakMemory
-from qora.ssb.optics import KNOWN_ABERRATIONS, Aberrations, aperture, chi, chi_gradient, wavelength
+from qora.backend.fft import fftn, ifftn, irfftn, rfftn
+from qora.ssb import kernels
+from qora.ssb.detector import DetectorFit, array_like, bright_field_pixels, check_level, fit_detector, gather, \
+    scan_frequencies
+from qora.ssb.model import chi_coefficients, parameters_to_aberrations, quadratic_tag
+from qora.ssb.optics import Aberrations, aperture, chi, chi_gradient, wavelength
 
-__all__ = ["DetectorFit", "fit_detector", "Session"]
-
-
-@dataclass(frozen=True)
-class DetectorFit:
-    """The bright-field disk on the detector: centre (row, col) and radius, pixels;
-    ``mrad_per_pixel`` from the convergence semi-angle."""
-
-    center: tuple
-    radius: float
-    mrad_per_pixel: float
-
-
-def fit_detector(data, alpha_mrad: float, *, threshold: float = 0.5, rows: int | None = None) -> DetectorFit:
-    """Centre and radius of the bright-field disk from the mean diffraction pattern, to sub-pixel.
-
-    The pattern is scaled by its bright-field level (the median above ``threshold`` of the
-    maximum); its sum is then the disk's area in pixels (partly lit edge pixels count by
-    their fraction), so radius = sqrt(area / pi), and the centre is the intensity-weighted
-    centroid of the scaled pattern, clipped to [0, 1] to keep dark-field counts out.
-    ``rows``: sum only that many scan rows, evenly spaced (a large memory-mapped scan need not be
-    read whole for a mean pattern; every row by default).
-    """
-    data = _array_like(data)
-    if data.ndim != 4:
-        raise ValueError(f"4D-STEM data must be (scan_row, scan_col, det_row, det_col), got shape {data.shape}")
-    if rows is not None:
-        if rows < 1:
-            raise ValueError(f"rows must be positive, got {rows}")
-        data = data[np.unique(np.linspace(0, data.shape[0] - 1, min(rows, data.shape[0])).round().astype(int))]
-    return fit_detector_from_mean(np.asarray(data.mean(axis=(0, 1), dtype=np.float64)), alpha_mrad,
-                                  threshold=threshold)
-
-
-def fit_detector_from_mean(mean, alpha_mrad: float, *, threshold: float = 0.5) -> DetectorFit:
-    """:func:`fit_detector` from the mean diffraction pattern (det_row, det_col) itself."""
-    mean = np.asarray(mean, np.float64)
-    if not np.all(np.isfinite(mean)):
-        raise ValueError("the data hold NaN or Inf")
-    if not mean.max() > 0:
-        raise ValueError("the mean diffraction pattern is zero: no bright field to fit")
-    level = np.median(mean[mean > threshold * mean.max()])
-    w = np.clip(mean / level, 0.0, 1.0)
-    area = w.sum()
-    rows, cols = np.indices(w.shape)
-    center = (float((w * rows).sum() / area), float((w * cols).sum() / area))
-    radius = math.sqrt(area / math.pi)
-    return DetectorFit(center, radius, alpha_mrad / radius)
-
-
-def bright_field_pixels(detector_shape, detector: DetectorFit, alpha_mrad: float, kv: float):
-    """The bright-field pixels, inside the disk by their centres: their flat indices on the
-    detector and their k = (ky, kx) (1/A, detector axes), (nbf, 2)."""
-    lam = wavelength(kv)
-    dk = detector.mrad_per_pixel * 1e-3 / lam
-    rows, cols = np.indices(tuple(detector_shape))
-    ky = (rows - detector.center[0]) * dk
-    kx = (cols - detector.center[1]) * dk
-    index = np.flatnonzero(np.hypot(ky, kx) <= alpha_mrad * 1e-3 / lam)
-    return index, np.stack([ky.ravel()[index], kx.ravel()[index]], 1)
-
-
-def scan_frequencies(scan_shape, scan_step: float, rotation: float, *, half: bool, xp=np):
-    """(Qy, Qx) (1/A) of the scan's FFT grid (its half plane with ``half``), in the detector's
-    axes: the scan frame turned by ``rotation`` rad."""
-    sy, sx = scan_shape
-    cols = sx // 2 + 1 if half else sx
-    qy = xp.asarray(np.fft.fftfreq(sy, scan_step))[:, None] * xp.ones((1, cols))
-    qx_axis = np.fft.rfftfreq(sx, scan_step) if half else np.fft.fftfreq(sx, scan_step)
-    qx = xp.asarray(qx_axis)[None, :] * xp.ones((sy, 1))
-    c, s = math.cos(rotation), math.sin(rotation)
-    return c * qy + s * qx, -s * qy + c * qx
+__all__ = ["Session"]
 
 
 class Session:
@@ -140,7 +76,7 @@ class Session:
         from qora.backend import resolve
 
         t0 = time.perf_counter()
-        data = _array_like(data)
+        data = array_like(data)
         if data.ndim != 4:
             raise ValueError(f"4D-STEM data must be (scan_row, scan_col, det_row, det_col), got shape {data.shape}")
         if not scan_step > 0:
@@ -176,21 +112,21 @@ class Session:
             on_device = nbytes <= budget
         with PeakMemory(self.backend) as peak:
             if self.backend.is_cuda and on_device:
-                from qora.ssb.stream import g_on_device
+                from qora.ssb.stream import g_on_device  # CuPy's streams: only where G is made on the device
 
                 self.G, level, bright = g_on_device(data, pixels, dtype, level)
             else:
                 if level is None:
-                    level = float(np.asarray(_gather(data, pixels).mean(dtype=np.float64)))  # a memory-mapped array
-                _check_level(level)
+                    level = float(np.asarray(gather(data, pixels).mean(dtype=np.float64)))  # a memory-mapped array
+                check_level(level)
                 self.G = (xp if on_device else np).empty(shape, dtype)
                 for start in range(0, len(self.bf_index), self.chunk):
                     part = (pixels[0][start:start + self.chunk], pixels[1][start:start + self.chunk])
-                    block = xp.asarray(np.asarray(_gather(data, part), np.float64) / level)
-                    spec = xp.fft.rfft2(block, axes=(0, 1)).astype(dtype, copy=False)
+                    block = xp.asarray(np.asarray(gather(data, part), np.float64) / level)
+                    spec = rfftn(block, axes=(0, 1)).astype(dtype, copy=False)
                     self.G[..., start:start + len(part[0])] = spec if on_device else self.backend.to_host(spec)
                     del block, spec
-                bright = np.asarray(_gather(data, pixels).sum(-1, dtype=np.float64))
+                bright = np.asarray(gather(data, pixels).sum(-1, dtype=np.float64))
         self.level = float(level)
         self.bright_field = bright / self.level
         self.timings = {"prepare_s": time.perf_counter() - t0}
@@ -225,6 +161,37 @@ class Session:
         self.__dict__.update(state)
         self.backend = resolve(state["backend"])
         self.xp = self.backend.xp
+
+    # -- the fits' band of G, cached ---------------------------------------------------------
+    def band_rows(self, keep, *, on_device: bool):
+        """The rows of G at the half-plane frequencies ``keep`` (a boolean mask of :meth:`q_half`'s
+        shape) and sum |G|^2 over them: ``(rows (nq, nbf), total)``, on the device with
+        ``on_device`` (G held there), else host arrays. What a :class:`qora.ssb.band.Band` is made
+        of: the fits make several bands of one band of frequencies (standard, thick, the Hessian's),
+        and at full scale each gather is 3 GB, so the last one is kept (the memory of one more band
+        is all it costs; :attr:`band_cache_bytes`, :meth:`clear_band_cache`). A pickled session
+        leaves it behind."""
+        key = keep.tobytes()
+        cached = self._band_cache
+        if cached is not None and cached[0] == key:
+            return cached[1], cached[2]
+        xp = self.xp if on_device else np
+        G = self.G[xp.asarray(keep)] if on_device else self.host_G()[keep]
+        # a float64 sum in blocks of rows, with no G-sized temporary
+        total = float(sum(float(xp.sum(xp.abs(G[i:i + 4096]) ** 2, dtype=np.float64)) for i in range(0, G.shape[0], 4096)))
+        self._band_cache = (key, G, total)
+        return G, total
+
+    @property
+    def band_cache_bytes(self) -> int:
+        """Bytes of the cached band of G (:meth:`band_rows`), 0 when none is cached."""
+        return 0 if self._band_cache is None else int(self._band_cache[1].nbytes)
+
+    def clear_band_cache(self) -> None:
+        """Drop the cached band of G (:meth:`band_rows` makes it again when needed)."""
+        self._band_cache = None
+
+    _band_cache = None  # (mask bytes, rows of G, total) of band_rows; per instance once set
 
     def _whole(self, what: str) -> None:
         if self.pixels is not None:
@@ -313,10 +280,41 @@ class Session:
         numerator = xp.zeros(qy.shape, np.complex128)
         norm = xp.zeros(qy.shape)
         flip = xp.sign(xp.sin(chi(qx, qy, aberrations, self.wavelength)))
-        fused = method != "parallax" and self._fused
-        if fused:  # one kernel: each Q's sums over the bright field (kernels/ssb.cu)
-            self._ssb_sums(aberrations, qy, qx, thickness if method == "thick" else 0.0, tilt, numerator, norm)
-        for ks, g_all in ([] if fused else self._chunks()):  # sums over k, a chunk of pixels and Q rows at a time
+        # the sums over the bright field: one kernel for SSB (G on the device), else the array code
+        sums = self._pick(self._sums_arrays, self._sums_kernel, fits=method != "parallax")
+        sums(aberrations, method, qy, qx, thickness, tilt, rows, numerator, norm)
+        if method == "parallax":
+            spectrum = flip * numerator / (2 * len(self.bf_index))
+        else:
+            spectrum = xp.where(norm > 0, numerator / (1j * xp.where(norm > 0, norm, 1)), 0)
+        spectrum[0, 0] = 0
+        # at the Nyquist frequency +Q and -Q are one bin, so G there mixes Phi(Q) Gamma(Q) with
+        # Phi(-Q) Gamma(-Q): the scan does not resolve it, and the bin is left out
+        sy, sx = self.scan_shape
+        if sy % 2 == 0:
+            spectrum[sy // 2] = 0
+        if sx % 2 == 0:
+            spectrum[:, sx // 2] = 0
+        clock.lap("sums")
+        image = irfftn(spectrum, s=self.scan_shape, axes=(-2, -1))
+        clock.lap("fft")
+        image = self.backend.to_host(image)
+        clock.lap("copy")
+        return image
+
+    def _pick(self, arrays, kernel, *, fits: bool = True):
+        """The one seam between the array code and the kernels: ``kernel`` (a method that calls the
+        launchers of :mod:`qora.ssb.kernels`) where G is on the device and the kernel covers the
+        case (``fits``), else ``arrays`` (the array code on the session's xp, the reference the
+        launchers' docstrings name). Both take the same arguments."""
+        return kernel if (fits and self._fused) else arrays
+
+    def _sums_arrays(self, aberrations: Aberrations, method: str, qy, qx, thickness: float, tilt, rows: int,
+                     numerator, norm) -> None:
+        """:meth:`image`'s sums over the bright field by the array code, into ``numerator`` and ``norm``:
+        a chunk of pixels and ``rows`` Q rows at a time."""
+        xp = self.xp
+        for ks, g_all in self._chunks():
             if method == "parallax":
                 gx, gy = chi_gradient(self._k[ks, 1], self._k[ks, 0], aberrations, self.wavelength)
             for r0 in range(0, qy.shape[0], rows):
@@ -332,66 +330,24 @@ class Session:
                 else:
                     shift = xp.exp(-1j * (gy * qy[sl][..., None] + gx * qx[sl][..., None]))
                     numerator[sl] += (g * shift).sum(-1)
-        if method == "parallax":
-            spectrum = flip * numerator / (2 * len(self.bf_index))
-        else:
-            spectrum = xp.where(norm > 0, numerator / (1j * xp.where(norm > 0, norm, 1)), 0)
-        spectrum[0, 0] = 0
-        # at the Nyquist frequency +Q and -Q are one bin, so G there mixes Phi(Q) Gamma(Q) with
-        # Phi(-Q) Gamma(-Q): the scan does not resolve it, and the bin is left out
-        sy, sx = self.scan_shape
-        if sy % 2 == 0:
-            spectrum[sy // 2] = 0
-        if sx % 2 == 0:
-            spectrum[:, sx // 2] = 0
-        clock.lap("sums")
-        image = xp.fft.irfft2(spectrum, s=self.scan_shape)
-        clock.lap("fft")
-        image = self.backend.to_host(image)
-        clock.lap("copy")
-        return image
 
-    def _ssb_sums(self, aberrations: Aberrations, qy, qx, thickness: float, tilt, numerator, norm) -> None:
-        """The SSB sums per Q of :meth:`image` by the fused kernel (G on the device): the array
-        code's chunks of pixels and Q rows made ~40 temporaries of each chunk; this reads G once."""
-        from qora.ssb.cuda import BLOCK, complex_tag, kernel
+    def _sums_kernel(self, aberrations: Aberrations, method: str, qy, qx, thickness: float, tilt, rows: int,
+                     numerator, norm) -> None:
+        """The SSB sums per Q of :meth:`image` by the fused kernel (:func:`qora.ssb.kernels.ssb_sums`,
+        G on the device): the array code's chunks of pixels and Q rows made ~40 temporaries of each
+        chunk; this reads G once. ``rows`` is the array code's and unused here."""
+        kernels.ssb_sums(G=self.G, k=self._k, chi0=self._chi_pixels(aberrations), qy=qy, qx=qx,
+                         coefficients=chi_coefficients(aberrations), quadratic=quadratic_tag(aberrations) == "true",
+                         wavelength=self.wavelength, alpha=self.alpha_mrad * 1e-3 / self.wavelength,
+                         thickness=thickness if method == "thick" else 0.0, tilt=tilt, numerator=numerator, norm=norm)
 
-        xp = self.xp
-        nq, nbf = int(qy.size), len(self.bf_index)
-        kernel(f"ssb_sums<{complex_tag(self.G)}, {self._quadratic_tag(aberrations)}>")(
-            (nq,), (BLOCK["ssb.cu"],),
-            (self.G, self._k, self._chi_pixels(aberrations), xp.ascontiguousarray(qy.ravel()),
-             xp.ascontiguousarray(qx.ravel()), self._chi_coefficients(aberrations), np.int32(nq), np.int32(nbf),
-             np.float64(self.wavelength),
-             np.float64(self.alpha_mrad * 1e-3 / self.wavelength), np.float64(thickness), np.float64(tilt[0]),
-             np.float64(tilt[1]), numerator, norm))
-
-    @staticmethod
-    def _quadratic_tag(aberrations: Aberrations) -> str:
-        """"true" when chi has only C10 and C12 (the kernels' QUAD instantiations), else "false"."""
-        cart = aberrations.cartesian()
-        higher = [v for name, v in cart.items() if name not in ("C10", "C12")]
-        return "false" if any(np.any(np.asarray(v) != 0) for v in higher) else "true"
+    _quadratic_tag = staticmethod(quadratic_tag)  # "true" when chi has only C10 and C12 (qora.ssb.model)
 
     def _chi_pixels(self, aberrations: Aberrations):
         """chi (rad, float64) at each bright-field pixel by the kernels' own polynomial
-        (kernels/ssb.cu, chi_pixels): the sums take chi(k) from it, once per pixel, not per (Q, k)."""
-        from qora.ssb.cuda import kernel
-
-        nbf = len(self.bf_index)
-        out = self.xp.empty(nbf)
-        kernel("chi_pixels")(((nbf + 255) // 256,), (256,), (self._chi_coefficients(aberrations), self._k,
-                                                              np.int32(nbf), np.float64(self.wavelength), out))
-        return out
-
-    def _chi_coefficients(self, aberrations: Aberrations):
-        """The 12 cartesian coefficients the kernels' chi_of takes (C10, C12a, C12b, ..., C34b; A)."""
-        cart = aberrations.cartesian()
-        coef = []
-        for name in ("C10", "C12", "C21", "C23", "C30", "C32", "C34"):
-            value = cart.get(name, 0.0 if KNOWN_ABERRATIONS[name][1] == 0 else (0.0, 0.0))
-            coef.extend(value if isinstance(value, tuple) else (value,))
-        return self.xp.asarray(coef, np.float64)
+        (:func:`qora.ssb.kernels.chi_pixels`): the sums take chi(k) from it, once per pixel, not per (Q, k)."""
+        return kernels.chi_pixels(coefficients=chi_coefficients(aberrations), k=self._k, wavelength=self.wavelength,
+                                  out=self.xp.empty(len(self.bf_index)))
 
     def mean_phase(self, aberrations: Aberrations | None = None, *, thickness: float = 0.0, tilt=(0.0, 0.0),
                    chunk: int | None = None):
@@ -409,10 +365,12 @@ class Session:
         path (G on the device) sizes its own chunks of half planes (128 MB) and ignores it.
         """
         self._whole("the mean phase")
-        xp = self.xp
         aberrations = aberrations or Aberrations()
-        if self._fused:
-            return self._mean_phase_half(aberrations, thickness, tilt)
+        return self._pick(self._mean_phase_arrays, self._mean_phase_half)(aberrations, thickness, tilt, chunk)
+
+    def _mean_phase_arrays(self, aberrations: Aberrations, thickness: float, tilt, chunk: int | None):
+        """:meth:`mean_phase` by the array code: full planes, ``chunk`` pixels at a time."""
+        xp = self.xp
         sy, sx = self.scan_shape
         qy, qx = self._q(half=False)
         mirror_rows = (-np.arange(sy)) % sy
@@ -436,42 +394,37 @@ class Session:
                 if sx % 2 == 0:
                     plane[:, sx // 2] = 0
                 plane[0, 0] = full[0, 0]
-                images = xp.fft.ifft2(plane, axes=(0, 1))
+                images = ifftn(plane, axes=(0, 1))
                 phasor += xp.exp(1j * xp.angle(images)).sum(-1)
         phasor /= len(self.bf_index)
         return self.backend.to_host(xp.angle(phasor)), float(1.0 - xp.abs(phasor).mean())
 
-    def _mean_phase_half(self, aberrations: Aberrations, thickness: float, tilt):
+    def _mean_phase_half(self, aberrations: Aberrations, thickness: float, tilt, chunk: int | None = None):
         """:meth:`mean_phase` from the half plane (kernels/ssb.cu: loss_half, loss_moments). The
         corrected plane is anti-Hermitian away from Q = 0 (Gamma(-Q) = -conj Gamma(Q), G(-Q) =
         conj G(Q)), so each pixel's image is G(0, k) / N + i r with r real: a half-plane C2R of
         -i P (unscaled: the angle does not see N) gives N r, and the phasors are summed as the
-        images are read. No full plane, no angle image."""
-        from qora.ssb.cuda import BLOCK, complex_tag, kernel
-
+        images are read. No full plane, no angle image. ``chunk`` is the array code's (unused)."""
         xp = self.xp
         sy, sx = self.scan_shape
-        sxh, npos, nbf = sx // 2 + 1, sy * sx, len(self.bf_index)
+        sxh, nbf = sx // 2 + 1, len(self.bf_index)
         qy, qx = self._q(half=True)
-        tag = complex_tag(self.G)
         chunk = max(1, min(nbf, (128 << 20) // (sy * sxh * self.G.itemsize)))  # 128 MB of planes
         planes = xp.empty((chunk, sy, sxh), self.G.dtype)
         g0 = xp.ascontiguousarray(self.G[0, 0].real, dtype=np.float64)
         phasor = xp.zeros((sy, sx), np.complex128)
-        half = kernel(f"loss_half<{tag}, {self._quadratic_tag(aberrations)}>")
+        quadratic = quadratic_tag(aberrations) == "true"
         chi0 = self._chi_pixels(aberrations)
-        moments = kernel(f"loss_moments<{'float' if tag == 'float2' else 'double'}>")
-        args = (xp.ascontiguousarray(qy.ravel()), xp.ascontiguousarray(qx.ravel()), self._chi_coefficients(aberrations),
-                np.int32(sy), np.int32(sx), np.int32(nbf))
+        fixed = dict(G=self.G, k=self._k, chi0=chi0, qy=xp.ascontiguousarray(qy.ravel()),
+                     qx=xp.ascontiguousarray(qx.ravel()), coefficients=xp.asarray(chi_coefficients(aberrations),
+                                                                                  np.float64),
+                     quadratic=quadratic, scan_shape=(sy, sx), wavelength=self.wavelength,
+                     alpha=self.alpha_mrad * 1e-3 / self.wavelength, thickness=thickness, tilt=tilt, planes=planes)
         for first in range(0, nbf, chunk):
             count = min(chunk, nbf - first)
-            half((sy * sxh,), (BLOCK["ssb.cu"],),
-                 (self.G, self._k, chi0) + args + (np.int32(first), np.int32(count), np.float64(self.wavelength),
-                                             np.float64(self.alpha_mrad * 1e-3 / self.wavelength), np.float64(thickness),
-                                             np.float64(tilt[0]), np.float64(tilt[1]), planes))
-            images = xp.fft.irfft2(planes[:count], s=(sy, sx), norm="forward")  # N r, (count, sy, sx)
-            moments(((npos + 255) // 256,), (256,), (images, g0[first:first + count], np.int32(count), np.int64(npos),
-                                                     phasor))
+            kernels.loss_half(first=first, count=count, **fixed)
+            images = irfftn(planes[:count], s=(sy, sx), axes=(-2, -1), norm="forward")  # N r, (count, sy, sx)
+            kernels.loss_moments(images=images, g0=g0[first:first + count], phasor=phasor)
         phasor /= nbf
         return self.backend.to_host(xp.angle(phasor)), float(1.0 - xp.abs(phasor).mean())
 
@@ -479,9 +432,9 @@ class Session:
     def fit(self, *, rotation: float | None = None, tilt: bool = True, compare_standard: bool = True,
             band=(0.2, 0.9), trials: int = 200, batch: int = 8, seed: int = 0, progress=None) -> dict:
         """Fit the aberrations (and with ``tilt`` the thick-sample model's thickness and tilt) from a
-        cold start: :func:`qora.ssb.agreement.fit_session` (the result dict, JSON-ready). The scan
-        ``rotation`` (rad) is fitted unless given."""
-        from qora.ssb.agreement import fit_session
+        cold start: :func:`qora.ssb.fit` (the result dict, JSON-ready). The scan ``rotation`` (rad) is
+        fitted unless given."""
+        from qora.ssb.fit import fit_session
 
         return fit_session(self, rotation=rotation, tilt=tilt, band=band, progress=progress, trials=trials,
                            batch=batch, seed=seed, compare_standard=compare_standard)
@@ -489,8 +442,6 @@ class Session:
     def reconstruct(self, *, progress=None, **fit_options) -> dict:
         """Both branches fitted and imaged (the seed's default): ``{"fit", "images", "better"}``,
         images by name "standard" (SSB) and "thick" (tilt-corrected), rad on the scan grid."""
-        from qora.ssb.agreement import parameters_to_aberrations
-
         result = self.fit(tilt=True, compare_standard=True, progress=progress, **fit_options)
         saved = self.rotation
         try:
@@ -514,8 +465,6 @@ class Session:
         shifts; it takes the aberrations, not the thickness and tilt). With ``loss`` also the
         mean-phase loss for those parameters (the slider's release): returns ``(image, loss)``.
         """
-        from qora.ssb.agreement import parameters_to_aberrations
-
         if isinstance(params, Aberrations):
             ab, extra = params, {}
         else:
@@ -557,18 +506,16 @@ class Session:
         # R + grad chi / 2 pi (scan axes, A), where its samples go
         shift_y = (c * gy - s * gx) / (2 * np.pi)
         shift_x = (s * gy + c * gx) / (2 * np.pi)
-        if self._fused and factor in FINE_FACTORS:
-            image = self._parallax_fine(shift_y, shift_x, factor)
-        else:
-            image = self._parallax_scatter(shift_y, shift_x, factor)
+        image = self._pick(self._parallax_scatter, self._parallax_fine, fits=factor in kernels.FINE_FACTORS)(
+            shift_y, shift_x, factor)
         clock.lap("sums")
         qy = xp.asarray(np.fft.fftfreq(fy, fine))[:, None]
         qx = xp.asarray(np.fft.fftfreq(fx, fine))[None, :]
         qdy, qdx = c * qy + s * qx, -s * qy + c * qx
         flip = xp.sign(xp.sin(chi(qdx, qdy, aberrations, self.wavelength)))
-        spectrum = xp.fft.fft2(image) * flip / 2
+        spectrum = fftn(image, axes=(-2, -1)) * flip / 2
         spectrum[0, 0] = 0
-        image = xp.fft.ifft2(spectrum).real
+        image = ifftn(spectrum, axes=(-2, -1)).real
         clock.lap("fft")
         image = self.backend.to_host(image)
         clock.lap("copy")
@@ -591,7 +538,7 @@ class Session:
         weight = xp.zeros(fy * fx)
         # ~10 float64 temporaries per pixel of the scan and of the chunk: chunks of 256 MB each
         for ks, g in self._chunks(min(self.chunk, max(1, (256 << 20) // (8 * sy * sx)))):
-            bf = xp.fft.irfft2(g, s=self.scan_shape, axes=(0, 1))  # (sy, sx, chunk): the normalised BF images
+            bf = irfftn(g, s=self.scan_shape, axes=(0, 1))  # (sy, sx, chunk): the normalised BF images
             # each pixel's own unscattered level out (edge pixels are partly lit): a level left in
             # would print the coarse grid onto the fine one
             values = bf - bf.mean(axis=(0, 1))
@@ -608,12 +555,10 @@ class Session:
         return xp.where(weight > 0, total / xp.where(weight > 0, weight, 1), 0).reshape(fy, fx)
 
     def _parallax_fine(self, shift_y, shift_x, factor: int):
-        """:meth:`_parallax_scatter` by the kernel ``parallax_fine`` (kernels/ssb.cu): the scattered
+        """:meth:`_parallax_scatter` by the kernel :func:`qora.ssb.kernels.parallax_fine`: the scattered
         sum's fine spectrum summed over the bright field straight from G, then one inverse FFT; the
         summed weights repeat with period ``factor`` (the samples of one image lie ``factor`` fine
         pixels apart, so each fine pixel takes at most one of them per axis), an F x F table."""
-        from qora.ssb.cuda import BLOCK, complex_tag, kernel
-
         xp = self.xp
         sy, sx = self.scan_shape
         ny, nx = sy * factor, sx * factor
@@ -621,12 +566,8 @@ class Session:
         whole = np.floor(sigma)
         frac = sigma - whole
         spectrum = xp.empty((ny, nx), np.complex64)
-        kernel(f"parallax_fine<{complex_tag(self.G)}, {factor}>")(
-            (sx, sy), (BLOCK["ssb.cu"],),
-            (self.G, np.int32(sy), np.int32(sx), np.int32(len(self.bf_index)),
-             xp.asarray(np.mod(whole, [ny, nx]).astype(np.int32)), xp.asarray(frac.astype(np.float32)),
-             _roots(xp, ny), _roots(xp, nx), spectrum))
-        total = xp.fft.ifft2(spectrum).real
+        kernels.parallax_fine(G=self.G, factor=factor, whole=whole, frac=frac, spectrum=spectrum)
+        total = ifftn(spectrum, axes=(-2, -1)).real
         # per axis, an image's sample lands on (floor(sigma) + R factor) with weight 1 - e and on the
         # next fine pixel with e: weight by fine row modulo factor, summed over the pixels
         per_axis = []
@@ -638,19 +579,6 @@ class Session:
             per_axis.append(a)
         weight = xp.asarray(np.tile(per_axis[0].T @ per_axis[1], (sy, sx)), np.float32)
         return xp.where(weight > 0, total / xp.where(weight > 0, weight, 1), 0)
-
-
-FINE_FACTORS = (2, 3, 4)  # the upsampling factors parallax_fine is compiled for
-
-
-@functools.lru_cache(maxsize=8)
-def _roots_host(n: int) -> np.ndarray:
-    return np.exp(-2j * np.pi * np.arange(n) / n).astype(np.complex64)
-
-
-def _roots(xp, n: int):
-    """e^{-2 pi i m / n}, m = 0 .. n - 1, complex64 on ``xp``."""
-    return xp.asarray(_roots_host(n))
 
 
 class _Clock:
@@ -669,27 +597,3 @@ class _Clock:
         now = time.perf_counter()
         self.timings[name] = self.timings.get(name, 0.0) + (now - self.t) * 1e3
         self.t = now
-
-
-def _check_level(level) -> None:
-    if not float(level) > 0:
-        raise ValueError("the bright field holds no intensity")
-
-
-def _array_like(data):
-    """``data`` as it is when it is an array that reads lazily (a NumPy memmap, a dask array from
-    a detector file), else as a NumPy array."""
-    if isinstance(data, np.ndarray) or (hasattr(data, "shape") and hasattr(data, "compute")):
-        return data
-    return np.asarray(data)
-
-
-def _gather(data, pixels):
-    """(scan_row, scan_col, npix) of the detector pixels (rows, cols): only they are read (for a
-    lazy array, the band of detector rows that holds them)."""
-    rows, cols = pixels
-    if isinstance(data, np.ndarray):
-        return data[:, :, rows, cols]
-    r0, r1 = int(rows.min()), int(rows.max()) + 1
-    band = np.asarray(data[:, :, r0:r1])
-    return band[:, :, rows - r0, cols]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qora.backend.fft import fftn, ifftn
 from qora.ssb.optics import Aberrations, probe_spectrum, wavelength
 
 __all__ = ["amorphous_slices", "atoms_slice", "crystal_slices", "rotate_detector", "Scan4D", "simulate",
@@ -52,7 +53,7 @@ def atoms_slice(shape, pixel: float, ry, rx, *, sigma: float = 0.4, phase_per_at
     blob = np.exp(-2 * np.pi**2 * sigma**2 * (kx**2 + ky**2))  # FT of the unit-peak Gaussian / (2 pi sigma^2)
     # sum_a w_a e^{-2 pi i (ky ry_a + kx rx_a)} is a product of an (ny, atoms) and an (atoms, nx) matrix
     spec = (np.exp(-2j * np.pi * ky * ry[None, :]) * weight[None, :]) @ np.exp(-2j * np.pi * rx[:, None] * kx)
-    return np.fft.ifft2(spec * blob).real * (2 * np.pi * sigma**2) / pixel**2
+    return ifftn(spec * blob, axes=(-2, -1)).real * (2 * np.pi * sigma**2) / pixel**2
 
 
 def crystal_slices(shape, pixel: float, *, period: float, basis=((0.0, 0.0, 1.0), (0.5, 0.3, 0.6)),
@@ -128,7 +129,7 @@ class _Multislice:
         probe_k = probe_spectrum(kx, ky, first, alpha_mrad, lam)
         probe_k /= np.sqrt(np.sum(np.abs(probe_k) ** 2))
         self.lit = np.count_nonzero(np.abs(probe_k) > 0)  # incident-beam pixels
-        self.probe = xp.asarray(np.fft.fftshift(np.fft.ifft2(probe_k) * window))  # centred in the window
+        self.probe = xp.asarray(np.fft.fftshift(ifftn(probe_k, axes=(-2, -1)) * window))  # centred in the window
         self.propagate = xp.asarray(np.exp(-1j * np.pi * lam * dz * (kx**2 + ky**2)))
         # tilted slices: shift slice j by depth_j * tau (Fourier shift on the periodic field)
         fy = np.fft.fftfreq(ny, pixel)[:, None]
@@ -136,7 +137,8 @@ class _Multislice:
         self.transmissions = xp.empty(slices.shape, np.complex128)
         for j in range(count):
             sy, sx = depths[j] * tilt[0], depths[j] * tilt[1]
-            shifted = np.fft.ifft2(np.fft.fft2(slices[j]) * np.exp(-2j * np.pi * (fy * sy + fx * sx))).real
+            shift = np.exp(-2j * np.pi * (fy * sy + fx * sx))
+            shifted = ifftn(fftn(slices[j], axes=(-2, -1)) * shift, axes=(-2, -1)).real
             self.transmissions[j] = xp.asarray(np.exp(1j * shifted))
         rows, cols = np.meshgrid(np.arange(0, ny, stride), np.arange(0, nx, stride), indexing="ij")
         self.positions = np.stack([rows.ravel(), cols.ravel()], 1)
@@ -151,8 +153,8 @@ class _Multislice:
         for j in range(self.count):
             wave *= self.transmissions[j][iy[:, :, None], ix[:, None, :]]
             if j + 1 < self.count:
-                wave = xp.fft.ifft2(xp.fft.fft2(wave) * self.propagate)
-        far = xp.fft.fftshift(xp.fft.fft2(xp.fft.ifftshift(wave, axes=(1, 2))), axes=(1, 2))
+                wave = ifftn(fftn(wave, axes=(-2, -1)) * self.propagate, axes=(-2, -1))
+        far = xp.fft.fftshift(fftn(xp.fft.ifftshift(wave, axes=(1, 2)), axes=(-2, -1)), axes=(1, 2))
         return xp.abs(far) ** 2 / window**2
 
 
@@ -232,7 +234,7 @@ def scan_truth(scan: Scan4D, *, band_limit: float | None = None) -> np.ndarray:
     (1/A; default 2 alpha / lambda, what SSB can transfer), mean removed."""
     phase = scan.phase
     sy, sx = scan.data.shape[:2]
-    spec = np.fft.fft2(phase)
+    spec = fftn(phase, axes=(-2, -1))
     ny, nx = phase.shape
     keep_y = np.fft.fftfreq(sy, 1.0 / sy).astype(int)
     keep_x = np.fft.fftfreq(sx, 1.0 / sx).astype(int)
@@ -242,7 +244,7 @@ def scan_truth(scan: Scan4D, *, band_limit: float | None = None) -> np.ndarray:
     limit = band_limit if band_limit is not None else 2 * scan.alpha_mrad * 1e-3 / wavelength(scan.kv)
     small[np.hypot(qy, qx) > limit] = 0
     small[0, 0] = 0
-    return np.fft.ifft2(small).real
+    return ifftn(small, axes=(-2, -1)).real
 
 
 def rotate_detector(data, theta: float) -> np.ndarray:

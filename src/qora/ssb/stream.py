@@ -12,13 +12,13 @@ Peak device memory: G plus a few blocks, no copy of the data.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from qora.backend._cupy import cupy_module
-from qora.ssb.session import _check_level
+from qora.backend import cpu_count, require_cupy
+from qora.backend.fft import fft, rfft
+from qora.ssb.detector import check_level
 
 __all__ = ["g_on_device"]
 
@@ -33,7 +33,7 @@ def g_on_device(data, pixels, dtype, level: float | None = None):
 
     ``pixels``: (rows, cols) of the bright-field pixels on the detector.
     """
-    cp = cupy_module()
+    cp = require_cupy("G made on the device (qora.ssb.stream)")
     rows, cols = (np.asarray(p) for p in pixels)
     sy, sx = data.shape[:2]
     r0, r1, c0, c1 = int(rows.min()), int(rows.max()) + 1, int(cols.min()), int(cols.max()) + 1
@@ -51,7 +51,7 @@ def g_on_device(data, pixels, dtype, level: float | None = None):
     used = [cp.cuda.Event() for _ in range(2)]  # the device is done with staged[i]
     copy_stream = cp.cuda.Stream(non_blocking=True)
     compute = cp.cuda.get_current_stream()
-    threads = max(1, min(8, os.cpu_count() or 1))
+    threads = max(1, min(8, cpu_count()))
     with ThreadPoolExecutor(threads) as pool:
         for i, s0 in enumerate(range(0, sy, block)):
             s1 = min(sy, s0 + block)
@@ -66,18 +66,18 @@ def g_on_device(data, pixels, dtype, level: float | None = None):
             x = staged[b][:n].reshape(n, sx, -1)[:, :, index].astype(real)  # (n, sx, nbf)
             used[b].record(compute)
             bright[s0:s1] = x.sum(-1, dtype=np.float64)
-            G[s0:s1] = cp.fft.rfft(x, axis=1)
+            G[s0:s1] = rfft(x, axis=1)
             del x
     copy_stream.synchronize()
     bright_host = cp.asnumpy(bright)
     if level is None:
         level = float(bright_host.sum() / (sy * sx * nbf))
-    _check_level(level)
+    check_level(level)
     scale = 1.0 / float(level)
     slab = max(1, SLAB_BYTES // max(1, sy * nbf * G.itemsize))
     for j0 in range(0, G.shape[1], slab):
         part = G[:, j0:j0 + slab]
-        G[:, j0:j0 + slab] = cp.fft.fft(part, axis=0) * real(scale)
+        G[:, j0:j0 + slab] = fft(part, axis=0) * real(scale)
     return G, float(level), bright_host
 
 

@@ -62,7 +62,7 @@ SSB_SLIDERS = {
 def ssb_parameters(values: dict) -> dict:
     """Slider values (UI units, validated) -> the parameters of :meth:`Session.preview`
     (cartesian aberrations in A, rotation and tilt in rad, thickness in A)."""
-    from qora.ssb.optics import Aberrations
+    from qora.ssb import Aberrations
 
     if not isinstance(values, dict):
         raise BadRequest("params must be an object of slider values")
@@ -86,7 +86,7 @@ def ssb_parameters(values: dict) -> dict:
 
 
 class SsbView:
-    """A 4D-STEM dataset held in a :class:`qora.ssb.session.Session` (on the GPU where there is one)."""
+    """A 4D-STEM dataset held in a :class:`qora.ssb.Session` (on the GPU where there is one)."""
 
     kind = "ssb"
 
@@ -103,8 +103,7 @@ class SsbView:
     @classmethod
     def open(cls, path, *, backend="auto") -> "SsbView":
         """The view of a dataset file (its kv, semi-angle and scan step read from it)."""
-        from qora.ssb.files import load_data
-        from qora.ssb.session import Session
+        from qora.ssb import Session, load_data
 
         data, meta = load_data(path)
         missing = [k for k in ("kv", "alpha_mrad", "scan_step_a") if k not in meta]
@@ -182,27 +181,19 @@ class SsbView:
         return self.fit_status()
 
     def _run_fit(self, params: dict, thick: bool, values: dict) -> None:
-        from qora.ssb.agreement import Band, newton
+        from qora.ssb import Band, newton
 
         try:
             names = ("C10", "C12a", "C12b") + (("thickness", "tilt_y", "tilt_x") if thick else ())
             with self._lock:
                 band = Band(self.session, names, rotation=params["rotation"])
             fixed = {k: v for k, v in params.items() if k not in names and k != "rotation"}
-            steps = {"n": 0}
 
-            class Counting:  # counts Newton's full evaluations (one per step) for the progress bar
-                parameters = band.parameters
+            def progress(state) -> None:  # Newton's accepted steps (the start's evaluation is the first)
+                self._fit["done"] = min(state.step + 1, 20)
 
-                def evaluate(self_, v, order=2):
-                    with self._lock:
-                        out = band.evaluate({**fixed, **v}, order=order)
-                    if order == 2:
-                        steps["n"] += 1
-                        self._fit["done"] = min(steps["n"], 20)
-                    return out
-
-            fitted, agreement, _ = newton(Counting(), {n: params.get(n, 0.0) for n in names})
+            # the band holds its own rows of G: its evaluations touch no session state a preview changes
+            fitted, agreement, _ = newton(band, {**fixed, **{n: params.get(n, 0.0) for n in names}}, callback=progress)
             result = dict(values)
             c12 = complex(fitted["C12a"], fitted["C12b"])
             result.update(C10=fitted["C10"], C12=abs(c12), C12_angle=math.degrees(np.angle(c12)) / 2)

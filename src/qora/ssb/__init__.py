@@ -1,0 +1,48 @@
+"""4D-STEM direct ptychography: single side band (SSB), its thick-sample variant, tilt-corrected
+bright field, and the fits of the aberrations, scan rotation, thickness and tilt from the data.
+
+>>> from qora import ssb
+>>> sim = ssb.simulate(ssb.amorphous_slices((96, 96), 0.1), pixel=0.1, stride=2, window=64)  # doctest: +SKIP
+>>> session = ssb.Session(sim.data, kv=300.0, alpha_mrad=20.0, scan_step=sim.scan_step)  # doctest: +SKIP
+>>> result = ssb.fit(session, rotation=0.0)  # doctest: +SKIP
+
+The modules, by layer (each imports only those below it; docs/ssb.md):
+
+- :mod:`~qora.ssb.session`: :class:`Session`, G(Q, k) prepared once and its images; its
+  ``fit``/``reconstruct`` methods call the fit workflow.
+- :mod:`~qora.ssb.fit`: the workflows (:func:`fit`, :func:`fit_rotation`) and their JSON result.
+- :mod:`~qora.ssb.optimize`: :func:`newton` (with ``callback=``), the searches, the bounds.
+- :mod:`~qora.ssb.band`: :class:`Band`, the agreement and its moments, :func:`uncertainties`.
+- :mod:`~qora.ssb.stream`, :mod:`~qora.ssb.detector`, :mod:`~qora.ssb.model`,
+  :mod:`~qora.ssb.optics`: G made on the device, the detector and scan geometry, the fits'
+  parametrisation, the electron optics.
+- :mod:`~qora.ssb.kernels`: the CUDA sources and one launcher per kernel.
+
+Files (:mod:`~qora.ssb.files`) and simulated data (:mod:`~qora.ssb.simulate`) beside them.
+Note that ``qora.ssb.fit`` and ``qora.ssb.simulate`` name the functions here; their modules'
+other names import as ``from qora.ssb.fit import ...``.
+"""
+
+from qora.ssb.band import Band, combine_batch_moments, combine_moments, make_band, uncertainties
+from qora.ssb.detector import DetectorFit, bright_field_pixels, fit_detector, fit_detector_from_mean, scan_frequencies
+from qora.ssb.files import load_data, plot_fit, plot_image, read_dataset, write_dataset, write_image
+from qora.ssb.fit import fit_rotation, fit_session
+from qora.ssb.model import ABERRATION_PARAMETERS, QUADRATIC_PARAMETERS, THICK_PARAMETERS, parameters_to_aberrations
+from qora.ssb.optics import KNOWN_ABERRATIONS, Aberrations, aperture, chi, chi_gradient, probe_spectrum, wavelength
+from qora.ssb.optimize import (BOUNDS, SEARCH_BOUNDS, TILT_LIMIT, BatchObjective, NewtonState, Objective,
+                               defocus_search, newton, tpe_search)
+from qora.ssb.session import Session
+from qora.ssb.simulate import (Scan4D, amorphous_slices, atoms_slice, crystal_slices, rotate_detector, scan_truth,
+                               simulate_to_npy)
+from qora.ssb.simulate import simulate  # noqa: E402  (the function; the module stays qora.ssb.simulate in sys.modules)
+
+fit = fit_session  # the session fit workflow (qora.ssb.fit.fit_session)
+
+__all__ = ["Session", "fit", "fit_session", "fit_rotation", "Band", "make_band", "combine_moments",
+           "combine_batch_moments", "uncertainties", "newton", "NewtonState", "Objective", "BatchObjective",
+           "defocus_search", "tpe_search", "BOUNDS", "SEARCH_BOUNDS", "TILT_LIMIT", "ABERRATION_PARAMETERS",
+           "THICK_PARAMETERS", "QUADRATIC_PARAMETERS", "parameters_to_aberrations", "Aberrations",
+           "KNOWN_ABERRATIONS", "chi", "chi_gradient", "aperture", "probe_spectrum", "wavelength", "DetectorFit",
+           "fit_detector", "fit_detector_from_mean", "bright_field_pixels", "scan_frequencies", "simulate",
+           "simulate_to_npy", "Scan4D", "amorphous_slices", "atoms_slice", "crystal_slices", "rotate_detector",
+           "scan_truth", "read_dataset", "write_dataset", "load_data", "write_image", "plot_image", "plot_fit"]

@@ -1,0 +1,553 @@
+"""The agreement between G(Q, k) and the weak-phase model over a band of frequencies, with exact
+first and second derivatives.
+
+For each frequency Q of a band the model is G(Q, k) = i Phi(Q) Gamma(Q, k; p) with Phi(Q) free,
+so the best Phi leaves the part of G along Gamma. The agreement is the fraction of the band's
+signal that the model explains,
+
+    agreement(p) = sum_Q |S(Q)|^2 / N(Q)  /  sum_Q sum_k |G(Q, k)|^2,
+    S(Q) = sum_k G(Q, k) conj(Gamma(Q, k; p)),   N(Q) = sum_k |Gamma(Q, k; p)|^2,
+
+between 0 and 1, and weighted by signal by construction: a frequency where G is empty (most of
+the band on a crystal) adds nothing to either sum.
+
+With the parameters of :mod:`qora.ssb.model` (chi = sum_p c_p B_p(k)) Gamma's two terms are
+
+    term1 = A(k) A(k - Q) exp(-i sum_p c_p [B_p(k - Q) - B_p(k)]) s1(t, tau),
+    term2 = A(k) A(k + Q) exp(-i sum_p c_p [B_p(k) - B_p(k + Q)]) s2(t, tau),
+
+with s the thick model's sinc depth weights (1 for the standard model), and every derivative
+is exact. The scan rotation is a parameter too (``rotation``, rad): Q in the detector's frame
+turns with it, and the band's apertures get a soft edge so that the agreement is smooth in it.
+
+A :class:`Band` evaluates by one of four routes: the array code (:meth:`Band._array_moments`,
+:meth:`Band._batch_arrays`, the reference), and on the device the general batch kernel
+(``band_batch``) and the quadratic-chi kernels (``band_quad_*``) of :mod:`qora.ssb.kernels`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from qora.backend.core import xp_of
+from qora.ssb import kernels
+from qora.ssb.model import (ABERRATION_PARAMETERS, KERNEL_COEFFICIENTS, QUADRATIC_PARAMETERS, THICK_PARAMETERS,
+                            basis_derivatives, sinc_derivatives, soft_aperture)
+from qora.ssb.optics import aperture
+
+__all__ = ["Band", "make_band", "combine_moments", "combine_batch_moments", "uncertainties"]
+
+
+def _to_host(a):
+    return a.get() if hasattr(a, "get") else a
+
+
+def _detector_grid(k, xp):
+    """The bright-field pixels' rows and columns on the detector grid: (ky of each row, kx of each
+    column, row | column << 16 of each pixel), or None when k is not on a grid of at most 1024
+    rows and columns (the quadratic kernels' row and column tables need one)."""
+    k = np.asarray(k)
+    rows, r = np.unique(k[:, 0], return_inverse=True)
+    cols, c = np.unique(k[:, 1], return_inverse=True)
+    if len(rows) > 1024 or len(cols) > 1024:
+        return None
+    cell = (r.astype(np.int64) | (c.astype(np.int64) << 16)).astype(np.int32)
+    return xp.asarray(rows), xp.asarray(cols), xp.asarray(cell)
+
+
+class Band:
+    """The frequencies of a band and everything about them that does not depend on p.
+
+    Built from a :class:`qora.ssb.session.Session` (its rows of G from :meth:`Session.band_rows`): the
+    half-plane Q with band_low <= |Q| <=
+    band_high (1/A) and their G, apertures, and the phase bases of every fitted parameter, for
+    the scan rotation ``rotation`` (rad; the session's by default). With ``"rotation"`` among the
+    parameters the rotation is fitted too, with exact derivatives: the apertures then have a soft
+    edge (a logistic of width ``soft_edge`` 1/A, default half a detector pixel) so that the
+    agreement is smooth in the rotation; the geometry is rebuilt for each rotation evaluated.
+    """
+
+    def __init__(self, session, parameters, *, band=(0.2, 0.9), rotation: float | None = None,
+                 soft_edge: float | None = None) -> None:
+        known = ABERRATION_PARAMETERS + THICK_PARAMETERS + ("rotation",)
+        unknown = [p for p in parameters if p not in known]
+        if unknown:
+            raise ValueError(f"unknown parameters {unknown}; known: {known}")
+        self.parameters = tuple(parameters)
+        self.rotation = session.rotation if rotation is None else float(rotation)
+        self.fits_rotation = "rotation" in self.parameters
+        qy, qx = session.q_half(0.0)  # the scan frame; turned for each rotation
+        q = np.hypot(qy, qx)
+        sy, sx = session.scan_shape
+        keep = (q >= band[0]) & (q <= band[1])
+        if sy % 2 == 0:
+            keep[sy // 2] = False  # Nyquist: +Q and -Q are one bin
+        if sx % 2 == 0:
+            keep[:, sx // 2] = False
+        keep[0, 0] = False
+        if not keep.any():
+            raise ValueError(f"no scan frequency in the band {band} 1/A")
+        # The band lives where G does: on the device for a session holding G there, else on the host
+        # (a session streaming G from the host memory fits on the host).
+        on_device = session.memory.get("G_on") == "device"
+        xp = self.xp = session.xp if on_device else np
+        self.G, self.total = session.band_rows(keep, on_device=on_device)  # (nq, nbf); sum |G|^2 (cached)
+        self._q_scan = (xp.asarray(qy[keep])[:, None], xp.asarray(qx[keep])[:, None])
+        self.shape = self.G.shape  # (frequencies, bright-field pixels)
+        self.lam = session.wavelength
+        self.alpha = session.alpha_mrad * 1e-3 / self.lam
+        k = xp.asarray(session.k)  # (nbf, 2), a host array
+        self.ky, self.kx = k[:, 0][None, :], k[:, 1][None, :]
+        self._k_pairs = xp.ascontiguousarray(k)  # (nbf, 2) as (ky, kx), for the batch kernel
+        # the quadratic kernels' aperture tests (float64 near an edge)
+        self._k32 = self._k_pairs.astype(np.float32) if xp is not np else None
+        dk = session.detector.mrad_per_pixel * 1e-3 / self.lam
+        self.soft_edge = (0.5 * dk if soft_edge is None else float(soft_edge)) if self.fits_rotation else None
+        self.aberration_names = [p for p in self.parameters if p in ABERRATION_PARAMETERS]
+        self.aberration_index = [self.parameters.index(p) for p in self.aberration_names]
+        self.thick = any(p in THICK_PARAMETERS for p in self.parameters)
+        self._geometry_for = None
+        self._set_rotation(self.rotation)
+        self._grid = _detector_grid(session.k, xp) if xp is not np else None
+        # the quadratic-chi kernels (kernels/band.cu): top-hat apertures, chi of C10 and C12 only
+        self.quadratic_kernels = (self._grid is not None and self.soft_edge is None
+                                  and set(self.aberration_names) <= set(QUADRATIC_PARAMETERS[:3]))
+        # calls so far: batches (one pass over G per launch, a thick batch of 8 is two), single values,
+        # values with derivatives (one pass each)
+        self.passes = {"batch": 0, "value": 0, "derivatives": 0}
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["xp"] = self.xp.__name__  # a module does not pickle: its name does
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        import importlib
+
+        self.__dict__.update(state)
+        self.xp = importlib.import_module(state["xp"])
+
+    # -- the geometry at one rotation, with its rotation derivatives --------------------------
+    def _set_rotation(self, theta: float) -> None:
+        if self._geometry_for == theta:
+            return
+        c, s = math.cos(theta), math.sin(theta)
+        qys, qxs = self._q_scan
+        self.qy, self.qx = c * qys + s * qxs, -s * qys + c * qxs
+        self.q_dot = (self.qx, -self.qy)  # dQ/dtheta in the detector frame
+        self._qy_flat = self.xp.ascontiguousarray(self.qy[:, 0])  # what the kernels take, made once per rotation
+        self._qx_flat = self.xp.ascontiguousarray(self.qx[:, 0])
+        self._terms = None  # the array code's geometry, made when first needed (G-sized arrays)
+        self._geometry_for = theta
+
+    @property
+    def terms(self) -> list:
+        """Per term of Gamma, the apertures, phase differences of the fitted aberrations and depth
+        phases over (Q, k), with their rotation derivatives: what the array code evaluates from.
+        The kernels need none of it, and at full scale each of these arrays is 3 GB."""
+        if self._terms is None:
+            self._terms = self._make_terms()
+        return self._terms
+
+    def _make_terms(self) -> list:
+        lam, ky, kx = self.lam, self.ky, self.kx
+        qdy, qdx = self.q_dot
+        qddy, qddx = -self.qy, -self.qx
+        names = self.aberration_names
+        zero = self.xp.zeros_like(qdy)
+        b0 = [basis_derivatives(p, ky, kx, lam, zero, zero, zero, zero)[0] for p in names]  # B(k): no path
+        terms = []
+        for sign in (-1, 1):  # term 1 at k - Q, term 2 at k + Q
+            ks = (ky + sign * self.qy, kx + sign * self.qx)
+            path = (sign * qdy, sign * qdx, sign * qddy, sign * qddx)  # d(k +- Q)/dtheta
+            if self.soft_edge is None:
+                a0 = aperture(kx, ky, self.alpha * 1e3 * lam, lam)
+                a = a0 * aperture(ks[1], ks[0], self.alpha * 1e3 * lam, lam)
+                a_d = a_dd = None
+            else:
+                a0 = soft_aperture(ky, kx, self.alpha, self.soft_edge)
+                a_s, a_s1, a_s2 = soft_aperture(ks[0], ks[1], self.alpha, self.soft_edge, *path)
+                a, a_d, a_dd = a0 * a_s, a0 * a_s1, a0 * a_s2
+            d, d_d, d_dd = [], [], []
+            for p, b in zip(names, b0):
+                bs, bs1, bs2 = basis_derivatives(p, ks[0], ks[1], lam, *path)
+                # term 1: B(k - Q) - B(k); term 2: B(k) - B(k + Q)
+                d.append(bs - b if sign < 0 else b - bs)
+                d_d.append(bs1 if sign < 0 else -bs1)
+                d_dd.append(bs2 if sign < 0 else -bs2)
+            k2, kq2 = ky**2 + kx**2, ks[0] ** 2 + ks[1] ** 2
+            dot = ks[0] * path[0] + ks[1] * path[1]  # (k +- Q) . d(k +- Q)/dtheta
+            speed2 = path[0] ** 2 + path[1] ** 2
+            acc = ks[0] * path[2] + ks[1] * path[3]
+            # depth phase pi lambda (|k|^2 - |k - Q|^2) (term 1) or pi lambda (|k + Q|^2 - |k|^2) (term 2)
+            depth = np.pi * lam * ((k2 - kq2) if sign < 0 else (kq2 - k2))
+            depth_d = np.pi * lam * 2 * dot * (-1 if sign < 0 else 1)
+            depth_dd = np.pi * lam * 2 * (speed2 + acc) * (-1 if sign < 0 else 1)
+            terms.append({"a": a, "a_d": a_d, "a_dd": a_dd, "d": d, "d_d": d_d, "d_dd": d_dd,
+                          "depth": depth, "depth_d": depth_d, "depth_dd": depth_dd})
+        return terms
+
+    @property
+    def a1(self):
+        return self.terms[0]["a"]
+
+    @property
+    def a2(self):
+        return self.terms[1]["a"]
+
+    # -- one parameter set with derivatives -----------------------------------------------
+    def _depth(self, term, values, order: int):
+        """The sinc depth weight s and its derivatives in the depth-related parameters present
+        (thickness, tilt_y, tilt_x, rotation): (s, {name: s_i}, {(name, name): s_ij})."""
+        t = values.get("thickness", 0.0)
+        ty, tx = values.get("tilt_y", 0.0), values.get("tilt_x", 0.0)
+        qy, qx = self.qy, self.qx
+        a = term["depth"] - 2 * np.pi * (ty * qy + tx * qx)
+        u = a * t / 2
+        f, f1, f2 = sinc_derivatives(u)
+        if order == 0:
+            return f, {}, {}
+        qdy, qdx = self.q_dot
+        a_r = term["depth_d"] - 2 * np.pi * (ty * qdy + tx * qdx)
+        a_rr = term["depth_dd"] - 2 * np.pi * (ty * -qy + tx * -qx)
+        du = {"thickness": a / 2, "tilt_y": -np.pi * qy * t, "tilt_x": -np.pi * qx * t, "rotation": a_r * t / 2}
+        ddu = {("thickness", "tilt_y"): -np.pi * qy, ("thickness", "tilt_x"): -np.pi * qx,
+               ("thickness", "rotation"): a_r / 2, ("tilt_y", "rotation"): -np.pi * qdy * t,
+               ("tilt_x", "rotation"): -np.pi * qdx * t, ("rotation", "rotation"): a_rr * t / 2}
+        present = [p for p in ("thickness", "tilt_y", "tilt_x", "rotation") if p in self.parameters]
+        first = {p: f1 * du[p] for p in present}
+        second = {}
+        for i, p in enumerate(present):
+            for q_ in present[i:]:
+                cross = ddu.get((p, q_), ddu.get((q_, p), 0.0))
+                second[(p, q_)] = second[(q_, p)] = f2 * du[p] * du[q_] + f1 * cross
+        return f, first, second
+
+    def moments(self, values: dict, *, order: int = 2) -> dict:
+        """The per-Q sums over k the agreement of ``values`` and its derivatives are made of."""
+        if self.quadratic_kernels:
+            return self._kernel_moments(values, order)
+        return self._array_moments(values, order)
+
+    def _array_moments(self, values: dict, order: int) -> dict:
+        """:meth:`moments` by the array code (the kernels' reference)."""
+        if self.fits_rotation:
+            self._set_rotation(float(values.get("rotation", self.rotation)))
+        names = self.parameters
+        nparam = len(names)
+        xp = self.xp
+        c = [float(values.get(p, 0.0)) for p in self.aberration_names]
+        terms = []
+        for term in self.terms:
+            phase = sum(ci * di for ci, di in zip(c, term["d"])) if len(c) else 0.0
+            e = xp.exp(-1j * phase) * xp.ones(self.G.shape)
+            if self.thick or self.fits_rotation:
+                sw, s_first, s_second = self._depth(term, values, order) if self.thick else (1.0, {}, {})
+            else:
+                sw, s_first, s_second = 1.0, {}, {}
+            a = term["a"]
+            value = a * e * sw
+            if order == 0:
+                terms.append((value, None, None))
+                continue
+            # first derivatives of the three factors a (aperture), e (aberration phase), s (depth)
+            phase_d = {}
+            for j, p in enumerate(self.aberration_names):
+                phase_d[p] = term["d"][j]
+            if self.fits_rotation:
+                phase_d["rotation"] = sum(ci * di for ci, di in zip(c, term["d_d"])) if len(c) else 0.0
+            a_d = {"rotation": term["a_d"]} if self.fits_rotation else {}
+            grads = []
+            for p in names:
+                g = 0.0
+                if p in a_d:
+                    g = g + a_d[p] * e * sw
+                if p in phase_d:
+                    g = g + a * (-1j * phase_d[p]) * e * sw
+                if p in s_first:
+                    g = g + a * e * s_first[p]
+                grads.append(g * xp.ones(self.G.shape))
+            if order == 1:
+                terms.append((value, grads, None))
+                continue
+            phase_dd = {}
+            if self.fits_rotation:
+                for j, p in enumerate(self.aberration_names):
+                    phase_dd[(p, "rotation")] = phase_dd[("rotation", p)] = term["d_d"][j]
+                phase_dd[("rotation", "rotation")] = (sum(ci * di for ci, di in zip(c, term["d_dd"]))
+                                                      if len(c) else 0.0)
+            a_dd = term["a_dd"] if self.fits_rotation else None
+            hess = [[None] * nparam for _ in range(nparam)]
+            for i, p in enumerate(names):
+                for j in range(i, nparam):
+                    q_ = names[j]
+                    # d2(a e s) = a_pq e s + a_p e_q s + a_p e s_q + a_q e_p s + a e_pq s + a e_p s_q
+                    #             + a_q e s_p + a e_q s_p + a e s_pq, with e_p = -i phi_p e and
+                    #             e_pq = (-i phi_pq - phi_p phi_q) e
+                    ep = -1j * phase_d[p] if p in phase_d else None
+                    eq = -1j * phase_d[q_] if q_ in phase_d else None
+                    h = 0.0
+                    if p == "rotation" and q_ == "rotation":
+                        h = h + a_dd * sw
+                    if p in a_d and eq is not None:
+                        h = h + a_d[p] * eq * sw
+                    if q_ in a_d and ep is not None:
+                        h = h + a_d[q_] * ep * sw
+                    if p in a_d and q_ in s_first:
+                        h = h + a_d[p] * s_first[q_]
+                    if q_ in a_d and p in s_first:
+                        h = h + a_d[q_] * s_first[p]
+                    e2 = 0.0
+                    if ep is not None and eq is not None:
+                        e2 = e2 + ep * eq
+                    if (p, q_) in phase_dd:
+                        e2 = e2 - 1j * phase_dd[(p, q_)]
+                    h = h + a * e2 * sw
+                    if ep is not None and q_ in s_first:
+                        h = h + a * ep * s_first[q_]
+                    if eq is not None and p in s_first:
+                        h = h + a * eq * s_first[p]
+                    if (p, q_) in s_second:
+                        h = h + a * s_second[(p, q_)]
+                    hess[i][j] = hess[j][i] = h * e
+            terms.append((value, grads, hess))
+        return self._moments(terms, order)
+
+    def _moments(self, terms, order: int) -> dict:
+        """The sums over this band's k of the products the agreement is made of, per Q: additive
+        over disjoint sets of bright-field pixels, so shards of G (``qora.distributed``) add them
+        up before :func:`combine_moments` finishes the agreement."""
+        xp, G = self.xp, self.G
+        (t1, g1, h1), (t2, g2, h2) = terms
+        gam = t1 - t2
+        m = {"S": xp.sum(G * xp.conj(gam), -1), "N": xp.sum(xp.abs(gam) ** 2, -1)}
+        if order == 0:
+            return m
+        nparam = len(self.parameters)
+        gp = [g1[i] - g2[i] for i in range(nparam)]
+        m["Sp"] = xp.stack([xp.sum(G * xp.conj(g), -1) for g in gp])
+        m["Np"] = xp.stack([2 * xp.real(xp.sum(xp.conj(gam) * g, -1)) for g in gp])
+        if order == 1:
+            return m
+        Sij = xp.zeros((nparam, nparam) + m["S"].shape, m["S"].dtype)
+        Nij = xp.zeros((nparam, nparam) + m["S"].shape)
+        for i in range(nparam):
+            for j in range(i, nparam):
+                gij = h1[i][j] - h2[i][j]
+                Sij[i, j] = Sij[j, i] = xp.sum(G * xp.conj(gij), -1)
+                Nij[i, j] = Nij[j, i] = 2 * xp.real(xp.sum(xp.conj(gp[j]) * gp[i] + xp.conj(gam) * gij, -1))
+        m["Sij"], m["Nij"] = Sij, Nij
+        return m
+
+    def evaluate(self, values: dict, *, order: int = 2):
+        """Agreement (and with ``order`` 1 or 2 its gradient and Hessian in ``self.parameters``)."""
+        self.passes["derivatives" if order else "value"] += 1
+        return combine_moments(self.moments(values, order=order), self.total, order)
+
+    def evaluate_batch(self, sets) -> np.ndarray:
+        """Agreement of several parameter sets (a list of dicts) in one pass over G per rotation."""
+        if self.quadratic_kernels and not self.fits_rotation:
+            # the search's passes: the agreement reduced on the device from the kernels' output in one
+            # launch, without the complex S arrays of batch_moments
+            self.passes["batch"] += 1
+            return np.asarray(_to_host(kernels.agreement_sum(raw=self._quadratic_raw(list(sets))))) / self.total
+        return combine_batch_moments(self.batch_moments(sets), self.total)
+
+    def batch_moments(self, sets) -> dict:
+        """S and N (see :meth:`moments`) of each set, (B, nq), in one pass over G per rotation."""
+        sets = list(sets)
+        self.passes["batch"] += 1
+        if not self.fits_rotation:
+            return self._batch(sets)
+        xp = self.xp
+        out = None
+        groups: dict = {}
+        for i, v in enumerate(sets):
+            groups.setdefault(float(v.get("rotation", self.rotation)), []).append(i)
+        for theta, idx in groups.items():
+            self._set_rotation(theta)
+            part = self._batch([sets[i] for i in idx])
+            if out is None:
+                out = {k: xp.empty((len(sets),) + a.shape[1:], a.dtype) for k, a in part.items()}
+            for k, a in part.items():
+                out[k][xp.asarray(idx)] = a
+        return out
+
+    def _batch(self, sets) -> dict:
+        xp = self.xp
+        if self.quadratic_kernels:
+            return self._quadratic_batch(sets)
+        if xp is not np and self.soft_edge is None and len(sets) <= 64:
+            return self._batch_kernel(sets)
+        return self._batch_arrays(sets)
+
+    # -- the quadratic-chi kernels (kernels/band.cu) ----------------------------------------
+    def _quadratic_row(self, v: dict) -> list:
+        """A set as the kernels take it: C10, C12a, C12b (those the band fits, else 0), thickness
+        and tilt (the thick model's, else 0)."""
+        row = [float(v.get(p, 0.0)) if p in self.aberration_names else 0.0 for p in QUADRATIC_PARAMETERS[:3]]
+        row += [float(v.get(p, 0.0)) if self.thick else 0.0 for p in QUADRATIC_PARAMETERS[3:]]
+        return row
+
+    def _quadratic_arrays(self) -> dict:
+        """What every quadratic kernel's launch takes from the band (:mod:`qora.ssb.kernels`)."""
+        return dict(G=self._G64, k=self._k_pairs, k32=self._k32, grid=self._grid, qy=self._qy_flat, qx=self._qx_flat,
+                    wavelength=self.lam, alpha=self.alpha)
+
+    @property
+    def _G64(self):
+        """The band's G as complex64, what the quadratic kernels read (the session's own when it
+        holds complex64)."""
+        if self.G.dtype != np.complex64:
+            if getattr(self, "_g64", None) is None:
+                self._g64 = self.G.astype(np.complex64)
+            return self._g64
+        return self.G
+
+
+    def _quadratic_raw(self, sets):
+        """(B, nq, 3) Re S, Im S, N of each set by ``band_quad_batch``, or ``band_quad_standard``
+        when no set has a thickness (the search's sets, all of the standard model), up to 8 sets
+        per pass over G."""
+        xp = self.xp
+        rows = [self._quadratic_row(v) for v in sets]
+        standard = all(r[3] == 0.0 for r in rows)
+        krow, kcol, _ = self._grid
+        per_pass = kernels.sets_per_launch(standard=standard, rows=len(krow), cols=len(kcol))
+        launch = kernels.band_quad_standard if standard else kernels.band_quad_batch
+        out = xp.empty((len(rows), self.G.shape[0], 3))
+        shared = self._quadratic_arrays()
+        for start in range(0, len(rows), per_pass):
+            part = rows[start:start + per_pass]
+            launch(table=part, out=out[start:start + len(part)], **shared)
+        return out
+
+    def _quadratic_batch(self, sets) -> dict:
+        """:meth:`_quadratic_raw` as the S (complex) and N of :meth:`batch_moments`."""
+        out = self._quadratic_raw(sets)
+        return {"S": out[..., 0] + 1j * out[..., 1], "N": out[..., 2]}
+
+    def _kernel_moments(self, values: dict, order: int) -> dict:
+        """:meth:`moments` by the quadratic kernels: order 0 one set of the batch kernel, else every
+        first and second derivative in one pass (``band_quad_derivatives``)."""
+        xp = self.xp
+        if order == 0:
+            m = self._quadratic_batch([values])
+            return {"S": m["S"][0], "N": m["N"][0]}
+        nk = 6 if self.thick else 3
+        pairs = [(i, j) for i in range(nk) for j in range(i, nk)]
+        nq = self.G.shape[0]
+        out = xp.empty((nq, 3 + 3 * nk + 3 * len(pairs)))
+        kernels.band_quad_derivatives(row=self._quadratic_row(values), thick=self.thick, out=out,
+                                      **self._quadratic_arrays())
+        out = out.T
+        first = out[3:3 + 3 * nk].reshape(nk, 3, nq)
+        second = out[3 + 3 * nk:].reshape(len(pairs), 3, nq)
+        Sij = xp.empty((nk, nk, nq), np.complex128)
+        Nij = xp.empty((nk, nk, nq))
+        i, j = np.array(pairs).T
+        for a, b in ((i, j), (j, i)):
+            Sij[a, b] = second[:, 0] + 1j * second[:, 1]
+            Nij[a, b] = second[:, 2]
+        idx = np.array([QUADRATIC_PARAMETERS.index(p) for p in self.parameters])
+        return {"S": out[0] + 1j * out[1], "N": out[2], "Sp": (first[:, 0] + 1j * first[:, 1])[idx],
+                "Np": first[:, 2][idx], "Sij": Sij[np.ix_(idx, idx)], "Nij": Nij[np.ix_(idx, idx)]}
+
+    def _batch_kernel(self, sets) -> dict:
+        """:meth:`_batch_arrays` in one kernel pass over the band's G (``kernels/ssb.cu``,
+        ``band_batch``): chi from its coefficients per term, no (B, nq, nbf) arrays."""
+        xp = self.xp
+        table = np.zeros((len(sets), 15))
+        for row, v in zip(table, sets):
+            for i, name in enumerate(KERNEL_COEFFICIENTS):
+                if name in self.aberration_names:
+                    row[i] = v.get(name, 0.0)
+            if self.thick:
+                row[12:15] = v.get("thickness", 0.0), v.get("tilt_y", 0.0), v.get("tilt_x", 0.0)
+        nq, nbf = self.G.shape
+        S = xp.empty((len(sets), nq), np.complex128)
+        N = xp.empty((len(sets), nq))
+        kernels.band_batch(G=self.G, k=self._k_pairs, qy=self._qy_flat, qx=self._qx_flat, table=table,
+                           wavelength=self.lam, alpha=self.alpha, S=S, N=N)
+        return {"S": S, "N": N}
+
+    def _batch_arrays(self, sets) -> dict:
+        xp = self.xp
+        c = xp.asarray(np.array([[v.get(p, 0.0) for p in self.aberration_names] for v in sets], float))
+        gam = []
+        for term in self.terms:
+            if c.shape[1]:
+                phase = xp.tensordot(c, xp.stack(term["d"]), axes=(1, 0))
+            else:
+                phase = xp.zeros((len(sets),) + self.G.shape)
+            e = term["a"][None] * xp.exp(-1j * phase)
+            if self.thick:
+                e = e * xp.stack([self._depth(term, v, 0)[0] * xp.ones(self.G.shape) for v in sets])
+            gam.append(e)
+        gam = gam[0] - gam[1]  # (B, nq, nbf)
+        return {"S": xp.sum(self.G[None] * xp.conj(gam), -1), "N": xp.sum(xp.abs(gam) ** 2, -1)}
+
+    def uncertainties(self, agreement: float, hessian) -> dict:
+        """Standard errors of the fitted parameters at the agreement's maximum: :func:`uncertainties`."""
+        return uncertainties(agreement, hessian, total=self.total, shape=self.shape, parameters=self.parameters)
+
+
+def make_band(session, parameters, **kwargs):
+    """A :class:`Band` of ``session``, or what the session makes in its place (a session split over
+    workers, :class:`qora.distributed.ssb.ShardedSession`, makes a band of the same interface)."""
+    maker = getattr(session, "make_band", None)
+    return maker(parameters, **kwargs) if maker is not None else Band(session, parameters, **kwargs)
+
+
+def combine_moments(m: dict, total: float, order: int = 2):
+    """The agreement sum_Q |S|^2 / N / total from the moments of :meth:`Band.moments` (summed over
+    shards where G is split), with its gradient and Hessian for ``order`` 1 and 2."""
+    xp = xp_of(m["S"])
+    S, N = m["S"], xp.maximum(m["N"], 1e-300)
+    P = xp.abs(S) ** 2
+    value = float(xp.sum(P / N)) / total
+    if order == 0:
+        return value
+    Sp, Np = m["Sp"], m["Np"]
+    Pp = 2 * xp.real(xp.conj(S)[None] * Sp)
+    grad = _to_host(xp.sum(Pp / N - P * Np / N**2, -1)) / total
+    if order == 1:
+        return value, grad
+    # all pairs at once, (nparam, nparam, nq): a few launches however many parameters
+    Pij = 2 * xp.real(xp.conj(Sp)[None] * Sp[:, None] + xp.conj(S) * m["Sij"])
+    outer_p = Pp[:, None] * Np[None] + Pp[None] * Np[:, None]
+    h = Pij / N - outer_p / N**2 - P * m["Nij"] / N**2 + 2 * P * Np[:, None] * Np[None] / N**3
+    hessian = np.asarray(_to_host(xp.sum(h, -1)), float) / total
+    return value, grad, (hessian + hessian.T) / 2
+
+
+def combine_batch_moments(m: dict, total: float) -> np.ndarray:
+    """The agreement of each set from :meth:`Band.batch_moments` (summed over shards)."""
+    xp = xp_of(m["S"])
+    return np.asarray(_to_host(xp.sum(xp.abs(m["S"]) ** 2 / xp.maximum(m["N"], 1e-300), -1))) / total
+
+
+
+def uncertainties(agreement: float, hessian, *, total: float, shape, parameters) -> dict:
+    """Standard errors of the fitted ``parameters`` from the Hessian of the agreement at its maximum,
+    for a band of ``shape`` (frequencies, bright-field pixels) holding the signal ``total`` = sum |G|^2
+    (:class:`Band`'s, or a band split over workers, :class:`qora.distributed.ssb.ShardedBand`).
+
+    With white complex noise of variance sigma^2 on G (Poisson counts give nearly that over
+    the bright field), -log L = E / sigma^2 with E = T (1 - agreement) the energy the model
+    leaves (T = sum |G|^2, Phi(Q) profiled out), so cov = sigma^2 (d2 E)^-1 =
+    sigma^2 / T (-H)^-1, and sigma^2 = E / (elements - frequencies - parameters): the
+    residual estimates the noise (model error counts as noise, so the errors are upper
+    estimates on a sample the weak-phase model does not describe). Units: A, rad.
+    """
+    h = -np.asarray(hessian, float)
+    nq, nbf = shape
+    dof = max(1, nq * nbf - nq - len(parameters))
+    sigma2 = total * max(1.0 - agreement, 0.0) / dof
+    try:
+        cov = sigma2 / total * np.linalg.inv(h)
+    except np.linalg.LinAlgError:
+        return {name: float("inf") for name in parameters}
+    return {name: float(math.sqrt(max(cov[i, i], 0.0))) for i, name in enumerate(parameters)}

@@ -1,0 +1,272 @@
+"""The CUDA kernels of qora.ssb and one launcher per kernel.
+
+The sources are ``ssb.cu`` (the image sums, the mean-phase planes, the upsampled parallax, the
+general band batch) and ``band.cu`` (the quadratic-chi band kernels of the fits), compiled on first
+use by :func:`qora.backend.kernels.get_kernel`, the one loader. Each launcher takes keyword
+arguments, computes its launch configuration (grid, block, shared memory) itself and names in
+its docstring the array-code function it must agree with (tests/ssb/test_ssb_cuda.py compares
+them). This module is a leaf: it imports only :mod:`qora.backend` and NumPy, and nothing here
+runs unless a launcher is called (on device arrays).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from qora.backend import require_cupy
+from qora.backend.kernels import get_kernel
+
+__all__ = ["ssb_sums", "chi_pixels", "loss_half", "loss_moments", "parallax_fine", "band_batch",
+           "band_quad_batch", "band_quad_standard", "band_quad_derivatives", "agreement_sum",
+           "kernel", "complex_tag", "most_sets", "batch_size", "batch_kernel_name", "table_bytes",
+           "sets_per_launch", "FINE_FACTORS", "BLOCK", "SHARED_BYTES"]
+
+# the most parameter sets one launch takes: the thick kernel 4 (8 held one block per SM at 178 registers
+# and took 29.5 ms a pass against 9.9 ms for two launches of 4 at full scale, H200,
+# docs/ssb-performance.md), the standard-model kernel 8
+MOST_SETS = {"band_quad_batch": 4, "band_quad_standard": 8}
+BATCH_SETS = max(MOST_SETS.values())
+FINE_FACTORS = (2, 3, 4)  # the upsampling factors parallax_fine is compiled for
+# dynamic shared memory a launch may take without opting in: 48 KiB less the kernels' static shared
+# memory (the block sums and the sets' constants, 2.6 KB at most in band.cu)
+SHARED_BYTES = 44 * 1024
+
+
+def _batch_names(kernel_name: str) -> tuple:
+    return tuple(f"{kernel_name}<{n}, {'double' if n <= 2 else 'float'}>" for n in (1, 2, 4, 8)
+                 if n <= MOST_SETS[kernel_name])
+
+
+_MODULES = {
+    "ssb.cu": tuple(f"{k}<{c}, {q}>" for k in ("ssb_sums", "loss_half") for c in ("float2", "double2")
+                    for q in ("true", "false"))
+              + ("band_batch<float2>", "band_batch<double2>")
+              + tuple(f"parallax_fine<{c}, {f}>" for c in ("float2", "double2") for f in FINE_FACTORS)
+              + ("loss_moments<float>", "loss_moments<double>", "chi_pixels"),
+    "band.cu": _batch_names("band_quad_batch") + _batch_names("band_quad_standard")
+               + ("band_quad_derivatives<3>", "band_quad_derivatives<6>"),
+}
+
+BLOCK = {"ssb.cu": 128, "band.cu": 256}  # threads per block: THREADS in ssb.cu, BAND_THREADS in band.cu
+
+
+def most_sets(*, standard: bool) -> int:
+    """The most parameter sets one launch of the batch kernel takes (:data:`MOST_SETS`)."""
+    return MOST_SETS["band_quad_standard" if standard else "band_quad_batch"]
+
+
+def batch_size(sets: int, *, standard: bool = True) -> int:
+    """The compile-time set count of the instantiation that runs ``sets`` sets: 1, 2, 4 or 8, at
+    most :func:`most_sets`. ``band_quad_standard`` runs (and so needs the shared memory of) all of
+    them."""
+    most = most_sets(standard=standard)
+    if not 1 <= sets <= most:
+        raise ValueError(f"one launch takes 1 to {most} sets, got {sets}")
+    return next(n for n in (1, 2, 4, 8) if n >= sets)
+
+
+def batch_kernel_name(sets: int, *, standard: bool = False) -> str:
+    """The band_quad_batch instantiation (``band_quad_standard`` for sets of the standard model)
+    for ``sets`` sets: the smallest that holds them, as its registers (and so the warps an SM keeps
+    in flight) grow with the count."""
+    size = batch_size(sets, standard=standard)
+    name = "band_quad_standard" if standard else "band_quad_batch"
+    return f"{name}<{size}, {'double' if size <= 2 else 'float'}>"
+
+
+def table_bytes(*, standard: bool, sets: int, rows: int, cols: int) -> int:
+    """Dynamic shared memory of a quadratic kernel's launch on a detector grid of ``rows`` x ``cols``:
+    per set the phase tables (and the thick model's depth tables), for every padded set of
+    band_quad_standard."""
+    if standard:
+        return batch_size(sets, standard=True) * (rows + cols) * 8
+    return sets * 2 * (rows + cols) * 8
+
+
+def sets_per_launch(*, standard: bool, rows: int, cols: int) -> int:
+    """The most sets one launch of the batch kernels takes on this grid: 8, 4 or 2 where the kernel
+    takes them and their tables fit :data:`SHARED_BYTES`, else 1."""
+    most = most_sets(standard=standard)
+    return next((n for n in (8, 4, 2) if n <= most and table_bytes(standard=standard, sets=n, rows=rows, cols=cols)
+                 <= SHARED_BYTES), 1)
+
+
+def complex_tag(array) -> str:
+    """The CUDA vector type of a complex array: ``float2`` (complex64) or ``double2`` (complex128)."""
+    return "float2" if array.dtype == np.complex64 else "double2"
+
+
+_FUNCTIONS: dict = {}
+
+
+def kernel(name: str):
+    """The compiled kernel ``name`` (a template expression such as ``"ssb_sums<float2, true>"``), kept
+    per device once fetched from its module."""
+    key = (_xp().cuda.runtime.getDevice(), name)
+    found = _FUNCTIONS.get(key)
+    if found is not None:
+        return found
+    for filename, names in _MODULES.items():
+        if name in names:
+            found = _FUNCTIONS[key] = get_kernel("qora.ssb", filename, name, name_expressions=names)
+            return found
+    raise KeyError(f"no qora.ssb kernel {name!r}; known: {[n for names in _MODULES.values() for n in names]}")
+
+
+def _xp():
+    return require_cupy("the qora.ssb kernels")
+
+
+@functools.lru_cache(maxsize=8)
+def _roots_host(n: int) -> np.ndarray:
+    return np.exp(-2j * np.pi * np.arange(n) / n).astype(np.complex64)
+
+
+def _tf(flag: bool) -> str:
+    return "true" if flag else "false"
+
+
+# -- ssb.cu --------------------------------------------------------------------------------------
+def chi_pixels(*, coefficients, k, wavelength: float, out):
+    """chi (rad, float64) at each bright-field pixel ``k`` (nbf, 2) into ``out`` (nbf,), by the
+    kernels' own polynomial (``chi_of``); ``coefficients``: the 12 cartesian ones of
+    :func:`qora.ssb.model.chi_coefficients`. Returns ``out``.
+
+    Reference: :func:`qora.ssb.optics.chi` at the pixels."""
+    nbf = len(k)
+    kernel("chi_pixels")(((nbf + 255) // 256,), (256,), (_xp().asarray(coefficients, np.float64), k, np.int32(nbf),
+                                                          np.float64(wavelength), out))
+    return out
+
+
+def ssb_sums(*, G, k, chi0, qy, qx, coefficients, quadratic: bool, wavelength: float, alpha: float,
+             thickness: float, tilt, numerator, norm) -> None:
+    """Per half-plane Q (``qy``, ``qx``), the SSB sums over the bright field added into ``numerator``
+    (complex128) and ``norm`` (float64): G conj(Gamma) / |Gamma| and |Gamma| over the
+    double-overlap pixels, one block per Q. ``chi0``: :func:`chi_pixels`; ``alpha``: the aperture
+    (1/A); ``quadratic``: chi has only C10 and C12 (:func:`qora.ssb.model.quadratic_tag`).
+
+    Reference: ``qora.ssb.session.Session._sums_arrays`` (methods "ssb" and "thick")."""
+    xp = _xp()
+    nq, nbf = int(qy.size), len(k)
+    kernel(f"ssb_sums<{complex_tag(G)}, {_tf(quadratic)}>")(
+        (nq,), (BLOCK["ssb.cu"],),
+        (G, k, chi0, xp.ascontiguousarray(qy.ravel()), xp.ascontiguousarray(qx.ravel()),
+         xp.asarray(coefficients, np.float64), np.int32(nq), np.int32(nbf), np.float64(wavelength),
+         np.float64(alpha), np.float64(thickness), np.float64(tilt[0]), np.float64(tilt[1]), numerator, norm))
+
+
+def loss_half(*, G, k, chi0, qy, qx, coefficients, quadratic: bool, scan_shape, first: int, count: int,
+              wavelength: float, alpha: float, thickness: float, tilt, planes) -> None:
+    """The corrected half planes -i P of the bright-field pixels ``first`` .. ``first + count`` into
+    ``planes`` (count, sy, sx // 2 + 1) of G's dtype; ``qy``, ``qx``: the half plane's frequencies
+    (flat, contiguous, float64 on the device), ``coefficients`` a device array of the 12.
+
+    Reference: the corrected planes of ``qora.ssb.session.Session._mean_phase_arrays``."""
+    sy, sx = scan_shape
+    nbf = len(k)
+    kernel(f"loss_half<{complex_tag(G)}, {_tf(quadratic)}>")(
+        (sy * (sx // 2 + 1),), (BLOCK["ssb.cu"],),
+        (G, k, chi0, qy, qx, coefficients, np.int32(sy), np.int32(sx), np.int32(nbf), np.int32(first),
+         np.int32(count), np.float64(wavelength), np.float64(alpha), np.float64(thickness), np.float64(tilt[0]),
+         np.float64(tilt[1]), planes))
+
+
+def loss_moments(*, images, g0, phasor) -> None:
+    """Adds each position's phasor exp(i angle) of the ``count`` pixels' images G(0, k) / N + i r
+    (``images`` (count, sy, sx), real, N r; ``g0`` their G(0, k)) into ``phasor`` (sy, sx), complex128.
+
+    Reference: the phasor sum of ``qora.ssb.session.Session._mean_phase_arrays``."""
+    count = images.shape[0]
+    npos = int(np.prod(images.shape[1:]))
+    real = "float" if images.dtype == np.float32 else "double"
+    kernel(f"loss_moments<{real}>")(((npos + 255) // 256,), (256,), (images, g0, np.int32(count), np.int64(npos),
+                                                                     phasor))
+
+
+def parallax_fine(*, G, factor: int, whole, frac, spectrum) -> None:
+    """The fine spectrum (sy factor, sx factor) of the scattered parallax sum into ``spectrum``
+    (complex64), from G (sy, sx // 2 + 1, nbf) on the device: ``whole`` (floor) and ``frac`` of each
+    pixel's shift in fine pixels, (nbf, 2) host arrays.
+
+    Reference: the scattered sum of ``qora.ssb.session.Session._parallax_scatter``."""
+    xp = _xp()
+    ny, nx = spectrum.shape
+    sy, sx, nbf = ny // factor, nx // factor, G.shape[2]
+    kernel(f"parallax_fine<{complex_tag(G)}, {factor}>")(
+        (sx, sy), (BLOCK["ssb.cu"],),
+        (G, np.int32(sy), np.int32(sx), np.int32(nbf), xp.asarray(np.mod(whole, [ny, nx]).astype(np.int32)),
+         xp.asarray(frac.astype(np.float32)), xp.asarray(_roots_host(ny)), xp.asarray(_roots_host(nx)), spectrum))
+
+
+def band_batch(*, G, k, qy, qx, table, wavelength: float, alpha: float, S, N) -> None:
+    """S = sum_k G conj(Gamma) and N = sum_k |Gamma|^2 (B, nq) of each set of ``table`` (B, 15) host
+    float64: the 8 cartesian coefficients C10 .. C30 (4 zeros) then thickness, tilt_y, tilt_x; one
+    pass over the band's G (nq, nbf), chi from its coefficients per term.
+
+    Reference: ``qora.ssb.band.Band._batch_arrays``."""
+    nq, nbf = G.shape
+    kernel(f"band_batch<{complex_tag(G)}>")(
+        (nq,), (BLOCK["ssb.cu"],), (G, k, qy, qx, _xp().asarray(table), np.int32(len(table)), np.int32(nq),
+                                    np.int32(nbf), np.float64(wavelength), np.float64(alpha), S, N))
+
+
+# -- band.cu --------------------------------------------------------------------------------------
+def _quadratic(name: str, *, G, k, k32, grid, qy, qx, table, nsets, wavelength, alpha, out, standard: bool) -> None:
+    """One launch of a band.cu kernel; ``nsets`` None for the derivative kernel (no count argument)."""
+    xp = _xp()
+    krow, kcol, cell = grid
+    nq, nbf = G.shape
+    shared = table_bytes(standard=standard, sets=1 if nsets is None else nsets, rows=len(krow), cols=len(kcol))
+    args = (G, k, k32, cell, krow, np.int32(len(krow)), kcol, np.int32(len(kcol)), qy, qx,
+            xp.asarray(table, np.float64))
+    args += (np.int32(nsets),) if nsets is not None else ()
+    args += (np.int32(nq), np.int32(nbf), np.float64(wavelength), np.float64(alpha), out)
+    kernel(name)((nq,), (BLOCK["band.cu"],), args, shared_mem=shared)
+
+
+def band_quad_batch(*, G, k, k32, grid, qy, qx, table, wavelength: float, alpha: float, out) -> None:
+    """(B, nq, 3) Re S, Im S, N into ``out`` of the B (1 to :func:`most_sets`) sets of ``table``
+    (rows C10, C12a, C12b, thickness, tilt_y, tilt_x), the thick model's kernel; G complex64 (nq,
+    nbf), ``k`` (nbf, 2) float64 and ``k32`` float32, ``grid`` the detector's (row ky, column kx,
+    cell) tables.
+
+    Reference: ``qora.ssb.band.Band._batch_arrays`` (S and N as there)."""
+    _quadratic(batch_kernel_name(len(table), standard=False), G=G, k=k, k32=k32, grid=grid, qy=qy, qx=qx,
+               table=table, nsets=len(table), wavelength=wavelength, alpha=alpha, out=out, standard=False)
+
+
+def band_quad_standard(*, G, k, k32, grid, qy, qx, table, wavelength: float, alpha: float, out) -> None:
+    """:func:`band_quad_batch` for sets of the standard model (thickness 0), up to 8 a launch.
+
+    Reference: ``qora.ssb.band.Band._batch_arrays``."""
+    _quadratic(batch_kernel_name(len(table), standard=True), G=G, k=k, k32=k32, grid=grid, qy=qy, qx=qx,
+               table=table, nsets=len(table), wavelength=wavelength, alpha=alpha, out=out, standard=True)
+
+
+def band_quad_derivatives(*, G, k, k32, grid, qy, qx, row, thick: bool, wavelength: float, alpha: float,
+                          out) -> None:
+    """Re S, Im S, N and their first and second derivatives in the 3 (C10, C12a, C12b) or, with
+    ``thick``, 6 quadratic parameters of the set ``row``, into ``out`` (nq, 3 + 3 n + 3 n (n + 1) / 2).
+
+    Reference: ``qora.ssb.band.Band.moments`` by the array code (``Band._array_moments``)."""
+    _quadratic(f"band_quad_derivatives<{6 if thick else 3}>", G=G, k=k, k32=k32, grid=grid, qy=qy, qx=qx,
+               table=row, nsets=None, wavelength=wavelength, alpha=alpha, out=out, standard=False)
+
+
+_AGREEMENT_SUM = None
+
+
+def agreement_sum(*, raw):
+    """sum over Q of |S|^2 / N per set, from the batch kernels' (B, nq, 3) Re S, Im S, N on the device,
+    in one reduction launch (a CuPy ReductionKernel): (B,) float64 on the device.
+
+    Reference: :func:`qora.ssb.band.combine_batch_moments` (before its division by the total)."""
+    global _AGREEMENT_SUM
+    if _AGREEMENT_SUM is None:
+        _AGREEMENT_SUM = _xp().ReductionKernel("float64 re, float64 im, float64 n", "float64 total",
+                                               "(re * re + im * im) / max(n, 1e-300)", "a + b", "total = a", "0",
+                                               "qora_ssb_agreement_sum")
+    return _AGREEMENT_SUM(raw[..., 0], raw[..., 1], raw[..., 2], axis=1)
