@@ -152,7 +152,7 @@ def test_cpu_modules_never_import_cuda_modules_and_there_is_no_cycle():
             "qora.holo.kernels"}
     mods = {m for m in graph.modules if m.startswith("qora.holo.")}
     assert cuda <= mods
-    cpu = mods - cuda - {"qora.holo.api", "qora.holo.cli"}
+    cpu = mods - cuda - {"qora.holo.api"}
     for low in cpu:
         for leaf in cuda:
             assert graph.find_shortest_chain(importer=low, imported=leaf) is None, (low, leaf)

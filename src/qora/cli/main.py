@@ -13,8 +13,8 @@ import qora
 from qora.cli.bench import bench
 from qora.cli.options import backend_option
 from qora.cli.phase import phase
-from qora.holo.cli import holo
-from qora.ssb.cli import ssb
+from qora.cli.holo import holo
+from qora.cli.ssb import ssb
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

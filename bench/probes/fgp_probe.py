@@ -4,7 +4,7 @@ Times candidate kernels built from the same device functions as ``fgp_fused`` (s
 give the same result bit for bit, checked here) on the buffers of a TV solver:
 the fused kernel with other launch bounds and block shapes, and z-marching versions that
 carry the primal point of the next plane in a register (one recomputation fewer per voxel).
-Run on the device: ``PYTHONPATH=src python3 bench/fgp_probe.py [N]``.
+Run on the device: ``PYTHONPATH=src python3 bench/probes/fgp_probe.py [N]``.
 """
 
 import sys
@@ -18,7 +18,7 @@ from qora.holo.cuda_solver import SpectrumSolver
 from qora.holo.cuda_stages import WorkArea
 from qora.holo.options import ReconstructionOptions
 
-cp = require_cupy("bench/fgp_probe.py")
+cp = require_cupy("bench/probes/fgp_probe.py")
 
 PROBES = r"""
 template <int PLANES>

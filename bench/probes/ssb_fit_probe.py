@@ -7,7 +7,7 @@ costs nothing (so only the search's own NumPy work is timed; 5 searches of 200 t
 0.6 rad, tilt (2, -1) mrad, the full-scale optics (300 kV, 30 mrad, 0.373 A steps) on a 48 x 48
 scan with a 62-pixel probe window, no noise, 96 search trials; one film per line.
 
-Run: ``PYTHONPATH=src python3 bench/ssb_fit_probe.py search-host|bias``.
+Run: ``PYTHONPATH=src python3 bench/probes/ssb_fit_probe.py search-host|bias``.
 """
 
 import json
