@@ -83,7 +83,7 @@ def test_floors_on_the_cpu(tmp_path, monkeypatch):
     assert {"copy", "fft_pair/64x64/fp32", "fft_pair/16x16x16/fp32"} == set(result.cases)
     assert result.cases["copy"]["gbs"] > 0
     assert all(c["ms"] > 0 for k, c in result.cases.items() if k != "copy")
-    assert len(list(tmp_path.glob("floors-*.json"))) == 1
+    assert len(list((tmp_path / "floors").glob("floors-*.json"))) == 1
 
 
 def test_ssb_bench_times_every_step_on_a_small_scan():

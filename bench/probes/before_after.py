@@ -1,0 +1,64 @@
+"""The same benchmark rows measured on two checkouts in one sitting (a restructuring must not slow
+anything down). Run once per checkout, the checkout's ``src`` first on PYTHONPATH:
+
+    PYTHONPATH=<tree>/src python3 bench/probes/before_after.py phase|holo LABEL OUT.json
+
+- ``phase``: ``qora bench phase``'s HIO rows of the graph variant at every CUDA size (no peers, no
+  8-start and progress rows), with their fp32 cuFFT-pair floors;
+- ``holo``: ``qora bench holo``'s stage and Pipeline rows at 256^3 and 512^3 and the BPM rows at
+  256^3 (the 188^3 rotation case is left out: its CPU half takes minutes).
+
+Only functions that exist unchanged in both checkouts are called. ``compare`` prints the ratios:
+
+    python3 bench/probes/before_after.py compare BEFORE.json AFTER.json [PREFIX ...]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def _phase() -> dict:
+    from qora.bench import phase as pb
+
+    pb.CUDA_VARIANTS = ("graph",)
+    pb._eight_starts = lambda *a, **k: None
+    pb._progress_cost = lambda *a, **k: None
+    return pb.run_cuda(write=False, peers=False, echo=print).cases
+
+
+def _holo() -> dict:
+    from qora.backend import resolve
+    from qora.bench import holo_cuda as hc
+    from qora.bench.common import BenchResult, copy_floor
+
+    be = resolve("cuda")
+    result = BenchResult("holo", "cuda", be.device_facts().as_dict(), columns=("ms", "gbs", "ratio"))
+    copy = copy_floor(be)["gbs"]
+    for n in (256, 512):
+        hc._stages(result, be, n, copy, print, memory=False)
+    hc._bpm(result, be, 256, copy, print)
+    return result.cases
+
+
+def _compare(before: str, after: str, prefixes) -> None:
+    a, b = json.load(open(before)), json.load(open(after))
+    print(f"{'case':58} {'before':>10} {'after':>10} {'after/before':>12}")
+    for name in sorted(set(a) & set(b)):
+        if prefixes and not name.startswith(tuple(prefixes)):
+            continue
+        ms_a, ms_b = a[name].get("ms"), b[name].get("ms")
+        if ms_a and ms_b:
+            print(f"{name:58} {ms_a:10.4f} {ms_b:10.4f} {ms_b / ms_a:12.3f}")
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "compare":
+        _compare(sys.argv[2], sys.argv[3], sys.argv[4:])
+    else:
+        cases = {"phase": _phase, "holo": _holo}[mode]()
+        with open(sys.argv[3], "w") as f:
+            json.dump({k: v for k, v in cases.items()}, f, indent=1, default=float)
+        print(f"{sys.argv[2]}: {len(cases)} cases written to {sys.argv[3]}")
