@@ -21,6 +21,8 @@ MAPPINGS = ("gather", "scatter")
 FGP_VARIANTS = ("fused", "separate", "cube", "march")
 #: the fields that only the CUDA backend reads (the CPU path ignores them)
 CUDA_ONLY = ("mapping", "fgp", "upload_parts")
+# what a field means, where its name alone would not say it in an error message
+_WHAT = {"tv_inner": " (FGP steps per TV iteration)", "upload_parts": " (upload parts of the hologram stack)"}
 
 
 @dataclass(frozen=True)
@@ -61,8 +63,8 @@ class ReconstructionOptions:
         for name, low in least.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-                raise ValueError(f"{name} must be an integer of at least {low} (method {self.method!r}), "
-                                 f"got {value!r}")
+                raise ValueError(f"{name}{_WHAT.get(name, '')} must be an integer of at least {low} "
+                                 f"(method {self.method!r}), got {value!r}")
         if not isinstance(self.r2c, (bool, np.bool_)):
             raise ValueError(f"r2c must be True or False, got {self.r2c!r}")
         if not (isinstance(self.tv_weight, numbers.Real) and math.isfinite(self.tv_weight) and self.tv_weight >= 0
