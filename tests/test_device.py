@@ -22,7 +22,7 @@ def test_peak_memory_counts_an_allocation(be):
 
 @pytest.mark.gpu
 def test_gpu_facts_and_copy_bandwidth():
-    f = device_facts("cuda", measure=True)
+    f = device_facts(resolve("cuda"), measure=True)
     assert f.backend == "cuda" and f.name
     assert f.sm_count > 0 and f.l2_bytes > 0 and f.clock_mhz > 0
     assert f.bus_width_bits > 0 and f.memory_clock_mhz > 0

@@ -42,6 +42,36 @@ def _holo() -> dict:
     return result.cases
 
 
+def _bpm_launches() -> dict:
+    """The BPM propagation kernel at 256^3, 20 back-to-back launches per sample, through its launcher
+    and through the raw kernel object with a prebuilt argument tuple (the old call): does the
+    launcher cost anything?"""
+    import numpy as np
+
+    from qora.backend import resolve
+    from qora.bench.common import time_device
+    from qora.holo import bpm_cuda, reference
+    from qora.holo import kernels as K
+    from qora.holo.plans import bpm_tables
+
+    be = resolve("cuda")
+    g = reference.geometry(256)
+    dev = bpm_cuda.BpmDevice(g, bpm_tables(g, 256))
+    b = dev.chunk
+    total = b * 256 * 256
+    a, s, tq, tr = dev.w[:b], dev.s[:b], dev.cq[:b], dev.cr[:b]
+    raw = K.kernel("bpm_propagate")
+    grid, args = (-(-total // 256),), (a, tq, tr, np.int64(total), s)
+    out = {}
+    for name, one in (("launcher", lambda: K.bpm_propagate(a=a, tq=tq, tr=tr, total=total, s=s)),
+                      ("raw", lambda: raw(grid, (256,), args))):
+        for launches in (1, 20):
+            t = time_device(be, lambda: [one() for _ in range(launches)], repeats=30, per_call=launches)
+            out[f"bpm_propagate/{name}/{launches}_per_sample"] = {"ms": t.median_ms}
+            print(name, launches, f"{t.median_ms:.4f} ms")
+    return out
+
+
 def _compare(before: str, after: str, prefixes) -> None:
     a, b = json.load(open(before)), json.load(open(after))
     print(f"{'case':58} {'before':>10} {'after':>10} {'after/before':>12}")
@@ -58,7 +88,7 @@ if __name__ == "__main__":
     if mode == "compare":
         _compare(sys.argv[2], sys.argv[3], sys.argv[4:])
     else:
-        cases = {"phase": _phase, "holo": _holo}[mode]()
+        cases = {"phase": _phase, "holo": _holo, "bpm-launches": _bpm_launches}[mode]()
         with open(sys.argv[3], "w") as f:
             json.dump({k: v for k, v in cases.items()}, f, indent=1, default=float)
         print(f"{sys.argv[2]}: {len(cases)} cases written to {sys.argv[3]}")
