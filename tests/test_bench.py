@@ -108,3 +108,24 @@ def test_median_wall_returns_the_last_result_and_the_median_after_warmup():
     out, seconds = median_wall(fn, 3, warmup=2)
     assert len(calls) == 5 and out == 5
     assert 0.0 <= seconds < 1.0
+
+
+def test_time_queued_needs_the_gpu():
+    from qora.backend import resolve
+    from qora.bench.common import time_queued
+
+    with pytest.raises(ValueError, match="CUDA"):
+        time_queued(resolve("cpu"), lambda: None)
+
+
+@pytest.mark.gpu
+def test_time_queued_times_the_device_work_of_one_launch():
+    from qora.backend import resolve
+    from qora.bench.common import time_queued
+
+    be = resolve("cuda")
+    small, large = (be.xp.ones(n, be.xp.float32) for n in (2**22, 2**25))
+    t_small = time_queued(be, lambda: small.__imul__(2), repeats=10).median_ms
+    t_large = time_queued(be, lambda: large.__imul__(2), repeats=10).median_ms
+    # 8x the bytes (256 MiB read + written, far past the L2) takes several times longer on the device
+    assert 0 < t_small and 4 * t_small < t_large

@@ -37,3 +37,22 @@ def test_python_dash_m_qora_runs():
 def test_bad_backend_is_rejected_by_the_cli():
     out = CliRunner().invoke(cli, ["info", "--backend", "gpu"])
     assert out.exit_code != 0 and "gpu" in out.output
+
+
+def test_every_backend_option_is_the_shared_one():
+    # one --backend definition (qora.cli.options.backend_option) on every command that computes
+    import click
+
+    from qora.cli.options import BACKENDS
+
+    def commands(group, prefix=()):
+        for name, cmd in group.commands.items():
+            if isinstance(cmd, click.Group):
+                yield from commands(cmd, prefix + (name,))
+            else:
+                yield prefix + (name,), cmd
+
+    found = {path: p for path, cmd in commands(cli) for p in cmd.params if p.name == "backend"}
+    assert len(found) >= 10
+    wrong = {" ".join(path): p.type.choices for path, p in found.items() if tuple(p.type.choices) != BACKENDS}
+    assert not wrong

@@ -43,13 +43,13 @@ def _holo() -> dict:
 
 
 def _bpm_launches() -> dict:
-    """The BPM propagation kernel at 256^3, 20 back-to-back launches per sample, through its launcher
-    and through the raw kernel object with a prebuilt argument tuple (the old call): does the
-    launcher cost anything?"""
+    """The BPM propagation kernel at 256^3 through its launcher and through the raw kernel object
+    with a prebuilt argument tuple (the old call): one launch per sample, 20 back to back, and one
+    queued behind an L2-flushing copy (``time_queued``). Does the launcher cost anything?"""
     import numpy as np
 
     from qora.backend import resolve
-    from qora.bench.common import time_device
+    from qora.bench.common import time_device, time_queued
     from qora.holo import bpm_cuda, reference
     from qora.holo import kernels as K
     from qora.holo.plans import bpm_tables
@@ -69,6 +69,9 @@ def _bpm_launches() -> dict:
             t = time_device(be, lambda: [one() for _ in range(launches)], repeats=30, per_call=launches)
             out[f"bpm_propagate/{name}/{launches}_per_sample"] = {"ms": t.median_ms}
             print(name, launches, f"{t.median_ms:.4f} ms")
+        t = time_queued(be, one, repeats=30)
+        out[f"bpm_propagate/{name}/queued"] = {"ms": t.median_ms}
+        print(name, "queued", f"{t.median_ms:.4f} ms")
     return out
 
 

@@ -5,6 +5,7 @@ import pytest
 
 from qora.holo import phantoms as P
 from qora.holo import reference as R
+from qora.holo.plans import MappingPlan
 
 
 @pytest.fixture(scope="module")
@@ -21,3 +22,17 @@ def small_case():
         stacks.append(P.holograms(np.exp(phi), g, carrier, hologram_pixel=hp))
     bg = P.holograms(np.ones((g.count, big, big)), g, carrier, hologram_pixel=hp)
     return g, hp, bg, stacks
+
+
+@pytest.fixture
+def counted_plans(monkeypatch):
+    """Count the MappingPlans made (every reference to the class sees the counting __init__)."""
+    made = []
+    init = MappingPlan.__init__
+
+    def counting(self, geometry):
+        made.append(geometry.n)
+        init(self, geometry)
+
+    monkeypatch.setattr(MappingPlan, "__init__", counting)
+    return made

@@ -199,21 +199,12 @@ def test_pipeline_stage_times_and_errors(small_case):
         Pipeline(g, sideband=(0, 0), hologram_pixel=hp, hologram_n=2 * g.n, backend="cuda", upload_parts=0)
 
 
-def test_the_cuda_pipeline_makes_its_mapping_tables_once(small_case, monkeypatch):
+def test_the_cuda_pipeline_makes_its_mapping_tables_once(small_case, counted_plans):
     from qora.holo import Pipeline
-    from qora.holo.plans import MappingPlan
 
-    made = []
-    init = MappingPlan.__init__
-
-    def counting(self, geometry):
-        made.append(geometry.n)
-        init(self, geometry)
-
-    monkeypatch.setattr(MappingPlan, "__init__", counting)
     g, hp, bg, stacks = small_case
     pipe = Pipeline(g, sideband=F.find_sideband(bg[0], hp), hologram_pixel=hp, hologram_n=2 * g.n, backend="cuda",
                     iterations=5)
-    assert len(made) == 1
+    assert len(counted_plans) == 1
     assert pipe.cuda.recon.plan is pipe.mapping and pipe.cuda.recon.mapper.entries == sum(
         t.size for t in pipe.mapping.targets)

@@ -13,7 +13,6 @@ from qora.holo import api
 from qora.holo import phantoms as P
 from qora.holo import reference as R
 from qora.holo.options import ReconstructionOptions
-from qora.holo.plans import MappingPlan
 
 
 def test_options_are_frozen_and_keep_their_defaults():
@@ -78,20 +77,6 @@ def test_rotation_geometry_and_angles():
     with pytest.raises(ValueError, match="5 angles for 6 holograms"):
         holo.rotation_geometry(np.zeros(5), 6, **optics)
     assert holo.field_size(256, 0.05, 0.1) == 128
-
-
-@pytest.fixture
-def counted_plans(monkeypatch):
-    """Count the MappingPlans made (every reference to the class sees the counting __init__)."""
-    made = []
-    init = MappingPlan.__init__
-
-    def counting(self, geometry):
-        made.append(geometry.n)
-        init(self, geometry)
-
-    monkeypatch.setattr(MappingPlan, "__init__", counting)
-    return made
 
 
 def test_the_cpu_pipeline_makes_its_mapping_tables_once(counted_plans):

@@ -26,7 +26,7 @@ import numpy as np
 from qora.provenance import git_state, versions
 
 __all__ = [
-    "Timing", "time_device", "time_peer", "fft_pair_floor", "copy_floor", "BenchResult", "versions",
+    "Timing", "time_device", "time_queued", "time_peer", "fft_pair_floor", "copy_floor", "BenchResult", "versions",
     "git_state", "results_dir", "newest_result",
 ]
 
@@ -89,6 +89,36 @@ def time_device(backend, fn, *, warmup: int = 3, repeats: int = 20, setup=None, 
         with backend.timer() as t:
             fn()
         samples.append(t.ms / per_call)
+    return Timing(samples)
+
+
+def time_queued(backend, launch, *, repeats: int = 20, flush_bytes: int = 256 * 2**20) -> Timing:
+    """Device time of one short launch, with neither the host's launch gap nor a warm L2 in it.
+
+    Timing a single launch between two events also times the host's work between them (the event
+    runs at once on an idle device, the kernel only once the host has launched it); timing launches
+    back to back on the same buffers lets the later ones read the L2. Here each sample first queues a
+    copy of ``flush_bytes`` (far past the 60 MiB L2 of an H200), then the start event, ``launch()``
+    and the stop event: the device is still copying while the host launches, so the events bracket
+    the kernel alone, and the kernel starts with an L2 holding the copy's data, not its own.
+    GPU only.
+    """
+    if not backend.is_cuda:
+        raise ValueError("time_queued times device launches: it needs the CUDA backend")
+    cp = backend.xp
+    src = cp.empty(flush_bytes // 4, cp.float32)
+    dst = cp.empty_like(src)
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    launch()
+    samples = []
+    for _ in range(repeats):
+        backend.synchronize()
+        dst[...] = src
+        start.record()
+        launch()
+        stop.record()
+        stop.synchronize()
+        samples.append(cp.cuda.get_elapsed_time(start, stop))
     return Timing(samples)
 
 

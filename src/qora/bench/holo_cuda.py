@@ -23,13 +23,12 @@ import time
 
 import numpy as np
 
-from qora.bench.common import BenchResult, copy_floor, time_device
+from qora.bench.common import BenchResult, copy_floor, time_device, time_queued
 from qora.bench.registry import shape_label
 
 __all__ = ["run", "traffic"]
 
 FGP_STEPS = (20, 10)  # outer x inner iterations of the FGP-step measurement (seed 004)
-LAUNCHES = 20  # back-to-back launches per sample of a single short kernel
 
 
 def bump_holograms(g):
@@ -294,13 +293,11 @@ def _bpm(result, be, n: int, copy_gbs: float, echo) -> None:
     b = dev.chunk
     total = b * n * n
     a, s = dev.w[:b], dev.s[:b]
-    # 20 launches per sample: one launch of ~50 us between two events also times the host's launch gap
-    prop = time_device(be, lambda: [K.bpm_propagate(a=a, tq=dev.cq[:b], tr=dev.cr[:b], total=total, s=s)
-                                    for _ in range(LAUNCHES)], repeats=20, per_call=LAUNCHES).median_ms
+    # queued behind a copy: one launch of ~50 us between two events would also time the host's launch gap
+    prop = time_queued(be, lambda: K.bpm_propagate(a=a, tq=dev.cq[:b], tr=dev.cr[:b], total=total, s=s)).median_ms
     dev._forward(slice(0, b), True)
-    screen = time_device(be, lambda: [K.bpm_screen(w=a, screen=dev.screens[0], total=total, n2=n * n, scale=1.0,
-                                                   stored=dev.stored[0, :b]) for _ in range(LAUNCHES)],
-                         repeats=20, per_call=LAUNCHES).median_ms
+    screen = time_queued(be, lambda: K.bpm_screen(w=a, screen=dev.screens[0], total=total, n2=n * n, scale=1.0,
+                                                  stored=dev.stored[0, :b])).median_ms
     gbs_prop, gbs_screen = 40 * total / prop / 1e6, 24 * total / screen / 1e6
     result.add(f"bpm/{label}/forward", ms=t_fwd, chunk=b)
     result.add(f"bpm/{label}/gradient", ms=t_grad, chunk=b)

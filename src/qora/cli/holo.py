@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from qora.cli.options import scale_out_client, scale_out_options
+from qora.cli.options import backend_option, exit_on_failures, scale_out_client, scale_out_options
 
 
 @click.group("holo")
@@ -95,8 +95,7 @@ def simulate_cmd(n, spheres, angles, na_illumination, noise, geometry_kind, mode
               help="bpm: illuminations per gradient step, cycled without momentum (default: all, with FISTA).")
 @click.option("--oversample", type=click.FloatRange(1.0, 4.0), default=1.0, show_default=True,
               help="Map onto a grid this many times finer in k (costs oversample^3; docs/holo.md).")
-@click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
-              help="Where the Pipeline runs (auto: the GPU where there is one).")
+@backend_option(help="Where the Pipeline runs (auto: the GPU where there is one).")
 @click.option("--out", type=click.Path(path_type=Path), required=True,
               help="Volume .h5 (or .tif); a series on a Dask cluster goes to a .zarr store.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="PNG of slices.")
@@ -195,10 +194,7 @@ def _series_on_cluster(stack, backgrounds, geometry, out, cluster, *, quiet, **o
         report = reconstruct_series(stack, backgrounds, geometry, store=out, client=client, progress=bar, **options)
     click.echo(report.summary().split("\n")[0])
     click.echo(f"{len(SeriesStore(out).index())} of {len(stack)} time points in {out}")
-    for t, error in report.failed.items():
-        click.echo(f"FAILED time point {t}: {error}", err=True)
-    if report.failed:
-        raise SystemExit(1)
+    exit_on_failures(report.failed, "time point ")
 
 
 @holo.command("phase")

@@ -8,7 +8,7 @@ from contextlib import nullcontext
 
 import click
 
-__all__ = ["backend_option", "scale_out_options", "scale_out_client"]
+__all__ = ["backend_option", "scale_out_options", "scale_out_client", "exit_on_failures"]
 
 BACKENDS = ("auto", "cpu", "cuda")
 
@@ -45,3 +45,11 @@ def scale_out_client(scheduler, workers, gpus):
     from qora.distributed.cluster import connect
 
     return connect(scheduler, workers=workers, gpus=gpus)
+
+
+def exit_on_failures(failed: dict, what: str = "") -> None:
+    """Name each failed item of a scale-out report on stderr, then exit with status 1 if any failed."""
+    for name, error in failed.items():
+        click.echo(f"FAILED {what}{name}: {error}", err=True)
+    if failed:
+        raise SystemExit(1)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from qora.cli.options import backend_option, scale_out_client, scale_out_options
+from qora.cli.options import backend_option, exit_on_failures, scale_out_client, scale_out_options
 
 
 @click.group("phase")
@@ -138,10 +138,7 @@ def _run_many(client, data, out, *, quiet, mask, support, starts, batch, **optio
     for name, result in report.done.items():
         click.echo(f"{name}: best start {result.best} of {result.starts}, Fourier error {result.fourier_error:.3e}")
     click.echo(report.summary().split("\n")[0] + f"; results in {out}")
-    for name, error in report.failed.items():
-        click.echo(f"FAILED {name}: {error}", err=True)
-    if report.failed:
-        raise SystemExit(1)
+    exit_on_failures(report.failed)
 
 
 @phase.command("compare")

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from qora.cli.options import scale_out_client, scale_out_options
+from qora.cli.options import backend_option, scale_out_client, scale_out_options
 
 
 @click.group("ssb")
@@ -96,8 +96,7 @@ def simulate_cmd(scan, step, window, kv, semiangle, c10, c12, c12_angle, c30, sl
 @click.option("--method", type=click.Choice(["ssb", "parallax"]), default="ssb", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Image .h5 file.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="PNG figure.")
-@click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
-              help="Where G is prepared and the image made (auto: the GPU where there is one).")
+@backend_option(help="Where G is prepared and the image made (auto: the GPU where there is one).")
 def image_cmd(data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle, c30, method, out, plot,
               backend) -> None:
     """The phase image of a 4D-STEM dataset for given aberrations."""
@@ -141,8 +140,7 @@ def image_cmd(data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle, c30
 @click.option("--trials", type=click.IntRange(8, 100000), default=200, show_default=True,
               help="Trials of the cold-start search (rotation given), 8 per pass over G.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the search.")
-@click.option("--backend", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
-              help="Where G is held and the fit runs (on a cluster: on each worker).")
+@backend_option(help="Where G is held and the fit runs (on a cluster: on each worker).")
 @click.option("--quiet", is_flag=True)
 @scale_out_options
 def fit_cmd(data, kv, semiangle, scan_step, rotation, tilt, out, plot, trials, seed, backend, quiet, scheduler,
