@@ -6,7 +6,9 @@ anything down). Run once per checkout, the checkout's ``src`` first on PYTHONPAT
 - ``phase``: ``qora bench phase``'s HIO rows of the graph variant at every CUDA size (no peers, no
   8-start and progress rows), with their fp32 cuFFT-pair floors;
 - ``holo``: ``qora bench holo``'s stage and Pipeline rows at 256^3 and 512^3 and the BPM rows at
-  256^3 (the 188^3 rotation case is left out: its CPU half takes minutes).
+  256^3 (the 188^3 rotation case is left out: its CPU half takes minutes);
+- ``bpm``: the BPM rows at 128^3 and 256^3 (forward, gradient, kernels, accuracy);
+- ``bpm-launches``: one BPM kernel through its launcher and raw (this checkout only).
 
 Only functions that exist unchanged in both checkouts are called. ``compare`` prints the ratios:
 
@@ -39,6 +41,19 @@ def _holo() -> dict:
     for n in (256, 512):
         hc._stages(result, be, n, copy, print, memory=False)
     hc._bpm(result, be, 256, copy, print)
+    return result.cases
+
+
+def _bpm() -> dict:
+    from qora.backend import resolve
+    from qora.bench import holo_cuda as hc
+    from qora.bench.common import BenchResult, copy_floor
+
+    be = resolve("cuda")
+    result = BenchResult("holo", "cuda", be.device_facts().as_dict(), columns=("ms", "gbs", "ratio"))
+    copy = copy_floor(be)["gbs"]
+    for n in (128, 256):
+        hc._bpm(result, be, n, copy, print)
     return result.cases
 
 
@@ -91,7 +106,7 @@ if __name__ == "__main__":
     if mode == "compare":
         _compare(sys.argv[2], sys.argv[3], sys.argv[4:])
     else:
-        cases = {"phase": _phase, "holo": _holo, "bpm-launches": _bpm_launches}[mode]()
+        cases = {"phase": _phase, "holo": _holo, "bpm": _bpm, "bpm-launches": _bpm_launches}[mode]()
         with open(sys.argv[3], "w") as f:
             json.dump({k: v for k, v in cases.items()}, f, indent=1, default=float)
         print(f"{sys.argv[2]}: {len(cases)} cases written to {sys.argv[3]}")

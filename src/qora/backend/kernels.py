@@ -20,6 +20,8 @@ DEFAULT_OPTIONS = ("--std=c++17",)
 
 _lock = threading.Lock()
 _modules: dict = {}
+_functions: dict = {}  # (device, package, file, name, name expressions, options) -> kernel
+_cuda: list = []  # the cupy module, once a kernel has been fetched (the fast path skips the probe)
 
 
 @functools.lru_cache(maxsize=None)
@@ -66,7 +68,20 @@ def load_module(package: str, filename: str, *, name_expressions=(), options=DEF
 
 
 def get_kernel(package: str, filename: str, name: str, *, name_expressions=(), options=DEFAULT_OPTIONS):
-    """One kernel of a module (``name`` may be a template expression listed in ``name_expressions``)."""
-    module = load_module(package, filename, name_expressions=name_expressions, options=options)
-    return module.get_function(name)
+    """One kernel of a module (``name`` may be a template expression listed in ``name_expressions``).
+
+    The kernel object is kept per device after its first lookup, so that a launcher may call this on
+    every launch: a launch-bound loop (the BPM's two kernels per slice at 128^3, ~10 us each) pays a
+    dictionary lookup here, not the module lookup and CuPy's ``get_function``.
+    """
+    cupy = _cuda[0] if _cuda else _cupy.require("CUDA kernels")
+    key = (cupy.cuda.runtime.getDevice(), package, filename, name,
+           name_expressions if type(name_expressions) is tuple else tuple(name_expressions),
+           options if type(options) is tuple else tuple(options))
+    function = _functions.get(key)
+    if function is None:
+        module = load_module(package, filename, name_expressions=name_expressions, options=options)
+        function = _functions[key] = module.get_function(name)
+        _cuda[:] = [cupy]
+    return function
 

@@ -98,21 +98,16 @@ def complex_tag(array) -> str:
     return "float2" if array.dtype == np.complex64 else "double2"
 
 
-_FUNCTIONS: dict = {}
+_FILE_OF = {name: filename for filename, names in _MODULES.items() for name in names}
 
 
 def kernel(name: str):
     """The compiled kernel ``name`` (a template expression such as ``"ssb_sums<float2, true>"``), kept
-    per device once fetched from its module."""
-    key = (_xp().cuda.runtime.getDevice(), name)
-    found = _FUNCTIONS.get(key)
-    if found is not None:
-        return found
-    for filename, names in _MODULES.items():
-        if name in names:
-            found = _FUNCTIONS[key] = get_kernel("qora.ssb", filename, name, name_expressions=names)
-            return found
-    raise KeyError(f"no qora.ssb kernel {name!r}; known: {[n for names in _MODULES.values() for n in names]}")
+    per device by :func:`qora.backend.kernels.get_kernel` once fetched."""
+    filename = _FILE_OF.get(name)
+    if filename is None:
+        raise KeyError(f"no qora.ssb kernel {name!r}; known: {list(_FILE_OF)}")
+    return get_kernel("qora.ssb", filename, name, name_expressions=_MODULES[filename])
 
 
 def _xp():
