@@ -7,7 +7,8 @@ anything down). Run once per checkout, the checkout's ``src`` first on PYTHONPAT
   8-start and progress rows), with their fp32 cuFFT-pair floors;
 - ``holo``: ``qora bench holo``'s stage and Pipeline rows at 256^3 and 512^3 and the BPM rows at
   256^3 (the 188^3 rotation case is left out: its CPU half takes minutes);
-- ``bpm``: the BPM rows at 128^3 and 256^3 (forward, gradient, kernels, accuracy);
+- ``bpm``: the BPM rows at 128^3 and 256^3, or the sizes in ``QORA_PROBE_SIZES`` (forward, gradient, kernels,
+  accuracy);
 - ``bpm-launches``: one BPM kernel through its launcher and raw (this checkout only).
 
 Only functions that exist unchanged in both checkouts are called. ``compare`` prints the ratios:
@@ -18,6 +19,7 @@ Only functions that exist unchanged in both checkouts are called. ``compare`` pr
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 
@@ -52,7 +54,7 @@ def _bpm() -> dict:
     be = resolve("cuda")
     result = BenchResult("holo", "cuda", be.device_facts().as_dict(), columns=("ms", "gbs", "ratio"))
     copy = copy_floor(be)["gbs"]
-    for n in (128, 256):
+    for n in [int(v) for v in os.environ.get("QORA_PROBE_SIZES", "128,256").split(",")]:
         hc._bpm(result, be, n, copy, print)
     return result.cases
 
