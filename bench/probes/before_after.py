@@ -59,6 +59,34 @@ def _bpm() -> dict:
     return result.cases
 
 
+def _bpm_device() -> dict:
+    """BpmDevice forward and gradient alone at 128^3 (launch-bound: two kernels of ~10 us and two
+    transforms per slice), 20 samples after 3 warm-ups each."""
+    import numpy as np
+
+    from qora.backend import resolve
+    from qora.bench.common import time_device
+    from qora.holo import bpm_cuda, reference
+    try:
+        from qora.holo.plans import bpm_tables
+    except ImportError:  # the checkout before the layout rebuild
+        from qora.holo.bpm import bpm_tables
+
+    be = resolve("cuda")
+    cp = be.xp
+    g = reference.geometry(128)
+    dev = bpm_cuda.BpmDevice(g, bpm_tables(g, 128))
+    dev.set_contrast(cp.zeros((dev.nz, 128, 128), cp.float32) + cp.float32(0.01))
+    out = cp.empty((g.count, 128, 128), cp.complex64)
+    data = cp.ones((g.count, 128, 128), cp.complex64)
+    rows = {}
+    for name, fn in (("forward", lambda: dev.forward(out)), ("gradient", lambda: dev.reverse(data))):
+        t = time_device(be, fn, warmup=3, repeats=20)
+        rows[f"bpm_device/128/{name}"] = {"ms": t.median_ms, "min_ms": float(np.min(t.samples_ms))}
+        print(name, f"median {t.median_ms:.2f} ms, min {np.min(t.samples_ms):.2f} ms")
+    return rows
+
+
 def _bpm_launches() -> dict:
     """The BPM propagation kernel at 256^3 through its launcher and through the raw kernel object
     with a prebuilt argument tuple (the old call): one launch per sample, 20 back to back, and one
@@ -108,7 +136,8 @@ if __name__ == "__main__":
     if mode == "compare":
         _compare(sys.argv[2], sys.argv[3], sys.argv[4:])
     else:
-        cases = {"phase": _phase, "holo": _holo, "bpm": _bpm, "bpm-launches": _bpm_launches}[mode]()
+        cases = {"phase": _phase, "holo": _holo, "bpm": _bpm, "bpm-device": _bpm_device,
+                 "bpm-launches": _bpm_launches}[mode]()
         with open(sys.argv[3], "w") as f:
             json.dump({k: v for k, v in cases.items()}, f, indent=1, default=float)
         print(f"{sys.argv[2]}: {len(cases)} cases written to {sys.argv[3]}")
