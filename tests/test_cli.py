@@ -1,3 +1,4 @@
+import pytest
 import json
 import subprocess
 import sys
@@ -56,3 +57,53 @@ def test_every_backend_option_is_the_shared_one():
     assert len(found) >= 10
     wrong = {" ".join(path): p.type.choices for path, p in found.items() if tuple(p.type.choices) != BACKENDS}
     assert not wrong
+
+
+def _group_raising(exc):
+    import click
+
+    from qora.cli.errors import QoraCommands
+
+    @click.group(cls=QoraCommands)
+    @click.option("--debug", is_flag=True)
+    def root(debug):
+        pass
+
+    @root.command()
+    def go():
+        raise exc
+
+    return root
+
+
+@pytest.mark.parametrize("exc, code, text", [
+    (ValueError("wavelength must be positive, got -1"), 2, "Error: wavelength must be positive, got -1"),
+    (FileNotFoundError(2, "No such file or directory", "missing.h5"), 2, "Error: missing.h5: No such file"),
+    (MemoryError("needs 512 GiB"), 2, "Error: needs 512 GiB"),
+    (KeyError("rotation"), 1, "Error: internal error (KeyError: 'rotation'); please report it"),
+])
+def test_a_failure_is_one_line_with_its_exit_status(exc, code, text):
+    from click.testing import CliRunner
+
+    res = CliRunner().invoke(_group_raising(exc), ["go"])
+    assert res.exit_code == code
+    assert res.output.startswith(text) and res.output.count("\n") == 1
+    assert "Traceback" not in res.output
+
+
+def test_debug_shows_the_traceback():
+    from click.testing import CliRunner
+
+    res = CliRunner().invoke(_group_raising(ValueError("bad")), ["--debug", "go"])
+    assert isinstance(res.exception, ValueError) and res.exit_code == 1
+
+
+def test_the_qora_command_reports_a_missing_gpu_in_one_line():
+    from click.testing import CliRunner
+
+    from qora.backend import has_cuda
+
+    if has_cuda():
+        pytest.skip("this machine has a GPU")
+    res = CliRunner().invoke(cli, ["info", "--backend", "cuda"])
+    assert res.exit_code == 2 and res.output.startswith("Error: backend='cuda' was requested but")

@@ -25,29 +25,39 @@ def report(progress: Progress | None, stage: str, done: int, total: int, metrics
 
 
 class tqdm_progress:
-    """A progress callback drawing one tqdm bar per stage; use as a context manager.
+    """A progress callback drawing one tqdm bar for a whole run; use as a context manager.
+
+    The bar's description is the current stage ("HIO", "ER", "search", "newton", "start 3 of 8: HIO");
+    a new stage with the same ``total`` continues the bar (the engines report ``done`` of the whole
+    run), a new ``total`` starts the count again on the same line. The rate is the average over the
+    run (``smoothing=0``), so a stage that reports many iterations at once (a replayed CUDA graph)
+    does not show a burst of millions per second, and the ETA follows from it.
 
     Parameters
     ----------
     disable : bool
-        No bar at all (for scripts and logs).
+        No bar at all (for scripts and logs; the commands' ``--quiet``).
     """
 
     def __init__(self, *, disable: bool = False, **tqdm_kwargs) -> None:
         self.disable = disable
-        self.kwargs = tqdm_kwargs
+        self.kwargs = {"smoothing": 0, "dynamic_ncols": True, **tqdm_kwargs}
         self._bar = None
         self._stage = None
 
     def __call__(self, stage: str, done: int, total: int, metrics: Mapping[str, float]) -> bool:
         from tqdm.auto import tqdm
 
-        if stage != self._stage:
-            self.close()
+        if self._bar is None:
             self._bar = tqdm(total=total, desc=stage, disable=self.disable, **self.kwargs)
+        elif total != self._bar.total:
+            self._bar.reset(total=total)
+        if stage != self._stage:
+            self._bar.set_description_str(stage, refresh=False)
             self._stage = stage
-        self._bar.total = total
-        self._bar.n = done
+        self._bar.update(max(0, done - self._bar.n))
+        if done < self._bar.n:  # a stage that counts again from zero on the same total
+            self._bar.n = done
         if metrics:
             self._bar.set_postfix({k: f"{v:.3g}" for k, v in metrics.items()}, refresh=False)
         self._bar.refresh()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["cpu_count", "openmp_passive"]
+__all__ = ["cpu_count", "openmp_passive", "available_memory"]
 
 
 def cpu_count() -> int:
@@ -27,3 +27,29 @@ def openmp_passive() -> None:
     loops calls it at import.
     """
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def available_memory() -> int | None:
+    """Bytes of host memory this process can still allocate: the smaller of the kernel's
+    MemAvailable and the room left under a cgroup (container) limit; None where neither is known."""
+    found = []
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    found.append(int(line.split()[1]) * 1024)
+                    break
+    except OSError:
+        pass
+    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        try:
+            limit = open(limit_file).read().strip()
+            usage = int(open(usage_file).read().strip())
+        except (OSError, ValueError):
+            continue
+        if limit.isdigit() and int(limit) < 2**60:
+            found.append(max(0, int(limit) - usage))
+        break
+    return min(found) if found else None

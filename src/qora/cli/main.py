@@ -11,16 +11,20 @@ import click
 
 import qora
 from qora.cli.bench import bench
+from qora.cli.errors import QoraCommands
 from qora.cli.options import backend_option
 from qora.cli.phase import phase
 from qora.cli.holo import holo
 from qora.cli.ssb import ssb
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=QoraCommands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(qora.__version__, prog_name="qora")
-def cli() -> None:
-    """Qora: coherent imaging reconstruction (CDI, holographic tomography, 4D-STEM) on CPUs and NVIDIA GPUs."""
+@click.option("--debug", is_flag=True, help="Show the traceback of an error instead of one line.")
+def cli(debug: bool) -> None:
+    """Qora: coherent imaging reconstruction (CDI, holographic tomography, 4D-STEM) on CPUs and NVIDIA GPUs.
+
+    Errors are one line and exit status 2 (1 for an internal error); --debug shows the traceback."""
 
 
 def _info(backend: str, measure: bool) -> dict:

@@ -1,4 +1,4 @@
-// qora.ssb: the band agreement (qora.ssb.agreement.Band) when chi is quadratic in k, the fits' case
+// qora.ssb: the band agreement (qora.ssb.band.Band) when chi is quadratic in k, the fits' case
 // (C10, C12a, C12b with the thick model's thickness and tilt), with no special function per term.
 //
 // chi(k) = k^T M k with M = pi lambda [[C10 - C12a, C12b], [C12b, C10 + C12a]] in (ky, kx). The two
@@ -372,7 +372,7 @@ band_quad_standard(BAND_BATCH_ARGS) {
 }
 
 // One parameter set with the exact first and second derivatives in the NP parameters C10, C12a,
-// C12b (NP = 3) and thickness, tilt_y, tilt_x (NP = 6), all moments of qora.ssb.agreement.Band
+// C12b (NP = 3) and thickness, tilt_y, tilt_x (NP = 6), all moments of qora.ssb.band.Band
 // in one pass. out (nq, NOUT): Re S, Im S, N, then per parameter Re Sp, Im Sp, Np, then per pair
 // i <= j (row by row) Re Sij, Im Sij, Nij. Every derivative of a term A e^{-i phi} s(u) is the
 // term's phasor times a real or imaginary number: -i d_p s (aberration p, d_p = d phi / d c_p),

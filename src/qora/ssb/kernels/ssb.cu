@@ -165,7 +165,7 @@ ssb_sums(const C* __restrict__ G, const double* __restrict__ k, const double* __
 }
 
 // The band agreement's sums for a batch of parameter sets in one pass over the band's G
-// (qora.ssb.agreement.Band.batch_moments): per Q (a block) and set, S = sum_k G conj(Gamma) and
+// (qora.ssb.band.Band, its batch moments): per Q (a block) and set, S = sum_k G conj(Gamma) and
 // N = sum_k |Gamma|^2, with Gamma = A(k) A(k - Q) e^{-i (chi(k - Q) - chi(k))} s1
 // - A(k) A(k + Q) e^{-i (chi(k) - chi(k + Q))} s2 (top-hat apertures; s the depth sinc of the
 // thick model). Each set is 15 numbers: the 12 coefficients of chi_of, thickness, tilt y, tilt x.

@@ -1,0 +1,182 @@
+"""The one validation layer: physical parameters, arrays, outputs and memory, checked the same way
+by the Python API and the command line.
+
+Each check raises :class:`~qora.io.errors.InputError` (a ``ValueError``) with a message that names the
+parameter, the value it got and what it needs, and returns the value in the form the computation
+uses (a float, an int, a float array). The engines state their policy for non-finite and negative
+data here, once: ``"refuse"`` (an error saying how many) or ``"mask"`` (a warning saying how many,
+and a mask of them).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from qora.io.errors import InputError, MemoryNeeded, OutputError
+
+__all__ = ["number", "positive", "nonnegative", "integer", "in_range", "real_array", "outputs_apart",
+           "memory_needed", "GIB"]
+
+GIB = 2**30
+
+
+def _unit(unit: str) -> str:
+    return f" {unit}" if unit else ""
+
+
+def number(name: str, value, *, unit: str = "") -> float:
+    """``value`` as a finite float (a bool, a string, NaN or Inf is refused)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise InputError(f"{name} must be a number{_unit(unit)}, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise InputError(f"{name} must be finite, got {value}")
+    return value
+
+
+def positive(name: str, value, *, unit: str = "") -> float:
+    """``value`` as a finite float > 0 (a wavelength, a pixel size, a scan step, a voltage)."""
+    value = number(name, value, unit=unit)
+    if not value > 0:
+        raise InputError(f"{name} must be positive{_unit(unit)}, got {value:g}")
+    return value
+
+
+def nonnegative(name: str, value, *, unit: str = "") -> float:
+    """``value`` as a finite float >= 0 (a weight, a thickness, a noise level)."""
+    value = number(name, value, unit=unit)
+    if value < 0:
+        raise InputError(f"{name} must not be negative{_unit(unit)}, got {value:g}")
+    return value
+
+
+def in_range(name: str, value, low: float, high: float, *, unit: str = "", inclusive: bool = True) -> float:
+    """``value`` as a finite float within [low, high] (or (low, high) with ``inclusive=False``)."""
+    value = number(name, value, unit=unit)
+    inside = low <= value <= high if inclusive else low < value < high
+    if not inside:
+        brackets = "[]" if inclusive else "()"
+        raise InputError(f"{name} must be in {brackets[0]}{low:g}, {high:g}{brackets[1]}{_unit(unit)}, got {value:g}")
+    return value
+
+
+def integer(name: str, value, *, low: int | None = None, high: int | None = None) -> int:
+    """``value`` as an int within [low, high] (a float with a fraction, or a bool, is refused)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and float(value).is_integer():
+            value = int(value)
+        else:
+            raise InputError(f"{name} must be an integer, got {value!r}")
+    value = int(value)
+    if low is not None and value < low:
+        raise InputError(f"{name} must be at least {low}, got {value}")
+    if high is not None and value > high:
+        raise InputError(f"{name} must be at most {high}, got {value}")
+    return value
+
+
+def real_array(name: str, a, *, ndim=None, dtype=np.float64, nonfinite: str = "refuse", negative: str = "allow",
+               allow_complex: bool = False, mask=None):
+    """``a`` as a real array of ``dtype``, with the engine's policy for bad values.
+
+    Parameters
+    ----------
+    name : str
+        What the array is, for the messages ("intensity", "holograms").
+    ndim : int or tuple of int, optional
+        The allowed numbers of dimensions.
+    nonfinite, negative : {"refuse", "mask", "allow"}
+        What to do with NaN/Inf and with negative values: an error that says how many, a warning that
+        says how many (the values are then set to 0 and reported in the returned mask), or nothing.
+    allow_complex : bool
+        Complex input is refused unless the caller says it is meaningful (a complex array of
+        intensities is usually a mistake: the message says to pass ``abs(a)**2``).
+    mask : array of bool, optional
+        Pixels already known to be unmeasured (True): they are not counted or checked.
+
+    Returns
+    -------
+    (array, mask)
+        The array, and the mask of unmeasured pixels (None when nothing is masked).
+    """
+    a = np.asarray(a)
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if a.ndim not in allowed:
+            shapes = " or ".join(f"{d}D" for d in allowed)
+            raise InputError(f"{name} must be a {shapes} array, got shape {a.shape}")
+    if a.size == 0:
+        raise InputError(f"{name} is empty (shape {a.shape})")
+    if np.iscomplexobj(a) and not allow_complex:
+        raise InputError(f"{name} must be real, got complex values ({a.dtype}); for intensities pass abs(x)**2")
+    if not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
+        raise InputError(f"{name} must hold numbers, got dtype {a.dtype}")
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.shape != a.shape:
+            raise InputError(f"the mask of {name} has shape {mask.shape}, {name} has {a.shape}")
+        mask = mask.astype(bool)
+    out = a.astype(dtype, copy=True)
+    measured = ~mask if mask is not None else np.ones(a.shape, bool)
+    for what, bad, policy in (("non-finite (NaN or Inf)", ~np.isfinite(out), nonfinite),
+                              ("negative", np.isfinite(out) & (out < 0), negative)):
+        bad &= measured
+        count = int(bad.sum())
+        if not count or policy == "allow":
+            continue
+        if policy == "refuse":
+            raise InputError(f"{name} has {count} {what} values of {a.size}; mask them or correct the data")
+        if policy != "mask":
+            raise ValueError(f"policy must be 'refuse', 'mask' or 'allow', got {policy!r}")
+        warnings.warn(f"{name}: {count} {what} values of {a.size} are masked (left free, set to 0)",
+                      stacklevel=2)
+        out[bad] = 0
+        mask = bad if mask is None else (mask | bad)
+        measured &= ~bad
+    if not measured.any():
+        raise InputError(f"{name}: every value is masked; nothing is left to use")
+    return out, mask
+
+
+def outputs_apart(outputs, inputs, *, folder_ok: bool = False) -> None:
+    """Refuse an output that is one of the inputs (writing it would destroy the data it was made
+    from) or, unless ``folder_ok``, an existing folder where a file is to be written."""
+    resolved = {}
+    for p in inputs:
+        if p is None:
+            continue
+        p = Path(p)
+        resolved[p.resolve()] = p
+    for out in outputs:
+        if out is None:
+            continue
+        out = Path(out)
+        target = out.resolve()
+        same = resolved.get(target)
+        if same is None and out.exists():
+            same = next((p for r, p in resolved.items() if r.exists() and os.path.samefile(r, target)), None)
+        if same is not None:
+            raise OutputError(f"the output {out} is the input {same}: writing it would replace the data; "
+                              "choose another output name")
+        if out.is_dir() and not folder_ok:
+            raise OutputError(f"the output {out} is a folder; give a file name")
+
+
+def memory_needed(nbytes: float, what: str, *, available: float | None, where: str = "host",
+                  hint: str = "") -> None:
+    """Refuse, before allocating, a computation that needs more memory than is available.
+
+    ``available`` is in bytes (``None``: unknown, nothing is checked); ``hint`` names the option that
+    makes the computation smaller.
+    """
+    if available is None or nbytes <= available:
+        return
+    tail = f"; {hint}" if hint else ""
+    raise MemoryNeeded(f"{what} needs {nbytes / GIB:.1f} GiB of {where} memory, {available / GIB:.1f} GiB "
+                       f"available{tail}")

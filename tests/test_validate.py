@@ -1,0 +1,116 @@
+"""The validation layer (qora.io.validate): every check names what it checks and refuses what it must,
+on values drawn at random as well as on the cases a careless user types."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from qora.io import validate as V
+from qora.io.errors import InputError, MemoryNeeded, OutputError, QoraError
+
+FAST = settings(max_examples=60, deadline=None, derandomize=True)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, -1e-300, math.nan, math.inf, -math.inf, "1", None, True, 1j])
+def test_positive_refuses_what_is_not_a_positive_finite_number(bad):
+    with pytest.raises(InputError, match="wavelength"):
+        V.positive("wavelength", bad, unit="um")
+
+
+@FAST
+@given(st.floats(min_value=1e-300, max_value=1e300))
+def test_positive_keeps_every_positive_float(x):
+    assert V.positive("pixel", x) == x
+
+
+@FAST
+@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**6, 10**6)))
+def test_in_range_agrees_with_the_comparison(x):
+    ok = isinstance(x, int) or math.isfinite(x)
+    ok = ok and 0.1 <= x <= 1.4
+    if ok:
+        assert V.in_range("na", x, 0.1, 1.4) == float(x)
+    else:
+        with pytest.raises(InputError, match=r"na must"):
+            V.in_range("na", x, 0.1, 1.4)
+
+
+@pytest.mark.parametrize("value, expected", [(3, 3), (3.0, 3), (np.int64(7), 7)])
+def test_integer_takes_whole_numbers(value, expected):
+    assert V.integer("starts", value, low=1) == expected
+
+
+@pytest.mark.parametrize("bad", [2.5, "3", True, math.nan, 0])
+def test_integer_refuses_fractions_strings_bools_and_small_values(bad):
+    with pytest.raises(InputError, match="starts"):
+        V.integer("starts", bad, low=1)
+
+
+@FAST
+@given(hnp.arrays(dtype=st.sampled_from([np.float32, np.float64, np.int16, np.uint16]),
+                  shape=hnp.array_shapes(min_dims=1, max_dims=4, max_side=6)))
+def test_real_array_refuses_or_masks_exactly_the_bad_values(a):
+    finite = np.isfinite(a.astype(np.float64))
+    negative = finite & (a.astype(np.float64) < 0)
+    bad = int((~finite).sum() + negative.sum())
+    if bad == 0:
+        out, mask = V.real_array("pattern", a, negative="refuse")
+        assert mask is None and np.array_equal(out, a.astype(np.float64))
+        return
+    with pytest.raises(InputError, match=r"pattern has \d+ (non-finite|negative)"):
+        V.real_array("pattern", a, negative="refuse")
+    if bad == a.size:
+        with pytest.raises(InputError, match="every value is masked"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            V.real_array("pattern", a, nonfinite="mask", negative="mask")
+        return
+    with pytest.warns(UserWarning, match="masked"):
+        out, mask = V.real_array("pattern", a, nonfinite="mask", negative="mask")
+    assert int(mask.sum()) == bad and np.all(out[mask] == 0) and np.all(np.isfinite(out))
+
+
+def test_real_array_refuses_complex_with_the_fix_in_the_message():
+    with pytest.raises(InputError, match=r"complex.*abs\(x\)\*\*2"):
+        V.real_array("intensity", np.ones((4, 4), np.complex64))
+
+
+@pytest.mark.parametrize("a, ndim, match", [(np.ones(5), (2, 3), "2D or 3D"), (np.ones((0, 4)), 2, "empty"),
+                                            (np.array(["a", "b"]), 1, "numbers")])
+def test_real_array_names_the_shape_or_dtype_fault(a, ndim, match):
+    with pytest.raises(InputError, match=match):
+        V.real_array("intensity", a, ndim=ndim)
+
+
+def test_real_array_checks_the_mask_shape():
+    with pytest.raises(InputError, match="mask"):
+        V.real_array("intensity", np.ones((4, 4)), mask=np.zeros((3, 4), bool))
+
+
+def test_an_output_equal_to_an_input_is_refused(tmp_path):
+    data = tmp_path / "data.h5"
+    data.write_bytes(b"precious")
+    for out in (data, tmp_path / "." / "data.h5", tmp_path / "sub" / ".." / "data.h5"):
+        (tmp_path / "sub").mkdir(exist_ok=True)
+        with pytest.raises(OutputError, match="is the input"):
+            V.outputs_apart([out], [data])
+    link = tmp_path / "link.h5"
+    link.symlink_to(data)
+    with pytest.raises(OutputError, match="is the input"):
+        V.outputs_apart([link], [data])
+    with pytest.raises(OutputError, match="folder"):
+        V.outputs_apart([tmp_path], [data])
+    V.outputs_apart([tmp_path / "result.h5"], [data])
+    assert data.read_bytes() == b"precious"
+
+
+def test_memory_needed_says_how_much_and_what_to_change():
+    V.memory_needed(1e9, "the simulation", available=2e9)
+    V.memory_needed(1e12, "the simulation", available=None)
+    with pytest.raises(MemoryNeeded, match=r"needs 512\.0 GiB of host memory, 2\.0 GiB available; use --size"):
+        V.memory_needed(512 * 2**30, "the simulation", available=2 * 2**30, hint="use --size")
+    assert issubclass(MemoryNeeded, MemoryError) and issubclass(MemoryNeeded, QoraError)
