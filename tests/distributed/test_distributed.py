@@ -236,3 +236,14 @@ def test_cli_scale_out_options(client, tmp_path, ssb_file, holo_case):
     assert out.exit_code == 0, out.output
     assert "2 of 2 time points" in out.output
     assert SeriesStore(tmp_path / "series.zarr").volume(1).shape == (g.n,) * 3
+
+
+def test_a_missing_dask_is_named_as_the_extra(monkeypatch):
+    import sys
+
+    from qora.distributed.cluster import dask_distributed
+    from qora.io.errors import MissingExtra
+
+    monkeypatch.setitem(sys.modules, "distributed", None)  # what an environment without Dask gives
+    with pytest.raises(MissingExtra, match=r"pip install 'qora\[dask\]'"):
+        dask_distributed()

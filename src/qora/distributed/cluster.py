@@ -8,6 +8,7 @@ import os
 from contextlib import contextmanager
 
 from qora.backend import cpu_count, has_cuda, require_cupy
+from qora.io.errors import MissingExtra
 
 __all__ = ["connect", "gpu_count", "dask_distributed"]
 
@@ -21,11 +22,13 @@ _SINGLE_THREADED = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 FREE_PORT = ":0"
 
 def dask_distributed():
-    """``dask.distributed``, or an ImportError saying which extra brings it."""
+    """``dask.distributed``, or a :class:`~qora.io.errors.MissingExtra` (an ImportError) saying which
+    extra brings it."""
     try:
         import distributed
-    except ImportError as exc:  # pragma: no cover - the test environment has the extra
-        raise ImportError("qora.distributed needs Dask: pip install 'qora[dask]'") from exc
+    except ImportError as exc:
+        raise MissingExtra("running on a Dask cluster (--workers, --gpus, --scheduler) needs Dask: "
+                           "pip install 'qora[dask]'") from exc
     return distributed
 
 
