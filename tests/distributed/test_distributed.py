@@ -247,3 +247,12 @@ def test_a_missing_dask_is_named_as_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)  # what an environment without Dask gives
     with pytest.raises(MissingExtra, match=r"pip install 'qora\[dask\]'"):
         dask_distributed()
+
+
+def test_two_local_clusters_get_dashboards_on_free_ports():
+    # Dask's default dashboard port is 8787: two runs on one machine would collide on it
+    from qora.distributed.cluster import connect
+
+    with connect(workers=1) as a, connect(workers=1) as b:
+        ports = [c.scheduler_info()["services"].get("dashboard") for c in (a, b)]
+    assert all(ports) and ports[0] != ports[1] and 8787 not in ports
