@@ -45,8 +45,10 @@ def available_memory() -> int | None:
                                    ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
                                     "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
         try:
-            limit = open(limit_file).read().strip()
-            usage = int(open(usage_file).read().strip())
+            with open(limit_file) as f:
+                limit = f.read().strip()
+            with open(usage_file) as f:
+                usage = int(f.read().strip())
         except (OSError, ValueError):
             continue
         if limit.isdigit() and int(limit) < 2**60:
