@@ -79,7 +79,7 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
     pattern, its starts spread over a Dask cluster, docs/scale-out.md), a file that fails is
     reported and the rest finish; the exit status is then 1.
     """
-    from qora.io.patterns import load_mask, load_pattern
+    from qora.io.patterns import load_pattern, load_support
     from qora.phase import reconstruct
     from qora.phase.files import plot_result, write_result
     from qora.progress import tqdm_progress
@@ -103,7 +103,7 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
             return
     _outputs_checked(data, out, plot, inputs, many=False)
     intensity, file_mask = load_pattern(data[0], mask=mask)
-    sup = load_mask(support) if support is not None else None
+    sup = load_support(support) if support is not None else None
     with tqdm_progress(disable=quiet) as bar:
         bar("preparing", 0, total, {})  # the bar (and its average rate) starts with the run
         result = reconstruct(intensity, mask=file_mask, support=sup, recipe=recipe, starts=starts, seed=seed,
@@ -163,13 +163,13 @@ def _run_many(client, data, out, *, quiet, mask, support, starts, batch, total, 
     that fails is reported, the others are written; the exit status is 1 if any failed."""
     import time
 
-    from qora.io.patterns import load_mask
+    from qora.io.patterns import load_support
     from qora.phase.files import write_result
     from qora.progress import tqdm_progress
 
     if mask is not None:
         raise click.UsageError("--mask applies to one pattern; give each file its own mask inside it")
-    sup = load_mask(support) if support is not None else None
+    sup = load_support(support) if support is not None else None
     batch = 1 if batch == "auto" else batch
     if client is None:  # several files, no cluster: one after the other in this process
         from qora.cli.errors import USER_ERRORS, one_line

@@ -19,7 +19,7 @@ import numpy as np
 
 from qora.io.errors import FileFormatError, InputError, MissingExtra, QoraError
 
-__all__ = ["load_pattern", "load_mask", "CXI_DATA_PATHS", "CXI_MASK_PATHS", "PATTERN_SUFFIXES"]
+__all__ = ["load_pattern", "load_mask", "load_support", "CXI_DATA_PATHS", "CXI_MASK_PATHS", "PATTERN_SUFFIXES"]
 
 CXI_DATA_PATHS = ("entry_1/data_1/data", "entry_1/instrument_1/detector_1/data", "entry_1/image_1/data")
 CXI_MASK_PATHS = ("entry_1/instrument_1/detector_1/mask", "entry_1/data_1/mask", "mask")
@@ -90,6 +90,20 @@ def load_mask(path) -> np.ndarray:
     return np.asarray(data) != 0
 
 
+def load_support(path) -> np.ndarray:
+    """A support (True inside the object) from .npy, TIFF, EDF or HDF5: booleans, integers
+    (nonzero = inside) or floats of only 0 and 1; other floats (a blurred or scaled support) are
+    refused rather than thresholded silently."""
+    path = Path(path)
+    data, _ = _load(path, None)
+    data = np.asarray(data)
+    _check_numbers(path, data, "the support")
+    if np.issubdtype(data.dtype, np.floating) and not np.isin(data, (0.0, 1.0)).all():
+        raise InputError(f"{path}: the support must be boolean (or 0 and 1), got {data.dtype} values such as "
+                         f"{data[~np.isin(data, (0.0, 1.0))].flat[0]:g}")
+    return data != 0
+
+
 def _load(path: Path, dataset, *, mask_file: bool = False):
     if not path.exists():
         raise FileNotFoundError(f"no such file: {path}")
@@ -139,7 +153,8 @@ def _load_format(path: Path, suffix: str, dataset, mask_file: bool):
     if suffix == ".npy":
         return np.load(path, allow_pickle=False), None
     if suffix == ".npz":
-        with np.load(path, allow_pickle=False) as z:
+        # our own handle: NumPy leaves its file open when a damaged archive fails to open
+        with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as z:
             if not hasattr(z, "files"):
                 raise FileFormatError(f"{path}: not an .npz archive")
             key = dataset or next((k for k in ("intensity", "data", "pattern") if k in z.files), None)

@@ -283,7 +283,7 @@ class Solver:
             label = (f"start {ids[0] + 1} of {starts}" if len(ids) == 1
                      else f"starts {ids[0] + 1}-{ids[-1] + 1} of {starts}")
             errs, stopped = self._run_recipe(engine, recipe, group * recipe.iterations, total, progress, sync_every,
-                                             label)
+                                             label, len(ids))
             all_x.append(engine.get_x()[: len(ids)])
             all_s.append(engine.get_support()[: len(ids)])
             final, group_llk, group_free = self._final_scores(engine, len(ids))  # last: it transforms x
@@ -307,9 +307,10 @@ class Solver:
             objects=objects if keep_all else None, supports=supports if keep_all else None, stopped_early=stopped,
         )
 
-    def _run_recipe(self, engine, recipe, done0, total, progress, sync_every, label=""):
-        """The recipe's stages on the engine's starts; reports ``done`` of the whole run's ``total``
-        iterations after each chunk of ``sync_every`` (one graph replay on the GPU), as the stage
+    def _run_recipe(self, engine, recipe, done0, total, progress, sync_every, label="", count=1):
+        """The recipe's stages on the engine's ``count`` starts; reports ``done`` of the whole run's
+        ``total`` iterations (of all starts: a chunk of k iterations of a batch of ``count`` starts is
+        k * count) after each chunk of ``sync_every`` (one graph replay on the GPU), as the stage
         "start 3 of 8: HIO"."""
         history = []
         done = done0
@@ -324,7 +325,7 @@ class Solver:
                     chunk = min(chunk, stage.sw - (k % stage.sw))
                 history.append(engine.iterate(chunk, a, b, stage.constraint))
                 k += chunk
-                done += chunk
+                done += chunk * count
                 if stage.sw and k % stage.sw == 0 and update < updates:
                     engine.shrinkwrap(stage.sigma_at(update, updates), stage.threshold)
                     update += 1
