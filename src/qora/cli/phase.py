@@ -47,7 +47,7 @@ def simulate_cmd(name, size, photons, seed, out) -> None:
 @click.option("--mask", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Mask file (nonzero = not measured); overrides a mask in DATA.")
 @click.option("--support", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Support file (.npy or the like); default: from the autocorrelation.")
+              help="Support file (.npy or the like; boolean, or 0 and 1 alone); default: from the autocorrelation.")
 @click.option("--recipe", default=None, help='E.g. "HIO**400 ER**100"; default: the documented default recipe.')
 @click.option("--starts", type=click.IntRange(1, 10000), default=4, show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)

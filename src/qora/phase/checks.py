@@ -107,8 +107,9 @@ def check_run_memory(backend, variant: str, shape, batch: int, *, default_suppor
         available = _device_free(backend) if backend.is_cuda else host_available()
     dims = "x".join(map(str, shape))
     if batch > 1:
+        one = run_bytes(variant, shape, 1, default_support=default_support) / validate.GIB
         hint = (f"fewer starts iterated together shrink it (--batch, or batch=, now {batch}; or fewer --starts); "
-                f"one at a time needs about {run_bytes(variant, shape, 1, default_support=default_support) / validate.GIB:.1f} GiB")
+                f"one at a time needs about {one:.1f} GiB")
     else:
         hint = "the pattern alone is too large for it: crop or bin the pattern" + (
             ", or use --backend cpu" if backend.is_cuda else "")

@@ -57,11 +57,13 @@ class Stage:
             raise RecipeError(f"recipe stage {self.algorithm}: sw must be an integer, got {self.sw!r}")
         if (isinstance(self.iterations, bool) or not isinstance(self.iterations, numbers.Integral)
                 or self.iterations < 1):
-            raise RecipeError(f"recipe stage {self.algorithm}: iterations must be a positive integer, got {self.iterations!r}")
+            raise RecipeError(f"recipe stage {self.algorithm}: iterations must be a positive integer, "
+                              f"got {self.iterations!r}")
         if not 0.0 < self.beta <= 1.0:
             raise RecipeError(f"recipe stage {self.algorithm}: beta must be in (0, 1], got {self.beta}")
         if self.constraint not in (None, "real", "positive"):
-            raise RecipeError(f"recipe stage {self.algorithm}: constraint must be none, real or positive, got {self.constraint!r}")
+            raise RecipeError(f"recipe stage {self.algorithm}: constraint must be none, real or positive, "
+                              f"got {self.constraint!r}")
         if self.sw < 0:
             raise RecipeError(f"recipe stage {self.algorithm}: sw must be >= 0, got {self.sw}")
         if not (self.sigma > 0 and self.sigma_min > 0):
