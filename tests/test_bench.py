@@ -129,3 +129,71 @@ def test_time_queued_times_the_device_work_of_one_launch():
     t_large = time_queued(be, lambda: large.__imul__(2), repeats=10).median_ms
     # 8x the bytes (256 MiB read + written, far past the L2) takes several times longer on the device
     assert 0 < t_small and 4 * t_small < t_large
+
+
+def test_results_go_under_the_current_directory_unless_told(tmp_path, monkeypatch):
+    monkeypatch.delenv("QORA_RESULTS_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    common.set_results_dir(None)
+    assert common.results_dir() == tmp_path / "qora-bench-results"
+    assert common.results_dir() != common.committed_results_dir()
+    monkeypatch.setenv("QORA_RESULTS_DIR", str(tmp_path / "env"))
+    assert common.results_dir() == tmp_path / "env"
+    common.set_results_dir(tmp_path / "given")
+    try:
+        assert common.results_dir() == tmp_path / "given"
+    finally:
+        common.set_results_dir(None)
+
+
+def test_cli_bench_out_writes_where_asked_and_nowhere_else(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from qora.bench import floors
+    from qora.cli import cli
+
+    monkeypatch.delenv("QORA_RESULTS_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    committed = sorted(common.committed_results_dir().rglob("*"))
+
+    def fake_run(*, backend, repeats, write, echo):  # the CLI's wiring, not a measurement
+        r = BenchResult("floors", "cpu", {"name": "Test CPU"})
+        r.add("copy", ms=None, gbs=1.0)
+        echo(f"result written to {r.write()}")
+
+    monkeypatch.setattr(floors, "run", fake_run)
+    out = CliRunner().invoke(cli, ["bench", "--out", str(tmp_path / "mine"), "floors"])
+    assert out.exit_code == 0, out.output
+    assert [p.parent for p in (tmp_path / "mine").rglob("*.json")] == [tmp_path / "mine" / "floors"]
+    out = CliRunner().invoke(cli, ["bench", "floors"])  # the default: under the current directory
+    assert out.exit_code == 0, out.output
+    assert len(list((tmp_path / "qora-bench-results" / "floors").glob("*.json"))) == 1
+    assert sorted(common.committed_results_dir().rglob("*")) == committed
+    (tmp_path / "file").write_text("x")
+    out = CliRunner().invoke(cli, ["bench", "--out", str(tmp_path / "file"), "floors"])
+    assert out.exit_code == 2 and "is a file" in out.output and (tmp_path / "file").read_text() == "x"
+
+
+def test_newest_tracked_result_ignores_untracked_files(tmp_path, monkeypatch):
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    monkeypatch.setenv("QORA_COMMIT", "abc123")
+    r = BenchResult("floors", "cpu", {"name": "Test CPU"})
+    r.add("copy", ms=None, gbs=10.0)
+    committed = r.write(tmp_path)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(git + ["add", "."], cwd=tmp_path, check=True)
+    subprocess.run(git + ["commit", "-qm", "result"], cwd=tmp_path, check=True)
+    newer = json.loads(committed.read_text())
+    newer.update(date="2999-01-01T00:00:00+00:00", cases={})  # an incomplete run, never committed
+    (tmp_path / "floors" / "untracked.json").write_text(json.dumps(newer))
+    assert newest_result("floors", tmp_path)[0].name == "untracked.json"
+    assert newest_result("floors", tmp_path, tracked=True)[0] == committed
+    plain = tmp_path / "nogit"
+    shutil.copytree(tmp_path / "floors", plain / "floors")
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # no repository above plain/ either
+    assert newest_result("floors", plain, tracked=True)[0].name == "untracked.json"  # no git: every file

@@ -101,9 +101,9 @@ def test_cli_simulate_run_compare(tmp_path):
     err = float(out.output.split("relative object error ")[1].split()[0])
     assert err < 1e-5
     out = runner.invoke(cli, ["phase", "run", str(pattern), "--recipe", "HIO**", "--out", str(result)])
-    assert out.exit_code == 1 and "cannot parse" in out.output
+    assert out.exit_code == 2 and "cannot parse" in out.output  # a user error: status 2 (qora.cli.errors)
     out = runner.invoke(cli, ["phase", "run", str(pattern), "--backend", "cpu", "--variant", "graph", "--out",
                               str(result)])
-    assert out.exit_code == 1 and "variant" in out.output
+    assert out.exit_code == 2 and "variant" in out.output
     out = runner.invoke(cli, ["phase", "run", str(pattern), "--batch", "zero", "--out", str(result)])
     assert out.exit_code == 2 and "--batch" in out.output

@@ -8,7 +8,10 @@
 - :func:`fft_pair_floor` and :func:`copy_floor`: the floors measured in the same
   run (a forward+inverse C2C pair replayed from a CUDA graph; the copy bandwidth).
 - :class:`BenchResult`: cases, device facts, versions, commit and clean-tree
-  flag, written as JSON to ``bench/results/`` and printed as a table.
+  flag, written as JSON to :func:`results_dir` (``--out DIR`` of ``qora bench``, else
+  ``QORA_RESULTS_DIR``, else ``./qora-bench-results/``) and printed as a table. The results kept
+  with the project are the ones git tracks in the checkout's ``bench/results/``
+  (:func:`committed_results_dir`, :func:`tracked_files`).
 """
 
 from __future__ import annotations
@@ -23,12 +26,17 @@ from pathlib import Path
 
 import numpy as np
 
+from qora.io.atomic import atomic_path
 from qora.provenance import git_state, versions
 
 __all__ = [
     "Timing", "time_device", "time_queued", "time_peer", "fft_pair_floor", "copy_floor", "BenchResult", "versions",
-    "git_state", "results_dir", "newest_result",
+    "git_state", "results_dir", "set_results_dir", "committed_results_dir", "tracked_files", "newest_result",
+    "DEFAULT_RESULTS_DIR",
 ]
+
+DEFAULT_RESULTS_DIR = "qora-bench-results"
+_RESULTS_DIR: Path | None = None  # set by ``qora bench --out DIR``
 
 
 @dataclass
@@ -240,11 +248,42 @@ def copy_floor(backend) -> dict:
 
 
 def results_dir() -> Path:
-    """``bench/results`` of the checkout (``QORA_RESULTS_DIR`` overrides)."""
+    """Where a benchmark writes its result: the folder given to :func:`set_results_dir` (``qora bench
+    --out DIR``), else ``QORA_RESULTS_DIR``, else ``qora-bench-results/`` under the current
+    directory; never the source checkout unless asked (``--out bench/results`` there)."""
+    if _RESULTS_DIR is not None:
+        return _RESULTS_DIR
     env = os.environ.get("QORA_RESULTS_DIR")
     if env:
         return Path(env)
+    return Path.cwd() / DEFAULT_RESULTS_DIR
+
+
+def set_results_dir(directory) -> None:
+    """Make :func:`results_dir` return ``directory`` (None: back to the environment and default)."""
+    global _RESULTS_DIR
+    _RESULTS_DIR = None if directory is None else Path(directory)
+
+
+def committed_results_dir() -> Path:
+    """``bench/results`` of the source checkout: the results the documents cite."""
     return Path(__file__).resolve().parents[3] / "bench" / "results"
+
+
+def tracked_files(directory: Path) -> set | None:
+    """The files under ``directory`` that git tracks (resolved paths), or None where there is no
+    git or no repository (then every file counts)."""
+    import subprocess
+
+    directory = Path(directory)
+    if not directory.is_dir():
+        return None
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "--", "."], cwd=directory, capture_output=True, timeout=30,
+                             check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {(directory / name).resolve() for name in out.decode().split("\0") if name}
 
 
 def _slug(text: str) -> str:
@@ -286,9 +325,8 @@ class BenchResult:
         data = self.as_dict()
         stamp = data["date"].replace(":", "").replace("-", "")[:15]
         path = directory / f"{self.benchmark}-{_slug(self.device.get('name', 'unknown'))}-{stamp}.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=_json_default) + "\n")
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=_json_default) + "\n")
         return path
 
     def table(self) -> str:
@@ -315,12 +353,15 @@ def _json_default(o):
     return str(o)
 
 
-def newest_result(benchmark: str, directory: Path | None = None) -> tuple[Path, dict] | None:
+def newest_result(benchmark: str, directory: Path | None = None, *, tracked: bool = False) -> tuple[Path, dict] | None:
     """The newest result file of ``benchmark`` in ``directory/<benchmark>/`` (by its recorded date),
-    or None."""
+    or None. With ``tracked``, only files git tracks count (all of them where there is no git)."""
     directory = Path(directory) if directory is not None else results_dir()
+    allowed = tracked_files(directory) if tracked else None
     best = None
     for path in sorted((directory / benchmark).glob("*.json")):
+        if allowed is not None and path.resolve() not in allowed:
+            continue
         try:
             data = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):

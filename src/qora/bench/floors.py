@@ -17,7 +17,7 @@ __all__ = ["run"]
 
 def run(*, backend="auto", shapes=FLOOR_SHAPES, precisions=FLOOR_PRECISIONS, repeats: int = 20,
         write: bool = True, echo=print) -> BenchResult:
-    """Measure the floors and (by default) write the result to ``bench/results/``.
+    """Measure the floors and (by default) write the result to :func:`qora.bench.common.results_dir`.
 
     On the CPU only fp32 pairs up to 2^22 elements are timed (larger ones take
     seconds each and no CPU benchmark needs them).

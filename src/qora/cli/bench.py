@@ -10,8 +10,18 @@ from qora.cli.options import backend_option
 
 
 @click.group("bench")
-def bench() -> None:
-    """Benchmarks; results go to bench/results/ as JSON and are printed as a table."""
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Folder for the JSON results (one subfolder per benchmark); default: $QORA_RESULTS_DIR, "
+              "else ./qora-bench-results/ under the current directory.")
+def bench(out_dir) -> None:
+    """Benchmarks; results are printed as a table and written as JSON under --out (default
+    ./qora-bench-results/; the project's own are committed in bench/results/ of the checkout)."""
+    from qora.bench.common import set_results_dir
+    from qora.io.errors import OutputError
+
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+        raise OutputError(f"--out {out_dir}: is a file; the results go into a folder")
+    set_results_dir(out_dir)
 
 
 @bench.command("floors")

@@ -14,18 +14,29 @@ def phase() -> None:
     """CDI phase retrieval (ER, HIO, RAAR, shrinkwrap, multi-start)."""
 
 
+RESULT_SUFFIXES = (".cxi", ".h5", ".hdf5", ".nxs")
+QUIET_HELP = "No progress bar (for scripts and logs); errors and the summary are still printed."
+
+
 @phase.command("simulate")
 @click.option("--object", "name", type=click.Choice(["triangle", "prism", "cut_prism"]), default="triangle",
               show_default=True)
-@click.option("--size", type=click.IntRange(16, 4096), default=64, show_default=True, help="Pixels per axis.")
-@click.option("--photons", type=float, default=None, help="Total expected counts (Poisson noise); none = noise-free.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Output .cxi file.")
+@click.option("--size", type=click.IntRange(16, 4096), default=64, show_default=True,
+              help="Pixels per axis (prism and cut_prism are 3D: size^3 voxels; the memory needed is checked "
+              "first).")
+@click.option("--photons", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Total expected counts (Poisson noise); none = noise-free.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Output .cxi file (CXI/HDF5).")
 def simulate_cmd(name, size, photons, seed, out) -> None:
     """Write a test object's diffraction pattern (and the true object) to a CXI file."""
+    from qora.io.validate import outputs_apart
     from qora.phase import objects
     from qora.phase.files import write_pattern
 
+    _result_name(out, "--out")
+    outputs_apart([out], [])
     obj, intensity = objects.simulate(name, size, photons=photons, seed=seed)
     write_pattern(out, intensity, truth=obj)
     click.echo(f"wrote {out}: {name}, {intensity.shape}, total {intensity.sum():.4g} counts")
@@ -36,10 +47,10 @@ def simulate_cmd(name, size, photons, seed, out) -> None:
 @click.option("--mask", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Mask file (nonzero = not measured); overrides a mask in DATA.")
 @click.option("--support", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Support file (.npy or the like); default: from the autocorrelation.")
+              help="Support file (.npy or the like; boolean, or 0 and 1 alone); default: from the autocorrelation.")
 @click.option("--recipe", default=None, help='E.g. "HIO**400 ER**100"; default: the documented default recipe.')
 @click.option("--starts", type=click.IntRange(1, 10000), default=4, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--rank", type=click.Choice(["fourier", "free_llk"]), default="fourier", show_default=True)
 @backend_option()
 @click.option("--variant", type=click.Choice(["auto", "cpu", "naive", "fused", "graph", "batched", "half", "mixed",
@@ -47,23 +58,28 @@ def simulate_cmd(name, size, photons, seed, out) -> None:
               help="Engine (docs/phase.md, 'On the GPU'); auto: cpu on the CPU, graph on the GPU.")
 @click.option("--batch", default="auto", show_default=True,
               help="Starts iterated together in one batched transform, or 'auto' (up to 8 on the GPU "
-              "for patterns of at most 2^20 pixels).")
+              "for patterns of at most 2^20 pixels); a smaller batch needs less memory.")
 @click.option("--keep-all", is_flag=True, help="Keep every start in the result file.")
 @click.option("--out", type=click.Path(path_type=Path), required=True,
-              help="Result .cxi file; with several DATA files, a directory (one NAME.cxi each).")
+              help="Result .cxi file; with several DATA files, a directory (one NAME.cxi each). Never one of "
+              "the inputs.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="PNG figure (one DATA file).")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--quiet", is_flag=True, help=QUIET_HELP)
 @scale_out_options
 def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, batch, keep_all, out, plot,
             quiet, scheduler, workers, gpus) -> None:
     """Reconstruct the object of each pattern in DATA (.cxi, .h5, .npy, .npz, .tif, .edf).
 
-    With --workers, --gpus or --scheduler the patterns (or, for one pattern, its starts) are
-    spread over a Dask cluster (docs/scale-out.md); a file that fails is reported and the rest
-    finish.
+    The memory a run needs is estimated first (the GPU's free memory on the CUDA backend): a run
+    that cannot fit stops at once, naming the option that shrinks it (--batch, --starts). One
+    progress bar follows the whole run (all starts and stages; --quiet for none).
+
+    With several DATA files, or with --workers, --gpus or --scheduler (the patterns or, for one
+    pattern, its starts spread over a Dask cluster, docs/scale-out.md), a file that fails is
+    reported and the rest finish; the exit status is then 1.
     """
-    from qora.io.patterns import load_mask, load_pattern
+    from qora.io.patterns import load_pattern, load_support
     from qora.phase import reconstruct
     from qora.phase.files import plot_result, write_result
     from qora.progress import tqdm_progress
@@ -71,24 +87,28 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
     batch = batch if batch == "auto" else _positive_int(batch, "--batch")
     if len(data) > 1 and plot is not None:
         raise click.UsageError("--plot draws one result: give one DATA file (or plot each result afterwards)")
+    total = _iterations(recipe) * starts
+    inputs = [*data, mask, support]
     with scale_out_client(scheduler, workers, gpus) as client:
         if client is not None or len(data) > 1:
+            _outputs_checked(data, out, plot, inputs, many=len(data) > 1)
             _run_many(client, data, out, quiet=quiet, mask=mask, support=support, recipe=recipe, starts=starts,
-                      seed=seed, rank=rank, backend=backend, variant=variant, batch=batch, keep_all=keep_all)
+                      seed=seed, rank=rank, backend=backend, variant=variant, batch=batch, keep_all=keep_all,
+                      total=total)
             if plot is not None:
                 from qora.phase.files import read_result
 
                 plot_result(plot, read_result(out))
                 click.echo(f"wrote {plot}")
             return
-    try:
-        intensity, file_mask = load_pattern(data[0], mask=mask)
-        sup = load_mask(support) if support is not None else None
-        with tqdm_progress(disable=quiet) as bar:
-            result = reconstruct(intensity, mask=file_mask, support=sup, recipe=recipe, starts=starts, seed=seed,
-                                 rank=rank, backend=backend, variant=variant, batch=batch, keep_all=keep_all, progress=bar)
-    except (ValueError, FileNotFoundError) as exc:
-        raise click.ClickException(str(exc)) from exc
+    _outputs_checked(data, out, plot, inputs, many=False)
+    intensity, file_mask = load_pattern(data[0], mask=mask)
+    sup = load_support(support) if support is not None else None
+    with tqdm_progress(disable=quiet) as bar:
+        bar("preparing", 0, total, {})  # the bar (and its average rate) starts with the run
+        result = reconstruct(intensity, mask=file_mask, support=sup, recipe=recipe, starts=starts, seed=seed,
+                             rank=rank, backend=backend, variant=variant, batch=batch, keep_all=keep_all,
+                             progress=bar)
     write_result(out, result)
     click.echo(f"best start {result.best} of {result.starts}: Fourier error {result.fourier_error:.3e}; wrote {out}")
     if plot is not None:
@@ -96,34 +116,86 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
         click.echo(f"wrote {plot}")
 
 
-def _run_many(client, data, out, *, quiet, mask, support, starts, batch, **options) -> None:
+def _iterations(recipe) -> int:
+    from qora.phase.recipe import Recipe, default_recipe
+
+    return (default_recipe() if recipe is None else Recipe.parse(recipe)).iterations
+
+
+def _result_name(path: Path, option: str, suffixes=RESULT_SUFFIXES, what="a CXI/HDF5 file") -> None:
+    from qora.io.errors import OutputError
+
+    if path.suffix.lower() not in suffixes:
+        raise OutputError(f"{option} {path}: is written as {what}; give a name ending in {', '.join(suffixes)}")
+
+
+def _outputs_checked(data, out: Path, plot, inputs, *, many: bool) -> None:
+    """Refuse, before any work, an output that would replace an input, a file where a folder is
+    needed (and the reverse), two results of one name, or a format the result is not written in."""
+    from qora.io.errors import OutputError
+    from qora.io.validate import outputs_apart
+
+    if plot is not None:
+        _result_name(plot, "--plot", (".png",), "a PNG image")
+    if not many:
+        if out.is_dir():
+            raise OutputError(f"the output {out} is a folder; with one DATA file --out is the result file "
+                              f"(e.g. {out / (data[0].stem + '.cxi')})")
+        _result_name(out, "--out")
+        outputs_apart([out, plot], inputs)
+        if plot is not None and out.resolve() == plot.resolve():
+            raise OutputError(f"--out and --plot are the same file {out}")
+        return
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"the output {out} is a file; with several DATA files --out is a folder "
+                          "(one NAME.cxi each)")
+    stems: dict = {}
+    for path in data:
+        if path.stem in stems:
+            raise OutputError(f"{stems[path.stem]} and {path} would both be written to {out / (path.stem + '.cxi')}; "
+                              "rename one")
+        stems[path.stem] = path
+    outputs_apart([out / f"{stem}.cxi" for stem in stems], inputs)
+
+
+def _run_many(client, data, out, *, quiet, mask, support, starts, batch, total, **options) -> None:
     """Several patterns (or one pattern's starts over the workers): one result file each; a file
     that fails is reported, the others are written; the exit status is 1 if any failed."""
-    from qora.io.patterns import load_mask
+    import time
+
+    from qora.io.patterns import load_support
     from qora.phase.files import write_result
     from qora.progress import tqdm_progress
 
     if mask is not None:
         raise click.UsageError("--mask applies to one pattern; give each file its own mask inside it")
-    sup = load_mask(support) if support is not None else None
+    sup = load_support(support) if support is not None else None
     batch = 1 if batch == "auto" else batch
     if client is None:  # several files, no cluster: one after the other in this process
+        from qora.cli.errors import USER_ERRORS, one_line
         from qora.distributed.items import ItemReport
-        from qora.phase import reconstruct
         from qora.io.patterns import load_pattern
+        from qora.phase import reconstruct
 
-        report = ItemReport()
-        for path in data:
-            try:
-                intensity, file_mask = load_pattern(path)
-                with tqdm_progress(disable=quiet, leave=False) as bar:
+        report = ItemReport(where="in this process, one file after another")
+        t0 = time.perf_counter()
+        with tqdm_progress(disable=quiet) as bar:
+            bar("preparing", 0, total * len(data), {})
+            for i, path in enumerate(data):
+                def progress(stage, done, _total, metrics, i=i, path=path):  # one bar over every file
+                    return bar(f"{path.name} ({i + 1} of {len(data)}), {stage}", i * total + done, total * len(data),
+                               metrics)
+
+                try:
+                    intensity, file_mask = load_pattern(path)
                     result = reconstruct(intensity, mask=file_mask, support=sup, starts=starts, batch=batch,
-                                         progress=bar, **options)
-                out.mkdir(parents=True, exist_ok=True)
-                write_result(out / f"{path.stem}.cxi", result)
-                report.done[path.stem] = result
-            except (ValueError, FileNotFoundError, OSError) as exc:
-                report.failed[path.stem] = f"{type(exc).__name__}: {exc}"
+                                         progress=progress, **options)
+                    write_result(out / f"{path.stem}.cxi", result)
+                    report.done[path.stem] = result
+                except Exception as exc:  # noqa: BLE001 - a file fails alone, named; the others go on
+                    kind = "" if isinstance(exc, USER_ERRORS) else "internal error, "
+                    report.failed[path.stem] = f"{kind}{type(exc).__name__}: {one_line(exc)}"
+        report.seconds = time.perf_counter() - t0
     else:
         from qora.distributed.phase import reconstruct_many
 

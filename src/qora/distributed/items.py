@@ -22,7 +22,8 @@ __all__ = ["ItemReport", "run_items"]
 @dataclass
 class ItemReport:
     """What became of each item: ``done`` (key -> result), ``failed`` (key -> "Type: message"),
-    ``skipped`` (keys already done before the run), the wall time (s) and the workers used."""
+    ``skipped`` (keys already done before the run), the wall time (s) and the workers used, or
+    ``where`` the items ran when not on a cluster's workers (e.g. "in this process")."""
 
     done: dict = field(default_factory=dict)
     failed: dict = field(default_factory=dict)
@@ -30,12 +31,16 @@ class ItemReport:
     seconds: float = 0.0
     workers: int = 0
     cancelled: bool = False
+    where: str = ""
 
     def summary(self) -> str:
         text = f"{len(self.done)} done, {len(self.failed)} failed"
         if self.skipped:
             text += f", {len(self.skipped)} already done"
-        text += f" in {self.seconds:.1f} s on {self.workers} worker{'s' if self.workers != 1 else ''}"
+        if self.where:
+            text += f" in {self.seconds:.1f} s {self.where}"
+        else:
+            text += f" in {self.seconds:.1f} s on {self.workers} worker{'s' if self.workers != 1 else ''}"
         for key, error in self.failed.items():
             text += f"\n  {key}: {error}"
         return text

@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from qora.distributed.items import ItemReport, run_items
+from qora.io import validate
+from qora.io.errors import InputError
 
 __all__ = ["reconstruct_many", "PhaseCampaign"]
 
@@ -102,12 +104,10 @@ def reconstruct_many(datasets, *, client, starts: int = 1, starts_per_task: int 
     else:
         named = {_name(datasets, 0): datasets}
     if len(named) == 0:
-        raise ValueError("no dataset given")
-    if starts < 1:
-        raise ValueError(f"starts must be at least 1, got {starts}")
-    per = starts if starts_per_task is None else int(starts_per_task)
-    if per < 1:
-        raise ValueError(f"starts_per_task must be at least 1, got {starts_per_task}")
+        raise InputError("no dataset given")
+    starts = validate.integer("starts", starts, low=1)
+    per = starts if starts_per_task is None else validate.integer("starts_per_task", starts_per_task, low=1)
+    batch = validate.integer("batch", batch, low=1)
     if free_fraction is None:
         free_fraction = 0.05 if rank == "free_llk" else 0.0
     solver_options = dict(backend=backend, variant=variant, batch=min(int(batch), per), free_fraction=free_fraction,
@@ -155,14 +155,14 @@ def _plan_here(named: dict, solver_options: dict, run_options: dict, client) -> 
     for source in named.values():
         try:
             intensity, mask = _load(source, None)
-        except (ValueError, OSError):
+            key = (np.shape(intensity), tuple(sorted(solver_options.items())))
+            if key in _PLANNED:  # measured in an earlier call: the wisdom holds it already
+                continue
+            Solver(intensity, mask=mask, **solver_options).run(recipe="ER**1", starts=1, seed=run_options["seed"],
+                                                               support=run_options["support"])
+            _PLANNED.add(key)
+        except (ValueError, OSError, MemoryError):  # a bad pattern (or too large) fails alone, on its worker
             continue
-        key = (intensity.shape, tuple(sorted(solver_options.items())))
-        if key in _PLANNED:  # measured in an earlier call: the wisdom holds it already
-            continue
-        _PLANNED.add(key)
-        Solver(intensity, mask=mask, **solver_options).run(recipe="ER**1", starts=1, seed=run_options["seed"],
-                                                           support=run_options["support"])
     share_fft_plans(client)
 
 

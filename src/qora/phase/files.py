@@ -22,6 +22,7 @@ import numpy as np
 
 from qora import __version__
 from qora.io.atomic import atomic_path
+from qora.io.errors import FileFormatError, naming_file
 
 __all__ = ["write_result", "read_result", "write_pattern", "read_truth", "plot_result"]
 
@@ -50,11 +51,11 @@ def read_truth(path) -> np.ndarray:
     """The object stored by :func:`write_pattern` or the best object of a result file."""
     import h5py
 
-    with h5py.File(path, "r") as f:
+    with naming_file(path), h5py.File(path, "r") as f:
         for name in ("entry_1/sample_1/qora_truth", "entry_1/image_1/data"):
             if name in f:
                 return f[name][()]
-    raise ValueError(f"{path}: holds neither a true object nor a reconstruction")
+    raise FileFormatError(f"{path}: holds neither a true object nor a reconstruction")
 
 
 def write_result(path, result) -> None:
@@ -86,9 +87,9 @@ def read_result(path):
 
     from qora.phase.solver import PhaseResult
 
-    with h5py.File(path, "r") as f:
+    with naming_file(path), h5py.File(path, "r") as f:
         if f.attrs.get("qora_kind") != "phase_result":
-            raise ValueError(f"{path}: not a qora phase result (qora_kind={f.attrs.get('qora_kind')!r})")
+            raise FileFormatError(f"{path}: not a qora phase result (qora_kind={f.attrs.get('qora_kind')!r})")
         img = f["entry_1/image_1"]
         proc = img["process_1"]
         a = proc.attrs

@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from qora.io import validate
+from qora.io.errors import InputError
+from qora.phase.checks import host_available
 from qora.phase.physics import detector_intensity
 
 __all__ = ["triangle", "prism", "cut_prism", "box", "box_intensity", "support_of", "simulate", "OBJECTS"]
@@ -93,6 +96,15 @@ def support_of(obj) -> np.ndarray:
 
 
 OBJECTS = {"triangle": triangle, "prism": prism, "cut_prism": cut_prism}
+# Peak host memory of simulate() per pixel (voxel), measured with tracemalloc (float64 coordinate
+# grids, complex128 exponentials and transform), with a little margin.
+SIMULATE_BYTES = {"triangle": 52, "prism": 60, "cut_prism": 76}
+NDIM = {"triangle": 2, "prism": 3, "cut_prism": 3}
+
+
+def simulate_bytes(name: str, n: int) -> float:
+    """About how many bytes of host memory :func:`simulate` needs for ``name`` at ``n`` per axis."""
+    return float(SIMULATE_BYTES[name]) * float(n) ** NDIM[name]
 
 
 def simulate(name: str = "triangle", n: int = 64, *, photons: float | None = None, seed: int = 0):
@@ -102,13 +114,18 @@ def simulate(name: str = "triangle", n: int = 64, *, photons: float | None = Non
     at the unitary scale (sum of the pattern = sum of |object|^2).
     Returns ``(object, intensity)``.
     """
-    if name not in OBJECTS:
-        raise ValueError(f"object must be one of {sorted(OBJECTS)}, got {name!r}")
+    if not isinstance(name, str) or name not in OBJECTS:
+        raise InputError(f"object must be one of {sorted(OBJECTS)}, got {name!r}")
+    n = validate.integer("n (the size)", n, low=8)
+    if photons is not None:
+        photons = validate.positive("photons", photons, unit="counts")
+    seed = validate.integer("seed", seed, low=0)
+    validate.memory_needed(simulate_bytes(name, n), f"simulating the {name} at {n} pixels per axis",
+                           available=host_available(), where="host",
+                           hint="a smaller size (--size, or n=) shrinks it")
     obj = OBJECTS[name](n)
     intensity = detector_intensity(obj)
     if photons is not None:
-        if photons <= 0:
-            raise ValueError(f"photons must be positive, got {photons}")
         rng = np.random.default_rng(seed)
         intensity = rng.poisson(intensity * (photons / intensity.sum())).astype(np.float64)
     return obj, intensity

@@ -17,16 +17,20 @@ again.
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 from dataclasses import dataclass, field, fields, replace
 
+from qora.io.errors import InputError
 from qora.phase.physics import ALGORITHMS, update_coefficients
 
 __all__ = ["Stage", "Recipe", "RecipeError", "default_recipe", "DEFAULT_RECIPE"]
 
 
-class RecipeError(ValueError):
-    """A recipe string that does not parse, or a stage with invalid options."""
+class RecipeError(InputError):
+    """A recipe string that does not parse, or a stage with invalid options (an InputError, so a
+    ValueError)."""
 
 
 @dataclass(frozen=True)
@@ -44,19 +48,28 @@ class Stage:
 
     def __post_init__(self):
         if self.algorithm not in ALGORITHMS:
-            raise RecipeError(f"unknown algorithm {self.algorithm!r}; expected one of {ALGORITHMS}")
-        if not isinstance(self.iterations, int) or self.iterations < 1:
-            raise RecipeError(f"{self.algorithm}: iterations must be a positive integer, got {self.iterations!r}")
+            raise RecipeError(f"recipe: unknown algorithm {self.algorithm!r}; expected one of {ALGORITHMS}")
+        for name in ("beta", "sigma", "sigma_min", "threshold"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+                raise RecipeError(f"recipe stage {self.algorithm}: {name} must be a finite number, got {value!r}")
+        if isinstance(self.sw, bool) or not isinstance(self.sw, numbers.Integral):
+            raise RecipeError(f"recipe stage {self.algorithm}: sw must be an integer, got {self.sw!r}")
+        if (isinstance(self.iterations, bool) or not isinstance(self.iterations, numbers.Integral)
+                or self.iterations < 1):
+            raise RecipeError(f"recipe stage {self.algorithm}: iterations must be a positive integer, "
+                              f"got {self.iterations!r}")
         if not 0.0 < self.beta <= 1.0:
-            raise RecipeError(f"{self.algorithm}: beta must be in (0, 1], got {self.beta}")
+            raise RecipeError(f"recipe stage {self.algorithm}: beta must be in (0, 1], got {self.beta}")
         if self.constraint not in (None, "real", "positive"):
-            raise RecipeError(f"{self.algorithm}: constraint must be none, real or positive, got {self.constraint!r}")
+            raise RecipeError(f"recipe stage {self.algorithm}: constraint must be none, real or positive, "
+                              f"got {self.constraint!r}")
         if self.sw < 0:
-            raise RecipeError(f"{self.algorithm}: sw must be >= 0, got {self.sw}")
+            raise RecipeError(f"recipe stage {self.algorithm}: sw must be >= 0, got {self.sw}")
         if not (self.sigma > 0 and self.sigma_min > 0):
-            raise RecipeError(f"{self.algorithm}: sigma and sigma_min must be positive")
+            raise RecipeError(f"recipe stage {self.algorithm}: sigma and sigma_min must be positive")
         if not 0.0 < self.threshold < 1.0:
-            raise RecipeError(f"{self.algorithm}: threshold must be in (0, 1), got {self.threshold}")
+            raise RecipeError(f"recipe stage {self.algorithm}: threshold must be in (0, 1), got {self.threshold}")
 
     @property
     def coefficients(self) -> tuple[float, float]:
@@ -132,19 +145,19 @@ class Recipe:
         if isinstance(text, Recipe):
             return text
         if not isinstance(text, str):
-            raise RecipeError(f"a recipe is a string, got {type(text).__name__}")
+            raise RecipeError(f"recipe must be a string (or a Recipe), got {type(text).__name__}")
         stages = []
         pos = 0
         text = text.strip()
         if not text:
-            raise RecipeError("empty recipe")
+            raise RecipeError("empty recipe: give stages such as HIO**400 ER**100")
         while pos < len(text):
             m = _STAGE.match(text, pos)
             if m is None:
                 raise RecipeError(f"cannot parse recipe at character {pos}: {text[pos:pos + 30]!r} "
                                   "(expected NAME(options)**N, e.g. HIO**400)")
             name, opts, n = m.group(1).upper(), m.group(2), int(m.group(3))
-            stages.append(Stage(name, n, **_parse_options(opts, f"stage {len(stages) + 1} ({name})")))
+            stages.append(Stage(name, n, **_parse_options(opts, f"recipe stage {len(stages) + 1} ({name})")))
             pos = m.end()
         return cls(tuple(stages))
 

@@ -8,8 +8,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qora.backend import fft
+from qora.io import validate
+from qora.io.errors import InputError
 from qora.progress import report
 from qora.provenance import versions as software_versions
+from qora.phase.checks import check_bool_array, check_choice, check_intensity, check_run_memory
 from qora.phase.physics import autocorrelation_support, native_amplitude
 from qora.phase.recipe import Recipe, default_recipe
 
@@ -39,41 +42,13 @@ def _pick_variant(backend, variant: str) -> str:
         if variant == "auto":
             return AUTO_CUDA_VARIANT
         if variant not in VARIANTS_CUDA:
-            raise ValueError(f"variant must be 'auto' or one of {VARIANTS_CUDA} on the GPU, got {variant!r}")
+            raise InputError(f"variant must be 'auto' or one of {VARIANTS_CUDA} on the GPU, got {variant!r}")
         return variant
     if variant == "auto":
         return "cpu"
     if variant not in VARIANTS_CPU:
-        raise ValueError(f"variant must be 'auto' or one of {VARIANTS_CPU} on the CPU, got {variant!r}")
+        raise InputError(f"variant must be 'auto' or one of {VARIANTS_CPU} on the CPU, got {variant!r}")
     return variant
-
-
-def check_intensity(intensity, mask=None):
-    """Validate a pattern and its mask; returns ``(intensity float64, mask bool or None)``."""
-    intensity = np.asarray(intensity)
-    if intensity.ndim not in (2, 3):
-        raise ValueError(f"intensity must be a 2D or 3D array, got {intensity.ndim} dimensions")
-    if not np.issubdtype(intensity.dtype, np.number) or np.iscomplexobj(intensity):
-        raise ValueError(f"intensity must be real numbers, got dtype {intensity.dtype}")
-    intensity = intensity.astype(np.float64)
-    if mask is not None:
-        mask = np.asarray(mask)
-        if mask.shape != intensity.shape:
-            raise ValueError(f"mask shape {mask.shape} differs from intensity shape {intensity.shape}")
-        mask = mask.astype(bool)
-        if mask.all():
-            raise ValueError("the mask hides every pixel: nothing was measured")
-    measured = ~mask if mask is not None else np.ones(intensity.shape, bool)
-    bad = ~np.isfinite(intensity) & measured
-    if bad.any():
-        raise ValueError(f"intensity has {int(bad.sum())} non-finite measured pixels (NaN or Inf); mask them")
-    if (intensity[measured] < 0).any():
-        raise ValueError(f"intensity has {int((intensity[measured] < 0).sum())} negative measured pixels")
-    if not (intensity[measured] > 0).any():
-        raise ValueError("intensity is zero everywhere it was measured")
-    if mask is not None:
-        intensity = np.where(mask, 0.0, intensity)
-    return intensity, mask
 
 
 def start_phases(seed: int, start: int, shape) -> np.ndarray:
@@ -221,14 +196,14 @@ class Solver:
         from qora.backend import resolve
 
         t0 = time.perf_counter()
-        self.backend = resolve(backend)
-        self.variant = _pick_variant(self.backend, variant)
-        if batch < 1:
-            raise ValueError(f"batch must be at least 1, got {batch}")
-        self.batch = int(batch)
+        self.batch = validate.integer("batch", batch, low=1)
+        free_fraction = validate.number("free_fraction", free_fraction)
         if not 0.0 <= free_fraction < 0.5:
-            raise ValueError(f"free_fraction must be in [0, 0.5), got {free_fraction}")
-        self.free_fraction, self.free_seed = float(free_fraction), int(seed)
+            raise InputError(f"free_fraction must be in [0, 0.5), got {free_fraction:g}")
+        self.free_fraction, self.free_seed = free_fraction, validate.integer("seed", seed, low=0)
+        self.backend = resolve(backend)
+        self.variant = _pick_variant(self.backend, check_choice("variant", variant, ("auto",) + VARIANTS_CPU
+                                                                + VARIANTS_CUDA))
         self.shape = None
         self._engine = None
         self.set_intensity(intensity, mask=mask)
@@ -240,7 +215,7 @@ class Solver:
         after this equals a run of a Solver made for the new pattern."""
         intensity, mask = check_intensity(intensity, mask)
         if self.shape is not None and intensity.shape != self.shape:
-            raise ValueError(f"pattern shape {intensity.shape} differs from the solver's {self.shape}")
+            raise InputError(f"pattern shape {intensity.shape} differs from the solver's {self.shape}")
         self.intensity, self.mask, self.shape = intensity, mask, intensity.shape
         measured = ~self.mask if self.mask is not None else np.ones(self.shape, bool)
         self.free = np.zeros(self.shape, bool)
@@ -279,25 +254,24 @@ class Solver:
         """Reconstruct from ``starts`` random starts; see :func:`reconstruct`. The starts are numbered
         from ``first_start`` (start s is drawn from ``PCG64(seed + s)``), so that starts split over
         several runs (``qora.distributed``) are the ones a single run would make."""
-        if first_start < 0:
-            raise ValueError(f"first_start must be non-negative, got {first_start}")
+        first_start = validate.integer("first_start", first_start, low=0)
         recipe = default_recipe() if recipe is None else Recipe.parse(recipe)
-        if rank not in ("fourier", "free_llk"):
-            raise ValueError(f"rank must be 'fourier' or 'free_llk', got {rank!r}")
+        check_choice("rank", rank, ("fourier", "free_llk"))
         if rank == "free_llk" and not self.free.any():
-            raise ValueError("rank='free_llk' needs held-out pixels: make the Solver with free_fraction > 0")
-        if starts < 1:
-            raise ValueError(f"starts must be at least 1, got {starts}")
-        if sync_every < 1:
-            raise ValueError(f"sync_every must be at least 1, got {sync_every}")
+            raise InputError("rank='free_llk' needs held-out pixels: make the Solver with free_fraction > 0")
+        starts = validate.integer("starts", starts, low=1)
+        seed = validate.integer("seed", seed, low=0)
+        sync_every = validate.integer("sync_every", sync_every, low=1)
+        if support is not None:
+            support = check_bool_array("support", support, self.shape, what="True inside the object")
+            if not support.any():
+                raise InputError("the support is empty (all False): it must hold the object")
+        if self._engine is None:
+            check_run_memory(self.backend, self.variant, self.shape, self.batch, default_support=support is None)
         if support is None:
             support = self.default_support()
-        support = np.asarray(support)
-        if support.shape != self.shape:
-            raise ValueError(f"support shape {support.shape} differs from the pattern's {self.shape}")
-        support = support.astype(bool)
-        if not support.any():
-            raise ValueError("the support is empty")
+            if not support.any():
+                raise InputError("the support is empty: the autocorrelation support found nothing; give a support")
         t0 = time.perf_counter()
         all_x, all_s, all_err, all_llk = [], [], [], ([], [])
         stopped = False
@@ -306,7 +280,10 @@ class Solver:
             ids = list(range(group, min(starts, group + self.batch)))
             engine = self._engine_for(support)
             fill_random_starts(engine, seed, [first_start + i for i in ids])
-            errs, stopped = self._run_recipe(engine, recipe, group * recipe.iterations, total, progress, sync_every)
+            label = (f"start {ids[0] + 1} of {starts}" if len(ids) == 1
+                     else f"starts {ids[0] + 1}-{ids[-1] + 1} of {starts}")
+            errs, stopped = self._run_recipe(engine, recipe, group * recipe.iterations, total, progress, sync_every,
+                                             label, len(ids))
             all_x.append(engine.get_x()[: len(ids)])
             all_s.append(engine.get_support()[: len(ids)])
             final, group_llk, group_free = self._final_scores(engine, len(ids))  # last: it transforms x
@@ -330,7 +307,11 @@ class Solver:
             objects=objects if keep_all else None, supports=supports if keep_all else None, stopped_early=stopped,
         )
 
-    def _run_recipe(self, engine, recipe, done0, total, progress, sync_every):
+    def _run_recipe(self, engine, recipe, done0, total, progress, sync_every, label="", count=1):
+        """The recipe's stages on the engine's ``count`` starts; reports ``done`` of the whole run's
+        ``total`` iterations (of all starts: a chunk of k iterations of a batch of ``count`` starts is
+        k * count) after each chunk of ``sync_every`` (one graph replay on the GPU), as the stage
+        "start 3 of 8: HIO"."""
         history = []
         done = done0
         for stage in recipe.stages:
@@ -344,11 +325,12 @@ class Solver:
                     chunk = min(chunk, stage.sw - (k % stage.sw))
                 history.append(engine.iterate(chunk, a, b, stage.constraint))
                 k += chunk
-                done += chunk
+                done += chunk * count
                 if stage.sw and k % stage.sw == 0 and update < updates:
                     engine.shrinkwrap(stage.sigma_at(update, updates), stage.threshold)
                     update += 1
-                if not report(progress, stage.algorithm, done, total, {"fourier_error": float(history[-1][-1].min())}):
+                name = f"{label}: {stage.algorithm}" if label else stage.algorithm
+                if not report(progress, name, done, total, {"fourier_error": float(history[-1][-1].min())}):
                     return np.concatenate(history), True
         return np.concatenate(history), False
 
@@ -468,6 +450,8 @@ def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int 
     reconstruction from a diffraction pattern alone", Phys. Rev. B 68, 140101
     (2003), doi:10.1103/PhysRevB.68.140101.
     """
+    check_choice("rank", rank, ("fourier", "free_llk"))
+    starts = validate.integer("starts", starts, low=1)
     if free_fraction is None:
         free_fraction = 0.05 if rank == "free_llk" else 0.0
     from qora.backend import resolve
@@ -476,8 +460,8 @@ def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int 
         batch = starts if variant == "batched" else auto_batch(resolve(backend), variant, np.shape(intensity), starts)
     elif variant == "batched" and batch == 1:
         batch = starts  # all starts in one batched plan unless told otherwise
-    if not isinstance(batch, (int, np.integer)) or batch < 1:
-        raise ValueError(f"batch must be 'auto' or a positive integer, got {batch!r}")
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise InputError(f"batch must be 'auto' or a positive integer, got {batch!r}")
     solver = Solver(intensity, mask=mask, backend=backend, variant=variant, batch=min(batch, starts),
                     free_fraction=free_fraction, seed=seed)
     return solver.run(support=support, recipe=recipe, starts=starts, seed=seed, rank=rank, keep_all=keep_all,
