@@ -14,6 +14,7 @@ import platform
 import tracemalloc
 from dataclasses import asdict, dataclass, field
 
+from qora.backend import host
 from qora.backend.host import cpu_count
 
 __all__ = ["DeviceFacts", "device_facts", "copy_bandwidth", "PeakMemory", "PeakPoolUse", "pool_stats"]
@@ -242,3 +243,16 @@ class PeakPoolUse:
             self.backend.synchronize()
             self._hook.__exit__(*exc)
             self._hook = None
+
+
+def free_memory(backend) -> float | None:
+    """Bytes a computation on ``backend`` can still allocate: on the GPU the device's free memory plus
+    the free blocks CuPy's pool holds (it reuses them); on the CPU the host's available memory. None
+    when it cannot be told (then nothing should be refused on its account)."""
+    if not backend.is_cuda:
+        return host.available_memory()  # through the module: tests replace it there
+    try:
+        xp = backend.xp
+        return float(xp.cuda.Device().mem_info[0]) + float(xp.get_default_memory_pool().free_bytes())
+    except Exception:  # noqa: BLE001 - no figure: nothing is checked
+        return None

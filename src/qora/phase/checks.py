@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from qora.backend.device import free_memory
 from qora.io import validate
 from qora.io.errors import InputError
 
-__all__ = ["host_available", "check_intensity", "check_bool_array", "check_choice", "run_bytes", "check_run_memory",
+__all__ = ["check_intensity", "check_bool_array", "check_choice", "run_bytes", "check_run_memory",
            "BYTES_PER_START", "SHARED_BYTES", "AUTOCORRELATION_BYTES"]
 
 # Memory per pixel (voxel) of a run, from the measurements in docs/phase-performance.md ("Device
@@ -77,34 +78,13 @@ def run_bytes(variant: str, shape, batch: int, *, default_support: bool) -> floa
     return max(engine, n * AUTOCORRELATION_BYTES if default_support else 0.0)
 
 
-def host_available() -> float | None:
-    """:func:`qora.backend.host.available_memory`, quietly: it leaves its cgroup files to the garbage
-    collector, whose ResourceWarning a test run turns into an error."""
-    import warnings
-
-    from qora.backend import host
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        return host.available_memory()
-
-
-def _device_free(backend) -> float | None:
-    try:
-        xp = backend.xp
-        free = float(xp.cuda.Device().mem_info[0])
-        return free + float(xp.get_default_memory_pool().free_bytes())  # cached blocks are reused
-    except Exception:  # noqa: BLE001 - no figure: nothing is checked
-        return None
-
-
 def check_run_memory(backend, variant: str, shape, batch: int, *, default_support: bool, available=None) -> None:
     """Refuse, before allocating, a run that cannot fit: the GPU's free memory on the CUDA backend,
     the host's on the CPU. The message says which option makes it smaller."""
     nbytes = run_bytes(variant, shape, batch, default_support=default_support)
     where = "device" if backend.is_cuda else "host"
     if available is None:
-        available = _device_free(backend) if backend.is_cuda else host_available()
+        available = free_memory(backend)
     dims = "x".join(map(str, shape))
     if batch > 1:
         one = run_bytes(variant, shape, 1, default_support=default_support) / validate.GIB

@@ -19,7 +19,7 @@ import numpy as np
 
 from qora.io import validate
 from qora.io.errors import InputError
-from qora.phase.checks import host_available
+from qora.backend import host
 from qora.phase.physics import detector_intensity
 
 __all__ = ["triangle", "prism", "cut_prism", "box", "box_intensity", "support_of", "simulate", "OBJECTS"]
@@ -121,7 +121,7 @@ def simulate(name: str = "triangle", n: int = 64, *, photons: float | None = Non
         photons = validate.positive("photons", photons, unit="counts")
     seed = validate.integer("seed", seed, low=0)
     validate.memory_needed(simulate_bytes(name, n), f"simulating the {name} at {n} pixels per axis",
-                           available=host_available(), where="host",
+                           available=host.available_memory(), where="host",
                            hint="a smaller size (--size, or n=) shrinks it")
     obj = OBJECTS[name](n)
     intensity = detector_intensity(obj)
