@@ -341,9 +341,11 @@ def simulate_bpm_holograms(spheres, geometry: Geometry, *, noise: float = 0.0, s
     :func:`bpm_forward`, and the pupil-limited field ratios upsampled to the hologram grid at half
     the pixel. Returns ``(holograms, backgrounds, hologram_pixel)`` like ``phantoms.simulate_holograms``.
     """
-    from qora.holo.phantoms import holograms_from_fields, render_spheres
+    from qora.holo.phantoms import check_simulation_memory, holograms_from_fields, render_spheres
 
     check_scan(geometry)
+    noise = nonnegative("noise", noise)
+    check_simulation_memory(geometry, "bpm")
     vol = render_spheres(spheres, geometry.n, geometry.pixel, geometry.medium_index, supersample=supersample)
     ratio = bpm_forward(vol.astype(np.float64) - geometry.medium_index, geometry)
     return holograms_from_fields(upsample_fields(ratio, 2 * geometry.n), geometry, noise=noise, seed=seed,
