@@ -224,8 +224,8 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
     from qora import holo as H
 
     ctx = click.get_current_context()
+    _apart([out, plot], [holos, backgrounds], folder_ok=out.suffix.lower() == ".zarr")
     suffix = _suffix(out, VOLUME_SUFFIXES, "--out")
-    _apart([out, plot], [holos, backgrounds], folder_ok=suffix == ".zarr")
     cluster = bool(scheduler or workers or gpus)
     _check_method_options(ctx, method, cluster)
     if angle_range is not None and geometry_kind != "rotation" and backgrounds is not None:
@@ -386,8 +386,8 @@ def phase_cmd(hologram, background, pixel, na_detection, wavelength, out, plot) 
     from qora import holo as H
     from qora.io.atomic import atomic_path
 
-    _suffix(out, (".h5", ".hdf5"), "--out")
     _apart([out, plot], [hologram, background])
+    _suffix(out, (".h5", ".hdf5"), "--out")
     if (na_detection is None) != (wavelength is None):
         given, needed = ("--na", "--wavelength") if wavelength is None else ("--wavelength", "--na")
         raise click.BadParameter(f"the pupil is NA / wavelength: {given} needs {needed}", param_hint=given)

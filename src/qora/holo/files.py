@@ -145,12 +145,18 @@ def _read_stack_format(path: Path):
 
         data = tifffile.imread(path)
     elif suffix == ".npy":
-        data = np.load(path)
+        with open(path, "rb") as fh:
+            data = np.load(fh)
     elif suffix == ".npz":
-        with np.load(path) as z:
-            if not z.files:
-                raise ValueError(f"{path}: the .npz archive holds no array")
-            data = z[z.files[0]]
+        import zipfile
+
+        try:  # the file opened here: np.load leaves its own handle open when the archive is damaged
+            with open(path, "rb") as fh, np.load(fh) as z:
+                if not z.files:
+                    raise ValueError(f"{path}: the .npz archive holds no array")
+                data = z[z.files[0]]
+        except zipfile.BadZipFile as exc:
+            raise ValueError(f"{path}: not a readable .npz archive ({exc})") from exc
     elif suffix in (".h5", ".hdf5"):
         import h5py
 
