@@ -318,6 +318,10 @@ API_ROWS = [
      InputError, r"hologram_pixel must be positive"),
     ("read_holograms foreign", lambda c: holo.read_holograms(c.files / "other.h5"), FileFormatError,
      r"other\.h5: not a qora hologram file"),
+    ("series store over a file", lambda c: __import__("qora.distributed.holo", fromlist=["x"]).write_series(
+        c.files / "afile.zarr", np.zeros((1, 16, 16, 16)), c.g, {}), OutputError, r"afile\.zarr exists and is not a Zarr"),
+    ("series times", lambda c: __import__("qora.distributed.holo", fromlist=["x"]).write_series(
+        c.files / "never.zarr", np.zeros((2, 16, 16, 16)), c.g, {}, times=[1, 1]), InputError, r"distinct"),
     ("read_volume garbage", lambda c: holo.read_volume(c.files / "garbage.h5"), FileFormatError, r"garbage\.h5"),
 ]
 
