@@ -1,13 +1,40 @@
-"""``qora holo``: simulate holograms, reconstruct index volumes, and quantitative phase images."""
+"""``qora holo``: simulate holograms, reconstruct index volumes, and quantitative phase images.
+
+Every value is checked before any work: a non-finite or out-of-range number is refused by its option's
+type, an output that is an input (or an existing folder) is refused before anything is read, and a
+Qora hologram file's recorded geometry is never silently replaced (docs/holo.md, "Errors and safety").
+"""
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
 from pathlib import Path
 
 import click
 import numpy as np
+from click.core import ParameterSource
 
 from qora.cli.options import backend_option, exit_on_failures, scale_out_client, scale_out_options
+
+VOLUME_SUFFIXES = (".h5", ".hdf5", ".tif", ".tiff", ".zarr")
+QUIET_HELP = "No progress bar (the result lines are still printed)."
+
+
+class Finite(click.FloatRange):
+    """A float option that must be finite (NaN and Inf are refused), within the range given."""
+
+    name = "float"
+
+    def convert(self, value, param, ctx):
+        rv = super().convert(value, param, ctx)  # the range check lets NaN through
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return rv
+
+
+POSITIVE = Finite(min=0, min_open=True)
+NONNEGATIVE = Finite(min=0)
 
 
 @click.group("holo")
@@ -17,32 +44,55 @@ def holo() -> None:
 
 def _parse_spheres(text: str):
     from qora.holo.phantoms import Sphere
+    from qora.io.errors import InputError
 
     spheres = []
     for item in text.split(";"):
         if not item.strip():
             continue
-        parts = [float(v) for v in item.split(",")]
+        hint = f"sphere {item.strip()!r}: expected z,y,x,radius,index (um, um, um, um, index)"
+        try:
+            parts = [float(v) for v in item.split(",")]
+        except ValueError:
+            raise click.BadParameter(f"{hint}; every value a number", param_hint="--spheres") from None
         if len(parts) != 5:
-            raise click.BadParameter(f"sphere {item!r}: expected z,y,x,radius,index (um, um, um, um, index)")
+            raise click.BadParameter(hint, param_hint="--spheres")
         z, y, x, r, n = parts
-        if r <= 0:
-            raise click.BadParameter(f"sphere {item!r}: the radius must be positive")
-        spheres.append(Sphere((z, y, x), r, n))
+        try:
+            spheres.append(Sphere((z, y, x), r, n))
+        except InputError as exc:
+            raise click.BadParameter(f"{hint}: {exc}", param_hint="--spheres") from None
     if not spheres:
-        raise click.BadParameter("no sphere given")
+        raise click.BadParameter("no sphere given", param_hint="--spheres")
     return spheres
+
+
+def _suffix(path: Path, allowed, option: str) -> str:
+    suffix = path.suffix.lower()
+    if suffix not in allowed:
+        raise click.BadParameter(f"{path}: give a file ending in {', '.join(allowed)}", param_hint=option)
+    return suffix
+
+
+def _apart(outputs, inputs, *, folder_ok=False) -> None:
+    from qora.io.validate import outputs_apart
+
+    given = [p for p in outputs if p is not None]
+    if len({Path(p).resolve() for p in given}) != len(given):
+        raise click.BadParameter(f"two outputs are the same file ({', '.join(map(str, given))})", param_hint="--plot")
+    outputs_apart(outputs, inputs, folder_ok=folder_ok)
 
 
 @holo.command("simulate")
 @click.option("--size", "n", type=click.IntRange(16, 1024), default=128, show_default=True,
-              help="Volume and field size n (holograms are 2n x 2n).")
+              help="Volume and field size n (holograms are 2n x 2n); memory grows as n^3 (checked before any work).")
 @click.option("--spheres", default=None,
               help='"z,y,x,radius,index;..." in um; default: the reference bead (3 um, n = 1.36).')
 @click.option("--angles", type=click.IntRange(1, 1000), default=48, show_default=True,
               help="Illuminations on the cone (plus normal incidence).")
-@click.option("--na-illumination", type=float, default=0.8, show_default=True)
-@click.option("--noise", type=float, default=0.0, show_default=True,
+@click.option("--na-illumination", type=Finite(min=0, max=1.2), default=0.8, show_default=True,
+              help="NA of the illumination cone, at most the detection NA 1.2 of the reference setup.")
+@click.option("--noise", type=NONNEGATIVE, default=0.0, show_default=True,
               help="Gaussian noise, fraction of the mean hologram intensity (the reference uses 0.02).")
 @click.option("--geometry", "geometry_kind", type=click.Choice(["scan", "rotation"]), default="scan",
               show_default=True, help="Illumination scanning on a cone, or sample rotation about y over 360 degrees.")
@@ -54,31 +104,87 @@ def _parse_spheres(text: str):
 def simulate_cmd(n, spheres, angles, na_illumination, noise, geometry_kind, model, seed, out) -> None:
     """Holograms and backgrounds of spheres (analytic first-order fields) in the reference geometry."""
     from qora import holo as H
+    from qora.holo.phantoms import check_simulation_memory
 
+    _suffix(out, (".h5", ".hdf5"), "--out")
+    _apart([out], [])
     R = H.reference
     spheres = _parse_spheres(spheres) if spheres else [H.Sphere(radius=R.SPHERE_DIAMETER / 2, index=R.SPHERE_INDEX)]
     g = H.simulation_geometry(n, kind=geometry_kind, angles=angles, na_illumination=na_illumination)
-    try:
-        if model == "bpm":
-            holos, bgs, hp = H.simulate_bpm_holograms(spheres, g, noise=noise, seed=seed)
-        else:
-            holos, bgs, hp = H.simulate_holograms(spheres, g, model=model, noise=noise, seed=seed)
-    except (ValueError, NotImplementedError) as exc:
-        raise click.BadParameter(str(exc), param_hint="--model") from exc
+    check_simulation_memory(g, model, truth=True, hint="use a smaller --size")
+    if model == "exact" and len(spheres) != 1:
+        raise click.BadParameter("the exact partial-wave model is for one sphere", param_hint="--model")
+    if model == "bpm" and geometry_kind == "rotation":
+        raise click.BadParameter("the beam propagation model is built for the scanning geometry, not rotation",
+                                 param_hint="--model")
+    if model == "bpm":
+        holos, bgs, hp = H.simulate_bpm_holograms(spheres, g, noise=noise, seed=seed)
+    else:
+        holos, bgs, hp = H.simulate_holograms(spheres, g, model=model, noise=noise, seed=seed)
     truth = H.render_spheres(spheres, n, g.pixel, g.medium_index, supersample=3)
     H.write_holograms(out, holos, bgs, g, hologram_pixel=hp, truth=truth)
     click.echo(f"wrote {out}: {g.count} holograms of {2 * n}^2 ({geometry_kind}, {model}), {len(spheres)} sphere(s), "
                f"noise {noise}")
 
 
+def _given(ctx, name: str) -> bool:
+    return ctx.get_parameter_source(name) not in (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP, None)
+
+
+def _same(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-12)
+
+
+def _file_geometry(ctx, path, g, hp, *, wavelength, pixel, hologram_pixel, medium_index, na_detection,
+                   geometry_kind, angle_range):
+    """The file's geometry with the options given: --wavelength, --pixel and --hologram-pixel (what the data
+    were recorded with) must agree with it; --medium-index and --na (the model's choices) override it with a
+    warning; --geometry and --angles must agree."""
+    from qora import holo as H
+    from qora.io.errors import InputError
+
+    for option, given, recorded, what in (("--wavelength", wavelength, g.wavelength, "wavelength {} um"),
+                                          ("--pixel", pixel, g.pixel, "pixel {} um"),
+                                          ("--hologram-pixel", hologram_pixel, hp, "hologram pixel {} um")):
+        if given is not None and not _same(given, recorded):
+            raise click.BadParameter(f"the file {path} records {what.format(f'{recorded:g}')}; {option} {given:g} "
+                                     "conflicts (the recorded illuminations and sampling belong to it); leave it out",
+                                     param_hint=option)
+    if _given(ctx, "geometry_kind") and geometry_kind != g.geometry:
+        raise click.BadParameter(f"the file {path} records the {g.geometry} geometry; --geometry {geometry_kind} "
+                                 "conflicts", param_hint="--geometry")
+    if angle_range is not None:
+        angles = H.parse_angles(angle_range)
+        if g.angles is None or len(angles) != len(g.angles) or not np.allclose(angles, g.angles, atol=1e-9):
+            raise click.BadParameter(f"the file {path} records its {'angles' if g.angles is not None else 'illuminations'}"
+                                     f"; --angles {angle_range} conflicts", param_hint="--angles")
+    changes = {}
+    for option, name, given, recorded in (("--medium-index", "medium_index", medium_index, g.medium_index),
+                                          ("--na", "na_detection", na_detection, g.na_detection)):
+        if given is not None and not _same(given, recorded):
+            click.echo(f"Warning: {option} {given:g} overrides the file's {name.replace('_', ' ')} {recorded:g}",
+                       err=True)
+            changes[name] = given
+    if not changes:
+        return g
+    try:
+        return replace(g, **changes)
+    except InputError as exc:
+        raise click.BadParameter(str(exc), param_hint="--medium-index/--na") from None
+
+
 @holo.command("reconstruct")
 @click.argument("holos", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.argument("backgrounds", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=False)
-@click.option("--wavelength", type=float, help="Vacuum wavelength, um (stacks without metadata).")
-@click.option("--pixel", type=float, help="Object-space pixel of the fields and volume, um.")
-@click.option("--hologram-pixel", type=float, help="Object-space pixel of the holograms, um (default pixel / 2).")
-@click.option("--medium-index", type=float, help="Refractive index of the medium.")
-@click.option("--na", "na_detection", type=float, help="Detection NA.")
+@click.option("--wavelength", type=POSITIVE, help="Vacuum wavelength, um (stacks without metadata; a Qora "
+              "hologram file's own must not be contradicted).")
+@click.option("--pixel", type=POSITIVE, help="Object-space pixel of the fields and volume, um (as --wavelength).")
+@click.option("--hologram-pixel", type=POSITIVE,
+              help="Object-space pixel of the holograms, um (default pixel / 2; as --wavelength).")
+@click.option("--medium-index", type=POSITIVE, help="Refractive index of the medium (overrides a Qora hologram "
+              "file's, with a warning).")
+@click.option("--na", "na_detection", type=POSITIVE, help="Detection NA, at most the medium index (overrides a "
+              "Qora hologram file's, with a warning).")
 @click.option("--geometry", "geometry_kind", type=click.Choice(["scan", "rotation"]), default="scan",
               show_default=True, help="Illumination scanning (illuminations measured from the backgrounds) or "
               "sample rotation about y (give --angles).")
@@ -87,19 +193,22 @@ def simulate_cmd(n, spheres, angles, na_illumination, noise, geometry_kind, mode
 @click.option("--method", type=click.Choice(["plain", "gp", "tv", "bpm"]), default="gp", show_default=True,
               help="Fourier diffraction (plain, gp, tv), or the inversion of the beam propagation model from a "
               "Rytov + 20 GP start (scanning geometry; --iterations are its gradient steps).")
-@click.option("--approximation", type=click.Choice(["rytov", "born"]), default="rytov", show_default=True)
-@click.option("--iterations", type=click.IntRange(1, 100000), default=50, show_default=True)
-@click.option("--tv-weight", type=float, default=None,
-              help="TV weight on n^2 - n_m^2 [default: 1e-3 for tv; none (x >= 0 only) for bpm].")
+@click.option("--approximation", type=click.Choice(["rytov", "born"]), default="rytov", show_default=True,
+              help="First-order field of the Fourier methods (not bpm).")
+@click.option("--iterations", type=click.IntRange(1, 100000), default=50, show_default=True,
+              help="GP or FISTA iterations, or BPM steps (plain has none).")
+@click.option("--tv-weight", type=NONNEGATIVE, default=None,
+              help="TV weight on n^2 - n_m^2 [default: 1e-3 for tv; none (x >= 0 only) for bpm]; tv and bpm only.")
 @click.option("--batch", type=click.IntRange(1, 100000), default=None,
               help="bpm: illuminations per gradient step, cycled without momentum (default: all, with FISTA).")
 @click.option("--oversample", type=click.FloatRange(1.0, 4.0), default=1.0, show_default=True,
-              help="Map onto a grid this many times finer in k (costs oversample^3; docs/holo.md).")
+              help="Map onto a grid this many times finer in k (costs oversample^3; docs/holo.md); not bpm.")
 @backend_option(help="Where the Pipeline runs (auto: the GPU where there is one).")
 @click.option("--out", type=click.Path(path_type=Path), required=True,
-              help="Volume .h5 (or .tif); a series on a Dask cluster goes to a .zarr store.")
+              help="Volume .h5 (or .tif for one volume), or a .zarr series store (a cluster writes each volume "
+              "as it finishes; without one the volumes are written there at the end).")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="PNG of slices.")
-@click.option("--quiet", is_flag=True)
+@click.option("--quiet", is_flag=True, help=QUIET_HELP)
 @scale_out_options
 def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, medium_index, na_detection,
                     geometry_kind, angle_range, method, approximation, iterations, tv_weight, batch, oversample,
@@ -113,77 +222,142 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
     again on the same store does only the time points still missing (docs/scale-out.md).
     """
     from qora import holo as H
-    from qora.progress import tqdm_progress
 
+    ctx = click.get_current_context()
+    _apart([out, plot], [holos, backgrounds], folder_ok=out.suffix.lower() == ".zarr")
+    suffix = _suffix(out, VOLUME_SUFFIXES, "--out")
+    cluster = bool(scheduler or workers or gpus)
+    _check_method_options(ctx, method, cluster)
+    if angle_range is not None and geometry_kind != "rotation" and backgrounds is not None:
+        raise click.BadParameter("--angles gives the rotation geometry's angles: add --geometry rotation",
+                                 param_hint="--angles")
     truth = None
-    try:
-        if holos.suffix.lower() in (".h5", ".hdf5") and backgrounds is None:
-            stack, bgs, g, hp, truth = H.read_holograms(holos)
-        else:
-            if backgrounds is None:
-                raise click.UsageError("BACKGROUNDS is required unless HOLOS is a qora hologram file")
-            missing = [k for k, v in (("--wavelength", wavelength), ("--pixel", pixel),
-                                      ("--medium-index", medium_index), ("--na", na_detection)) if v is None]
-            if missing:
-                raise click.UsageError(f"stacks without metadata need {', '.join(missing)}")
-            stack, bgs = H.load_stack(holos), H.load_stack(backgrounds)
-            if stack.shape[-3:] != bgs.shape or stack.ndim not in (3, 4):
-                raise click.UsageError(f"holograms {stack.shape} must be (A, N, N), or a series (T, A, N, N), of "
-                                       f"the backgrounds' shape {bgs.shape}")
-            hp = hologram_pixel or pixel / 2
-            optics = dict(wavelength=wavelength, medium_index=medium_index, pixel=pixel, na_detection=na_detection)
-            if geometry_kind == "rotation":
-                if angle_range is None:
-                    raise click.UsageError("the rotation geometry needs --angles START:STOP:COUNT")
-                try:
-                    angles = H.parse_angles(angle_range)
-                except ValueError:
-                    raise click.UsageError(f"--angles {angle_range!r} is not START:STOP:COUNT") from None
-                if len(angles) != stack.shape[0]:
-                    raise click.UsageError(f"{len(angles)} angles for {stack.shape[0]} holograms")
-                g = H.rotation_geometry(angles, stack.shape[0], n=H.field_size(stack.shape[-1], hp, pixel), **optics)
-            else:
-                g, _ = H.geometry_from_backgrounds(bgs, hologram_pixel=hp, **optics)
-        sideband = H.find_sideband(bgs[0], hp)
-        if method == "bpm":
-            if g.geometry == "rotation":
-                raise click.UsageError("--method bpm needs the illumination-scanning geometry, not rotation")
-            if stack.ndim != 3:
-                raise click.UsageError("--method bpm takes one stack (A, N, N), not a series")
-            approximation = "bpm"
-            ratio = H.ratio_from_holograms(stack, bgs, g, hp)
-            with tqdm_progress(disable=quiet) as bar:
-                result = H.bpm_reconstruct(ratio, g, iterations=iterations, tv_weight=tv_weight, batch=batch,
-                                           progress=bar, backend=backend)
-        else:
-            options = H.ReconstructionOptions(method=method, approximation=approximation, iterations=iterations,
-                                              tv_weight=1e-3 if tv_weight is None else tv_weight,
-                                              oversample=oversample)
-            if scheduler or workers or gpus:
-                if stack.ndim != 4 or out.suffix.lower() != ".zarr":
-                    raise click.UsageError("on a Dask cluster, give a time series (T, A, N, N) and a .zarr store as "
-                                           "--out")
-                _series_on_cluster(stack, bgs, g, out, (scheduler, workers, gpus), quiet=quiet, sideband=sideband,
-                                   hologram_pixel=hp, options=options, backend=backend)
-                return
-            with tqdm_progress(disable=quiet) as bar:
-                result = H.reconstruct_holograms(stack, bgs, g, sideband=sideband, hologram_pixel=hp, options=options,
-                                                 backend=backend, progress=bar)
-    except (ValueError, FileNotFoundError, NotImplementedError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    if out.suffix.lower() in (".tif", ".tiff"):
-        if result.index.ndim != 3:
-            raise click.UsageError("a series of volumes goes to .h5, not .tif")
-        H.write_volume_tiff(out, result.index, g)
+    if holos.suffix.lower() in (".h5", ".hdf5") and backgrounds is None:
+        stack, bgs, g, hp, truth = H.read_holograms(holos)
+        g = _file_geometry(ctx, holos, g, hp, wavelength=wavelength, pixel=pixel, hologram_pixel=hologram_pixel,
+                           medium_index=medium_index, na_detection=na_detection, geometry_kind=geometry_kind,
+                           angle_range=angle_range)
     else:
-        H.write_volume(out, result.index, g, method=method, approximation=approximation, iterations=iterations)
+        if backgrounds is None:
+            raise click.UsageError("BACKGROUNDS is required unless HOLOS is a qora hologram file")
+        missing = [k for k, v in (("--wavelength", wavelength), ("--pixel", pixel),
+                                  ("--medium-index", medium_index), ("--na", na_detection)) if v is None]
+        if missing:
+            raise click.UsageError(f"stacks without metadata need {', '.join(missing)}")
+        if na_detection > medium_index:
+            raise click.BadParameter(f"the detection NA {na_detection:g} exceeds --medium-index {medium_index:g} "
+                                     "(unphysical)", param_hint="--na")
+        stack, bgs = H.load_stack(holos), H.load_stack(backgrounds)
+        if bgs.ndim != 3 or stack.shape[-3:] != bgs.shape or stack.ndim not in (3, 4):
+            raise click.UsageError(f"holograms {stack.shape} must be (A, N, N), or a series (T, A, N, N), of "
+                                   f"the backgrounds' shape {bgs.shape}")
+        hp = pixel / 2 if hologram_pixel is None else hologram_pixel
+        optics = dict(wavelength=wavelength, medium_index=medium_index, pixel=pixel, na_detection=na_detection)
+        if geometry_kind == "rotation":
+            if angle_range is None:
+                raise click.UsageError("the rotation geometry needs --angles START:STOP:COUNT")
+            angles = H.parse_angles(angle_range)
+            if len(angles) != stack.shape[-3]:
+                raise click.UsageError(f"{len(angles)} angles for {stack.shape[-3]} holograms")
+            g = H.rotation_geometry(angles, stack.shape[-3], n=H.field_size(stack.shape[-1], hp, pixel), **optics)
+        else:
+            g, _ = H.geometry_from_backgrounds(bgs, hologram_pixel=hp, **optics)
+    sideband = H.find_sideband(bgs[0], hp)
+    options = None
+    if method != "bpm":
+        options = H.ReconstructionOptions(method=method, approximation=approximation, iterations=iterations,
+                                          tv_weight=1e-3 if tv_weight is None else tv_weight, oversample=oversample)
+    recorded = _recorded(sideband, hp, bgs.shape[-1], options, iterations=iterations, tv_weight=tv_weight,
+                         batch=batch)
+    if suffix == ".zarr":
+        from qora.distributed.holo import SeriesStore
+
+        SeriesStore(out).check(g, recorded)  # before any work
+    if method == "bpm":
+        result = _bpm(H, stack, bgs, g, hp, iterations=iterations, tv_weight=tv_weight, batch=batch, backend=backend,
+                      quiet=quiet)
+    else:
+        if cluster:
+            if stack.ndim != 4 or suffix != ".zarr":
+                raise click.UsageError("on a Dask cluster, give a time series (T, A, N, N) and a .zarr store as "
+                                       "--out")
+            _series_on_cluster(stack, bgs, g, out, (scheduler, workers, gpus), quiet=quiet, sideband=sideband,
+                               hologram_pixel=hp, options=options, backend=backend)
+            return
+        from qora.progress import tqdm_progress
+
+        with tqdm_progress(disable=quiet) as bar:
+            result = H.reconstruct_holograms(stack, bgs, g, sideband=sideband, hologram_pixel=hp, options=options,
+                                             backend=backend, progress=bar)
+    _write_result(H, out, suffix, result, g, method=method, approximation=result.approximation, iterations=iterations,
+                  recorded=recorded)
     msg = f"wrote {out}: {result.index.shape}, index {result.index.min():.4f} to {result.index.max():.4f}"
-    if truth is not None:
+    if truth is not None and truth.shape == result.index.shape[-3:]:
         msg += f"; RMSE against the simulated truth {np.sqrt(np.mean((result.index - truth) ** 2)):.2e}"
     click.echo(msg)
     if plot is not None:
-        H.plot_volume(plot, result.index if result.index.ndim == 3 else result.index[-1], g, truth=truth, title=f"{method.upper()}, {approximation}, {g.count} angles")
+        H.plot_volume(plot, result.index if result.index.ndim == 3 else result.index[-1], g, truth=truth,
+                      title=f"{method.upper()}, {result.approximation}, {g.count} angles")
         click.echo(f"wrote {plot}")
+
+
+def _check_method_options(ctx, method: str, cluster: bool) -> None:
+    """Refuse an option the chosen method would not read (never silently ignored)."""
+    unread = {"bpm": ("approximation", "oversample"), "plain": ("iterations", "tv_weight", "batch"),
+              "gp": ("tv_weight", "batch"), "tv": ("batch",)}[method]
+    for name in unread:
+        if _given(ctx, name):
+            option = "--" + name.replace("_", "-")
+            raise click.BadParameter(f"--method {method} does not use {option}", param_hint=option)
+    if cluster and method == "bpm":
+        raise click.UsageError("--method bpm takes one stack here; the cluster options are for a time series of "
+                               "the Fourier methods")
+
+
+def _bpm(H, stack, bgs, g, hp, *, iterations, tv_weight, batch, backend, quiet):
+    """The BPM inversion with its Rytov + GP start, on one progress bar (the start's GP iterations, then the
+    BPM steps)."""
+    from qora.holo import bpm as B
+    from qora.holo.steps import span
+    from qora.progress import tqdm_progress
+
+    if g.geometry == "rotation":
+        raise click.UsageError("--method bpm needs the illumination-scanning geometry, not rotation")
+    if stack.ndim != 3:
+        raise click.UsageError("--method bpm takes one stack (A, N, N), not a series")
+    ratio = H.ratio_from_holograms(stack, bgs, g, hp)
+    start_units = 1 + B.START_OPTIONS.iterations
+    total = start_units + iterations
+    with tqdm_progress(disable=quiet) as bar:
+        start = B.rytov_start(ratio, g, g.n, reconstruct=lambda d, geo, o: H.reconstruct(
+            d, geo, o, backend=backend, progress=span(bar, 0, total, "start (Rytov + GP): ")))
+        return H.bpm_reconstruct(ratio, g, start=start, iterations=iterations, tv_weight=tv_weight, batch=batch,
+                                 progress=span(bar, start_units, total), backend=backend)
+
+
+def _recorded(sideband, hp, hologram_n, options, *, iterations, tv_weight, batch) -> dict:
+    """How the volumes are made, as a series store records it (the cluster's record for the Fourier methods)."""
+    from qora.distributed.holo import series_options
+
+    if options is not None:
+        made = options.to_dict()
+    else:
+        made = {"method": "bpm", "iterations": int(iterations), "tv_weight": tv_weight, "batch": batch}
+    return series_options(sideband, hp, hologram_n, made)
+
+
+def _write_result(H, out, suffix, result, g, *, method, approximation, iterations, recorded) -> None:
+    if suffix in (".tif", ".tiff"):
+        if result.index.ndim != 3:
+            raise click.UsageError("a series of volumes goes to .h5 or .zarr, not .tif")
+        H.write_volume_tiff(out, result.index, g)
+    elif suffix == ".zarr":
+        from qora.distributed.holo import write_series
+
+        volumes = result.index if result.index.ndim == 4 else result.index[None]
+        write_series(out, volumes, g, recorded)
+    else:
+        H.write_volume(out, result.index, g, method=method, approximation=approximation, iterations=iterations)
 
 
 def _series_on_cluster(stack, backgrounds, geometry, out, cluster, *, quiet, **options) -> None:
@@ -200,9 +374,9 @@ def _series_on_cluster(stack, backgrounds, geometry, out, cluster, *, quiet, **o
 @holo.command("phase")
 @click.argument("hologram", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.argument("background", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--pixel", type=float, default=1.0, show_default=True, help="Hologram pixel (um, or 1 for pixels).")
-@click.option("--na", "na_detection", type=float, default=None, help="Detection NA (needs --wavelength).")
-@click.option("--wavelength", type=float, default=None, help="Vacuum wavelength, um.")
+@click.option("--pixel", type=POSITIVE, default=1.0, show_default=True, help="Hologram pixel (um, or 1 for pixels).")
+@click.option("--na", "na_detection", type=POSITIVE, default=None, help="Detection NA (needs --wavelength).")
+@click.option("--wavelength", type=POSITIVE, default=None, help="Vacuum wavelength, um (needs --na).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Output .h5.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None)
 def phase_cmd(hologram, background, pixel, na_detection, wavelength, out, plot) -> None:
@@ -212,14 +386,18 @@ def phase_cmd(hologram, background, pixel, na_detection, wavelength, out, plot) 
     from qora import holo as H
     from qora.io.atomic import atomic_path
 
-    try:
-        h, b = H.load_stack(hologram), H.load_stack(background)
-        if h.ndim == 3:
-            h, b = h[0], b[0]
-        pupil = na_detection / wavelength if (na_detection and wavelength) else None
-        res = H.quantitative_phase(h, b, hologram_pixel=pixel, pupil_frequency=pupil)
-    except (ValueError, FileNotFoundError) as exc:
-        raise click.ClickException(str(exc)) from exc
+    _apart([out, plot], [hologram, background])
+    _suffix(out, (".h5", ".hdf5"), "--out")
+    if (na_detection is None) != (wavelength is None):
+        given, needed = ("--na", "--wavelength") if wavelength is None else ("--wavelength", "--na")
+        raise click.BadParameter(f"the pupil is NA / wavelength: {given} needs {needed}", param_hint=given)
+    h, b = H.load_stack(hologram), H.load_stack(background)
+    for name, image in (("HOLOGRAM", h), ("BACKGROUND", b)):
+        if image.ndim not in (2, 3) or (image.ndim == 3 and image.shape[0] != 1):
+            raise click.UsageError(f"{name} must be one hologram (N, N), got an array of shape {image.shape}")
+    h, b = h.reshape(h.shape[-2:]), b.reshape(b.shape[-2:])
+    pupil = na_detection / wavelength if na_detection is not None else None
+    res = H.quantitative_phase(h, b, hologram_pixel=pixel, pupil_frequency=pupil)
     with atomic_path(out) as tmp, h5py.File(tmp, "w") as f:
         f.attrs["qora_kind"] = "holo_phase"
         f.attrs["units"] = "phase in rad; pixel in the unit of --pixel"

@@ -23,8 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from qora.distributed.items import ItemReport, run_items
+from qora.holo.plans import intensities
+from qora.io.errors import InputError, MissingExtra, OutputError
 
-__all__ = ["reconstruct_series", "SeriesStore"]
+__all__ = ["reconstruct_series", "SeriesStore", "write_series", "series_options"]
 
 INDEX = "qora-index.json"
 PARTIAL = ".partial"
@@ -41,7 +43,7 @@ def _zarr():
     try:
         import zarr
     except ImportError as exc:  # pragma: no cover - the dask extra brings it
-        raise ImportError("the holo series store needs Zarr: pip install 'qora[dask]'") from exc
+        raise MissingExtra("the holo series store needs Zarr: pip install 'qora[dask]'") from exc
     return zarr
 
 
@@ -54,13 +56,8 @@ class SeriesStore:
     def create(self, geometry, options: dict) -> None:
         """Make the store (or check that an existing one has the same geometry and options)."""
         zarr = _zarr()
-        attrs = {"qora_kind": "holo_series", **_geometry_json(geometry), "options": options}
+        attrs = self.check(geometry, options)
         if (self.path / "zarr.json").exists():
-            old = dict(zarr.open_group(str(self.path), mode="r").attrs)
-            if old.get("qora_kind") != "holo_series":
-                raise ValueError(f"{self.path} is not a qora holo series store")
-            if {k: old.get(k) for k in attrs} != json.loads(json.dumps(attrs)):
-                raise ValueError(f"{self.path} holds a series of another geometry or options; give a new store")
             return
         from qora import __version__
 
@@ -68,6 +65,22 @@ class SeriesStore:
         group.attrs.update({**attrs, "qora_version": __version__,
                             "units": "refractive index; lengths in um; frequencies in cycles/um"})
         self._write_index({})
+
+    def check(self, geometry, options: dict) -> dict:
+        """Refuse, before any work, a store this series cannot go to: a path that holds something else
+        (a file, a folder that is not a series store), or a store of another geometry or options.
+        Returns the attributes the store has or will have."""
+        attrs = {"qora_kind": "holo_series", **_geometry_json(geometry), "options": options}
+        if (self.path / "zarr.json").exists():
+            old = dict(_zarr().open_group(str(self.path), mode="r").attrs)
+            if old.get("qora_kind") != "holo_series":
+                raise OutputError(f"{self.path} is not a qora holo series store; give a new store")
+            if {k: old.get(k) for k in attrs} != json.loads(json.dumps(attrs)):
+                raise OutputError(f"{self.path} holds a series of another geometry or options; give a new store")
+        elif self.path.exists() and (not self.path.is_dir() or any(self.path.iterdir())):
+            raise OutputError(f"{self.path} exists and is not a Zarr store (writing it would replace what is there); "
+                              "give a new store")
+        return attrs
 
     @property
     def attrs(self) -> dict:
@@ -196,16 +209,13 @@ def reconstruct_series(stacks, backgrounds, geometry, *, store, client, sideband
 
     options = options if options is not None else ReconstructionOptions()
     if not isinstance(options, ReconstructionOptions):
-        raise TypeError(f"options must be a qora.holo.ReconstructionOptions, got {type(options).__name__}")
-    backgrounds = np.asarray(backgrounds)
+        raise InputError(f"options must be a qora.holo.ReconstructionOptions, got {type(options).__name__}")
+    backgrounds = intensities("backgrounds", backgrounds)
     if backgrounds.ndim != 3 or backgrounds.shape[1] != backgrounds.shape[2]:
-        raise ValueError(f"backgrounds must be (A, N, N), got shape {backgrounds.shape}")
+        raise InputError(f"backgrounds must be (A, N, N), got shape {backgrounds.shape}")
     count = len(stacks)
-    times = list(range(count)) if times is None else [int(t) for t in times]
-    if len(times) != count or len(set(times)) != count:
-        raise ValueError(f"times must give {count} distinct time points")
-    recorded = dict(sideband=tuple(float(v) for v in sideband), hologram_pixel=float(hologram_pixel),
-                    hologram_n=int(backgrounds.shape[-1]), **options.to_dict())
+    times = _times(times, count)
+    recorded = series_options(sideband, hologram_pixel, backgrounds.shape[-1], options.to_dict())
     series = SeriesStore(store)
     series.create(geometry, recorded)
     done = series.index()
@@ -223,3 +233,37 @@ def reconstruct_series(stacks, backgrounds, geometry, *, store, client, sideband
     out = run_items(client, _process_time_point, items, stage="stacks", progress=progress, on_result=land)
     out.skipped = sorted(t for t in times if t not in items)
     return out
+
+
+def _times(times, count: int) -> list:
+    try:
+        times = list(range(count)) if times is None else [int(t) for t in times]
+    except (TypeError, ValueError):
+        raise InputError(f"times must be {count} integers (the time points), got {times!r}") from None
+    if len(times) != count or len(set(times)) != count or min(times, default=0) < 0:
+        raise InputError(f"times must give {count} distinct non-negative time points")
+    return times
+
+
+def series_options(sideband, hologram_pixel: float, hologram_n: int, options: dict) -> dict:
+    """What a series store records of how its volumes were made (a run that resumes it must match)."""
+    return dict(sideband=tuple(float(v) for v in sideband), hologram_pixel=float(hologram_pixel),
+                hologram_n=int(hologram_n), **options)
+
+
+def write_series(store, volumes, geometry, options: dict, *, times=None) -> dict:
+    """Write volumes (T, n, n, n) computed here (no cluster) into the series store ``store``, the layout
+    :func:`reconstruct_series` writes: created, or added to when it holds a series of the same geometry
+    and ``options`` (:func:`series_options`; time points already there are kept, not rewritten).
+    Returns the store's index."""
+    volumes = np.asarray(volumes)
+    times = _times(times, len(volumes))
+    series = SeriesStore(store)
+    series.create(geometry, options)
+    done = series.index()
+    for t, volume in zip(times, volumes):
+        if t not in done:
+            series.write_volume(t, volume)
+            done[t] = {"min": float(volume.min()), "max": float(volume.max()), "backend": "local"}
+    series._write_index(done)
+    return done

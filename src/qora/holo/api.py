@@ -23,9 +23,13 @@ from qora.holo import fields as _fields
 from qora.holo import odt as _odt
 from qora.holo.geometry import Geometry, cone_illuminations
 from qora.holo.odt import OdtResult
-from qora.holo.options import CUDA_ONLY, ReconstructionOptions
+from qora.holo.options import CUDA_ONLY, OptionError, ReconstructionOptions
 from qora.holo.pipeline import CpuPipeline
 from qora.holo.plans import CropPlan, MappingPlan, solver_grid
+from qora.holo.plans import cuda_pipeline_bytes, intensities
+from qora.holo.steps import solve_units, span, stack_units
+from qora.io.errors import InputError
+from qora.io.validate import integer, memory_needed, number, positive
 from qora.progress import report
 
 __all__ = ["reconstruct", "extract_fields", "bpm_reconstruct", "Pipeline", "pipeline_tables", "reconstruct_holograms",
@@ -34,9 +38,18 @@ __all__ = ["reconstruct", "extract_fields", "bpm_reconstruct", "Pipeline", "pipe
 
 
 def options_with(options: ReconstructionOptions | None, changes: dict) -> ReconstructionOptions:
-    """``options`` (default: the defaults) with the keyword ``changes`` (validated; unknown names: TypeError)."""
+    """``options`` (default: the defaults) with the keyword ``changes`` (validated; unknown names: an
+    :class:`~qora.holo.options.OptionError`, a TypeError too)."""
     base = options if options is not None else ReconstructionOptions()
+    if not isinstance(base, ReconstructionOptions):
+        raise InputError(f"options must be a qora.holo.ReconstructionOptions, got {type(base).__name__}")
     return base.replace(**changes) if changes else base
+
+
+def _geometry(geometry) -> Geometry:
+    if not isinstance(geometry, Geometry):
+        raise InputError(f"geometry must be a qora.holo.Geometry, got {type(geometry).__name__}")
+    return geometry
 
 
 # -- per-call functions ---------------------------------------------------------------------------------
@@ -48,30 +61,39 @@ ONE_SHOT_DEFAULTS = ReconstructionOptions(r2c=False)
 
 
 def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None = None, *, backend="cpu",
-                **changes) -> OdtResult:
+                progress=None, **changes) -> OdtResult:
     """Refractive-index volume from field ratios u / u_in (A, n, n) at z = 0.
 
     ``options``: a :class:`ReconstructionOptions`, default :data:`ONE_SHOT_DEFAULTS` (the defaults
     with ``r2c=False``); keyword ``changes`` override its fields, e.g. ``method="tv"``; ``backend``: "cpu", "cuda" or "auto". On the CPU, CUDA-only fields given as
-    keywords are a TypeError (as a field of ``options`` they are ignored there).
+    keywords are an OptionError, a TypeError (as a field of ``options`` they are ignored there).
+    ``progress`` gets done of 1 + the solver's iterations (on CUDA the solve reports once, at its end).
     """
     be = resolve(backend)
     if not be.is_cuda:
         cuda_only = sorted(set(changes) & set(CUDA_ONLY))
         if cuda_only:
-            raise TypeError(f"options {cuda_only} apply to the CUDA backend only")
+            raise OptionError(f"options {cuda_only} apply to the CUDA backend only")
     options = options_with(options if options is not None else ONE_SHOT_DEFAULTS, changes)
+    geometry = _geometry(geometry)
     if be.is_cuda:
         from qora.holo import cuda_pipeline
 
-        return cuda_pipeline.reconstruct(ratio, geometry, options)
-    return _odt.reconstruct(ratio, geometry, options)
+        ratio = _odt.check_ratio("ratio", ratio, geometry)
+        total = 1 + solve_units(options)
+        report(progress, options.method, 0, total)
+        result = cuda_pipeline.reconstruct(ratio, geometry, options)
+        report(progress, "done", total, total)
+        return result
+    return _odt.reconstruct(ratio, geometry, options, progress=progress)
 
 
 def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_frequency: float,
                    backend="cpu") -> np.ndarray:
     """Complex fields (A, n, n) from holograms (A, N, N) or (N, N): :func:`qora.holo.fields.extract_fields`,
     or on ``backend="cuda"`` its CUDA twin (complex64 out; even N and n)."""
+    hologram_pixel, n, pupil_frequency, sideband = _fields.crop_parameters(hologram_pixel, n, pupil_frequency,
+                                                                            sideband)
     kw = dict(hologram_pixel=hologram_pixel, n=n, pupil_frequency=pupil_frequency)
     if resolve(backend).is_cuda:
         from qora.holo import cuda_pipeline
@@ -92,8 +114,17 @@ def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, 
 
         return bpm_cuda.bpm_reconstruct(*args, n_z=n_z, obliquity=obliquity, **cuda_options)
     if cuda_options:
-        raise TypeError(f"options {sorted(cuda_options)} apply to the CUDA backend only")
+        raise OptionError(f"options {sorted(cuda_options)} apply to the CUDA backend only")
     return _bpm.bpm_reconstruct(*args, n_z=n_z, obliquity=obliquity)
+
+
+def device_free_memory(backend) -> int | None:
+    """Free memory of the backend's current device (bytes), or None where it cannot be asked."""
+    xp = getattr(backend, "xp", None)
+    cuda = getattr(xp, "cuda", None)
+    if cuda is None:
+        return None
+    return int(cuda.Device().mem_info[0])
 
 
 # -- the Pipeline ---------------------------------------------------------------------------------------
@@ -137,6 +168,15 @@ class Pipeline:
     def __init__(self, geometry: Geometry, *, sideband, hologram_pixel: float, hologram_n: int,
                  options: ReconstructionOptions | None = None, backend="auto", **changes) -> None:
         options = options_with(options, changes)
+        geometry = _geometry(geometry)
+        hologram_n = integer("hologram_n", hologram_n, low=1)
+        hologram_pixel, _, _, sideband = _fields.crop_parameters(hologram_pixel, geometry.n, geometry.pupil_frequency,
+                                                                 sideband)
+        n = field_size(hologram_n, hologram_pixel, geometry.pixel)
+        if n != geometry.n:
+            raise InputError(f"{hologram_n} x {hologram_n} holograms at hologram_pixel {hologram_pixel:g} um give "
+                             f"fields of {n} pixels of {geometry.pixel:g} um, the geometry has n = {geometry.n}: "
+                             "check hologram_pixel, hologram_n and the geometry's pixel")
         if backend == "auto" and (geometry.n % 2 or hologram_n % 2):
             backend = "cpu"  # the CUDA stages need even sizes (centre-origin signs)
         self.backend = resolve(backend)
@@ -147,6 +187,10 @@ class Pipeline:
         if self.backend.is_cuda:
             from qora.holo.cuda_pipeline import CudaPipeline
 
+            memory_needed(cuda_pipeline_bytes(geometry, hologram_n, options), "the CUDA Pipeline",
+                          available=device_free_memory(self.backend), where="device",
+                          hint="make it smaller (fewer or smaller holograms, a smaller --oversample) or use "
+                               "--backend cpu")
             self.cuda = CudaPipeline(geometry, self.crop, self.mapping, options)
             self._engine = self.cuda
         else:
@@ -155,6 +199,8 @@ class Pipeline:
 
     def set_background(self, holograms) -> None:
         """Extract and keep the background fields (one hologram per illumination)."""
+        if self.cuda is not None:
+            self._check_device_input("backgrounds", holograms)
         self._engine.set_background(holograms)
         self.background_fields = True if self.cuda is not None else self._engine.background_fields
 
@@ -167,22 +213,41 @@ class Pipeline:
         if self.background_fields is None:
             raise RuntimeError("call set_background(...) before process(...)")
         if self.cuda is not None:
+            if holograms is not None:
+                self._check_device_input("holograms", holograms)
             return self.cuda.process(holograms, progress=progress, copy=copy)
         return self._engine.process(holograms, progress=progress)
 
+    def _check_device_input(self, name: str, holograms) -> None:
+        """What the CUDA upload would cast or reject (non-finite values are counted on the device)."""
+        a = np.asarray(holograms)
+        if np.iscomplexobj(a) or not np.issubdtype(a.dtype, np.number):
+            intensities(name, a[:0] if a.ndim else a)  # the same message as on the CPU
+        if a.shape != self.cuda.host_in.shape:
+            raise InputError(f"expected holograms of shape {self.cuda.host_in.shape} as the {name} (one per "
+                             f"illumination of the geometry), got {a.shape}")
+
     def process_series(self, stacks, *, progress=None):
-        """Yield the volume of each stack of a time series, in order."""
+        """Yield the volume of each stack of a time series, in order; ``progress`` gets done of the whole
+        series (each stack's :func:`qora.holo.steps.stack_units`), the stage "stack i of T: ..."."""
         stacks = list(stacks)
+        units = stack_units(self.options)
         for i, holos in enumerate(stacks):
-            yield self.process(holos)
-            report(progress, "stacks", i + 1, len(stacks))
+            yield self.process(holos, progress=span(progress, i * units, len(stacks) * units,
+                                                    f"stack {i + 1} of {len(stacks)}: "))
 
 
 def reconstruct_holograms(holograms, backgrounds, geometry: Geometry, *, sideband, hologram_pixel: float,
                           options: ReconstructionOptions | None = None, backend="auto", progress=None) -> OdtResult:
     """Index volume(s) of a hologram stack (A, N, N), or a time series (T, A, N, N) (volumes stacked),
     with its backgrounds (A, N, N), through one :class:`Pipeline`."""
-    holograms = np.asarray(holograms)
+    holograms, backgrounds = np.asarray(holograms), np.asarray(backgrounds)
+    if holograms.ndim not in (3, 4):
+        raise InputError(f"holograms must be a stack (A, N, N) or a time series (T, A, N, N), got shape "
+                         f"{holograms.shape}")
+    if holograms.shape[-3:] != backgrounds.shape:
+        raise InputError(f"backgrounds {backgrounds.shape} must have the shape of one hologram stack "
+                         f"{holograms.shape[-3:]} (one background per illumination)")
     options = options_with(options, {})
     pipe = Pipeline(geometry, sideband=sideband, hologram_pixel=hologram_pixel, hologram_n=holograms.shape[-1],
                     options=options, backend=backend)
@@ -198,6 +263,8 @@ def reconstruct_holograms(holograms, backgrounds, geometry: Geometry, *, sideban
 
 def field_size(hologram_n: int, hologram_pixel: float, pixel: float) -> int:
     """The field and volume size n of N x N holograms at ``hologram_pixel`` cropped to ``pixel`` (um)."""
+    hologram_n = integer("hologram_n", hologram_n, low=1)
+    hologram_pixel, pixel = positive("hologram_pixel", hologram_pixel, unit="um"), positive("pixel", pixel, unit="um")
     return int(round(hologram_n * hologram_pixel / pixel))
 
 
@@ -209,11 +276,21 @@ def geometry_from_backgrounds(backgrounds, *, wavelength: float, medium_index: f
     fields are extracted on the CPU and each one's plane-wave frequency is the illumination.
     ``hologram_pixel`` defaults to ``pixel / 2`` (um). Returns ``(Geometry, sideband)``.
     """
-    bgs = np.asarray(backgrounds)
+    bgs = intensities("backgrounds", backgrounds)
     if bgs.ndim != 3 or bgs.shape[-1] != bgs.shape[-2]:
-        raise ValueError(f"backgrounds must be (A, N, N), got shape {bgs.shape}")
-    hp = hologram_pixel or pixel / 2
+        raise InputError(f"backgrounds must be (A, N, N), got shape {bgs.shape}")
+    wavelength, pixel = positive("wavelength", wavelength, unit="um"), positive("pixel", pixel, unit="um")
+    medium_index = positive("medium_index", medium_index)
+    na_detection = positive("na_detection", na_detection)
+    if na_detection > medium_index:
+        raise InputError(f"na_detection ({na_detection:g}) cannot exceed the medium index ({medium_index:g}): a "
+                         "numerical aperture beyond n_m is unphysical")
+    hp = pixel / 2 if hologram_pixel is None else positive("hologram_pixel", hologram_pixel, unit="um")
     n = field_size(bgs.shape[-1], hp, pixel)
+    if not 4 <= n <= bgs.shape[-1]:
+        raise InputError(f"{bgs.shape[-1]} x {bgs.shape[-1]} holograms at hologram_pixel {hp:g} um give fields of "
+                         f"{n} pixels of {pixel:g} um; need 4 to {bgs.shape[-1]} (pixel between hologram_pixel and "
+                         f"N x hologram_pixel / 4)")
     sideband = _fields.find_sideband(bgs[0], hp)
     bg_fields = _fields.extract_fields(bgs, sideband, hologram_pixel=hp, n=n, pupil_frequency=na_detection / wavelength)
     g = Geometry(wavelength, medium_index, pixel, n, na_detection,
@@ -224,19 +301,34 @@ def geometry_from_backgrounds(backgrounds, *, wavelength: float, medium_index: f
 def parse_angles(text: str) -> np.ndarray:
     """Rotation angles (rad) from "START:STOP:COUNT" in degrees (STOP excluded), e.g. "0:360:180"."""
     try:
-        start, stop, count = (float(v) for v in text.split(":"))
+        start, stop, count = (float(v) for v in str(text).split(":"))
     except ValueError:
-        raise ValueError(f"angles {text!r} are not START:STOP:COUNT") from None
-    return np.deg2rad(np.linspace(start, stop, int(count), endpoint=False))
+        raise InputError(f"angles {text!r} are not START:STOP:COUNT (degrees, e.g. 0:360:180)") from None
+    start, stop = number("the angles' START", start, unit="degrees"), number("the angles' STOP", stop, unit="degrees")
+    count = integer("the angles' COUNT", count, low=1)
+    if start == stop:
+        raise InputError(f"angles {text!r}: START and STOP are equal, the angles would all be one")
+    return np.deg2rad(np.linspace(start, stop, count, endpoint=False))
+
+
+def _finite_angles(angles) -> np.ndarray:
+    try:
+        a = np.asarray(angles, float).reshape(-1)
+    except (TypeError, ValueError):
+        raise InputError(f"angles must be numbers (radians), got {angles!r}") from None
+    bad = a.size - int(np.count_nonzero(np.isfinite(a)))
+    if bad:
+        raise InputError(f"angles: {bad} non-finite (NaN or Inf) values of {a.size}")
+    return a
 
 
 def rotation_geometry(angles, count: int, *, wavelength: float, medium_index: float, pixel: float,
                       na_detection: float, n: int) -> Geometry:
     """The sample-rotation geometry (about y) for ``count`` holograms at ``angles`` (rad, or "START:STOP:COUNT"
     in degrees); a count that differs from the angles' is a ValueError."""
-    angles = parse_angles(angles) if isinstance(angles, str) else np.asarray(angles, float)
+    angles = parse_angles(angles) if isinstance(angles, str) else _finite_angles(angles)
     if len(angles) != count:
-        raise ValueError(f"{len(angles)} angles for {count} holograms")
+        raise InputError(f"angles: {len(angles)} angles for {count} holograms; give one angle per hologram")
     return Geometry(wavelength, medium_index, pixel, n, na_detection, angles=angles)
 
 
@@ -246,11 +338,17 @@ def simulation_geometry(n: int, *, kind: str = "scan", angles: int = 48, na_illu
     ("scan"), or ``angles`` rotations about y over 360 degrees ("rotation")."""
     from qora.holo import reference as R
 
+    n, angles = integer("n (the volume size)", n, low=4), integer("angles", angles, low=1)
+    na_illumination = number("na_illumination", na_illumination)
+    if not 0 <= na_illumination <= R.NA_DETECTION:
+        raise InputError(f"na_illumination must be between 0 and the detection NA {R.NA_DETECTION:g} (an "
+                         "illumination beyond it misses the camera; beyond the medium index "
+                         f"{R.MEDIUM_INDEX:g} it would not propagate), got {na_illumination:g}")
     if kind == "rotation":
         return Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, n, R.NA_DETECTION,
                         angles=np.linspace(0, 2 * np.pi, angles, endpoint=False))
     if kind != "scan":
-        raise ValueError(f"kind must be 'scan' or 'rotation', got {kind!r}")
+        raise InputError(f"kind must be 'scan' or 'rotation', got {kind!r}")
     df = 1.0 / (n * R.PIXEL)
     ill = np.round(cone_illuminations(na_illumination, R.WAVELENGTH, angles) / df) * df
     return Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, n, R.NA_DETECTION, illuminations=ill)

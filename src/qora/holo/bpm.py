@@ -35,10 +35,12 @@ import numpy as np
 
 from qora.backend import fft as backend_fft
 from qora.holo.geometry import Geometry
-from qora.holo.odt import OdtResult
+from qora.holo.odt import OdtResult, check_ratio
 from qora.holo.odt import reconstruct as odt_reconstruct
 from qora.holo.options import ReconstructionOptions
 from qora.holo.plans import BpmTables, bpm_tables, check_scan
+from qora.io.errors import InputError
+from qora.io.validate import integer, nonnegative, positive
 from qora.progress import report
 
 __all__ = ["BpmTables", "bpm_tables", "bpm_forward", "bpm_jvp", "bpm_vjp", "bpm_gradient", "bpm_lipschitz",
@@ -61,13 +63,13 @@ def _prepare(contrast, geometry: Geometry, tables: BpmTables | None):
     check_scan(geometry)
     x = np.asarray(contrast)
     if x.ndim != 3 or x.shape[1:] != (geometry.n, geometry.n):
-        raise ValueError(f"contrast must be (n_z, {geometry.n}, {geometry.n}), got {x.shape}")
+        raise InputError(f"contrast must be (n_z, {geometry.n}, {geometry.n}), got {x.shape}")
     real = np.float32 if x.dtype == np.float32 else np.float64
     x = x.astype(real, copy=False)
     if tables is None:
         tables = bpm_tables(geometry, x.shape[0])
     if tables.n_z != x.shape[0] or tables.n != geometry.n or tables.count != geometry.count:
-        raise ValueError(f"tables are for {tables.count} x {tables.n_z} slices of {tables.n}^2, the contrast is "
+        raise InputError(f"tables are for {tables.count} x {tables.n_z} slices of {tables.n}^2, the contrast is "
                          f"{x.shape} with {geometry.count} illuminations")
     cdtype = np.complex64 if real == np.float32 else np.complex128
     # exp(i k0 d x_k), (n_z, n, n), laterally in the FFT layout (origin at index 0) of w = F^-1 S
@@ -138,7 +140,7 @@ def bpm_jvp(contrast, h, geometry: Geometry, tables: BpmTables | None = None):
     x, tables, screens, cdtype = _prepare(contrast, geometry, tables)
     h = np.asarray(h, x.dtype)
     if h.shape != x.shape:
-        raise ValueError(f"h must have the contrast's shape {x.shape}, got {h.shape}")
+        raise InputError(f"h must have the contrast's shape {x.shape}, got {h.shape}")
     tangent = (1j * tables.k0 * tables.step * _lateral_fft_layout(h)).astype(cdtype)
     out = np.empty((geometry.count, geometry.n, geometry.n), cdtype)
     for index in _chunks(geometry.count, x.shape[0], geometry.n, 1):
@@ -196,7 +198,7 @@ def bpm_gradient(contrast, data, geometry: Geometry, tables: BpmTables | None = 
     x, tables, screens, cdtype = _prepare(contrast, geometry, tables)
     data = np.asarray(data)
     if data.shape != (geometry.count, geometry.n, geometry.n):
-        raise ValueError(f"data must be ({geometry.count}, {geometry.n}, {geometry.n}), got {data.shape}")
+        raise InputError(f"data must be ({geometry.count}, {geometry.n}, {geometry.n}), got {data.shape}")
     count = len(range(*index.indices(geometry.count)))
     grad, loss = _reverse(x, screens, tables, cdtype, index, lambda y, ind: y - data[ind])
     grad = (grad / count).astype(x.dtype)
@@ -233,21 +235,23 @@ def inversion_inputs(data, geometry: Geometry, start, iterations: int, tv_weight
     """The checked data, the start (float64; Rytov + 20 GP by default, by ``reconstruct``: see
     :func:`rytov_start`) and the illumination batches of a BPM inversion (both backends' ``bpm_reconstruct``)."""
     check_scan(geometry)
-    data = np.asarray(data)
-    if not np.iscomplexobj(data) or data.shape != (geometry.count, geometry.n, geometry.n):
-        raise ValueError(f"data must be complex field ratios ({geometry.count}, {geometry.n}, {geometry.n})")
-    if iterations < 0:
-        raise ValueError(f"iterations must be non-negative, got {iterations}")
-    if tv_weight is not None and (tv_weight < 0 or tv_inner < 1):
-        raise ValueError("tv needs tv_weight >= 0 and tv_inner >= 1")
-    if batch is not None and not 1 <= batch <= geometry.count:
-        raise ValueError(f"batch must be between 1 and {geometry.count}, got {batch}")
+    data = check_ratio("data", data, geometry)
+    iterations = integer("iterations", iterations, low=0)
+    tv_inner = integer("tv_inner", tv_inner, low=1)
+    if tv_weight is not None:
+        tv_weight = nonnegative("tv_weight", tv_weight)
+    if batch is not None:
+        batch = integer("batch", batch, low=1, high=geometry.count)
+    if n_z is not None:
+        n_z = integer("n_z (planes)", n_z, low=1)
     if start is None:
         x = rytov_start(data, geometry, int(n_z or geometry.n), reconstruct)
     else:
+        if np.iscomplexobj(start):
+            raise InputError("start must be a real index contrast n - n_m, got complex values")
         x = np.array(start, np.float64)
         if x.ndim != 3 or x.shape[1:] != (geometry.n, geometry.n) or not np.all(np.isfinite(x)):
-            raise ValueError(f"start must be a finite index contrast (n_z, {geometry.n}, {geometry.n}), got {x.shape}")
+            raise InputError(f"start must be a finite index contrast (n_z, {geometry.n}, {geometry.n}), got {x.shape}")
     if batch is None or batch >= geometry.count:
         batches = [slice(None)]
     else:
@@ -283,6 +287,7 @@ def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, 
     from qora.holo.tv_cpu import fgp_prox_fused
 
     t0 = time.perf_counter()
+    step = positive("step", step)
     data, x, batches = inversion_inputs(data, geometry, start, iterations, tv_weight, tv_inner, batch, n_z)
     tables = bpm_tables(geometry, x.shape[0], obliquity)
     lam = 0.0 if not tv_weight else step * tv_weight / (2 * geometry.medium_index)
@@ -336,9 +341,11 @@ def simulate_bpm_holograms(spheres, geometry: Geometry, *, noise: float = 0.0, s
     :func:`bpm_forward`, and the pupil-limited field ratios upsampled to the hologram grid at half
     the pixel. Returns ``(holograms, backgrounds, hologram_pixel)`` like ``phantoms.simulate_holograms``.
     """
-    from qora.holo.phantoms import holograms_from_fields, render_spheres
+    from qora.holo.phantoms import check_simulation_memory, holograms_from_fields, render_spheres
 
     check_scan(geometry)
+    noise = nonnegative("noise", noise)
+    check_simulation_memory(geometry, "bpm")
     vol = render_spheres(spheres, geometry.n, geometry.pixel, geometry.medium_index, supersample=supersample)
     ratio = bpm_forward(vol.astype(np.float64) - geometry.medium_index, geometry)
     return holograms_from_fields(upsample_fields(ratio, 2 * geometry.n), geometry, noise=noise, seed=seed,

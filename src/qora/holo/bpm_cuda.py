@@ -25,6 +25,7 @@ from qora.holo.cuda_stages import FgpProx, WorkArea, cupy
 from qora.holo.geometry import Geometry
 from qora.holo.odt import OdtResult
 from qora.holo.plans import BpmTables, bpm_tables, check_scan
+from qora.io.validate import positive
 from qora.progress import report
 
 __all__ = ["BpmDevice", "bpm_forward", "bpm_vjp", "bpm_gradient", "bpm_reconstruct"]
@@ -194,6 +195,7 @@ def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, 
     """
     cp = cupy()
     t0 = time.perf_counter()
+    step = positive("step", step)
     data, x0, batches = inversion_inputs(data, geometry, start, iterations, tv_weight, tv_inner, batch, n_z,
                                          reconstruct=cuda_reconstruct)
     tables = bpm_tables(geometry, x0.shape[0], obliquity)

@@ -18,9 +18,11 @@ from qora.holo.cuda_solver import SpectrumSolver
 from qora.holo.cuda_stages import (MEMCPY_DEFAULT, FieldStage, FirstOrder, Mapper, WorkArea, check_even, cupy,
                                    ptr)
 from qora.holo.geometry import Geometry
-from qora.holo.odt import OdtResult
+from qora.holo.odt import OdtResult, check_ratio
 from qora.holo.options import ReconstructionOptions
 from qora.holo.plans import CropPlan, MappingPlan, solver_grid, stack_holograms
+from qora.holo.steps import stack_units
+from qora.io.errors import InputError
 from qora.progress import report
 
 __all__ = ["CudaPipeline", "Reconstruction", "extract_fields", "first_order", "reconstruct"]
@@ -107,11 +109,7 @@ def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None
     """The CUDA twin of :func:`qora.holo.odt.reconstruct`: the same options, and ``mapping`` and ``fgp`` read."""
     cp = cupy()
     o = options if options is not None else ReconstructionOptions()
-    ratio = np.asarray(ratio)
-    if not np.iscomplexobj(ratio) or not np.all(np.isfinite(ratio)):
-        raise ValueError("ratio must be complex and finite (u / u_in)")
-    if ratio.shape != (geometry.count, geometry.n, geometry.n):
-        raise ValueError(f"ratio must be {(geometry.count, geometry.n, geometry.n)}, got {ratio.shape}")
+    ratio = check_ratio("ratio", ratio, geometry)
     work = WorkArea()
     order = FirstOrder(geometry.count, geometry.n, work)
     recon = Reconstruction(geometry, work, MappingPlan(solver_grid(geometry, o.oversample)), o)
@@ -183,7 +181,7 @@ class CudaPipeline:
         if holograms is not None and holograms is not self.host_in:
             holos = np.asarray(holograms)
             if holos.shape != self.host_in.shape:
-                raise ValueError(f"expected holograms of shape {self.host_in.shape}, got {holos.shape}")
+                raise InputError(f"expected holograms of shape {self.host_in.shape}, got {holos.shape}")
             np.copyto(self.host_in, holos, casting="same_kind")
         self.free.record(self.stream)  # the previous stack's R2C has read the device buffer
         self.copy_stream.wait_event(self.free)
@@ -202,9 +200,12 @@ class CudaPipeline:
         cp.cuda.runtime.memcpyAsync(self.host_flag.ctypes.data, self.flag.data.ptr, 4, MEMCPY_DEFAULT,
                                     self.stream.ptr)
 
-    def _raise_if_nonfinite(self) -> None:
-        if self.host_flag[0]:
-            raise ValueError("holograms have non-finite values")
+    def _raise_if_nonfinite(self, name: str = "holograms") -> None:
+        if self.host_flag[0]:  # counted only here, on the error path
+            x = self.fields.holograms
+            bad = int(x.size - int(cupy().count_nonzero(cupy().isfinite(x))))
+            raise InputError(f"{name}: {bad} non-finite (NaN or Inf) values of {x.size}; correct or replace them "
+                             "(e.g. by the neighbours' mean) before reconstructing")
 
     def set_background(self, holograms) -> None:
         """Extract and keep the background fields on the device (one hologram per illumination)."""
@@ -216,9 +217,9 @@ class CudaPipeline:
             mag = cp.abs(self.background)
             low = bool((mag.min() <= 0) | (mag.min() < 1e-6 * cp.median(mag)))
         self.stream.synchronize()
-        self._raise_if_nonfinite()
+        self._raise_if_nonfinite("backgrounds")
         if low:
-            raise ValueError("a background field is (nearly) zero somewhere: cannot form the ratio")
+            raise InputError("a background field is (nearly) zero somewhere: cannot form the ratio")
         self.has_background = True
 
     def process(self, holograms=None, *, progress=None, copy: bool = True) -> OdtResult:
@@ -232,7 +233,8 @@ class CudaPipeline:
             raise RuntimeError("call set_background(...) before process(...)")
         marks = []
         self._upload(holograms)
-        report(progress, "fields", 0, 3)
+        units = stack_units(self.options)  # the CPU Pipeline's units; the device stack is one step here
+        report(progress, "fields", 0, units)
         with self.stream:
             def mark(name):
                 if self.profile:
@@ -250,7 +252,7 @@ class CudaPipeline:
             mark("solve")
         self.stream.synchronize()
         self._raise_if_nonfinite()
-        report(progress, "done", 3, 3)
+        report(progress, "done", units, units)
         if self.profile:
             self.stage_ms = {name: cp.cuda.get_elapsed_time(marks[i - 1][1], e)
                              for i, (name, e) in enumerate(marks) if i > 0}

@@ -16,11 +16,13 @@ import math
 
 import numpy as np
 
-from qora.holo.plans import CropPlan, stack_holograms
+from qora.holo.plans import CropPlan, intensities, stack_holograms
 from qora.holo.unwrap import rytov
+from qora.io.errors import InputError
+from qora.io.validate import integer, positive
 
 __all__ = ["ratio_from_holograms", "quantitative_phase", "find_sideband", "extract_fields", "field_ratio",
-           "illumination_frequencies", "peak_frequency"]
+           "illumination_frequencies", "peak_frequency", "finite_pair", "crop_parameters"]
 
 
 def _dtft_magnitude(h, fy, fx, pixel):
@@ -56,9 +58,9 @@ def peak_frequency(image, pixel: float, *, exclude_radius: float | None = None, 
     if half == "negative_x":
         allowed &= (FX < 0) | ((FX == 0) & (FY < 0))
     elif half != "all":
-        raise ValueError(f"half must be 'negative_x' or 'all', got {half!r}")
+        raise InputError(f"half must be 'negative_x' or 'all', got {half!r}")
     if not allowed.any():
-        raise ValueError("no frequency left to search: exclude_radius is too large")
+        raise InputError("no frequency left to search: exclude_radius is too large")
     k = np.unravel_index(int(np.argmax(np.where(allowed, spec, -1))), spec.shape)
     cy, cx = fy[k[0]], fx[k[1]]
     step_y, step_x = 1 / (n0 * pixel), 1 / (n1 * pixel)
@@ -78,12 +80,29 @@ def find_sideband(background, hologram_pixel: float, **kwargs) -> np.ndarray:
     minus the carrier frequency (the sideband u conj(u_ref)), found to sub-pixel
     precision (see :func:`peak_frequency`). Pass it to :func:`extract_fields`.
     """
-    background = np.asarray(background, float)
+    background = intensities("background", background)
     if background.ndim != 2:
-        raise ValueError(f"background must be one 2D hologram, got shape {background.shape}")
-    if not np.all(np.isfinite(background)):
-        raise ValueError("background has non-finite values")
+        raise InputError(f"background must be one 2D hologram, got shape {background.shape}")
+    hologram_pixel = positive("hologram_pixel", hologram_pixel, unit="um")
     return peak_frequency(background - background.mean(), hologram_pixel, **kwargs)
+
+
+def finite_pair(name: str, value) -> np.ndarray:
+    """``value`` as two finite floats (a frequency (nu_y, nu_x)); InputError naming ``name`` otherwise."""
+    try:
+        a = np.asarray(value, float).reshape(-1)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be two numbers (nu_y, nu_x), got {value!r}") from None
+    if a.shape != (2,) or not np.all(np.isfinite(a)):
+        raise InputError(f"{name} must be two finite numbers (nu_y, nu_x), got {value!r}")
+    return a
+
+
+def crop_parameters(hologram_pixel, n, pupil_frequency, sideband):
+    """The checked parameters of a sideband crop: hologram pixel and pupil frequency positive, n an
+    integer of at least 1, the sideband two finite frequencies."""
+    return (positive("hologram_pixel", hologram_pixel, unit="um"), integer("n (the field size)", n, low=1),
+            positive("pupil_frequency", pupil_frequency, unit="cycles/um"), finite_pair("sideband", sideband))
 
 
 def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_frequency: float) -> np.ndarray:
@@ -104,6 +123,7 @@ def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_
     the backend (its CUDA twin is :func:`qora.holo.cuda_pipeline.extract_fields`).
     """
     holos, single = stack_holograms(holograms)
+    hologram_pixel, n, pupil_frequency, sideband = crop_parameters(hologram_pixel, n, pupil_frequency, sideband)
     crop = CropPlan(holos.shape[-1], sideband, hologram_pixel=hologram_pixel, n=n, pupil_frequency=pupil_frequency)
     out = np.stack([crop(h) for h in holos])
     return out[0] if single else out
@@ -118,10 +138,11 @@ def field_ratio(fields, background_fields, *, floor: float = 1e-6) -> np.ndarray
     fields = np.asarray(fields)
     bg = np.asarray(background_fields)
     if fields.shape != bg.shape:
-        raise ValueError(f"fields {fields.shape} and backgrounds {bg.shape} differ in shape")
+        raise InputError(f"fields {fields.shape} and backgrounds {bg.shape} differ in shape")
     mag = np.abs(bg)
     if np.any(mag == 0) or np.any(mag < floor * np.median(mag)):
-        raise ValueError("a background field is (nearly) zero somewhere: cannot form the ratio")
+        raise InputError("a background field is (nearly) zero somewhere: cannot form the ratio (is the "
+                         "background a hologram of the illumination, with its sideband inside the pupil?)")
     return fields / bg
 
 
@@ -145,14 +166,15 @@ def quantitative_phase(hologram, background, *, hologram_pixel: float = 1.0, n: 
     Returns ``{"ratio", "phase" (rad, border mean near 0), "amplitude", "sideband",
     "pixel"}``.
     """
-    hologram = np.asarray(hologram, float)
-    background = np.asarray(background, float)
+    hologram = intensities("hologram", hologram)
+    background = intensities("background", background)
     if hologram.shape != background.shape or hologram.ndim != 2:
-        raise ValueError(f"hologram {hologram.shape} and background {background.shape} must be equal 2D shapes")
+        raise InputError(f"hologram {hologram.shape} and background {background.shape} must be equal 2D shapes")
+    hologram_pixel = positive("hologram_pixel", hologram_pixel)
     if sideband is None:
         sideband = find_sideband(background, hologram_pixel)
-    sideband = np.asarray(sideband, float)
-    n = n or hologram.shape[-1] // 2
+    sideband = finite_pair("sideband", sideband)
+    n = hologram.shape[-1] // 2 if n is None else n
     if pupil_frequency is None:
         pupil_frequency = np.hypot(*sideband) / 3
     kw = dict(hologram_pixel=hologram_pixel, n=n, pupil_frequency=pupil_frequency)
@@ -167,6 +189,10 @@ def ratio_from_holograms(holograms, backgrounds, geometry, hologram_pixel: float
 
     The sideband is found in the first (normal-incidence) background.
     """
-    sideband = find_sideband(np.asarray(backgrounds)[0], hologram_pixel)
+    holograms, backgrounds = np.asarray(holograms), np.asarray(backgrounds)
+    if holograms.shape != backgrounds.shape or holograms.ndim != 3:
+        raise InputError(f"holograms {holograms.shape} and backgrounds {backgrounds.shape} must be stacks (A, N, N) "
+                         "of one shape")
+    sideband = find_sideband(backgrounds[0], hologram_pixel)
     kw = dict(hologram_pixel=hologram_pixel, n=geometry.n, pupil_frequency=geometry.pupil_frequency)
     return field_ratio(extract_fields(holograms, sideband, **kw), extract_fields(backgrounds, sideband, **kw))

@@ -21,7 +21,8 @@ import numpy as np
 from qora import __version__
 from qora.holo.geometry import Geometry
 from qora.io.atomic import atomic_path
-from qora.io.errors import naming_file
+from qora.io.errors import FileFormatError, naming_file
+from qora.io.validate import positive
 
 __all__ = ["write_holograms", "read_holograms", "write_volume", "read_volume", "write_volume_tiff",
            "load_stack", "plot_volume", "plot_phase"]
@@ -40,13 +41,38 @@ def _geometry_attrs(obj, geometry: Geometry) -> None:
     obj.attrs["geometry"] = geometry.geometry
 
 
-def _geometry_from(f) -> Geometry:
+_GEOMETRY_ATTRS = (("wavelength_um", float), ("medium_index", float), ("pixel_um", float), ("n", int),
+                   ("na_detection", float))
+
+
+def _geometry_from(f, path="") -> Geometry:
+    """The geometry recorded in an open file; a missing or invalid record is a FileFormatError naming it."""
     a = f.attrs
-    if "angles" in f:
-        return Geometry(float(a["wavelength_um"]), float(a["medium_index"]), float(a["pixel_um"]), int(a["n"]),
-                        float(a["na_detection"]), angles=f["angles"][()])
-    return Geometry(float(a["wavelength_um"]), float(a["medium_index"]), float(a["pixel_um"]), int(a["n"]),
-                    float(a["na_detection"]), illuminations=f["illuminations"][()])
+    missing = [k for k, _ in _GEOMETRY_ATTRS if k not in a]
+    what = "angles" if "angles" in f else "illuminations"
+    if what not in f:
+        missing.append(f"dataset {what}")
+    if missing:
+        raise FileFormatError(f"{path}: the geometry record is incomplete (missing {', '.join(missing)})")
+    try:
+        values = [kind(np.asarray(a[k]).item()) for k, kind in _GEOMETRY_ATTRS]
+        ill = f[what][()]
+        return Geometry(*values, **{what: ill})
+    except (TypeError, ValueError) as exc:
+        raise FileFormatError(f"{path}: invalid geometry record ({exc})") from exc
+
+
+def _dataset(f, name: str, path, *, ndim) -> np.ndarray:
+    """A real dataset of the file as float64 (FileFormatError naming the file if absent, complex, not numbers or
+    of another number of dimensions)."""
+    if name not in f or not hasattr(f[name], "shape"):
+        raise FileFormatError(f"{path}: no dataset {name!r} (a qora hologram file holds holograms and backgrounds)")
+    d = f[name]
+    if d.dtype.kind not in "biuf":
+        raise FileFormatError(f"{path}: dataset {name!r} must hold real intensities, got dtype {d.dtype}")
+    if d.ndim not in ndim:
+        raise FileFormatError(f"{path}: dataset {name!r} has shape {d.shape}, expected {' or '.join(f'{k}D' for k in ndim)}")
+    return d[()].astype(np.float64)
 
 
 def write_holograms(path, holograms, backgrounds, geometry: Geometry, *, hologram_pixel: float, truth=None) -> None:
@@ -67,14 +93,31 @@ def write_holograms(path, holograms, backgrounds, geometry: Geometry, *, hologra
 
 
 def read_holograms(path):
-    """``(holograms, backgrounds, geometry, hologram_pixel, truth or None)`` from :func:`write_holograms`."""
+    """``(holograms, backgrounds, geometry, hologram_pixel, truth or None)`` from :func:`write_holograms`.
+
+    A file that is not one (empty, truncated, another kind, a dataset or attribute missing, shapes
+    that disagree with the recorded geometry) is a :class:`~qora.io.errors.FileFormatError` naming it.
+    """
     import h5py
 
-    with h5py.File(path, "r") as f:
+    with naming_file(path), h5py.File(path, "r") as f:
         if f.attrs.get("qora_kind") != "holo_holograms":
-            raise ValueError(f"{path}: not a qora hologram file (qora_kind={f.attrs.get('qora_kind')!r})")
-        return (f["holograms"][()].astype(np.float64), f["backgrounds"][()].astype(np.float64), _geometry_from(f),
-                float(f.attrs["hologram_pixel_um"]), f["truth"][()] if "truth" in f else None)
+            raise FileFormatError(f"{path}: not a qora hologram file (qora_kind={f.attrs.get('qora_kind')!r}); "
+                                  "for plain stacks give HOLOS and BACKGROUNDS and the geometry")
+        holos = _dataset(f, "holograms", path, ndim=(3, 4))
+        bgs = _dataset(f, "backgrounds", path, ndim=(3,))
+        g = _geometry_from(f, path)
+        if "hologram_pixel_um" not in f.attrs:
+            raise FileFormatError(f"{path}: the geometry record is incomplete (missing hologram_pixel_um)")
+        try:
+            hp = positive("hologram_pixel_um", np.asarray(f.attrs["hologram_pixel_um"]).item())
+        except (TypeError, ValueError) as exc:
+            raise FileFormatError(f"{path}: invalid geometry record ({exc})") from exc
+        if holos.shape[-3:] != bgs.shape or bgs.shape[0] != g.count or bgs.shape[1] != bgs.shape[2]:
+            raise FileFormatError(f"{path}: holograms {holos.shape} and backgrounds {bgs.shape} do not match the "
+                                  f"recorded geometry ({g.count} illuminations, square holograms)")
+        truth = f["truth"][()] if "truth" in f else None
+        return holos, bgs, g, hp, truth
 
 
 def load_stack(path, *, dtype=np.float64) -> np.ndarray:
@@ -84,7 +127,15 @@ def load_stack(path, *, dtype=np.float64) -> np.ndarray:
     if not path.exists():
         raise FileNotFoundError(f"no such file: {path}")
     with naming_file(path):
-        return np.asarray(_read_stack_format(path), dtype)
+        data = np.asarray(_read_stack_format(path))
+        if np.iscomplexobj(data):
+            raise FileFormatError(f"{path}: holds complex values ({data.dtype}); holograms are intensities")
+        if data.dtype.kind not in "biuf":
+            raise FileFormatError(f"{path}: holds {data.dtype} values, not numbers")
+        if data.ndim not in (2, 3, 4) or data.size == 0:
+            raise FileFormatError(f"{path}: holds an array of shape {data.shape}; expected a hologram (N, N), "
+                                  "a stack (A, N, N) or a series (T, A, N, N)")
+        return np.asarray(data, dtype)
 
 
 def _read_stack_format(path: Path):
@@ -94,15 +145,23 @@ def _read_stack_format(path: Path):
 
         data = tifffile.imread(path)
     elif suffix == ".npy":
-        data = np.load(path)
+        with open(path, "rb") as fh:
+            data = np.load(fh)
     elif suffix == ".npz":
-        with np.load(path) as z:
-            data = z[z.files[0]]
+        import zipfile
+
+        try:  # the file opened here: np.load leaves its own handle open when the archive is damaged
+            with open(path, "rb") as fh, np.load(fh) as z:
+                if not z.files:
+                    raise ValueError(f"{path}: the .npz archive holds no array")
+                data = z[z.files[0]]
+        except zipfile.BadZipFile as exc:
+            raise ValueError(f"{path}: not a readable .npz archive ({exc})") from exc
     elif suffix in (".h5", ".hdf5"):
         import h5py
 
         with h5py.File(path, "r") as f:
-            name = next((k for k in ("holograms", "data") if k in f), None)
+            name = next((k for k in ("holograms", "data") if k in f and hasattr(f[k], "shape")), None)
             if name is None:
                 raise ValueError(f"{path}: expected a dataset named holograms or data")
             data = f[name][()]
@@ -133,10 +192,12 @@ def read_volume(path):
     """``(index, geometry, attributes)`` from :func:`write_volume`."""
     import h5py
 
-    with h5py.File(path, "r") as f:
+    with naming_file(path), h5py.File(path, "r") as f:
         if f.attrs.get("qora_kind") != "holo_volume":
-            raise ValueError(f"{path}: not a qora volume (qora_kind={f.attrs.get('qora_kind')!r})")
-        return f["index"][()], _geometry_from(f), dict(f.attrs)
+            raise FileFormatError(f"{path}: not a qora volume (qora_kind={f.attrs.get('qora_kind')!r})")
+        if "index" not in f:
+            raise FileFormatError(f"{path}: no dataset 'index'")
+        return f["index"][()], _geometry_from(f, path), dict(f.attrs)
 
 
 def write_volume_tiff(path, index, geometry: Geometry) -> None:

@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from qora.io.errors import InputError
+from qora.io.validate import integer, positive
+
 __all__ = ["Geometry", "cone_illuminations", "frequencies", "nu_z"]
 
 
@@ -44,6 +47,18 @@ def cone_illuminations(na: float, wavelength: float, count: int, *, include_norm
     if include_normal:
         cone = np.concatenate([np.zeros((1, 2)), cone])
     return cone
+
+
+def _finite_array(name: str, values) -> np.ndarray:
+    """``values`` as a finite float array (InputError naming ``name`` otherwise)."""
+    a = np.asarray(values)
+    if np.iscomplexobj(a) or not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
+        raise InputError(f"{name} must be real numbers, got dtype {a.dtype}")
+    a = a.astype(float)
+    bad = int(np.count_nonzero(~np.isfinite(a)))
+    if bad:
+        raise InputError(f"{name} has {bad} non-finite (NaN or Inf) values of {a.size}")
+    return a
 
 
 @dataclass(frozen=True)
@@ -77,22 +92,28 @@ class Geometry:
     angles: np.ndarray | None = None
 
     def __post_init__(self):
-        for name in ("wavelength", "medium_index", "pixel", "na_detection"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name, unit in (("wavelength", "um"), ("medium_index", ""), ("pixel", "um"), ("na_detection", "")):
+            object.__setattr__(self, name, positive(name, getattr(self, name), unit=unit))
         if self.na_detection > self.medium_index:
-            raise ValueError(f"na_detection ({self.na_detection}) cannot exceed the medium index ({self.medium_index})")
-        if self.n < 4:
-            raise ValueError(f"n must be at least 4, got {self.n}")
-        ill = np.asarray(self.illuminations, float).reshape(-1, 2)
+            raise InputError(f"na_detection ({self.na_detection:g}) cannot exceed the medium index "
+                             f"({self.medium_index:g}): a numerical aperture beyond n_m is unphysical")
+        object.__setattr__(self, "n", integer("n (the volume size)", self.n, low=4))
+        ill = _finite_array("illuminations", self.illuminations)
+        if ill.size == 0 or ill.size % 2:
+            raise InputError(f"illuminations must be (A, 2) frequencies (nu_y, nu_x), got shape {np.shape(ill)}")
+        ill = ill.reshape(-1, 2)
         object.__setattr__(self, "illuminations", ill)
         if np.any(np.hypot(ill[:, 0], ill[:, 1]) >= self.medium_frequency):
-            raise ValueError("an illumination frequency reaches the medium wavenumber: it would not propagate")
+            raise InputError("an illumination frequency reaches the medium wavenumber n_m / wavelength = "
+                             f"{self.medium_frequency:.4g} cycles/um: it would not propagate (its NA would "
+                             f"exceed the medium index {self.medium_index:g})")
         if self.angles is not None:
-            angles = np.asarray(self.angles, float).reshape(-1)
+            angles = _finite_array("angles", self.angles).reshape(-1)
+            if not angles.size:
+                raise InputError("angles is empty: give one rotation angle per hologram")
             object.__setattr__(self, "angles", angles)
             if np.any(ill != 0):
-                raise ValueError("the rotation geometry illuminates along z: give angles or illuminations, not both")
+                raise InputError("the rotation geometry illuminates along z: give angles or illuminations, not both")
             object.__setattr__(self, "illuminations", np.zeros((len(angles), 2)))
 
     @property

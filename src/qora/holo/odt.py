@@ -27,11 +27,14 @@ from qora.backend import fft as backend_fft
 from qora.holo.geometry import Geometry
 from qora.holo.options import CUDA_ONLY, ReconstructionOptions
 from qora.holo.plans import MappingPlan, solver_grid
+from qora.holo.steps import solve_units, span
 from qora.holo.unwrap import rytov
+from qora.io.errors import InputError
+from qora.progress import report
 
 __all__ = ["map_spectrum", "reconstruct", "index_from_potential", "potential_from_index", "OdtResult",
            "gerchberg_papoulis", "gerchberg_papoulis_r2c", "solve", "invert", "first_order", "pad_fields",
-           "crop_volume", "FieldOfView", "fista_tv"]
+           "crop_volume", "FieldOfView", "fista_tv", "check_ratio"]
 
 
 class _fft:  # noqa: N801 - a namespace: the one-shot transforms of qora.backend.fft (SciPy's, threads by size)
@@ -86,7 +89,7 @@ class FieldOfView:
 
     def __init__(self, big: int, n: int) -> None:
         if not 0 < n <= big:
-            raise ValueError(f"field of view {n} must fit the grid {big}")
+            raise InputError(f"field of view {n} must fit the grid {big}")
         self.big, self.n = big, n
         self.index = np.concatenate([np.arange(big - n // 2, big), np.arange(0, n - n // 2)])  # centre-origin order
 
@@ -101,17 +104,18 @@ class FieldOfView:
         return out
 
 
-def gerchberg_papoulis(data, measured, iterations: int):
+def gerchberg_papoulis(data, measured, iterations: int, progress=None):
     """C2C Gerchberg-Papoulis: inverse FFT, keep max(Re, 0), FFT, restore the measured bins.
 
     Returns the final complex potential (centre-origin) after one more inverse FFT.
     """
     estimate = data.copy()
-    for _ in range(iterations):
+    for it in range(iterations):
         v = _fft.ifftn(estimate)
         v = np.maximum(v.real, 0.0)
         estimate = _fft.fftn(v)
         estimate[measured] = data[measured]
+        report(progress, "gp", it + 1, iterations)
     return _to_volume(estimate)
 
 
@@ -123,7 +127,7 @@ def _mirror(a):
     return out
 
 
-def gerchberg_papoulis_r2c(data, measured, iterations: int):
+def gerchberg_papoulis_r2c(data, measured, iterations: int, progress=None):
     """The same iterates as :func:`gerchberg_papoulis` on half spectra (R2C), returning the real volume.
 
     After the constraint the estimate E is the spectrum of a real volume, and the
@@ -139,13 +143,15 @@ def gerchberg_papoulis_r2c(data, measured, iterations: int):
     a = a_full[..., :half]
     b = b_full[..., :half]
     estimate = a.copy()
-    for _ in range(iterations):
+    for it in range(iterations):
         v = np.maximum(_fft.irfftn(estimate, s=n, axes=axes), 0.0)
         estimate = a + b * _fft.rfftn(v, axes=axes)
+        report(progress, "gp", it + 1, iterations)
     return np.fft.fftshift(_fft.irfftn(estimate, s=n, axes=axes))
 
 
-def fista_tv(data, measured, iterations: int, lam: float, inner: int, fov: FieldOfView | None = None):
+def fista_tv(data, measured, iterations: int, lam: float, inner: int, fov: FieldOfView | None = None,
+             progress=None):
     """FISTA with step 1 on f(x) = 1/2 ||M (F x - P)||^2 plus lam TV(x), x >= 0 (real potential).
 
     The gradient step y - grad f(y) is the half-spectrum restore step of
@@ -170,23 +176,26 @@ def fista_tv(data, measured, iterations: int, lam: float, inner: int, fov: Field
     x_prev = y = restrict(_fft.irfftn(a, s=n, axes=axes))
     t = 1.0
     dual = None
-    for _ in range(iterations):
+    for it in range(iterations):
         v = restrict(_fft.irfftn(a + b * _fft.rfftn(expand(y), axes=axes), s=n, axes=axes))
         x, dual = fgp_prox_fused(np.ascontiguousarray(v), lam, inner, dual=dual)
         t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
         y = x + ((t - 1) / t_new) * (x - x_prev)
         x_prev, t = x, t_new
+        report(progress, "tv", it + 1, iterations)
     return np.fft.fftshift(expand(x_prev))
 
 
 def solve(spectrum, measured, geometry: Geometry, *, method: str = "gp", iterations: int = 50, r2c: bool = False,
-          tv_weight: float = 1e-3, tv_inner: int = 20, field_of_view: int | None = None):
+          tv_weight: float = 1e-3, tv_inner: int = 20, field_of_view: int | None = None, progress=None):
     """From a mapped spectrum to the index volume by ``method`` ("plain", "gp" or "tv").
 
     ``field_of_view``: edge (voxels) of the central box outside which the potential is known
     to be zero (the recorded field of view inside a larger solver grid); None: no such box.
     TV uses it (its iterates and prox then live on the box alone: faster, and measured 5% lower
     RMSE on a 64^3 cell phantom at oversampling 1.5); GP does not (measured: the box changed its RMSE by +1%).
+    ``progress`` gets (method, iteration, iterations) after each iteration (its answer is not read:
+    the solver always runs its iterations).
     """
     # TV always works on the centre-origin box (the whole grid when there is no smaller field of
     # view): in the FFT layout the object straddles the corners and the Neumann boundary of the
@@ -196,16 +205,33 @@ def solve(spectrum, measured, geometry: Geometry, *, method: str = "gp", iterati
         potential = _to_volume(spectrum)
     elif method in ("gp", "tv"):
         if iterations < 1:
-            raise ValueError(f"iterations must be at least 1, got {iterations}")
+            raise InputError(f"iterations must be at least 1, got {iterations}")
         if method == "gp":
-            potential = (gerchberg_papoulis_r2c if r2c else gerchberg_papoulis)(spectrum, measured, iterations)
+            potential = (gerchberg_papoulis_r2c if r2c else gerchberg_papoulis)(spectrum, measured, iterations,
+                                                                                 progress)
         else:
             if tv_weight <= 0 or tv_inner < 1:
-                raise ValueError("tv needs tv_weight > 0 and tv_inner >= 1")
-            potential = fista_tv(spectrum, measured, iterations, tv_weight * geometry.k0**2, tv_inner, fov)
+                raise InputError("tv needs tv_weight > 0 and tv_inner >= 1")
+            potential = fista_tv(spectrum, measured, iterations, tv_weight * geometry.k0**2, tv_inner, fov,
+                                 progress)
     else:
-        raise ValueError(f"method must be 'plain', 'gp' or 'tv', got {method!r}")
+        raise InputError(f"method must be 'plain', 'gp' or 'tv', got {method!r}")
     return index_from_potential(potential, geometry)
+
+
+def check_ratio(name: str, ratio, geometry: Geometry, *, shape: bool = True) -> np.ndarray:
+    """Field ratios u / u_in as a complex array (A, n, n) of the geometry, finite (InputError naming
+    ``name`` otherwise: a real array, the wrong shape, how many values are NaN or Inf)."""
+    ratio = np.asarray(ratio)
+    if not np.iscomplexobj(ratio):
+        raise InputError(f"{name} must be complex field ratios u / u_in, got dtype {ratio.dtype}")
+    want = (geometry.count, geometry.n, geometry.n)
+    if shape and ratio.shape != want:
+        raise InputError(f"{name} must have shape {want} (illuminations of the geometry, n, n), got {ratio.shape}")
+    bad = ratio.size - int(np.count_nonzero(np.isfinite(ratio)))
+    if bad:
+        raise InputError(f"{name}: {bad} non-finite (NaN or Inf) values of {ratio.size}")
+    return ratio
 
 
 def first_order(ratio, approximation: str):
@@ -214,7 +240,7 @@ def first_order(ratio, approximation: str):
         return rytov(ratio)
     if approximation == "born":
         return ratio - 1
-    raise ValueError(f"approximation must be 'rytov' or 'born', got {approximation!r}")
+    raise InputError(f"approximation must be 'rytov' or 'born', got {approximation!r}")
 
 
 @dataclass
@@ -229,13 +255,13 @@ class OdtResult:
     info: dict = field(default_factory=dict)
 
 
-def invert(phi, geometry: Geometry, plan: "MappingPlan", **options) -> np.ndarray:
+def invert(phi, geometry: Geometry, plan: "MappingPlan", progress=None, **options) -> np.ndarray:
     """Index volume (n^3 of ``geometry``) from first-order fields (A, n, n): padded onto the
     plan's grid, mapped, solved (``solve`` options) and cropped back."""
     big = plan.geometry.n
     if big != geometry.n:
         phi = pad_fields(phi, big)
-    index = solve(plan(phi), plan.measured, plan.geometry, field_of_view=geometry.n, **options)
+    index = solve(plan(phi), plan.measured, plan.geometry, field_of_view=geometry.n, progress=progress, **options)
     if big != geometry.n:
         index = np.ascontiguousarray(crop_volume(index, geometry.n))
     return index
@@ -256,7 +282,8 @@ def crop_volume(volume, n: int):
     return volume[lo:lo + n, lo:lo + n, lo:lo + n]
 
 
-def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None = None) -> OdtResult:
+def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None = None, *,
+                progress=None) -> OdtResult:
     """Refractive-index volume from field ratios u / u_in (A, n, n) at z = 0, on the CPU.
 
     ``ratio``: complex field ratios, centre-origin, one per illumination of ``geometry``.
@@ -264,16 +291,16 @@ def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None
     CUDA-only fields (mapping, fgp, upload_parts) are not read here. The solver's grid is the smallest
     fast FFT length of at least n * oversample (``info["grid"]``), also for oversample 1 (188 runs
     on 192: a 188^3 transform, 4 x 47, is 6x slower). :func:`qora.holo.reconstruct` picks the backend.
+    ``progress`` gets ("rytov" or "born", 1, total) and then (method, 1 + iteration, total) with
+    total = 1 + the solver's iterations.
     """
     o = options if options is not None else ReconstructionOptions()
-    ratio = np.asarray(ratio)
-    if not np.iscomplexobj(ratio):
-        raise ValueError("ratio must be complex (u / u_in)")
-    if not np.all(np.isfinite(ratio)):
-        raise ValueError("ratio has non-finite values")
+    ratio = check_ratio("ratio", ratio, geometry, shape=False)  # the mapping checks the shape ("phi must be")
+    total = 1 + solve_units(o)
     phi = first_order(ratio, o.approximation)
+    report(progress, o.approximation, 1, total)
     plan = MappingPlan(solver_grid(geometry, o.oversample))
-    index = invert(phi, geometry, plan, **solve_options(o))
+    index = invert(phi, geometry, plan, span(progress, 1, total), **solve_options(o))
     return OdtResult(index, geometry, o.method, o.approximation, 0 if o.method == "plain" else o.iterations,
                      info={"measured_fraction": float(plan.measured.mean()), "r2c": bool(o.r2c),
                            "oversample": o.oversample, "grid": plan.geometry.n,

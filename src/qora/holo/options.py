@@ -13,7 +13,9 @@ from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
 
-__all__ = ["ReconstructionOptions", "APPROXIMATIONS", "METHODS", "MAPPINGS", "FGP_VARIANTS", "CUDA_ONLY"]
+from qora.io.errors import InputError
+
+__all__ = ["ReconstructionOptions", "OptionError", "APPROXIMATIONS", "METHODS", "MAPPINGS", "FGP_VARIANTS", "CUDA_ONLY"]
 
 APPROXIMATIONS = ("rytov", "born")
 METHODS = ("plain", "gp", "tv")
@@ -23,6 +25,11 @@ FGP_VARIANTS = ("fused", "separate", "cube", "march")
 CUDA_ONLY = ("mapping", "fgp", "upload_parts")
 # what a field means, where its name alone would not say it in an error message
 _WHAT = {"tv_inner": " (FGP steps per TV iteration)", "upload_parts": " (upload parts of the hologram stack)"}
+
+
+class OptionError(InputError, TypeError):
+    """An option that does not exist, or that the chosen backend does not read (a TypeError too, as
+    for an unknown keyword)."""
 
 
 @dataclass(frozen=True)
@@ -57,28 +64,28 @@ class ReconstructionOptions:
                               ("fgp", FGP_VARIANTS)):
             value = getattr(self, name)
             if value not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+                raise InputError(f"{name} must be one of {allowed}, got {value!r}")
         least = {"iterations": 0 if self.method == "plain" else 1, "tv_inner": 0,
                  "upload_parts": 1}
         for name, low in least.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-                raise ValueError(f"{name}{_WHAT.get(name, '')} must be an integer of at least {low} "
+                raise InputError(f"{name}{_WHAT.get(name, '')} must be an integer of at least {low} "
                                  f"(method {self.method!r}), got {value!r}")
         if not isinstance(self.r2c, (bool, np.bool_)):
-            raise ValueError(f"r2c must be True or False, got {self.r2c!r}")
+            raise InputError(f"r2c must be True or False, got {self.r2c!r}")
         if not (isinstance(self.tv_weight, numbers.Real) and math.isfinite(self.tv_weight) and self.tv_weight >= 0
                 and (self.tv_weight > 0 or self.method != "tv")):
-            raise ValueError(f"tv_weight must be finite and {'positive' if self.method == 'tv' else 'non-negative'},"
+            raise InputError(f"tv_weight must be finite and {'positive' if self.method == 'tv' else 'non-negative'},"
                              f" got {self.tv_weight!r}")
         if not (isinstance(self.oversample, numbers.Real) and math.isfinite(self.oversample) and self.oversample >= 1.0):
-            raise ValueError(f"oversample must be at least 1, got {self.oversample!r}")
+            raise InputError(f"oversample must be at least 1, got {self.oversample!r}")
 
     def replace(self, **changes) -> "ReconstructionOptions":
-        """A copy with ``changes`` (validated); an unknown name is a TypeError naming it."""
+        """A copy with ``changes`` (validated); an unknown name is an InputError naming it (a TypeError too)."""
         unknown = sorted(set(changes) - set(self.names()))
         if unknown:
-            raise TypeError(f"unknown reconstruction options {unknown}; known: {list(self.names())}")
+            raise OptionError(f"unknown reconstruction options {unknown}; known: {list(self.names())}")
         return replace(self, **changes)
 
     @classmethod

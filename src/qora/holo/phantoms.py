@@ -15,15 +15,20 @@ inside the detection pupil |kappa + nu_in| <= NA / lambda, and zero outside.
 
 from __future__ import annotations
 
+import cmath
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
 from qora.holo.geometry import Geometry, frequencies, nu_z
+from qora.io.errors import InputError
+from qora.io.validate import memory_needed, nonnegative, positive
 
 __all__ = ["Sphere", "render_spheres", "sphere_transform", "born_ratio", "holograms", "add_noise",
-           "simulate_holograms", "scattering_amplitude", "partial_wave_ratio"]
+           "simulate_holograms", "scattering_amplitude", "partial_wave_ratio", "simulation_bytes",
+           "check_simulation_memory"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,19 @@ class Sphere:
     center: tuple = (0.0, 0.0, 0.0)
     radius: float = 1.5
     index: float = 1.36
+
+    def __post_init__(self) -> None:
+        try:
+            c = tuple(float(v) for v in np.asarray(self.center, float).reshape(-1))
+        except (TypeError, ValueError):
+            raise InputError(f"the sphere's center must be three numbers (z, y, x) in um, got {self.center!r}") from None
+        if len(c) != 3 or not all(math.isfinite(v) for v in c):
+            raise InputError(f"the sphere's center must be three finite numbers (z, y, x) in um, got {self.center!r}")
+        positive("the sphere's radius", self.radius, unit="um")
+        index = self.index
+        if not isinstance(index, numbers.Number) or isinstance(index, bool) or not cmath.isfinite(index) \
+                or not complex(index).real > 0:
+            raise InputError(f"the sphere's index must be a finite number with a positive real part, got {index!r}")
 
 
 def _axes(n: int, pixel: float) -> np.ndarray:
@@ -214,6 +232,36 @@ def partial_wave_ratio(sphere: Sphere, geometry: Geometry, *, n: int | None = No
     return out
 
 
+def simulation_bytes(geometry: Geometry, model: str = "born", *, truth: bool = True) -> int:
+    """The peak host memory (bytes) of simulating holograms of ``geometry`` by ``model`` ("born", "exact"
+    or "bpm"), and with ``truth`` of rendering the index volume (float64, n^3, with its float32 copy):
+    known before anything is allocated, to refuse a size that cannot fit."""
+    a, n = geometry.count, geometry.n
+    big2 = (2 * n) ** 2
+    # the fields (complex128) with the background's ones, the sample and background holograms (float64),
+    # and one image's temporaries
+    total = a * big2 * (2 * 16 + 2 * 8) + 24 * 16 * big2
+    if model == "bpm":  # the contrast and its screens, the envelopes and ratios of every illumination
+        total += n**3 * (8 + 16) + 4 * a * n * n * 16 + 2 * a * big2 * 16  # and the upsampling's spectra
+    if truth:
+        total += n**3 * (8 + 4)
+    return int(total)
+
+
+def check_simulation_memory(geometry: Geometry, model: str = "born", *, truth: bool = False,
+                            hint: str = "make the volume smaller (a smaller geometry n)") -> None:
+    """Refuse (MemoryNeeded) a simulation that needs more host memory than is available."""
+    import warnings
+
+    from qora.backend.host import available_memory
+
+    with warnings.catch_warnings():  # available_memory leaves its cgroup files to the garbage collector
+        warnings.simplefilter("ignore", ResourceWarning)
+        available = available_memory()
+    memory_needed(simulation_bytes(geometry, model, truth=truth), f"simulating {geometry.count} holograms of "
+                  f"{2 * geometry.n}^2 ({model})", available=available, hint=hint)
+
+
 def simulate_holograms(spheres, geometry: Geometry, *, model: str = "born", noise: float = 0.0, seed: int = 0,
                        carrier=None):
     """Sample and background holograms (A, 2n, 2n) of spheres, at half the geometry's pixel.
@@ -225,14 +273,18 @@ def simulate_holograms(spheres, geometry: Geometry, *, model: str = "born", nois
     ``(holograms, backgrounds, hologram_pixel)``.
     """
     big, hp = 2 * geometry.n, geometry.pixel / 2
+    noise = nonnegative("noise", noise)
+    if model not in ("born", "exact"):
+        raise InputError(f"model must be 'born' or 'exact', got {model!r}")
+    check_simulation_memory(geometry, model)
     if model == "exact":
         if len(spheres) != 1:
-            raise ValueError("the exact partial-wave model is for one sphere")
+            raise InputError("the exact partial-wave model is for one sphere")
         field = 1 + partial_wave_ratio(spheres[0], geometry, n=big, pixel=hp)
     elif model == "born":
         field = np.exp(born_ratio(spheres, geometry, n=big, pixel=hp))
     else:
-        raise ValueError(f"model must be 'born' or 'exact', got {model!r}")
+        raise InputError(f"model must be 'born' or 'exact', got {model!r}")
     return holograms_from_fields(field, geometry, noise=noise, seed=seed, carrier=carrier)
 
 

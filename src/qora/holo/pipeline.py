@@ -18,6 +18,8 @@ from qora.holo.geometry import Geometry
 from qora.holo.odt import OdtResult, first_order, invert, solve_options
 from qora.holo.options import ReconstructionOptions
 from qora.holo.plans import CropPlan, MappingPlan, stack_holograms
+from qora.holo.steps import span, stack_units
+from qora.io.errors import InputError
 from qora.progress import report
 
 __all__ = ["CpuPipeline"]
@@ -36,32 +38,33 @@ class CpuPipeline:
         self.solve_options = solve_options(options)
         self.background_fields = None
 
-    def _fields(self, holograms):
-        holos, _ = stack_holograms(holograms)
+    def _fields(self, holograms, name: str = "holograms"):
+        holos, _ = stack_holograms(holograms, name)
         if holos.shape != (self.geometry.count, self.crop.big, self.crop.big):
-            raise ValueError(f"expected holograms of shape {(self.geometry.count, self.crop.big, self.crop.big)}, "
-                             f"got {holos.shape}")
+            raise InputError(f"expected holograms of shape {(self.geometry.count, self.crop.big, self.crop.big)} as "
+                             f"the {name} (one per illumination of the geometry), got {holos.shape}")
         return np.stack([self.crop(h) for h in holos])
 
     def set_background(self, holograms) -> None:
         """Extract and keep the background fields (one hologram per illumination)."""
-        self.background_fields = self._fields(holograms)
+        self.background_fields = self._fields(holograms, "backgrounds")
 
     def process(self, holograms, *, progress=None) -> OdtResult:
-        """One stack of sample holograms (A, N, N) -> :class:`OdtResult`."""
+        """One stack of sample holograms (A, N, N) -> :class:`OdtResult`; ``progress`` gets done of
+        :func:`qora.holo.steps.stack_units` (the fields, the first order, each solver iteration)."""
         if self.background_fields is None:
             raise RuntimeError("call set_background(...) before process(...)")
         if holograms is None:
-            raise ValueError("give the hologram stack (only the CUDA Pipeline has an input buffer)")
+            raise InputError("give the hologram stack (only the CUDA Pipeline has an input buffer)")
         o = self.options
-        steps = 3
+        steps = stack_units(o)  # the fields, the first order, each solver iteration
         report(progress, "fields", 0, steps)
         ratio = field_ratio(self._fields(holograms), self.background_fields)
         report(progress, "rytov" if o.approximation == "rytov" else "born", 1, steps)
         phi = first_order(ratio, o.approximation)
         report(progress, o.method, 2, steps)
-        index = invert(phi, self.geometry, self.mapping, **self.solve_options)
-        report(progress, "done", 3, steps)
+        index = invert(phi, self.geometry, self.mapping, span(progress, 2, steps), **self.solve_options)
+        report(progress, "done", steps, steps)
         return OdtResult(index, self.geometry, o.method, o.approximation, 0 if o.method == "plain" else o.iterations,
                          info={"measured_fraction": float(self.mapping.measured.mean()),
                                "r2c": o.r2c, "grid": self.mapping.geometry.n})

@@ -18,8 +18,9 @@ import numpy as np
 
 from qora.backend.fft import fast_length
 from qora.holo.geometry import Geometry, frequencies, nu_z
+from qora.io.errors import InputError
 
-__all__ = ["CropPlan", "stack_holograms", "MappingPlan", "solver_grid", "BpmTables", "bpm_tables", "check_scan"]
+__all__ = ["CropPlan", "stack_holograms", "intensities", "cuda_pipeline_bytes", "MappingPlan", "solver_grid", "BpmTables", "bpm_tables", "check_scan"]
 
 
 class CropPlan:
@@ -27,7 +28,7 @@ class CropPlan:
 
     def __init__(self, big: int, sideband, *, hologram_pixel: float, n: int, pupil_frequency: float) -> None:
         if n > big:
-            raise ValueError(f"the crop window n={n} exceeds the hologram size {big}")
+            raise InputError(f"the crop window n={n} exceeds the hologram size {big}")
         self.big, self.n = big, n
         self.sideband = np.asarray(sideband, float)
         df = 1.0 / (big * hologram_pixel)
@@ -46,17 +47,37 @@ class CropPlan:
         return np.fft.fftshift(np.fft.ifft2(window)) * self.scale
 
 
-def stack_holograms(holograms):
-    """Holograms as a float64 stack (A, N, N) and whether one (N, N) was given; checked square and finite."""
-    holos = np.asarray(holograms, float)
+def stack_holograms(holograms, name: str = "holograms"):
+    """Holograms as a float64 stack (A, N, N) and whether one (N, N) was given; checked real (holograms
+    are intensities: complex values are refused, not cast), square and finite (InputError saying how
+    many values are not)."""
+    holos = intensities(name, holograms)
     single = holos.ndim == 2
     if single:
         holos = holos[None]
     if holos.ndim != 3 or holos.shape[-1] != holos.shape[-2]:
-        raise ValueError(f"holograms must be (A, N, N) or (N, N), got {holos.shape}")
-    if not np.all(np.isfinite(holos)):
-        raise ValueError("holograms have non-finite values")
+        raise InputError(f"{name} must be (A, N, N) or (N, N), got shape {holos.shape}")
     return holos, single
+
+
+def intensities(name: str, values, dtype=np.float64) -> np.ndarray:
+    """``values`` as a real ``dtype`` array of finite intensities: complex values (a field passed for its
+    hologram) and NaN/Inf are refused with an InputError naming ``name`` and saying how many."""
+    a = np.asarray(values)
+    if np.iscomplexobj(a):
+        raise InputError(f"{name} must be real intensities, got complex values ({a.dtype}); holograms are "
+                         "intensities |u_ref + u|^2 (pass abs(x)**2 if x is a field)")
+    if not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
+        raise InputError(f"{name} must hold numbers, got dtype {a.dtype}")
+    if a.size == 0:
+        raise InputError(f"{name} is empty (shape {a.shape})")
+    a = np.asarray(a, dtype)
+    if np.issubdtype(a.dtype, np.floating):
+        bad = a.size - int(np.count_nonzero(np.isfinite(a)))
+        if bad:
+            raise InputError(f"{name}: {bad} non-finite (NaN or Inf) values of {a.size}; correct or "
+                             "replace them (e.g. by the neighbours' mean) before reconstructing")
+    return a
 
 
 class MappingPlan:
@@ -102,7 +123,7 @@ class MappingPlan:
         n = g.n
         phi = np.asarray(phi)
         if phi.shape != (g.count, n, n):
-            raise ValueError(f"phi must be ({g.count}, {n}, {n}) for this geometry, got {phi.shape}")
+            raise InputError(f"phi must be ({g.count}, {n}, {n}) for this geometry, got {phi.shape}")
         spectrum = np.zeros(n**3, np.complex128)
         for a in range(g.count):
             spec2 = np.fft.fft2(np.fft.ifftshift(phi[a])).reshape(-1)
@@ -117,14 +138,36 @@ def solver_grid(geometry: Geometry, oversample: float = 1.0) -> Geometry:
     least n * oversample (finer k-bins; the fields are zero-padded onto it and the central
     n^3 of the result is kept)."""
     if not oversample >= 1.0:
-        raise ValueError(f"oversample must be at least 1, got {oversample}")
+        raise InputError(f"oversample must be at least 1, got {oversample}")
     big = fast_length(math.ceil(geometry.n * oversample - 1e-9))
     return geometry if big == geometry.n else replace(geometry, n=big)
 
 
+def cuda_pipeline_bytes(geometry: Geometry, hologram_n: int, options) -> int:
+    """A lower bound of the device memory of a CUDA Pipeline (bytes), from the geometry and options
+    alone, before anything is allocated: the hologram stack and its half spectra, the fields of every
+    stage, the padded fields, and the solver's volumes on its grid (cuFFT's work area not counted)."""
+    a, big, n = geometry.count, int(hologram_n), geometry.n
+    grid = solver_grid(geometry, options.oversample).n
+    total = 4 * a * big * big + 8 * a * big * (big // 2 + 1)  # holograms (float32) and their R2C spectra
+    total += (3 + 2.5) * 8 * a * n * n  # sample, background, phi; the first order's psi, v, w
+    if grid != n:
+        total += 8 * a * grid * grid  # the fields padded onto the solver's grid
+    total += 12 * grid**3  # mapped sums (complex64) and hit counts (int32)
+    if not (options.method == "tv" or (options.method == "gp" and options.r2c)):
+        total += 8 * grid**3  # the C2C estimate
+    if options.method == "tv":
+        total += 12 * n**3 + 24 * n**3  # v, y, x_prev and the FGP dual (3 components, two copies)
+    return int(total)
+
+
+class Unsupported(InputError, NotImplementedError):
+    """A combination the engine does not implement (a NotImplementedError too)."""
+
+
 def check_scan(geometry: Geometry) -> None:
     if geometry.angles is not None:
-        raise NotImplementedError("the beam propagation model is built for the illumination-scanning geometry; "
+        raise Unsupported("the beam propagation model is built for the illumination-scanning geometry; "
                                   "the rotation geometry is not supported")
 
 
@@ -184,7 +227,7 @@ def bpm_tables(geometry: Geometry, n_z: int | None = None, obliquity: bool = Tru
     n, d = geometry.n, geometry.pixel
     n_z = int(n_z or n)
     if n_z < 1:
-        raise ValueError(f"n_z must be positive, got {n_z}")
+        raise InputError(f"n_z must be positive, got {n_z}")
     f = frequencies(n, d)
     ky, kx = np.meshgrid(f, f, indexing="ij")
     km = geometry.medium_frequency
