@@ -347,8 +347,10 @@ def test_cuda_pipeline_refuses_what_the_device_cannot_hold(case, monkeypatch):
     """The device memory is estimated from the geometry before anything is allocated (a stand-in device
     with 1 KiB free: the real CudaPipeline is never reached)."""
     device = types.SimpleNamespace(mem_info=(2**10, 2**30))
+    pool = types.SimpleNamespace(free_bytes=lambda: 0)
     fake = types.SimpleNamespace(is_cuda=True, name="cuda",
-                                 xp=types.SimpleNamespace(cuda=types.SimpleNamespace(Device=lambda: device)))
+                                 xp=types.SimpleNamespace(cuda=types.SimpleNamespace(Device=lambda: device),
+                                                          get_default_memory_pool=lambda: pool))
     monkeypatch.setattr(api, "resolve", lambda backend: fake)
     with pytest.raises(MemoryNeeded, match=r"the CUDA Pipeline needs [\d.]+ GiB of device memory, 0\.0 GiB "
                                            r"available; .*--backend cpu"):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from qora.backend import resolve
+from qora.backend.device import free_memory
 from qora.holo import bpm as _bpm
 from qora.holo import fields as _fields
 from qora.holo import odt as _odt
@@ -118,15 +119,6 @@ def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, 
     return _bpm.bpm_reconstruct(*args, n_z=n_z, obliquity=obliquity)
 
 
-def device_free_memory(backend) -> int | None:
-    """Free memory of the backend's current device (bytes), or None where it cannot be asked."""
-    xp = getattr(backend, "xp", None)
-    cuda = getattr(xp, "cuda", None)
-    if cuda is None:
-        return None
-    return int(cuda.Device().mem_info[0])
-
-
 # -- the Pipeline ---------------------------------------------------------------------------------------
 
 
@@ -188,7 +180,7 @@ class Pipeline:
             from qora.holo.cuda_pipeline import CudaPipeline
 
             memory_needed(cuda_pipeline_bytes(geometry, hologram_n, options), "the CUDA Pipeline",
-                          available=device_free_memory(self.backend), where="device",
+                          available=free_memory(self.backend), where="device",
                           hint="make it smaller (fewer or smaller holograms, a smaller --oversample) or use "
                                "--backend cpu")
             self.cuda = CudaPipeline(geometry, self.crop, self.mapping, options)

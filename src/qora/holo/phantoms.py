@@ -251,13 +251,9 @@ def simulation_bytes(geometry: Geometry, model: str = "born", *, truth: bool = T
 def check_simulation_memory(geometry: Geometry, model: str = "born", *, truth: bool = False,
                             hint: str = "make the volume smaller (a smaller geometry n)") -> None:
     """Refuse (MemoryNeeded) a simulation that needs more host memory than is available."""
-    import warnings
+    from qora.backend import host
 
-    from qora.backend.host import available_memory
-
-    with warnings.catch_warnings():  # available_memory leaves its cgroup files to the garbage collector
-        warnings.simplefilter("ignore", ResourceWarning)
-        available = available_memory()
+    available = host.available_memory()
     memory_needed(simulation_bytes(geometry, model, truth=truth), f"simulating {geometry.count} holograms of "
                   f"{2 * geometry.n}^2 ({model})", available=available, hint=hint)
 
