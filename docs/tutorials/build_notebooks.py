@@ -1,5 +1,7 @@
-"""Writes the tutorial notebooks (without outputs) from the cells below; `make docs` and the tests
-execute them. Edit the cells here, then run `python docs/tutorials/build_notebooks.py`."""
+"""Writes the tutorial notebooks from the cells below. Edit the cells here, then run
+`python docs/tutorials/build_notebooks.py --execute` (what `make docs` does): each notebook is run
+in a temporary folder (its files go there, not into the checkout) and written here with its outputs,
+which the documentation site renders. `tests/test_tutorials.py` runs them again in `make test`."""
 
 from pathlib import Path
 
@@ -276,9 +278,26 @@ for (n, t), p in zip(zip(sorted(report.done), truths), patterns):
 '''),
 ]
 
-if __name__ == "__main__":
-    for name, cells in (("phase", PHASE), ("holo", HOLO), ("ssb", SSB), ("scale-out", SCALE)):
+NOTEBOOKS = {"phase": PHASE, "holo": HOLO, "ssb": SSB, "scale-out": SCALE}
+
+
+def build(execute: bool) -> None:
+    import tempfile
+
+    for name, cells in NOTEBOOKS.items():
         nb = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                                 "language": "python"}})
+        if execute:
+            from nbclient import NotebookClient
+
+            with tempfile.TemporaryDirectory() as where:
+                NotebookClient(nb, timeout=600, kernel_name="python3",
+                               resources={"metadata": {"path": where}}).execute()
         nbformat.write(nb, HERE / f"{name}.ipynb")
-        print("wrote", HERE / f"{name}.ipynb")
+        print("wrote", HERE / f"{name}.ipynb", "(executed)" if execute else "")
+
+
+if __name__ == "__main__":
+    import sys
+
+    build(execute="--execute" in sys.argv[1:])
