@@ -248,6 +248,7 @@ def simulate(slices, *, pixel: float, stride: int, window: int, kv: float = 300.
                      aberrations=aberrations, thickness=thickness, tilt=tilt)
     (ny, nx), positions = ms.shape, ms.positions
     data = np.empty((len(positions), window, window))
+    report(progress, "simulate", 0, len(positions))  # the clock of the run's rate starts with the work
     for start in range(0, len(positions), batch):
         data[start:start + batch] = ms.patterns(positions[start:start + batch])
         report(progress, "simulate", min(start + batch, len(positions)), len(positions))
