@@ -247,3 +247,17 @@ def test_a_missing_dask_is_named_as_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)  # what an environment without Dask gives
     with pytest.raises(MissingExtra, match=r"pip install 'qora\[dask\]'"):
         dask_distributed()
+
+
+@pytest.mark.parametrize("kwargs, pattern", [
+    ({"kv": float("nan")}, r"kv .* must be finite"), ({"alpha_mrad": 0.0}, r"alpha_mrad .* must be positive"),
+    ({"scan_step": -0.4}, r"scan_step must be positive"), ({"rotation": float("inf")}, r"rotation must be finite"),
+    ({"shards": 0}, r"shards must be at least 1"), ({"chunk": 0}, r"chunk must be at least 1"),
+])
+def test_sharded_session_refuses_bad_settings_before_asking_the_cluster(kwargs, pattern):
+    """ssb: a bad setting is an InputError naming it, before the client is used (None here)."""
+    from qora.io.errors import InputError
+
+    options = {"kv": 300.0, "alpha_mrad": 20.0, "scan_step": 0.4, **kwargs}
+    with pytest.raises(InputError, match=pattern):
+        ShardedSession("absent.h5", client=None, **options)
