@@ -82,7 +82,8 @@ def test_view_without_the_extra_names_it(files, monkeypatch, missing):
 
 
 @pytest.mark.parametrize("host, url", [("::1", "http://[::1]:8765/"), ("[::1]", "http://[::1]:8765/"),
-                                       ("127.0.0.1", "http://127.0.0.1:8765/"), ("localhost", "http://localhost:8765/")])
+                                       ("127.0.0.1", "http://127.0.0.1:8765/"),
+                                       ("localhost", "http://localhost:8765/")])
 def test_the_printed_address_is_a_valid_url(host, url):
     assert url_for(host, 8765) == url
     assert url_for(host, 8765, "t") == url + "?token=t"

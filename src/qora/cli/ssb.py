@@ -243,7 +243,9 @@ def fit_cmd(data, kv, semiangle, scan_step, rotation, tilt, out, plot, trials, s
     """Fit defocus, astigmatism (and rotation, thickness, tilt) from a cold start.
 
     The progress bar counts the whole fit: the search's trials (or, with the rotation fitted, its
-    angles), then Newton's steps of each branch. With --workers, --gpus or --scheduler, G is split by bright-field pixel over a Dask
+    angles), then Newton's steps of each branch; --quiet turns it off.
+
+    With --workers, --gpus or --scheduler, G is split by bright-field pixel over a Dask
     cluster's workers, each reading its part of DATA (docs/scale-out.md).
     """
     import json

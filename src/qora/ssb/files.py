@@ -131,7 +131,8 @@ def _read_rsciio(path: Path):
                ".emd": "rsciio.emd"}
     name = plugins.get(path.suffix.lower())
     if name is None:
-        raise FileFormatError(f"{path}: unknown 4D-STEM format {path.suffix!r} (known: .h5, .npy, {', '.join(plugins)})")
+        raise FileFormatError(f"{path}: unknown 4D-STEM format {path.suffix!r} (known: .h5, .npy, "
+                              f"{', '.join(plugins)})")
     reader = importlib.import_module(name)
     if path.suffix.lower() == ".raw":  # EMPAD: the .xml beside the .raw holds the shape
         path = path.with_suffix(".xml")

@@ -3,8 +3,8 @@
 Heavy calls (a preview, a slice) run in Starlette's thread pool, so the event loop keeps
 answering; the views serialise their own work. Errors from the page's input come back as 400
 with ``{"error": message}`` (so does a value an engine refuses, a QoraError); anything else as 500
-with the exception's message, and the server goes on. Messages are one line (at most 200 characters): a request of a 5,000-digit number gets
-a 400 that says so, not an echo of it.
+with the exception's message, and the server goes on. Messages are one line (at most 200
+characters): a request of a 5,000-digit number gets a 400 that says so, not an echo of it.
 """
 
 from __future__ import annotations
