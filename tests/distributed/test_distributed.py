@@ -256,3 +256,17 @@ def test_two_local_clusters_get_dashboards_on_free_ports():
     with connect(workers=1) as a, connect(workers=1) as b:
         ports = [c.scheduler_info()["services"].get("dashboard") for c in (a, b)]
     assert all(ports) and ports[0] != ports[1] and 8787 not in ports
+
+
+@pytest.mark.parametrize("kwargs, pattern", [
+    ({"kv": float("nan")}, r"kv .* must be finite"), ({"alpha_mrad": 0.0}, r"alpha_mrad .* must be positive"),
+    ({"scan_step": -0.4}, r"scan_step must be positive"), ({"rotation": float("inf")}, r"rotation must be finite"),
+    ({"shards": 0}, r"shards must be at least 1"), ({"chunk": 0}, r"chunk must be at least 1"),
+])
+def test_sharded_session_refuses_bad_settings_before_asking_the_cluster(kwargs, pattern):
+    """ssb: a bad setting is an InputError naming it, before the client is used (None here)."""
+    from qora.io.errors import InputError
+
+    options = {"kv": 300.0, "alpha_mrad": 20.0, "scan_step": 0.4, **kwargs}
+    with pytest.raises(InputError, match=pattern):
+        ShardedSession("absent.h5", client=None, **options)

@@ -35,7 +35,7 @@ def test_image_needs_the_microscope_settings_for_bare_arrays(tmp_path):
     np.save(npy, np.ones((4, 16, 16), np.float32))
     out = runner.invoke(cli, ["ssb", "image", str(npy), "--kv", "300", "--semiangle", "20", "--scan-step", "1",
                               "--out", str(tmp_path / "i.h5")])
-    assert out.exit_code == 1 and "scan_row" in out.output
+    assert out.exit_code == 2 and "scan_row" in out.output  # a user error: status 2 since the one-line errors
     assert not (tmp_path / "i.h5").exists()
 
 

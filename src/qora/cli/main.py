@@ -134,7 +134,7 @@ def _demo_phase(out: Path, backend: str) -> None:
 
 @cli.command("view")
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
-@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on (IPv6 too: ::1).")
 @click.option("--port", type=click.IntRange(1, 65535), default=8765, show_default=True)
 @click.option("--allow-remote", is_flag=True, help="Allow a --host beyond this machine (a token is then required).")
 @click.option("--token", default=None, help="The token to require (default: made up and printed when remote).")
@@ -143,14 +143,14 @@ def _demo_phase(out: Path, backend: str) -> None:
               help="Phase results: the measured pattern, for the PRTF.")
 def view_cmd(path, host, port, allow_remote, token, backend, pattern) -> None:
     """Browse a result in the browser: 4D-STEM data with aberration sliders (SSB preview), a phase
-    result (images, errors, PRTF), a holography volume or Zarr series (slices, profile)."""
+    result (images, errors, PRTF), a holography volume or Zarr series (slices, profile).
+
+    Needs the viewer extra (pip install 'qora[viewer]'). A file that cannot be read is one Error:
+    line, before anything is served."""
     from qora.viewer import serve
 
-    try:
-        serve(path, host=host, port=port, allow_remote=allow_remote, token=token, backend=backend, pattern=pattern,
-              echo=click.echo)
-    except (ValueError, FileNotFoundError) as exc:
-        raise click.ClickException(str(exc)) from exc
+    serve(path, host=host, port=port, allow_remote=allow_remote, token=token, backend=backend, pattern=pattern,
+          echo=click.echo)
 
 
 for _group in (phase, holo, ssb, bench):

@@ -104,17 +104,20 @@ class ShardedSession:
 
     def __init__(self, data, *, client, kv: float, alpha_mrad: float, scan_step: float, rotation: float = 0.0,
                  detector=None, shards: int | None = None, backend="auto", chunk: int = 512) -> None:
+        from qora.io.errors import InputError
+        from qora.io.validate import integer
         from qora.ssb import bright_field_pixels, fit_detector_from_mean, wavelength
-        from qora.ssb.detector import array_like
+        from qora.ssb.detector import check_data, check_settings
 
+        # the settings are checked here, before the cluster is asked for anything
+        kv, alpha_mrad, scan_step, rotation = check_settings(kv, alpha_mrad, scan_step, rotation)
+        chunk = integer("chunk", chunk, low=1)
+        if shards is not None:
+            shards = integer("shards", shards, low=1)
         self.client = client
         workers = len(client.scheduler_info(n_workers=-1)["workers"])
-        count = workers if shards is None else int(shards)
-        if count < 1:
-            raise ValueError(f"shards must be at least 1, got {shards}")
-        probe = array_like(_open(data))
-        if probe.ndim != 4:
-            raise ValueError(f"4D-STEM data must be (scan_row, scan_col, det_row, det_col), got shape {probe.shape}")
+        count = workers if shards is None else shards
+        probe = check_data(_open(data))
         self.scan_shape = probe.shape[:2]
         self.detector_shape = probe.shape[2:]
         del probe
@@ -132,11 +135,11 @@ class ShardedSession:
         self.detector = detector
         self.bf_index, self.k = bright_field_pixels(self.detector_shape, detector, alpha_mrad, kv)
         if not len(self.bf_index):
-            raise ValueError("no detector pixel inside the bright-field disk")
+            raise InputError("no detector pixel inside the bright-field disk")
         self.level = float(mean.ravel()[self.bf_index].mean())
         nbf = len(self.bf_index)
         if count > nbf:
-            raise ValueError(f"{count} shards for {nbf} bright-field pixels")
+            raise InputError(f"shards: {count} shards for {nbf} bright-field pixels")
         bounds = np.linspace(0, nbf, count + 1).round().astype(int)
         self.pixels = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
         options = dict(kv=kv, alpha_mrad=alpha_mrad, scan_step=scan_step, rotation=rotation, detector=detector,

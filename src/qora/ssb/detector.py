@@ -12,10 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qora.io.errors import InputError
+from qora.io.validate import number, positive
 from qora.ssb.optics import wavelength
 
 __all__ = ["DetectorFit", "fit_detector", "fit_detector_from_mean", "bright_field_pixels", "scan_frequencies",
-           "check_level", "array_like", "gather"]
+           "check_level", "check_data", "check_settings", "count_nonfinite", "array_like", "gather"]
+
 
 @dataclass(frozen=True)
 class DetectorFit:
@@ -25,6 +28,26 @@ class DetectorFit:
     center: tuple
     radius: float
     mrad_per_pixel: float
+
+    def __post_init__(self) -> None:
+        try:
+            center = tuple(float(c) for c in self.center)
+        except (TypeError, ValueError):
+            raise InputError(f"detector.center must be (row, col) in pixels, got {self.center!r}") from None
+        if len(center) != 2 or not all(math.isfinite(c) for c in center):
+            raise InputError(f"detector.center must be two finite numbers (row, col) in pixels, got {self.center!r}")
+        object.__setattr__(self, "center", center)
+        object.__setattr__(self, "radius", positive("detector.radius", self.radius, unit="pixels"))
+        object.__setattr__(self, "mrad_per_pixel", positive("detector.mrad_per_pixel", self.mrad_per_pixel,
+                                                            unit="mrad"))
+
+    def check_frame(self, detector_shape) -> None:
+        """Refuse a disk whose centre lies outside the detector's frame (det_row, det_col)."""
+        rows, cols = detector_shape
+        r, c = self.center
+        if not (-0.5 <= r <= rows - 0.5 and -0.5 <= c <= cols - 0.5):
+            raise InputError(f"detector.center ({r:g}, {c:g}) lies outside the detector's frame of {rows} x {cols} "
+                             "pixels (row, col)")
 
 
 def fit_detector(data, alpha_mrad: float, *, threshold: float = 0.5, rows: int | None = None) -> DetectorFit:
@@ -37,24 +60,34 @@ def fit_detector(data, alpha_mrad: float, *, threshold: float = 0.5, rows: int |
     ``rows``: sum only that many scan rows, evenly spaced (a large memory-mapped scan need not be
     read whole for a mean pattern; every row by default).
     """
-    data = array_like(data)
-    if data.ndim != 4:
-        raise ValueError(f"4D-STEM data must be (scan_row, scan_col, det_row, det_col), got shape {data.shape}")
+    data = check_data(data)
     if rows is not None:
-        if rows < 1:
-            raise ValueError(f"rows must be positive, got {rows}")
+        from qora.io.validate import integer
+
+        rows = integer("rows", rows, low=1)
         data = data[np.unique(np.linspace(0, data.shape[0] - 1, min(rows, data.shape[0])).round().astype(int))]
-    return fit_detector_from_mean(np.asarray(data.mean(axis=(0, 1), dtype=np.float64)), alpha_mrad,
-                                  threshold=threshold)
+    mean = np.asarray(data.mean(axis=(0, 1), dtype=np.float64))
+    if not np.all(np.isfinite(mean)):
+        count, size = count_nonfinite(data)
+        raise InputError(f"data has {count} non-finite (NaN or Inf) values of {size}; mask them (set them to 0) "
+                         "or correct the data")
+    return fit_detector_from_mean(mean, alpha_mrad, threshold=threshold)
 
 
 def fit_detector_from_mean(mean, alpha_mrad: float, *, threshold: float = 0.5) -> DetectorFit:
     """:func:`fit_detector` from the mean diffraction pattern (det_row, det_col) itself."""
-    mean = np.asarray(mean, np.float64)
+    alpha_mrad = positive("alpha_mrad (the convergence semi-angle)", alpha_mrad, unit="mrad")
+    mean = np.asarray(mean)
+    if np.iscomplexobj(mean) or mean.ndim != 2 or not mean.size:
+        raise InputError(f"the mean pattern must be a real 2D array (det_row, det_col), got {mean.dtype} of shape "
+                         f"{mean.shape}")
+    mean = mean.astype(np.float64)
     if not np.all(np.isfinite(mean)):
-        raise ValueError("the data hold NaN or Inf")
+        raise InputError(f"the mean pattern has {int((~np.isfinite(mean)).sum())} non-finite (NaN or Inf) values of "
+                         f"{mean.size}; the data hold NaN or Inf")
     if not mean.max() > 0:
-        raise ValueError("the mean diffraction pattern is zero: no bright field to fit")
+        raise InputError("data: the mean diffraction pattern is zero (or negative) everywhere: no bright field to "
+                         "fit (is the file all zeros?)")
     level = np.median(mean[mean > threshold * mean.max()])
     w = np.clip(mean / level, 0.0, 1.0)
     area = w.sum()
@@ -89,10 +122,55 @@ def scan_frequencies(scan_shape, scan_step: float, rotation: float, *, half: boo
 
 
 
-def check_level(level) -> None:
-    """Raises ValueError unless the bright field's level (its mean count) is positive."""
-    if not float(level) > 0:
-        raise ValueError("the bright field holds no intensity")
+def check_level(level, data=None) -> None:
+    """Raises InputError unless the bright field's level (its mean count) is positive and finite
+    (with ``data``, a non-finite level says how many values of the data are NaN or Inf)."""
+    level = float(level)
+    if not math.isfinite(level):
+        detail = ""
+        if data is not None:
+            count, size = count_nonfinite(data)
+            detail = f" ({count} non-finite values of {size})"
+        raise InputError(f"data: the bright field holds NaN or Inf{detail}; mask them (set them to 0) or correct "
+                         "the data")
+    if not level > 0:
+        raise InputError("data: the bright field holds no intensity (all zero or negative)")
+
+
+def check_settings(kv, alpha_mrad, scan_step, rotation=0.0):
+    """The microscope settings as finite floats, each refused with its name when it is not a
+    positive number (the rotation: any finite number)."""
+    return (positive("kv (the accelerating voltage)", kv, unit="kV"),
+            positive("alpha_mrad (the convergence semi-angle)", alpha_mrad, unit="mrad"),
+            positive("scan_step", scan_step, unit="A"), number("rotation", rotation, unit="rad"))
+
+
+def check_data(data):
+    """``data`` (:func:`array_like`) if it can be 4D-STEM data: four axes (scan_row, scan_col,
+    det_row, det_col), none empty, real numbers; else an InputError that says what it is. Its
+    values are checked where they are read (the mean pattern, the bright field): NaN or Inf there
+    is refused, with the count."""
+    data = array_like(data)
+    shape = tuple(getattr(data, "shape", ()))
+    if len(shape) != 4:
+        raise InputError(f"4D-STEM data must be (scan_row, scan_col, det_row, det_col), got shape {shape}")
+    if not all(shape):
+        raise InputError(f"data is empty (shape {shape})")
+    dtype = np.dtype(data.dtype)
+    if dtype.kind == "c":
+        raise InputError(f"data must be real intensities, got complex values ({dtype}); pass abs(x)**2")
+    if dtype.kind not in "iuf":
+        raise InputError(f"data must hold numbers (counts or intensities), got dtype {dtype}")
+    return data
+
+
+def count_nonfinite(data, rows: int = 16) -> tuple:
+    """(non-finite values, all values) of 4D data, read ``rows`` scan rows at a time (a memory map
+    is not read whole)."""
+    count = 0
+    for r in range(0, data.shape[0], rows):
+        count += int((~np.isfinite(np.asarray(data[r:r + rows]))).sum())
+    return count, int(np.prod(data.shape))
 
 
 def array_like(data):

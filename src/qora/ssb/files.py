@@ -17,15 +17,25 @@ from pathlib import Path
 import numpy as np
 
 from qora.io.atomic import atomic_path
+from qora.io.errors import FileFormatError, InputError, MissingExtra, naming_file
+from qora.progress import report
 from qora.ssb.optics import Aberrations
 
 __all__ = ["write_dataset", "read_dataset", "load_data", "write_image", "plot_image", "plot_fit"]
 
 
 def write_dataset(path, data, *, kv: float, alpha_mrad: float, scan_step: float, detector_pixel: float | None = None,
-                  aberrations: Aberrations | None = None, truth=None) -> None:
+                  aberrations: Aberrations | None = None, truth=None, progress=None) -> None:
+    """Write a dataset file, a block of scan rows at a time (an interrupt stops it between blocks and
+    the temporary file is removed: nothing appears under ``path``); ``progress`` gets the scan
+    positions written ("write", done, total)."""
     import h5py
 
+    data = np.asarray(data)
+    if data.ndim != 4:
+        raise InputError(f"4D-STEM data must be (scan_row, scan_col, det_row, det_col), got shape {data.shape}")
+    sy, sx = data.shape[:2]
+    rows = max(1, (64 << 20) // max(1, 4 * int(np.prod(data.shape[1:]))))  # ~64 MB of float32 per block
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         f.attrs["qora_kind"] = "ssb_dataset"
         f.attrs["kv"] = kv
@@ -34,32 +44,59 @@ def write_dataset(path, data, *, kv: float, alpha_mrad: float, scan_step: float,
         if detector_pixel is not None:
             f.attrs["detector_pixel_inv_a"] = detector_pixel
         f.attrs["aberrations"] = json.dumps((aberrations or Aberrations()).values)
-        f.create_dataset("data", data=np.asarray(data, np.float32), chunks=True, compression="gzip")
+        dset = f.create_dataset("data", shape=data.shape, dtype=np.float32, chunks=True, compression="gzip")
+        for r in range(0, sy, rows):
+            dset[r:r + rows] = data[r:r + rows].astype(np.float32)
+            report(progress, "write", min(r + rows, sy) * sx, sy * sx)
         if truth is not None:
             f.create_dataset("truth", data=np.asarray(truth, np.float32))
 
 
+def _contents(f) -> str:
+    """What an HDF5 file holds: its datasets' names and shapes (for a message)."""
+    import h5py
+
+    found = []
+    f.visititems(lambda name, obj: found.append(f"{name} {obj.shape} {obj.dtype}")
+                 if isinstance(obj, h5py.Dataset) else None)
+    return "; it holds " + (", ".join(found[:12]) + (" ..." if len(found) > 12 else "") if found else "no dataset")
+
+
 def read_dataset(path):
-    """``(data, metadata)`` of a qora dataset file; data memory-mapped where HDF5 allows (read lazily)."""
+    """``(data, metadata)`` of a qora dataset file (the data read into memory). A file that is not
+    one (damaged, truncated, another kind, no 4D ``data``) is a FileFormatError naming the file and
+    what it holds."""
     import h5py
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    with h5py.File(path, "r") as f:
-        if f.attrs.get("qora_kind") != "ssb_dataset":
-            raise ValueError(f"{path}: not a qora 4D-STEM dataset (qora_kind={f.attrs.get('qora_kind')!r})")
+    with naming_file(path), h5py.File(path, "r") as f:
+        kind = f.attrs.get("qora_kind")
+        if kind != "ssb_dataset":
+            raise FileFormatError(f"{path}: not a qora 4D-STEM dataset (qora_kind={kind!r}){_contents(f)}")
+        data = f.get("data")
+        if not isinstance(data, h5py.Dataset) or data.ndim != 4:
+            what = "no dataset 'data'" if data is None else f"'data' of shape {getattr(data, 'shape', '?')}"
+            raise FileFormatError(f"{path}: 4D-STEM data must be a 4D dataset 'data' (scan_row, scan_col, det_row, "
+                                  f"det_col), found {what}{_contents(f)}")
         meta = {k: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()}
-        meta["aberrations"] = Aberrations({k: tuple(v) for k, v in json.loads(meta["aberrations"]).items()})
-        data = f["data"][...]
+        try:
+            recorded = json.loads(meta.get("aberrations", "{}"))
+            meta["aberrations"] = Aberrations({k: tuple(v) if isinstance(v, list) else v for k, v in recorded.items()})
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise FileFormatError(f"{path}: its aberrations attribute cannot be read ({exc})") from None
+        array = data[...]
         if "truth" in f:
             meta["truth"] = f["truth"][...]
-    return data, meta
+    return array, meta
 
 
 def load_data(path):
     """4D data from ``.h5`` (qora's), ``.npy`` (memory-mapped) or detector formats via rosettasciio:
-    ``(data, metadata)`` with whatever metadata the file holds (kv, alpha_mrad, scan_step_a)."""
+    ``(data, metadata)`` with whatever metadata the file holds (kv, alpha_mrad, scan_step_a). A
+    damaged file, data that are not 4D, or that do not hold real numbers, are a FileFormatError
+    naming the file."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
@@ -67,16 +104,23 @@ def load_data(path):
     if suffix in (".h5", ".hdf5"):
         return read_dataset(path)
     if suffix == ".npy":
-        data = np.load(path, mmap_mode="r")
+        with naming_file(path):
+            data = np.load(path, mmap_mode="r", allow_pickle=False)
         meta = {}
     else:
         try:
             from rsciio import IO_PLUGINS  # noqa: F401 - present means the formats extra is installed
         except ImportError:
-            raise ValueError(f"{path}: reading {suffix} files needs rosettasciio (pip install 'qora[formats]')") from None
-        data, meta = _read_rsciio(path)
+            raise MissingExtra(f"{path}: reading {suffix} files needs rosettasciio (pip install 'qora[formats]')") \
+                from None
+        with naming_file(path):
+            data, meta = _read_rsciio(path)
     if data.ndim != 4:
-        raise ValueError(f"{path}: 4D-STEM data must be (scan_row, scan_col, det_row, det_col), got shape {data.shape}")
+        raise FileFormatError(f"{path}: 4D-STEM data must be (scan_row, scan_col, det_row, det_col), got shape "
+                              f"{data.shape}")
+    if np.dtype(data.dtype).kind not in "iuf":
+        raise FileFormatError(f"{path}: 4D-STEM data must be real numbers (counts or intensities), got dtype "
+                              f"{data.dtype}")
     return data, meta
 
 
@@ -87,12 +131,16 @@ def _read_rsciio(path: Path):
                ".emd": "rsciio.emd"}
     name = plugins.get(path.suffix.lower())
     if name is None:
-        raise ValueError(f"{path}: unknown 4D-STEM format {path.suffix!r} (known: .h5, .npy, {', '.join(plugins)})")
+        raise FileFormatError(f"{path}: unknown 4D-STEM format {path.suffix!r} (known: .h5, .npy, "
+                              f"{', '.join(plugins)})")
     reader = importlib.import_module(name)
     if path.suffix.lower() == ".raw":  # EMPAD: the .xml beside the .raw holds the shape
         path = path.with_suffix(".xml")
     items = reader.file_reader(str(path), lazy=True)
-    item = next(i for i in items if np.ndim(i["data"]) == 4)
+    item = next((i for i in items if np.ndim(i["data"]) == 4), None)
+    if item is None:
+        held = ", ".join(f"{np.shape(i['data'])}" for i in items) or "nothing"
+        raise FileFormatError(f"{path}: holds no 4D data (scan_row, scan_col, det_row, det_col); it holds {held}")
     meta = {}
     md = item.get("metadata", {})
     beam = md.get("Acquisition_instrument", {}).get("TEM", {})
@@ -143,7 +191,7 @@ def plot_fit(path, session, result: dict) -> None:
     """PNG of a fit (:func:`qora.ssb.fit`'s result): the image of each branch,
     the fitted aberration function chi over the aperture (the better branch), and the agreement
     along each fitted parameter of that branch around its fit (+-4 standard errors, at least
-    +-10 A or +-1 mrad), the others held."""
+    +-10 A, +-1 mrad or +-1 degree for a fitted scan rotation), the others held."""
     from qora.plot import save_png, subplots
 
     from qora.ssb.band import Band
@@ -152,8 +200,10 @@ def plot_fit(path, session, result: dict) -> None:
 
     branches = [b for b in ("standard", "thick") if b in result]
     best = result.get("better", branches[0])
-    params = result[best]["parameters"]
+    params = dict(result[best]["parameters"])
     names = list(result[best]["parameter_order"])
+    if "rotation" in names:  # a fitted rotation is the result's, not a branch parameter
+        params["rotation"] = float(result["rotation_rad"])
     saved = session.rotation
     session.rotation = result["rotation_rad"]
     try:
@@ -166,7 +216,7 @@ def plot_fit(path, session, result: dict) -> None:
         error = result[best].get("uncertainty", {})
         curves = {}
         for name in names:
-            floor = 1e-3 if name.startswith("tilt") else 10.0
+            floor = 1e-3 if name.startswith("tilt") else np.deg2rad(1.0) if name == "rotation" else 10.0
             half = max(4 * error.get(name, 0.0), floor)
             xs = params[name] + np.linspace(-half, half, 25)
             curves[name] = (xs, band.evaluate_batch([{**params, name: float(x)} for x in xs]))
@@ -200,7 +250,8 @@ def plot_fit(path, session, result: dict) -> None:
             continue
         name = names[j]
         xs, ys = curves[name]
-        scale, unit = (1e3, "mrad") if name.startswith("tilt") else (1.0, "A")
+        scale, unit = ((1e3, "mrad") if name.startswith("tilt") else (np.rad2deg(1.0), "deg") if name == "rotation"
+                       else (1.0, "A"))
         axes[1, j].plot(xs * scale, ys, "-")
         axes[1, j].axvline(params[name] * scale, color="k", lw=0.8)
         axes[1, j].set(xlabel=f"{name} ({unit})", ylabel="agreement" if j == 0 else None)

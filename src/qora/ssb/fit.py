@@ -11,6 +11,8 @@ import time
 
 import numpy as np
 
+from qora.io.errors import InputError
+from qora.io.validate import in_range, integer, nonnegative, number, positive
 from qora.progress import report
 from qora.ssb.band import make_band
 from qora.ssb.optimize import defocus_search, newton, tpe_search
@@ -18,7 +20,16 @@ from qora.ssb.optimize import defocus_search, newton, tpe_search
 __all__ = ["fit_rotation", "fit_session"]
 
 
-def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9), coarse_deg: float = 6.0):
+ROTATION_NEWTON = 60  # Newton's iterations in the rotation fit, and in the thick fit
+STANDARD_NEWTON = 20  # ... in the standard fit with the rotation given (newton's default)
+
+
+def _rotation_grid(coarse_deg: float):
+    return np.deg2rad(np.arange(-90.0, 90.0, coarse_deg))
+
+
+def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9), coarse_deg: float = 6.0,
+                 progress=None, offset: int = 0, total: int | None = None):
     """Cold-start fit with the scan rotation unknown: ``(rotation, values, agreement)``.
 
     The agreement does not change when the scan turns by 180 degrees (G(-Q) = conj G(Q) and
@@ -26,24 +37,47 @@ def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9)
     of ``coarse_deg`` with the C10 search at each angle picks the basin; a finer C10 search at the
     best angle, then Newton on ``parameters`` and the rotation together, with exact first and
     second derivatives in all of them (the apertures with a soft edge, :class:`Band`), refines it.
+    ``progress`` is told each angle searched and each Newton step, counted from ``offset`` of
+    ``total`` (default: this fit's own, the angles + 1 + 60).
     """
+    coarse_deg = in_range("coarse_deg", coarse_deg, 0.0, 90.0, unit="degrees", inclusive=False)
+
     def c10_only(theta):
         b = make_band(session, ("C10",), band=band, rotation=theta)
         c10, values = defocus_search(b, step=20.0, low=-400.0, high=400.0)
         return float(values.max()), c10
 
-    grid = np.deg2rad(np.arange(-90.0, 90.0, coarse_deg))
-    scores = [c10_only(t) for t in grid]
+    grid = _rotation_grid(coarse_deg)
+    searched = len(grid) + 1
+    total = total or offset + searched + ROTATION_NEWTON
+    scores = []
+    for i, t in enumerate(grid):
+        scores.append(c10_only(t))
+        report(progress, "search (rotation)", offset + i + 1, total)
     best = int(np.argmax([a for a, _ in scores]))
     theta0, coarse_c10 = float(grid[best]), scores[best][1]
     b = make_band(session, ("C10",), band=band, rotation=theta0)
     c10, _ = defocus_search(b, step=10.0, low=coarse_c10 - 60.0, high=coarse_c10 + 60.0)
+    report(progress, "search (rotation)", offset + searched, total)
     b = make_band(session, tuple(parameters) + ("rotation",), band=band, rotation=theta0)
     start = {p: 0.0 for p in parameters}
     start.update(C10=c10, rotation=theta0)
-    values, agreement, _ = newton(b, start, iterations=60)
+    values, agreement, _ = newton(b, start, iterations=ROTATION_NEWTON, callback=lambda state: report(
+        progress, "newton (standard)", offset + searched + state.step, total))
+    report(progress, "newton (standard)", offset + searched + ROTATION_NEWTON, total)
     theta = (values.pop("rotation") + np.pi / 2) % np.pi - np.pi / 2
     return float(theta), values, agreement
+
+
+def _check_band(band):
+    try:
+        low, high = band
+    except (TypeError, ValueError):
+        raise InputError(f"band must be (low, high) in 1/A, got {band!r}") from None
+    low, high = nonnegative("band low", low, unit="1/A"), positive("band high", high, unit="1/A")
+    if not low < high:
+        raise InputError(f"band must be (low, high) with low < high (1/A), got {band!r}")
+    return (low, high)
 
 
 def fit_session(session, *, rotation: float | None = None, tilt: bool = True, band=(0.2, 0.9), progress=None,
@@ -58,19 +92,35 @@ def fit_session(session, *, rotation: float | None = None, tilt: bool = True, ba
     the parameters' standard errors from it (:meth:`Band.uncertainties`); the rotation; which
     branch fits better; stage timings (s) and passes over G; the conventions.
     ``compare_standard=False`` leaves the standard branch (still the thick fit's start) out of the
-    result when ``tilt`` is on.
+    result when ``tilt`` is on. ``progress`` (:mod:`qora.progress`) counts the whole fit: the
+    search's trials (or the rotation search's angles), then each Newton step, with the stage
+    "search", "newton (standard)", "newton (thick)".
     """
+    if rotation is not None:
+        rotation = number("rotation", rotation, unit="rad")
+    batch = integer("batch", batch, low=1)
+    trials = integer("trials", trials, low=batch)
+    seed = integer("seed", seed, low=0)
+    band = _check_band(band)
     timings, passes = {}, {}
     t0 = time.perf_counter()
     names = ("C10", "C12a", "C12b")
-    report(progress, "standard", 0, 2)
+    # one count for the whole fit: the search's trials (or the rotation search's angles), then
+    # Newton's steps of each branch at most (a branch that converges early jumps to its end)
+    searched = len(_rotation_grid(6.0)) + 1 if rotation is None else trials
+    standard = searched + (ROTATION_NEWTON if rotation is None else STANDARD_NEWTON)
+    total = standard + (ROTATION_NEWTON if tilt else 0)
+    report(progress, "search", 0, total)
     if rotation is None:
-        rotation, values, agreement = fit_rotation(session, names, band=band)
+        rotation, values, agreement = fit_rotation(session, names, band=band, progress=progress, total=total)
     else:
         b = make_band(session, names, band=band, rotation=rotation)
-        start, _, _, _ = tpe_search(b, trials=trials, batch=batch, seed=seed)
+        start, _, _, _ = tpe_search(b, trials=trials, batch=batch, seed=seed,
+                                    callback=lambda done: report(progress, "search", done, total))
         timings["search_s"] = time.perf_counter() - t0
-        values, agreement, hessian = newton(b, start)
+        values, agreement, hessian = newton(b, start, iterations=STANDARD_NEWTON, callback=lambda state: report(
+            progress, "newton (standard)", searched + state.step, total))
+        report(progress, "newton (standard)", standard, total)
         passes["standard"] = getattr(b, "passes", None)  # a band split over workers does not count
     timings["standard_s"] = time.perf_counter() - t0
     fitted_rotation = "search_s" not in timings
@@ -92,12 +142,13 @@ def fit_session(session, *, rotation: float | None = None, tilt: bool = True, ba
                           "C10 at the mid-plane; tilt (y, x) in rad; docs/ssb.md",
            "band_inv_a": list(band)}
     if tilt:
-        report(progress, "thick", 1, 2)
+        report(progress, "newton (thick)", standard, total)
         t1 = time.perf_counter()
         tnames = names + ("thickness", "tilt_y", "tilt_x")
         b = make_band(session, tnames, band=band, rotation=rotation)
         tvalues, tagreement, thessian = newton(b, {**values, "thickness": 60.0, "tilt_y": 0.0, "tilt_x": 0.0},
-                                               iterations=60)
+                                               iterations=ROTATION_NEWTON, callback=lambda state: report(
+                                                   progress, "newton (thick)", standard + state.step, total))
         timings["thick_s"] = time.perf_counter() - t1
         passes["thick"] = getattr(b, "passes", None)
         out["thick"] = {"parameters": {k: float(v) for k, v in tvalues.items()}, "agreement": float(tagreement),
@@ -107,7 +158,7 @@ def fit_session(session, *, rotation: float | None = None, tilt: bool = True, ba
         out["better"] = "thick" if tagreement > agreement + 1e-3 else "standard"
         if not compare_standard:
             out.pop("standard")
-    report(progress, "done", 2, 2)
+    report(progress, "done", total, total)
     timings["total_s"] = time.perf_counter() - t0
     out["timings_s"] = timings
     out["passes"] = {k: dict(v) for k, v in passes.items() if v is not None}  # over G, per branch's band

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qora.backend import xp_of
+from qora.io.errors import InputError
+from qora.io.validate import positive
 
 __all__ = ["wavelength", "Aberrations", "chi", "chi_gradient", "aperture", "probe_spectrum", "KNOWN_ABERRATIONS"]
 
@@ -38,9 +40,7 @@ _HC_KEV_A = 12.398419843  # h c in keV * A
 
 def wavelength(kv: float) -> float:
     """Relativistic electron wavelength (A) at an accelerating voltage of ``kv`` kV."""
-    if not kv > 0:
-        raise ValueError(f"the accelerating voltage must be positive (kV), got {kv}")
-    e = float(kv)
+    e = positive("kv (the accelerating voltage)", kv, unit="kV")
     return _HC_KEV_A / math.sqrt(e * (2 * _ELECTRON_REST_ENERGY_KEV + e))
 
 
@@ -61,16 +61,19 @@ class Aberrations:
         clean = {}
         for name, v in merged.items():
             if name not in KNOWN_ABERRATIONS:
-                raise ValueError(f"unknown aberration {name!r}; known: {', '.join(KNOWN_ABERRATIONS)}")
+                raise InputError(f"unknown aberration {name!r}; known: {', '.join(KNOWN_ABERRATIONS)}")
             n, m = KNOWN_ABERRATIONS[name]
-            if np.ndim(v) == 0:
-                mag, angle = float(v), 0.0
-            else:
-                mag, angle = (float(x) for x in v)
+            try:
+                if np.ndim(v) == 0:
+                    mag, angle = float(v), 0.0
+                else:
+                    mag, angle = (float(x) for x in v)
+            except (TypeError, ValueError):
+                raise InputError(f"{name} must be a number or (magnitude A, angle rad), got {v!r}") from None
             if not (math.isfinite(mag) and math.isfinite(angle)):
-                raise ValueError(f"{name} must be finite, got {v!r}")
+                raise InputError(f"{name} must be finite, got {v!r}")
             if m == 0 and angle != 0.0:
-                raise ValueError(f"{name} is rotationally symmetric and takes no angle")
+                raise InputError(f"{name} is rotationally symmetric and takes no angle")
             clean[name] = (mag, angle)
         object.__setattr__(self, "values", clean)
 
@@ -79,11 +82,15 @@ class Aberrations:
         """From cartesian components: ``C12=(a, b)`` means C12 cos(2 phi12) = a, sin = b."""
         polar = {}
         for name, v in components.items():
+            if name not in KNOWN_ABERRATIONS:
+                raise InputError(f"unknown aberration {name!r}; known: {', '.join(KNOWN_ABERRATIONS)}")
             n, m = KNOWN_ABERRATIONS[name]
             if m == 0 or np.ndim(v) == 0:
                 polar[name] = v
             else:
-                a, b = v
+                if np.shape(v) != (2,):
+                    raise InputError(f"{name} must be cartesian (a, b) in A, got {v!r}")
+                a, b = (float(x) for x in v)
                 polar[name] = (math.hypot(a, b), math.atan2(b, a) / m)
         return cls(polar)
 
@@ -132,8 +139,7 @@ def chi_gradient(kx, ky, aberrations: Aberrations, lam: float):
 
 def aperture(kx, ky, alpha_mrad: float, lam: float):
     """The probe-forming aperture (1 inside |k| <= alpha / lambda, 0 outside)."""
-    if not alpha_mrad > 0:
-        raise ValueError(f"the convergence semi-angle must be positive (mrad), got {alpha_mrad}")
+    alpha_mrad = positive("alpha_mrad (the convergence semi-angle)", alpha_mrad, unit="mrad")
     xp = xp_of(kx, ky)
     return (xp.hypot(kx, ky) <= alpha_mrad * 1e-3 / lam).astype(np.float64)
 

@@ -156,7 +156,8 @@ SEARCH_BOUNDS = {"C10": (-500.0, 500.0), "C12a": (-60.0, 60.0), "C12b": (-60.0, 
 
 
 def tpe_search(band: BatchObjective, bounds: dict | None = None, *, trials: int = 200, batch: int = 8, seed: int = 0,
-               fixed: dict | None = None, startup: int | None = None, gamma: float = 0.2, candidates: int = 96):
+               fixed: dict | None = None, startup: int | None = None, gamma: float = 0.2, candidates: int = 96,
+               callback: Callable[[int], None] | None = None):
     """A batched search in the style of the tree-structured Parzen estimator (TPE), seeded.
 
     ``startup`` trials (default a fifth, in whole batches) are uniform in ``bounds`` (name ->
@@ -165,6 +166,7 @@ def tpe_search(band: BatchObjective, bounds: dict | None = None, *, trials: int 
     Gaussian kernels around the best ones, and evaluates the ``batch`` candidates with the largest
     ratio of the two kernel densities (good over rest) in one pass over G. Returns
     ``(values, agreement, trials (n, d), agreements (n,))`` with values the best trial.
+    ``callback(n)``, when given, is called after each pass with the number of trials so far.
     """
     if bounds is None:
         bounds = {p: SEARCH_BOUNDS[p] for p in band.parameters if p in SEARCH_BOUNDS}
@@ -187,6 +189,8 @@ def tpe_search(band: BatchObjective, bounds: dict | None = None, *, trials: int 
     def run(points):
         ys.extend(band.evaluate_batch([{**fixed, **dict(zip(names, map(float, p)))} for p in points]))
         xs.extend(points)
+        if callback is not None:
+            callback(len(xs))
 
     while len(xs) < min(startup, trials):
         run(lo + span * rng.random((batch, len(names))))

@@ -24,11 +24,14 @@ import numpy as np
 
 from qora.backend.device import PeakMemory
 from qora.backend.fft import fftn, ifftn, irfftn, rfftn
+from qora.io.errors import InputError
+from qora.io.validate import integer, positive
 from qora.ssb import kernels
-from qora.ssb.detector import DetectorFit, array_like, bright_field_pixels, check_level, fit_detector, gather, \
-    scan_frequencies
+from qora.ssb.detector import (DetectorFit, bright_field_pixels, check_data, check_level, check_settings,
+                               fit_detector, gather, scan_frequencies)
 from qora.ssb.model import chi_coefficients, parameters_to_aberrations, quadratic_tag
 from qora.ssb.optics import Aberrations, aperture, chi, chi_gradient, wavelength
+from qora.ssb.timing import Clock as _Clock
 
 __all__ = ["Session"]
 
@@ -76,21 +79,26 @@ class Session:
         from qora.backend import resolve
 
         t0 = time.perf_counter()
-        data = array_like(data)
-        if data.ndim != 4:
-            raise ValueError(f"4D-STEM data must be (scan_row, scan_col, det_row, det_col), got shape {data.shape}")
-        if not scan_step > 0:
-            raise ValueError(f"scan_step must be positive (A), got {scan_step}")
-        if chunk < 1:
-            raise ValueError(f"chunk must be positive, got {chunk}")
+        kv, alpha_mrad, scan_step, rotation = check_settings(kv, alpha_mrad, scan_step, rotation)
+        chunk = integer("chunk", chunk, low=1)
+        if level is not None:
+            level = positive("level", level)
+        if detector is not None and not isinstance(detector, DetectorFit):
+            raise InputError(f"detector must be a DetectorFit, got {type(detector).__name__}")
+        data = check_data(data)
         self.backend = resolve(backend)
         xp = self.xp = self.backend.xp
-        self.kv, self.alpha_mrad, self.scan_step, self.rotation = float(kv), float(alpha_mrad), float(scan_step), rotation
+        self.kv, self.alpha_mrad, self.scan_step, self.rotation = kv, alpha_mrad, scan_step, rotation
         self.wavelength = wavelength(kv)
         self.detector = detector or fit_detector(data, alpha_mrad)
+        self.detector.check_frame(data.shape[2:])
         self.scan_shape = data.shape[:2]
         self.chunk = int(chunk)
         self.bf_index, self.k = bright_field_pixels(data.shape[2:], self.detector, self.alpha_mrad, self.kv)
+        if not len(self.bf_index):
+            raise InputError(f"no detector pixel lies inside the bright-field disk (centre {self.detector.center}, "
+                             f"radius {self.detector.radius:g} px, {self.detector.mrad_per_pixel:g} mrad/px, "
+                             f"alpha_mrad {alpha_mrad:g})")
         self.bf_count = len(self.bf_index)  # of the whole bright field, also in a shard
         if pixels is not None:
             self.bf_index, self.k = self.bf_index[pixels], self.k[pixels]
@@ -118,7 +126,7 @@ class Session:
             else:
                 if level is None:
                     level = float(np.asarray(gather(data, pixels).mean(dtype=np.float64)))  # a memory-mapped array
-                check_level(level)
+                check_level(level, data)
                 self.G = (xp if on_device else np).empty(shape, dtype)
                 for start in range(0, len(self.bf_index), self.chunk):
                     part = (pixels[0][start:start + self.chunk], pixels[1][start:start + self.chunk])
@@ -579,21 +587,3 @@ class Session:
             per_axis.append(a)
         weight = xp.asarray(np.tile(per_axis[0].T @ per_axis[1], (sy, sx)), np.float32)
         return xp.where(weight > 0, total / xp.where(weight > 0, weight, 1), 0)
-
-
-class _Clock:
-    """Laps of a computation (ms) into ``timings`` when given, waiting for the device at each."""
-
-    def __init__(self, backend, timings: dict | None) -> None:
-        self.backend, self.timings = backend, timings
-        if timings is not None:
-            backend.synchronize()
-            self.t = time.perf_counter()
-
-    def lap(self, name: str) -> None:
-        if self.timings is None:
-            return
-        self.backend.synchronize()
-        now = time.perf_counter()
-        self.timings[name] = self.timings.get(name, 0.0) + (now - self.t) * 1e3
-        self.t = now

@@ -20,10 +20,71 @@ from dataclasses import dataclass
 import numpy as np
 
 from qora.backend.fft import fftn, ifftn
+from qora.io.errors import InputError
+from qora.io.validate import GIB, integer, memory_needed, nonnegative, number, positive
+from qora.progress import report
 from qora.ssb.optics import Aberrations, probe_spectrum, wavelength
 
 __all__ = ["amorphous_slices", "atoms_slice", "crystal_slices", "rotate_detector", "Scan4D", "simulate",
-           "simulate_to_npy", "scan_truth"]
+           "simulate_to_npy", "scan_truth", "simulation_bytes", "check_simulation_memory", "check_disk"]
+
+
+def simulation_bytes(positions: int, window: int, *, dose: float | None = None) -> int:
+    """Host bytes :func:`simulate` holds at its peak: the float64 patterns of every scan position
+    (three such arrays while Poisson counts are drawn with a ``dose``)."""
+    return int(positions) * int(window) ** 2 * 8 * (3 if dose is not None else 1)
+
+
+def check_simulation_memory(positions: int, window: int, *, dose: float | None = None, available="host") -> None:
+    """Refuse, before any work, a simulation that needs more host memory than is available
+    (MemoryNeeded: how much is needed, how much there is, and that a smaller scan or window shrinks
+    it). ``available``: bytes, or "host" for what this process may still allocate."""
+    if available == "host":
+        from qora.backend import host
+
+        available = host.available_memory()
+    memory_needed(simulation_bytes(positions, window, dose=dose),
+                  f"the simulation of {positions} scan positions of {window} x {window} pixels",
+                  available=available, hint="a smaller scan (--scan) or window (--window) shrinks it")
+
+
+def check_disk(path, nbytes: int, what: str, hint: str) -> None:
+    """Refuse (MemoryNeeded, about disk) an output of up to ``nbytes`` where its folder has less free."""
+    import shutil
+    from pathlib import Path
+
+    from qora.io.errors import MemoryNeeded
+
+    folder = Path(path).resolve().parent
+    while not folder.exists():
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    if nbytes > free:
+        raise MemoryNeeded(f"{what} needs up to {nbytes / GIB:.1f} GiB of disk in {folder}, {free / GIB:.1f} GiB "
+                           f"available; {hint}")
+
+
+def _check_geometry(pixel, stride, window, kv, alpha_mrad, thickness, tilt):
+    pixel = positive("pixel", pixel, unit="A")
+    stride = integer("stride", stride, low=1)
+    window = integer("window", window, low=2)
+    kv = positive("kv (the accelerating voltage)", kv, unit="kV")
+    alpha_mrad = positive("alpha_mrad (the convergence semi-angle)", alpha_mrad, unit="mrad")
+    thickness = nonnegative("thickness", thickness, unit="A")
+    try:
+        tilt = tuple(number(f"tilt[{i}]", t, unit="rad") for i, t in enumerate(tilt))
+    except TypeError:
+        raise InputError(f"tilt must be (tau_y, tau_x) in rad, got {tilt!r}") from None
+    if len(tilt) != 2:
+        raise InputError(f"tilt must be (tau_y, tau_x) in rad, got {tilt!r}")
+    return pixel, stride, window, kv, alpha_mrad, thickness, tilt
+
+
+def _field_shape(slices, stride: int):
+    shape = np.shape(slices)
+    if len(shape) not in (2, 3) or not all(shape):
+        raise InputError(f"slices must be phases of shape (ny, nx) or (count, ny, nx), got shape {shape}")
+    return (shape[-2] // stride) * (shape[-1] // stride)
 
 
 def amorphous_slices(shape, pixel: float, *, slices: int = 1, atoms_per_a2: float = 0.05, sigma: float = 0.4,
@@ -107,19 +168,22 @@ class _Multislice:
 
     def __init__(self, slices, *, pixel: float, stride: int, window: int, kv: float, alpha_mrad: float,
                  aberrations: Aberrations, thickness: float, tilt, xp=np) -> None:
-        slices = np.asarray(slices, np.float64)
+        slices = np.asarray(slices)
+        if np.iscomplexobj(slices):
+            raise InputError("slices must be real phases (rad), got complex values")
+        slices = slices.astype(np.float64)
         if slices.ndim == 2:
             slices = slices[None]
         if slices.ndim != 3 or not np.all(np.isfinite(slices)):
-            raise ValueError("slices must be finite phases of shape (ny, nx) or (count, ny, nx)")
+            raise InputError("slices must be finite phases of shape (ny, nx) or (count, ny, nx)")
         count, ny, nx = slices.shape
         if ny % stride or nx % stride:
-            raise ValueError(f"the field ({ny}, {nx}) must be a whole number of scan steps of {stride} pixels")
+            raise InputError(f"the field ({ny}, {nx}) must be a whole number of scan steps of {stride} pixels")
         if window > min(ny, nx):
-            raise ValueError(f"the probe window {window} exceeds the field ({ny}, {nx})")
+            raise InputError(f"the probe window {window} exceeds the field ({ny}, {nx})")
         lam = wavelength(kv)
         if alpha_mrad * 1e-3 / lam >= 0.5 / pixel * 2 / 3:
-            raise ValueError("the aperture reaches beyond 2/3 of the window's Nyquist frequency: use a smaller pixel")
+            raise InputError("the aperture reaches beyond 2/3 of the window's Nyquist frequency: use a smaller pixel")
         self.xp, self.shape, self.window, self.count, self.slices = xp, (ny, nx), window, count, slices
         k = np.fft.fftfreq(window, pixel)
         kx, ky = k[None, :], k[:, None]
@@ -160,25 +224,33 @@ class _Multislice:
 
 def simulate(slices, *, pixel: float, stride: int, window: int, kv: float = 300.0, alpha_mrad: float = 20.0,
              aberrations: Aberrations | None = None, thickness: float = 0.0, tilt=(0.0, 0.0),
-             dose: float | None = None, seed: int = 0, batch: int = 256) -> Scan4D:
+             dose: float | None = None, seed: int = 0, batch: int = 256, progress=None) -> Scan4D:
     """Scan the probe over ``slices`` (phase, rad; (ny, nx) or (count, ny, nx)) and record 4D data.
 
     ``thickness`` (A) spreads the slices evenly over it (a single slice ignores it); ``tilt``
     (tau_y, tau_x) (rad) shifts the slice at depth z by z tau; ``dose`` (e/A^2) draws Poisson
-    counts, otherwise the intensity is normalised to 1 per pixel of the incident beam.
+    counts, otherwise the intensity is normalised to 1 per pixel of the incident beam. The memory
+    it needs (:func:`simulation_bytes`) is checked first: too much is a MemoryNeeded.
+    ``progress`` is told the scan positions done ("simulate", done, total).
     """
+    pixel, stride, window, kv, alpha_mrad, thickness, tilt = _check_geometry(pixel, stride, window, kv, alpha_mrad,
+                                                                             thickness, tilt)
+    if dose is not None:
+        dose = positive("dose", dose, unit="e/A^2")
+    seed, batch = integer("seed", seed, low=0), integer("batch", batch, low=1)
+    check_simulation_memory(_field_shape(slices, stride), window, dose=dose)
     aberrations = aberrations or Aberrations()
     ms = _Multislice(slices, pixel=pixel, stride=stride, window=window, kv=kv, alpha_mrad=alpha_mrad,
                      aberrations=aberrations, thickness=thickness, tilt=tilt)
     (ny, nx), positions = ms.shape, ms.positions
     data = np.empty((len(positions), window, window))
+    report(progress, "simulate", 0, len(positions))  # the clock of the run's rate starts with the work
     for start in range(0, len(positions), batch):
         data[start:start + batch] = ms.patterns(positions[start:start + batch])
+        report(progress, "simulate", min(start + batch, len(positions)), len(positions))
     # one incident-beam detector pixel holds 1 on average inside the bright field
     data *= ms.lit
     if dose is not None:
-        if not dose > 0:
-            raise ValueError(f"dose must be positive (e/A^2), got {dose}")
         per_position = dose * (stride * pixel) ** 2
         data = np.random.default_rng(seed).poisson(data * per_position / ms.lit).astype(np.float64)
     data = data.reshape(ny // stride, nx // stride, window, window)
@@ -197,34 +269,41 @@ def simulate_to_npy(path, slices, *, pixel: float, stride: int, window: int, det
     array (``detector`` >= ``window``; the rim beyond the simulated angles reads 0). Returns the
     dataset's metadata (kv, alpha_mrad, scan_step_a, detector_pixel_inv_a, the largest count)."""
     from qora.backend import resolve
-    from qora.progress import report
+    from qora.io.atomic import atomic_path
 
-    if detector < window:
-        raise ValueError(f"the detector ({detector}) must hold the window ({window})")
-    if not dose > 0:
-        raise ValueError(f"dose must be positive (e/A^2), got {dose}")
+    pixel, stride, window, kv, alpha_mrad, thickness, tilt = _check_geometry(pixel, stride, window, kv, alpha_mrad,
+                                                                             thickness, tilt)
+    detector = integer("detector", detector, low=window)
+    dose = positive("dose", dose, unit="e/A^2")
+    seed, batch = integer("seed", seed, low=0), integer("batch", batch, low=1)
+    check_disk(path, _field_shape(slices, stride) * detector**2 * 2 + 128, "the simulated .npy",
+               "a smaller scan or detector shrinks it")
     be = resolve(backend)
     xp = be.xp
     aberrations = aberrations or Aberrations()
     ms = _Multislice(slices, pixel=pixel, stride=stride, window=window, kv=kv, alpha_mrad=alpha_mrad,
                      aberrations=aberrations, thickness=thickness, tilt=tilt, xp=xp)
     (ny, nx), positions = ms.shape, ms.positions
-    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.uint16,
-                                    shape=(ny // stride, nx // stride, detector, detector))
-    flat = out.reshape(-1, detector, detector)
-    pad = (detector - window) // 2
-    per_position = dose * (stride * pixel) ** 2
-    rng = xp.random.RandomState(seed)
-    largest = 0
-    for start in range(0, len(positions), batch):
-        counts = rng.poisson(ms.patterns(positions[start:start + batch]) * per_position)
-        largest = max(largest, int(counts.max()))
-        if largest > np.iinfo(np.uint16).max:
-            raise ValueError(f"a count of {largest} does not fit uint16: lower the dose")
-        flat[start:start + len(counts), pad:pad + window, pad:pad + window] = be.to_host(counts.astype(np.uint16))
-        report(progress, "simulate", start + len(counts), len(positions))
-    out.flush()
-    del out, flat
+    with atomic_path(path) as tmp:  # a failure or an interrupt leaves no partial file under ``path``
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint16,
+                                        shape=(ny // stride, nx // stride, detector, detector))
+        flat = out.reshape(-1, detector, detector)
+        pad = (detector - window) // 2
+        per_position = dose * (stride * pixel) ** 2
+        rng = xp.random.RandomState(seed)
+        largest = 0
+        try:
+            for start in range(0, len(positions), batch):
+                counts = rng.poisson(ms.patterns(positions[start:start + batch]) * per_position)
+                largest = max(largest, int(counts.max()))
+                if largest > np.iinfo(np.uint16).max:
+                    raise InputError(f"a count of {largest} does not fit uint16: lower the dose")
+                flat[start:start + len(counts), pad:pad + window, pad:pad + window] = \
+                    be.to_host(counts.astype(np.uint16))
+                report(progress, "simulate", start + len(counts), len(positions))
+            out.flush()
+        finally:
+            del out, flat
     return {"kv": kv, "alpha_mrad": alpha_mrad, "scan_step_a": stride * pixel,
             "detector_pixel_inv_a": 1.0 / (window * pixel), "largest_count": largest}
 

@@ -72,7 +72,7 @@ def g_on_device(data, pixels, dtype, level: float | None = None):
     bright_host = cp.asnumpy(bright)
     if level is None:
         level = float(bright_host.sum() / (sy * sx * nbf))
-    check_level(level)
+    check_level(level, data)
     scale = 1.0 / float(level)
     slab = max(1, SLAB_BYTES // max(1, sy * nbf * G.itemsize))
     for j0 in range(0, G.shape[1], slab):

@@ -10,37 +10,58 @@ import socket
 import threading
 import time
 
-__all__ = ["serve", "check_host", "BackgroundServer"]
+from qora.io.errors import InputError
+
+__all__ = ["serve", "check_host", "url_for", "require_viewer_extra", "BackgroundServer"]
 
 
 def check_host(host: str, *, allow_remote: bool, token: str | None) -> str | None:
     """The token the server must require: none on the loopback interface; elsewhere only with
     ``allow_remote`` (the user's explicit choice), and then always one (given, or made here)."""
     try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+        loopback = host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         loopback = False
     if loopback:
         return token
     if not allow_remote:
-        raise ValueError(f"--host {host} would serve the data beyond this machine: add --allow-remote (a token "
+        raise InputError(f"--host {host} would serve the data beyond this machine: add --allow-remote (a token "
                          "is then required on every request)")
     return token or secrets.token_urlsafe(24)
 
 
+def url_for(host: str, port: int, token: str | None = None) -> str:
+    """The address to open: an IPv6 literal in brackets (``http://[::1]:8765/``)."""
+    shown = f"[{host.strip('[]')}]" if ":" in host else host
+    return f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
+
+
+def require_viewer_extra():
+    """uvicorn, once Starlette and it are importable; else MissingExtra naming the extra."""
+    from qora.io.errors import MissingExtra
+
+    try:
+        import starlette  # noqa: F401
+        import uvicorn
+    except ImportError as exc:
+        raise MissingExtra(f"qora view needs Starlette and uvicorn ({exc.name or exc} is missing): "
+                           "pip install 'qora[viewer]'") from None
+    return uvicorn
+
+
 def serve(path, *, host: str = "127.0.0.1", port: int = 8765, allow_remote: bool = False, token: str | None = None,
           backend="auto", pattern=None, echo=print) -> None:
-    """Open ``path`` and serve its view until interrupted."""
-    import uvicorn
+    """Open ``path`` and serve its view until interrupted (MissingExtra, before the file is read,
+    without the ``viewer`` extra)."""
+    uvicorn = require_viewer_extra()
 
     from qora.viewer.app import make_app
     from qora.viewer.views import open_view
 
     token = check_host(host, allow_remote=allow_remote, token=token)
     view = open_view(path, backend=backend, pattern=pattern)
-    url = f"http://{host}:{port}/" + (f"?token={token}" if token else "")
-    echo(f"qora view: {view.kind} view of {path} at {url}")
-    uvicorn.run(make_app(view, token=token), host=host, port=port, log_level="warning")
+    echo(f"qora view: {view.kind} view of {path} at {url_for(host, port, token)}")
+    uvicorn.run(make_app(view, token=token), host=host.strip("[]"), port=port, log_level="warning")
 
 
 class BackgroundServer:
@@ -48,7 +69,7 @@ class BackgroundServer:
     notebooks); ``url`` is its address, :meth:`close` stops it."""
 
     def __init__(self, app, *, timeout: float = 30.0) -> None:
-        import uvicorn
+        uvicorn = require_viewer_extra()
 
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))

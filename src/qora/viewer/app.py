@@ -2,8 +2,9 @@
 
 Heavy calls (a preview, a slice) run in Starlette's thread pool, so the event loop keeps
 answering; the views serialise their own work. Errors from the page's input come back as 400
-with ``{"error": message}``; anything else as 500 with the exception's message, and the server
-goes on.
+with ``{"error": message}`` (so does a value an engine refuses, a QoraError); anything else as 500
+with the exception's message, and the server goes on. Messages are one line (at most 200
+characters): a request of a 5,000-digit number gets a 400 that says so, not an echo of it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from qora.io.errors import QoraError
 from qora.viewer.views import BadRequest
 
 __all__ = ["make_app"]
@@ -53,16 +55,24 @@ async def _json(request: Request):
         return json.loads(body or b"{}")
     except json.JSONDecodeError as exc:
         raise BadRequest(f"the request body is not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # a number of thousands of digits, nesting too deep
+        raise BadRequest(f"the request body cannot be read: {_short(exc)}") from None
+
+
+def _short(exc: BaseException, limit: int = 200) -> str:
+    """An error's message on one line of at most ``limit`` characters."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _guard(handler):
     async def wrapped(request: Request):
         try:
             return await handler(request)
-        except BadRequest as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
+        except (BadRequest, QoraError) as exc:  # the request's fault (a value the engine refuses too)
+            return JSONResponse({"error": _short(exc)}, status_code=400)
         except Exception as exc:  # noqa: BLE001 - shown to the user, the server keeps serving
-            return JSONResponse({"error": f"{type(exc).__name__}: {exc}"}, status_code=500)
+            return JSONResponse({"error": f"{type(exc).__name__}: {_short(exc)}"}, status_code=500)
 
     return wrapped
 

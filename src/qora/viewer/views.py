@@ -20,23 +20,51 @@ class BadRequest(ValueError):
     """An input from the page that is not acceptable (the message says why)."""
 
 
+def _shown(value, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters (a request may carry a 5,000-digit number)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
+        return f"an integer of {len(str(abs(value))) if abs(value) < 10**4000 else 'thousands of'} digits"
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def number(value, name: str, lo: float, hi: float) -> float:
     """A finite number within [lo, hi] (bools and strings are refused)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise BadRequest(f"{name} must be a number, got {type(value).__name__}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:
+        raise BadRequest(f"{name} must be within [{lo:g}, {hi:g}], got {_shown(value)}") from None
     if not math.isfinite(value) or not lo <= value <= hi:
         raise BadRequest(f"{name} must be within [{lo:g}, {hi:g}], got {value!r}")
     return value
 
 
+def query_number(query, key: str, lo: float, hi: float, default: float) -> float:
+    """A number from the query string (``lo=0.5``): the default when absent, else a finite
+    number within [lo, hi] (``lo=abc`` is refused)."""
+    if key not in query:
+        return default
+    text = str(query[key]).strip()
+    try:
+        value = float(text) if len(text) <= 64 else math.inf
+    except ValueError:
+        raise BadRequest(f"{key} must be a number, got {_shown(text)}") from None
+    return number(value, key, lo, hi)
+
+
 def integer(value, name: str, lo: int, hi: int) -> int:
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        value = int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if len(text) > 20:
+            raise BadRequest(f"{name} must be within [{lo}, {hi}], got {len(text)} characters")
+        if text.lstrip("-").isdigit():
+            value = int(text)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise BadRequest(f"{name} must be an integer, got {value!r}")
+        raise BadRequest(f"{name} must be an integer, got {_shown(value)}")
     if not lo <= value <= hi:
-        raise BadRequest(f"{name} must be within [{lo}, {hi}], got {value}")
+        raise BadRequest(f"{name} must be within [{lo}, {hi}], got {_shown(value)}")
     return value
 
 
@@ -85,16 +113,32 @@ def ssb_parameters(values: dict) -> dict:
     return out
 
 
+def slider_start(aberrations) -> dict:
+    """The sliders' start (UI units) from recorded :class:`~qora.ssb.Aberrations` (None: all 0):
+    magnitudes, angles in degrees folded into the slider's range (C_nm repeats every 360/m
+    degrees), each clipped to its slider."""
+    start = {name: 0.0 for name in SSB_SLIDERS}
+    for name, (mag, angle) in (getattr(aberrations, "values", None) or {}).items():
+        if name not in start:
+            continue
+        start[name] = mag
+        if name + "_angle" in start:
+            low, high = SSB_SLIDERS[name + "_angle"][2:4]
+            start[name + "_angle"] = (math.degrees(angle) - low) % (high - low) + low
+    return {name: float(min(max(v, SSB_SLIDERS[name][2]), SSB_SLIDERS[name][3])) for name, v in start.items()}
+
+
 class SsbView:
     """A 4D-STEM dataset held in a :class:`qora.ssb.Session` (on the GPU where there is one)."""
 
     kind = "ssb"
 
-    def __init__(self, session, *, name: str) -> None:
+    def __init__(self, session, *, name: str, aberrations=None) -> None:
         self.path = Path(name)
         self.session = session
         self.meta = {"kv": session.kv, "alpha_mrad": session.alpha_mrad, "scan_step_a": session.scan_step}
-        self.start = {name: 0.0 for name in SSB_SLIDERS}  # a cold start: the user's sliders find the truth
+        # the sliders start at the aberrations the file records (a cold start, zeros, where none)
+        self.start = slider_start(aberrations)
         self._lock = threading.Lock()
         self._latest: dict = {}  # the newest request number of each page
         self._fit = {"state": "idle"}
@@ -105,13 +149,18 @@ class SsbView:
         """The view of a dataset file (its kv, semi-angle and scan step read from it)."""
         from qora.ssb import Session, load_data
 
+        from qora.io.errors import FileFormatError, InputError
+
         data, meta = load_data(path)
         missing = [k for k in ("kv", "alpha_mrad", "scan_step_a") if k not in meta]
         if missing:
-            raise ValueError(f"{path}: the viewer needs {missing} in the file (a qora dataset file holds them)")
-        session = Session(data, kv=meta["kv"], alpha_mrad=meta["alpha_mrad"], scan_step=meta["scan_step_a"],
-                          backend=backend)
-        return cls(session, name=Path(path).name)
+            raise FileFormatError(f"{path}: the viewer needs {missing} in the file (a qora dataset file holds them)")
+        try:
+            session = Session(data, kv=meta["kv"], alpha_mrad=meta["alpha_mrad"], scan_step=meta["scan_step_a"],
+                              backend=backend)
+        except InputError as exc:
+            raise InputError(f"{path}: {exc}") from exc
+        return cls(session, name=Path(path).name, aberrations=meta.get("aberrations"))
 
     def info(self) -> dict:
         sy, sx = self.session.scan_shape
@@ -312,8 +361,10 @@ class HoloView:
 
     def slice_png(self, query) -> tuple[bytes, dict]:
         plane, _, _ = self._plane(query)
-        lo = number(float(query["lo"]), "lo", -10.0, 10.0) if "lo" in query else self.range[0]
-        hi = number(float(query["hi"]), "hi", -10.0, 10.0) if "hi" in query else self.range[1]
+        lo = query_number(query, "lo", -10.0, 10.0, self.range[0])
+        hi = query_number(query, "hi", -10.0, 10.0, self.range[1])
+        if not lo < hi:
+            raise BadRequest(f"lo must be below hi, got lo={lo:g}, hi={hi:g}")
         data, lo, hi = png(plane, lo=lo, hi=hi, cmap="viridis")
         return data, {"X-Range": f"{lo:.6g},{hi:.6g}"}
 
@@ -337,7 +388,9 @@ def open_view(path, *, backend="auto", pattern=None):
     if path.suffix.lower() in (".h5", ".hdf5", ".cxi", ".nxs"):
         import h5py
 
-        with h5py.File(path, "r") as f:
+        from qora.io.errors import naming_file
+
+        with naming_file(path), h5py.File(path, "r") as f:
             kind = f.attrs.get("qora_kind")
         if kind == "phase_result":
             return PhaseView(path, pattern=pattern)
