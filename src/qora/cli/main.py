@@ -90,7 +90,7 @@ def _demo_ssb(out: Path) -> None:
 
     runner = CliRunner()
     data = out / "ssb-dataset.h5"
-    steps = [["ssb", "simulate", "--scan", "64", "--c10", "150", "--out", str(data)]]
+    steps = [["ssb", "simulate", "--scan", "64", "--c10", "150", "--out", str(data), "--quiet"]]
     for method in ("ssb", "parallax"):
         steps.append(["ssb", "image", str(data), "--c10", "150", "--method", method, "--out",
                       str(out / f"ssb-{method}.h5"), "--plot", str(out / f"ssb-{method}.png")])
