@@ -1,20 +1,21 @@
 # Two commands do all set-up on a fresh machine:
 #   make demo   - runs the main jobs on built-in example data and writes their images to demo-output/
 #   make test   - runs the whole CPU test suite (installs Debian's chromium for the viewer's tests)
+#   make docs   - runs the tutorial notebooks and builds the documentation site into site/ (offline)
 # Each makes a virtual environment in .venv and installs Qora with every extra but CUDA.
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-EXTRAS := test,dask,formats,viewer,fftw
+EXTRAS := test,dask,formats,viewer,fftw,docs
 
 # The viewer's end-to-end tests drive Debian's Chromium (Playwright's own browser download is not
 # used); installed here when missing.
 CHROMIUM := /usr/bin/chromium
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: demo test install clean
+.PHONY: demo test docs install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,5 +35,9 @@ $(CHROMIUM):
 test: $(STAMP) $(CHROMIUM)
 	$(PY) -m pytest -q
 
+docs: $(STAMP)
+	$(PY) docs/tutorials/build_notebooks.py --execute
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) demo-output build dist src/*.egg-info
+	rm -rf $(VENV) demo-output build dist site src/*.egg-info

@@ -98,6 +98,8 @@ class ShardedSession:
     backend : {"auto", "cpu", "cuda"}
         Where each worker holds its shard ("auto": its GPU where it has one).
 
+    Notes
+    -----
     The fits of :mod:`qora.ssb.fit` (``qora.ssb.fit``, ``fit_rotation``) accept it as their
     session; images need the whole bright field in one :class:`Session`.
     """

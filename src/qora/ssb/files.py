@@ -156,6 +156,9 @@ def _read_rsciio(path: Path):
 
 def write_image(path, phase, *, method: str, scan_step: float, kv: float, alpha_mrad: float,
                 aberrations: Aberrations) -> None:
+    """Write a phase image (rad, (scan_row, scan_col)) as a qora ``ssb_image`` HDF5 file, atomically,
+    with what made it: the method ("ssb", "parallax", "thick"), the scan step (A), the voltage (kV),
+    the probe semi-angle (mrad) and the aberrations (A, rad). Layout: docs/formats.md."""
     import h5py
 
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:

@@ -1,0 +1,38 @@
+"""The documentation site builds without a warning, and every public name it renders has a docstring."""
+
+import importlib
+import inspect
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FACES = ("qora.phase", "qora.holo", "qora.ssb", "qora.distributed")
+
+
+@pytest.mark.slow
+def test_the_site_builds_in_strict_mode(tmp_path):
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                          cwd=ROOT, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "WARNING" not in proc.stderr
+    for page in ("api/phase", "api/holo", "api/ssb", "api/distributed", "tutorials/phase", "tutorials/ssb"):
+        assert (tmp_path / "site" / page / "index.html").is_file(), page
+    # the tutorials are rendered with their figures
+    assert "data:image/png" in (tmp_path / "site" / "tutorials" / "holo" / "index.html").read_text()
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_every_public_name_has_a_docstring(face):
+    module = importlib.import_module(face)
+    missing = []
+    for name in module.__all__:
+        obj = getattr(module, name)
+        if inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismodule(obj):
+            if not (inspect.getdoc(obj) or "").strip():
+                missing.append(name)
+    assert not missing, f"{face}: no docstring for {missing}"
