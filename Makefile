@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-EXTRAS := test,dask,formats,viewer,fftw,docs
+EXTRAS := test,dask,formats,viewer,fftw,docs,notebook
 
 # The viewer's end-to-end tests drive Debian's Chromium (Playwright's own browser download is not
 # used); installed here when missing.

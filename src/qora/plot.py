@@ -1,4 +1,5 @@
-"""Figures for every engine, drawn on :class:`matplotlib.figure.Figure` objects.
+"""Figures for every engine, drawn on :class:`matplotlib.figure.Figure` objects, and the 8-bit PNG
+images the viewer and the notebook widgets show (:func:`png`).
 
 No pyplot state and no ``matplotlib.use``: importing or plotting with Qora leaves a user's plotting
 backend as it was (a notebook's inline backend, a desktop window), and figures are freed when their
@@ -7,7 +8,11 @@ last reference goes, with no global registry to close them from.
 
 from __future__ import annotations
 
-__all__ = ["subplots", "save_png"]
+import io
+
+import numpy as np
+
+__all__ = ["subplots", "save_png", "to_uint8", "png"]
 
 
 def subplots(nrows: int = 1, ncols: int = 1, *, figsize=None, **kwargs):
@@ -29,3 +34,40 @@ def save_png(fig, path, *, dpi: int = 100) -> None:
 
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=dpi, format="png")
+
+
+def to_uint8(image, lo: float | None = None, hi: float | None = None) -> tuple[np.ndarray, float, float]:
+    """Linear map of [lo, hi] (default the image's min and max) to 0..255, rounded, clipped; a
+    constant image maps to 0. Returns ``(pixels, lo, hi)``."""
+    image = np.asarray(image, np.float64)
+    if not np.all(np.isfinite(image)):
+        image = np.nan_to_num(image, nan=0.0, posinf=0.0, neginf=0.0)
+    lo = float(image.min()) if lo is None else float(lo)
+    hi = float(image.max()) if hi is None else float(hi)
+    scale = 255.0 / (hi - lo) if hi > lo else 0.0
+    return np.clip(np.rint((image - lo) * scale), 0, 255).astype(np.uint8), lo, hi
+
+
+_LUTS: dict = {}
+
+
+def _lut(cmap: str) -> np.ndarray:
+    if cmap not in _LUTS:
+        from matplotlib import colormaps
+
+        _LUTS[cmap] = (colormaps[cmap](np.linspace(0, 1, 256))[:, :3] * 255).round().astype(np.uint8)
+    return _LUTS[cmap]
+
+
+def png(image, *, lo: float | None = None, hi: float | None = None, cmap: str = "gray") -> tuple[bytes, float, float]:
+    """PNG bytes of a 2D real image (fast compression: the viewer and the notebook widgets send one
+    per slider step) and
+    the (lo, hi) range it was scaled to."""
+    from PIL import Image
+
+    pixels, lo, hi = to_uint8(image, lo, hi)
+    if cmap != "gray":
+        pixels = _lut(cmap)[pixels]
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="PNG", compress_level=1)
+    return out.getvalue(), lo, hi

@@ -130,7 +130,7 @@ def run_browser(*, write=True, echo=print, screenshots: Path | None = None) -> B
     from playwright.sync_api import sync_playwright
 
     from qora.backend import resolve
-    from qora.viewer.render import png
+    from qora.plot import png
     from qora.viewer.views import SsbView
 
     be = resolve("cpu")

@@ -30,11 +30,19 @@ def _unit(unit: str) -> str:
     return f" {unit}" if unit else ""
 
 
+def _shown(value, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def number(name: str, value, *, unit: str = "") -> float:
     """``value`` as a finite float (a bool, a string, NaN or Inf is refused)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise InputError(f"{name} must be a number{_unit(unit)}, got {value!r}")
-    value = float(value)
+        raise InputError(f"{name} must be a number{_unit(unit)}, got {_shown(value)}")
+    try:
+        value = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        raise InputError(f"{name} must be finite, got an integer of {len(str(abs(int(value))))} digits") from None
     if not math.isfinite(value):
         raise InputError(f"{name} must be finite, got {value}")
     return value

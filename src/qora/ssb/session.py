@@ -463,6 +463,14 @@ class Session:
             self.rotation = saved
         return {"fit": result, "images": images, "better": result["better"]}
 
+    def widget(self, aberrations: Aberrations | None = None, *, upsample: int = 1):
+        """A notebook widget: the viewer's aberration sliders (starting at ``aberrations``) and the
+        preview image, redrawn in the kernel for each change (:func:`qora.ssb.sliders.session_widget`;
+        needs the ``notebook`` extra)."""
+        from qora.ssb.sliders import session_widget
+
+        return session_widget(self, aberrations, upsample=upsample)
+
     def preview(self, params, *, upsample: int = 1, loss: bool = False):
         """The image for given parameters, cheap enough to follow a slider.
 

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from qora.viewer.render import png
+from qora.io.errors import InputError
+from qora.plot import png
+from qora.ssb.sliders import SSB_SLIDERS, slider_parameters, slider_start
 
 __all__ = ["BadRequest", "open_view", "SsbView", "PhaseView", "HoloView", "SSB_SLIDERS"]
 
@@ -68,64 +70,13 @@ def integer(value, name: str, lo: int, hi: int) -> int:
     return value
 
 
-# The SSB sliders: name -> (label, unit, low, high, step). Magnitudes with their angles for the
-# non-round aberrations (the angle phi of C_nm cos(m (phi_k - phi))), rotation and tilt in the
-# units a microscopist reads.
-SSB_SLIDERS = {
-    "C10": ("C10 (defocus = -C10)", "A", -1000.0, 1000.0, 1.0),
-    "C12": ("C12 (2-fold astigmatism)", "A", 0.0, 500.0, 0.5),
-    "C12_angle": ("C12 angle", "deg", -90.0, 90.0, 0.5),
-    "C21": ("C21 (coma)", "A", 0.0, 20000.0, 10.0),
-    "C21_angle": ("C21 angle", "deg", -180.0, 180.0, 1.0),
-    "C23": ("C23 (3-fold astigmatism)", "A", 0.0, 20000.0, 10.0),
-    "C23_angle": ("C23 angle", "deg", -60.0, 60.0, 0.5),
-    "C30": ("C30 (spherical)", "A", -2e6, 2e6, 1000.0),
-    "rotation": ("scan rotation", "deg", -180.0, 180.0, 0.1),
-    "thickness": ("thickness", "A", 0.0, 1000.0, 1.0),
-    "tilt_y": ("tilt y", "mrad", -30.0, 30.0, 0.1),
-    "tilt_x": ("tilt x", "mrad", -30.0, 30.0, 0.1),
-}
-
-
 def ssb_parameters(values: dict) -> dict:
-    """Slider values (UI units, validated) -> the parameters of :meth:`Session.preview`
-    (cartesian aberrations in A, rotation and tilt in rad, thickness in A)."""
-    from qora.ssb import Aberrations
-
-    if not isinstance(values, dict):
-        raise BadRequest("params must be an object of slider values")
-    unknown = sorted(set(values) - set(SSB_SLIDERS))
-    if unknown:
-        raise BadRequest(f"unknown parameters {unknown}; known: {sorted(SSB_SLIDERS)}")
-    v = {name: number(values.get(name, 0.0), name, spec[2], spec[3]) for name, spec in SSB_SLIDERS.items()}
-    ab = Aberrations(C10=v["C10"], C12=(v["C12"], math.radians(v["C12_angle"])),
-                     C21=(v["C21"], math.radians(v["C21_angle"])), C23=(v["C23"], math.radians(v["C23_angle"])),
-                     C30=v["C30"])
-    out = {}
-    for name, value in ab.cartesian().items():
-        if isinstance(value, tuple):
-            out[name + "a"], out[name + "b"] = value
-        else:
-            out[name] = value
-    out["rotation"] = math.radians(v["rotation"])
-    if v["thickness"] > 0 or v["tilt_y"] or v["tilt_x"]:
-        out.update(thickness=v["thickness"], tilt_y=v["tilt_y"] * 1e-3, tilt_x=v["tilt_x"] * 1e-3)
-    return out
-
-
-def slider_start(aberrations) -> dict:
-    """The sliders' start (UI units) from recorded :class:`~qora.ssb.Aberrations` (None: all 0):
-    magnitudes, angles in degrees folded into the slider's range (C_nm repeats every 360/m
-    degrees), each clipped to its slider."""
-    start = {name: 0.0 for name in SSB_SLIDERS}
-    for name, (mag, angle) in (getattr(aberrations, "values", None) or {}).items():
-        if name not in start:
-            continue
-        start[name] = mag
-        if name + "_angle" in start:
-            low, high = SSB_SLIDERS[name + "_angle"][2:4]
-            start[name + "_angle"] = (math.degrees(angle) - low) % (high - low) + low
-    return {name: float(min(max(v, SSB_SLIDERS[name][2]), SSB_SLIDERS[name][3])) for name, v in start.items()}
+    """Slider values from the page -> :meth:`Session.preview`'s parameters
+    (:func:`qora.ssb.sliders.slider_parameters`, the widget's too); a bad value is a BadRequest."""
+    try:
+        return slider_parameters(values, number=number)
+    except InputError as exc:
+        raise BadRequest(str(exc)) from None
 
 
 class SsbView:
