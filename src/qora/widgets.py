@@ -30,16 +30,23 @@ function render({ model, el }) {
   box.style.gap = "2px 8px";
   for (const [name, s] of Object.entries(spec)) {
     const label = document.createElement("label");
-    label.textContent = `${s.label} (${s.unit})`;
-    const input = document.createElement("input");
-    Object.assign(input, { type: "range", min: s.min, max: s.max, step: s.step });
-    input.value = model.get("values")[name] ?? 0;
+    label.textContent = s.unit ? `${s.label} (${s.unit})` : s.label;
+    let input;
+    if (s.options) {  // a choice
+      input = document.createElement("select");
+      for (const option of s.options) input.append(new Option(option, option));
+    } else {
+      input = document.createElement("input");
+      Object.assign(input, { type: "range", min: s.min, max: s.max, step: s.step });
+    }
+    input.value = model.get("values")[name] ?? (s.options ? s.options[0] : 0);
     input.dataset.name = name;
     const shown = document.createElement("span");
-    shown.textContent = input.value;
+    shown.textContent = s.options ? "" : input.value;
     input.addEventListener("input", () => {
-      shown.textContent = input.value;
-      model.set("values", { ...model.get("values"), [name]: Number(input.value) });
+      if (!s.options) shown.textContent = input.value;
+      const value = s.options ? input.value : Number(input.value);
+      model.set("values", { ...model.get("values"), [name]: value });
       model.save_changes();
     });
     box.append(label, input, shown);
@@ -99,7 +106,7 @@ def _widget_class():
 
 
 def slider_image(sliders: dict, start: dict, render):
-    """A widget of ``sliders`` (name -> {"label", "unit", "min", "max", "step"}) starting at ``start``
-    (name -> value) whose image is ``render(values) -> (png_bytes, status_text)``, redrawn on each
-    change of the values."""
+    """A widget of ``sliders`` (name -> {"label", "unit", "min", "max", "step"}, or {"label",
+    "options": [...]} for a choice) starting at ``start`` (name -> value) whose image is
+    ``render(values) -> (png_bytes, status_text)``, redrawn on each change of the values."""
     return _widget_class()(sliders, start, render)

@@ -22,6 +22,7 @@ from qora.holo.fields import (field_ratio, find_sideband, illumination_frequenci
                               ratio_from_holograms)
 from qora.holo.files import (load_stack, plot_phase, plot_volume, read_holograms, read_volume, write_holograms,
                              write_volume, write_volume_tiff)
+from qora.holo.display import volume_widget
 from qora.holo.geometry import Geometry, cone_illuminations
 from qora.holo.mie import vector_mie_ratio
 from qora.holo.odt import OdtResult, index_from_potential, potential_from_index
@@ -44,5 +45,5 @@ __all__ = [
     "simulate_bpm_holograms", "vector_mie_ratio", "phantoms", "reference",
     # files
     "read_holograms", "write_holograms", "read_volume", "write_volume", "write_volume_tiff", "load_stack",
-    "plot_volume", "plot_phase",
+    "plot_volume", "plot_phase", "volume_widget",
 ]

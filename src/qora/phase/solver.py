@@ -164,6 +164,13 @@ class PhaseResult:
     def fourier_error(self) -> float:
         return float(self.final_errors[self.best])
 
+    def widget(self):
+        """A notebook widget showing the amplitude, phase or support (and, in 3D, any plane) of the
+        best start: :func:`qora.phase.display.result_widget` (needs the ``notebook`` extra)."""
+        from qora.phase.display import result_widget
+
+        return result_widget(self)
+
 
 def _poisson_deviance_sum(calc, obs, xp=np) -> float:
     """Sum over pixels of the Poisson deviance 2 (calc - obs + obs log(obs / calc))."""

@@ -219,12 +219,6 @@ class PhaseView:
 
         self.path = Path(path)
         self.result = read_result(path)
-        obj, sup = self.result.object, self.result.support
-        if obj.ndim == 3:
-            obj, sup = obj[obj.shape[0] // 2], sup[sup.shape[0] // 2]
-        self.images = {"amplitude": (np.abs(obj), "gray"),
-                       "phase": (np.where(sup, np.angle(obj), 0.0), "twilight"),
-                       "support": (sup.astype(float), "gray")}
         self.prtf = self._prtf(pattern)
 
     def _prtf(self, pattern):
@@ -252,11 +246,12 @@ class PhaseView:
                 "errors": errors[::stride].T.tolist(), "error_stride": stride, "prtf": self.prtf}
 
     def image(self, what: str) -> tuple[bytes, dict]:
-        if what not in self.images:
-            raise BadRequest(f"image must be one of {sorted(self.images)}, got {what!r}")
-        image, cmap = self.images[what]
-        lo, hi = (-np.pi, np.pi) if what == "phase" else (None, None)
-        data, lo, hi = png(image, lo=lo, hi=hi, cmap=cmap)
+        """The central plane's amplitude, phase or support (:mod:`qora.phase.display`, the widget's too)."""
+        from qora.phase.display import PLANES, result_png
+
+        if what not in PLANES:
+            raise BadRequest(f"image must be one of {sorted(PLANES)}, got {what!r}")
+        data, lo, hi = result_png(self.result, what)
         return data, {"X-Range": f"{lo:.6g},{hi:.6g}"}
 
 
@@ -305,18 +300,23 @@ class HoloView:
                 "pixel_um": self.pixel, "medium_index": self.medium, "range": list(self.range)}
 
     def _plane(self, query) -> tuple[np.ndarray, int, int]:
+        from qora.holo.display import volume_plane
+
         axis = integer(query.get("axis", "0"), "axis", 0, 2)
         index = integer(query.get("index", str(self.shape[axis] // 2)), "index", 0, self.shape[axis] - 1)
         t = integer(query.get("t", str(self.times[0])), "t", min(self.times), max(self.times))
-        return np.take(self.volume(t), index, axis=axis), axis, index
+        return volume_plane(self.volume(t), axis, index), axis, index
 
     def slice_png(self, query) -> tuple[bytes, dict]:
+        """A plane on a fixed scale (:mod:`qora.holo.display`, the widget's too)."""
+        from qora.holo.display import plane_png
+
         plane, _, _ = self._plane(query)
         lo = query_number(query, "lo", -10.0, 10.0, self.range[0])
         hi = query_number(query, "hi", -10.0, 10.0, self.range[1])
         if not lo < hi:
             raise BadRequest(f"lo must be below hi, got lo={lo:g}, hi={hi:g}")
-        data, lo, hi = png(plane, lo=lo, hi=hi, cmap="viridis")
+        data, lo, hi = plane_png(plane, lo, hi)
         return data, {"X-Range": f"{lo:.6g},{hi:.6g}"}
 
     def profile(self, query) -> dict:
