@@ -33,7 +33,7 @@ $(CHROMIUM):
 	DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends chromium
 
 test: $(STAMP) $(CHROMIUM)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist worksteal
 
 docs: $(STAMP)
 	$(PY) docs/tutorials/build_notebooks.py --execute

@@ -23,6 +23,7 @@ def test_info_json_on_the_cpu():
     assert "numpy" in data["versions"]
 
 
+@pytest.mark.slow
 def test_demo_writes_its_output(tmp_path):
     out = CliRunner().invoke(cli, ["demo", "--backend", "cpu", "--out", str(tmp_path / "demo")])
     assert out.exit_code == 0, out.output

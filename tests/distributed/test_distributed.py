@@ -159,6 +159,7 @@ def ssb_file(tmp_path_factory):
     return path, sim
 
 
+@pytest.mark.slow
 def test_sharded_fit_equals_the_single_session_fit(client, ssb_file):
     from qora.ssb import Band, Session, fit_session, read_dataset
 

@@ -309,6 +309,7 @@ def _fit_with_a_7_degree_rotation(slices):
     return np.rad2deg(rotation), fitted.get("C10"), mag, np.rad2deg(angle)
 
 
+@pytest.mark.slow
 def test_cold_start_fit_with_an_unknown_scan_rotation():
     # measured 7.02 degrees, C10 -98.1 A, C12 19.76 A at 32.01 degrees
     rotation, c10, mag, angle = _fit_with_a_7_degree_rotation(amorphous_slices((96, 96), PIXEL, atoms_per_a2=0.1,
