@@ -189,7 +189,8 @@ def reconstruct_series(stacks, backgrounds, geometry, *, store, client, sideband
         options (time points already there are skipped, reported in ``skipped``).
     client : distributed.Client
     sideband, hologram_pixel, options, backend
-        As for :class:`qora.holo.Pipeline` (``hologram_n`` from the backgrounds); ``options`` a
+        As for :class:`qora.holo.Pipeline`: ``sideband`` (nu_y, nu_x) in cycles/um, ``hologram_pixel`` in
+        um (``hologram_n`` from the backgrounds); ``options`` a
         :class:`qora.holo.ReconstructionOptions` (default: its defaults), recorded in the store.
     times : sequence of int, optional
         The time point of each stack (default 0, 1, ...): the arrays' names.

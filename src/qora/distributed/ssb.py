@@ -91,7 +91,8 @@ class ShardedSession:
         array (sent to the workers; for data that fits the client).
     client : distributed.Client
     kv, alpha_mrad, scan_step, rotation, detector, chunk
-        As for :class:`qora.ssb.Session`. Without ``detector`` the disk is fitted on the
+        As for :class:`qora.ssb.Session`: accelerating voltage (kV), convergence semi-angle (mrad),
+        scan step (A), scan rotation (rad). Without ``detector`` the disk is fitted on the
         mean pattern, summed over scan rows by the workers.
     shards : int, optional
         Pieces of the bright-field pixel list (default: one per worker).

@@ -63,7 +63,10 @@ ONE_SHOT_DEFAULTS = ReconstructionOptions(r2c=False)
 
 def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None = None, *, backend="cpu",
                 progress=None, **changes) -> OdtResult:
-    """Refractive-index volume from field ratios u / u_in (A, n, n) at z = 0.
+    """Refractive-index volume (dimensionless, (n, n, n)) from field ratios u / u_in (A, n, n) at z = 0.
+
+    The ratios are dimensionless complex fields on the geometry's grid (``geometry.pixel`` um,
+    centre-origin); the result's ``index`` is the refractive index n (not the contrast n - n_m).
 
     ``options``: a :class:`ReconstructionOptions`, default :data:`ONE_SHOT_DEFAULTS` (the defaults
     with ``r2c=False``); keyword ``changes`` override its fields, e.g. ``method="tv"``; ``backend``: "cpu", "cuda" or "auto". On the CPU, CUDA-only fields given as
@@ -92,7 +95,9 @@ def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None
 def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_frequency: float,
                    backend="cpu") -> np.ndarray:
     """Complex fields (A, n, n) from holograms (A, N, N) or (N, N): :func:`qora.holo.fields.extract_fields`,
-    or on ``backend="cuda"`` its CUDA twin (complex64 out; even N and n)."""
+    or on ``backend="cuda"`` its CUDA twin (complex64 out; even N and n). ``sideband`` (nu_y, nu_x) and
+    ``pupil_frequency`` (the pupil radius NA / wavelength) in cycles/um, ``hologram_pixel`` in um; the
+    fields' pixel is ``hologram_pixel`` N / n."""
     hologram_pixel, n, pupil_frequency, sideband = _fields.crop_parameters(hologram_pixel, n, pupil_frequency,
                                                                             sideband)
     kw = dict(hologram_pixel=hologram_pixel, n=n, pupil_frequency=pupil_frequency)
@@ -108,7 +113,9 @@ def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, 
                     n_z: int | None = None, obliquity: bool = True, backend="cpu", **cuda_options) -> OdtResult:
     """The inversion of the beam propagation model: :func:`qora.holo.bpm.bpm_reconstruct`, or on
     ``backend="cuda"`` (or "auto" where a GPU is) :func:`qora.holo.bpm_cuda.bpm_reconstruct`, which
-    also takes ``chunk`` and ``fgp``."""
+    also takes ``chunk`` and ``fgp``. ``data``: measured field ratios u / u_in (A, n, n), dimensionless,
+    centre-origin; ``start``: an index contrast n - n_m (n_z, n, n), dimensionless; the result's
+    ``index`` is the refractive index n."""
     args = (data, geometry, start, iterations, tv_weight, tv_inner, batch, step, progress)
     if resolve(backend).is_cuda:
         from qora.holo import bpm_cuda
@@ -232,7 +239,9 @@ class Pipeline:
 def reconstruct_holograms(holograms, backgrounds, geometry: Geometry, *, sideband, hologram_pixel: float,
                           options: ReconstructionOptions | None = None, backend="auto", progress=None) -> OdtResult:
     """Index volume(s) of a hologram stack (A, N, N), or a time series (T, A, N, N) (volumes stacked),
-    with its backgrounds (A, N, N), through one :class:`Pipeline`."""
+    with its backgrounds (A, N, N), through one :class:`Pipeline`. Holograms are camera intensities
+    (counts, or any linear scale); ``sideband`` (nu_y, nu_x) in cycles/um, ``hologram_pixel`` in um, as
+    for :class:`Pipeline`; the volumes are refractive index (dimensionless)."""
     holograms, backgrounds = np.asarray(holograms), np.asarray(backgrounds)
     if holograms.ndim not in (3, 4):
         raise InputError(f"holograms must be a stack (A, N, N) or a time series (T, A, N, N), got shape "
@@ -266,6 +275,8 @@ def geometry_from_backgrounds(backgrounds, *, wavelength: float, medium_index: f
 
     The sideband (cycles/um) is found in the first (normal-incidence) background; the background
     fields are extracted on the CPU and each one's plane-wave frequency is the illumination.
+    ``wavelength`` (vacuum) and ``pixel`` (the fields' and volume's) in um; ``medium_index`` and
+    ``na_detection`` dimensionless; backgrounds are camera intensities (counts, or any linear scale).
     ``hologram_pixel`` defaults to ``pixel / 2`` (um). Returns ``(Geometry, sideband)``.
     """
     bgs = intensities("backgrounds", backgrounds)
@@ -317,7 +328,8 @@ def _finite_angles(angles) -> np.ndarray:
 def rotation_geometry(angles, count: int, *, wavelength: float, medium_index: float, pixel: float,
                       na_detection: float, n: int) -> Geometry:
     """The sample-rotation geometry (about y) for ``count`` holograms at ``angles`` (rad, or "START:STOP:COUNT"
-    in degrees); a count that differs from the angles' is a ValueError."""
+    in degrees); a count that differs from the angles' is a ValueError. ``wavelength`` (vacuum) and
+    ``pixel`` in um, ``medium_index`` and ``na_detection`` dimensionless, ``n`` the volume's size (pixels)."""
     angles = parse_angles(angles) if isinstance(angles, str) else _finite_angles(angles)
     if len(angles) != count:
         raise InputError(f"angles: {len(angles)} angles for {count} holograms; give one angle per hologram")
@@ -327,7 +339,8 @@ def rotation_geometry(angles, count: int, *, wavelength: float, medium_index: fl
 def simulation_geometry(n: int, *, kind: str = "scan", angles: int = 48, na_illumination: float = 0.8) -> Geometry:
     """The reference setup's geometry (:mod:`qora.holo.reference`) for simulations: ``angles`` illuminations
     on a cone of ``na_illumination`` plus normal incidence, rounded to the volume's frequency bins
-    ("scan"), or ``angles`` rotations about y over 360 degrees ("rotation")."""
+    ("scan"), or ``angles`` rotations about y over 360 degrees ("rotation"). ``angles`` is a count,
+    ``na_illumination`` dimensionless, ``n`` the volume's size (pixels of the reference's 0.1 um)."""
     from qora.holo import reference as R
 
     n, angles = integer("n (the volume size)", n, low=4), integer("angles", angles, low=1)

@@ -78,7 +78,8 @@ def find_sideband(background, hologram_pixel: float, **kwargs) -> np.ndarray:
 
     For a background hologram |u_ref + u_in|^2 with u_in at normal incidence this is
     minus the carrier frequency (the sideband u conj(u_ref)), found to sub-pixel
-    precision (see :func:`peak_frequency`). Pass it to :func:`extract_fields`.
+    precision (see :func:`peak_frequency`). Pass it to :func:`extract_fields`. ``background``: (N, N),
+    camera intensities (counts, or any linear scale); ``hologram_pixel``: um.
     """
     background = intensities("background", background)
     if background.ndim != 2:
@@ -132,7 +133,8 @@ def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_
 def field_ratio(fields, background_fields, *, floor: float = 1e-6) -> np.ndarray:
     """u / u_bg: the sample fields over the background fields of the same illuminations.
 
-    Background values below ``floor`` times their median modulus are a clear error
+    Fields (A, n, n), complex, any common amplitude unit; the ratio is dimensionless.
+    Background values below ``floor`` (dimensionless) times their median modulus are a clear error
     (a dark background pixel would make the ratio meaningless).
     """
     fields = np.asarray(fields)
@@ -147,7 +149,10 @@ def field_ratio(fields, background_fields, *, floor: float = 1e-6) -> np.ndarray
 
 
 def illumination_frequencies(background_fields, pixel: float) -> np.ndarray:
-    """Lateral frequency (nu_y, nu_x) of each background field's plane wave, (A, 2) cycles/um."""
+    """Lateral frequency (nu_y, nu_x) of each background field's plane wave, (A, 2) cycles/um.
+
+    ``background_fields``: (A, n, n), complex; ``pixel``: their pixel, um.
+    """
     bg = np.asarray(background_fields)
     if bg.ndim == 2:
         bg = bg[None]
@@ -187,7 +192,9 @@ def quantitative_phase(hologram, background, *, hologram_pixel: float = 1.0, n: 
 def ratio_from_holograms(holograms, backgrounds, geometry, hologram_pixel: float) -> np.ndarray:
     """Field ratios (A, n, n) of a hologram stack over its backgrounds: the per-call chain in one call.
 
-    The sideband is found in the first (normal-incidence) background.
+    Holograms and backgrounds (A, N, N) are camera intensities (counts, or any linear scale),
+    ``hologram_pixel`` in um; the ratios are dimensionless, on the geometry's grid. The sideband is
+    found in the first (normal-incidence) background.
     """
     holograms, backgrounds = np.asarray(holograms), np.asarray(backgrounds)
     if holograms.shape != backgrounds.shape or holograms.ndim != 3:

@@ -76,7 +76,11 @@ def _dataset(f, name: str, path, *, ndim) -> np.ndarray:
 
 
 def write_holograms(path, holograms, backgrounds, geometry: Geometry, *, hologram_pixel: float, truth=None) -> None:
-    """Write a simulated or measured hologram stack with its backgrounds and geometry, atomically."""
+    """Write a simulated or measured hologram stack with its backgrounds and geometry, atomically.
+
+    ``holograms`` (A, N, N) or (T, A, N, N) and ``backgrounds`` (A, N, N), intensities (any linear scale);
+    ``hologram_pixel`` in um; ``truth`` an optional refractive-index volume (dimensionless).
+    """
     import h5py
 
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
@@ -94,6 +98,10 @@ def write_holograms(path, holograms, backgrounds, geometry: Geometry, *, hologra
 
 def read_holograms(path):
     """``(holograms, backgrounds, geometry, hologram_pixel, truth or None)`` from :func:`write_holograms`.
+
+    Holograms (A, N, N) or (T, A, N, N) and backgrounds (A, N, N), intensities; ``hologram_pixel`` in um;
+    the geometry's lengths
+    in um; ``truth`` a refractive-index volume (dimensionless).
 
     A file that is not one (empty, truncated, another kind, a dataset or attribute missing, shapes
     that disagree with the recorded geometry) is a :class:`~qora.io.errors.FileFormatError` naming it.
@@ -172,7 +180,8 @@ def _read_stack_format(path: Path):
 
 def write_volume(path, index, geometry: Geometry, *, method: str = "", approximation: str = "", iterations: int = 0,
                  extra: dict | None = None) -> None:
-    """Write an index volume with its geometry as HDF5, atomically."""
+    """Write an index volume (n, n, n), refractive index (dimensionless), with its geometry (um) as HDF5,
+    atomically."""
     import h5py
 
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
@@ -189,7 +198,8 @@ def write_volume(path, index, geometry: Geometry, *, method: str = "", approxima
 
 
 def read_volume(path):
-    """``(index, geometry, attributes)`` from :func:`write_volume`."""
+    """``(index, geometry, attributes)`` from :func:`write_volume`: the refractive index (n, n, n),
+    dimensionless, and its geometry (lengths in um)."""
     import h5py
 
     with naming_file(path), h5py.File(path, "r") as f:
@@ -211,7 +221,8 @@ def write_volume_tiff(path, index, geometry: Geometry) -> None:
 
 
 def plot_volume(path, index, geometry: Geometry, *, truth=None, title: str = "") -> None:
-    """PNG: orthogonal slices through the centre (z, y, x) and a line profile along x."""
+    """PNG: orthogonal slices through the centre (z, y, x) and a line profile along x of a refractive-index
+    volume (n, n, n), dimensionless (``truth`` likewise), positions from the geometry's pixel in um."""
     from qora.plot import save_png, subplots
 
     index = np.asarray(index)
@@ -242,7 +253,9 @@ def plot_volume(path, index, geometry: Geometry, *, truth=None, title: str = "")
 
 
 def plot_phase(path, phase, amplitude, *, pixel: float = 1.0, title: str = "") -> None:
-    """PNG of an unwrapped phase (rad) and amplitude image."""
+    """PNG of an unwrapped phase (rad) and amplitude image (ratio to the background, dimensionless);
+    ``pixel`` scales the axes (um when the phase comes from :func:`quantitative_phase` with ``hologram_pixel``
+    in um)."""
     from qora.plot import save_png, subplots
 
     fig, axes = subplots(1, 2, figsize=(10, 4))

@@ -39,6 +39,7 @@ def frequencies(n: int, pixel: float) -> np.ndarray:
 def cone_illuminations(na: float, wavelength: float, count: int, *, include_normal: bool = True) -> np.ndarray:
     """Lateral frequencies (A, 2) of ``count`` illuminations evenly in azimuth on a cone of NA ``na``.
 
+    ``na`` is dimensionless (n_m sin theta), ``wavelength`` the vacuum wavelength in um.
     Returns (nu_y, nu_x) pairs in cycles/um; the normal incidence (0, 0) first when asked.
     """
     radius = na / wavelength

@@ -61,7 +61,7 @@ def index_from_potential(v, geometry: Geometry):
 
 
 def potential_from_index(index, geometry: Geometry):
-    """V = k0^2 (n^2 - n_m^2)."""
+    """V = k0^2 (n^2 - n_m^2) in rad^2/um^2, from a refractive index n (dimensionless; k0 = 2 pi / wavelength)."""
     return geometry.k0**2 * (np.asarray(index, np.float64) ** 2 - geometry.medium_index**2)
 
 

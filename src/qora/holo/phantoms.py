@@ -60,6 +60,8 @@ def _axes(n: int, pixel: float) -> np.ndarray:
 def render_spheres(spheres, n: int, pixel: float, medium_index: float, *, supersample: int = 1) -> np.ndarray:
     """Refractive-index volume (n, n, n), float32, of spheres in the medium.
 
+    ``pixel`` is the voxel edge (um); ``medium_index`` and the result are dimensionless.
+
     ``supersample`` > 1 anti-aliases: each voxel takes the index contrast times the
     fraction of its supersample^3 sub-voxels inside the sphere (hard edges with 1).
     Overlapping spheres: the later one wins.
@@ -264,9 +266,10 @@ def simulate_holograms(spheres, geometry: Geometry, *, model: str = "born", nois
 
     ``model``: "born" gives the Rytov-consistent field u_in exp(phi_Born) (what the Rytov
     reconstruction inverts exactly), "exact" the partial-wave solution of one sphere.
-    ``carrier`` defaults to the reference's (a quarter of the sampling frequency on the
-    diagonal); ``noise`` is a fraction of the mean intensity. Returns
-    ``(holograms, backgrounds, hologram_pixel)``.
+    ``carrier`` (nu_y, nu_x), cycles/um, defaults to the reference's (a quarter of the sampling frequency on
+    the diagonal); ``noise`` is a fraction of the mean intensity. Returns
+    ``(holograms, backgrounds, hologram_pixel)``: intensities in units of the (unit-amplitude) reference
+    wave's, and the hologram pixel in um.
     """
     big, hp = 2 * geometry.n, geometry.pixel / 2
     noise = nonnegative("noise", noise)
@@ -287,7 +290,8 @@ def simulate_holograms(spheres, geometry: Geometry, *, model: str = "born", nois
 def holograms_from_fields(field, geometry: Geometry, *, noise: float = 0.0, seed: int = 0, carrier=None):
     """Sample and background holograms of field ratios u / u_in (A, 2n, 2n) at half the geometry's
     pixel: ``(holograms, backgrounds, hologram_pixel)``; ``carrier`` and ``noise`` as in
-    :func:`simulate_holograms`."""
+    :func:`simulate_holograms`. ``field``: dimensionless complex ratios on the (2n, 2n) hologram grid;
+    the holograms are intensities in units of the (unit-amplitude) reference wave's, ``hologram_pixel`` in um."""
     from qora.holo import reference
 
     big, hp = np.shape(field)[-1], geometry.pixel / 2

@@ -110,6 +110,9 @@ def _border_mean(p):
 def rytov(ratio):
     """The Rytov phase log(u / u_in) = log|r| + i unwrap(arg r) of field ratios (..., M, N).
 
+    The ratios are dimensionless; the result is complex, its real part the log-amplitude (nepers)
+    and its imaginary part the unwrapped phase (rad).
+
     Border rule: each unwrapped phase image is shifted by the multiple of 2 pi that
     brings its border mean closest to zero (the sample sits in the middle, and the
     border sees the medium).

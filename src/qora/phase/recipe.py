@@ -35,7 +35,26 @@ class RecipeError(InputError):
 
 @dataclass(frozen=True)
 class Stage:
-    """One stage: ``iterations`` of ``algorithm`` with its options."""
+    """One stage: ``iterations`` of ``algorithm`` with its options.
+
+    Attributes
+    ----------
+    algorithm : str
+        One of ``ALGORITHMS`` (ER, HIO, RAAR).
+    iterations : int
+        Iterations of this stage (count, at least 1).
+    beta : float
+        Feedback parameter in (0, 1], dimensionless.
+    constraint : {None, "real", "positive"}
+        Extra constraint inside the support.
+    sw : int
+        Shrinkwrap every ``sw`` iterations (0: the support is kept).
+    sigma, sigma_min : float
+        Shrinkwrap blur, std in pixels, from ``sigma`` at the stage's first update down to ``sigma_min``
+        at its last (geometric).
+    threshold : float
+        Shrinkwrap threshold, a fraction in (0, 1) of the blurred modulus's maximum.
+    """
 
     algorithm: str
     iterations: int

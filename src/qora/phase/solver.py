@@ -122,13 +122,15 @@ class PhaseResult:
     Attributes
     ----------
     object : ndarray, complex64
-        The best start's object, centre-origin.
+        The best start's object, centre-origin, the shape of the pattern; its amplitude in sqrt(counts)
+        (the transform is unitary: sum |object|^2 = sum of the intensities), its phase in rad.
     support : ndarray, bool
         Its final support.
     errors : ndarray (iterations, starts)
-        Fourier error of every iterate of every start.
+        Fourier error of every iterate of every start (relative, dimensionless:
+        sqrt(sum (|F x| - a)^2 / sum a^2) over the measured pixels).
     final_errors : ndarray (starts,)
-        Fourier error of each start's final object.
+        Fourier error of each start's final object (dimensionless).
     llk, free_llk : ndarray (starts,)
         Poisson deviance per pixel on the measured pixels used, and on the
         held-out pixels (NaN when none were held out).
@@ -186,7 +188,8 @@ class Solver:
     Parameters
     ----------
     intensity : ndarray (2D or 3D)
-        Detector layout (q = 0 at index n//2), non-negative, finite where measured.
+        Measured intensities (photon counts, any non-negative scale), detector layout (q = 0 at index
+        n//2), finite where measured.
     mask : bool ndarray, optional
         True where a pixel was not measured.
     backend : {"auto", "cpu", "cuda"}
@@ -415,7 +418,8 @@ def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int 
     Parameters
     ----------
     intensity : ndarray (N1, N2) or (N1, N2, N3)
-        Measured intensities, detector layout: q = 0 at index n//2 on every axis.
+        Measured intensities (photon counts; any non-negative scale is accepted), detector layout:
+        q = 0 at index n//2 on every axis.
     support : bool ndarray, optional
         Centre-origin support; by default the thresholded autocorrelation.
     mask : bool ndarray, optional

@@ -22,8 +22,8 @@ __all__ = ["DetectorFit", "fit_detector", "fit_detector_from_mean", "bright_fiel
 
 @dataclass(frozen=True)
 class DetectorFit:
-    """The bright-field disk on the detector: centre (row, col) and radius, pixels;
-    ``mrad_per_pixel`` from the convergence semi-angle."""
+    """The bright-field disk on the detector: centre (row, col) and radius, detector pixels;
+    ``mrad_per_pixel`` the scattering angle per detector pixel (mrad), from the convergence semi-angle."""
 
     center: tuple
     radius: float
@@ -57,6 +57,8 @@ def fit_detector(data, alpha_mrad: float, *, threshold: float = 0.5, rows: int |
     maximum); its sum is then the disk's area in pixels (partly lit edge pixels count by
     their fraction), so radius = sqrt(area / pi), and the centre is the intensity-weighted
     centroid of the scaled pattern, clipped to [0, 1] to keep dark-field counts out.
+    ``data``: (scan_row, scan_col, det_row, det_col), counts; ``alpha_mrad``: the convergence
+    semi-angle (mrad), which the disk's radius in pixels calibrates (``mrad_per_pixel``).
     ``rows``: sum only that many scan rows, evenly spaced (a large memory-mapped scan need not be
     read whole for a mean pattern; every row by default).
     """
@@ -75,7 +77,8 @@ def fit_detector(data, alpha_mrad: float, *, threshold: float = 0.5, rows: int |
 
 
 def fit_detector_from_mean(mean, alpha_mrad: float, *, threshold: float = 0.5) -> DetectorFit:
-    """:func:`fit_detector` from the mean diffraction pattern (det_row, det_col) itself."""
+    """:func:`fit_detector` from the mean diffraction pattern (det_row, det_col) itself (counts;
+    ``alpha_mrad`` the convergence semi-angle, mrad)."""
     alpha_mrad = positive("alpha_mrad (the convergence semi-angle)", alpha_mrad, unit="mrad")
     mean = np.asarray(mean)
     if np.iscomplexobj(mean) or mean.ndim != 2 or not mean.size:
@@ -99,7 +102,9 @@ def fit_detector_from_mean(mean, alpha_mrad: float, *, threshold: float = 0.5) -
 
 def bright_field_pixels(detector_shape, detector: DetectorFit, alpha_mrad: float, kv: float):
     """The bright-field pixels, inside the disk by their centres: their flat indices on the
-    detector and their k = (ky, kx) (1/A, detector axes), (nbf, 2)."""
+    detector and their k = (ky, kx) (1/A, detector axes), (nbf, 2). ``detector_shape`` is
+    (det_row, det_col); ``alpha_mrad`` the convergence semi-angle (mrad); ``kv`` the
+    accelerating voltage (kV)."""
     lam = wavelength(kv)
     dk = detector.mrad_per_pixel * 1e-3 / lam
     rows, cols = np.indices(tuple(detector_shape))
@@ -111,7 +116,8 @@ def bright_field_pixels(detector_shape, detector: DetectorFit, alpha_mrad: float
 
 def scan_frequencies(scan_shape, scan_step: float, rotation: float, *, half: bool, xp=np):
     """(Qy, Qx) (1/A) of the scan's FFT grid (its half plane with ``half``), in the detector's
-    axes: the scan frame turned by ``rotation`` rad."""
+    axes: the scan frame turned by ``rotation`` rad. ``scan_shape`` is (scan_row, scan_col) and
+    ``scan_step`` the scan step (A)."""
     sy, sx = scan_shape
     cols = sx // 2 + 1 if half else sx
     qy = xp.asarray(np.fft.fftfreq(sy, scan_step))[:, None] * xp.ones((1, cols))

@@ -28,7 +28,12 @@ def write_dataset(path, data, *, kv: float, alpha_mrad: float, scan_step: float,
                   aberrations: Aberrations | None = None, truth=None, progress=None) -> None:
     """Write a dataset file, a block of scan rows at a time (an interrupt stops it between blocks and
     the temporary file is removed: nothing appears under ``path``); ``progress`` gets the scan
-    positions written ("write", done, total)."""
+    positions written ("write", done, total).
+
+    ``data`` is (scan_row, scan_col, det_row, det_col), counts; ``kv`` the accelerating voltage
+    (kV), ``alpha_mrad`` the convergence semi-angle (mrad), ``scan_step`` the scan step (A),
+    ``detector_pixel`` 1/A per detector pixel (optional), ``aberrations`` C_nm (A) and azimuths (rad).
+    """
     import h5py
 
     data = np.asarray(data)
@@ -172,7 +177,9 @@ def write_image(path, phase, *, method: str, scan_step: float, kv: float, alpha_
 
 
 def plot_image(path, phase, *, scan_step: float, title: str = "", chi_map=None) -> None:
-    """PNG of the phase image (and, when given, the aberration function over the aperture)."""
+    """PNG of the phase image (rad, (scan_row, scan_col); axes in A from ``scan_step``, A) and, when
+    given, the aberration function over the aperture (``chi_map``: ``(extent, values)``, extent in
+    mrad, values chi in rad)."""
     from qora.plot import save_png, subplots
 
     panels = 2 if chi_map is not None else 1

@@ -20,6 +20,8 @@ __all__ = ["ABERRATION_PARAMETERS", "THICK_PARAMETERS", "QUADRATIC_PARAMETERS", 
            "parameters_to_aberrations", "basis", "basis_derivatives", "soft_aperture", "sinc_derivatives",
            "chi_coefficients", "quadratic_tag"]
 
+# the Cartesian aberration parameters a fit may take (all in A; C_nm,a = C cos(m phi), C_nm,b = C sin(m phi)),
+# and the thick-sample ones: thickness (A), tilt_y and tilt_x (rad)
 ABERRATION_PARAMETERS = ("C10", "C12a", "C12b", "C21a", "C21b", "C23a", "C23b", "C30")
 THICK_PARAMETERS = ("thickness", "tilt_y", "tilt_x")
 # the parameters of the quadratic-chi kernels, in their order (kernels/band.cu)

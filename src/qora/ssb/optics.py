@@ -30,7 +30,7 @@ from qora.io.validate import positive
 __all__ = ["wavelength", "Aberrations", "chi", "chi_gradient", "aperture", "probe_spectrum", "KNOWN_ABERRATIONS"]
 
 # (n, m) of the supported coefficients: C10 defocus, C12 twofold astigmatism, C21 axial coma,
-# C23 threefold astigmatism, C30 spherical aberration, and more as listed
+# C23 threefold astigmatism, C30 spherical aberration, and more as listed (coefficients in A, azimuths in rad)
 KNOWN_ABERRATIONS = {"C10": (1, 0), "C12": (1, 2), "C21": (2, 1), "C23": (2, 3), "C30": (3, 0),
                      "C32": (3, 2), "C34": (3, 4)}
 
@@ -107,7 +107,10 @@ class Aberrations:
 
 
 def chi(kx, ky, aberrations: Aberrations, lam: float):
-    """The aberration phase chi (rad) at spatial frequencies (kx, ky) (1/A); NumPy or CuPy arrays."""
+    """The aberration phase chi (rad) at spatial frequencies (kx, ky) (1/A); NumPy or CuPy arrays.
+
+    ``aberrations``: C_nm (A) and azimuths (rad); ``lam``: the electron wavelength (A).
+    """
     xp = xp_of(kx, ky)
     kx, ky = xp.asarray(kx, np.float64), xp.asarray(ky, np.float64)
     w = lam * xp.hypot(kx, ky)
@@ -120,7 +123,11 @@ def chi(kx, ky, aberrations: Aberrations, lam: float):
 
 
 def chi_gradient(kx, ky, aberrations: Aberrations, lam: float):
-    """(d chi / d kx, d chi / d ky) (rad A): the image shift of a bright-field pixel is this / 2 pi."""
+    """(d chi / d kx, d chi / d ky) (rad A): the image shift of a bright-field pixel is this / 2 pi.
+
+    ``kx``, ``ky``: spatial frequencies (1/A); ``aberrations``: C_nm (A) and azimuths (rad);
+    ``lam``: the electron wavelength (A).
+    """
     xp = xp_of(kx, ky)
     kx, ky = xp.asarray(kx, np.float64), xp.asarray(ky, np.float64)
     k = xp.hypot(kx, ky)
@@ -138,12 +145,44 @@ def chi_gradient(kx, ky, aberrations: Aberrations, lam: float):
 
 
 def aperture(kx, ky, alpha_mrad: float, lam: float):
-    """The probe-forming aperture (1 inside |k| <= alpha / lambda, 0 outside)."""
+    """The probe-forming aperture (1 inside |k| <= alpha / lambda, 0 outside), dimensionless.
+
+    Parameters
+    ----------
+    kx, ky : ndarray
+        Spatial frequencies (1/A); NumPy or CuPy arrays.
+    alpha_mrad : float
+        Convergence semi-angle (mrad).
+    lam : float
+        Electron wavelength (A), e.g. :func:`wavelength`.
+
+    Returns
+    -------
+    ndarray
+        0 or 1, float64, the broadcast shape of ``kx`` and ``ky``.
+    """
     alpha_mrad = positive("alpha_mrad (the convergence semi-angle)", alpha_mrad, unit="mrad")
     xp = xp_of(kx, ky)
     return (xp.hypot(kx, ky) <= alpha_mrad * 1e-3 / lam).astype(np.float64)
 
 
 def probe_spectrum(kx, ky, aberrations: Aberrations, alpha_mrad: float, lam: float):
-    """psi(k) = A(k) exp(-i chi(k)) (unnormalised)."""
+    """psi(k) = A(k) exp(-i chi(k)) (unnormalised, dimensionless).
+
+    Parameters
+    ----------
+    kx, ky : ndarray
+        Spatial frequencies (1/A); NumPy or CuPy arrays.
+    aberrations : Aberrations
+        Coefficients C_nm (A) and azimuths (rad).
+    alpha_mrad : float
+        Convergence semi-angle (mrad).
+    lam : float
+        Electron wavelength (A).
+
+    Returns
+    -------
+    ndarray
+        Complex, the broadcast shape of ``kx`` and ``ky``.
+    """
     return aperture(kx, ky, alpha_mrad, lam) * xp_of(kx, ky).exp(-1j * chi(kx, ky, aberrations, lam))

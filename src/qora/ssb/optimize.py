@@ -57,6 +57,8 @@ RHO = 0.1  # the least fraction of the quadratic model's predicted gain a Newton
 # goes to zero the tilt stops acting on the agreement at all: without a bound Newton then wanders
 # along that flat direction to radians (seen on a film whose unmodelled C30 drove the thickness to
 # 0.2 A). 0.1 rad is far beyond the mrad tilts the model is for (docs/ssb.md).
+# TILT_LIMIT: the largest sample tilt |tau| fitted (rad). BOUNDS: the fit's box, name -> (low, high):
+# thickness in A, tilt_y and tilt_x in rad (the other parameters are unbounded).
 TILT_LIMIT = 0.1
 BOUNDS = {"thickness": (0.0, math.inf), "tilt_y": (-TILT_LIMIT, TILT_LIMIT), "tilt_x": (-TILT_LIMIT, TILT_LIMIT)}
 
@@ -152,6 +154,7 @@ def defocus_search(band: BatchObjective, *, low: float = -500.0, high: float = 5
     return float(grid[int(np.argmax(values))]), values
 
 
+# the default box of the cold-start search, name -> (low, high) in A (C10 defocus, C12a/C12b astigmatism)
 SEARCH_BOUNDS = {"C10": (-500.0, 500.0), "C12a": (-60.0, 60.0), "C12b": (-60.0, 60.0)}
 
 

@@ -90,7 +90,8 @@ def _field_shape(slices, stride: int):
 def amorphous_slices(shape, pixel: float, *, slices: int = 1, atoms_per_a2: float = 0.05, sigma: float = 0.4,
                      phase_per_atom: float = 0.05, seed: int = 0) -> np.ndarray:
     """Random-atom phase slices (slices, ny, nx) in rad: Gaussian atoms of std ``sigma`` A at
-    uniform random positions, each adding ``phase_per_atom`` rad at its peak; periodic."""
+    uniform random positions, each adding ``phase_per_atom`` rad at its peak; periodic. ``shape`` is
+    (ny, nx) in pixels of ``pixel`` A; ``atoms_per_a2`` the areal density (atoms per A^2, per slice)."""
     ny, nx = shape
     rng = np.random.default_rng(seed)
     count = max(1, int(round(atoms_per_a2 * ny * nx * pixel**2)))
@@ -104,7 +105,8 @@ def amorphous_slices(shape, pixel: float, *, slices: int = 1, atoms_per_a2: floa
 
 def atoms_slice(shape, pixel: float, ry, rx, *, sigma: float = 0.4, phase_per_atom=0.05) -> np.ndarray:
     """One phase slice (ny, nx) (rad) of Gaussian atoms of std ``sigma`` A at positions (ry, rx) (A),
-    each adding ``phase_per_atom`` rad (a scalar or one per atom) at its peak; periodic. The atoms'
+    each adding ``phase_per_atom`` rad (a scalar or one per atom) at its peak; periodic; ``shape`` in
+    pixels of ``pixel`` A. The atoms'
     spectrum is summed at their exact positions, then multiplied by the Gaussian: no rounding to pixels."""
     ny, nx = shape
     ry, rx = np.asarray(ry, float), np.asarray(rx, float)
@@ -120,7 +122,8 @@ def atoms_slice(shape, pixel: float, ry, rx, *, sigma: float = 0.4, phase_per_at
 def crystal_slices(shape, pixel: float, *, period: float, basis=((0.0, 0.0, 1.0), (0.5, 0.3, 0.6)),
                    sigma: float = 0.35, phase_per_atom: float = 0.05, slices: int = 1) -> np.ndarray:
     """A square lattice of ``period`` A with a ``basis`` of atoms (fractional y, x, relative
-    strength), as phase slices (slices, ny, nx) (rad), each slice the same layer. The field must
+    strength), as phase slices (slices, ny, nx) (rad), each slice the same layer; ``shape`` (ny, nx) in
+    pixels of ``pixel`` A, ``sigma`` the atoms' std (A), ``phase_per_atom`` rad. The field must
     hold a whole number of periods on both axes (the slices are periodic)."""
     ny, nx = shape
     cells = (ny * pixel / period, nx * pixel / period)
@@ -142,8 +145,9 @@ class Scan4D:
     """A 4D-STEM dataset and what produced it.
 
     ``data`` (scan_row, scan_col, det_row, det_col), counts or intensities; ``scan_step`` A;
-    ``detector_pixel`` 1/A per detector pixel; ``kv``; ``alpha_mrad``; ``aberrations``;
-    ``phase`` the specimen's total phase (ny, nx) rad on the simulation grid of ``pixel`` A.
+    ``detector_pixel`` 1/A per detector pixel; ``kv`` kV; ``alpha_mrad`` mrad; ``aberrations``
+    C_nm (A) and azimuths (rad); ``phase`` the specimen's total phase (ny, nx) rad on the
+    simulation grid of ``pixel`` A; ``thickness`` A; ``tilt`` (tau_y, tau_x) rad.
     """
 
     data: np.ndarray
@@ -227,6 +231,10 @@ def simulate(slices, *, pixel: float, stride: int, window: int, kv: float = 300.
              dose: float | None = None, seed: int = 0, batch: int = 256, progress=None) -> Scan4D:
     """Scan the probe over ``slices`` (phase, rad; (ny, nx) or (count, ny, nx)) and record 4D data.
 
+    ``pixel`` is the slices' pixel (A); the scan step is ``stride`` pixels (``stride * pixel`` A) and
+    each pattern is the ``window`` x ``window`` pixel window's spectrum (detector pixel
+    1 / (``window * pixel``) 1/A); ``kv`` the accelerating voltage (kV), ``alpha_mrad`` the
+    convergence semi-angle (mrad), ``aberrations`` C_nm (A) and azimuths (rad).
     ``thickness`` (A) spreads the slices evenly over it (a single slice ignores it); ``tilt``
     (tau_y, tau_x) (rad) shifts the slice at depth z by z tau; ``dose`` (e/A^2) draws Poisson
     counts, otherwise the intensity is normalised to 1 per pixel of the incident beam. The memory
@@ -265,7 +273,9 @@ def simulate_to_npy(path, slices, *, pixel: float, stride: int, window: int, det
                     progress=None) -> dict:
     """:func:`simulate` for scans too large for memory: Poisson counts (``dose`` e/A^2) written as
     uint16 to a ``.npy`` file (scan_row, scan_col, detector, detector) batch by batch, the
-    multislice on ``backend``. The window's patterns sit centred on a ``detector`` x ``detector``
+    multislice on ``backend``. ``pixel`` (A), ``stride``, ``window``, ``kv`` (kV), ``alpha_mrad`` (mrad),
+    ``aberrations``, ``thickness`` (A) and ``tilt`` (rad) as in :func:`simulate`.
+    The window's patterns sit centred on a ``detector`` x ``detector`` pixel
     array (``detector`` >= ``window``; the rim beyond the simulated angles reads 0). Returns the
     dataset's metadata (kv, alpha_mrad, scan_step_a, detector_pixel_inv_a, the largest count)."""
     from qora.backend import resolve
@@ -329,7 +339,8 @@ def scan_truth(scan: Scan4D, *, band_limit: float | None = None) -> np.ndarray:
 def rotate_detector(data, theta: float) -> np.ndarray:
     """Patterns of a scan turned by ``theta`` (rad) against the detector: I_d(k_d) = I_s(R(-theta) k_d),
     the scan frame's patterns resampled (bilinear, about the detector's centre pixel) at the
-    detector's pixels. Simulates a scan rotation the fits must find."""
+    detector's pixels. Simulates a scan rotation the fits must find. ``data``: (scan_row, scan_col,
+    det_row, det_col), counts or intensities."""
     from scipy.ndimage import map_coordinates
 
     n = data.shape[-1]
