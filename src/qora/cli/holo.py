@@ -15,26 +15,11 @@ import click
 import numpy as np
 from click.core import ParameterSource
 
-from qora.cli.options import backend_option, exit_on_failures, scale_out_client, scale_out_options
+from qora.cli.options import (NONNEGATIVE, POSITIVE, Finite, backend_option, exit_on_failures, scale_out_client,
+                              scale_out_options)
 
 VOLUME_SUFFIXES = (".h5", ".hdf5", ".tif", ".tiff", ".zarr")
 QUIET_HELP = "No progress bar (the result lines are still printed)."
-
-
-class Finite(click.FloatRange):
-    """A float option that must be finite (NaN and Inf are refused), within the range given."""
-
-    name = "float"
-
-    def convert(self, value, param, ctx):
-        rv = super().convert(value, param, ctx)  # the range check lets NaN through
-        if not math.isfinite(rv):
-            self.fail(f"{value!r} is not a finite number", param, ctx)
-        return rv
-
-
-POSITIVE = Finite(min=0, min_open=True)
-NONNEGATIVE = Finite(min=0)
 
 
 @click.group("holo")

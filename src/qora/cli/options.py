@@ -4,13 +4,42 @@ imported only when a scale-out option is used."""
 
 from __future__ import annotations
 
+import math
 from contextlib import nullcontext
 
 import click
 
-__all__ = ["backend_option", "scale_out_options", "scale_out_client", "exit_on_failures"]
+__all__ = ["backend_option", "scale_out_options", "scale_out_client", "exit_on_failures", "Finite", "FINITE", "POSITIVE",
+           "NONNEGATIVE"]
 
 BACKENDS = ("auto", "cpu", "cuda")
+
+
+class Finite(click.FloatRange):
+    """A float option that must be finite (click's FloatRange lets NaN and Inf through) and within the
+    range given, with messages a user reads at once ("-1 is not > 0")."""
+
+    name = "float"
+
+    def convert(self, value, param, ctx):
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(x):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if self.min is not None and (x <= self.min if self.min_open else x < self.min):
+            self.fail(f"{x:g} is not {'>' if self.min_open else '>='} {self.min:g} (the range is "
+                      f"{self._describe_range()})", param, ctx)
+        if self.max is not None and (x >= self.max if self.max_open else x > self.max):
+            self.fail(f"{x:g} is not {'<' if self.max_open else '<='} {self.max:g} (the range is "
+                      f"{self._describe_range()})", param, ctx)
+        return x
+
+
+FINITE = Finite()
+POSITIVE = Finite(min=0, min_open=True)
+NONNEGATIVE = Finite(min=0)
 
 
 def backend_option(default: str = "auto", help: str | None = None):

@@ -7,39 +7,13 @@ with a warning on stderr."""
 
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 from pathlib import Path
 
 import click
 import numpy as np
 
-from qora.cli.options import backend_option, scale_out_client, scale_out_options
-
-
-class Finite(click.ParamType):
-    """A finite float (NaN and Inf refused), optionally > or >= a lower bound."""
-
-    name = "float"
-
-    def __init__(self, low: float | None = None, *, open_low: bool = False) -> None:
-        self.low, self.open_low = low, open_low
-
-    def convert(self, value, param, ctx):
-        try:
-            x = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number", param, ctx)
-        if not math.isfinite(x):
-            self.fail(f"{value!r} is not a finite number", param, ctx)
-        if self.low is not None and (x <= self.low if self.open_low else x < self.low):
-            self.fail(f"{x:g} is not {'>' if self.open_low else '>='} {self.low:g}", param, ctx)
-        return x
-
-
-FINITE = Finite()
-POSITIVE = Finite(0.0, open_low=True)
-NONNEGATIVE = Finite(0.0)
+from qora.cli.options import FINITE, NONNEGATIVE, POSITIVE, backend_option, scale_out_client, scale_out_options
 
 
 @click.group("ssb")
