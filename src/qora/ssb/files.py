@@ -6,7 +6,8 @@ and, for simulated data, the aberrations as JSON and ``truth`` (the specimen's p
 scan grid, rad). Image file (HDF5, ``qora_kind = "ssb_image"``): ``phase`` (scan_row,
 scan_col) float32 rad, attributes ``method``, ``scan_step_a``, ``kv``, ``alpha_mrad`` and the
 aberrations as JSON. Both written atomically. ``load_data`` also reads ``.npy`` and, through
-rosettasciio (the ``formats`` extra), ``.mib``, ``.dm4``, EMPAD ``.raw`` and ``.emd``.
+rosettasciio (the ``formats`` extra), ``.mib``, ``.dm4``, EMPAD ``.raw`` and ``.emd``; fpd HDF5
+and Merlin ``.mib`` through :mod:`qora.ssb.readers`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from qora.io.atomic import atomic_path
 from qora.io.errors import FileFormatError, InputError, MissingExtra, naming_file
 from qora.progress import report
 from qora.ssb.optics import Aberrations
+from qora.ssb.readers import is_fpd, read_fpd, read_mib
 
 __all__ = ["write_dataset", "read_dataset", "load_data", "write_image", "plot_image", "plot_fit"]
 
@@ -97,18 +99,23 @@ def read_dataset(path):
     return array, meta
 
 
-def load_data(path):
-    """4D data from ``.h5`` (qora's), ``.npy`` (memory-mapped) or detector formats via rosettasciio:
-    ``(data, metadata)`` with whatever metadata the file holds (kv, alpha_mrad, scan_step_a). A
+def load_data(path, *, scan_shape=None):
+    """4D data from ``.h5`` (qora's, or fpd's ``fpd_expt``), ``.npy`` (memory-mapped), Merlin ``.mib``
+    or detector formats via rosettasciio: ``(data, metadata)`` with whatever metadata the file holds
+    (kv, alpha_mrad, scan_step_a, camera_length_m, detector). ``scan_shape`` (rows, cols) shapes a
+    Merlin frame series whose files do not say its scan shape (docs/ssb.md, "Detector files"). A
     damaged file, data that are not 4D, or that do not hold real numbers, are a FileFormatError
     naming the file."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
     suffix = path.suffix.lower()
-    if suffix in (".h5", ".hdf5"):
+    if suffix in (".h5", ".hdf5", ".emd") and _is_fpd(path):
+        with naming_file(path):
+            data, meta = read_fpd(path)
+    elif suffix in (".h5", ".hdf5"):
         return read_dataset(path)
-    if suffix == ".npy":
+    elif suffix == ".npy":
         with naming_file(path):
             data = np.load(path, mmap_mode="r", allow_pickle=False)
         meta = {}
@@ -119,7 +126,7 @@ def load_data(path):
             raise MissingExtra(f"{path}: reading {suffix} files needs rosettasciio (pip install 'qora[formats]')") \
                 from None
         with naming_file(path):
-            data, meta = _read_rsciio(path)
+            data, meta = read_mib(path, scan_shape) if suffix == ".mib" else _read_rsciio(path)
     if data.ndim != 4:
         raise FileFormatError(f"{path}: 4D-STEM data must be (scan_row, scan_col, det_row, det_col), got shape "
                               f"{data.shape}")
@@ -127,6 +134,14 @@ def load_data(path):
         raise FileFormatError(f"{path}: 4D-STEM data must be real numbers (counts or intensities), got dtype "
                               f"{data.dtype}")
     return data, meta
+
+
+def _is_fpd(path: Path) -> bool:
+    """Whether an HDF5 file is fpd's (False for any file h5py cannot open: its reader says why)."""
+    try:
+        return is_fpd(path)
+    except (OSError, ValueError):
+        return False
 
 
 def _read_rsciio(path: Path):

@@ -1,0 +1,200 @@
+"""Detector file readers for :func:`qora.ssb.load_data`: Quantum Detectors Merlin ``.mib`` (with
+its ``.hdr``) and fpd HDF5 (``fpd_expt/fpd_data/data``). Each returns ``(data, metadata)`` with
+``data`` lazy (a dask array or an h5py dataset) shaped (scan_row, scan_col, det_row, det_col).
+
+Merlin: rosettasciio reads the counter depths 1, 6, 12 and 24 in normal (``U08``/``U16``/``U32``)
+frames; the RAW 1-bit frames (``R64``, single chip) it refuses are decoded here from the documented
+layout: each 64-bit word holds 64 pixels, its bytes in reverse order, each byte least significant
+bit first. The scan shape comes from the ``.hdr`` (frames in acquisition / frames per trigger, one
+trigger a scan row) or, for a scan triggered a pixel at a time, from the pauses in the frames' time
+stamps at the end of each row (rosettasciio's); a single frame, or a series with no scan shape, is
+refused unless the caller gives one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from qora.io.errors import FileFormatError
+
+__all__ = ["read_mib", "read_fpd", "is_fpd"]
+
+
+def _hdr(path: Path) -> dict:
+    """The ``.hdr`` beside a ``.mib`` as a dict of its ``key: value`` lines ({} when there is none)."""
+    hdr = path.with_suffix(".hdr")
+    if not hdr.is_file():
+        return {}
+    return _fields(hdr.read_bytes().decode("latin-1"))
+
+
+def _fields(text: str) -> dict:
+    """A Merlin header's ``key:<tab>value`` lines as a dict."""
+    fields = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+def _frame_header(path: Path) -> list[str]:
+    with open(path, "rb") as f:
+        head = f.read(768).decode("latin-1").split(",")
+    if not head or head[0] != "MQ1":
+        raise FileFormatError(f"{path}: not a Merlin .mib file (it does not start with an MQ1 frame header)")
+    return head
+
+
+def _detector(path: Path, head: list[str], hdr: dict) -> dict:
+    """The detector metadata: what the frame header and the .hdr say about the Merlin."""
+    depth = hdr.get("Counter Depth (number)")
+    det = {"name": "Quantum Detectors Merlin", "assembly": head[7].strip(), "raw": head[6] == "R64",
+           "pixel_format": head[6], "exposure_s": float(head[10]) * 1e-3}
+    if depth:
+        det["counter_depth"] = int(depth)
+    for key, name in (("Chip Type (Medipix 3.0, Medipix 3.1, Medipix 3RX)", "chip"),
+                      ("Chip Mode  (SPM, CSM, CM, CSCM)", "chip_mode"), ("Gain", "gain"),
+                      ("Trigger Start (Positive, Negative, Internal)", "trigger_start")):
+        if hdr.get(key):
+            det[name] = hdr[key]
+    if hdr.get("Thresholds (keV)"):
+        det["thresholds_kev"] = [float(v) for v in hdr["Thresholds (keV)"].split(",")][:2]
+    return det
+
+
+def _scan_shape(path: Path, frames: int, frame: tuple, hdr: dict, scan_shape):
+    """(rows, cols) of the scan: the caller's; else the .hdr's frames per trigger when a trigger
+    starts each scan row; None for a scan triggered a pixel at a time (the rows are found from the
+    frames' time stamps); else refused: a single frame, or a series with no scan shape."""
+    what = f"{frames} frame{'s' if frames != 1 else ''} of {frame[0]}x{frame[1]}"
+    if scan_shape is not None:
+        rows, cols = (int(v) for v in scan_shape)
+        if rows * cols != frames:
+            raise FileFormatError(f"{path}: holds {what}; the scan shape {rows}x{cols} given needs {rows * cols}")
+        return rows, cols
+    if frames == 1:
+        raise FileFormatError(f"{path}: holds {what}: a single diffraction pattern, not a 4D-STEM scan")
+    per_trigger = int(hdr.get("Frames per Trigger (Number)", "0") or 0)
+    if 1 < per_trigger < frames and frames % per_trigger == 0:
+        return frames // per_trigger, per_trigger
+    if per_trigger == 1 and hdr.get("Trigger Start (Positive, Negative, Internal)", "Internal") != "Internal":
+        return None
+    raise FileFormatError(f"{path}: holds {what} with no scan shape (an internally triggered series); give the "
+                          f"scan shape: load_data(path, scan_shape=(rows, cols))")
+
+
+def read_mib(path, scan_shape=None):
+    """``(data, metadata)`` of a Merlin ``.mib``: data lazy, (scan_row, scan_col, det_row, det_col),
+    the detector rows flipped as rosettasciio does (row 0 at the top); metadata ``detector``."""
+    path = Path(path)
+    head = _frame_header(path)
+    hdr = _hdr(path)
+    header_size = int(head[2])
+    cols, rows = int(head[4]), int(head[5])
+    raw = head[6] == "R64"
+    if raw:
+        depth = int(hdr.get("Counter Depth (number)", "0") or 0)
+        if depth != 1 or head[7].strip() != "1x1":
+            raise FileFormatError(f"{path}: RAW Merlin frames of counter depth {depth or '?'} on a "
+                                  f"{head[7].strip()} assembly are not supported (RAW: 1-bit single chip only)")
+        payload = rows * cols // 8
+    else:
+        dtypes = {"U08": ">u1", "U16": ">u2", "U32": ">u4"}
+        if head[6] not in dtypes:
+            raise FileFormatError(f"{path}: unknown Merlin pixel format {head[6]!r}")
+        payload = rows * cols * np.dtype(dtypes[head[6]]).itemsize
+    size = path.stat().st_size
+    frames, extra = divmod(size, header_size + payload)
+    if frames == 0 or extra:
+        raise FileFormatError(f"{path}: {size} bytes is not a whole number of {rows}x{cols} {head[6]} frames "
+                              f"({header_size + payload} bytes each); truncated?")
+    shape = _scan_shape(path, frames, (rows, cols), hdr, scan_shape)
+    if raw and shape is not None:
+        data = _raw_1bit(path, frames, header_size, rows, cols).reshape(*shape, rows, cols)
+    elif raw:
+        raise FileFormatError(f"{path}: RAW frames of a scan triggered a pixel at a time: give the scan shape: "
+                              f"load_data(path, scan_shape=(rows, cols))")
+    else:
+        from rsciio.quantumdetector import file_reader
+
+        nav = None if shape is None else (shape[1], shape[0])  # rosettasciio's order: (cols, rows)
+        data = file_reader(str(path), lazy=True, navigation_shape=nav)[0]["data"]
+        if data.ndim != 4 or min(data.shape[:2]) < 2:
+            raise FileFormatError(f"{path}: holds {frames} frames of {rows}x{cols}, triggered a pixel at a time, "
+                                  f"whose time stamps show no scan rows; give the scan shape: "
+                                  f"load_data(path, scan_shape=(rows, cols))")
+    return data, {"detector": _detector(path, head, hdr)}
+
+
+def _raw_1bit(path: Path, frames: int, header_size: int, rows: int, cols: int):
+    """RAW 1-bit frames, lazily: a dask array (frames, rows, cols) uint8 decoded a block of frames
+    at a time from a memory map of the file."""
+    import dask.array as da
+
+    stride = header_size + rows * cols // 8
+    mm = np.memmap(path, dtype=np.uint8, mode="r", shape=(frames, stride))[:, header_size:]
+    per_block = max(1, (16 << 20) // (rows * cols))
+
+    def decode(block):
+        words = block.reshape(block.shape[0], -1, 8)[:, :, ::-1]  # each 64-bit word's bytes, reversed
+        bits = np.unpackbits(np.ascontiguousarray(words), axis=-1, bitorder="little")
+        return bits.reshape(block.shape[0], rows, cols)[:, ::-1, :]  # rows flipped, as rosettasciio does
+
+    lazy = da.from_array(mm, chunks=(per_block, -1))
+    return lazy.map_blocks(decode, dtype=np.uint8, chunks=(lazy.chunks[0], (rows,), (cols,)), new_axis=2)
+
+
+def is_fpd(path) -> bool:
+    """Whether an HDF5 file is an fpd one (``fpd_expt/fpd_data/data``)."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        return isinstance(f.get("fpd_expt/fpd_data/data"), h5py.Dataset)
+
+
+def read_fpd(path):
+    """``(data, metadata)`` of an fpd HDF5 file: the h5py dataset ``fpd_expt/fpd_data/data`` (read
+    lazily; the file stays open while it is referenced), its axes checked against the ``dim1..dim4``
+    names (scanY, scanX, detY, detX); metadata ``kv`` and ``scan_step_a`` (A, from nm) where the file
+    has them, ``camera_length_m``, and the Merlin ``detector``."""
+    import h5py
+
+    path = Path(path)
+    f = h5py.File(path, "r")
+    group = f["fpd_expt/fpd_data"]
+    data = group["data"]
+    names = [group[f"dim{i}"].attrs.get("name", "") if f"dim{i}" in group else "" for i in range(1, 5)]
+    names = [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+    if data.ndim != 4 or names != ["scanY", "scanX", "detY", "detX"]:
+        f.close()
+        raise FileFormatError(f"{path}: fpd_expt/fpd_data/data {data.shape} has axes {names}, expected "
+                              f"(scanY, scanX, detY, detX)")
+    meta: dict = {}
+    steps = []
+    for i in (1, 2):
+        dim = group[f"dim{i}"]
+        unit = dim.attrs.get("units", "")
+        unit = unit.decode() if isinstance(unit, bytes) else str(unit)
+        if dim.shape[0] > 1 and unit in ("nm", "A", "Å"):
+            steps.append(float(dim[1] - dim[0]) * (10.0 if unit == "nm" else 1.0))
+    if len(steps) == 2 and np.isclose(steps[0], steps[1], rtol=1e-6):  # qora's scan step is one number
+        meta["scan_step_a"] = steps[0]
+    desc = f.get("fpd_expt/TIA0/tags/ObjectInfo/ExperimentalDescription")
+    if desc is not None:
+        if "High tension_kV" in desc:
+            meta["kv"] = float(desc["High tension_kV"][()])
+        if "Camera length_m" in desc:
+            meta["camera_length_m"] = float(desc["Camera length_m"][()])
+    hdr = f.get("fpd_expt/merlin_hdr")
+    if hdr is not None and "string" in hdr.attrs:
+        text = hdr.attrs["string"]
+        text = text.decode() if isinstance(text, bytes) else str(text)
+        fields = _fields(text)
+        det = {"name": "Quantum Detectors Merlin", "assembly": fields.get("Assembly Size (NX1, 2X2)", "")}
+        if fields.get("Counter Depth (number)"):
+            det["counter_depth"] = int(fields["Counter Depth (number)"])
+        meta["detector"] = det
+    return data, meta
