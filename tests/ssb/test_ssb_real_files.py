@@ -4,6 +4,7 @@ refused with a FileFormatError that names it and says what it holds (docs/ssb.md
 
 import warnings
 import zipfile
+import os
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,8 @@ import pytest
 from qora.io.errors import FileFormatError
 from qora.ssb import load_data
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "4dstem"
+# ../shared/data beside the checkout (README there), or QORA_SHARED_DATA where a clone lives elsewhere
+DATA = Path(os.environ.get("QORA_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data")) / "4dstem"
 warnings.filterwarnings("ignore", category=UserWarning)
 
 
