@@ -39,7 +39,7 @@ def available_memory() -> int | None:
                 if line.startswith("MemAvailable:"):
                     found.append(int(line.split()[1]) * 1024)
                     break
-    except OSError:
+    except OSError:  # no /proc (not Linux): the cgroup's figure alone, if any
         pass
     for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
                                    ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
