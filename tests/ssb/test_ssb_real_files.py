@@ -5,6 +5,7 @@ refused with a FileFormatError that names it and says what it holds (docs/ssb.md
 import warnings
 import zipfile
 import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +14,23 @@ import pytest
 from qora.io.errors import FileFormatError
 from qora.ssb import load_data
 
-# ../shared/data beside the checkout (README there), or QORA_SHARED_DATA where a clone lives elsewhere
-DATA = Path(os.environ.get("QORA_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data")) / "4dstem"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _shared_data() -> Path:
+    """The shared data folder (../shared/data/README.md): QORA_SHARED_DATA, else beside this checkout, else
+    beside the checkout this one was cloned from (a CI clone made in a temporary folder)."""
+    if os.environ.get("QORA_SHARED_DATA"):
+        return Path(os.environ["QORA_SHARED_DATA"])
+    candidates = [ROOT.parent / "shared" / "data"]
+    origin = subprocess.run(["git", "config", "--get", "remote.origin.url"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    if origin and "://" not in origin:
+        candidates.append(Path(origin).resolve().parent / "shared" / "data")
+    return next((c for c in candidates if c.is_dir()), candidates[0])
+
+
+DATA = _shared_data() / "4dstem"
 warnings.filterwarnings("ignore", category=UserWarning)
 
 
