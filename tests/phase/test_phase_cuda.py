@@ -250,3 +250,56 @@ def test_callback_recipe_changes_algorithm_without_new_plans():
     solver.run(support=objects.support_of(obj), recipe="RAAR**30 ER**10", starts=1)
     assert (engine.plan_forward, engine.plan_inverse) == plans and engine.plan_created_s > 0
     assert r.fourier_error < 1e-6 and analysis.object_error(r.object, obj) < 1e-6
+
+
+# --- fused_fft (cuFFTDx line passes carrying the element-wise work) ---------------------------
+
+FUSED_CASES = [("triangle", (64, 64)), ("triangle", (64, 256)), ("triangle", (512, 512)),
+               ("cut_prism", (64, 64, 64)), ("cut_prism", (64, 128, 64))]
+
+
+@pytest.mark.parametrize("name,shape", FUSED_CASES)
+@pytest.mark.parametrize("iterations", [1, 20])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_fused_fft_matches_cpu_step_by_step(name, shape, iterations, batch):
+    from qora.phase.cpu import CpuEngine
+
+    if batch > 1 and np.prod(shape) > 2**18:
+        pytest.skip("batch covered at the smaller sizes")
+    amp, support, x0 = _case(name, shape, batch)
+    assert_parity(lambda x: _run(CpuEngine(amp, support, batch), x, iterations, "HIO", None),
+                  lambda x: _run(make_engine("fused_fft", amp, support, batch), x, iterations, "HIO", None),
+                  x0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("algorithm", ["ER", "HIO", "RAAR"])
+@pytest.mark.parametrize("constraint", [None, "real", "positive"])
+def test_fused_fft_every_update_branch(algorithm, constraint):
+    from qora.phase.cpu import CpuEngine
+
+    amp, support, x0 = _case("triangle", (64, 64), 2)
+    assert_parity(lambda x: _run(CpuEngine(amp, support, 2), x, 5, algorithm, constraint),
+                  lambda x: _run(make_engine("fused_fft", amp, support, 2), x, 5, algorithm, constraint),
+                  x0, rtol=1e-5)
+
+
+def test_fused_fft_default_recipe_with_shrinkwrap():
+    obj, intensity = objects.simulate("triangle", 64)
+    r = reconstruct(intensity, starts=4, backend="cuda", variant="fused_fft")
+    assert r.variant == "fused_fft"
+    assert analysis.object_error(r.object, obj) < 1e-3
+
+
+def test_fused_fft_known_support_reaches_float_precision():
+    obj, intensity = objects.simulate("cut_prism", 64)
+    r = reconstruct(intensity, support=objects.support_of(obj), recipe="HIO**400 ER**100", starts=2,
+                    backend="cuda", variant="fused_fft")
+    assert analysis.object_error(r.object, obj) < 1e-5
+
+
+@pytest.mark.parametrize("shape", [(45, 51), (96, 96), (32, 32), (64,), (64, 64, 64, 64)])
+def test_fused_fft_refuses_sizes_it_was_not_built_for(shape):
+    from qora.phase.cuda import FusedFFTEngine
+
+    with pytest.raises(ValueError, match="fused_fft"):
+        FusedFFTEngine(np.ones(shape, np.float32), np.ones(shape, bool))

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import re
 import threading
 
 from qora.backend import _cupy
 
-__all__ = ["kernel_source", "load_module", "get_kernel", "DEFAULT_OPTIONS"]
+__all__ = ["kernel_source", "load_module", "load_cubin", "get_kernel", "DEFAULT_OPTIONS"]
 
 DEFAULT_OPTIONS = ("--std=c++17",)
 
+_LOCAL_INCLUDE = re.compile(r'^#include "([\w.]+)"\s*$', re.MULTILINE)
 _lock = threading.Lock()
 _modules: dict = {}
 _functions: dict = {}  # (device, package, file, name, name expressions, options) -> kernel
@@ -36,7 +38,9 @@ def kernel_source(package: str, filename: str) -> str:
     path = importlib.resources.files(package).joinpath("kernels", filename)
     if not path.is_file():
         raise FileNotFoundError(f"CUDA source {filename!r} not found in {package}/kernels (is it package data?)")
-    return path.read_text()
+    # a header beside the file (#include "x.cuh") is written in place: NVRTC is given source text, not a
+    # folder, and package data need not be a folder on disk
+    return _LOCAL_INCLUDE.sub(lambda m: kernel_source(package, m.group(1)), path.read_text())
 
 
 def load_module(package: str, filename: str, *, name_expressions=(), options=DEFAULT_OPTIONS):
@@ -63,6 +67,27 @@ def load_module(package: str, filename: str, *, name_expressions=(), options=DEF
             module = cupy.RawModule(code=source, options=tuple(options),
                                     name_expressions=tuple(name_expressions) or None)
             module.compile()  # compile now, so errors point here and not at the first launch
+            _modules[key] = module
+        return module
+
+
+def load_cubin(package: str, filename: str):
+    """The :class:`cupy.RawModule` of a prebuilt ``<package>/kernels/<filename>`` (a cubin), once per device.
+
+    For kernels compiled offline against headers a user's machine lacks (cuFFTDx). Raises
+    FileNotFoundError when the file is not installed, so that a caller can say which build step makes it.
+    """
+    cupy = _cupy.require("CUDA kernels")
+    device = cupy.cuda.runtime.getDevice()
+    key = (device, package, filename, "cubin")
+    with _lock:
+        module = _modules.get(key)
+        if module is None:
+            path = importlib.resources.files(package).joinpath("kernels", filename)
+            if not path.is_file():
+                raise FileNotFoundError(f"prebuilt CUDA module {filename!r} not found in {package}/kernels")
+            with importlib.resources.as_file(path) as real:
+                module = cupy.RawModule(path=str(real))
             _modules[key] = module
         return module
 

@@ -144,12 +144,21 @@ def run_cpu(*, shapes=CPU_SHAPES, write=True, echo=print) -> BenchResult:
 
 CUDA_SHAPES = ((256, 256), (1024, 1024), (2048, 2048), (4096, 4096), (128, 128, 128), (256, 256, 256),
                (512, 512, 512))
-CUDA_VARIANTS = ("naive", "fused", "graph", "half", "mixed", "callback")
+CUDA_VARIANTS = ("naive", "fused", "graph", "half", "mixed", "callback", "fused_fft")
 # Modeled device traffic per element and iteration (seed 000's byte model): element-wise
 # kernels, and one read and one write per transform (16 bytes per fp16 pair, 32 per fp32)
 ELEMENTWISE_BYTES = {"naive": 91, "fused": 45, "graph": 45, "batched": 45, "half": 25, "mixed": 37,
                      "callback": 13}
 FFT_PAIR_BYTES = {"half": 16, "mixed": 16}
+
+
+def fused_fft_bytes(shape) -> int:
+    """Modeled traffic per element and iteration of ``fused_fft``: the modulus pass 20 B (the line read
+    and written, the amplitude read), the x pass 33 B (the spectrum read, the support byte, x read and
+    written, the next spectrum written), in 3D the y passes 32 B."""
+    return 53 + 32 * (len(shape) - 2)
+
+
 STARTS_SHAPES = ((256, 256), (1024, 1024), (2048, 2048), (128, 128, 128), (256, 256, 256))
 
 
@@ -204,7 +213,8 @@ def run_cuda(*, shapes=CUDA_SHAPES, write=True, echo=print, peers=True) -> Bench
             times["jax_jit"] = jax["ms"]
             result.notes.setdefault("jax", jax["jax"])
         for impl, ms in times.items():
-            bytes_el = FFT_PAIR_BYTES.get(impl, 32) + ELEMENTWISE_BYTES.get(impl, ELEMENTWISE_BYTES["naive"])
+            bytes_el = (fused_fft_bytes(shape) if impl == "fused_fft" else
+                        FFT_PAIR_BYTES.get(impl, 32) + ELEMENTWISE_BYTES.get(impl, ELEMENTWISE_BYTES["naive"]))
             result.add(f"hio/{label}/{impl}", ms=ms, vs_floor=ms / floor, vs_pair=ms / pair,
                        model_gbs=n_el * bytes_el / (ms * 1e-3) / 1e9,
                        vs_jax=ms / times["jax_jit"] if "jax_jit" in times else None, shape=list(shape))

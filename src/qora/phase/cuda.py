@@ -19,6 +19,9 @@
   recipe ends, run the fp32 path of ``graph`` on the same ``x``.
 - ``callback``: the modulus step and the update inside cuFFT's own passes as LTO store
   callbacks (:class:`CallbackEngine`).
+- ``fused_fft``: the transforms as cuFFTDx line passes of our own that carry the modulus step
+  and the update (:class:`FusedFFTEngine`): three (2D) or four (3D) passes over memory per
+  iteration, none for the element-wise work alone.
 
 All engines hold their arrays on the device between calls; ``set_x``/``get_x`` move
 host arrays. Every engine is compared with the CPU reference in
@@ -37,7 +40,7 @@ from qora.phase.physics import shrinkwrap
 
 __all__ = ["CudaEngine", "NaiveCudaEngine", "CUDA_VARIANTS", "make_engine"]
 
-CUDA_VARIANTS = ("naive", "fused", "graph", "batched", "half", "mixed", "callback")
+CUDA_VARIANTS = ("naive", "fused", "graph", "batched", "half", "mixed", "callback", "fused_fft")
 THREADS = 256
 CONSTRAINT_CODES = {None: 0, "real": 1, "positive": 2}
 
@@ -187,13 +190,17 @@ class _KernelEngine(_DeviceState):
 
             def captured():
                 self._reset()
-                for _ in range(iterations):
-                    self._step(a, b, code)
+                self._steps(iterations, a, b, code)
 
             graph = self._graphs[key] = StepGraph(captured)
         graph.replay()  # ordered with the current stream, so the read below waits for it
         errors = self.history[: iterations * self.batch].get().reshape(iterations, self.batch)
         return np.sqrt(errors / self.denominator)
+
+    def _steps(self, iterations: int, a: float, b: float, code: int) -> None:
+        """A run of iterations, queued (captured into the graph)."""
+        for _ in range(iterations):
+            self._step(a, b, code)
 
     def _launch_fp32(self, y, plan, a, b, code) -> None:
         k = self._kernels
@@ -465,6 +472,81 @@ class CallbackEngine(_KernelEngine):
         return np.sqrt(errors / self.denominator)
 
 
+class FusedFFTEngine(_KernelEngine):
+    """Iterations as cuFFTDx line passes carrying the element-wise work (``kernels/fused_fft.cu``).
+
+    Per iteration in 3D: a forward pass along y, the z pass (forward transform, modulus step with
+    its error sums, inverse transform, all in registers), the inverse y pass, and the x pass that
+    finishes the inverse, applies the support update and starts the next iteration's forward
+    transform. In 2D the y pass carries the modulus step. Extents are powers of two from 64 to
+    4096 (the sizes compiled into the prebuilt module; :data:`SIZES`). The module is built offline
+    against the cuFFTDx headers (``python -m qora.phase.build_fused``), so users need no headers.
+    """
+
+    name = "fused_fft"
+    SIZES = (64, 128, 256, 512, 1024, 2048, 4096)
+    CUBIN = "fused_fft.sm_90.cubin"
+
+    def __init__(self, amp, support, batch: int = 1) -> None:
+        shape = tuple(np.shape(amp))
+        if len(shape) not in (2, 3) or any(s not in self.SIZES for s in shape):
+            raise ValueError(f"variant 'fused_fft' needs a 2D or 3D pattern with every extent in {self.SIZES}, "
+                             f"got shape {shape}; use variant='graph'")
+        super().__init__(amp, support, batch, graph=True)
+        from qora.backend.kernels import load_cubin
+
+        xp = self.xp
+        major, minor = (int(v) for v in self.backend.device_facts().compute_capability.split("."))
+        if (major, minor) < (9, 0):
+            raise ValueError("variant 'fused_fft' is built for compute capability 9.0 (H100/H200); use 'graph'")
+        module = load_cubin("qora.phase", self.CUBIN)
+        self.y = xp.empty(self.full, np.complex64)
+        self._axis = {}
+        for size in sorted(set(shape)):
+            out = xp.zeros(5, np.int32)
+            module.get_function(f"lines_params_{size}")((1,), (1,), (out,))
+            bx, by, smem_strided, smem_contig, lines = (int(v) for v in out.get())
+            kernels = {kind: module.get_function(f"{kind}_{size}") for kind in (
+                "strided_forward", "strided_inverse", "strided_modulus", "contig_forward", "contig_update")}
+            for kind, kernel in kernels.items():
+                kernel.max_dynamic_shared_size_bytes = smem_strided if kind.startswith("strided") else smem_contig
+            self._axis[size] = (kernels, (bx, by), smem_strided, smem_contig, lines)
+        self._ensure_history(1)
+        self._steps(1, 0.0, 0.0, 0)  # every kernel loaded before any capture
+        self.x.fill(0)
+        self._reset()
+        xp.cuda.get_current_stream().synchronize()
+
+    def _strided(self, kind: str, size: int, inner: int, outer: int, *args) -> None:
+        kernels, block, smem, _, lines = self._axis[size]
+        kernels[kind]((outer * inner // lines,), block, (self.y, np.int64(inner)) + args, shared_mem=smem)
+
+    def _contig(self, kind: str, *args) -> None:
+        width = self.shape[-1]
+        kernels, block, _, smem, lines = self._axis[width]
+        count = self.batch * self.n // width
+        kernels[kind]((count // lines,), block, (self.y, self.x) + args, shared_mem=smem)
+
+    def _modulus(self, size: int, inner: int, outer: int) -> None:
+        self._strided("strided_modulus", size, inner, outer, self.amp, np.int64(self.n), np.float32(self.scale),
+                      self.history, self.counter, np.int32(self.batch))
+
+    def _steps(self, iterations: int, a: float, b: float, code: int) -> None:
+        shape, batch = self.shape, self.batch
+        self._contig("contig_forward")
+        for k in range(iterations):
+            if len(shape) == 2:
+                height, width = shape
+                self._modulus(height, width, batch)
+            else:
+                depth, height, width = shape
+                self._strided("strided_forward", height, width, batch * depth)
+                self._modulus(depth, height * width, batch)
+                self._strided("strided_inverse", height, width, batch * depth)
+            self._contig("contig_update", self.support, np.float32(a), np.float32(b), np.int32(code), self.counter,
+                         np.int32(k < iterations - 1))
+
+
 def make_engine(variant: str, amp, support, batch: int):
     """The CUDA engine of ``variant`` for B = ``batch`` starts."""
     if variant == "naive":
@@ -479,4 +561,6 @@ def make_engine(variant: str, amp, support, batch: int):
         return MixedEngine(amp, support, batch)
     if variant == "callback":
         return CallbackEngine(amp, support, batch)
+    if variant == "fused_fft":
+        return FusedFFTEngine(amp, support, batch)
     raise ValueError(f"variant must be one of {CUDA_VARIANTS} on the GPU, got {variant!r}")

@@ -19,7 +19,7 @@ from qora.phase.recipe import Recipe, default_recipe
 __all__ = ["reconstruct", "Solver", "PhaseResult", "random_start", "check_intensity"]
 
 VARIANTS_CPU = ("cpu",)
-VARIANTS_CUDA = ("naive", "fused", "graph", "batched", "half", "mixed", "callback")
+VARIANTS_CUDA = ("naive", "fused", "graph", "batched", "half", "mixed", "callback", "fused_fft")
 # variant="auto" on the GPU (docs/phase-performance.md, "The auto policy"): graph is the fastest
 # variant that keeps fp32 accuracy at every measured size (fused pays a host round trip (1.02-6x), callback
 # is 1.4-2.6x slower on the H200, naive 6-58x; half and mixed lose fp32 accuracy), and several

@@ -13,35 +13,7 @@
 // Each thread moves two complex values per step as one 16-byte float4 when n is even
 // (so every start's base stays 16-byte aligned); odd n falls back to one value per step.
 
-__device__ __forceinline__ float2 modulus_one(float2 v, float a, float scale, float& err) {
-    float mag = sqrtf(v.x * v.x + v.y * v.y);
-    if (a >= 0.0f) {
-        float d = scale * mag - a;
-        err += d * d;
-        if (mag > 0.0f) {
-            float f = scale * a / mag;
-            return make_float2(v.x * f, v.y * f);
-        }
-        return make_float2(scale * a, 0.0f);
-    }
-    float s2 = scale * scale;
-    return make_float2(v.x * s2, v.y * s2);
-}
-
-__device__ __forceinline__ void block_add(float v, double* target) {
-    // warp shuffle, then one value per warp through shared memory, one atomic per block
-    __shared__ float warp_sums[32];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) warp_sums[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        int nwarps = (blockDim.x + 31) >> 5;
-        float s = lane < nwarps ? warp_sums[lane] : 0.0f;
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
-        if (lane == 0) atomicAdd(target, (double)s);
-    }
-}
+#include "phase_ops.cuh"
 
 // y <- w of the modulus projection (in place); err_sums[slot * B + b] += sum (|F x| - a)^2.
 // slot = *counter when counter is given (graph variant: a device-side iteration index),
@@ -69,18 +41,6 @@ extern "C" __global__ void modulus_step(float2* __restrict__ y, const float* __r
     }
     const int slot = counter ? *counter : 0;
     block_add(err, err_sums + (long long)slot * gridDim.y + b);
-}
-
-__device__ __forceinline__ float2 update_one(float2 x, float2 p, unsigned char s, float a, float b,
-                                             int constraint) {
-    bool inside = s != 0;
-    float2 v = p;
-    if (constraint != 0) {
-        if (constraint == 2 && p.x < 0.0f) inside = false;
-        else v.y = 0.0f;
-    }
-    if (inside) return v;
-    return make_float2(a * x.x + b * p.x, a * x.y + b * p.y);
 }
 
 // x <- p inside the support (and constraint), a x + b p outside. Skips the load of x
