@@ -73,12 +73,15 @@ __device__ __forceinline__ void strided_pass(float2* __restrict__ data, long lon
     const long long i0 = (blockIdx.x % per_o) * F;
     const long long first = o * N * inner;  // element (o, 0, 0)
     float2* base = data + first + i0;
+    static_assert(L::Forward::block_dim.x * EPT == N && L::Forward::block_dim.y == F, "line layout");
     const int tid = threadIdx.y * blockDim.x + threadIdx.x;
-    const int nthreads = blockDim.x * blockDim.y;
-    for (int k = tid; k < N * F; k += nthreads) {
+    const int threads = blockDim.x * blockDim.y;
+    // one element per step, not unrolled: unrolled loads raise the registers past two blocks per SM,
+    // which measured slower on the H200 (docs/phase-performance.md)
+    for (int k = tid; k < N * F; k += threads) {
         const int j = k / F, f = k % F;
         tile[j * (F + 1) + f] = base[j * inner + f];
-        if (MODE == MODE_MODULUS) amp_tile[j * F + f] = amp[first % n + i0 + j * inner + f];
+        if (MODE == MODE_MODULUS) amp_tile[k] = amp[first % n + i0 + j * inner + f];
     }
     __syncthreads();
     cx r[L::Forward::storage_size];
@@ -116,7 +119,7 @@ __device__ __forceinline__ void strided_pass(float2* __restrict__ data, long lon
         if (j < N) tile[j * (F + 1) + f] = make_float2(r[e].x, r[e].y);
     }
     __syncthreads();
-    for (int k = tid; k < N * F; k += nthreads) {
+    for (int k = tid; k < N * F; k += threads) {
         const int j = k / F, f2 = k % F;
         base[j * inner + f2] = tile[j * (F + 1) + f2];
     }
@@ -174,49 +177,71 @@ __device__ __forceinline__ void contig_pass(float2* __restrict__ y, float2* __re
     }
 }
 
-// The launch parameters of size N, read by the host once: block (x, y), dynamic shared memory of
-// the strided and of the contiguous kernels (bytes), lines per block.
-#define QORA_LINES(N, EPT, F)                                                                              \
-    extern "C" __global__ void lines_params_##N(int* out) {                                                \
-        using L = Lines<N, EPT, F>;                                                                        \
-        out[0] = L::Forward::block_dim.x;                                                                  \
-        out[1] = L::Forward::block_dim.y;                                                                  \
-        out[2] = L::strided_smem;                                                                          \
-        out[3] = L::contig_smem;                                                                           \
-        out[4] = F;                                                                                        \
+// Kernels of size N with F lines per block and EPT elements per thread, named <kind>_<N>_<F>_<EPT>;
+// <family>_params_<N>_<F>_<EPT> writes the
+// launch parameters for the host: block (x, y) and dynamic shared memory (bytes).
+#define QORA_BOUNDS(N, EPT, F) __launch_bounds__(Lines<N, EPT, F>::Forward::max_threads_per_block)
+#define QORA_STRIDED(N, EPT, F)                                                                            \
+    extern "C" __global__ void strided_params_##N##_##F##_##EPT(int* out) {                                        \
+        out[0] = Lines<N, EPT, F>::Forward::block_dim.x;                                                   \
+        out[1] = Lines<N, EPT, F>::Forward::block_dim.y;                                                   \
+        out[2] = Lines<N, EPT, F>::strided_smem;                                                           \
     }                                                                                                      \
-    extern "C" __global__ void __launch_bounds__(Lines<N, EPT, F>::Forward::max_threads_per_block)         \
-        strided_forward_##N(float2* data, long long inner) {                                               \
+    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) strided_forward_##N##_##F##_##EPT(float2* data, long long inner) { \
         strided_pass<N, EPT, F, MODE_FORWARD>(data, inner, nullptr, 1, 0.0f, nullptr, nullptr, 0);         \
     }                                                                                                      \
-    extern "C" __global__ void __launch_bounds__(Lines<N, EPT, F>::Forward::max_threads_per_block)         \
-        strided_inverse_##N(float2* data, long long inner) {                                               \
+    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) strided_inverse_##N##_##F##_##EPT(float2* data, long long inner) { \
         strided_pass<N, EPT, F, MODE_INVERSE>(data, inner, nullptr, 1, 0.0f, nullptr, nullptr, 0);         \
     }                                                                                                      \
-    extern "C" __global__ void __launch_bounds__(Lines<N, EPT, F>::Forward::max_threads_per_block)         \
-        strided_modulus_##N(float2* data, long long inner, const float* amp, long long n, float scale,     \
-                            double* err_sums, const int* counter, int starts) {                            \
+    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) strided_modulus_##N##_##F##_##EPT(                           \
+        float2* data, long long inner, const float* amp, long long n, float scale, double* err_sums,       \
+        const int* counter, int starts) {                                                                  \
         strided_pass<N, EPT, F, MODE_MODULUS>(data, inner, amp, n, scale, err_sums, counter, starts);      \
+    }
+
+#define QORA_CONTIG(N, EPT, F)                                                                             \
+    extern "C" __global__ void contig_params_##N##_##F##_##EPT(int* out) {                                         \
+        out[0] = Lines<N, EPT, F>::Forward::block_dim.x;                                                   \
+        out[1] = Lines<N, EPT, F>::Forward::block_dim.y;                                                   \
+        out[2] = Lines<N, EPT, F>::contig_smem;                                                            \
     }                                                                                                      \
-    extern "C" __global__ void __launch_bounds__(Lines<N, EPT, F>::Forward::max_threads_per_block)         \
-        contig_forward_##N(float2* y, float2* x) {                                                         \
+    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) contig_forward_##N##_##F##_##EPT(float2* y, float2* x) {     \
         contig_pass<N, EPT, F, MODE_FORWARD>(y, x, nullptr, 0.0f, 0.0f, 0, nullptr);                       \
     }                                                                                                      \
-    extern "C" __global__ void __launch_bounds__(Lines<N, EPT, F>::Forward::max_threads_per_block)         \
-        contig_update_##N(float2* y, float2* x, const unsigned char* support, float a, float b,            \
-                          int constraint, int* counter, int forward) {                                     \
+    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) contig_update_##N##_##F##_##EPT(                             \
+        float2* y, float2* x, const unsigned char* support, float a, float b, int constraint, int* counter,\
+        int forward) {                                                                                     \
         if (forward)                                                                                       \
             contig_pass<N, EPT, F, MODE_UPDATE_FORWARD>(y, x, support, a, b, constraint, counter);         \
         else                                                                                               \
             contig_pass<N, EPT, F, MODE_UPDATE>(y, x, support, a, b, constraint, counter);                 \
     }
 
-// (N, elements per thread, lines per block): 512 threads or fewer, the strided tile within the
-// H100/H200's 227 KB of shared memory, F lines of complex64 = at least one 32-byte sector per row
-QORA_LINES(64, 8, 16)
-QORA_LINES(128, 8, 16)
-QORA_LINES(256, 8, 16)
-QORA_LINES(512, 8, 8)
-QORA_LINES(1024, 16, 8)
-QORA_LINES(2048, 16, 4)
-QORA_LINES(4096, 32, 4)
+// (N, elements per thread, lines per block). The host takes the most lines per block that still
+// leave two blocks per SM (small 2D problems need narrow blocks to fill the GPU); strided blocks of
+// at least 4 lines keep every row of the tile a whole 32-byte sector where the data are large.
+QORA_STRIDED(64, 8, 16)
+QORA_CONTIG(64, 8, 16)
+QORA_STRIDED(128, 8, 16)
+QORA_CONTIG(128, 8, 16)
+QORA_STRIDED(256, 8, 2)
+QORA_STRIDED(256, 8, 16)
+QORA_STRIDED(256, 16, 2)
+QORA_STRIDED(256, 16, 16)
+QORA_CONTIG(256, 8, 1)
+QORA_CONTIG(256, 8, 16)
+QORA_CONTIG(256, 16, 1)
+QORA_CONTIG(256, 16, 16)
+QORA_STRIDED(512, 8, 8)
+QORA_STRIDED(512, 16, 8)
+QORA_CONTIG(512, 8, 8)
+QORA_CONTIG(512, 16, 8)
+QORA_STRIDED(1024, 8, 4)
+QORA_STRIDED(1024, 16, 4)
+QORA_CONTIG(1024, 8, 4)
+QORA_CONTIG(1024, 16, 4)
+QORA_STRIDED(2048, 8, 4)
+QORA_STRIDED(2048, 16, 4)
+QORA_CONTIG(2048, 16, 4)
+QORA_STRIDED(4096, 16, 2)
+QORA_CONTIG(4096, 16, 2)
