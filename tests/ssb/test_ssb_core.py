@@ -281,6 +281,8 @@ def test_thick_fit_recovers_tilt_and_thickness_of_a_columnar_slab():
     """One layer repeated in 12 slices over 120 A and sheared by the tilt (a crystal near a zone axis)."""
     layer = amorphous_slices((96, 96), PIXEL, atoms_per_a2=0.02, phase_per_atom=0.02, seed=6)[0]
     values, agreement, standard = _slab_fit(np.repeat(layer[None], 12, axis=0), (0.008, -0.005))
+    # C10 at the mid-plane: the coherent depth average is this slab's exact weak-phase transfer
+    assert abs(values["C10"] + 100.0) < 2.0  # measured -100.7 A (the standard fit: -107.5 A)
     assert abs(values["tilt_y"] - 0.008) < 1.5e-3 and abs(values["tilt_x"] + 0.005) < 1.5e-3  # measured 0.2 mrad
     assert abs(values["thickness"] - 120.0) < 24.0  # measured 123 A
     assert agreement > standard  # measured 0.971 against 0.753
