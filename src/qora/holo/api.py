@@ -93,14 +93,15 @@ def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None
 
 
 def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_frequency: float,
-                   backend="cpu") -> np.ndarray:
+                   filter: str = "disk", backend="cpu") -> np.ndarray:
     """Complex fields (A, n, n) from holograms (A, N, N) or (N, N): :func:`qora.holo.fields.extract_fields`,
-    or on ``backend="cuda"`` its CUDA twin (complex64 out; even N and n). ``sideband`` (nu_y, nu_x) and
-    ``pupil_frequency`` (the pupil radius NA / wavelength) in cycles/um, ``hologram_pixel`` in um; the
-    fields' pixel is ``hologram_pixel`` N / n."""
+    or on ``backend="cuda"`` its CUDA twin (complex64 out; even N and n, square). ``sideband`` (nu_y, nu_x)
+    and ``pupil_frequency`` (the filter's radius, for the pupil NA / wavelength) in cycles/um,
+    ``hologram_pixel`` in um; ``filter`` a shape of :data:`qora.holo.filters.FILTERS`; the fields' pixel
+    is ``hologram_pixel`` N / n."""
     hologram_pixel, n, pupil_frequency, sideband = _fields.crop_parameters(hologram_pixel, n, pupil_frequency,
                                                                             sideband)
-    kw = dict(hologram_pixel=hologram_pixel, n=n, pupil_frequency=pupil_frequency)
+    kw = dict(hologram_pixel=hologram_pixel, n=n, pupil_frequency=pupil_frequency, filter=filter)
     if resolve(backend).is_cuda:
         from qora.holo import cuda_pipeline
 
