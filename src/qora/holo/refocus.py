@@ -73,7 +73,8 @@ class _Propagator:
         self.size = (size, size) if pad else (m, n)
         self.offset = ((self.size[0] - m) // 2, (self.size[1] - n) // 2)
         background = _border_mean(u)[..., None, None]
-        padded = xp.broadcast_to(background, u.shape[:-2] + self.size).astype(u.dtype)
+        padded = xp.empty(u.shape[:-2] + self.size, dtype=u.dtype)
+        padded[...] = background
         o0, o1 = self.offset
         padded[..., o0:o0 + m, o1:o1 + n] = u
         self.spectrum = xp.fft.fft2(padded)
