@@ -10,7 +10,7 @@ from qora.holo import reference as R
 from qora.holo import refocus as RF
 from qora.io.errors import InputError
 
-LAM, NM, PIXEL, N = R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, 128
+LAM, NM, PIXEL, N = R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, 96
 OPTICS = dict(wavelength=LAM, medium_index=NM, pixel=PIXEL)
 W0 = 1.0  # um: the spot's waist
 # a tenth of the depth of field lambda / NA^2 of the reference setup (NA 1.2): 0.037 um

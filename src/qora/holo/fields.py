@@ -21,7 +21,7 @@ from qora.holo.unwrap import rytov
 from qora.io.errors import InputError
 from qora.io.validate import integer, positive
 
-__all__ = ["ratio_from_holograms", "quantitative_phase", "find_sideband", "extract_fields", "field_ratio",
+__all__ = ["ratio_from_holograms", "quantitative_phase", "square_fields", "padded_square", "find_sideband", "extract_fields", "field_ratio",
            "illumination_frequencies", "peak_frequency", "finite_pair", "crop_parameters"]
 
 
@@ -168,6 +168,27 @@ def illumination_frequencies(background_fields, pixel: float) -> np.ndarray:
     if bg.ndim == 2:
         bg = bg[None]
     return np.stack([peak_frequency(b, pixel, exclude_radius=0.0, half="all") for b in bg])
+
+
+def square_fields(fields, size: int | None = None) -> np.ndarray:
+    """Field ratios (A, M, N) (or one (M, N)) centred in squares of ``size`` (default the smallest fast FFT
+    length >= M, N), the margin filled with each field's border mean: the background, so the padding
+    adds no edge. This is how rectangular fields of any size reach the ODT, which needs cubes."""
+    from qora.backend.fft import fast_length
+
+    u = np.asarray(fields)
+    single = u.ndim == 2
+    u = u[None] if single else u
+    if u.ndim != 3:
+        raise InputError(f"fields must be (A, M, N) or (M, N), got shape {u.shape}")
+    m, n = u.shape[-2:]
+    size = fast_length(max(m, n)) if size is None else integer("size", size, low=max(m, n))
+    border = np.concatenate([u[:, 0], u[:, -1], u[:, 1:-1, 0], u[:, 1:-1, -1]], axis=-1).mean(axis=-1)
+    out = np.empty((u.shape[0], size, size), np.result_type(u.dtype, np.complex64))
+    out[...] = border[:, None, None]
+    o0, o1 = (size - m) // 2, (size - n) // 2
+    out[:, o0:o0 + m, o1:o1 + n] = u
+    return out[0] if single else out
 
 
 def padded_square(image, size: int) -> np.ndarray:
