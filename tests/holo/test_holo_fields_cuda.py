@@ -54,8 +54,11 @@ def test_propagation_matches_cpu(cp):
 
 def test_autofocus_matches_cpu(cp):
     u = _fields()
-    cpu = RF.autofocus(u, interval=(-4, 4), **OPTICS)
-    gpu = RF.autofocus(cp.asarray(u), interval=(-4, 4), **OPTICS)
+    cpu = RF.autofocus(u, interval=(-4, 4), metric="compactness", **OPTICS)
+    gpu = RF.autofocus(cp.asarray(u), interval=(-4, 4), metric="compactness", **OPTICS)
+    phase = np.exp(1j * np.angle(u))  # the default metric too (the values differ, the search is the same)
+    np.testing.assert_allclose(RF.autofocus(cp.asarray(phase), interval=(-4, 4), **OPTICS),
+                               RF.autofocus(phase, interval=(-4, 4), **OPTICS), atol=1e-3)
     np.testing.assert_allclose(gpu, cpu, atol=1e-3)
     np.testing.assert_allclose(cpu, [-1.5, 2.0], atol=0.037)
 

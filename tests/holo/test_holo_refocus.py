@@ -41,26 +41,39 @@ def test_propagation_is_unitary_and_reversible():
 
 @pytest.mark.parametrize("amplitude", [0.3j, 0.3, 0.5 + 0.5j], ids=["phase", "absorbing", "mixed"])
 @pytest.mark.parametrize("distance", [2.0, -3.7])
-def test_autofocus_within_a_tenth_of_the_depth_of_field(amplitude, distance):
-    found = RF.autofocus(spot(distance, amplitude), **OPTICS)
+def test_compactness_autofocus_within_a_tenth_of_the_depth_of_field(amplitude, distance):
+    found = RF.autofocus(spot(distance, amplitude), metric="compactness", **OPTICS)
     assert abs(found + distance) < TOLERANCE, (found, distance, TOLERANCE)
+
+
+@pytest.mark.parametrize("phase, waist", [(0.3, 1.0), (3.0, 2.0)], ids=["weak", "strong"])
+@pytest.mark.parametrize("distance", [2.0, -3.7])
+def test_amplitude_variance_autofocus_of_phase_objects(phase, waist, distance):
+    """A pure phase object exp(i phi) (a cell), defocused by the propagation the Fresnel test checks."""
+    x = (np.arange(N) - N // 2) * PIXEL
+    y, x = np.meshgrid(x, x, indexing="ij")
+    u = RF.propagate(np.exp(1j * phase * np.exp(-(x**2 + y**2) / waist**2)), distance, **OPTICS)
+    found = RF.autofocus(u, interval=(-6, 6), **OPTICS)
+    assert abs(found + distance) < TOLERANCE, (found, distance, TOLERANCE)
+    if phase > 1:  # the test can fail: compactness misses a strong phase object's focus
+        assert abs(RF.autofocus(u, interval=(-6, 6), metric="compactness", **OPTICS) + distance) > 1.0
 
 
 def test_autofocus_of_a_series_per_field_and_common():
     distances = np.array([1.0, -2.5, 4.2])
     fields = spot(distances)
-    found = RF.autofocus(fields, interval=(-6, 6), **OPTICS)
+    found = RF.autofocus(fields, interval=(-6, 6), metric="compactness", **OPTICS)
     assert found.shape == (3,) and np.all(np.abs(found + distances) < TOLERANCE)
     same = spot(np.full(3, 2.2))
-    assert abs(RF.autofocus(same, common=True, interval=(-6, 6), **OPTICS) + 2.2) < TOLERANCE
-    refocused, d = RF.refocus(fields, interval=(-6, 6), **OPTICS)
+    assert abs(RF.autofocus(same, common=True, interval=(-6, 6), metric="compactness", **OPTICS) + 2.2) < TOLERANCE
+    refocused, d = RF.refocused(fields, interval=(-6, 6), metric="compactness", **OPTICS)
     np.testing.assert_allclose(d, found)
     assert np.abs(refocused - spot(np.zeros(3))).max() < 0.01
 
 
 def test_autofocus_fails_outside_its_interval():
     """The test can fail: a focus outside the interval is not found."""
-    found = RF.autofocus(spot(6.0), interval=(-3, 3), **OPTICS)
+    found = RF.autofocus(spot(6.0), interval=(-3, 3), metric="compactness", **OPTICS)
     assert abs(found + 6.0) > 1.0
 
 
@@ -70,7 +83,7 @@ def test_autofocus_fails_outside_its_interval():
     (lambda: RF.propagate(spot(0.0), 1.0, wavelength=-1, medium_index=NM, pixel=PIXEL), "wavelength"),
     (lambda: RF.autofocus(spot(0.0), interval=(3, -3), **OPTICS), "start < stop"),
     (lambda: RF.autofocus(spot(0.0), metric="sharp", **OPTICS), "metric"),
-    (lambda: RF.refocus(spot(0.0), 1.0, interval=(-1, 1), **OPTICS), "distance=None"),
+    (lambda: RF.refocused(spot(0.0), 1.0, interval=(-1, 1), **OPTICS), "distance=None"),
 ])
 def test_bad_input_is_a_clear_error(call, match):
     with pytest.raises(InputError, match=match):

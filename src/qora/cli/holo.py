@@ -356,43 +356,120 @@ def _series_on_cluster(stack, backgrounds, geometry, out, cluster, *, quiet, **o
     exit_on_failures(report.failed, "time point ")
 
 
+FILTER_CHOICES = ("disk", "smooth-disk", "gauss", "square", "smooth-square", "tukey")
+
+
+def _interval(text: str):
+    try:
+        lo, hi = (float(v) for v in str(text).split(":"))
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not START:STOP (um, e.g. -10:10)", param_hint="--focus-range") from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise click.BadParameter(f"{text!r}: need finite START < STOP (um)", param_hint="--focus-range")
+    return lo, hi
+
+
+def refocus_options(f):
+    """--refocus / --autofocus / --focus-range, shared by the commands that take fields."""
+    f = click.option("--focus-metric", type=click.Choice(["amplitude-variance", "compactness"]),
+                     default="amplitude-variance", show_default=True,
+                     help="Autofocus metric: amplitude variance for phase objects (cells), compactness for "
+                     "absorbing or weak scatterers (docs/holo.md, \"Refocus\").")(f)
+    f = click.option("--focus-range", default="-10:10", show_default=True,
+                     help="Autofocus search interval START:STOP, um along the light.")(f)
+    f = click.option("--autofocus", is_flag=True, help="Refocus by autofocus (one common distance for a "
+                     "series). Needs --wavelength and --medium-index.")(f)
+    return click.option("--refocus", "distance", type=Finite(), default=None,
+                        help="Propagate the fields by this distance, um along the light (angular spectrum).")(f)
+
+
 @holo.command("phase")
 @click.argument("hologram", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.argument("background", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--pixel", type=POSITIVE, default=1.0, show_default=True, help="Hologram pixel (um, or 1 for pixels).")
-@click.option("--na", "na_detection", type=POSITIVE, default=None, help="Detection NA (needs --wavelength).")
-@click.option("--wavelength", type=POSITIVE, default=None, help="Vacuum wavelength, um (needs --na).")
+@click.option("--na", "na_detection", type=POSITIVE, default=None,
+              help="Detection NA: the filter radius NA / wavelength (needs --wavelength).")
+@click.option("--wavelength", type=POSITIVE, default=None, help="Vacuum wavelength, um.")
+@click.option("--medium-index", type=POSITIVE, default=None, help="Medium index (for --refocus / --autofocus).")
+@click.option("--filter", "filter_name", type=click.Choice(FILTER_CHOICES), default="disk", show_default=True,
+              help="Sideband filter shape (docs/holo.md, \"Sideband filters\").")
+@click.option("--filter-radius", type=POSITIVE, default=None,
+              help="Filter radius in cycles per unit of --pixel (cycles/um with --pixel in um).")
+@click.option("--filter-fraction", type=Finite(min=0, max=1, min_open=True, max_open=True), default=None,
+              help="Filter radius as a fraction of the sideband's distance from zero frequency [default 1/3].")
+@click.option("--full-sampling", is_flag=True, help="Keep the hologram's sampling (default: fields at half of it).")
+@refocus_options
+@click.option("--background", "background_profile", type=click.Choice(["offset", "tilt", "poly2"]), default=None,
+              help="Fit this phase background where there is no object and remove it.")
+@click.option("--background-border", type=click.IntRange(1, 100000), default=None,
+              help="Fit on a frame this many pixels wide [default: a tenth of the smaller edge].")
+@click.option("--background-threshold", type=POSITIVE, default=None,
+              help="Fit outside the object: where |phase - median| stays below this, rad.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Output .h5.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None)
-def phase_cmd(hologram, background, pixel, na_detection, wavelength, out, plot) -> None:
-    """Quantitative phase of one hologram: field, unwrapped phase and amplitude (sideband found automatically)."""
+def phase_cmd(hologram, background, pixel, na_detection, wavelength, medium_index, filter_name, filter_radius,
+              filter_fraction, full_sampling, distance, autofocus, focus_range, focus_metric, background_profile,
+              background_border, background_threshold, out, plot) -> None:
+    """Quantitative phase of one hologram (any shape): field, unwrapped phase and amplitude.
+
+    The sideband is found automatically; the filter's shape and radius, a refocus and a phase
+    background correction are options (docs/holo.md, "Quantitative phase").
+    """
     import h5py
 
     from qora import holo as H
     from qora.io.atomic import atomic_path
+    from qora.io.errors import InputError
 
     _apart([out, plot], [hologram, background])
     _suffix(out, (".h5", ".hdf5"), "--out")
-    if (na_detection is None) != (wavelength is None):
-        given, needed = ("--na", "--wavelength") if wavelength is None else ("--wavelength", "--na")
-        raise click.BadParameter(f"the pupil is NA / wavelength: {given} needs {needed}", param_hint=given)
+    if na_detection is not None and wavelength is None:
+        raise click.BadParameter("the pupil is NA / wavelength: --na needs --wavelength", param_hint="--na")
+    radii = [k for k, v in (("--na", na_detection), ("--filter-radius", filter_radius),
+                            ("--filter-fraction", filter_fraction)) if v is not None]
+    if len(radii) > 1:
+        raise click.BadParameter(f"give one filter radius, not {' and '.join(radii)}", param_hint=radii[1])
+    if (distance is not None or autofocus) and (wavelength is None or medium_index is None):
+        raise click.UsageError("--refocus and --autofocus need --wavelength and --medium-index")
+    if (background_border is not None or background_threshold is not None) and background_profile is None:
+        raise click.BadParameter("give the profile to fit with --background", param_hint="--background")
     h, b = H.load_stack(hologram), H.load_stack(background)
     for name, image in (("HOLOGRAM", h), ("BACKGROUND", b)):
         if image.ndim not in (2, 3) or (image.ndim == 3 and image.shape[0] != 1):
-            raise click.UsageError(f"{name} must be one hologram (N, N), got an array of shape {image.shape}")
+            raise click.UsageError(f"{name} must be one hologram (M, N), got an array of shape {image.shape}")
     h, b = h.reshape(h.shape[-2:]), b.reshape(b.shape[-2:])
-    pupil = na_detection / wavelength if na_detection is not None else None
-    res = H.quantitative_phase(h, b, hologram_pixel=pixel, pupil_frequency=pupil)
+    pupil = na_detection / wavelength if na_detection is not None else filter_radius
+    try:
+        from qora.backend.fft import fast_length
+
+        res = H.quantitative_phase(h, b, hologram_pixel=pixel, pupil_frequency=pupil, filter=filter_name,
+                                   filter_fraction=filter_fraction,
+                                   n=fast_length(max(h.shape)) if full_sampling else None)
+        done = H.phase_image(res["ratio"], pixel=res["pixel"], distance=distance, autofocus=autofocus,
+                             wavelength=wavelength, medium_index=medium_index, interval=_interval(focus_range),
+                             metric=focus_metric.replace("-", " "), background=background_profile, background_border=background_border,
+                             background_threshold=background_threshold)
+    except InputError as exc:
+        raise click.UsageError(str(exc)) from None
+    res.update(done)
     with atomic_path(out) as tmp, h5py.File(tmp, "w") as f:
         f.attrs["qora_kind"] = "holo_phase"
         f.attrs["units"] = "phase in rad; pixel in the unit of --pixel"
         f.attrs["pixel"] = res["pixel"]
         f.attrs["sideband"] = res["sideband"]
+        f.attrs["filter"] = filter_name.replace("-", " ")
+        f.attrs["filter_radius"] = res["filter_radius"]
+        f.attrs["refocus_distance"] = res["distance"]
+        f.attrs["background"] = background_profile or "none"
         f.create_dataset("phase", data=res["phase"].astype(np.float32))
         f.create_dataset("amplitude", data=res["amplitude"].astype(np.float32))
         f.create_dataset("field_ratio", data=res["ratio"].astype(np.complex64))
-    click.echo(f"wrote {out}: phase {res['phase'].min():.3f} to {res['phase'].max():.3f} rad; "
-               f"sideband at {res['sideband'][0]:.4f}, {res['sideband'][1]:.4f} cycles per unit")
+    msg = (f"wrote {out}: phase {res['phase'].min():.3f} to {res['phase'].max():.3f} rad; "
+           f"sideband at {res['sideband'][0]:.4f}, {res['sideband'][1]:.4f} cycles per unit; "
+           f"{filter_name} filter of radius {res['filter_radius']:.4f}")
+    if distance is not None or autofocus:
+        msg += f"; refocused by {res['distance']:.3f} um"
+    click.echo(msg)
     if plot is not None:
         H.plot_phase(plot, res["phase"], res["amplitude"], pixel=res["pixel"])
         click.echo(f"wrote {plot}")

@@ -12,14 +12,19 @@ are padded with their border mean (the background) to a fast square before the F
 the field of view does not come back on the other side.
 
 Autofocus scans a sharpness metric over distances and refines the best by golden-section search.
-The metric, "compactness", is the mean of |u - u_b| (u_b the border mean, the background).
-Propagation is unitary, so the energy of the scattered part u - u_b is the same in every plane
-while its spread is smallest where the object is in focus: its L1 norm is smallest there, for phase
-and absorbing objects alike. (The variance of |u|, the classic criterion for phase objects, was
-tried and dropped: a weak phase object's amplitude variance also falls as the defocused field
-spreads, so its smallest value over a wide interval lies at the interval's end, not in focus.)
+Two metrics, smaller is sharper:
+
+- ``"amplitude variance"`` (default): the variance of |u|. A phase object (a cell) has a flat
+  amplitude in focus, and defocus turns its phase into amplitude contrast; this holds for weak and
+  strong (several rad) phase objects alike.
+- ``"compactness"``: the mean of |u - u_b| (u_b the border mean, the background). Propagation is
+  unitary, so the energy of the scattered part u - u_b is the same in every plane while its spread
+  is smallest in focus: for absorbing objects and weak scatterers, whose amplitude variance is
+  largest (not smallest) in focus. It fails for strong phase objects (exp(i phi) - 1 is not smallest
+  in focus), and when the object fills the field of view (light leaving the field lowers it).
+
 The interval must keep the scattered light inside the field of view: far from focus it leaves the
-field, and the metric of what remains falls again.
+field, and either metric of what remains can fall again.
 
 Everything takes NumPy or CuPy arrays and returns the same kind (:func:`qora.backend.xp_of`).
 """
@@ -35,9 +40,9 @@ from qora.backend.fft import fast_length
 from qora.io.errors import InputError
 from qora.io.validate import positive
 
-__all__ = ["propagate", "sharpness", "autofocus", "refocus", "METRICS", "depth_of_field"]
+__all__ = ["propagate", "sharpness", "autofocus", "refocused", "METRICS", "depth_of_field"]
 
-METRICS = ("compactness",)
+METRICS = ("compactness", "amplitude variance")
 _GOLDEN = (math.sqrt(5) - 1) / 2
 
 
@@ -113,16 +118,18 @@ def propagate(fields, distance, *, wavelength: float, medium_index: float, pixel
     return _Propagator(u, wavelength=wavelength, medium_index=medium_index, pixel=pixel, pad=pad)(d)
 
 
-def sharpness(fields, metric: str = "compactness"):
+def sharpness(fields, metric: str = "amplitude variance"):
     """The autofocus metric of each field (..., M, N): smaller is sharper (see the module's text)."""
     xp = xp_of(fields)
     if metric == "compactness":
         return xp.abs(fields - _border_mean(fields)[..., None, None]).mean(axis=(-2, -1))
+    if metric == "amplitude variance":
+        return xp.abs(fields).var(axis=(-2, -1))
     raise InputError(f"metric must be one of {METRICS}, got {metric!r}")
 
 
 def autofocus(fields, *, wavelength: float, medium_index: float, pixel: float, interval=(-10.0, 10.0),
-              step: float | None = None, tolerance: float | None = None, metric: str = "compactness",
+              step: float | None = None, tolerance: float | None = None, metric: str = "amplitude variance",
               common: bool = False, pad: bool = True):
     """The distance (um) that brings each field into focus: ``propagate(fields, autofocus(...))`` is sharp.
 
@@ -174,7 +181,7 @@ def autofocus(fields, *, wavelength: float, medium_index: float, pixel: float, i
     return float(found[0]) if single else found
 
 
-def refocus(fields, distance=None, *, wavelength: float, medium_index: float, pixel: float, pad: bool = True,
+def refocused(fields, distance=None, *, wavelength: float, medium_index: float, pixel: float, pad: bool = True,
             **autofocus_options):
     """``(fields propagated into focus, distances in um)``: by ``distance`` (um, a number or one per field)
     or, when it is None, by :func:`autofocus` with ``autofocus_options``."""
