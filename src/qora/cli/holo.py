@@ -68,6 +68,33 @@ def _apart(outputs, inputs, *, folder_ok=False) -> None:
     outputs_apart(outputs, inputs, folder_ok=folder_ok)
 
 
+FILTER_CHOICES = ("disk", "smooth-disk", "gauss", "square", "smooth-square", "tukey")
+
+
+def _interval(text: str):
+    try:
+        lo, hi = (float(v) for v in str(text).split(":"))
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not START:STOP (um, e.g. -10:10)", param_hint="--focus-range") from None
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+        raise click.BadParameter(f"{text!r}: need finite START < STOP (um)", param_hint="--focus-range")
+    return lo, hi
+
+
+def refocus_options(f):
+    """--refocus / --autofocus / --focus-range, shared by the commands that take fields."""
+    f = click.option("--focus-metric", type=click.Choice(["amplitude-variance", "compactness"]),
+                     default="amplitude-variance", show_default=True,
+                     help="Autofocus metric: amplitude variance for phase objects (cells), compactness for "
+                     "absorbing or weak scatterers (docs/holo.md, \"Refocus\").")(f)
+    f = click.option("--focus-range", default="-10:10", show_default=True,
+                     help="Autofocus search interval START:STOP, um along the light.")(f)
+    f = click.option("--autofocus", is_flag=True, help="Refocus by autofocus (one common distance for a "
+                     "series). Needs --wavelength and --medium-index.")(f)
+    return click.option("--refocus", "distance", type=Finite(), default=None,
+                        help="Propagate the fields by this distance, um along the light (angular spectrum).")(f)
+
+
 @holo.command("simulate")
 @click.option("--size", "n", type=click.IntRange(16, 1024), default=128, show_default=True,
               help="Volume and field size n (holograms are 2n x 2n); memory grows as n^3 (checked before any work).")
@@ -139,10 +166,10 @@ def _file_geometry(ctx, path, g, hp, *, wavelength, pixel, hologram_pixel, mediu
         raise click.BadParameter(f"the file {path} records the {g.geometry} geometry; --geometry {geometry_kind} "
                                  "conflicts", param_hint="--geometry")
     if angle_range is not None:
-        angles = H.parse_angles(angle_range)
+        angles = H.parse_angles(angle_range) if isinstance(angle_range, str) else angle_range
         if g.angles is None or len(angles) != len(g.angles) or not np.allclose(angles, g.angles, atol=1e-9):
             raise click.BadParameter(f"the file {path} records its {'angles' if g.angles is not None else 'illuminations'}"
-                                     f"; --angles {angle_range} conflicts", param_hint="--angles")
+                                     "; the angles given conflict", param_hint="--angles")
     changes = {}
     for option, name, given, recorded in (("--medium-index", "medium_index", medium_index, g.medium_index),
                                           ("--na", "na_detection", na_detection, g.na_detection)):
@@ -188,6 +215,18 @@ def _file_geometry(ctx, path, g, hp, *, wavelength, pixel, hologram_pixel, mediu
               help="bpm: illuminations per gradient step, cycled without momentum (default: all, with FISTA).")
 @click.option("--oversample", type=click.FloatRange(1.0, 4.0), default=1.0, show_default=True,
               help="Map onto a grid this many times finer in k (costs oversample^3; docs/holo.md); not bpm.")
+@click.option("--input", "input_kind", type=click.Choice(["holograms", "fields", "phase-amplitude"]),
+              default="holograms", show_default=True,
+              help="HOLOS holds holograms (with BACKGROUNDS), complex field ratios (a qpimage HDF5 series, an "
+              "ODTbrain example archive, a complex .npy/.npz) or phase images in rad (TIFF, a folder of TIFFs, "
+              ".npy; with --amplitude); fields go through the rotation geometry.")
+@click.option("--amplitude", type=click.Path(exists=True, path_type=Path), default=None,
+              help="--input phase-amplitude: the amplitude images (ratio to the background) [default: 1].")
+@click.option("--angles-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Rotation angles from a text file (one number per angle; non-uniform angles welcome).")
+@click.option("--angle-unit", type=click.Choice(["rad", "deg"]), default="rad", show_default=True,
+              help="Unit of the numbers in --angles-file.")
+@refocus_options
 @backend_option(help="Where the Pipeline runs (auto: the GPU where there is one).")
 @click.option("--out", type=click.Path(path_type=Path), required=True,
               help="Volume .h5 (or .tif for one volume), or a .zarr series store (a cluster writes each volume "
@@ -197,6 +236,7 @@ def _file_geometry(ctx, path, g, hp, *, wavelength, pixel, hologram_pixel, mediu
 @scale_out_options
 def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, medium_index, na_detection,
                     geometry_kind, angle_range, method, approximation, iterations, tv_weight, batch, oversample,
+                    input_kind, amplitude, angles_file, angle_unit, distance, autofocus, focus_range, focus_metric,
                     backend, out, plot, quiet, scheduler, workers, gpus) -> None:
     """Refractive-index volume from a hologram stack (and its backgrounds).
 
@@ -213,9 +253,29 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
     suffix = _suffix(out, VOLUME_SUFFIXES, "--out")
     cluster = bool(scheduler or workers or gpus)
     _check_method_options(ctx, method, cluster)
-    if angle_range is not None and geometry_kind != "rotation" and backgrounds is not None:
+    if angle_range is not None and geometry_kind != "rotation" and backgrounds is not None and input_kind == "holograms":
         raise click.BadParameter("--angles gives the rotation geometry's angles: add --geometry rotation",
                                  param_hint="--angles")
+    if angles_file is not None and angle_range is not None:
+        raise click.BadParameter("give the angles as --angles or --angles-file, not both", param_hint="--angles-file")
+    if input_kind != "holograms":
+        _reconstruct_fields(ctx, holos, backgrounds, input_kind=input_kind, amplitude=amplitude, wavelength=wavelength,
+                            pixel=pixel, medium_index=medium_index, na_detection=na_detection,
+                            angle_range=angle_range, angles_file=angles_file, angle_unit=angle_unit,
+                            method=method, approximation=approximation, iterations=iterations, tv_weight=tv_weight,
+                            oversample=oversample, distance=distance, autofocus=autofocus,
+                            focus_range=focus_range, focus_metric=focus_metric, backend=backend, out=out,
+                            suffix=suffix, plot=plot, quiet=quiet, cluster=cluster)
+        return
+    if distance is not None or autofocus:
+        raise click.BadParameter("holograms are refocused as fields: use qora holo phase, or --input fields",
+                                 param_hint="--refocus/--autofocus")
+    if amplitude is not None:
+        raise click.BadParameter("--amplitude goes with --input phase-amplitude", param_hint="--amplitude")
+    if angles_file is not None:
+        from qora.holo.series_files import read_angles
+
+        angle_range = read_angles(angles_file, unit=angle_unit)
     truth = None
     if holos.suffix.lower() in (".h5", ".hdf5") and backgrounds is None:
         stack, bgs, g, hp, truth = H.read_holograms(holos)
@@ -238,12 +298,21 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
                                    f"the backgrounds' shape {bgs.shape}")
         hp = pixel / 2 if hologram_pixel is None else hologram_pixel
         optics = dict(wavelength=wavelength, medium_index=medium_index, pixel=pixel, na_detection=na_detection)
-        if geometry_kind == "rotation":
+        if geometry_kind == "rotation" or angles_file is not None:
             if angle_range is None:
-                raise click.UsageError("the rotation geometry needs --angles START:STOP:COUNT")
-            angles = H.parse_angles(angle_range)
+                raise click.UsageError("the rotation geometry needs --angles START:STOP:COUNT or --angles-file")
+            angles = H.parse_angles(angle_range) if isinstance(angle_range, str) else angle_range
             if len(angles) != stack.shape[-3]:
                 raise click.UsageError(f"{len(angles)} angles for {stack.shape[-3]} holograms")
+            if stack.shape[-1] != stack.shape[-2]:  # rectangular holograms: fields on their grid, padded square
+                fields = H.ratio_from_rectangular(stack, bgs, hologram_pixel=hp, pixel=pixel,
+                                                  pupil_frequency=na_detection / wavelength)
+                _reconstruct_series(fields, angles, wavelength=wavelength, medium_index=medium_index, pixel=pixel,
+                                    na_detection=na_detection, method=method, approximation=approximation,
+                                    iterations=iterations, tv_weight=tv_weight, oversample=oversample, distance=None,
+                                    autofocus=False, focus_range=focus_range, focus_metric=focus_metric,
+                                    backend=backend, out=out, suffix=suffix, plot=plot, quiet=quiet, truth=None)
+                return
             g = H.rotation_geometry(angles, stack.shape[-3], n=H.field_size(stack.shape[-1], hp, pixel), **optics)
         else:
             g, _ = H.geometry_from_backgrounds(bgs, hologram_pixel=hp, **optics)
@@ -283,6 +352,92 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
     if plot is not None:
         H.plot_volume(plot, result.index if result.index.ndim == 3 else result.index[-1], g, truth=truth,
                       title=f"{method.upper()}, {result.approximation}, {g.count} angles")
+        click.echo(f"wrote {plot}")
+
+
+def _reconstruct_fields(ctx, holos, backgrounds, *, input_kind, amplitude, wavelength, pixel, medium_index, na_detection,
+                        angle_range, angles_file, angle_unit, cluster, **rest) -> None:
+    """--input fields / phase-amplitude: a field series (any image shape) in the rotation geometry; the optics
+    from the file where it records them (an option that contradicts the file is refused)."""
+    from qora import holo as H
+    from qora.io.errors import InputError
+
+    if backgrounds is not None:
+        raise click.UsageError(f"--input {input_kind} takes no BACKGROUNDS (the fields are ratios to the "
+                               "background already)")
+    if cluster:
+        raise click.UsageError("the cluster options are for hologram time series")
+    if _given(ctx, "geometry_kind") and ctx.params.get("geometry_kind") != "rotation":
+        raise click.BadParameter("a field series is a rotation series", param_hint="--geometry")
+    if amplitude is not None and input_kind != "phase-amplitude":
+        raise click.BadParameter("--amplitude goes with --input phase-amplitude", param_hint="--amplitude")
+    if input_kind == "phase-amplitude":
+        series = H.read_phase_amplitude(holos, amplitude)
+    else:
+        try:
+            series = H.read_field_series(holos, wavelength=wavelength, phase_ok=False)
+        except InputError as exc:
+            raise click.UsageError(f"{exc} (--input phase-amplitude)") from None
+    optics = {}
+    for option, name, given in (("--wavelength", "wavelength", wavelength), ("--pixel", "pixel", pixel),
+                                ("--medium-index", "medium_index", medium_index)):
+        recorded = getattr(series, name)
+        if given is not None and recorded is not None and not _same(given, recorded):
+            raise click.BadParameter(f"{holos} records {name.replace('_', ' ')} {recorded:g}; {option} {given:g} "
+                                     "conflicts", param_hint=option)
+        optics[name] = given if given is not None else recorded
+    missing = [o for o, k in (("--wavelength", "wavelength"), ("--pixel", "pixel"), ("--medium-index", "medium_index"))
+               if optics[k] is None] + (["--na"] if na_detection is None else [])
+    if missing:
+        raise click.UsageError(f"{holos} does not record it: give {', '.join(missing)}")
+    if angles_file is not None:
+        angles = H.read_angles(angles_file, unit=angle_unit)
+    elif angle_range is not None:
+        angles = H.parse_angles(angle_range)
+    elif series.angles is not None:
+        angles = series.angles
+    else:
+        raise click.UsageError("give the rotation angles: --angles START:STOP:COUNT or --angles-file")
+    if len(angles) != len(series.fields):
+        raise click.UsageError(f"{len(angles)} angles for {len(series.fields)} fields")
+    truth = series.phantom
+    _reconstruct_series(series.fields, angles, na_detection=na_detection, truth=truth, **optics, **rest)
+
+
+def _reconstruct_series(fields, angles, *, wavelength, medium_index, pixel, na_detection, method, approximation,
+                        iterations, tv_weight, oversample, distance, autofocus, focus_range, focus_metric, backend,
+                        out, suffix, plot, quiet, truth) -> None:
+    from qora import holo as H
+    from qora.io.errors import InputError
+    from qora.progress import tqdm_progress
+
+    if method == "bpm":
+        raise click.UsageError("--method bpm needs the illumination-scanning geometry, not a rotation series")
+    if suffix == ".zarr":
+        raise click.UsageError("a field series gives one volume: write .h5 or .tif")
+    options = H.ReconstructionOptions(method=method, approximation=approximation, iterations=iterations,
+                                      tv_weight=1e-3 if tv_weight is None else tv_weight, oversample=oversample)
+    try:
+        with tqdm_progress(disable=quiet) as bar:
+            result, g, moved = H.field_series_volume(
+                fields, angles, wavelength=wavelength, medium_index=medium_index, pixel=pixel,
+                na_detection=na_detection, options=options, distance=distance, autofocus=autofocus,
+                interval=_interval(focus_range), metric=focus_metric.replace("-", " "), backend=backend, progress=bar)
+    except InputError as exc:
+        raise click.UsageError(str(exc)) from None
+    if suffix in (".tif", ".tiff"):
+        H.write_volume_tiff(out, result.index, g)
+    else:
+        H.write_volume(out, result.index, g, method=method, approximation=result.approximation, iterations=iterations,
+                       extra={"refocus_distance_um": moved})
+    msg = f"wrote {out}: {result.index.shape}, index {result.index.min():.4f} to {result.index.max():.4f}"
+    if distance is not None or autofocus:
+        msg += f"; fields refocused by {moved:.3f} um"
+    if truth is not None and truth.shape == result.index.shape:
+        msg += f"; RMSE against the file's phantom {np.sqrt(np.mean((result.index - truth) ** 2)):.2e}"
+    click.echo(msg)
+    if plot is not None:
+        H.plot_volume(plot, result.index, g, title=f"{method.upper()}, {result.approximation}, {g.count} angles")
         click.echo(f"wrote {plot}")
 
 
@@ -354,33 +509,6 @@ def _series_on_cluster(stack, backgrounds, geometry, out, cluster, *, quiet, **o
     click.echo(report.summary().split("\n")[0])
     click.echo(f"{len(SeriesStore(out).index())} of {len(stack)} time points in {out}")
     exit_on_failures(report.failed, "time point ")
-
-
-FILTER_CHOICES = ("disk", "smooth-disk", "gauss", "square", "smooth-square", "tukey")
-
-
-def _interval(text: str):
-    try:
-        lo, hi = (float(v) for v in str(text).split(":"))
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not START:STOP (um, e.g. -10:10)", param_hint="--focus-range") from None
-    if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-        raise click.BadParameter(f"{text!r}: need finite START < STOP (um)", param_hint="--focus-range")
-    return lo, hi
-
-
-def refocus_options(f):
-    """--refocus / --autofocus / --focus-range, shared by the commands that take fields."""
-    f = click.option("--focus-metric", type=click.Choice(["amplitude-variance", "compactness"]),
-                     default="amplitude-variance", show_default=True,
-                     help="Autofocus metric: amplitude variance for phase objects (cells), compactness for "
-                     "absorbing or weak scatterers (docs/holo.md, \"Refocus\").")(f)
-    f = click.option("--focus-range", default="-10:10", show_default=True,
-                     help="Autofocus search interval START:STOP, um along the light.")(f)
-    f = click.option("--autofocus", is_flag=True, help="Refocus by autofocus (one common distance for a "
-                     "series). Needs --wavelength and --medium-index.")(f)
-    return click.option("--refocus", "distance", type=Finite(), default=None,
-                        help="Propagate the fields by this distance, um along the light (angular spectrum).")(f)
 
 
 @holo.command("phase")

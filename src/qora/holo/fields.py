@@ -21,7 +21,7 @@ from qora.holo.unwrap import rytov
 from qora.io.errors import InputError
 from qora.io.validate import integer, positive
 
-__all__ = ["ratio_from_holograms", "quantitative_phase", "square_fields", "padded_square", "find_sideband", "extract_fields", "field_ratio",
+__all__ = ["ratio_from_holograms", "ratio_from_rectangular", "quantitative_phase", "square_fields", "padded_square", "find_sideband", "extract_fields", "field_ratio",
            "illumination_frequencies", "peak_frequency", "finite_pair", "crop_parameters"]
 
 
@@ -248,6 +248,23 @@ def quantitative_phase(hologram, background, *, hologram_pixel: float = 1.0, n: 
     r = rytov(ratio)
     return {"ratio": ratio, "phase": r.imag, "amplitude": np.exp(r.real), "sideband": sideband,
             "pixel": hologram_pixel / scale, "filter_radius": radius}
+
+
+def ratio_from_rectangular(holograms, backgrounds, *, hologram_pixel: float, pixel: float,
+                           pupil_frequency: float, filter: str = "disk") -> np.ndarray:
+    """Field ratios (A, m, n) of holograms (A, M, N) of any shape over their backgrounds, at the field pixel
+    ``pixel`` um: the window (round(M h / pixel), round(N h / pixel)) for ``hologram_pixel`` h um, the sideband
+    found in the first background, the filter of radius ``pupil_frequency`` cycles/um. Pad them square with
+    :func:`square_fields` for the ODT."""
+    holos, _ = stack_holograms(holograms, square=False)
+    bgs, _ = stack_holograms(backgrounds, "backgrounds", square=False)
+    if holos.shape != bgs.shape:
+        raise InputError(f"holograms {holos.shape} and backgrounds {bgs.shape} must have one shape")
+    hologram_pixel, pixel = positive("hologram_pixel", hologram_pixel, unit="um"), positive("pixel", pixel, unit="um")
+    window = tuple(int(round(m * hologram_pixel / pixel)) for m in holos.shape[-2:])
+    sideband = find_sideband(bgs[0], hologram_pixel)
+    kw = dict(hologram_pixel=hologram_pixel, n=window, pupil_frequency=pupil_frequency, filter=filter)
+    return field_ratio(extract_fields(holos, sideband, **kw), extract_fields(bgs, sideband, **kw))
 
 
 def ratio_from_holograms(holograms, backgrounds, geometry, hologram_pixel: float) -> np.ndarray:

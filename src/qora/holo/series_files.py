@@ -252,10 +252,10 @@ def read_angles(source, *, unit: str = "rad") -> np.ndarray:
     return np.deg2rad(angles) if unit == "deg" else angles
 
 
-def read_field_series(path, *, amplitude=None, wavelength: float | None = None) -> FieldSeries:
+def read_field_series(path, *, amplitude=None, wavelength: float | None = None, phase_ok: bool = True) -> FieldSeries:
     """A field series from any of the formats above, by its name: an ODTbrain archive, a qpimage HDF5
     file, complex .npy/.npz (field ratios), or phase images (TIFF, a folder, real .npy/.npz) with the
-    optional ``amplitude``."""
+    optional ``amplitude`` (refused with ``phase_ok`` False: a file that should hold complex fields)."""
     path = Path(path)
     name = path.name.lower()
     if not path.exists():
@@ -271,4 +271,7 @@ def read_field_series(path, *, amplitude=None, wavelength: float | None = None) 
         if np.iscomplexobj(data):
             data = np.asarray(data, np.complex128)
             return FieldSeries(data[None] if data.ndim == 2 else data)
+    if not phase_ok:
+        raise InputError(f"{path}: holds no complex fields (phase images go with their amplitudes as phase and "
+                         "amplitude input)")
     return read_phase_amplitude(path, amplitude)
