@@ -101,3 +101,22 @@ def test_field_input_from_a_qpimage_file_records_its_optics(tmp_path):
     out = _invoke("holo", "reconstruct", tmp_path / "real.npy", "--input", "fields", "--na", "1.0", "--wavelength",
                   "0.5", "--pixel", "0.1", "--medium-index", "1.33", "--angles", "0:180:3", "--out", tmp_path / "u.h5")
     assert out.exit_code != 0 and "phase-amplitude" in out.output
+
+
+def test_rectangular_holograms_in_the_rotation_geometry(tmp_path):
+    """Holograms cropped to 56 x 64 (the sphere inside) give the sphere's contrast of the square 64 x 64 ones."""
+    g = holo.simulation_geometry(32, kind="rotation", angles=16)
+    holos, bgs, hp = holo.simulate_holograms([P.Sphere(radius=0.8, index=1.35)], g)
+    np.save(tmp_path / "h.npy", holos[:, 4:-4])
+    np.save(tmp_path / "b.npy", bgs[:, 4:-4])
+    out = _invoke("holo", "reconstruct", tmp_path / "h.npy", tmp_path / "b.npy", "--geometry", "rotation",
+                  "--angles", "0:360:16", "--wavelength", g.wavelength, "--pixel", g.pixel, "--hologram-pixel", hp,
+                  "--medium-index", g.medium_index, "--na", g.na_detection, "--method", "plain",
+                  "--out", tmp_path / "v.h5", "--quiet")
+    assert out.exit_code == 0, out.output
+    index, geometry, _ = holo.read_volume(tmp_path / "v.h5")
+    assert index.shape == (32, 32, 32)
+    square = holo.reconstruct_holograms(holos, bgs, g, sideband=holo.find_sideband(bgs[0], hp), hologram_pixel=hp,
+                                        options=holo.ReconstructionOptions(method="plain"), backend="cpu").index
+    ours, theirs = (v[14:19, 14:19, 14:19].mean() - g.medium_index for v in (index, square))
+    assert ours == pytest.approx(theirs, rel=0.1)
