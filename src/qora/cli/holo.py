@@ -168,8 +168,9 @@ def _file_geometry(ctx, path, g, hp, *, wavelength, pixel, hologram_pixel, mediu
     if angle_range is not None:
         angles = H.parse_angles(angle_range) if isinstance(angle_range, str) else angle_range
         if g.angles is None or len(angles) != len(g.angles) or not np.allclose(angles, g.angles, atol=1e-9):
+            given = f"--angles {angle_range}" if isinstance(angle_range, str) else "the angles of --angles-file"
             raise click.BadParameter(f"the file {path} records its {'angles' if g.angles is not None else 'illuminations'}"
-                                     "; the angles given conflict", param_hint="--angles")
+                                     f"; {given} conflicts", param_hint="--angles")
     changes = {}
     for option, name, given, recorded in (("--medium-index", "medium_index", medium_index, g.medium_index),
                                           ("--na", "na_detection", na_detection, g.na_detection)):
