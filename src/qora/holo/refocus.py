@@ -157,7 +157,8 @@ def autofocus(fields, *, wavelength: float, medium_index: float, pixel: float, i
     prop = _Propagator(u, wavelength=wavelength, medium_index=medium_index, pixel=pixel, pad=pad)
 
     def cost(d):  # d: (A,) host distances -> (A,) host metric values (or their sum, broadcast)
-        values = sharpness(prop(xp.asarray(d)), metric)
+        uniform = bool(np.all(d == d[0]))  # one transfer function for all fields (the scan; a common search)
+        values = sharpness(prop(float(d[0]) if uniform else xp.asarray(d)), metric)
         values = values.get() if hasattr(values, "get") else np.asarray(values)
         return np.full(len(d), values.sum()) if common else values
 
