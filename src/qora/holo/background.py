@@ -91,7 +91,9 @@ def background_surface(phase, *, profile="tilt", mask=None, border: int | None =
         raise InputError(f"the background mask holds {count} pixels, too few to fit {len(terms)} coefficients "
                          f"(profile {profile!r})")
     design = xp.stack([t[mask] for t in terms], axis=1)
-    coefficients = xp.linalg.lstsq(design, phase[mask], rcond=None)[0]
+    # an explicit cutoff (NumPy's default for rcond=None), which CuPy's lstsq takes as NumPy does
+    cutoff = float(np.finfo(float).eps * max(design.shape))
+    coefficients = xp.linalg.lstsq(design, phase[mask], rcond=cutoff)[0]
     return sum(c * t for c, t in zip(coefficients, terms))
 
 
