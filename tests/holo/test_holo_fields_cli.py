@@ -120,3 +120,14 @@ def test_rectangular_holograms_in_the_rotation_geometry(tmp_path):
                                         options=holo.ReconstructionOptions(method="plain"), backend="cpu").index
     ours, theirs = (v[14:19, 14:19, 14:19].mean() - g.medium_index for v in (index, square))
     assert ours == pytest.approx(theirs, rel=0.1)
+
+
+def test_rectangular_holograms_in_the_scanning_geometry_are_refused_clearly(tmp_path):
+    g = holo.simulation_geometry(16, kind="scan", angles=2)
+    holos, bgs, hp = holo.simulate_holograms([P.Sphere(radius=0.5, index=1.35)], g)
+    np.save(tmp_path / "h.npy", holos[:, 2:-2])
+    np.save(tmp_path / "b.npy", bgs[:, 2:-2])
+    out = _invoke("holo", "reconstruct", tmp_path / "h.npy", tmp_path / "b.npy", "--wavelength", g.wavelength,
+                  "--pixel", g.pixel, "--medium-index", g.medium_index, "--na", g.na_detection, "--out",
+                  tmp_path / "v.h5")
+    assert out.exit_code == 2 and "--geometry rotation" in out.output, out.output

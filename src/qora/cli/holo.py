@@ -290,6 +290,10 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
                 return
             g = H.rotation_geometry(angles, stack.shape[-3], n=H.field_size(stack.shape[-1], hp, pixel), **optics)
         else:
+            if stack.shape[-1] != stack.shape[-2]:
+                raise click.UsageError(f"holograms {stack.shape[-2:]} are not square: the scanning geometry measures "
+                                       "its illuminations from square backgrounds (crop them square), while the "
+                                       "rotation geometry (--geometry rotation) takes any shape")
             g, _ = H.geometry_from_backgrounds(bgs, hologram_pixel=hp, **optics)
     sideband = H.find_sideband(bgs[0], hp)
     options = None
