@@ -79,7 +79,7 @@ def test_odtbrain_fdtd_archive(tmp_path):
     rng = np.random.default_rng(1)
     fields = rng.normal(size=(3, 8, 8)) + 1j * rng.normal(size=(3, 8, 8))
     phantom = 1.333 + 0.01 * rng.random((8, 8, 8))
-    members = {"fdtd_info.txt": b"res = 4.5\nnm = 1.333\nlD = 0\nsome text line\n"}
+    members = {"fdtd_info.txt": b"res = 4.5\nnm = 1.333\nlD = 2\nsome text line\n"}
     for i, f in enumerate(fields):
         members[f"field_{i:03d}_real.txt"] = _text(f.real)
         members[f"field_{i:03d}_imag.txt"] = _text(f.imag)
@@ -91,6 +91,9 @@ def test_odtbrain_fdtd_archive(tmp_path):
     np.testing.assert_allclose(series.phantom, phantom)
     np.testing.assert_allclose(series.angles, [0, 2 * np.pi / 3, 4 * np.pi / 3])
     assert series.pixel == pytest.approx(0.5 / 4.5) and series.medium_index == 1.333
+    assert series.detector_distance == pytest.approx(1.0)  # lD = 2 wavelengths of 0.5 um
+    with pytest.raises(InputError, match="wavelength"):
+        S.read_field_series(tmp_path / "fdtd_3d_sino_A3.tar.lzma")
 
 
 def test_odtbrain_mie_zip_and_qlsi_tar(tmp_path):
@@ -99,9 +102,9 @@ def test_odtbrain_mie_zip_and_qlsi_tar(tmp_path):
         z.writestr("mie_sphere_real.txt", _text(field.real))
         z.writestr("mie_sphere_imag.txt", _text(field.imag))
         z.writestr("mie_info.txt", "nm = 1.0\nres = 3\nlD = 20\n")
-    mie = S.read_field_series(tmp_path / "mie.zip")
+    mie = S.read_field_series(tmp_path / "mie.zip", wavelength=0.5)
     np.testing.assert_allclose(mie.fields[0], field)
-    assert mie.angles is None and mie.pixel is None and mie.info["lD"] == 20
+    assert mie.angles is None and mie.pixel == pytest.approx(0.5 / 3) and mie.detector_distance == pytest.approx(10)
     angles = np.array([0.0, 0.5, 1.7])
     _tar_lzma(tmp_path / "qlsi.tar.lzma", {"series.h5": (FIXTURES / "qpimage_series.h5").read_bytes(),
                                            "angles.txt": _text(angles)})

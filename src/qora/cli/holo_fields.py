@@ -94,8 +94,11 @@ def _reconstruct_fields(ctx, holos, backgrounds, *, input_kind, amplitude, wavel
         raise click.UsageError("give the rotation angles: --angles START:STOP:COUNT or --angles-file")
     if len(angles) != len(series.fields):
         raise click.UsageError(f"{len(angles)} angles for {len(series.fields)} fields")
-    truth = series.phantom
-    _reconstruct_series(series.fields, angles, na_detection=na_detection, truth=truth, **optics, **rest)
+    if series.detector_distance and rest["distance"] is None and not rest["autofocus"]:
+        rest["distance"] = -series.detector_distance  # where the file says the fields were recorded
+        click.echo(f"{holos}: fields recorded {series.detector_distance:g} um from the rotation axis; refocusing "
+                   "them onto it (give --refocus or --autofocus to choose otherwise)")
+    _reconstruct_series(series.fields, angles, na_detection=na_detection, truth=series.phantom, **optics, **rest)
 
 
 def _reconstruct_series(fields, angles, *, wavelength, medium_index, pixel, na_detection, method, approximation,

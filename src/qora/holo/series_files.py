@@ -16,8 +16,10 @@ the optics, converted to um.
   / ``.zip``): the FDTD layout (``fdtd_info.txt`` of ``key = value`` lines; ``field*real.txt`` and
   ``field*imag.txt`` per angle, in name order; ``phantom*.txt`` index slices), the Mie layout
   (``*real.txt``, ``*imag.txt`` and ``*info.txt`` of one field) and the QLSI layout (``series.h5``,
-  a qpimage series, with ``angles.txt``). Their lengths are in wavelengths: ``res`` is the wavelength
-  in pixels, so the pixel is ``wavelength / res`` for the vacuum ``wavelength`` you give (um).
+  a qpimage series, with ``angles.txt``). Their lengths are in vacuum wavelengths: ``res`` is the
+  wavelength in pixels, so the pixel is ``wavelength / res`` for the ``wavelength`` you give (um), and
+  ``lD`` is the detector plane's distance from the rotation axis (``detector_distance`` = lD x
+  wavelength um, which the fields must be propagated back by).
   The FDTD archives hold 2 pi evenly spaced angles (ODTbrain's examples make them so).
 - angles (:func:`read_angles`): a text file of numbers (one per line, or separated by spaces or
   commas), in radians or degrees.
@@ -46,7 +48,8 @@ class FieldSeries:
 
     ``angles`` (A,) rad; ``wavelength`` (vacuum) and ``pixel`` um; ``medium_index`` dimensionless;
     ``phantom`` a refractive-index volume where the file holds the simulation's truth; ``info`` the
-    file's own parameters as they are."""
+    file's own parameters as they are; ``detector_distance`` (um, along the light) where the fields were
+    recorded from the rotation axis, 0 for fields in the axis's plane: refocus by minus it."""
 
     fields: np.ndarray
     angles: np.ndarray | None = None
@@ -55,6 +58,7 @@ class FieldSeries:
     medium_index: float | None = None
     phantom: np.ndarray | None = None
     info: dict = field(default_factory=dict)
+    detector_distance: float = 0.0
 
 
 def _optics_from_si(meta: dict) -> dict:
@@ -226,11 +230,16 @@ def read_odtbrain_archive(path, *, wavelength: float | None = None) -> FieldSeri
         phantom_names = sorted(k for k in base if k.startswith("phantom"))
         phantom = np.stack([_text_array(base[k]) for k in phantom_names]) if phantom_names else None
     angles = np.linspace(0, 2 * np.pi, len(fields), endpoint=False) if len(fields) > 1 else None
-    pixel = None
+    pixel, distance = None, 0.0
     if wavelength is not None and "res" in info:
         pixel = float(wavelength) / float(info["res"])
+    if info.get("lD"):  # the detector plane, in vacuum wavelengths from the rotation axis
+        if wavelength is None:
+            raise InputError(f"{path}: its fields lie lD = {info['lD']:g} wavelengths from the rotation axis; give "
+                             "the vacuum wavelength (um) to place them")
+        distance = float(info["lD"]) * float(wavelength)
     return FieldSeries(fields, angles=angles, wavelength=wavelength, pixel=pixel, medium_index=info.get("nm"),
-                       phantom=phantom, info=info)
+                       phantom=phantom, info=info, detector_distance=distance)
 
 
 def read_angles(source, *, unit: str = "rad") -> np.ndarray:
