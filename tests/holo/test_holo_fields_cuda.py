@@ -33,7 +33,8 @@ def test_every_filter_in_the_device_crop_matches_cpu(name):
     kw = dict(hologram_pixel=hp, n=g.n, pupil_frequency=g.pupil_frequency, filter=name)
     cpu = holo.extract_fields(holos, sideband, **kw)
     gpu = holo.extract_fields(holos, sideband, backend="cuda", **kw)
-    assert np.linalg.norm(gpu - cpu) / np.linalg.norm(cpu) < 1e-5
+    assert gpu.shape == cpu.shape
+    assert np.abs(gpu - cpu).max() < 1e-4 * np.abs(cpu).max()  # complex64 on the device, as for the disk
 
 
 def _fields():
