@@ -22,9 +22,10 @@ def _invoke(*args):
 
 
 def _cell(tmp_path):
-    from test_holo_qpretrieve import _shared_data
+    import os
 
-    path = _shared_data() / "holo" / "hologram_cell.npz"
+    shared = Path(os.environ.get("QORA_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
+    path = shared / "holo" / "hologram_cell.npz"
     if not path.exists():
         pytest.skip(f"no {path}")
     with np.load(path) as z:
