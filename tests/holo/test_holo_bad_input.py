@@ -119,8 +119,8 @@ CLI_ROWS = [
     (["holo", "reconstruct", "{d}/h.npy", "{d}/b.npy", *OPTICS, "--angles", "0:360:5", "--out", "{d}/v.h5"],
      r"--geometry rotation"),
     (["holo", "phase", "{d}/b.npy", "{d}/b.npy", "--na", "1.2", "--out", "{d}/p.h5"], r"--na needs --wavelength"),
-    (["holo", "phase", "{d}/b.npy", "{d}/b.npy", "--wavelength", "0.5", "--out", "{d}/p.h5"],
-     r"--wavelength needs --na"),
+    (["holo", "phase", "{d}/b.npy", "{d}/b.npy", "--wavelength", "0.5", "--refocus", "1", "--out", "{d}/p.h5"],
+     r"need --wavelength and --medium-index"),
     (["holo", "phase", "{d}/h.npy", "{d}/b.npy", "--out", "{d}/p.h5"], r"HOLOGRAM must be one hologram"),
     # damaged or foreign files
     (["holo", "reconstruct", "{d}/empty.h5", "--out", "{d}/v.h5"], r"empty\.h5.*cannot be read"),

@@ -62,6 +62,16 @@ def bench_holo(backend: str, no_write: bool) -> None:
     holo_bench.run(backend=backend, write=not no_write, echo=click.echo)
 
 
+@bench.command("holo-fields")
+@backend_option("cpu")
+@click.option("--no-write", is_flag=True, help="Print only; write no result file.")
+def bench_holo_fields(backend: str, no_write: bool) -> None:
+    """Field stages: QPI per filter, sideband crop per filter, refocus, autofocus, background fit."""
+    from qora.bench import holo_fields
+
+    holo_fields.run(backend=backend, write=not no_write, echo=click.echo)
+
+
 @bench.command("ssb")
 @backend_option("cpu")
 @click.option("--no-write", is_flag=True, help="Print only; write no result file.")

@@ -15,6 +15,7 @@ import click
 import numpy as np
 from click.core import ParameterSource
 
+from qora.cli.holo_fields import FILTER_CHOICES, _interval, _reconstruct_fields, _reconstruct_series, refocus_options
 from qora.cli.options import (NONNEGATIVE, POSITIVE, Finite, backend_option, exit_on_failures, scale_out_client,
                               scale_out_options)
 
@@ -139,10 +140,11 @@ def _file_geometry(ctx, path, g, hp, *, wavelength, pixel, hologram_pixel, mediu
         raise click.BadParameter(f"the file {path} records the {g.geometry} geometry; --geometry {geometry_kind} "
                                  "conflicts", param_hint="--geometry")
     if angle_range is not None:
-        angles = H.parse_angles(angle_range)
+        angles = H.parse_angles(angle_range) if isinstance(angle_range, str) else angle_range
         if g.angles is None or len(angles) != len(g.angles) or not np.allclose(angles, g.angles, atol=1e-9):
+            given = f"--angles {angle_range}" if isinstance(angle_range, str) else "the angles of --angles-file"
             raise click.BadParameter(f"the file {path} records its {'angles' if g.angles is not None else 'illuminations'}"
-                                     f"; --angles {angle_range} conflicts", param_hint="--angles")
+                                     f"; {given} conflicts", param_hint="--angles")
     changes = {}
     for option, name, given, recorded in (("--medium-index", "medium_index", medium_index, g.medium_index),
                                           ("--na", "na_detection", na_detection, g.na_detection)):
@@ -188,6 +190,18 @@ def _file_geometry(ctx, path, g, hp, *, wavelength, pixel, hologram_pixel, mediu
               help="bpm: illuminations per gradient step, cycled without momentum (default: all, with FISTA).")
 @click.option("--oversample", type=click.FloatRange(1.0, 4.0), default=1.0, show_default=True,
               help="Map onto a grid this many times finer in k (costs oversample^3; docs/holo.md); not bpm.")
+@click.option("--input", "input_kind", type=click.Choice(["holograms", "fields", "phase-amplitude"]),
+              default="holograms", show_default=True,
+              help="HOLOS holds holograms (with BACKGROUNDS), complex field ratios (a qpimage HDF5 series, an "
+              "ODTbrain example archive, a complex .npy/.npz) or phase images in rad (TIFF, a folder of TIFFs, "
+              ".npy; with --amplitude); fields go through the rotation geometry.")
+@click.option("--amplitude", type=click.Path(exists=True, path_type=Path), default=None,
+              help="--input phase-amplitude: the amplitude images (ratio to the background) [default: 1].")
+@click.option("--angles-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Rotation angles from a text file (one number per angle; non-uniform angles welcome).")
+@click.option("--angle-unit", type=click.Choice(["rad", "deg"]), default="rad", show_default=True,
+              help="Unit of the numbers in --angles-file.")
+@refocus_options
 @backend_option(help="Where the Pipeline runs (auto: the GPU where there is one).")
 @click.option("--out", type=click.Path(path_type=Path), required=True,
               help="Volume .h5 (or .tif for one volume), or a .zarr series store (a cluster writes each volume "
@@ -197,6 +211,7 @@ def _file_geometry(ctx, path, g, hp, *, wavelength, pixel, hologram_pixel, mediu
 @scale_out_options
 def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, medium_index, na_detection,
                     geometry_kind, angle_range, method, approximation, iterations, tv_weight, batch, oversample,
+                    input_kind, amplitude, angles_file, angle_unit, distance, autofocus, focus_range, focus_metric,
                     backend, out, plot, quiet, scheduler, workers, gpus) -> None:
     """Refractive-index volume from a hologram stack (and its backgrounds).
 
@@ -213,9 +228,29 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
     suffix = _suffix(out, VOLUME_SUFFIXES, "--out")
     cluster = bool(scheduler or workers or gpus)
     _check_method_options(ctx, method, cluster)
-    if angle_range is not None and geometry_kind != "rotation" and backgrounds is not None:
+    if angle_range is not None and geometry_kind != "rotation" and backgrounds is not None and input_kind == "holograms":
         raise click.BadParameter("--angles gives the rotation geometry's angles: add --geometry rotation",
                                  param_hint="--angles")
+    if angles_file is not None and angle_range is not None:
+        raise click.BadParameter("give the angles as --angles or --angles-file, not both", param_hint="--angles-file")
+    if input_kind != "holograms":
+        _reconstruct_fields(ctx, holos, backgrounds, input_kind=input_kind, amplitude=amplitude, wavelength=wavelength,
+                            pixel=pixel, medium_index=medium_index, na_detection=na_detection,
+                            angle_range=angle_range, angles_file=angles_file, angle_unit=angle_unit,
+                            method=method, approximation=approximation, iterations=iterations, tv_weight=tv_weight,
+                            oversample=oversample, distance=distance, autofocus=autofocus,
+                            focus_range=focus_range, focus_metric=focus_metric, backend=backend, out=out,
+                            suffix=suffix, plot=plot, quiet=quiet, cluster=cluster)
+        return
+    if distance is not None or autofocus:
+        raise click.BadParameter("holograms are refocused as fields: use qora holo phase, or --input fields",
+                                 param_hint="--refocus/--autofocus")
+    if amplitude is not None:
+        raise click.BadParameter("--amplitude goes with --input phase-amplitude", param_hint="--amplitude")
+    if angles_file is not None:
+        from qora.holo.series_files import read_angles
+
+        angle_range = read_angles(angles_file, unit=angle_unit)
     truth = None
     if holos.suffix.lower() in (".h5", ".hdf5") and backgrounds is None:
         stack, bgs, g, hp, truth = H.read_holograms(holos)
@@ -238,14 +273,27 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
                                    f"the backgrounds' shape {bgs.shape}")
         hp = pixel / 2 if hologram_pixel is None else hologram_pixel
         optics = dict(wavelength=wavelength, medium_index=medium_index, pixel=pixel, na_detection=na_detection)
-        if geometry_kind == "rotation":
+        if geometry_kind == "rotation" or angles_file is not None:
             if angle_range is None:
-                raise click.UsageError("the rotation geometry needs --angles START:STOP:COUNT")
-            angles = H.parse_angles(angle_range)
+                raise click.UsageError("the rotation geometry needs --angles START:STOP:COUNT or --angles-file")
+            angles = H.parse_angles(angle_range) if isinstance(angle_range, str) else angle_range
             if len(angles) != stack.shape[-3]:
                 raise click.UsageError(f"{len(angles)} angles for {stack.shape[-3]} holograms")
+            if stack.shape[-1] != stack.shape[-2]:  # rectangular holograms: fields on their grid, padded square
+                fields = H.ratio_from_rectangular(stack, bgs, hologram_pixel=hp, pixel=pixel,
+                                                  pupil_frequency=na_detection / wavelength)
+                _reconstruct_series(fields, angles, wavelength=wavelength, medium_index=medium_index, pixel=pixel,
+                                    na_detection=na_detection, method=method, approximation=approximation,
+                                    iterations=iterations, tv_weight=tv_weight, oversample=oversample, distance=None,
+                                    autofocus=False, focus_range=focus_range, focus_metric=focus_metric,
+                                    backend=backend, out=out, suffix=suffix, plot=plot, quiet=quiet, truth=None)
+                return
             g = H.rotation_geometry(angles, stack.shape[-3], n=H.field_size(stack.shape[-1], hp, pixel), **optics)
         else:
+            if stack.shape[-1] != stack.shape[-2]:
+                raise click.UsageError(f"holograms {stack.shape[-2:]} are not square: the scanning geometry measures "
+                                       "its illuminations from square backgrounds (crop them square), while the "
+                                       "rotation geometry (--geometry rotation) takes any shape")
             g, _ = H.geometry_from_backgrounds(bgs, hologram_pixel=hp, **optics)
     sideband = H.find_sideband(bgs[0], hp)
     options = None
@@ -360,39 +408,89 @@ def _series_on_cluster(stack, backgrounds, geometry, out, cluster, *, quiet, **o
 @click.argument("hologram", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.argument("background", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--pixel", type=POSITIVE, default=1.0, show_default=True, help="Hologram pixel (um, or 1 for pixels).")
-@click.option("--na", "na_detection", type=POSITIVE, default=None, help="Detection NA (needs --wavelength).")
-@click.option("--wavelength", type=POSITIVE, default=None, help="Vacuum wavelength, um (needs --na).")
+@click.option("--na", "na_detection", type=POSITIVE, default=None,
+              help="Detection NA: the filter radius NA / wavelength (needs --wavelength).")
+@click.option("--wavelength", type=POSITIVE, default=None, help="Vacuum wavelength, um.")
+@click.option("--medium-index", type=POSITIVE, default=None, help="Medium index (for --refocus / --autofocus).")
+@click.option("--filter", "filter_name", type=click.Choice(FILTER_CHOICES), default="disk", show_default=True,
+              help="Sideband filter shape (docs/holo.md, \"Sideband filters\").")
+@click.option("--filter-radius", type=POSITIVE, default=None,
+              help="Filter radius in cycles per unit of --pixel (cycles/um with --pixel in um).")
+@click.option("--filter-fraction", type=Finite(min=0, max=1, min_open=True, max_open=True), default=None,
+              help="Filter radius as a fraction of the sideband's distance from zero frequency [default 1/3].")
+@click.option("--full-sampling", is_flag=True, help="Keep the hologram's sampling (default: fields at half of it).")
+@refocus_options
+@click.option("--background", "background_profile", type=click.Choice(["offset", "tilt", "poly2"]), default=None,
+              help="Fit this phase background where there is no object and remove it.")
+@click.option("--background-border", type=click.IntRange(1, 100000), default=None,
+              help="Fit on a frame this many pixels wide [default: a tenth of the smaller edge].")
+@click.option("--background-threshold", type=POSITIVE, default=None,
+              help="Fit outside the object: where |phase - median| stays below this, rad.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Output .h5.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None)
-def phase_cmd(hologram, background, pixel, na_detection, wavelength, out, plot) -> None:
-    """Quantitative phase of one hologram: field, unwrapped phase and amplitude (sideband found automatically)."""
+def phase_cmd(hologram, background, pixel, na_detection, wavelength, medium_index, filter_name, filter_radius,
+              filter_fraction, full_sampling, distance, autofocus, focus_range, focus_metric, background_profile,
+              background_border, background_threshold, out, plot) -> None:
+    """Quantitative phase of one hologram (any shape): field, unwrapped phase and amplitude.
+
+    The sideband is found automatically; the filter's shape and radius, a refocus and a phase
+    background correction are options (docs/holo.md, "Quantitative phase").
+    """
     import h5py
 
     from qora import holo as H
     from qora.io.atomic import atomic_path
+    from qora.io.errors import InputError
 
     _apart([out, plot], [hologram, background])
     _suffix(out, (".h5", ".hdf5"), "--out")
-    if (na_detection is None) != (wavelength is None):
-        given, needed = ("--na", "--wavelength") if wavelength is None else ("--wavelength", "--na")
-        raise click.BadParameter(f"the pupil is NA / wavelength: {given} needs {needed}", param_hint=given)
+    if na_detection is not None and wavelength is None:
+        raise click.BadParameter("the pupil is NA / wavelength: --na needs --wavelength", param_hint="--na")
+    radii = [k for k, v in (("--na", na_detection), ("--filter-radius", filter_radius),
+                            ("--filter-fraction", filter_fraction)) if v is not None]
+    if len(radii) > 1:
+        raise click.BadParameter(f"give one filter radius, not {' and '.join(radii)}", param_hint=radii[1])
+    if (distance is not None or autofocus) and (wavelength is None or medium_index is None):
+        raise click.UsageError("--refocus and --autofocus need --wavelength and --medium-index")
+    if (background_border is not None or background_threshold is not None) and background_profile is None:
+        raise click.BadParameter("give the profile to fit with --background", param_hint="--background")
     h, b = H.load_stack(hologram), H.load_stack(background)
     for name, image in (("HOLOGRAM", h), ("BACKGROUND", b)):
         if image.ndim not in (2, 3) or (image.ndim == 3 and image.shape[0] != 1):
-            raise click.UsageError(f"{name} must be one hologram (N, N), got an array of shape {image.shape}")
+            raise click.UsageError(f"{name} must be one hologram (M, N), got an array of shape {image.shape}")
     h, b = h.reshape(h.shape[-2:]), b.reshape(b.shape[-2:])
-    pupil = na_detection / wavelength if na_detection is not None else None
-    res = H.quantitative_phase(h, b, hologram_pixel=pixel, pupil_frequency=pupil)
+    pupil = na_detection / wavelength if na_detection is not None else filter_radius
+    try:
+        from qora.backend.fft import fast_length
+
+        res = H.quantitative_phase(h, b, hologram_pixel=pixel, pupil_frequency=pupil, filter=filter_name,
+                                   filter_fraction=filter_fraction,
+                                   n=fast_length(max(h.shape)) if full_sampling else None)
+        done = H.phase_image(res["ratio"], pixel=res["pixel"], distance=distance, autofocus=autofocus,
+                             wavelength=wavelength, medium_index=medium_index, interval=_interval(focus_range),
+                             metric=focus_metric.replace("-", " "), background=background_profile, background_border=background_border,
+                             background_threshold=background_threshold)
+    except InputError as exc:
+        raise click.UsageError(str(exc)) from None
+    res.update(done)
     with atomic_path(out) as tmp, h5py.File(tmp, "w") as f:
         f.attrs["qora_kind"] = "holo_phase"
         f.attrs["units"] = "phase in rad; pixel in the unit of --pixel"
         f.attrs["pixel"] = res["pixel"]
         f.attrs["sideband"] = res["sideband"]
+        f.attrs["filter"] = filter_name.replace("-", " ")
+        f.attrs["filter_radius"] = res["filter_radius"]
+        f.attrs["refocus_distance"] = res["distance"]
+        f.attrs["background"] = background_profile or "none"
         f.create_dataset("phase", data=res["phase"].astype(np.float32))
         f.create_dataset("amplitude", data=res["amplitude"].astype(np.float32))
         f.create_dataset("field_ratio", data=res["ratio"].astype(np.complex64))
-    click.echo(f"wrote {out}: phase {res['phase'].min():.3f} to {res['phase'].max():.3f} rad; "
-               f"sideband at {res['sideband'][0]:.4f}, {res['sideband'][1]:.4f} cycles per unit")
+    msg = (f"wrote {out}: phase {res['phase'].min():.3f} to {res['phase'].max():.3f} rad; "
+           f"sideband at {res['sideband'][0]:.4f}, {res['sideband'][1]:.4f} cycles per unit; "
+           f"{filter_name} filter of radius {res['filter_radius']:.4f}")
+    if distance is not None or autofocus:
+        msg += f"; refocused by {res['distance']:.3f} um"
+    click.echo(msg)
     if plot is not None:
         H.plot_phase(plot, res["phase"], res["amplitude"], pixel=res["pixel"])
         click.echo(f"wrote {plot}")

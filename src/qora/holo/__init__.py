@@ -15,11 +15,17 @@ leaves that only the api reaches, so importing this package needs no GPU.
 """
 
 from qora.holo import phantoms, reference
-from qora.holo.api import (Pipeline, bpm_reconstruct, extract_fields, field_size, geometry_from_backgrounds,
-                           parse_angles, reconstruct, reconstruct_holograms, rotation_geometry, simulation_geometry)
+from qora.holo.api import (Pipeline, bpm_reconstruct, extract_fields, field_series_volume, field_size,
+                           geometry_from_backgrounds, parse_angles, phase_image, reconstruct, reconstruct_holograms,
+                           rotation_geometry, simulation_geometry)
+from qora.holo.background import correct_background, object_mask
+from qora.holo.filters import FILTERS
+from qora.holo.refocus import autofocus, propagate, refocused
+from qora.holo.series_files import (FieldSeries, read_angles, read_field_series, read_odtbrain_archive,
+                                    read_phase_amplitude, read_qpimage_series)
 from qora.holo.bpm import bpm_forward, bpm_gradient, simulate_bpm_holograms
 from qora.holo.fields import (field_ratio, find_sideband, illumination_frequencies, quantitative_phase,
-                              ratio_from_holograms)
+                              ratio_from_holograms, ratio_from_rectangular, square_fields)
 from qora.holo.files import (load_stack, plot_phase, plot_volume, read_holograms, read_volume, write_holograms,
                              write_volume, write_volume_tiff)
 from qora.holo.display import volume_widget
@@ -39,11 +45,14 @@ __all__ = [
     "simulation_geometry",
     # holograms to fields
     "extract_fields", "find_sideband", "field_ratio", "illumination_frequencies", "quantitative_phase",
-    "ratio_from_holograms", "rytov",
+    "ratio_from_holograms", "ratio_from_rectangular", "rytov", "FILTERS", "square_fields",
+    # fields: refocus, background, series of complex fields
+    "propagate", "autofocus", "refocused", "correct_background", "object_mask", "phase_image", "field_series_volume",
     # phantoms and Mie
     "Sphere", "render_spheres", "born_ratio", "holograms_from_fields", "simulate_holograms",
     "simulate_bpm_holograms", "vector_mie_ratio", "phantoms", "reference",
     # files
-    "read_holograms", "write_holograms", "read_volume", "write_volume", "write_volume_tiff", "load_stack",
+    "read_holograms", "write_holograms", "FieldSeries", "read_field_series", "read_qpimage_series",
+    "read_phase_amplitude", "read_odtbrain_archive", "read_angles", "read_volume", "write_volume", "write_volume_tiff", "load_stack",
     "plot_volume", "plot_phase", "volume_widget",
 ]

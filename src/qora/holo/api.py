@@ -33,7 +33,7 @@ from qora.io.errors import InputError
 from qora.io.validate import integer, memory_needed, number, positive
 from qora.progress import report
 
-__all__ = ["reconstruct", "extract_fields", "bpm_reconstruct", "Pipeline", "pipeline_tables", "reconstruct_holograms",
+__all__ = ["phase_image", "field_series_volume", "reconstruct", "extract_fields", "bpm_reconstruct", "Pipeline", "pipeline_tables", "reconstruct_holograms",
            "field_size", "geometry_from_backgrounds", "parse_angles", "rotation_geometry", "simulation_geometry",
            "options_with"]
 
@@ -93,14 +93,15 @@ def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None
 
 
 def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_frequency: float,
-                   backend="cpu") -> np.ndarray:
+                   filter: str = "disk", backend="cpu") -> np.ndarray:
     """Complex fields (A, n, n) from holograms (A, N, N) or (N, N): :func:`qora.holo.fields.extract_fields`,
-    or on ``backend="cuda"`` its CUDA twin (complex64 out; even N and n). ``sideband`` (nu_y, nu_x) and
-    ``pupil_frequency`` (the pupil radius NA / wavelength) in cycles/um, ``hologram_pixel`` in um; the
-    fields' pixel is ``hologram_pixel`` N / n."""
+    or on ``backend="cuda"`` its CUDA twin (complex64 out; even N and n, square). ``sideband`` (nu_y, nu_x)
+    and ``pupil_frequency`` (the filter's radius, for the pupil NA / wavelength) in cycles/um,
+    ``hologram_pixel`` in um; ``filter`` a shape of :data:`qora.holo.filters.FILTERS`; the fields' pixel
+    is ``hologram_pixel`` N / n."""
     hologram_pixel, n, pupil_frequency, sideband = _fields.crop_parameters(hologram_pixel, n, pupil_frequency,
                                                                             sideband)
-    kw = dict(hologram_pixel=hologram_pixel, n=n, pupil_frequency=pupil_frequency)
+    kw = dict(hologram_pixel=hologram_pixel, n=n, pupil_frequency=pupil_frequency, filter=filter)
     if resolve(backend).is_cuda:
         from qora.holo import cuda_pipeline
 
@@ -124,6 +125,80 @@ def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, 
     if cuda_options:
         raise OptionError(f"options {sorted(cuda_options)} apply to the CUDA backend only")
     return _bpm.bpm_reconstruct(*args, n_z=n_z, obliquity=obliquity)
+
+
+# -- fields: refocus, background, series of complex fields -----------------------------------------------
+
+
+def phase_image(ratio, *, pixel: float, distance: float | None = None, autofocus: bool = False,
+                wavelength: float | None = None, medium_index: float | None = None, interval=(-10.0, 10.0),
+                metric: str = "amplitude variance", background: str | int | None = None, background_border: int | None = None,
+                background_threshold: float | None = None) -> dict:
+    """A field ratio (M, N) made into a QPI image: refocused (by ``distance`` um, or by autofocus over
+    ``interval`` um with ``metric``, :mod:`qora.holo.refocus`; both need ``wavelength`` (vacuum, um) and
+    ``medium_index``), its Rytov phase unwrapped,
+    and the phase's background (``background``: "offset", "tilt", "poly2" or an order) fitted on a frame of
+    ``background_border`` pixels, or outside the object where |phase - median| exceeds
+    ``background_threshold`` rad, and removed. ``pixel``: the field's, um.
+
+    Returns ``{"ratio", "phase" (rad), "amplitude", "distance" (um, 0 without refocus)}``."""
+    from qora.holo import background as B
+    from qora.holo import refocus as RF
+    from qora.holo.unwrap import rytov
+
+    ratio = np.asarray(ratio)
+    moved = 0.0
+    if distance is not None or autofocus:
+        if distance is not None and autofocus:
+            raise InputError("give a refocus distance or ask for autofocus, not both")
+        if wavelength is None or medium_index is None:
+            raise InputError("refocusing needs the wavelength (um) and the medium index")
+        optics = dict(wavelength=wavelength, medium_index=medium_index, pixel=pixel)
+        moved = RF.autofocus(ratio, interval=interval, metric=metric, **optics) if autofocus else float(distance)
+        ratio = RF.propagate(ratio, moved, **optics)
+    r = rytov(ratio)
+    phase = r.imag
+    if background is not None:
+        mask = None
+        if background_threshold is not None:
+            if background_border is not None:
+                raise InputError("fit the background on a border frame or outside a threshold mask, not both")
+            mask = ~B.object_mask(phase, threshold=background_threshold, margin=2)
+        phase = B.correct_background(phase, profile=background, mask=mask, border=background_border)
+    elif background_border is not None or background_threshold is not None:
+        raise InputError("background_border and background_threshold need a background profile")
+    return {"ratio": ratio, "phase": phase, "amplitude": np.exp(r.real), "distance": moved}
+
+
+def field_series_volume(fields, angles, *, wavelength: float, medium_index: float, pixel: float,
+                        na_detection: float, options: ReconstructionOptions | None = None, distance=None,
+                        autofocus: bool = False, interval=(-10.0, 10.0), metric: str = "amplitude variance",
+                        backend="cpu", progress=None):
+    """The index volume of a rotation series of field ratios (A, M, N) of any shape, e.g. phase and
+    amplitude images made complex: refocused (``distance`` um, or one common autofocus distance over
+    ``interval``: the sample turns about a fixed axis, so one plane is in focus for every angle), padded
+    with their background to a fast square (:func:`qora.holo.fields.square_fields`) and reconstructed in
+    the rotation geometry of ``angles`` (rad). Returns ``(OdtResult, Geometry, distance um)``."""
+    from qora.holo import refocus as RF
+
+    ratio = np.asarray(fields)
+    if ratio.ndim == 2:
+        ratio = ratio[None]
+    if ratio.ndim != 3 or not np.iscomplexobj(ratio):
+        raise InputError(f"fields must be complex field ratios (A, M, N), got {ratio.dtype} {ratio.shape}")
+    moved = 0.0
+    optics = dict(wavelength=wavelength, medium_index=medium_index, pixel=pixel)
+    if autofocus:
+        if distance is not None:
+            raise InputError("give a refocus distance or ask for autofocus, not both")
+        moved = RF.autofocus(ratio, interval=interval, metric=metric, common=True, **optics)
+    elif distance is not None:
+        moved = float(distance)
+    if moved:
+        ratio = RF.propagate(ratio, moved, **optics)
+    ratio = _fields.square_fields(ratio)
+    g = rotation_geometry(angles, ratio.shape[0], na_detection=na_detection, n=ratio.shape[-1], **optics)
+    return reconstruct(ratio, g, options, backend=backend, progress=progress), g, moved
 
 
 # -- the Pipeline ---------------------------------------------------------------------------------------

@@ -70,11 +70,14 @@ class Reconstruction:
 # per-call functions: host arrays in and out, stages built for the call
 
 
-def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_frequency: float) -> np.ndarray:
-    """The CUDA twin of :func:`qora.holo.fields.extract_fields` (complex64 out)."""
+def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_frequency: float,
+                   filter: str = "disk") -> np.ndarray:
+    """The CUDA twin of :func:`qora.holo.fields.extract_fields` (complex64 out; the filter's weights are the
+    crop's table, uploaded once)."""
     cp = cupy()
     holos, single = stack_holograms(holograms)
-    crop = CropPlan(holos.shape[-1], sideband, hologram_pixel=hologram_pixel, n=n, pupil_frequency=pupil_frequency)
+    crop = CropPlan(holos.shape[-1], sideband, hologram_pixel=hologram_pixel, n=n, pupil_frequency=pupil_frequency,
+                    filter=filter)
     work = WorkArea()
     stage = FieldStage(crop, holos.shape[0], work)
     work.allocate()

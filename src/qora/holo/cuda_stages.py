@@ -84,6 +84,9 @@ class FieldStage:
 
     def __init__(self, crop: CropPlan, count: int, work: WorkArea, *, parts: int = 1) -> None:
         cp = cupy()
+        if not crop.square:
+            raise ValueError(f"the CUDA field stage takes square holograms and windows, got {crop.shape} and "
+                             f"{crop.window} (extract rectangular ones on the CPU)")
         big, n = crop.big, crop.n
         check_even("hologram size", big)
         check_even("field size", n)

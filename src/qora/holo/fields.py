@@ -21,7 +21,7 @@ from qora.holo.unwrap import rytov
 from qora.io.errors import InputError
 from qora.io.validate import integer, positive
 
-__all__ = ["ratio_from_holograms", "quantitative_phase", "find_sideband", "extract_fields", "field_ratio",
+__all__ = ["ratio_from_holograms", "ratio_from_rectangular", "quantitative_phase", "square_fields", "padded_square", "find_sideband", "extract_fields", "field_ratio",
            "illumination_frequencies", "peak_frequency", "finite_pair", "crop_parameters"]
 
 
@@ -101,31 +101,42 @@ def finite_pair(name: str, value) -> np.ndarray:
 
 def crop_parameters(hologram_pixel, n, pupil_frequency, sideband):
     """The checked parameters of a sideband crop: hologram pixel and pupil frequency positive, n an
-    integer of at least 1, the sideband two finite frequencies."""
-    return (positive("hologram_pixel", hologram_pixel, unit="um"), integer("n (the field size)", n, low=1),
+    integer of at least 1 (or a pair of them, a rectangular window), the sideband two finite frequencies."""
+    if np.ndim(n) == 0:
+        n = integer("n (the field size)", n, low=1)
+    else:
+        n = tuple(integer("n (the field shape)", v, low=1) for v in np.ravel(n))
+        if len(n) != 2:
+            raise InputError(f"n (the field shape) must be one size or two (n_y, n_x), got {n!r}")
+    return (positive("hologram_pixel", hologram_pixel, unit="um"), n,
             positive("pupil_frequency", pupil_frequency, unit="cycles/um"), finite_pair("sideband", sideband))
 
 
-def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_frequency: float) -> np.ndarray:
-    """Complex fields (A, n, n) at pixel 2 * ``hologram_pixel`` from holograms (A, N, N) or (N, N).
+def extract_fields(holograms, sideband, *, hologram_pixel: float, n, pupil_frequency: float,
+                   filter: str = "disk") -> np.ndarray:
+    """Complex fields (A, n, n) at pixel ``hologram_pixel`` N / n from holograms (A, N, N) or (N, N).
 
     Parameters
     ----------
     sideband : (nu_y, nu_x)
         Centre of the sideband u conj(u_ref), cycles/um (from :func:`find_sideband`).
-    n : int
-        Size of the crop window and of the output fields (at most N).
+    n : int or (n_y, n_x)
+        Size of the crop window and of the output fields (at most N). Rectangular holograms (A, M, N)
+        take a window (n_y, n_x) (at most (M, N)); keep n_y / M = n_x / N for square field pixels.
     pupil_frequency : float
-        Detection NA / wavelength, cycles/um: frequencies further than this from the
-        sideband's centre are removed (the autocorrelation term and noise).
+        The filter's radius, cycles/um (for the disk: detection NA / wavelength): frequencies further
+        than this from the sideband's centre are removed (the autocorrelation term and noise).
+    filter : str
+        The filter's shape (:data:`qora.holo.filters.FILTERS`), default the sharp disk of the pupil.
 
     The output is centre-origin; its scale is that of u (a plane wave of amplitude 1
     gives |field| = 1). This is the CPU path; :func:`qora.holo.extract_fields` (the api's) picks
     the backend (its CUDA twin is :func:`qora.holo.cuda_pipeline.extract_fields`).
     """
-    holos, single = stack_holograms(holograms)
+    holos, single = stack_holograms(holograms, square=False)
     hologram_pixel, n, pupil_frequency, sideband = crop_parameters(hologram_pixel, n, pupil_frequency, sideband)
-    crop = CropPlan(holos.shape[-1], sideband, hologram_pixel=hologram_pixel, n=n, pupil_frequency=pupil_frequency)
+    crop = CropPlan(holos.shape[-2:], sideband, hologram_pixel=hologram_pixel, n=n, pupil_frequency=pupil_frequency,
+                    filter=filter)
     out = np.stack([crop(h) for h in holos])
     return out[0] if single else out
 
@@ -159,34 +170,101 @@ def illumination_frequencies(background_fields, pixel: float) -> np.ndarray:
     return np.stack([peak_frequency(b, pixel, exclude_radius=0.0, half="all") for b in bg])
 
 
+def square_fields(fields, size: int | None = None) -> np.ndarray:
+    """Field ratios (A, M, N) (or one (M, N)) centred in squares of ``size`` (default the smallest fast FFT
+    length >= M, N), the margin filled with each field's border mean: the background, so the padding
+    adds no edge. This is how rectangular fields of any size reach the ODT, which needs cubes."""
+    from qora.backend.fft import fast_length
+
+    u = np.asarray(fields)
+    single = u.ndim == 2
+    u = u[None] if single else u
+    if u.ndim != 3:
+        raise InputError(f"fields must be (A, M, N) or (M, N), got shape {u.shape}")
+    m, n = u.shape[-2:]
+    size = fast_length(max(m, n)) if size is None else integer("size", size, low=max(m, n))
+    border = np.concatenate([u[:, 0], u[:, -1], u[:, 1:-1, 0], u[:, 1:-1, -1]], axis=-1).mean(axis=-1)
+    out = np.empty((u.shape[0], size, size), np.result_type(u.dtype, np.complex64))
+    out[...] = border[:, None, None]
+    o0, o1 = (size - m) // 2, (size - n) // 2
+    out[:, o0:o0 + m, o1:o1 + n] = u
+    return out[0] if single else out
+
+
+def padded_square(image, size: int) -> np.ndarray:
+    """``image`` (M, N) minus its mean, centred in a ``size`` x ``size`` square of zeros (size >= M, N).
+
+    Subtracting the mean first keeps the zero-frequency term out of the sideband: padding the raw
+    intensities would add the step at the data's edge, whose spectrum is a sinc streak through zero."""
+    m, n = image.shape
+    out = np.zeros((size, size))
+    o0, o1 = (size - m) // 2, (size - n) // 2
+    out[o0:o0 + m, o1:o1 + n] = image - image.mean()
+    return out
+
+
 def quantitative_phase(hologram, background, *, hologram_pixel: float = 1.0, n: int | None = None,
-                       pupil_frequency: float | None = None, sideband=None) -> dict:
+                       pupil_frequency: float | None = None, sideband=None, filter: str = "disk",
+                       filter_fraction: float | None = None) -> dict:
     """Field, unwrapped phase and amplitude of one hologram against its background (QPI).
 
-    The sideband is found in the background automatically (or given, cycles per unit of
-    ``hologram_pixel``). Without a known NA, the pupil's radius is a third of the
-    sideband's distance from zero frequency, the usual choice for off-axis setups (the
-    autocorrelation term then stays out). ``n`` defaults to half the hologram size.
+    Holograms (M, N), camera intensities, of any shape: each is made zero-mean and centred in a
+    square of the smallest fast FFT length P >= M, N (a square hologram of fast length is used as it
+    is); the field is extracted on that square, cropped back to the data's region and divided by the
+    background's. The sideband is found in the background automatically (or given, cycles per unit
+    of ``hologram_pixel``). The filter (``filter``, a shape of :data:`qora.holo.filters.FILTERS`) has
+    the radius ``pupil_frequency`` (cycles per unit, e.g. the detection NA / wavelength) or
+    ``filter_fraction`` of the sideband's distance from zero frequency; neither: a third of that
+    distance, the usual choice for off-axis setups (the autocorrelation term then stays out).
+    ``n``: the crop window on the P x P spectrum (default P // 2; n = P keeps the full sampling):
+    the field's pixel is ``hologram_pixel`` P / n and it covers the hologram's area.
 
-    Returns ``{"ratio", "phase" (rad, border mean near 0), "amplitude", "sideband",
-    "pixel"}``.
+    Returns ``{"ratio", "phase" (rad, border mean near 0), "amplitude", "sideband", "pixel",
+    "filter_radius" (cycles per unit)}``.
     """
+    from qora.backend.fft import fast_length
+    from qora.holo.filters import filter_radius
+
     hologram = intensities("hologram", hologram)
     background = intensities("background", background)
     if hologram.shape != background.shape or hologram.ndim != 2:
         raise InputError(f"hologram {hologram.shape} and background {background.shape} must be equal 2D shapes")
     hologram_pixel = positive("hologram_pixel", hologram_pixel)
+    shape = hologram.shape
+    big = fast_length(max(shape))
+    if hologram.shape != (big, big):
+        hologram, background = padded_square(hologram, big), padded_square(background, big)
     if sideband is None:
         sideband = find_sideband(background, hologram_pixel)
     sideband = finite_pair("sideband", sideband)
-    n = hologram.shape[-1] // 2 if n is None else n
-    if pupil_frequency is None:
-        pupil_frequency = np.hypot(*sideband) / 3
-    kw = dict(hologram_pixel=hologram_pixel, n=n, pupil_frequency=pupil_frequency)
-    ratio = field_ratio(extract_fields(hologram, sideband, **kw), extract_fields(background, sideband, **kw))
+    n = big // 2 if n is None else integer("n (the field size)", n, low=2, high=big)
+    radius = filter_radius(sideband, radius=pupil_frequency, fraction=filter_fraction)
+    kw = dict(hologram_pixel=hologram_pixel, n=n, pupil_frequency=radius, filter=filter)
+    scale = n / big
+    starts = [math.floor((big - m) // 2 * scale) for m in shape]  # the data's region on the field's grid
+    region = tuple(slice(s0, s0 + round(m * scale)) for s0, m in zip(starts, shape))
+    ratio = field_ratio(extract_fields(hologram, sideband, **kw)[region],
+                        extract_fields(background, sideband, **kw)[region])
     r = rytov(ratio)
     return {"ratio": ratio, "phase": r.imag, "amplitude": np.exp(r.real), "sideband": sideband,
-            "pixel": hologram_pixel * hologram.shape[-1] / n}
+            "pixel": hologram_pixel / scale, "filter_radius": radius}
+
+
+def ratio_from_rectangular(holograms, backgrounds, *, hologram_pixel: float, pixel: float,
+                           pupil_frequency: float, filter: str = "disk") -> np.ndarray:
+    """Field ratios (A, m, n) of holograms (A, M, N) of any shape over their backgrounds, at the field pixel
+    ``pixel`` um: the window (round(M h / pixel), round(N h / pixel)) for ``hologram_pixel`` h um, the sideband
+    found in the first background, the filter of radius ``pupil_frequency`` cycles/um. Pad them square with
+    :func:`square_fields` for the ODT."""
+    holos, _ = stack_holograms(holograms, square=False)
+    bgs, _ = stack_holograms(backgrounds, "backgrounds", square=False)
+    if holos.shape != bgs.shape:
+        raise InputError(f"holograms {holos.shape} and backgrounds {bgs.shape} must have one shape")
+    hologram_pixel, pixel = positive("hologram_pixel", hologram_pixel, unit="um"), positive("pixel", pixel, unit="um")
+    window = tuple(int(round(m * hologram_pixel / pixel)) for m in holos.shape[-2:])
+    sideband = find_sideband(bgs[0], hologram_pixel)
+    kw = dict(hologram_pixel=hologram_pixel, n=window, pupil_frequency=pupil_frequency, filter=filter)
+    return field_ratio(extract_fields(holos, sideband, **kw), extract_fields(bgs, sideband, **kw))
 
 
 def ratio_from_holograms(holograms, backgrounds, geometry, hologram_pixel: float) -> np.ndarray:

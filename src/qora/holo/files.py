@@ -7,7 +7,8 @@ radians for the rotation geometry, optional ``truth``
 ``pixel_um`` (field and volume pixel), ``hologram_pixel_um``, ``na_detection``, ``n``.
 
 Volume file (HDF5, ``qora_kind = "holo_volume"``): ``index`` (z, y, x) float32,
-centre-origin, and the same geometry attributes plus ``method``, ``approximation``,
+centre-origin, with its voxel size in um as ``element_size_um`` (z, y, x) on the dataset and
+``voxel_size_um`` on the file, and the same geometry attributes plus ``method``, ``approximation``,
 ``iterations``. TIFF volumes carry the pixel size as ImageJ spacing (um).
 """
 
@@ -191,7 +192,9 @@ def write_volume(path, index, geometry: Geometry, *, method: str = "", approxima
         f.attrs["approximation"] = approximation
         f.attrs["iterations"] = iterations
         f.attrs["extra"] = json.dumps(extra or {})
-        f.create_dataset("index", data=np.asarray(index, np.float32), compression="gzip")
+        f.attrs["voxel_size_um"] = (geometry.pixel,) * 3
+        d = f.create_dataset("index", data=np.asarray(index, np.float32), compression="gzip")
+        d.attrs["element_size_um"] = (geometry.pixel,) * 3  # (z, y, x), the name Fiji's HDF5 reader takes
         f.create_dataset("illuminations", data=geometry.illuminations)
         if geometry.angles is not None:
             f.create_dataset("angles", data=geometry.angles)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from qora.backend.fft import fast_length
+from qora.holo.filters import check_filter, filter_weights
 from qora.holo.geometry import Geometry, frequencies, nu_z
 from qora.io.errors import InputError
 
@@ -24,22 +25,36 @@ __all__ = ["CropPlan", "stack_holograms", "intensities", "cuda_pipeline_bytes", 
 
 
 class CropPlan:
-    """The crop of :func:`extract_fields`, computed once: window rows and columns, pupil, scale."""
+    """The crop of :func:`extract_fields`, computed once: window rows and columns, filter, scale.
 
-    def __init__(self, big: int, sideband, *, hologram_pixel: float, n: int, pupil_frequency: float) -> None:
-        if n > big:
+    ``big``: the hologram size N, or its shape (M, N) for a rectangular one; ``n``: the window (and
+    field) size, or its shape (n0, n1). ``filter`` (a shape of :mod:`qora.holo.filters`) of radius
+    ``pupil_frequency`` (cycles/um) about the sideband; ``pupil`` holds its weights (n0, n1), FFT order.
+    """
+
+    def __init__(self, big, sideband, *, hologram_pixel: float, n, pupil_frequency: float,
+                 filter: str = "disk") -> None:
+        shape, window = _pair(big), _pair(n)
+        if window[0] > shape[0] or window[1] > shape[1]:
             raise InputError(f"the crop window n={n} exceeds the hologram size {big}")
-        self.big, self.n = big, n
+        self.shape, self.window = shape, window
+        self.big, self.n = shape[-1], window[-1]  # the square sizes the CUDA stage reads
+        self.filter = check_filter(filter)
         self.sideband = np.asarray(sideband, float)
-        df = 1.0 / (big * hologram_pixel)
+        df = 1.0 / (np.asarray(shape) * hologram_pixel)
         centre = np.round(self.sideband / df).astype(int)  # integer bin of the sideband
-        m = np.fft.fftfreq(n, 1.0 / n).astype(int)  # window offsets in FFT order
-        self.rows = (centre[0] + m) % big
-        self.cols = (centre[1] + m) % big
-        fy = (centre[0] + m) * df
-        fx = (centre[1] + m) * df
-        self.pupil = np.hypot(fy[:, None] - self.sideband[0], fx[None, :] - self.sideband[1]) <= pupil_frequency
-        self.scale = (n / big) ** 2
+        m0, m1 = (np.fft.fftfreq(w, 1.0 / w).astype(int) for w in window)  # window offsets in FFT order
+        self.rows = (centre[0] + m0) % shape[0]
+        self.cols = (centre[1] + m1) % shape[1]
+        fy = (centre[0] + m0) * df[0]
+        fx = (centre[1] + m1) * df[1]
+        self.pupil = filter_weights(self.filter, fy[:, None] - self.sideband[0], fx[None, :] - self.sideband[1],
+                                    pupil_frequency)
+        self.scale = window[0] * window[1] / (shape[0] * shape[1])
+
+    @property
+    def square(self) -> bool:
+        return self.shape[0] == self.shape[1] and self.window[0] == self.window[1]
 
     def __call__(self, hologram) -> np.ndarray:
         spec = np.fft.fft2(np.fft.ifftshift(hologram))
@@ -47,15 +62,23 @@ class CropPlan:
         return np.fft.fftshift(np.fft.ifft2(window)) * self.scale
 
 
-def stack_holograms(holograms, name: str = "holograms"):
-    """Holograms as a float64 stack (A, N, N) and whether one (N, N) was given; checked real (holograms
-    are intensities: complex values are refused, not cast), square and finite (InputError saying how
-    many values are not)."""
+def _pair(value) -> tuple[int, int]:
+    """An int N as (N, N), a pair as two ints (sizes in pixels)."""
+    if np.ndim(value) == 0:
+        return int(value), int(value)
+    a, b = (int(v) for v in value)
+    return a, b
+
+
+def stack_holograms(holograms, name: str = "holograms", *, square: bool = True):
+    """Holograms as a float64 stack (A, M, N) and whether one (M, N) was given; checked real (holograms
+    are intensities: complex values are refused, not cast), square (M = N, unless ``square`` is False)
+    and finite (InputError saying how many values are not)."""
     holos = intensities(name, holograms)
     single = holos.ndim == 2
     if single:
         holos = holos[None]
-    if holos.ndim != 3 or holos.shape[-1] != holos.shape[-2]:
+    if holos.ndim != 3 or (square and holos.shape[-1] != holos.shape[-2]):
         raise InputError(f"{name} must be (A, N, N) or (N, N), got shape {holos.shape}")
     return holos, single
 
