@@ -31,6 +31,18 @@ from qora.ssb.session import Session
 __all__ = ["LiveG"]
 
 
+def _tukey(n: int, fraction: float) -> np.ndarray:
+    """A Tukey window of n points: flat in the middle, cosine tapers over ``fraction`` / 2 of
+    the points at each end (``fraction`` 1: a Hann window)."""
+    x = (np.arange(n) + 0.5) / n
+    edge = max(fraction / 2, 1e-12)
+    w = np.ones(n)
+    low, high = x < edge, x > 1 - edge
+    w[low] = 0.5 * (1 - np.cos(np.pi * x[low] / edge))
+    w[high] = 0.5 * (1 - np.cos(np.pi * (1 - x[high]) / edge))
+    return w
+
+
 class LiveG:
     """The rows of G(Q, k) so far, transformed along the scan columns, and the sessions made of them.
 
@@ -216,11 +228,20 @@ class LiveG:
             return self.fixed_detector
         return fit_detector_from_mean(self.backend.to_host(self._mean_pattern()), self.settings["alpha_mrad"])
 
-    def session(self, *, rows: int | None = None) -> Session:
+    def session(self, *, rows: int | None = None, taper: float = 0.0) -> Session:
         """A :class:`qora.ssb.Session` of the first ``rows`` scan rows (default: all rows transformed
         with no gap so far): G transformed along the scan rows now, of the refitted disk's pixels,
         scaled by the level from the running mean pattern. The scan's window is those rows: a
-        partial scan is a scan of fewer rows (its frequencies spaced 1 / (rows scan_step))."""
+        partial scan is a scan of fewer rows (its frequencies spaced 1 / (rows scan_step)).
+
+        ``taper``: the fraction of the rows at each end brought smoothly to the mean (a Tukey
+        window along the slow axis, after each pixel's mean over the rows is taken out; 1: Hann),
+        default 0: none. The transform takes the rows as periodic, and the jump from the last row
+        so far back to the first is no part of the specimen; a taper removes that jump but also
+        weights down a quarter of rows (docs/ssb.md, "Live": on the simulator's films the fit
+        after 25% of the rows lands closer to the whole scan's without it). The whole scan is
+        never tapered: its G equals the offline session's.
+        """
         from qora.backend.fft import fft, irfft
 
         xp = self.xp
@@ -242,7 +263,14 @@ class LiveG:
         check_level(level)
         sel = xp.asarray(where)
         part = self.G_rows[:n][:, :, sel]
-        G = fft(part, axis=0)
+        if taper and n < self.scan_shape[0]:
+            tapered = part.copy()
+            tapered[:, 0] -= tapered[:, 0].mean(0)  # each pixel's mean over the rows so far out (Q = 0)
+            tapered *= xp.asarray(_tukey(n, taper).astype(self.real))[:, None, None]
+            G = fft(tapered, axis=0)
+            del tapered
+        else:
+            G = fft(part, axis=0)
         G *= self.real(1.0 / level)
         bright = irfft(part.sum(-1), n=self.scan_shape[1], axis=1).real
         del part

@@ -22,7 +22,7 @@ from qora.io.errors import FileFormatError, InputError
 from qora.ssb.live.frames import Frames, Source
 from qora.ssb.readers import (MERLIN_DTYPES, check_raw, decode_raw_1bit, header_fields, merlin_frame_header)
 
-__all__ = ["MerlinTCPSource", "acquisition_header", "frame_message", "message", "DATA_PORT"]
+__all__ = ["MerlinTCPSource", "decode_frame", "acquisition_header", "frame_message", "message", "DATA_PORT"]
 
 DATA_PORT = 6342
 PREFIX = 15  # b"MPX," + 10 digits + b","
@@ -38,7 +38,7 @@ def acquisition_header(*, frames: int, frames_per_trigger: int, counter_depth: i
                        assembly: str = "1x1", trigger: str = "Rising Edge") -> bytes:
     """An acquisition header's message body (``HDR,`` and the ``.hdr`` text): a scan of
     ``frames`` frames, one trigger a scan row of ``frames_per_trigger`` (the simulator's)."""
-    lines = ["HDR,", "Time and Date Stamp (day, mnth, yr, hr, min, s):\t01/01/2026 00:00:00",
+    lines = ["HDR,\t", "Time and Date Stamp (day, mnth, yr, hr, min, s):\t01/01/2026 00:00:00",
              f"Chip ID:\tW000_X00, - , - , -", "Chip Type (Medipix 3.0, Medipix 3.1, Medipix 3RX):\tMedipix 3RX",
              f"Assembly Size (NX1, 2X2):\t{assembly}", "Chip Mode  (SPM, CSM, CM, CSCM):\tSPM",
              f"Counter Depth (number):\t{counter_depth}", "Gain:\tSLGM", "Active Counters:\tAlternating",
@@ -64,10 +64,28 @@ def frame_message(number: int, frame: np.ndarray, *, counter_depth: int = 12, ra
     else:
         fmt = FORMATS[counter_depth]
         pixels, fmt = stored.astype(MERLIN_DTYPES[fmt]).tobytes(), fmt
+    # the fields of a single chip's header; the last ones (extended time stamp, exposure in ns,
+    # counter depth) are where the .mib readers look for them
     head = (f"MQ1,{number:06d},00384,01,{cols:04d},{rows:04d},{fmt},   1x1,01,2026-01-01 00:00:00.000000,"
             f"1.000000,0,0,0,1.000000E+1,5.110000E+2,0.000000E+0,0.000000E+0,0.000000E+0,0.000000E+0,"
-            f"0.000000E+0,0.000000E+0,3RX,0,{counter_depth:02d},")
+            f"0.000000E+0,0.000000E+0,3RX,MQ1A,2026-01-01T00:00:00.000000000Z,1000000ns,{counter_depth},")
     return head.encode("latin-1").ljust(384, b"\0") + pixels
+
+
+def decode_frame(body, detector_shape, *, where: str = "Merlin"):
+    """``(index, frame)`` of a frame's bytes (its MQ1 header and pixels, from a message or a
+    ``.mib`` file): the scan index (frame number - 1) and the pixels (det_row, det_col), rows
+    flipped as the ``.mib`` reader flips them."""
+    head = merlin_frame_header(bytes(body[:768]).decode("latin-1").split(","))
+    if (head["rows"], head["cols"]) != tuple(detector_shape):
+        raise FileFormatError(f"{where}: frame {head['number']} is {head['rows']}x{head['cols']}, the stream's "
+                              f"frames are {detector_shape[0]}x{detector_shape[1]}")
+    pixels = np.frombuffer(body, np.uint8, head["payload"], head["header_size"])
+    if head["pixel_format"] == "R64":
+        frame = decode_raw_1bit(pixels[None], head["rows"], head["cols"])[0]
+    else:
+        frame = pixels.view(MERLIN_DTYPES[head["pixel_format"]]).reshape(head["rows"], head["cols"])[::-1]
+    return head["number"] - 1, frame
 
 
 class MerlinTCPSource(Source):
@@ -146,16 +164,7 @@ class MerlinTCPSource(Source):
         return body
 
     def _decode(self, body: bytes):
-        head = merlin_frame_header(body[:768].decode("latin-1").split(","))
-        if (head["rows"], head["cols"]) != self.detector_shape:
-            raise FileFormatError(f"{self!r}: frame {head['number']} is {head['rows']}x{head['cols']}, the stream's "
-                                  f"frames are {self.detector_shape[0]}x{self.detector_shape[1]}")
-        pixels = np.frombuffer(body, np.uint8, head["payload"], head["header_size"])
-        if head["pixel_format"] == "R64":
-            frame = decode_raw_1bit(pixels[None], head["rows"], head["cols"])[0]
-        else:
-            frame = pixels.view(MERLIN_DTYPES[head["pixel_format"]]).reshape(head["rows"], head["cols"])[::-1]
-        return head["number"] - 1, frame
+        return decode_frame(body, self.detector_shape, where=repr(self))
 
     def __iter__(self):
         self.open()

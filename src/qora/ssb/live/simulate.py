@@ -13,13 +13,14 @@ import json
 import socket
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
 from qora.io.errors import InputError
 from qora.ssb.live import dectris, merlin
 
-__all__ = ["MerlinSimulator", "DectrisSimulator"]
+__all__ = ["MerlinSimulator", "DectrisSimulator", "MibWriter"]
 
 
 class _Simulator:
@@ -203,3 +204,27 @@ class DectrisSimulator(_Simulator):
         finally:
             self._socket.close()
             self._context.term()
+
+
+class MibWriter(_Simulator):
+    """A Merlin acquisition written to ``path`` (``.mib`` and its ``.hdr``) at a set frame rate,
+    as the detector software writes it: for the follow mode. The ``.hdr`` is written first."""
+
+    def __init__(self, data, path, *, counter_depth: int = 12, raw: bool = False, **options) -> None:
+        super().__init__(data, **options)
+        self.path = Path(path)
+        self.counter_depth, self.raw = counter_depth, raw
+
+    def _serve(self) -> None:
+        hdr = merlin.acquisition_header(frames=self.total, frames_per_trigger=self.scan_shape[1],
+                                        counter_depth=self.counter_depth, raw=self.raw)
+        self.path.with_suffix(".hdr").write_bytes(hdr.rstrip(b" ") + b"\n")
+        t0 = time.perf_counter()
+        with open(self.path, "wb") as f:
+            for n, i in enumerate(self.order):
+                if not self._pace(t0, n):
+                    break
+                f.write(merlin.frame_message(int(i) + 1, self.frame(int(i)), counter_depth=self.counter_depth,
+                                             raw=self.raw))
+                f.flush()
+                self.sent += 1
