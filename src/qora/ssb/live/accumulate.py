@@ -194,8 +194,9 @@ class LiveG:
         return closed
 
     def _transform(self, rows) -> None:
-        """Fill the missing frames of closed ``rows`` with the mean pattern (no contrast: a dropped
-        frame shows as flat, never as another position's), transform them along the scan columns."""
+        """Transform closed ``rows`` along the scan columns, their missing frames as zeros: the
+        mean pattern takes their place when G is made (:meth:`session`), so that a dropped frame
+        shows as flat, never as another position's, with the mean of all frames received then."""
         if not rows:
             return
         xp = self.xp
@@ -204,9 +205,8 @@ class LiveG:
         slots = rows % self.ring
         missing = ~self.placement.received[rows]
         if missing.any():
-            fill = self._mean_pattern()[self._flat_gathered()].astype(self.real)
             r, c = np.nonzero(missing)
-            self._buffer[xp.asarray(slots[r]), xp.asarray(c)] = fill
+            self._buffer[xp.asarray(slots[r]), xp.asarray(c)] = 0
         from qora.backend.fft import rfft
 
         self.G_rows[xp.asarray(rows)] = rfft(self._buffer[xp.asarray(slots)], axis=1).astype(self.complex, copy=False)
@@ -263,6 +263,10 @@ class LiveG:
         check_level(level)
         sel = xp.asarray(where)
         part = self.G_rows[:n][:, :, sel]
+        missing = ~self.placement.received[:n]
+        if missing.any():  # the mean pattern at the missing positions: its row transform is separable
+            fill = self._mean_pattern().reshape(-1)[xp.asarray(bf_index)].astype(self.real)
+            part = part + xp.asarray(np.fft.rfft(missing, axis=1).astype(self.complex))[:, :, None] * fill
         if taper and n < self.scan_shape[0]:
             tapered = part.copy()
             tapered[:, 0] -= tapered[:, 0].mean(0)  # each pixel's mean over the rows so far out (Q = 0)

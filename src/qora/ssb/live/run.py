@@ -47,8 +47,13 @@ class LiveOptions:
     """Fit the thick-sample branch (thickness, tilt) too, at the end."""
     band: tuple = (0.2, 0.9)
     """The fit's band of scan frequencies (1/A)."""
-    trials: int = 64
+    trials: int = 200
     """The cold fit's search trials (rotation given) (:func:`qora.ssb.fit_session`)."""
+    final_fit: str = "cold"
+    """The fit of the whole scan: "cold", the offline fit (:func:`qora.ssb.fit_session`, its search
+    then Newton: the same result as the offline session's), or "warm", Newton from the last
+    partial-scan fit only (faster, but it keeps the partial fit's basin: on a small or noisy scan
+    that can be a lower local maximum than the search finds)."""
     queue_frames: int = 65536
     """Frames the receive queue holds."""
     max_wait_s: float = 2.0
@@ -118,6 +123,8 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
     """
     if options.method not in ("ssb", "parallax"):
         raise InputError(f"method must be 'ssb' or 'parallax', got {options.method!r}")
+    if options.final_fit not in ("cold", "warm"):
+        raise InputError(f"final_fit must be 'cold' or 'warm', got {options.final_fit!r}")
     source.open()
     if source.scan_shape is None or source.detector_shape is None:
         raise InputError(f"{source!r}: no scan or detector shape after its header")
@@ -172,7 +179,7 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
         if not options.fit or (not final and session.scan_shape[0] < max(2, options.fit_after * rows)):
             return state["fit"]
         tilt = options.tilt and final
-        if state["fit"] is None:
+        if state["fit"] is None or (final and options.final_fit == "cold"):
             state["fit"] = cold_fit(session, rotation=rotation, tilt=tilt, band=options.band, trials=options.trials)
         else:
             state["fit"] = warm_fit(session, state["fit"], fit_rotation=fit_rotation, tilt=tilt, band=options.band)
