@@ -15,14 +15,17 @@ import struct
 
 import numpy as np
 
-from qora.io.errors import FileFormatError
+from qora.io.errors import FileFormatError, MissingExtra
 
-__all__ = ["decompress", "compress"]
+__all__ = ["decompress", "compress", "lz4_codec"]
 
 
-def _lz4():
-    from numcodecs import LZ4
-
+def lz4_codec():
+    """numcodecs' LZ4 block codec (its own 4-byte little-endian size header before each block)."""
+    try:
+        from numcodecs import LZ4
+    except ImportError:
+        raise MissingExtra("LZ4-compressed DECTRIS frames need numcodecs: pip install 'qora[live]'") from None
     return LZ4()
 
 
@@ -50,7 +53,7 @@ def decompress(blob: bytes, dtype, count: int) -> np.ndarray:
     if total != count * itemsize or block_bytes % (8 * itemsize):
         raise FileFormatError(f"a bitshuffle-LZ4 frame of {total} bytes in blocks of {block_bytes}: expected "
                               f"{count * itemsize} bytes of {dtype}")
-    codec = _lz4()
+    codec = lz4_codec()
     out = np.empty(total, np.uint8)
     pos, done = 12, 0
     whole = (count // 8) * 8 * itemsize  # bytes in shuffled blocks
@@ -70,7 +73,7 @@ def compress(data: np.ndarray, *, block_bytes: int = 8192) -> bytes:
     itemsize = data.dtype.itemsize
     raw = data.view(np.uint8).reshape(-1)
     count = data.size
-    codec = _lz4()
+    codec = lz4_codec()
     parts = [struct.pack(">QI", raw.size, block_bytes)]
     whole = (count // 8) * 8 * itemsize
     for start in range(0, whole, block_bytes):

@@ -25,11 +25,11 @@ import struct
 
 import numpy as np
 
-from qora.io.errors import FileFormatError, InputError
+from qora.io.errors import FileFormatError, InputError, MissingExtra
 from qora.ssb.live import bslz4
 from qora.ssb.live.frames import Frames, Source
 
-__all__ = ["DectrisZMQSource", "decode_frame", "encode_frame", "DATA_PORT"]
+__all__ = ["DectrisZMQSource", "decode_frame", "decode_frames", "encode_frame", "DATA_PORT"]
 
 DATA_PORT = 9999
 
@@ -46,9 +46,7 @@ def decode_frame(info: dict, blob: bytes) -> np.ndarray:
     if encoding == "<":
         flat = np.frombuffer(blob, dtype, count)
     elif encoding == "lz4<":
-        from numcodecs import LZ4
-
-        flat = np.frombuffer(LZ4().decode(struct.pack("<I", count * dtype.itemsize) + bytes(blob)), dtype, count)
+        flat = np.frombuffer(bslz4.lz4_codec().decode(struct.pack("<I", count * dtype.itemsize) + bytes(blob)), dtype, count)
     elif encoding.startswith("bs") and encoding.endswith("-lz4<"):
         if int(encoding[2:-5]) != 8 * dtype.itemsize:
             raise FileFormatError(f"DECTRIS encoding {encoding} does not match the type {info['type']}")
@@ -58,6 +56,27 @@ def decode_frame(info: dict, blob: bytes) -> np.ndarray:
     return flat.reshape(rows, cols)
 
 
+def decode_frames(infos: list, blobs: list) -> np.ndarray:
+    """Frames (n, rows, cols) of a batch of image messages: bitshuffle-LZ4 frames of one shape and
+    type are decoded together in parallel (:mod:`qora.ssb.live.bslz4_numba`), others one by one."""
+    first = infos[0]
+    encoding = first.get("encoding", "")
+    same = all(i.get("shape") == first.get("shape") and i.get("type") == first.get("type")
+               and i.get("encoding") == encoding for i in infos)
+    if same and encoding.startswith("bs") and encoding.endswith("-lz4<") and len(infos) > 1:
+        from qora.ssb.live.bslz4_numba import decode_batch
+
+        cols, rows = (int(v) for v in first["shape"])
+        dtype = np.dtype(first["type"])
+        if int(encoding[2:-5]) != 8 * dtype.itemsize:
+            raise FileFormatError(f"DECTRIS encoding {encoding} does not match the type {first['type']}")
+        try:
+            return decode_batch(blobs, dtype, rows * cols).reshape(len(blobs), rows, cols)
+        except ValueError as error:
+            raise FileFormatError(f"a DECTRIS image: {error}") from None
+    return np.stack([decode_frame(i, b) for i, b in zip(infos, blobs)])
+
+
 def encode_frame(frame: np.ndarray, encoding: str = "bs16-lz4<") -> tuple[dict, bytes]:
     """A frame's ``dimage_d-1.0`` part and bytes (the simulator's encoder)."""
     frame = np.ascontiguousarray(frame)
@@ -65,9 +84,7 @@ def encode_frame(frame: np.ndarray, encoding: str = "bs16-lz4<") -> tuple[dict, 
     if encoding == "<":
         blob = little.tobytes()
     elif encoding == "lz4<":
-        from numcodecs import LZ4
-
-        blob = LZ4().encode(little.tobytes())[4:]
+        blob = bslz4.lz4_codec().encode(little.tobytes())[4:]
     elif encoding.startswith("bs") and encoding.endswith("-lz4<"):
         blob = bslz4.compress(little)
     else:
@@ -113,7 +130,7 @@ class DectrisZMQSource(Source):
         try:
             import zmq
         except ImportError:
-            raise InputError("the DECTRIS stream needs pyzmq: pip install 'qora[live]'") from None
+            raise MissingExtra("the DECTRIS stream needs pyzmq: pip install 'qora[live]'") from None
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.PULL)
         self._socket.setsockopt(zmq.LINGER, 0)
@@ -143,7 +160,7 @@ class DectrisZMQSource(Source):
 
     def __iter__(self):
         self.open()
-        index, frames = [], []
+        index, infos, blobs = [], [], []
         while True:
             head, parts = self._first if self._first is not None else self._recv()
             self._first = None
@@ -155,12 +172,13 @@ class DectrisZMQSource(Source):
             if len(parts) < 3:
                 raise FileFormatError(f"{self!r}: image message of {len(parts)} parts (expected 4)")
             index.append(int(head["frame"]))
-            frames.append(decode_frame(json.loads(bytes(parts[1].buffer)), parts[2].buffer))
+            infos.append(json.loads(bytes(parts[1].buffer)))
+            blobs.append(parts[2].buffer)
             if len(index) >= self.batch:
-                yield Frames(np.array(index), np.stack(frames))
-                index, frames = [], []
+                yield Frames(np.array(index), decode_frames(infos, blobs))
+                index, infos, blobs = [], [], []
         if index:
-            yield Frames(np.array(index), np.stack(frames))
+            yield Frames(np.array(index), decode_frames(infos, blobs))
 
     def close(self) -> None:
         if self._socket is not None:

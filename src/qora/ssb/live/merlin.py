@@ -22,7 +22,8 @@ from qora.io.errors import FileFormatError, InputError
 from qora.ssb.live.frames import Frames, Source
 from qora.ssb.readers import (MERLIN_DTYPES, check_raw, decode_raw_1bit, header_fields, merlin_frame_header)
 
-__all__ = ["MerlinTCPSource", "decode_frame", "acquisition_header", "frame_message", "message", "DATA_PORT"]
+__all__ = ["MerlinTCPSource", "decode_frame", "decode_pixels", "encode_pixels", "frame_header", "frame_message",
+           "frame_messages", "acquisition_header", "message", "DATA_PORT"]
 
 DATA_PORT = 6342
 PREFIX = 15  # b"MPX," + 10 digits + b","
@@ -51,41 +52,74 @@ def acquisition_header(*, frames: int, frames_per_trigger: int, counter_depth: i
     return "\n".join(lines).encode("latin-1").ljust(2048, b" ")
 
 
-def frame_message(number: int, frame: np.ndarray, *, counter_depth: int = 12, raw: bool = False) -> bytes:
-    """A frame's message body: its MQ1 header (384 bytes, single chip) and pixels, of a frame
-    (det_row, det_col) as the ``.mib`` reader returns it (the rows are flipped back for the wire)."""
-    rows, cols = frame.shape
-    stored = np.asarray(frame)[::-1]
-    if raw:
-        if counter_depth != 1:
-            raise InputError("RAW frames are written here for counter depth 1 only")
-        bits = np.packbits(stored.reshape(-1, 8, 8).astype(bool), axis=-1, bitorder="little")  # (words, 8)
-        pixels, fmt = bits[:, ::-1].tobytes(), "R64"
-    else:
-        fmt = FORMATS[counter_depth]
-        pixels, fmt = stored.astype(MERLIN_DTYPES[fmt]).tobytes(), fmt
-    # the fields of a single chip's header; the last ones (extended time stamp, exposure in ns,
-    # counter depth) are where the .mib readers look for them
+def frame_header(number: int, rows: int, cols: int, *, counter_depth: int = 12, raw: bool = False) -> bytes:
+    """A single chip's 384-byte MQ1 frame header; the last fields (extended time stamp, exposure in
+    ns, counter depth) are where the ``.mib`` readers look for them."""
+    fmt = "R64" if raw else FORMATS[counter_depth]
     head = (f"MQ1,{number:06d},00384,01,{cols:04d},{rows:04d},{fmt},   1x1,01,2026-01-01 00:00:00.000000,"
             f"1.000000,0,0,0,1.000000E+1,5.110000E+2,0.000000E+0,0.000000E+0,0.000000E+0,0.000000E+0,"
             f"0.000000E+0,0.000000E+0,3RX,MQ1A,2026-01-01T00:00:00.000000000Z,1000000ns,{counter_depth},")
-    return head.encode("latin-1").ljust(384, b"\0") + pixels
+    return head.encode("latin-1").ljust(384, b"\0")
+
+
+def encode_pixels(frames: np.ndarray, *, counter_depth: int = 12, raw: bool = False) -> np.ndarray:
+    """Frames (n, det_row, det_col) as the reader returns them, as their pixel bytes on the wire
+    (n, payload) uint8: rows flipped back, big-endian, or RAW 1-bit words."""
+    stored = np.asarray(frames)[:, ::-1]
+    n = stored.shape[0]
+    if raw:
+        if counter_depth != 1:
+            raise InputError("RAW frames are written here for counter depth 1 only")
+        bits = np.packbits(stored.reshape(n, -1, 8, 8).astype(bool), axis=-1, bitorder="little")  # (n, words, 8)
+        return np.ascontiguousarray(bits[:, :, ::-1]).reshape(n, -1)
+    return np.ascontiguousarray(stored, dtype=MERLIN_DTYPES[FORMATS[counter_depth]]).view(np.uint8).reshape(n, -1)
+
+
+def frame_message(number: int, frame: np.ndarray, *, counter_depth: int = 12, raw: bool = False) -> bytes:
+    """A frame's message body (or its record in a ``.mib`` file): its MQ1 header and pixels, of a
+    frame (det_row, det_col) as the ``.mib`` reader returns it."""
+    rows, cols = frame.shape
+    return (frame_header(number, rows, cols, counter_depth=counter_depth, raw=raw)
+            + encode_pixels(frame[None], counter_depth=counter_depth, raw=raw).tobytes())
+
+
+def frame_messages(numbers, frames: np.ndarray, *, counter_depth: int = 12, raw: bool = False) -> np.ndarray:
+    """Whole messages (``MPX,`` prefix, header, pixels) of many frames at once, (n, bytes) uint8:
+    the header is a template whose six digits of frame number are written per row (numbers from
+    1 to 999,999, the header's field width)."""
+    numbers = np.asarray(numbers, np.int64)
+    n, rows, cols = frames.shape
+    pixels = encode_pixels(frames, counter_depth=counter_depth, raw=raw)
+    head = np.frombuffer(frame_header(0, rows, cols, counter_depth=counter_depth, raw=raw), np.uint8)
+    prefix = np.frombuffer(b"MPX,%010d," % (len(head) + pixels.shape[1] + 1), np.uint8)
+    out = np.empty((n, PREFIX + len(head) + pixels.shape[1]), np.uint8)
+    out[:, :PREFIX] = prefix
+    out[:, PREFIX:PREFIX + len(head)] = head
+    for j in range(6):
+        out[:, PREFIX + 4 + j] = 48 + (numbers // 10 ** (5 - j)) % 10
+    out[:, PREFIX + len(head):] = pixels
+    return out
+
+
+def decode_pixels(pixels: np.ndarray, head: dict) -> np.ndarray:
+    """Pixel bytes (n, payload) uint8 of frames with the header ``head`` as (n, det_row, det_col)
+    in native byte order, rows flipped as the ``.mib`` reader flips them."""
+    rows, cols = head["rows"], head["cols"]
+    if head["pixel_format"] == "R64":
+        return decode_raw_1bit(pixels, rows, cols)
+    big = pixels.view(MERLIN_DTYPES[head["pixel_format"]]).reshape(-1, rows, cols)[:, ::-1]
+    return big.astype(big.dtype.newbyteorder("="))
 
 
 def decode_frame(body, detector_shape, *, where: str = "Merlin"):
     """``(index, frame)`` of a frame's bytes (its MQ1 header and pixels, from a message or a
-    ``.mib`` file): the scan index (frame number - 1) and the pixels (det_row, det_col), rows
-    flipped as the ``.mib`` reader flips them."""
+    ``.mib`` file): the scan index (frame number - 1) and the pixels (det_row, det_col)."""
     head = merlin_frame_header(bytes(body[:768]).decode("latin-1").split(","))
     if (head["rows"], head["cols"]) != tuple(detector_shape):
         raise FileFormatError(f"{where}: frame {head['number']} is {head['rows']}x{head['cols']}, the stream's "
                               f"frames are {detector_shape[0]}x{detector_shape[1]}")
     pixels = np.frombuffer(body, np.uint8, head["payload"], head["header_size"])
-    if head["pixel_format"] == "R64":
-        frame = decode_raw_1bit(pixels[None], head["rows"], head["cols"])[0]
-    else:
-        frame = pixels.view(MERLIN_DTYPES[head["pixel_format"]]).reshape(head["rows"], head["cols"])[::-1]
-    return head["number"] - 1, frame
+    return head["number"] - 1, decode_pixels(pixels[None], head)[0]
 
 
 class MerlinTCPSource(Source):
@@ -105,7 +139,8 @@ class MerlinTCPSource(Source):
         self.scan_shape = None if scan_shape is None else tuple(int(v) for v in scan_shape)
         self.batch, self.timeout = int(batch), float(timeout)
         self._sock = None
-        self._buffer = bytearray()
+        self._buf = np.empty(1 << 22, np.uint8)  # received bytes not yet taken: _buf[:_end]
+        self._end = 0
 
     def __repr__(self) -> str:
         return f"MerlinTCPSource(tcp://{self.address[0]}:{self.address[1]})"
@@ -138,54 +173,125 @@ class MerlinTCPSource(Source):
         if head["pixel_format"] == "R64":
             check_raw(self.header, head["assembly"], repr(self))
 
-    def _recv_exact(self, n: int):
-        while len(self._buffer) < n:
+    def _reserve(self, size: int) -> None:
+        if size > len(self._buf):
+            grown = np.empty(max(size, 2 * len(self._buf)), np.uint8)
+            grown[:self._end] = self._buf[:self._end]
+            self._buf = grown
+
+    def _fill(self, need: int) -> bool:
+        """Receive until the buffer holds ``need`` bytes (False when the connection closed first)."""
+        self._reserve(need)
+        view = memoryview(self._buf)
+        while self._end < need:
             try:
-                chunk = self._sock.recv(max(1 << 20, n - len(self._buffer)))
+                got = self._sock.recv_into(view[self._end:])
             except socket.timeout:
                 raise InputError(f"{self!r}: no data for {self.timeout:g} s") from None
-            if not chunk:
-                return None
-            self._buffer += chunk
-        out = bytes(self._buffer[:n])
-        del self._buffer[:n]
+            if not got:
+                return False
+            self._end += got
+        return True
+
+    def _take(self, n: int) -> bytes:
+        out = self._buf[:n].tobytes()
+        self._consume(n)
         return out
+
+    def _consume(self, n: int) -> None:
+        """Drop the first ``n`` bytes of the buffer (the rest, a part of one message, moves to the front)."""
+        self._buf[:self._end - n] = self._buf[n:self._end].copy()
+        self._end -= n
 
     def _message(self):
         """The next message's body, or None when the connection has closed."""
-        prefix = self._recv_exact(PREFIX)
-        if prefix is None:
+        if not self._fill(PREFIX):
+            if self._end:
+                raise FileFormatError(f"{self!r}: the connection closed inside a message")
             return None
-        if prefix[:4] != b"MPX," or prefix[14:15] != b",":
+        prefix = self._buf[:PREFIX].tobytes()
+        if prefix[:4] != b"MPX," or prefix[14:15] != b"," or not prefix[4:14].isdigit():
             raise FileFormatError(f"{self!r}: lost the message framing (expected MPX,<10 digits>, got {prefix!r})")
-        body = self._recv_exact(int(prefix[4:14]) - 1)
-        if body is None:
+        size = PREFIX + int(prefix[4:14]) - 1
+        if not self._fill(size):
             raise FileFormatError(f"{self!r}: the connection closed inside a message")
-        return body
+        return self._take(size)[PREFIX:]
 
     def _decode(self, body: bytes):
         return decode_frame(body, self.detector_shape, where=repr(self))
+
+    def _whole_frames(self, template: np.ndarray, head: dict):
+        """The frames at the start of the buffer that have the first frame's layout (the same
+        prefix and header up to its frame number): ``(numbers, frames)``, taken from the buffer;
+        None when the next message differs (it is read by the general path)."""
+        size = len(template)
+        count = self._end // size
+        if not count:
+            return None
+        rows = self._buf[:count * size].reshape(count, size)
+        same = (rows[:, :PREFIX + 4] == template[:PREFIX + 4]).all(1) & (rows[:, PREFIX + 10] == template[PREFIX + 10])
+        if not same[0]:
+            return None
+        count = int(np.argmin(same)) if not same.all() else count
+        rows = rows[:count]
+        digits = rows[:, PREFIX + 4:PREFIX + 10].astype(np.int64) - 48
+        if (digits < 0).any() or (digits > 9).any():
+            return None
+        numbers = digits @ (10 ** np.arange(5, -1, -1))
+        frames = decode_pixels(rows[:, PREFIX + head["header_size"]:], head)  # a copy: the buffer is reused
+        self._consume(count * size)
+        return numbers, frames
+
+    def _drain(self, want: int) -> None:
+        """Take what has already arrived, up to ``want`` bytes in the buffer, without waiting."""
+        self._reserve(want)
+        view = memoryview(self._buf)
+        self._sock.setblocking(False)
+        try:
+            while self._end < want:
+                got = self._sock.recv_into(view[self._end:want])
+                if not got:
+                    break
+                self._end += got
+        except BlockingIOError:
+            pass
+        finally:
+            self._sock.settimeout(self.timeout)
 
     def __iter__(self):
         self.open()
         total = self.scan_shape[0] * self.scan_shape[1]
         body, self._first = self._first, None
-        index, frames, seen = [], [], 0
-        while body is not None:
-            if not body.startswith(b"MQ1,"):
-                raise FileFormatError(f"{self!r}: a message that is not a frame ({body[:8]!r}) inside the acquisition")
-            i, frame = self._decode(body)
-            index.append(i)
-            frames.append(frame)
-            seen += 1
-            if len(index) >= self.batch:
-                yield Frames(np.array(index), np.stack(frames))
-                index, frames = [], []
-            if i + 1 >= total and seen >= total:
+        if body is None:
+            return
+        head = merlin_frame_header(body[:768].decode("latin-1").split(","))
+        template = np.frombuffer(b"MPX,%010d," % (len(body) + 1) + body, np.uint8)
+        size = len(template)
+        i, frame = self._decode(body)
+        yield Frames(np.array([i]), frame[None])
+        seen, last = 1, i
+        # the scan ends with its last frame (what is still missing was dropped) or when the detector
+        # closes the connection
+        while last < total - 1 or self._end:
+            want = min(self.batch, max(1, total - seen)) * size
+            if not self._fill(min(want, size)) and self._end == 0:
                 break
-            body = self._message()
-        if index:
-            yield Frames(np.array(index), np.stack(frames))
+            self._drain(want)
+            fast = self._whole_frames(template, head)
+            if fast is not None:
+                numbers, frames = fast
+            else:  # another layout: one message by the general path
+                body = self._message()
+                if body is None:
+                    break
+                if not body.startswith(b"MQ1,"):
+                    raise FileFormatError(f"{self!r}: a message that is not a frame ({body[:8]!r}) inside the "
+                                          "acquisition")
+                number, frame = self._decode(body)
+                numbers, frames = np.array([number + 1]), frame[None]
+            seen += len(numbers)
+            last = max(last, int(numbers.max()) - 1)
+            yield Frames(numbers - 1, frames)
 
     def close(self) -> None:
         if self._sock is not None:
