@@ -259,7 +259,7 @@ class LiveG:
                           f"beyond the {self.margin:g} px margin gathered; they are left out (a larger margin keeps them)",
                           stacklevel=2)
             bf_index, k, where = bf_index[inside], k[inside], where[inside]
-        level = float(self.backend.to_host(self._mean_pattern()[np.unravel_index(bf_index, self.detector_shape)]).mean())
+        level = float(self.backend.to_host(self._mean_pattern().reshape(-1)[xp.asarray(bf_index)]).mean())
         check_level(level)
         sel = xp.asarray(where)
         part = self.G_rows[:n][:, :, sel]

@@ -96,17 +96,18 @@ class _Counter:
     def __init__(self) -> None:
         self.received = self.processed = 0
         self.queue_peak = 0
-        self.t0 = time.perf_counter()
-        self.t_first = self.t_last = None
+        self.t0 = time.perf_counter()  # the stream's header read: the receiver starts
+        self.t_last = None  # the last frame received
+        self.t_processed = None  # the last frame placed in G's rows
 
 
 def _statistics(c: _Counter, live: LiveG, q: queue.Queue) -> dict:
     now = time.perf_counter()
-    span = max(1e-9, (c.t_last or now) - (c.t_first or c.t0))
     report = live.report
     return {"received": c.received, "processed": c.processed, "dropped": len(report.dropped), "late": len(report.late),
             "repeated": len(report.repeated), "out_of_order": report.out_of_order,
-            "received_fps": c.received / span, "processed_fps": c.processed / max(1e-9, now - (c.t_first or c.t0)),
+            "received_fps": c.received / max(1e-9, (c.t_last or now) - c.t0),
+            "processed_fps": c.processed / max(1e-9, (c.t_processed or now) - c.t0),
             "queue_batches": q.qsize(), "queue_peak_batches": c.queue_peak, "rows_done": live.rows_done,
             "elapsed_s": now - c.t0}
 
@@ -141,9 +142,7 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
     def receive() -> None:
         try:
             for frames in source:
-                now = time.perf_counter()
-                counter.t_first = counter.t_first or now
-                counter.t_last = now
+                counter.t_last = time.perf_counter()
                 counter.received += len(frames.index)
                 try:
                     q.put(frames, timeout=options.max_wait_s)
@@ -168,6 +167,7 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
                     continue
 
     thread = threading.Thread(target=receive, daemon=True, name="qora-live-receiver")
+    counter.t0 = time.perf_counter()
     thread.start()
     state = {"fit": None, "last": time.perf_counter(), "rows": 0}
     fit_rotation = rotation is None
@@ -203,7 +203,7 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
                 break
             live.add(item)
             counter.processed += len(item.index)
-            now = time.perf_counter()
+            now = counter.t_processed = time.perf_counter()
             if (options.refresh_s and now - state["last"] >= options.refresh_s and live.rows_done >= 2
                     and live.rows_done > state["rows"]):
                 session = live.session()
@@ -213,16 +213,25 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
                     on_update(updates[-1])
                 state["last"], state["rows"] = time.perf_counter(), live.rows_done
         last_frame = counter.t_last or time.perf_counter()
+        ends = {"queue_s": time.perf_counter() - last_frame}  # frames still queued when the last one came
+        t = time.perf_counter()
         live.finish()
         session = live.session()
+        ends["rows_and_slow_axis_s"] = time.perf_counter() - t
+        t = time.perf_counter()
         fit = fitted(session, final=True)
+        ends["fit_s"] = time.perf_counter() - t
+        t = time.perf_counter()
         final = image(session, fit)
+        live.backend.synchronize()
+        ends["image_s"] = time.perf_counter() - t
         latency = time.perf_counter() - last_frame
     finally:
         stop.set()
         source.close()
         thread.join(5)
     stats = _statistics(counter, live, q)
-    stats.update({f"{k}": v for k, v in live.timings.items()})
+    stats.update(live.timings)
+    stats["after_last_frame"] = ends
     return LiveResult(session=session, image=final, fit=fit, statistics=stats, report=live.report, updates=updates,
                       latency_s=latency)
