@@ -345,3 +345,48 @@ def test_live_run_on_the_device_over_the_wire(counts, protocol):
     ref = _offline(data, step)
     _assert_fit_parity(ref.fit(rotation=0.0, tilt=False), result.fit)
     assert result.report.placed == data.shape[0] * data.shape[1]
+
+
+# -- the command line ------------------------------------------------------------------------------
+def test_cli_live_over_the_merlin_simulator(counts, tmp_path):
+    """`qora ssb live tcp://...` against the simulator: the refreshes, the report, the image and the
+    fit written; its image is the offline image for the fitted parameters."""
+    import json
+
+    import h5py
+    from click.testing import CliRunner
+
+    from qora.cli import cli
+    from qora.ssb import parameters_to_aberrations
+
+    data, step = counts
+    img, fit = tmp_path / "live.h5", tmp_path / "live.json"
+    with MerlinSimulator(data, fps=3000, timeout=10) as sim:
+        out = CliRunner().invoke(cli, ["ssb", "live", sim.address, "--kv", str(KV), "--semiangle", str(ALPHA),
+                                       "--scan-step", str(step), "--rotation", "0", "--refresh", "0.02",
+                                       "--fit-after", "0.4", "--out", str(img), "--fit-out", str(fit),
+                                       "--backend", "cpu"])
+        sim.join()
+    assert out.exit_code == 0, out.output
+    assert "rows " in out.output and "576 frames placed, 0 dropped" in out.output and "after the last frame" in out.output
+    record = json.loads(fit.read_text())
+    assert record["frames"]["placed"] == 576 and record["statistics"]["received"] == 576
+    ref = _offline(data, step)
+    image = ref.image(parameters_to_aberrations(record["fit"]["standard"]["parameters"]))
+    with h5py.File(img) as f:
+        np.testing.assert_allclose(f["phase"][()], image, atol=1e-6 * np.abs(image).max())
+
+
+def test_cli_serve_refuses_intensities_and_live_refuses_bad_sources(tmp_path):
+    from click.testing import CliRunner
+
+    from qora.cli import cli
+    from qora.ssb import write_dataset
+
+    path = tmp_path / "float.h5"
+    write_dataset(path, np.full((4, 4, 16, 16), 0.5), kv=KV, alpha_mrad=ALPHA, scan_step=0.4)
+    out = CliRunner().invoke(cli, ["ssb", "serve", str(path), "--timeout", "1"])
+    assert out.exit_code == 2 and "not counts" in out.output
+    out = CliRunner().invoke(cli, ["ssb", "live", "tcp://127.0.0.1", "--kv", "300", "--semiangle", "25",
+                                   "--scan-step", "0.4"])
+    assert out.exit_code == 2 and "HOST:PORT" in out.output
