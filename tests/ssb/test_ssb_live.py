@@ -390,3 +390,25 @@ def test_cli_serve_refuses_intensities_and_live_refuses_bad_sources(tmp_path):
     out = CliRunner().invoke(cli, ["ssb", "live", "tcp://127.0.0.1", "--kv", "300", "--semiangle", "25",
                                    "--scan-step", "0.4"])
     assert out.exit_code == 2 and "HOST:PORT" in out.output
+
+
+def test_a_jump_of_many_rows_closes_the_rows_it_passes(counts):
+    """Frames of rows 0 and 9 in one batch (rows 1-8 lost: the ring of row buffers is shorter than
+    the jump): row 0 keeps its frames, rows 1-8 are reported dropped, nothing is misplaced."""
+    data, step = counts
+    sy, sx = data.shape[:2]
+    flat = data.reshape((sy * sx,) + data.shape[2:])
+    live = LiveG((sy, sx), data.shape[2:], kv=KV, alpha_mrad=ALPHA, scan_step=step, calibration_rows=1)
+    head = np.arange(sx)
+    live.add(Frames(head, flat[head]))  # row 0: calibrates, closes
+    jump = np.concatenate([np.arange(sx, sx + 4), np.arange(9 * sx, 9 * sx + 4)])
+    live.add(Frames(jump, flat[jump]))
+    rest = np.arange(9 * sx + 4, sy * sx)
+    live.add(Frames(rest, flat[rest]))
+    live.finish()
+    lost = np.setdiff1d(np.arange(sy * sx), np.concatenate([head, jump, rest]))
+    assert live.report.dropped == lost.tolist() and live.report.placed == sy * sx - len(lost)
+    filled = flat.astype(np.float64)
+    filled[lost] = np.delete(flat, lost, axis=0).mean(0)
+    ref = _offline(filled.reshape(data.shape), step)
+    np.testing.assert_allclose(live.session().G, ref.G, atol=1e-9 * np.abs(ref.G).max())

@@ -172,6 +172,15 @@ class LiveG:
         keep = self.placement.accept(frames.index)
         index, data = frames.index[keep], frames.data[keep]
         if len(index):
+            if not data.dtype.isnative:  # big-endian counts (a file's): the device takes native ones
+                data = data.astype(data.dtype.newbyteorder("="))
+            # whole frames go where the rows are: the running mean pattern (the disk's refits) sees
+            # the dark field too, as the offline fit on the whole data does
+            full = xp.asarray(data)
+            self.mean_sum += full.sum(0, dtype=np.float64)
+            r0, r1, c0, c1 = self._box
+            self.frames_summed += len(index)
+            values = full[:, r0:r1, c0:c1].reshape(len(index), -1)[:, self._in_box].astype(self.real)
             row, col = np.divmod(index, self.scan_shape[1])
             for r in np.unique(row):
                 owner = self._owner[r % self.ring]
@@ -179,15 +188,8 @@ class LiveG:
                     self.placement.close(int(owner))
                     self._transform([int(owner)])
                 self._owner[r % self.ring] = r
-            # whole frames go where the rows are: the running mean pattern (the disk's refits) sees
-            # the dark field too, as the offline fit on the whole data does
-            full = xp.asarray(data)
-            self.mean_sum += full.sum(0, dtype=np.float64)
-            r0, r1, c0, c1 = self._box
-            box = full[:, r0:r1, c0:c1]
-            self.frames_summed += len(index)
-            values = box.reshape(len(index), -1)[:, self._in_box].astype(self.real)
-            self._buffer[xp.asarray(row % self.ring), xp.asarray(col)] = values
+                mine = row == r
+                self._buffer[int(r % self.ring), xp.asarray(col[mine])] = values[xp.asarray(np.flatnonzero(mine))]
         self.timings["gather_s"] += time.perf_counter() - t0
         closed = self.placement.rows_to_close()
         self._transform(closed)
@@ -202,6 +204,12 @@ class LiveG:
         xp = self.xp
         t0 = time.perf_counter()
         rows = np.asarray(sorted(rows))
+        empty = rows[self._owner[rows % self.ring] != rows]  # no frame came: no buffer of its own
+        if len(empty):
+            self.G_rows[xp.asarray(empty)] = 0
+            rows = rows[self._owner[rows % self.ring] == rows]
+            if not len(rows):
+                return
         slots = rows % self.ring
         missing = ~self.placement.received[rows]
         if missing.any():
