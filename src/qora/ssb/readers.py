@@ -19,7 +19,8 @@ import numpy as np
 
 from qora.io.errors import FileFormatError
 
-__all__ = ["read_mib", "read_fpd", "is_fpd", "MERLIN_DTYPES", "merlin_frame_header", "decode_raw_1bit", "header_fields", "check_raw"]
+__all__ = ["read_mib", "read_fpd", "is_fpd", "MERLIN_DTYPES", "merlin_frame_header", "decode_raw_1bit", "header_fields",
+           "check_raw"]
 
 MERLIN_DTYPES = {"U08": ">u1", "U16": ">u2", "U32": ">u4"}  # normal frames: counter depths 1 and 6, 12, 24
 

@@ -264,7 +264,8 @@ class LiveG:
         inside = (where < len(self.gathered)) & (self.gathered[np.minimum(where, len(self.gathered) - 1)] == bf_index)
         if not inside.all():
             warnings.warn(f"{int((~inside).sum())} of {len(bf_index)} bright-field pixels of the refitted disk lie "
-                          f"beyond the {self.margin:g} px margin gathered; they are left out (a larger margin keeps them)",
+                          f"beyond the {self.margin:g} px margin gathered; they are left out (a larger margin keeps "
+                          "them)",
                           stacklevel=2)
             bf_index, k, where = bf_index[inside], k[inside], where[inside]
         level = float(self.backend.to_host(self._mean_pattern().reshape(-1)[xp.asarray(bf_index)]).mean())

@@ -91,7 +91,7 @@ def _unshuffle(shuffled, s0, count, itemsize, out, o0):
 def _decode_frames(blobs, offsets, count, itemsize, out, status):
     n = len(offsets) - 1
     for f in numba.prange(n):
-        start, stop = offsets[f], offsets[f + 1]
+        start = offsets[f]
         total = 0
         for k in range(8):
             total = (total << 8) | blobs[start + k]

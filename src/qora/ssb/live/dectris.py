@@ -41,12 +41,14 @@ def decode_frame(info: dict, blob: bytes) -> np.ndarray:
         dtype = np.dtype(info["type"]).newbyteorder("<")
         encoding = info["encoding"]
     except (KeyError, TypeError, ValueError) as error:
-        raise FileFormatError(f"a DECTRIS image part without a valid shape, type or encoding: {info!r} ({error})") from None
+        raise FileFormatError(f"a DECTRIS image part without a valid shape, type or encoding: {info!r} "
+                              f"({error})") from None
     count = rows * cols
     if encoding == "<":
         flat = np.frombuffer(blob, dtype, count)
     elif encoding == "lz4<":
-        flat = np.frombuffer(bslz4.lz4_codec().decode(struct.pack("<I", count * dtype.itemsize) + bytes(blob)), dtype, count)
+        raw = bslz4.lz4_codec().decode(struct.pack("<I", count * dtype.itemsize) + bytes(blob))
+        flat = np.frombuffer(raw, dtype, count)
     elif encoding.startswith("bs") and encoding.endswith("-lz4<"):
         if int(encoding[2:-5]) != 8 * dtype.itemsize:
             raise FileFormatError(f"DECTRIS encoding {encoding} does not match the type {info['type']}")

@@ -40,7 +40,7 @@ def acquisition_header(*, frames: int, frames_per_trigger: int, counter_depth: i
     """An acquisition header's message body (``HDR,`` and the ``.hdr`` text): a scan of
     ``frames`` frames, one trigger a scan row of ``frames_per_trigger`` (the simulator's)."""
     lines = ["HDR,\t", "Time and Date Stamp (day, mnth, yr, hr, min, s):\t01/01/2026 00:00:00",
-             f"Chip ID:\tW000_X00, - , - , -", "Chip Type (Medipix 3.0, Medipix 3.1, Medipix 3RX):\tMedipix 3RX",
+             "Chip ID:\tW000_X00, - , - , -", "Chip Type (Medipix 3.0, Medipix 3.1, Medipix 3RX):\tMedipix 3RX",
              f"Assembly Size (NX1, 2X2):\t{assembly}", "Chip Mode  (SPM, CSM, CM, CSCM):\tSPM",
              f"Counter Depth (number):\t{counter_depth}", "Gain:\tSLGM", "Active Counters:\tAlternating",
              "Thresholds (keV):\t1.0E+1,5.1E+2,0.0E+0,0.0E+0,0.0E+0,0.0E+0,0.0E+0,0.0E+0",
