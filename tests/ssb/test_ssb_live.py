@@ -61,8 +61,9 @@ def test_bitshuffle_lz4_batch_decoder_matches_the_reference(rng):
             np.testing.assert_array_equal(o, bslz4.decompress(b, dtype, f.size))
             np.testing.assert_array_equal(o, f.ravel())
     broken = blobs[1][:40] + bytes(len(blobs[1]) - 40)
-    with pytest.raises(ValueError, match="frame 1 of the batch"):
-        decode_batch([blobs[0], broken], dtype, frames[0].size)
+    for bad in (broken, blobs[1][:len(blobs[1]) // 2], blobs[1][:7]):  # damaged, cut short, shorter than a header
+        with pytest.raises(ValueError, match="frame 1 of the batch"):
+            decode_batch([blobs[0], bad], dtype, frames[0].size)
 
 
 @pytest.mark.parametrize("encoding", ["<", "lz4<", "bs16-lz4<"])

@@ -91,7 +91,10 @@ def _unshuffle(shuffled, s0, count, itemsize, out, o0):
 def _decode_frames(blobs, offsets, count, itemsize, out, status):
     n = len(offsets) - 1
     for f in numba.prange(n):
-        start = offsets[f]
+        start, stop = offsets[f], offsets[f + 1]  # every read stays inside this frame's blob
+        if stop - start < 12:
+            status[f] = 1
+            continue
         total = 0
         for k in range(8):
             total = (total << 8) | blobs[start + k]
@@ -106,9 +109,15 @@ def _decode_frames(blobs, offsets, count, itemsize, out, status):
         pos, done = start + 12, 0
         while done < whole:
             size = min(block, whole - done)
+            if pos + 4 > stop:
+                status[f] = 2
+                break
             nbytes = 0
             for k in range(4):
                 nbytes = (nbytes << 8) | blobs[pos + k]
+            if pos + 4 + nbytes > stop:
+                status[f] = 2
+                break
             got = _lz4_block(blobs, pos + 4, pos + 4 + nbytes, scratch, 0, size)
             if got != size:
                 status[f] = 2
@@ -116,6 +125,8 @@ def _decode_frames(blobs, offsets, count, itemsize, out, status):
             _unshuffle(scratch, 0, size // itemsize, itemsize, out[f], done)
             pos += 4 + nbytes
             done += size
+        if status[f] == 0 and pos + total - done > stop:
+            status[f] = 2
         if status[f] == 0:
             for k in range(total - done):  # the last count % 8 elements, as they are
                 out[f, done + k] = blobs[pos + k]
