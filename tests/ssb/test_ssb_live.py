@@ -451,3 +451,21 @@ def test_any_local_order_and_drops_give_the_offline_g(counts):
         np.testing.assert_allclose(live.session().G, ref.G, atol=1e-9 * np.abs(ref.G).max())
 
     check()
+
+
+def test_warm_fit_with_the_rotation_climbs_from_its_start(counts):
+    """The warm start with the rotation fitted (the soft-edged band of fit_rotation) and the thick
+    branch after it: the agreement at the result is no lower than at the start."""
+    from qora.ssb.band import make_band
+    from qora.ssb.live.fitting import NAMES, warm_fit
+
+    data, step = counts
+    session = _offline(data, step)
+    start = session.fit(rotation=0.0, tilt=False, trials=64)
+    start = {**start, "rotation_rad": 0.03}
+    result = warm_fit(session, start, fit_rotation=True, tilt=True, band=(0.2, 0.9))
+    before = make_band(session, NAMES, rotation=0.03).evaluate(start["standard"]["parameters"], order=0)
+    assert result["standard"]["agreement"] >= before
+    assert result["standard"]["parameter_order"] == ["C10", "C12a", "C12b", "rotation"]
+    assert set(result["thick"]["parameters"]) == {"C10", "C12a", "C12b", "thickness", "tilt_y", "tilt_x"}
+    assert result["better"] in ("standard", "thick") and result["warm_start"]
