@@ -469,3 +469,48 @@ def test_warm_fit_with_the_rotation_climbs_from_its_start(counts):
     assert result["standard"]["parameter_order"] == ["C10", "C12a", "C12b", "rotation"]
     assert set(result["thick"]["parameters"]) == {"C10", "C12a", "C12b", "thickness", "tilt_y", "tilt_x"}
     assert result["better"] in ("standard", "thick") and result["warm_start"]
+
+
+# -- the viewer's live mode (server side; the page's script is exercised by the browser tests) -------
+def test_viewer_live_mode_builds_up_and_the_sliders_work(counts):
+    """The live view swaps in the session of the rows so far at each refresh; /api/ssb/live reports
+    the rows, the live fit in the sliders' units and the statistics; previews answer on the rows so
+    far and at the end equal the offline session's preview."""
+    import json
+    import urllib.request
+
+    pytest.importorskip("starlette")
+    from qora.viewer import BackgroundServer
+    from qora.viewer.app import make_app
+    from qora.viewer.views import LiveSsbView
+
+    data, step = counts
+    seen = []
+    with MerlinSimulator(data, fps=2000, timeout=10) as sim:
+        view = LiveSsbView(open_source(sim.address), kv=KV, alpha_mrad=ALPHA, scan_step=step, rotation=0.0,
+                           backend="cpu", options=LiveOptions(refresh_s=0.02, fit_after=0.4))
+        original = view._swap
+        view._swap = lambda session, rows, fit, stats: (seen.append(rows), original(session, rows, fit, stats))
+        server = BackgroundServer(make_app(view))
+        try:
+            status = view.wait(60)
+            sim.join()
+            assert status["state"] == "done", status
+            info = json.loads(urllib.request.urlopen(server.url + "api/info").read())
+            assert info["live"] and info["scan"] == list(data.shape[:2])
+            live = json.loads(urllib.request.urlopen(server.url + "api/ssb/live").read())
+            assert live["rows"] == data.shape[0] and live["statistics"]["dropped"] == 0
+            fitted = view.result.fit["standard"]["parameters"]
+            assert live["fit"]["C10"] == pytest.approx(fitted["C10"])
+            body = json.dumps({"params": {"C10": live["fit"]["C10"], "rotation": 0.0}, "seq": 1}).encode()
+            request = urllib.request.Request(server.url + "api/ssb/preview", data=body,
+                                             headers={"Content-Type": "application/json"})
+            answer = urllib.request.urlopen(request)
+            assert answer.status == 200 and answer.read()[:4] == b"\x89PNG"
+        finally:
+            server.close()
+    assert any(rows < data.shape[0] for rows in seen[:-1])  # the image built up over partial scans
+    assert seen == sorted(seen)
+    ref = _offline(data, step)
+    np.testing.assert_allclose(view.session.preview({"C10": -100.0}), ref.preview({"C10": -100.0}),
+                               atol=1e-6 * np.abs(ref.preview({"C10": -100.0})).max())

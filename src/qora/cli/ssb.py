@@ -333,18 +333,17 @@ def serve_cmd(data, protocol, port, fps, timeout) -> None:
               help="Seconds a silent stream is waited for.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Final image .h5 file.")
 @click.option("--fit-out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Final fit .json.")
+@click.option("--view", is_flag=True, help="Also open the viewer's live mode (http://127.0.0.1:PORT/): the image "
+              "builds up, the live fit is shown, the sliders work on the rows so far; Ctrl-C ends it.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8765, show_default=True, help="The viewer's port.")
 @backend_option(help="Where G is built and the images and fits are made.")
 def live_cmd(source, kv, semiangle, scan_step, scan_shape, protocol, follow, rotation, c10, c12, c12_angle, c30,
-             method, refresh, fit, fit_after, tilt, buffer, timeout, out, fit_out, backend) -> None:
+             method, refresh, fit, fit_after, tilt, buffer, timeout, out, fit_out, view, port, backend) -> None:
     """Reconstruct while the scan runs: SOURCE is tcp://HOST:PORT (Merlin), zmq://HOST:PORT (DECTRIS),
     or a file (with --follow, a .mib being written).
 
     Each refresh prints the rows so far, the fitted C10 and C12 and the frame rates; the end prints
     the frames dropped or out of order and the time from the last frame to the final image and fit."""
-    import json
-
-    from qora.io.atomic import atomic_path
-    from qora.ssb import parameters_to_aberrations, write_image
     from qora.ssb.live import LiveOptions, open_source, run_live
 
     _outputs(None, {"--out": (out, (".h5", ".hdf5")), "--fit-out": (fit_out, (".json",))})
@@ -361,10 +360,44 @@ def live_cmd(source, kv, semiangle, scan_step, scan_shape, protocol, follow, rot
                      f"{np.rad2deg(update.fit['rotation_rad']):.2f} deg")
         click.echo(text)
 
-    result = run_live(src, kv=kv, alpha_mrad=semiangle, scan_step=scan_step,
-                      rotation=None if rotation is None else np.deg2rad(rotation),
-                      aberrations=_aberrations(c10, c12, c12_angle, c30), backend=backend, options=options,
-                      on_update=show)
+    settings = dict(kv=kv, alpha_mrad=semiangle, scan_step=scan_step,
+                    rotation=None if rotation is None else np.deg2rad(rotation), backend=backend, options=options)
+    if view:
+        _live_view(src, settings, port, lambda result: _live_report(result, method, settings, out, fit_out,
+                                                                    _aberrations(c10, c12, c12_angle, c30)))
+        return
+    result = run_live(src, aberrations=_aberrations(c10, c12, c12_angle, c30), on_update=show, **settings)
+    _live_report(result, method, settings, out, fit_out, _aberrations(c10, c12, c12_angle, c30))
+
+
+def _live_view(source, settings: dict, port: int, report) -> None:
+    """The live run behind the viewer's live mode, served on 127.0.0.1 until Ctrl-C."""
+    from qora.viewer import require_viewer_extra, url_for
+    from qora.viewer.app import make_app
+    from qora.viewer.views import LiveSsbView
+
+    uvicorn = require_viewer_extra()
+
+    def ended(view) -> None:
+        if view.result is not None:
+            report(view.result)
+        else:
+            click.echo(f"Error: {view.live_status().get('error')}", err=True)
+        click.echo("the viewer keeps the whole scan's session for the sliders; Ctrl-C ends it")
+
+    live_view = LiveSsbView(source, on_end=ended, **settings)
+    click.echo(f"qora view (live): {url_for('127.0.0.1', port)}")
+    uvicorn.run(make_app(live_view), host="127.0.0.1", port=port, log_level="warning")
+
+
+def _live_report(result, method, settings, out, fit_out, aberrations) -> None:
+    """The end of a live run on the terminal, and its image and fit written."""
+    import json
+
+    from qora.io.atomic import atomic_path
+    from qora.ssb import parameters_to_aberrations, write_image
+
+    kv, semiangle, scan_step = settings["kv"], settings["alpha_mrad"], settings["scan_step"]
     s = result.statistics
     click.echo(f"{result.report}; received {s['received']} frames at {s['received_fps']:.0f} frames/s; final image "
                f"and fit {result.latency_s:.3f} s after the last frame")
@@ -375,7 +408,7 @@ def live_cmd(source, kv, semiangle, scan_step, scan_shape, protocol, follow, rot
                    f"{result.fit['standard']['agreement']:.4f}")
     if out is not None:
         used = (parameters_to_aberrations(result.fit["standard"]["parameters"]) if result.fit is not None
-                else _aberrations(c10, c12, c12_angle, c30))
+                else aberrations)
         write_image(out, result.image, method=method, scan_step=scan_step, kv=kv, alpha_mrad=semiangle,
                     aberrations=used)
         click.echo(f"wrote {out}")

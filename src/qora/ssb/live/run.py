@@ -69,12 +69,14 @@ class LiveOptions:
 @dataclass
 class LiveUpdate:
     """One refresh: the rows so far, their image (rad, (rows, scan_col)), the fit (or None), the
-    statistics then."""
+    statistics then, and the :class:`qora.ssb.Session` of those rows (for previews: the viewer's
+    sliders work on it)."""
 
     rows: int
     image: np.ndarray
     fit: dict | None
     statistics: dict
+    session: object = None
 
 
 @dataclass
@@ -208,7 +210,8 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
                     and live.rows_done > state["rows"]):
                 session = live.session()
                 fit = fitted(session, final=False)
-                updates.append(LiveUpdate(live.rows_done, image(session, fit), fit, _statistics(counter, live, q)))
+                updates.append(LiveUpdate(live.rows_done, image(session, fit), fit, _statistics(counter, live, q),
+                                          session))
                 if on_update is not None:
                     on_update(updates[-1])
                 state["last"], state["rows"] = time.perf_counter(), live.rows_done
@@ -233,5 +236,7 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
     stats = _statistics(counter, live, q)
     stats.update(live.timings)
     stats["after_last_frame"] = ends
+    for update in updates:  # the partial sessions' G (GBs at full scale) are not kept past the run
+        update.session = None
     return LiveResult(session=session, image=final, fit=fit, statistics=stats, report=live.report, updates=updates,
                       latency_s=latency)
