@@ -153,6 +153,8 @@ def test_live_g_equals_the_offline_session(counts, rng):
     np.testing.assert_allclose(got.G, ref.G, rtol=0, atol=1e-6 * np.abs(ref.G).max())
     np.testing.assert_allclose(got.bright_field, ref.bright_field, rtol=1e-9)
     assert live.report.out_of_order > 0 and not live.report.dropped
+    # the live session has every attribute an offline one has (session_from_spectrum sets them)
+    assert set(vars(got)) - {"_band_cache"} == set(vars(ref)) - {"_band_cache"}
     # a partial scan is the scan of its rows
     part = live.session(rows=10)
     np.testing.assert_allclose(part.G, _offline(data[:10], step, detector=part.detector, level=part.level).G,

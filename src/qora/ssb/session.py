@@ -141,40 +141,6 @@ class Session:
         self.memory = {"G_bytes": nbytes, "G_on": "device" if (self.backend.is_cuda and on_device) else "host",
                        "prepare_peak_bytes": peak.peak_bytes}
 
-    @classmethod
-    def from_spectrum(cls, G, *, bf_index, k, level: float, bright_field, detector: DetectorFit, kv: float,
-                      alpha_mrad: float, scan_step: float, rotation: float = 0.0, backend="cpu",
-                      chunk: int = 512) -> "Session":
-        """A session of a G(Q, k) made elsewhere (:mod:`qora.ssb.live` builds it as the frames arrive).
-
-        ``G`` (scan_row, scan_col // 2 + 1, nbf), complex, already normalised by ``level`` and on
-        the backend's device; ``bf_index`` (nbf,) the pixels' flat detector indices and ``k``
-        (nbf, 2) their (ky, kx) (1/A), as :func:`qora.ssb.detector.bright_field_pixels` gives them;
-        ``bright_field`` (scan_row, scan_col) the summed bright field over ``level``; the scan shape
-        is G's (its columns: 2 (cols - 1) or 2 cols - 1, told by ``bright_field``)."""
-        from qora.backend import resolve
-
-        self = cls.__new__(cls)
-        kv, alpha_mrad, scan_step, rotation = check_settings(kv, alpha_mrad, scan_step, rotation)
-        self.backend = resolve(backend)
-        self.xp = self.backend.xp
-        self.kv, self.alpha_mrad, self.scan_step, self.rotation = kv, alpha_mrad, scan_step, rotation
-        self.wavelength = wavelength(kv)
-        self.detector = detector
-        self.bright_field = np.asarray(bright_field)
-        self.scan_shape = tuple(self.bright_field.shape)
-        if G.shape != (self.scan_shape[0], self.scan_shape[1] // 2 + 1, len(bf_index)):
-            raise InputError(f"G {G.shape} does not match the scan {self.scan_shape} and {len(bf_index)} pixels")
-        self.chunk = int(chunk)
-        self.bf_index, self.k = np.asarray(bf_index), np.asarray(k)
-        self.bf_count, self.pixels = len(self.bf_index), None
-        self._k = self.xp.asarray(self.k)
-        self.G, self.level = G, float(level)
-        self.timings = {"prepare_s": 0.0}
-        self.memory = {"G_bytes": int(G.nbytes), "G_on": "device" if self.backend.is_cuda else "host",
-                       "prepare_peak_bytes": 0}
-        return self
-
     # -- geometry -----------------------------------------------------------------------
     @property
     def nbytes(self) -> int:

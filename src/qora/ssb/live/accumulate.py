@@ -25,10 +25,46 @@ import numpy as np
 from qora.io.errors import InputError
 from qora.io.validate import integer, nonnegative
 from qora.ssb.detector import DetectorFit, bright_field_pixels, check_level, check_settings, fit_detector_from_mean
+from qora.ssb.optics import wavelength
 from qora.ssb.live.frames import Frames, Placement
 from qora.ssb.session import Session
 
-__all__ = ["LiveG"]
+__all__ = ["LiveG", "session_from_spectrum"]
+
+
+def session_from_spectrum(G, *, bf_index, k, level: float, bright_field, detector: DetectorFit, kv: float,
+                          alpha_mrad: float, scan_step: float, rotation: float = 0.0, backend="cpu",
+                          chunk: int = 512) -> Session:
+    """A :class:`qora.ssb.Session` of a G(Q, k) made here rather than from the data: the attributes
+    ``Session.__init__`` sets, each from what :class:`LiveG` has (a test holds the set of attributes
+    to an offline session's, so a new one there cannot be missed here).
+
+    ``G`` (scan_row, scan_col // 2 + 1, nbf), complex, normalised by ``level``, on the backend's
+    device; ``bf_index`` (nbf,) the pixels' flat detector indices and ``k`` (nbf, 2) their (ky, kx)
+    (1/A), as :func:`qora.ssb.detector.bright_field_pixels` gives them; ``bright_field``
+    (scan_row, scan_col) the summed bright field over ``level``."""
+    from qora.backend import resolve
+
+    session = Session.__new__(Session)
+    kv, alpha_mrad, scan_step, rotation = check_settings(kv, alpha_mrad, scan_step, rotation)
+    session.backend = resolve(backend)
+    session.xp = session.backend.xp
+    session.kv, session.alpha_mrad, session.scan_step, session.rotation = kv, alpha_mrad, scan_step, rotation
+    session.wavelength = wavelength(kv)
+    session.detector = detector
+    session.bright_field = np.asarray(bright_field)
+    session.scan_shape = tuple(session.bright_field.shape)
+    if G.shape != (session.scan_shape[0], session.scan_shape[1] // 2 + 1, len(bf_index)):
+        raise InputError(f"G {G.shape} does not match the scan {session.scan_shape} and {len(bf_index)} pixels")
+    session.chunk = int(chunk)
+    session.bf_index, session.k = np.asarray(bf_index), np.asarray(k)
+    session.bf_count, session.pixels = len(session.bf_index), None
+    session._k = session.xp.asarray(session.k)
+    session.G, session.level = G, float(level)
+    session.timings = {"prepare_s": 0.0}
+    session.memory = {"G_bytes": int(G.nbytes), "G_on": "device" if session.backend.is_cuda else "host",
+                      "prepare_peak_bytes": 0}
+    return session
 
 
 def _tukey(n: int, fraction: float) -> np.ndarray:
@@ -287,7 +323,7 @@ class LiveG:
         G *= self.real(1.0 / level)
         bright = irfft(part.sum(-1), n=self.scan_shape[1], axis=1).real
         del part
-        session = Session.from_spectrum(G, bf_index=bf_index, k=k, level=level,
+        session = session_from_spectrum(G, bf_index=bf_index, k=k, level=level,
                                         bright_field=self.backend.to_host(bright) / level, detector=det,
                                         backend=self.backend, **s)
         session.timings["slow_axis_s"] = time.perf_counter() - t0
