@@ -4,8 +4,8 @@ time from the last frame to the final image and fit, each against its floor.
 Cases (``scan`` x ``scan`` positions, ``detector`` x ``detector`` uint16 frames):
 
 - ``receive/<protocol>/<detector>``: the receiver alone (Merlin TCP, DECTRIS ZMQ with
-  bitshuffle-LZ4), the simulator sending as fast as it can on 127.0.0.1 from a pool of distinct
-  frames (the stream's bytes are the same as a real scan's; only the content repeats);
+  bitshuffle-LZ4), the simulator sending as fast as it can on 127.0.0.1, in a process of its own,
+  from a pool of distinct frames (the stream's bytes are a real scan's; only the content repeats);
 - ``to_G/<protocol>/<scan>x<detector>``: the live run with the fit off: receiver thread, bounded
   queue, gather, row transforms, and at the end the slow-axis transform;
 - ``memory_to_G/<scan>x<detector>``: the same from frames in memory (the processing's own rate);
@@ -63,8 +63,7 @@ def _h2d_gbs(be, nbytes: int = 256 << 20) -> float:
 
 def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("merlin", "dectris"), pool: int = 256,
         dataset_dir=None, write: bool = True, echo=print) -> BenchResult:
-    from qora.ssb.live import (DectrisSimulator, LiveG, LiveOptions, MemorySource, MerlinSimulator, open_source,
-                               run_live)
+    from qora.ssb.live import Frames, LiveG, LiveOptions, MemorySource, open_source, run_live
 
     be = resolve(backend)
     result = BenchResult(f"ssb-live-{be.name}", be.name, be.device_facts().as_dict(), columns=("frames_per_s", "s"))
@@ -76,22 +75,19 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
         result.add("floor/h2d", frames_per_s=_h2d_gbs(be) * 1e9 / frame_bytes, s=None)
     settings = dict(kv=300.0, alpha_mrad=30.0, scan_step=0.373)
     for protocol in protocols:
-        Sim = MerlinSimulator if protocol == "merlin" else DectrisSimulator
-        with Sim(frames, scan_shape=(scan, scan), timeout=30, time_limit=600) as sim:
+        with _SimulatorProcess(protocol, detector, pool, scan) as address:
             n = 0
-            with open_source(sim.address, protocol=protocol, batch=1024, timeout=30) as src:
+            with open_source(address, protocol=protocol, batch=1024, timeout=60) as src:
                 t0 = time.perf_counter()  # the header is in: the frames follow
                 for batch in src:
                     n += len(batch.index)
             seconds = time.perf_counter() - t0
-            sim.join()
         result.add(f"receive/{protocol}/{detector}", frames_per_s=n / seconds, s=seconds)
         echo(f"receive {protocol}: {n / seconds:,.0f} frames/s")
-        with Sim(frames, scan_shape=(scan, scan), timeout=30, time_limit=600) as sim:
-            out = run_live(open_source(sim.address, protocol=protocol, batch=1024, timeout=30), **settings,
+        with _SimulatorProcess(protocol, detector, pool, scan) as address:
+            out = run_live(open_source(address, protocol=protocol, batch=1024, timeout=60), **settings,
                            rotation=0.0, backend=be, options=LiveOptions(refresh_s=0, fit=False,
                                                                         queue_frames=1 << 18, max_wait_s=60))
-            sim.join()
         s = out.statistics
         result.add(f"to_G/{protocol}/{scan}x{detector}", frames_per_s=s["processed_fps"], s=s["elapsed_s"],
                    received_fps=s["received_fps"], gather_s=s["gather_s"], row_fft_s=s["row_fft_s"],
@@ -103,8 +99,6 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
     t = time.perf_counter()
     for start in range(0, total, 1024):
         index = np.arange(start, min(total, start + 1024))
-        from qora.ssb.live import Frames
-
         live.add(Frames(index, frames[index % pool]))
     live.finish()
     be.synchronize()
@@ -125,6 +119,43 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
     if write:
         echo(f"result written to {result.write()}")
     return result
+
+
+def _serve_pool(protocol: str, detector: int, pool: int, scan: int, ports) -> None:
+    """The simulator's process: the pool of frames made here (no array crosses the process
+    boundary), its port sent back, the scan served as fast as the client reads, then exit."""
+    from qora.ssb.live import DectrisSimulator, MerlinSimulator
+
+    Sim = MerlinSimulator if protocol == "merlin" else DectrisSimulator
+    sim = Sim(_pool(detector, pool), scan_shape=(scan, scan), timeout=60, time_limit=600)
+    ports.put(sim.port)
+    sim.start()
+    sim.join()
+
+
+class _SimulatorProcess:
+    """A simulator in a process of its own, so that its Python (the DECTRIS messages are sent one by
+    one) does not share the receiver's interpreter lock: the receiver's rate is measured, not the
+    simulator's. Entering gives the address; leaving waits for the process (then ends it)."""
+
+    def __init__(self, protocol: str, detector: int, pool: int, scan: int) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self.ports = ctx.Queue()
+        self.process = ctx.Process(target=_serve_pool, args=(protocol, detector, pool, scan, self.ports), daemon=True)
+        self.scheme = "tcp" if protocol == "merlin" else "zmq"
+
+    def __enter__(self) -> str:
+        self.process.start()
+        port = self.ports.get(timeout=120)
+        return f"{self.scheme}://127.0.0.1:{port}"
+
+    def __exit__(self, *exc) -> None:
+        self.process.join(60)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(10)
 
 
 def _film(dataset_dir, scan: int, be, echo):
