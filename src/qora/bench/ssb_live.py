@@ -172,7 +172,7 @@ def _film(dataset_dir, scan: int, be, echo):
                       "C10": ssb_full.TRUTH["C10"]}
     from qora.ssb import Aberrations, amorphous_slices, simulate
 
-    side = min(scan, 64)
+    side = max(16, min(scan, 64))
     sim = simulate(amorphous_slices((4 * side, 4 * side), 0.1, atoms_per_a2=0.1, seed=1), pixel=0.1, stride=4,
-                   window=48, alpha_mrad=25.0, aberrations=Aberrations(C10=-120.0), dose=1e5, seed=1)
+                   window=32, alpha_mrad=25.0, aberrations=Aberrations(C10=-120.0), dose=1e5, seed=1)
     return sim.data.astype(np.uint16), {"kv": 300.0, "alpha_mrad": 25.0, "scan_step": sim.scan_step, "C10": -120.0}
