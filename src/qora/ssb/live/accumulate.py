@@ -206,7 +206,7 @@ class LiveG:
         xp = self.xp
         t0 = time.perf_counter()
         keep = self.placement.accept(frames.index)
-        index, data = frames.index[keep], frames.data[keep]
+        index, data = (frames.index, frames.data) if keep.all() else (frames.index[keep], frames.data[keep])
         if len(index):
             if not data.dtype.isnative:  # big-endian counts (a file's): the device takes native ones
                 data = data.astype(data.dtype.newbyteorder("="))
