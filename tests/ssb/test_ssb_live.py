@@ -27,6 +27,12 @@ def counts():
     return scan.data.astype(np.uint16), scan.scan_step
 
 
+def _needs_the_live_extra():
+    """The DECTRIS stream's packages (the ``live`` extra: pyzmq, numcodecs), installed by ``make test``."""
+    pytest.importorskip("zmq")
+    pytest.importorskip("numcodecs")
+
+
 def _offline(data, step, **kw):
     return Session(data, kv=KV, alpha_mrad=ALPHA, scan_step=step, **kw)
 
@@ -36,6 +42,7 @@ def _offline(data, step, **kw):
 def test_bitshuffle_lz4_matches_hdf5plugin_both_ways(dtype, shape, rng):
     """Our decoder reads the chunks hdf5plugin's bitshuffle filter writes, and the filter reads ours
     (37 x 29: a tail of elements after the last multiple of 8, stored as they are)."""
+    _needs_the_live_extra()
     h5py = pytest.importorskip("h5py")
     hdf5plugin = pytest.importorskip("hdf5plugin")
     a = rng.poisson(5, (1,) + shape).astype(dtype)
@@ -51,6 +58,7 @@ def test_bitshuffle_lz4_matches_hdf5plugin_both_ways(dtype, shape, rng):
 def test_bitshuffle_lz4_batch_decoder_matches_the_reference(rng):
     """The compiled batch decoder (LZ4 and the 64-bit bit transpose) gives the NumPy reference's
     frames, for each element size and a tail after the last multiple of 8; a damaged blob is named."""
+    _needs_the_live_extra()
     from qora.ssb.live.bslz4_numba import decode_batch
 
     for dtype, shape in ((np.uint16, (48, 40)), (np.uint32, (37, 29)), (np.uint8, (64, 48))):
@@ -68,6 +76,7 @@ def test_bitshuffle_lz4_batch_decoder_matches_the_reference(rng):
 
 @pytest.mark.parametrize("encoding", ["<", "lz4<", "bs16-lz4<"])
 def test_dectris_frame_encodings_round_trip(encoding, rng):
+    _needs_the_live_extra()
     frame = rng.integers(0, 4000, (24, 40)).astype(np.uint16)
     info, blob = encode_frame(frame, encoding)
     assert info["shape"] == [40, 24]  # [x, y]
@@ -218,6 +227,8 @@ def test_live_run_over_the_wire_equals_the_offline_session(counts, protocol):
     """The simulator serves the scan at 3,000 frames/s; the live run refreshes the image and fit of
     the rows so far, and its final image and fit equal the offline session's (1e-6 relative)."""
     data, step = counts
+    if protocol == "dectris":
+        _needs_the_live_extra()
     Sim = MerlinSimulator if protocol == "merlin" else DectrisSimulator
     updates = []
     with Sim(data, fps=3000, timeout=10, time_limit=30) as sim:
@@ -341,6 +352,8 @@ def test_live_g_on_the_device_matches_the_cpu(counts):
 @pytest.mark.parametrize("protocol", ["merlin", "dectris"])
 def test_live_run_on_the_device_over_the_wire(counts, protocol):
     data, step = counts
+    if protocol == "dectris":
+        _needs_the_live_extra()
     Sim = MerlinSimulator if protocol == "merlin" else DectrisSimulator
     with Sim(data, fps=20000, timeout=10) as sim:
         result = run_live(open_source(sim.address, protocol=protocol), kv=KV, alpha_mrad=ALPHA, scan_step=step,
