@@ -13,8 +13,9 @@ Cases (``scan`` x ``scan`` positions, ``detector`` x ``detector`` uint16 frames)
   the host-to-device copy bandwidth, as frames/s;
 - ``final/<scan>x<detector>``: from the last frame to the final SSB image and the standard fit
   (rotation given), split into the queue's backlog, the rows and slow-axis transform, the fit and the
-  image (``s_without_backlog``: the time a scan paced at the processing's rate would see); on a simulated film (the full-scale dataset of ``qora bench ssb-full`` where ``--dataset-dir``
-  holds it, else a small simulation).
+  image (``s_without_backlog``: the time a scan paced at the processing's rate would see); on a
+  simulated film (the full-scale dataset of ``qora bench ssb-full`` where ``--dataset-dir`` holds
+  it, else a small simulation).
 """
 
 from __future__ import annotations
