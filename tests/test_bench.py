@@ -96,6 +96,20 @@ def test_ssb_bench_times_every_step_on_a_small_scan():
     assert r.cases["memory/16x16x32x32/prepare"]["g_bytes"] > 0
 
 
+def test_ssb_live_bench_measures_every_case_on_a_small_scan():
+    """`qora bench ssb-live` at a tiny size: every case present with a positive rate or time (the
+    simulator runs in a process of its own; the DECTRIS cases take the same path)."""
+    from qora.bench import ssb_live
+
+    r = ssb_live.run(backend="cpu", scan=8, detector=32, pool=8, protocols=("merlin",), write=False,
+                     echo=lambda *_: None)
+    assert {"floor/host_copy", "receive/merlin/32", "to_G/merlin/8x32", "memory_to_G/8x32",
+            "final/16x32"} <= set(r.cases)
+    for name, case in r.cases.items():
+        value = case.get("frames_per_s") or case.get("s")
+        assert value is not None and value > 0, (name, case)
+
+
 def test_median_wall_returns_the_last_result_and_the_median_after_warmup():
     from qora.bench.common import median_wall
 

@@ -259,3 +259,38 @@ def test_remote_binding_needs_the_flag_and_a_token(tmp_path):
             assert response.status == 200
     finally:
         served.close()
+
+
+def test_ssb_live_mode_builds_up_and_takes_the_live_fit(browser):
+    """The live mode (qora ssb live --view): while the Merlin simulator serves a scan, the page shows
+    the rows so far and the live fit; at the end the image is the whole scan's, and "use the live
+    fit" puts the fitted C10 on its slider and draws that image."""
+    from qora.ssb import Aberrations, amorphous_slices, simulate
+    from qora.ssb.live import LiveOptions, MerlinSimulator, open_source
+    from qora.viewer.views import LiveSsbView
+
+    sim = simulate(amorphous_slices((96, 96), 0.1, atoms_per_a2=0.1, seed=1), pixel=0.1, stride=4, window=32,
+                   alpha_mrad=25.0, aberrations=Aberrations(C10=-120.0), dose=2e5, seed=3)
+    data = sim.data.astype(np.uint16)
+    with MerlinSimulator(data, fps=300, timeout=20, time_limit=60) as detector:
+        view = LiveSsbView(open_source(detector.address), kv=300.0, alpha_mrad=25.0, scan_step=sim.scan_step,
+                           rotation=0.0, backend="cpu", options=LiveOptions(refresh_s=0.3, fit_after=0.3))
+        served = Served(view)
+        page = browser.new_page()
+        try:
+            page.goto(served.url)
+            page.wait_for_function("() => (document.querySelector('#ssb-live') || {}).textContent"
+                                   "?.includes('live (running)')", timeout=30000)
+            page.wait_for_function("() => document.querySelector('#ssb-live').textContent.includes('live (done)')",
+                                   timeout=60000)
+            detector.join()
+            assert "0 dropped" in page.text_content("#ssb-live")
+            page.click("#ssb-live-fit")
+            _quiet(page)
+            fitted = view.result.fit["standard"]["parameters"]["C10"]
+            assert abs(float(page.input_value("#s-C10")) - fitted) <= 0.5  # the slider's step is 1 A
+            got = _pixels(page, "#ssb-image")
+            assert got.shape == data.shape[:2]
+        finally:
+            page.close()
+            served.close()

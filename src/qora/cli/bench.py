@@ -128,3 +128,21 @@ def bench_viewer(part, backend, screenshots, no_write) -> None:
     from qora.bench import viewer
 
     viewer.run(part=part, backend=backend, screenshots=screenshots, write=not no_write, echo=click.echo)
+
+
+@bench.command("ssb-live")
+@backend_option()
+@click.option("--scan", type=click.IntRange(8, 4096), default=512, show_default=True, help="Scan side.")
+@click.option("--detector", type=click.IntRange(16, 1024), default=192, show_default=True, help="Detector side.")
+@click.option("--protocol", type=click.Choice(["merlin", "dectris", "both"]), default="both", show_default=True)
+@click.option("--dataset-dir", type=click.Path(file_okay=False), default=None,
+              help="Where qora bench ssb-full keeps its full-scale dataset (the final-latency case uses it; "
+                   "default: a small simulated film).")
+@click.option("--no-write", is_flag=True, help="Print only; write no result file.")
+def bench_ssb_live(backend, scan, detector, protocol, dataset_dir, no_write) -> None:
+    """Live 4D-STEM: frames/s from the Merlin and DECTRIS simulators into G, and the final image + fit latency."""
+    from qora.bench import ssb_live
+
+    protocols = ("merlin", "dectris") if protocol == "both" else (protocol,)
+    ssb_live.run(backend=backend, scan=scan, detector=detector, protocols=protocols, dataset_dir=dataset_dir,
+                 write=not no_write, echo=click.echo)

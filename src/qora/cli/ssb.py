@@ -264,3 +264,156 @@ def fit_cmd(data, kv, semiangle, scan_step, rotation, tilt, out, plot, trials, s
     if plot is not None:
         plot_fit(plot, session, result)
         click.echo(f"wrote {plot}")
+
+
+def _counts(data, path):
+    """Detector counts as an unsigned integer array (a simulator sends what a detector sends);
+    intensities that are not whole numbers are refused."""
+    data = np.asarray(data)
+    if data.dtype.kind in "ui":
+        return data
+    if not np.all(data == np.round(data)) or data.min() < 0:
+        raise click.UsageError(f"{path}: holds intensities, not counts; a detector sends counts (simulate with "
+                               "--dose for Poisson counts)")
+    return data.astype(np.uint16 if data.max() < 65536 else np.uint32)
+
+
+@ssb.command("serve")
+@click.argument("data", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--protocol", type=click.Choice(["merlin", "dectris"]), default="merlin", show_default=True,
+              help="Merlin TCP data port, or a DECTRIS ZeroMQ stream (bitshuffle-LZ4 frames).")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,
+              help="Port on 127.0.0.1 (0: a free one, printed).")
+@click.option("--fps", type=POSITIVE, default=1000.0, show_default=True, help="Frames per second.")
+@click.option("--timeout", type=POSITIVE, default=60.0, show_default=True,
+              help="Seconds to wait for a client before giving up.")
+def serve_cmd(data, protocol, port, fps, timeout) -> None:
+    """Serve a recorded or simulated scan as a detector would, on 127.0.0.1 (to try `qora ssb live`).
+
+    It stops by itself after the last frame, or when no client comes within --timeout."""
+    from qora.ssb import load_data
+    from qora.ssb.live import DectrisSimulator, MerlinSimulator
+
+    stack, _ = load_data(data)
+    counts = _counts(stack, data)
+    total = counts.shape[0] * counts.shape[1]
+    limit = total / fps + 2 * timeout
+    sim = (MerlinSimulator if protocol == "merlin" else DectrisSimulator)(counts, port=port, fps=fps, timeout=timeout,
+                                                                          time_limit=limit)
+    scheme = "tcp" if protocol == "merlin" else "zmq"
+    click.echo(f"serving {total} frames of {counts.shape[2]}x{counts.shape[3]} ({counts.shape[0]}x{counts.shape[1]} "
+               f"scan) at {fps:g} frames/s on {scheme}://127.0.0.1:{sim.port}", err=True)
+    sim.start()
+    sim.join()
+    click.echo(f"sent {sim.sent} frames", err=True)
+
+
+@ssb.command("live")
+@click.argument("source")
+@click.option("--kv", type=POSITIVE, required=True, help="Accelerating voltage (kV).")
+@click.option("--semiangle", type=POSITIVE, required=True, help="Convergence semi-angle (mrad).")
+@click.option("--scan-step", type=POSITIVE, required=True, help="Scan step (A).")
+@click.option("--scan-shape", type=click.IntRange(1), nargs=2, default=None, metavar="ROWS COLS",
+              help="The scan's rows and columns; default from the stream's header.")
+@click.option("--protocol", type=click.Choice(["merlin", "dectris"]), default=None,
+              help="For tcp://HOST:PORT: a Merlin (default) or a DECTRIS stream; zmq://HOST:PORT is DECTRIS.")
+@click.option("--follow", is_flag=True, help="SOURCE is a .mib file being written: read it as it grows.")
+@click.option("--rotation", type=FINITE, default=None, help="Scan rotation (degrees); fitted when not given.")
+@aberration_options
+@click.option("--method", type=click.Choice(["ssb", "parallax"]), default="ssb", show_default=True)
+@click.option("--refresh", type=NONNEGATIVE, default=1.0, show_default=True,
+              help="Seconds between refreshes of the image and fit of the rows so far (0: only at the end).")
+@click.option("--fit/--no-fit", default=True, show_default=True, help="Fit C10, C12 (and the rotation) live.")
+@click.option("--fit-after", type=click.FloatRange(0.0, 1.0), default=0.25, show_default=True,
+              help="Fraction of the rows before the first fit.")
+@click.option("--tilt/--no-tilt", default=False, show_default=True, help="Also fit thickness and tilt at the end.")
+@click.option("--buffer", type=click.IntRange(16), default=65536, show_default=True,
+              help="Frames the receive buffer holds before processing is declared behind.")
+@click.option("--timeout", type=POSITIVE, default=10.0, show_default=True,
+              help="Seconds a silent stream is waited for.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Final image .h5 file.")
+@click.option("--fit-out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Final fit .json.")
+@click.option("--view", is_flag=True, help="Also open the viewer's live mode (http://127.0.0.1:PORT/): the image "
+              "builds up, the live fit is shown, the sliders work on the rows so far; Ctrl-C ends it.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8765, show_default=True, help="The viewer's port.")
+@backend_option(help="Where G is built and the images and fits are made.")
+def live_cmd(source, kv, semiangle, scan_step, scan_shape, protocol, follow, rotation, c10, c12, c12_angle, c30,
+             method, refresh, fit, fit_after, tilt, buffer, timeout, out, fit_out, view, port, backend) -> None:
+    """Reconstruct while the scan runs: SOURCE is tcp://HOST:PORT (Merlin), zmq://HOST:PORT (DECTRIS),
+    or a file (with --follow, a .mib being written).
+
+    Each refresh prints the rows so far, the fitted C10 and C12 and the frame rates; the end prints
+    the frames dropped or out of order and the time from the last frame to the final image and fit."""
+    from qora.ssb.live import LiveOptions, open_source, run_live
+
+    _outputs(None, {"--out": (out, (".h5", ".hdf5")), "--fit-out": (fit_out, (".json",))})
+    src = open_source(source, protocol=protocol, scan_shape=scan_shape, timeout=timeout, follow=follow)
+    options = LiveOptions(refresh_s=refresh, method=method, fit=fit, fit_after=fit_after, tilt=tilt,
+                          queue_frames=buffer)
+
+    def show(update) -> None:
+        s = update.statistics
+        text = f"rows {update.rows}: received {s['received_fps']:.0f} frames/s, dropped {s['dropped']}"
+        if update.fit is not None:
+            p = update.fit["standard"]["parameters"]
+            text += (f"; C10 {p['C10']:.1f} A, C12a {p['C12a']:.1f} A, C12b {p['C12b']:.1f} A, rotation "
+                     f"{np.rad2deg(update.fit['rotation_rad']):.2f} deg")
+        click.echo(text)
+
+    settings = dict(kv=kv, alpha_mrad=semiangle, scan_step=scan_step,
+                    rotation=None if rotation is None else np.deg2rad(rotation), backend=backend, options=options)
+    if view:
+        _live_view(src, settings, port, lambda result: _live_report(result, method, settings, out, fit_out,
+                                                                    _aberrations(c10, c12, c12_angle, c30)))
+        return
+    result = run_live(src, aberrations=_aberrations(c10, c12, c12_angle, c30), on_update=show, **settings)
+    _live_report(result, method, settings, out, fit_out, _aberrations(c10, c12, c12_angle, c30))
+
+
+def _live_view(source, settings: dict, port: int, report) -> None:
+    """The live run behind the viewer's live mode, served on 127.0.0.1 until Ctrl-C."""
+    from qora.viewer import require_viewer_extra, url_for
+    from qora.viewer.app import make_app
+    from qora.viewer.views import LiveSsbView
+
+    uvicorn = require_viewer_extra()
+
+    def ended(view) -> None:
+        if view.result is not None:
+            report(view.result)
+        else:
+            click.echo(f"Error: {view.live_status().get('error')}", err=True)
+        click.echo("the viewer keeps the whole scan's session for the sliders; Ctrl-C ends it")
+
+    live_view = LiveSsbView(source, on_end=ended, **settings)
+    click.echo(f"qora view (live): {url_for('127.0.0.1', port)}")
+    uvicorn.run(make_app(live_view), host="127.0.0.1", port=port, log_level="warning")
+
+
+def _live_report(result, method, settings, out, fit_out, aberrations) -> None:
+    """The end of a live run on the terminal, and its image and fit written."""
+    import json
+
+    from qora.io.atomic import atomic_path
+    from qora.ssb import parameters_to_aberrations, write_image
+
+    kv, semiangle, scan_step = settings["kv"], settings["alpha_mrad"], settings["scan_step"]
+    s = result.statistics
+    click.echo(f"{result.report}; received {s['received']} frames at {s['received_fps']:.0f} frames/s; final image "
+               f"and fit {result.latency_s:.3f} s after the last frame")
+    if result.fit is not None:
+        p = result.fit["standard"]["parameters"]
+        click.echo(f"fit: C10 {p['C10']:.1f} A, C12a {p['C12a']:.1f} A, C12b {p['C12b']:.1f} A, rotation "
+                   f"{np.rad2deg(result.fit['rotation_rad']):.2f} deg, agreement "
+                   f"{result.fit['standard']['agreement']:.4f}")
+    if out is not None:
+        used = (parameters_to_aberrations(result.fit["standard"]["parameters"]) if result.fit is not None
+                else aberrations)
+        write_image(out, result.image, method=method, scan_step=scan_step, kv=kv, alpha_mrad=semiangle,
+                    aberrations=used)
+        click.echo(f"wrote {out}")
+    if fit_out is not None:
+        record = {"fit": result.fit, "statistics": s, "frames": result.report.as_dict(), "latency_s": result.latency_s}
+        with atomic_path(fit_out) as tmp:
+            tmp.write_text(json.dumps(record, indent=2, default=float) + "\n")
+        click.echo(f"wrote {fit_out}")

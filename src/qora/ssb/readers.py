@@ -19,7 +19,41 @@ import numpy as np
 
 from qora.io.errors import FileFormatError
 
-__all__ = ["read_mib", "read_fpd", "is_fpd"]
+__all__ = ["read_mib", "read_fpd", "is_fpd", "MERLIN_DTYPES", "merlin_frame_header", "decode_raw_1bit", "header_fields",
+           "check_raw"]
+
+MERLIN_DTYPES = {"U08": ">u1", "U16": ">u2", "U32": ">u4"}  # normal frames: counter depths 1 and 6, 12, 24
+
+
+def merlin_frame_header(head: list[str]) -> dict:
+    """The fields of a Merlin frame header (``MQ1,...`` split at commas) that place and decode its
+    pixels: ``number`` (the frame's sequence number, from 1), ``header_size`` and ``payload``
+    (bytes), ``rows``, ``cols``, ``pixel_format`` (U08/U16/U32, or R64 for RAW), ``assembly``.
+    The same header starts each frame of a ``.mib`` file and each frame message of the TCP stream."""
+    if not head or head[0] != "MQ1" or len(head) < 8:
+        raise FileFormatError(f"not a Merlin frame header (it does not start with MQ1): {','.join(head[:8])!r}")
+    try:
+        number, header_size, cols, rows = int(head[1]), int(head[2]), int(head[4]), int(head[5])
+    except ValueError:
+        raise FileFormatError(f"a Merlin frame header with non-numeric fields: {','.join(head[:8])!r}") from None
+    fmt = head[6]
+    if fmt == "R64":
+        payload = rows * cols // 8  # 1-bit RAW (the only RAW depth decoded)
+    elif fmt in MERLIN_DTYPES:
+        payload = rows * cols * np.dtype(MERLIN_DTYPES[fmt]).itemsize
+    else:
+        raise FileFormatError(f"unknown Merlin pixel format {fmt!r}")
+    return {"number": number, "header_size": header_size, "payload": payload, "rows": rows, "cols": cols,
+            "pixel_format": fmt, "assembly": head[7].strip()}
+
+
+def decode_raw_1bit(block: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """RAW 1-bit frames (frames, rows * cols // 8) uint8 as (frames, rows, cols) uint8: each 64-bit
+    word holds 64 pixels, its bytes in reverse order, each byte least significant bit first; the
+    rows flipped as rosettasciio does for the normal frames (row 0 at the top)."""
+    words = block.reshape(block.shape[0], -1, 8)[:, :, ::-1]
+    bits = np.unpackbits(np.ascontiguousarray(words), axis=-1, bitorder="little")
+    return bits.reshape(block.shape[0], rows, cols)[:, ::-1, :]
 
 
 def _hdr(path: Path) -> dict:
@@ -27,10 +61,10 @@ def _hdr(path: Path) -> dict:
     hdr = path.with_suffix(".hdr")
     if not hdr.is_file():
         return {}
-    return _fields(hdr.read_bytes().decode("latin-1"))
+    return header_fields(hdr.read_bytes().decode("latin-1"))
 
 
-def _fields(text: str) -> dict:
+def header_fields(text: str) -> dict:
     """A Merlin header's ``key:<tab>value`` lines as a dict."""
     fields = {}
     for line in text.splitlines():
@@ -92,20 +126,14 @@ def read_mib(path, scan_shape=None):
     path = Path(path)
     head = _frame_header(path)
     hdr = _hdr(path)
-    header_size = int(head[2])
-    cols, rows = int(head[4]), int(head[5])
+    try:
+        frame = merlin_frame_header(head)
+    except FileFormatError as error:
+        raise FileFormatError(f"{path}: {error}") from None
+    header_size, payload, rows, cols = frame["header_size"], frame["payload"], frame["rows"], frame["cols"]
     raw = head[6] == "R64"
     if raw:
-        depth = int(hdr.get("Counter Depth (number)", "0") or 0)
-        if depth != 1 or head[7].strip() != "1x1":
-            raise FileFormatError(f"{path}: RAW Merlin frames of counter depth {depth or '?'} on a "
-                                  f"{head[7].strip()} assembly are not supported (RAW: 1-bit single chip only)")
-        payload = rows * cols // 8
-    else:
-        dtypes = {"U08": ">u1", "U16": ">u2", "U32": ">u4"}
-        if head[6] not in dtypes:
-            raise FileFormatError(f"{path}: unknown Merlin pixel format {head[6]!r}")
-        payload = rows * cols * np.dtype(dtypes[head[6]]).itemsize
+        check_raw(hdr, frame["assembly"], str(path))
     size = path.stat().st_size
     frames, extra = divmod(size, header_size + payload)
     if frames == 0 or extra:
@@ -129,6 +157,14 @@ def read_mib(path, scan_shape=None):
     return data, {"detector": _detector(path, head, hdr)}
 
 
+def check_raw(hdr: dict, assembly: str, where: str) -> None:
+    """Refuse RAW frames other than 1-bit single chip (the layout decoded by :func:`decode_raw_1bit`)."""
+    depth = int(hdr.get("Counter Depth (number)", "0") or 0)
+    if depth != 1 or assembly != "1x1":
+        raise FileFormatError(f"{where}: RAW Merlin frames of counter depth {depth or '?'} on a "
+                              f"{assembly} assembly are not supported (RAW: 1-bit single chip only)")
+
+
 def _raw_1bit(path: Path, frames: int, header_size: int, rows: int, cols: int):
     """RAW 1-bit frames, lazily: a dask array (frames, rows, cols) uint8 decoded a block of frames
     at a time from a memory map of the file."""
@@ -139,9 +175,7 @@ def _raw_1bit(path: Path, frames: int, header_size: int, rows: int, cols: int):
     per_block = max(1, (16 << 20) // (rows * cols))
 
     def decode(block):
-        words = block.reshape(block.shape[0], -1, 8)[:, :, ::-1]  # each 64-bit word's bytes, reversed
-        bits = np.unpackbits(np.ascontiguousarray(words), axis=-1, bitorder="little")
-        return bits.reshape(block.shape[0], rows, cols)[:, ::-1, :]  # rows flipped, as rosettasciio does
+        return decode_raw_1bit(block, rows, cols)
 
     lazy = da.from_array(mm, chunks=(per_block, -1))
     return lazy.map_blocks(decode, dtype=np.uint8, chunks=(lazy.chunks[0], (rows,), (cols,)), new_axis=2)
@@ -192,7 +226,7 @@ def read_fpd(path):
     if hdr is not None and "string" in hdr.attrs:
         text = hdr.attrs["string"]
         text = text.decode() if isinstance(text, bytes) else str(text)
-        fields = _fields(text)
+        fields = header_fields(text)
         det = {"name": "Quantum Detectors Merlin", "assembly": fields.get("Assembly Size (NX1, 2X2)", "")}
         if fields.get("Counter Depth (number)"):
             det["counter_depth"] = int(fields["Counter Depth (number)"])

@@ -116,6 +116,12 @@ def make_app(view, *, token: str | None = None) -> Starlette:
             return JSONResponse(view.start_fit(await _json(request)))
         return JSONResponse(view.fit_status())
 
+    async def ssb_live(request: Request):
+        need("ssb")
+        if not hasattr(view, "live_status"):
+            raise BadRequest("this view is of a file, not a live scan")
+        return JSONResponse(view.live_status())
+
     async def phase_image(request: Request):
         need("phase")
         data, headers = await run_in_threadpool(view.image, request.path_params["what"])
@@ -136,6 +142,7 @@ def make_app(view, *, token: str | None = None) -> Starlette:
         Route("/api/ssb/preview", _guard(ssb_preview), methods=["POST"]),
         Route("/api/ssb/image.npy", _guard(ssb_npy), methods=["POST"]),
         Route("/api/ssb/fit", _guard(ssb_fit), methods=["GET", "POST"]),
+        Route("/api/ssb/live", _guard(ssb_live)),
         Route("/api/phase/image/{what}", _guard(phase_image)),
         Route("/api/holo/slice", _guard(holo_slice)),
         Route("/api/holo/profile", _guard(holo_profile)),

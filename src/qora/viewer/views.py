@@ -208,6 +208,97 @@ class SsbView:
         return dict(self._fit)
 
 
+class LiveSsbView(SsbView):
+    """The viewer's live mode: a :func:`qora.ssb.live.run_live` in a thread; each refresh swaps in
+    the session of the rows so far, so the image builds up while the sliders still work on it;
+    :meth:`live_status` gives the rows, the live fit (in the sliders' units) and the statistics."""
+
+    kind = "ssb"
+
+    def __init__(self, source, *, kv: float, alpha_mrad: float, scan_step: float, rotation=None, backend="auto",
+                 options=None, on_end=None) -> None:
+        from qora.ssb.live import LiveOptions
+
+        self.path = Path(repr(source))
+        self.session = None
+        self.meta = {"kv": kv, "alpha_mrad": alpha_mrad, "scan_step_a": scan_step}
+        self.start = slider_start(None)
+        self._lock = threading.Lock()
+        self._latest = {}
+        self._fit = {"state": "idle"}
+        self._fit_lock = threading.Lock()
+        self._live = {"state": "running", "rows": 0, "fit": None, "statistics": {}}
+        self.result = None
+        args = dict(kv=kv, alpha_mrad=alpha_mrad, scan_step=scan_step, rotation=rotation, backend=backend,
+                    options=options or LiveOptions())
+        self._thread = threading.Thread(target=self._run, args=(source, args, on_end), daemon=True,
+                                        name="qora-live-view")
+        self._thread.start()
+
+    def _swap(self, session, rows: int, fit, statistics) -> None:
+        with self._lock:  # a preview in progress finishes on the session it started with
+            self.session = session
+        sliders = None
+        if fit is not None:
+            from qora.ssb import parameters_to_aberrations
+
+            sliders = slider_start(parameters_to_aberrations(fit["standard"]["parameters"]))
+            sliders["rotation"] = math.degrees(fit["rotation_rad"])
+            sliders = {k: v for k, v in sliders.items() if v or k in ("C10", "C12", "rotation")}
+        keep = ("received", "processed", "dropped", "late", "received_fps", "processed_fps", "rows_done")
+        self._live.update(rows=rows, fit=sliders, statistics={k: statistics[k] for k in keep if k in statistics},
+                          agreement=None if fit is None else fit["standard"]["agreement"])
+
+    def _run(self, source, args, on_end) -> None:
+        from qora.ssb.live import run_live
+
+        try:
+            result = run_live(source, on_update=lambda u: self._swap(u.session, u.rows, u.fit, u.statistics), **args)
+            self.result = result
+            self._swap(result.session, result.session.scan_shape[0], result.fit, result.statistics)
+            self._live.update(state="done", latency_s=result.latency_s, report=str(result.report))
+        except Exception as exc:  # reported to the page (and to on_end), the server goes on
+            self._live.update(state="error", error=f"{type(exc).__name__}: {exc}")
+        if on_end is not None:
+            on_end(self)
+
+    def wait(self, timeout: float | None = None) -> dict:
+        """Wait for the run to end; its status."""
+        self._thread.join(timeout)
+        return self.live_status()
+
+    def info(self) -> dict:
+        with self._lock:
+            session = self.session
+        sy, sx = session.scan_shape if session is not None else (0, 0)
+        return {"kind": self.kind, "file": self.path.name, "scan": [sy, sx], **self.meta, "live": True,
+                "backend": session.backend.name if session is not None else "-",
+                "bright_field_pixels": int(len(session.bf_index)) if session is not None else 0,
+                "sliders": {k: {"label": s[0], "unit": s[1], "min": s[2], "max": s[3], "step": s[4]}
+                            for k, s in SSB_SLIDERS.items()},
+                "start": self.start}
+
+    def preview(self, body) -> tuple[bytes | None, dict]:
+        if self.session is None:
+            raise BadRequest("no scan rows yet: the first image comes with the first refresh")
+        return super().preview(body)
+
+    def image_npy(self, body) -> bytes:
+        if self.session is None:
+            raise BadRequest("no scan rows yet")
+        return super().image_npy(body)
+
+    def start_fit(self, body) -> dict:
+        if self.session is None:
+            raise BadRequest("no scan rows yet")
+        return super().start_fit(body)
+
+    def live_status(self) -> dict:
+        """``{"state": running|done|error, "rows", "fit" (slider values) or None, "agreement",
+        "statistics", ...}``."""
+        return dict(self._live)
+
+
 class PhaseView:
     """A CDI result file: amplitude, phase and support (the central slice of a 3D object), the
     error curves of all starts, and the PRTF over the kept starts."""

@@ -133,6 +133,33 @@ function buildSsb(info) {
   function want(t, withLoss) { send({ params: values(), loss: withLoss, t: t ?? performance.now() }); }
   upsample.addEventListener("change", (e) => want(e.timeStamp, true));
 
+  // live mode: the scan is still arriving; each new refresh redraws the image at the sliders' values,
+  // and the live fit is shown (and put on the sliders by "use the live fit")
+  if (info.live) {
+    const liveFit = el("button", { id: "ssb-live-fit", text: "use the live fit" });
+    const liveText = el("span", { id: "ssb-live", text: "live: waiting for the first rows" });
+    controls.append(el("div", { class: "row" }, liveFit, liveText));
+    let rows = 0, fitted = null;
+    liveFit.addEventListener("click", () => {
+      if (!fitted) return;
+      for (const [k, v] of Object.entries(fitted)) if (inputs[k]) { inputs[k].value = v; inputs[k].dispatchEvent(new Event("input")); }
+      want(performance.now(), true);
+    });
+    const poll = async () => {
+      try {
+        const s = await (await api("/api/ssb/live")).json();
+        fitted = s.fit;
+        const st = s.statistics || {};
+        liveText.textContent = `live (${s.state}): ${s.rows} rows, ${Math.round(st.received_fps || 0)} frames/s, ${st.dropped || 0} dropped` +
+          (s.fit ? `; fit C10 ${s.fit.C10.toFixed(1)} A, C12 ${(s.fit.C12 || 0).toFixed(1)} A at ${(s.fit.C12_angle || 0).toFixed(1)} deg` : "") +
+          (s.error ? "; " + s.error : "");
+        if (s.rows !== rows) { rows = s.rows; want(performance.now(), false); }
+        if (s.state === "running") setTimeout(poll, 1000);
+      } catch (e) { showError(e.message); setTimeout(poll, 2000); }
+    };
+    poll();
+  }
+
   fitButton.addEventListener("click", async () => {
     try {
       let state = await (await api("/api/ssb/fit", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ params: values() }) })).json();
@@ -158,7 +185,7 @@ function buildSsb(info) {
       download(await r.blob(), "ssb-phase.npy");
     } catch (e) { showError(e.message); }
   });
-  want(performance.now(), true);
+  if (!info.live) want(performance.now(), true);
 }
 
 // ---- phase results: images, error curves of all starts, PRTF ----

@@ -1,0 +1,29 @@
+"""Live 4D-STEM: frames received from a detector while the scan runs, G(Q, k) built as they
+arrive, the SSB and parallax images and the aberration fit of the rows so far (docs/ssb.md, "Live").
+
+>>> from qora.ssb import live  # doctest: +SKIP
+>>> with live.MerlinSimulator(scan.data, fps=2000) as sim:  # doctest: +SKIP
+...     result = live.run_live(live.open_source(sim.address), kv=300, alpha_mrad=25, scan_step=0.4)
+
+- :mod:`~qora.ssb.live.frames`: :class:`Frames`, :class:`Source`, :class:`MemorySource`, the
+  placement of frames on the scan and the report of dropped, late and out-of-order ones.
+- :mod:`~qora.ssb.live.merlin`, :mod:`~qora.ssb.live.dectris` (with :mod:`~qora.ssb.live.bslz4`),
+  :mod:`~qora.ssb.live.follow`, :mod:`~qora.ssb.live.sources`: the detector streams and files.
+- :mod:`~qora.ssb.live.accumulate`: :class:`LiveG`, the rows of G transformed as they close.
+- :mod:`~qora.ssb.live.fitting`, :mod:`~qora.ssb.live.run`: the fit warm-started as rows arrive,
+  :func:`run_live` with its receive queue, statistics and refreshes.
+- :mod:`~qora.ssb.live.simulate`: Merlin and DECTRIS simulators on 127.0.0.1, a ``.mib`` writer.
+"""
+
+from qora.ssb.live.accumulate import LiveG
+from qora.ssb.live.dectris import DectrisZMQSource
+from qora.ssb.live.follow import FollowMibSource
+from qora.ssb.live.frames import FrameReport, Frames, MemorySource, Placement, Source
+from qora.ssb.live.merlin import MerlinTCPSource
+from qora.ssb.live.run import FellBehind, LiveOptions, LiveResult, LiveUpdate, run_live
+from qora.ssb.live.simulate import DectrisSimulator, MerlinSimulator, MibWriter
+from qora.ssb.live.sources import open_source
+
+__all__ = ["LiveG", "Frames", "Source", "MemorySource", "Placement", "FrameReport", "MerlinTCPSource",
+           "DectrisZMQSource", "FollowMibSource", "open_source", "run_live", "LiveOptions", "LiveResult",
+           "LiveUpdate", "FellBehind", "MerlinSimulator", "DectrisSimulator", "MibWriter"]

@@ -1,0 +1,330 @@
+"""G(Q, k) built while the scan runs: each frame's bright-field pixels gathered as it arrives, each
+scan row transformed along the fast scan axis (a real FFT over its columns) as soon as it is
+closed, and the slow-axis transform of the rows so far done only when a result is asked for.
+
+Why this split (docs/ssb-performance.md, "Live"): the row transform needs one row of frames, so it
+runs at the detector's pace with a few rows of buffer; the slow-axis transform needs every row,
+and doing it once per refresh costs O(rows log rows) per column and pixel, where a direct DFT
+accumulated row by row would cost O(rows^2) in all (4 PFLOP/s at 120 kHz and 8,765 pixels).
+
+The bright-field disk is fitted from the first ``calibration_rows`` rows; the pixels gathered are
+those within the disk plus a margin (``margin``), so that the disk refitted later from the running
+mean pattern (a refresh, the end) selects a subset of pixels already gathered. Rows are kept in
+counts, unnormalised: the level (the mean count of a bright-field pixel) and the pixel set are
+applied when G is made, from the same running mean pattern, so a refinement changes every row
+alike. At the end G equals :class:`qora.ssb.Session`'s on the same frames.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import numpy as np
+
+from qora.io.errors import InputError
+from qora.io.validate import integer, nonnegative
+from qora.ssb.detector import DetectorFit, bright_field_pixels, check_level, check_settings, fit_detector_from_mean
+from qora.ssb.optics import wavelength
+from qora.ssb.live.frames import Frames, Placement
+from qora.ssb.session import Session
+
+__all__ = ["LiveG", "session_from_spectrum"]
+
+
+def session_from_spectrum(G, *, bf_index, k, level: float, bright_field, detector: DetectorFit, kv: float,
+                          alpha_mrad: float, scan_step: float, rotation: float = 0.0, backend="cpu",
+                          chunk: int = 512) -> Session:
+    """A :class:`qora.ssb.Session` of a G(Q, k) made here rather than from the data: the attributes
+    ``Session.__init__`` sets, each from what :class:`LiveG` has (a test holds the set of attributes
+    to an offline session's, so a new one there cannot be missed here).
+
+    ``G`` (scan_row, scan_col // 2 + 1, nbf), complex, normalised by ``level``, on the backend's
+    device; ``bf_index`` (nbf,) the pixels' flat detector indices and ``k`` (nbf, 2) their (ky, kx)
+    (1/A), as :func:`qora.ssb.detector.bright_field_pixels` gives them; ``bright_field``
+    (scan_row, scan_col) the summed bright field over ``level``."""
+    from qora.backend import resolve
+
+    session = Session.__new__(Session)
+    kv, alpha_mrad, scan_step, rotation = check_settings(kv, alpha_mrad, scan_step, rotation)
+    session.backend = resolve(backend)
+    session.xp = session.backend.xp
+    session.kv, session.alpha_mrad, session.scan_step, session.rotation = kv, alpha_mrad, scan_step, rotation
+    session.wavelength = wavelength(kv)
+    session.detector = detector
+    session.bright_field = np.asarray(bright_field)
+    session.scan_shape = tuple(session.bright_field.shape)
+    if G.shape != (session.scan_shape[0], session.scan_shape[1] // 2 + 1, len(bf_index)):
+        raise InputError(f"G {G.shape} does not match the scan {session.scan_shape} and {len(bf_index)} pixels")
+    session.chunk = int(chunk)
+    session.bf_index, session.k = np.asarray(bf_index), np.asarray(k)
+    session.bf_count, session.pixels = len(session.bf_index), None
+    session._k = session.xp.asarray(session.k)
+    session.G, session.level = G, float(level)
+    session.timings = {"prepare_s": 0.0}
+    session.memory = {"G_bytes": int(G.nbytes), "G_on": "device" if session.backend.is_cuda else "host",
+                      "prepare_peak_bytes": 0}
+    return session
+
+
+def _tukey(n: int, fraction: float) -> np.ndarray:
+    """A Tukey window of n points: flat in the middle, cosine tapers over ``fraction`` / 2 of
+    the points at each end (``fraction`` 1: a Hann window)."""
+    x = (np.arange(n) + 0.5) / n
+    edge = max(fraction / 2, 1e-12)
+    w = np.ones(n)
+    low, high = x < edge, x > 1 - edge
+    w[low] = 0.5 * (1 - np.cos(np.pi * x[low] / edge))
+    w[high] = 0.5 * (1 - np.cos(np.pi * (1 - x[high]) / edge))
+    return w
+
+
+class LiveG:
+    """The rows of G(Q, k) so far, transformed along the scan columns, and the sessions made of them.
+
+    Parameters
+    ----------
+    scan_shape : (rows, cols)
+        The scan; frames are placed by their index, row-major.
+    detector_shape : (det_row, det_col)
+    kv, alpha_mrad, scan_step, rotation
+        As :class:`qora.ssb.Session` (kV, mrad, A, rad).
+    detector : DetectorFit, optional
+        The bright-field disk, fixed; else fitted from the first ``calibration_rows`` rows and
+        refitted from the running mean pattern whenever a session is made.
+    calibration_rows : int
+        Rows received before the disk is first fitted (the frames wait in host memory till then).
+    margin : float
+        Pixels gathered beyond the first fit's disk (detector pixels), for the refits to choose from.
+    lag_rows : int
+        A row is closed when a frame this many rows further on arrives (:class:`Placement`).
+    backend, precision
+        As :class:`qora.ssb.Session`: on "cuda" the rows are kept on the device, complex64 by default.
+    """
+
+    def __init__(self, scan_shape, detector_shape, *, kv: float, alpha_mrad: float, scan_step: float,
+                 rotation: float = 0.0, detector: DetectorFit | None = None, calibration_rows: int = 4,
+                 margin: float = 3.0, lag_rows: int = 2, backend="cpu", precision: str = "auto") -> None:
+        from qora.backend import resolve
+
+        self.settings = dict(zip(("kv", "alpha_mrad", "scan_step", "rotation"),
+                                 check_settings(kv, alpha_mrad, scan_step, rotation)))
+        self.scan_shape = tuple(integer("scan_shape", v, low=1) for v in scan_shape)
+        self.detector_shape = tuple(integer("detector_shape", v, low=1) for v in detector_shape)
+        if detector is not None and not isinstance(detector, DetectorFit):
+            raise InputError(f"detector must be a DetectorFit, got {type(detector).__name__}")
+        self.fixed_detector = detector
+        self.calibration_rows = integer("calibration_rows", calibration_rows, low=1)
+        self.margin = nonnegative("margin", margin, unit="pixels")
+        self.backend = resolve(backend)
+        self.xp = self.backend.xp
+        if precision not in ("auto", "single", "double"):
+            raise ValueError(f"precision must be 'auto', 'single' or 'double', got {precision!r}")
+        single = precision == "single" or (precision == "auto" and self.backend.is_cuda)
+        self.real, self.complex = (np.float32, np.complex64) if single else (np.float64, np.complex128)
+        self.placement = Placement(self.scan_shape, lag_rows=lag_rows)
+        self.ring = self.placement.lag_rows + 4  # row buffers: the open rows and a few closing
+        self._pending: list[Frames] = []  # frames before the first disk fit
+        self.mean_sum = None  # sum of the frames received (det_row, det_col), float64, where the rows are
+        self.frames_summed = 0
+        self.gathered = None  # flat detector indices of the pixels gathered, sorted
+        self.G_rows = None  # (scan_row, scan_col // 2 + 1, gathered) unnormalised counts
+        self.timings = {"gather_s": 0.0, "row_fft_s": 0.0}
+
+    # -- arrival --------------------------------------------------------------------------
+    @property
+    def report(self):
+        """The :class:`FrameReport`: frames placed, dropped, late, repeated, out of order."""
+        return self.placement.report
+
+    @property
+    def rows_done(self) -> int:
+        """Scan rows from the first transformed with no gap (the partial scan a session can show)."""
+        return self.placement.complete_rows
+
+    def add(self, frames: Frames) -> list[int]:
+        """Place a batch of frames; transform the rows it closes. Returns the rows closed."""
+        if frames.data.shape[1:] != self.detector_shape:
+            raise InputError(f"a frame of {frames.data.shape[1:]} pixels, the stream's detector is "
+                             f"{self.detector_shape}")
+        if self.gathered is None:
+            self._pending.append(frames)
+            top = max(int(f.index.max()) for f in self._pending if len(f.index))
+            if top + 1 < self.calibration_rows * self.scan_shape[1]:
+                return []
+            return self._calibrate()
+        closed = []
+        cols = self.scan_shape[1]
+        for start in range(0, len(frames.index), cols):  # at most one row of frames a piece
+            part = Frames(frames.index[start:start + cols], frames.data[start:start + cols])
+            closed += self._place(part)
+        return closed
+
+    def finish(self) -> list[int]:
+        """The stream has ended: close and transform every open row (what is missing was dropped)."""
+        if self.gathered is None:
+            if not self._pending:
+                raise InputError("the stream ended before any frame arrived")
+            self._calibrate()
+        rows = self.placement.rows_to_close(end=True)
+        self._transform(rows)
+        return rows
+
+    def _calibrate(self) -> list[int]:
+        xp = self.xp
+        pending, self._pending = self._pending, []
+        self.mean_sum = xp.zeros(self.detector_shape, np.float64)
+        first = self.fixed_detector
+        if first is None:
+            total = sum(f.data.sum(0, dtype=np.float64) for f in pending)
+            first = fit_detector_from_mean(total / sum(len(f.index) for f in pending), self.settings["alpha_mrad"])
+        self.gathered = self._pixels_near(first, 0.0 if self.fixed_detector else self.margin)
+        rows, cols = np.unravel_index(self.gathered, self.detector_shape)
+        self._box = (int(rows.min()), int(rows.max()) + 1, int(cols.min()), int(cols.max()) + 1)
+        r0, _, c0, c1 = self._box
+        self._in_box = xp.asarray((rows - r0) * (c1 - c0) + (cols - c0))
+        sy, sx = self.scan_shape
+        self.G_rows = xp.zeros((sy, sx // 2 + 1, len(self.gathered)), self.complex)
+        self._buffer = xp.zeros((self.ring, sx, len(self.gathered)), self.real)
+        self._owner = np.full(self.ring, -1)
+        closed = []
+        for frames in pending:
+            closed += self.add(frames)
+        return closed
+
+    def _pixels_near(self, detector: DetectorFit, margin: float) -> np.ndarray:
+        """Flat indices (sorted) of the pixels within the bright-field disk grown by ``margin`` px."""
+        s = self.settings
+        grown = detector.mrad_per_pixel * margin
+        index, _ = bright_field_pixels(self.detector_shape, detector, s["alpha_mrad"] + grown, s["kv"])
+        if not len(index):
+            raise InputError(f"no detector pixel lies inside the bright-field disk (centre {detector.center}, radius "
+                             f"{detector.radius:g} px)")
+        return index
+
+    def _place(self, frames: Frames) -> list[int]:
+        xp = self.xp
+        t0 = time.perf_counter()
+        keep = self.placement.accept(frames.index)
+        index, data = (frames.index, frames.data) if keep.all() else (frames.index[keep], frames.data[keep])
+        if len(index):
+            if not data.dtype.isnative:  # big-endian counts (a file's): the device takes native ones
+                data = data.astype(data.dtype.newbyteorder("="))
+            # whole frames go where the rows are: the running mean pattern (the disk's refits) sees
+            # the dark field too, as the offline fit on the whole data does
+            full = xp.asarray(data)
+            self.mean_sum += full.sum(0, dtype=np.float64)
+            r0, r1, c0, c1 = self._box
+            self.frames_summed += len(index)
+            values = full[:, r0:r1, c0:c1].reshape(len(index), -1)[:, self._in_box].astype(self.real)
+            row, col = np.divmod(index, self.scan_shape[1])
+            for r in np.unique(row):
+                owner = self._owner[r % self.ring]
+                if owner not in (-1, r):  # a jump of many rows: the row in this slot is closed now
+                    self.placement.close(int(owner))
+                    self._transform([int(owner)])
+                self._owner[r % self.ring] = r
+                mine = row == r
+                self._buffer[int(r % self.ring), xp.asarray(col[mine])] = values[xp.asarray(np.flatnonzero(mine))]
+        self.timings["gather_s"] += time.perf_counter() - t0
+        closed = self.placement.rows_to_close()
+        self._transform(closed)
+        return closed
+
+    def _transform(self, rows) -> None:
+        """Transform closed ``rows`` along the scan columns, their missing frames as zeros: the
+        mean pattern takes their place when G is made (:meth:`session`), so that a dropped frame
+        shows as flat, never as another position's, with the mean of all frames received then."""
+        if not rows:
+            return
+        xp = self.xp
+        t0 = time.perf_counter()
+        rows = np.asarray(sorted(rows))
+        empty = rows[self._owner[rows % self.ring] != rows]  # no frame came: no buffer of its own
+        if len(empty):
+            self.G_rows[xp.asarray(empty)] = 0
+            rows = rows[self._owner[rows % self.ring] == rows]
+            if not len(rows):
+                return
+        slots = rows % self.ring
+        missing = ~self.placement.received[rows]
+        if missing.any():
+            r, c = np.nonzero(missing)
+            self._buffer[xp.asarray(slots[r]), xp.asarray(c)] = 0
+        from qora.backend.fft import rfft
+
+        self.G_rows[xp.asarray(rows)] = rfft(self._buffer[xp.asarray(slots)], axis=1).astype(self.complex, copy=False)
+        self._owner[slots] = -1
+        self.backend.synchronize()  # the time is the transform's, not its launch's
+        self.timings["row_fft_s"] += time.perf_counter() - t0
+
+    def _flat_gathered(self):
+        return self.xp.asarray(self.gathered)
+
+    def _mean_pattern(self):
+        """The mean pattern of the frames received (det_row, det_col), where the rows are."""
+        return self.mean_sum / max(1, self.frames_summed)
+
+    # -- results ----------------------------------------------------------------------------
+    def detector(self) -> DetectorFit:
+        """The bright-field disk: the fixed one, or refitted from the running mean pattern."""
+        if self.fixed_detector is not None:
+            return self.fixed_detector
+        return fit_detector_from_mean(self.backend.to_host(self._mean_pattern()), self.settings["alpha_mrad"])
+
+    def session(self, *, rows: int | None = None, taper: float = 0.0) -> Session:
+        """A :class:`qora.ssb.Session` of the first ``rows`` scan rows (default: all rows transformed
+        with no gap so far): G transformed along the scan rows now, of the refitted disk's pixels,
+        scaled by the level from the running mean pattern. The scan's window is those rows: a
+        partial scan is a scan of fewer rows (its frequencies spaced 1 / (rows scan_step)).
+
+        ``taper``: the fraction of the rows at each end brought smoothly to the mean (a Tukey
+        window along the slow axis, after each pixel's mean over the rows is taken out; 1: Hann),
+        default 0: none. The transform takes the rows as periodic, and the jump from the last row
+        so far back to the first is no part of the specimen; a taper removes that jump but also
+        weights down a quarter of rows (docs/ssb.md, "Live": on the simulator's films the fit
+        after 25% of the rows lands closer to the whole scan's without it). The whole scan is
+        never tapered: its G equals the offline session's.
+        """
+        from qora.backend.fft import fft, irfft
+
+        xp = self.xp
+        n = self.rows_done if rows is None else integer("rows", rows, low=1, high=self.rows_done)
+        if n < 2:
+            raise InputError(f"a session needs at least 2 scan rows transformed; {n} so far")
+        t0 = time.perf_counter()
+        det = self.detector()
+        s = self.settings
+        bf_index, k = bright_field_pixels(self.detector_shape, det, s["alpha_mrad"], s["kv"])
+        where = np.searchsorted(self.gathered, bf_index)
+        inside = (where < len(self.gathered)) & (self.gathered[np.minimum(where, len(self.gathered) - 1)] == bf_index)
+        if not inside.all():
+            warnings.warn(f"{int((~inside).sum())} of {len(bf_index)} bright-field pixels of the refitted disk lie "
+                          f"beyond the {self.margin:g} px margin gathered; they are left out (a larger margin keeps "
+                          "them)",
+                          stacklevel=2)
+            bf_index, k, where = bf_index[inside], k[inside], where[inside]
+        level = float(self.backend.to_host(self._mean_pattern().reshape(-1)[xp.asarray(bf_index)]).mean())
+        check_level(level)
+        sel = xp.asarray(where)
+        part = self.G_rows[:n][:, :, sel]
+        missing = ~self.placement.received[:n]
+        if missing.any():  # the mean pattern at the missing positions: its row transform is separable
+            fill = self._mean_pattern().reshape(-1)[xp.asarray(bf_index)].astype(self.real)
+            part = part + xp.asarray(np.fft.rfft(missing, axis=1).astype(self.complex))[:, :, None] * fill
+        if taper and n < self.scan_shape[0]:
+            tapered = part.copy()
+            tapered[:, 0] -= tapered[:, 0].mean(0)  # each pixel's mean over the rows so far out (Q = 0)
+            tapered *= xp.asarray(_tukey(n, taper).astype(self.real))[:, None, None]
+            G = fft(tapered, axis=0)
+            del tapered
+        else:
+            G = fft(part, axis=0)
+        G *= self.real(1.0 / level)
+        bright = irfft(part.sum(-1), n=self.scan_shape[1], axis=1).real
+        del part
+        session = session_from_spectrum(G, bf_index=bf_index, k=k, level=level,
+                                        bright_field=self.backend.to_host(bright) / level, detector=det,
+                                        backend=self.backend, **s)
+        session.timings["slow_axis_s"] = time.perf_counter() - t0
+        return session

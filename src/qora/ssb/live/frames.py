@@ -1,0 +1,206 @@
+"""Frames as they arrive from a detector: batches of frames with their acquisition indices, the
+placement of each on the scan (row-major: index = row * scan_cols + col), and the bookkeeping that
+detects dropped, repeated, late and out-of-order frames instead of misplacing them.
+
+A source (:class:`Source`) yields :class:`Frames`; :class:`Placement` checks each batch's indices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from qora.io.errors import InputError
+
+__all__ = ["Frames", "Source", "MemorySource", "Placement", "FrameReport"]
+
+
+@dataclass
+class Frames:
+    """A batch of frames: ``index`` (n,) int64, each frame's acquisition index from 0 (the
+    detector's own frame number, so a gap is a dropped frame); ``data`` (n, det_row, det_col) counts."""
+
+    index: np.ndarray
+    data: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.index = np.asarray(self.index, np.int64).reshape(-1)
+        if self.data.ndim != 3 or self.data.shape[0] != len(self.index):
+            raise InputError(f"Frames: data must be (frames, det_row, det_col) with one index per frame, got data "
+                             f"{self.data.shape} and {len(self.index)} indices")
+
+
+class Source:
+    """A stream of :class:`Frames` of one scan: iterate it (the iteration ends with the scan or
+    when the stream stops); ``scan_shape`` (rows, cols) and ``detector_shape`` (det_row, det_col)
+    are known once the stream's header is read (:meth:`open`), ``metadata`` holds what the header
+    says. Use as a context manager, or call :meth:`close`."""
+
+    scan_shape: tuple | None = None
+    detector_shape: tuple | None = None
+
+    def __init__(self) -> None:
+        self.metadata: dict = {}
+
+    def open(self) -> None:
+        """Connect and read the stream's header (scan and detector shape)."""
+
+    def __iter__(self):
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the connection or file."""
+
+    def __enter__(self):
+        self.open()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class MemorySource(Source):
+    """Frames from memory, for scripts and tests: ``data`` (scan_row, scan_col, det_row, det_col)
+    sent in acquisition order ``batch`` frames at a time, or ``frames``, an iterable of
+    ``(index, frame)`` pairs or :class:`Frames` (then ``scan_shape`` and ``detector_shape`` must be
+    given)."""
+
+    def __init__(self, data=None, *, frames=None, scan_shape=None, detector_shape=None, batch: int = 64) -> None:
+        super().__init__()
+        if (data is None) == (frames is None):
+            raise InputError("MemorySource takes data (a 4D array) or frames (an iterable), one of them")
+        self.batch = int(batch)
+        if data is not None:
+            data = np.asarray(data) if not hasattr(data, "shape") else data
+            if data.ndim != 4:
+                raise InputError(f"MemorySource: data must be (scan_row, scan_col, det_row, det_col), got {data.shape}")
+            self.scan_shape, self.detector_shape = tuple(data.shape[:2]), tuple(data.shape[2:])
+        else:
+            if scan_shape is None or detector_shape is None:
+                raise InputError("MemorySource(frames=...) needs scan_shape and detector_shape")
+            self.scan_shape, self.detector_shape = tuple(scan_shape), tuple(detector_shape)
+        self._data, self._frames = data, frames
+
+    def __iter__(self):
+        if self._data is not None:
+            flat = self._data.reshape((-1,) + self.detector_shape)
+            for start in range(0, flat.shape[0], self.batch):
+                stop = min(flat.shape[0], start + self.batch)
+                yield Frames(np.arange(start, stop), np.asarray(flat[start:stop]))
+            return
+        for item in self._frames:
+            if isinstance(item, Frames):
+                yield item
+            else:
+                index, frame = item
+                yield Frames(np.array([index]), np.asarray(frame)[None])
+
+
+@dataclass
+class FrameReport:
+    """What became of the frames: counts, and the indices of those not placed."""
+
+    placed: int = 0
+    dropped: list = field(default_factory=list)  # never arrived (their scan positions are marked missing)
+    late: list = field(default_factory=list)  # arrived after their row was closed: not placed
+    repeated: list = field(default_factory=list)  # an index seen before: the second copy not placed
+    out_of_range: list = field(default_factory=list)  # beyond the scan
+    out_of_order: int = 0  # arrived before a lower index (placed all the same, by their index)
+
+    def as_dict(self) -> dict:
+        return {"placed": self.placed, "dropped": len(self.dropped), "late": len(self.late),
+                "repeated": len(self.repeated), "out_of_range": len(self.out_of_range),
+                "out_of_order": self.out_of_order, "dropped_indices": self.dropped[:100],
+                "late_indices": self.late[:100]}
+
+    def __str__(self) -> str:
+        d = self.as_dict()
+        return (f"{d['placed']} frames placed, {d['dropped']} dropped, {d['late']} late, {d['repeated']} repeated, "
+                f"{d['out_of_range']} beyond the scan, {d['out_of_order']} out of order")
+
+
+class Placement:
+    """Where each frame of a scan goes, and which never came.
+
+    Frames are placed by their index, whatever their order of arrival; a row is *closed* (handed
+    on to be transformed) when all its frames are in, or when a frame ``lag_rows`` rows further on
+    arrives (the detector has moved on: what is still missing was dropped), or at the end. A frame
+    for a closed row is *late*: counted, not placed, since its row is already transformed.
+    """
+
+    def __init__(self, scan_shape, *, lag_rows: int = 2) -> None:
+        self.rows, self.cols = (int(v) for v in scan_shape)
+        self.lag_rows = max(1, int(lag_rows))
+        self.received = np.zeros((self.rows, self.cols), bool)
+        self.row_count = np.zeros(self.rows, np.int64)
+        self.closed = np.zeros(self.rows, bool)
+        self.next_open = 0  # rows below this are closed
+        self.highest = -1
+        self.report = FrameReport()
+
+    def accept(self, index: np.ndarray) -> np.ndarray:
+        """The mask of ``index`` (a batch's frame indices) to place; the rest are recorded."""
+        index = np.asarray(index, np.int64)
+        keep = np.ones(len(index), bool)
+        total = self.rows * self.cols
+        bad = (index < 0) | (index >= total)
+        if bad.any():
+            self.report.out_of_range.extend(index[bad].tolist())
+            keep &= ~bad
+        safe = np.where(bad, 0, index)
+        row, col = np.divmod(safe, self.cols)
+        late = keep & self.closed[row]
+        if late.any():
+            self.report.late.extend(index[late].tolist())
+            keep &= ~late
+        seen = keep & self.received[row, col]
+        # a repeat within the batch itself
+        _, first = np.unique(safe, return_index=True)
+        dup = np.ones(len(index), bool)
+        dup[first] = False
+        seen |= keep & dup
+        if seen.any():
+            self.report.repeated.extend(index[seen].tolist())
+            keep &= ~seen
+        kept = index[keep]
+        if len(kept):
+            running = np.maximum.accumulate(np.concatenate([[self.highest], kept]))[:-1]
+            self.report.out_of_order += int((kept < running).sum())
+            self.highest = max(self.highest, int(kept.max()))
+            self.received[row[keep], col[keep]] = True
+            np.add.at(self.row_count, row[keep], 1)
+            self.report.placed += len(kept)
+        return keep
+
+    def rows_to_close(self, *, end: bool = False) -> list[int]:
+        """The open rows that are complete, or that the stream has passed by ``lag_rows`` (or all
+        open rows at the ``end``), closed now; their missing frames are recorded as dropped."""
+        out = []
+        top = self.highest // self.cols if self.highest >= 0 else -1
+        for r in np.flatnonzero(~self.closed):
+            r = int(r)
+            if self.row_count[r] == self.cols or end or r <= top - self.lag_rows:
+                if self.row_count[r] < self.cols:
+                    self.report.dropped.extend((r * self.cols + np.flatnonzero(~self.received[r])).tolist())
+                self.closed[r] = True
+                out.append(r)
+            elif r > top:
+                break
+        while self.next_open < self.rows and self.closed[self.next_open]:
+            self.next_open += 1
+        return out
+
+    def close(self, row: int) -> None:
+        """Close ``row`` now (its ring slot is needed by a row further on): what is missing is dropped."""
+        if not self.closed[row]:
+            if self.row_count[row] < self.cols:
+                self.report.dropped.extend((row * self.cols + np.flatnonzero(~self.received[row])).tolist())
+            self.closed[row] = True
+            while self.next_open < self.rows and self.closed[self.next_open]:
+                self.next_open += 1
+
+    @property
+    def complete_rows(self) -> int:
+        """Rows closed from the first on, with no gap: the partial scan a refresh can show."""
+        return self.next_open

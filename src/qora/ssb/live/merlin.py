@@ -1,0 +1,299 @@
+"""The Quantum Detectors Merlin TCP data stream (the data port, 6342 by default).
+
+Wire format (MerlinEM manual, "TCP/IP data"): every message is ``MPX,`` then its length as 10
+decimal digits, then the message; the length counts the message and the comma before it (so
+``length - 1`` bytes follow the 15-byte prefix). The first message of an acquisition is the
+acquisition header, ``HDR,`` and the text of the ``.hdr`` file (``key:<tab>value`` lines, ending
+with ``End``). Each frame is one message: its frame header (``MQ1,<number>,<header bytes>,...``,
+the same header a ``.mib`` frame starts with, :func:`qora.ssb.readers.merlin_frame_header`)
+then its pixels: big-endian U08/U16/U32 for the counter depths 1 and 6, 12, 24, or RAW 1-bit
+(R64, single chip). Frames are numbered from 1 in an acquisition: frame n is scan index n - 1.
+The detector rows are flipped as the ``.mib`` reader flips them, so a stream and the file of one
+acquisition give the same arrays.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import numpy as np
+
+from qora.io.errors import FileFormatError, InputError
+from qora.ssb.live.frames import Frames, Source
+from qora.ssb.readers import (MERLIN_DTYPES, check_raw, decode_raw_1bit, header_fields, merlin_frame_header)
+
+__all__ = ["MerlinTCPSource", "decode_frame", "decode_pixels", "encode_pixels", "frame_header", "frame_message",
+           "frame_messages", "acquisition_header", "message", "DATA_PORT"]
+
+DATA_PORT = 6342
+PREFIX = 15  # b"MPX," + 10 digits + b","
+FORMATS = {1: "U08", 6: "U08", 12: "U16", 24: "U32"}  # counter depth -> normal frame pixel format
+
+
+def message(body: bytes) -> bytes:
+    """One message on the wire: ``MPX,<length>,`` and ``body`` (the length counts the comma)."""
+    return b"MPX,%010d," % (len(body) + 1) + body
+
+
+def acquisition_header(*, frames: int, frames_per_trigger: int, counter_depth: int = 12, raw: bool = False,
+                       assembly: str = "1x1", trigger: str = "Rising Edge") -> bytes:
+    """An acquisition header's message body (``HDR,`` and the ``.hdr`` text): a scan of
+    ``frames`` frames, one trigger a scan row of ``frames_per_trigger`` (the simulator's)."""
+    lines = ["HDR,\t", "Time and Date Stamp (day, mnth, yr, hr, min, s):\t01/01/2026 00:00:00",
+             "Chip ID:\tW000_X00, - , - , -", "Chip Type (Medipix 3.0, Medipix 3.1, Medipix 3RX):\tMedipix 3RX",
+             f"Assembly Size (NX1, 2X2):\t{assembly}", "Chip Mode  (SPM, CSM, CM, CSCM):\tSPM",
+             f"Counter Depth (number):\t{counter_depth}", "Gain:\tSLGM", "Active Counters:\tAlternating",
+             "Thresholds (keV):\t1.0E+1,5.1E+2,0.0E+0,0.0E+0,0.0E+0,0.0E+0,0.0E+0,0.0E+0",
+             f"Frames in Acquisition (Number):\t{frames}", f"Frames per Trigger (Number):\t{frames_per_trigger}",
+             f"Trigger Start (Positive, Negative, Internal):\t{trigger}",
+             "Trigger Stop (Positive, Negative, Internal):\tInternal", "Sensor Bias (V):\t120 V",
+             "Sensor Polarity (Positive, Negative):\tPositive", "Temperature (C):\tBoard Temp 0.0 Deg C",
+             f"Raw:\t{'R64' if raw else 'MIB'}", "End\t"]
+    return "\n".join(lines).encode("latin-1").ljust(2048, b" ")
+
+
+def frame_header(number: int, rows: int, cols: int, *, counter_depth: int = 12, raw: bool = False) -> bytes:
+    """A single chip's 384-byte MQ1 frame header; the last fields (extended time stamp, exposure in
+    ns, counter depth) are where the ``.mib`` readers look for them."""
+    fmt = "R64" if raw else FORMATS[counter_depth]
+    head = (f"MQ1,{number:06d},00384,01,{cols:04d},{rows:04d},{fmt},   1x1,01,2026-01-01 00:00:00.000000,"
+            f"1.000000,0,0,0,1.000000E+1,5.110000E+2,0.000000E+0,0.000000E+0,0.000000E+0,0.000000E+0,"
+            f"0.000000E+0,0.000000E+0,3RX,MQ1A,2026-01-01T00:00:00.000000000Z,1000000ns,{counter_depth},")
+    return head.encode("latin-1").ljust(384, b"\0")
+
+
+def encode_pixels(frames: np.ndarray, *, counter_depth: int = 12, raw: bool = False) -> np.ndarray:
+    """Frames (n, det_row, det_col) as the reader returns them, as their pixel bytes on the wire
+    (n, payload) uint8: rows flipped back, big-endian, or RAW 1-bit words."""
+    stored = np.asarray(frames)[:, ::-1]
+    n = stored.shape[0]
+    if raw:
+        if counter_depth != 1:
+            raise InputError("RAW frames are written here for counter depth 1 only")
+        bits = np.packbits(stored.reshape(n, -1, 8, 8).astype(bool), axis=-1, bitorder="little")  # (n, words, 8)
+        return np.ascontiguousarray(bits[:, :, ::-1]).reshape(n, -1)
+    return np.ascontiguousarray(stored, dtype=MERLIN_DTYPES[FORMATS[counter_depth]]).view(np.uint8).reshape(n, -1)
+
+
+def frame_message(number: int, frame: np.ndarray, *, counter_depth: int = 12, raw: bool = False) -> bytes:
+    """A frame's message body (or its record in a ``.mib`` file): its MQ1 header and pixels, of a
+    frame (det_row, det_col) as the ``.mib`` reader returns it."""
+    rows, cols = frame.shape
+    return (frame_header(number, rows, cols, counter_depth=counter_depth, raw=raw)
+            + encode_pixels(frame[None], counter_depth=counter_depth, raw=raw).tobytes())
+
+
+def frame_messages(numbers, frames: np.ndarray, *, counter_depth: int = 12, raw: bool = False) -> np.ndarray:
+    """Whole messages (``MPX,`` prefix, header, pixels) of many frames at once, (n, bytes) uint8:
+    the header is a template whose six digits of frame number are written per row (numbers from
+    1 to 999,999, the header's field width)."""
+    numbers = np.asarray(numbers, np.int64)
+    n, rows, cols = frames.shape
+    pixels = encode_pixels(frames, counter_depth=counter_depth, raw=raw)
+    head = np.frombuffer(frame_header(0, rows, cols, counter_depth=counter_depth, raw=raw), np.uint8)
+    prefix = np.frombuffer(b"MPX,%010d," % (len(head) + pixels.shape[1] + 1), np.uint8)
+    out = np.empty((n, PREFIX + len(head) + pixels.shape[1]), np.uint8)
+    out[:, :PREFIX] = prefix
+    out[:, PREFIX:PREFIX + len(head)] = head
+    for j in range(6):
+        out[:, PREFIX + 4 + j] = 48 + (numbers // 10 ** (5 - j)) % 10
+    out[:, PREFIX + len(head):] = pixels
+    return out
+
+
+def decode_pixels(pixels: np.ndarray, head: dict) -> np.ndarray:
+    """Pixel bytes (n, payload) uint8 of frames with the header ``head`` as (n, det_row, det_col)
+    in native byte order, rows flipped as the ``.mib`` reader flips them."""
+    rows, cols = head["rows"], head["cols"]
+    if head["pixel_format"] == "R64":
+        return decode_raw_1bit(pixels, rows, cols)
+    big = pixels.view(MERLIN_DTYPES[head["pixel_format"]]).reshape(-1, rows, cols)[:, ::-1]
+    return big.astype(big.dtype.newbyteorder("="))
+
+
+def decode_frame(body, detector_shape, *, where: str = "Merlin"):
+    """``(index, frame)`` of a frame's bytes (its MQ1 header and pixels, from a message or a
+    ``.mib`` file): the scan index (frame number - 1) and the pixels (det_row, det_col)."""
+    head = merlin_frame_header(bytes(body[:768]).decode("latin-1").split(","))
+    if (head["rows"], head["cols"]) != tuple(detector_shape):
+        raise FileFormatError(f"{where}: frame {head['number']} is {head['rows']}x{head['cols']}, the stream's "
+                              f"frames are {detector_shape[0]}x{detector_shape[1]}")
+    pixels = np.frombuffer(body, np.uint8, head["payload"], head["header_size"])
+    return head["number"] - 1, decode_pixels(pixels[None], head)[0]
+
+
+class MerlinTCPSource(Source):
+    """Frames from a Merlin's TCP data port (``host``, ``port``).
+
+    The scan shape is ``scan_shape`` (rows, cols) when given, else the acquisition header's
+    frames in acquisition over frames per trigger (one trigger a scan row). Frames come in batches
+    of up to ``batch``; ``timeout`` (s) bounds each wait on the socket (a silent detector is an
+    error, not a hang). The stream ends when the detector closes the connection or every frame of
+    the scan has come.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = DATA_PORT, *, scan_shape=None, batch: int = 256,
+                 timeout: float = 10.0) -> None:
+        super().__init__()
+        self.address = (host, int(port))
+        self.scan_shape = None if scan_shape is None else tuple(int(v) for v in scan_shape)
+        self.batch, self.timeout = int(batch), float(timeout)
+        self._sock = None
+        self._buf = np.empty(1 << 22, np.uint8)  # received bytes not yet taken: _buf[:_end]
+        self._end = 0
+
+    def __repr__(self) -> str:
+        return f"MerlinTCPSource(tcp://{self.address[0]}:{self.address[1]})"
+
+    def open(self) -> None:
+        if self._sock is not None:
+            return
+        try:
+            self._sock = socket.create_connection(self.address, timeout=self.timeout)
+        except OSError as error:
+            raise InputError(f"cannot connect to the Merlin data port tcp://{self.address[0]}:{self.address[1]}: "
+                             f"{error}") from None
+        body = self._message()
+        if body is None or not body.startswith(b"HDR,"):
+            raise FileFormatError(f"{self!r}: the stream does not start with an acquisition header (HDR)")
+        self.header = header_fields(body[4:].decode("latin-1"))
+        self.metadata = {"detector": {"name": "Quantum Detectors Merlin", "header": self.header}}
+        frames = int(self.header.get("Frames in Acquisition (Number)", "0") or 0)
+        per_trigger = int(self.header.get("Frames per Trigger (Number)", "0") or 0)
+        if self.scan_shape is None:
+            if not (1 < per_trigger < frames and frames % per_trigger == 0):
+                raise InputError(f"{self!r}: the acquisition header gives {frames} frames, {per_trigger} per trigger: "
+                                 "no scan shape; give it (scan_shape=(rows, cols), --scan-shape ROWS COLS)")
+            self.scan_shape = (frames // per_trigger, per_trigger)
+        self._first = self._message()  # the first frame tells the detector's shape
+        if self._first is None:
+            raise FileFormatError(f"{self!r}: the stream ended after its acquisition header")
+        head = merlin_frame_header(self._first[:768].decode("latin-1").split(","))
+        self.detector_shape = (head["rows"], head["cols"])
+        if head["pixel_format"] == "R64":
+            check_raw(self.header, head["assembly"], repr(self))
+
+    def _reserve(self, size: int) -> None:
+        if size > len(self._buf):
+            grown = np.empty(max(size, 2 * len(self._buf)), np.uint8)
+            grown[:self._end] = self._buf[:self._end]
+            self._buf = grown
+
+    def _fill(self, need: int) -> bool:
+        """Receive until the buffer holds ``need`` bytes (False when the connection closed first)."""
+        self._reserve(need)
+        view = memoryview(self._buf)
+        while self._end < need:
+            try:
+                got = self._sock.recv_into(view[self._end:])
+            except socket.timeout:
+                raise InputError(f"{self!r}: no data for {self.timeout:g} s") from None
+            if not got:
+                return False
+            self._end += got
+        return True
+
+    def _take(self, n: int) -> bytes:
+        out = self._buf[:n].tobytes()
+        self._consume(n)
+        return out
+
+    def _consume(self, n: int) -> None:
+        """Drop the first ``n`` bytes of the buffer (the rest, a part of one message, moves to the front)."""
+        self._buf[:self._end - n] = self._buf[n:self._end].copy()
+        self._end -= n
+
+    def _message(self):
+        """The next message's body, or None when the connection has closed."""
+        if not self._fill(PREFIX):
+            if self._end:
+                raise FileFormatError(f"{self!r}: the connection closed inside a message")
+            return None
+        prefix = self._buf[:PREFIX].tobytes()
+        if prefix[:4] != b"MPX," or prefix[14:15] != b"," or not prefix[4:14].isdigit():
+            raise FileFormatError(f"{self!r}: lost the message framing (expected MPX,<10 digits>, got {prefix!r})")
+        size = PREFIX + int(prefix[4:14]) - 1
+        if not self._fill(size):
+            raise FileFormatError(f"{self!r}: the connection closed inside a message")
+        return self._take(size)[PREFIX:]
+
+    def _decode(self, body: bytes):
+        return decode_frame(body, self.detector_shape, where=repr(self))
+
+    def _whole_frames(self, template: np.ndarray, head: dict):
+        """The frames at the start of the buffer that have the first frame's layout (the same
+        prefix and header up to its frame number): ``(numbers, frames)``, taken from the buffer;
+        None when the next message differs (it is read by the general path)."""
+        size = len(template)
+        count = self._end // size
+        if not count:
+            return None
+        rows = self._buf[:count * size].reshape(count, size)
+        same = (rows[:, :PREFIX + 4] == template[:PREFIX + 4]).all(1) & (rows[:, PREFIX + 10] == template[PREFIX + 10])
+        if not same[0]:
+            return None
+        count = int(np.argmin(same)) if not same.all() else count
+        rows = rows[:count]
+        digits = rows[:, PREFIX + 4:PREFIX + 10].astype(np.int64) - 48
+        if (digits < 0).any() or (digits > 9).any():
+            return None
+        numbers = digits @ (10 ** np.arange(5, -1, -1))
+        frames = decode_pixels(rows[:, PREFIX + head["header_size"]:], head)  # a copy: the buffer is reused
+        self._consume(count * size)
+        return numbers, frames
+
+    def _drain(self, want: int) -> None:
+        """Take what has already arrived, up to ``want`` bytes in the buffer, without waiting."""
+        self._reserve(want)
+        view = memoryview(self._buf)
+        self._sock.setblocking(False)
+        try:
+            while self._end < want:
+                got = self._sock.recv_into(view[self._end:want])
+                if not got:
+                    break
+                self._end += got
+        except BlockingIOError:
+            pass
+        finally:
+            self._sock.settimeout(self.timeout)
+
+    def __iter__(self):
+        self.open()
+        total = self.scan_shape[0] * self.scan_shape[1]
+        body, self._first = self._first, None
+        if body is None:
+            return
+        head = merlin_frame_header(body[:768].decode("latin-1").split(","))
+        template = np.frombuffer(b"MPX,%010d," % (len(body) + 1) + body, np.uint8)
+        size = len(template)
+        i, frame = self._decode(body)
+        yield Frames(np.array([i]), frame[None])
+        seen, last = 1, i
+        # the scan ends with its last frame (what is still missing was dropped) or when the detector
+        # closes the connection
+        while last < total - 1 or self._end:
+            want = min(self.batch, max(1, total - seen)) * size
+            if not self._fill(min(want, size)) and self._end == 0:
+                break
+            self._drain(want)
+            fast = self._whole_frames(template, head)
+            if fast is not None:
+                numbers, frames = fast
+            else:  # another layout: one message by the general path
+                body = self._message()
+                if body is None:
+                    break
+                if not body.startswith(b"MQ1,"):
+                    raise FileFormatError(f"{self!r}: a message that is not a frame ({body[:8]!r}) inside the "
+                                          "acquisition")
+                number, frame = self._decode(body)
+                numbers, frames = np.array([number + 1]), frame[None]
+            seen += len(numbers)
+            last = max(last, int(numbers.max()) - 1)
+            yield Frames(numbers - 1, frames)
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None

@@ -1,0 +1,242 @@
+"""The live reconstruction: a receiver thread reads the source into a bounded queue, the caller's
+thread builds G from it (:class:`LiveG`), refreshes the image and the fit of the rows so far at a
+set rate, and at the end makes the final image and fit.
+
+Back-pressure: the queue holds at most ``LiveOptions.queue_frames`` frames. When it is full the
+receiver waits ``LiveOptions.max_wait_s`` for room, then stops with :class:`FellBehind`: a
+detector does not wait, so processing slower than the scan for longer than the buffer lasts
+would lose frames; the error says so instead of dropping them unseen.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from qora.io.errors import InputError
+from qora.ssb.detector import DetectorFit
+from qora.ssb.live.accumulate import LiveG
+from qora.ssb.live.fitting import cold_fit, warm_fit
+from qora.ssb.model import parameters_to_aberrations
+from qora.ssb.optics import Aberrations
+
+__all__ = ["LiveOptions", "LiveResult", "LiveUpdate", "FellBehind", "run_live"]
+
+
+class FellBehind(RuntimeError):
+    """Processing fell behind the detector for longer than the receive buffer allows."""
+
+
+@dataclass(frozen=True)
+class LiveOptions:
+    """How the live reconstruction runs."""
+
+    refresh_s: float = 1.0
+    """Seconds between refreshes of the image (and fit) of the rows so far; 0: none before the end."""
+    method: str = "ssb"
+    """The refreshed and final image: "ssb" or "parallax"."""
+    fit: bool = True
+    """Fit the aberrations (C10, C12; the scan rotation unless given) live and at the end."""
+    fit_after: float = 0.25
+    """Fraction of the scan's rows received before the first (cold) fit; later fits are warm."""
+    tilt: bool = False
+    """Fit the thick-sample branch (thickness, tilt) too, at the end."""
+    band: tuple = (0.2, 0.9)
+    """The fit's band of scan frequencies (1/A)."""
+    trials: int = 200
+    """The cold fit's search trials (rotation given) (:func:`qora.ssb.fit_session`)."""
+    final_fit: str = "cold"
+    """The fit of the whole scan: "cold", the offline fit (:func:`qora.ssb.fit_session`, its search
+    then Newton: the same result as the offline session's), or "warm", Newton from the last
+    partial-scan fit only (faster, but it keeps the partial fit's basin: on a small or noisy scan
+    that can be a lower local maximum than the search finds)."""
+    queue_frames: int = 65536
+    """Frames the receive queue holds."""
+    max_wait_s: float = 2.0
+    """Seconds the receiver waits on a full queue before :class:`FellBehind`."""
+    calibration_rows: int = 4
+    """Rows before the bright-field disk is first fitted (:class:`LiveG`)."""
+    margin: float = 3.0
+    """Detector pixels gathered beyond the first disk (:class:`LiveG`)."""
+    lag_rows: int = 2
+    """Rows after which a row with missing frames is closed (:class:`qora.ssb.live.Placement`)."""
+
+
+@dataclass
+class LiveUpdate:
+    """One refresh: the rows so far, their image (rad, (rows, scan_col)), the fit (or None), the
+    statistics then, and the :class:`qora.ssb.Session` of those rows (for previews: the viewer's
+    sliders work on it)."""
+
+    rows: int
+    image: np.ndarray
+    fit: dict | None
+    statistics: dict
+    session: object = None
+
+
+@dataclass
+class LiveResult:
+    """The end of a live run: the :class:`qora.ssb.Session` of all rows, the final image (rad), the
+    fit (or None), the statistics, the frame report, the refreshes made and the latency: seconds
+    from the last frame received to the final image and fit (``latency_s``)."""
+
+    session: object
+    image: np.ndarray
+    fit: dict | None
+    statistics: dict
+    report: object
+    updates: list = field(default_factory=list)
+    latency_s: float = 0.0
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.received = self.processed = 0
+        self.queue_peak = 0
+        self.t0 = time.perf_counter()  # the stream's header read: the receiver starts
+        self.t_last = None  # the last frame received
+        self.t_processed = None  # the last frame placed in G's rows
+
+
+def _statistics(c: _Counter, live: LiveG, q: queue.Queue) -> dict:
+    now = time.perf_counter()
+    report = live.report
+    return {"received": c.received, "processed": c.processed, "dropped": len(report.dropped), "late": len(report.late),
+            "repeated": len(report.repeated), "out_of_order": report.out_of_order,
+            "received_fps": c.received / max(1e-9, (c.t_last or now) - c.t0),
+            "processed_fps": c.processed / max(1e-9, (c.t_processed or now) - c.t0),
+            "queue_batches": q.qsize(), "queue_peak_batches": c.queue_peak, "rows_done": live.rows_done,
+            "elapsed_s": now - c.t0}
+
+
+def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation: float | None = None,
+             aberrations: Aberrations | None = None, detector: DetectorFit | None = None, backend="cpu",
+             precision: str = "auto", options: LiveOptions = LiveOptions(), on_update=None) -> LiveResult:
+    """Reconstruct a scan while it arrives from ``source`` (a :class:`qora.ssb.live.Source`).
+
+    ``rotation`` (rad): the scan rotation, fitted when None (and the fit on). ``aberrations``: those
+    the image is made with while no fit is available (default none; the fitted ones after).
+    ``on_update(LiveUpdate)`` is called at each refresh (in this thread). Returns a
+    :class:`LiveResult`; raises :class:`FellBehind` when processing cannot keep up.
+    """
+    if options.method not in ("ssb", "parallax"):
+        raise InputError(f"method must be 'ssb' or 'parallax', got {options.method!r}")
+    if options.final_fit not in ("cold", "warm"):
+        raise InputError(f"final_fit must be 'cold' or 'warm', got {options.final_fit!r}")
+    source.open()
+    if source.scan_shape is None or source.detector_shape is None:
+        raise InputError(f"{source!r}: no scan or detector shape after its header")
+    live = LiveG(source.scan_shape, source.detector_shape, kv=kv, alpha_mrad=alpha_mrad, scan_step=scan_step,
+                 rotation=0.0 if rotation is None else rotation, detector=detector,
+                 calibration_rows=options.calibration_rows, margin=options.margin, lag_rows=options.lag_rows,
+                 backend=backend, precision=precision)
+    batch = max(1, int(getattr(source, "batch", 256)))
+    q: queue.Queue = queue.Queue(maxsize=max(2, options.queue_frames // batch))
+    counter, stop = _Counter(), threading.Event()
+    failure: list = []
+    end = object()
+
+    def receive() -> None:
+        try:
+            for frames in source:
+                counter.t_last = time.perf_counter()
+                counter.received += len(frames.index)
+                try:
+                    q.put(frames, timeout=options.max_wait_s)
+                except queue.Full:
+                    failure.append(FellBehind(
+                        f"processing fell behind the detector: the receive buffer of {options.queue_frames} frames "
+                        f"stayed full for {options.max_wait_s:g} s (received {counter.received}, processed "
+                        f"{counter.processed}); use a faster backend (--backend cuda), a larger buffer, or a "
+                        "slower scan"))
+                    return
+                counter.queue_peak = max(counter.queue_peak, q.qsize())
+                if stop.is_set():
+                    return
+        except Exception as error:  # the caller's thread raises it
+            failure.append(error)
+        finally:
+            while not stop.is_set():
+                try:
+                    q.put(end, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+
+    thread = threading.Thread(target=receive, daemon=True, name="qora-live-receiver")
+    counter.t0 = time.perf_counter()
+    thread.start()
+    state = {"fit": None, "last": time.perf_counter(), "rows": 0}
+    fit_rotation = rotation is None
+    updates = []
+    rows = source.scan_shape[0]
+    ab = aberrations or Aberrations()
+
+    def fitted(session, final: bool):
+        if not options.fit or (not final and session.scan_shape[0] < max(2, options.fit_after * rows)):
+            return state["fit"]
+        tilt = options.tilt and final
+        if state["fit"] is None or (final and options.final_fit == "cold"):
+            state["fit"] = cold_fit(session, rotation=rotation, tilt=tilt, band=options.band, trials=options.trials)
+        else:
+            state["fit"] = warm_fit(session, state["fit"], fit_rotation=fit_rotation, tilt=tilt, band=options.band)
+        return state["fit"]
+
+    def image(session, fit):
+        if fit is None:
+            return session.image(ab, options.method)
+        session.rotation = fit["rotation_rad"]
+        return session.image(parameters_to_aberrations(fit["standard"]["parameters"]), options.method)
+
+    try:
+        while True:
+            try:
+                item = q.get(timeout=getattr(source, "timeout", 10.0) + options.max_wait_s + 5)
+            except queue.Empty:
+                raise InputError(f"{source!r}: the receiver delivered nothing for too long") from None
+            if failure:
+                raise failure[0]
+            if item is end:
+                break
+            live.add(item)
+            counter.processed += len(item.index)
+            now = counter.t_processed = time.perf_counter()
+            if (options.refresh_s and now - state["last"] >= options.refresh_s and live.rows_done >= 2
+                    and live.rows_done > state["rows"]):
+                session = live.session()
+                fit = fitted(session, final=False)
+                updates.append(LiveUpdate(live.rows_done, image(session, fit), fit, _statistics(counter, live, q),
+                                          session))
+                if on_update is not None:
+                    on_update(updates[-1])
+                state["last"], state["rows"] = time.perf_counter(), live.rows_done
+        last_frame = counter.t_last or time.perf_counter()
+        ends = {"queue_s": time.perf_counter() - last_frame}  # frames still queued when the last one came
+        t = time.perf_counter()
+        live.finish()
+        session = live.session()
+        ends["rows_and_slow_axis_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        fit = fitted(session, final=True)
+        ends["fit_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        final = image(session, fit)
+        live.backend.synchronize()
+        ends["image_s"] = time.perf_counter() - t
+        latency = time.perf_counter() - last_frame
+    finally:
+        stop.set()
+        source.close()
+        thread.join(5)
+    stats = _statistics(counter, live, q)
+    stats.update(live.timings)
+    stats["after_last_frame"] = ends
+    for update in updates:  # the partial sessions' G (GBs at full scale) are not kept past the run
+        update.session = None
+    return LiveResult(session=session, image=final, fit=fit, statistics=stats, report=live.report, updates=updates,
+                      latency_s=latency)

@@ -1,0 +1,218 @@
+"""Detector simulators: a recorded or simulated scan served over the Merlin TCP protocol or the
+DECTRIS ZeroMQ stream on 127.0.0.1, at a set frame rate, for tests, benchmarks and trying
+``qora ssb live`` without a microscope.
+
+Each runs in a thread and stops by itself: after the last frame, after ``timeout`` seconds without
+a client, or after ``time_limit`` seconds in all. Frames can be left out (``drop``) or sent in
+another order (``swap``: pairs of indices exchanged) to exercise the receiver's checks.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from qora.io.errors import InputError
+from qora.ssb.live import dectris, merlin
+
+__all__ = ["MerlinSimulator", "DectrisSimulator", "MibWriter"]
+
+
+class _Simulator:
+    """Frames of ``data`` (scan_row, scan_col, det_row, det_col), or of a pool of frames
+    (``data`` (n, det_row, det_col) with ``scan_shape``: frame i is ``data[i % n]``, so a benchmark
+    serves a full-size scan from a few distinct frames). ``fps``: frames per second (None: as fast
+    as the client reads)."""
+
+    def __init__(self, data, *, scan_shape=None, fps: float | None = None, drop=(), swap=(), timeout: float = 10.0,
+                 time_limit: float = 120.0) -> None:
+        data = np.asarray(data)
+        if data.ndim == 4:
+            self.scan_shape, self.frames = tuple(data.shape[:2]), data.reshape((-1,) + data.shape[2:])
+        elif data.ndim == 3 and scan_shape is not None:
+            self.scan_shape, self.frames = tuple(int(v) for v in scan_shape), data
+        else:
+            raise InputError(f"a simulator serves a 4D scan or a pool of frames (n, det_row, det_col) with scan_shape, "
+                             f"got {data.shape}")
+        self.total = self.scan_shape[0] * self.scan_shape[1]
+        self.fps, self.timeout, self.time_limit = fps, float(timeout), float(time_limit)
+        order = np.arange(self.total)
+        for a, b in swap:
+            order[a], order[b] = order[b], order[a]
+        self.order = order[~np.isin(order, np.asarray(list(drop), np.int64))]
+        self.sent = 0
+        self.error = None
+        self._stop = threading.Event()
+        self._thread = None
+
+    def frame(self, index: int) -> np.ndarray:
+        return self.frames[index % len(self.frames)]
+
+    def _pace(self, t0: float, i: int) -> bool:
+        """Wait for frame i's time; False when the time limit or a stop has come."""
+        if self._stop.is_set() or time.perf_counter() - t0 > self.time_limit:
+            return False
+        if self.fps:
+            ahead = t0 + i / self.fps - time.perf_counter()
+            if ahead > 0:
+                time.sleep(ahead)
+        return True
+
+    def start(self):
+        self._thread = threading.Thread(target=self._guarded, daemon=True, name=type(self).__name__)
+        self._thread.start()
+        return self
+
+    def _guarded(self) -> None:
+        try:
+            self._serve()
+        except Exception as error:  # reported by join(), the thread must not die silently
+            self.error = error
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the simulator to stop; raise what stopped it, if it failed."""
+        if self._thread is not None:
+            self._thread.join(self.time_limit + self.timeout if timeout is None else timeout)
+        if self.error is not None:
+            raise self.error
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.timeout + 5)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class MerlinSimulator(_Simulator):
+    """A Merlin's TCP data port on 127.0.0.1 (``port`` 0: a free one, :attr:`port` tells which):
+    one client, the acquisition header (one trigger a scan row), then each frame as a message, in
+    ``counter_depth`` (1, 6, 12, 24) or RAW 1-bit (``raw``), made a batch of frames at a time."""
+
+    def __init__(self, data, *, port: int = 0, counter_depth: int = 12, raw: bool = False, **options) -> None:
+        super().__init__(data, **options)
+        if counter_depth not in merlin.FORMATS:
+            raise InputError(f"counter_depth must be 1, 6, 12 or 24, got {counter_depth}")
+        self.counter_depth, self.raw = counter_depth, raw
+        self._listener = socket.create_server(("127.0.0.1", int(port)))
+        self._listener.settimeout(self.timeout)
+        self.port = self._listener.getsockname()[1]
+        self.address = f"tcp://127.0.0.1:{self.port}"
+
+    def _serve(self) -> None:
+        header = merlin.message(merlin.acquisition_header(frames=self.total, frames_per_trigger=self.scan_shape[1],
+                                                          counter_depth=self.counter_depth, raw=self.raw))
+        try:
+            client, _ = self._listener.accept()
+        except socket.timeout:
+            return
+        finally:
+            self._listener.close()
+        with client:
+            client.settimeout(self.timeout)
+            client.sendall(header)
+            t0 = time.perf_counter()
+            # messages made a batch at a time (vectorized), sent as soon as made; with a rate, small
+            # batches keep the pace smooth
+            step = 64 if self.fps else 512
+            for n in range(0, len(self.order), step):
+                if not self._pace(t0, n):
+                    break
+                index = self.order[n:n + step]
+                frames = self.frames[index % len(self.frames)]
+                client.sendall(merlin.frame_messages(index + 1, frames, counter_depth=self.counter_depth,
+                                                     raw=self.raw))
+                self.sent += len(index)
+
+
+class DectrisSimulator(_Simulator):
+    """A DECTRIS detector's ZeroMQ stream on 127.0.0.1 (PUSH, ``port`` 0: a free one): the global
+    header with the detector configuration (``ntrigger`` scan rows of ``nimages`` frames), each
+    frame as the four-part image message in ``encoding`` (bitshuffle-LZ4 by default), the series'
+    end. Needs pyzmq."""
+
+    def __init__(self, data, *, port: int = 0, encoding: str | None = None, series: int = 1, **options) -> None:
+        import zmq
+
+        super().__init__(data, **options)
+        bits = 8 * self.frames.dtype.itemsize
+        self.encoding = encoding or f"bs{bits}-lz4<"
+        self.series = series
+        self._context = zmq.Context()
+        self._socket = self._context.socket(zmq.PUSH)
+        self._socket.setsockopt(zmq.LINGER, int(self.timeout * 1000))
+        self._socket.setsockopt(zmq.SNDTIMEO, int(self.timeout * 1000))
+        self._socket.setsockopt(zmq.SNDHWM, 100000)
+        if port:
+            self._socket.bind(f"tcp://127.0.0.1:{int(port)}")
+            self.port = int(port)
+        else:
+            self.port = self._socket.bind_to_random_port("tcp://127.0.0.1")
+        self.address = f"tcp://127.0.0.1:{self.port}"
+
+    def _serve(self) -> None:
+        import zmq
+
+        rows, cols = self.frames.shape[1:]
+        config = {"description": "Dectris simulator (qora)", "x_pixels_in_detector": cols, "y_pixels_in_detector": rows,
+                  "nimages": self.scan_shape[1], "ntrigger": self.scan_shape[0],
+                  "bit_depth_image": 8 * self.frames.dtype.itemsize, "compression": self.encoding}
+        pool = {}
+        encoded = []
+        for i in self.order:
+            key = int(i) if len(self.frames) >= self.total else int(i) % len(self.frames)
+            if key not in pool:
+                info, blob = dectris.encode_frame(self.frame(int(i)), self.encoding)
+                pool[key] = (json.dumps(info).encode(), blob)
+            encoded.append((int(i), key))
+        times = json.dumps({"htype": "dconfig-1.0", "start_time": 0, "stop_time": 0, "real_time": 0}).encode()
+        try:
+            self._socket.send_multipart([json.dumps({"htype": "dheader-1.0", "series": self.series,
+                                                     "header_detail": "basic"}).encode(), json.dumps(config).encode()])
+            t0 = time.perf_counter()
+            for n, (i, key) in enumerate(encoded):
+                if not self._pace(t0, n):
+                    break
+                info, blob = pool[key]
+                head = json.dumps({"htype": "dimage-1.0", "series": self.series, "frame": i, "hash": ""}).encode()
+                self._socket.send_multipart([head, info, blob, times], copy=False)
+                self.sent += 1
+            self._socket.send_multipart([json.dumps({"htype": "dseries_end-1.0", "series": self.series}).encode()])
+        except zmq.Again:
+            return  # no client within the timeout: stop
+        finally:
+            self._socket.close()
+            self._context.term()
+
+
+class MibWriter(_Simulator):
+    """A Merlin acquisition written to ``path`` (``.mib`` and its ``.hdr``) at a set frame rate,
+    as the detector software writes it: for the follow mode. The ``.hdr`` is written first."""
+
+    def __init__(self, data, path, *, counter_depth: int = 12, raw: bool = False, **options) -> None:
+        super().__init__(data, **options)
+        self.path = Path(path)
+        self.counter_depth, self.raw = counter_depth, raw
+
+    def _serve(self) -> None:
+        hdr = merlin.acquisition_header(frames=self.total, frames_per_trigger=self.scan_shape[1],
+                                        counter_depth=self.counter_depth, raw=self.raw)
+        self.path.with_suffix(".hdr").write_bytes(hdr.rstrip(b" ") + b"\n")
+        t0 = time.perf_counter()
+        with open(self.path, "wb") as f:
+            for n, i in enumerate(self.order):
+                if not self._pace(t0, n):
+                    break
+                f.write(merlin.frame_message(int(i) + 1, self.frame(int(i)), counter_depth=self.counter_depth,
+                                             raw=self.raw))
+                f.flush()
+                self.sent += 1
