@@ -437,30 +437,37 @@ class Session:
         return self.backend.to_host(xp.angle(phasor)), float(1.0 - xp.abs(phasor).mean())
 
     # -- fits, previews ------------------------------------------------------------------
-    def fit(self, *, rotation: float | None = None, tilt: bool = True, compare_standard: bool = True,
-            band=(0.2, 0.9), trials: int = 200, batch: int = 8, seed: int = 0, progress=None) -> dict:
+    def fit(self, *, rotation: float | None = None, orientation: str = "auto", branch: str = "auto",
+            tilt: bool = True, compare_standard: bool = True, band=(0.2, 0.9), trials: int = 200, batch: int = 8,
+            seed: int = 0, starts: int = 4, progress=None) -> dict:
         """Fit the aberrations (and with ``tilt`` the thick-sample model's thickness and tilt) from a
         cold start: :func:`qora.ssb.fit` (the result dict, JSON-ready). The scan ``rotation`` (rad) is
-        fitted unless given."""
+        fitted unless given; the detector ``orientation`` searched unless given; the 180-degree
+        ``branch`` chosen by the phase-skewness rule unless given ("as-fitted", "flipped")."""
         from qora.ssb.fit import fit_session
 
-        return fit_session(self, rotation=rotation, tilt=tilt, band=band, progress=progress, trials=trials,
-                           batch=batch, seed=seed, compare_standard=compare_standard)
+        return fit_session(self, rotation=rotation, orientation=orientation, branch=branch, tilt=tilt, band=band,
+                           progress=progress, trials=trials, batch=batch, seed=seed, starts=starts,
+                           compare_standard=compare_standard)
 
     def reconstruct(self, *, progress=None, **fit_options) -> dict:
         """Both branches fitted and imaged (the seed's default): ``{"fit", "images", "better"}``,
-        images by name "standard" (SSB) and "thick" (tilt-corrected), rad on the scan grid."""
+        images by name "standard" (SSB) and "thick" (tilt-corrected), rad on the scan grid, made in
+        the fitted detector orientation and rotation."""
+        from qora.ssb.orientation import reorient
+
         result = self.fit(tilt=True, compare_standard=True, progress=progress, **fit_options)
-        saved = self.rotation
+        oriented = reorient(self, result["orientation"]["orientation"])  # a relabelled copy, or self
+        saved = oriented.rotation
         try:
-            self.rotation = result["rotation_rad"]
+            oriented.rotation = result["rotation_rad"]
             std = result["standard"]["parameters"]
             thick = result["thick"]["parameters"]
-            images = {"standard": self.image(parameters_to_aberrations(std), "ssb"),
-                      "thick": self.image(parameters_to_aberrations(thick), "thick",
-                                          thickness=thick["thickness"], tilt=(thick["tilt_y"], thick["tilt_x"]))}
+            images = {"standard": oriented.image(parameters_to_aberrations(std), "ssb"),
+                      "thick": oriented.image(parameters_to_aberrations(thick), "thick",
+                                              thickness=thick["thickness"], tilt=(thick["tilt_y"], thick["tilt_x"]))}
         finally:
-            self.rotation = saved
+            oriented.rotation = saved
         return {"fit": result, "images": images, "better": result["better"]}
 
     def widget(self, aberrations: Aberrations | None = None, *, upsample: int = 1):
