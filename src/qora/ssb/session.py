@@ -200,6 +200,8 @@ class Session:
         self._band_cache = None
 
     _band_cache = None  # (mask bytes, rows of G, total) of band_rows; per instance once set
+    # the detector's relabelling (qora.ssb.orientation.reorient makes copies with another)
+    orientation = "identity"
 
     def _whole(self, what: str) -> None:
         if self.pixels is not None:
