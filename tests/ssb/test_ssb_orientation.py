@@ -199,3 +199,70 @@ def test_ten_seeds_in_ten_agree_on_srtio3_with_the_rotation_given(srtio3):
     assert abs(np.mean(c10) - float(fx["C10"])) < 8.0
     for f in fits:
         assert all(e["determined"] for e in f["standard"]["identifiability"]["parameters"].values())
+
+
+class _ToyBand:
+    """What identifiability needs of a band: the parameters, the shape and the signal total."""
+
+    parameters = ("a", "b")
+    shape = (100, 100)
+    total = 1.0
+
+
+def test_identifiability_needs_a_conditioned_hessian_and_a_clear_gap():
+    from qora.ssb.identify import conditioning, gap_needed, identifiability
+
+    # conditioning: independent directions 1, a degenerate pair ~0, a flat direction 0
+    assert conditioning(-np.eye(2)) == pytest.approx([1.0, 1.0])
+    assert conditioning(-np.array([[1.0, 0.999999], [0.999999, 1.0]])).max() < 1e-5
+    assert conditioning(-np.array([[1.0, 0.0], [0.0, 0.0]])).tolist() == [1.0, 0.0]
+    assert gap_needed(0.9, 10**6) == pytest.approx(0.05 * 0.1)
+    band, h = _ToyBand(), -np.eye(2)
+    best = ({"a": 1.0, "b": 2.0}, 0.9, h)
+    alone = identifiability(band, [best])
+    assert all(e["determined"] and e["sigma"] > 0 for e in alone["parameters"].values())
+    assert alone["runner_up"] is None
+    # a runner-up as good with another value of b: b is not determined, a (the same in both) is
+    close = identifiability(band, [best, ({"a": 1.0, "b": 5.0}, 0.9 - 1e-4, h)])
+    assert close["parameters"]["a"]["determined"] and not close["parameters"]["b"]["determined"]
+    assert close["parameters"]["b"]["sigma"] is None and "another basin" in close["parameters"]["b"]["why"]
+    assert close["runner_up"]["agreement"] == pytest.approx(0.9 - 1e-4)
+    # the same runner-up clearly worse: both determined
+    worse = identifiability(band, [best, ({"a": 1.0, "b": 5.0}, 0.8, h)])
+    assert all(e["determined"] for e in worse["parameters"].values())
+    # a flat direction: not determined whatever the basins; the other keeps its standard error
+    flat = identifiability(band, [({"a": 1.0, "b": 2.0}, 0.9, np.array([[-1.0, 0.0], [0.0, 0.0]]))])
+    assert flat["parameters"]["a"]["determined"] and flat["parameters"]["a"]["sigma"] > 0
+    assert not flat["parameters"]["b"]["determined"] and "flat" in flat["parameters"]["b"]["why"]
+
+
+def _slab(kind):
+    from qora.ssb import amorphous_slices, simulate
+
+    n = 64
+    if kind == "columnar":  # one layer repeated: a crystal near a zone axis, its tilt observable
+        layer = amorphous_slices((n, n), 0.2, atoms_per_a2=0.02, phase_per_atom=0.02, seed=6)[0]
+        slices = np.repeat(layer[None], 12, axis=0)
+    else:  # a tilted random slab is another random slab
+        slices = amorphous_slices((n, n), 0.2, slices=12, atoms_per_a2=0.02, seed=5)
+    scan = simulate(slices, pixel=0.2, stride=2, window=48, alpha_mrad=25.0, aberrations=Aberrations(C10=-100.0),
+                    thickness=120.0, tilt=(0.008, -0.005))
+    return Session(scan.data, kv=300.0, alpha_mrad=25.0, scan_step=scan.scan_step)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["columnar", "amorphous"])
+def test_the_thick_fit_reports_the_tilt_of_an_amorphous_slab_as_not_determined(kind):
+    from qora.ssb import fit_session
+
+    result = fit_session(_slab(kind), rotation=0.0, orientation="identity", trials=48, starts=2)
+    report = result["thick"]["identifiability"]["parameters"]
+    tilt = [report["tilt_y"], report["tilt_x"]]
+    if kind == "columnar":
+        assert all(e["determined"] for e in tilt)
+        assert abs(tilt[0]["value"] - 0.008) < 1e-3 and abs(tilt[1]["value"] + 0.005) < 1e-3  # measured 0.2 mrad
+        assert report["thickness"]["determined"]
+    else:
+        assert not all(e["determined"] for e in tilt), tilt
+        assert result["thick"]["identifiability"]["runner_up"] is not None or any(
+            e["conditioning"] < 1e-4 for e in tilt)

@@ -15,7 +15,7 @@ from qora.io.errors import InputError
 from qora.io.validate import in_range, integer, nonnegative, number, positive
 from qora.progress import report
 from qora.ssb.band import make_band
-from qora.ssb.identify import distinct_basins, distinct_trials, identifiability, run_starts
+from qora.ssb.identify import distinct_basins, distinct_trials, identifiability, quarter_wave, run_starts
 from qora.ssb.optimize import defocus_search, newton, tpe_search
 from qora.ssb.orientation import (check_orientation, compose, flip_branch, phase_skewness, reorient,
                                   search_orientation, wrap_angle)
@@ -120,11 +120,13 @@ def _branch_image(session, values, rotation):
     return session.preview({**values, "rotation": rotation})
 
 
-def _report(band, values, agreement, hessian, basins, names):
+def _report(session, band, values, agreement, hessian, basins, names):
+    scales = quarter_wave(wavelength=session.wavelength, alpha_mrad=session.alpha_mrad,
+                          thickness=float(values.get("thickness", 0.0)))
     return {"parameters": {k: float(values[k]) for k in values if k in names or k in band.parameters},
             "agreement": float(agreement), "hessian": np.asarray(hessian).tolist(),
             "parameter_order": list(band.parameters), "uncertainty": band.uncertainties(agreement, hessian),
-            "identifiability": identifiability(band, basins)}
+            "identifiability": identifiability(band, basins, scales=scales)}
 
 
 def fit_session(session, *, rotation: float | None = None, orientation: str = "auto", branch: str = "auto",
@@ -232,14 +234,14 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
         # agreement reported is the top-hat one, comparable with the thick branch's
         std_band = make_band(work, names + ("rotation",), band=band, rotation=rotation)
         soft_agreement, _, hessian = std_band.evaluate({**values, "rotation": rotation})
-        std = _report(std_band, {**values, "rotation": rotation}, soft_agreement, hessian,
+        std = _report(work, std_band, {**values, "rotation": rotation}, soft_agreement, hessian,
                       [({**values, "rotation": rotation}, soft_agreement, hessian)], names)
         std["parameters"].pop("rotation", None)
         agreement = make_band(work, names, band=band, rotation=rotation).evaluate(values, order=0)
         std["agreement"] = float(agreement)
     else:
         agreement = basins[0][1]
-        std = _report(b, values, agreement, basins[0][2], basins, names)
+        std = _report(work, b, values, agreement, basins[0][2], basins, names)
     out = {"rotation_rad": float(rotation), "rotation_deg": float(np.rad2deg(rotation)), "orientation": orient,
            "branch": rule, "standard": std,
            "conventions": "Krivanek chi, defocus = -C10, cartesian C_nm,a = C cos(m phi), C_nm,b = C sin(m phi); "
@@ -258,7 +260,7 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
         tvalues, tagreement, thessian = tbasins[0]
         timings["thick_s"] = time.perf_counter() - t1
         passes["thick"] = getattr(b, "passes", None)
-        out["thick"] = _report(b, tvalues, tagreement, thessian, tbasins, tnames)
+        out["thick"] = _report(work, b, tvalues, tagreement, thessian, tbasins, tnames)
         # the simpler model unless the thick one explains measurably more (0.1% of the signal)
         out["better"] = "thick" if tagreement > agreement + 1e-3 else "standard"
         if not compare_standard:

@@ -13,6 +13,13 @@ several starts (:func:`run_starts`), the converged points are grouped into basin
    (:func:`gap_needed`) or agrees with the best within :data:`SIGMAS` standard errors (or the
    basins' own tolerance, :data:`SAME_BASIN`) in this parameter.
 
+3. the data pin it to within a quarter wave: the interval over which the agreement stays within the
+   gap needed of its best (others re-optimised, from the Hessian: w_i = sqrt(2 gap (-H^-1)_ii))
+   is narrower than the change of the parameter that moves the wave's phase by pi / 2 at the
+   aperture's edge (Rayleigh's quarter-wave criterion, :func:`quarter_wave`). Where model error,
+   not noise, limits the fit (a thick amorphous slab: 36% of the signal unexplained), the Hessian's
+   standard error is tiny while the agreement's hill is broad; this is the test that sees it.
+
 Otherwise it is "not determined" and the report carries the best two basins' agreements and
 values. docs/ssb.md, "The identifiability report".
 """
@@ -23,9 +30,10 @@ import math
 
 import numpy as np
 
+from qora.ssb.band import uncertainties
 from qora.ssb.optimize import newton
 
-__all__ = ["CONDITIONING", "SIGMAS", "SAME_BASIN", "GAP_FRACTION", "run_starts", "distinct_basins",
+__all__ = ["quarter_wave", "CONDITIONING", "SIGMAS", "SAME_BASIN", "GAP_FRACTION", "run_starts", "distinct_basins",
            "distinct_trials", "gap_needed", "conditioning", "identifiability"]
 
 CONDITIONING = 1e-4  # the least independent fraction of a parameter's curvature
@@ -111,31 +119,64 @@ def conditioning(hessian) -> np.ndarray:
     return out
 
 
-def identifiability(band, basins, *, dof: int | None = None) -> dict:
+def quarter_wave(*, wavelength: float, alpha_mrad: float, thickness: float = 0.0) -> dict:
+    """Per parameter, the change that moves the wave's phase by pi / 2 at the aperture's edge
+    k = alpha / lambda (A, rad): C10 and C12a/b, pi lambda C k^2 = pi / 2, so lambda / (2 alpha^2);
+    the thickness, a spread of C10 over +-t/2, twice that; the tilt, the phase 2 pi tau.Q z at the
+    band's widest Q = 2 alpha / lambda and the slab's faces z = +-t/2, so lambda / (4 alpha t) (no
+    scale when t = 0). The rotation has none (its effect scales with the aberrations)."""
+    alpha = alpha_mrad * 1e-3
+    c = wavelength / (2 * alpha**2)
+    out = {"C10": c, "C12a": c, "C12b": c, "thickness": 2 * c}
+    if thickness > 0:
+        out["tilt_y"] = out["tilt_x"] = wavelength / (4 * alpha * thickness)
+    return out
+
+
+def identifiability(band, basins, *, dof: int | None = None, scales: dict | None = None) -> dict:
     """The report of a fit with ``basins`` (``(values, agreement, hessian)``, best first, from
     :func:`distinct_basins`) on ``band`` (its parameters and :meth:`uncertainties`), JSON-ready:
 
     ``{"parameters": {name: {"value", "sigma" (None when not determined), "determined",
-    "conditioning", "why"}}, "agreement", "runner_up": None | {"agreement", "parameters"},
-    "gap", "gap_needed", "basins"}``.
+    "conditioning", "interval" (w, the half-width within the gap needed), "quarter_wave" (the
+    scale w is held to, :func:`quarter_wave`; ``scales``, none when not given), "why"}},
+    "agreement", "runner_up": None | {"agreement", "parameters"}, "gap", "gap_needed", "basins"}``.
     """
+    scales = dict(scales or {})
     names = list(band.parameters)
     values, agreement, hessian = basins[0]
-    sigma = band.uncertainties(agreement, hessian)
     cond = conditioning(hessian)
+    # the standard errors of the conditioned parameters, from their block of the Hessian: a flat
+    # direction would make the whole inverse infinite (it is held, not integrated over)
+    keep = [i for i in range(len(names)) if cond[i] >= CONDITIONING]
+    sigma, interval = {}, {}
     if dof is None:
         nq, nbf = band.shape
         dof = max(1, nq * nbf - nq - len(names))
     need = gap_needed(agreement, dof)
+    if keep:
+        sub = np.asarray(hessian, float)[np.ix_(keep, keep)]
+        sigma = uncertainties(agreement, sub, total=band.total, shape=band.shape, parameters=[names[i] for i in keep])
+        try:
+            inv = np.linalg.inv(-sub)
+            interval = {names[i]: float(math.sqrt(2 * need * max(inv[j, j], 0.0))) for j, i in enumerate(keep)}
+        except np.linalg.LinAlgError:
+            pass
     runner = next((b for b in basins[1:] if _differs(b[0], values, names)), None)
     gap = None if runner is None else float(agreement - runner[1])
     report = {}
     for i, n in enumerate(names):
         v = float(values[n])
         s = sigma.get(n, math.inf)
-        entry = {"value": v, "sigma": None, "determined": False, "conditioning": float(cond[i]), "why": ""}
+        s = s if s == s else math.inf  # NaN from a degenerate block
+        w, scale = interval.get(n, math.inf), scales.get(n)
+        entry = {"value": v, "sigma": None, "determined": False, "conditioning": float(cond[i]),
+                 "interval": w if math.isfinite(w) else None, "quarter_wave": scale, "why": ""}
         if cond[i] < CONDITIONING or not math.isfinite(s):
             entry["why"] = f"the agreement is flat or degenerate in {n} (conditioning {cond[i]:.1e})"
+        elif scale is not None and w > scale:
+            entry["why"] = (f"values {w:.3g} either side explain the data within the gap needed ({need:.2e}), more "
+                            f"than a quarter wave ({scale:.3g}): the agreement's hill is too broad")
         elif runner is not None and gap < need and abs(runner[0][n] - v) > max(SIGMAS * s, _tolerance(n)):
             entry["why"] = (f"another basin with {n} = {runner[0][n]:.6g} explains the data nearly as well "
                             f"(agreement {runner[1]:.6f} against {agreement:.6f}, a gap of {gap:.2e} < {need:.2e})")
