@@ -84,7 +84,7 @@ def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9)
     report(progress, "newton (standard)", offset + searched + ROTATION_NEWTON, total)
     theta = values.pop("rotation")
     wrapped = wrap_angle(theta, period=np.pi)
-    if abs(wrapped - theta) > 1:  # moved by 180 degrees: the aberrations go with it (a consistent pair)
+    if round((theta - wrapped) / np.pi) % 2:  # an odd number of half turns: the aberrations go with it
         values = flip_branch(values)
     return wrapped, values, agreement
 
@@ -149,7 +149,8 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
     ``branch``: the data are explained equally by (rotation, C, phase) and (rotation + 180 deg,
     -C, -phase). Where that is open (the rotation fitted, or the orientation searched) "auto"
     takes the branch whose SSB image has positive skewness (atoms are positive phase,
-    :func:`phase_skewness`), "as-fitted" keeps the one the fit found, "flipped" takes the other.
+    :func:`phase_skewness`; with both rotation and orientation given it keeps the fit, since C is
+    then determined), "as-fitted" keeps the one the fit found, "flipped" takes the other (always).
     With the rotation fitted the branch moves the rotation; with it given, the orientation
     (by "rot180"). Rotation and aberrations are always a consistent pair, the rotation in
     [-180, 180) degrees.
@@ -210,11 +211,11 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
     open_branch = fitted_rotation or orient.get("searched", False)
     image = _branch_image(work, values, rotation)
     skew = None if image is None else phase_skewness(image)
-    flip = False
-    if open_branch:
-        flip = branch == "flipped" or (branch == "auto" and skew is not None and skew < 0)
+    # "flipped" always applies (the other branch is as good a fit, whatever was given); the rule only
+    # where the branch is open
+    flip = branch == "flipped" or (open_branch and branch == "auto" and skew is not None and skew < 0)
     rule = {"rule": "the SSB image's skewness is positive (atoms are positive phase)", "skewness": skew,
-            "choice": branch if open_branch else "given", "flipped": flip}
+            "choice": branch if open_branch or branch != "auto" else "given", "flipped": flip}
     if open_branch and branch == "auto" and skew is None:
         rule["note"] = "not applied: the session cannot make images"
     if flip:
