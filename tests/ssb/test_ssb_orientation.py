@@ -144,7 +144,7 @@ def _check_fit(fx, result, session, *, c10_tol=3.0):
     assert min(off, 180.0 - off) < 2.0, off
 
 
-@pytest.mark.parametrize("name", ["rot180", "flip-rows"])
+@pytest.mark.parametrize("name", ["rot180", pytest.param("flip-rows", marks=pytest.mark.slow)])
 def test_fit_with_the_rotation_given_recovers_the_orientation_and_branch(film, name):
     from qora.ssb import fit_session
 
@@ -156,7 +156,7 @@ def test_fit_with_the_rotation_given_recovers_the_orientation_and_branch(film, n
     _check_fit(fx, result, s)
 
 
-@pytest.mark.parametrize("name", ["rot90", "transpose"])
+@pytest.mark.parametrize("name", [pytest.param("rot90", marks=pytest.mark.slow), "transpose"])
 def test_fit_with_the_rotation_unknown_recovers_orientation_and_rotation(film, name):
     from qora.ssb import fit_session
 
