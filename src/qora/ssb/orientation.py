@@ -112,13 +112,15 @@ def com_spectrum(session, *, band=None):
         keep[:, sx // 2] = False
     if not keep.any():
         raise InputError(f"no scan frequency lies in the COM band ({low:g}, {high:g}] 1/A")
-    G = session.G
-    xp = session.xp if not isinstance(G, np.ndarray) else np
+    # summed over chunks of pixels where the images are made (G streamed there when it is held on the
+    # host): no G-sized temporary, the sum (sy, sx/2 + 1, 2) in float64
+    xp = session.xp
     k = xp.asarray(np.asarray(session.k, np.float64))
-    rows = G[xp.asarray(keep)]  # (nq, nbf)
-    c = rows.astype(np.complex128) @ k.astype(np.complex128)
-    c = c.get() if hasattr(c, "get") else np.asarray(c)
-    return qy[keep], qx[keep], c
+    total = xp.zeros(tuple(session.scan_shape[:1]) + (keep.shape[1], 2), np.complex128)
+    for ks, block in session._chunks():
+        total += block @ k[ks].astype(block.dtype)
+    c = session.backend.to_host(total)[keep]
+    return qy[keep], qx[keep], np.asarray(c, np.complex128)
 
 
 def com_curl(qy, qx, c, orientation: str, rotation: float | None = None):
