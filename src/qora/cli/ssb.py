@@ -39,11 +39,18 @@ def c12_text(aberrations) -> str:
 
 
 def _pm(report: dict, name: str, scale: float = 1.0, digits: int = 1) -> str:
-    """"+- sigma" of a parameter, or "(not determined)" where the identifiability report says so."""
+    """"+- sigma" of a parameter, with the interval within the agreement gap where that is wider (the
+    identifiability report's ``interval``: model error), or "(not determined)"."""
     entry = report["identifiability"]["parameters"].get(name)
-    if entry is None or entry["determined"]:
+    if entry is None:
         return f"+- {report['uncertainty'][name] * scale:.{digits}f}"
-    return "(not determined)"
+    if not entry["determined"]:
+        return "(not determined)"
+    text = f"+- {entry['sigma'] * scale:.{digits}f}"
+    w = entry.get("interval")
+    if w is not None and w > 3 * entry["sigma"]:  # model error, not noise, bounds it: say how far
+        text += f" [+- {w * scale:.{digits}f} within the gap]"
+    return text
 
 
 def fit_summary(result: dict) -> list:
