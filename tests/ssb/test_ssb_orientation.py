@@ -267,3 +267,25 @@ def test_the_thick_fit_reports_the_tilt_of_an_amorphous_slab_as_not_determined(k
         assert not all(e["determined"] for e in tilt), tilt
         assert result["thick"]["identifiability"]["runner_up"] is not None or any(
             e["conditioning"] < 1e-4 for e in tilt)
+
+
+def test_search_orientation_on_the_simulator_with_a_turned_and_mirrored_detector():
+    """The simulator's film (C10 = -100 A, 20 A of C12 at 25 degrees) with the scan turned by 17
+    degrees, then each of the eight detector operations: the handedness and the rotation (to a
+    degree, modulo the turns by 90) from the COM alone."""
+    from qora.ssb import amorphous_slices, rotate_detector, simulate
+
+    scan = simulate(amorphous_slices((64, 64), 0.2, seed=3), pixel=0.2, stride=2, window=48,
+                    aberrations=Aberrations(C10=-100.0, C12=(20.0, math.radians(25.0))))
+    turned = rotate_detector(scan.data, math.radians(17.0))
+    for name, op in OPS.items():
+        s = Session(np.ascontiguousarray(op(turned)), kv=300.0, alpha_mrad=20.0, scan_step=scan.scan_step)
+        found = search_orientation(s)
+        mirrored = name in ("transpose", "flip-rows", "antitranspose", "flip-cols")
+        assert found["orientation"] == ("transpose" if mirrored else "identity"), (name, found)
+        assert found["runner_up_score"] > 2.0 * found["score"], (name, found)
+        # relabelled by the found handedness (which undoes the mirror), the frame is the scan's
+        # turned by 17 degrees plus a multiple of 90
+        degrees = math.degrees(found["rotation_rad"])
+        off = (degrees - 17.0 + 45.0) % 90.0 - 45.0
+        assert abs(off) < 1.0, (name, degrees)
