@@ -264,9 +264,11 @@ def test_the_thick_fit_reports_the_tilt_of_an_amorphous_slab_as_not_determined(k
         assert abs(tilt[0]["value"] - 0.008) < 1e-3 and abs(tilt[1]["value"] + 0.005) < 1e-3  # measured 0.2 mrad
         assert report["thickness"]["determined"]
     else:
-        assert not all(e["determined"] for e in tilt), tilt
-        assert result["thick"]["identifiability"]["runner_up"] is not None or any(
-            e["conditioning"] < 1e-4 for e in tilt)
+        # one basin, a well-conditioned Hessian, but a hill broader than a quarter wave: measured
+        # intervals (5.3, 6.4) mrad against 1.8 mrad, the fit at (-1.3, -6.3) for a truth of (8, -5)
+        assert not any(e["determined"] for e in tilt), tilt
+        assert all(e["sigma"] is None and e["interval"] > e["quarter_wave"] for e in tilt)
+        assert all("quarter wave" in e["why"] for e in tilt)
 
 
 def test_search_orientation_on_the_simulator_with_a_turned_and_mirrored_detector():
