@@ -268,6 +268,8 @@ def image_cmd(data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle, c30
                    "whose phase image has positive skewness (atoms positive).")
 @click.option("--starts", type=click.IntRange(1, 64), default=4, show_default=True,
               help="Newton's starts from the search's distinct best trials (rotation given), besides the C10 grid's.")
+@click.option("--thick-starts", type=click.IntRange(1, 3), default=3, show_default=True,
+              help="The thick fit's starts: tilt 0, then (10, 10) and (-10, -10) mrad.")
 @click.option("--tilt/--no-tilt", default=True, show_default=True, help="Also fit the thick-sample model with tilt.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Fit .json file.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -278,8 +280,8 @@ def image_cmd(data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle, c30
 @backend_option(help="Where G is held and the fit runs (on a cluster: on each worker).")
 @click.option("--quiet", is_flag=True, help="No progress bar (for scripts and logs).")
 @scale_out_options
-def fit_cmd(data, kv, semiangle, scan_step, rotation, orientation, branch, starts, tilt, out, plot, trials, seed,
-            backend, quiet, scheduler, workers, gpus) -> None:
+def fit_cmd(data, kv, semiangle, scan_step, rotation, orientation, branch, starts, thick_starts, tilt, out, plot,
+            trials, seed, backend, quiet, scheduler, workers, gpus) -> None:
     """Fit defocus, astigmatism (and rotation, thickness, tilt) from a cold start.
 
     The progress bar counts the whole fit: the search's trials (or, with the rotation fitted, its
@@ -313,8 +315,8 @@ def fit_cmd(data, kv, semiangle, scan_step, rotation, orientation, branch, start
                                      backend=backend)
         with tqdm_progress(disable=quiet) as bar:
             result = fit_session(session, rotation=None if rotation is None else np.deg2rad(rotation),
-                                 orientation=orientation, branch=branch, starts=starts, tilt=tilt, progress=bar,
-                                 trials=trials, seed=seed)
+                                 orientation=orientation, branch=branch, starts=starts, thick_starts=thick_starts,
+                                 tilt=tilt, progress=bar, trials=trials, seed=seed)
     with atomic_path(out) as tmp:
         tmp.write_text(json.dumps(result, indent=2) + "\n")
     for line in fit_summary(result):

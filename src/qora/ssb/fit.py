@@ -131,7 +131,7 @@ def _report(session, band, values, agreement, hessian, basins, names):
 
 def fit_session(session, *, rotation: float | None = None, orientation: str = "auto", branch: str = "auto",
                 tilt: bool = True, band=(0.2, 0.9), progress=None, trials: int = 200, batch: int = 8, seed: int = 0,
-                starts: int = STARTS, compare_standard: bool = True):
+                starts: int = STARTS, thick_starts: int = len(THICK_TILT_STARTS), compare_standard: bool = True):
     """The standard fit (C10, C12) and, with ``tilt``, the thick-sample fit beside it.
 
     ``orientation`` is the detector's against the scan (:data:`qora.ssb.orientation.ORIENTATIONS`):
@@ -143,8 +143,8 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
     and C12 (``trials`` sets, ``batch`` per pass over G, ``seed``), then Newton from the
     ``starts`` best distinct trials and the C10 grid's best (:func:`defocus_search`), the basins
     kept for the identifiability report. The thick fit starts from the standard one with 60 A of
-    thickness and the tilts of :data:`THICK_TILT_STARTS` and fits C10, C12, thickness and tilt
-    by Newton from each.
+    thickness and the first ``thick_starts`` tilts of :data:`THICK_TILT_STARTS` (all three by
+    default) and fits C10, C12, thickness and tilt by Newton from each.
 
     ``branch``: the data are explained equally by (rotation, C, phase) and (rotation + 180 deg,
     -C, -phase). Where that is open (the rotation fitted, or the orientation searched) "auto"
@@ -173,6 +173,7 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
     trials = integer("trials", trials, low=batch)
     seed = integer("seed", seed, low=0)
     starts = integer("starts", starts, low=1)
+    thick_starts = integer("thick_starts", thick_starts, low=1, high=len(THICK_TILT_STARTS))
     band = _check_band(band)
     timings, passes = {}, {}
     t0 = time.perf_counter()
@@ -188,7 +189,7 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
     # Newton's steps of each start at most (a start that converges early jumps to its end)
     searched = ((len(_rotation_grid(6.0)) if angles is None else len(angles)) + 1) if fitted_rotation else trials
     standard = searched + (ROTATION_NEWTON if fitted_rotation else STANDARD_NEWTON * (starts + 1))
-    total = standard + (ROTATION_NEWTON * len(THICK_TILT_STARTS) if tilt else 0)
+    total = standard + (ROTATION_NEWTON * thick_starts if tilt else 0)
     report(progress, "search", 0, total)
     if fitted_rotation:
         rotation, values, _ = fit_rotation(work, names, band=band, angles=angles, progress=progress, total=total)
@@ -254,7 +255,7 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
         t1 = time.perf_counter()
         tnames = names + ("thickness", "tilt_y", "tilt_x")
         b = make_band(work, tnames, band=band, rotation=rotation)
-        tstarts = [{**values, "thickness": 60.0, "tilt_y": ty, "tilt_x": tx} for ty, tx in THICK_TILT_STARTS]
+        tstarts = [{**values, "thickness": 60.0, "tilt_y": ty, "tilt_x": tx} for ty, tx in THICK_TILT_STARTS[:thick_starts]]
         results = run_starts(b, tstarts, iterations=ROTATION_NEWTON, callback=lambda i, state: report(
             progress, "newton (thick)", standard + i * ROTATION_NEWTON + state.step, total))
         tbasins = distinct_basins(results, tnames)

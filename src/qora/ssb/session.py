@@ -441,7 +441,7 @@ class Session:
     # -- fits, previews ------------------------------------------------------------------
     def fit(self, *, rotation: float | None = None, orientation: str = "auto", branch: str = "auto",
             tilt: bool = True, compare_standard: bool = True, band=(0.2, 0.9), trials: int = 200, batch: int = 8,
-            seed: int = 0, starts: int = 4, progress=None) -> dict:
+            seed: int = 0, starts: int = 4, thick_starts: int = 3, progress=None) -> dict:
         """Fit the aberrations (and with ``tilt`` the thick-sample model's thickness and tilt) from a
         cold start: :func:`qora.ssb.fit` (the result dict, JSON-ready). The scan ``rotation`` (rad) is
         fitted unless given; the detector ``orientation`` searched unless given; the 180-degree
@@ -450,6 +450,7 @@ class Session:
 
         return fit_session(self, rotation=rotation, orientation=orientation, branch=branch, tilt=tilt, band=band,
                            progress=progress, trials=trials, batch=batch, seed=seed, starts=starts,
+                           thick_starts=thick_starts,
                            compare_standard=compare_standard)
 
     def reconstruct(self, *, progress=None, **fit_options) -> dict:
