@@ -31,6 +31,7 @@ from qora.ssb.detector import (DetectorFit, bright_field_pixels, check_data, che
                                fit_detector, gather, scan_frequencies)
 from qora.ssb.model import chi_coefficients, parameters_to_aberrations, quadratic_tag
 from qora.ssb.optics import Aberrations, aperture, chi, chi_gradient, wavelength
+from qora.ssb.orientation import reorient
 from qora.ssb.timing import Clock as _Clock
 
 __all__ = ["Session"]
@@ -200,8 +201,7 @@ class Session:
         self._band_cache = None
 
     _band_cache = None  # (mask bytes, rows of G, total) of band_rows; per instance once set
-    # the detector's relabelling (qora.ssb.orientation.reorient makes copies with another)
-    orientation = "identity"
+    orientation = "identity"  # the detector's relabelling (qora.ssb.orientation.reorient: copies with another)
 
     def _whole(self, what: str) -> None:
         if self.pixels is not None:
@@ -439,26 +439,19 @@ class Session:
         return self.backend.to_host(xp.angle(phasor)), float(1.0 - xp.abs(phasor).mean())
 
     # -- fits, previews ------------------------------------------------------------------
-    def fit(self, *, rotation: float | None = None, orientation: str = "auto", branch: str = "auto",
-            tilt: bool = True, compare_standard: bool = True, band=(0.2, 0.9), trials: int = 200, batch: int = 8,
-            seed: int = 0, starts: int = 4, thick_starts: int = 3, progress=None) -> dict:
+    def fit(self, **options) -> dict:
         """Fit the aberrations (and with ``tilt`` the thick-sample model's thickness and tilt) from a
-        cold start: :func:`qora.ssb.fit` (the result dict, JSON-ready). The scan ``rotation`` (rad) is
-        fitted unless given; the detector ``orientation`` searched unless given; the 180-degree
-        ``branch`` chosen by the phase-skewness rule unless given ("as-fitted", "flipped")."""
+        cold start: :func:`qora.ssb.fit` with its keyword ``options`` (rotation, orientation, branch,
+        tilt, compare_standard, band, trials, batch, seed, starts, thick_starts, progress); the
+        result dict, JSON-ready. The scan rotation is fitted, the detector orientation searched and
+        the 180-degree branch chosen by the phase-skewness rule unless given."""
         from qora.ssb.fit import fit_session
 
-        return fit_session(self, rotation=rotation, orientation=orientation, branch=branch, tilt=tilt, band=band,
-                           progress=progress, trials=trials, batch=batch, seed=seed, starts=starts,
-                           thick_starts=thick_starts,
-                           compare_standard=compare_standard)
+        return fit_session(self, **options)
 
     def reconstruct(self, *, progress=None, **fit_options) -> dict:
-        """Both branches fitted and imaged (the seed's default): ``{"fit", "images", "better"}``,
-        images by name "standard" (SSB) and "thick" (tilt-corrected), rad on the scan grid, made in
-        the fitted detector orientation and rotation."""
-        from qora.ssb.orientation import reorient
-
+        """Both branches fitted and imaged (the seed's default): ``{"fit", "images", "better"}``, images
+        by name "standard" (SSB) and "thick" (tilt-corrected), rad on the scan grid, fitted frame."""
         result = self.fit(tilt=True, compare_standard=True, progress=progress, **fit_options)
         oriented = reorient(self, result["orientation"]["orientation"])  # a relabelled copy, or self
         saved = oriented.rotation
