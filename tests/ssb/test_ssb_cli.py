@@ -106,3 +106,36 @@ def test_merlin_mib_with_its_hdr_is_read_lazily(tmp_path):
     lazy, _ = load_data(tmp_path / "scan.mib")
     assert not isinstance(lazy, np.ndarray) and lazy.shape == (sy, sx, n, n)
     np.testing.assert_array_equal(np.asarray(lazy), frames[:, :, ::-1])
+
+
+def test_fit_finds_and_names_the_detector_orientation_and_branch(tmp_path):
+    """A transposed detector (the abTEM film fixture): `qora ssb fit` finds the orientation, prints it
+    with the runner-up, the branch and C12 with its azimuth; --detector-orientation and --branch
+    take them as given (issue 23)."""
+    import json
+    from pathlib import Path
+
+    with np.load(Path(__file__).parent / "fixtures" / "abtem_weak_phase.npz") as f:
+        data, kv, alpha, step = f["data"], float(f["kv"]), float(f["alpha_mrad"]), float(f["scan_step"])
+    npy = tmp_path / "t.npy"
+    np.save(npy, np.ascontiguousarray(data.astype(np.float32).transpose(0, 1, 3, 2)))
+    runner = CliRunner()
+    common = [str(npy), "--kv", str(kv), "--semiangle", str(alpha), "--scan-step", str(step), "--rotation", "0",
+              "--no-tilt", "--trials", "16", "--starts", "1", "--quiet"]
+    fit = tmp_path / "fit.json"
+    out = runner.invoke(cli, ["ssb", "fit", *common, "--out", str(fit)])
+    assert out.exit_code == 0, out.output
+    assert "detector orientation transpose (centre-of-mass curl" in out.output and "runner-up" in out.output
+    assert "C12 " in out.output and " A at " in out.output  # magnitude and azimuth
+    result = json.loads(fit.read_text())
+    assert result["orientation"]["orientation"] == "transpose" and result["branch"]["skewness"] > 0
+    assert abs(result["standard"]["parameters"]["C10"] - 80.0) < 4.0
+    # given, and the other branch by hand: the orientation turns by 180 degrees and C changes sign
+    out = runner.invoke(cli, ["ssb", "fit", *common, "--detector-orientation", "transpose", "--branch", "flipped",
+                              "--out", str(fit)])
+    assert out.exit_code == 0, out.output
+    result = json.loads(fit.read_text())
+    assert result["orientation"]["orientation"] == "antitranspose" and result["branch"]["flipped"]
+    assert abs(result["standard"]["parameters"]["C10"] + 80.0) < 4.0
+    out = runner.invoke(cli, ["ssb", "fit", *common, "--detector-orientation", "sideways", "--out", str(fit)])
+    assert out.exit_code == 2 and "sideways" in out.output

@@ -351,3 +351,25 @@ def test_loss_of_the_complex64_session(single, c10, thickness):
     phase, got = gpu.mean_phase(ab, **kw)
     assert np.abs(np.angle(np.exp(1j * (phase - ref)))).max() < 1e-4
     assert got == pytest.approx(loss, rel=1e-4, abs=1e-7)
+
+
+def test_orientation_search_and_branch_on_cuda_match_the_cpu(sessions):
+    """The COM spectrum from G on the device gives the CPU's curl scores, and the fit the same
+    orientation, branch and rotation (issue 23)."""
+    from qora.ssb import fit_session
+    from qora.ssb.orientation import search_orientation
+
+    cpu, gpu, streamed = sessions
+    for rotation in (0.1, None):
+        a = search_orientation(cpu, rotation=rotation)
+        for other in (gpu, streamed):
+            b = search_orientation(other, rotation=rotation)
+            assert b["orientation"] == a["orientation"] and b["runner_up"] == a["runner_up"]
+            for name, score in a["scores"].items():
+                assert b["scores"][name] == pytest.approx(score, rel=1e-6, abs=1e-9)
+    fa = fit_session(cpu, rotation=0.1, tilt=False, trials=16, starts=1)
+    fb = fit_session(gpu, rotation=0.1, tilt=False, trials=16, starts=1)
+    assert fb["orientation"]["orientation"] == fa["orientation"]["orientation"]
+    assert fb["branch"]["flipped"] == fa["branch"]["flipped"]
+    for k, v in fa["standard"]["parameters"].items():
+        assert fb["standard"]["parameters"][k] == pytest.approx(v, abs=0.05)

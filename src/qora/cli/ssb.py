@@ -38,6 +38,61 @@ def c12_text(aberrations) -> str:
     return f"C12 {mag:.1f} A at {np.rad2deg(angle):.1f} deg"
 
 
+def _pm(report: dict, name: str, scale: float = 1.0, digits: int = 1) -> str:
+    """"+- sigma" of a parameter, with the interval within the agreement gap where that is wider (the
+    identifiability report's ``interval``: model error), or "(not determined)"."""
+    entry = report["identifiability"]["parameters"].get(name)
+    if entry is None:
+        return f"+- {report['uncertainty'][name] * scale:.{digits}f}"
+    if not entry["determined"]:
+        return "(not determined)"
+    text = f"+- {entry['sigma'] * scale:.{digits}f}"
+    w = entry.get("interval")
+    if w is not None and w > 3 * entry["sigma"]:  # model error, not noise, bounds it: say how far
+        text += f" [+- {w * scale:.{digits}f} within the gap]"
+    return text
+
+
+def fit_summary(result: dict) -> list:
+    """The lines `qora ssb fit` prints of a fit's result: the orientation with its runner-up, the
+    branch and its rule's statistic, the rotation, then per branch the parameters with their
+    standard errors or "not determined" (C12 as magnitude and azimuth) and the basins compared."""
+    from qora.ssb import parameters_to_aberrations
+
+    o, b = result["orientation"], result["branch"]
+    line = f"detector orientation {o['orientation']}"
+    if o.get("searched"):
+        line += (f" (centre-of-mass curl {o['score']:.3f}; runner-up {o['runner_up']} {o['runner_up_score']:.3f})")
+    else:
+        line += " (given)"
+    skew = "" if b["skewness"] is None else f", phase skewness {b['skewness']:+.2f}"
+    line += f"; branch {b['choice']}{' (flipped)' if b['flipped'] else ''}{skew}"
+    lines = [line]
+    std_report = result.get("standard")
+    rotation = f"rotation {result['rotation_deg']:.3f} deg"
+    if std_report is not None:
+        std = parameters_to_aberrations(std_report["parameters"])
+        lines.append(f"{rotation}; standard: C10 {std.get('C10'):.1f} {_pm(std_report, 'C10')} A, {c12_text(std)} "
+                     f"(C12a/b {_pm(std_report, 'C12a')}/{_pm(std_report, 'C12b')} A), "
+                     f"agreement {std_report['agreement']:.4f}")
+    else:
+        lines.append(rotation)
+    if "thick" in result:
+        t = result["thick"]
+        p = t["parameters"]
+        thick = parameters_to_aberrations(p)
+        lines.append(f"thick: C10 {thick.get('C10'):.1f} {_pm(t, 'C10')} A, {c12_text(thick)}, thickness "
+                     f"{p['thickness']:.0f} {_pm(t, 'thickness', digits=0)} A, tilt ({p['tilt_y'] * 1e3:.2f} "
+                     f"{_pm(t, 'tilt_y', 1e3, 2)}, {p['tilt_x'] * 1e3:.2f} {_pm(t, 'tilt_x', 1e3, 2)}) mrad, "
+                     f"agreement {t['agreement']:.4f}; better: {result['better']}")
+    for name in ("standard", "thick"):
+        ident = result.get(name, {}).get("identifiability")
+        if ident and ident["runner_up"] is not None:
+            lines.append(f"{name}: runner-up basin agreement {ident['runner_up']['agreement']:.4f} (gap "
+                         f"{ident['gap']:.2e}, clear above {ident['gap_needed']:.2e})")
+    return lines
+
+
 _aberration_options = [
     click.option("--c10", type=FINITE, default=0.0, show_default=True, help="C10 (A); the defocus is -C10."),
     click.option("--c12", type=NONNEGATIVE, default=0.0, show_default=True, help="Twofold astigmatism C12 (A)."),
@@ -202,6 +257,19 @@ def image_cmd(data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle, c30
 @click.option("--semiangle", type=POSITIVE, default=None, help="Convergence semi-angle (mrad); default from the file.")
 @click.option("--scan-step", type=POSITIVE, default=None, help="Scan step (A); default from the file.")
 @click.option("--rotation", type=FINITE, default=None, help="Scan rotation (degrees); fitted when not given.")
+@click.option("--detector-orientation", "orientation", default="auto", show_default=True,
+              type=click.Choice(["auto", "identity", "rot90", "rot180", "rot270", "transpose", "flip-rows",
+                                 "antitranspose", "flip-cols"]),
+              help="The fit's detector orientation against the scan (the numpy operation on the detector axes "
+                   "that brings the patterns into the scan's frame); auto: found by the bright-field "
+                   "centre-of-mass curl (docs/ssb.md, Orientation and the 180-degree branch).")
+@click.option("--branch", default="auto", show_default=True, type=click.Choice(["auto", "as-fitted", "flipped"]),
+              help="Of the two equally good fits (rotation, C) and (rotation + 180 deg, -C): auto takes the one "
+                   "whose phase image has positive skewness (atoms positive).")
+@click.option("--starts", type=click.IntRange(1, 64), default=4, show_default=True,
+              help="Newton's starts from the search's distinct best trials (rotation given), besides the C10 grid's.")
+@click.option("--thick-starts", type=click.IntRange(1, 3), default=3, show_default=True,
+              help="The thick fit's starts: tilt 0, then (10, 10) and (-10, -10) mrad.")
 @click.option("--tilt/--no-tilt", default=True, show_default=True, help="Also fit the thick-sample model with tilt.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Fit .json file.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -212,8 +280,8 @@ def image_cmd(data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle, c30
 @backend_option(help="Where G is held and the fit runs (on a cluster: on each worker).")
 @click.option("--quiet", is_flag=True, help="No progress bar (for scripts and logs).")
 @scale_out_options
-def fit_cmd(data, kv, semiangle, scan_step, rotation, tilt, out, plot, trials, seed, backend, quiet, scheduler,
-            workers, gpus) -> None:
+def fit_cmd(data, kv, semiangle, scan_step, rotation, orientation, branch, starts, thick_starts, tilt, out, plot,
+            trials, seed, backend, quiet, scheduler, workers, gpus) -> None:
     """Fit defocus, astigmatism (and rotation, thickness, tilt) from a cold start.
 
     The progress bar counts the whole fit: the search's trials (or, with the rotation fitted, its
@@ -247,22 +315,17 @@ def fit_cmd(data, kv, semiangle, scan_step, rotation, tilt, out, plot, trials, s
                                      backend=backend)
         with tqdm_progress(disable=quiet) as bar:
             result = fit_session(session, rotation=None if rotation is None else np.deg2rad(rotation),
+                                 orientation=orientation, branch=branch, starts=starts, thick_starts=thick_starts,
                                  tilt=tilt, progress=bar, trials=trials, seed=seed)
     with atomic_path(out) as tmp:
         tmp.write_text(json.dumps(result, indent=2) + "\n")
-    std = parameters_to_aberrations(result["standard"]["parameters"])
-    err = result["standard"]["uncertainty"]
-    click.echo(f"rotation {np.rad2deg(result['rotation_rad']):.2f} deg; standard: C10 {std.get('C10'):.1f} "
-               f"+- {err['C10']:.1f} A, {c12_text(std)} (C12a/b +- {err['C12a']:.1f}/{err['C12b']:.1f} A), "
-               f"agreement {result['standard']['agreement']:.4f}")
-    if "thick" in result:
-        p, e = result["thick"]["parameters"], result["thick"]["uncertainty"]
-        click.echo(f"thick: thickness {p['thickness']:.0f} +- {e['thickness']:.0f} A, tilt ({p['tilt_y'] * 1e3:.2f}, "
-                   f"{p['tilt_x'] * 1e3:.2f}) +- ({e['tilt_y'] * 1e3:.2f}, {e['tilt_x'] * 1e3:.2f}) mrad, agreement "
-                   f"{result['thick']['agreement']:.4f}; better: {result['better']}")
+    for line in fit_summary(result):
+        click.echo(line)
     click.echo(f"wrote {out}")
     if plot is not None:
-        plot_fit(plot, session, result)
+        from qora.ssb.orientation import reorient
+
+        plot_fit(plot, reorient(session, result["orientation"]["orientation"]), result)
         click.echo(f"wrote {plot}")
 
 

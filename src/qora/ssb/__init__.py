@@ -11,6 +11,9 @@ The modules, by layer (each imports only those below it; docs/ssb.md):
 - :mod:`~qora.ssb.session`: :class:`Session`, G(Q, k) prepared once and its images; its
   ``fit``/``reconstruct`` methods call the fit workflow.
 - :mod:`~qora.ssb.fit`: the workflows (:func:`fit`, :func:`fit_rotation`) and their JSON result.
+- :mod:`~qora.ssb.orientation`: the detector's orientation against the scan (centre-of-mass
+  curl), the 180-degree branch rule.
+- :mod:`~qora.ssb.identify`: multi-start fits and the identifiability report.
 - :mod:`~qora.ssb.optimize`: :func:`newton` (with ``callback=``), the searches, the bounds.
 - :mod:`~qora.ssb.band`: :class:`Band`, the agreement and its moments, :func:`uncertainties`.
 - :mod:`~qora.ssb.stream`, :mod:`~qora.ssb.detector`, :mod:`~qora.ssb.model`,

@@ -15,13 +15,27 @@ from qora.io.errors import InputError
 from qora.io.validate import in_range, integer, nonnegative, number, positive
 from qora.progress import report
 from qora.ssb.band import make_band
+from qora.ssb.identify import distinct_basins, distinct_trials, identifiability, quarter_wave, run_starts
 from qora.ssb.optimize import defocus_search, newton, tpe_search
+from qora.ssb.orientation import (check_orientation, compose, flip_branch, phase_skewness, reorient,
+                                  search_orientation, wrap_angle)
 
-__all__ = ["fit_rotation", "fit_session"]
+__all__ = ["fit_rotation", "fit_session", "BRANCHES"]
 
 
 ROTATION_NEWTON = 60  # Newton's iterations in the rotation fit, and in the thick fit
 STANDARD_NEWTON = 20  # ... in the standard fit with the rotation given (newton's default)
+
+
+BRANCHES = ("auto", "as-fitted", "flipped")  # fit_session's branch: the rule, or either branch by hand
+STARTS = 4  # Newton's starts in the standard fit with the rotation given (the search's distinct best trials)
+# the thick fit's starts: the standard fit's values with these tilts (rad), so that a second tilt
+# basin as good as the first is found and the tilt reported as not determined
+THICK_TILT_STARTS = ((0.0, 0.0), (0.01, 0.01), (-0.01, -0.01))
+# the centre-of-mass rotation is trusted as the coarse grid's centre where its curl fraction is below
+# this (measured 0.016 on a thin amorphous film, 0.12 on SrTiO3 two cells thick); else the full grid
+COM_TRUSTED = 0.3
+COM_GRID_DEG = (-6.0, -3.0, 0.0, 3.0, 6.0)  # the coarse grid around it (degrees; its error: ~0.6)
 
 
 def _rotation_grid(coarse_deg: float):
@@ -29,7 +43,7 @@ def _rotation_grid(coarse_deg: float):
 
 
 def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9), coarse_deg: float = 6.0,
-                 progress=None, offset: int = 0, total: int | None = None):
+                 angles=None, progress=None, offset: int = 0, total: int | None = None):
     """Cold-start fit with the scan rotation unknown: ``(rotation, values, agreement)``.
 
     The agreement does not change when the scan turns by 180 degrees (G(-Q) = conj G(Q) and
@@ -38,7 +52,10 @@ def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9)
     best angle, then Newton on ``parameters`` and the rotation together, with exact first and
     second derivatives in all of them (the apertures with a soft edge, :class:`Band`), refines it.
     ``progress`` is told each angle searched and each Newton step, counted from ``offset`` of
-    ``total`` (default: this fit's own, the angles + 1 + 60).
+    ``total`` (default: this fit's own, the angles + 1 + 60). ``angles`` (rad), when given, are
+    the coarse grid instead (:func:`fit_session` takes a few around the centre-of-mass estimate,
+    :mod:`qora.ssb.orientation`). The rotation returned is in [-90, 90) degrees with the
+    aberrations of that branch: the other, (rotation + 180, -C), is :func:`fit_session`'s choice.
     """
     coarse_deg = in_range("coarse_deg", coarse_deg, 0.0, 90.0, unit="degrees", inclusive=False)
 
@@ -47,7 +64,7 @@ def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9)
         c10, values = defocus_search(b, step=20.0, low=-400.0, high=400.0)
         return float(values.max()), c10
 
-    grid = _rotation_grid(coarse_deg)
+    grid = _rotation_grid(coarse_deg) if angles is None else np.asarray(angles, float).ravel()
     searched = len(grid) + 1
     total = total or offset + searched + ROTATION_NEWTON
     scores = []
@@ -65,8 +82,11 @@ def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9)
     values, agreement, _ = newton(b, start, iterations=ROTATION_NEWTON, callback=lambda state: report(
         progress, "newton (standard)", offset + searched + state.step, total))
     report(progress, "newton (standard)", offset + searched + ROTATION_NEWTON, total)
-    theta = (values.pop("rotation") + np.pi / 2) % np.pi - np.pi / 2
-    return float(theta), values, agreement
+    theta = values.pop("rotation")
+    wrapped = wrap_angle(theta, period=np.pi)
+    if round((theta - wrapped) / np.pi) % 2:  # an odd number of half turns: the aberrations go with it
+        values = flip_branch(values)
+    return wrapped, values, agreement
 
 
 def _check_band(band):
@@ -80,80 +100,169 @@ def _check_band(band):
     return (low, high)
 
 
-def fit_session(session, *, rotation: float | None = None, tilt: bool = True, band=(0.2, 0.9), progress=None,
-                trials: int = 200, batch: int = 8, seed: int = 0, compare_standard: bool = True):
+def _orientation(session, orientation: str, rotation):
+    """The orientation to fit in and its report: searched (:func:`search_orientation`) for "auto",
+    else the given one. A session without its G in one piece (split over workers) is not searched."""
+    if orientation == "auto" and not hasattr(session, "G"):
+        return "identity", {"orientation": "identity", "searched": False,
+                            "note": "not searched: the session's G is split over workers (give orientation=)"}
+    if orientation != "auto":
+        return orientation, {"orientation": orientation, "searched": False}
+    found = search_orientation(session, rotation=rotation)
+    return found["orientation"], {**found, "searched": True}
+
+
+def _branch_image(session, values, rotation):
+    """The standard SSB image of the fit (rad), for the branch rule; None where the session cannot
+    make images (a session split over workers)."""
+    if not hasattr(session, "image") or getattr(session, "pixels", None) is not None:
+        return None
+    return session.preview({**values, "rotation": rotation})
+
+
+def _report(session, band, values, agreement, hessian, basins, names):
+    scales = quarter_wave(wavelength=session.wavelength, alpha_mrad=session.alpha_mrad,
+                          thickness=float(values.get("thickness", 0.0)))
+    return {"parameters": {k: float(values[k]) for k in values if k in names or k in band.parameters},
+            "agreement": float(agreement), "hessian": np.asarray(hessian).tolist(),
+            "parameter_order": list(band.parameters), "uncertainty": band.uncertainties(agreement, hessian),
+            "identifiability": identifiability(band, basins, scales=scales)}
+
+
+def fit_session(session, *, rotation: float | None = None, orientation: str = "auto", branch: str = "auto",
+                tilt: bool = True, band=(0.2, 0.9), progress=None, trials: int = 200, batch: int = 8, seed: int = 0,
+                starts: int = STARTS, thick_starts: int = len(THICK_TILT_STARTS), compare_standard: bool = True):
     """The standard fit (C10, C12) and, with ``tilt``, the thick-sample fit beside it.
 
-    ``rotation`` (rad) is given or, when None, fitted (:func:`fit_rotation`). With the rotation
-    given the cold start is :func:`tpe_search` over C10 and C12 (``trials`` sets, ``batch`` per
-    pass over G, ``seed``), then Newton. The thick fit starts from the standard one with 60 A of
-    thickness and no tilt and fits C10, C12, thickness and tilt by Newton. Returns a dict
-    (JSON-ready): per branch its parameters (A, rad), agreement, the Hessian of the agreement and
-    the parameters' standard errors from it (:meth:`Band.uncertainties`); the rotation; which
-    branch fits better; stage timings (s) and passes over G; the conventions.
+    ``orientation`` is the detector's against the scan (:data:`qora.ssb.orientation.ORIENTATIONS`):
+    "auto" finds it by the bright-field centre-of-mass curl (:func:`search_orientation`; with the
+    rotation unknown only the handedness, "identity" or "transpose", since turns by 90 degrees
+    are the rotation's), a name takes it as given. ``rotation`` (rad) is given or, when None,
+    fitted (:func:`fit_rotation`, its coarse grid a few angles around the centre-of-mass estimate
+    where that is trusted). With the rotation given the cold start is :func:`tpe_search` over C10
+    and C12 (``trials`` sets, ``batch`` per pass over G, ``seed``), then Newton from the
+    ``starts`` best distinct trials and the C10 grid's best (:func:`defocus_search`), the basins
+    kept for the identifiability report. The thick fit starts from the standard one with 60 A of
+    thickness and the first ``thick_starts`` tilts of :data:`THICK_TILT_STARTS` (all three by
+    default) and fits C10, C12, thickness and tilt by Newton from each.
+
+    ``branch``: the data are explained equally by (rotation, C, phase) and (rotation + 180 deg,
+    -C, -phase). Where that is open (the rotation fitted, or the orientation searched) "auto"
+    takes the branch whose SSB image has positive skewness (atoms are positive phase,
+    :func:`phase_skewness`; with both rotation and orientation given it keeps the fit, since C is
+    then determined), "as-fitted" keeps the one the fit found, "flipped" takes the other (always).
+    With the rotation fitted the branch moves the rotation; with it given, the orientation
+    (by "rot180"). Rotation and aberrations are always a consistent pair, the rotation in
+    [-180, 180) degrees.
+
+    Returns a dict (JSON-ready): per branch its parameters (A, rad), agreement, Hessian,
+    standard errors (:meth:`Band.uncertainties`) and identifiability report
+    (:func:`qora.ssb.identify.identifiability`: sigma only for determined parameters); the
+    rotation; the orientation (with the runner-up's score) and the branch with the rule's
+    statistic; which branch fits better; stage timings (s) and passes over G; the conventions.
     ``compare_standard=False`` leaves the standard branch (still the thick fit's start) out of the
-    result when ``tilt`` is on. ``progress`` (:mod:`qora.progress`) counts the whole fit: the
-    search's trials (or the rotation search's angles), then each Newton step, with the stage
-    "search", "newton (standard)", "newton (thick)".
+    result when ``tilt`` is on. ``progress`` (:mod:`qora.progress`) counts the whole fit with the
+    stages "search", "newton (standard)", "newton (thick)".
     """
     if rotation is not None:
         rotation = number("rotation", rotation, unit="rad")
+    orientation = check_orientation(orientation)
+    if branch not in BRANCHES:
+        raise InputError(f"branch must be one of {', '.join(BRANCHES)}; got {branch!r}")
     batch = integer("batch", batch, low=1)
     trials = integer("trials", trials, low=batch)
     seed = integer("seed", seed, low=0)
+    starts = integer("starts", starts, low=1)
+    thick_starts = integer("thick_starts", thick_starts, low=1, high=len(THICK_TILT_STARTS))
     band = _check_band(band)
     timings, passes = {}, {}
     t0 = time.perf_counter()
     names = ("C10", "C12a", "C12b")
+    fitted_rotation = rotation is None
+    name, orient = _orientation(session, orientation, rotation)
+    timings["orientation_s"] = time.perf_counter() - t0
+    work = reorient(session, name)
+    angles = None
+    if fitted_rotation and orient.get("searched") and orient["score"] < COM_TRUSTED:
+        angles = orient["rotation_rad"] + np.deg2rad(COM_GRID_DEG)
     # one count for the whole fit: the search's trials (or the rotation search's angles), then
-    # Newton's steps of each branch at most (a branch that converges early jumps to its end)
-    searched = len(_rotation_grid(6.0)) + 1 if rotation is None else trials
-    standard = searched + (ROTATION_NEWTON if rotation is None else STANDARD_NEWTON)
-    total = standard + (ROTATION_NEWTON if tilt else 0)
+    # Newton's steps of each start at most (a start that converges early jumps to its end)
+    searched = ((len(_rotation_grid(6.0)) if angles is None else len(angles)) + 1) if fitted_rotation else trials
+    standard = searched + (ROTATION_NEWTON if fitted_rotation else STANDARD_NEWTON * (starts + 1))
+    total = standard + (ROTATION_NEWTON * thick_starts if tilt else 0)
     report(progress, "search", 0, total)
-    if rotation is None:
-        rotation, values, agreement = fit_rotation(session, names, band=band, progress=progress, total=total)
+    if fitted_rotation:
+        rotation, values, _ = fit_rotation(work, names, band=band, angles=angles, progress=progress, total=total)
+        basins = None
     else:
-        b = make_band(session, names, band=band, rotation=rotation)
-        start, _, _, _ = tpe_search(b, trials=trials, batch=batch, seed=seed,
-                                    callback=lambda done: report(progress, "search", done, total))
+        b = make_band(work, names, band=band, rotation=rotation)
+        _, _, points, agreements = tpe_search(b, trials=trials, batch=batch, seed=seed,
+                                              callback=lambda done: report(progress, "search", done, total))
+        first = distinct_trials(points, agreements, names, starts, spread={"C10": 40.0, "C12a": 20.0, "C12b": 20.0})
+        c10, _ = defocus_search(b)  # a start no seed moves
+        first.append({"C10": c10, "C12a": 0.0, "C12b": 0.0})
         timings["search_s"] = time.perf_counter() - t0
-        values, agreement, hessian = newton(b, start, iterations=STANDARD_NEWTON, callback=lambda state: report(
-            progress, "newton (standard)", searched + state.step, total))
-        report(progress, "newton (standard)", standard, total)
+        results = run_starts(b, first, iterations=STANDARD_NEWTON, callback=lambda i, state: report(
+            progress, "newton (standard)", searched + i * STANDARD_NEWTON + state.step, total))
+        basins = distinct_basins(results, names)
+        values = dict(basins[0][0])
         passes["standard"] = getattr(b, "passes", None)  # a band split over workers does not count
+    report(progress, "newton (standard)", standard, total)
+    # the 180-degree branch: open where the rotation was fitted or the orientation searched
+    open_branch = fitted_rotation or orient.get("searched", False)
+    image = _branch_image(work, values, rotation)
+    skew = None if image is None else phase_skewness(image)
+    # "flipped" always applies (the other branch is as good a fit, whatever was given); the rule only
+    # where the branch is open
+    flip = branch == "flipped" or (open_branch and branch == "auto" and skew is not None and skew < 0)
+    rule = {"rule": "the SSB image's skewness is positive (atoms are positive phase)", "skewness": skew,
+            "choice": branch if open_branch or branch != "auto" else "given", "flipped": flip}
+    if open_branch and branch == "auto" and skew is None:
+        rule["note"] = "not applied: the session cannot make images"
+    if flip:
+        values = flip_branch(values)
+        rule["skewness"] = None if skew is None else -skew
+        if fitted_rotation:
+            rotation = rotation + np.pi
+        else:
+            name = compose(name, "rot180")
+            work = reorient(session, name)
+            basins = [(flip_branch(v), a, h) for v, a, h in basins]  # the Hessian in C alone is unchanged
+    rotation = wrap_angle(rotation)
+    orient["orientation"] = name
     timings["standard_s"] = time.perf_counter() - t0
-    fitted_rotation = "search_s" not in timings
-    std_names = names + (("rotation",) if fitted_rotation else ())
-    std_band = make_band(session, std_names, band=band, rotation=rotation) if fitted_rotation else b
     if fitted_rotation:
         # the Hessian in the rotation too, from the soft-edged band the rotation was fitted on; the
         # agreement reported is the top-hat one, comparable with the thick branch's
+        std_band = make_band(work, names + ("rotation",), band=band, rotation=rotation)
         soft_agreement, _, hessian = std_band.evaluate({**values, "rotation": rotation})
-        uncertainty = std_band.uncertainties(soft_agreement, hessian)
-        agreement = make_band(session, names, band=band, rotation=rotation).evaluate(values, order=0)
+        std = _report(work, std_band, {**values, "rotation": rotation}, soft_agreement, hessian,
+                      [({**values, "rotation": rotation}, soft_agreement, hessian)], names)
+        std["parameters"].pop("rotation", None)
+        agreement = make_band(work, names, band=band, rotation=rotation).evaluate(values, order=0)
+        std["agreement"] = float(agreement)
     else:
-        uncertainty = std_band.uncertainties(agreement, hessian)
-    out = {"rotation_rad": float(rotation),
-           "standard": {"parameters": {k: float(v) for k, v in values.items()}, "agreement": float(agreement),
-                        "hessian": np.asarray(hessian).tolist(), "parameter_order": list(std_names),
-                        "uncertainty": uncertainty},
+        agreement = basins[0][1]
+        std = _report(work, b, values, agreement, basins[0][2], basins, names)
+    out = {"rotation_rad": float(rotation), "rotation_deg": float(np.rad2deg(rotation)), "orientation": orient,
+           "branch": rule, "standard": std,
            "conventions": "Krivanek chi, defocus = -C10, cartesian C_nm,a = C cos(m phi), C_nm,b = C sin(m phi); "
-                          "C10 at the mid-plane; tilt (y, x) in rad; docs/ssb.md",
+                          "C10 at the mid-plane; tilt (y, x) in rad; the detector relabelled by 'orientation' "
+                          "(qora.ssb.orientation); docs/ssb.md",
            "band_inv_a": list(band)}
     if tilt:
         report(progress, "newton (thick)", standard, total)
         t1 = time.perf_counter()
         tnames = names + ("thickness", "tilt_y", "tilt_x")
-        b = make_band(session, tnames, band=band, rotation=rotation)
-        tvalues, tagreement, thessian = newton(b, {**values, "thickness": 60.0, "tilt_y": 0.0, "tilt_x": 0.0},
-                                               iterations=ROTATION_NEWTON, callback=lambda state: report(
-                                                   progress, "newton (thick)", standard + state.step, total))
+        b = make_band(work, tnames, band=band, rotation=rotation)
+        tstarts = [{**values, "thickness": 60.0, "tilt_y": ty, "tilt_x": tx} for ty, tx in THICK_TILT_STARTS[:thick_starts]]
+        results = run_starts(b, tstarts, iterations=ROTATION_NEWTON, callback=lambda i, state: report(
+            progress, "newton (thick)", standard + i * ROTATION_NEWTON + state.step, total))
+        tbasins = distinct_basins(results, tnames)
+        tvalues, tagreement, thessian = tbasins[0]
         timings["thick_s"] = time.perf_counter() - t1
         passes["thick"] = getattr(b, "passes", None)
-        out["thick"] = {"parameters": {k: float(v) for k, v in tvalues.items()}, "agreement": float(tagreement),
-                        "hessian": np.asarray(thessian).tolist(), "parameter_order": list(tnames),
-                        "uncertainty": b.uncertainties(tagreement, thessian)}
+        out["thick"] = _report(work, b, tvalues, tagreement, thessian, tbasins, tnames)
         # the simpler model unless the thick one explains measurably more (0.1% of the signal)
         out["better"] = "thick" if tagreement > agreement + 1e-3 else "standard"
         if not compare_standard:

@@ -31,6 +31,7 @@ from qora.ssb.detector import (DetectorFit, bright_field_pixels, check_data, che
                                fit_detector, gather, scan_frequencies)
 from qora.ssb.model import chi_coefficients, parameters_to_aberrations, quadratic_tag
 from qora.ssb.optics import Aberrations, aperture, chi, chi_gradient, wavelength
+from qora.ssb.orientation import reorient
 from qora.ssb.timing import Clock as _Clock
 
 __all__ = ["Session"]
@@ -200,6 +201,7 @@ class Session:
         self._band_cache = None
 
     _band_cache = None  # (mask bytes, rows of G, total) of band_rows; per instance once set
+    orientation = "identity"  # the detector's relabelling (qora.ssb.orientation.reorient: copies with another)
 
     def _whole(self, what: str) -> None:
         if self.pixels is not None:
@@ -437,30 +439,31 @@ class Session:
         return self.backend.to_host(xp.angle(phasor)), float(1.0 - xp.abs(phasor).mean())
 
     # -- fits, previews ------------------------------------------------------------------
-    def fit(self, *, rotation: float | None = None, tilt: bool = True, compare_standard: bool = True,
-            band=(0.2, 0.9), trials: int = 200, batch: int = 8, seed: int = 0, progress=None) -> dict:
+    def fit(self, **options) -> dict:
         """Fit the aberrations (and with ``tilt`` the thick-sample model's thickness and tilt) from a
-        cold start: :func:`qora.ssb.fit` (the result dict, JSON-ready). The scan ``rotation`` (rad) is
-        fitted unless given."""
+        cold start: :func:`qora.ssb.fit` with its keyword ``options`` (rotation, orientation, branch,
+        tilt, compare_standard, band, trials, batch, seed, starts, thick_starts, progress); the
+        result dict, JSON-ready. The scan rotation is fitted, the detector orientation searched and
+        the 180-degree branch chosen by the phase-skewness rule unless given."""
         from qora.ssb.fit import fit_session
 
-        return fit_session(self, rotation=rotation, tilt=tilt, band=band, progress=progress, trials=trials,
-                           batch=batch, seed=seed, compare_standard=compare_standard)
+        return fit_session(self, **options)
 
     def reconstruct(self, *, progress=None, **fit_options) -> dict:
-        """Both branches fitted and imaged (the seed's default): ``{"fit", "images", "better"}``,
-        images by name "standard" (SSB) and "thick" (tilt-corrected), rad on the scan grid."""
+        """Both branches fitted and imaged (the seed's default): ``{"fit", "images", "better"}``, images
+        by name "standard" (SSB) and "thick" (tilt-corrected), rad on the scan grid, fitted frame."""
         result = self.fit(tilt=True, compare_standard=True, progress=progress, **fit_options)
-        saved = self.rotation
+        oriented = reorient(self, result["orientation"]["orientation"])  # a relabelled copy, or self
+        saved = oriented.rotation
         try:
-            self.rotation = result["rotation_rad"]
+            oriented.rotation = result["rotation_rad"]
             std = result["standard"]["parameters"]
             thick = result["thick"]["parameters"]
-            images = {"standard": self.image(parameters_to_aberrations(std), "ssb"),
-                      "thick": self.image(parameters_to_aberrations(thick), "thick",
-                                          thickness=thick["thickness"], tilt=(thick["tilt_y"], thick["tilt_x"]))}
+            images = {"standard": oriented.image(parameters_to_aberrations(std), "ssb"),
+                      "thick": oriented.image(parameters_to_aberrations(thick), "thick",
+                                              thickness=thick["thickness"], tilt=(thick["tilt_y"], thick["tilt_x"]))}
         finally:
-            self.rotation = saved
+            oriented.rotation = saved
         return {"fit": result, "images": images, "better": result["better"]}
 
     def widget(self, aberrations: Aberrations | None = None, *, upsample: int = 1):
