@@ -1,7 +1,11 @@
 """Every FFT in Qora goes through this module.
 
 - One-shot transforms (:func:`fftn`, :func:`rfftn`, ... with :mod:`scipy.fft`'s signature) follow
-  their input: CuPy arrays go to cuFFT, NumPy arrays to pocketfft on the host's threads.
+  their input: CuPy arrays go to cuFFT, NumPy arrays to ducc0 (else pocketfft through
+  :mod:`scipy.fft`) on ``workers`` threads.
+- Host threads: ``workers=None`` means :func:`qora.backend.host.num_threads` (``QORA_NUM_THREADS``,
+  default the cores the process may use) for transforms of at least :data:`CPU_THREADS_FROM` points,
+  one thread below; :func:`cpu_libraries` says which host FFT libraries are installed.
 - :class:`PlanCache` (``Backend.fft``): plans made once per geometry and reused (below).
 - :class:`RawPlan` and :class:`WorkArea`: cuFFT plans with explicit layouts sharing one work area
   (the holography pipeline's padded in-place layouts), from :mod:`qora.backend._cufft_raw`.
@@ -10,7 +14,7 @@ Plans made once per geometry and reused:
 
 A plan transforms the trailing ``len(axes)`` axes of C-contiguous arrays of one
 shape and dtype; any leading axes are a batch. On the CPU a plan is a thin
-wrapper of :mod:`scipy.fft` (pocketfft) with all cores; on the GPU it owns a
+wrapper of ducc0 (or FFTW, or :mod:`scipy.fft`) on the setting's threads; on the GPU it owns a
 cuFFT plan and its work area, and executes into caller-given buffers, so a step
 built from plans allocates nothing and can be captured into a CUDA graph.
 
@@ -31,9 +35,9 @@ import numpy as np
 
 from qora.backend import _cupy
 from qora.backend._cufft_raw import C2C, C2R, FORWARD, INVERSE, R2C, RawPlan, WorkArea
-from qora.backend.host import cpu_count
+from qora.backend.host import num_threads
 
-__all__ = ["PlanCache", "C2CPlan", "R2CPlan", "HalfC2CPlan", "CallbackC2CPlan", "trailing_axes", "fast_length",
+__all__ = ["cpu_threads", "cpu_libraries", "CPU_THREADS_FROM", "PlanCache", "C2CPlan", "R2CPlan", "HalfC2CPlan", "CallbackC2CPlan", "trailing_axes", "fast_length",
            "fft", "ifft", "rfft", "irfft", "fftn", "ifftn", "rfftn", "irfftn",
            "RawPlan", "WorkArea", "C2C", "R2C", "C2R", "FORWARD", "INVERSE"]
 
@@ -67,24 +71,64 @@ CPU_THREADS_FROM = 2**17
 FFTW_THREADS_FROM = CPU_THREADS_FROM
 
 
-def _cpu_threads(n_points: int, start: int = CPU_THREADS_FROM) -> int:
-    return 1 if n_points < start else cpu_count()
+def cpu_threads(n_points: int, workers: int | None = None, start: int = CPU_THREADS_FROM) -> int:
+    """Host threads for a transform of ``n_points`` points in all: ``workers`` if given, else one below
+    ``start`` points (waking threads costs more than they save there) and
+    :func:`~qora.backend.host.num_threads` from there."""
+    if workers is not None:
+        if int(workers) < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
+        return int(workers)
+    return 1 if n_points < start else num_threads()
+
+
+def _ducc0():
+    try:
+        import ducc0
+    except ImportError:  # ducc0 is a dependency; the fallback serves trimmed installs (qora info says so)
+        return None
+    return ducc0
+
+
+def cpu_libraries() -> dict:
+    """The host FFT libraries: ``{"ducc0": version or None, "pyfftw": version or None, "scipy": version,
+    "used": the one C2C plans run on}``, so that ``qora info`` and every benchmark's JSON say when an
+    optional one is missing (scipy.fft alone copies each result and threads only across batches of 1D lines)."""
+    import scipy
+
+    ducc0 = _ducc0()
+    out = {"ducc0": getattr(ducc0, "__version__", "installed") if ducc0 is not None else None}
+    try:
+        import pyfftw
+
+        out["pyfftw"] = getattr(pyfftw, "__version__", "installed")
+    except ImportError:
+        out["pyfftw"] = None
+    out["scipy"] = scipy.__version__
+    fftw_on = out["pyfftw"] is not None and _pyfftw() is not None
+    out["used"] = "fftw" if fftw_on else "ducc0" if ducc0 is not None else "scipy"
+    if out["pyfftw"] is not None and not fftw_on:
+        out["pyfftw"] += " (disabled by QORA_DISABLE_FFTW)"
+    return out
 
 
 def _one_shot(name: str):
     """A transform of :mod:`scipy.fft`'s signature that follows its input: cuFFT (CuPy's plan
-    cache) for a device array, pocketfft on the host with the threads :func:`_cpu_threads` gives."""
+    cache) for a device array, else on the host on :func:`cpu_threads` threads (``workers=``)."""
+    import scipy.fft
 
-    def transform(x, *args, **kwargs):
+    reference = getattr(scipy.fft, name)
+
+    def transform(x, *args, workers=None, **kwargs):
         if type(x).__module__.split(".", 1)[0] == "cupy":
             return getattr(_cupy.require("device FFTs").fft, name)(x, *args, **kwargs)
-        import scipy.fft
-
-        return getattr(scipy.fft, name)(x, *args, workers=_cpu_threads(np.size(x)), **kwargs)
+        threads = cpu_threads(np.size(x), workers)
+        return reference(x, *args, workers=threads, **kwargs)
 
     transform.__name__ = transform.__qualname__ = name
-    transform.__doc__ = (f"``{name}`` of a NumPy or CuPy array, arguments as :func:`scipy.fft.{name}`: the one "
-                         "entry point for a transform made once (plans that are reused: :class:`PlanCache`).")
+    transform.__doc__ = (f"``{name}`` of a NumPy or CuPy array, arguments as :func:`scipy.fft.{name}` (``workers``: "
+                         "host threads, default :func:`cpu_threads`): the one entry point for a transform made once "
+                         "(plans that are reused: :class:`PlanCache`).")
     return transform
 
 
@@ -119,16 +163,16 @@ class _FFTWPlans:
 
     def get(self, shape, dtype, axes, forward: bool, in_place: bool):
         pyfftw = _pyfftw()
-        key = (shape, np.dtype(dtype).str, axes, forward, in_place)
+        n = int(np.prod(shape))
+        threads = cpu_threads(n, start=FFTW_THREADS_FROM)
+        key = (shape, np.dtype(dtype).str, axes, forward, in_place, threads)  # FFTW fixes threads per plan
         with self._lock:
             plan = self._plans.get(key)
             if plan is None:
                 a = pyfftw.empty_aligned(shape, dtype)
                 b = a if in_place else pyfftw.empty_aligned(shape, dtype)
-                n = int(np.prod([shape[i] for i in axes]))
                 plan = pyfftw.FFTW(a, b, axes=axes, direction="FFTW_FORWARD" if forward else "FFTW_BACKWARD",
-                                   flags=("FFTW_MEASURE",), threads=_cpu_threads(n, FFTW_THREADS_FROM),
-                                   planning_timelimit=20.0)
+                                   flags=("FFTW_MEASURE",), threads=threads, planning_timelimit=20.0)
                 self._plans[key] = plan
             return plan
 
@@ -204,11 +248,8 @@ def _cpu_c2c(x, out, axes, forward: bool, n_points: int) -> None:
     """
     if _fftw.run(x, out, axes, forward):
         return
-    threads = _cpu_threads(n_points)
-    try:
-        import ducc0
-    except ImportError:  # pragma: no cover - ducc0 is a dependency; the fallback serves trimmed installs
-        ducc0 = None
+    threads = cpu_threads(x.size)
+    ducc0 = _ducc0()
     if ducc0 is not None:
         ducc0.fft.c2c(x, axes=axes, forward=forward, inorm=0, out=out, nthreads=threads)
         return
@@ -217,6 +258,31 @@ def _cpu_c2c(x, out, axes, forward: bool, n_points: int) -> None:
     f = scipy.fft.fftn if forward else scipy.fft.ifftn
     y = f(x, axes=axes, norm="backward" if forward else "forward", workers=threads)
     out[...] = y
+
+
+def _cpu_r2c(x, out, axes) -> None:
+    """Unscaled R2C of ``x`` into ``out`` on the host (ducc0 in place into ``out``, else scipy.fft)."""
+    threads = cpu_threads(x.size)
+    ducc0 = _ducc0()
+    if ducc0 is not None:
+        ducc0.fft.r2c(x, axes=axes, forward=True, inorm=0, out=out, nthreads=threads)
+        return
+    import scipy.fft
+
+    out[...] = scipy.fft.rfftn(x, axes=axes, workers=threads)
+
+
+def _cpu_c2r(x, out, axes, transform_shape) -> None:
+    """Unscaled C2R of the half spectrum ``x`` into the real ``out`` (ducc0, else scipy.fft)."""
+    threads = cpu_threads(out.size)
+    ducc0 = _ducc0()
+    if ducc0 is not None:
+        # ducc0's c2r reads the last axis' length from out; it leaves x unchanged
+        ducc0.fft.c2r(x, axes=axes, forward=False, inorm=0, lastsize=transform_shape[-1], out=out, nthreads=threads)
+        return
+    import scipy.fft
+
+    out[...] = scipy.fft.irfftn(x, s=transform_shape, axes=axes, norm="forward", workers=threads)
 
 
 def _scales(norm, n: int) -> tuple[float, float]:
@@ -354,9 +420,7 @@ class R2CPlan(_Plan):
         if self._fwd is not None:
             self._fwd.fft(x, out, -1)
         else:
-            import scipy.fft
-
-            out[...] = scipy.fft.rfftn(x, axes=self.axes, workers=cpu_count())
+            _cpu_r2c(x, out, self.axes)
         return self._scale(out, self.forward_scale)
 
     def inverse(self, x, out=None):
@@ -369,10 +433,7 @@ class R2CPlan(_Plan):
         if self._inv is not None:
             self._inv.fft(x, out, +1)
         else:
-            import scipy.fft
-
-            out[...] = scipy.fft.irfftn(x, s=self.transform_shape, axes=self.axes, norm="forward",
-                                        workers=cpu_count())
+            _cpu_c2r(x, out, self.axes, self.transform_shape)
         return self._scale(out, self.inverse_scale)
 
 
