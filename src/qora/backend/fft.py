@@ -277,8 +277,10 @@ def _cpu_c2r(x, out, axes, transform_shape) -> None:
     threads = cpu_threads(out.size)
     ducc0 = _ducc0()
     if ducc0 is not None:
-        # ducc0's c2r reads the last axis' length from out; it leaves x unchanged
-        ducc0.fft.c2r(x, axes=axes, forward=False, inorm=0, lastsize=transform_shape[-1], out=out, nthreads=threads)
+        # allowed to overwrite x, as cuFFT's C2R is (R2CPlan's contract): keeping it costs ducc0 a copy of
+        # the half spectrum, which made the C2R twice as slow as the R2C (96^3 float64: 40 ms against 20)
+        ducc0.fft.c2r(x, axes=axes, forward=False, inorm=0, lastsize=transform_shape[-1], out=out, nthreads=threads,
+                      allow_overwriting_input=True)
         return
     import scipy.fft
 
@@ -386,8 +388,9 @@ class R2CPlan(_Plan):
     """Real-to-complex transform of the trailing axes and its complex-to-real inverse.
 
     ``shape`` is the real array's shape; the spectrum has ``shape[-1] // 2 + 1``
-    bins on the last axis (``spectrum_shape``). On the GPU, cuFFT's C2R may
-    overwrite its input; pass a copy if the half spectrum is still needed.
+    bins on the last axis (``spectrum_shape``). The C2R (``inverse``) may overwrite
+    its input on either backend (cuFFT's and ducc0's fastest C2R do); pass a copy if the
+    half spectrum is still needed.
     """
 
     kind = "r2c"
