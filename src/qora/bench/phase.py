@@ -142,6 +142,41 @@ def run_cpu(*, shapes=CPU_SHAPES, write=True, echo=print) -> BenchResult:
     return result
 
 
+def run_cpu_threads(counts, *, shapes=CPU_SHAPES, write=True, echo=print) -> BenchResult:
+    """HIO per iteration at each thread count (``qora bench phase --backend cpu --threads ...``), beside the
+    C2C fp32 pair floor and ``jax.jit`` at the same count (:mod:`qora.bench.threads`)."""
+    import qora.phase.cpu  # noqa: F401 - sets the OpenMP wait policy before numba starts its threads
+    from qora.backend.host import threads
+    from qora.bench.threads import add_scaling, new_result, pair_floor, run_peer
+
+    result, counts = new_result("phase-cpu", counts, echo)
+    script = Path(__file__).with_name("peers") / "phase_jax.py"
+    for shape in shapes:
+        label = shape_label(shape)
+        ours = _ours(shape)
+        with threads(counts[-1]):
+            t0 = time.perf_counter()
+            ours(2)
+            n = _iterations_for((time.perf_counter() - t0) * 1e3 / 2)
+        rows = {}
+        for t in counts:
+            with threads(t):
+                row = {"ms": time_peer(ours, n), "floor_ms": pair_floor(shape), "iterations": n}
+            jax = run_peer([script, label, n, "--device", "cpu"], t)
+            if "ms" in jax:
+                row["jax_ms"] = jax["ms"]
+                result.notes.setdefault("jax", jax["jax"])
+            else:
+                result.notes.setdefault("jax_missing", {})[f"{label}/{t}"] = jax["error"]
+            rows[t] = row
+        add_scaling(result, f"hio/{label}", rows, echo)
+    if write:
+        path = result.write()
+        echo(f"result written to {path}")
+    echo(result.table())
+    return result
+
+
 CUDA_SHAPES = ((256, 256), (1024, 1024), (2048, 2048), (4096, 4096), (128, 128, 128), (256, 256, 256),
                (512, 512, 512))
 CUDA_VARIANTS = ("naive", "fused", "graph", "half", "mixed", "callback")
@@ -258,8 +293,15 @@ def _progress_cost(be, result, echo, shape=(256, 256), total=600) -> None:
         del engine
 
 
-def run(*, backend="auto", shapes=None, write=True, echo=print) -> BenchResult:
+def run(*, backend="auto", shapes=None, write=True, echo=print, threads=None) -> BenchResult:
+    """The benchmark of ``backend``; on the CPU with ``threads`` (counts) the thread-scaling sweep instead."""
     be = resolve(backend)
+    if threads is not None:
+        if be.is_cuda:
+            from qora.io.errors import InputError
+
+            raise InputError("--threads sweeps the CPU path: use it with --backend cpu")
+        return run_cpu_threads(threads, shapes=shapes or CPU_SHAPES, write=write, echo=echo)
     if be.is_cuda:
         return run_cuda(shapes=shapes or CUDA_SHAPES, write=write, echo=echo)
     return run_cpu(shapes=shapes or CPU_SHAPES, write=write, echo=echo)
