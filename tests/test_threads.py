@@ -149,3 +149,38 @@ def test_phase_loops_agree_across_thread_counts():
             modulus_steps(got, amp, 0.01, errors)
         np.testing.assert_array_equal(got, expected)
         np.testing.assert_allclose(errors, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("r2c", [True, False])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_threaded_gp_matches_the_numpy_reference(r2c, threads):
+    """holo.gp_cpu (ducc0 plans, fused Numba passes) against the NumPy loops of holo.odt, at a size
+    where both the transforms and the loops go multi-threaded (2^18 voxels)."""
+    from qora.holo import odt
+
+    rng = np.random.default_rng(3)
+    shape = (64, 64, 64)
+    data = np.fft.fftn(np.maximum(rng.standard_normal(shape), 0)) * (1 + 0.2j)
+    measured = rng.random(shape) < 0.3
+    reference = (odt.gerchberg_papoulis_r2c if r2c else odt.gerchberg_papoulis)(data, measured, 4)
+    with host.threads(threads):
+        got = odt._gp_threaded(data, measured, 4, r2c)
+    np.testing.assert_allclose(got, reference, rtol=0, atol=1e-12 * np.abs(reference).max())
+
+
+def test_rytov_split_by_images_is_the_same():
+    from qora.holo import unwrap
+
+    rng = np.random.default_rng(4)
+    n = 96
+    yy, xx = np.mgrid[:n, :n] / n
+    ratio = np.exp(1j * 12 * np.pi * ((yy - 0.5) ** 2 + (xx - 0.5) ** 2))[None] * np.exp(
+        0.05 * (rng.standard_normal((30, n, n)) + 1j * rng.standard_normal((30, n, n))))
+    assert ratio.size >= unwrap._THREADED_FROM
+    whole = unwrap._rytov(ratio)
+    for threads in (1, 2, 7):
+        with host.threads(threads):
+            np.testing.assert_array_equal(unwrap.rytov(ratio), whole)
+    ratio[5, 3, 3] = 0
+    with host.threads(2), pytest.raises(ValueError, match="zero"):
+        unwrap.rytov(ratio)

@@ -238,7 +238,7 @@ def empty(shape, dtype=np.complex64) -> np.ndarray:
     return np.empty(shape, dtype)
 
 
-def _cpu_c2c(x, out, axes, forward: bool, n_points: int) -> None:
+def _cpu_c2c(x, out, axes, forward: bool, n_points: int, fftw: bool = True) -> None:
     """Unscaled C2C transform of ``x`` into ``out`` (which may be ``x``) on the CPU.
 
     FFTW (through pyFFTW, the ``fftw`` extra) when installed and the arrays are
@@ -246,7 +246,7 @@ def _cpu_c2c(x, out, axes, forward: bool, n_points: int) -> None:
     which transforms in place into a given buffer with no temporary; without
     either, ``scipy.fft`` through a copy.
     """
-    if _fftw.run(x, out, axes, forward):
+    if fftw and _fftw.run(x, out, axes, forward):
         return
     threads = cpu_threads(x.size)
     ducc0 = _ducc0()
@@ -343,8 +343,9 @@ class C2CPlan(_Plan):
 
     kind = "c2c"
 
-    def __init__(self, backend, shape, dtype=np.complex64, axes=None, norm="backward"):
+    def __init__(self, backend, shape, dtype=np.complex64, axes=None, norm="backward", fftw: bool = True):
         super().__init__(backend, shape, dtype, axes, norm)
+        self.fftw = bool(fftw)
         if self.dtype not in (np.complex64, np.complex128):
             raise ValueError(f"C2C plans take complex64 or complex128, got {self.dtype}")
         t0 = time.perf_counter()
@@ -366,7 +367,7 @@ class C2CPlan(_Plan):
         if self._cufft is not None:
             self._cufft.fft(x, out, direction)
             return self._scale(out, scale)
-        _cpu_c2c(x, out, self.axes, direction < 0, self.n)
+        _cpu_c2c(x, out, self.axes, direction < 0, self.n, self.fftw)
         return self._scale(out, scale)
 
     def empty(self):
@@ -599,10 +600,14 @@ class PlanCache:
         batch = int(np.prod(shape[: len(shape) - len(axes)], dtype=np.int64))
         return (kind, shape, np.dtype(dtype).str, axes, batch, norm)
 
-    def c2c(self, shape, dtype=np.complex64, *, axes=None, norm="backward") -> C2CPlan:
-        """A complex-to-complex plan for arrays of ``shape`` (trailing ``axes`` transformed)."""
-        key = self._key("c2c", shape, dtype, axes, norm)
-        return self._get(key, lambda: C2CPlan(self.backend, shape, dtype, axes, norm))
+    def c2c(self, shape, dtype=np.complex64, *, axes=None, norm="backward", fftw: bool = True) -> C2CPlan:
+        """A complex-to-complex plan for arrays of ``shape`` (trailing ``axes`` transformed).
+
+        ``fftw=False``: never FFTW on the host, even where installed: FFTW_MEASURE plans once per shape
+        and thread count (up to 20 s each way), which only a loop of thousands of transforms repays.
+        """
+        key = self._key("c2c", shape, dtype, axes, norm) + (bool(fftw),)
+        return self._get(key, lambda: C2CPlan(self.backend, shape, dtype, axes, norm, fftw))
 
     def r2c(self, shape, dtype=np.float32, *, axes=None, norm="backward") -> R2CPlan:
         """A real-to-complex plan (and its inverse) for real arrays of ``shape``."""
