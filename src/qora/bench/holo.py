@@ -227,7 +227,7 @@ def run_cpu_threads(counts, *, size: int = 188, angles: int = 180, iterations: i
 
 
 def run(*, backend="auto", write=True, echo=print, quick: bool = False, threads=None, size: int = 188,
-        angles: int = 180) -> BenchResult:
+        angles: int = 180, rounds: int = 2) -> BenchResult:
     """The benchmark of ``backend``; on the CPU with ``threads`` (counts) the thread-scaling sweep of the
     ``size``^3, ``angles``-illumination rotation case with GP instead."""
     be = resolve(backend)
@@ -236,7 +236,7 @@ def run(*, backend="auto", write=True, echo=print, quick: bool = False, threads=
             from qora.io.errors import InputError
 
             raise InputError("--threads sweeps the CPU path: use it with --backend cpu")
-        return run_cpu_threads(threads, size=size, angles=angles, write=write, echo=echo)
+        return run_cpu_threads(threads, size=size, angles=angles, rounds=rounds, write=write, echo=echo)
     if be.is_cuda:
         from qora.bench import holo_cuda
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from qora.backend import resolve
-from qora.bench.common import BenchResult, time_peer
+from qora.bench.common import BenchResult, peers_python, time_peer
 from qora.bench.registry import shape_label
 
 __all__ = ["run", "CPU_SHAPES", "workload"]
@@ -68,16 +68,6 @@ def _plain_loop(backend, shape):
 
 def _numpy_peer(shape):
     return _plain_loop(resolve("cpu"), shape)
-
-
-def peers_python() -> Path:
-    """The peers' interpreter (``QORA_PEERS_PYTHON`` or ``.peers/bin/python`` of the checkout)."""
-    env = os.environ.get("QORA_PEERS_PYTHON")
-    if env:
-        import shutil
-
-        return Path(shutil.which(env) or env)
-    return Path(__file__).resolve().parents[3] / ".peers" / "bin" / "python"
 
 
 def _jax_peer(shape, n: int, device: str) -> dict:

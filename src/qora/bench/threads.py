@@ -23,7 +23,7 @@ import numpy as np
 
 from qora.backend.fft import cpu_libraries
 from qora.backend.host import cpu_count
-from qora.bench.common import BenchResult, time_device
+from qora.bench.common import BenchResult, peers_python, time_device
 from qora.io.errors import InputError
 
 __all__ = ["parse_counts", "split_counts", "new_result", "pair_floor", "run_peer", "add_scaling", "DEFAULT_COUNTS"]
@@ -111,8 +111,6 @@ def run_peer(args, cores: int, *, python: Path | None = None) -> dict:
     """Run a peer script (``args`` after the interpreter) pinned to ``cores`` cores; its last JSON line,
     or ``{"error": why}`` when the peers' environment is missing or the peer fails (recorded, not raised:
     the scaling table is still worth having)."""
-    from qora.bench.phase import peers_python
-
     py = python or peers_python()
     if not Path(py).exists():
         return {"error": f"no peers' interpreter at {py} (bench/peers-env.sh, or QORA_PEERS_PYTHON)"}

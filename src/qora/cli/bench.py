@@ -93,14 +93,16 @@ def _shapes(text):
               help="With --threads: the rotation case's field of view (voxels per edge).")
 @click.option("--angles", type=click.IntRange(2, 3600), default=180, show_default=True,
               help="With --threads: the rotation case's number of illuminations.")
+@click.option("--rounds", type=click.IntRange(1, 20), default=2, show_default=True,
+              help="With --threads: interleaved sweeps over the counts; the fastest of each stage is kept.")
 @click.option("--no-write", is_flag=True, help="Print only; write no result file.")
-def bench_holo(backend: str, thread_counts, size: int, angles: int, no_write: bool) -> None:
+def bench_holo(backend: str, thread_counts, size: int, angles: int, rounds: int, no_write: bool) -> None:
     """Holography stage times, and ODTbrain on the same rotation data (peers env); with --threads the
     GP rotation case's thread scaling."""
     from qora.bench import holo as holo_bench
 
     holo_bench.run(backend=backend, write=not no_write, echo=click.echo, threads=_counts(thread_counts), size=size,
-                   angles=angles)
+                   angles=angles, rounds=rounds)
 
 
 @bench.command("ssb")

@@ -6,7 +6,7 @@ Run as a script in the peers' environment::
 
 The same work per iteration as qora's CPU GP (float64, as qora's): a C2R of the half spectrum, max(v, 0),
 an R2C, and the restore step a + b E with a fixed complex a and real b (the timing does not depend on
-their values). Prints one JSON line: milliseconds for ITERATIONS iterations (the fastest of three runs
+their values). Prints one JSON line: milliseconds for ITERATIONS iterations (the faster of two runs
 after a compiling one) and the JAX version.
 """
 
@@ -41,7 +41,7 @@ def main(argv):
 
     run(a).block_until_ready()
     best = float("inf")
-    for _ in range(3):
+    for _ in range(2):
         t0 = time.perf_counter()
         run(a).block_until_ready()
         best = min(best, time.perf_counter() - t0)
