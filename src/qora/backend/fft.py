@@ -238,13 +238,14 @@ def empty(shape, dtype=np.complex64) -> np.ndarray:
     return np.empty(shape, dtype)
 
 
-def _cpu_c2c(x, out, axes, forward: bool, n_points: int, fftw: bool = True) -> None:
+def _cpu_c2c(x, out, axes, forward: bool, fftw: bool = True) -> None:
     """Unscaled C2C transform of ``x`` into ``out`` (which may be ``x``) on the CPU.
 
     FFTW (through pyFFTW, the ``fftw`` extra) when installed and the arrays are
     aligned; else ducc0 (pocketfft's successor, the FFT that XLA uses on CPUs),
     which transforms in place into a given buffer with no temporary; without
-    either, ``scipy.fft`` through a copy.
+    either, ``scipy.fft`` through a copy. Threads: :func:`cpu_threads` of the
+    whole array, so a batch of small transforms is spread over the cores too.
     """
     if fftw and _fftw.run(x, out, axes, forward):
         return
@@ -367,7 +368,7 @@ class C2CPlan(_Plan):
         if self._cufft is not None:
             self._cufft.fft(x, out, direction)
             return self._scale(out, scale)
-        _cpu_c2c(x, out, self.axes, direction < 0, self.n, self.fftw)
+        _cpu_c2c(x, out, self.axes, direction < 0, self.fftw)
         return self._scale(out, scale)
 
     def empty(self):

@@ -1,11 +1,12 @@
 """``qora bench phase``: ms per HIO iteration against the peers, measured in one run.
 
-CPU (``--backend cpu``): our engine with its element-wise loops on one thread and
-on all threads (the transforms always use all cores), a plain NumPy loop, and a
+CPU (``--backend cpu``): our engine on one thread (``qora_loops_1_thread``: since issue 28 the loops and
+the transforms follow one setting) and on the setting's threads, a plain NumPy loop, and a
 ``jax.jit`` loop run by the peers' interpreter (``bench/peers-env.sh``). The
 workload is the seed's: HIO on random data with a box support over the central
 half of each axis; timing does not depend on the data. Every number is the time
-per iteration from the difference of n and 2n iterations, best of five.
+per iteration from the difference of n and 2n iterations, best of five. ``--threads`` sweeps thread counts instead
+(:func:`run_cpu_threads`).
 """
 
 from __future__ import annotations
@@ -99,11 +100,13 @@ def run_cpu(*, shapes=CPU_SHAPES, write=True, echo=print) -> BenchResult:
     import qora.phase.cpu  # noqa: F401 - sets the OpenMP wait policy before numba starts its threads
     import numba
 
+    from qora.backend.host import num_threads
+    from qora.backend.host import threads as host_threads
+
     be = resolve("cpu")
     facts = be.device_facts(measure=True)
     result = BenchResult("phase-cpu", "cpu", facts.as_dict(), columns=("ms", "vs_numpy", "vs_jax"))
-    echo(f"CPU: {facts.name}, {facts.cpu_cores} cores, numba {numba.__version__}, {numba.get_num_threads()} threads")
-    threads = numba.get_num_threads()
+    echo(f"CPU: {facts.name}, {facts.cpu_cores} cores, numba {numba.__version__}, {num_threads()} threads")
     for shape in shapes:
         label = shape_label(shape)
         ours = _ours(shape)
@@ -111,11 +114,8 @@ def run_cpu(*, shapes=CPU_SHAPES, write=True, echo=print) -> BenchResult:
         ours(1)
         n = _iterations_for((time.perf_counter() - t0) * 1e3)
         times = {}
-        numba.set_num_threads(1)
-        try:
+        with host_threads(1):  # the loops and (since issue 28) the transforms: one setting
             times["qora_loops_1_thread"] = time_peer(ours, n)
-        finally:
-            numba.set_num_threads(threads)
         times["qora_loops_all_threads"] = time_peer(ours, n)
         times["numpy"] = time_peer(_numpy_peer(shape), n)
         jax = _jax_peer(shape, n, "cpu")
@@ -144,13 +144,14 @@ def run_cpu_threads(counts, *, shapes=CPU_SHAPES, write=True, echo=print) -> Ben
     for shape in shapes:
         label = shape_label(shape)
         ours = _ours(shape)
-        with threads(counts[-1]):
-            t0 = time.perf_counter()
-            ours(2)
-            n = _iterations_for((time.perf_counter() - t0) * 1e3 / 2)
         rows = {}
         for t in counts:
             with threads(t):
+                ours(1)  # FFTW plans per thread count are made here, outside the timings
+                t0 = time.perf_counter()
+                ours(2)
+                # iterations per count, so that one thread does not take 16 times as long as sixteen
+                n = _iterations_for((time.perf_counter() - t0) * 1e3 / 2, 0.15)
                 row = {"ms": time_peer(ours, n), "floor_ms": pair_floor(shape), "iterations": n}
             jax = run_peer([script, label, n, "--device", "cpu"], t)
             if "ms" in jax:
