@@ -37,7 +37,8 @@ from qora.backend import _cupy
 from qora.backend._cufft_raw import C2C, C2R, FORWARD, INVERSE, R2C, RawPlan, WorkArea
 from qora.backend.host import num_threads
 
-__all__ = ["cpu_threads", "cpu_libraries", "CPU_THREADS_FROM", "PlanCache", "C2CPlan", "R2CPlan", "HalfC2CPlan", "CallbackC2CPlan", "trailing_axes", "fast_length",
+__all__ = ["cpu_threads", "cpu_libraries", "CPU_THREADS_FROM", "PlanCache", "C2CPlan", "R2CPlan", "HalfC2CPlan",
+           "CallbackC2CPlan", "trailing_axes", "fast_length",
            "fft", "ifft", "rfft", "irfft", "fftn", "ifftn", "rfftn", "irfftn",
            "RawPlan", "WorkArea", "C2C", "R2C", "C2R", "FORWARD", "INVERSE"]
 

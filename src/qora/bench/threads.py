@@ -129,6 +129,12 @@ def run_peer(args, cores: int, *, python: Path | None = None) -> dict:
 def add_scaling(result: BenchResult, case: str, rows: dict, echo) -> None:
     """Rows ``{threads: {"ms": ..., "floor_ms": ..., "jax_ms": ...}}`` as cases ``<case>/<t>_threads``, with
     the speedup over the fewest threads run, and the ratios to the floor and to JAX at the same count."""
+    import numba
+
+    try:  # the layer Numba actually started (known once a parallel loop ran): omp, tbb or workqueue
+        result.notes["numba"]["threading_layer"] = numba.threading_layer()
+    except ValueError:
+        pass
     base = rows[min(rows)]["ms"]
     parts = []
     for t, row in sorted(rows.items()):
