@@ -72,11 +72,11 @@ def test_cli_threads_options(tmp_path, monkeypatch):
 
 
 def test_info_names_the_host_fft_and_the_threads(monkeypatch):
-    from qora.backend import fft
+    from qora.backend import fft_host
     from qora.cli.main import cli
 
     monkeypatch.setenv("QORA_NUM_THREADS", "3")
-    monkeypatch.setattr(fft, "_ducc0", lambda: None)
+    monkeypatch.setattr(fft_host, "_ducc0", lambda: None)
     monkeypatch.setenv("QORA_DISABLE_FFTW", "1")
     out = CliRunner().invoke(cli, ["info", "--backend", "cpu"])
     assert out.exit_code == 0, out.output
