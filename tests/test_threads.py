@@ -185,3 +185,24 @@ def test_rytov_split_by_images_is_the_same():
     ratio[5, 3, 3] = 0
     with host.threads(2), pytest.raises(ValueError, match="zero"):
         unwrap.rytov(ratio)
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_bpm_passes_match_numpy(dtype):
+    from qora.holo.bpm_cpu import propagate, screened
+
+    rng = np.random.default_rng(5)
+
+    def c(*shape):
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+
+    p, w = c(96, 96), c(16, 96, 96)  # 2^17 values: the parallel loop
+    tq, tr, a, s = c(16, 96, 96), c(16, 96, 96), c(16, 96, 96), c(16, 96, 96)
+    want_s = tq * a + tr * s
+    for threads in (1, 2):
+        with host.threads(threads):
+            np.testing.assert_allclose(screened(p, w), p * w, rtol=1e-6 if dtype == np.complex64 else 1e-14)
+            got = s.copy()
+            propagate(tq, tr, a, got)
+            np.testing.assert_allclose(got, want_s, rtol=1e-5 if dtype == np.complex64 else 1e-13,
+                                       atol=1e-6 if dtype == np.complex64 else 1e-14)
