@@ -80,7 +80,7 @@ def _parse(value, what: str) -> int:
 
 def num_threads() -> int:
     """The threads each CPU stage (FFTs, Numba loops) uses: the innermost :func:`threads` block of the
-    calling thread, else ``QORA_NUM_THREADS``, else :func:`cpu_count`.
+    calling thread, else ``QORA_NUM_THREADS``, else :func:`cpu_count` (taken once per process).
 
     A value above the cores the process may use is honoured (oversubscription is the user's choice;
     the benchmarks skip such counts instead). A value that is not a positive integer raises InputError.
@@ -91,7 +91,13 @@ def num_threads() -> int:
     env = os.environ.get(ENV_THREADS, "").strip()
     if env:
         return _parse(env, ENV_THREADS)
-    return cpu_count()
+    global _cores
+    if _cores is None:  # once per process: every transform and loop asks, and the cgroup files cost a read each
+        _cores = cpu_count()
+    return _cores
+
+
+_cores: int | None = None
 
 
 @contextlib.contextmanager
