@@ -17,13 +17,20 @@ __all__ = ["versions", "git_state"]
 
 
 def versions() -> dict:
-    """Versions of Python, NumPy, SciPy, Qora and, when imported, CuPy/CUDA/cuFFT."""
+    """Versions of Python, NumPy, SciPy, Qora, the host FFT libraries (ducc0, pyFFTW: "not installed" when
+    missing; ``host_fft`` the one plans run on) and, when imported, CuPy/CUDA/cuFFT."""
     import scipy
 
     import qora
 
     out = {"python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
            "qora": qora.__version__, "platform": platform.platform()}
+    # the optional host FFT libraries: a missing one is written down ("not installed"), never left out
+    from qora.backend.fft import cpu_libraries
+
+    libs = cpu_libraries()
+    out.update({name: libs[name] or "not installed" for name in ("ducc0", "pyfftw")})
+    out["host_fft"] = libs["used"]
     from qora.backend import cupy_submodule, has_cuda, require_cupy
 
     if has_cuda():

@@ -1,7 +1,11 @@
 """Every FFT in Qora goes through this module.
 
 - One-shot transforms (:func:`fftn`, :func:`rfftn`, ... with :mod:`scipy.fft`'s signature) follow
-  their input: CuPy arrays go to cuFFT, NumPy arrays to pocketfft on the host's threads.
+  their input: CuPy arrays go to cuFFT, NumPy arrays to ducc0 (else pocketfft through
+  :mod:`scipy.fft`) on ``workers`` threads.
+- Host threads: ``workers=None`` means :func:`qora.backend.host.num_threads` (``QORA_NUM_THREADS``,
+  default the cores the process may use) for transforms of at least :data:`CPU_THREADS_FROM` points,
+  one thread below; :func:`cpu_libraries` says which host FFT libraries are installed.
 - :class:`PlanCache` (``Backend.fft``): plans made once per geometry and reused (below).
 - :class:`RawPlan` and :class:`WorkArea`: cuFFT plans with explicit layouts sharing one work area
   (the holography pipeline's padded in-place layouts), from :mod:`qora.backend._cufft_raw`.
@@ -10,7 +14,7 @@ Plans made once per geometry and reused:
 
 A plan transforms the trailing ``len(axes)`` axes of C-contiguous arrays of one
 shape and dtype; any leading axes are a batch. On the CPU a plan is a thin
-wrapper of :mod:`scipy.fft` (pocketfft) with all cores; on the GPU it owns a
+wrapper of ducc0 (or FFTW, or :mod:`scipy.fft`) on the setting's threads; on the GPU it owns a
 cuFFT plan and its work area, and executes into caller-given buffers, so a step
 built from plans allocates nothing and can be captured into a CUDA graph.
 
@@ -31,9 +35,11 @@ import numpy as np
 
 from qora.backend import _cupy
 from qora.backend._cufft_raw import C2C, C2R, FORWARD, INVERSE, R2C, RawPlan, WorkArea
-from qora.backend.host import cpu_count
+from qora.backend.fft_host import (  # the host side (qora.backend.fft_host), re-exported: the one entry point
+    CPU_THREADS_FROM, _cpu_c2c, _cpu_c2r, _cpu_r2c, cpu_libraries, cpu_threads, empty, fftw_wisdom, load_fftw_wisdom)
 
-__all__ = ["PlanCache", "C2CPlan", "R2CPlan", "HalfC2CPlan", "CallbackC2CPlan", "trailing_axes", "fast_length",
+__all__ = ["cpu_threads", "cpu_libraries", "CPU_THREADS_FROM", "fftw_wisdom", "load_fftw_wisdom", "empty",
+           "PlanCache", "C2CPlan", "R2CPlan", "HalfC2CPlan", "CallbackC2CPlan", "trailing_axes", "fast_length",
            "fft", "ifft", "rfft", "irfft", "fftn", "ifftn", "rfftn", "irfftn",
            "RawPlan", "WorkArea", "C2C", "R2C", "C2R", "FORWARD", "INVERSE"]
 
@@ -58,114 +64,28 @@ def trailing_axes(ndim: int, axes) -> tuple[int, ...]:
     return axes
 
 
-# Below this many points per transform a second FFT thread costs more than it saves
-# (ducc0 at 256^2: 0.27 ms on one thread, 0.30 on two, on the 2-core development machine).
-CPU_THREADS_FROM = 2**17
-# FFTW alone is faster on two threads at 256^2 (0.14 ms against 0.18), but inside an
-# HIO iteration, with the element-wise loops between transforms, its threads must be
-# woken each time: 0.80 ms per iteration on two threads against 0.49 on one.
-FFTW_THREADS_FROM = CPU_THREADS_FROM
-
-
-def _cpu_threads(n_points: int, start: int = CPU_THREADS_FROM) -> int:
-    return 1 if n_points < start else cpu_count()
-
-
 def _one_shot(name: str):
     """A transform of :mod:`scipy.fft`'s signature that follows its input: cuFFT (CuPy's plan
-    cache) for a device array, pocketfft on the host with the threads :func:`_cpu_threads` gives."""
+    cache) for a device array, else on the host on :func:`cpu_threads` threads (``workers=``)."""
+    import scipy.fft
 
-    def transform(x, *args, **kwargs):
+    reference = getattr(scipy.fft, name)
+
+    def transform(x, *args, workers=None, **kwargs):
         if type(x).__module__.split(".", 1)[0] == "cupy":
             return getattr(_cupy.require("device FFTs").fft, name)(x, *args, **kwargs)
-        import scipy.fft
-
-        return getattr(scipy.fft, name)(x, *args, workers=_cpu_threads(np.size(x)), **kwargs)
+        threads = cpu_threads(np.size(x), workers)
+        return reference(x, *args, workers=threads, **kwargs)
 
     transform.__name__ = transform.__qualname__ = name
-    transform.__doc__ = (f"``{name}`` of a NumPy or CuPy array, arguments as :func:`scipy.fft.{name}`: the one "
-                         "entry point for a transform made once (plans that are reused: :class:`PlanCache`).")
+    transform.__doc__ = (f"``{name}`` of a NumPy or CuPy array, arguments as :func:`scipy.fft.{name}` (``workers``: "
+                         "host threads, default :func:`cpu_threads`): the one entry point for a transform made once "
+                         "(plans that are reused: :class:`PlanCache`).")
     return transform
 
 
 fft, ifft, rfft, irfft = (_one_shot(n) for n in ("fft", "ifft", "rfft", "irfft"))
 fftn, ifftn, rfftn, irfftn = (_one_shot(n) for n in ("fftn", "ifftn", "rfftn", "irfftn"))
-
-
-def _pyfftw():
-    """pyFFTW if installed (the ``fftw`` extra) and not disabled by ``QORA_DISABLE_FFTW=1``."""
-    import os
-
-    if os.environ.get("QORA_DISABLE_FFTW", "") not in ("", "0"):
-        return None
-    try:
-        import pyfftw
-    except ImportError:
-        return None
-    return pyfftw
-
-
-class _FFTWPlans:
-    """FFTW plans per (shape, dtype, axes, direction, in-place), made with FFTW_MEASURE.
-
-    A plan is measured once on aligned scratch arrays, then pointed at the caller's
-    arrays with ``update_arrays`` (which needs them SIMD-aligned, as arrays from
-    :func:`empty` are); other arrays go to ducc0.
-    """
-
-    def __init__(self) -> None:
-        self._plans: dict = {}
-        self._lock = threading.Lock()
-
-    def get(self, shape, dtype, axes, forward: bool, in_place: bool):
-        pyfftw = _pyfftw()
-        key = (shape, np.dtype(dtype).str, axes, forward, in_place)
-        with self._lock:
-            plan = self._plans.get(key)
-            if plan is None:
-                a = pyfftw.empty_aligned(shape, dtype)
-                b = a if in_place else pyfftw.empty_aligned(shape, dtype)
-                n = int(np.prod([shape[i] for i in axes]))
-                plan = pyfftw.FFTW(a, b, axes=axes, direction="FFTW_FORWARD" if forward else "FFTW_BACKWARD",
-                                   flags=("FFTW_MEASURE",), threads=_cpu_threads(n, FFTW_THREADS_FROM),
-                                   planning_timelimit=20.0)
-                self._plans[key] = plan
-            return plan
-
-    def run(self, x, out, axes, forward: bool) -> bool:
-        """Transform with FFTW if both arrays are aligned; False if the caller must fall back."""
-        pyfftw = _pyfftw()
-        if pyfftw is None or x.dtype != np.complex64 and x.dtype != np.complex128:
-            return False
-        align = pyfftw.simd_alignment
-        if x.ctypes.data % align or out.ctypes.data % align:
-            return False
-        plan = self.get(x.shape, x.dtype, axes, forward, x is out)
-        plan.update_arrays(x, out)
-        plan.execute()
-        return True
-
-
-_fftw = _FFTWPlans()
-
-
-def fftw_wisdom():
-    """FFTW's wisdom (the plans measured in this process), or None without pyFFTW.
-
-    FFTW_MEASURE picks among algorithms by timing them, so two processes can pick different
-    ones and round differently; an iterative phase retrieval amplifies that to visibly different
-    results. Processes that load the same wisdom (:func:`load_fftw_wisdom`) before they plan
-    pick the same algorithms and give bitwise the same results (``qora.distributed`` does this
-    for its workers)."""
-    pyfftw = _pyfftw()
-    return None if pyfftw is None else pyfftw.export_wisdom()
-
-
-def load_fftw_wisdom(wisdom) -> None:
-    """Load wisdom from :func:`fftw_wisdom` (before planning: plans made earlier are kept)."""
-    pyfftw = _pyfftw()
-    if pyfftw is not None and wisdom is not None:
-        pyfftw.import_wisdom(wisdom)
 
 
 def fast_length(minimum: int) -> int:
@@ -184,39 +104,6 @@ def fast_length(minimum: int) -> int:
         if k == 1 and m % 2 == 0:
             return m
         m += 1
-
-
-def empty(shape, dtype=np.complex64) -> np.ndarray:
-    """A host array aligned for the fastest CPU transforms (SIMD-aligned for FFTW)."""
-    pyfftw = _pyfftw()
-    if pyfftw is not None:
-        return pyfftw.empty_aligned(shape, dtype)
-    return np.empty(shape, dtype)
-
-
-def _cpu_c2c(x, out, axes, forward: bool, n_points: int) -> None:
-    """Unscaled C2C transform of ``x`` into ``out`` (which may be ``x``) on the CPU.
-
-    FFTW (through pyFFTW, the ``fftw`` extra) when installed and the arrays are
-    aligned; else ducc0 (pocketfft's successor, the FFT that XLA uses on CPUs),
-    which transforms in place into a given buffer with no temporary; without
-    either, ``scipy.fft`` through a copy.
-    """
-    if _fftw.run(x, out, axes, forward):
-        return
-    threads = _cpu_threads(n_points)
-    try:
-        import ducc0
-    except ImportError:  # pragma: no cover - ducc0 is a dependency; the fallback serves trimmed installs
-        ducc0 = None
-    if ducc0 is not None:
-        ducc0.fft.c2c(x, axes=axes, forward=forward, inorm=0, out=out, nthreads=threads)
-        return
-    import scipy.fft
-
-    f = scipy.fft.fftn if forward else scipy.fft.ifftn
-    y = f(x, axes=axes, norm="backward" if forward else "forward", workers=threads)
-    out[...] = y
 
 
 def _scales(norm, n: int) -> tuple[float, float]:
@@ -275,8 +162,9 @@ class C2CPlan(_Plan):
 
     kind = "c2c"
 
-    def __init__(self, backend, shape, dtype=np.complex64, axes=None, norm="backward"):
+    def __init__(self, backend, shape, dtype=np.complex64, axes=None, norm="backward", fftw: bool = True):
         super().__init__(backend, shape, dtype, axes, norm)
+        self.fftw = bool(fftw)
         if self.dtype not in (np.complex64, np.complex128):
             raise ValueError(f"C2C plans take complex64 or complex128, got {self.dtype}")
         t0 = time.perf_counter()
@@ -298,7 +186,7 @@ class C2CPlan(_Plan):
         if self._cufft is not None:
             self._cufft.fft(x, out, direction)
             return self._scale(out, scale)
-        _cpu_c2c(x, out, self.axes, direction < 0, self.n)
+        _cpu_c2c(x, out, self.axes, direction < 0, self.fftw)
         return self._scale(out, scale)
 
     def empty(self):
@@ -320,8 +208,9 @@ class R2CPlan(_Plan):
     """Real-to-complex transform of the trailing axes and its complex-to-real inverse.
 
     ``shape`` is the real array's shape; the spectrum has ``shape[-1] // 2 + 1``
-    bins on the last axis (``spectrum_shape``). On the GPU, cuFFT's C2R may
-    overwrite its input; pass a copy if the half spectrum is still needed.
+    bins on the last axis (``spectrum_shape``). The C2R (``inverse``) may overwrite
+    its input on either backend (cuFFT's and ducc0's fastest C2R do); pass a copy if the
+    half spectrum is still needed.
     """
 
     kind = "r2c"
@@ -354,9 +243,7 @@ class R2CPlan(_Plan):
         if self._fwd is not None:
             self._fwd.fft(x, out, -1)
         else:
-            import scipy.fft
-
-            out[...] = scipy.fft.rfftn(x, axes=self.axes, workers=cpu_count())
+            _cpu_r2c(x, out, self.axes)
         return self._scale(out, self.forward_scale)
 
     def inverse(self, x, out=None):
@@ -369,10 +256,7 @@ class R2CPlan(_Plan):
         if self._inv is not None:
             self._inv.fft(x, out, +1)
         else:
-            import scipy.fft
-
-            out[...] = scipy.fft.irfftn(x, s=self.transform_shape, axes=self.axes, norm="forward",
-                                        workers=cpu_count())
+            _cpu_c2r(x, out, self.axes, self.transform_shape)
         return self._scale(out, self.inverse_scale)
 
 
@@ -535,10 +419,14 @@ class PlanCache:
         batch = int(np.prod(shape[: len(shape) - len(axes)], dtype=np.int64))
         return (kind, shape, np.dtype(dtype).str, axes, batch, norm)
 
-    def c2c(self, shape, dtype=np.complex64, *, axes=None, norm="backward") -> C2CPlan:
-        """A complex-to-complex plan for arrays of ``shape`` (trailing ``axes`` transformed)."""
-        key = self._key("c2c", shape, dtype, axes, norm)
-        return self._get(key, lambda: C2CPlan(self.backend, shape, dtype, axes, norm))
+    def c2c(self, shape, dtype=np.complex64, *, axes=None, norm="backward", fftw: bool = True) -> C2CPlan:
+        """A complex-to-complex plan for arrays of ``shape`` (trailing ``axes`` transformed).
+
+        ``fftw=False``: never FFTW on the host, even where installed: FFTW_MEASURE plans once per shape
+        and thread count (up to 20 s each way), which only a loop of thousands of transforms repays.
+        """
+        key = self._key("c2c", shape, dtype, axes, norm) + (bool(fftw),)
+        return self._get(key, lambda: C2CPlan(self.backend, shape, dtype, axes, norm, fftw))
 
     def r2c(self, shape, dtype=np.float32, *, axes=None, norm="backward") -> R2CPlan:
         """A real-to-complex plan (and its inverse) for real arrays of ``shape``."""

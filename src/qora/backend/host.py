@@ -1,21 +1,131 @@
-"""Facts and policies of the host: the cores this process may use, and how its thread pools wait.
+"""Facts and policies of the host: the cores this process may use, how many threads the CPU paths
+run on, and how their thread pools wait.
 
-One place for them, so that every engine's CPU path (Numba loops, FFT threads) follows the same rule.
+One place for them, so that every engine's CPU path (Numba loops, FFT threads) follows the same rule:
+
+- :func:`cpu_count`: the cores this process may run on (affinity mask and cgroup CPU quota).
+- :func:`num_threads`: the threads a CPU stage uses: ``QORA_NUM_THREADS`` if set, else :func:`cpu_count`;
+  :func:`threads` sets it for a block (the benchmarks' thread sweeps).
+- :func:`numba_threads`: applies the setting to Numba's parallel loops on the calling thread.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
+import threading
 
-__all__ = ["cpu_count", "openmp_passive", "available_memory"]
+from qora.backend.errors import InputError
+
+__all__ = ["cpu_count", "num_threads", "threads", "numba_threads", "openmp_passive", "available_memory",
+           "cgroup_cpu_limit"]
+
+ENV_THREADS = "QORA_NUM_THREADS"
+
+
+def cgroup_cpu_limit(root: str = "/sys/fs/cgroup") -> float | None:
+    """CPUs' worth of time the process's cgroup may use (quota / period), or None where unlimited or unknown.
+
+    A container started with ``--cpus 4`` on a 64-core host still sees 64 cores in its affinity mask;
+    only the CFS quota says that more than 4 busy threads just queue. cgroup v2 keeps it in
+    ``cpu.max`` ("quota period" or "max period"), v1 in ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``
+    (-1 for none).
+    """
+    try:
+        with open(os.path.join(root, "cpu.max")) as f:
+            quota, period = (f.read().split() + ["100000"])[:2]
+        if quota != "max" and int(period) > 0:
+            return int(quota) / int(period)
+        return None
+    except (OSError, ValueError):
+        pass
+    for sub in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+        try:
+            with open(os.path.join(root, sub, "cpu.cfs_quota_us")) as f:
+                quota = int(f.read().strip())
+            with open(os.path.join(root, sub, "cpu.cfs_period_us")) as f:
+                period = int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+        return quota / period if quota > 0 and period > 0 else None
+    return None
 
 
 def cpu_count() -> int:
-    """Cores this process may run on (the affinity mask, not the machine's total)."""
+    """Cores this process may run on: the affinity mask (not the machine's total), further capped by a
+    cgroup CPU quota rounded up (a quota of 2.5 CPUs lets 3 threads make progress)."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+        cores = max(1, os.cpu_count() or 1)
+    limit = cgroup_cpu_limit()
+    if limit is not None:
+        cores = max(1, min(cores, math.ceil(limit - 1e-9)))
+    return cores
+
+
+_override = threading.local()  # threads(n) blocks, per calling thread (a Dask worker thread sets its own)
+
+
+def _parse(value, what: str) -> int:
+    try:
+        n = int(str(value).strip())
+    except (TypeError, ValueError):
+        raise InputError(f"{what} must be a positive whole number of threads, got {value!r}") from None
+    if n < 1:
+        raise InputError(f"{what} must be a positive whole number of threads, got {value!r}")
+    return n
+
+
+def num_threads() -> int:
+    """The threads each CPU stage (FFTs, Numba loops) uses: the innermost :func:`threads` block of the
+    calling thread, else ``QORA_NUM_THREADS``, else :func:`cpu_count` (taken once per process).
+
+    A value above the cores the process may use is honoured (oversubscription is the user's choice;
+    the benchmarks skip such counts instead). A value that is not a positive integer raises InputError.
+    """
+    stack = getattr(_override, "stack", None)
+    if stack:
+        return stack[-1]
+    env = os.environ.get(ENV_THREADS, "").strip()
+    if env:
+        return _parse(env, ENV_THREADS)
+    global _cores
+    if _cores is None:  # once per process: every transform and loop asks, and the cgroup files cost a read each
+        _cores = cpu_count()
+    return _cores
+
+
+_cores: int | None = None
+
+
+@contextlib.contextmanager
+def threads(n: int):
+    """Run the block with :func:`num_threads` = ``n`` on the calling thread (nested blocks stack)."""
+    n = _parse(n, "threads")
+    stack = getattr(_override, "stack", None)
+    if stack is None:
+        stack = _override.stack = []
+    stack.append(n)
+    try:
+        yield n
+    finally:
+        stack.pop()
+
+
+def numba_threads() -> int:
+    """Make Numba's parallel loops launched from the calling thread use :func:`num_threads` threads
+    (capped at the size of Numba's pool, fixed when it starts); returns the count applied.
+
+    Call it before launching a ``parallel=True`` loop: Numba's count is per calling thread and cheap to set.
+    """
+    import numba
+
+    n = max(1, min(num_threads(), numba.config.NUMBA_NUM_THREADS))
+    if numba.get_num_threads() != n:
+        numba.set_num_threads(n)
+    return n
 
 
 def openmp_passive() -> None:

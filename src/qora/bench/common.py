@@ -32,7 +32,7 @@ from qora.provenance import git_state, versions
 __all__ = [
     "Timing", "time_device", "time_queued", "time_peer", "fft_pair_floor", "copy_floor", "BenchResult", "versions",
     "git_state", "results_dir", "set_results_dir", "committed_results_dir", "tracked_files", "newest_result",
-    "DEFAULT_RESULTS_DIR",
+    "DEFAULT_RESULTS_DIR", "peers_python",
 ]
 
 DEFAULT_RESULTS_DIR = "qora-bench-results"
@@ -284,6 +284,16 @@ def tracked_files(directory: Path) -> set | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return {(directory / name).resolve() for name in out.decode().split("\0") if name}
+
+
+def peers_python() -> Path:
+    """The peers' interpreter (``QORA_PEERS_PYTHON`` or ``.peers/bin/python`` of the checkout)."""
+    env = os.environ.get("QORA_PEERS_PYTHON")
+    if env:
+        import shutil
+
+        return Path(shutil.which(env) or env)
+    return Path(__file__).resolve().parents[3] / ".peers" / "bin" / "python"
 
 
 def _slug(text: str) -> str:

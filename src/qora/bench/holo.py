@@ -149,8 +149,94 @@ def _against_odtbrain(result, n: int, count: int, echo) -> None:
     echo(f"  rotation {label}: " + ", ".join(f"{k} {ms / 1e3:.1f} s RMSE {e:.2e}" for k, (ms, e) in row.items()))
 
 
-def run(*, backend="auto", write=True, echo=print, quick: bool = False) -> BenchResult:
+def rotation_case(n: int, count: int, seed: int = 0):
+    """Field ratios (count, n, n) of the rotation geometry for timing: weak random fields
+    exp(0.05 (x + i y)) (every stage's time is independent of the values) and the geometry."""
+    from qora.holo import Geometry
+    from qora.holo import reference as R
+
+    g = Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, n, R.NA_DETECTION,
+                 angles=np.linspace(0, 2 * np.pi, count, endpoint=False))
+    rng = np.random.default_rng(seed)
+    ratio = np.exp(0.05 * (rng.standard_normal((count, n, n)) + 1j * rng.standard_normal((count, n, n))))
+    return ratio, g
+
+
+def _rotation_gp_stages(ratio, g, iterations: int) -> dict:
+    """ms of each CPU stage of ``reconstruct(ratio, g, method="gp", r2c=True)``, in its order."""
+    from qora.holo import odt
+    from qora.holo.plans import MappingPlan, solver_grid
+
+    times = {}
+    phi, times["rytov"] = _timed(lambda: odt.first_order(ratio, "rytov"))
+    plan, times["mapping_plan"] = _timed(lambda: MappingPlan(solver_grid(g)))
+    spectrum, times["mapping"] = _timed(lambda: plan(odt.pad_fields(phi, plan.geometry.n)
+                                                    if plan.geometry.n != g.n else phi))
+    _, times["gp"] = _timed(lambda: odt.solve(spectrum, plan.measured, plan.geometry, method="gp",
+                                              iterations=iterations, r2c=True))
+    times["total"] = sum(times.values())
+    return times
+
+
+def run_cpu_threads(counts, *, size: int = 188, angles: int = 180, iterations: int = 50, rounds: int = 2,
+                    write=True, echo=print) -> BenchResult:
+    """The rotation case with GP (``size``^3, ``angles`` illuminations, R2C GP of ``iterations``) at each
+    thread count: each stage's time, the whole, the GP's transforms alone (iterations + 1 R2C/C2R float64
+    pairs on the solver's grid) and a ``jax.jit`` GP loop of the same size at the same count. The counts
+    are run ``rounds`` times, interleaved, and the fastest time of each stage kept (a shared machine's
+    other load only ever adds time)."""
+    from qora.backend.host import threads
+    from qora.bench.threads import add_scaling, new_result, pair_floor, run_peer
+    from qora.holo.plans import solver_grid
+
+    result, counts = new_result("holo-cpu", counts, echo)
+    ratio, g = rotation_case(size, angles)
+    grid = solver_grid(g).n
+    label = f"{shape_label((size,) * 3)}x{angles}"
+    result.notes["case"] = {"size": size, "angles": angles, "grid": grid, "method": "gp", "r2c": True,
+                            "iterations": iterations}
+    small_ratio, small = rotation_case(24, 6)
+    _rotation_gp_stages(small_ratio, small, 2)  # compile (or load) the Numba loops outside the timings
+    script = Path(__file__).with_name("peers") / "holo_gp_jax.py"
+    best = {t: {} for t in counts}
+    for r in range(rounds):  # interleaved, the order reversed each round; the fastest of each kept
+        for t in counts if r % 2 == 0 else counts[::-1]:
+            with threads(t):
+                stages = _rotation_gp_stages(ratio, g, iterations)
+                stages["floor"] = pair_floor((grid,) * 3, real=True, repeats=3) * (iterations + 1)
+            for k, v in stages.items():
+                best[t][k] = min(v, best[t].get(k, v))
+    rows, gp_rows = {}, {}
+    for t in counts:
+        jax = run_peer([script, grid, iterations], t)
+        jax_ms = jax.get("ms")
+        if jax_ms is None:
+            result.notes.setdefault("jax_missing", {})[str(t)] = jax["error"]
+        else:
+            result.notes.setdefault("jax", jax["jax"])
+        stages = best[t]
+        rows[t] = {"ms": stages["total"], **{f"{k}_ms": v for k, v in stages.items() if k not in ("total", "floor")}}
+        gp_rows[t] = {"ms": stages["gp"], "floor_ms": stages["floor"], "jax_ms": jax_ms}
+    add_scaling(result, f"rotation/{label}/gp{iterations}_total", rows, echo)
+    add_scaling(result, f"rotation/{label}/gp{iterations}_solver", gp_rows, echo)
+    if write:
+        path = result.write()
+        echo(f"result written to {path}")
+    echo(result.table())
+    return result
+
+
+def run(*, backend="auto", write=True, echo=print, quick: bool = False, threads=None, size: int = 188,
+        angles: int = 180, rounds: int = 2) -> BenchResult:
+    """The benchmark of ``backend``; on the CPU with ``threads`` (counts) the thread-scaling sweep of the
+    ``size``^3, ``angles``-illumination rotation case with GP instead."""
     be = resolve(backend)
+    if threads is not None:
+        if be.is_cuda:
+            from qora.io.errors import InputError
+
+            raise InputError("--threads sweeps the CPU path: use it with --backend cpu")
+        return run_cpu_threads(threads, size=size, angles=angles, rounds=rounds, write=write, echo=echo)
     if be.is_cuda:
         from qora.bench import holo_cuda
 

@@ -1,18 +1,18 @@
 """``qora bench phase``: ms per HIO iteration against the peers, measured in one run.
 
-CPU (``--backend cpu``): our engine with its element-wise loops on one thread and
-on all threads (the transforms always use all cores), a plain NumPy loop, and a
+CPU (``--backend cpu``): our engine on one thread (``qora_loops_1_thread``: since issue 28 the loops and
+the transforms follow one setting) and on the setting's threads, a plain NumPy loop, and a
 ``jax.jit`` loop run by the peers' interpreter (``bench/peers-env.sh``). The
 workload is the seed's: HIO on random data with a box support over the central
 half of each axis; timing does not depend on the data. Every number is the time
-per iteration from the difference of n and 2n iterations, best of five.
+per iteration from the difference of n and 2n iterations, best of five. ``--threads`` sweeps thread counts instead
+(:func:`run_cpu_threads`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 import time
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from qora.backend import resolve
-from qora.bench.common import BenchResult, time_peer
+from qora.bench.common import BenchResult, peers_python, time_peer
 from qora.bench.registry import shape_label
 
 __all__ = ["run", "CPU_SHAPES", "workload"]
@@ -70,16 +70,6 @@ def _numpy_peer(shape):
     return _plain_loop(resolve("cpu"), shape)
 
 
-def peers_python() -> Path:
-    """The peers' interpreter (``QORA_PEERS_PYTHON`` or ``.peers/bin/python`` of the checkout)."""
-    env = os.environ.get("QORA_PEERS_PYTHON")
-    if env:
-        import shutil
-
-        return Path(shutil.which(env) or env)
-    return Path(__file__).resolve().parents[3] / ".peers" / "bin" / "python"
-
-
 def _jax_peer(shape, n: int, device: str) -> dict:
     py = peers_python()
     if not py.exists():
@@ -109,11 +99,13 @@ def run_cpu(*, shapes=CPU_SHAPES, write=True, echo=print) -> BenchResult:
     import qora.phase.cpu  # noqa: F401 - sets the OpenMP wait policy before numba starts its threads
     import numba
 
+    from qora.backend.host import num_threads
+    from qora.backend.host import threads as host_threads
+
     be = resolve("cpu")
     facts = be.device_facts(measure=True)
     result = BenchResult("phase-cpu", "cpu", facts.as_dict(), columns=("ms", "vs_numpy", "vs_jax"))
-    echo(f"CPU: {facts.name}, {facts.cpu_cores} cores, numba {numba.__version__}, {numba.get_num_threads()} threads")
-    threads = numba.get_num_threads()
+    echo(f"CPU: {facts.name}, {facts.cpu_cores} cores, numba {numba.__version__}, {num_threads()} threads")
     for shape in shapes:
         label = shape_label(shape)
         ours = _ours(shape)
@@ -121,11 +113,8 @@ def run_cpu(*, shapes=CPU_SHAPES, write=True, echo=print) -> BenchResult:
         ours(1)
         n = _iterations_for((time.perf_counter() - t0) * 1e3)
         times = {}
-        numba.set_num_threads(1)
-        try:
+        with host_threads(1):  # the loops and (since issue 28) the transforms: one setting
             times["qora_loops_1_thread"] = time_peer(ours, n)
-        finally:
-            numba.set_num_threads(threads)
         times["qora_loops_all_threads"] = time_peer(ours, n)
         times["numpy"] = time_peer(_numpy_peer(shape), n)
         jax = _jax_peer(shape, n, "cpu")
@@ -135,6 +124,42 @@ def run_cpu(*, shapes=CPU_SHAPES, write=True, echo=print) -> BenchResult:
             result.add(f"hio/{label}/{impl}", ms=ms, vs_numpy=ms / times["numpy"], vs_jax=ms / times["jax_jit"],
                        iterations=n, shape=list(shape))
         echo(f"  {label:>12}: " + ", ".join(f"{k} {v:.3f} ms" for k, v in times.items()))
+    if write:
+        path = result.write()
+        echo(f"result written to {path}")
+    echo(result.table())
+    return result
+
+
+def run_cpu_threads(counts, *, shapes=CPU_SHAPES, write=True, echo=print) -> BenchResult:
+    """HIO per iteration at each thread count (``qora bench phase --backend cpu --threads ...``), beside the
+    C2C fp32 pair floor and ``jax.jit`` at the same count (:mod:`qora.bench.threads`)."""
+    import qora.phase.cpu  # noqa: F401 - sets the OpenMP wait policy before numba starts its threads
+    from qora.backend.host import threads
+    from qora.bench.threads import add_scaling, new_result, pair_floor, run_peer
+
+    result, counts = new_result("phase-cpu", counts, echo)
+    script = Path(__file__).with_name("peers") / "phase_jax.py"
+    for shape in shapes:
+        label = shape_label(shape)
+        ours = _ours(shape)
+        rows = {}
+        for t in counts:
+            with threads(t):
+                ours(1)  # FFTW plans per thread count are made here, outside the timings
+                t0 = time.perf_counter()
+                ours(2)
+                # iterations per count, so that one thread does not take 16 times as long as sixteen
+                n = _iterations_for((time.perf_counter() - t0) * 1e3 / 2, 0.15)
+                row = {"ms": time_peer(ours, n), "floor_ms": pair_floor(shape), "iterations": n}
+            jax = run_peer([script, label, n, "--device", "cpu"], t)
+            if "ms" in jax:
+                row["jax_ms"] = jax["ms"]
+                result.notes.setdefault("jax", jax["jax"])
+            else:
+                result.notes.setdefault("jax_missing", {})[f"{label}/{t}"] = jax["error"]
+            rows[t] = row
+        add_scaling(result, f"hio/{label}", rows, echo)
     if write:
         path = result.write()
         echo(f"result written to {path}")
@@ -268,8 +293,15 @@ def _progress_cost(be, result, echo, shape=(256, 256), total=600) -> None:
         del engine
 
 
-def run(*, backend="auto", shapes=None, write=True, echo=print) -> BenchResult:
+def run(*, backend="auto", shapes=None, write=True, echo=print, threads=None) -> BenchResult:
+    """The benchmark of ``backend``; on the CPU with ``threads`` (counts) the thread-scaling sweep instead."""
     be = resolve(backend)
+    if threads is not None:
+        if be.is_cuda:
+            from qora.io.errors import InputError
+
+            raise InputError("--threads sweeps the CPU path: use it with --backend cpu")
+        return run_cpu_threads(threads, shapes=shapes or CPU_SHAPES, write=write, echo=echo)
     if be.is_cuda:
         return run_cuda(shapes=shapes or CUDA_SHAPES, write=write, echo=echo)
     return run_cpu(shapes=shapes or CPU_SHAPES, write=write, echo=echo)

@@ -65,6 +65,10 @@ REQUIRED_CASES: dict[str, list[str]] = {
                 for k in ("forward", "gradient", "propagate_kernel", "screen_kernel")]
              + [f"accuracy/{z}/{k}" for z in ("128x128x128", "256x256x256")
                 for k in ("rytov_gp50", "rytov_tv30x20", "bpm20_from_rytov_gp20", "bpm20_tv_from_rytov_gp20")]),
+    # the thread sweeps (--threads): the one-thread row of every case, which every sweep runs first
+    "phase-cpu-threads": [f"hio/{shape_label(s)}/1_threads" for s in PHASE_CPU_SHAPES],
+    "holo-cpu-threads": [f"rotation/188x188x188x180/{k}/1_threads" for k in ("gp50_total", "gp50_solver")],
+    # ssb-cpu-threads: registered once its first result (the 16-core run at 128^2) is committed
     "holo-counters": ["copy"] + [f"counters/512/{k}" for k in HOLO_COUNTER_KERNELS],
     "ssb-cpu": [f"step/{SSB_BENCH_LABEL}/{s}" for s in ("load", "detector_fit", "prepare", "image_ssb", "image_thick",
                                                         "image_parallax") + SSB_FIT_STEPS]

@@ -120,6 +120,48 @@ def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int 
     return result
 
 
+BATCH_SETS = 8  # parameter sets per batch pass, as the fit's search evaluates them
+
+
+def run_cpu_threads(counts, *, scan: int = 128, window: int = 64, repeats: int = 5, write=True,
+                    echo=print) -> BenchResult:
+    """The band agreement's batch pass (:meth:`qora.ssb.Band.evaluate_batch` of 8 thick-model sets, the
+    fit's search step) at each thread count, on the CPU path that exists, beside the FFT-pair floor of
+    the scan's shape. There is no JAX peer of the band agreement: the JSON says so."""
+    from qora.backend.host import threads
+    from qora.bench.threads import add_scaling, new_result, pair_floor
+    from qora.ssb import Aberrations, Session, amorphous_slices, fit_detector, make_band, simulate
+
+    result, counts = new_result("ssb-cpu", counts, echo)
+    be = resolve("cpu")
+    pixel = 0.2
+    sim = simulate(amorphous_slices((2 * scan, 2 * scan), pixel, atoms_per_a2=0.1, seed=0), pixel=pixel, stride=2,
+                   window=window, aberrations=Aberrations(C10=150.0))
+    session = Session(sim.data, kv=sim.kv, alpha_mrad=sim.alpha_mrad, scan_step=sim.scan_step,
+                      detector=fit_detector(sim.data, sim.alpha_mrad), backend=be)
+    band = make_band(session, ("C10", "C12a", "C12b", "thickness", "tilt_y", "tilt_x"))
+    sets = [{"C10": 100.0 + 10 * i, "thickness": 50.0} for i in range(BATCH_SETS)]
+    label = f"{scan}x{scan}x{window}x{window}"
+    result.notes["case"] = {"scan": scan, "window": window, "sets": BATCH_SETS, "band_shape": list(band.shape),
+                            "band_class": f"{type(band).__module__}.{type(band).__qualname__}"}
+    result.notes["jax_missing"] = "no JAX peer of the band agreement exists"
+    band.evaluate_batch(sets)  # compile (or load) what the CPU path compiles
+    best = {}
+    for r in range(2):  # interleaved, reversed on the second round; the fastest median kept
+        for t in counts if r % 2 == 0 else counts[::-1]:
+            with threads(t):
+                _, ms = _median_ms(lambda: band.evaluate_batch(sets), repeats)
+                floor = pair_floor(session.scan_shape)
+            best[t] = {"ms": min(ms, best.get(t, {}).get("ms", ms)),
+                       "floor_ms": min(floor, best.get(t, {}).get("floor_ms", floor))}
+    add_scaling(result, f"agreement/{label}/batch_{BATCH_SETS}_sets", best, echo)
+    if write:
+        out = result.write()
+        echo(f"result written to {out}")
+    echo(result.table())
+    return result
+
+
 def py4dstem_python() -> Path:
     """The interpreter of py4DSTEM's environment (bench/py4dstem-env.sh), or ``QORA_PY4DSTEM_PYTHON``."""
     import os

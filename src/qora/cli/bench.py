@@ -35,12 +35,31 @@ def bench_floors(backend: str, repeats: int, no_write: bool) -> None:
     floors.run(backend=backend, repeats=repeats, write=not no_write, echo=click.echo)
 
 
+def threads_option():
+    """``--threads 1,2,4,8,16``: the CPU thread-scaling sweep (qora.bench.threads)."""
+    return click.option("--threads", "thread_counts", default=None, metavar="N[,N...]",
+                        help="CPU only: time the case at each thread count (like 1,2,4,8,16) beside the FFT-pair "
+                        "floor and jax.jit at the same count; counts above the cores available are skipped "
+                        "with a note. Results go to <benchmark>-threads/.")
+
+
+def _counts(text):
+    if text is None:
+        return None
+    from qora.bench.threads import parse_counts
+
+    return parse_counts(text)
+
+
 @bench.command("phase")
 @backend_option()
+@threads_option()
+@click.option("--shapes", default=None, metavar="SHAPE[,SHAPE...]",
+              help="Sizes to time, like 1024x1024,128x128x128 (default: the benchmark's).")
 @click.option("--no-write", is_flag=True, help="Print only; write no result file.")
 @click.option("--extras", is_flag=True, help="GPU: callback, iteration split, construction, recipes, memory.")
 @click.option("--callback-probe", is_flag=True, help="GPU: the callback variant with parts switched off.")
-def bench_phase(backend: str, no_write: bool, extras: bool, callback_probe: bool) -> None:
+def bench_phase(backend: str, thread_counts, shapes, no_write: bool, extras: bool, callback_probe: bool) -> None:
     """ms per HIO iteration per size, against a NumPy loop and a jax.jit loop (peers env)."""
     from qora.bench import phase as phase_bench
 
@@ -49,17 +68,41 @@ def bench_phase(backend: str, no_write: bool, extras: bool, callback_probe: bool
     elif extras:
         phase_bench.run_cuda_extras(write=not no_write, echo=click.echo)
     else:
-        phase_bench.run(backend=backend, write=not no_write, echo=click.echo)
+        phase_bench.run(backend=backend, write=not no_write, echo=click.echo, threads=_counts(thread_counts),
+                        shapes=_shapes(shapes))
+
+
+def _shapes(text):
+    """``"1024x1024,128x128x128"`` -> ``((1024, 1024), (128, 128, 128))``; None stays None."""
+    if text is None:
+        return None
+    try:
+        shapes = tuple(tuple(int(v) for v in item.strip().lower().split("x")) for item in text.split(","))
+    except ValueError:
+        raise click.BadParameter(f"shapes are sizes like 1024x1024 or 128x128x128, comma-separated; got {text!r}",
+                                 param_hint="--shapes") from None
+    if any(len(s) not in (2, 3) or min(s) < 2 for s in shapes):
+        raise click.BadParameter(f"each shape has 2 or 3 sizes of at least 2, got {text!r}", param_hint="--shapes")
+    return shapes
 
 
 @bench.command("holo")
 @backend_option("cpu")
+@threads_option()
+@click.option("--size", type=click.IntRange(16, 1024), default=188, show_default=True,
+              help="With --threads: the rotation case's field of view (voxels per edge).")
+@click.option("--angles", type=click.IntRange(2, 3600), default=180, show_default=True,
+              help="With --threads: the rotation case's number of illuminations.")
+@click.option("--rounds", type=click.IntRange(1, 20), default=2, show_default=True,
+              help="With --threads: interleaved sweeps over the counts; the fastest of each stage is kept.")
 @click.option("--no-write", is_flag=True, help="Print only; write no result file.")
-def bench_holo(backend: str, no_write: bool) -> None:
-    """Holography stage times, and ODTbrain on the same rotation data (peers env)."""
+def bench_holo(backend: str, thread_counts, size: int, angles: int, rounds: int, no_write: bool) -> None:
+    """Holography stage times, and ODTbrain on the same rotation data (peers env); with --threads the
+    GP rotation case's thread scaling."""
     from qora.bench import holo as holo_bench
 
-    holo_bench.run(backend=backend, write=not no_write, echo=click.echo)
+    holo_bench.run(backend=backend, write=not no_write, echo=click.echo, threads=_counts(thread_counts), size=size,
+                   angles=angles, rounds=rounds)
 
 
 @bench.command("holo-fields")
@@ -74,11 +117,22 @@ def bench_holo_fields(backend: str, no_write: bool) -> None:
 
 @bench.command("ssb")
 @backend_option("cpu")
+@threads_option()
+@click.option("--scan", type=click.IntRange(16, 1024), default=128, show_default=True,
+              help="With --threads: the scan's side (the detector window is 64).")
 @click.option("--no-write", is_flag=True, help="Print only; write no result file.")
-def bench_ssb(backend: str, no_write: bool) -> None:
-    """4D-STEM steps on a 128 x 128 scan: load, detector fit, session prepare, each image method."""
+def bench_ssb(backend: str, thread_counts, scan: int, no_write: bool) -> None:
+    """4D-STEM steps on a 128 x 128 scan: load, detector fit, session prepare, each image method; with
+    --threads the band agreement's batch pass at each thread count."""
     from qora.bench import ssb as ssb_bench
+    from qora.io.errors import InputError
 
+    counts = _counts(thread_counts)
+    if counts is not None:
+        if backend == "cuda":
+            raise InputError("--threads sweeps the CPU path: use it with --backend cpu")
+        ssb_bench.run_cpu_threads(counts, scan=scan, write=not no_write, echo=click.echo)
+        return
     ssb_bench.run(backend=backend, write=not no_write, echo=click.echo)
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -31,10 +32,15 @@ def _info(backend: str, measure: bool) -> dict:
     from qora.backend import cuda_note, has_cuda, resolve
     from qora.provenance import versions
 
+    from qora.backend.fft import cpu_libraries
+    from qora.backend.host import ENV_THREADS, num_threads
+
     be = resolve(backend)
     facts = be.device_facts(measure=measure).as_dict()
     return {"backend": be.name, "cuda_available": has_cuda(),
-            "cuda_note": cuda_note() or "ok", "device": facts, "versions": versions()}
+            "cuda_note": cuda_note() or "ok", "device": facts, "versions": versions(),
+            "host_fft": cpu_libraries(), "cpu_threads": num_threads(), "cpu_threads_from": ENV_THREADS
+            if os.environ.get(ENV_THREADS, "").strip() else "cores available"}
 
 
 def _print_info(info: dict) -> None:
@@ -52,7 +58,14 @@ def _print_info(info: dict) -> None:
         click.echo(f"  {dev['cpu_cores']} cores available to this process")
     if dev.get("copy_gbs"):
         click.echo(f"  measured copy bandwidth {dev['copy_gbs']:.0f} GB/s (read + write)")
-    click.echo("versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items() if k != "qora"))
+    fft = info["host_fft"]
+    missing = [k for k in ("ducc0", "pyfftw") if fft[k] is None]
+    click.echo(f"host FFT: {fft['used']} (ducc0 {fft['ducc0'] or 'not installed'}, pyFFTW "
+               f"{fft['pyfftw'] or 'not installed'}, scipy {fft['scipy']})"
+               + (f"; without {' and '.join(missing)} the CPU transforms are slower" if missing else ""))
+    click.echo(f"CPU threads: {info['cpu_threads']} (from {info['cpu_threads_from']}; set QORA_NUM_THREADS to change)")
+    click.echo("versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()
+                                         if k not in ("qora", "ducc0", "pyfftw", "host_fft")))
 
 
 @cli.command()

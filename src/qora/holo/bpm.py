@@ -103,18 +103,20 @@ def _forward_chunk(screens, tables, index, cdtype, keep: bool, tangent=None):
     s[:, 0, 0] = n * n
     ds = np.zeros_like(s) if tangent is not None else None
     stored = np.empty((n_z, b, n, n), cdtype) if keep else None
+    from qora.holo.bpm_cpu import propagate, screened  # numba, loaded on first use
+
     for k in range(n_z):
         w = _ifft2(s.copy())
         if keep:
             stored[k] = w
         pk = screens[k]
-        a_spec = _fft2(pk * w)
+        a_spec = _fft2(screened(pk, w))
         tq, tr = (lq, lr) if k == n_z - 1 else (cq, cr)
         if tangent is not None:
             dw = _ifft2(ds.copy())
             da = _fft2(pk * (dw + tangent[k] * w))
-            ds = tq * da + tr * ds
-        s = tq * a_spec + tr * s
+            propagate(tq, tr, da, ds)
+        propagate(tq, tr, a_spec, s)
     return s, stored, ds
 
 

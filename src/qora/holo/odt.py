@@ -127,6 +127,15 @@ def _mirror(a):
     return out
 
 
+def _restore_coefficients(data, measured):
+    """(a, b) of the half-spectrum restore step H(Y) = a + b E (see :func:`gerchberg_papoulis_r2c`)."""
+    half = data.shape[-1] // 2 + 1
+    m = measured.astype(np.float64)
+    a_full = (data * measured + np.conj(_mirror(data * measured))) / 2
+    b_full = 1 - (m + _mirror(m)) / 2
+    return a_full[..., :half], b_full[..., :half]
+
+
 def gerchberg_papoulis_r2c(data, measured, iterations: int, progress=None):
     """The same iterates as :func:`gerchberg_papoulis` on half spectra (R2C), returning the real volume.
 
@@ -136,18 +145,24 @@ def gerchberg_papoulis_r2c(data, measured, iterations: int, progress=None):
     """
     n = data.shape
     axes = tuple(range(len(n)))
-    half = n[-1] // 2 + 1
-    m = measured.astype(np.float64)
-    a_full = (data * measured + np.conj(_mirror(data * measured))) / 2
-    b_full = 1 - (m + _mirror(m)) / 2
-    a = a_full[..., :half]
-    b = b_full[..., :half]
+    a, b = _restore_coefficients(data, measured)
     estimate = a.copy()
     for it in range(iterations):
         v = np.maximum(_fft.irfftn(estimate, s=n, axes=axes), 0.0)
         estimate = a + b * _fft.rfftn(v, axes=axes)
         report(progress, "gp", it + 1, iterations)
     return np.fft.fftshift(_fft.irfftn(estimate, s=n, axes=axes))
+
+
+def _gp_threaded(data, measured, iterations: int, r2c: bool, progress=None):
+    """GP on the host's threads (:mod:`qora.holo.gp_cpu`): the iterates of :func:`gerchberg_papoulis_r2c`
+    (``r2c``) or :func:`gerchberg_papoulis`, the NumPy references, to rounding."""
+    from qora.holo import gp_cpu  # numba, loaded on first use
+
+    if r2c:
+        a, b = _restore_coefficients(data, measured)
+        return np.fft.fftshift(gp_cpu.gp_r2c(a, b, data.shape, iterations, progress))
+    return np.fft.fftshift(gp_cpu.gp_c2c(data, measured, iterations, progress))
 
 
 def fista_tv(data, measured, iterations: int, lam: float, inner: int, fov: FieldOfView | None = None,
@@ -165,10 +180,7 @@ def fista_tv(data, measured, iterations: int, lam: float, inner: int, fov: Field
 
     n = data.shape
     axes = tuple(range(len(n)))
-    half = n[-1] // 2 + 1
-    m = measured.astype(np.float64)
-    a = ((data * measured + np.conj(_mirror(data * measured))) / 2)[..., :half]
-    b = (1 - (m + _mirror(m)) / 2)[..., :half]
+    a, b = _restore_coefficients(data, measured)
     if fov is None:
         restrict = expand = lambda v: v  # noqa: E731
     else:
@@ -207,8 +219,7 @@ def solve(spectrum, measured, geometry: Geometry, *, method: str = "gp", iterati
         if iterations < 1:
             raise InputError(f"iterations must be at least 1, got {iterations}")
         if method == "gp":
-            potential = (gerchberg_papoulis_r2c if r2c else gerchberg_papoulis)(spectrum, measured, iterations,
-                                                                                 progress)
+            potential = _gp_threaded(spectrum, measured, iterations, r2c, progress)
         else:
             if tv_weight <= 0 or tv_inner < 1:
                 raise InputError("tv needs tv_weight > 0 and tv_inner >= 1")

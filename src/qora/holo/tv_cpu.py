@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from qora.backend.host import openmp_passive
+from qora.backend.host import numba_threads, openmp_passive
 
 openmp_passive()  # before Numba loads its OpenMP runtime
 
@@ -80,6 +80,7 @@ def fgp_prox_fused(v, lam: float, iterations: int, *, dual=None, nonnegative: bo
     x = np.empty_like(v)
     t = 1.0
     step = 1.0 / (12.0 * lam)
+    numba_threads()  # both loops split the volume's planes over the setting's threads
     for _ in range(iterations):
         _primal(v, r, lam, nonnegative, x)
         t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2

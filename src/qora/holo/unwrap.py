@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from qora.backend import xp_of
+from qora.backend.host import num_threads
 
 __all__ = ["dct2", "idct2", "dct", "idct", "unwrap", "rytov", "wrap"]
 
@@ -107,6 +108,24 @@ def _border_mean(p):
     return border.mean(axis=-1)
 
 
+# Below this many values in a stack the images are unwrapped in one call (a thread pool's start costs more)
+_THREADED_FROM = 2**18
+
+
+def _by_images(fn, stack):
+    """``fn`` of a NumPy stack (A, ...), its images split into :func:`num_threads` contiguous parts run on
+    as many threads: NumPy's FFTs and ufuncs release the GIL, and each image is independent."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    parts = min(num_threads(), stack.shape[0])
+    if parts < 2:
+        return fn(stack)
+    bounds = np.linspace(0, stack.shape[0], parts + 1).astype(int)
+    with ThreadPoolExecutor(parts) as pool:
+        pieces = list(pool.map(lambda i: fn(stack[bounds[i]:bounds[i + 1]]), range(parts)))
+    return np.concatenate(pieces, axis=0)
+
+
 def rytov(ratio):
     """The Rytov phase log(u / u_in) = log|r| + i unwrap(arg r) of field ratios (..., M, N).
 
@@ -116,9 +135,20 @@ def rytov(ratio):
     Border rule: each unwrapped phase image is shifted by the multiple of 2 pi that
     brings its border mean closest to zero (the sample sits in the middle, and the
     border sees the medium).
+
+    A host stack (A, M, N) is split over :func:`qora.backend.host.num_threads` threads by images.
     """
     xp = xp_of(ratio)
     ratio = xp.asarray(ratio)
+    if xp is np and ratio.ndim >= 3 and ratio.shape[0] > 1 and ratio.size >= _THREADED_FROM:
+        if xp.any(xp.abs(ratio) <= 0):
+            raise ValueError("a field ratio is zero: its logarithm is undefined")
+        return _by_images(_rytov, ratio)
+    return _rytov(ratio)
+
+
+def _rytov(ratio):
+    xp = xp_of(ratio)
     mag = xp.abs(ratio)
     if xp.any(mag <= 0):
         raise ValueError("a field ratio is zero: its logarithm is undefined")

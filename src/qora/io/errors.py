@@ -10,16 +10,11 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+# defined in the backend (the bottom layer, which raises them too) and the same classes here
+from qora.backend.errors import InputError, QoraError
+
 __all__ = ["QoraError", "InputError", "FileFormatError", "OutputError", "MemoryNeeded", "MissingExtra",
            "naming_file"]
-
-
-class QoraError(Exception):
-    """An error in what the user gave (a value, an array, a file, an option), not in Qora."""
-
-
-class InputError(QoraError, ValueError):
-    """A parameter or array that is not what the computation needs (the message names it)."""
 
 
 class FileFormatError(QoraError, ValueError):

@@ -1,4 +1,5 @@
-"""The CPU engine: ``scipy.fft`` on all cores, each element-wise pass one Numba loop.
+"""The CPU engine: the FFT entry point's plans and one Numba loop per element-wise pass, all on
+:func:`qora.backend.host.num_threads` threads (``QORA_NUM_THREADS``).
 
 Per iteration: an unscaled forward transform, the fused modulus step (projection
 and the error's sum in one pass), an unscaled inverse transform, and the fused
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from qora.backend.host import openmp_passive
+from qora.backend.host import numba_threads, openmp_passive
 
 openmp_passive()  # before Numba loads its OpenMP runtime
 
@@ -25,10 +26,10 @@ import numba  # noqa: E402
 import numpy as np
 
 from qora.backend import resolve
-from qora.backend.fft import CPU_THREADS_FROM
+from qora.backend.fft import cpu_threads
 from qora.phase.physics import shrinkwrap
 
-__all__ = ["CpuEngine", "modulus_step", "update_step", "CONSTRAINT_CODES"]
+__all__ = ["CpuEngine", "modulus_step", "modulus_steps", "update_step", "CONSTRAINT_CODES"]
 
 CONSTRAINT_CODES = {None: 0, "real": 1, "positive": 2}
 
@@ -75,7 +76,7 @@ def _update_loop(x, p, support, a, b, constraint):
 # Each loop exists twice: on Numba's threads, and serial. Waking the sleeping OpenMP
 # threads costs about 0.1 ms per loop on the development machine, more than a loop
 # over 2^16 values takes, so below the size where the FFTs go multi-threaded the
-# loops run serially too (qora.backend.fft.CPU_THREADS_FROM).
+# loops run serially too (qora.backend.fft.cpu_threads decides for both).
 _jit = dict(fastmath=True, cache=True)
 _modulus_parallel = numba.njit(parallel=True, **_jit)(_modulus_loop)
 _modulus_serial = numba.njit(parallel=False, **_jit)(_modulus_loop)
@@ -83,8 +84,18 @@ _update_parallel = numba.njit(parallel=True, **_jit)(_update_loop)
 _update_serial = numba.njit(parallel=False, **_jit)(_update_loop)
 
 
+@numba.njit(parallel=True, **_jit)
+def _modulus_starts(y, amp, scale, err):
+    """Small batched starts: one start per thread (each start's loop serial), errors into ``err``."""
+    for s in numba.prange(y.shape[0]):
+        err[s] = _modulus_serial(y[s], amp, scale)
+
+
 def _parallel(n: int) -> bool:
-    return n >= CPU_THREADS_FROM
+    """Whether a loop over ``n`` values runs on Numba's threads (set to the setting's count)."""
+    if cpu_threads(n) == 1:
+        return False
+    return numba_threads() > 1
 
 
 def modulus_step(y, amp, scale: float) -> float:
@@ -95,6 +106,19 @@ def modulus_step(y, amp, scale: float) -> float:
     """
     f = _modulus_parallel if _parallel(y.size) else _modulus_serial
     return float(f(y.reshape(-1), amp.reshape(-1), np.float32(scale)))
+
+
+def modulus_steps(y, amp, scale: float, errors) -> None:
+    """:func:`modulus_step` of each start ``y[s]`` (B, *shape), sums into ``errors`` (B,): starts too small
+    to split over threads each get a thread of their own, larger ones each use all threads in turn."""
+    flat = y.reshape(y.shape[0], -1)
+    if y.shape[0] > 1 and not _parallel(flat.shape[1]) and _parallel(y.size):
+        err = np.empty(y.shape[0], np.float64)
+        _modulus_starts(flat, amp.reshape(-1), np.float32(scale), err)
+        errors[...] = err
+        return
+    for s in range(y.shape[0]):
+        errors[s] = modulus_step(y[s], amp, scale)
 
 
 def update_step(x, p, support, a: float, b: float, constraint=None) -> None:
@@ -163,8 +187,7 @@ class CpuEngine:
         errors = np.empty((iterations, self.batch))
         for k in range(iterations):
             self.plan.forward(self.x, out=self.y)
-            for s in range(self.batch):
-                errors[k, s] = modulus_step(self.y[s], self.amp, self.scale)
+            modulus_steps(self.y, self.amp, self.scale, errors[k])
             self.plan.inverse(self.y, out=self.y)
             update_step(self.x, self.y, self.support, a, b, constraint)
         return np.sqrt(errors / self.denominator)
