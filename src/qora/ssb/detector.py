@@ -17,7 +17,8 @@ from qora.io.validate import number, positive
 from qora.ssb.optics import wavelength
 
 __all__ = ["DetectorFit", "fit_detector", "fit_detector_from_mean", "bright_field_pixels", "scan_frequencies",
-           "check_level", "check_data", "check_settings", "count_nonfinite", "array_like", "gather"]
+           "check_level", "check_data", "check_settings", "count_nonfinite", "array_like", "gather",
+           "virtual_bright_field"]
 
 
 @dataclass(frozen=True)
@@ -196,3 +197,25 @@ def gather(data, pixels):
     r0, r1 = int(rows.min()), int(rows.max()) + 1
     band = np.asarray(data[:, :, r0:r1])
     return band[:, :, rows - r0, cols]
+
+
+def virtual_bright_field(data, *, center=None, radius=None, rows: int = 16) -> np.ndarray:
+    """The virtual bright-field image (scan_row, scan_col) float64: each pattern's counts summed over
+    a disk of ``radius`` detector pixels about ``center`` (row, col) (pixels in by their centres;
+    default the bright-field disk fitted on the mean pattern, :func:`fit_detector_from_mean`),
+    read ``rows`` scan rows at a time (a lazy array is never read whole)."""
+    data = check_data(data)
+    if center is None or radius is None:
+        disk = fit_detector(data, 1.0, rows=64)
+        center = disk.center if center is None else center
+        radius = disk.radius if radius is None else radius
+    radius = positive("radius", radius, unit="pixels")
+    r, c = np.indices(data.shape[2:])
+    mask = np.hypot(r - float(center[0]), c - float(center[1])) <= radius
+    if not mask.any():
+        raise InputError(f"no detector pixel lies within {radius:g} px of {tuple(center)}")
+    out = np.empty(data.shape[:2])
+    for start in range(0, data.shape[0], rows):
+        block = np.asarray(data[start:start + rows], dtype=np.float64)
+        out[start:start + rows] = block[:, :, mask].sum(-1)
+    return out
