@@ -20,6 +20,7 @@ import numpy as np
 from qora.io.atomic import atomic_path
 from qora.io.errors import FileFormatError, InputError, MissingExtra, naming_file
 from qora.progress import report
+from qora.ssb.detector import scan_steps
 from qora.ssb.optics import Aberrations
 from qora.ssb.readers import lazy_array, read_dectris, read_fpd, read_mib
 
@@ -48,8 +49,8 @@ def write_dataset(path, data, *, kv: float, alpha_mrad: float, scan_step: float,
         f.attrs["qora_kind"] = "ssb_dataset"
         f.attrs["kv"] = kv
         f.attrs["alpha_mrad"] = alpha_mrad
-        steps = np.broadcast_to(np.asarray(scan_step, float), (2,))
-        f.attrs["scan_step_a"] = float(steps[0]) if steps[0] == steps[1] else steps  # (step_y, step_x) if they differ
+        steps = scan_steps(scan_step)
+        f.attrs["scan_step_a"] = steps[0] if steps[0] == steps[1] else np.asarray(steps)  # (step_y, step_x) if they differ
         if detector_pixel is not None:
             f.attrs["detector_pixel_inv_a"] = detector_pixel
         f.attrs["aberrations"] = json.dumps((aberrations or Aberrations()).values)
@@ -354,7 +355,8 @@ def write_image(path, phase, *, method: str, scan_step: float, kv: float, alpha_
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         f.attrs["qora_kind"] = "ssb_image"
         f.attrs["method"] = method
-        f.attrs["scan_step_a"] = scan_step
+        steps = scan_steps(scan_step)
+        f.attrs["scan_step_a"] = steps[0] if steps[0] == steps[1] else np.asarray(steps)  # (y, x) if they differ
         f.attrs["kv"] = kv
         f.attrs["alpha_mrad"] = alpha_mrad
         f.attrs["aberrations"] = json.dumps(aberrations.values)
@@ -370,7 +372,8 @@ def plot_image(path, phase, *, scan_step: float, title: str = "", chi_map=None) 
     panels = 2 if chi_map is not None else 1
     fig, axes = subplots(1, panels, figsize=(5 * panels, 4.4), squeeze=False)
     sy, sx = np.shape(phase)
-    im = axes[0, 0].imshow(phase, cmap="gray", extent=(0, sx * scan_step, sy * scan_step, 0))
+    step_y, step_x = scan_steps(scan_step)
+    im = axes[0, 0].imshow(phase, cmap="gray", extent=(0, sx * step_x, sy * step_y, 0))
     axes[0, 0].set(title=title or "phase (rad)", xlabel="x (A)", ylabel="y (A)")
     fig.colorbar(im, ax=axes[0, 0], label="rad")
     if chi_map is not None:
@@ -420,9 +423,9 @@ def plot_fit(path, session, result: dict) -> None:
     cols = max(len(branches) + 1, len(names))
     fig, axes = subplots(2, cols, figsize=(3.6 * cols, 7.0), squeeze=False)
     sy, sx = session.scan_shape
-    step = session.scan_step
+    step_y, step_x = scan_steps(session.scan_step)
     for i, b in enumerate(branches):
-        im = axes[0, i].imshow(images[b], cmap="gray", extent=(0, sx * step, sy * step, 0))
+        im = axes[0, i].imshow(images[b], cmap="gray", extent=(0, sx * step_x, sy * step_y, 0))
         axes[0, i].set_title(f"{b}: agreement {result[b]['agreement']:.4f}", fontsize=9)
         axes[0, i].set(xlabel="x (A)", ylabel="y (A)")
         fig.colorbar(im, ax=axes[0, i], label="rad")
