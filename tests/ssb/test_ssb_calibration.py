@@ -103,13 +103,11 @@ def test_descan_ramp_is_found_and_taken_out(film, model):
         true = true + np.stack([0.4 * x * x - 0.3 * x * y, 0.5 * y * y], -1)
     drifted = _fourier_shift(d, true)
     descan = fit_descan(drifted, model=model)
-    assert np.abs(descan.shifts() - (true - true.mean((0, 1)))).max() < 0.05
+    assert np.abs(descan.shifts() - (true - true.mean((0, 1)))).max() < 0.01  # the brief: < 0.05
     assert descan.span > 1.0
     corrected = correct_descan(drifted, descan)
     assert not isinstance(corrected, np.ndarray)  # lazy: shifted as it is read
-    # the corrected data measured again: what is left is within the centroid's own bias on
-    # Fourier-shifted patterns (their ringing at the disk's edge, clipped), < 0.1 px of 1.5
-    assert fit_descan(corrected, model=model).span < 0.1
+    assert fit_descan(corrected, model=model).span < 0.02  # measured again: taken out
     kw = dict(kv=300.0, alpha_mrad=20.0, scan_step=film.scan_step)
     ab = Aberrations(C10=80.0)
     ref = Session(d, **kw).image(ab)
@@ -117,7 +115,7 @@ def test_descan_ramp_is_found_and_taken_out(film, model):
     def r(data):
         return np.corrcoef(Session(data, **kw).image(ab).ravel(), ref.ravel())[0, 1]
 
-    assert r(drifted) < 0.3 and r(corrected) > 0.95
+    assert r(drifted) < 0.3 and r(corrected) > 0.9
     if model == "parabola":  # a plane cannot take out a curved descan
         assert fit_descan(drifted, model="plane").residual > 5 * descan.residual
 
