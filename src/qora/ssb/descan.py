@@ -105,16 +105,23 @@ def fit_descan(data, *, model: str = "plane", rows: int = 16) -> Descan:
 
 def _shift_patterns(block: np.ndarray, shifts: np.ndarray) -> np.ndarray:
     """Patterns (rows, cols, det_row, det_col) moved by -shifts (rows, cols, 2) pixels, by a phase
-    ramp on their Fourier transforms. Why not interpolation: the SSB signal is a small modulation of
-    the patterns, and an interpolation blurs each pattern by an amount that depends on the fraction
-    of a pixel it is moved, which writes a modulation correlated with the scan many times larger
-    (on the simulator, bilinear correction of a 1.5 px descan leaves an image correlated 0.3 with
-    the true one, the Fourier shift 0.98). A Fourier shift is the same unitary operation for every
-    shift; its price is that the frame is periodic (keep the disk away from the frame's edge)."""
-    ky = np.fft.fftfreq(block.shape[2])[:, None]
-    kx = np.fft.fftfreq(block.shape[3])[None, :]
+    ramp on their Fourier transforms in a frame padded with zeros to twice the detector's size.
+
+    Why not interpolation: the SSB signal is a small modulation of the patterns, and an
+    interpolation blurs each pattern by an amount that depends on the fraction of a pixel it is
+    moved, which writes a modulation correlated with the scan many times larger (on the simulator,
+    bilinear correction of a 1.5 px descan left an image correlated 0.3 with the true one, the
+    Fourier shift 0.98). Why padded: the detector's frame is not periodic (the dark field at one
+    edge is not that at the other), and a shift in the frame itself would wrap one onto the other
+    and lose the Nyquist row and column (a 0.8 px descan taken out that way left 0.80 of the image,
+    padded 0.91). What comes in from beyond the detector's edge reads 0."""
+    n0, n1 = block.shape[2:]
+    padded = np.zeros(block.shape[:2] + (2 * n0, 2 * n1))
+    padded[:, :, :n0, :n1] = block
+    ky = np.fft.fftfreq(2 * n0)[:, None]
+    kx = np.fft.fftfreq(2 * n1)[None, :]
     ramp = np.exp(2j * np.pi * (shifts[..., 0, None, None] * ky + shifts[..., 1, None, None] * kx))
-    return np.fft.ifft2(np.fft.fft2(block, axes=(2, 3)) * ramp, axes=(2, 3)).real
+    return np.fft.ifft2(np.fft.fft2(padded, axes=(2, 3)) * ramp, axes=(2, 3)).real[:, :, :n0, :n1]
 
 
 def correct_descan(data, descan: Descan):
