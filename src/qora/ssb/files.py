@@ -127,8 +127,8 @@ def load_data(path, *, scan_shape=None, layout=None):
     DECTRIS/Arina HDF5 masters (``entry/data/data_000001 ...``, external links and bitshuffle/LZ4
     through hdf5plugin), Zarr (a ``.zarr`` folder: an array, or a group holding one 4D array),
     ``.npy`` (memory-mapped), Merlin ``.mib`` (:mod:`qora.ssb.readers`), and through rosettasciio
-    (the ``formats`` extra) DM3/DM4, EMPAD (``.xml``/``.raw``), EMD (Velox and NCEM), TVIPS, HSPY and
-    ZSPY. Returns ``(data, metadata)``: data (scan_row, scan_col, det_row, det_col) and whatever
+    (the ``formats`` extra) DM3/DM4, EMPAD (``.xml``/``.raw``), EMD (Velox and NCEM), TVIPS, HSPY,
+    blockfile and MRC; ZSPY is a Zarr store, read as Zarr. Returns ``(data, metadata)``: data (scan_row, scan_col, det_row, det_col) and whatever
     metadata the file holds: ``kv``, ``alpha_mrad``, ``scan_step_a`` (A; a (step_y, step_x) pair
     where the scan's two steps differ), ``detector_pixel_mrad`` and/or ``detector_pixel_inv_a``
     (the scattering angle per detector pixel, mrad or 1/A), ``camera_length_m``, ``detector``.
@@ -143,7 +143,7 @@ def load_data(path, *, scan_shape=None, layout=None):
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
     suffix = path.suffix.lower()
-    if path.is_dir() or suffix == ".zarr":
+    if path.is_dir() or suffix in (".zarr", ".zspy"):
         with naming_file(path):
             data, meta = _read_zarr(path)
     elif suffix in (".h5", ".hdf5", ".emd", ".nxs") and _hdf5_kind(path) is not None:
@@ -239,7 +239,7 @@ def _read_zarr(path: Path):
         raise FileFormatError(f"{path}: not a Zarr array or group ({type(exc).__name__}: {exc})") from None
     attrs = dict(node.attrs)
     if isinstance(node, zarr.Group):
-        arrays = {name: a for name, a in node.arrays()}
+        arrays = {name: a for name, a in node.members(max_depth=None) if isinstance(a, zarr.Array)}
         four = {name: a for name, a in arrays.items() if a.ndim == 4}
         if len(four) != 1:
             held = ", ".join(f"{n} {a.shape} {a.dtype}" for n, a in arrays.items()) or "no array"
@@ -266,7 +266,7 @@ def _known_metadata(attrs: dict) -> dict:
 
 _RSCIIO = {".dm3": "rsciio.digitalmicrograph", ".dm4": "rsciio.digitalmicrograph", ".raw": "rsciio.empad",
            ".xml": "rsciio.empad", ".emd": "rsciio.emd", ".tvips": "rsciio.tvips", ".hspy": "rsciio.hspy",
-           ".zspy": "rsciio.zspy", ".blo": "rsciio.blockfile", ".mrc": "rsciio.mrc"}
+           ".blo": "rsciio.blockfile", ".mrc": "rsciio.mrc"}  # .zspy: a Zarr store, read as Zarr
 _NO_READER = {".seq": "DE/StreamPix .seq: rosettasciio 0.15 has no reader for it (its DE reader came later); "
                      "convert it to .npy, .zarr or HDF5, or use a rosettasciio with a DE reader"}
 
@@ -288,7 +288,7 @@ def _read_rsciio(path: Path, scan_shape=None):
     if suffix == ".raw":  # EMPAD: the .xml beside the .raw holds the shape
         path = path.with_suffix(".xml")
     if suffix == ".tvips" and scan_shape is not None:
-        options["scan_shape"] = (int(scan_shape[1]), int(scan_shape[0]))  # rosettasciio's order: (cols, rows)
+        options["scan_shape"] = (int(scan_shape[0]), int(scan_shape[1]))  # rosettasciio's TVIPS order: (y, x)
     items = reader.file_reader(str(path), lazy=True, **options)
     item = next((i for i in items if np.ndim(i["data"]) == 4), None)
     if item is None:
@@ -298,7 +298,10 @@ def _read_rsciio(path: Path, scan_shape=None):
         hint = (" (a series of frames: give the scan shape)" if any(np.ndim(i["data"]) == 3 for i in items) else "")
         raise FileFormatError(f"{path}: holds no 4D data (scan_row, scan_col, det_row, det_col); it holds "
                               f"{held}{hint}")
-    return item["data"], rsciio_metadata(item)
+    meta = rsciio_metadata(item)
+    if suffix == ".tvips":
+        meta.pop("scan_step_a", None)  # rosettasciio gives a TVIPS scan 1 nm steps: the file records none
+    return item["data"], meta
 
 
 def _title(item) -> str:
