@@ -105,8 +105,9 @@ def test_descan_ramp_is_found_and_taken_out(film, model):
     descan = fit_descan(drifted, model=model)
     assert np.abs(descan.shifts() - (true - true.mean((0, 1)))).max() < 0.01  # the brief: < 0.05
     assert descan.span > 1.0
-    corrected = correct_descan(drifted, descan)
+    corrected = correct_descan(drifted, descan, in_memory=False)
     assert not isinstance(corrected, np.ndarray)  # lazy: shifted as it is read
+    np.testing.assert_allclose(correct_descan(drifted, descan, in_memory=True), np.asarray(corrected), atol=1e-6)
     assert fit_descan(corrected, model=model).span < 0.02  # measured again: taken out
     kw = dict(kv=300.0, alpha_mrad=20.0, scan_step=film.scan_step)
     ab = Aberrations(C10=80.0)

@@ -168,7 +168,7 @@ def load_for_session(path: Path, *, kv, semiangle, scan_step, source: DataOption
             descan = fit_descan(stack, model=source.descan)
         except InputError as exc:
             raise InputError(f"{path}: {exc}") from exc
-        stack = correct_descan(stack, descan)
+        stack = correct_descan(stack, descan)  # into memory where it fits, else lazy
         click.echo(f"descan ({source.descan}): up to {descan.span:.3f} px over the scan, taken out before G "
                    f"(centres {descan.residual:.3f} px rms about the fit)")
 
