@@ -179,8 +179,9 @@ def _dectris(folder, frames, *, per_file=6, mask=None, wavelength_a=None, distan
         det["count_time"] = 1e-4
         if mask is not None:
             det["detectorSpecific/pixel_mask"] = mask.astype(np.uint32)
-        if wavelength_a is not None:
-            f["entry/instrument/beam/incident_wavelength"] = wavelength_a
+        if wavelength_a is not None:  # NeXus: a number and its units (DECTRIS writes angstrom)
+            f["entry/instrument/beam/incident_wavelength"] = wavelength_a * 0.1
+            f["entry/instrument/beam/incident_wavelength"].attrs["units"] = "nm"
     return master
 
 

@@ -181,8 +181,8 @@ def read_fpd(path):
         unit = unit.decode() if isinstance(unit, bytes) else str(unit)
         if dim.shape[0] > 1 and unit in ("nm", "A", "Å"):
             steps.append(float(dim[1] - dim[0]) * (10.0 if unit == "nm" else 1.0))
-    if len(steps) == 2 and np.isclose(steps[0], steps[1], rtol=1e-6):  # qora's scan step is one number
-        meta["scan_step_a"] = steps[0]
+    if len(steps) == 2:  # one number for a square grid, else (step_y, step_x)
+        meta["scan_step_a"] = steps[0] if np.isclose(steps[0], steps[1], rtol=1e-6) else (steps[0], steps[1])
     desc = f.get("fpd_expt/TIA0/tags/ObjectInfo/ExperimentalDescription")
     if desc is not None:
         if "High tension_kV" in desc:
@@ -395,8 +395,15 @@ def read_dectris(path, *, scan_shape=None):
             if bad.any():
                 det["masked_pixels"] = int(bad.sum())
                 data = da.where(bad[None], data.dtype.type(0), data)
-    wavelength = value("incident_wavelength", f.get("entry/instrument/beam"))
+    beam = f.get("entry/instrument/beam")
+    wavelength = value("incident_wavelength", beam)
     if wavelength is not None and float(wavelength) > 0:
-        meta["kv"] = _electron_kv(float(wavelength))
+        unit = beam["incident_wavelength"].attrs.get("units", "angstrom")
+        unit = unit.decode() if isinstance(unit, bytes) else str(unit)
+        scale = {"angstrom": 1.0, "A": 1.0, "Å": 1.0, "nm": 10.0, "pm": 0.01, "m": 1e10}.get(unit)
+        if scale is None:
+            f.close()
+            raise FileFormatError(f"{path}: entry/instrument/beam/incident_wavelength in unknown units {unit!r}")
+        meta["kv"] = _electron_kv(float(wavelength) * scale)
     meta["detector"] = det
     return data, meta
