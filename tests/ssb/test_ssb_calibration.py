@@ -187,3 +187,29 @@ def test_anisotropic_parallax_upsampled(fine_scan):
     assert aniso.shape == (48, 96)
     r = np.corrcoef(aniso[:, ::2].ravel(), full.ravel())[0, 1]
     assert r > 0.8
+
+
+def test_abtem_fit_with_the_amplitude_edge_needs_no_calibration():
+    """The abTEM fixture fitted from a cold start (rotation given) with the scale fitted from the disk
+    by its amplitude edge, no calibration given: abTEM's C10 within 2 A and C12 within 1 A (and 2
+    degrees), closer than with the intensity reading (the coefficients scale with the square of the
+    pixel's angle)."""
+    from qora.ssb import Band, defocus_search, newton, parameters_to_aberrations
+
+    with np.load(FIXTURE) as f:
+        fx = {k: f[k] for k in f.files}
+    data = fx["data"].astype(np.float64)
+    results = {}
+    for edge in ("amplitude", "intensity"):
+        session = Session(data, kv=float(fx["kv"]), alpha_mrad=float(fx["alpha_mrad"]), scan_step=float(fx["scan_step"]),
+                          detector=fit_detector(data, float(fx["alpha_mrad"]), edge=edge))
+        band = Band(session, ("C10", "C12a", "C12b"))
+        c10, _ = defocus_search(band)
+        values, _, _ = newton(band, {"C10": c10, "C12a": 0.0, "C12b": 0.0}, iterations=40)
+        results[edge] = parameters_to_aberrations(values)
+    fitted = results["amplitude"]
+    mag, angle = fitted.values["C12"]
+    assert abs(fitted.get("C10") - float(fx["C10"])) < 2.0
+    assert abs(mag - float(fx["C12"])) < 1.0
+    assert abs(math.degrees(angle - float(fx["phi12"]))) < 2.0
+    assert abs(mag - float(fx["C12"])) < abs(results["intensity"].values["C12"][0] - float(fx["C12"]))
