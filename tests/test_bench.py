@@ -211,3 +211,14 @@ def test_newest_tracked_result_ignores_untracked_files(tmp_path, monkeypatch):
     shutil.copytree(tmp_path / "floors", plain / "floors")
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # no repository above plain/ either
     assert newest_result("floors", plain, tracked=True)[0].name == "untracked.json"  # no git: every file
+
+
+def test_ssb_files_bench_times_every_step_on_a_small_scan():
+    from qora.bench import ssb_files
+
+    r = ssb_files.run(scan=16, window=32, write=False, repeats=1, echo=lambda *_: None)
+    steps = {name.split("/")[-1] for name in r.cases}
+    assert steps == {"read_whole", "read_lazy", "prepare_in_memory", "prepare_lazy_hdf5", "prepare_layout_xy_npy",
+                     "descan_fit_plane", "descan_correct_in_memory", "prepare_descan_in_memory",
+                     "prepare_descan_lazy"}
+    assert all(case["ms"] > 0 for case in r.cases.values())

@@ -139,3 +139,112 @@ def test_fit_finds_and_names_the_detector_orientation_and_branch(tmp_path):
     assert abs(result["standard"]["parameters"]["C10"] + 80.0) < 4.0
     out = runner.invoke(cli, ["ssb", "fit", *common, "--detector-orientation", "sideways", "--out", str(fit)])
     assert out.exit_code == 2 and "sideways" in out.output
+
+
+# -- the data-layout and calibration options (docs/ssb.md, "Detector files") ---------------------------
+
+@pytest.fixture(scope="module")
+def film_h5(tmp_path_factory):
+    """A simulated film (24 x 24 scan, 48 x 48 detector, C10 120 A) written by `qora ssb simulate`."""
+    folder = tmp_path_factory.mktemp("film")
+    out = CliRunner().invoke(cli, ["ssb", "simulate", "--scan", "24", "--window", "48", "--c10", "120",
+                                   "--out", str(folder / "d.h5"), "--quiet"])
+    assert out.exit_code == 0, out.output
+    return folder / "d.h5"
+
+
+def _image(runner, data, out, *options):
+    result = runner.invoke(cli, ["ssb", "image", str(data), "--c10", "120", "--backend", "cpu", "--out", str(out),
+                                 "--kv", "300", "--semiangle", "20", "--scan-step", "0.4", *options])
+    assert result.exit_code == 0, result.output
+    with h5py.File(out) as f:
+        return f["phase"][...], result.output
+
+
+@pytest.mark.parametrize("options, rearrange", [
+    (["--axis-order", "x,y"], lambda d: d.transpose(1, 0, 3, 2)),  # abTEM's (scan_x, scan_y, k_x, k_y)
+    (["--axis-order", "det-det-scan-scan"], lambda d: d.transpose(2, 3, 0, 1)),
+    (["--transpose-detector"], lambda d: d.transpose(0, 1, 3, 2)),
+    (["--flip-detector-rows", "--flip-scan-cols"], lambda d: d[:, ::-1, ::-1]),
+    (["--axis-order", "scan_y,scan_x,det_x,det_y", "--flip-detector-cols", "--flip-scan-rows"],
+     lambda d: d[::-1, :, :, ::-1].transpose(0, 1, 3, 2)),
+])
+def test_layout_options_undo_the_files_layout(tmp_path, film_h5, options, rearrange):
+    """The film's data stored in another layout and read back with the options that say so give the
+    image of the film itself; read as Qora's layout they do not (so the check can fail)."""
+    from qora.ssb import read_dataset
+
+    data, _ = read_dataset(film_h5)
+    np.save(tmp_path / "other.npy", np.ascontiguousarray(rearrange(data)))
+    np.save(tmp_path / "qora.npy", data)  # the same data with no metadata: the detector fitted alike
+    runner = CliRunner()
+    ref, _ = _image(runner, tmp_path / "qora.npy", tmp_path / "ref.h5")
+    phase, output = _image(runner, tmp_path / "other.npy", tmp_path / "other.h5", *options)
+    np.testing.assert_allclose(phase, ref, atol=1e-5 * np.abs(ref).max())
+    assert "data: scan 24 x 24, detector 48 x 48 (axes" in output
+    if options != ["--axis-order", "det-det-scan-scan"]:  # that one would not even be 4D-STEM as it stands
+        plain, _ = _image(runner, tmp_path / "other.npy", tmp_path / "plain.h5")
+        assert abs(np.corrcoef(plain.ravel(), ref.ravel())[0, 1]) < 0.9
+
+
+def test_settings_and_calibration_printed_and_taken_from_the_file(tmp_path, film_h5):
+    runner = CliRunner()
+    out = runner.invoke(cli, ["ssb", "image", str(film_h5), "--c10", "120", "--backend", "cpu",
+                              "--out", str(tmp_path / "a.h5")])
+    assert out.exit_code == 0, out.output
+    # the simulated dataset records its detector's 1/A per pixel: that calibration is used
+    assert "300 kV, 20 mrad, scan step 0.4 A; detector" in out.output and "d.h5's calibration" in out.output
+    mrad = float(out.output.split("detector ")[2].split(" mrad per pixel")[0])
+    from qora.ssb import read_dataset, wavelength
+
+    meta = read_dataset(film_h5)[1]
+    assert mrad == pytest.approx(meta["detector_pixel_inv_a"] * wavelength(300) * 1e3, rel=1e-3)
+    out = runner.invoke(cli, ["ssb", "image", str(film_h5), "--c10", "120", "--backend", "cpu",
+                              "--detector-pixel-mrad", "3", "--out", str(tmp_path / "b.h5")])
+    assert out.exit_code == 0 and "warning: 3 mrad per pixel (--detector-pixel-mrad)" in out.output
+    out = runner.invoke(cli, ["ssb", "image", str(film_h5), "--c10", "120", "--backend", "cpu",
+                              "--scan-step-x", "0.2", "--out", str(tmp_path / "c.h5")])
+    assert out.exit_code == 0 and "scan step (0.4, 0.2) A (y, x)" in out.output
+    assert "warning: --scan-step-x 0.2 A replaces the 0.4 A that d.h5 records" in out.output
+
+
+def test_scan_shape_and_bad_layout_options(tmp_path, film_h5):
+    from qora.ssb import read_dataset
+
+    data, _ = read_dataset(film_h5)
+    np.save(tmp_path / "frames.npy", data.reshape(-1, 48, 48))
+    runner = CliRunner()
+    base = ["ssb", "image", str(tmp_path / "frames.npy"), "--kv", "300", "--semiangle", "20", "--scan-step", "0.4",
+            "--backend", "cpu", "--out", str(tmp_path / "i.h5")]
+    out = runner.invoke(cli, base)
+    assert out.exit_code == 2 and "give the scan shape" in out.output
+    out = runner.invoke(cli, base + ["--scan-shape", "24x24"])
+    assert out.exit_code == 0 and "data: scan 24 x 24" in out.output
+    out = runner.invoke(cli, base + ["--scan-shape", "20x24"])
+    assert out.exit_code == 2 and "576 frames of 48x48; the scan shape 20x24 given needs 480" in out.output
+    out = runner.invoke(cli, base + ["--scan-shape", "24by24"])
+    assert out.exit_code == 2 and "ROWSxCOLS" in out.output
+    out = runner.invoke(cli, base + ["--scan-shape", "24x24", "--axis-order", "scan_x,scan_x,det_y,det_x"])
+    assert out.exit_code == 2 and "axis order" in out.output
+
+
+def test_descan_option(tmp_path, film_h5):
+    """A descan put on the film's patterns (a plane up to 0.8 px) is found and taken out by --descan plane:
+    the image is the film's again (to 0.87 here: the sub-pixel resampling is what is left)."""
+    from qora.ssb import read_dataset
+
+    data, _ = read_dataset(film_h5)
+    sy, sx = data.shape[:2]
+    y, x = np.meshgrid(np.linspace(-1, 1, sy), np.linspace(-1, 1, sx), indexing="ij")
+    shifts = np.stack([0.6 * y + 0.2, -0.6 * x], -1)
+    ky, kx = np.fft.fftfreq(48)[:, None], np.fft.fftfreq(48)[None, :]
+    ramp = np.exp(-2j * np.pi * (shifts[..., 0, None, None] * ky + shifts[..., 1, None, None] * kx))
+    np.save(tmp_path / "drift.npy", np.fft.ifft2(np.fft.fft2(data, axes=(2, 3)) * ramp, axes=(2, 3)).real)
+    np.save(tmp_path / "qora.npy", data)
+    runner = CliRunner()
+    ref, _ = _image(runner, tmp_path / "qora.npy", tmp_path / "ref.h5")
+    drifted, _ = _image(runner, tmp_path / "drift.npy", tmp_path / "a.h5")
+    fixed, output = _image(runner, tmp_path / "drift.npy", tmp_path / "b.h5", "--descan", "plane")
+    assert "descan (plane): up to 0.8" in output
+    # what is left is the resampling of the hard-edged disk by a sub-pixel shift (docs/ssb.md, "Descan")
+    assert np.corrcoef(fixed.ravel(), ref.ravel())[0, 1] > 0.8 > 0.5 > np.corrcoef(drifted.ravel(), ref.ravel())[0, 1]

@@ -132,3 +132,107 @@ def test_fpd_renamed_emd_keeps_its_axes(tmp_path):
     (tmp_path / "fpd.emd").symlink_to(DATA / "FPD_HDF5.hdf5")
     data, meta = load_data(tmp_path / "fpd.emd")
     assert data.shape == (16, 16, 256, 256) and meta["kv"] == 200.0
+
+
+# -- every Merlin test file, table-driven: its shape and metadata, or the error; its virtual bright field
+
+def _frames_by_hand(path: Path) -> np.ndarray:
+    """The file's frames decoded here from the documented .mib layout, independently of the reader:
+    each frame a text header (its size in the third field) and then the pixels, big-endian; RAW 1-bit:
+    pixel p is bit p % 8 (least significant first) of byte 8 (p // 64) + 7 - (p % 64) // 8. Rows
+    flipped to the reader's convention (row 0 at the top, as rosettasciio shows Merlin frames)."""
+    raw = path.read_bytes()
+    head = raw[:768].decode("latin-1").split(",")
+    header, cols, rows, fmt = int(head[2]), int(head[4]), int(head[5]), head[6]
+    if fmt == "R64":
+        payload = rows * cols // 8
+        n = len(raw) // (header + payload)
+        body = np.frombuffer(raw, np.uint8).reshape(n, header + payload)[:, header:]
+        p = np.arange(rows * cols)
+        byte = 8 * (p // 64) + 7 - (p % 64) // 8
+        frames = (body[:, byte] >> (p % 8).astype(np.uint8)) & 1
+    else:
+        dtype = np.dtype({"U08": ">u1", "U16": ">u2", "U32": ">u4"}[fmt])
+        n = len(raw) // (header + rows * cols * dtype.itemsize)
+        body = np.frombuffer(raw, np.uint8).reshape(n, -1)[:, header:]
+        frames = np.frombuffer(body.tobytes(), dtype)
+    return frames.reshape(n, rows, cols)[:, ::-1]
+
+
+SINGLE_FRAME = "1 frame of {side}x{side}: a single diffraction pattern, not a 4D-STEM scan"
+SERIES = "9 frames of {side}x{side} with no scan shape"
+QUAD_RAW = "RAW Merlin frames of counter depth 1 on a 2x2 assembly are not supported"
+# name: (loads as (shape, depth) with the scan shape given / found, or the error without one)
+MERLIN = {}
+for _chips, _side in (("Single", 256), ("Quad", 512)):
+    for _depth in ("1", "6", "12", "24", "1RAW"):
+        _d, _raw = int(_depth.replace("RAW", "")), _depth.endswith("RAW")
+        _base = f"{_chips}_{{n}}_Frame_CounterDepth_{_d}_Rows_256{'RAW' if _raw else ''}.mib"
+        _quad_raw = _raw and _chips == "Quad"
+        MERLIN[_base.format(n=1)] = (None, _d, QUAD_RAW if _quad_raw else SINGLE_FRAME.format(side=_side))
+        MERLIN[_base.format(n=9)] = (None if _quad_raw else (3, 3, _side, _side), _d,
+                                     QUAD_RAW if _quad_raw else SERIES.format(side=_side))
+MERLIN.update({"001_4x2_6bit.mib": ((2, 4, 256, 256), 6, None), "002_4x2_6bit_roi128.mib": ((2, 4, 128, 256), 6, None),
+               "002_merlin_test_roi_sig256x128_nav4x2_hot_pixel_52x_39y.mib": ((2, 4, 128, 256), 12, None),
+               "003_merlin_test_roi_sig256x64_nav4x2_hot_pixel_52x_39y.mib": ((2, 4, 64, 256), 12, None)})
+
+
+def test_the_table_holds_every_merlin_file(merlin):
+    assert set(MERLIN) == set(merlin) and len(MERLIN) == 24
+
+
+@pytest.mark.parametrize("name", sorted(MERLIN))
+def test_every_merlin_file(merlin, name):
+    """Each file: refused with its own message (what it holds) when it is not a scan as it stands;
+    loaded with the right shape, counter depth, assembly and RAW flag with the scan shape (given for a
+    series, found for the navigation scans); its virtual bright field, read lazily through the loader,
+    equal to the one of the frames decoded by hand."""
+    from qora.ssb.detector import virtual_bright_field
+
+    shape, depth, error = MERLIN[name]
+    path = merlin[name]
+    if error is not None:
+        with pytest.raises(FileFormatError, match=error) as err:
+            load_data(path)
+        assert name in str(err.value)
+    if shape is None:
+        return
+    data, meta = load_data(path, scan_shape=shape[:2] if error else None)
+    assert not isinstance(data, np.ndarray) and data.shape == shape
+    det = meta["detector"]
+    assert det["counter_depth"] == depth and det["raw"] == name.endswith("RAW.mib")
+    assert det["assembly"] == ("2x2" if shape[-1] == 512 else "1x1")
+    frames = _frames_by_hand(path).reshape(shape)
+    assert int(frames.max()) <= 2 ** depth - 1
+    center, radius = (shape[2] / 2, shape[3] / 2), min(shape[2:]) / 4
+    rows, cols = np.indices(shape[2:])
+    disk = np.hypot(rows - center[0], cols - center[1]) <= radius
+    expected = frames[:, :, disk].sum(-1, dtype=np.float64)
+    vbf = virtual_bright_field(data, center=center, radius=radius, rows=1)
+    np.testing.assert_array_equal(vbf, expected)
+    # the whole frame as the virtual detector: every count of every pattern, and there are counts
+    whole = virtual_bright_field(data, center=center, radius=float(np.hypot(*shape[2:])), rows=2)
+    np.testing.assert_array_equal(whole, frames.sum((2, 3), dtype=np.float64))
+    assert vbf.shape == shape[:2] and whole.min() > 0
+
+
+def test_fpd_virtual_bright_field_and_axes():
+    """The fpd file's virtual bright field (its disk fitted on the mean pattern): an image of the
+    AuPd specimen, the scan axes the file's (scanY, scanX): a transposed read would transpose it."""
+    import h5py
+
+    from qora.ssb.detector import virtual_bright_field
+
+    data, _ = load_data(DATA / "FPD_HDF5.hdf5")
+    with h5py.File(DATA / "FPD_HDF5.hdf5") as f:
+        raw = f["fpd_expt/fpd_data/data"][...].astype(np.float64)
+    vbf = virtual_bright_field(data, rows=4)
+    mean = raw.mean((0, 1))
+    level = np.median(mean[mean > 0.5 * mean.max()])
+    w = np.clip(mean / level, 0, 1)
+    r, c = np.indices(mean.shape)
+    cy, cx = (w * r).sum() / w.sum(), (w * c).sum() / w.sum()
+    disk = np.hypot(r - cy, c - cx) <= np.sqrt(w.sum() / np.pi)
+    np.testing.assert_allclose(vbf, raw[:, :, disk].sum(-1), rtol=1e-12)
+    assert vbf.std() > 0.01 * vbf.mean()  # contrast: a specimen, not a flat field
+    assert not np.allclose(vbf, vbf.T, rtol=1e-3)  # the two scan axes are told apart

@@ -136,6 +136,17 @@ def bench_ssb(backend: str, thread_counts, scan: int, no_write: bool) -> None:
     ssb_bench.run(backend=backend, write=not no_write, echo=click.echo)
 
 
+@bench.command("ssb-files")
+@backend_option("cpu")
+@click.option("--scan", type=click.IntRange(8, 1024), default=64, show_default=True, help="Scan positions per side.")
+@click.option("--no-write", is_flag=True, help="Print only; write no result file.")
+def bench_ssb_files(backend: str, scan: int, no_write: bool) -> None:
+    """4D-STEM data in: a file read whole and lazily, G prepared from each, the layout and the descan."""
+    from qora.bench import ssb_files
+
+    ssb_files.run(backend=backend, scan=scan, write=not no_write, echo=click.echo)
+
+
 @bench.command("ssb-full")
 @click.option("--dir", "directory", type=click.Path(file_okay=False), default="/tmp/qora-ssb-full", show_default=True,
               help="Where the full-scale dataset is kept (made there on the GPU when missing; 19 GB).")

@@ -14,6 +14,7 @@ import click
 import numpy as np
 
 from qora.cli.options import FINITE, NONNEGATIVE, POSITIVE, backend_option, scale_out_client, scale_out_options
+from qora.cli.ssb_data import data_options, load_for_session
 
 
 @click.group("ssb")
@@ -121,32 +122,6 @@ def _outputs(data, named: dict) -> None:
                               f"(give a name ending in {' or '.join(suffixes)})")
 
 
-def _load_with_settings(path, kv, semiangle, scan_step):
-    """The data and the microscope settings: the options where given (a warning where the file
-    records another value), else the file's; each checked (finite, positive)."""
-    from qora.io.validate import positive
-    from qora.ssb import load_data
-
-    stack, meta = load_data(path)
-    settings = {}
-    for option, key, given, unit in (("--kv", "kv", kv, "kV"), ("--semiangle", "alpha_mrad", semiangle, "mrad"),
-                                     ("--scan-step", "scan_step_a", scan_step, "A")):
-        recorded = meta.get(key)
-        if given is not None:
-            if recorded is not None and not np.isclose(float(recorded), given, rtol=1e-9, atol=0):
-                click.echo(f"warning: {option} {given:g} {unit} replaces the {recorded:g} {unit} that {path.name} "
-                           "records", err=True)
-            settings[option] = given
-        elif recorded is not None:
-            settings[option] = positive(f"{key} recorded in {path}", recorded, unit=unit)
-        else:
-            settings[option] = None
-    missing = [n for n, v in settings.items() if v is None]
-    if missing:
-        raise click.UsageError(f"the file has no {', '.join(missing)[2:]}: give {', '.join(missing)}")
-    return stack, meta, settings["--kv"], settings["--semiangle"], settings["--scan-step"]
-
-
 @contextmanager
 def _naming(path):
     """An InputError about the data (NaN, all zero, no bright field) names the file it came from."""
@@ -222,17 +197,22 @@ def simulate_cmd(scan, step, window, kv, semiangle, c10, c12, c12_angle, c30, sl
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Image .h5 file.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="PNG figure.")
 @backend_option(help="Where G is prepared and the image made (auto: the GPU where there is one).")
+@data_options
 def image_cmd(data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle, c30, method, out, plot,
-              backend) -> None:
-    """The phase image of a 4D-STEM dataset for given aberrations."""
+              backend, source) -> None:
+    """The phase image of a 4D-STEM dataset for given aberrations.
+
+    The data's layout (--axis-order, --transpose-detector, --flip-*) and calibration (--scan-step-y/-x,
+    --detector-pixel-mrad, --descan) are applied as the file is read; the values used are printed."""
     from qora.ssb import Session, chi, plot_image, write_image
 
     _outputs(data, {"--out": (out, (".h5", ".hdf5")), "--plot": (plot, (".png",))})
-    stack, meta, kv, semiangle, scan_step = _load_with_settings(data, kv, semiangle, scan_step)
+    stack, meta, kv, semiangle, scan_step, detector = load_for_session(data, kv=kv, semiangle=semiangle,
+                                                                       scan_step=scan_step, source=source)
     ab = _aberrations(c10, c12, c12_angle, c30)
     with _naming(data):
         session = Session(stack, kv=kv, alpha_mrad=semiangle, scan_step=scan_step, rotation=np.deg2rad(rotation),
-                          backend=backend)
+                          detector=detector, backend=backend)
     phase = session.image(ab, method)
     write_image(out, phase, method=method, scan_step=scan_step, kv=kv, alpha_mrad=semiangle, aberrations=ab)
     click.echo(f"{method}: {session.detector.radius:.2f} px bright-field radius, {len(session.bf_index)} pixels; "
@@ -280,8 +260,9 @@ def image_cmd(data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle, c30
 @backend_option(help="Where G is held and the fit runs (on a cluster: on each worker).")
 @click.option("--quiet", is_flag=True, help="No progress bar (for scripts and logs).")
 @scale_out_options
+@data_options
 def fit_cmd(data, kv, semiangle, scan_step, rotation, orientation, branch, starts, thick_starts, tilt, out, plot,
-            trials, seed, backend, quiet, scheduler, workers, gpus) -> None:
+            trials, seed, backend, quiet, scheduler, workers, gpus, source) -> None:
     """Fit defocus, astigmatism (and rotation, thickness, tilt) from a cold start.
 
     The progress bar counts the whole fit: the search's trials (or, with the rotation fitted, its
@@ -289,30 +270,39 @@ def fit_cmd(data, kv, semiangle, scan_step, rotation, orientation, branch, start
 
     With --workers, --gpus or --scheduler, G is split by bright-field pixel over a Dask
     cluster's workers, each reading its part of DATA (docs/scale-out.md).
+
+    The data's layout (--axis-order, --transpose-detector, --flip-*) and calibration (--scan-step-y/-x,
+    --detector-pixel-mrad, --descan) are applied as the file is read; the values used are printed.
     """
     import json
 
     from qora.io.atomic import atomic_path
     from qora.progress import tqdm_progress
-    from qora.ssb import Session, parameters_to_aberrations, plot_fit
+    from qora.ssb import Session, plot_fit
     from qora.ssb import fit as fit_session
 
     cluster = bool(scheduler or workers or gpus)
     if cluster and plot is not None:
         raise click.UsageError("--plot images the whole bright field in one process: fit on the cluster, then "
                                "`qora ssb image` with the fitted parameters")
+    if cluster and source.changes_layout:
+        raise click.UsageError("each cluster worker reads DATA as the file holds it: the layout options "
+                               "(--scan-shape, --axis-order, --transpose-detector, --flip-*, --descan) need a fit "
+                               "in one process, or the data written in Qora's layout first")
     _outputs(data, {"--out": (out, (".json",)), "--plot": (plot, (".png",))})
-    stack, meta, kv, semiangle, scan_step = _load_with_settings(data, kv, semiangle, scan_step)
+    stack, meta, kv, semiangle, scan_step, detector = load_for_session(data, kv=kv, semiangle=semiangle,
+                                                                       scan_step=scan_step, source=source)
     with scale_out_client(scheduler, workers, gpus) as client:
         if client is None:
             with _naming(data):
-                session = Session(stack, kv=kv, alpha_mrad=semiangle, scan_step=scan_step, backend=backend)
+                session = Session(stack, kv=kv, alpha_mrad=semiangle, scan_step=scan_step, detector=detector,
+                                  backend=backend)
         else:
             from qora.distributed.ssb import ShardedSession
 
             del stack  # each worker reads its part of the file
             session = ShardedSession(str(data), client=client, kv=kv, alpha_mrad=semiangle, scan_step=scan_step,
-                                     backend=backend)
+                                     detector=detector, backend=backend)
         with tqdm_progress(disable=quiet) as bar:
             result = fit_session(session, rotation=None if rotation is None else np.deg2rad(rotation),
                                  orientation=orientation, branch=branch, starts=starts, thick_starts=thick_starts,

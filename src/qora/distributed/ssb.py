@@ -133,7 +133,7 @@ class ShardedSession:
         mean = sum(p for p, _ in parts) / sum(n for _, n in parts)
         if detector is None:
             detector = fit_detector_from_mean(mean, alpha_mrad)
-        self.kv, self.alpha_mrad, self.scan_step, self.rotation = float(kv), float(alpha_mrad), float(scan_step), rotation
+        self.kv, self.alpha_mrad, self.scan_step, self.rotation = float(kv), float(alpha_mrad), scan_step, rotation
         self.wavelength = wavelength(kv)
         self.detector = detector
         self.bf_index, self.k = bright_field_pixels(self.detector_shape, detector, alpha_mrad, kv)

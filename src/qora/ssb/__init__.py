@@ -27,8 +27,11 @@ other names import as ``from qora.ssb.fit import ...``.
 """
 
 from qora.ssb.band import Band, combine_batch_moments, combine_moments, make_band, uncertainties
-from qora.ssb.detector import DetectorFit, bright_field_pixels, fit_detector, fit_detector_from_mean, scan_frequencies
+from qora.ssb.descan import Descan, correct_descan, disk_centers, fit_descan
+from qora.ssb.detector import (DetectorFit, bright_field_pixels, fit_detector, fit_detector_from_mean, scan_frequencies,
+                               scan_steps, virtual_bright_field)
 from qora.ssb.files import load_data, plot_fit, plot_image, read_dataset, write_dataset, write_image
+from qora.ssb.readers import Layout
 from qora.ssb.fit import fit_rotation, fit_session
 from qora.ssb.model import ABERRATION_PARAMETERS, QUADRATIC_PARAMETERS, THICK_PARAMETERS, parameters_to_aberrations
 from qora.ssb.optics import KNOWN_ABERRATIONS, Aberrations, aperture, chi, chi_gradient, probe_spectrum, wavelength
@@ -48,4 +51,5 @@ __all__ = ["Session", "fit", "fit_session", "fit_rotation", "Band", "make_band",
            "KNOWN_ABERRATIONS", "chi", "chi_gradient", "aperture", "probe_spectrum", "wavelength", "DetectorFit",
            "fit_detector", "fit_detector_from_mean", "bright_field_pixels", "scan_frequencies", "simulate",
            "simulate_to_npy", "Scan4D", "amorphous_slices", "atoms_slice", "crystal_slices", "rotate_detector",
-           "scan_truth", "read_dataset", "write_dataset", "load_data", "write_image", "plot_image", "plot_fit"]
+           "scan_truth", "read_dataset", "write_dataset", "load_data", "write_image", "plot_image", "plot_fit",
+           "Layout", "Descan", "fit_descan", "correct_descan", "disk_centers", "scan_steps", "virtual_bright_field"]

@@ -17,7 +17,8 @@ from qora.io.validate import number, positive
 from qora.ssb.optics import wavelength
 
 __all__ = ["DetectorFit", "fit_detector", "fit_detector_from_mean", "bright_field_pixels", "scan_frequencies",
-           "check_level", "check_data", "check_settings", "count_nonfinite", "array_like", "gather"]
+           "check_level", "check_data", "check_settings", "count_nonfinite", "array_like", "gather",
+           "virtual_bright_field", "scan_steps"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,8 @@ class DetectorFit:
                              "pixels (row, col)")
 
 
-def fit_detector(data, alpha_mrad: float, *, threshold: float = 0.5, rows: int | None = None) -> DetectorFit:
+def fit_detector(data, alpha_mrad: float, *, threshold: float = 0.5, rows: int | None = None,
+                 edge: str = "intensity", mrad_per_pixel: float | None = None) -> DetectorFit:
     """Centre and radius of the bright-field disk from the mean diffraction pattern, to sub-pixel.
 
     The pattern is scaled by its bright-field level (the median above ``threshold`` of the
@@ -60,7 +62,8 @@ def fit_detector(data, alpha_mrad: float, *, threshold: float = 0.5, rows: int |
     ``data``: (scan_row, scan_col, det_row, det_col), counts; ``alpha_mrad``: the convergence
     semi-angle (mrad), which the disk's radius in pixels calibrates (``mrad_per_pixel``).
     ``rows``: sum only that many scan rows, evenly spaced (a large memory-mapped scan need not be
-    read whole for a mean pattern; every row by default).
+    read whole for a mean pattern; every row by default). ``edge`` and ``mrad_per_pixel``: see
+    :func:`fit_detector_from_mean`.
     """
     data = check_data(data)
     if rows is not None:
@@ -73,12 +76,29 @@ def fit_detector(data, alpha_mrad: float, *, threshold: float = 0.5, rows: int |
         count, size = count_nonfinite(data)
         raise InputError(f"data has {count} non-finite (NaN or Inf) values of {size}; mask them (set them to 0) "
                          "or correct the data")
-    return fit_detector_from_mean(mean, alpha_mrad, threshold=threshold)
+    return fit_detector_from_mean(mean, alpha_mrad, threshold=threshold, edge=edge, mrad_per_pixel=mrad_per_pixel)
 
 
-def fit_detector_from_mean(mean, alpha_mrad: float, *, threshold: float = 0.5) -> DetectorFit:
+EDGES = ("intensity", "amplitude")
+AMPLITUDE_FLOOR = 0.01  # of the bright-field level: below it a pixel is dark field, not the disk's edge
+
+
+def fit_detector_from_mean(mean, alpha_mrad: float, *, threshold: float = 0.5, edge: str = "intensity",
+                           mrad_per_pixel: float | None = None) -> DetectorFit:
     """:func:`fit_detector` from the mean diffraction pattern (det_row, det_col) itself (counts;
-    ``alpha_mrad`` the convergence semi-angle, mrad)."""
+    ``alpha_mrad`` the convergence semi-angle, mrad).
+
+    The scale: ``mrad_per_pixel`` where the detector is calibrated (a file's metadata), else fitted,
+    the disk's radius against ``alpha_mrad``. How the disk's edge is read (docs/ssb.md, "Detector
+    calibration"): ``edge="intensity"`` counts each edge pixel by its level-scaled intensity, right
+    for an edge softened by a blur that keeps the counts (the detector's point spread, the source
+    size, partial pixels): the disk's integral, so its area, is unchanged. ``edge="amplitude"``
+    counts them by its square root, right for an aperture whose edge is soft in amplitude (abTEM's
+    aperture, a ramp of one pixel: |ramp|^2 makes the intensity disk dk / 6 alpha small, 1.5% at 10
+    px); pixels below ``AMPLITUDE_FLOOR`` of the level are left out as dark field (whose square root
+    would add a ring of area)."""
+    if edge not in EDGES:
+        raise InputError(f"edge must be one of {', '.join(EDGES)}, got {edge!r}")
     alpha_mrad = positive("alpha_mrad (the convergence semi-angle)", alpha_mrad, unit="mrad")
     mean = np.asarray(mean)
     if np.iscomplexobj(mean) or mean.ndim != 2 or not mean.size:
@@ -96,8 +116,12 @@ def fit_detector_from_mean(mean, alpha_mrad: float, *, threshold: float = 0.5) -
     area = w.sum()
     rows, cols = np.indices(w.shape)
     center = (float((w * rows).sum() / area), float((w * cols).sum() / area))
+    if edge == "amplitude":
+        area = np.where(w >= AMPLITUDE_FLOOR, np.sqrt(w), 0.0).sum()
     radius = math.sqrt(area / math.pi)
-    return DetectorFit(center, radius, alpha_mrad / radius)
+    if mrad_per_pixel is None:
+        mrad_per_pixel = alpha_mrad / radius
+    return DetectorFit(center, radius, positive("mrad_per_pixel", mrad_per_pixel, unit="mrad"))
 
 
 def bright_field_pixels(detector_shape, detector: DetectorFit, alpha_mrad: float, kv: float):
@@ -114,18 +138,31 @@ def bright_field_pixels(detector_shape, detector: DetectorFit, alpha_mrad: float
     return index, np.stack([ky.ravel()[index], kx.ravel()[index]], 1)
 
 
-def scan_frequencies(scan_shape, scan_step: float, rotation: float, *, half: bool, xp=np):
+def scan_steps(scan_step) -> tuple:
+    """(step_y, step_x) (A) of a scan step given as one number (a square grid) or as a pair
+    (step_y along the scan's rows, step_x along its columns), each refused unless positive."""
+    values = np.ravel(np.asarray(scan_step, dtype=object))
+    if values.size == 1:
+        step = positive("scan_step", values[0], unit="A")
+        return step, step
+    if values.size != 2:
+        raise InputError(f"scan_step must be one number or (step_y, step_x), A; got {scan_step!r}")
+    return positive("scan_step (y)", values[0], unit="A"), positive("scan_step (x)", values[1], unit="A")
+
+
+def scan_frequencies(scan_shape, scan_step, rotation: float, *, half: bool, xp=np):
     """(Qy, Qx) (1/A) of the scan's FFT grid (its half plane with ``half``), in the detector's
     axes: the scan frame turned by ``rotation`` rad. ``scan_shape`` is (scan_row, scan_col) and
-    ``scan_step`` the scan step (A)."""
+    ``scan_step`` the scan step (A; one number, or (step_y, step_x) for a scan whose steps along
+    its rows and columns differ: the frequencies are taken on the scan's own axes, then turned)."""
     sy, sx = scan_shape
+    step_y, step_x = scan_steps(scan_step)
     cols = sx // 2 + 1 if half else sx
-    qy = xp.asarray(np.fft.fftfreq(sy, scan_step))[:, None] * xp.ones((1, cols))
-    qx_axis = np.fft.rfftfreq(sx, scan_step) if half else np.fft.fftfreq(sx, scan_step)
+    qy = xp.asarray(np.fft.fftfreq(sy, step_y))[:, None] * xp.ones((1, cols))
+    qx_axis = np.fft.rfftfreq(sx, step_x) if half else np.fft.fftfreq(sx, step_x)
     qx = xp.asarray(qx_axis)[None, :] * xp.ones((sy, 1))
     c, s = math.cos(rotation), math.sin(rotation)
     return c * qy + s * qx, -s * qy + c * qx
-
 
 
 def check_level(level, data=None) -> None:
@@ -145,10 +182,12 @@ def check_level(level, data=None) -> None:
 
 def check_settings(kv, alpha_mrad, scan_step, rotation=0.0):
     """The microscope settings as finite floats, each refused with its name when it is not a
-    positive number (the rotation: any finite number)."""
+    positive number (the rotation: any finite number); the scan step a float, or a (step_y,
+    step_x) pair of floats where the two differ (:func:`scan_steps`)."""
+    steps = scan_steps(scan_step)
     return (positive("kv (the accelerating voltage)", kv, unit="kV"),
             positive("alpha_mrad (the convergence semi-angle)", alpha_mrad, unit="mrad"),
-            positive("scan_step", scan_step, unit="A"), number("rotation", rotation, unit="rad"))
+            steps[0] if steps[0] == steps[1] else steps, number("rotation", rotation, unit="rad"))
 
 
 def check_data(data):
@@ -196,3 +235,25 @@ def gather(data, pixels):
     r0, r1 = int(rows.min()), int(rows.max()) + 1
     band = np.asarray(data[:, :, r0:r1])
     return band[:, :, rows - r0, cols]
+
+
+def virtual_bright_field(data, *, center=None, radius=None, rows: int = 16) -> np.ndarray:
+    """The virtual bright-field image (scan_row, scan_col) float64: each pattern's counts summed over
+    a disk of ``radius`` detector pixels about ``center`` (row, col) (pixels in by their centres;
+    default the bright-field disk fitted on the mean pattern, :func:`fit_detector_from_mean`),
+    read ``rows`` scan rows at a time (a lazy array is never read whole)."""
+    data = check_data(data)
+    if center is None or radius is None:
+        disk = fit_detector(data, 1.0, rows=64)
+        center = disk.center if center is None else center
+        radius = disk.radius if radius is None else radius
+    radius = positive("radius", radius, unit="pixels")
+    r, c = np.indices(data.shape[2:])
+    mask = np.hypot(r - float(center[0]), c - float(center[1])) <= radius
+    if not mask.any():
+        raise InputError(f"no detector pixel lies within {radius:g} px of {tuple(center)}")
+    out = np.empty(data.shape[:2])
+    for start in range(0, data.shape[0], rows):
+        block = np.asarray(data[start:start + rows], dtype=np.float64)
+        out[start:start + rows] = block[:, :, mask].sum(-1)
+    return out

@@ -20,8 +20,9 @@ import numpy as np
 from qora.io.atomic import atomic_path
 from qora.io.errors import FileFormatError, InputError, MissingExtra, naming_file
 from qora.progress import report
+from qora.ssb.detector import scan_steps
 from qora.ssb.optics import Aberrations
-from qora.ssb.readers import is_fpd, read_fpd, read_mib
+from qora.ssb.readers import lazy_array, read_dectris, read_fpd, read_mib
 
 __all__ = ["write_dataset", "read_dataset", "load_data", "write_image", "plot_image", "plot_fit"]
 
@@ -33,7 +34,8 @@ def write_dataset(path, data, *, kv: float, alpha_mrad: float, scan_step: float,
     positions written ("write", done, total).
 
     ``data`` is (scan_row, scan_col, det_row, det_col), counts; ``kv`` the accelerating voltage
-    (kV), ``alpha_mrad`` the convergence semi-angle (mrad), ``scan_step`` the scan step (A),
+    (kV), ``alpha_mrad`` the convergence semi-angle (mrad), ``scan_step`` the scan step (A; or
+    (step_y, step_x) where they differ),
     ``detector_pixel`` 1/A per detector pixel (optional), ``aberrations`` C_nm (A) and azimuths (rad).
     """
     import h5py
@@ -47,7 +49,8 @@ def write_dataset(path, data, *, kv: float, alpha_mrad: float, scan_step: float,
         f.attrs["qora_kind"] = "ssb_dataset"
         f.attrs["kv"] = kv
         f.attrs["alpha_mrad"] = alpha_mrad
-        f.attrs["scan_step_a"] = scan_step
+        steps = scan_steps(scan_step)
+        f.attrs["scan_step_a"] = steps[0] if steps[0] == steps[1] else np.asarray(steps)  # (step_y, step_x) if they differ
         if detector_pixel is not None:
             f.attrs["detector_pixel_inv_a"] = detector_pixel
         f.attrs["aberrations"] = json.dumps((aberrations or Aberrations()).values)
@@ -69,16 +72,32 @@ def _contents(f) -> str:
     return "; it holds " + (", ".join(found[:12]) + (" ..." if len(found) > 12 else "") if found else "no dataset")
 
 
-def read_dataset(path):
-    """``(data, metadata)`` of a qora dataset file (the data read into memory). A file that is not
-    one (damaged, truncated, another kind, no 4D ``data``) is a FileFormatError naming the file and
-    what it holds."""
+def read_dataset(path, *, lazy: bool = False):
+    """``(data, metadata)`` of a qora dataset file: the data read into memory, or with ``lazy`` a
+    dask array over the open HDF5 dataset, read in blocks of scan rows only when needed (the file
+    stays open while the array is referenced). A file that is not one (damaged, truncated, another
+    kind, no 4D ``data``) is a FileFormatError naming the file and what it holds."""
     import h5py
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    with naming_file(path), h5py.File(path, "r") as f:
+    with naming_file(path):
+        f = h5py.File(path, "r")
+    try:
+        result = _dataset_contents(path, f, lazy)
+    except BaseException:
+        f.close()
+        raise
+    if not lazy:
+        f.close()
+    return result
+
+
+def _dataset_contents(path: Path, f, lazy: bool):
+    import h5py
+
+    with naming_file(path):
         kind = f.attrs.get("qora_kind")
         if kind != "ssb_dataset":
             raise FileFormatError(f"{path}: not a qora 4D-STEM dataset (qora_kind={kind!r}){_contents(f)}")
@@ -87,34 +106,57 @@ def read_dataset(path):
             what = "no dataset 'data'" if data is None else f"'data' of shape {getattr(data, 'shape', '?')}"
             raise FileFormatError(f"{path}: 4D-STEM data must be a 4D dataset 'data' (scan_row, scan_col, det_row, "
                                   f"det_col), found {what}{_contents(f)}")
-        meta = {k: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()}
+        meta = {k: (v.item() if np.size(v) == 1 else tuple(np.ravel(v).tolist())) if isinstance(v, np.ndarray)
+                else (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()}
         try:
             recorded = json.loads(meta.get("aberrations", "{}"))
             meta["aberrations"] = Aberrations({k: tuple(v) if isinstance(v, list) else v for k, v in recorded.items()})
         except (TypeError, ValueError, AttributeError) as exc:
             raise FileFormatError(f"{path}: its aberrations attribute cannot be read ({exc})") from None
-        array = data[...]
+        array = lazy_array(data) if lazy else data[...]
         if "truth" in f:
             meta["truth"] = f["truth"][...]
     return array, meta
 
 
-def load_data(path, *, scan_shape=None):
-    """4D data from ``.h5`` (qora's, or fpd's ``fpd_expt``), ``.npy`` (memory-mapped), Merlin ``.mib``
-    or detector formats via rosettasciio: ``(data, metadata)`` with whatever metadata the file holds
-    (kv, alpha_mrad, scan_step_a, camera_length_m, detector). ``scan_shape`` (rows, cols) shapes a
-    Merlin frame series whose files do not say its scan shape (docs/ssb.md, "Detector files"). A
-    damaged file, data that are not 4D, or that do not hold real numbers, are a FileFormatError
+def load_data(path, *, scan_shape=None, layout=None):
+    """4D data and what the file says about them, read lazily (nothing but headers and metadata is
+    read here: the data stay a memory map, a dask array or an HDF5/Zarr array read in chunks).
+
+    Formats (docs/ssb.md, "Detector files"): Qora's HDF5 dataset, fpd HDF5 (``fpd_expt``),
+    DECTRIS/Arina HDF5 masters (``entry/data/data_000001 ...``, external links and bitshuffle/LZ4
+    through hdf5plugin), Zarr (a ``.zarr`` folder: an array, or a group holding one 4D array),
+    ``.npy`` (memory-mapped), Merlin ``.mib`` (:mod:`qora.ssb.readers`), and through rosettasciio
+    (the ``formats`` extra) DM3/DM4, EMPAD (``.xml``/``.raw``), EMD (Velox and NCEM), TVIPS, HSPY,
+    blockfile and MRC; ZSPY is a Zarr store, read as Zarr. Returns ``(data, metadata)``: data (scan_row, scan_col, det_row, det_col) and whatever
+    metadata the file holds: ``kv``, ``alpha_mrad``, ``scan_step_a`` (A; a (step_y, step_x) pair
+    where the scan's two steps differ), ``detector_pixel_mrad`` and/or ``detector_pixel_inv_a``
+    (the scattering angle per detector pixel, mrad or 1/A), ``camera_length_m``, ``detector``.
+
+    ``scan_shape`` (rows, cols) shapes a series of frames whose file does not say its scan shape
+    (a Merlin series, a DECTRIS master, a TVIPS stack, a 3D ``.npy``). ``layout`` (a
+    :class:`qora.ssb.readers.Layout`) maps the file's axes onto Qora's (axis order, detector
+    transpose, flips), applied lazily after reading. A damaged file, data that are not 4D (the
+    message says what the file holds), or that do not hold real numbers, are a FileFormatError
     naming the file."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"{path}: no such file")
     suffix = path.suffix.lower()
-    if suffix in (".h5", ".hdf5", ".emd") and _is_fpd(path):
+    if path.is_dir() or suffix in (".zarr", ".zspy"):
         with naming_file(path):
-            data, meta = read_fpd(path)
-    elif suffix in (".h5", ".hdf5"):
-        return read_dataset(path)
+            data, meta = _read_zarr(path)
+    elif suffix in (".h5", ".hdf5", ".emd", ".nxs") and _hdf5_kind(path) is not None:
+        kind = _hdf5_kind(path)
+        with naming_file(path):
+            if kind == "fpd":
+                data, meta = read_fpd(path)
+            elif kind == "qora":
+                data, meta = read_dataset(path, lazy=True)
+            else:
+                data, meta = read_dectris(path, scan_shape=scan_shape)
+    elif suffix in (".h5", ".hdf5", ".nxs"):
+        return read_dataset(path)  # not one of ours: its refusal names what the file holds
     elif suffix == ".npy":
         with naming_file(path):
             data = np.load(path, mmap_mode="r", allow_pickle=False)
@@ -126,52 +168,184 @@ def load_data(path, *, scan_shape=None):
             raise MissingExtra(f"{path}: reading {suffix} files needs rosettasciio (pip install 'qora[formats]')") \
                 from None
         with naming_file(path):
-            data, meta = read_mib(path, scan_shape) if suffix == ".mib" else _read_rsciio(path)
+            data, meta = read_mib(path, scan_shape) if suffix == ".mib" else _read_rsciio(path, scan_shape)
+    if data.ndim == 3 and scan_shape is not None:
+        data = _shape_scan(path, data, scan_shape)
     if data.ndim != 4:
-        raise FileFormatError(f"{path}: 4D-STEM data must be (scan_row, scan_col, det_row, det_col), got shape "
-                              f"{data.shape}")
+        hint = ("; a series of frames: give the scan shape (scan_shape=(rows, cols), --scan-shape ROWSxCOLS)"
+                if data.ndim == 3 else "")
+        raise FileFormatError(f"{path}: 4D-STEM data must be (scan_row, scan_col, det_row, det_col), the file holds "
+                              f"an array of shape {tuple(data.shape)} {np.dtype(data.dtype)}{hint}")
     if np.dtype(data.dtype).kind not in "iuf":
         raise FileFormatError(f"{path}: 4D-STEM data must be real numbers (counts or intensities), got dtype "
                               f"{data.dtype}")
+    if layout is not None and not layout.identity:
+        data = layout.apply(data)
+        meta = _layout_metadata(meta, layout)
     return data, meta
 
 
-def _is_fpd(path: Path) -> bool:
-    """Whether an HDF5 file is fpd's (False for any file h5py cannot open: its reader says why)."""
+def _layout_metadata(meta: dict, layout) -> dict:
+    """The metadata of data whose axes a layout reordered: a (step_y, step_x) scan step follows
+    its axes."""
+    meta = dict(meta)
+    step = meta.get("scan_step_a")
+    if isinstance(step, tuple):
+        scan_axes = [a for a in layout.axis_order if a.startswith("scan")]
+        if scan_axes == ["scan_col", "scan_row"]:  # the file's first scan axis becomes the columns
+            meta["scan_step_a"] = (step[1], step[0])
+    return meta
+
+
+def _shape_scan(path: Path, data, scan_shape):
+    """A (frames, det_row, det_col) series as (rows, cols, det_row, det_col), row by row, lazily."""
+    rows, cols = (int(v) for v in scan_shape)
+    if rows < 1 or cols < 1 or rows * cols != data.shape[0]:
+        raise FileFormatError(f"{path}: holds {data.shape[0]} frames of {data.shape[1]}x{data.shape[2]}; the scan "
+                              f"shape {rows}x{cols} given needs {rows * cols}")
+    return data.reshape(rows, cols, *data.shape[1:])
+
+
+def _hdf5_kind(path: Path) -> str | None:
+    """"fpd", "qora", "dectris" (a NeXus master with ``entry/data/data_000001``) or None (another
+    HDF5 file, or one h5py cannot open: its reader says why)."""
+    import h5py
+
     try:
-        return is_fpd(path)
+        with h5py.File(path, "r") as f:
+            if isinstance(f.get("fpd_expt/fpd_data/data"), h5py.Dataset):
+                return "fpd"
+            if f.attrs.get("qora_kind") == "ssb_dataset":
+                return "qora"
+            group = f.get("entry/data")
+            if isinstance(group, h5py.Group) and any(k.startswith("data_") for k in group.keys()):
+                return "dectris"
     except (OSError, ValueError):
-        return False
+        return None
+    return None
 
 
-def _read_rsciio(path: Path):
+def _read_zarr(path: Path):
+    """A Zarr array (or the one 4D array of a Zarr group) as a dask array, and the metadata its
+    attributes hold under Qora's names (kv, alpha_mrad, scan_step_a, detector_pixel_mrad, ...)."""
+    try:
+        import dask.array as da
+        import zarr
+    except ImportError:
+        raise MissingExtra(f"{path}: reading Zarr needs zarr and dask (pip install 'qora[dask]')") from None
+    try:
+        node = zarr.open(str(path), mode="r")
+    except Exception as exc:  # zarr raises its own, version-dependent errors for what is not a store
+        raise FileFormatError(f"{path}: not a Zarr array or group ({type(exc).__name__}: {exc})") from None
+    attrs = dict(node.attrs)
+    if isinstance(node, zarr.Group):
+        arrays = {name: a for name, a in node.members(max_depth=None) if isinstance(a, zarr.Array)}
+        four = {name: a for name, a in arrays.items() if a.ndim == 4}
+        if len(four) != 1:
+            held = ", ".join(f"{n} {a.shape} {a.dtype}" for n, a in arrays.items()) or "no array"
+            raise FileFormatError(f"{path}: a Zarr group must hold one 4D array (scan_row, scan_col, det_row, "
+                                  f"det_col), it holds {held}")
+        name, node = next(iter(four.items()))
+        attrs = {**attrs, **dict(node.attrs)}
+    return da.from_zarr(node), _known_metadata(attrs)
+
+
+_KNOWN = ("kv", "alpha_mrad", "scan_step_a", "detector_pixel_mrad", "detector_pixel_inv_a", "camera_length_m")
+
+
+def _known_metadata(attrs: dict) -> dict:
+    """The attributes that carry Qora's metadata names, as floats (a two-valued scan step as a
+    (step_y, step_x) tuple)."""
+    meta = {}
+    for key in _KNOWN:
+        if key in attrs:
+            value = np.asarray(attrs[key], dtype=float)
+            meta[key] = float(value) if value.ndim == 0 else tuple(float(v) for v in value.ravel())
+    return meta
+
+
+_RSCIIO = {".dm3": "rsciio.digitalmicrograph", ".dm4": "rsciio.digitalmicrograph", ".raw": "rsciio.empad",
+           ".xml": "rsciio.empad", ".emd": "rsciio.emd", ".tvips": "rsciio.tvips", ".hspy": "rsciio.hspy",
+           ".blo": "rsciio.blockfile", ".mrc": "rsciio.mrc"}  # .zspy: a Zarr store, read as Zarr
+_NO_READER = {".seq": "DE/StreamPix .seq: rosettasciio 0.15 has no reader for it (its DE reader came later); "
+                     "convert it to .npy, .zarr or HDF5, or use a rosettasciio with a DE reader"}
+
+
+def _read_rsciio(path: Path, scan_shape=None):
+    """A 4D detector file through rosettasciio, lazily (its dask arrays over a memory map), with its
+    calibration mapped onto Qora's metadata (:func:`rsciio_metadata`)."""
     import importlib
 
-    plugins = {".mib": "rsciio.quantumdetector", ".dm4": "rsciio.digitalmicrograph", ".raw": "rsciio.empad",
-               ".emd": "rsciio.emd"}
-    name = plugins.get(path.suffix.lower())
+    suffix = path.suffix.lower()
+    if suffix in _NO_READER:
+        raise FileFormatError(f"{path}: {_NO_READER[suffix]}")
+    name = _RSCIIO.get(suffix)
     if name is None:
-        raise FileFormatError(f"{path}: unknown 4D-STEM format {path.suffix!r} (known: .h5, .npy, "
-                              f"{', '.join(plugins)})")
+        known = [".h5", ".hdf5", ".npy", ".zarr", ".mib", *_RSCIIO]
+        raise FileFormatError(f"{path}: unknown 4D-STEM format {path.suffix!r} (known: {', '.join(known)})")
     reader = importlib.import_module(name)
-    if path.suffix.lower() == ".raw":  # EMPAD: the .xml beside the .raw holds the shape
+    options = {}
+    if suffix == ".raw":  # EMPAD: the .xml beside the .raw holds the shape
         path = path.with_suffix(".xml")
-    items = reader.file_reader(str(path), lazy=True)
+    if suffix == ".tvips" and scan_shape is not None:
+        options["scan_shape"] = (int(scan_shape[0]), int(scan_shape[1]))  # rosettasciio's TVIPS order: (y, x)
+    items = reader.file_reader(str(path), lazy=True, **options)
     item = next((i for i in items if np.ndim(i["data"]) == 4), None)
     if item is None:
-        held = ", ".join(f"{np.shape(i['data'])}" for i in items) or "nothing"
-        raise FileFormatError(f"{path}: holds no 4D data (scan_row, scan_col, det_row, det_col); it holds {held}")
+        item = next((i for i in items if np.ndim(i["data"]) == 3), None) if scan_shape is not None else None
+    if item is None:
+        held = ", ".join(f"{_title(i)}{tuple(np.shape(i['data']))} {i['data'].dtype}" for i in items) or "nothing"
+        hint = (" (a series of frames: give the scan shape)" if any(np.ndim(i["data"]) == 3 for i in items) else "")
+        raise FileFormatError(f"{path}: holds no 4D data (scan_row, scan_col, det_row, det_col); it holds "
+                              f"{held}{hint}")
+    meta = rsciio_metadata(item)
+    if suffix == ".tvips":
+        meta.pop("scan_step_a", None)  # rosettasciio gives a TVIPS scan 1 nm steps: the file records none
+    return item["data"], meta
+
+
+def _title(item) -> str:
+    title = item.get("metadata", {}).get("General", {}).get("title", "")
+    return f"{title!r} " if title else ""
+
+
+_LENGTH_A = {"nm": 10.0, "Å": 1.0, "A": 1.0, "angstrom": 1.0, "um": 1e4, "µm": 1e4, "pm": 0.01}
+_INV_A = {"1/nm": 0.1, "nm^-1": 0.1, "nm-1": 0.1, "1 / nm": 0.1, "1/Å": 1.0, "1/A": 1.0, "Å^-1": 1.0, "A^-1": 1.0,
+          "1 / Å": 1.0}
+_ANGLE_MRAD = {"mrad": 1.0, "rad": 1e3, "µrad": 1e-3, "urad": 1e-3}
+
+
+def rsciio_metadata(item: dict) -> dict:
+    """Qora's metadata from a rosettasciio signal dict: beam energy (kV) and convergence angle (mrad)
+    from ``Acquisition_instrument.TEM``; the scan step from the navigation axes (A; a (step_y,
+    step_x) pair where they differ), the detector pixel from the signal axes (1/nm or 1/A ->
+    ``detector_pixel_inv_a``, mrad or rad -> ``detector_pixel_mrad``), camera length (m). Axes in
+    pixel units (rosettasciio's default, scale 1) say nothing and are left out."""
     meta = {}
     md = item.get("metadata", {})
     beam = md.get("Acquisition_instrument", {}).get("TEM", {})
-    if "beam_energy" in beam:
+    if beam.get("beam_energy"):
         meta["kv"] = float(beam["beam_energy"])
-    if "convergence_angle" in beam:
+    if beam.get("convergence_angle"):
         meta["alpha_mrad"] = float(beam["convergence_angle"])
-    axes = item.get("axes", [])
-    if axes and axes[0].get("units") in ("nm", "Å", "A"):
-        meta["scan_step_a"] = float(axes[0]["scale"]) * (10.0 if axes[0]["units"] == "nm" else 1.0)
-    return item["data"], meta  # lazy (memory-mapped through dask): Session reads it a chunk of pixels at a time
+    if beam.get("camera_length"):  # rosettasciio: mm
+        meta["camera_length_m"] = float(beam["camera_length"]) * 1e-3
+    axes = sorted(item.get("axes", []), key=lambda a: a.get("index_in_array", 0))
+    if len(axes) == 4:
+        steps = [float(a.get("scale", 1.0)) * _LENGTH_A[a.get("units")] for a in axes[:2]
+                 if a.get("units") in _LENGTH_A]
+        if len(steps) == 2:
+            meta["scan_step_a"] = steps[0] if np.isclose(steps[0], steps[1], rtol=1e-6) else tuple(steps)
+        det = axes[2:]
+        units = {a.get("units") for a in det}
+        scales = [float(a.get("scale", 1.0)) for a in det]
+        if len(units) == 1 and np.isclose(scales[0], scales[1], rtol=1e-6):
+            unit = units.pop()
+            if unit in _INV_A:
+                meta["detector_pixel_inv_a"] = scales[0] * _INV_A[unit]
+            elif unit in _ANGLE_MRAD:
+                meta["detector_pixel_mrad"] = scales[0] * _ANGLE_MRAD[unit]
+    return meta
 
 
 def write_image(path, phase, *, method: str, scan_step: float, kv: float, alpha_mrad: float,
@@ -184,7 +358,8 @@ def write_image(path, phase, *, method: str, scan_step: float, kv: float, alpha_
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         f.attrs["qora_kind"] = "ssb_image"
         f.attrs["method"] = method
-        f.attrs["scan_step_a"] = scan_step
+        steps = scan_steps(scan_step)
+        f.attrs["scan_step_a"] = steps[0] if steps[0] == steps[1] else np.asarray(steps)  # (y, x) if they differ
         f.attrs["kv"] = kv
         f.attrs["alpha_mrad"] = alpha_mrad
         f.attrs["aberrations"] = json.dumps(aberrations.values)
@@ -200,7 +375,8 @@ def plot_image(path, phase, *, scan_step: float, title: str = "", chi_map=None) 
     panels = 2 if chi_map is not None else 1
     fig, axes = subplots(1, panels, figsize=(5 * panels, 4.4), squeeze=False)
     sy, sx = np.shape(phase)
-    im = axes[0, 0].imshow(phase, cmap="gray", extent=(0, sx * scan_step, sy * scan_step, 0))
+    step_y, step_x = scan_steps(scan_step)
+    im = axes[0, 0].imshow(phase, cmap="gray", extent=(0, sx * step_x, sy * step_y, 0))
     axes[0, 0].set(title=title or "phase (rad)", xlabel="x (A)", ylabel="y (A)")
     fig.colorbar(im, ax=axes[0, 0], label="rad")
     if chi_map is not None:
@@ -250,9 +426,9 @@ def plot_fit(path, session, result: dict) -> None:
     cols = max(len(branches) + 1, len(names))
     fig, axes = subplots(2, cols, figsize=(3.6 * cols, 7.0), squeeze=False)
     sy, sx = session.scan_shape
-    step = session.scan_step
+    step_y, step_x = scan_steps(session.scan_step)
     for i, b in enumerate(branches):
-        im = axes[0, i].imshow(images[b], cmap="gray", extent=(0, sx * step, sy * step, 0))
+        im = axes[0, i].imshow(images[b], cmap="gray", extent=(0, sx * step_x, sy * step_y, 0))
         axes[0, i].set_title(f"{b}: agreement {result[b]['agreement']:.4f}", fontsize=9)
         axes[0, i].set(xlabel="x (A)", ylabel="y (A)")
         fig.colorbar(im, ax=axes[0, i], label="rad")

@@ -13,6 +13,7 @@ refused unless the caller gives one.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ import numpy as np
 from qora.io.errors import FileFormatError
 
 __all__ = ["read_mib", "read_fpd", "is_fpd", "MERLIN_DTYPES", "merlin_frame_header", "decode_raw_1bit", "header_fields",
-           "check_raw"]
+           "check_raw", "Layout", "parse_axis_order", "lazy_array", "AXIS_ORDERS", "read_dectris"]
 
 MERLIN_DTYPES = {"U08": ">u1", "U16": ">u2", "U32": ">u4"}  # normal frames: counter depths 1 and 6, 12, 24
 
@@ -214,8 +215,8 @@ def read_fpd(path):
         unit = unit.decode() if isinstance(unit, bytes) else str(unit)
         if dim.shape[0] > 1 and unit in ("nm", "A", "Å"):
             steps.append(float(dim[1] - dim[0]) * (10.0 if unit == "nm" else 1.0))
-    if len(steps) == 2 and np.isclose(steps[0], steps[1], rtol=1e-6):  # qora's scan step is one number
-        meta["scan_step_a"] = steps[0]
+    if len(steps) == 2:  # one number for a square grid, else (step_y, step_x)
+        meta["scan_step_a"] = steps[0] if np.isclose(steps[0], steps[1], rtol=1e-6) else (steps[0], steps[1])
     desc = f.get("fpd_expt/TIA0/tags/ObjectInfo/ExperimentalDescription")
     if desc is not None:
         if "High tension_kV" in desc:
@@ -231,4 +232,212 @@ def read_fpd(path):
         if fields.get("Counter Depth (number)"):
             det["counter_depth"] = int(fields["Counter Depth (number)"])
         meta["detector"] = det
+    return data, meta
+
+
+# -- the data layout: how a file's axes map onto (scan_row, scan_col, det_row, det_col) ---------------
+
+AXES = ("scan_row", "scan_col", "det_row", "det_col")
+_ALIASES = {"scan_row": "scan_row", "scan_y": "scan_row", "sy": "scan_row", "scan_col": "scan_col",
+            "scan_x": "scan_col", "sx": "scan_col", "det_row": "det_row", "det_y": "det_row", "ky": "det_row",
+            "det_col": "det_col", "det_x": "det_col", "kx": "det_col"}
+AXIS_ORDERS = {
+    "scan-scan-det-det": AXES,
+    "det-det-scan-scan": ("det_row", "det_col", "scan_row", "scan_col"),
+    # abTEM (and other x-first codes): (scan x, scan y, k_x, k_y), x the first axis, y the second
+    "x,y": ("scan_col", "scan_row", "det_col", "det_row"),
+}
+
+
+def parse_axis_order(text) -> tuple:
+    """The file's axes in Qora's names, from a preset (``scan-scan-det-det``, ``det-det-scan-scan``,
+    ``x,y``: abTEM's x-first (scan_x, scan_y, k_x, k_y)) or four names separated by commas, each one
+    of scan_row/scan_y, scan_col/scan_x, det_row/det_y/ky, det_col/det_x/kx, every axis once."""
+    from qora.io.errors import InputError
+
+    if isinstance(text, (tuple, list)):
+        names = [str(n) for n in text]
+    else:
+        text = str(text).strip().lower().replace(" ", "")
+        if text in AXIS_ORDERS:
+            return AXIS_ORDERS[text]
+        if text in ("xy", "abtem"):
+            return AXIS_ORDERS["x,y"]
+        names = text.split(",")
+    try:
+        order = tuple(_ALIASES[n.strip().lower()] for n in names)
+    except KeyError:
+        order = ()
+    if sorted(order) != sorted(AXES):
+        raise InputError(f"axis order {text!r}: give one of {', '.join(AXIS_ORDERS)} or the four axes of the file in "
+                         f"its order, e.g. 'scan_x,scan_y,det_x,det_y' (each of scan_row/scan_y, scan_col/scan_x, "
+                         f"det_row/det_y, det_col/det_x once)")
+    return order
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a file's array maps onto Qora's (scan_row, scan_col, det_row, det_col), applied at load
+    time and lazily (views of a memory map, dask operations on a dask array), in this order:
+
+    ``axis_order``: the file's axes in Qora's names (:func:`parse_axis_order`; default Qora's own);
+    ``transpose_detector``: swap det_row and det_col (a detector mounted with its axes swapped
+    against the scan's); ``flip_detector_rows`` / ``flip_detector_cols``: reverse the detector's rows
+    / columns (a mirrored detector); ``flip_scan_rows`` / ``flip_scan_cols``: reverse the scan's
+    rows / columns (a scan run bottom to top or right to left)."""
+
+    axis_order: tuple = AXES
+    transpose_detector: bool = False
+    flip_detector_rows: bool = False
+    flip_detector_cols: bool = False
+    flip_scan_rows: bool = False
+    flip_scan_cols: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "axis_order", parse_axis_order(self.axis_order))
+
+    @property
+    def identity(self) -> bool:
+        return self == Layout()
+
+    def describe(self) -> str:
+        """One line: what is done to the file's axes (for the CLI's report)."""
+        steps = [f"axes ({', '.join(self.axis_order)})"]
+        steps += [name.replace("_", " ") for name in ("transpose_detector", "flip_detector_rows", "flip_detector_cols",
+                                                       "flip_scan_rows", "flip_scan_cols") if getattr(self, name)]
+        return "; ".join(steps)
+
+    def apply(self, data):
+        """``data`` (a 4D array in the file's order: NumPy, memory map, dask) in Qora's order, lazily;
+        an h5py dataset becomes a dask array over it first (h5py has no lazy transpose)."""
+        from qora.io.errors import InputError
+
+        if self.identity:
+            return data
+        if getattr(data, "ndim", None) != 4:
+            raise InputError(f"a layout applies to 4D data, got shape {getattr(data, 'shape', None)}")
+        data = lazy_array(data)
+        data = data.transpose([self.axis_order.index(a) for a in AXES])
+        if self.transpose_detector:
+            data = data.transpose(0, 1, 3, 2)
+        flips = (self.flip_scan_rows, self.flip_scan_cols, self.flip_detector_rows, self.flip_detector_cols)
+        return data[tuple(slice(None, None, -1) if f else slice(None) for f in flips)]
+
+
+def lazy_array(data):
+    """An h5py dataset (or any array-like that reads by slicing) as a dask array in blocks of whole
+    scan rows of about 64 MB, each read when needed; NumPy and dask arrays as they are."""
+    if isinstance(data, np.ndarray) or hasattr(data, "compute"):
+        return data
+    import dask.array as da
+
+    row = int(np.prod(data.shape[1:])) * np.dtype(data.dtype).itemsize
+    rows = max(1, min(data.shape[0], (64 << 20) // max(1, row)))
+    return da.from_array(data, chunks=(rows,) + tuple(data.shape[1:]), lock=True, asarray=True)
+
+
+# -- DECTRIS (Arina, Quadro, ...) NeXus masters ----------------------------------------------------
+
+def _electron_kv(wavelength_a: float) -> float:
+    """The accelerating voltage (kV) of electrons of relativistic wavelength ``wavelength_a`` (A):
+    the inverse of qora.ssb.optics.wavelength, h c / lambda = sqrt(E (E + 2 m c^2))."""
+    hc_kev_a = 12.398419843320026  # h c (keV A)
+    mc2_kev = 510.99895000
+    pc = hc_kev_a / wavelength_a
+    return float(np.sqrt(pc * pc + mc2_kev * mc2_kev) - mc2_kev)
+
+
+def read_dectris(path, *, scan_shape=None):
+    """``(data, metadata)`` of a DECTRIS NeXus master (``entry/data/data_000001``, ... each an
+    external link to a data file's (frames, det_row, det_col) stack, bitshuffle/LZ4 compressed):
+    the stacks joined lazily (a dask array of whole frames read when needed), (frames, det_row,
+    det_col) - a master does not record the scan, so :func:`qora.ssb.load_data` shapes it with the
+    ``scan_shape`` given. Pixels marked in ``detectorSpecific/pixel_mask`` (dead, hot, the gaps of
+    a multi-chip module) read 0. Metadata: ``kv`` from ``beam/incident_wavelength``,
+    ``camera_length_m`` from ``detector_distance`` and ``detector_pixel_mrad`` = pixel size /
+    camera length (valid where the acquisition wrote the effective camera length: the CLI warns
+    when it disagrees with the bright-field disk), the ``detector``'s name, pixel size, bit depth,
+    count time and masked pixels."""
+    import dask.array as da
+    import h5py
+
+    try:
+        import hdf5plugin  # noqa: F401 - registers the bitshuffle/LZ4 filters the data files use
+    except ImportError:
+        from qora.io.errors import MissingExtra
+
+        raise MissingExtra(f"{path}: DECTRIS data are bitshuffle/LZ4 compressed: reading them needs hdf5plugin "
+                           "(pip install 'qora[formats]')") from None
+    path = Path(path)
+    f = h5py.File(path, "r")
+    group = f["entry/data"]
+    names = sorted(k for k in group.keys() if k.startswith("data_"))
+    stacks = []
+    for name in names:
+        try:
+            dset = group[name]
+        except KeyError:  # an external link whose data file is missing
+            link = group.get(name, getlink=True)
+            target = getattr(link, "filename", "?")
+            f.close()
+            raise FileFormatError(f"{path}: entry/data/{name} links to {target}, which is missing (keep the data "
+                                  "files beside the master)") from None
+        if not isinstance(dset, h5py.Dataset) or dset.ndim != 3:
+            shape = getattr(dset, "shape", "a group")
+            f.close()
+            raise FileFormatError(f"{path}: entry/data/{name} must be a stack of frames (frames, det_row, det_col), "
+                                  f"it is {shape}")
+        stacks.append(da.from_array(dset, chunks=(max(1, min(dset.shape[0], (64 << 20) // max(1, dset[0].nbytes))),
+                                                  -1, -1), lock=True, asarray=True))
+    if not stacks:
+        f.close()
+        raise FileFormatError(f"{path}: a DECTRIS master with no data_ links in entry/data")
+    if len({s.shape[1:] for s in stacks}) != 1:
+        f.close()
+        raise FileFormatError(f"{path}: the data files' frames differ in shape: {[s.shape for s in stacks]}")
+    data = da.concatenate(stacks, axis=0) if len(stacks) > 1 else stacks[0]
+    meta: dict = {}
+    det = {"name": "DECTRIS"}
+    d = f.get("entry/instrument/detector")
+
+    def value(key, group=d):
+        item = group.get(key) if group is not None else None
+        if isinstance(item, h5py.Dataset):
+            v = item[()]
+            return v.decode() if isinstance(v, bytes) else v
+        return None
+
+    if d is not None:
+        if value("description"):
+            det["name"] = str(value("description"))
+        pixel = value("x_pixel_size")
+        if pixel is not None and value("y_pixel_size") not in (None, pixel):
+            pixel = None  # rectangular pixels: no one scattering angle per pixel
+        distance = value("detector_distance")
+        if pixel is not None:
+            det["pixel_size_m"] = float(pixel)
+        if distance is not None and float(distance) > 0:
+            meta["camera_length_m"] = float(distance)
+            if pixel is not None:
+                meta["detector_pixel_mrad"] = float(pixel) / float(distance) * 1e3
+        for key, name in (("bit_depth_image", "bit_depth"), ("count_time", "count_time_s")):
+            if value(key) is not None:
+                det[name] = value(key).item() if hasattr(value(key), "item") else value(key)
+        mask = d.get("detectorSpecific/pixel_mask")
+        if isinstance(mask, h5py.Dataset) and mask.shape == tuple(data.shape[1:]):
+            bad = np.asarray(mask[...]) != 0
+            if bad.any():
+                det["masked_pixels"] = int(bad.sum())
+                data = da.where(bad[None], data.dtype.type(0), data)
+    beam = f.get("entry/instrument/beam")
+    wavelength = value("incident_wavelength", beam)
+    if wavelength is not None and float(wavelength) > 0:
+        unit = beam["incident_wavelength"].attrs.get("units", "angstrom")
+        unit = unit.decode() if isinstance(unit, bytes) else str(unit)
+        scale = {"angstrom": 1.0, "A": 1.0, "Å": 1.0, "nm": 10.0, "pm": 0.01, "m": 1e10}.get(unit)
+        if scale is None:
+            f.close()
+            raise FileFormatError(f"{path}: entry/instrument/beam/incident_wavelength in unknown units {unit!r}")
+        meta["kv"] = _electron_kv(float(wavelength) * scale)
+    meta["detector"] = det
     return data, meta

@@ -8,11 +8,9 @@ Q_col >= 0 since the data are real. For a weak phase object phi with spectrum Ph
     G(Q, k) = |psi(k)|^2 delta(Q) + i Phi(Q) Gamma(Q, k),
     Gamma(Q, k) = conj(psi(k)) psi(k - Q) - psi(k) conj(psi(k + Q)),   psi = A exp(-i chi).
 
-Units: A, 1/A, mrad, kV, rad.
-
-The image methods run array code (NumPy or CuPy) or, where G is on the device, the launchers of
-:mod:`qora.ssb.kernels`: :meth:`Session._pick` is the one place that chooses. The fits' band of G
-is cached here (:meth:`Session.band_rows`).
+Units: A, 1/A, mrad, kV, rad. The image methods run array code (NumPy or CuPy) or, where G is on
+the device, the launchers of :mod:`qora.ssb.kernels`: :meth:`Session._pick` is the one place that
+chooses. The fits' band of G is cached here (:meth:`Session.band_rows`).
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ from qora.io.errors import InputError
 from qora.io.validate import integer, positive
 from qora.ssb import kernels
 from qora.ssb.detector import (DetectorFit, bright_field_pixels, check_data, check_level, check_settings,
-                               fit_detector, gather, scan_frequencies)
+                               fit_detector, gather, scan_frequencies, scan_steps)
 from qora.ssb.model import chi_coefficients, parameters_to_aberrations, quadratic_tag
 from qora.ssb.optics import Aberrations, aperture, chi, chi_gradient, wavelength
 from qora.ssb.orientation import reorient
@@ -48,8 +46,9 @@ class Session:
         Accelerating voltage (kV).
     alpha_mrad : float
         Convergence semi-angle (mrad).
-    scan_step : float
-        Scan step (A), the same along both scan axes.
+    scan_step : float or (float, float)
+        Scan step (A): one number for a square grid, or (step_y, step_x), the steps along the
+        scan's rows and columns where they differ (docs/ssb.md, "Anisotropic scan steps").
     rotation : float
         Scan rotation (rad): the angle from the detector's axes to the scan's.
     detector : DetectorFit, optional
@@ -73,7 +72,7 @@ class Session:
         session's pixels); shards take the whole bright field's, so that their G add up.
     """
 
-    def __init__(self, data, *, kv: float, alpha_mrad: float, scan_step: float, rotation: float = 0.0,
+    def __init__(self, data, *, kv: float, alpha_mrad: float, scan_step, rotation: float = 0.0,
                  detector: DetectorFit | None = None, chunk: int = 512, backend="cpu",
                  max_bytes: int | None = None, pixels: slice | None = None, level: float | None = None,
                  precision: str = "auto") -> None:
@@ -518,7 +517,7 @@ class Session:
         xp = self.xp
         sy, sx = self.scan_shape
         fy, fx = sy * factor, sx * factor
-        fine = self.scan_step / factor
+        fine_y, fine_x = (step / factor for step in scan_steps(self.scan_step))
         gx, gy = chi_gradient(self._k[:, 1], self._k[:, 0], aberrations, self.wavelength)
         c, s = math.cos(self.rotation), math.sin(self.rotation)
         # G(Q, k) ~ exp(i grad chi(k).Q): the image of pixel k at R shows the specimen at
@@ -528,8 +527,8 @@ class Session:
         image = self._pick(self._parallax_scatter, self._parallax_fine, fits=factor in kernels.FINE_FACTORS)(
             shift_y, shift_x, factor)
         clock.lap("sums")
-        qy = xp.asarray(np.fft.fftfreq(fy, fine))[:, None]
-        qx = xp.asarray(np.fft.fftfreq(fx, fine))[None, :]
+        qy = xp.asarray(np.fft.fftfreq(fy, fine_y))[:, None]
+        qx = xp.asarray(np.fft.fftfreq(fx, fine_x))[None, :]
         qdy, qdx = c * qy + s * qx, -s * qy + c * qx
         flip = xp.sign(xp.sin(chi(qdx, qdy, aberrations, self.wavelength)))
         spectrum = fftn(image, axes=(-2, -1)) * flip / 2
@@ -551,7 +550,7 @@ class Session:
         xp = self.xp
         sy, sx = self.scan_shape
         fy, fx = sy * factor, sx * factor
-        fine = self.scan_step / factor
+        fine_y, fine_x = (step / factor for step in scan_steps(self.scan_step))
         rows, cols = xp.meshgrid(xp.arange(sy) * factor, xp.arange(sx) * factor, indexing="ij")
         total = xp.zeros(fy * fx)
         weight = xp.zeros(fy * fx)
@@ -561,8 +560,8 @@ class Session:
             # each pixel's own unscattered level out (edge pixels are partly lit): a level left in
             # would print the coarse grid onto the fine one
             values = bf - bf.mean(axis=(0, 1))
-            py = rows[..., None] + shift_y[ks] / fine
-            px = cols[..., None] + shift_x[ks] / fine
+            py = rows[..., None] + shift_y[ks] / fine_y
+            px = cols[..., None] + shift_x[ks] / fine_x
             y0, x0 = xp.floor(py).astype(np.int64), xp.floor(px).astype(np.int64)
             wy, wx = py - y0, px - x0
             for dy, wy_ in ((0, 1 - wy), (1, wy)):
@@ -581,7 +580,8 @@ class Session:
         xp = self.xp
         sy, sx = self.scan_shape
         ny, nx = sy * factor, sx * factor
-        sigma = np.stack([self.backend.to_host(shift_y), self.backend.to_host(shift_x)], 1) / (self.scan_step / factor)
+        shifts = np.stack([self.backend.to_host(shift_y), self.backend.to_host(shift_x)], 1)
+        sigma = shifts / (np.asarray(scan_steps(self.scan_step)) / factor)
         whole = np.floor(sigma)
         frac = sigma - whole
         spectrum = xp.empty((ny, nx), np.complex64)
