@@ -25,7 +25,7 @@ PASS_BYTES = {"contig forward": 16, "strided forward": 16, "strided inverse": 16
 def pass_breakdown(shape, repeat: int = 20, ept=None) -> dict:
     """ms and GB/s (of the modeled bytes) of each pass of a fused_fft iteration, timed alone."""
     from qora.bench.phase import workload
-    from qora.phase.cuda import FusedFFTEngine
+    from qora.phase.cuda_fused import FusedFFTEngine
 
     be = resolve("cuda")
     cp = be.xp
@@ -62,7 +62,7 @@ def pass_breakdown(shape, repeat: int = 20, ept=None) -> dict:
 def _ept_runner(shape, ept):
     """fused_fft with ``ept`` elements per thread where built."""
     from qora.bench.phase import BETA, workload
-    from qora.phase.cuda import FusedFFTEngine
+    from qora.phase.cuda_fused import FusedFFTEngine
 
     amp, support, x0 = workload(shape)
     engine = FusedFFTEngine(amp, support, 1, elements_per_thread=ept)

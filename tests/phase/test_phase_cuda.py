@@ -303,7 +303,7 @@ def test_fused_fft_known_support_reaches_float_precision():
 
 @pytest.mark.parametrize("shape", [(45, 51), (96, 96), (32, 32), (64,), (64, 64, 64, 64)])
 def test_fused_fft_refuses_sizes_it_was_not_built_for(shape):
-    from qora.phase.cuda import FusedFFTEngine
+    from qora.phase.cuda_fused import FusedFFTEngine
 
     with pytest.raises(ValueError, match="fused_fft"):
         FusedFFTEngine(np.ones(shape, np.float32), np.ones(shape, bool))
@@ -312,7 +312,7 @@ def test_fused_fft_refuses_sizes_it_was_not_built_for(shape):
 @pytest.mark.parametrize("shape", [(64, 64, 64), (64, 128, 256)])
 def test_fused_fft_modulus_on_the_y_pass_matches_cpu(shape):
     from qora.phase.cpu import CpuEngine
-    from qora.phase.cuda import FusedFFTEngine
+    from qora.phase.cuda_fused import FusedFFTEngine
 
     amp, support, x0 = _case("cut_prism", shape, 2)
     assert_parity(lambda x: _run(CpuEngine(amp, support, 2), x, 20, "HIO", None),
@@ -324,7 +324,7 @@ def test_fused_fft_modulus_on_the_y_pass_matches_cpu(shape):
 def test_fused_fft_every_built_line_layout_matches_cpu(shape):
     """Sizes built with 8 and with 16 elements per thread: each layout against the CPU."""
     from qora.phase.cpu import CpuEngine
-    from qora.phase.cuda import FusedFFTEngine
+    from qora.phase.cuda_fused import FusedFFTEngine
 
     amp, support, x0 = _case("triangle" if len(shape) == 2 else "cut_prism", shape, 1)
     reference = _run(CpuEngine(amp, support, 1), x0, 3, "HIO", None)

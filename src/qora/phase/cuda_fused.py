@@ -1,0 +1,127 @@
+"""The ``fused_fft`` variant of :mod:`qora.phase.cuda`: our own cuFFTDx line transforms carrying the
+modulus step and the support update (``kernels/fused_fft.cu``; docs/phase-performance.md, "fused_fft")."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qora.phase.cuda import _KernelEngine
+
+__all__ = ["FusedFFTEngine", "EPT_ORDER", "EPT_FIRST"]
+
+# fused_fft: elements per thread, in order of preference where both are built; the strided 256-point
+# passes measured faster with 16 (0.170 against 0.202 ms for the modulus pass at 256^3 on the H200),
+# every other pass with 8 (docs/phase-performance.md, "fused_fft")
+EPT_ORDER = (8, 16)
+EPT_FIRST = {("strided", 256): 16}
+
+
+class FusedFFTEngine(_KernelEngine):
+    """Iterations as cuFFTDx line passes carrying the element-wise work (``kernels/fused_fft.cu``).
+
+    Per iteration in 3D: a forward pass along y, the z pass (forward transform, modulus step with
+    its error sums, inverse transform, all in registers), the inverse y pass, and the x pass that
+    finishes the inverse, applies the support update and starts the next iteration's forward
+    transform. In 2D the y pass carries the modulus step. Extents are powers of two from 64 to
+    4096 (the sizes compiled into the prebuilt module; :data:`SIZES`). The module is built offline
+    against the cuFFTDx headers (``python -m qora.phase.build_fused``), so users need no headers.
+    """
+
+    name = "fused_fft"
+    SIZES = (64, 128, 256, 512, 1024, 2048, 4096)
+    CUBIN = "fused_fft.sm_90.cubin"
+
+    def __init__(self, amp, support, batch: int = 1, *, modulus_axis: str = "z", elements_per_thread=None) -> None:
+        """``modulus_axis``: in 3D, the strided axis whose pass carries the modulus step ("z" or "y"; the
+        other strided axis gets a plain forward and inverse pass). ``elements_per_thread``: the line
+        transforms' elements per thread where several are built (None: :data:`EPT_ORDER`'s first)."""
+        self.ept_order = EPT_ORDER if elements_per_thread is None else (int(elements_per_thread),) + EPT_ORDER
+        if modulus_axis not in ("z", "y"):
+            raise ValueError(f"modulus_axis must be 'z' or 'y', got {modulus_axis!r}")
+        self.modulus_axis = modulus_axis
+        shape = tuple(np.shape(amp))
+        if len(shape) not in (2, 3) or any(s not in self.SIZES for s in shape):
+            raise ValueError(f"variant 'fused_fft' needs a 2D or 3D pattern with every extent in {self.SIZES}, "
+                             f"got shape {shape}; use variant='graph'")
+        super().__init__(amp, support, batch, graph=True)
+        from qora.backend.kernels import load_cubin
+
+        xp = self.xp
+        if self.backend.device_facts().compute_capability.split(".")[0] != "9":
+            raise ValueError("variant 'fused_fft' is built for compute capability 9.x (H100/H200); use 'graph'")
+        self._module = load_cubin("qora.phase", self.CUBIN)
+        self._sms = self.backend.device_facts().sm_count
+        self._launches: dict = {}
+        self.y = xp.empty(self.full, np.complex64)
+        self._ensure_history(1)
+        self._steps(1, 0.0, 0.0, 0)  # every kernel loaded before any capture
+        self.x.fill(0)
+        self._reset()
+        xp.cuda.get_current_stream().synchronize()
+
+    def _launch_of(self, family: str, size: int, lines: int):
+        """(kernels by kind, block, shared memory, lines per block) of a pass over ``lines`` lines of
+        ``size``: the most lines per block that leave two blocks per SM, else the fewest built."""
+        key = (family, size, lines)
+        launch = self._launches.get(key)
+        if launch is None:
+            built = []
+            order = self.ept_order
+            if self.ept_order is EPT_ORDER and (family, size) in EPT_FIRST:
+                order = (EPT_FIRST[family, size],) + EPT_ORDER
+            for per_block in (16, 8, 4, 2, 1):
+                for ept in order:
+                    try:
+                        params = self._module.get_function(f"{family}_params_{size}_{per_block}_{ept}")
+                    except Exception:  # noqa: BLE001 - CuPy raises its driver error for a name not in the module
+                        continue
+                    built.append((per_block, (params, ept)))
+                    break
+            fits = [pb for pb in built if lines % pb[0] == 0]
+            if not fits:
+                raise ValueError(f"fused_fft has no {family} kernel of size {size} for {lines} lines")
+            roomy = [pb for pb in fits if lines // pb[0] >= 2 * self._sms]
+            per_block, (params, ept) = roomy[0] if roomy else fits[-1]
+            out = self.xp.zeros(3, np.int32)
+            params((1,), (1,), (out,))
+            bx, by, smem = (int(v) for v in out.get())
+            kinds = ("forward", "inverse", "modulus") if family == "strided" else ("forward", "update")
+            kernels = {kind: self._module.get_function(f"{family}_{kind}_{size}_{per_block}_{ept}") for kind in kinds}
+            for kernel in kernels.values():
+                kernel.max_dynamic_shared_size_bytes = smem
+            launch = self._launches[key] = (kernels, (bx, by), smem, per_block)
+        return launch
+
+    def _strided(self, kind: str, size: int, inner: int, outer: int, *args) -> None:
+        kernels, block, smem, per_block = self._launch_of("strided", size, outer * inner)
+        kernels[kind]((outer * inner // per_block,), block, (self.y, np.int64(inner)) + args, shared_mem=smem)
+
+    def _contig(self, kind: str, *args) -> None:
+        width = self.shape[-1]
+        lines = self.batch * self.n // width
+        kernels, block, smem, per_block = self._launch_of("contig", width, lines)
+        kernels[kind]((lines // per_block,), block, (self.y, self.x) + args, shared_mem=smem)
+
+    def _modulus(self, size: int, inner: int, outer: int) -> None:
+        self._strided("modulus", size, inner, outer, self.amp, np.int64(self.n), np.float32(self.scale),
+                      self.history, self.counter, np.int32(self.batch))
+
+    def _steps(self, iterations: int, a: float, b: float, code: int) -> None:
+        shape, batch = self.shape, self.batch
+        self._contig("forward")
+        for k in range(iterations):
+            if len(shape) == 2:
+                height, width = shape
+                self._modulus(height, width, batch)
+            else:
+                depth, height, width = shape
+                if self.modulus_axis == "z":
+                    self._strided("forward", height, width, batch * depth)
+                    self._modulus(depth, height * width, batch)
+                    self._strided("inverse", height, width, batch * depth)
+                else:
+                    self._strided("forward", depth, height * width, batch)
+                    self._modulus(height, width, batch * depth)
+                    self._strided("inverse", depth, height * width, batch)
+            self._contig("update", self.support, np.float32(a), np.float32(b), np.int32(code), self.counter,
+                         np.int32(k < iterations - 1))
