@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from qora.phase.cuda import _KernelEngine
+from qora.phase.cuda_base import _KernelEngine
 
 __all__ = ["FusedFFTEngine", "EPT_ORDER", "EPT_FIRST"]
 
