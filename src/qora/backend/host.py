@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["cpu_count", "openmp_passive", "available_memory"]
+__all__ = ["cpu_count", "num_threads", "openmp_passive", "available_memory"]
 
 
 def cpu_count() -> int:
@@ -16,6 +16,21 @@ def cpu_count() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
         return max(1, os.cpu_count() or 1)
+
+
+def num_threads() -> int:
+    """Threads a CPU stage may use: ``QORA_NUM_THREADS`` when set (a positive integer), else every
+    core of the affinity mask (:func:`cpu_count`)."""
+    value = os.environ.get("QORA_NUM_THREADS", "").strip()
+    if value:
+        try:
+            n = int(value)
+        except ValueError:
+            raise ValueError(f"QORA_NUM_THREADS must be a positive integer, got {value!r}") from None
+        if n < 1:
+            raise ValueError(f"QORA_NUM_THREADS must be a positive integer, got {value!r}")
+        return n
+    return cpu_count()
 
 
 def openmp_passive() -> None:

@@ -20,9 +20,12 @@ with s the thick model's sinc depth weights (1 for the standard model), and ever
 is exact. The scan rotation is a parameter too (``rotation``, rad): Q in the detector's frame
 turns with it, and the band's apertures get a soft edge so that the agreement is smooth in it.
 
-A :class:`Band` evaluates by one of four routes: the array code (:meth:`Band._array_moments`,
-:meth:`Band._batch_arrays`, the reference), and on the device the general batch kernel
-(``band_batch``) and the quadratic-chi kernels (``band_quad_*``) of :mod:`qora.ssb.kernels`.
+A :class:`Band` evaluates by one of five routes: the array code (:meth:`Band._array_moments`,
+:meth:`Band._batch_arrays`, the reference), on the device the general batch kernel
+(``band_batch``) and the quadratic-chi kernels (``band_quad_*``) of :mod:`qora.ssb.kernels`, and
+on the host their Numba twins (:mod:`qora.ssb.cpu_kernels`, float64): whenever chi holds only C10
+and C12 and the apertures are top-hat (the searches, the fits with the rotation given), the
+quadratic-chi routes; else the array code (the rotation's Newton, with soft apertures).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import math
 import numpy as np
 
 from qora.backend.core import xp_of
-from qora.ssb import kernels
+from qora.ssb import cpu_kernels, kernels
 from qora.ssb.model import (ABERRATION_PARAMETERS, KERNEL_COEFFICIENTS, QUADRATIC_PARAMETERS, THICK_PARAMETERS,
                             basis_derivatives, sinc_derivatives, soft_aperture)
 from qora.ssb.optics import aperture
@@ -110,8 +113,9 @@ class Band:
         self.thick = any(p in THICK_PARAMETERS for p in self.parameters)
         self._geometry_for = None
         self._set_rotation(self.rotation)
-        self._grid = _detector_grid(session.k, xp) if xp is not np else None
-        # the quadratic-chi kernels (kernels/band.cu): top-hat apertures, chi of C10 and C12 only
+        self._grid = _detector_grid(session.k, xp)
+        # the quadratic-chi kernels (kernels/band.cu on the device, cpu_kernels on the host): top-hat
+        # apertures, chi of C10 and C12 only
         self.quadratic_kernels = (self._grid is not None and self.soft_edge is None
                                   and set(self.aberration_names) <= set(QUADRATIC_PARAMETERS[:3]))
         # calls so far: batches (one pass over G per launch, a thick batch of 8 is two), single values,
@@ -349,11 +353,52 @@ class Band:
     def evaluate_batch(self, sets) -> np.ndarray:
         """Agreement of several parameter sets (a list of dicts) in one pass over G per rotation."""
         if self.quadratic_kernels and not self.fits_rotation:
-            # the search's passes: the agreement reduced on the device from the kernels' output in one
-            # launch, without the complex S arrays of batch_moments
+            # the search's passes: the agreement reduced from the kernels' output (on the device in one
+            # launch), without the complex S arrays of batch_moments
             self.passes["batch"] += 1
-            return np.asarray(_to_host(kernels.agreement_sum(raw=self._quadratic_raw(list(sets))))) / self.total
+            return self._agreement_of_raw(self._quadratic_raw(list(sets)))
         return combine_batch_moments(self.batch_moments(sets), self.total)
+
+    def _agreement_of_raw(self, raw) -> np.ndarray:
+        """The agreement of each set from the quadratic kernels' (..., nq, 3) Re S, Im S, N."""
+        if self.xp is np:
+            return np.sum((raw[..., 0] ** 2 + raw[..., 1] ** 2) / np.maximum(raw[..., 2], 1e-300), -1) / self.total
+        return np.asarray(_to_host(kernels.agreement_sum(raw=raw))) / self.total
+
+    def evaluate_rotations(self, rotations, sets) -> np.ndarray:
+        """The agreement of every set (a list of dicts of C10, C12a, C12b) at every scan rotation of
+        ``rotations`` (rad): (R, B), in one pass over G on the host.
+
+        The cold-start rotation search's primitive: the band's frequencies are chosen in the scan
+        frame, so a rotation only turns their detector-frame coordinates and every (rotation, set)
+        pair reads the same rows of G. A band of the standard model with top-hat apertures
+        (``quadratic_kernels``, no ``"rotation"`` parameter); on the device, one batch per rotation.
+        """
+        rotations = np.atleast_1d(np.asarray(rotations, float))
+        sets = list(sets)
+        if not self.quadratic_kernels or self.fits_rotation or self.thick:
+            raise ValueError("evaluate_rotations needs a band of C10 and C12 only, top-hat apertures, no rotation "
+                             "parameter")
+        keep = self.rotation
+        try:
+            if self.xp is not np:
+                out = []
+                for theta in rotations:
+                    self._set_rotation(float(theta))
+                    out.append(self.evaluate_batch(sets))
+                return np.array(out)
+            qys, qxs = self._q_scan
+            qys, qxs = qys[:, 0], qxs[:, 0]
+            c, s = np.cos(rotations)[:, None], np.sin(rotations)[:, None]
+            qy, qx = (c * qys + s * qxs).ravel(), (-s * qys + c * qxs).ravel()  # as _set_rotation turns them
+            rows = np.array([self._quadratic_row(v) for v in sets], float)
+            out = np.empty((len(rows), len(qy), 3))
+            cpu_kernels.band_quad_batch(G=self.G, k=self._k_pairs, grid=self._grid, qy=qy, qx=qx, table=rows,
+                                        wavelength=self.lam, alpha=self.alpha, out=out)
+            self.passes["batch"] += 1
+            return self._agreement_of_raw(out.reshape(len(rows), len(rotations), -1, 3)).T
+        finally:
+            self._set_rotation(keep)
 
     def batch_moments(self, sets) -> dict:
         """S and N (see :meth:`moments`) of each set, (B, nq), in one pass over G per rotation."""
@@ -392,8 +437,9 @@ class Band:
         return row
 
     def _quadratic_arrays(self) -> dict:
-        """What every quadratic kernel's launch takes from the band (:mod:`qora.ssb.kernels`)."""
-        return dict(G=self._G64, k=self._k_pairs, k32=self._k32, grid=self._grid, qy=self._qy_flat, qx=self._qx_flat,
+        """What every quadratic kernel's launch takes from the band (:mod:`qora.ssb.kernels`, and
+        :mod:`qora.ssb.cpu_kernels` on the host, which reads the band's own float64 G)."""
+        return dict(G=self.G if self.xp is np else self._G64, k=self._k_pairs, k32=self._k32, grid=self._grid, qy=self._qy_flat, qx=self._qx_flat,
                     wavelength=self.lam, alpha=self.alpha)
 
     @property
@@ -413,6 +459,10 @@ class Band:
         per pass over G."""
         xp = self.xp
         rows = [self._quadratic_row(v) for v in sets]
+        if xp is np:  # the host's loops take every set in one pass over G
+            out = np.empty((len(rows), self.G.shape[0], 3))
+            cpu_kernels.band_quad_batch(table=rows, out=out, **self._quadratic_arrays())
+            return out
         standard = all(r[3] == 0.0 for r in rows)
         krow, kcol, _ = self._grid
         per_pass = kernels.sets_per_launch(standard=standard, rows=len(krow), cols=len(kcol))
@@ -440,8 +490,9 @@ class Band:
         pairs = [(i, j) for i in range(nk) for j in range(i, nk)]
         nq = self.G.shape[0]
         out = xp.empty((nq, 3 + 3 * nk + 3 * len(pairs)))
-        kernels.band_quad_derivatives(row=self._quadratic_row(values), thick=self.thick, out=out,
-                                      **self._quadratic_arrays())
+        launcher = cpu_kernels if xp is np else kernels
+        launcher.band_quad_derivatives(row=self._quadratic_row(values), thick=self.thick, out=out,
+                                       **self._quadratic_arrays())
         out = out.T
         first = out[3:3 + 3 * nk].reshape(nk, 3, nq)
         second = out[3 + 3 * nk:].reshape(len(pairs), 3, nq)

@@ -1,0 +1,348 @@
+"""The band agreement's quadratic-chi passes on the CPU: Numba loops over the band's G, the host
+twins of the CUDA kernels in ``kernels/band.cu``.
+
+They evaluate what :class:`qora.ssb.band.Band`'s array code does (``_batch_arrays``,
+``_array_moments``) when chi holds only C10 and C12 and the apertures are top-hat, by the same
+factorisation as the CUDA kernels: with chi(k) = k^T M k, M = pi lambda [[C10 - C12a, C12b],
+[C12b, C10 + C12a]] over (ky, kx), both terms of Gamma share the phasor e^{2i k.MQ}, which splits
+into a detector-row factor and a detector-column factor (:func:`quadratic_tables`), so a
+(Q, k, set) term costs one table product instead of two sincos, and
+
+    Gamma(Q, k) = e^{2i k.MQ} (A1 s1 w - A2 s2 conj(w)),   w = e^{-i QMQ},
+
+with A1, A2 the apertures at k - Q and k + Q and s1, s2 the thick model's depth weights. The
+parameter sets and the detector grid come as the CUDA launchers take them (a row C10, C12a,
+C12b, thickness, tilt_y, tilt_x per set, :meth:`Band._quadratic_row`; the grid of
+``qora.ssb.band._detector_grid``), and the outputs have the CUDA kernels' layouts, so the band
+reads either the same way. Unlike the device kernels every number here is float64 (the host has
+the FP64 throughput that the GPU's consumer pipes lack), and the apertures are decided exactly as
+the array code decides them (``hypot(k -+ Q) <= limit``), so the two agree to rounding.
+
+One loop body per quantity, each a ``prange`` over the band's frequencies Q (the rows of G): the
+threads take whole rows, the per-Q tables are private to a thread. Thread count:
+:func:`qora.backend.host.num_threads` (``QORA_NUM_THREADS``). No ``fastmath``: the reductions'
+order is then the written one and the parity tests hold to 1e-12 (the loops are bound by their
+complex multiplies, which LLVM vectorises without it).
+"""
+
+from __future__ import annotations
+
+import math
+
+from qora.backend.host import num_threads, openmp_passive
+
+openmp_passive()  # before Numba loads its OpenMP runtime
+
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
+
+__all__ = ["band_quad_batch", "band_quad_derivatives", "aperture_limit", "quadratic_tables", "set_threads"]
+
+_jit = dict(cache=True, nogil=True)
+
+
+def set_threads() -> int:
+    """Numba's thread count for the next loop: :func:`qora.backend.host.num_threads`, at most the
+    pool Numba started with. Returns it."""
+    n = max(1, min(num_threads(), numba.config.NUMBA_NUM_THREADS))
+    numba.set_num_threads(n)
+    return n
+
+
+def aperture_limit(alpha: float, wavelength: float) -> float:
+    """The aperture radius (1/A) as the array code's :func:`qora.ssb.optics.aperture` compares with
+    it (alpha in mrad and back), so that a pixel on the edge is decided the same way."""
+    return (alpha * 1e3 * wavelength) * 1e-3 / wavelength
+
+
+@numba.njit(inline="always", **_jit)
+def quadratic_tables(sets, lam, Qy, Qx, krow, kcol, rows, cols, w):
+    """Per set b (row C10, C12a, C12b, ...) at frequency Q: the row and column factors of
+    e^{2i k.MQ}, rows[r, b] = e^{2i ky_r vy} and cols[c, b] = e^{2i kx_c vx} with v = MQ, and
+    w[b] = e^{-i QMQ}: ``band.cu``'s ``make_tables`` (its phase tables) in float64."""
+    pl = math.pi * lam
+    for b in range(sets.shape[0]):
+        c10, c12a, c12b = sets[b, 0], sets[b, 1], sets[b, 2]
+        vy = pl * ((c10 - c12a) * Qy + c12b * Qx)
+        vx = pl * (c12b * Qy + (c10 + c12a) * Qx)
+        for i in range(krow.size):
+            ph = 2.0 * krow[i] * vy
+            rows[i, b] = complex(math.cos(ph), math.sin(ph))
+        for i in range(kcol.size):
+            ph = 2.0 * kcol[i] * vx
+            cols[i, b] = complex(math.cos(ph), math.sin(ph))
+        ph = -(Qy * vy + Qx * vx)
+        w[b] = complex(math.cos(ph), math.sin(ph))
+
+
+@numba.njit(inline="always", **_jit)
+def _pixel_apertures(k, j, Qy, Qx, limit):
+    """0 when pixel j has no term of Gamma at Q, else 1 (k - Q inside) + 2 (k + Q inside): the
+    array code's top-hat decisions, hypot(kx, ky) <= limit, for k, k - Q and k + Q."""
+    ky, kx = k[j, 0], k[j, 1]
+    if not math.hypot(kx, ky) <= limit:
+        return 0
+    code = 0
+    if math.hypot(kx - Qx, ky - Qy) <= limit:
+        code += 1
+    if math.hypot(kx + Qx, ky + Qy) <= limit:
+        code += 2
+    return code
+
+
+@numba.njit(inline="always", **_jit)
+def _sinc(u):
+    """sin(u) / u with the array code's series below 1e-4 (``qora.ssb.model.sinc_derivatives``)."""
+    if abs(u) < 1e-4:
+        return 1.0 - u * u / 6.0
+    return math.sin(u) / u
+
+
+@numba.njit(inline="always", **_jit)
+def _sinc3(u):
+    """sinc(u) and its first two derivatives, as ``qora.ssb.model.sinc_derivatives``."""
+    if abs(u) < 1e-4:
+        return 1.0 - u * u / 6.0, -u / 3.0, -1.0 / 3.0 + u * u / 10.0
+    s, c = math.sin(u), math.cos(u)
+    return s / u, (u * c - s) / (u * u), -s / u - 2.0 * c / (u * u) + 2.0 * s / (u * u * u)
+
+
+@numba.njit(parallel=True, **_jit)
+def _standard_loop(G, k, row_of, col_of, krow, kcol, qy, qx, sets, lam, limit, out):
+    """Re S, Im S, N of every set (thickness 0) at the frequencies (qy, qx) into out (B, nf, 3).
+    ``qy``, ``qx`` may hold several rotations' copies of the band's frequencies one after the
+    other (nf = R nq): frequency f reads G's row f % nq. Without depth weights, S = conj(w) A1 - w A2
+    with A_i = sum over the pixels with term i of G conj(e), and N = n1 + n2 - 2 n12 Re(w^2)."""
+    nq, nbf = G.shape
+    nb = sets.shape[0]
+    for f in numba.prange(qy.size):
+        q = f % nq
+        rows = np.empty((krow.size, nb), np.complex128)
+        cols = np.empty((kcol.size, nb), np.complex128)
+        w = np.empty(nb, np.complex128)
+        quadratic_tables(sets, lam, qy[f], qx[f], krow, kcol, rows, cols, w)
+        a1 = np.zeros(nb, np.complex128)
+        a2 = np.zeros(nb, np.complex128)
+        n1 = n2 = n12 = 0
+        for j in range(nbf):
+            code = _pixel_apertures(k, j, qy[f], qx[f], limit)
+            if code == 0:
+                continue
+            g = G[q, j]
+            r, c = row_of[j], col_of[j]
+            if code == 3:
+                n1 += 1
+                n2 += 1
+                n12 += 1
+                for b in range(nb):
+                    t = g * (rows[r, b] * cols[c, b]).conjugate()
+                    a1[b] += t
+                    a2[b] += t
+            elif code == 1:
+                n1 += 1
+                for b in range(nb):
+                    a1[b] += g * (rows[r, b] * cols[c, b]).conjugate()
+            else:
+                n2 += 1
+                for b in range(nb):
+                    a2[b] += g * (rows[r, b] * cols[c, b]).conjugate()
+        for b in range(nb):
+            s = w[b].conjugate() * a1[b] - w[b] * a2[b]
+            out[b, f, 0] = s.real
+            out[b, f, 1] = s.imag
+            out[b, f, 2] = n1 + n2 - 2.0 * n12 * (w[b] * w[b]).real
+
+
+@numba.njit(parallel=True, **_jit)
+def _thick_loop(G, k, row_of, col_of, krow, kcol, qy, qx, sets, lam, limit, out):
+    """:func:`_standard_loop` for sets of the thick model: each term weighted by its depth weight
+    s = sinc(u), u = t (pi lambda k.Q -+ pi lambda |Q|^2 / 2 - pi tau.Q)."""
+    nq, nbf = G.shape
+    nb = sets.shape[0]
+    pl = math.pi * lam
+    for f in numba.prange(qy.size):
+        q = f % nq
+        Qy, Qx = qy[f], qx[f]
+        rows = np.empty((krow.size, nb), np.complex128)
+        cols = np.empty((kcol.size, nb), np.complex128)
+        w = np.empty(nb, np.complex128)
+        quadratic_tables(sets, lam, Qy, Qx, krow, kcol, rows, cols, w)
+        h1 = np.empty(nb)
+        h2 = np.empty(nb)
+        for b in range(nb):
+            tilt = math.pi * (sets[b, 4] * Qy + sets[b, 5] * Qx)
+            h1[b] = -0.5 * pl * (Qy * Qy + Qx * Qx) - tilt
+            h2[b] = 0.5 * pl * (Qy * Qy + Qx * Qx) - tilt
+        s = np.zeros(nb, np.complex128)
+        n = np.zeros(nb)
+        for j in range(nbf):
+            code = _pixel_apertures(k, j, Qy, Qx, limit)
+            if code == 0:
+                continue
+            g = G[q, j]
+            r, c = row_of[j], col_of[j]
+            kq = pl * (k[j, 0] * Qy + k[j, 1] * Qx)
+            for b in range(nb):
+                e = rows[r, b] * cols[c, b]
+                t = sets[b, 3]
+                gam = 0j
+                if code & 1:
+                    gam += e * w[b] * _sinc(t * (kq + h1[b]))
+                if code & 2:
+                    gam -= e * w[b].conjugate() * _sinc(t * (kq + h2[b]))
+                s[b] += g * gam.conjugate()
+                n[b] += gam.real * gam.real + gam.imag * gam.imag
+        for b in range(nb):
+            out[b, f, 0] = s[b].real
+            out[b, f, 1] = s[b].imag
+            out[b, f, 2] = n[b]
+
+
+@numba.njit(inline="always", **_jit)
+def _first(i, v, vd, d, u):
+    """A term's first-derivative factor in parameter i (0-2 aberrations, 3-5 thickness, tilts):
+    -i d_i s, or s' u_i (``band.cu``'s ``first``)."""
+    if i < 3:
+        return complex(0.0, -d[i] * v)
+    return complex(vd * u[i - 3], 0.0)
+
+
+@numba.njit(inline="always", **_jit)
+def _second(i, m, v, vd, vdd, d, u, cross_ty, cross_tx):
+    """A term's second-derivative factor in parameters i <= m (``band.cu``'s ``second``)."""
+    if i < 3 and m < 3:
+        return complex(-d[i] * d[m] * v, 0.0)
+    if i < 3:
+        return complex(0.0, -d[i] * vd * u[m - 3])
+    cross = 0.0  # d2 u / d i d m: only (thickness, tilt)
+    if i == 3 and m == 4:
+        cross = cross_ty
+    if i == 3 and m == 5:
+        cross = cross_tx
+    return complex(vdd * u[i - 3] * u[m - 3] + vd * cross, 0.0)
+
+
+@numba.njit(parallel=True, **_jit)
+def _derivatives_loop(G, k, row_of, col_of, krow, kcol, qy, qx, row, nparam, lam, limit, out):
+    """One set ``row`` with every first and second derivative in the ``nparam`` (3: C10, C12a,
+    C12b; 6: and thickness, tilt_y, tilt_x) quadratic parameters into out (nq, 3 + 3 n + 3 n (n + 1)
+    / 2): ``band.cu``'s ``band_quad_derivatives`` (its layout and its derivative factors)."""
+    nq, nbf = G.shape
+    pl = math.pi * lam
+    sets = row.reshape(1, 6)
+    t = row[3]
+    thick = nparam == 6
+    npair = nparam * (nparam + 1) // 2
+    for q in numba.prange(nq):
+        Qy, Qx = qy[q], qx[q]
+        rows = np.empty((krow.size, 1), np.complex128)
+        cols = np.empty((kcol.size, 1), np.complex128)
+        w1 = np.empty(1, np.complex128)
+        quadratic_tables(sets, lam, Qy, Qx, krow, kcol, rows, cols, w1)
+        w = w1[0]
+        tilt = math.pi * (row[4] * Qy + row[5] * Qx)
+        h1 = -0.5 * pl * (Qy * Qy + Qx * Qx) - tilt
+        h2 = 0.5 * pl * (Qy * Qy + Qx * Qx) - tilt
+        # d phi_term / d c_p = -2 lin_p +- quad_p, lin_p = ay_p ky + ax_p kx (term 1 +, term 2 -)
+        ay = np.array([pl * Qy, -pl * Qy, pl * Qx])
+        ax = np.array([pl * Qx, pl * Qx, pl * Qy])
+        quad = np.array([pl * (Qy * Qy + Qx * Qx), pl * (Qx * Qx - Qy * Qy), 2.0 * pl * Qy * Qx])
+        uty, utx = -math.pi * Qy * t, -math.pi * Qx * t  # d u / d tilt (both terms)
+        d1 = np.empty(3)
+        d2 = np.empty(3)
+        u1 = np.empty(3)
+        u2 = np.empty(3)
+        u1[1] = u2[1] = uty
+        u1[2] = u2[2] = utx
+        gp = np.empty(nparam, np.complex128)
+        acc_s = np.zeros(nparam + npair, np.complex128)  # the S moments
+        acc_n = np.zeros(nparam + npair)  # the N moments
+        s0 = 0j
+        n0 = 0.0
+        for j in range(nbf):
+            code = _pixel_apertures(k, j, Qy, Qx, limit)
+            if code == 0:
+                continue
+            g = G[q, j]
+            ky, kx = k[j, 0], k[j, 1]
+            e = rows[row_of[j], 0] * cols[col_of[j], 0]
+            f1 = e * w if code & 1 else 0j
+            f2 = e * w.conjugate() if code & 2 else 0j
+            v1 = v2 = 1.0
+            v1d = v2d = v1dd = v2dd = 0.0
+            a1 = a2 = 0.0
+            if thick:
+                kq = pl * (ky * Qy + kx * Qx)
+                a1, a2 = kq + h1, kq + h2
+                if t != 0.0:
+                    v1, v1d, v1dd = _sinc3(t * a1)
+                    v2, v2d, v2dd = _sinc3(t * a2)
+                else:  # s = 1, s' = 0, s'' = -1/3
+                    v1dd = v2dd = -1.0 / 3.0
+            u1[0], u2[0] = a1, a2
+            for i in range(3):
+                lin = ay[i] * ky + ax[i] * kx
+                d1[i] = -2.0 * lin + quad[i]
+                d2[i] = -2.0 * lin - quad[i]
+            gam = f1 * v1 - f2 * v2
+            s0 += g * gam.conjugate()
+            n0 += gam.real * gam.real + gam.imag * gam.imag
+            for i in range(nparam):
+                gp[i] = f1 * _first(i, v1, v1d, d1, u1) - f2 * _first(i, v2, v2d, d2, u2)
+                acc_s[i] += g * gp[i].conjugate()
+                acc_n[i] += 2.0 * (gam.conjugate() * gp[i]).real
+            pair = nparam
+            for i in range(nparam):
+                for m in range(i, nparam):
+                    gij = (f1 * _second(i, m, v1, v1d, v1dd, d1, u1, -math.pi * Qy, -math.pi * Qx)
+                           - f2 * _second(i, m, v2, v2d, v2dd, d2, u2, -math.pi * Qy, -math.pi * Qx))
+                    acc_s[pair] += g * gij.conjugate()
+                    acc_n[pair] += 2.0 * ((gp[m].conjugate() * gp[i]).real + (gam.conjugate() * gij).real)
+                    pair += 1
+        out[q, 0] = s0.real
+        out[q, 1] = s0.imag
+        out[q, 2] = n0
+        for i in range(nparam + npair):
+            out[q, 3 + 3 * i] = acc_s[i].real
+            out[q, 4 + 3 * i] = acc_s[i].imag
+            out[q, 5 + 3 * i] = acc_n[i]
+
+
+def _grid_columns(grid):
+    krow, kcol, cell = grid
+    cell = np.asarray(cell)
+    return (np.ascontiguousarray(krow, np.float64), np.ascontiguousarray(kcol, np.float64),
+            np.ascontiguousarray(cell & 0xFFFF, np.int64), np.ascontiguousarray(cell >> 16, np.int64))
+
+
+def band_quad_batch(*, G, k, grid, qy, qx, table, wavelength: float, alpha: float, out, k32=None) -> None:
+    """(B, nf, 3) Re S, Im S, N into ``out`` of the B sets of ``table`` (rows C10, C12a, C12b,
+    thickness, tilt_y, tilt_x), all in one pass over G (nq, nbf) whatever B; the standard-model
+    loop when no set has a thickness. ``qy``, ``qx`` (nf,): the band's frequencies in the detector
+    frame (1/A), or R rotations' copies of them one after the other (nf = R nq). ``alpha``: the
+    aperture (1/A); ``k`` (nbf, 2) float64; ``grid`` the detector's (row ky, column kx, cell) tables.
+    ``k32`` is the CUDA launchers' and unused here.
+
+    Reference: ``qora.ssb.band.Band._batch_arrays`` (S and N as there)."""
+    table = np.ascontiguousarray(table, np.float64).reshape(-1, 6)
+    krow, kcol, row_of, col_of = _grid_columns(grid)
+    loop = _standard_loop if not np.any(table[:, 3] != 0.0) else _thick_loop
+    set_threads()
+    loop(np.ascontiguousarray(G), np.ascontiguousarray(k, np.float64), row_of, col_of, krow, kcol,
+         np.ascontiguousarray(qy, np.float64), np.ascontiguousarray(qx, np.float64), table, float(wavelength),
+         aperture_limit(alpha, wavelength), out)
+
+
+def band_quad_derivatives(*, G, k, grid, qy, qx, row, thick: bool, wavelength: float, alpha: float, out,
+                          k32=None) -> None:
+    """Re S, Im S, N and their first and second derivatives in the 3 (C10, C12a, C12b) or, with
+    ``thick``, 6 quadratic parameters of the set ``row``, into ``out`` (nq, 3 + 3 n + 3 n (n + 1) / 2),
+    the layout of :func:`qora.ssb.kernels.band_quad_derivatives`.
+
+    Reference: ``qora.ssb.band.Band.moments`` by the array code (``Band._array_moments``)."""
+    krow, kcol, row_of, col_of = _grid_columns(grid)
+    set_threads()
+    _derivatives_loop(np.ascontiguousarray(G), np.ascontiguousarray(k, np.float64), row_of, col_of, krow, kcol,
+                      np.ascontiguousarray(qy, np.float64), np.ascontiguousarray(qx, np.float64),
+                      np.ascontiguousarray(row, np.float64), 6 if thick else 3, float(wavelength),
+                      aperture_limit(alpha, wavelength), out)
