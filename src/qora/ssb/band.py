@@ -118,6 +118,9 @@ class Band:
         # apertures, chi of C10 and C12 only
         self.quadratic_kernels = (self._grid is not None and self.soft_edge is None
                                   and set(self.aberration_names) <= set(QUADRATIC_PARAMETERS[:3]))
+        # on the host, the rotation's fits (soft apertures, the standard model) by their own loop
+        self.rotation_kernel = (xp is np and self.fits_rotation and not self.thick
+                                and set(self.aberration_names) <= set(QUADRATIC_PARAMETERS[:3]))
         # calls so far: batches (one pass over G per launch, a thick batch of 8 is two), single values,
         # values with derivatives (one pass each)
         self.passes = {"batch": 0, "value": 0, "derivatives": 0}
@@ -233,7 +236,24 @@ class Band:
         """The per-Q sums over k the agreement of ``values`` and its derivatives are made of."""
         if self.quadratic_kernels:
             return self._kernel_moments(values, order)
+        if self.rotation_kernel:
+            return self._rotation_moments(values, order)
         return self._array_moments(values, order)
+
+    def _rotation_moments(self, values: dict, order: int) -> dict:
+        """:meth:`moments` of a band fitting the rotation by the host's loop
+        (:func:`qora.ssb.cpu_kernels.band_rotation_moments`): one pass for any ``order``."""
+        self._set_rotation(float(values.get("rotation", self.rotation)))
+        if getattr(self, "_soft0", None) is None:  # the soft aperture at each pixel, fixed
+            self._soft0 = soft_aperture(self._k_pairs[:, 0], self._k_pairs[:, 1], self.alpha, self.soft_edge)
+        coef = [float(values.get(p, 0.0)) if p in self.aberration_names else 0.0 for p in QUADRATIC_PARAMETERS[:3]]
+        out = np.empty((self.G.shape[0], 45))
+        cpu_kernels.band_rotation_moments(G=self.G, k=self._k_pairs, aperture0=self._soft0, qy=self._qy_flat,
+                                          qx=self._qx_flat, coefficients=coef, wavelength=self.lam, radius=self.alpha,
+                                          width=self.soft_edge, order=0 if order == 0 else 2, out=out)
+        if order == 0:
+            return {"S": out[:, 0] + 1j * out[:, 1], "N": out[:, 2]}
+        return self._unpack_derivatives(out, cpu_kernels.ROTATION_PARAMETERS)
 
     def _array_moments(self, values: dict, order: int) -> dict:
         """:meth:`moments` by the array code (the kernels' reference)."""
@@ -493,6 +513,14 @@ class Band:
         launcher = cpu_kernels if xp is np else kernels
         launcher.band_quad_derivatives(row=self._quadratic_row(values), thick=self.thick, out=out,
                                        **self._quadratic_arrays())
+        return self._unpack_derivatives(out, QUADRATIC_PARAMETERS[:nk])
+
+    def _unpack_derivatives(self, out, names) -> dict:
+        """The moments of :meth:`moments` from a derivative kernel's (nq, 3 + 3 n + 3 n (n + 1) / 2)
+        output in the parameters ``names`` (the kernel's order), taken in ``self.parameters``' order."""
+        xp = self.xp
+        nk, nq = len(names), out.shape[0]
+        pairs = [(i, j) for i in range(nk) for j in range(i, nk)]
         out = out.T
         first = out[3:3 + 3 * nk].reshape(nk, 3, nq)
         second = out[3 + 3 * nk:].reshape(len(pairs), 3, nq)
@@ -502,7 +530,7 @@ class Band:
         for a, b in ((i, j), (j, i)):
             Sij[a, b] = second[:, 0] + 1j * second[:, 1]
             Nij[a, b] = second[:, 2]
-        idx = np.array([QUADRATIC_PARAMETERS.index(p) for p in self.parameters])
+        idx = np.array([names.index(p) for p in self.parameters])
         return {"S": out[0] + 1j * out[1], "N": out[2], "Sp": (first[:, 0] + 1j * first[:, 1])[idx],
                 "Np": first[:, 2][idx], "Sij": Sij[np.ix_(idx, idx)], "Nij": Nij[np.ix_(idx, idx)]}
 

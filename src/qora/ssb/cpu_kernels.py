@@ -36,7 +36,7 @@ openmp_passive()  # before Numba loads its OpenMP runtime
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
-__all__ = ["band_quad_batch", "band_quad_derivatives", "aperture_limit", "quadratic_tables", "set_threads"]
+__all__ = ["band_quad_batch", "band_quad_derivatives", "band_rotation_moments", "aperture_limit", "quadratic_tables", "set_threads"]
 
 _jit = dict(cache=True, nogil=True)
 
@@ -76,16 +76,26 @@ def quadratic_tables(sets, lam, Qy, Qx, krow, kcol, rows, cols, w):
 
 
 @numba.njit(inline="always", **_jit)
+def _inside(dx, dy, limit):
+    """The array code's top-hat test hypot(dx, dy) <= limit, by the squared length (a few ulp from
+    exact, so its answer is the same) except within 1e-12 of the edge, where hypot decides."""
+    d2, l2 = dx * dx + dy * dy, limit * limit
+    if abs(d2 - l2) > 1e-12 * l2:
+        return d2 <= l2
+    return math.hypot(dx, dy) <= limit
+
+
+@numba.njit(inline="always", **_jit)
 def _pixel_apertures(k, j, Qy, Qx, limit):
     """0 when pixel j has no term of Gamma at Q, else 1 (k - Q inside) + 2 (k + Q inside): the
-    array code's top-hat decisions, hypot(kx, ky) <= limit, for k, k - Q and k + Q."""
+    array code's top-hat decisions (:func:`qora.ssb.optics.aperture`) for k, k - Q and k + Q."""
     ky, kx = k[j, 0], k[j, 1]
-    if not math.hypot(kx, ky) <= limit:
+    if not _inside(kx, ky, limit):
         return 0
     code = 0
-    if math.hypot(kx - Qx, ky - Qy) <= limit:
+    if _inside(kx - Qx, ky - Qy, limit):
         code += 1
-    if math.hypot(kx + Qx, ky + Qy) <= limit:
+    if _inside(kx + Qx, ky + Qy, limit):
         code += 2
     return code
 
@@ -108,11 +118,15 @@ def _sinc3(u):
 
 
 @numba.njit(parallel=True, **_jit)
-def _standard_loop(G, k, row_of, col_of, krow, kcol, qy, qx, sets, lam, limit, out):
+def _standard_loop(G, k, order, row_of, col_of, krow, kcol, qy, qx, sets, lam, limit, out):
     """Re S, Im S, N of every set (thickness 0) at the frequencies (qy, qx) into out (B, nf, 3).
     ``qy``, ``qx`` may hold several rotations' copies of the band's frequencies one after the
     other (nf = R nq): frequency f reads G's row f % nq. Without depth weights, S = conj(w) A1 - w A2
-    with A_i = sum over the pixels with term i of G conj(e), and N = n1 + n2 - 2 n12 Re(w^2)."""
+    with A_i = sum over the pixels with term i of G conj(e), and N = n1 + n2 - 2 n12 Re(w^2).
+
+    The pixels are taken row by row (``order``): within a detector row e = rows[r] cols[c] has one
+    row factor, so A_i = sum_r conj(rows[r]) sum_c G conj(cols[c]), and a (pixel, set) term is two
+    real multiply-adds per part, over the sets (contiguous, vectorised) with no table product."""
     nq, nbf = G.shape
     nb = sets.shape[0]
     for f in numba.prange(qy.size):
@@ -121,31 +135,42 @@ def _standard_loop(G, k, row_of, col_of, krow, kcol, qy, qx, sets, lam, limit, o
         cols = np.empty((kcol.size, nb), np.complex128)
         w = np.empty(nb, np.complex128)
         quadratic_tables(sets, lam, qy[f], qx[f], krow, kcol, rows, cols, w)
+        cr, ci = np.ascontiguousarray(cols.real), np.ascontiguousarray(cols.imag)
         a1 = np.zeros(nb, np.complex128)
         a2 = np.zeros(nb, np.complex128)
+        t = np.zeros((4, nb))  # this row's sums: Re, Im of sum G conj(cols) over term 1's pixels, term 2's
         n1 = n2 = n12 = 0
-        for j in range(nbf):
+        row = -1
+        for jj in range(nbf + 1):
+            j = order[jj] if jj < nbf else -1
+            if j < 0 or row_of[j] != row:  # a new detector row: the last one's sums times its row factor
+                if row >= 0:
+                    for b in range(nb):
+                        e = rows[row, b].conjugate()
+                        a1[b] += e * complex(t[0, b], t[1, b])
+                        a2[b] += e * complex(t[2, b], t[3, b])
+                    t[:] = 0.0
+                if j < 0:
+                    break
+                row = row_of[j]
             code = _pixel_apertures(k, j, qy[f], qx[f], limit)
             if code == 0:
                 continue
             g = G[q, j]
-            r, c = row_of[j], col_of[j]
+            gr, gi = g.real, g.imag
+            c = col_of[j]
+            if code & 1:
+                n1 += 1
+                for b in range(nb):  # G conj(cols)
+                    t[0, b] += gr * cr[c, b] + gi * ci[c, b]
+                    t[1, b] += gi * cr[c, b] - gr * ci[c, b]
+            if code & 2:
+                n2 += 1
+                for b in range(nb):
+                    t[2, b] += gr * cr[c, b] + gi * ci[c, b]
+                    t[3, b] += gi * cr[c, b] - gr * ci[c, b]
             if code == 3:
-                n1 += 1
-                n2 += 1
                 n12 += 1
-                for b in range(nb):
-                    t = g * (rows[r, b] * cols[c, b]).conjugate()
-                    a1[b] += t
-                    a2[b] += t
-            elif code == 1:
-                n1 += 1
-                for b in range(nb):
-                    a1[b] += g * (rows[r, b] * cols[c, b]).conjugate()
-            else:
-                n2 += 1
-                for b in range(nb):
-                    a2[b] += g * (rows[r, b] * cols[c, b]).conjugate()
         for b in range(nb):
             s = w[b].conjugate() * a1[b] - w[b] * a2[b]
             out[b, f, 0] = s.real
@@ -308,11 +333,135 @@ def _derivatives_loop(G, k, row_of, col_of, krow, kcol, qy, qx, row, nparam, lam
             out[q, 5 + 3 * i] = acc_n[i]
 
 
+@numba.njit(inline="always", **_jit)
+def _soft_along(ky, kx, radius, width, py, px, pyy, pxx):
+    """The soft aperture at k and its first and second derivatives along a path with dk/dtheta =
+    (py, px), d2k/dtheta2 = (pyy, pxx): :func:`qora.ssb.model.soft_aperture`."""
+    r = math.hypot(ky, kx)
+    a = 0.5 * (1.0 - math.tanh((r - radius) / (2.0 * width)))
+    ar = -a * (1.0 - a) / width
+    arr = a * (1.0 - a) * (1.0 - 2.0 * a) / (width * width)
+    rs = max(r, 1e-300)
+    ur = (ky * py + kx * px) / rs
+    speed2 = py * py + px * px
+    return a, ar * ur, arr * ur * ur + ar * ((speed2 - ur * ur) / rs + (ky * pyy + kx * pxx) / rs)
+
+
+@numba.njit(inline="always", **_jit)
+def _quadratic_basis(ky, kx, py, px, pyy, pxx, pl, b, d, dd):
+    """B_p(k) of C10, C12a, C12b (chi per A, pi lambda k^T M_p k) and their first and second
+    derivatives along the path, into b, d, dd (3,): :func:`qora.ssb.model.basis_derivatives`."""
+    b[0] = pl * (ky * ky + kx * kx)
+    d[0] = 2.0 * pl * (ky * py + kx * px)
+    dd[0] = 2.0 * pl * (py * py + px * px + ky * pyy + kx * pxx)
+    b[1] = pl * (kx * kx - ky * ky)
+    d[1] = 2.0 * pl * (kx * px - ky * py)
+    dd[1] = 2.0 * pl * (px * px - py * py + kx * pxx - ky * pyy)
+    b[2] = 2.0 * pl * kx * ky
+    d[2] = 2.0 * pl * (kx * py + ky * px)
+    dd[2] = 2.0 * pl * (2.0 * px * py + kx * pyy + ky * pxx)
+
+
+@numba.njit(parallel=True, **_jit)
+def _rotation_loop(G, k, a0, qy, qx, coef, lam, radius, width, order, out):
+    """One set of the standard model (``coef``: C10, C12a, C12b) with the scan rotation among the
+    parameters and soft apertures: Re S, Im S, N and, for ``order`` 2, their first and second
+    derivatives in (C10, C12a, C12b, rotation) into out (nq, 3 + 12 + 30), the layout of
+    :func:`_derivatives_loop` with the rotation as the fourth parameter. ``a0`` (nbf,): the soft
+    aperture at each pixel; (qy, qx) the band's frequencies at the set's rotation, which turn
+    with dQ/dtheta = (Qx, -Qy). Reference: ``Band._array_moments`` of a band fitting the rotation."""
+    nq, nbf = G.shape
+    pl = math.pi * lam
+    npar = 4
+    npair = 10
+    for q in numba.prange(nq):
+        Qy, Qx = qy[q], qx[q]
+        b0 = np.empty(3)
+        bs = np.empty(3)
+        bd = np.empty(3)
+        bdd = np.empty(3)
+        junk = np.empty(3)
+        dp = np.empty((2, 3))  # per term: the phase difference per unit coefficient, its rotation derivatives
+        dpd = np.empty((2, 3))
+        dpdd = np.empty((2, 3))
+        v = np.empty(2, np.complex128)
+        gt = np.empty((2, npar), np.complex128)
+        ht = np.empty((2, npair), np.complex128)
+        gp = np.empty(npar, np.complex128)
+        acc_s = np.zeros(npar + npair, np.complex128)
+        acc_n = np.zeros(npar + npair)
+        s0 = 0j
+        n0 = 0.0
+        for j in range(nbf):
+            ky, kx = k[j, 0], k[j, 1]
+            _quadratic_basis(ky, kx, 0.0, 0.0, 0.0, 0.0, pl, b0, junk, junk)
+            for term in range(2):
+                sg = -1.0 if term == 0 else 1.0  # term 1 at k - Q, term 2 at k + Q
+                py, px, pyy, pxx = sg * Qx, -sg * Qy, -sg * Qy, -sg * Qx
+                ksy, ksx = ky + sg * Qy, kx + sg * Qx
+                sa, sa1, sa2 = _soft_along(ksy, ksx, radius, width, py, px, pyy, pxx)
+                a, a_d, a_dd = a0[j] * sa, a0[j] * sa1, a0[j] * sa2
+                _quadratic_basis(ksy, ksx, py, px, pyy, pxx, pl, bs, bd, bdd)
+                phi = phi_d = phi_dd = 0.0
+                for p in range(3):  # term 1: B(k - Q) - B(k); term 2: B(k) - B(k + Q)
+                    dp[term, p] = bs[p] - b0[p] if term == 0 else b0[p] - bs[p]
+                    dpd[term, p] = bd[p] if term == 0 else -bd[p]
+                    dpdd[term, p] = bdd[p] if term == 0 else -bdd[p]
+                    phi += coef[p] * dp[term, p]
+                    phi_d += coef[p] * dpd[term, p]
+                    phi_dd += coef[p] * dpdd[term, p]
+                e = complex(math.cos(phi), -math.sin(phi))
+                v[term] = a * e
+                if order == 0:
+                    continue
+                for p in range(3):
+                    gt[term, p] = complex(0.0, -a * dp[term, p]) * e
+                gt[term, 3] = complex(a_d, -a * phi_d) * e
+                pair = 0
+                for i in range(npar):
+                    for m in range(i, npar):
+                        if m < 3:
+                            h = complex(-a * dp[term, i] * dp[term, m], 0.0)
+                        elif i < 3:
+                            h = complex(-a * dp[term, i] * phi_d, -a_d * dp[term, i] - a * dpd[term, i])
+                        else:
+                            h = complex(a_dd - a * phi_d * phi_d, -2.0 * a_d * phi_d - a * phi_dd)
+                        ht[term, pair] = h * e
+                        pair += 1
+            g = G[q, j]
+            gam = v[0] - v[1]
+            s0 += g * gam.conjugate()
+            n0 += gam.real * gam.real + gam.imag * gam.imag
+            if order == 0:
+                continue
+            for i in range(npar):
+                gp[i] = gt[0, i] - gt[1, i]
+                acc_s[i] += g * gp[i].conjugate()
+                acc_n[i] += 2.0 * (gam.conjugate() * gp[i]).real
+            pair = 0
+            for i in range(npar):
+                for m in range(i, npar):
+                    gij = ht[0, pair] - ht[1, pair]
+                    acc_s[npar + pair] += g * gij.conjugate()
+                    acc_n[npar + pair] += 2.0 * ((gp[m].conjugate() * gp[i]).real + (gam.conjugate() * gij).real)
+                    pair += 1
+        out[q, 0] = s0.real
+        out[q, 1] = s0.imag
+        out[q, 2] = n0
+        if order == 0:
+            continue
+        for i in range(npar + npair):
+            out[q, 3 + 3 * i] = acc_s[i].real
+            out[q, 4 + 3 * i] = acc_s[i].imag
+            out[q, 5 + 3 * i] = acc_n[i]
+
+
 def _grid_columns(grid):
     krow, kcol, cell = grid
     cell = np.asarray(cell)
-    return (np.ascontiguousarray(krow, np.float64), np.ascontiguousarray(kcol, np.float64),
-            np.ascontiguousarray(cell & 0xFFFF, np.int64), np.ascontiguousarray(cell >> 16, np.int64))
+    row_of = np.ascontiguousarray(cell & 0xFFFF, np.int64)
+    return (np.ascontiguousarray(krow, np.float64), np.ascontiguousarray(kcol, np.float64), row_of,
+            np.ascontiguousarray(cell >> 16, np.int64))
 
 
 def band_quad_batch(*, G, k, grid, qy, qx, table, wavelength: float, alpha: float, out, k32=None) -> None:
@@ -326,11 +475,14 @@ def band_quad_batch(*, G, k, grid, qy, qx, table, wavelength: float, alpha: floa
     Reference: ``qora.ssb.band.Band._batch_arrays`` (S and N as there)."""
     table = np.ascontiguousarray(table, np.float64).reshape(-1, 6)
     krow, kcol, row_of, col_of = _grid_columns(grid)
-    loop = _standard_loop if not np.any(table[:, 3] != 0.0) else _thick_loop
     set_threads()
-    loop(np.ascontiguousarray(G), np.ascontiguousarray(k, np.float64), row_of, col_of, krow, kcol,
-         np.ascontiguousarray(qy, np.float64), np.ascontiguousarray(qx, np.float64), table, float(wavelength),
-         aperture_limit(alpha, wavelength), out)
+    args = (np.ascontiguousarray(G), np.ascontiguousarray(k, np.float64))
+    rest = (row_of, col_of, krow, kcol, np.ascontiguousarray(qy, np.float64), np.ascontiguousarray(qx, np.float64),
+            table, float(wavelength), aperture_limit(alpha, wavelength), out)
+    if np.any(table[:, 3] != 0.0):
+        _thick_loop(*args, *rest)
+    else:  # the pixels row by row (stable: within a row in the band's order)
+        _standard_loop(*args, np.argsort(row_of, kind="stable"), *rest)
 
 
 def band_quad_derivatives(*, G, k, grid, qy, qx, row, thick: bool, wavelength: float, alpha: float, out,
@@ -346,3 +498,23 @@ def band_quad_derivatives(*, G, k, grid, qy, qx, row, thick: bool, wavelength: f
                       np.ascontiguousarray(qy, np.float64), np.ascontiguousarray(qx, np.float64),
                       np.ascontiguousarray(row, np.float64), 6 if thick else 3, float(wavelength),
                       aperture_limit(alpha, wavelength), out)
+
+
+ROTATION_PARAMETERS = ("C10", "C12a", "C12b", "rotation")  # the order of band_rotation_moments' derivatives
+
+
+def band_rotation_moments(*, G, k, aperture0, qy, qx, coefficients, wavelength: float, radius: float, width: float,
+                          order: int, out) -> None:
+    """Re S, Im S, N of one set of the standard model (``coefficients`` C10, C12a, C12b in A) at the
+    scan rotation that turned the band's frequencies to (``qy``, ``qx``), with soft apertures
+    (``radius``, ``width`` in 1/A; ``aperture0`` (nbf,) the soft aperture at each pixel), and for
+    ``order`` 2 every first and second derivative in :data:`ROTATION_PARAMETERS`, into ``out``
+    (nq, 45), the layout of :func:`band_quad_derivatives` with n = 4.
+
+    Reference: ``qora.ssb.band.Band._array_moments`` of a band with ``"rotation"`` among its
+    parameters."""
+    set_threads()
+    _rotation_loop(np.ascontiguousarray(G), np.ascontiguousarray(k, np.float64),
+                   np.ascontiguousarray(aperture0, np.float64), np.ascontiguousarray(qy, np.float64),
+                   np.ascontiguousarray(qx, np.float64), np.ascontiguousarray(coefficients, np.float64),
+                   float(wavelength), float(radius), float(width), int(order), out)
