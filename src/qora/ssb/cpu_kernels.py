@@ -55,22 +55,39 @@ def aperture_limit(alpha: float, wavelength: float) -> float:
     return (alpha * 1e3 * wavelength) * 1e-3 / wavelength
 
 
+ANCHOR = 16  # a table entry by its own sincos every ANCHOR entries, the ones between by a phase step
+
+
+@numba.njit(inline="always", **_jit)
+def _phasors(kk, v, table, b):
+    """table[i, b] = e^{2i kk[i] v}. On a detector grid kk is evenly spaced, so between exact
+    entries (every :data:`ANCHOR`) each entry is the previous one times e^{2i dk v}: the sincos of
+    every row and column (most of a pass's work with few pixels per row) drop 16-fold, for an error of
+    a few ulp of the phase (the spacing's rounding, ~1e-16 of |k|, times at most 15 steps)."""
+    n = kk.size
+    dk = (kk[n - 1] - kk[0]) / (n - 1) if n > 1 else 0.0
+    step = complex(math.cos(2.0 * dk * v), math.sin(2.0 * dk * v))
+    for i in range(n):
+        if i % ANCHOR == 0:
+            ph = 2.0 * kk[i] * v
+            table[i, b] = complex(math.cos(ph), math.sin(ph))
+        else:
+            table[i, b] = table[i - 1, b] * step
+
+
 @numba.njit(inline="always", **_jit)
 def quadratic_tables(sets, lam, Qy, Qx, krow, kcol, rows, cols, w):
     """Per set b (row C10, C12a, C12b, ...) at frequency Q: the row and column factors of
     e^{2i k.MQ}, rows[r, b] = e^{2i ky_r vy} and cols[c, b] = e^{2i kx_c vx} with v = MQ, and
-    w[b] = e^{-i QMQ}: ``band.cu``'s ``make_tables`` (its phase tables) in float64."""
+    w[b] = e^{-i QMQ}: ``band.cu``'s ``make_tables`` (its phase tables) in float64. ``krow`` and
+    ``kcol`` evenly spaced (:func:`grid_columns` checks)."""
     pl = math.pi * lam
     for b in range(sets.shape[0]):
         c10, c12a, c12b = sets[b, 0], sets[b, 1], sets[b, 2]
         vy = pl * ((c10 - c12a) * Qy + c12b * Qx)
         vx = pl * (c12b * Qy + (c10 + c12a) * Qx)
-        for i in range(krow.size):
-            ph = 2.0 * krow[i] * vy
-            rows[i, b] = complex(math.cos(ph), math.sin(ph))
-        for i in range(kcol.size):
-            ph = 2.0 * kcol[i] * vx
-            cols[i, b] = complex(math.cos(ph), math.sin(ph))
+        _phasors(krow, vy, rows, b)
+        _phasors(kcol, vx, cols, b)
         ph = -(Qy * vy + Qx * vx)
         w[b] = complex(math.cos(ph), math.sin(ph))
 
@@ -117,6 +134,14 @@ def _sinc3(u):
     return s / u, (u * c - s) / (u * u), -s / u - 2.0 * c / (u * u) + 2.0 * s / (u * u * u)
 
 
+@numba.njit(inline="always", **_jit)
+def _row_sums(tr, ti, gr, gi, xr, xi):
+    """(tr, ti) += G conj(x) for every set: the standard loop's innermost, vectorised over the sets."""
+    for b in range(tr.size):
+        tr[b] += gr * xr[b] + gi * xi[b]
+        ti[b] += gi * xr[b] - gr * xi[b]
+
+
 @numba.njit(parallel=True, **_jit)
 def _standard_loop(G, k, order, row_of, col_of, krow, kcol, qy, qx, sets, lam, limit, out):
     """Re S, Im S, N of every set (thickness 0) at the frequencies (qy, qx) into out (B, nf, 3).
@@ -138,7 +163,8 @@ def _standard_loop(G, k, order, row_of, col_of, krow, kcol, qy, qx, sets, lam, l
         cr, ci = np.ascontiguousarray(cols.real), np.ascontiguousarray(cols.imag)
         a1 = np.zeros(nb, np.complex128)
         a2 = np.zeros(nb, np.complex128)
-        t = np.zeros((4, nb))  # this row's sums: Re, Im of sum G conj(cols) over term 1's pixels, term 2's
+        # this row's sums: Re, Im of sum G conj(cols) over term 1's pixels (t0, t1), term 2's (t2, t3)
+        t0, t1, t2, t3 = np.zeros(nb), np.zeros(nb), np.zeros(nb), np.zeros(nb)
         n1 = n2 = n12 = 0
         row = -1
         for jj in range(nbf + 1):
@@ -147,9 +173,9 @@ def _standard_loop(G, k, order, row_of, col_of, krow, kcol, qy, qx, sets, lam, l
                 if row >= 0:
                     for b in range(nb):
                         e = rows[row, b].conjugate()
-                        a1[b] += e * complex(t[0, b], t[1, b])
-                        a2[b] += e * complex(t[2, b], t[3, b])
-                    t[:] = 0.0
+                        a1[b] += e * complex(t0[b], t1[b])
+                        a2[b] += e * complex(t2[b], t3[b])
+                        t0[b] = t1[b] = t2[b] = t3[b] = 0.0
                 if j < 0:
                     break
                 row = row_of[j]
@@ -159,16 +185,13 @@ def _standard_loop(G, k, order, row_of, col_of, krow, kcol, qy, qx, sets, lam, l
             g = G[q, j]
             gr, gi = g.real, g.imag
             c = col_of[j]
+            xr, xi = cr[c], ci[c]  # this column's factors, one per set (contiguous)
             if code & 1:
                 n1 += 1
-                for b in range(nb):  # G conj(cols)
-                    t[0, b] += gr * cr[c, b] + gi * ci[c, b]
-                    t[1, b] += gi * cr[c, b] - gr * ci[c, b]
+                _row_sums(t0, t1, gr, gi, xr, xi)
             if code & 2:
                 n2 += 1
-                for b in range(nb):
-                    t[2, b] += gr * cr[c, b] + gi * ci[c, b]
-                    t[3, b] += gi * cr[c, b] - gr * ci[c, b]
+                _row_sums(t2, t3, gr, gi, xr, xi)
             if code == 3:
                 n12 += 1
         for b in range(nb):
@@ -456,12 +479,28 @@ def _rotation_loop(G, k, a0, qy, qx, coef, lam, radius, width, order, out):
             out[q, 5 + 3 * i] = acc_n[i]
 
 
-def _grid_columns(grid):
-    krow, kcol, cell = grid
-    cell = np.asarray(cell)
-    row_of = np.ascontiguousarray(cell & 0xFFFF, np.int64)
-    return (np.ascontiguousarray(krow, np.float64), np.ascontiguousarray(kcol, np.float64), row_of,
-            np.ascontiguousarray(cell >> 16, np.int64))
+def grid_columns(grid):
+    """(ky of each row, kx of each column, row of each pixel, column of each pixel) of the detector
+    grid ``qora.ssb.band._detector_grid`` makes, the rows and columns filled in to an evenly spaced
+    grid (what :func:`quadratic_tables` steps along) where the bright field skips one."""
+    krow, kcol, cell = (np.asarray(a) for a in grid)
+    row_of, col_of = cell & 0xFFFF, cell >> 16
+    out = []
+    for kk, index in ((krow, row_of), (kcol, col_of)):
+        kk = np.asarray(kk, np.float64)
+        if len(kk) > 1:
+            d = np.diff(kk)
+            spacing = d.min()
+            if spacing <= 0 or np.any(np.abs(d / spacing - np.round(d / spacing)) > 1e-6):
+                raise ValueError("the bright-field pixels are not on an evenly spaced detector grid")
+            steps = np.concatenate([[0], np.cumsum(np.round(d / spacing).astype(np.int64))])
+            full = np.empty(steps[-1] + 1)
+            full[steps] = kk
+            missing = np.setdiff1d(np.arange(len(full)), steps)
+            full[missing] = kk[0] + missing * spacing
+            kk, index = full, steps[index]
+        out.append((np.ascontiguousarray(kk), np.ascontiguousarray(index, np.int64)))
+    return out[0][0], out[1][0], out[0][1], out[1][1]
 
 
 def band_quad_batch(*, G, k, grid, qy, qx, table, wavelength: float, alpha: float, out, k32=None) -> None:
@@ -474,7 +513,7 @@ def band_quad_batch(*, G, k, grid, qy, qx, table, wavelength: float, alpha: floa
 
     Reference: ``qora.ssb.band.Band._batch_arrays`` (S and N as there)."""
     table = np.ascontiguousarray(table, np.float64).reshape(-1, 6)
-    krow, kcol, row_of, col_of = _grid_columns(grid)
+    krow, kcol, row_of, col_of = grid_columns(grid)
     set_threads()
     args = (np.ascontiguousarray(G), np.ascontiguousarray(k, np.float64))
     rest = (row_of, col_of, krow, kcol, np.ascontiguousarray(qy, np.float64), np.ascontiguousarray(qx, np.float64),
@@ -492,7 +531,7 @@ def band_quad_derivatives(*, G, k, grid, qy, qx, row, thick: bool, wavelength: f
     the layout of :func:`qora.ssb.kernels.band_quad_derivatives`.
 
     Reference: ``qora.ssb.band.Band.moments`` by the array code (``Band._array_moments``)."""
-    krow, kcol, row_of, col_of = _grid_columns(grid)
+    krow, kcol, row_of, col_of = grid_columns(grid)
     set_threads()
     _derivatives_loop(np.ascontiguousarray(G), np.ascontiguousarray(k, np.float64), row_of, col_of, krow, kcol,
                       np.ascontiguousarray(qy, np.float64), np.ascontiguousarray(qx, np.float64),
