@@ -114,6 +114,8 @@ class Band:
         self._geometry_for = None
         self._set_rotation(self.rotation)
         self._grid = _detector_grid(session.k, xp)
+        if xp is np and self._grid is not None:  # the host loops' form of it (None: not evenly spaced)
+            self._grid = cpu_kernels.grid_columns(self._grid)
         # the quadratic-chi kernels (kernels/band.cu on the device, cpu_kernels on the host): top-hat
         # apertures, chi of C10 and C12 only
         self.quadratic_kernels = (self._grid is not None and self.soft_edge is None

@@ -482,7 +482,9 @@ def _rotation_loop(G, k, a0, qy, qx, coef, lam, radius, width, order, out):
 def grid_columns(grid):
     """(ky of each row, kx of each column, row of each pixel, column of each pixel) of the detector
     grid ``qora.ssb.band._detector_grid`` makes, the rows and columns filled in to an evenly spaced
-    grid (what :func:`quadratic_tables` steps along) where the bright field skips one."""
+    grid (what :func:`quadratic_tables` steps along) where the bright field skips one: what the
+    launchers here take as ``grid``. None when a row or column lies off an evenly spaced grid (the
+    band then keeps to the array code)."""
     krow, kcol, cell = (np.asarray(a) for a in grid)
     row_of, col_of = cell & 0xFFFF, cell >> 16
     out = []
@@ -492,7 +494,7 @@ def grid_columns(grid):
             d = np.diff(kk)
             spacing = d.min()
             if spacing <= 0 or np.any(np.abs(d / spacing - np.round(d / spacing)) > 1e-6):
-                raise ValueError("the bright-field pixels are not on an evenly spaced detector grid")
+                return None
             steps = np.concatenate([[0], np.cumsum(np.round(d / spacing).astype(np.int64))])
             full = np.empty(steps[-1] + 1)
             full[steps] = kk
@@ -508,12 +510,12 @@ def band_quad_batch(*, G, k, grid, qy, qx, table, wavelength: float, alpha: floa
     thickness, tilt_y, tilt_x), all in one pass over G (nq, nbf) whatever B; the standard-model
     loop when no set has a thickness. ``qy``, ``qx`` (nf,): the band's frequencies in the detector
     frame (1/A), or R rotations' copies of them one after the other (nf = R nq). ``alpha``: the
-    aperture (1/A); ``k`` (nbf, 2) float64; ``grid`` the detector's (row ky, column kx, cell) tables.
+    aperture (1/A); ``k`` (nbf, 2) float64; ``grid`` the detector grid of :func:`grid_columns`.
     ``k32`` is the CUDA launchers' and unused here.
 
     Reference: ``qora.ssb.band.Band._batch_arrays`` (S and N as there)."""
     table = np.ascontiguousarray(table, np.float64).reshape(-1, 6)
-    krow, kcol, row_of, col_of = grid_columns(grid)
+    krow, kcol, row_of, col_of = grid
     set_threads()
     args = (np.ascontiguousarray(G), np.ascontiguousarray(k, np.float64))
     rest = (row_of, col_of, krow, kcol, np.ascontiguousarray(qy, np.float64), np.ascontiguousarray(qx, np.float64),
@@ -531,7 +533,7 @@ def band_quad_derivatives(*, G, k, grid, qy, qx, row, thick: bool, wavelength: f
     the layout of :func:`qora.ssb.kernels.band_quad_derivatives`.
 
     Reference: ``qora.ssb.band.Band.moments`` by the array code (``Band._array_moments``)."""
-    krow, kcol, row_of, col_of = grid_columns(grid)
+    krow, kcol, row_of, col_of = grid
     set_threads()
     _derivatives_loop(np.ascontiguousarray(G), np.ascontiguousarray(k, np.float64), row_of, col_of, krow, kcol,
                       np.ascontiguousarray(qy, np.float64), np.ascontiguousarray(qx, np.float64),
