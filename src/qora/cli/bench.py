@@ -64,12 +64,16 @@ def bench_holo(backend: str, no_write: bool) -> None:
 
 @bench.command("ssb")
 @backend_option("cpu")
+@click.option("--fit-only", is_flag=True,
+              help="CPU: only the 64 x 64 fit beside py4DSTEM's parallax fit and the batch pass's thread scaling.")
+@click.option("--repeats", type=click.IntRange(1), default=3, show_default=True, help="Runs per timed step (medians).")
 @click.option("--no-write", is_flag=True, help="Print only; write no result file.")
-def bench_ssb(backend: str, no_write: bool) -> None:
-    """4D-STEM steps on a 128 x 128 scan: load, detector fit, session prepare, each image method."""
+def bench_ssb(backend: str, fit_only: bool, repeats: int, no_write: bool) -> None:
+    """4D-STEM steps on a 128 x 128 scan: load, detector fit, session prepare, each image method; on
+    the CPU also the cold-start and rotation-given fits at 64 x 64 beside py4DSTEM (interleaved)."""
     from qora.bench import ssb as ssb_bench
 
-    ssb_bench.run(backend=backend, write=not no_write, echo=click.echo)
+    ssb_bench.run(backend=backend, write=not no_write, echo=click.echo, fit_only=fit_only, repeats=repeats)
 
 
 @bench.command("ssb-full")
