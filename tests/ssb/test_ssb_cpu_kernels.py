@@ -121,3 +121,16 @@ def test_num_threads_reads_the_environment(monkeypatch):
         monkeypatch.setenv("QORA_NUM_THREADS", bad)
         with pytest.raises(ValueError, match="QORA_NUM_THREADS"):
             num_threads()
+
+
+def test_defocus_search_gives_the_host_loops_the_whole_grid_in_one_pass(session):
+    from qora.ssb import defocus_search
+
+    band = Band(session, ("C10",), rotation=0.0)
+    c10, values = defocus_search(band, low=-400.0, high=400.0, step=20.0)
+    assert band.passes["batch"] == 1 and len(values) == 41
+    assert abs(c10 - -80.0) <= 20.0
+    eight = Band(session, ("C10",), rotation=0.0)
+    c10_8, values_8 = defocus_search(eight, low=-400.0, high=400.0, step=20.0, batch=8)
+    assert eight.passes["batch"] == 6 and c10_8 == c10
+    np.testing.assert_allclose(values_8, values, rtol=1e-12)
