@@ -40,7 +40,9 @@ def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int 
     from qora.ssb import Aberrations, Session, amorphous_slices, fit_detector, read_dataset, simulate, write_dataset
 
     be = resolve(backend)
-    result = BenchResult(f"ssb-{be.name}", be.name, be.device_facts().as_dict(), columns=("ms",))
+    # the fit comparison alone is a benchmark of its own (its rows, bench/results/ssb-cpu-fit/)
+    name = "ssb-cpu-fit" if fit_only and not be.is_cuda else f"ssb-{be.name}"
+    result = BenchResult(name, be.name, be.device_facts().as_dict(), columns=("ms",))
     if not be.is_cuda:
         echo(f"{be.name}: the CPU fit at 64 x 64 beside py4DSTEM's parallax fit, interleaved")
         cpu_batch_scaling(result, echo)
