@@ -197,3 +197,23 @@ def test_newest_tracked_result_ignores_untracked_files(tmp_path, monkeypatch):
     shutil.copytree(tmp_path / "floors", plain / "floors")
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # no repository above plain/ either
     assert newest_result("floors", plain, tracked=True)[0].name == "untracked.json"  # no git: every file
+
+
+def test_ssb_cpu_fit_comparison_rows_on_a_small_scan(monkeypatch, tmp_path):
+    """The CPU fit comparison's rows (qora's alone where py4DSTEM's environment is missing) and the
+    batch pass's thread rows, on a 16 x 16 scan."""
+    from qora.bench import ssb
+    from qora.bench.common import BenchResult
+
+    monkeypatch.setenv("QORA_PY4DSTEM_PYTHON", str(tmp_path / "none" / "python"))
+    result = BenchResult("ssb-cpu-fit", "cpu", {"name": "test"}, columns=("ms",))
+    ssb.cpu_batch_scaling(result, lambda *_: None, scan=16, sets=9, threads=[1], repeats=1)
+    ssb.cpu_fit_against_py4dstem(result, lambda *_: None, scan=16, repeats=1)
+    assert {"agreement_cpu/16x16/9_sets/threads_1", "agreement_cpu/16x16/rotation_grid_30x41"} <= set(result.cases)
+    for case in ("film_16", "crystal_3.2A_rot7_16"):
+        for who in ("qora_cold", "qora_rotation_given"):
+            row = result.cases[f"fit_cpu/{case}/{who}"]
+            assert row["ms"] > 0 and isinstance(row["right"], bool) and len(row["loadavg_1min"]) == 1
+        assert f"fit_cpu/{case}/py4dstem" not in result.cases
+    given = result.cases["fit_cpu/film_16/qora_rotation_given"]
+    assert given["rotation_error_deg"] == 0.0

@@ -34,8 +34,9 @@ def _median_ms(fn, repeats: int):
 
 def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int = 64, repeats: int = 3,
         peers: bool = True, fit_only: bool = False) -> BenchResult:
-    """The steps above; on the CPU also the fit beside py4DSTEM at 64 x 64 (:func:`cpu_fit_against_py4dstem`)
-    and the batch pass's thread scaling (:func:`cpu_batch_scaling`). ``fit_only``: those two alone."""
+    """The steps above; on the CPU with ``peers`` also the fit beside py4DSTEM at 64 x 64
+    (:func:`cpu_fit_against_py4dstem`) and the batch pass's thread scaling (:func:`cpu_batch_scaling`).
+    ``fit_only``: those two alone (the benchmark ``ssb-cpu-fit``)."""
     from qora.backend.device import PeakMemory
     from qora.ssb import Aberrations, Session, amorphous_slices, fit_detector, read_dataset, simulate, write_dataset
 
@@ -43,7 +44,7 @@ def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int 
     # the fit comparison alone is a benchmark of its own (its rows, bench/results/ssb-cpu-fit/)
     name = "ssb-cpu-fit" if fit_only and not be.is_cuda else f"ssb-{be.name}"
     result = BenchResult(name, be.name, be.device_facts().as_dict(), columns=("ms",))
-    if not be.is_cuda:
+    if not be.is_cuda and (peers or fit_only):  # the comparison with the peer, at its own 64 x 64 size
         echo(f"{be.name}: the CPU fit at 64 x 64 beside py4DSTEM's parallax fit, interleaved")
         cpu_batch_scaling(result, echo)
         cpu_fit_against_py4dstem(result, echo, repeats=repeats)
@@ -211,9 +212,10 @@ def _fit_cases(scan: int) -> dict:
     name -> (Scan4D-like data, step, kv, mrad per pixel, alpha, truth C10, |C12|, rotation deg)."""
     from qora.ssb import Aberrations, amorphous_slices, crystal_slices, rotate_detector, simulate
 
+    window = min(64, 2 * scan)  # a 64 x 64 detector (smaller where the field is)
     film = simulate(amorphous_slices((2 * scan, 2 * scan), 0.2, atoms_per_a2=0.1, seed=0), pixel=0.2, stride=2,
-                    window=64, aberrations=Aberrations(C10=150.0))
-    crystal = simulate(crystal_slices((2 * scan, 2 * scan), 0.2, period=3.2), pixel=0.2, stride=2, window=64,
+                    window=window, aberrations=Aberrations(C10=150.0))
+    crystal = simulate(crystal_slices((2 * scan, 2 * scan), 0.2, period=3.2), pixel=0.2, stride=2, window=window,
                        alpha_mrad=20.0, aberrations=Aberrations(C10=-100.0, C12=(20.0, np.deg2rad(25.0))))
     return {
         f"film_{scan}": (film.data, film.scan_step, film.kv, film.mrad_per_pixel, film.alpha_mrad, 150.0, 0.0, 0.0),
