@@ -20,9 +20,9 @@ the array code decides them (``hypot(k -+ Q) <= limit``), so the two agree to ro
 
 One loop body per quantity, each a ``prange`` over the band's frequencies Q (the rows of G): the
 threads take whole rows, the per-Q tables are private to a thread. Thread count:
-:func:`qora.backend.host.num_threads` (``QORA_NUM_THREADS``). No ``fastmath``: the reductions'
-order is then the written one and the parity tests hold to 1e-12 (the loops are bound by their
-complex multiplies, which LLVM vectorises without it).
+:func:`qora.backend.host.num_threads` (``QORA_NUM_THREADS``). No ``fastmath``: the reductions
+keep their written order and the parity tests hold to 1e-11 (docs/ssb-performance.md section 9 has
+the cost model and where the loops stand against the FMA peak).
 """
 
 from __future__ import annotations
