@@ -222,3 +222,23 @@ def test_ssb_files_bench_times_every_step_on_a_small_scan():
                      "descan_fit_plane", "descan_correct_in_memory", "prepare_descan_in_memory",
                      "prepare_descan_lazy"}
     assert all(case["ms"] > 0 for case in r.cases.values())
+
+
+def test_ssb_cpu_fit_comparison_rows_on_a_small_scan(monkeypatch, tmp_path):
+    """The CPU fit comparison's rows (qora's alone where py4DSTEM's environment is missing) and the
+    batch pass's thread rows, on a 16 x 16 scan."""
+    from qora.bench import ssb
+    from qora.bench.common import BenchResult
+
+    monkeypatch.setenv("QORA_PY4DSTEM_PYTHON", str(tmp_path / "none" / "python"))
+    result = BenchResult("ssb-cpu-fit", "cpu", {"name": "test"}, columns=("ms",))
+    ssb.cpu_batch_scaling(result, lambda *_: None, scan=16, sets=9, threads=[1], repeats=1)
+    ssb.cpu_fit_against_py4dstem(result, lambda *_: None, scan=16, repeats=1)
+    assert {"agreement_cpu/16x16/9_sets/threads_1", "agreement_cpu/16x16/rotation_grid_30x41"} <= set(result.cases)
+    for case in ("film_16", "crystal_3.2A_rot7_16"):
+        for who in ("qora_cold", "qora_rotation_given"):
+            row = result.cases[f"fit_cpu/{case}/{who}"]
+            assert row["ms"] > 0 and isinstance(row["right"], bool) and len(row["loadavg_1min"]) == 1
+        assert f"fit_cpu/{case}/py4dstem" not in result.cases
+    given = result.cases["fit_cpu/film_16/qora_rotation_given"]
+    assert given["rotation_error_deg"] == 0.0

@@ -194,15 +194,20 @@ def test_quadratic_batch_kernel_matches_the_cpu(single, names):
     would move N by ~1e-3."""
     from qora.ssb import Band
 
+    from qora.ssb import combine_batch_moments
+
     cpu, gpu = single
     a, b = Band(cpu, names), Band(gpu, names)
-    assert b.quadratic_kernels and not a.quadratic_kernels
+    assert b.quadratic_kernels and b.xp is not np
     sets = [{"C10": c, "C12a": 9.0 - i, "C12b": -4.0 + 2 * i, "thickness": t, "tilt_y": 0.004 * (i % 3 - 1),
              "tilt_x": -0.002} for i, (c, t) in enumerate(zip(np.linspace(60, 180, 9), (0, 1, 5, 40, 80, 120, 200,
                                                                                           60, 0)))]
-    np.testing.assert_allclose(b.evaluate_batch(sets), a.evaluate_batch(sets), rtol=2e-6)
+    # the host's reference is its array code (its Numba loops are held to it in test_ssb_cpu_kernels.py)
+    np.testing.assert_allclose(b.evaluate_batch(sets), combine_batch_moments(a._batch_arrays(sets), a.total),
+                               rtol=2e-6)
+    np.testing.assert_allclose(b.evaluate_batch(sets), a.evaluate_batch(sets), rtol=2e-6)  # and the loops
     for count in (1, 2, 3, 5, 8, 9):
-        ma, mb = a.batch_moments(sets[:count]), b.batch_moments(sets[:count])
+        ma, mb = a._batch_arrays(sets[:count]), b.batch_moments(sets[:count])
         S, N = (np.asarray(mb[key].get()) for key in ("S", "N"))
         assert np.abs(S - ma["S"]).max() < 2e-6 * np.abs(ma["S"]).max()
         np.testing.assert_allclose(N, ma["N"], rtol=2e-6, atol=1e-9 * ma["N"].max())
@@ -373,3 +378,28 @@ def test_orientation_search_and_branch_on_cuda_match_the_cpu(sessions):
     assert fb["branch"]["flipped"] == fa["branch"]["flipped"]
     for k, v in fa["standard"]["parameters"].items():
         assert fb["standard"]["parameters"][k] == pytest.approx(v, abs=0.05)
+
+
+def test_device_kernels_match_the_host_numba_loops(single):
+    """The CUDA quadratic kernels (complex64 G, float32 terms) against the host's Numba loops (float64) on
+    the same counts: the batched agreement, the derivatives, and the (rotation, set) grid of
+    Band.evaluate_rotations (one batch per rotation on the device, one pass on the host)."""
+    from qora.ssb import Band
+
+    cpu, gpu = single
+    names = ("C10", "C12a", "C12b")
+    a, b = Band(cpu, names), Band(gpu, names)
+    assert a.quadratic_kernels and a.xp is np and b.quadratic_kernels
+    sets = [{"C10": c, "C12a": 6.0, "C12b": -3.0} for c in np.linspace(-200, 300, 11)]
+    np.testing.assert_allclose(b.evaluate_batch(sets), a.evaluate_batch(sets), rtol=2e-6)
+    v = {"C10": 115.0, "C12a": 8.0, "C12b": -6.0}
+    va, ga, ha = a.evaluate(v)
+    vb, gb, hb = b.evaluate(v)
+    assert vb == pytest.approx(va, rel=2e-6)
+    scale = np.sqrt(np.abs(np.diag(ha)))
+    np.testing.assert_allclose(gb / scale, ga / scale, atol=2e-5 * max(1.0, np.abs(ga / scale).max()))
+    np.testing.assert_allclose(hb / np.outer(scale, scale), ha / np.outer(scale, scale), atol=2e-5)
+    rotations = np.deg2rad([-60.0, 0.0, 5.7, 80.0])
+    np.testing.assert_allclose(b.evaluate_rotations(rotations, sets[:5]), a.evaluate_rotations(rotations, sets[:5]),
+                               rtol=2e-6)
+    assert b._geometry_for == a._geometry_for == b.rotation  # each band's own rotation restored

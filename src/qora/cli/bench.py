@@ -120,9 +120,13 @@ def bench_holo_fields(backend: str, no_write: bool) -> None:
 @threads_option()
 @click.option("--scan", type=click.IntRange(16, 1024), default=128, show_default=True,
               help="With --threads: the scan's side (the detector window is 64).")
+@click.option("--fit-only", is_flag=True,
+              help="CPU: only the 64 x 64 fit beside py4DSTEM's parallax fit and the batch pass's thread scaling.")
+@click.option("--repeats", type=click.IntRange(1), default=3, show_default=True, help="Runs per timed step (medians).")
 @click.option("--no-write", is_flag=True, help="Print only; write no result file.")
-def bench_ssb(backend: str, thread_counts, scan: int, no_write: bool) -> None:
-    """4D-STEM steps on a 128 x 128 scan: load, detector fit, session prepare, each image method; with
+def bench_ssb(backend: str, thread_counts, scan: int, fit_only: bool, repeats: int, no_write: bool) -> None:
+    """4D-STEM steps on a 128 x 128 scan: load, detector fit, session prepare, each image method; on
+    the CPU also the cold-start and rotation-given fits at 64 x 64 beside py4DSTEM (interleaved); with
     --threads the band agreement's batch pass at each thread count."""
     from qora.bench import ssb as ssb_bench
     from qora.io.errors import InputError
@@ -133,7 +137,7 @@ def bench_ssb(backend: str, thread_counts, scan: int, no_write: bool) -> None:
             raise InputError("--threads sweeps the CPU path: use it with --backend cpu")
         ssb_bench.run_cpu_threads(counts, scan=scan, write=not no_write, echo=click.echo)
         return
-    ssb_bench.run(backend=backend, write=not no_write, echo=click.echo)
+    ssb_bench.run(backend=backend, write=not no_write, echo=click.echo, fit_only=fit_only, repeats=repeats)
 
 
 @bench.command("ssb-files")

@@ -20,9 +20,12 @@ with s the thick model's sinc depth weights (1 for the standard model), and ever
 is exact. The scan rotation is a parameter too (``rotation``, rad): Q in the detector's frame
 turns with it, and the band's apertures get a soft edge so that the agreement is smooth in it.
 
-A :class:`Band` evaluates by one of four routes: the array code (:meth:`Band._array_moments`,
-:meth:`Band._batch_arrays`, the reference), and on the device the general batch kernel
-(``band_batch``) and the quadratic-chi kernels (``band_quad_*``) of :mod:`qora.ssb.kernels`.
+A :class:`Band` evaluates by one of five routes: the array code (:meth:`Band._array_moments`,
+:meth:`Band._batch_arrays`, the reference), on the device the general batch kernel
+(``band_batch``) and the quadratic-chi kernels (``band_quad_*``) of :mod:`qora.ssb.kernels`, and
+on the host their Numba twins (:mod:`qora.ssb.cpu_kernels`, float64): whenever chi holds only C10
+and C12 and the apertures are top-hat (the searches, the fits with the rotation given), the
+quadratic-chi routes; else the array code (the rotation's Newton, with soft apertures).
 """
 
 from __future__ import annotations
@@ -31,10 +34,10 @@ import math
 
 import numpy as np
 
-from qora.backend.core import xp_of
-from qora.ssb import kernels
+from qora.ssb import cpu_kernels, kernels
 from qora.ssb.model import (ABERRATION_PARAMETERS, KERNEL_COEFFICIENTS, QUADRATIC_PARAMETERS, THICK_PARAMETERS,
                             basis_derivatives, sinc_derivatives, soft_aperture)
+from qora.ssb.moments import combine_batch_moments, combine_moments, uncertainties
 from qora.ssb.optics import aperture
 
 __all__ = ["Band", "make_band", "combine_moments", "combine_batch_moments", "uncertainties"]
@@ -110,10 +113,20 @@ class Band:
         self.thick = any(p in THICK_PARAMETERS for p in self.parameters)
         self._geometry_for = None
         self._set_rotation(self.rotation)
-        self._grid = _detector_grid(session.k, xp) if xp is not np else None
-        # the quadratic-chi kernels (kernels/band.cu): top-hat apertures, chi of C10 and C12 only
+        self._grid = _detector_grid(session.k, xp)
+        if xp is np and self._grid is not None:  # the host loops' form of it (None: not evenly spaced)
+            self._grid = cpu_kernels.grid_columns(self._grid)
+        # the quadratic-chi kernels (kernels/band.cu on the device, cpu_kernels on the host): top-hat
+        # apertures, chi of C10 and C12 only
         self.quadratic_kernels = (self._grid is not None and self.soft_edge is None
                                   and set(self.aberration_names) <= set(QUADRATIC_PARAMETERS[:3]))
+        # on the host, the rotation's fits (soft apertures, the standard model) by their own loop
+        self.rotation_kernel = (xp is np and self.fits_rotation and not self.thick
+                                and set(self.aberration_names) <= set(QUADRATIC_PARAMETERS[:3]))
+        # the sets a search should give one pass: the device kernels' launch takes 8; the host loops
+        # take any number in one pass over G, and a set costs less the more share it (its tables and
+        # the pixels' aperture tests are made once per pass: 0.73 against 1.25 ms a set at 64 x 64)
+        self.sets_per_pass = 128 if xp is np else 8
         # calls so far: batches (one pass over G per launch, a thick batch of 8 is two), single values,
         # values with derivatives (one pass each)
         self.passes = {"batch": 0, "value": 0, "derivatives": 0}
@@ -229,7 +242,24 @@ class Band:
         """The per-Q sums over k the agreement of ``values`` and its derivatives are made of."""
         if self.quadratic_kernels:
             return self._kernel_moments(values, order)
+        if self.rotation_kernel:
+            return self._rotation_moments(values, order)
         return self._array_moments(values, order)
+
+    def _rotation_moments(self, values: dict, order: int) -> dict:
+        """:meth:`moments` of a band fitting the rotation by the host's loop
+        (:func:`qora.ssb.cpu_kernels.band_rotation_moments`): one pass for any ``order``."""
+        self._set_rotation(float(values.get("rotation", self.rotation)))
+        if getattr(self, "_soft0", None) is None:  # the soft aperture at each pixel, fixed
+            self._soft0 = soft_aperture(self._k_pairs[:, 0], self._k_pairs[:, 1], self.alpha, self.soft_edge)
+        coef = [float(values.get(p, 0.0)) if p in self.aberration_names else 0.0 for p in QUADRATIC_PARAMETERS[:3]]
+        out = np.empty((self.G.shape[0], 45))
+        cpu_kernels.band_rotation_moments(G=self.G, k=self._k_pairs, aperture0=self._soft0, qy=self._qy_flat,
+                                          qx=self._qx_flat, coefficients=coef, wavelength=self.lam, radius=self.alpha,
+                                          width=self.soft_edge, order=0 if order == 0 else 2, out=out)
+        if order == 0:
+            return {"S": out[:, 0] + 1j * out[:, 1], "N": out[:, 2]}
+        return self._unpack_derivatives(out, cpu_kernels.ROTATION_PARAMETERS)
 
     def _array_moments(self, values: dict, order: int) -> dict:
         """:meth:`moments` by the array code (the kernels' reference)."""
@@ -349,11 +379,52 @@ class Band:
     def evaluate_batch(self, sets) -> np.ndarray:
         """Agreement of several parameter sets (a list of dicts) in one pass over G per rotation."""
         if self.quadratic_kernels and not self.fits_rotation:
-            # the search's passes: the agreement reduced on the device from the kernels' output in one
-            # launch, without the complex S arrays of batch_moments
+            # the search's passes: the agreement reduced from the kernels' output (on the device in one
+            # launch), without the complex S arrays of batch_moments
             self.passes["batch"] += 1
-            return np.asarray(_to_host(kernels.agreement_sum(raw=self._quadratic_raw(list(sets))))) / self.total
+            return self._agreement_of_raw(self._quadratic_raw(list(sets)))
         return combine_batch_moments(self.batch_moments(sets), self.total)
+
+    def _agreement_of_raw(self, raw) -> np.ndarray:
+        """The agreement of each set from the quadratic kernels' (..., nq, 3) Re S, Im S, N."""
+        if self.xp is np:
+            return np.sum((raw[..., 0] ** 2 + raw[..., 1] ** 2) / np.maximum(raw[..., 2], 1e-300), -1) / self.total
+        return np.asarray(_to_host(kernels.agreement_sum(raw=raw))) / self.total
+
+    def evaluate_rotations(self, rotations, sets) -> np.ndarray:
+        """The agreement of every set (a list of dicts of C10, C12a, C12b) at every scan rotation of
+        ``rotations`` (rad): (R, B), in one pass over G on the host.
+
+        The cold-start rotation search's primitive: the band's frequencies are chosen in the scan
+        frame, so a rotation only turns their detector-frame coordinates and every (rotation, set)
+        pair reads the same rows of G. A band of the standard model with top-hat apertures
+        (``quadratic_kernels``, no ``"rotation"`` parameter); on the device, one batch per rotation.
+        """
+        rotations = np.atleast_1d(np.asarray(rotations, float))
+        sets = list(sets)
+        if not self.quadratic_kernels or self.fits_rotation or self.thick:
+            raise ValueError("evaluate_rotations needs a band of C10 and C12 only, top-hat apertures, no rotation "
+                             "parameter")
+        keep = self.rotation
+        try:
+            if self.xp is not np:
+                out = []
+                for theta in rotations:
+                    self._set_rotation(float(theta))
+                    out.append(self.evaluate_batch(sets))
+                return np.array(out)
+            qys, qxs = self._q_scan
+            qys, qxs = qys[:, 0], qxs[:, 0]
+            c, s = np.cos(rotations)[:, None], np.sin(rotations)[:, None]
+            qy, qx = (c * qys + s * qxs).ravel(), (-s * qys + c * qxs).ravel()  # as _set_rotation turns them
+            rows = np.array([self._quadratic_row(v) for v in sets], float)
+            out = np.empty((len(rows), len(qy), 3))
+            cpu_kernels.band_quad_batch(G=self.G, k=self._k_pairs, grid=self._grid, qy=qy, qx=qx, table=rows,
+                                        wavelength=self.lam, alpha=self.alpha, out=out)
+            self.passes["batch"] += 1
+            return self._agreement_of_raw(out.reshape(len(rows), len(rotations), -1, 3)).T
+        finally:
+            self._set_rotation(keep)
 
     def batch_moments(self, sets) -> dict:
         """S and N (see :meth:`moments`) of each set, (B, nq), in one pass over G per rotation."""
@@ -392,8 +463,9 @@ class Band:
         return row
 
     def _quadratic_arrays(self) -> dict:
-        """What every quadratic kernel's launch takes from the band (:mod:`qora.ssb.kernels`)."""
-        return dict(G=self._G64, k=self._k_pairs, k32=self._k32, grid=self._grid, qy=self._qy_flat, qx=self._qx_flat,
+        """What every quadratic kernel's launch takes from the band (:mod:`qora.ssb.kernels`, and
+        :mod:`qora.ssb.cpu_kernels` on the host, which reads the band's own float64 G)."""
+        return dict(G=self.G if self.xp is np else self._G64, k=self._k_pairs, k32=self._k32, grid=self._grid, qy=self._qy_flat, qx=self._qx_flat,
                     wavelength=self.lam, alpha=self.alpha)
 
     @property
@@ -413,6 +485,10 @@ class Band:
         per pass over G."""
         xp = self.xp
         rows = [self._quadratic_row(v) for v in sets]
+        if xp is np:  # the host's loops take every set in one pass over G
+            out = np.empty((len(rows), self.G.shape[0], 3))
+            cpu_kernels.band_quad_batch(table=rows, out=out, **self._quadratic_arrays())
+            return out
         standard = all(r[3] == 0.0 for r in rows)
         krow, kcol, _ = self._grid
         per_pass = kernels.sets_per_launch(standard=standard, rows=len(krow), cols=len(kcol))
@@ -440,8 +516,17 @@ class Band:
         pairs = [(i, j) for i in range(nk) for j in range(i, nk)]
         nq = self.G.shape[0]
         out = xp.empty((nq, 3 + 3 * nk + 3 * len(pairs)))
-        kernels.band_quad_derivatives(row=self._quadratic_row(values), thick=self.thick, out=out,
-                                      **self._quadratic_arrays())
+        launcher = cpu_kernels if xp is np else kernels
+        launcher.band_quad_derivatives(row=self._quadratic_row(values), thick=self.thick, out=out,
+                                       **self._quadratic_arrays())
+        return self._unpack_derivatives(out, QUADRATIC_PARAMETERS[:nk])
+
+    def _unpack_derivatives(self, out, names) -> dict:
+        """The moments of :meth:`moments` from a derivative kernel's (nq, 3 + 3 n + 3 n (n + 1) / 2)
+        output in the parameters ``names`` (the kernel's order), taken in ``self.parameters``' order."""
+        xp = self.xp
+        nk, nq = len(names), out.shape[0]
+        pairs = [(i, j) for i in range(nk) for j in range(i, nk)]
         out = out.T
         first = out[3:3 + 3 * nk].reshape(nk, 3, nq)
         second = out[3 + 3 * nk:].reshape(len(pairs), 3, nq)
@@ -451,7 +536,7 @@ class Band:
         for a, b in ((i, j), (j, i)):
             Sij[a, b] = second[:, 0] + 1j * second[:, 1]
             Nij[a, b] = second[:, 2]
-        idx = np.array([QUADRATIC_PARAMETERS.index(p) for p in self.parameters])
+        idx = np.array([names.index(p) for p in self.parameters])
         return {"S": out[0] + 1j * out[1], "N": out[2], "Sp": (first[:, 0] + 1j * first[:, 1])[idx],
                 "Np": first[:, 2][idx], "Sij": Sij[np.ix_(idx, idx)], "Nij": Nij[np.ix_(idx, idx)]}
 
@@ -499,55 +584,3 @@ def make_band(session, parameters, **kwargs):
     workers, :class:`qora.distributed.ssb.ShardedSession`, makes a band of the same interface)."""
     maker = getattr(session, "make_band", None)
     return maker(parameters, **kwargs) if maker is not None else Band(session, parameters, **kwargs)
-
-
-def combine_moments(m: dict, total: float, order: int = 2):
-    """The agreement sum_Q |S|^2 / N / total from the moments of :meth:`Band.moments` (summed over
-    shards where G is split), with its gradient and Hessian for ``order`` 1 and 2."""
-    xp = xp_of(m["S"])
-    S, N = m["S"], xp.maximum(m["N"], 1e-300)
-    P = xp.abs(S) ** 2
-    value = float(xp.sum(P / N)) / total
-    if order == 0:
-        return value
-    Sp, Np = m["Sp"], m["Np"]
-    Pp = 2 * xp.real(xp.conj(S)[None] * Sp)
-    grad = _to_host(xp.sum(Pp / N - P * Np / N**2, -1)) / total
-    if order == 1:
-        return value, grad
-    # all pairs at once, (nparam, nparam, nq): a few launches however many parameters
-    Pij = 2 * xp.real(xp.conj(Sp)[None] * Sp[:, None] + xp.conj(S) * m["Sij"])
-    outer_p = Pp[:, None] * Np[None] + Pp[None] * Np[:, None]
-    h = Pij / N - outer_p / N**2 - P * m["Nij"] / N**2 + 2 * P * Np[:, None] * Np[None] / N**3
-    hessian = np.asarray(_to_host(xp.sum(h, -1)), float) / total
-    return value, grad, (hessian + hessian.T) / 2
-
-
-def combine_batch_moments(m: dict, total: float) -> np.ndarray:
-    """The agreement of each set from :meth:`Band.batch_moments` (summed over shards)."""
-    xp = xp_of(m["S"])
-    return np.asarray(_to_host(xp.sum(xp.abs(m["S"]) ** 2 / xp.maximum(m["N"], 1e-300), -1))) / total
-
-
-
-def uncertainties(agreement: float, hessian, *, total: float, shape, parameters) -> dict:
-    """Standard errors of the fitted ``parameters`` from the Hessian of the agreement at its maximum,
-    for a band of ``shape`` (frequencies, bright-field pixels) holding the signal ``total`` = sum |G|^2
-    (:class:`Band`'s, or a band split over workers, :class:`qora.distributed.ssb.ShardedBand`).
-
-    With white complex noise of variance sigma^2 on G (Poisson counts give nearly that over
-    the bright field), -log L = E / sigma^2 with E = T (1 - agreement) the energy the model
-    leaves (T = sum |G|^2, Phi(Q) profiled out), so cov = sigma^2 (d2 E)^-1 =
-    sigma^2 / T (-H)^-1, and sigma^2 = E / (elements - frequencies - parameters): the
-    residual estimates the noise (model error counts as noise, so the errors are upper
-    estimates on a sample the weak-phase model does not describe). Units: A, rad.
-    """
-    h = -np.asarray(hessian, float)
-    nq, nbf = shape
-    dof = max(1, nq * nbf - nq - len(parameters))
-    sigma2 = total * max(1.0 - agreement, 0.0) / dof
-    try:
-        cov = sigma2 / total * np.linalg.inv(h)
-    except np.linalg.LinAlgError:
-        return {name: float("inf") for name in parameters}
-    return {name: float(math.sqrt(max(cov[i, i], 0.0))) for i, name in enumerate(parameters)}

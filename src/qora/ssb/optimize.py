@@ -138,15 +138,17 @@ def _newton_gain(grad, hess) -> float:
     return gain if gain > 0 else math.inf
 
 
-def defocus_search(band: BatchObjective, *, low: float = -500.0, high: float = 500.0, step: float = 10.0, batch: int = 8,
-                   fixed: dict | None = None):
-    """The C10 (A) of best agreement on a grid, evaluated ``batch`` sets per pass over G.
+def defocus_search(band: BatchObjective, *, low: float = -500.0, high: float = 500.0, step: float = 10.0,
+                   batch: int | None = None, fixed: dict | None = None):
+    """The C10 (A) of best agreement on a grid, evaluated ``batch`` sets per pass over G (default
+    the band's ``sets_per_pass``, else 8).
 
     The cold-start stage before :func:`newton`: the agreement's basin around the true C10 is a
     few tens of A wide, so a grid of ``step`` lands inside it. Returns ``(c10, agreements)``.
     """
     if "C10" not in band.parameters:
         raise ValueError("the band does not fit C10")
+    batch = batch or getattr(band, "sets_per_pass", 8)
     grid = np.arange(low, high + step / 2, step)
     fixed = dict(fixed or {})
     values = np.concatenate([band.evaluate_batch([{**fixed, "C10": float(c)} for c in grid[i:i + batch]])
