@@ -264,7 +264,8 @@ def _tv(spectrum, measured, geometry, fov, *, iterations, tv_weight, tv_inner, b
     if tv_weight == "auto":
         if noise_energy is None:
             raise InputError("tv_weight='auto' needs the noise energy of the mapped spectrum (noise_energy)")
-        tv_weight, x, record = reg.select_tv_weight(spectrum, measured, geometry, noise_energy,
+        solver = reg.fista_tv_complex if complex_index else fista_tv
+        tv_weight, x, record = reg.select_tv_weight(spectrum, measured, geometry, noise_energy, solver=solver,
                                                     iterations=iterations, inner=tv_inner, fov=fov, bounds=bounds,
                                                     complex_index=complex_index)
         potential = np.fft.fftshift(fov.expand(x))

@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from qora.holo import odt as _odt
+from qora.backend import fft as backend_fft
 from qora.progress import report
 
 __all__ = ["fista_tv_complex", "misfit", "select_tv_weight", "LOW", "HIGH", "STEPS"]
@@ -33,7 +33,8 @@ LOW, HIGH, STEPS = 1e-6, 1.0, 8
 def fista_tv_complex(data, measured, iterations: int, lam: float, inner: int, fov, progress=None, *,
                      bounds=(0.0, math.inf), start=None, box: bool = False):
     """FISTA on f(x) = 1/2 ||M (F x - P)||^2 + lam (TV(Re x) + TV(Im x)) for a complex potential x,
-    Re x within ``bounds`` and Im x >= 0 (absorption): the C2C twin of :func:`qora.holo.odt.fista_tv`.
+    Re x within ``bounds`` and Im x >= 0 (absorption): the C2C twin of :func:`qora.holo.odt.fista_tv`
+    (``fov`` a :class:`qora.holo.odt.FieldOfView`).
 
     The gradient step is the C2C restore step of Gerchberg-Papoulis; the prox splits into the real
     and imaginary parts (TV of each, with its own box), each by FGP warm-started between iterations.
@@ -42,14 +43,14 @@ def fista_tv_complex(data, measured, iterations: int, lam: float, inner: int, fo
     from qora.holo.tv_cpu import fgp_prox_fused
 
     restrict, expand = fov.crop, fov.expand
-    x_prev = y = restrict(_odt._fft.ifftn(data)) if start is None else start
+    x_prev = y = restrict(backend_fft.ifftn(data)) if start is None else start
     t = 1.0
     duals = [None, None]
     boxes = (bounds, (0.0, math.inf))
     for it in range(iterations):
-        e = _odt._fft.fftn(expand(y))
+        e = backend_fft.fftn(expand(y))
         e[measured] = data[measured]
-        v = restrict(_odt._fft.ifftn(e))
+        v = restrict(backend_fft.ifftn(e))
         parts = []
         for j, part in enumerate((v.real, v.imag)):
             xp_, duals[j] = fgp_prox_fused(np.ascontiguousarray(part), lam, inner, dual=duals[j], bounds=boxes[j])
@@ -64,18 +65,18 @@ def fista_tv_complex(data, measured, iterations: int, lam: float, inner: int, fo
 
 def misfit(x_box, data, measured, fov) -> float:
     """R = sum over measured bins of |F x - P|^2 for the box iterate ``x_box`` (DFT units of P)."""
-    e = _odt._fft.fftn(fov.expand(x_box))
+    e = backend_fft.fftn(fov.expand(x_box))
     return float(np.sum(np.abs(e[measured] - data[measured]) ** 2))
 
 
-def select_tv_weight(data, measured, geometry, noise_energy: float, *, iterations: int, inner: int, fov,
+def select_tv_weight(data, measured, geometry, noise_energy: float, *, solver, iterations: int, inner: int, fov,
                      bounds=(0.0, math.inf), complex_index: bool = False, progress=None):
     """The discrepancy principle's TV weight (dimensionless) and the box iterate it gives.
 
+    ``solver`` is :func:`qora.holo.odt.fista_tv` (real index) or :func:`fista_tv_complex`.
     Returns ``(tv_weight, x_box, record)`` with ``record`` a dict: the floor R(0), the noise energy, the
     allowed excess, and every (tv_weight, excess) tried. Each candidate runs ``iterations`` FISTA steps.
     """
-    solver = fista_tv_complex if complex_index else _odt.fista_tv
     k02 = geometry.k0**2
     allowed = noise_energy if complex_index else noise_energy / 2
 
