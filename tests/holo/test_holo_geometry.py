@@ -201,3 +201,42 @@ def test_auto_tv_weight_follows_the_noise_and_keeps_the_cell(cell_case):
         for region, r in regions.items():
             assert abs(r - 1) < 0.2, (sigma, region, contrast, res.info["tv_weight"])
     assert weights[1] > weights[0]
+
+
+# -- the CLI --------------------------------------------------------------------------------------------
+
+def test_cli_rotation_options_reach_the_reconstruction(tmp_path):
+    import h5py
+    from click.testing import CliRunner
+
+    from qora.cli import cli
+    from qora.holo.files import read_holograms
+
+    runner = CliRunner()
+    path = tmp_path / "h.h5"
+    out = runner.invoke(cli, ["holo", "simulate", "--size", "16", "--angles", "6", "--geometry", "rotation",
+                              "--spheres", "0,0,0,0.5,1.35", "--out", str(path)])
+    assert out.exit_code == 0, out.output
+    holos, bgs, g, hp, _ = read_holograms(path)
+    np.save(tmp_path / "h.npy", holos)
+    np.save(tmp_path / "b.npy", bgs)
+    optics = ["--wavelength", "0.532", "--pixel", str(g.pixel), "--medium-index", "1.333", "--na", "1.2",
+              "--geometry", "rotation", "--angles", ",".join(f"{a:.6f}" for a in np.degrees(g.angles))]
+    base = ["holo", "reconstruct", str(tmp_path / "h.npy"), str(tmp_path / "b.npy"), *optics]
+    out = runner.invoke(cli, [*base, "--axis-tilt", "5", "--rotation-sense", "odtbrain", "--method", "tv",
+                              "--iterations", "3", "--complex-index", "--out", str(tmp_path / "v.h5"), "--quiet"])
+    assert out.exit_code == 0, out.output
+    assert "TV weight" in out.output and "chosen from the data" in out.output
+    with h5py.File(tmp_path / "v.h5") as f:
+        assert f["absorption"].shape == (16, 16, 16)
+    out = runner.invoke(cli, [*base, "--complex-index", "--out", str(tmp_path / "v.tif")])
+    assert out.exit_code != 0 and "--complex-index" in out.output
+    scan = ["holo", "reconstruct", str(tmp_path / "h.npy"), str(tmp_path / "b.npy"), *optics[:8]]
+    out = runner.invoke(cli, [*scan, "--axis-tilt", "5", "--out", str(tmp_path / "w.h5")])
+    assert out.exit_code != 0 and "--geometry rotation" in out.output
+
+
+def test_parse_angles_takes_non_uniform_lists():
+    np.testing.assert_allclose(holo.parse_angles("0, 2.5,7"), np.radians([0, 2.5, 7]))
+    with pytest.raises(InputError, match="comma-separated"):
+        holo.parse_angles("0,x,7")

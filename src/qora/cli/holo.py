@@ -19,6 +19,19 @@ from qora.cli.options import (NONNEGATIVE, POSITIVE, Finite, backend_option, exi
                               scale_out_options)
 
 VOLUME_SUFFIXES = (".h5", ".hdf5", ".tif", ".tiff", ".zarr")
+
+
+class TvWeight(click.ParamType):
+    """A non-negative TV weight, or "auto"."""
+
+    name = "weight|auto"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        return NONNEGATIVE.convert(value, param, ctx)
+
+
 QUIET_HELP = "No progress bar (the result lines are still printed)."
 
 
@@ -316,17 +329,6 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
         H.plot_volume(plot, result.index if result.index.ndim == 3 else result.index[-1], g, truth=truth,
                       title=f"{method.upper()}, {result.approximation}, {g.count} angles")
         click.echo(f"wrote {plot}")
-
-
-class TvWeight(click.ParamType):
-    """A non-negative TV weight, or "auto"."""
-
-    name = "weight|auto"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, str) and value.strip().lower() == "auto":
-            return "auto"
-        return NONNEGATIVE.convert(value, param, ctx)
 
 
 def _check_method_options(ctx, method: str, cluster: bool) -> None:
