@@ -26,14 +26,14 @@ __device__ __forceinline__ void fgp_column_body(TV_ARGS) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;
     const int k0 = blockIdx.z * PLANES;
     if (i >= nx || j >= ny || k0 >= nz) return;
-    float zc = tv_primal(v, r, make_dims(nz, ny, nx), k0, j, i, lam, nonnegative);
+    float zc = tv_primal(v, r, make_dims(nz, ny, nx), k0, j, i, lam, lower, upper);
     const int k_end = min(k0 + PLANES, nz);
     for (int k = k0; k < k_end; ++k) zc = fgp_fused_voxel(TV_PASS, k, j, i, zc);
 }
 extern "C" __global__ void fgp_voxel(TV_ARGS) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y, k = blockIdx.z;
     if (i >= nx || j >= ny) return;
-    fgp_fused_voxel(TV_PASS, k, j, i, tv_primal(v, r, make_dims(nz, ny, nx), k, j, i, lam, nonnegative));
+    fgp_fused_voxel(TV_PASS, k, j, i, tv_primal(v, r, make_dims(nz, ny, nx), k, j, i, lam, lower, upper));
 }
 extern "C" __global__ void __launch_bounds__(256) fgp_column2(TV_ARGS) { fgp_column_body<2>(TV_PASS); }
 extern "C" __global__ void __launch_bounds__(256) fgp_column4(TV_ARGS) { fgp_column_body<4>(TV_PASS); }
@@ -49,7 +49,7 @@ __device__ __forceinline__ void fgp_lane_body(TV_ARGS) {
     const int k0 = blockIdx.z * PLANES;
     const bool inside = i < nx && j < ny && k0 < nz;
     const Dims d = make_dims(nz, ny, nx);
-    float zc = inside ? tv_primal(v, r, d, k0, j, i, lam, nonnegative) : 0.0f;
+    float zc = inside ? tv_primal(v, r, d, k0, j, i, lam, lower, upper) : 0.0f;
     const int k_end = min(k0 + PLANES, nz);
     int buf = 0;
     for (int k = k0; k < k_end; ++k) {
@@ -59,18 +59,18 @@ __device__ __forceinline__ void fgp_lane_body(TV_ARGS) {
             p0 = p[c]; p1 = p[d.volume + c]; p2 = p[2 * d.volume + c];
             r0 = r[c]; r1 = r[d.volume + c]; r2 = r[2 * d.volume + c];
         }
-        const float z0 = (inside && k < nz - 1) ? tv_primal(v, r, d, k + 1, j, i, lam, nonnegative) : 0.0f;
+        const float z0 = (inside && k < nz - 1) ? tv_primal(v, r, d, k + 1, j, i, lam, lower, upper) : 0.0f;
         float z2 = __shfl_down_sync(0xffffffffu, zc, 1);
-        if (threadIdx.x == 31) z2 = (inside && i < nx - 1) ? tv_primal(v, r, d, k, j, i + 1, lam, nonnegative) : 0.0f;
+        if (threadIdx.x == 31) z2 = (inside && i < nx - 1) ? tv_primal(v, r, d, k, j, i + 1, lam, lower, upper) : 0.0f;
         float z1;
         if (SHARED_Y) {
             rows[buf][threadIdx.y][threadIdx.x] = zc;
             __syncthreads();
             z1 = threadIdx.y + 1 < blockDim.y ? rows[buf][threadIdx.y + 1][threadIdx.x]
-                 : ((inside && j < ny - 1) ? tv_primal(v, r, d, k, j + 1, i, lam, nonnegative) : 0.0f);
+                 : ((inside && j < ny - 1) ? tv_primal(v, r, d, k, j + 1, i, lam, lower, upper) : 0.0f);
             buf ^= 1;
         } else {
-            z1 = (inside && j < ny - 1) ? tv_primal(v, r, d, k, j + 1, i, lam, nonnegative) : 0.0f;
+            z1 = (inside && j < ny - 1) ? tv_primal(v, r, d, k, j + 1, i, lam, lower, upper) : 0.0f;
         }
         if (inside) tv_dual(d, c, k, j, i, zc, z0, z1, z2, r0, r1, r2, p0, p1, p2, step, momentum, p, r_next);
         zc = z0;
@@ -115,7 +115,7 @@ __device__ __forceinline__ Taps load_taps(const float* __restrict__ v, const flo
 
 // tv_primal's arithmetic on loaded values (same terms, same order)
 __device__ __forceinline__ float primal_of(Dims d, int k, int j, int i, float vc, float r0c, float r0m, float r1c,
-                                           float r1m, float r2c, float r2m, float lam, int nonnegative) {
+                                           float r1m, float r2c, float r2m, float lam, float lower, float upper) {
     float s = 0.0f;
     if (k < d.nz - 1) s -= r0c;
     if (k > 0) s += r0m;
@@ -124,7 +124,7 @@ __device__ __forceinline__ float primal_of(Dims d, int k, int j, int i, float vc
     if (i < d.nx - 1) s -= r2c;
     if (i > 0) s += r2m;
     const float x = vc - lam * s;
-    return (nonnegative && x < 0.0f) ? 0.0f : x;
+    return fminf(fmaxf(x, lower), upper);
 }
 
 template <int PLANES>
@@ -134,18 +134,18 @@ __device__ __forceinline__ void fgp_pipelined_body(TV_ARGS) {
     const bool inside = i < nx && j < ny && k0 < nz;
     if (!inside) return;
     const Dims d = make_dims(nz, ny, nx);
-    float zc = tv_primal(v, r, d, k0, j, i, lam, nonnegative);
+    float zc = tv_primal(v, r, d, k0, j, i, lam, lower, upper);
     const int k_end = min(k0 + PLANES, nz);
     Taps cur = load_taps(v, r, p, d, k0, j, i, true);
     for (int k = k0; k < k_end; ++k) {
         Taps nxt = load_taps(v, r, p, d, k + 1, j, i, k + 1 < k_end);
         const long long c = (k * (long long)ny + j) * nx + i;
         const float z0 = k < nz - 1 ? primal_of(d, k + 1, j, i, cur.a_v, cur.a_r0, cur.r0, cur.a_r1, cur.a_r1m,
-                                                cur.a_r2, cur.a_r2m, lam, nonnegative) : 0.0f;
+                                                cur.a_r2, cur.a_r2m, lam, lower, upper) : 0.0f;
         const float z1 = j < ny - 1 ? primal_of(d, k, j + 1, i, cur.b_v, cur.b_r0, cur.b_r0m, cur.b_r1, cur.r1,
-                                                cur.b_r2, cur.b_r2m, lam, nonnegative) : 0.0f;
+                                                cur.b_r2, cur.b_r2m, lam, lower, upper) : 0.0f;
         const float z2 = i < nx - 1 ? primal_of(d, k, j, i + 1, cur.c_v, cur.c_r0, cur.c_r0m, cur.c_r1, cur.c_r1m,
-                                                cur.c_r2, cur.r2, lam, nonnegative) : 0.0f;
+                                                cur.c_r2, cur.r2, lam, lower, upper) : 0.0f;
         tv_dual(d, c, k, j, i, zc, z0, z1, z2, cur.r0, cur.r1, cur.r2, cur.p0, cur.p1, cur.p2, step, momentum, p,
                 r_next);
         zc = z0;
@@ -171,7 +171,7 @@ __device__ __forceinline__ void fgp_carry_body(TV_ARGS) {
     long long c = (k0 * (long long)ny + j) * nx + i;
     float R0 = r[c], R1 = r[V + c], R2 = r[2 * V + c];
     float zc = primal_of(d, k0, j, i, v[c], R0, k0 > 0 ? r[c - P] : 0.0f, R1, up_y ? r[V + c - nx] : 0.0f, R2,
-                         left_x ? r[2 * V + c - 1] : 0.0f, lam, nonnegative);
+                         left_x ? r[2 * V + c - 1] : 0.0f, lam, lower, upper);
     float A = (k0 > 0 && has_y) ? r[c + nx - P] : 0.0f;  // r0 at (k - 1, j + 1, i)
     float B = (k0 > 0 && has_x) ? r[c + 1 - P] : 0.0f;   // r0 at (k - 1, j, i + 1)
     const int k_end = min(k0 + PLANES, nz);
@@ -182,20 +182,20 @@ __device__ __forceinline__ void fgp_carry_body(TV_ARGS) {
             const long long a = c + P;
             N0 = r[a]; N1 = r[V + a]; N2 = r[2 * V + a];
             z0 = primal_of(d, k + 1, j, i, v[a], N0, R0, N1, up_y ? r[V + a - nx] : 0.0f, N2,
-                           left_x ? r[2 * V + a - 1] : 0.0f, lam, nonnegative);
+                           left_x ? r[2 * V + a - 1] : 0.0f, lam, lower, upper);
         }
         if (has_y) {
             const long long b = c + nx;
             const float Y0 = r[b];
             z1 = primal_of(d, k, j + 1, i, v[b], Y0, A, r[V + b], R1, r[2 * V + b], left_x ? r[2 * V + b - 1] : 0.0f,
-                           lam, nonnegative);
+                           lam, lower, upper);
             A = Y0;
         }
         if (has_x) {
             const long long e = c + 1;
             const float X0 = r[e];
             z2 = primal_of(d, k, j, i + 1, v[e], X0, B, r[V + e], up_y ? r[V + e - nx] : 0.0f, r[2 * V + e], R2,
-                           lam, nonnegative);
+                           lam, lower, upper);
             B = X0;
         }
         tv_dual(d, c, k, j, i, zc, z0, z1, z2, R0, R1, R2, P0, P1, P2, step, momentum, p, r_next);
@@ -210,7 +210,7 @@ extern "C" __global__ void __launch_bounds__(256) fgp_carry32(TV_ARGS) { fgp_car
 extern "C" __global__ void __launch_bounds__(256, 8) fgp_fused_lb8(TV_ARGS) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y, k = blockIdx.z;
     if (i >= nx || j >= ny) return;
-    fgp_fused_voxel(TV_PASS, k, j, i, tv_primal(v, r, make_dims(nz, ny, nx), k, j, i, lam, nonnegative));
+    fgp_fused_voxel(TV_PASS, k, j, i, tv_primal(v, r, make_dims(nz, ny, nx), k, j, i, lam, lower, upper));
 }
 """
 
@@ -261,7 +261,8 @@ def main(n=512, steps=10):
     solver.prox.r[...] = solver.prox.p
     module = cp.RawModule(code=kernel_source("qora.holo", "holo.cu") + PROBES, options=("--std=c++17",))
     dims = (np.int32(n),) * 3
-    lam, step, m, one = np.float32(solver.lam), np.float32(1 / (12 * solver.lam)), np.float32(0.3), np.int32(1)
+    lam, step, m = np.float32(solver.lam), np.float32(1 / (12 * solver.lam)), np.float32(0.3)
+    one = (np.float32(0.0), np.float32(np.inf))  # the box (lower, upper) of non-negativity
     p0, r0 = solver.prox.p.copy(), solver.prox.r.copy()
     reference = None
     copy_gbs = cuda_copy = None
@@ -272,12 +273,12 @@ def main(n=512, steps=10):
     print(f"n={n}, copy {copy_gbs:.0f} GB/s; 13 volumes = {13 * 4 * n**3 / 2**20:.0f} MiB")
     for name, (kernel, block, planes) in CASES.items():
         grid = (-(-n // block[0]), -(-n // block[1]), -(-n // planes))
-        args = (solver.v, solver.prox.r, solver.prox.p, solver.prox.r_next, *dims, lam, one, step, m)
+        args = (solver.v, solver.prox.r, solver.prox.p, solver.prox.r_next, *dims, lam, *one, step, m)
         if kernel == "separate":
             primal, dual = module.get_function("fgp_primal"), module.get_function("fgp_dual")
 
             def fn(grid, block, args, primal=primal, dual=dual):
-                primal(grid, block, (solver.v, solver.prox.r, *dims, lam, one, solver.y))
+                primal(grid, block, (solver.v, solver.prox.r, *dims, lam, *one, solver.y))
                 dual(grid, block, (solver.y, solver.prox.r, solver.prox.p, solver.prox.r_next, *dims, step, m))
 
             fn.num_regs = f"{primal.num_regs}+{dual.num_regs}"

@@ -357,7 +357,7 @@ def test_cuda_pipeline_refuses_what_the_device_cannot_hold(case, monkeypatch):
         _pipe(case, backend="cuda")
     from qora.holo.plans import cuda_pipeline_bytes
 
-    small = cuda_pipeline_bytes(case.g, 32, holo.ReconstructionOptions())
+    small = cuda_pipeline_bytes(case.g, 32, holo.ReconstructionOptions(oversample=1))
     assert cuda_pipeline_bytes(case.g, 32, holo.ReconstructionOptions(oversample=2)) > 3 * small
 
 

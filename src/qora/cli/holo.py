@@ -20,6 +20,19 @@ from qora.cli.options import (NONNEGATIVE, POSITIVE, Finite, backend_option, exi
                               scale_out_options)
 
 VOLUME_SUFFIXES = (".h5", ".hdf5", ".tif", ".tiff", ".zarr")
+
+
+class TvWeight(click.ParamType):
+    """A non-negative TV weight, or "auto"."""
+
+    name = "weight|auto"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        return NONNEGATIVE.convert(value, param, ctx)
+
+
 QUIET_HELP = "No progress bar (the result lines are still printed)."
 
 
@@ -176,7 +189,15 @@ def _file_geometry(ctx, path, g, hp, *, wavelength, pixel, hologram_pixel, mediu
               show_default=True, help="Illumination scanning (illuminations measured from the backgrounds) or "
               "sample rotation about y (give --angles).")
 @click.option("--angles", "angle_range", default=None,
-              help="Rotation angles in degrees as START:STOP:COUNT (STOP excluded), e.g. 0:360:180.")
+              help="Rotation angles in degrees as START:STOP:COUNT (STOP excluded), e.g. 0:360:180, or a "
+              "comma-separated list (non-uniform), e.g. 0,2.5,7.")
+@click.option("--axis-tilt", type=Finite(), default=0.0, show_default=True,
+              help="Rotation geometry: the axis tilted out of the detector plane toward the optical axis, degrees.")
+@click.option("--axis-angle", type=Finite(), default=0.0, show_default=True,
+              help="Rotation geometry: the axis turned in the detector plane from y toward x, degrees.")
+@click.option("--rotation-sense", type=click.Choice(["qora", "odtbrain"]), default="qora", show_default=True,
+              help="Rotation geometry: qora (+x turns toward +z for positive angles) or odtbrain (the opposite; "
+              "docs/holo.md).")
 @click.option("--method", type=click.Choice(["plain", "gp", "tv", "bpm"]), default="gp", show_default=True,
               help="Fourier diffraction (plain, gp, tv), or the inversion of the beam propagation model from a "
               "Rytov + 20 GP start (scanning geometry; --iterations are its gradient steps).")
@@ -184,11 +205,19 @@ def _file_geometry(ctx, path, g, hp, *, wavelength, pixel, hologram_pixel, mediu
               help="First-order field of the Fourier methods (not bpm).")
 @click.option("--iterations", type=click.IntRange(1, 100000), default=50, show_default=True,
               help="GP or FISTA iterations, or BPM steps (plain has none).")
-@click.option("--tv-weight", type=NONNEGATIVE, default=None,
-              help="TV weight on n^2 - n_m^2 [default: 1e-3 for tv; none (x >= 0 only) for bpm]; tv and bpm only.")
+@click.option("--tv-weight", type=TvWeight(), default=None,
+              help="TV weight on n^2 - n_m^2, or 'auto' (tv: chosen from the data by the discrepancy principle, "
+              "docs/holo.md) [default: auto for tv; none (x >= 0 only) for bpm]; tv and bpm only.")
+@click.option("--index-min", type=float, default=None,
+              help="gp, tv: lower bound of the index [default: the medium index, i.e. non-negativity]; below it "
+              "admits objects below the medium; -inf for none.")
+@click.option("--index-max", type=float, default=None,
+              help="gp, tv: upper bound of the index (e.g. the medium index for objects below it) [default: none].")
+@click.option("--complex-index", is_flag=True,
+              help="Reconstruct absorption too (n + i kappa; written beside the index as 'absorption').")
 @click.option("--batch", type=click.IntRange(1, 100000), default=None,
               help="bpm: illuminations per gradient step, cycled without momentum (default: all, with FISTA).")
-@click.option("--oversample", type=click.FloatRange(1.0, 4.0), default=1.0, show_default=True,
+@click.option("--oversample", type=click.FloatRange(1.0, 4.0), default=2.0, show_default=True,
               help="Map onto a grid this many times finer in k (costs oversample^3; docs/holo.md); not bpm.")
 @click.option("--input", "input_kind", type=click.Choice(["holograms", "fields", "phase-amplitude"]),
               default="holograms", show_default=True,
@@ -210,7 +239,8 @@ def _file_geometry(ctx, path, g, hp, *, wavelength, pixel, hologram_pixel, mediu
 @click.option("--quiet", is_flag=True, help=QUIET_HELP)
 @scale_out_options
 def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, medium_index, na_detection,
-                    geometry_kind, angle_range, method, approximation, iterations, tv_weight, batch, oversample,
+                    geometry_kind, angle_range, axis_tilt, axis_angle, rotation_sense, method, approximation,
+                    iterations, tv_weight, index_min, index_max, complex_index, batch, oversample,
                     input_kind, amplitude, angles_file, angle_unit, distance, autofocus, focus_range, focus_metric,
                     backend, out, plot, quiet, scheduler, workers, gpus) -> None:
     """Refractive-index volume from a hologram stack (and its backgrounds).
@@ -226,6 +256,9 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
     ctx = click.get_current_context()
     _apart([out, plot], [holos, backgrounds], folder_ok=out.suffix.lower() == ".zarr")
     suffix = _suffix(out, VOLUME_SUFFIXES, "--out")
+    if complex_index and suffix not in (".h5", ".hdf5"):
+        raise click.BadParameter("--complex-index writes the absorption beside the index: give a .h5 --out",
+                                 param_hint="--complex-index")
     cluster = bool(scheduler or workers or gpus)
     _check_method_options(ctx, method, cluster)
     if angle_range is not None and geometry_kind != "rotation" and backgrounds is not None and input_kind == "holograms":
@@ -295,17 +328,26 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
                                        "its illuminations from square backgrounds (crop them square), while the "
                                        "rotation geometry (--geometry rotation) takes any shape")
             g, _ = H.geometry_from_backgrounds(bgs, hologram_pixel=hp, **optics)
+    if g.angles is not None:
+        g = replace(g, axis=H.rotation_axis(math.radians(axis_tilt), math.radians(axis_angle)),
+                    rotation_sense=1 if rotation_sense == "qora" else -1)
+    elif any(_given(ctx, k) for k in ("axis_tilt", "axis_angle", "rotation_sense")):
+        raise click.BadParameter("--axis-tilt, --axis-angle and --rotation-sense are for --geometry rotation",
+                                 param_hint="--axis-tilt")
     sideband = H.find_sideband(bgs[0], hp)
     options = None
     if method != "bpm":
         options = H.ReconstructionOptions(method=method, approximation=approximation, iterations=iterations,
-                                          tv_weight=1e-3 if tv_weight is None else tv_weight, oversample=oversample)
+                                          tv_weight="auto" if tv_weight is None else tv_weight, oversample=oversample,
+                                          index_min=index_min, index_max=index_max, complex_index=complex_index)
     recorded = _recorded(sideband, hp, bgs.shape[-1], options, iterations=iterations, tv_weight=tv_weight,
                          batch=batch)
     if suffix == ".zarr":
         from qora.distributed.holo import SeriesStore
 
         SeriesStore(out).check(g, recorded)  # before any work
+    if method == "bpm" and tv_weight == "auto":
+        raise click.BadParameter("bpm takes a numeric --tv-weight ('auto' is for --method tv)", param_hint="--tv-weight")
     if method == "bpm":
         result = _bpm(H, stack, bgs, g, hp, iterations=iterations, tv_weight=tv_weight, batch=batch, backend=backend,
                       quiet=quiet)
@@ -325,6 +367,9 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
     _write_result(H, out, suffix, result, g, method=method, approximation=result.approximation, iterations=iterations,
                   recorded=recorded)
     msg = f"wrote {out}: {result.index.shape}, index {result.index.min():.4f} to {result.index.max():.4f}"
+    if method == "tv" and result.info.get("tv_weight") is not None:
+        msg += f"; TV weight {result.info['tv_weight']:.3g}" + (" (chosen from the data)" if tv_weight in (None, "auto")
+                                                                  else "")
     if truth is not None and truth.shape == result.index.shape[-3:]:
         msg += f"; RMSE against the simulated truth {np.sqrt(np.mean((result.index - truth) ** 2)):.2e}"
     click.echo(msg)
@@ -336,7 +381,8 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
 
 def _check_method_options(ctx, method: str, cluster: bool) -> None:
     """Refuse an option the chosen method would not read (never silently ignored)."""
-    unread = {"bpm": ("approximation", "oversample"), "plain": ("iterations", "tv_weight", "batch"),
+    unread = {"bpm": ("approximation", "oversample", "index_min", "index_max", "complex_index"),
+              "plain": ("iterations", "tv_weight", "batch", "index_min", "index_max"),
               "gp": ("tv_weight", "batch"), "tv": ("batch",)}[method]
     for name in unread:
         if _given(ctx, name):
@@ -391,6 +437,11 @@ def _write_result(H, out, suffix, result, g, *, method, approximation, iteration
         write_series(out, volumes, g, recorded)
     else:
         H.write_volume(out, result.index, g, method=method, approximation=approximation, iterations=iterations)
+        if result.absorption is not None:
+            import h5py
+
+            with h5py.File(out, "a") as f:  # beside the index: the imaginary index kappa, same shape and grid
+                f.create_dataset("absorption", data=result.absorption)
 
 
 def _series_on_cluster(stack, backgrounds, geometry, out, cluster, *, quiet, **options) -> None:

@@ -29,7 +29,7 @@ from qora.holo.fields import (field_ratio, find_sideband, illumination_frequenci
 from qora.holo.files import (load_stack, plot_phase, plot_volume, read_holograms, read_volume, write_holograms,
                              write_volume, write_volume_tiff)
 from qora.holo.display import volume_widget
-from qora.holo.geometry import Geometry, cone_illuminations
+from qora.holo.geometry import Geometry, cone_illuminations, odtbrain_axis, rotation_axis
 from qora.holo.mie import vector_mie_ratio
 from qora.holo.odt import OdtResult, index_from_potential, potential_from_index
 from qora.holo.options import ReconstructionOptions
@@ -41,7 +41,7 @@ __all__ = [
     "reconstruct", "Pipeline", "ReconstructionOptions", "OdtResult", "reconstruct_holograms", "bpm_reconstruct",
     "bpm_forward", "bpm_gradient", "index_from_potential", "potential_from_index",
     # geometry
-    "Geometry", "cone_illuminations", "geometry_from_backgrounds", "rotation_geometry", "parse_angles", "field_size",
+    "Geometry", "cone_illuminations", "rotation_axis", "odtbrain_axis", "geometry_from_backgrounds", "rotation_geometry", "parse_angles", "field_size",
     "simulation_geometry",
     # holograms to fields
     "extract_fields", "find_sideband", "field_ratio", "illumination_frequencies", "quantitative_phase",

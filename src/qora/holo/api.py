@@ -24,9 +24,9 @@ from qora.holo import fields as _fields
 from qora.holo import odt as _odt
 from qora.holo.geometry import Geometry, cone_illuminations
 from qora.holo.odt import OdtResult
-from qora.holo.options import CUDA_ONLY, OptionError, ReconstructionOptions
+from qora.holo.options import CUDA_ONLY, OptionError, ReconstructionOptions, cpu_only
 from qora.holo.pipeline import CpuPipeline
-from qora.holo.plans import CropPlan, MappingPlan, solver_grid
+from qora.holo.plans import CropPlan, MappingPlan, Unsupported, solver_grid
 from qora.holo.plans import cuda_pipeline_bytes, intensities
 from qora.holo.steps import solve_units, span, stack_units
 from qora.io.errors import InputError
@@ -45,6 +45,13 @@ def options_with(options: ReconstructionOptions | None, changes: dict) -> Recons
     if not isinstance(base, ReconstructionOptions):
         raise InputError(f"options must be a qora.holo.ReconstructionOptions, got {type(base).__name__}")
     return base.replace(**changes) if changes else base
+
+
+def _refuse_cpu_only(options: ReconstructionOptions) -> None:
+    missing = cpu_only(options)
+    if missing:
+        raise Unsupported(f"the CUDA solver does not implement {', '.join(missing)}: use backend 'cpu' (or 'auto', "
+                          "which runs these on the CPU)")
 
 
 def _geometry(geometry) -> Geometry:
@@ -73,14 +80,19 @@ def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None
     keywords are an OptionError, a TypeError (as a field of ``options`` they are ignored there).
     ``progress`` gets done of 1 + the solver's iterations (on CUDA the solve reports once, at its end).
     """
+    options = options_with(options if options is not None else ONE_SHOT_DEFAULTS,
+                           {k: v for k, v in changes.items() if k not in CUDA_ONLY})
+    if backend == "auto" and cpu_only(options):
+        backend = "cpu"  # what the CUDA solver does not implement runs on the CPU
     be = resolve(backend)
     if not be.is_cuda:
         cuda_only = sorted(set(changes) & set(CUDA_ONLY))
         if cuda_only:
             raise OptionError(f"options {cuda_only} apply to the CUDA backend only")
-    options = options_with(options if options is not None else ONE_SHOT_DEFAULTS, changes)
+    options = options_with(options, changes)
     geometry = _geometry(geometry)
     if be.is_cuda:
+        _refuse_cpu_only(options)
         from qora.holo import cuda_pipeline
 
         ratio = _odt.check_ratio("ratio", ratio, geometry)
@@ -251,9 +263,11 @@ class Pipeline:
             raise InputError(f"{hologram_n} x {hologram_n} holograms at hologram_pixel {hologram_pixel:g} um give "
                              f"fields of {n} pixels of {geometry.pixel:g} um, the geometry has n = {geometry.n}: "
                              "check hologram_pixel, hologram_n and the geometry's pixel")
-        if backend == "auto" and (geometry.n % 2 or hologram_n % 2):
-            backend = "cpu"  # the CUDA stages need even sizes (centre-origin signs)
+        if backend == "auto" and (geometry.n % 2 or hologram_n % 2 or cpu_only(options)):
+            backend = "cpu"  # the CUDA stages need even sizes (centre-origin signs) and lack cpu_only's options
         self.backend = resolve(backend)
+        if self.backend.is_cuda:
+            _refuse_cpu_only(options)
         self.geometry, self.options, self.approximation = geometry, options, options.approximation
         self.crop, self.mapping = pipeline_tables(geometry, sideband=sideband, hologram_pixel=hologram_pixel,
                                                   hologram_n=hologram_n, options=options)
@@ -377,7 +391,14 @@ def geometry_from_backgrounds(backgrounds, *, wavelength: float, medium_index: f
 
 
 def parse_angles(text: str) -> np.ndarray:
-    """Rotation angles (rad) from "START:STOP:COUNT" in degrees (STOP excluded), e.g. "0:360:180"."""
+    """Rotation angles (rad) from "START:STOP:COUNT" in degrees (STOP excluded), e.g. "0:360:180", or a
+    comma-separated list of angles in degrees in any order and spacing (non-uniform), e.g. "0,2.5,7,13"."""
+    if "," in str(text):
+        try:
+            values = [float(v) for v in str(text).split(",") if v.strip()]
+        except ValueError:
+            raise InputError(f"angles {text!r}: a comma-separated list must hold numbers (degrees)") from None
+        return np.deg2rad(_finite_angles(values))
     try:
         start, stop, count = (float(v) for v in str(text).split(":"))
     except ValueError:
@@ -401,14 +422,15 @@ def _finite_angles(angles) -> np.ndarray:
 
 
 def rotation_geometry(angles, count: int, *, wavelength: float, medium_index: float, pixel: float,
-                      na_detection: float, n: int) -> Geometry:
+                      na_detection: float, n: int, axis=(0.0, 1.0, 0.0), rotation_sense: int = 1) -> Geometry:
     """The sample-rotation geometry (about y) for ``count`` holograms at ``angles`` (rad, or "START:STOP:COUNT"
     in degrees); a count that differs from the angles' is a ValueError. ``wavelength`` (vacuum) and
     ``pixel`` in um, ``medium_index`` and ``na_detection`` dimensionless, ``n`` the volume's size (pixels)."""
     angles = parse_angles(angles) if isinstance(angles, str) else _finite_angles(angles)
     if len(angles) != count:
         raise InputError(f"angles: {len(angles)} angles for {count} holograms; give one angle per hologram")
-    return Geometry(wavelength, medium_index, pixel, n, na_detection, angles=angles)
+    return Geometry(wavelength, medium_index, pixel, n, na_detection, angles=angles, axis=axis,
+                    rotation_sense=rotation_sense)
 
 
 def simulation_geometry(n: int, *, kind: str = "scan", angles: int = 48, na_illumination: float = 0.8) -> Geometry:

@@ -16,9 +16,18 @@ from qora.backend.fft import C2C, C2R, FORWARD, INVERSE, R2C
 from qora.holo import kernels as K
 from qora.holo.cuda_stages import MEMCPY_DEFAULT, FgpProx, Mapper, WorkArea, check_even, copy_box, cupy
 from qora.holo.geometry import Geometry
-from qora.holo.options import ReconstructionOptions
+from qora.holo.odt import potential_bounds
+from qora.holo.options import ReconstructionOptions, cpu_only
+from qora.holo.plans import Unsupported
 
 __all__ = ["SpectrumSolver"]
+
+
+def refuse_cpu_only(options: ReconstructionOptions) -> None:
+    missing = cpu_only(options)
+    if missing:
+        raise Unsupported(f"the CUDA solver does not implement {', '.join(missing)}: use backend 'cpu' (or 'auto', "
+                          "which runs these on the CPU)")
 
 
 class SpectrumSolver:
@@ -45,6 +54,8 @@ class SpectrumSolver:
                                                              o.fgp)
         big = geometry.n
         check_even("solver grid", big)
+        refuse_cpu_only(o)
+        self.bounds = potential_bounds(geometry, o.index_min, o.index_max)
         if not 0 < field_of_view <= big:
             raise ValueError(f"field of view {field_of_view} must fit the grid {big}")
         self.geometry, self.big, self.nb = geometry, big, field_of_view
@@ -74,7 +85,7 @@ class SpectrumSolver:
             self.y = cp.empty(nb3, cp.float32)
             self.x_prev = cp.empty(nb3, cp.float32)
             # the separate variant's primal point goes to y, free while the prox runs
-            self.prox = FgpProx((field_of_view,) * 3, self.lam, fgp, scratch=self.y)
+            self.prox = FgpProx((field_of_view,) * 3, self.lam, fgp, scratch=self.y, bounds=self.bounds)
         self.scale = 1.0 / n3
         self.info: dict = {}
 
@@ -92,7 +103,7 @@ class SpectrumSolver:
 
     def _clamp(self) -> None:
         quads = self.big**2 * 2 * self.half // 4
-        K.clamp_real(v=self.sums, quads=quads, scale=self.scale)
+        K.clamp_real(v=self.sums, quads=quads, scale=self.scale, bounds=self.bounds)
 
     def _index_scalars(self):
         g = self.geometry
@@ -137,7 +148,7 @@ class SpectrumSolver:
         iterations = self.iterations if self.method == "gp" else 0
         for _ in range(iterations):
             self.c2c.execute(e, e, INVERSE)
-            K.clamp_complex(v=self.estimate, total=n3, scale=self.scale)
+            K.clamp_complex(v=self.estimate, total=n3, scale=self.scale, bounds=self.bounds)
             self.c2c.execute(e, e, FORWARD)
             K.restore_complex(e=self.estimate, data=self.sums, hits=self.hits, total=n3)
         self.c2c.execute(e, e, INVERSE)
@@ -177,7 +188,7 @@ class SpectrumSolver:
             self._box("box_restrict", real, self.v, self.scale)
             self.prox.steps(self.v, self.tv_inner)
             t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
-            K.fista_step(v=self.v, p=self.prox.p, nz=nb, ny=nb, nx=nb, lam=lam, nonnegative=1,
+            K.fista_step(v=self.v, p=self.prox.p, nz=nb, ny=nb, nx=nb, lam=lam, bounds=self.bounds,
                          momentum=np.float32((t - 1) / t_new), x_prev=self.x_prev, y=self.y)
             t = t_new
         medium2, inv_k02 = self._index_scalars()

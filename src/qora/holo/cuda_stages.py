@@ -221,7 +221,8 @@ class FgpProx:
     is a volume the "separate" variant may use for the primal point (allocated if not given).
     """
 
-    def __init__(self, shape, lam: float, variant: str = "fused", *, scratch=None, nonnegative: bool = True) -> None:
+    def __init__(self, shape, lam: float, variant: str = "fused", *, scratch=None, nonnegative: bool = True,
+                 bounds=None) -> None:
         cp = cupy()
         if variant not in FGP_VARIANTS:
             raise ValueError(f"fgp must be one of {FGP_VARIANTS}, got {variant!r}")
@@ -229,6 +230,8 @@ class FgpProx:
             raise ValueError(f"the TV weight must be positive, got {lam}")
         self.shape = tuple(int(v) for v in shape)
         self.lam, self.variant, self.nonnegative = float(lam), variant, nonnegative
+        # the box of the primal point: (0, inf) is non-negativity, (-inf, inf) none
+        self.bounds = tuple(bounds) if bounds is not None else ((0.0 if nonnegative else -np.inf), np.inf)
         size = int(np.prod(self.shape))
         self.p = cp.zeros(3 * size, cp.float32)
         self.r = cp.empty(3 * size, cp.float32)
@@ -255,7 +258,7 @@ class FgpProx:
         dims = self._dims()
         lam = np.float32(self.lam)
         step = np.float32(1.0 / (12.0 * self.lam))
-        nonneg = np.int32(self.nonnegative)
+        bounds = self.bounds
         t = 1.0
         r, r_next = self.r, self.r_next
         launch = _FGP_STEPS.get(self.variant)
@@ -263,9 +266,9 @@ class FgpProx:
             t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
             m = np.float32((t - 1) / t_new)
             if launch is not None:
-                launch(v=v, r=r, p=self.p, r_next=r_next, **dims, lam=lam, nonnegative=nonneg, step=step, momentum=m)
+                launch(v=v, r=r, p=self.p, r_next=r_next, **dims, lam=lam, bounds=bounds, step=step, momentum=m)
             else:  # "separate": the primal point into z, then the dual step
-                K.fgp_primal(v=v, r=r, **dims, lam=lam, nonnegative=nonneg, out=self.z)
+                K.fgp_primal(v=v, r=r, **dims, lam=lam, bounds=bounds, out=self.z)
                 K.fgp_dual(z=self.z, r=r, p=self.p, r_next=r_next, **dims, step=step, momentum=m)
             r, r_next = r_next, r
             t = t_new
@@ -273,7 +276,7 @@ class FgpProx:
 
     def primal(self, v, out) -> None:
         """out = max(v - lam D^T p, 0): the prox's result for the current dual."""
-        K.fgp_primal(v=v, r=self.p, **self._dims(), lam=np.float32(self.lam), nonnegative=np.int32(self.nonnegative),
+        K.fgp_primal(v=v, r=self.p, **self._dims(), lam=np.float32(self.lam), bounds=self.bounds,
                      out=out)
 
     def __call__(self, v, steps: int, out) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 from qora.io.errors import InputError
 from qora.io.validate import integer, positive
 
-__all__ = ["Geometry", "cone_illuminations", "frequencies", "nu_z"]
+__all__ = ["Geometry", "cone_illuminations", "frequencies", "nu_z", "rotation_axis", "odtbrain_axis", "axis_rotation"]
 
 
 def nu_z(nu_y, nu_x, medium_frequency: float):
@@ -62,6 +62,41 @@ def _finite_array(name: str, values) -> np.ndarray:
     return a
 
 
+def rotation_axis(tilt: float = 0.0, in_plane: float = 0.0) -> tuple:
+    """Unit rotation axis (z, y, x) from two angles in radians.
+
+    Start from the detector's y axis (the rows), turn it in the detector plane by ``in_plane``
+    toward +x, then tilt it out of the detector plane by ``tilt`` toward +z (the optical axis):
+    (sin tilt, cos tilt cos in_plane, cos tilt sin in_plane). ODTbrain's ``tilted_axis`` [x, y, z]
+    is the same vector written in the other order (:func:`odtbrain_axis`).
+    """
+    t, p = float(tilt), float(in_plane)
+    if not (math.isfinite(t) and math.isfinite(p)):
+        raise InputError(f"the axis angles must be finite, got tilt={tilt!r}, in_plane={in_plane!r}")
+    if abs(t) >= math.radians(80):
+        raise InputError(f"an axis tilted by {math.degrees(t):.1f} degrees out of the detector plane (at least 80) "
+                         "is nearly the optical axis: a rotation about it gives no new views")
+    return (math.sin(t), math.cos(t) * math.cos(p), math.cos(t) * math.sin(p))
+
+
+def odtbrain_axis(tilted_axis) -> tuple:
+    """Our axis (z, y, x) from ODTbrain's ``tilted_axis`` [x, y, z] (same frame: x columns, y rows, z optical axis)."""
+    x, y, z = (float(v) for v in np.asarray(tilted_axis, float).reshape(3))
+    return (z, y, x)
+
+
+def axis_rotation(axis, angle: float) -> np.ndarray:
+    """Rodrigues' matrix on (z, y, x) vectors: clockwise by ``angle`` (rad) seen from the tip of unit ``axis``.
+
+    In (z, y, x) components the cross-product matrix of the axis changes sign (the frame is
+    left-handed), so R = I + sin(angle) K + (1 - cos(angle)) K^2 with K the cross-product matrix
+    of ``axis`` written on (z, y, x) is a right-handed turn by -angle in (x, y, z).
+    """
+    u = np.asarray(axis, float)
+    k = np.array([[0.0, -u[2], u[1]], [u[2], 0.0, -u[0]], [-u[1], u[0], 0.0]])
+    return np.eye(3) + math.sin(angle) * k + (1 - math.cos(angle)) * (k @ k)
+
+
 @dataclass(frozen=True)
 class Geometry:
     """One ODT measurement geometry (illumination scanning, or sample rotation about the y axis).
@@ -81,7 +116,15 @@ class Geometry:
     illuminations : ndarray (A, 2)
         Lateral illumination frequencies (nu_y, nu_x), cycles/um (scanning geometry).
     angles : ndarray (A,) or None
-        Rotation angles about the y axis, radians (rotation geometry; illumination along z).
+        Rotation angles about ``axis``, radians, in any order and spacing (rotation geometry;
+        illumination along z).
+    axis : (3,) floats
+        The rotation axis (z, y, x), normalised on construction (default the y axis; see
+        :func:`rotation_axis` for an axis tilted out of the detector plane). Rotation geometry only.
+    rotation_sense : int
+        +1 (the default, Qora's): a positive angle turns the object's +x toward +z about the y axis,
+        i.e. clockwise seen from the tip of ``axis`` (a left-handed turn in the (x, y, z) frame);
+        -1: the opposite sense (right-handed; ODTbrain's, see docs/holo.md).
     """
 
     wavelength: float
@@ -91,6 +134,8 @@ class Geometry:
     na_detection: float
     illuminations: np.ndarray = field(default_factory=lambda: np.zeros((1, 2)))
     angles: np.ndarray | None = None
+    axis: tuple = (0.0, 1.0, 0.0)
+    rotation_sense: int = 1
 
     def __post_init__(self):
         for name, unit in (("wavelength", "um"), ("medium_index", ""), ("pixel", "um"), ("na_detection", "")):
@@ -116,6 +161,20 @@ class Geometry:
             if np.any(ill != 0):
                 raise InputError("the rotation geometry illuminates along z: give angles or illuminations, not both")
             object.__setattr__(self, "illuminations", np.zeros((len(angles), 2)))
+        axis = _finite_array("axis", self.axis).reshape(-1)
+        norm = float(np.linalg.norm(axis)) if axis.size == 3 else 0.0
+        if norm == 0.0:
+            raise InputError(f"axis must be a non-zero vector (z, y, x), got {self.axis!r}")
+        axis = axis / norm
+        if self.angles is None and not np.allclose(axis, (0.0, 1.0, 0.0)):
+            raise InputError("axis applies to the rotation geometry: give angles too")
+        if abs(axis[0]) >= math.sin(math.radians(80)):
+            raise InputError(f"the rotation axis {tuple(axis)} is within 10 degrees of the optical axis z: a rotation "
+                             "about it gives no new views")
+        object.__setattr__(self, "axis", tuple(float(v) for v in axis))
+        if self.rotation_sense not in (1, -1) or isinstance(self.rotation_sense, bool):
+            raise InputError(f"rotation_sense must be +1 or -1, got {self.rotation_sense!r}")
+        object.__setattr__(self, "rotation_sense", int(self.rotation_sense))
 
     @property
     def geometry(self) -> str:
@@ -142,16 +201,15 @@ class Geometry:
         return self.na_detection / self.wavelength
 
     def rotation(self, a: int) -> np.ndarray:
-        """The 3x3 matrix acting on (z, y, x) that turns the object into its pose at angle a (about y).
+        """The 3x3 matrix acting on (z, y, x) that turns the object into its pose at angle a.
 
         Identity for the scanning geometry. The sample's spectrum at angle a is the object's
         spectrum at rotation(a).T @ q: the mapping reads measured frequencies through it.
+        About the y axis with sense +1 it is [[c, 0, s], [0, 1, 0], [-s, 0, c]] (c, s of the angle).
         """
         if self.angles is None:
             return np.eye(3)
-        t = self.angles[a]
-        c, s = math.cos(t), math.sin(t)
-        return np.array([[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]])
+        return axis_rotation(self.axis, self.rotation_sense * float(self.angles[a]))
 
     def nu_z_in(self) -> np.ndarray:
         """Axial frequency of each illumination."""

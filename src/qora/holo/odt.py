@@ -34,7 +34,7 @@ from qora.progress import report
 
 __all__ = ["map_spectrum", "reconstruct", "index_from_potential", "potential_from_index", "OdtResult",
            "gerchberg_papoulis", "gerchberg_papoulis_r2c", "solve", "invert", "first_order", "pad_fields",
-           "crop_volume", "FieldOfView", "fista_tv", "check_ratio"]
+           "crop_volume", "FieldOfView", "fista_tv", "check_ratio", "potential_bounds", "constrain", "result_of"]
 
 
 class _fft:  # noqa: N801 - a namespace: the one-shot transforms of qora.backend.fft (SciPy's, threads by size)
@@ -55,9 +55,32 @@ class _fft:  # noqa: N801 - a namespace: the one-shot transforms of qora.backend
         return backend_fft.irfftn(x, s=s, axes=axes)
 
 
-def index_from_potential(v, geometry: Geometry):
-    """n = Re sqrt(n_m^2 + V / k0^2) for a (possibly complex) potential V in rad^2/um^2."""
-    return np.sqrt(geometry.medium_index**2 + np.asarray(v) / geometry.k0**2 + 0j).real.astype(np.float32)
+def index_from_potential(v, geometry: Geometry, *, complex_index: bool = False):
+    """n = Re sqrt(n_m^2 + V / k0^2) for a (possibly complex) potential V in rad^2/um^2; with
+    ``complex_index`` the complex n + i kappa (complex64; kappa > 0 absorbs)."""
+    n = np.sqrt(geometry.medium_index**2 + np.asarray(v) / geometry.k0**2 + 0j)
+    return n.astype(np.complex64) if complex_index else n.real.astype(np.float32)
+
+
+def potential_bounds(geometry: Geometry, index_min: float | None = None, index_max: float | None = None) -> tuple:
+    """The bounds (lower, upper) on the real potential (rad^2/um^2) of bounds on the real index.
+
+    ``index_min`` None is the medium index (lower bound 0: GP's classic non-negativity), -inf none;
+    ``index_max`` None is none.
+    """
+    def v(index):
+        return geometry.k0**2 * (index**2 - geometry.medium_index**2)
+
+    lower = 0.0 if index_min is None else (-math.inf if index_min == -math.inf else v(index_min))
+    upper = math.inf if index_max is None or index_max == math.inf else v(index_max)
+    return float(lower), float(upper)
+
+
+def constrain(v, bounds=(0.0, math.inf), complex_index: bool = False):
+    """The projection of a potential volume onto the constraints: the real part into ``bounds``, and
+    with ``complex_index`` the imaginary part kept non-negative (absorption), else dropped."""
+    real = np.clip(v.real, bounds[0], bounds[1])
+    return real + 1j * np.maximum(v.imag, 0.0) if complex_index else real
 
 
 def potential_from_index(index, geometry: Geometry):
@@ -104,15 +127,16 @@ class FieldOfView:
         return out
 
 
-def gerchberg_papoulis(data, measured, iterations: int, progress=None):
-    """C2C Gerchberg-Papoulis: inverse FFT, keep max(Re, 0), FFT, restore the measured bins.
+def gerchberg_papoulis(data, measured, iterations: int, progress=None, *, bounds=(0.0, math.inf),
+                       complex_index: bool = False):
+    """C2C Gerchberg-Papoulis: inverse FFT, project (:func:`constrain`: by default keep max(Re, 0)),
+    FFT, restore the measured bins.
 
     Returns the final complex potential (centre-origin) after one more inverse FFT.
     """
     estimate = data.copy()
     for it in range(iterations):
-        v = _fft.ifftn(estimate)
-        v = np.maximum(v.real, 0.0)
+        v = constrain(_fft.ifftn(estimate), bounds, complex_index)
         estimate = _fft.fftn(v)
         estimate[measured] = data[measured]
         report(progress, "gp", it + 1, iterations)
@@ -136,7 +160,7 @@ def _restore_coefficients(data, measured):
     return a_full[..., :half], b_full[..., :half]
 
 
-def gerchberg_papoulis_r2c(data, measured, iterations: int, progress=None):
+def gerchberg_papoulis_r2c(data, measured, iterations: int, progress=None, *, bounds=(0.0, math.inf)):
     """The same iterates as :func:`gerchberg_papoulis` on half spectra (R2C), returning the real volume.
 
     After the constraint the estimate E is the spectrum of a real volume, and the
@@ -148,33 +172,39 @@ def gerchberg_papoulis_r2c(data, measured, iterations: int, progress=None):
     a, b = _restore_coefficients(data, measured)
     estimate = a.copy()
     for it in range(iterations):
-        v = np.maximum(_fft.irfftn(estimate, s=n, axes=axes), 0.0)
+        v = np.clip(_fft.irfftn(estimate, s=n, axes=axes), bounds[0], bounds[1])
         estimate = a + b * _fft.rfftn(v, axes=axes)
         report(progress, "gp", it + 1, iterations)
     return np.fft.fftshift(_fft.irfftn(estimate, s=n, axes=axes))
 
 
-def _gp_threaded(data, measured, iterations: int, r2c: bool, progress=None):
+def _gp_threaded(data, measured, iterations: int, r2c: bool, progress=None, *, bounds=(0.0, math.inf),
+                 complex_index: bool = False):
     """GP on the host's threads (:mod:`qora.holo.gp_cpu`): the iterates of :func:`gerchberg_papoulis_r2c`
-    (``r2c``) or :func:`gerchberg_papoulis`, the NumPy references, to rounding."""
+    (``r2c``) or :func:`gerchberg_papoulis`, the NumPy references, to rounding. A complex index (the
+    imaginary part kept as well) runs the NumPy reference."""
+    if complex_index:
+        return gerchberg_papoulis(data, measured, iterations, progress, bounds=bounds, complex_index=True)
     from qora.holo import gp_cpu  # numba, loaded on first use
 
+    low, high = float(bounds[0]), float(bounds[1])
     if r2c:
         a, b = _restore_coefficients(data, measured)
-        return np.fft.fftshift(gp_cpu.gp_r2c(a, b, data.shape, iterations, progress))
-    return np.fft.fftshift(gp_cpu.gp_c2c(data, measured, iterations, progress))
+        return np.fft.fftshift(gp_cpu.gp_r2c(a, b, data.shape, iterations, progress, low=low, high=high))
+    return np.fft.fftshift(gp_cpu.gp_c2c(data, measured, iterations, progress, low=low, high=high))
 
 
 def fista_tv(data, measured, iterations: int, lam: float, inner: int, fov: FieldOfView | None = None,
-             progress=None):
+             progress=None, *, bounds=(0.0, math.inf), start=None, box: bool = False):
     """FISTA with step 1 on f(x) = 1/2 ||M (F x - P)||^2 plus lam TV(x), x >= 0 (real potential).
 
     The gradient step y - grad f(y) is the half-spectrum restore step of
     :func:`gerchberg_papoulis_r2c` (the Lipschitz constant of grad f is 1); the prox is
     FGP with ``inner`` iterations, its dual warm-started between outer iterations.
     With ``fov`` the unknown x is the box alone (zero outside): the iterates and the prox
-    live on n^3, centre-origin, and only the transforms see the big grid.
-    Returns the real volume, centre-origin.
+    live on n^3, centre-origin, and only the transforms see the big grid. ``bounds`` replaces
+    x >= 0 by a box; ``start`` (a previous call's ``box=True`` answer) warm-starts x.
+    Returns the real volume, centre-origin; with ``box`` the iterate itself (the box, or the grid in FFT layout).
     """
     from qora.holo.tv_cpu import fgp_prox_fused  # numba, loaded on first use; tv.fgp_prox is the reference
 
@@ -185,21 +215,23 @@ def fista_tv(data, measured, iterations: int, lam: float, inner: int, fov: Field
         restrict = expand = lambda v: v  # noqa: E731
     else:
         restrict, expand = fov.crop, fov.expand
-    x_prev = y = restrict(_fft.irfftn(a, s=n, axes=axes))
+    x_prev = y = restrict(_fft.irfftn(a, s=n, axes=axes)) if start is None else start
     t = 1.0
     dual = None
     for it in range(iterations):
         v = restrict(_fft.irfftn(a + b * _fft.rfftn(expand(y), axes=axes), s=n, axes=axes))
-        x, dual = fgp_prox_fused(np.ascontiguousarray(v), lam, inner, dual=dual)
+        x, dual = fgp_prox_fused(np.ascontiguousarray(v), lam, inner, dual=dual, bounds=bounds)
         t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
         y = x + ((t - 1) / t_new) * (x - x_prev)
         x_prev, t = x, t_new
         report(progress, "tv", it + 1, iterations)
-    return np.fft.fftshift(expand(x_prev))
+    return x_prev if box else np.fft.fftshift(expand(x_prev))
 
 
 def solve(spectrum, measured, geometry: Geometry, *, method: str = "gp", iterations: int = 50, r2c: bool = False,
-          tv_weight: float = 1e-3, tv_inner: int = 20, field_of_view: int | None = None, progress=None):
+          tv_weight: float | str = 1e-3, tv_inner: int = 20, field_of_view: int | None = None, progress=None,
+          index_min: float | None = None, index_max: float | None = None, complex_index: bool = False,
+          noise_energy: float | None = None, info: dict | None = None):
     """From a mapped spectrum to the index volume by ``method`` ("plain", "gp" or "tv").
 
     ``field_of_view``: edge (voxels) of the central box outside which the potential is known
@@ -207,8 +239,13 @@ def solve(spectrum, measured, geometry: Geometry, *, method: str = "gp", iterati
     TV uses it (its iterates and prox then live on the box alone: faster, and measured 5% lower
     RMSE on a 64^3 cell phantom at oversampling 1.5); GP does not (measured: the box changed its RMSE by +1%).
     ``progress`` gets (method, iteration, iterations) after each iteration (its answer is not read:
-    the solver always runs its iterations).
+    the solver always runs its iterations). ``index_min`` / ``index_max``: the bounds GP and TV enforce
+    (:func:`potential_bounds`); ``complex_index``: the complex index (complex64) is returned, GP runs
+    C2C and TV on both parts. ``tv_weight="auto"`` needs ``noise_energy``
+    (:meth:`~qora.holo.plans.MappingPlan.noise_energy`); the weight used goes to ``info["tv_weight"]``
+    and the search to ``info["tv_selection"]`` when ``info`` is a dict.
     """
+    bounds = potential_bounds(geometry, index_min, index_max)
     # TV always works on the centre-origin box (the whole grid when there is no smaller field of
     # view): in the FFT layout the object straddles the corners and the Neumann boundary of the
     # differences would cut through its middle (no penalty across it).
@@ -219,15 +256,44 @@ def solve(spectrum, measured, geometry: Geometry, *, method: str = "gp", iterati
         if iterations < 1:
             raise InputError(f"iterations must be at least 1, got {iterations}")
         if method == "gp":
-            potential = _gp_threaded(spectrum, measured, iterations, r2c, progress)
+            potential = _gp_threaded(spectrum, measured, iterations, r2c, progress, bounds=bounds,
+                                     complex_index=complex_index)
         else:
-            if tv_weight <= 0 or tv_inner < 1:
-                raise InputError("tv needs tv_weight > 0 and tv_inner >= 1")
-            potential = fista_tv(spectrum, measured, iterations, tv_weight * geometry.k0**2, tv_inner, fov,
-                                 progress)
+            potential = _tv(spectrum, measured, geometry, fov, iterations=iterations, tv_weight=tv_weight,
+                            tv_inner=tv_inner, bounds=bounds, complex_index=complex_index,
+                            noise_energy=noise_energy, info=info, progress=progress)
     else:
         raise InputError(f"method must be 'plain', 'gp' or 'tv', got {method!r}")
-    return index_from_potential(potential, geometry)
+    return index_from_potential(potential, geometry, complex_index=complex_index)
+
+
+def _tv(spectrum, measured, geometry, fov, *, iterations, tv_weight, tv_inner, bounds, complex_index, noise_energy,
+        info, progress):
+    """FISTA-TV at a given weight or the discrepancy principle's (:mod:`qora.holo.regularisation`)."""
+    from qora.holo import regularisation as reg
+
+    if tv_inner < 1 or not (tv_weight == "auto" or tv_weight > 0):
+        raise InputError("tv needs tv_weight > 0 (or 'auto') and tv_inner >= 1")
+    record = None
+    if tv_weight == "auto":
+        if noise_energy is None:
+            raise InputError("tv_weight='auto' needs the noise energy of the mapped spectrum (noise_energy)")
+        solver = reg.fista_tv_complex if complex_index else fista_tv
+        tv_weight, x, record = reg.select_tv_weight(spectrum, measured, geometry, noise_energy, solver=solver,
+                                                    iterations=iterations, inner=tv_inner, fov=fov, bounds=bounds,
+                                                    complex_index=complex_index)
+        potential = np.fft.fftshift(fov.expand(x))
+    elif complex_index:
+        potential = reg.fista_tv_complex(spectrum, measured, iterations, tv_weight * geometry.k0**2, tv_inner, fov,
+                                         progress, bounds=bounds)
+    else:
+        potential = fista_tv(spectrum, measured, iterations, tv_weight * geometry.k0**2, tv_inner, fov, progress,
+                             bounds=bounds)
+    if info is not None:
+        info["tv_weight"] = float(tv_weight)
+        if record is not None:
+            info["tv_selection"] = record
+    return potential
 
 
 def check_ratio(name: str, ratio, geometry: Geometry, *, shape: bool = True) -> np.ndarray:
@@ -256,7 +322,10 @@ def first_order(ratio, approximation: str):
 
 @dataclass
 class OdtResult:
-    """A reconstructed refractive-index volume (z, y, x), float32, centre-origin, and how it was made."""
+    """A reconstructed refractive-index volume (z, y, x), float32, centre-origin, and how it was made.
+
+    ``absorption`` is the imaginary index kappa (n + i kappa, float32, same shape) when the complex
+    index was asked for (``complex_index``), else None."""
 
     index: np.ndarray
     geometry: Geometry
@@ -264,14 +333,17 @@ class OdtResult:
     approximation: str
     iterations: int
     info: dict = field(default_factory=dict)
+    absorption: np.ndarray | None = None
 
 
 def invert(phi, geometry: Geometry, plan: "MappingPlan", progress=None, **options) -> np.ndarray:
     """Index volume (n^3 of ``geometry``) from first-order fields (A, n, n): padded onto the
-    plan's grid, mapped, solved (``solve`` options) and cropped back."""
+    plan's grid, mapped, solved (``solve`` options) and cropped back (complex64 with ``complex_index``)."""
     big = plan.geometry.n
     if big != geometry.n:
         phi = pad_fields(phi, big)
+    if options.get("method") == "tv" and options.get("tv_weight") == "auto":
+        options = dict(options, noise_energy=plan.noise_energy(phi))
     index = solve(plan(phi), plan.measured, plan.geometry, field_of_view=geometry.n, progress=progress, **options)
     if big != geometry.n:
         index = np.ascontiguousarray(crop_volume(index, geometry.n))
@@ -311,11 +383,20 @@ def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None
     phi = first_order(ratio, o.approximation)
     report(progress, o.approximation, 1, total)
     plan = MappingPlan(solver_grid(geometry, o.oversample))
-    index = invert(phi, geometry, plan, span(progress, 1, total), **solve_options(o))
+    info = {"measured_fraction": float(plan.measured.mean()), "r2c": bool(o.r2c), "oversample": o.oversample,
+            "grid": plan.geometry.n, "tv_weight": o.tv_weight if o.method == "tv" else None}
+    index = invert(phi, geometry, plan, span(progress, 1, total), info=info, **solve_options(o))
+    return result_of(index, geometry, o, info)
+
+
+def result_of(index, geometry: Geometry, options: ReconstructionOptions, info: dict) -> OdtResult:
+    """The :class:`OdtResult` of a solved index (real, or complex with ``options.complex_index``)."""
+    o = options
+    absorption = None
+    if np.iscomplexobj(index):
+        index, absorption = np.ascontiguousarray(index.real), np.ascontiguousarray(index.imag)
     return OdtResult(index, geometry, o.method, o.approximation, 0 if o.method == "plain" else o.iterations,
-                     info={"measured_fraction": float(plan.measured.mean()), "r2c": bool(o.r2c),
-                           "oversample": o.oversample, "grid": plan.geometry.n,
-                           "tv_weight": o.tv_weight if o.method == "tv" else None})
+                     info=info, absorption=absorption)
 
 
 def solve_options(options: ReconstructionOptions) -> dict:

@@ -15,7 +15,7 @@ import numpy as np
 
 from qora.io.errors import InputError
 
-__all__ = ["ReconstructionOptions", "OptionError", "APPROXIMATIONS", "METHODS", "MAPPINGS", "FGP_VARIANTS", "CUDA_ONLY"]
+__all__ = ["ReconstructionOptions", "OptionError", "APPROXIMATIONS", "METHODS", "MAPPINGS", "FGP_VARIANTS", "CUDA_ONLY", "cpu_only"]
 
 APPROXIMATIONS = ("rytov", "born")
 METHODS = ("plain", "gp", "tv")
@@ -25,6 +25,16 @@ FGP_VARIANTS = ("fused", "separate", "cube", "march")
 CUDA_ONLY = ("mapping", "fgp", "upload_parts")
 # what a field means, where its name alone would not say it in an error message
 _WHAT = {"tv_inner": " (FGP steps per TV iteration)", "upload_parts": " (upload parts of the hologram stack)"}
+
+
+def cpu_only(options: "ReconstructionOptions") -> list:
+    """The options the CUDA solver does not implement (the CPU solver runs them; backend "auto" goes there)."""
+    out = []
+    if options.complex_index:
+        out.append("complex_index")
+    if options.method == "tv" and options.tv_weight == "auto":
+        out.append("tv_weight='auto'")
+    return out
 
 
 class OptionError(InputError, TypeError):
@@ -45,13 +55,25 @@ class ReconstructionOptions:
     """Gerchberg-Papoulis or FISTA iterations (count, at least 1; unused by "plain")."""
     r2c: bool = True
     """Gerchberg-Papoulis on half spectra (real transforms): the same iterates, half the memory."""
-    tv_weight: float = 1e-3
-    """TV weight on n^2 - n_m^2 (dimensionless; lambda = tv_weight k0^2 on the potential, rad^2/um^2); > 0 for "tv"."""
+    tv_weight: float | str = 1e-3
+    """TV weight on n^2 - n_m^2 (dimensionless; lambda = tv_weight k0^2 on the potential, rad^2/um^2); > 0 for
+    "tv"; or "auto": chosen from the data by the discrepancy principle against the noise measured in the
+    mapped spectrum (docs/holo.md, "Regularisation"), the chosen weight reported in ``info["tv_weight"]``."""
     tv_inner: int = 20
     """FGP iterations per FISTA iteration (count, >= 0; the CPU solver needs at least 1 for "tv")."""
-    oversample: float = 1.0
+    oversample: float = 2.0
     """Solver grid edge over the field size n (ratio, at least 1): the fields are zero-padded onto the
-    smallest fast FFT length of at least n * oversample (finer k-bins), the central n^3 kept."""
+    smallest fast FFT length of at least n * oversample (finer k-bins), the central n^3 kept. 2 by default:
+    at 1 the nearest-bin mapping rings and reads a Rytov cell's nucleus 10% high (docs/holo.md)."""
+    index_min: float | None = None
+    """Lower bound of the real index that GP and TV enforce: None is the medium index (non-negativity of
+    the potential, objects denser than the medium); a value below n_m admits objects below the medium
+    (two-sided with ``index_max``); ``-inf`` no lower bound."""
+    index_max: float | None = None
+    """Upper bound of the real index that GP and TV enforce (None: none)."""
+    complex_index: bool = False
+    """Reconstruct the complex index n + i kappa (absorption kappa >= 0 enforced by GP and TV) instead of the
+    real part alone; GP then runs on full spectra (C2C). The imaginary part is in ``OdtResult.absorption``."""
     mapping: str = "gather"
     """CUDA only: the Ewald mapping by "gather" (a thread per volume column, no atomics) or "scatter"."""
     fgp: str = "fused"
@@ -74,10 +96,20 @@ class ReconstructionOptions:
                                  f"(method {self.method!r}), got {value!r}")
         if not isinstance(self.r2c, (bool, np.bool_)):
             raise InputError(f"r2c must be True or False, got {self.r2c!r}")
-        if not (isinstance(self.tv_weight, numbers.Real) and math.isfinite(self.tv_weight) and self.tv_weight >= 0
+        if not (self.tv_weight == "auto" or isinstance(self.tv_weight, numbers.Real) and not isinstance(
+                self.tv_weight, bool) and math.isfinite(self.tv_weight) and self.tv_weight >= 0
                 and (self.tv_weight > 0 or self.method != "tv")):
-            raise InputError(f"tv_weight must be finite and {'positive' if self.method == 'tv' else 'non-negative'},"
-                             f" got {self.tv_weight!r}")
+            raise InputError(f"tv_weight must be 'auto' or finite and "
+                             f"{'positive' if self.method == 'tv' else 'non-negative'}, got {self.tv_weight!r}")
+        for name in ("index_min", "index_max"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, numbers.Real) and not isinstance(value, bool)
+                                          and (value > 0 or value == -math.inf) and not math.isnan(value)):
+                raise InputError(f"{name} must be None, a positive index or -inf, got {value!r}")
+        if self.index_min is not None and self.index_max is not None and not self.index_min < self.index_max:
+            raise InputError(f"index_min ({self.index_min!r}) must be below index_max ({self.index_max!r})")
+        if not isinstance(self.complex_index, (bool, np.bool_)):
+            raise InputError(f"complex_index must be True or False, got {self.complex_index!r}")
         if not (isinstance(self.oversample, numbers.Real) and math.isfinite(self.oversample) and self.oversample >= 1.0):
             raise InputError(f"oversample must be at least 1, got {self.oversample!r}")
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from qora.holo.fields import field_ratio
 from qora.holo.geometry import Geometry
-from qora.holo.odt import OdtResult, first_order, invert, solve_options
+from qora.holo.odt import OdtResult, first_order, invert, result_of, solve_options
 from qora.holo.options import ReconstructionOptions
 from qora.holo.plans import CropPlan, MappingPlan, stack_holograms
 from qora.holo.steps import span, stack_units
@@ -63,8 +63,8 @@ class CpuPipeline:
         report(progress, "rytov" if o.approximation == "rytov" else "born", 1, steps)
         phi = first_order(ratio, o.approximation)
         report(progress, o.method, 2, steps)
-        index = invert(phi, self.geometry, self.mapping, span(progress, 2, steps), **self.solve_options)
+        info = {"measured_fraction": float(self.mapping.measured.mean()), "r2c": o.r2c,
+                "grid": self.mapping.geometry.n}
+        index = invert(phi, self.geometry, self.mapping, span(progress, 2, steps), info=info, **self.solve_options)
         report(progress, "done", steps, steps)
-        return OdtResult(index, self.geometry, o.method, o.approximation, 0 if o.method == "plain" else o.iterations,
-                         info={"measured_fraction": float(self.mapping.measured.mean()),
-                               "r2c": o.r2c, "grid": self.mapping.geometry.n})
+        return result_of(index, self.geometry, o, info)

@@ -167,6 +167,35 @@ class MappingPlan:
         spectrum[hit] /= self.hits[hit]
         return spectrum.reshape(n, n, n)
 
+    def noise_energy(self, phi) -> float:
+        """The expected noise energy sum |noise|^2 of the mapped spectrum over the measured bins (the DFT
+        values :meth:`__call__` returns), measured from the data's own redundancy.
+
+        A bin hit h >= 2 times holds h estimates of one value; their sample variance s^2 measures the
+        noise of one estimate (with what the nearest-bin rounding adds, which no fit removes either).
+        The median over those bins (robust to the few where the object's spectrum changes fast within
+        a bin) is the per-estimate variance sigma^2, and the mapped value of a bin, the mean of its h
+        hits, has variance sigma^2 / h: the energy is sigma^2 * sum over measured bins of 1 / h.
+        Zero when no bin is hit twice (nothing to measure the noise from).
+        """
+        g = self.geometry
+        n = g.n
+        phi = np.asarray(phi)
+        total = np.zeros(n**3, np.complex128)
+        power = np.zeros(n**3, np.float64)
+        for a in range(g.count):
+            spec2 = np.fft.fft2(np.fft.ifftshift(phi[a])).reshape(-1)
+            v = self.factors[a] * spec2[self.lateral[a]]
+            np.add.at(total, self.targets[a], v)
+            np.add.at(power, self.targets[a], np.abs(v) ** 2)
+        h = self.hits.astype(np.float64)
+        multi = h >= 2
+        if not multi.any():
+            return 0.0
+        s2 = (power[multi] - np.abs(total[multi]) ** 2 / h[multi]) / (h[multi] - 1)
+        sigma2 = float(np.median(np.maximum(s2, 0.0)))
+        return sigma2 * float(np.sum(1.0 / h[h > 0]))
+
 
 def _per_illumination(fn, count: int) -> list:
     """``[fn(0), ..., fn(count - 1)]``, on :func:`qora.backend.host.num_threads` threads (NumPy's work on

@@ -46,22 +46,23 @@ def tv(x) -> float:
     return float(np.sqrt((gradient(x) ** 2).sum(axis=0)).sum())
 
 
-def fgp_prox(v, lam: float, iterations: int, *, dual=None, nonnegative: bool = True):
+def fgp_prox(v, lam: float, iterations: int, *, dual=None, nonnegative: bool = True, bounds=None):
     """prox of lam TV (+ x >= 0) at ``v`` by ``iterations`` FGP steps; returns ``(x, dual)``.
 
     ``dual`` (3, *v.shape) warm-starts the dual variable; the returned one can be passed
-    to the next call.
+    to the next call. ``bounds`` (lower, upper) replaces x >= 0 by lower <= x <= upper (FGP
+    projects the primal point onto any box: Beck and Teboulle's constrained TV).
     """
+    lower, upper = bounds if bounds is not None else ((0.0 if nonnegative else -np.inf), np.inf)
     if lam <= 0:
-        return (np.maximum(v, 0) if nonnegative else v.copy()), dual
+        return np.clip(v, lower, upper), dual
     p = np.zeros((3,) + v.shape, v.dtype) if dual is None else dual
     r = p.copy()
     t = 1.0
     step = 1.0 / (12.0 * lam)
 
     def primal(q):
-        x = v - lam * gradient_adjoint(q)
-        return np.maximum(x, 0) if nonnegative else x
+        return np.clip(v - lam * gradient_adjoint(q), lower, upper)
 
     for _ in range(iterations):
         x = primal(r)

@@ -21,7 +21,7 @@ __all__ = ["fgp_prox_fused"]
 
 
 @numba.njit(parallel=True, fastmath=True, cache=True)
-def _primal(v, r, lam, nonnegative, x):
+def _primal(v, r, lam, lower, upper, x):
     nz, ny, nx = v.shape
     for k in numba.prange(nz):
         for j in range(ny):
@@ -41,8 +41,10 @@ def _primal(v, r, lam, nonnegative, x):
                 if i > 0:
                     d += r[2, k, j, i - 1]
                 val = v[k, j, i] - lam * d
-                if nonnegative and val < 0.0:
-                    val = 0.0
+                if val < lower:
+                    val = lower
+                elif val > upper:
+                    val = upper
                 x[k, j, i] = val
 
 
@@ -70,11 +72,15 @@ def _dual(x, p, r, step, momentum):
                 p[2, k, j, i] = n2
 
 
-def fgp_prox_fused(v, lam: float, iterations: int, *, dual=None, nonnegative: bool = True):
-    """The same iterates as :func:`qora.holo.tv.fgp_prox`, in two fused loops per iteration."""
+def fgp_prox_fused(v, lam: float, iterations: int, *, dual=None, nonnegative: bool = True, bounds=None):
+    """The same iterates as :func:`qora.holo.tv.fgp_prox`, in two fused loops per iteration.
+
+    ``bounds`` (lower, upper) replaces the non-negativity by a box constraint (either may be +-inf)."""
     v = np.ascontiguousarray(v, dtype=np.float64)
+    lower, upper = bounds if bounds is not None else ((0.0 if nonnegative else -np.inf), np.inf)
+    lower, upper = float(lower), float(upper)
     if lam <= 0:
-        return (np.maximum(v, 0) if nonnegative else v.copy()), dual
+        return np.clip(v, lower, upper), dual
     p = np.zeros((3,) + v.shape) if dual is None else np.ascontiguousarray(dual, dtype=np.float64)
     r = p.copy()
     x = np.empty_like(v)
@@ -82,9 +88,9 @@ def fgp_prox_fused(v, lam: float, iterations: int, *, dual=None, nonnegative: bo
     step = 1.0 / (12.0 * lam)
     numba_threads()  # both loops split the volume's planes over the setting's threads
     for _ in range(iterations):
-        _primal(v, r, lam, nonnegative, x)
+        _primal(v, r, lam, lower, upper, x)
         t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
         _dual(x, p, r, step, (t - 1) / t_new)
         t = t_new
-    _primal(v, p, lam, nonnegative, x)
+    _primal(v, p, lam, lower, upper, x)
     return x, p

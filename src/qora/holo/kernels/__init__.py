@@ -146,14 +146,15 @@ def restore_half(*, e, a, counts, pairs) -> None:
     kernel("restore_half")(_elementwise(pairs), (THREADS,), (e, a, counts, np.int64(pairs)))
 
 
-def clamp_real(*, v, quads, scale) -> None:
-    """v = max(scale v, 0) on a real volume (float4 quads). Reference: :func:`qora.holo.odt.gerchberg_papoulis_r2c`."""
-    kernel("clamp_real")(_elementwise(quads), (THREADS,), (v, np.int64(quads), np.float32(scale)))
+def clamp_real(*, v, quads, scale, bounds=(0.0, np.inf)) -> None:
+    """v = clamp(scale v, *bounds) on a real volume (float4 quads). Reference:
+    :func:`qora.holo.odt.gerchberg_papoulis_r2c`."""
+    kernel("clamp_real")(_elementwise(quads), (THREADS,), (v, np.int64(quads), np.float32(scale), *_f32(*bounds)))
 
 
-def clamp_complex(*, v, total, scale) -> None:
-    """v = max(Re(scale v), 0). Reference: :func:`qora.holo.odt.gerchberg_papoulis`."""
-    kernel("clamp_complex")(_elementwise(total), (THREADS,), (v, np.int64(total), np.float32(scale)))
+def clamp_complex(*, v, total, scale, bounds=(0.0, np.inf)) -> None:
+    """v = clamp(Re(scale v), *bounds). Reference: :func:`qora.holo.odt.gerchberg_papoulis`."""
+    kernel("clamp_complex")(_elementwise(total), (THREADS,), (v, np.int64(total), np.float32(scale), *_f32(*bounds)))
 
 
 def restore_complex(*, e, data, hits, total) -> None:
@@ -188,35 +189,39 @@ def box_expand(*, box, n, rl, nb, lo, padded) -> None:
     kernel("box_expand")((blocks(n * n * rl),), (THREADS,), (box, *_i32(n, rl, nb, lo), padded))
 
 
-def _tv_args(v, r, p, r_next, nz, ny, nx, lam, nonnegative, step, momentum):
-    return (v, r, p, r_next, *_i32(nz, ny, nx), np.float32(lam), np.int32(nonnegative), np.float32(step),
+def _f32(*values):
+    return tuple(np.float32(v) for v in values)
+
+
+def _tv_args(v, r, p, r_next, nz, ny, nx, lam, bounds, step, momentum):
+    return (v, r, p, r_next, *_i32(nz, ny, nx), np.float32(lam), *_f32(*bounds), np.float32(step),
             np.float32(momentum))
 
 
-def fgp_fused(*, v, r, p, r_next, nz, ny, nx, lam, nonnegative, step, momentum) -> None:
+def fgp_fused(*, v, r, p, r_next, nz, ny, nx, lam, bounds, step, momentum) -> None:
     """One FGP iteration (primal point, dual step, projection, momentum) in one kernel, FUSED_PLANES
     planes per thread. Reference: :func:`qora.holo.tv.fgp_prox` (one iteration)."""
     kernel("fgp_fused")(_plane_grid(nz, ny, nx, 64, 4, FUSED_PLANES), (64, 4, 1),
-                        _tv_args(v, r, p, r_next, nz, ny, nx, lam, nonnegative, step, momentum))
+                        _tv_args(v, r, p, r_next, nz, ny, nx, lam, bounds, step, momentum))
 
 
-def fgp_cube(*, v, r, p, r_next, nz, ny, nx, lam, nonnegative, step, momentum) -> None:
+def fgp_cube(*, v, r, p, r_next, nz, ny, nx, lam, bounds, step, momentum) -> None:
     """One FGP iteration on 16 x 8 x 4 shared-memory tiles. Reference: :func:`qora.holo.tv.fgp_prox`."""
     kernel("fgp_cube")(_plane_grid(nz, ny, nx, 16, 8, 4), (16, 8, 4),
-                       _tv_args(v, r, p, r_next, nz, ny, nx, lam, nonnegative, step, momentum))
+                       _tv_args(v, r, p, r_next, nz, ny, nx, lam, bounds, step, momentum))
 
 
-def fgp_march(*, v, r, p, r_next, nz, ny, nx, lam, nonnegative, step, momentum) -> None:
+def fgp_march(*, v, r, p, r_next, nz, ny, nx, lam, bounds, step, momentum) -> None:
     """One FGP iteration, 32 x 8 threads marching through 8 planes. Reference: :func:`qora.holo.tv.fgp_prox`."""
     kernel("fgp_march")(_plane_grid(nz, ny, nx, 32, 8, 8), (32, 8, 1),
-                        _tv_args(v, r, p, r_next, nz, ny, nx, lam, nonnegative, step, momentum))
+                        _tv_args(v, r, p, r_next, nz, ny, nx, lam, bounds, step, momentum))
 
 
-def fgp_primal(*, v, r, nz, ny, nx, lam, nonnegative, out) -> None:
+def fgp_primal(*, v, r, nz, ny, nx, lam, bounds, out) -> None:
     """out = max(v - lam D^T r, 0) (or without the clamp). Reference: :func:`qora.holo.tv.fgp_prox`
     (the primal point) with :func:`qora.holo.tv.gradient_adjoint`."""
     kernel("fgp_primal")(_plane_grid(nz, ny, nx, 32, 8), (32, 8, 1),
-                         (v, r, *_i32(nz, ny, nx), np.float32(lam), np.int32(nonnegative), out))
+                         (v, r, *_i32(nz, ny, nx), np.float32(lam), *_f32(*bounds), out))
 
 
 def fgp_dual(*, z, r, p, r_next, nz, ny, nx, step, momentum) -> None:
@@ -226,11 +231,11 @@ def fgp_dual(*, z, r, p, r_next, nz, ny, nx, step, momentum) -> None:
                        (z, r, p, r_next, *_i32(nz, ny, nx), np.float32(step), np.float32(momentum)))
 
 
-def fista_step(*, v, p, nz, ny, nx, lam, nonnegative, momentum, x_prev, y) -> None:
+def fista_step(*, v, p, nz, ny, nx, lam, bounds, momentum, x_prev, y) -> None:
     """x = prox result of v for the dual p; y = x + momentum (x - x_prev); x_prev = x. Reference:
     :func:`qora.holo.odt.fista_tv` (its outer step)."""
     kernel("fista_step")((blocks(nx, 32), blocks(ny, 8), nz), (32, 8, 1),
-                         (v, p, *_i32(nz, ny, nx), np.float32(lam), np.int32(nonnegative), np.float32(momentum),
+                         (v, p, *_i32(nz, ny, nx), np.float32(lam), *_f32(*bounds), np.float32(momentum),
                           x_prev, y))
 
 

@@ -299,13 +299,14 @@ extern "C" __global__ void gp_data(const float2* __restrict__ data, int n, float
     a[idx] = make_float2(0.5f * (p.x + q.x), 0.5f * (p.y - q.y));
 }
 
-// v = max(scale v, 0) over a padded real volume, four floats per step (padding included: harmless).
-extern "C" __global__ void clamp_real(float4* __restrict__ v, long long quads, float scale) {
+// v = clamp(scale v, lower, upper) over a padded real volume, four floats per step (padding included:
+// harmless). (lower, upper) = (0, inf) is GP's non-negativity.
+extern "C" __global__ void clamp_real(float4* __restrict__ v, long long quads, float scale, float lower, float upper) {
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < quads; i += stride) {
         float4 x = v[i];
-        v[i] = make_float4(fmaxf(scale * x.x, 0.0f), fmaxf(scale * x.y, 0.0f), fmaxf(scale * x.z, 0.0f),
-                           fmaxf(scale * x.w, 0.0f));
+        v[i] = make_float4(fminf(fmaxf(scale * x.x, lower), upper), fminf(fmaxf(scale * x.y, lower), upper),
+                           fminf(fmaxf(scale * x.z, lower), upper), fminf(fmaxf(scale * x.w, lower), upper));
     }
 }
 
@@ -321,11 +322,12 @@ extern "C" __global__ void restore_half(float4* __restrict__ e, const float4* __
     }
 }
 
-// C2C loop: keep max(Re(scale v), 0) and drop the imaginary part; then restore measured bins.
-extern "C" __global__ void clamp_complex(float2* __restrict__ v, long long total, float scale) {
+// C2C loop: keep clamp(Re(scale v), lower, upper) and drop the imaginary part; then restore measured bins.
+extern "C" __global__ void clamp_complex(float2* __restrict__ v, long long total, float scale, float lower,
+                                         float upper) {
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride)
-        v[i] = make_float2(fmaxf(scale * v[i].x, 0.0f), 0.0f);
+        v[i] = make_float2(fminf(fmaxf(scale * v[i].x, lower), upper), 0.0f);
 }
 
 extern "C" __global__ void restore_complex(float2* __restrict__ e, const float2* __restrict__ data,
@@ -396,7 +398,7 @@ __device__ __forceinline__ Dims make_dims(int nz, int ny, int nx) {
 
 // The primal point at (k, j, i); the order of the terms is the CPU's (qora.holo.tv_cpu).
 __device__ __forceinline__ float tv_primal(const float* __restrict__ v, const float* __restrict__ r, Dims d, int k,
-                                           int j, int i, float lam, int nonnegative) {
+                                           int j, int i, float lam, float lower, float upper) {
     const long long c = (k * (long long)d.ny + j) * d.nx + i;
     float s = 0.0f;
     if (k < d.nz - 1) s -= r[c];
@@ -406,7 +408,7 @@ __device__ __forceinline__ float tv_primal(const float* __restrict__ v, const fl
     if (i < d.nx - 1) s -= r[2 * d.volume + c];
     if (i > 0) s += r[2 * d.volume + c - 1];
     const float x = v[c] - lam * s;
-    return (nonnegative && x < 0.0f) ? 0.0f : x;
+    return fminf(fmaxf(x, lower), upper);  // the box constraint (0, inf) by default
 }
 
 // The dual update at voxel c from the primal point there (zc) and at its upper neighbours
@@ -432,7 +434,7 @@ __device__ __forceinline__ void tv_dual(Dims d, long long c, int k, int j, int i
 
 #define TV_ARGS                                                                                             \
     const float *__restrict__ v, const float *__restrict__ r, float *__restrict__ p, float *__restrict__ r_next, \
-        int nz, int ny, int nx, float lam, int nonnegative, float step, float momentum
+        int nz, int ny, int nx, float lam, float lower, float upper, float step, float momentum
 
 // The fused update of voxel (k, j, i) given the primal point there: the primal point recomputed
 // at its three upper neighbours; own p and r loaded first so their latency overlaps the
@@ -442,14 +444,14 @@ __device__ __forceinline__ float fgp_fused_voxel(TV_ARGS, int k, int j, int i, f
     const long long c = (k * (long long)ny + j) * nx + i;
     const float p0 = p[c], p1 = p[d.volume + c], p2 = p[2 * d.volume + c];
     const float r0 = r[c], r1 = r[d.volume + c], r2 = r[2 * d.volume + c];
-    const float z0 = k < nz - 1 ? tv_primal(v, r, d, k + 1, j, i, lam, nonnegative) : 0.0f;
-    const float z1 = j < ny - 1 ? tv_primal(v, r, d, k, j + 1, i, lam, nonnegative) : 0.0f;
-    const float z2 = i < nx - 1 ? tv_primal(v, r, d, k, j, i + 1, lam, nonnegative) : 0.0f;
+    const float z0 = k < nz - 1 ? tv_primal(v, r, d, k + 1, j, i, lam, lower, upper) : 0.0f;
+    const float z1 = j < ny - 1 ? tv_primal(v, r, d, k, j + 1, i, lam, lower, upper) : 0.0f;
+    const float z2 = i < nx - 1 ? tv_primal(v, r, d, k, j, i + 1, lam, lower, upper) : 0.0f;
     tv_dual(d, c, k, j, i, zc, z0, z1, z2, r0, r1, r2, p0, p1, p2, step, momentum, p, r_next);
     return z0;
 }
 
-#define TV_PASS v, r, p, r_next, nz, ny, nx, lam, nonnegative, step, momentum
+#define TV_PASS v, r, p, r_next, nz, ny, nx, lam, lower, upper, step, momentum
 
 // fused (default): one kernel per step; each thread updates FUSED_PLANES voxels of its column,
 // carrying the primal point of the next plane in a register (one recomputation fewer per voxel).
@@ -460,18 +462,18 @@ extern "C" __global__ void __launch_bounds__(256) fgp_fused(TV_ARGS) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y;
     const int k0 = blockIdx.z * FUSED_PLANES;
     if (i >= nx || j >= ny || k0 >= nz) return;
-    float zc = tv_primal(v, r, make_dims(nz, ny, nx), k0, j, i, lam, nonnegative);
+    float zc = tv_primal(v, r, make_dims(nz, ny, nx), k0, j, i, lam, lower, upper);
     const int k_end = min(k0 + FUSED_PLANES, nz);
     for (int k = k0; k < k_end; ++k) zc = fgp_fused_voxel(TV_PASS, k, j, i, zc);
 }
 
 // two kernels: the primal point written to z by one, read by the other.
 extern "C" __global__ void fgp_primal(const float* __restrict__ v, const float* __restrict__ r, int nz, int ny, int nx,
-                                      float lam, int nonnegative, float* __restrict__ z) {
+                                      float lam, float lower, float upper, float* __restrict__ z) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y, k = blockIdx.z;
     if (i >= nx || j >= ny) return;
     const Dims d = make_dims(nz, ny, nx);
-    z[(k * (long long)ny + j) * nx + i] = tv_primal(v, r, d, k, j, i, lam, nonnegative);
+    z[(k * (long long)ny + j) * nx + i] = tv_primal(v, r, d, k, j, i, lam, lower, upper);
 }
 
 extern "C" __global__ void fgp_dual(const float* __restrict__ z, const float* __restrict__ r, float* __restrict__ p,
@@ -492,12 +494,12 @@ extern "C" __global__ void fgp_dual(const float* __restrict__ z, const float* __
 // Fill a shared tile of primal points: origin (k0, j0, i0), extent (tz, ty, tx), zero outside the volume.
 __device__ __forceinline__ void fill_primal_tile(float* tile, int tz, int ty, int tx, int k0, int j0, int i0,
                                                  const float* __restrict__ v, const float* __restrict__ r, Dims d,
-                                                 float lam, int nonnegative, int tid, int threads) {
+                                                 float lam, float lower, float upper, int tid, int threads) {
     const int count = tz * ty * tx;
     for (int t = tid; t < count; t += threads) {
         const int ti = t % tx, tj = (t / tx) % ty, tk = t / (tx * ty);
         const int k = k0 + tk, j = j0 + tj, i = i0 + ti;
-        tile[t] = (k < d.nz && j < d.ny && i < d.nx) ? tv_primal(v, r, d, k, j, i, lam, nonnegative) : 0.0f;
+        tile[t] = (k < d.nz && j < d.ny && i < d.nx) ? tv_primal(v, r, d, k, j, i, lam, lower, upper) : 0.0f;
     }
 }
 
@@ -519,7 +521,7 @@ extern "C" __global__ void __launch_bounds__(CUBE_X * CUBE_Y * CUBE_Z) fgp_cube(
     }
     const int tid = threadIdx.x + CUBE_X * (threadIdx.y + CUBE_Y * threadIdx.z);
     fill_primal_tile(tile, CUBE_Z + 1, CUBE_Y + 1, CUBE_X + 1, blockIdx.z * CUBE_Z, blockIdx.y * CUBE_Y,
-                     blockIdx.x * CUBE_X, v, r, d, lam, nonnegative, tid, CUBE_X * CUBE_Y * CUBE_Z);
+                     blockIdx.x * CUBE_X, v, r, d, lam, lower, upper, tid, CUBE_X * CUBE_Y * CUBE_Z);
     __syncthreads();
     if (!inside) return;
     const int sx = CUBE_X + 1, sxy = (CUBE_X + 1) * (CUBE_Y + 1);
@@ -544,7 +546,7 @@ extern "C" __global__ void __launch_bounds__(MARCH_X * MARCH_Y) fgp_march(TV_ARG
     float* here = planes[0];
     float* above = planes[1];
     fill_primal_tile(here, 1, MARCH_Y + 1, MARCH_X + 1, k0, blockIdx.y * MARCH_Y, blockIdx.x * MARCH_X, v, r, d, lam,
-                     nonnegative, tid, threads);
+                     lower, upper, tid, threads);
     const int k_end = min(k0 + MARCH_PLANES, nz);
     for (int k = k0; k < k_end; ++k) {
         const long long c = (k * (long long)ny + j) * nx + i;
@@ -554,7 +556,7 @@ extern "C" __global__ void __launch_bounds__(MARCH_X * MARCH_Y) fgp_march(TV_ARG
             r0 = r[c]; r1 = r[d.volume + c]; r2 = r[2 * d.volume + c];
         }
         fill_primal_tile(above, 1, MARCH_Y + 1, MARCH_X + 1, k + 1, blockIdx.y * MARCH_Y, blockIdx.x * MARCH_X, v, r,
-                         d, lam, nonnegative, tid, threads);
+                         d, lam, lower, upper, tid, threads);
         __syncthreads();
         if (column)
             tv_dual(d, c, k, j, i, here[t], above[t], here[t + sx], here[t + 1], r0, r1, r2, p0, p1, p2, step,
@@ -569,13 +571,13 @@ extern "C" __global__ void __launch_bounds__(MARCH_X * MARCH_Y) fgp_march(TV_ARG
 // After the FGP steps: x = max(v - lam D^T p, 0), then FISTA's momentum y = x + m (x - x_prev),
 // x_prev = x.
 extern "C" __global__ void fista_step(const float* __restrict__ v, const float* __restrict__ p, int nz, int ny, int nx,
-                                      float lam, int nonnegative, float momentum, float* __restrict__ x_prev,
+                                      float lam, float lower, float upper, float momentum, float* __restrict__ x_prev,
                                       float* __restrict__ y) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x, j = blockIdx.y * blockDim.y + threadIdx.y, k = blockIdx.z;
     if (i >= nx || j >= ny) return;
     const Dims d = make_dims(nz, ny, nx);
     const long long c = (k * (long long)ny + j) * nx + i;
-    const float x = tv_primal(v, p, d, k, j, i, lam, nonnegative);
+    const float x = tv_primal(v, p, d, k, j, i, lam, lower, upper);
     const float xp = x_prev[c];
     y[c] = x + momentum * (x - xp);
     x_prev[c] = x;
