@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qora.holo.geometry import Geometry, frequencies, nu_z
-from qora.io.validate import integer, positive
+from qora.io.validate import integer
 
 __all__ = ["Ellipsoid", "CellPhantom", "default_cell", "multislice_ratio", "region_masks", "structure_metrics",
            "edge_width"]
