@@ -33,7 +33,7 @@ import numpy as np
 
 from qora.backend import fft, is_device_array, resolve
 from qora.backend.kernels import load_module
-from qora.phase.physics import shrinkwrap
+from qora.phase.support import shrinkwrap_starts
 
 __all__ = ["CudaEngine", "NaiveCudaEngine", "CUDA_VARIANTS", "make_engine"]
 
@@ -90,15 +90,11 @@ class _DeviceState:
     def get_support(self) -> np.ndarray:
         return self.support.get().astype(bool)
 
-    def shrinkwrap(self, sigma: float, threshold: float, min_fraction: float = 0.2) -> np.ndarray:
-        changed = np.zeros(self.batch, bool)
-        for s in range(self.batch):
-            old = self.support[s].astype(bool)
-            new, ok = shrinkwrap(self.x[s], old, sigma=sigma, threshold=threshold, min_fraction=min_fraction)
-            if ok:
-                changed[s] = bool((new != old).any())
-                self.support[s] = new.astype(np.uint8)
-        return changed
+    def shrinkwrap(self, sigma: float, threshold: float, min_fraction: float = 0.2, **options) -> list[str]:
+        """The CPU engine's support update on the device (blur by cuFFT, the statistic and the size
+        guard as device reductions); the host reads the support's size once per update."""
+        return shrinkwrap_starts(self.x, self.support, sigma=sigma, threshold=threshold, min_fraction=min_fraction,
+                                 xp=self.xp, **options)
 
 
 class NaiveCudaEngine(_DeviceState):
@@ -280,9 +276,9 @@ class HalfEngine(_HalfBuffers, _KernelEngine):
         self._sync_x()
         return super().get_x()
 
-    def shrinkwrap(self, sigma, threshold, min_fraction=0.2):
+    def shrinkwrap(self, sigma, threshold, min_fraction=0.2, **options):
         self._sync_x()
-        return super().shrinkwrap(sigma, threshold, min_fraction)
+        return super().shrinkwrap(sigma, threshold, min_fraction, **options)
 
     def _step(self, a, b, code) -> None:
         self.plan16.forward(self.xh, out=self.yh)
