@@ -179,3 +179,24 @@ def test_recipe_support_options_round_trip_and_errors():
         Recipe.parse("HIO(sw=20, smin=2, smax=1)**10")
     with pytest.raises(RecipeError, match="detwin"):
         Recipe.parse("HIO(detwin=2)**10")
+
+
+def test_size_guard_in_a_run_stops_a_collapse_and_logs_it():
+    """A threshold of 0.9 of the maximum would shrink the support to a few pixels; the guard keeps it
+    at a quarter of the autocorrelation's volume estimate and says so in the result's support log."""
+    from qora.phase import reconstruct
+    from qora.phase.support import autocorrelation_estimate
+
+    obj = objects.triangle(64)
+    counts, mask = record(obj, Detector(photons=1e8, beamstop=2, gap=1))
+    auto, _ = autocorrelation_estimate(counts, mask=mask)
+    low, _ = size_range_for(int(auto.sum()), 2, low=0.25, high=2)
+    guarded = reconstruct(counts, mask=mask, recipe="HIO(sw=10, threshold=0.9, sigma=1, smin=0.25, smax=2)**40",
+                          backend="cpu")
+    assert guarded.support.sum() >= low
+    assert guarded.support_log and {e["status"] for e in guarded.support_log} == {"retuned_small"}
+    assert [e["iteration"] for e in guarded.support_log] == [10, 20, 30, 40]
+    # without a size range the older rule refuses each collapsing update: the loose start support stays
+    free = reconstruct(counts, mask=mask, recipe="HIO(sw=10, threshold=0.9, sigma=1)**40", backend="cpu")
+    assert {e["status"] for e in free.support_log} == {"kept"}
+    np.testing.assert_array_equal(free.support, auto)
