@@ -12,8 +12,14 @@ while a start that has not is a different object (0.5-1.0); see docs/phase.md, "
 
 from __future__ import annotations
 
+import ast
+import json
+import os
+import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -80,9 +86,53 @@ def run_case(case: Case, *, starts: int, recipe=None, backend="auto", seed: int 
             "shape": list(truth.shape), "photons": case.detector.photons, "recipe": result.recipe}
 
 
+def cohere_python() -> Path:
+    """The cohere environment's interpreter: ``QORA_COHERE_PYTHON``, else ``.cohere/bin/python`` of the checkout
+    (make it with ``python3 -m venv .cohere && .cohere/bin/pip install cohere-core``)."""
+    env = os.environ.get("QORA_COHERE_PYTHON")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[3] / ".cohere" / "bin" / "python"
+
+
+def run_cohere_case(case: Case, *, starts: int, seed: int = 0, device: int = -1) -> dict:
+    """cohere-core's reconstruction (its example configuration, ``peers/phase_cohere.py``) of the same
+    recorded pattern, in cohere's own interpreter; scored as :func:`run_case` scores ours."""
+    py = cohere_python()
+    if not py.exists():
+        raise RuntimeError(f"the cohere peer needs its environment: set QORA_COHERE_PYTHON (looked for {py})")
+    truth = case.object()
+    counts, mask = record(truth, case.detector, seed=seed)
+    script = Path(__file__).with_name("peers") / "phase_cohere.py"
+    with tempfile.TemporaryDirectory() as tmp:
+        pattern, out = Path(tmp) / "pattern.npz", Path(tmp) / "out.npz"
+        np.savez(pattern, counts=counts, mask=mask)
+        args = [str(py), str(script), str(pattern), str(out), "--starts", str(starts), "--device", str(device)]
+        if device >= 0:
+            args += ["--pkg", "cp"]
+        proc = subprocess.run(args, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the cohere peer failed: {proc.stderr.strip()[-2000:]}")
+        data = np.load(out)
+        found, seconds = data["objects"], data["seconds"]
+    errors = [aligned_error(o, truth) for o in found]
+    ok = [e < SUCCESS_BOUND for e in errors]
+    return {"success": float(np.mean(ok)), "succeeded": int(sum(ok)), "starts": starts,
+            "s_per_start": float(np.mean(seconds)), "median_error": float(np.median(errors)),
+            "best_error": float(min(errors)), "errors": errors, "retunes": 0, "shape": list(truth.shape),
+            "photons": case.detector.photons, "recipe": json.dumps(_cohere_params(script))}
+
+
+def _cohere_params(script: Path) -> dict:
+    """The configuration the peer script passes to cohere (read from the script, which cannot import qora)."""
+    text = script.read_text()
+    start = text.index("PARAMS = {")
+    return ast.literal_eval(text[start + len("PARAMS = "): text.index("}", start) + 1])
+
+
 def run(*, cases=QUICK, starts: int = 3, recipe=None, backend="auto", write=True, echo=print,
-        label: str = "default") -> BenchResult:
-    """The success rate of ``recipe`` (None: the default recipe) on each of ``cases``."""
+        label: str = "default", peer: str | None = None) -> BenchResult:
+    """The success rate of ``recipe`` (None: the default recipe), or of ``peer="cohere"``, on each of ``cases``."""
     unknown = [c for c in cases if c not in CASES]
     if unknown:
         raise InputError(f"unknown case(s) {unknown}; expected some of {sorted(CASES)}")
@@ -92,8 +142,15 @@ def run(*, cases=QUICK, starts: int = 3, recipe=None, backend="auto", write=True
                          columns=("success", "s_per_start", "median_error", "retunes"))
     result.notes["success_bound"] = SUCCESS_BOUND
     result.notes["recipe_label"] = label
+    if peer not in (None, "cohere"):
+        raise InputError(f"peer must be None or 'cohere', got {peer!r}")
+    if peer:
+        label = peer
     for name in cases:
-        row = run_case(CASES[name], starts=starts, recipe=recipe, backend=be.name)
+        if peer == "cohere":
+            row = run_cohere_case(CASES[name], starts=starts, device=0 if be.is_cuda else -1)
+        else:
+            row = run_case(CASES[name], starts=starts, recipe=recipe, backend=be.name)
         result.add(f"{name}/{label}", **row)
         echo(f"  {name}: {row['succeeded']}/{starts} below {SUCCESS_BOUND} (median error {row['median_error']:.3f}), "
              f"{row['s_per_start']:.1f} s per start")

@@ -59,8 +59,10 @@ def bench_phase(backend: str, no_write: bool, extras: bool, callback_probe: bool
 @click.option("--starts", type=click.IntRange(1, 1000), default=3, show_default=True, help="Random starts per case.")
 @click.option("--recipe", default="default", show_default=True,
               help="A recipe's notation, or a name: default, pynx-rule (PyNX's support rule as our recipe).")
+@click.option("--peer", type=click.Choice(["cohere"]), default=None,
+              help="Run cohere-core's reconstruction instead (its interpreter from QORA_COHERE_PYTHON).")
 @click.option("--no-write", is_flag=True, help="Print only; write no result file.")
-def bench_phase_success(backend: str, cases, starts: int, recipe: str, no_write: bool) -> None:
+def bench_phase_success(backend: str, cases, starts: int, recipe: str, peer, no_write: bool) -> None:
     """Share of starts that recover the object from the pattern alone (error after alignment < 0.2), and the
     time, on patterns recorded as a detector does (Poisson noise, beamstop, gaps, partial coherence)."""
     from qora.bench import phase_success
@@ -73,7 +75,7 @@ def bench_phase_success(backend: str, cases, starts: int, recipe: str, no_write:
         names = tuple(c.strip() for c in cases.split(",") if c.strip())
     label = recipe if recipe in ("default", "pynx-rule") else "custom"
     phase_success.run(cases=names, starts=starts, recipe=recipe, backend=backend, write=not no_write,
-                      echo=click.echo, label=label)
+                      echo=click.echo, label=label, peer=peer)
 
 
 @bench.command("holo")

@@ -48,7 +48,8 @@ def simulate_cmd(name, size, photons, seed, out) -> None:
               help="Mask file (nonzero = not measured); overrides a mask in DATA.")
 @click.option("--support", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Support file (.npy or the like; boolean, or 0 and 1 alone); default: from the autocorrelation.")
-@click.option("--recipe", default=None, help='E.g. "HIO**400 ER**100"; default: the documented default recipe.')
+@click.option("--recipe", default=None, help='E.g. "HIO**400 ER**100", or a name: default, pynx-rule (PyNX\'s '
+              'support rule as a recipe of ours); default: the documented default recipe.')
 @click.option("--starts", type=click.IntRange(1, 10000), default=4, show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--rank", type=click.Choice(["fourier", "free_llk"]), default="fourier", show_default=True)
@@ -117,9 +118,9 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
 
 
 def _iterations(recipe) -> int:
-    from qora.phase.recipe import Recipe, default_recipe
+    from qora.phase.recipe import named_recipe
 
-    return (default_recipe() if recipe is None else Recipe.parse(recipe)).iterations
+    return named_recipe(recipe).iterations
 
 
 def _result_name(path: Path, option: str, suffixes=RESULT_SUFFIXES, what="a CXI/HDF5 file") -> None:

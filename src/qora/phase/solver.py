@@ -14,7 +14,7 @@ from qora.progress import report
 from qora.provenance import versions as software_versions
 from qora.phase.checks import check_bool_array, check_choice, check_intensity, check_run_memory
 from qora.phase.physics import native_amplitude
-from qora.phase.recipe import Recipe, default_recipe
+from qora.phase.recipe import named_recipe
 from qora.phase.support import autocorrelation_estimate, halve_supports, size_range_for
 
 __all__ = ["reconstruct", "Solver", "PhaseResult", "random_start", "check_intensity"]
@@ -274,7 +274,7 @@ class Solver:
         from ``first_start`` (start s is drawn from ``PCG64(seed + s)``), so that starts split over
         several runs (``qora.distributed``) are the ones a single run would make."""
         first_start = validate.integer("first_start", first_start, low=0)
-        recipe = default_recipe() if recipe is None else Recipe.parse(recipe)
+        recipe = named_recipe(recipe)
         check_choice("rank", rank, ("fourier", "free_llk"))
         if rank == "free_llk" and not self.free.any():
             raise InputError("rank='free_llk' needs held-out pixels: make the Solver with free_fraction > 0")
@@ -455,7 +455,8 @@ def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int 
     mask : bool ndarray, optional
         True where a pixel was not measured (its modulus is left free).
     recipe : str or Recipe, optional
-        E.g. ``"HIO**400 ER**100"``; by default :func:`default_recipe`.
+        E.g. ``"HIO**400 ER**100"``, or a name (``"default"``, ``"pynx-rule"``); by default
+        :func:`default_recipe`.
     starts : int
         Random starts; the best by ``rank`` is returned.
     rank : {"fourier", "free_llk"}
