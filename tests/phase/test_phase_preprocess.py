@@ -95,3 +95,46 @@ def test_bad_inputs():
         preprocess(np.full((8, 8), np.nan))
     with pytest.raises(InputError, match="flat"):
         preprocess(np.ones((8, 8)), flat=np.zeros((8, 8)))
+
+
+def test_cli_runs_a_raw_stack_with_dark_and_flat(tmp_path):
+    """`qora phase run` on raw frames (off-centre in a larger detector, with a dark level and a flat field)
+    gives the library's reconstruction of the preprocessed pattern, and the result file holds the object
+    pixel size and the preprocessing steps."""
+    from click.testing import CliRunner
+
+    from qora.cli import cli
+    from qora.phase import objects
+    from qora.phase.files import read_result
+    from qora.phase.physics import detector_intensity
+
+    # a real object: its pattern is centrosymmetric, so the centre of mass is q = 0 exactly
+    truth = np.abs(objects.triangle(48)).astype(np.complex64)
+    pattern = detector_intensity(truth)
+    pattern *= 1e8 / pattern.sum()
+    rng = np.random.default_rng(0)
+    flat = rng.uniform(0.9, 1.1, (55, 57))
+    big = np.zeros((55, 57))
+    big[3:51, 6:54] = pattern  # q = 0 at (27, 30)
+    frames = np.stack([rng.poisson(big / 3 * flat) + 50.0 for _ in range(3)])
+    for name, a in (("raw", frames), ("flat", flat), ("dark", np.full((55, 57), 50.0))):
+        np.save(tmp_path / f"{name}.npy", a)
+    out = CliRunner().invoke(cli, [
+        "phase", "run", str(tmp_path / "raw.npy"), "--dark", str(tmp_path / "dark.npy"), "--flat",
+        str(tmp_path / "flat.npy"), "--sum-frames", "--wavelength", "1.5e-10", "--distance", "2", "--pixel-size",
+        "75e-6", "--starts", "2", "--backend", "cpu", "--quiet", "--out", str(tmp_path / "r.cxi")])
+    assert out.exit_code == 0, out.output
+    # the widest fast window centred on (27, 30) in 55 x 57: 2*27+1 = 55 -> 54 rows, 2*26+1 = 53 -> 50 columns
+    assert "cropped to (54, 50)" in out.output
+    result = read_result(tmp_path / "r.cxi")
+    assert result.pixel_size == pytest.approx((1.5e-10 * 2 / (54 * 75e-6), 1.5e-10 * 2 / (50 * 75e-6)))
+    assert result.preprocessing["frames"] == 3 and result.preprocessing["crop"]["start"] == [0, 5]
+    from qora.phase import reconstruct
+
+    prepared = preprocess(frames, dark=np.full((55, 57), 50.0), flat=flat, sum_frames=True)
+    direct = reconstruct(prepared.intensity, mask=prepared.mask, starts=2, backend="cpu")
+    np.testing.assert_array_equal(result.object, direct.object)
+    assert result.fourier_error < 0.1  # it fits the measured moduli
+    bad = CliRunner().invoke(cli, ["phase", "run", str(tmp_path / "raw.npy"), "--wavelength", "1e-10",
+                                   "--out", str(tmp_path / "s.cxi")])
+    assert bad.exit_code != 0 and "--pixel-size" in bad.output

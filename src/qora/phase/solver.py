@@ -145,6 +145,11 @@ class PhaseResult:
         Every shrinkwrap that did not simply apply: ``{"start", "iteration", "status"}`` with status
         "kept" (a collapse refused), "retuned_small" or "retuned_large" (the size guard moved the
         threshold so the support has the allowed size), in the order they happened.
+    pixel_size : tuple of float or None
+        The object's pixel size per axis, m (:func:`qora.phase.preprocess.object_pixel_size`), when the
+        geometry was given.
+    preprocessing : dict or None
+        What :func:`qora.phase.preprocess.preprocess` did to the raw frames, when it ran.
     """
 
     object: np.ndarray
@@ -167,6 +172,8 @@ class PhaseResult:
     stopped_early: bool = False
     first_start: int = 0
     support_log: list = field(default_factory=list)
+    pixel_size: tuple | None = None
+    preprocessing: dict | None = None
 
     @property
     def fourier_error(self) -> float:
