@@ -122,8 +122,9 @@ def test_cli_runs_a_raw_stack_with_dark_and_flat(tmp_path):
     out = CliRunner().invoke(cli, [
         "phase", "run", str(tmp_path / "raw.npy"), "--dark", str(tmp_path / "dark.npy"), "--flat",
         str(tmp_path / "flat.npy"), "--sum-frames", "--wavelength", "1.5e-10", "--distance", "2", "--pixel-size",
-        "75e-6", "--starts", "2", "--backend", "cpu", "--quiet", "--out", str(tmp_path / "r.cxi")])
+        "75e-6", "--starts", "2", "--consensus", "2", "--backend", "cpu", "--quiet", "--out", str(tmp_path / "r.cxi")])
     assert out.exit_code == 0, out.output
+    assert "consensus of starts" in out.output
     # the widest fast window centred on (27, 30) in 55 x 57: 2*27+1 = 55 -> 54 rows, 2*26+1 = 53 -> 50 columns
     assert "cropped to (54, 50)" in out.output
     result = read_result(tmp_path / "r.cxi")
@@ -135,6 +136,7 @@ def test_cli_runs_a_raw_stack_with_dark_and_flat(tmp_path):
     direct = reconstruct(prepared.intensity, mask=prepared.mask, starts=2, backend="cpu")
     np.testing.assert_array_equal(result.object, direct.object)
     assert result.fourier_error < 0.1  # it fits the measured moduli
+    assert result.objects is None  # --consensus kept the starts only for the check
     bad = CliRunner().invoke(cli, ["phase", "run", str(tmp_path / "raw.npy"), "--wavelength", "1e-10",
                                    "--out", str(tmp_path / "s.cxi")])
     assert bad.exit_code != 0 and "--pixel-size" in bad.output

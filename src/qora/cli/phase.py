@@ -85,10 +85,13 @@ def simulate_cmd(name, size, photons, seed, out) -> None:
 @click.option("--pixel-size", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Detector pixel pitch, m; with --wavelength and --distance the object's pixel size goes into "
               "the result file and the plot's axes.")
+@click.option("--consensus", type=click.IntRange(2, 100), default=None,
+              help="Align the best K starts pairwise and print their object errors (do the runs agree?); "
+              "keeps every start in memory.")
 @scale_out_options
 def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, batch, keep_all, out, plot,
-            quiet, dark, flat, saturation, sum_frames, binning, centre, wavelength, distance, pixel_size, scheduler,
-            workers, gpus) -> None:
+            quiet, dark, flat, saturation, sum_frames, binning, centre, wavelength, distance, pixel_size, consensus,
+            scheduler, workers, gpus) -> None:
     """Reconstruct the object of each pattern in DATA (.cxi, .h5, .npy, .npz, .tif, .edf).
 
     The memory a run needs is estimated first (the GPU's free memory on the CUDA backend): a run
@@ -109,8 +112,8 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
     geometry = [v is not None for v in (wavelength, distance, pixel_size)]
     if any(geometry) and not all(geometry):
         raise click.UsageError("the object's pixel size needs all of --wavelength, --distance and --pixel-size")
-    if (preprocessing or any(geometry)) and (len(data) > 1 or scheduler or workers or gpus):
-        raise click.UsageError("preprocessing and geometry options apply to one DATA file run in this process")
+    if (preprocessing or any(geometry) or consensus) and (len(data) > 1 or scheduler or workers or gpus):
+        raise click.UsageError("preprocessing, geometry and --consensus apply to one DATA file run in this process")
     if len(data) > 1 and plot is not None:
         raise click.UsageError("--plot draws one result: give one DATA file (or plot each result afterwards)")
     total = _iterations(recipe) * starts
@@ -144,8 +147,17 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
     with tqdm_progress(disable=quiet) as bar:
         bar("preparing", 0, total, {})  # the bar (and its average rate) starts with the run
         result = reconstruct(intensity, mask=file_mask, support=sup, recipe=recipe, starts=starts, seed=seed,
-                             rank=rank, backend=backend, variant=variant, batch=batch, keep_all=keep_all,
-                             progress=bar)
+                             rank=rank, backend=backend, variant=variant, batch=batch,
+                             keep_all=keep_all or consensus is not None, progress=bar)
+    if consensus is not None:
+        from qora.phase.analysis import consensus as agreement
+
+        scores = result.final_errors if rank == "fourier" else result.free_llk
+        c = agreement(result.objects, scores, keep=consensus)
+        click.echo(f"consensus of starts {c['starts']}: aligned object error median {c['median']:.3g}, "
+                   f"max {c['max']:.3g}")
+        if not keep_all:
+            result.objects = result.supports = None
     if all(geometry):
         from qora.phase.preprocess import object_pixel_size
 
