@@ -5,7 +5,8 @@ A recipe reads like its notation::
     HIO**400 ER**100
     HIO(beta=0.8, sw=20, sigma=2, sigma_min=1, threshold=0.2)**600 ER(constraint=real)**100
 
-Each stage is ``NAME(options)**iterations`` with NAME one of ER, HIO, RAAR.
+Each stage is ``NAME(options)**iterations`` with NAME one of ER, HIO, RAAR, ML (Poisson-likelihood
+refinement of the object found, :mod:`qora.phase.ml`).
 Options: ``beta`` (HIO/RAAR feedback, default 0.9), ``constraint`` (``none``,
 ``real``, ``positive``), and shrinkwrap: ``sw`` (update the support every that
 many iterations; 0 = never), ``sigma`` and ``sigma_min`` (Gaussian blur in
@@ -23,7 +24,10 @@ import re
 from dataclasses import dataclass, field, fields, replace
 
 from qora.io.errors import InputError
-from qora.phase.physics import ALGORITHMS, update_coefficients
+from qora.phase.physics import ALGORITHMS as PROJECTIONS, update_coefficients
+
+# ML: gradient steps on the Poisson log-likelihood of the counts (qora.phase.ml), to refine a found object
+ALGORITHMS = PROJECTIONS + ("ML",)
 
 __all__ = ["Stage", "Recipe", "RecipeError", "default_recipe", "DEFAULT_RECIPE", "PYNX_RULE_RECIPE", "NAMED_RECIPES",
            "named_recipe"]
@@ -41,7 +45,8 @@ class Stage:
     Attributes
     ----------
     algorithm : str
-        One of ``ALGORITHMS`` (ER, HIO, RAAR).
+        One of ``ALGORITHMS``: ER, HIO, RAAR (projections), or ML (Poisson-likelihood refinement,
+        :mod:`qora.phase.ml`; ``beta`` and ``constraint`` do not apply to it).
     iterations : int
         Iterations of this stage (count, at least 1).
     beta : float
@@ -122,7 +127,9 @@ class Stage:
 
     @property
     def coefficients(self) -> tuple[float, float]:
-        """(a, b) of the outside-support update."""
+        """(a, b) of the outside-support update (ML: (0, 0), the object is kept on the support)."""
+        if self.algorithm == "ML":
+            return 0.0, 0.0
         return update_coefficients(self.algorithm, self.beta)
 
     def sigma_at(self, update: int, updates: int) -> float:

@@ -358,7 +358,12 @@ class Solver:
                 chunk = min(sync_every, stage.iterations - k)
                 if stage.sw:
                     chunk = min(chunk, stage.sw - (k % stage.sw))
-                history.append(engine.iterate(chunk, a, b, stage.constraint))
+                if stage.algorithm == "ML":
+                    from qora.phase.ml import ml_iterate
+
+                    history.append(ml_iterate(engine, chunk))
+                else:
+                    history.append(engine.iterate(chunk, a, b, stage.constraint))
                 k += chunk
                 done += chunk * count
                 if stage.sw and k % stage.sw == 0 and update < updates:
