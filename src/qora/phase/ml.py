@@ -67,6 +67,9 @@ def ml_iterate(engine, iterations: int, *, step: float = 0.5) -> np.ndarray:
     projections, a translation only multiplies the transform by a phase ramp, which the likelihood
     (a function of |F x|) does not see.
     """
+    sync = getattr(engine, "_sync_x", None)
+    if sync is not None:
+        sync()  # engines that iterate an fp16 copy: bring x up to date first (x_written() below pushes it back)
     x = engine.x
     if x.dtype != np.complex64:
         raise InputError(f"the ML stage needs an fp32 engine; the {engine.name} engine holds x as {x.dtype}")
