@@ -235,8 +235,8 @@ class Recipe:
         return Recipe(tuple(replace(s, **options) for s in self.stages))
 
 
-DEFAULT_RECIPE = ("HIO(sw=20, sigma=3, sigma_min=1, threshold=0.25, smin=0.25, smax=2)**1000 "
-                  "ER(sw=20, sigma=1, sigma_min=0.5, threshold=0.25, smin=0.25, smax=2)**200 ER**300")
+DEFAULT_RECIPE = ("HIO(sw=20, sigma=3, sigma_min=1, threshold=0.25, smin=0.25, smax=4)**1000 "
+                  "ER(sw=20, sigma=1, sigma_min=0.5, threshold=0.25, smin=0.25, smax=4)**200 ER**300")
 
 
 def default_recipe() -> Recipe:
@@ -245,7 +245,7 @@ def default_recipe() -> Recipe:
     HIO with shrinkwrap every 20 iterations (blur 3 -> 1 px, threshold 0.25)
     finds the object; ER with a light shrinkwrap tightens the support to it;
     plain ER then converges on that support. The shrinkwrap is kept between a quarter
-    and twice the object volume the autocorrelation implies (a collapse to a blob, or
+    and four times the object volume the autocorrelation implies (a collapse to a blob, or
     a support swelling over noise, is re-thresholded and logged). See docs/phase.md
     ("Support from the pattern alone", "Success rates") for how it was chosen.
     """
