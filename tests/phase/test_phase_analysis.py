@@ -31,3 +31,22 @@ def test_prtf_and_modes_of_identical_starts():
     assert strong.size and np.nanmin(curve[:4]) == pytest.approx(1.0, abs=1e-3)
     m, w = analysis.modes(starts, count=2)
     assert w[0] == pytest.approx(1.0, abs=1e-6) and m.shape == (2, 32, 32)
+
+
+def test_consensus_of_agreeing_and_disagreeing_starts():
+    """Starts that are one object up to shift, phase, twin and scale agree to rounding; a different
+    object's pairs show its error against the others, computed here directly."""
+    from qora.phase.analysis import consensus, object_error, shift, twin
+    from qora.phase import objects as objs
+
+    obj = objs.triangle(32).astype(np.complex128)
+    other = objs.box((32, 32), 8).astype(np.complex128)
+    starts = np.stack([obj, 2.0 * np.exp(0.3j) * shift(obj, (1.5, -2.0)), 0.5 * twin(obj), other])
+    scores = np.array([0.1, 0.2, 0.3, 0.05])
+    out = consensus(starts, scores, keep=3)
+    assert out["starts"] == [3, 0, 1]
+    expected = object_error(obj / np.linalg.norm(obj), other / np.linalg.norm(other))
+    np.testing.assert_allclose(out["errors"][0, 1:], expected, rtol=1e-6)
+    assert out["errors"][1, 2] < 1e-6 and out["max"] == pytest.approx(expected, rel=1e-6)
+    agree = consensus(starts[:3], scores[:3], keep=5)
+    assert agree["max"] < 1e-6 and agree["errors"].shape == (3, 3)

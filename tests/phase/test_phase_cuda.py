@@ -338,3 +338,48 @@ def test_fused_fft_every_built_line_layout_matches_cpu(shape):
                                             ((256, 256), "graph"), ((128, 128, 96), "graph")])
 def test_auto_picks_fused_fft_in_3d_from_128_cubed(shape, expected):
     assert Solver(np.ones(shape, np.float32), backend="cuda").variant == expected
+
+
+@pytest.mark.parametrize("variant", ["graph", "batched", "naive", "mixed"])
+@pytest.mark.parametrize("options", [dict(statistic="rms", threshold=0.3),
+                                     dict(statistic="mean", threshold=0.5, size_range=(300, 400)),
+                                     dict(statistic="max", threshold=0.9, size_range=(200, 2000))])
+def test_engine_shrinkwrap_and_detwin_match_cpu(variant, options):
+    """The engines' support update (statistic, size guard) and the detwin cut on the GPU against the CPU
+    engine on the same iterates: the same statuses, supports equal up to pixels at the level."""
+    from qora.phase.cpu import CpuEngine
+    from qora.phase.detector import Detector, record
+    from qora.phase.support import autocorrelation_estimate, halve_supports
+
+    obj = objects.triangle(64)
+    counts, mask = record(obj, Detector(photons=1e8, beamstop=2, gap=1))
+    amp = native_amplitude(counts, mask)
+    support, _ = autocorrelation_estimate(counts, mask=mask)
+    cpu = CpuEngine(amp, support, batch=2)
+    cpu.x[...] = np.stack([random_start(amp, support, 0, s) for s in range(2)])
+    cpu.iterate(30, 1.0, -0.9)  # a partly reconstructed iterate: the support update has structure to find
+    x = cpu.get_x()
+    gpu = make_engine(variant, amp, support, 2)
+    gpu.set_x(x)
+    want = cpu.shrinkwrap(1.5, options["threshold"], statistic=options["statistic"],
+                          size_range=options.get("size_range"))
+    got = gpu.shrinkwrap(1.5, options["threshold"], statistic=options["statistic"],
+                         size_range=options.get("size_range"))
+    assert got == want
+    differ = (gpu.get_support() != cpu.get_support()).sum(axis=(1, 2))
+    assert np.all(differ <= 2)
+    halve_supports(cpu.support)
+    halve_supports(gpu.support, xp=gpu.xp)
+    assert np.all((gpu.get_support() != cpu.get_support()).sum(axis=(1, 2)) <= 2)
+
+
+def test_default_recipe_on_the_gpu_from_a_detector_like_pattern():
+    """Poisson counts, a beamstop and gaps, no support given: the default recipe on the GPU recovers the
+    object (the success benchmark's criterion) in every one of 4 starts."""
+    from qora.bench.phase_success import SUCCESS_BOUND, aligned_error
+    from qora.phase.detector import Detector, record
+
+    obj = objects.triangle(128)
+    counts, mask = record(obj, Detector(photons=1e8))
+    r = reconstruct(counts, mask=mask, starts=4, backend="cuda", keep_all=True)
+    assert max(aligned_error(o, obj) for o in r.objects) < SUCCESS_BOUND

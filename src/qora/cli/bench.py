@@ -86,6 +86,32 @@ def _shapes(text):
     return shapes
 
 
+@bench.command("phase-success")
+@backend_option()
+@click.option("--cases", default=None, help="Comma-separated case names (default: the quick set "
+              "triangle_256,featured_256,prism_48); 'all' for every case.")
+@click.option("--starts", type=click.IntRange(1, 1000), default=3, show_default=True, help="Random starts per case.")
+@click.option("--recipe", default="default", show_default=True,
+              help="A recipe's notation, or a name: default, pynx-rule (PyNX's support rule as our recipe).")
+@click.option("--peer", type=click.Choice(["cohere"]), default=None,
+              help="Run cohere-core's reconstruction instead (its interpreter from QORA_COHERE_PYTHON).")
+@click.option("--no-write", is_flag=True, help="Print only; write no result file.")
+def bench_phase_success(backend: str, cases, starts: int, recipe: str, peer, no_write: bool) -> None:
+    """Share of starts that recover the object from the pattern alone (error after alignment < 0.2), and the
+    time, on patterns recorded as a detector does (Poisson noise, beamstop, gaps, partial coherence)."""
+    from qora.bench import phase_success
+
+    if cases is None:
+        names = phase_success.QUICK
+    elif cases.strip().lower() == "all":
+        names = tuple(phase_success.CASES)
+    else:
+        names = tuple(c.strip() for c in cases.split(",") if c.strip())
+    label = recipe if recipe in ("default", "pynx-rule") else "custom"
+    phase_success.run(cases=names, starts=starts, recipe=recipe, backend=backend, write=not no_write,
+                      echo=click.echo, label=label, peer=peer)
+
+
 @bench.command("holo")
 @backend_option("cpu")
 @threads_option()

@@ -48,7 +48,8 @@ def simulate_cmd(name, size, photons, seed, out) -> None:
               help="Mask file (nonzero = not measured); overrides a mask in DATA.")
 @click.option("--support", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Support file (.npy or the like; boolean, or 0 and 1 alone); default: from the autocorrelation.")
-@click.option("--recipe", default=None, help='E.g. "HIO**400 ER**100"; default: the documented default recipe.')
+@click.option("--recipe", default=None, help='E.g. "HIO**400 ER**100", or a name: default, pynx-rule (PyNX\'s '
+              'support rule as a recipe of ours); default: the documented default recipe.')
 @click.option("--starts", type=click.IntRange(1, 10000), default=4, show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--rank", type=click.Choice(["fourier", "free_llk"]), default="fourier", show_default=True)
@@ -66,9 +67,31 @@ def simulate_cmd(name, size, photons, seed, out) -> None:
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="PNG figure (one DATA file).")
 @click.option("--quiet", is_flag=True, help=QUIET_HELP)
+@click.option("--dark", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Dark frame(s) file: subtracted (a stack is averaged) before anything else (docs/phase.md, "
+              "'Measurements in').")
+@click.option("--flat", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Flat-field file: DATA is divided by it (normalised to mean 1); pixels where it is <= 0 are masked.")
+@click.option("--saturation", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Counts at or above which a pixel is saturated and masked.")
+@click.option("--sum-frames", is_flag=True, help="DATA is a stack of 2D frames (F, H, W) of one pattern: sum them.")
+@click.option("--bin", "binning", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Bin the pattern by this factor per axis.")
+@click.option("--centre", is_flag=True, help="Centre on the pattern's centre of mass and crop to a fast FFT size "
+              "(implied by --dark, --flat, --saturation, --sum-frames and --bin).")
+@click.option("--wavelength", type=click.FloatRange(min=0, min_open=True), default=None, help="Wavelength, m.")
+@click.option("--distance", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Sample-detector distance, m.")
+@click.option("--pixel-size", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Detector pixel pitch, m; with --wavelength and --distance the object's pixel size goes into "
+              "the result file and the plot's axes.")
+@click.option("--consensus", type=click.IntRange(2, 100), default=None,
+              help="Align the best K starts pairwise and print their object errors (do the runs agree?); "
+              "keeps every start in memory.")
 @scale_out_options
 def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, batch, keep_all, out, plot,
-            quiet, scheduler, workers, gpus) -> None:
+            quiet, dark, flat, saturation, sum_frames, binning, centre, wavelength, distance, pixel_size, consensus,
+            scheduler, workers, gpus) -> None:
     """Reconstruct the object of each pattern in DATA (.cxi, .h5, .npy, .npz, .tif, .edf).
 
     The memory a run needs is estimated first (the GPU's free memory on the CUDA backend): a run
@@ -85,6 +108,12 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
     from qora.progress import tqdm_progress
 
     batch = batch if batch == "auto" else _positive_int(batch, "--batch")
+    preprocessing = any(v is not None for v in (dark, flat, saturation)) or sum_frames or binning > 1 or centre
+    geometry = [v is not None for v in (wavelength, distance, pixel_size)]
+    if any(geometry) and not all(geometry):
+        raise click.UsageError("the object's pixel size needs all of --wavelength, --distance and --pixel-size")
+    if (preprocessing or any(geometry) or consensus) and (len(data) > 1 or scheduler or workers or gpus):
+        raise click.UsageError("preprocessing, geometry and --consensus apply to one DATA file run in this process")
     if len(data) > 1 and plot is not None:
         raise click.UsageError("--plot draws one result: give one DATA file (or plot each result afterwards)")
     total = _iterations(recipe) * starts
@@ -103,12 +132,40 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
             return
     _outputs_checked(data, out, plot, inputs, many=False)
     intensity, file_mask = load_pattern(data[0], mask=mask)
+    steps = None
+    if preprocessing:
+        from qora.phase.preprocess import preprocess
+
+        prepared = preprocess(intensity, mask=file_mask, dark=load_pattern(dark)[0] if dark else None,
+                              flat=load_pattern(flat)[0] if flat else None, saturation=saturation,
+                              sum_frames=sum_frames, bin=binning, crop=True)
+        intensity, file_mask, steps = prepared.intensity, prepared.mask, prepared.steps
+        click.echo(f"preprocessed: {steps['frames']} frame(s), {steps['saturated']} saturated and {steps['dead']} "
+                   f"dead pixels masked, bin {binning}, centred on {[round(c, 1) for c in steps['centre']]}, "
+                   f"cropped to {tuple(steps['crop']['size'])}")
     sup = load_support(support) if support is not None else None
     with tqdm_progress(disable=quiet) as bar:
         bar("preparing", 0, total, {})  # the bar (and its average rate) starts with the run
         result = reconstruct(intensity, mask=file_mask, support=sup, recipe=recipe, starts=starts, seed=seed,
-                             rank=rank, backend=backend, variant=variant, batch=batch, keep_all=keep_all,
-                             progress=bar)
+                             rank=rank, backend=backend, variant=variant, batch=batch,
+                             keep_all=keep_all or consensus is not None, progress=bar)
+    if consensus is not None:
+        from qora.phase.analysis import consensus as agreement
+
+        scores = result.final_errors if rank == "fourier" else result.free_llk
+        c = agreement(result.objects, scores, keep=consensus)
+        click.echo(f"consensus of starts {c['starts']}: aligned object error median {c['median']:.3g}, "
+                   f"max {c['max']:.3g}")
+        if not keep_all:
+            result.objects = result.supports = None
+    if all(geometry):
+        from qora.phase.preprocess import object_pixel_size
+
+        result.pixel_size = object_pixel_size(wavelength=wavelength, distance=distance, pixel_size=pixel_size,
+                                              shape=intensity.shape, bin=binning)
+        click.echo("object pixel size: " + " x ".join(f"{d * 1e9:.3g}" for d in result.pixel_size) + " nm")
+    if steps is not None:
+        result.preprocessing = steps
     write_result(out, result)
     click.echo(f"best start {result.best} of {result.starts}: Fourier error {result.fourier_error:.3e}; wrote {out}")
     if plot is not None:
@@ -117,9 +174,9 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
 
 
 def _iterations(recipe) -> int:
-    from qora.phase.recipe import Recipe, default_recipe
+    from qora.phase.recipe import named_recipe
 
-    return (default_recipe() if recipe is None else Recipe.parse(recipe)).iterations
+    return named_recipe(recipe).iterations
 
 
 def _result_name(path: Path, option: str, suffixes=RESULT_SUFFIXES, what="a CXI/HDF5 file") -> None:

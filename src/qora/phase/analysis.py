@@ -13,7 +13,7 @@ import scipy.optimize
 
 from qora.backend import fft
 
-__all__ = ["twin", "shift", "align", "object_error", "prtf", "modes"]
+__all__ = ["twin", "shift", "align", "object_error", "prtf", "modes", "consensus"]
 
 
 def twin(x: np.ndarray) -> np.ndarray:
@@ -125,3 +125,38 @@ def modes(objects, *, count: int = 3):
     weights = s**2 / np.sum(s**2)
     count = min(count, len(s))
     return (vh[:count] * s[:count, None]).reshape((count,) + ref.shape), weights[:count]
+
+
+def consensus(objects, scores, *, keep: int = 5) -> dict:
+    """Do the best starts agree? The aligned object error between each pair of the ``keep`` best.
+
+    Parameters
+    ----------
+    objects : ndarray (K, *shape)
+        Every start's object (``PhaseResult.objects``, from ``keep_all=True``).
+    scores : ndarray (K,)
+        Lower is better (``final_errors`` or ``free_llk``); NaN scores rank last.
+    keep : int
+        How many of the best starts to compare.
+
+    Returns
+    -------
+    dict with ``starts`` (the kept starts' indices, best first), ``errors`` ((keep, keep) matrix of
+    :func:`object_error` between unit-norm objects, symmetric, zero diagonal; dimensionless) and
+    ``median`` and ``max`` of its off-diagonal entries: a small median means the runs found the same
+    object (up to shift, phase and twin), a large one that the ranking picked one of several answers.
+    """
+    objects = np.asarray(objects)
+    scores = np.asarray(scores, float)
+    if objects.shape[0] != scores.shape[0]:
+        raise ValueError(f"{objects.shape[0]} objects but {scores.shape[0]} scores")
+    order = np.argsort(np.where(np.isfinite(scores), scores, np.inf), kind="stable")[: max(1, int(keep))]
+    unit = [objects[i] / np.linalg.norm(objects[i]) for i in order]
+    k = len(unit)
+    errors = np.zeros((k, k))
+    for i in range(k):
+        for j in range(i + 1, k):
+            errors[i, j] = errors[j, i] = object_error(unit[j], unit[i])
+    off = errors[~np.eye(k, dtype=bool)]
+    return {"starts": [int(i) for i in order], "errors": errors,
+            "median": float(np.median(off)) if off.size else 0.0, "max": float(off.max()) if off.size else 0.0}

@@ -27,7 +27,7 @@ import numpy as np
 
 from qora.backend import resolve
 from qora.backend.fft import cpu_threads
-from qora.phase.physics import shrinkwrap
+from qora.phase.support import shrinkwrap_starts
 
 __all__ = ["CpuEngine", "modulus_step", "modulus_steps", "update_step", "CONSTRAINT_CODES"]
 
@@ -192,13 +192,8 @@ class CpuEngine:
             update_step(self.x, self.y, self.support, a, b, constraint)
         return np.sqrt(errors / self.denominator)
 
-    def shrinkwrap(self, sigma: float, threshold: float, min_fraction: float = 0.2) -> np.ndarray:
-        """Update each start's support from its blurred modulus; returns which starts changed."""
-        changed = np.zeros(self.batch, bool)
-        for s in range(self.batch):
-            new, ok = shrinkwrap(self.x[s], self.support[s], sigma=sigma, threshold=threshold,
-                                 min_fraction=min_fraction, xp=np)
-            if ok:
-                changed[s] = not np.array_equal(new, self.support[s])
-                self.support[s] = new
-        return changed
+    def shrinkwrap(self, sigma: float, threshold: float, min_fraction: float = 0.2, **options) -> list[str]:
+        """Update each start's support from its blurred modulus (:func:`qora.phase.support.shrinkwrap_update`);
+        returns each start's status."""
+        return shrinkwrap_starts(self.x, self.support, sigma=sigma, threshold=threshold, min_fraction=min_fraction,
+                                 xp=np, **options)

@@ -147,9 +147,9 @@ class HalfEngine(_HalfBuffers, _KernelEngine):
         self._sync_x()
         return super().get_x()
 
-    def shrinkwrap(self, sigma, threshold, min_fraction=0.2):
+    def shrinkwrap(self, sigma, threshold, min_fraction=0.2, **options):
         self._sync_x()
-        return super().shrinkwrap(sigma, threshold, min_fraction)
+        return super().shrinkwrap(sigma, threshold, min_fraction, **options)
 
     def _step(self, a, b, code) -> None:
         self.plan16.forward(self.xh, out=self.yh)

@@ -9,7 +9,7 @@ import numpy as np
 
 from qora.backend import is_device_array, resolve
 from qora.backend.kernels import load_module
-from qora.phase.physics import shrinkwrap
+from qora.phase.support import shrinkwrap_starts
 
 THREADS = 256
 CONSTRAINT_CODES = {None: 0, "real": 1, "positive": 2}
@@ -63,15 +63,11 @@ class _DeviceState:
     def get_support(self) -> np.ndarray:
         return self.support.get().astype(bool)
 
-    def shrinkwrap(self, sigma: float, threshold: float, min_fraction: float = 0.2) -> np.ndarray:
-        changed = np.zeros(self.batch, bool)
-        for s in range(self.batch):
-            old = self.support[s].astype(bool)
-            new, ok = shrinkwrap(self.x[s], old, sigma=sigma, threshold=threshold, min_fraction=min_fraction)
-            if ok:
-                changed[s] = bool((new != old).any())
-                self.support[s] = new.astype(np.uint8)
-        return changed
+    def shrinkwrap(self, sigma: float, threshold: float, min_fraction: float = 0.2, **options) -> list[str]:
+        """The CPU engine's support update on the device (blur by cuFFT, the statistic and the size
+        guard as device reductions); the host reads the support's size once per update."""
+        return shrinkwrap_starts(self.x, self.support, sigma=sigma, threshold=threshold, min_fraction=min_fraction,
+                                 xp=self.xp, **options)
 
 
 class _KernelEngine(_DeviceState):

@@ -76,6 +76,11 @@ def write_result(path, result) -> None:
         proc.attrs["first_start"] = int(result.first_start)
         proc.attrs["timings"] = json.dumps(result.timings)
         proc.attrs["versions"] = json.dumps(result.versions)
+        proc.attrs["support_log"] = json.dumps(result.support_log)
+        if result.preprocessing is not None:
+            proc.attrs["preprocessing"] = json.dumps(result.preprocessing)
+        if result.pixel_size is not None:
+            img.attrs["pixel_size_m"] = np.asarray(result.pixel_size, float)
         if result.objects is not None:
             img.create_dataset("all_objects", data=result.objects, compression="gzip")
             img.create_dataset("all_supports", data=result.supports.astype(np.uint8), compression="gzip")
@@ -102,6 +107,9 @@ def read_result(path):
             objects=img["all_objects"][()] if "all_objects" in img else None,
             supports=img["all_supports"][()].astype(bool) if "all_supports" in img else None,
             stopped_early=bool(a["stopped_early"]), first_start=int(a.get("first_start", 0)),
+            support_log=json.loads(a.get("support_log", "[]")),
+            pixel_size=tuple(float(v) for v in img.attrs["pixel_size_m"]) if "pixel_size_m" in img.attrs else None,
+            preprocessing=json.loads(a["preprocessing"]) if "preprocessing" in a else None,
         )
 
 
@@ -128,9 +136,18 @@ def plot_result(path, result, *, title: str | None = None) -> None:
     axes[3].set_xlabel("iteration")
     axes[3].set_ylabel("Fourier error")
     axes[3].set_title("Fourier error per start (best in red)")
-    for ax in axes[:3]:
-        ax.set_xticks([])
-        ax.set_yticks([])
+    if result.pixel_size is not None:
+        # physical axes: the image spans N x (object pixel size) per axis, in nm
+        dy, dx = result.pixel_size[-2:]
+        extent = [0, obj.shape[-1] * dx * 1e9, obj.shape[-2] * dy * 1e9, 0]
+        for ax in axes[:3]:
+            ax.images[0].set_extent(extent)
+            ax.set_xlabel("x (nm)")
+            ax.set_ylabel("y (nm)")
+    else:
+        for ax in axes[:3]:
+            ax.set_xticks([])
+            ax.set_yticks([])
     fig.suptitle(title or f"best of {result.starts} starts: Fourier error {result.fourier_error:.2e}")
     fig.tight_layout()
     save_png(fig, path, dpi=100)

@@ -5,7 +5,8 @@ A recipe reads like its notation::
     HIO**400 ER**100
     HIO(beta=0.8, sw=20, sigma=2, sigma_min=1, threshold=0.2)**600 ER(constraint=real)**100
 
-Each stage is ``NAME(options)**iterations`` with NAME one of ER, HIO, RAAR.
+Each stage is ``NAME(options)**iterations`` with NAME one of ER, HIO, RAAR, ML (Poisson-likelihood
+refinement of the object found, :mod:`qora.phase.ml`).
 Options: ``beta`` (HIO/RAAR feedback, default 0.9), ``constraint`` (``none``,
 ``real``, ``positive``), and shrinkwrap: ``sw`` (update the support every that
 many iterations; 0 = never), ``sigma`` and ``sigma_min`` (Gaussian blur in
@@ -23,9 +24,13 @@ import re
 from dataclasses import dataclass, field, fields, replace
 
 from qora.io.errors import InputError
-from qora.phase.physics import ALGORITHMS, update_coefficients
+from qora.phase.physics import ALGORITHMS as PROJECTIONS, update_coefficients
 
-__all__ = ["Stage", "Recipe", "RecipeError", "default_recipe", "DEFAULT_RECIPE"]
+# ML: gradient steps on the Poisson log-likelihood of the counts (qora.phase.ml), to refine a found object
+ALGORITHMS = PROJECTIONS + ("ML",)
+
+__all__ = ["Stage", "Recipe", "RecipeError", "default_recipe", "DEFAULT_RECIPE", "PYNX_RULE_RECIPE", "NAMED_RECIPES",
+           "named_recipe"]
 
 
 class RecipeError(InputError):
@@ -40,7 +45,8 @@ class Stage:
     Attributes
     ----------
     algorithm : str
-        One of ``ALGORITHMS`` (ER, HIO, RAAR).
+        One of ``ALGORITHMS``: ER, HIO, RAAR (projections), or ML (Poisson-likelihood refinement,
+        :mod:`qora.phase.ml`; ``beta`` and ``constraint`` do not apply to it).
     iterations : int
         Iterations of this stage (count, at least 1).
     beta : float
@@ -53,7 +59,19 @@ class Stage:
         Shrinkwrap blur, std in pixels, from ``sigma`` at the stage's first update down to ``sigma_min``
         at its last (geometric).
     threshold : float
-        Shrinkwrap threshold, a fraction in (0, 1) of the blurred modulus's maximum.
+        Shrinkwrap threshold, a fraction of the statistic ``stat`` of the blurred modulus (in (0, 1) for
+        ``max``; positive for ``rms`` and ``mean``).
+    stat : {"max", "rms", "mean"}
+        The statistic: the maximum over the array, or the rms or mean over the current support
+        (:func:`qora.phase.support.shrinkwrap_update`).
+    smin, smax : float
+        Size guard: the support is kept between ``smin`` and ``smax`` times the object volume estimated
+        from the autocorrelation support (A / 2^d); a shrinkwrap outside is re-thresholded to the bound
+        and the retune recorded in the result's ``support_log``. 0 switches a bound off (``smin=0``
+        falls back to refusing a collapse below a fifth of the old support).
+    detwin : int
+        1: at the stage's start, each support is cut to its half beyond its centroid along the first
+        axis (:func:`qora.phase.support.halve_supports`), to break the twin ambiguity.
     """
 
     algorithm: str
@@ -64,6 +82,10 @@ class Stage:
     sigma: float = 2.0
     sigma_min: float = 1.0
     threshold: float = 0.2
+    stat: str = "max"
+    smin: float = 0.0
+    smax: float = 0.0
+    detwin: int = 0
 
     def __post_init__(self):
         if self.algorithm not in ALGORITHMS:
@@ -72,6 +94,8 @@ class Stage:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
                 raise RecipeError(f"recipe stage {self.algorithm}: {name} must be a finite number, got {value!r}")
+        if self.detwin not in (0, 1):
+            raise RecipeError(f"recipe stage {self.algorithm}: detwin must be 0 or 1, got {self.detwin!r}")
         if isinstance(self.sw, bool) or not isinstance(self.sw, numbers.Integral):
             raise RecipeError(f"recipe stage {self.algorithm}: sw must be an integer, got {self.sw!r}")
         if (isinstance(self.iterations, bool) or not isinstance(self.iterations, numbers.Integral)
@@ -87,12 +111,25 @@ class Stage:
             raise RecipeError(f"recipe stage {self.algorithm}: sw must be >= 0, got {self.sw}")
         if not (self.sigma > 0 and self.sigma_min > 0):
             raise RecipeError(f"recipe stage {self.algorithm}: sigma and sigma_min must be positive")
-        if not 0.0 < self.threshold < 1.0:
-            raise RecipeError(f"recipe stage {self.algorithm}: threshold must be in (0, 1), got {self.threshold}")
+        from qora.phase.support import STATISTICS
+
+        if self.stat not in STATISTICS:
+            raise RecipeError(f"recipe stage {self.algorithm}: stat must be one of {STATISTICS}, got {self.stat!r}")
+        if not 0.0 < self.threshold < (1.0 if self.stat == "max" else 10.0):
+            raise RecipeError(f"recipe stage {self.algorithm}: threshold must be in (0, 1) for stat=max and in "
+                              f"(0, 10) for rms and mean, got {self.threshold}")
+        for name in ("smin", "smax"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value < 1e6:
+                raise RecipeError(f"recipe stage {self.algorithm}: {name} must be a number >= 0, got {value!r}")
+        if self.smax and self.smin > self.smax:
+            raise RecipeError(f"recipe stage {self.algorithm}: smin ({self.smin}) exceeds smax ({self.smax})")
 
     @property
     def coefficients(self) -> tuple[float, float]:
-        """(a, b) of the outside-support update."""
+        """(a, b) of the outside-support update (ML: (0, 0), the object is kept on the support)."""
+        if self.algorithm == "ML":
+            return 0.0, 0.0
         return update_coefficients(self.algorithm, self.beta)
 
     def sigma_at(self, update: int, updates: int) -> float:
@@ -109,7 +146,7 @@ class Stage:
             if f.name in ("algorithm", "iterations"):
                 continue
             value = getattr(self, f.name)
-            if f.name in ("sigma", "sigma_min", "threshold") and self.sw == 0:
+            if f.name in ("sigma", "sigma_min", "threshold", "stat", "smin", "smax") and self.sw == 0:
                 continue
             if value != getattr(defaults, f.name):
                 opts.append(f"{f.name}={'none' if value is None else _fmt(value)}")
@@ -125,7 +162,7 @@ def _fmt(v) -> str:
 
 _STAGE = re.compile(r"\s*([A-Za-z]+)\s*(?:\(([^()]*)\))?\s*\*\*\s*(\d+)\s*")
 _OPTION_TYPES = {"beta": float, "sw": int, "sigma": float, "sigma_min": float, "threshold": float,
-                 "constraint": str}
+                 "constraint": str, "stat": str, "smin": float, "smax": float, "detwin": int}
 
 
 def _parse_options(text: str, where: str) -> dict:
@@ -140,6 +177,9 @@ def _parse_options(text: str, where: str) -> dict:
             raise RecipeError(f"{where}: unknown option {key!r}; expected one of {sorted(_OPTION_TYPES)}")
         if key == "constraint":
             out[key] = None if value.lower() == "none" else value.lower()
+            continue
+        if key == "stat":
+            out[key] = value.lower()
             continue
         try:
             out[key] = _OPTION_TYPES[key](value)
@@ -195,8 +235,8 @@ class Recipe:
         return Recipe(tuple(replace(s, **options) for s in self.stages))
 
 
-DEFAULT_RECIPE = ("HIO(sw=20, sigma=3, sigma_min=1, threshold=0.25)**1000 "
-                  "ER(sw=20, sigma=1, sigma_min=0.5, threshold=0.25)**200 ER**300")
+DEFAULT_RECIPE = ("HIO(sw=20, sigma=3, sigma_min=1, threshold=0.25, smin=0.25, smax=4)**1000 "
+                  "ER(sw=20, sigma=1, sigma_min=0.5, threshold=0.25, smin=0.25, smax=4)**200 ER**300")
 
 
 def default_recipe() -> Recipe:
@@ -204,6 +244,26 @@ def default_recipe() -> Recipe:
 
     HIO with shrinkwrap every 20 iterations (blur 3 -> 1 px, threshold 0.25)
     finds the object; ER with a light shrinkwrap tightens the support to it;
-    plain ER then converges on that support. See docs/phase.md for how it was chosen.
+    plain ER then converges on that support. The shrinkwrap is kept between a quarter
+    and four times the object volume the autocorrelation implies (a collapse to a blob, or
+    a support swelling over noise, is re-thresholded and logged). See docs/phase.md
+    ("Support from the pattern alone", "Success rates") for how it was chosen.
     """
     return Recipe.parse(DEFAULT_RECIPE)
+
+
+# PyNX's documented support rule, written as a recipe of ours for comparison (PyNX itself is not on the
+# package index): RAAR with the support updated every 50 cycles, threshold 0.25 of the rms of the blurred
+# modulus inside the support, blur decreasing from 2 to 0.5 pixels, a size guard, then ER.
+PYNX_RULE_RECIPE = ("RAAR(beta=0.9, sw=50, sigma=2, sigma_min=0.5, threshold=0.25, stat=rms, smin=0.2, smax=1.5)**600 "
+                    "ER(sw=50, sigma=0.5, sigma_min=0.5, threshold=0.25, stat=rms, smin=0.2, smax=1.5)**200")
+NAMED_RECIPES = {"default": DEFAULT_RECIPE, "pynx-rule": PYNX_RULE_RECIPE}
+
+
+def named_recipe(text: "str | Recipe | None") -> Recipe:
+    """A recipe by name (``default``, ``pynx-rule``) or from its notation; None is the default."""
+    if text is None:
+        return default_recipe()
+    if isinstance(text, str) and text.strip().lower() in NAMED_RECIPES:
+        return Recipe.parse(NAMED_RECIPES[text.strip().lower()])
+    return Recipe.parse(text)

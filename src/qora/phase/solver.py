@@ -13,8 +13,9 @@ from qora.io.errors import InputError
 from qora.progress import report
 from qora.provenance import versions as software_versions
 from qora.phase.checks import check_bool_array, check_choice, check_intensity, check_run_memory
-from qora.phase.physics import autocorrelation_support, native_amplitude
-from qora.phase.recipe import Recipe, default_recipe
+from qora.phase.physics import native_amplitude
+from qora.phase.recipe import named_recipe
+from qora.phase.support import autocorrelation_estimate, halve_supports, size_range_for
 
 __all__ = ["reconstruct", "Solver", "PhaseResult", "random_start", "check_intensity"]
 
@@ -146,6 +147,15 @@ class PhaseResult:
         All starts, when ``keep_all=True``.
     first_start : int
         The number of the first start (starts are drawn from ``PCG64(seed + number)``).
+    support_log : list of dict
+        Every shrinkwrap that did not simply apply: ``{"start", "iteration", "status"}`` with status
+        "kept" (a collapse refused), "retuned_small" or "retuned_large" (the size guard moved the
+        threshold so the support has the allowed size), in the order they happened.
+    pixel_size : tuple of float or None
+        The object's pixel size per axis, m (:func:`qora.phase.preprocess.object_pixel_size`), when the
+        geometry was given.
+    preprocessing : dict or None
+        What :func:`qora.phase.preprocess.preprocess` did to the raw frames, when it ran.
     """
 
     object: np.ndarray
@@ -167,6 +177,9 @@ class PhaseResult:
     supports: np.ndarray | None = None
     stopped_early: bool = False
     first_start: int = 0
+    support_log: list = field(default_factory=list)
+    pixel_size: tuple | None = None
+    preprocessing: dict | None = None
 
     @property
     def fourier_error(self) -> float:
@@ -260,9 +273,12 @@ class Solver:
         return self._engine
 
     def default_support(self) -> np.ndarray:
-        """The autocorrelation support (centre-origin), computed on the solver's device."""
+        """The autocorrelation support (centre-origin), computed on the solver's device, with the
+        threshold chosen from the data (:func:`qora.phase.support.autocorrelation_estimate`; the
+        threshold used is kept in ``self.autocorrelation_threshold``)."""
         xp = self.backend.xp
-        support = autocorrelation_support(xp.asarray(self.intensity), mask=self.mask, xp=xp)
+        support, self.autocorrelation_threshold = autocorrelation_estimate(xp.asarray(self.intensity), mask=self.mask,
+                                                                           xp=xp)
         return self.backend.to_host(support)
 
     def run(self, *, support=None, recipe=None, starts: int = 1, seed: int = 0, rank: str = "fourier",
@@ -271,7 +287,7 @@ class Solver:
         from ``first_start`` (start s is drawn from ``PCG64(seed + s)``), so that starts split over
         several runs (``qora.distributed``) are the ones a single run would make."""
         first_start = validate.integer("first_start", first_start, low=0)
-        recipe = default_recipe() if recipe is None else Recipe.parse(recipe)
+        recipe = named_recipe(recipe)
         check_choice("rank", rank, ("fourier", "free_llk"))
         if rank == "free_llk" and not self.free.any():
             raise InputError("rank='free_llk' needs held-out pixels: make the Solver with free_fraction > 0")
@@ -288,6 +304,12 @@ class Solver:
             support = self.default_support()
             if not support.any():
                 raise InputError("the support is empty: the autocorrelation support found nothing; give a support")
+            # the size guards of shrinkwrap are fractions of the object volume the autocorrelation implies
+            self._autocorrelation_pixels = int(support.sum())
+        else:
+            # a given support is taken as the object's size estimate (A / 2^d = its size)
+            self._autocorrelation_pixels = int(support.sum()) * 2 ** support.ndim
+        self._support_log = []
         t0 = time.perf_counter()
         all_x, all_s, all_err, all_llk = [], [], [], ([], [])
         stopped = False
@@ -299,7 +321,7 @@ class Solver:
             label = (f"start {ids[0] + 1} of {starts}" if len(ids) == 1
                      else f"starts {ids[0] + 1}-{ids[-1] + 1} of {starts}")
             errs, stopped = self._run_recipe(engine, recipe, group * recipe.iterations, total, progress, sync_every,
-                                             label, len(ids))
+                                             label, len(ids), ids)
             all_x.append(engine.get_x()[: len(ids)])
             all_s.append(engine.get_support()[: len(ids)])
             final, group_llk, group_free = self._final_scores(engine, len(ids))  # last: it transforms x
@@ -321,9 +343,10 @@ class Solver:
             backend=self.backend.name, variant=self.variant,
             timings={**self.timings, "run_s": time.perf_counter() - t0}, versions=software_versions(), first_start=first_start,
             objects=objects if keep_all else None, supports=supports if keep_all else None, stopped_early=stopped,
+            support_log=self._support_log,
         )
 
-    def _run_recipe(self, engine, recipe, done0, total, progress, sync_every, label="", count=1):
+    def _run_recipe(self, engine, recipe, done0, total, progress, sync_every, label="", count=1, ids=None):
         """The recipe's stages on the engine's ``count`` starts; reports ``done`` of the whole run's
         ``total`` iterations (of all starts: a chunk of k iterations of a batch of ``count`` starts is
         k * count) after each chunk of ``sync_every`` (one graph replay on the GPU), as the stage
@@ -333,22 +356,41 @@ class Solver:
         for stage in recipe.stages:
             a, b = stage.coefficients
             updates = stage.iterations // stage.sw if stage.sw else 0
+            if stage.detwin:
+                halve_supports(engine.support, xp=engine.backend.xp)
             k = 0
             update = 0
             while k < stage.iterations:
                 chunk = min(sync_every, stage.iterations - k)
                 if stage.sw:
                     chunk = min(chunk, stage.sw - (k % stage.sw))
-                history.append(engine.iterate(chunk, a, b, stage.constraint))
+                if stage.algorithm == "ML":
+                    from qora.phase.ml import ml_iterate
+
+                    history.append(ml_iterate(engine, chunk))
+                else:
+                    history.append(engine.iterate(chunk, a, b, stage.constraint))
                 k += chunk
                 done += chunk * count
                 if stage.sw and k % stage.sw == 0 and update < updates:
-                    engine.shrinkwrap(stage.sigma_at(update, updates), stage.threshold)
+                    self._shrinkwrap(engine, stage, update, updates, (done - done0) // count, ids or [0])
                     update += 1
                 name = f"{label}: {stage.algorithm}" if label else stage.algorithm
                 if not report(progress, name, done, total, {"fourier_error": float(history[-1][-1].min())}):
                     return np.concatenate(history), True
         return np.concatenate(history), False
+
+    def _shrinkwrap(self, engine, stage, update, updates, iteration, ids) -> None:
+        """One support update of the engine's starts; retunes by the size guard go to the support log."""
+        options = {"statistic": stage.stat}
+        if stage.smin or stage.smax:
+            low, high = size_range_for(self._autocorrelation_pixels, len(self.shape), low=stage.smin,
+                                       high=stage.smax or 1e12)
+            options["size_range"] = (low, min(high, int(np.prod(self.shape))))
+        statuses = engine.shrinkwrap(stage.sigma_at(update, updates), stage.threshold, **options)
+        for start, status in zip(ids, statuses):
+            if status != "ok":
+                self._support_log.append({"start": int(start), "iteration": int(iteration), "status": status})
 
     def _final_scores(self, engine, count: int):
         """For the engine's first ``count`` starts: the Fourier error of the final object, and
@@ -431,7 +473,8 @@ def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int 
     mask : bool ndarray, optional
         True where a pixel was not measured (its modulus is left free).
     recipe : str or Recipe, optional
-        E.g. ``"HIO**400 ER**100"``; by default :func:`default_recipe`.
+        E.g. ``"HIO**400 ER**100"``, or a name (``"default"``, ``"pynx-rule"``); by default
+        :func:`default_recipe`.
     starts : int
         Random starts; the best by ``rank`` is returned.
     rank : {"fourier", "free_llk"}

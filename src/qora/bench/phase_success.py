@@ -1,0 +1,160 @@
+"""Success rates of phase retrieval from the pattern alone (``qora bench phase-success``).
+
+Each case is an object recorded as a detector records it (:mod:`qora.phase.detector`: Poisson counts, a
+beamstop, gaps, optionally partial coherence) and reconstructed from ``starts`` random starts with a
+recipe and no support. A start succeeds when its object error against the truth after alignment
+(sub-pixel shift, global phase, twin; both scaled to unit norm) is below :data:`SUCCESS_BOUND`.
+
+Why 0.2: a start that has found the support and the object differs from the truth by edge ringing and
+noise only (0.01-0.15 on the cases here, depending on how sharp the edges are and how many photons),
+while a start that has not is a different object (0.5-1.0); see docs/phase.md, "Success rates".
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from qora.backend import resolve
+from qora.bench.common import BenchResult
+from qora.io.errors import InputError
+from qora.phase import analysis, objects
+from qora.phase.detector import Detector, crystal, featured, record
+from qora.phase.recipe import named_recipe
+
+__all__ = ["CASES", "QUICK", "SUCCESS_BOUND", "Case", "aligned_error", "run_case", "run"]
+
+SUCCESS_BOUND = 0.2
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmark case: an object factory, its size and how it is recorded."""
+
+    make: object
+    n: int
+    detector: Detector
+
+    def object(self) -> np.ndarray:
+        return self.make(self.n)
+
+
+CASES = {
+    "triangle_256": Case(objects.triangle, 256, Detector(photons=1e8)),
+    "triangle_256_1e6": Case(objects.triangle, 256, Detector(photons=1e6, beamstop=4)),
+    "featured_256": Case(featured, 256, Detector(photons=1e8)),
+    "featured_256_psf": Case(featured, 256, Detector(photons=1e8, coherence_sigma=0.7)),
+    "featured_512": Case(featured, 512, Detector(photons=1e9)),
+    "prism_48": Case(objects.prism, 48, Detector(photons=1e8, gap=0)),
+    "featured3d_64": Case(lambda n: featured(n, ndim=3), 64, Detector(photons=1e8)),
+    "crystal_128": Case(lambda n: crystal(n, size=50), 128, Detector(photons=1e9, beamstop=3, gap=0)),
+}
+# The default selection: small enough to run in minutes on two shared cores.
+QUICK = ("triangle_256", "featured_256", "prism_48")
+
+
+def aligned_error(x, truth) -> float:
+    """Object error after alignment (shift, phase, twin) with both scaled to unit norm (dimensionless)."""
+    x = np.asarray(x, np.complex128)
+    t = np.asarray(truth, np.complex128)
+    return analysis.object_error(x / np.linalg.norm(x), t / np.linalg.norm(t))
+
+
+def run_case(case: Case, *, starts: int, recipe=None, backend="auto", seed: int = 0) -> dict:
+    """Reconstruct one case from ``starts`` starts; the per-start errors, the success share and the time."""
+    from qora.phase import reconstruct
+
+    truth = case.object()
+    counts, mask = record(truth, case.detector, seed=seed)
+    t0 = time.perf_counter()
+    result = reconstruct(counts, mask=mask, recipe=named_recipe(recipe), starts=starts, backend=backend, seed=seed,
+                         keep_all=True)
+    seconds = time.perf_counter() - t0
+    errors = [aligned_error(o, truth) for o in result.objects]
+    ok = [e < SUCCESS_BOUND for e in errors]
+    return {"success": float(np.mean(ok)), "succeeded": int(sum(ok)), "starts": starts,
+            "s_per_start": seconds / starts, "median_error": float(np.median(errors)),
+            "best_error": float(min(errors)), "errors": errors, "retunes": len(result.support_log),
+            "shape": list(truth.shape), "photons": case.detector.photons, "recipe": result.recipe}
+
+
+def cohere_python() -> Path:
+    """The cohere environment's interpreter: ``QORA_COHERE_PYTHON``, else ``.cohere/bin/python`` of the checkout
+    (make it with ``python3 -m venv .cohere && .cohere/bin/pip install cohere-core``)."""
+    env = os.environ.get("QORA_COHERE_PYTHON")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[3] / ".cohere" / "bin" / "python"
+
+
+def run_cohere_case(case: Case, *, starts: int, seed: int = 0, device: int = -1) -> dict:
+    """cohere-core's reconstruction (its example configuration, ``peers/phase_cohere.py``) of the same
+    recorded pattern, in cohere's own interpreter; scored as :func:`run_case` scores ours."""
+    py = cohere_python()
+    if not py.exists():
+        raise RuntimeError(f"the cohere peer needs its environment: set QORA_COHERE_PYTHON (looked for {py})")
+    truth = case.object()
+    counts, mask = record(truth, case.detector, seed=seed)
+    script = Path(__file__).with_name("peers") / "phase_cohere.py"
+    with tempfile.TemporaryDirectory() as tmp:
+        pattern, out = Path(tmp) / "pattern.npz", Path(tmp) / "out.npz"
+        np.savez(pattern, counts=counts, mask=mask)
+        args = [str(py), str(script), str(pattern), str(out), "--starts", str(starts), "--device", str(device)]
+        if device >= 0:
+            args += ["--pkg", "cp"]
+        proc = subprocess.run(args, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the cohere peer failed: {proc.stderr.strip()[-2000:]}")
+        data = np.load(out)
+        found, seconds = data["objects"], data["seconds"]
+    errors = [aligned_error(o, truth) for o in found]
+    ok = [e < SUCCESS_BOUND for e in errors]
+    return {"success": float(np.mean(ok)), "succeeded": int(sum(ok)), "starts": starts,
+            "s_per_start": float(np.mean(seconds)), "median_error": float(np.median(errors)),
+            "best_error": float(min(errors)), "errors": errors, "retunes": 0, "shape": list(truth.shape),
+            "photons": case.detector.photons, "recipe": json.dumps(_cohere_params(script))}
+
+
+def _cohere_params(script: Path) -> dict:
+    """The configuration the peer script passes to cohere (read from the script, which cannot import qora)."""
+    text = script.read_text()
+    start = text.index("PARAMS = {")
+    return ast.literal_eval(text[start + len("PARAMS = "): text.index("}", start) + 1])
+
+
+def run(*, cases=QUICK, starts: int = 3, recipe=None, backend="auto", write=True, echo=print,
+        label: str = "default", peer: str | None = None) -> BenchResult:
+    """The success rate of ``recipe`` (None: the default recipe), or of ``peer="cohere"``, on each of ``cases``."""
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        raise InputError(f"unknown case(s) {unknown}; expected some of {sorted(CASES)}")
+    be = resolve(backend)
+    facts = be.device_facts()
+    result = BenchResult("phase-success", be.name, facts.as_dict(),
+                         columns=("success", "s_per_start", "median_error", "retunes"))
+    result.notes["success_bound"] = SUCCESS_BOUND
+    result.notes["recipe_label"] = label
+    if peer not in (None, "cohere"):
+        raise InputError(f"peer must be None or 'cohere', got {peer!r}")
+    if peer:
+        label = peer
+    for name in cases:
+        if peer == "cohere":
+            row = run_cohere_case(CASES[name], starts=starts, device=0 if be.is_cuda else -1)
+        else:
+            row = run_case(CASES[name], starts=starts, recipe=recipe, backend=be.name)
+        result.add(f"{name}/{label}", **row)
+        echo(f"  {name}: {row['succeeded']}/{starts} below {SUCCESS_BOUND} (median error {row['median_error']:.3f}), "
+             f"{row['s_per_start']:.1f} s per start")
+    if write:
+        echo(f"result written to {result.write()}")
+    echo(result.table())
+    return result

@@ -1,0 +1,72 @@
+"""Detector-like patterns (qora.phase.detector) and the success-rate harness on a small case."""
+
+import numpy as np
+import pytest
+
+from qora.bench import phase_success
+from qora.io.errors import InputError
+from qora.phase import objects
+from qora.phase.detector import Detector, crystal, featured, mask_for, record
+from qora.phase.physics import detector_intensity
+
+
+def test_mask_geometry():
+    mask = mask_for((32, 32), Detector(beamstop=2, gap=2))
+    # the disc: every pixel within 2 of the centre, none outside it except the gap bands
+    yy, xx = np.mgrid[:32, :32] - 16
+    disc = np.hypot(yy, xx) <= 2
+    bands = ((yy >= 7) & (yy < 9)) | ((xx >= 7) & (xx < 9))
+    np.testing.assert_array_equal(mask, disc | bands)
+    assert not mask_for((16, 16), Detector(beamstop=0, gap=0)).any()
+
+
+def test_record_counts_and_coherence():
+    obj = objects.triangle(64)
+    exact = detector_intensity(obj)
+    counts, mask = record(obj, Detector(photons=1e7, beamstop=2, gap=1), seed=1)
+    assert np.all(counts[mask] == 0) and np.all(counts == np.round(counts))
+    # Poisson: the measured pixels' total is the expected share of 1e7 within a few sigma
+    expected = 1e7 * exact[~mask].sum() / exact.sum()
+    assert abs(counts.sum() - expected) < 5 * np.sqrt(expected)
+    # partial coherence blurs the intensity and keeps its total
+    blurred, _ = record(obj, Detector(photons=None, beamstop=0, gap=0, coherence_sigma=1.0))
+    assert blurred.sum() == pytest.approx(exact.sum(), rel=1e-9)
+    assert blurred.max() < exact.max()
+
+
+def test_objects_have_holes_thin_features_and_oversampling():
+    obj = featured(128)
+    amp = np.abs(obj)
+    inside = amp > 0
+    rows, cols = np.nonzero(inside)
+    assert np.ptp(rows) < 128 / 2 and np.ptp(cols) < 128 / 2  # oversampling > 2 per axis
+    # a hole: a pixel inside the bounding box, surrounded by the object, with no amplitude
+    import scipy.ndimage
+
+    assert (scipy.ndimage.binary_fill_holes(inside) & ~inside).sum() > 10
+    np.testing.assert_allclose(np.unique(np.round(amp[inside], 3)), [0.6, 1.0], atol=1e-6)
+    cube = crystal(64, size=24)
+    assert np.abs(cube).max() == pytest.approx(1.0) and np.ptp(np.angle(cube[np.abs(cube) > 0])) > 1.0
+    with pytest.raises(InputError):
+        crystal(32, size=24)
+
+
+def test_success_harness_on_a_small_case():
+    case = phase_success.Case(objects.triangle, 64, Detector(photons=1e8, beamstop=2, gap=1))
+    row = phase_success.run_case(case, starts=2, backend="cpu")
+    assert row["success"] == 1.0 and row["median_error"] < phase_success.SUCCESS_BOUND
+    assert len(row["errors"]) == 2 and row["s_per_start"] > 0
+
+
+def test_aligned_error_sees_twin_shift_and_scale_but_not_a_wrong_object():
+    obj = objects.triangle(64)
+    from qora.phase.analysis import shift, twin
+
+    moved = 3.0 * np.exp(1j * 0.7) * shift(twin(obj), (2.5, -1.0))
+    assert phase_success.aligned_error(moved, obj) < 1e-6
+    assert phase_success.aligned_error(objects.box((64, 64), 16), obj) > 0.5
+
+
+def test_unknown_case_is_refused():
+    with pytest.raises(InputError, match="unknown case"):
+        phase_success.run(cases=("nope",), write=False, echo=lambda *a: None)
