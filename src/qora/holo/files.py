@@ -152,7 +152,12 @@ def _read_stack_format(path: Path):
     if suffix in (".tif", ".tiff"):
         import tifffile
 
-        data = tifffile.imread(path)
+        try:
+            data = tifffile.imread(path)
+        except (ArithmeticError, IndexError, TypeError, AttributeError) as exc:
+            # tifffile meets a damaged header with whatever its arithmetic raises (a ZeroDivisionError
+            # from a zero tile size, found by tests/holo/test_holo_bad_input.py's Hypothesis search)
+            raise ValueError(f"{path}: a damaged TIFF ({type(exc).__name__}: {exc})") from exc
     elif suffix == ".npy":
         with open(path, "rb") as fh:
             data = np.load(fh)
