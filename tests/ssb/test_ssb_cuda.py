@@ -154,13 +154,18 @@ def test_rotation_fit_from_a_gpu_session_matches_the_cpu(sessions):
 
 def _assert_fit_parity(a, b):
     """Part 2's parity bounds between two fit results: agreement 1e-5 relative, C10 and C12
-    within 0.1 A, tilt within 0.05 mrad."""
+    within 0.1 A, tilt within 0.05 mrad where the identifiability report finds it determined. An
+    undetermined tilt (a film with no thickness: the agreement is flat in it) is held only to being
+    reported undetermined by both: the multi-start may end in either of its equal basins."""
     for branch in ("standard", "thick"):
         assert b[branch]["agreement"] == pytest.approx(a[branch]["agreement"], rel=1e-5)
         for name in ("C10", "C12a", "C12b"):
             assert abs(b[branch]["parameters"][name] - a[branch]["parameters"][name]) < 0.1
     for name in ("tilt_y", "tilt_x"):
-        assert abs(b["thick"]["parameters"][name] - a["thick"]["parameters"][name]) < 5e-5
+        known = [r["thick"]["identifiability"]["parameters"][name]["determined"] for r in (a, b)]
+        assert known[0] == known[1], (name, known)
+        if known[0]:
+            assert abs(b["thick"]["parameters"][name] - a["thick"]["parameters"][name]) < 5e-5
 
 
 def test_fits_from_a_gpu_session_match_the_cpu(sessions):
@@ -281,7 +286,9 @@ def test_fit_of_the_complex64_session_matches_the_cpu(well_posed):
     a = cpu.fit(rotation=0.1, tilt=True, trials=64)
     b = gpu.fit(rotation=0.1, tilt=True, trials=64)
     _assert_fit_parity(a, b)
-    assert abs(a["thick"]["parameters"]["thickness"] - 60.0) < 10.0
+    # the film is one slice (simulate spreads slices over the thickness; one slice is a thin object):
+    # measured 10.4 A once the thick fit starts from three tilts (a single start from 60 A stayed near 60)
+    assert a["thick"]["parameters"]["thickness"] < 20.0
     assert abs(b["thick"]["parameters"]["thickness"] - a["thick"]["parameters"]["thickness"]) < 1.0
 
 

@@ -359,7 +359,7 @@ def test_live_run_on_the_device_over_the_wire(counts, protocol):
         result = run_live(open_source(sim.address, protocol=protocol), kv=KV, alpha_mrad=ALPHA, scan_step=step,
                           rotation=0.0, backend="cuda", options=LiveOptions(refresh_s=0.01))
         sim.join()
-    ref = _offline(data, step)
+    ref = _offline(data, step, backend="cuda")  # the offline session on the device (complex64 G, as live)
     _assert_fit_parity(ref.fit(rotation=0.0, tilt=False), result.fit)
     assert result.report.placed == data.shape[0] * data.shape[1]
 

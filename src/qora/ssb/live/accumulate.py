@@ -60,7 +60,9 @@ def session_from_spectrum(G, *, bf_index, k, level: float, bright_field, detecto
     session.bf_index, session.k = np.asarray(bf_index), np.asarray(k)
     session.bf_count, session.pixels = len(session.bf_index), None
     session._k = session.xp.asarray(session.k)
-    session.G, session.level = G, float(level)
+    # C order: the CUDA image and fit kernels index G's memory directly (a transform along the slow
+    # axis may hand back other strides; on the device that gave wrong images with the right values)
+    session.G, session.level = session.xp.ascontiguousarray(G), float(level)
     session.timings = {"prepare_s": 0.0}
     session.memory = {"G_bytes": int(G.nbytes), "G_on": "device" if session.backend.is_cuda else "host",
                       "prepare_peak_bytes": 0}
