@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The device machine's run for this tree (run from the checkout root there): the GPU tests named in
+# $TESTS (default: all), then the benchmarks named in $BENCH, each under its own time limit so that a
+# slow one leaves the others' results. Results and logs go to ${OUT:-/tmp/qora-out}.
+#   TESTS="tests/ssb" BENCH="phase-threads ssb-live" bash bench/device-run.sh
+set -u
+OUT=${OUT:-/tmp/qora-out}
+mkdir -p "$OUT/results"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    >/dev/null 2>&1 || { echo "wheels did not install"; exit 3; }
+fi
+export PYTHONPATH=src:/tmp/site QORA_PEERS_PYTHON=${QORA_PEERS_PYTHON:-python3} QORA_COMMIT=${QORA_COMMIT:-unknown}
+q() { python3 -m qora "$@"; }
+if [ -n "${TESTS-all}" ]; then
+  [ "${TESTS-all}" = all ] && TESTS="tests --ignore=tests/viewer --ignore=tests/test_tutorials.py"
+  # shellcheck disable=SC2086
+  QORA_REQUIRE_GPU=1 timeout "${TEST_LIMIT:-420}" python3 -m pytest -q -p no:cacheprovider -p no:benchmark -m gpu -n 6 -rf \
+    $TESTS > "$OUT/gpu-tests.log" 2>&1
+  echo "gpu tests rc=$?: $(tail -1 "$OUT/gpu-tests.log")"
+  grep -E "^FAILED|^ERROR" "$OUT/gpu-tests.log" | head -20
+fi
+for b in ${BENCH:-}; do
+  case $b in
+    phase-threads) timeout 200 q bench --out "$OUT/results" phase --backend cpu --threads 1,2,4,8,16 \
+                     --shapes 1024x1024,2048x2048,128x128x128 ;;
+    holo-threads) timeout 150 q bench --out "$OUT/results" holo --backend cpu --threads 1,16 --size 188 --angles 180 \
+                    --rounds 1 ;;
+    ssb-threads) timeout 90 q bench --out "$OUT/results" ssb --backend cpu --threads 1,2,4,8,16 ;;
+    phase-success) timeout 120 q bench --out "$OUT/results" phase-success --backend cuda --cases all --starts 10 ;;
+    ssb-live) timeout 90 q bench --out "$OUT/results" ssb-live --backend cuda --scan 128 --detector 192 ;;
+    phase-fused) timeout 120 python3 bench/probes/fused_fft_probe.py --out "$OUT/results/phase-fused" ;;
+    *) echo "unknown benchmark $b" ;;
+  esac > "$OUT/bench-$b.log" 2>&1
+  echo "bench $b rc=$?"; tail -4 "$OUT/bench-$b.log"
+done
