@@ -11,7 +11,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     >/dev/null 2>&1 || { echo "wheels did not install"; exit 3; }
 fi
 export PYTHONPATH=src:/tmp/site QORA_PEERS_PYTHON=${QORA_PEERS_PYTHON:-python3} QORA_COMMIT=${QORA_COMMIT:-unknown}
-q() { python3 -m qora "$@"; }
+Q="python3 -m qora"
 if [ -n "${TESTS-all}" ]; then
   [ "${TESTS-all}" = all ] && TESTS="tests --ignore=tests/viewer --ignore=tests/test_tutorials.py"
   # shellcheck disable=SC2086
@@ -20,15 +20,16 @@ if [ -n "${TESTS-all}" ]; then
   echo "gpu tests rc=$?: $(tail -1 "$OUT/gpu-tests.log")"
   grep -E "^FAILED|^ERROR" "$OUT/gpu-tests.log" | head -20
 fi
+# shellcheck disable=SC2086
 for b in ${BENCH:-}; do
   case $b in
-    phase-threads) timeout 200 q bench --out "$OUT/results" phase --backend cpu --threads 1,2,4,8,16 \
+    phase-threads) timeout 200 $Q bench --out "$OUT/results" phase --backend cpu --threads 1,2,4,8,16 \
                      --shapes 1024x1024,2048x2048,128x128x128 ;;
-    holo-threads) timeout 150 q bench --out "$OUT/results" holo --backend cpu --threads 1,16 --size 188 --angles 180 \
+    holo-threads) timeout 150 $Q bench --out "$OUT/results" holo --backend cpu --threads 1,16 --size 188 --angles 180 \
                     --rounds 1 ;;
-    ssb-threads) timeout 90 q bench --out "$OUT/results" ssb --backend cpu --threads 1,2,4,8,16 ;;
-    phase-success) timeout 120 q bench --out "$OUT/results" phase-success --backend cuda --cases all --starts 10 ;;
-    ssb-live) timeout 90 q bench --out "$OUT/results" ssb-live --backend cuda --scan 128 --detector 192 ;;
+    ssb-threads) timeout 90 $Q bench --out "$OUT/results" ssb --backend cpu --threads 1,2,4,8,16 ;;
+    phase-success) timeout 120 $Q bench --out "$OUT/results" phase-success --backend cuda --cases all --starts 10 ;;
+    ssb-live) timeout 90 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 128 --detector 192 ;;
     phase-fused) timeout 120 python3 bench/probes/fused_fft_probe.py --out "$OUT/results/phase-fused" ;;
     *) echo "unknown benchmark $b" ;;
   esac > "$OUT/bench-$b.log" 2>&1
