@@ -23,6 +23,7 @@ def fft_pair_case(shape, precision: str) -> str:
 
 
 PHASE_CPU_SHAPES = ((256, 256), (1024, 1024), (2048, 2048), (128, 128, 128))
+PHASE_THREAD_SHAPES = PHASE_CPU_SHAPES[1:]  # issue 28's sizes (the thread sweep's targets)
 PHASE_CPU_IMPLS = ("qora_loops_1_thread", "qora_loops_all_threads", "numpy", "jax_jit")
 PHASE_GPU_IMPLS = ("naive", "fused", "graph", "half", "mixed", "cupy_loop", "jax_jit")
 PHASE_STARTS_SHAPES = ((256, 256), (1024, 1024), (2048, 2048), (128, 128, 128), (256, 256, 256))
@@ -66,9 +67,9 @@ REQUIRED_CASES: dict[str, list[str]] = {
              + [f"accuracy/{z}/{k}" for z in ("128x128x128", "256x256x256")
                 for k in ("rytov_gp50", "rytov_tv30x20", "bpm20_from_rytov_gp20", "bpm20_tv_from_rytov_gp20")]),
     # the thread sweeps (--threads): the one-thread row of every case, which every sweep runs first
-    "phase-cpu-threads": [f"hio/{shape_label(s)}/1_threads" for s in PHASE_CPU_SHAPES],
+    "phase-cpu-threads": [f"hio/{shape_label(s)}/1_threads" for s in PHASE_THREAD_SHAPES],
     "holo-cpu-threads": [f"rotation/188x188x188x180/{k}/1_threads" for k in ("gp50_total", "gp50_solver")],
-    # ssb-cpu-threads: registered once its first result (the 16-core run at 128^2) is committed
+    "ssb-cpu-threads": ["agreement/128x128x64x64/batch_8_sets/1_threads"],
     "holo-counters": ["copy"] + [f"counters/512/{k}" for k in HOLO_COUNTER_KERNELS],
     "ssb-cpu": [f"step/{SSB_BENCH_LABEL}/{s}" for s in ("load", "detector_fit", "prepare", "image_ssb", "image_thick",
                                                         "image_parallax") + SSB_FIT_STEPS]
