@@ -41,9 +41,11 @@ METRICS = (
     "lts__t_sectors_srcunit_tex_op_read.sum",
     "lts__t_sectors_srcunit_tex_op_write.sum",
 )
-# Our element-wise kernels (kernels/phase.cu); every other kernel is cuFFT's
+# Our kernels (kernels/phase.cu, and fused_fft.cu's line passes, which do the transforms too); every
+# other kernel is cuFFT's
 OUR_KERNELS = ("modulus_step", "update_step", "modulus_half", "update_half", "update_mixed", "to_half",
-               "from_half", "reduce_slots")
+               "from_half", "reduce_slots", "strided_forward", "strided_inverse", "strided_modulus",
+               "contig_forward", "contig_update")
 MODEL_BYTES = {"graph": 45, "half": 25, "mixed": 37, "callback": 13}
 ITERATIONS = 10  # a chunk's first and last steps differ in the callback variant: amortize them
 
@@ -208,7 +210,12 @@ def report(directory, *, write: bool = True, echo=print):
                 measured = s["cufft_bytes_per_element"] + s["ours_bytes_per_element"] - pair["cufft_bytes_per_element"]
             else:
                 measured = s["ours_bytes_per_element"]
-            model = MODEL_BYTES.get(variant.split("-")[0])
+            if variant == "fused_fft":
+                from qora.bench.phase import fused_fft_bytes
+
+                model = fused_fft_bytes(_shape(label))  # transforms and element-wise work together
+            else:
+                model = MODEL_BYTES.get(variant.split("-")[0])
             l2 = None if variant.startswith("callback") else s["ours_l2_bytes_per_element"]
             result.add(f"counters/{label}/{variant}", bytes_per_element=measured, model=model,
                        ratio=measured / model if model else None, l2_bytes_per_element=l2,
