@@ -316,7 +316,7 @@ class Layout:
             return data
         if getattr(data, "ndim", None) != 4:
             raise InputError(f"a layout applies to 4D data, got shape {getattr(data, 'shape', None)}")
-        data = lazy_array(data)
+        data = lazy_array(data, required=True)
         data = data.transpose([self.axis_order.index(a) for a in AXES])
         if self.transpose_detector:
             data = data.transpose(0, 1, 3, 2)
@@ -324,12 +324,22 @@ class Layout:
         return data[tuple(slice(None, None, -1) if f else slice(None) for f in flips)]
 
 
-def lazy_array(data):
+def lazy_array(data, *, required: bool = False):
     """An h5py dataset (or any array-like that reads by slicing) as a dask array in blocks of whole
-    scan rows of about 64 MB, each read when needed; NumPy and dask arrays as they are."""
+    scan rows of about 64 MB, each read when needed; NumPy and dask arrays as they are. Without dask
+    (the ``dask`` extra) the dataset itself, which the Session also reads by slicing; ``required``:
+    a MissingExtra instead (a layout's lazy transpose needs dask)."""
     if isinstance(data, np.ndarray) or hasattr(data, "compute"):
         return data
-    import dask.array as da
+    try:
+        import dask.array as da
+    except ImportError:
+        if required:
+            from qora.io.errors import MissingExtra
+
+            raise MissingExtra("reordering the axes of data read lazily needs dask (pip install 'qora[dask]')") \
+                from None
+        return data
 
     row = int(np.prod(data.shape[1:])) * np.dtype(data.dtype).itemsize
     rows = max(1, min(data.shape[0], (64 << 20) // max(1, row)))
