@@ -54,3 +54,26 @@ def be(backend):
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+def _shared_data_dir():
+    """The shared data folder (../shared/data/README.md): QORA_SHARED_DATA, else beside this checkout, else
+    beside the checkout this one was cloned from (a CI clone made in a temporary folder)."""
+    import subprocess
+    from pathlib import Path
+
+    if os.environ.get("QORA_SHARED_DATA"):
+        return Path(os.environ["QORA_SHARED_DATA"])
+    root = Path(__file__).resolve().parents[1]
+    candidates = [root.parent / "shared" / "data"]
+    origin = subprocess.run(["git", "config", "--get", "remote.origin.url"], cwd=root, capture_output=True,
+                            text=True).stdout.strip()
+    if origin and "://" not in origin:
+        candidates.append(Path(origin).resolve().parent / "shared" / "data")
+    return next((c for c in candidates if c.is_dir()), candidates[0])
+
+
+@pytest.fixture(scope="session")
+def shared_data():
+    """The real instrument files' folder (tests that read them; docs: ../shared/data/README.md)."""
+    return _shared_data_dir()

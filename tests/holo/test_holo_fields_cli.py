@@ -12,7 +12,6 @@ from click.testing import CliRunner
 from qora import holo
 from qora.cli import cli
 from qora.holo import phantoms as P
-from qora.holo import reference as R
 
 FIXTURES = Path(__file__).with_name("fixtures")
 
@@ -21,10 +20,7 @@ def _invoke(*args):
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
-def _cell(tmp_path):
-    import os
-
-    shared = Path(os.environ.get("QORA_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
+def _cell(tmp_path, shared):
     path = shared / "holo" / "hologram_cell.npz"
     if not path.exists():
         pytest.skip(f"no {path}")
@@ -34,8 +30,8 @@ def _cell(tmp_path):
     return tmp_path / "h.npy", tmp_path / "b.npy"
 
 
-def test_phase_with_a_filter_matches_qpretrieve_and_records_it(tmp_path):
-    h, b = _cell(tmp_path)
+def test_phase_with_a_filter_matches_qpretrieve_and_records_it(tmp_path, shared_data):
+    h, b = _cell(tmp_path, shared_data)
     out = _invoke("holo", "phase", h, b, "--filter", "gauss", "--full-sampling", "--background", "offset",
                   "--background-threshold", "0.5", "--out", tmp_path / "p.h5")
     assert out.exit_code == 0, out.output
@@ -47,8 +43,8 @@ def test_phase_with_a_filter_matches_qpretrieve_and_records_it(tmp_path):
     assert np.sqrt(np.mean((diff - np.median(diff)) ** 2)) < 0.05  # the offset fit moves the zero, not the shape
 
 
-def test_phase_refocus_and_option_errors(tmp_path):
-    h, b = _cell(tmp_path)
+def test_phase_refocus_and_option_errors(tmp_path, shared_data):
+    h, b = _cell(tmp_path, shared_data)
     out = _invoke("holo", "phase", h, b, "--pixel", "0.107", "--wavelength", "0.633", "--medium-index", "1.335",
                   "--refocus", "1.5", "--out", tmp_path / "r.h5")
     assert out.exit_code == 0 and "refocused by 1.500 um" in out.output

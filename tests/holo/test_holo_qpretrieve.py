@@ -2,8 +2,6 @@
 qpretrieve's with the same filter (fixtures/qpretrieve_phase.npz, made by the script beside it in the
 peers' environment), for every filter shape both offer; the sideband found automatically."""
 
-import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -12,25 +10,12 @@ import pytest
 from qora.holo import fields as F
 from qora.holo.filters import FILTERS
 
-ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = Path(__file__).with_name("fixtures") / "qpretrieve_phase.npz"
 
 
-def _shared_data() -> Path:
-    """QORA_SHARED_DATA, else ../shared/data beside this checkout (or beside the one a CI clone came from)."""
-    if os.environ.get("QORA_SHARED_DATA"):
-        return Path(os.environ["QORA_SHARED_DATA"])
-    candidates = [ROOT.parent / "shared" / "data"]
-    origin = subprocess.run(["git", "config", "--get", "remote.origin.url"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
-    if origin and "://" not in origin:
-        candidates.append(Path(origin).resolve().parent / "shared" / "data")
-    return next((c for c in candidates if c.is_dir()), candidates[0])
-
-
 @pytest.fixture(scope="module")
-def cell():
-    path = _shared_data() / "holo" / "hologram_cell.npz"
+def cell(shared_data):
+    path = shared_data / "holo" / "hologram_cell.npz"
     if not path.exists():
         pytest.skip(f"no {path}")
     with np.load(path) as z:

@@ -4,8 +4,6 @@ refused with a FileFormatError that names it and says what it holds (docs/ssb.md
 
 import warnings
 import zipfile
-import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -14,28 +12,17 @@ import pytest
 from qora.io.errors import FileFormatError
 from qora.ssb import load_data
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
-def _shared_data() -> Path:
-    """The shared data folder (../shared/data/README.md): QORA_SHARED_DATA, else beside this checkout, else
-    beside the checkout this one was cloned from (a CI clone made in a temporary folder)."""
-    if os.environ.get("QORA_SHARED_DATA"):
-        return Path(os.environ["QORA_SHARED_DATA"])
-    candidates = [ROOT.parent / "shared" / "data"]
-    origin = subprocess.run(["git", "config", "--get", "remote.origin.url"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
-    if origin and "://" not in origin:
-        candidates.append(Path(origin).resolve().parent / "shared" / "data")
-    return next((c for c in candidates if c.is_dir()), candidates[0])
-
-
-DATA = _shared_data() / "4dstem"
+@pytest.fixture(scope="module")
+def DATA(shared_data):
+    """The 4D-STEM files of the shared data folder."""
+    return shared_data / "4dstem"
 warnings.filterwarnings("ignore", category=UserWarning)
 
 
 @pytest.fixture(scope="module")
-def merlin(tmp_path_factory):
+def merlin(tmp_path_factory, DATA):
     root = tmp_path_factory.mktemp("merlin")
     for name in ("Merlin_Single_Quad", "Merlin_navigation4x2_ROI", "Merlin_navigation4x2_signalNx256_ROI"):
         with zipfile.ZipFile(DATA / f"{name}.zip") as z:
@@ -43,7 +30,7 @@ def merlin(tmp_path_factory):
     return {p.name: p for p in root.rglob("*.mib")}
 
 
-def test_data_folder_is_there():
+def test_data_folder_is_there(DATA):
     assert DATA.is_dir() and (DATA / "FPD_HDF5.hdf5").is_file()
 
 
@@ -112,7 +99,7 @@ def test_navigation_scans(merlin, name, rows, dtype, depth):
         assert np.unravel_index(total.argmax(), total.shape) == (rows - 1 - 39, 52)
 
 
-def test_fpd_hdf5(tmp_path):
+def test_fpd_hdf5(tmp_path, DATA):
     import h5py
 
     data, meta = load_data(DATA / "FPD_HDF5.hdf5")
@@ -128,7 +115,7 @@ def test_fpd_hdf5(tmp_path):
     assert abs(cy - 128) < 30 and abs(cx - 128) < 30
 
 
-def test_fpd_renamed_emd_keeps_its_axes(tmp_path):
+def test_fpd_renamed_emd_keeps_its_axes(tmp_path, DATA):
     (tmp_path / "fpd.emd").symlink_to(DATA / "FPD_HDF5.hdf5")
     data, meta = load_data(tmp_path / "fpd.emd")
     assert data.shape == (16, 16, 256, 256) and meta["kv"] == 200.0
@@ -216,7 +203,7 @@ def test_every_merlin_file(merlin, name):
     assert vbf.shape == shape[:2] and whole.min() > 0
 
 
-def test_fpd_virtual_bright_field_and_axes():
+def test_fpd_virtual_bright_field_and_axes(DATA):
     """The fpd file's virtual bright field (its disk fitted on the mean pattern): an image of the
     AuPd specimen, the scan axes the file's (scanY, scanX): a transposed read would transpose it."""
     import h5py

@@ -38,7 +38,7 @@ def cgroup_cpu_limit(root: str = "/sys/fs/cgroup") -> float | None:
         if quota != "max" and int(period) > 0:
             return int(quota) / int(period)
         return None
-    except (OSError, ValueError):
+    except (OSError, ValueError):  # no cgroup v2 file (or not a number): try v1 below
         pass
     for sub in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
         try:

@@ -133,7 +133,7 @@ def add_scaling(result: BenchResult, case: str, rows: dict, echo) -> None:
 
     try:  # the layer Numba actually started (known once a parallel loop ran): omp, tbb or workqueue
         result.notes["numba"]["threading_layer"] = numba.threading_layer()
-    except ValueError:
+    except ValueError:  # no parallel loop ran in this process: nothing to record
         pass
     base = rows[min(rows)]["ms"]
     parts = []

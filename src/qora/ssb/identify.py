@@ -114,7 +114,7 @@ def conditioning(hessian) -> np.ndarray:
         if np.linalg.eigvalsh(c).min() <= 0:
             return out
         out[good] = 1.0 / np.maximum(np.diag(np.linalg.inv(c)), 1.0)
-    except np.linalg.LinAlgError:
+    except np.linalg.LinAlgError:  # singular: every direction stays at conditioning 0 (not determined)
         pass
     return out
 
@@ -160,7 +160,7 @@ def identifiability(band, basins, *, dof: int | None = None, scales: dict | None
         try:
             inv = np.linalg.inv(-sub)
             interval = {names[i]: float(math.sqrt(2 * need * max(inv[j, j], 0.0))) for j, i in enumerate(keep)}
-        except np.linalg.LinAlgError:
+        except np.linalg.LinAlgError:  # singular block: no interval, so the parameters stay not determined
             pass
     runner = next((b for b in basins[1:] if _differs(b[0], values, names)), None)
     gap = None if runner is None else float(agreement - runner[1])

@@ -47,7 +47,7 @@ class Source:
         """Connect and read the stream's header (scan and detector shape)."""
 
     def __iter__(self):
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must yield Frames batches (each source does)")
 
     def close(self) -> None:
         """Release the connection or file."""

@@ -253,7 +253,7 @@ class MerlinTCPSource(Source):
                 if not got:
                     break
                 self._end += got
-        except BlockingIOError:
+        except BlockingIOError:  # nothing more waiting on the socket now: parse what came
             pass
         finally:
             self._sock.settimeout(self.timeout)
