@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -206,3 +208,33 @@ def test_bpm_passes_match_numpy(dtype):
             propagate(tq, tr, a, got)
             np.testing.assert_allclose(got, want_s, rtol=1e-5 if dtype == np.complex64 else 1e-13,
                                        atol=1e-6 if dtype == np.complex64 else 1e-14)
+
+
+_CACHE_PROBE = """
+import numba, numpy as np
+from qora.phase import cpu
+from qora.holo import bpm_cpu
+y = np.ones(4096, np.complex64); a = np.ones(4096, np.float32)
+cpu._modulus_serial(y, a, np.float32(1.0))      # the serial twin first: it fills the cache first
+try:
+    numba.threading_layer()
+    print("layer before")
+except ValueError:
+    pass
+cpu._modulus_parallel(y, a, np.float32(1.0))
+print("modulus", numba.threading_layer())
+print("twins", [f.py_func.__qualname__ for f in bpm_cpu._screen])
+"""
+
+
+def test_parallel_loop_is_not_its_serial_twin_from_numbas_cache(tmp_path):
+    # One function jitted twice used to share a cache entry: the parallel loop loaded the serial one.
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), NUMBA_NUM_THREADS="2",
+               PYTHONPATH=os.pathsep.join(sys.path))
+    for cache in ("empty", "filled by the first run"):
+        out = subprocess.run([sys.executable, "-c", _CACHE_PROBE], env=env, capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, (cache, out.stderr)
+        assert "layer before" not in out.stdout, cache
+        assert "modulus " in out.stdout, cache  # threading_layer() raises if no loop ever started threads
+        assert "_screen_loop_serial" in out.stdout and "'_screen_loop'" in out.stdout

@@ -7,6 +7,7 @@ One place for them, so that every engine's CPU path (Numba loops, FFT threads) f
 - :func:`num_threads`: the threads a CPU stage uses: ``QORA_NUM_THREADS`` if set, else :func:`cpu_count`;
   :func:`threads` sets it for a block (the benchmarks' thread sweeps).
 - :func:`numba_threads`: applies the setting to Numba's parallel loops on the calling thread.
+- :func:`parallel_and_serial`: one loop compiled twice, on Numba's threads and serially.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import contextlib
 import math
 import os
 import threading
+import types
 
 from qora.backend.errors import InputError
 
-__all__ = ["cpu_count", "num_threads", "threads", "numba_threads", "openmp_passive", "available_memory",
+__all__ = ["cpu_count", "num_threads", "threads", "numba_threads", "parallel_and_serial", "openmp_passive", "available_memory",
            "cgroup_cpu_limit"]
 
 ENV_THREADS = "QORA_NUM_THREADS"
@@ -126,6 +128,25 @@ def numba_threads() -> int:
     if numba.get_num_threads() != n:
         numba.set_num_threads(n)
     return n
+
+
+def parallel_and_serial(loop, **jit):
+    """``(parallel, serial)``: the Python function ``loop`` (written with ``numba.prange``) compiled
+    with ``parallel=True`` and without, both with the options ``jit`` (``cache=True`` included).
+
+    The serial twin is compiled from a copy of ``loop`` under another qualified name. Numba keys its
+    on-disk cache by the function's module, qualified name and line, not by the ``parallel`` flag, so two
+    dispatchers of one function share one cache entry: whichever compiled first was loaded by both.
+    That made the phase loops serial on every thread count once the serial twin had run first
+    (issue 28's probe: the same 3.3 ms at 1 and 16 threads on the 16-core host).
+    """
+    import numba
+
+    twin = types.FunctionType(loop.__code__, loop.__globals__, loop.__name__ + "_serial",
+                              loop.__defaults__, loop.__closure__)
+    twin.__qualname__ = loop.__qualname__ + "_serial"
+    twin.__module__ = loop.__module__
+    return numba.njit(parallel=True, **jit)(loop), numba.njit(parallel=False, **jit)(twin)
 
 
 def openmp_passive() -> None:

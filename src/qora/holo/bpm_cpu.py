@@ -8,7 +8,7 @@ per element: the results equal NumPy's (``tests/test_threads.py``).
 
 from __future__ import annotations
 
-from qora.backend.host import numba_threads, openmp_passive
+from qora.backend.host import numba_threads, openmp_passive, parallel_and_serial
 
 openmp_passive()  # before Numba loads its OpenMP runtime
 
@@ -38,8 +38,8 @@ def _propagate_loop(tq, tr, a, s):
 
 
 _jit = dict(cache=True)  # no fastmath: the products must round as NumPy's do
-_screen = (numba.njit(parallel=True, **_jit)(_screen_loop), numba.njit(**_jit)(_screen_loop))
-_propagate = (numba.njit(parallel=True, **_jit)(_propagate_loop), numba.njit(**_jit)(_propagate_loop))
+_screen = parallel_and_serial(_screen_loop, **_jit)
+_propagate = parallel_and_serial(_propagate_loop, **_jit)
 
 
 def _pick(pair, size: int):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from qora.backend.host import numba_threads, openmp_passive
+from qora.backend.host import numba_threads, openmp_passive, parallel_and_serial
 
 openmp_passive()  # before Numba loads its OpenMP runtime
 
@@ -78,10 +78,8 @@ def _update_loop(x, p, support, a, b, constraint):
 # over 2^16 values takes, so below the size where the FFTs go multi-threaded the
 # loops run serially too (qora.backend.fft.cpu_threads decides for both).
 _jit = dict(fastmath=True, cache=True)
-_modulus_parallel = numba.njit(parallel=True, **_jit)(_modulus_loop)
-_modulus_serial = numba.njit(parallel=False, **_jit)(_modulus_loop)
-_update_parallel = numba.njit(parallel=True, **_jit)(_update_loop)
-_update_serial = numba.njit(parallel=False, **_jit)(_update_loop)
+_modulus_parallel, _modulus_serial = parallel_and_serial(_modulus_loop, **_jit)
+_update_parallel, _update_serial = parallel_and_serial(_update_loop, **_jit)
 
 
 @numba.njit(parallel=True, **_jit)
