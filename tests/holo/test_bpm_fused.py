@@ -1,0 +1,174 @@
+"""The BPM's fused_fft variant, on the CPU: its prebuilt module, the register order of its spectral
+arrays, and its pass chain (the kernels' arithmetic written in NumPy, line transform by line
+transform, with the kernels' index formulas) against the reference model in ``qora.holo.bpm``."""
+
+import numpy as np
+import pytest
+
+from qora.holo import build_fused
+from qora.holo import phantoms as P
+from qora.holo import reference as R
+from qora.holo.bpm import _lateral_fft_layout, bpm_forward, bpm_gradient, bpm_vjp
+from qora.holo.bpm_fused import COLUMN, COLUMN_BUILT, REVERSE_ROW, ROW, natural_order, spectral_order
+from qora.holo.geometry import Geometry, cone_illuminations
+from qora.holo.plans import bpm_tables
+
+
+def test_cubin_is_built_from_the_current_sources():
+    """bpm_fused.sm_90.cubin matches bpm_fused.cu and line_fft.cuh (python -m qora.holo.build_fused)."""
+    digest = (build_fused.KERNELS / "bpm_fused.sm_90.cubin.sha256").read_text().strip()
+    assert (build_fused.KERNELS / "bpm_fused.sm_90.cubin").stat().st_size > 0
+    assert digest == build_fused.source_digest(), "rebuild: python -m qora.holo.build_fused --mathdx ..."
+
+
+def test_every_configured_pass_is_built():
+    """Each (size, elements per thread, lines per block) the engine picks is instantiated in the .cu file."""
+    source = (build_fused.KERNELS / "bpm_fused.cu").read_text()
+    for n, (ept, lines) in COLUMN.items():
+        for e in COLUMN_BUILT[n] + (ept,):
+            assert f"QORA_BPM_COLUMN({n}, {e}, {lines})" in source
+    for table in (ROW, REVERSE_ROW):
+        for n, (ept, lines) in table.items():
+            assert f"QORA_BPM_ROW({n}, {ept}, {lines})" in source
+
+
+def _kernel_column_index(count, n, ept, lines):
+    """Where the column pass reads spectral bin (a, ky, kx): blk n F + (e F + f) stride + tx (bpm_fused.cu)."""
+    stride = n // ept
+    a, ky, kx = np.meshgrid(np.arange(count), np.arange(n), np.arange(n), indexing="ij")
+    blk = a * (n // lines) + kx // lines
+    f, e, tx = kx % lines, ky // stride, ky % stride
+    return blk * n * lines + (e * lines + f) * stride + tx
+
+
+@pytest.mark.parametrize("n, ept, lines", [(128, 8, 16), (256, 16, 16), (256, 8, 16), (512, 16, 8), (16, 4, 2)])
+def test_spectral_order_is_the_kernels_register_order(n, ept, lines):
+    rng = np.random.default_rng(1)
+    t = rng.standard_normal((3, n, n)) + 1j * rng.standard_normal((3, n, n))
+    ordered = np.ascontiguousarray(spectral_order(t, ept, lines))
+    assert np.array_equal(ordered.reshape(-1)[_kernel_column_index(3, n, ept, lines)], t)
+    assert np.array_equal(natural_order(ordered, ept, lines), t)
+    assert ordered[:, 0, 0].tolist() == t[:, 0, 0].tolist()  # bin (0, 0) first: S_0's delta stays at [a, 0, 0]
+
+
+def test_spectral_order_refuses_a_shape_it_cannot_split():
+    with pytest.raises(ValueError, match="divisible"):
+        spectral_order(np.zeros((1, 24, 24)), 16, 4)
+
+
+# -- the pass chain in NumPy ------------------------------------------------------------------------------------
+
+def _fwd(v, axis):  # the line transforms: unnormalised, like cuFFTDx's
+    return np.fft.fft(v, axis=axis)
+
+
+def _inv(v, axis):
+    return np.fft.ifft(v, axis=axis) * v.shape[axis]
+
+
+def _centred_index(count, n):
+    """The row passes' centre-origin address of (line = a n + y, x): (line - y + (y + n/2) % n) n + (x + n/2) % n."""
+    line, x = np.meshgrid(np.arange(count * n), np.arange(n), indexing="ij")
+    y = line % n
+    return ((line - y + (y + n // 2) % n) * n + (x + n // 2) % n).reshape(count, n, n)
+
+
+def _passes_forward(screens, tables, ept, lines, keep=False):
+    """bpm_fused.cu's forward chain: W and S (in register order) through row_forward and column_forward."""
+    cq, cr, lq, lr = (spectral_order(t, ept, lines) for t in tables.products(np.complex128))
+    nz, n = screens.shape[0], screens.shape[-1]
+    count = cq.shape[0]
+    s = np.zeros((count, n, n), complex)
+    s[:, 0, 0] = n * n
+    w = np.zeros((count, n, n), complex)
+    w[:, :, 0] = n * n
+    stored = np.empty((nz, count, n, n), complex)
+    for k in range(nz):
+        v = _inv(w, -1) / (n * n)  # row_forward
+        stored[k] = v
+        w = _fwd(screens[k] * v, -1)
+        tq, tr = (lq, lr) if k == nz - 1 else (cq, cr)  # column_forward
+        a = spectral_order(_fwd(w, -2), ept, lines)
+        s = tq * a + tr * s
+        w = _inv(natural_order(s, ept, lines), -2)
+    out = np.empty_like(w)
+    out.reshape(-1)[_centred_index(count, n).reshape(-1)] = (_inv(w, -1) / (n * n)).reshape(-1)  # row_output
+    return out, w, stored
+
+
+def _passes_reverse(screens, tables, kd, ept, lines, data, residual):
+    """The reverse chain: row_residual, then column_reverse and row_reverse per slice from the last."""
+    out, w, stored = _passes_forward(screens, tables, ept, lines, keep=True)
+    cq, cr, lq, lr = (spectral_order(t, ept, lines) for t in tables.products(np.complex128))
+    nz, n = screens.shape[0], screens.shape[-1]
+    scale = 1.0 / (n * n)
+    centred = _centred_index(cq.shape[0], n)
+    y = _inv(w, -1) * scale
+    d = data.reshape(-1)[centred]  # the data read at the centre-origin address, in FFT layout
+    r = d if residual else y - d
+    loss = float(np.sum(np.abs(r) ** 2))
+    w = _fwd(r, -1)
+    g = np.zeros_like(w)
+    grad = np.zeros((nz, n, n))
+    for k in range(nz - 1, -1, -1):
+        tq, tr = (lq, lr) if k == nz - 1 else (cq, cr)
+        gp = spectral_order(_fwd(w, -2), ept, lines) + (0 if k == nz - 1 else g)  # column_reverse
+        g = np.conj(tr) * gp
+        w = _inv(natural_order(np.conj(tq) * gp * scale, ept, lines), -2)
+        b = _inv(w, -1)  # row_reverse
+        pw = screens[k] * stored[k]
+        grad[k] += kd * np.sum(pw.real * b.imag - pw.imag * b.real, axis=0)
+        w = _fwd(np.conj(screens[k]) * b, -1)
+    return np.fft.fftshift(grad, axes=(-2, -1)), loss
+
+
+@pytest.fixture(scope="module")
+def case():
+    n, nz = 16, 6
+    df = 1.0 / (n * R.PIXEL)
+    ill = np.concatenate([np.zeros((1, 2)), cone_illuminations(0.8, R.WAVELENGTH, 4, include_normal=False)])
+    g = Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, n, R.NA_DETECTION, illuminations=np.round(ill / df) * df)
+    vol = P.render_spheres([P.Sphere((0.0, 0.1, -0.2), 0.5, 1.40)], n, g.pixel, g.medium_index, supersample=3)
+    x = (vol - g.medium_index)[n // 2 - nz // 2:n // 2 + nz // 2].astype(np.float64)
+    tables = bpm_tables(g, nz)
+    screens = np.exp(1j * tables.k0 * tables.step * _lateral_fft_layout(x))
+    return g, x, tables, screens
+
+
+def _rel(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+def test_pass_chain_forward_equals_the_model(case):
+    g, x, tables, screens = case
+    out, _, _ = _passes_forward(screens, tables, 4, 2)
+    ref = bpm_forward(x, g)
+    assert _rel(out - 1, ref - 1) < 1e-12
+
+
+def test_pass_chain_reverse_equals_the_models_adjoint_and_gradient(case):
+    g, x, tables, screens = case
+    rng = np.random.default_rng(2)
+    r = rng.standard_normal((g.count, g.n, g.n)) + 1j * rng.standard_normal((g.count, g.n, g.n))
+    kd = tables.k0 * tables.step
+    grad, loss = _passes_reverse(screens, tables, kd, 4, 2, r, residual=True)
+    assert _rel(grad, bpm_vjp(x, r, g)) < 1e-12
+    assert loss == pytest.approx(float(np.sum(np.abs(r) ** 2)), rel=1e-12)
+    data = bpm_forward(0.9 * x, g)
+    grad, loss = _passes_reverse(screens, tables, kd, 4, 2, data, residual=False)
+    ref, ref_loss = bpm_gradient(x, data, g, return_loss=True)
+    assert _rel(grad / g.count, ref) < 1e-12
+    assert loss / (2 * g.count) == pytest.approx(ref_loss, rel=1e-12)
+
+
+def test_reverse_row_groups_cover_every_illumination_once():
+    """row_reverse: block blk takes row blk // groups of illuminations (blk % groups) F + ty; those past the
+    count run on zeros. Every (illumination, row) is one block's line exactly once."""
+    for count in (1, 3, 4, 5, 49):
+        for n, (_, lines) in REVERSE_ROW.items():
+            groups = -(-count // lines)
+            blk, ty = np.meshgrid(np.arange(n * groups), np.arange(lines), indexing="ij")
+            y, a = blk // groups, (blk % groups) * lines + ty
+            valid = a < count
+            pairs = np.stack([a[valid], y[valid]], axis=1)
+            assert len(pairs) == count * n and len(np.unique(pairs, axis=0)) == count * n
