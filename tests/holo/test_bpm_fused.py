@@ -172,3 +172,174 @@ def test_reverse_row_groups_cover_every_illumination_once():
             valid = a < count
             pairs = np.stack([a[valid], y[valid]], axis=1)
             assert len(pairs) == count * n and len(np.unique(pairs, axis=0)) == count * n
+
+
+# -- the engine's launches on an emulated device ----------------------------------------------------------------
+# FusedBpmDevice run with NumPy standing in for CuPy and each kernel of bpm_fused.cu emulated block by block
+# from its index formulas (vectorised over blocks): a wrong grid, argument order, buffer or table order in
+# the engine shows up as a wrong field or gradient here, before any GPU runs it.
+
+
+class _Array(np.ndarray):
+    def get(self):
+        return np.array(self)
+
+
+class _FakeCupy:
+    complex64, float32, float64 = np.complex64, np.float32, np.float64
+    fft = np.fft
+
+    class cuda:  # noqa: N801 - CuPy's name
+        class Device:
+            compute_capability = "90"
+            mem_info = (2**34, 2**34)
+
+    @staticmethod
+    def asarray(a, dtype=None):
+        return np.array(a, dtype=dtype).view(_Array)
+
+    @staticmethod
+    def empty(shape, dtype):
+        return np.full(shape, np.nan, dtype).view(_Array)  # NaN: a value never written shows
+
+    @staticmethod
+    def zeros(shape, dtype):
+        return np.zeros(shape, dtype).view(_Array)
+
+
+class _Kernel:
+    def __init__(self, name):
+        family, kind, n, lines, ept = name.split("_")[1:]
+        self.family, self.kind, self.n, self.lines, self.ept = family, kind, int(n), int(lines), int(ept)
+
+    def __call__(self, grid, block, args, shared_mem=0):
+        n, lines, ept = self.n, self.lines, self.ept
+        if self.kind == "params":
+            args[0][:] = [n // ept, lines, 1, 1]
+            return
+        assert block == (n // ept, lines) and shared_mem == getattr(self, "max_dynamic_shared_size_bytes", None)
+        blk = np.arange(grid[0])
+        getattr(self, f"_{self.family}_{self.kind}")(blk, *args)
+
+    def _column(self, blk, w, s, tq, tr, scale, first, reverse):
+        n, lines, stride = self.n, self.lines, self.n // self.ept
+        b, bx = blk // (n // lines), blk % (n // lines)
+        j, f = np.arange(n)[None, :, None], np.arange(lines)[None, None, :]
+        at_w = b[:, None, None] * n * n + j * n + bx[:, None, None] * lines + f
+        at_q = blk[:, None, None] * n * lines + ((j // stride) * lines + f) * stride + j % stride
+        wf, sf, q, r = w.reshape(-1), s.reshape(-1), tq.reshape(-1)[at_q], tr.reshape(-1)[at_q]
+        a = np.fft.fft(wf[at_w], axis=1)
+        if not reverse:
+            new = q * a + r * sf[at_q]
+            sf[at_q] = new
+        else:
+            g = a if first else a + sf[at_q]
+            sf[at_q] = np.conj(r) * g
+            new = np.conj(q) * g * scale
+        wf[at_w] = np.fft.ifft(new, axis=1) * n
+
+    def _column_forward(self, blk, w, s, tq, tr):
+        self._column(blk, w, s, tq, tr, 1.0, 0, False)
+
+    def _column_reverse(self, blk, w, g, tq, tr, scale, first):
+        self._column(blk, w, g, tq, tr, scale, first, True)
+
+    def _lines(self, blk):
+        line = (blk[:, None] * self.lines + np.arange(self.lines)[None, :]).reshape(-1)
+        x = np.arange(self.n)[None, :]
+        return line, line[:, None] % self.n, x
+
+    def _centred(self, line, y, x):
+        n = self.n
+        return (line[:, None] - y + (y + n // 2) % n) * n + (x + n // 2) % n
+
+    def _row_forward(self, blk, w, screen, scale, stored):
+        line, y, x = self._lines(blk)
+        wf = w.reshape(-1)
+        v = np.fft.ifft(wf[line[:, None] * self.n + x], axis=1) * self.n * scale
+        if isinstance(stored, np.ndarray):
+            stored.reshape(-1)[line[:, None] * self.n + x] = v
+        wf[line[:, None] * self.n + x] = np.fft.fft(screen.reshape(-1)[y * self.n + x] * v, axis=1)
+
+    def _row_output(self, blk, w, scale, out):
+        line, y, x = self._lines(blk)
+        v = np.fft.ifft(w.reshape(-1)[line[:, None] * self.n + x], axis=1) * self.n * scale
+        out.reshape(-1)[self._centred(line, y, x)] = v
+
+    def _row_residual(self, blk, w, data, scale, loss):
+        line, y, x = self._lines(blk)
+        wf = w.reshape(-1)
+        d = data.reshape(-1)[self._centred(line, y, x)]
+        v = np.fft.ifft(wf[line[:, None] * self.n + x], axis=1) * self.n * scale
+        r = v - d if scale != 0 else d
+        loss[0] += float(np.sum(np.abs(r) ** 2))
+        wf[line[:, None] * self.n + x] = np.fft.fft(r, axis=1)
+
+    def _row_reverse(self, blk, w, screen, stored, count, kd, grad):
+        n, lines = self.n, self.lines
+        groups = -(-int(count) // lines)
+        y = np.repeat(blk // groups, lines)[:, None]
+        a = ((blk[:, None] % groups) * lines + np.arange(lines)[None, :]).reshape(-1)[:, None]
+        valid = (a < count)[:, 0]
+        y, a = y[valid], a[valid]
+        x = np.arange(n)[None, :]
+        at = (a * n + y) * n + x
+        wf = w.reshape(-1)
+        bv = np.fft.ifft(wf[at], axis=1) * n
+        p = screen.reshape(-1)[y * n + x]
+        pw = p * stored.reshape(-1)[at]
+        np.add.at(grad.reshape(-1), y * n + x, kd * (pw.real * bv.imag - pw.imag * bv.real))
+        wf[at] = np.fft.fft(np.conj(p) * bv, axis=1)
+
+
+class _FakeModule:
+    def get_function(self, name):
+        return _Kernel(name)
+
+
+class _NoWorkArea:
+    def plan(self, *args, **kwargs):
+        raise AssertionError("the fused variant makes no cuFFT plans")
+
+    def allocate(self):
+        pass
+
+
+@pytest.fixture
+def emulated(monkeypatch):
+    from qora.holo import bpm_cuda, bpm_fused
+
+    fake = _FakeCupy()
+    monkeypatch.setattr(bpm_cuda, "cupy", lambda: fake)
+    monkeypatch.setattr(bpm_fused, "cupy", lambda: fake)
+    monkeypatch.setattr(bpm_cuda, "WorkArea", _NoWorkArea)
+    monkeypatch.setattr(bpm_fused, "load_cubin", lambda package, name: _FakeModule())
+    monkeypatch.setitem(bpm_fused.COLUMN, 16, (4, 2))  # the kernels' arithmetic is size-free: emulate at 16^2
+    monkeypatch.setitem(bpm_fused.COLUMN_BUILT, 16, (4,))
+    monkeypatch.setitem(bpm_fused.ROW, 16, (4, 4))
+    monkeypatch.setitem(bpm_fused.REVERSE_ROW, 16, (2, 2))
+    monkeypatch.setattr(bpm_fused, "SIZES", (16,))
+    return fake
+
+
+@pytest.mark.parametrize("chunk", [5, 2])
+def test_engine_on_an_emulated_device_equals_the_model(case, emulated, chunk):
+    from qora.holo.bpm_fused import FusedBpmDevice
+
+    g, x, tables, screens = case
+    dev = FusedBpmDevice(g, tables, chunk=chunk)
+    dev.screens[...] = screens.astype(np.complex64)
+    out = emulated.empty((g.count, g.n, g.n), np.complex64)
+    dev.forward(out)
+    assert _rel(np.asarray(out) - 1, bpm_forward(x, g) - 1) < 1e-5
+    rng = np.random.default_rng(3)
+    r = (rng.standard_normal((g.count, g.n, g.n)) + 1j * rng.standard_normal((g.count, g.n, g.n))).astype(np.complex64)
+    grad, loss = dev.reverse(emulated.asarray(r), residual=True)
+    assert _rel(np.asarray(grad), bpm_vjp(x, r, g)) < 1e-5
+    assert loss == pytest.approx(float(np.sum(np.abs(r) ** 2)), rel=1e-5)
+    data = bpm_forward(0.9 * x, g).astype(np.complex64)
+    index = slice(1, 5)
+    grad, loss = dev.reverse(emulated.asarray(data), index)
+    ref, ref_loss = bpm_gradient(x, data, g, index=index, return_loss=True)
+    assert _rel(np.asarray(grad) / 4, ref) < 1e-5
+    assert loss / 8 == pytest.approx(ref_loss, rel=1e-5)
