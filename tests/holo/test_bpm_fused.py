@@ -343,3 +343,21 @@ def test_engine_on_an_emulated_device_equals_the_model(case, emulated, chunk):
     ref, ref_loss = bpm_gradient(x, data, g, index=index, return_loss=True)
     assert _rel(np.asarray(grad) / 4, ref) < 1e-5
     assert loss / 8 == pytest.approx(ref_loss, rel=1e-5)
+
+
+def test_cli_bpm_variant_is_refused_where_it_does_nothing(tmp_path):
+    from click.testing import CliRunner
+
+    from qora.cli import cli
+
+    runner = CliRunner()
+    path = tmp_path / "b.h5"
+    out = runner.invoke(cli, ["holo", "simulate", "--size", "32", "--angles", "4", "--model", "bpm",
+                              "--spheres", "0,0,0,0.8,1.36", "--out", str(path)])
+    assert out.exit_code == 0, out.output
+    out = runner.invoke(cli, ["holo", "reconstruct", str(path), "--method", "bpm", "--iterations", "2", "--backend",
+                              "cpu", "--bpm-variant", "fused_fft", "--out", str(tmp_path / "v.h5"), "--quiet"])
+    assert out.exit_code == 2 and "--bpm-variant" in out.output and "CPU" in out.output
+    out = runner.invoke(cli, ["holo", "reconstruct", str(path), "--method", "gp", "--bpm-variant", "fused_fft",
+                              "--out", str(tmp_path / "v.h5"), "--quiet"])
+    assert out.exit_code == 2 and "does not use --bpm-variant" in out.output

@@ -110,3 +110,23 @@ def test_sizes_and_variants_it_refuses():
         bpm_cuda.bpm_forward(x, g, variant="fused_fft")
     with pytest.raises(InputError, match="variant"):
         bpm_cuda.bpm_forward(x, g, variant="fused")
+
+
+def test_cli_reconstructs_with_the_fused_variant(tmp_path):
+    from click.testing import CliRunner
+
+    from qora.cli import cli
+    from qora.holo.files import read_volume
+
+    runner = CliRunner()
+    path = tmp_path / "b.h5"
+    out = runner.invoke(cli, ["holo", "simulate", "--size", "128", "--angles", "4", "--model", "bpm",
+                              "--spheres", "0,0,0,1.5,1.36", "--out", str(path)])
+    assert out.exit_code == 0, out.output
+    volumes = {}
+    for variant in ("cufft", "fused_fft"):
+        out = runner.invoke(cli, ["holo", "reconstruct", str(path), "--method", "bpm", "--iterations", "3", "--backend",
+                                  "cuda", "--bpm-variant", variant, "--out", str(tmp_path / f"{variant}.h5"), "--quiet"])
+        assert out.exit_code == 0, out.output
+        volumes[variant] = read_volume(tmp_path / f"{variant}.h5")[0]
+    assert _rel(volumes["fused_fft"] - R.MEDIUM_INDEX, volumes["cufft"] - R.MEDIUM_INDEX) < 1e-3

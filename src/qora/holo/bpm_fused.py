@@ -20,7 +20,7 @@ from qora.holo.bpm_cuda import BpmDevice
 from qora.holo.cuda_stages import cupy
 from qora.io.errors import InputError
 
-__all__ = ["FusedBpmDevice", "SIZES", "COLUMN", "ROW", "REVERSE_ROW", "spectral_order", "natural_order"]
+__all__ = ["FusedBpmDevice", "SIZES", "SLICE_BYTES", "PASS_BYTES", "COLUMN", "ROW", "REVERSE_ROW", "spectral_order", "natural_order"]
 
 SIZES = (128, 256, 512)
 CUBIN = "bpm_fused.sm_90.cubin"
@@ -34,6 +34,17 @@ ROW = {128: (8, 16), 256: (8, 16), 512: (8, 8)}
 #: the reverse row pass: 4 illuminations of one row per block, so that the gradient's sum over the
 #: illuminations costs one float atomic per pixel and 4 illuminations
 REVERSE_ROW = {128: (8, 4), 256: (8, 4), 512: (8, 4)}
+
+#: the byte model: DRAM bytes per element (one complex64 value of one illumination) and slice, by variant
+#: and direction (the gradient: the forward pass storing w_k, then the reverse pass), with 32 B per cuFFT 2D
+#: transform (two passes); the screen (8 n^2 bytes per slice, shared by the chunk's B illuminations)
+#: adds 8 / B on top (docs/holo-performance.md, "The fused slice step")
+SLICE_BYTES = {("cufft", "forward"): 136, ("cufft", "gradient"): 280,
+               ("fused_fft", "forward"): 64, ("fused_fft", "gradient"): 144}
+#: the fused passes' bytes per element: row_forward reads and writes W (and writes w_k when stored);
+#: column passes read W, S (G), tq, tr and write S (G), W; row_reverse reads W, w_k and writes W
+PASS_BYTES = {"row_forward": 16, "row_forward_keep": 24, "column_forward": 48, "column_reverse": 48,
+              "row_reverse": 24}
 
 _NULL = np.uint64(0)
 
