@@ -25,7 +25,7 @@ def probe(be, n: int, copy: float, repeats: int, column_epts) -> dict:
     from qora.holo import phantoms as P
     from qora.holo import reference as R
     from qora.holo.bpm_cuda import BpmDevice
-    from qora.holo.bpm_fused import PASS_BYTES, SLICE_BYTES, FusedBpmDevice
+    from qora.holo.bpm_fused import PASS_BYTES, SLICE_BYTES, FusedSteps
     from qora.holo.plans import bpm_tables
 
     cp = be.xp
@@ -36,7 +36,8 @@ def probe(be, n: int, copy: float, repeats: int, column_epts) -> dict:
     data = cp.asarray(P.partial_wave_ratio(P.Sphere(radius=1.5, index=1.40), g) + 1, cp.complex64)
     devices = {"cufft": BpmDevice(g, tables)}
     for ept in column_epts:
-        devices[f"fused_fft_ept{ept}"] = FusedBpmDevice(g, tables, chunk=devices["cufft"].chunk, column_ept=ept)
+        dev = devices[f"fused_fft_ept{ept}"] = BpmDevice(g, tables, chunk=devices["cufft"].chunk, variant="fused_fft")
+        dev.fused = FusedSteps(dev, column_ept=ept)
     chunk = devices["cufft"].chunk
     elements = g.count * n * n * n  # element-slices of one pass through the volume, all illuminations
     row = {"n": n, "count": g.count, "chunk": chunk, "copy_gbs": copy, "variants": {}}
@@ -60,19 +61,19 @@ def probe(be, n: int, copy: float, repeats: int, column_epts) -> dict:
               f"{entry['forward']['model_bytes']:.0f} B/el), gradient {grad:.2f} ms "
               f"({entry['gradient']['pct_copy']:.0f}%)", flush=True)
         if kind == "fused_fft":  # each pass alone, queued behind a copy (no launch gap, a cold L2)
-            b, scale = chunk, np.float32(1.0 / (n * n))
+            b, scale, fused = chunk, np.float32(1.0 / (n * n)), dev.fused
             w, s = dev.w[:b], dev.s[:b]
-            dev._forward(slice(0, b), True)
+            fused.run_forward(slice(0, b), True)
             tq, tr = dev._tables(slice(0, b), 0)
             launches = {
-                "row_forward": lambda: dev._row("forward", b * n // dev._row.lines, w, dev.screens[0], scale,
+                "row_forward": lambda: fused.row("forward", b * n // fused.row.lines, w, dev.screens[0], scale,
                                                 np.uint64(0)),
-                "row_forward_keep": lambda: dev._row("forward", b * n // dev._row.lines, w, dev.screens[0], scale,
+                "row_forward_keep": lambda: fused.row("forward", b * n // fused.row.lines, w, dev.screens[0], scale,
                                                      dev.stored[0, :b]),
-                "column_forward": lambda: dev._column("forward", b * n // dev._column.lines, w, s, tq, tr),
-                "column_reverse": lambda: dev._column("reverse", b * n // dev._column.lines, w, s, tq, tr, scale,
+                "column_forward": lambda: fused.column("forward", b * n // fused.column.lines, w, s, tq, tr),
+                "column_reverse": lambda: fused.column("reverse", b * n // fused.column.lines, w, s, tq, tr, scale,
                                                       np.int32(0)),
-                "row_reverse": lambda: dev._reverse_row("reverse", n * -(-b // dev._reverse_row.lines), w,
+                "row_reverse": lambda: fused.reverse_row("reverse", n * -(-b // fused.reverse_row.lines), w,
                                                         dev.screens[0], dev.stored[0, :b], np.int32(b), dev.kd,
                                                         dev.grad[0]),
             }

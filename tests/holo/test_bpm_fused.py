@@ -175,7 +175,7 @@ def test_reverse_row_groups_cover_every_illumination_once():
 
 
 # -- the engine's launches on an emulated device ----------------------------------------------------------------
-# FusedBpmDevice run with NumPy standing in for CuPy and each kernel of bpm_fused.cu emulated block by block
+# BpmDevice(variant="fused_fft") run with NumPy standing in for CuPy and each kernel of bpm_fused.cu emulated block by block
 # from its index formulas (vectorised over blocks): a wrong grid, argument order, buffer or table order in
 # the engine shows up as a wrong field or gradient here, before any GPU runs it.
 
@@ -324,10 +324,10 @@ def emulated(monkeypatch):
 
 @pytest.mark.parametrize("chunk", [5, 2])
 def test_engine_on_an_emulated_device_equals_the_model(case, emulated, chunk):
-    from qora.holo.bpm_fused import FusedBpmDevice
+    from qora.holo.bpm_cuda import BpmDevice
 
     g, x, tables, screens = case
-    dev = FusedBpmDevice(g, tables, chunk=chunk)
+    dev = BpmDevice(g, tables, chunk=chunk, variant="fused_fft")
     dev.screens[...] = screens.astype(np.complex64)
     out = emulated.empty((g.count, g.n, g.n), np.complex64)
     dev.forward(out)

@@ -77,13 +77,15 @@ def test_adjoint_and_gradient_match_cufft_and_cpu(case):
 
 @pytest.mark.parametrize("ept", [8, 16])
 def test_column_elements_per_thread_agree(ept):
-    from qora.holo.bpm_fused import FusedBpmDevice
+    from qora.holo.bpm_cuda import BpmDevice
+    from qora.holo.bpm_fused import FusedSteps
     from qora.holo.cuda_stages import cupy
     from qora.holo.plans import bpm_tables
 
     cp = cupy()
     g, x = _geometry(256), _contrast(256)
-    dev = FusedBpmDevice(g, bpm_tables(g, NZ), column_ept=ept)
+    dev = BpmDevice(g, bpm_tables(g, NZ), variant="fused_fft")
+    dev.fused = FusedSteps(dev, column_ept=ept)
     dev.set_contrast(cp.asarray(x))
     out = cp.empty((g.count, g.n, g.n), cp.complex64)
     dev.forward(out)

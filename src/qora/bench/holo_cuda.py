@@ -329,13 +329,14 @@ def _bpm(result, be, n: int, copy_gbs: float, echo) -> None:
 def _bpm_fused(result, be, g, n: int, chunk: int, x, d, copy_gbs: float, cufft_ms) -> bool:
     """The fused_fft variant's forward and gradient beside the cuFFT variant's (``cufft_ms``), with the GB/s
     of its byte model; False where it does not run (another size, another architecture)."""
-    from qora.holo.bpm_fused import SIZES, SLICE_BYTES, FusedBpmDevice
+    from qora.holo.bpm_cuda import BpmDevice
+    from qora.holo.bpm_fused import SIZES, SLICE_BYTES
     from qora.holo.plans import bpm_tables
 
     if n not in SIZES or not be.device_facts().compute_capability.startswith("9"):
         return False
     label = shape_label((n, n, n))
-    dev = FusedBpmDevice(g, bpm_tables(g, n), chunk=chunk)
+    dev = BpmDevice(g, bpm_tables(g, n), chunk=chunk, variant="fused_fft")
     dev.set_contrast(x)
     out = be.xp.empty((g.count, n, n), be.xp.complex64)
     times = (time_device(be, lambda: dev.forward(out), warmup=1, repeats=3).median_ms,

@@ -32,7 +32,7 @@ from qora.io.errors import InputError
 from qora.io.validate import positive
 from qora.progress import report
 
-__all__ = ["BpmDevice", "VARIANTS", "device_class", "bpm_forward", "bpm_vjp", "bpm_gradient", "bpm_reconstruct"]
+__all__ = ["BpmDevice", "VARIANTS", "bpm_forward", "bpm_vjp", "bpm_gradient", "bpm_reconstruct"]
 
 
 #: the slice step's implementations: cuFFT transforms with element-wise kernels between them, or fused
@@ -40,29 +40,25 @@ __all__ = ["BpmDevice", "VARIANTS", "device_class", "bpm_forward", "bpm_vjp", "b
 VARIANTS = ("cufft", "fused_fft")
 
 
-def device_class(variant: str):
-    """The :class:`BpmDevice` class of ``variant`` (one of :data:`VARIANTS`)."""
-    if variant == "cufft":
-        return BpmDevice
-    if variant == "fused_fft":
-        from qora.holo.bpm_fused import FusedBpmDevice
-
-        return FusedBpmDevice
-    raise InputError(f"BPM variant must be one of {VARIANTS}, got {variant!r}")
+def check_variant(variant: str) -> str:
+    if variant not in VARIANTS:
+        raise InputError(f"BPM variant must be one of {VARIANTS}, got {variant!r}")
+    return variant
 
 
 class BpmDevice:
     """Tables, plans and buffers of the BPM for one geometry and slice count on the device.
 
     ``chunk``: illuminations per chunk (default: as many as fit, with their stored envelopes,
-    in half the free device memory).
+    in half the free device memory). ``variant``: the slice step (:data:`VARIANTS`); with "fused_fft"
+    forward and reverse run :class:`qora.holo.bpm_fused.FusedSteps` on these buffers, and the tables
+    are kept in its register order.
     """
 
-    variant = "cufft"
-    uses_cufft = True  # a subclass with its own transforms makes no plans
-
-    def __init__(self, geometry: Geometry, tables: BpmTables, *, chunk: int | None = None) -> None:
+    def __init__(self, geometry: Geometry, tables: BpmTables, *, chunk: int | None = None,
+                 variant: str = "cufft") -> None:
         cp = cupy()
+        self.variant = check_variant(variant)
         check_scan(geometry)
         a, n, nz = tables.count, tables.n, tables.n_z
         self.geometry, self.tables, self.n, self.nz, self.count = geometry, tables, n, nz, a
@@ -74,7 +70,7 @@ class BpmDevice:
         self.chunks = [slice(s, min(s + self.chunk, a)) for s in range(0, a, self.chunk)]
         self.work = WorkArea()
         self.plans = {sl.stop - sl.start: self.work.plan(C2C, (n, n), batch=sl.stop - sl.start)
-                      for sl in self.chunks} if self.uses_cufft else {}
+                      for sl in self.chunks} if variant == "cufft" else {}
         b = self.chunk
         self.s = cp.empty((b, n, n), cp.complex64)
         self.w = cp.empty((b, n, n), cp.complex64)
@@ -84,6 +80,11 @@ class BpmDevice:
         self.loss = cp.zeros(1, cp.float64)
         self.kd = np.float32(tables.k0 * tables.step)
         self.work.allocate()
+        self.fused = None
+        if variant == "fused_fft":
+            from qora.holo.bpm_fused import FusedSteps
+
+            self.fused = FusedSteps(self)
 
     def set_contrast(self, x) -> None:
         """The thin screens exp(i k0 d x_k) of the contrast x (nz, n, n) float32, centre-origin."""
@@ -119,6 +120,8 @@ class BpmDevice:
 
     def forward(self, out) -> None:
         """Field ratios (A, n, n) complex64, centre-origin, into the device array ``out``."""
+        if self.fused is not None:
+            return self.fused.forward(out)
         n = self.n
         for sl in self.chunks:
             b = sl.stop - sl.start
@@ -134,6 +137,8 @@ class BpmDevice:
         r = y - data (data: field ratios, centre-origin, all illuminations), or with ``residual``
         ``data`` is r itself.
         """
+        if self.fused is not None:
+            return self.fused.reverse(data, index, residual=residual)
         cp = cupy()
         n, nz = self.n, self.nz
         start, stop, _ = index.indices(self.count)
@@ -175,7 +180,7 @@ def _device(contrast, geometry, tables, chunk, variant="cufft"):
     if x.ndim != 3 or x.shape[1:] != (geometry.n, geometry.n):
         raise ValueError(f"contrast must be (n_z, {geometry.n}, {geometry.n}), got {x.shape}")
     tables = tables if tables is not None else bpm_tables(geometry, x.shape[0])
-    dev = device_class(variant)(geometry, tables, chunk=chunk)
+    dev = BpmDevice(geometry, tables, chunk=chunk, variant=variant)
     xd = cp.asarray(x)
     dev.set_contrast(xd)
     return dev
@@ -225,11 +230,11 @@ def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, 
     cp = cupy()
     t0 = time.perf_counter()
     step = positive("step", step)
-    cls = device_class(variant)  # a bad variant fails before the start is computed
+    check_variant(variant)  # before the start is computed
     data, x0, batches = inversion_inputs(data, geometry, start, iterations, tv_weight, tv_inner, batch, n_z,
                                          reconstruct=cuda_reconstruct)
     tables = bpm_tables(geometry, x0.shape[0], obliquity)
-    dev = cls(geometry, tables, chunk=chunk)
+    dev = BpmDevice(geometry, tables, chunk=chunk, variant=variant)
     d = cp.asarray(data, cp.complex64)
     lam = 0.0 if not tv_weight else step * tv_weight / (2 * geometry.medium_index)
     prox = FgpProx(x0.shape, lam, fgp) if lam > 0 else None

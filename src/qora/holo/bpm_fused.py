@@ -2,11 +2,12 @@
 that carry the element-wise work (``kernels/bpm_fused.cu``; docs/holo-performance.md, "The fused
 slice step").
 
-The same model, tables and buffers as :class:`qora.holo.bpm_cuda.BpmDevice` (the ``cufft`` variant),
-whose forward and reverse passes it replaces. Per slice, forward: a row pass (the inverse x
-transform of the previous step, the screen, the forward x transform) and a column pass (the forward
-y transform, S = tq A + tr S, the inverse y transform); the reverse pass has the same two with the
-adjoint steps and the gradient's sum over the chunk's illuminations. Lateral sizes 128, 256 and
+:class:`qora.holo.bpm_cuda.BpmDevice` with ``variant="fused_fft"`` runs its forward and reverse
+passes through :class:`FusedSteps`, on the same buffers, screens and (reordered) tables. Per slice,
+forward: a row pass (the inverse x transform of the previous step, the screen, the forward x
+transform) and a column pass (the forward y transform, S = tq A + tr S, the inverse y transform);
+the reverse pass has the same two with the adjoint steps and the gradient's sum over the chunk's
+illuminations. Lateral sizes 128, 256 and
 512 (:data:`SIZES`), on compute capability 9.x (the prebuilt ``bpm_fused.sm_90.cubin``; rebuild with
 ``python -m qora.holo.build_fused``).
 """
@@ -16,11 +17,10 @@ from __future__ import annotations
 import numpy as np
 
 from qora.backend.kernels import load_cubin
-from qora.holo.bpm_cuda import BpmDevice
 from qora.holo.cuda_stages import cupy
 from qora.io.errors import InputError
 
-__all__ = ["FusedBpmDevice", "SIZES", "SLICE_BYTES", "PASS_BYTES", "COLUMN", "ROW", "REVERSE_ROW", "spectral_order", "natural_order"]
+__all__ = ["FusedSteps", "SIZES", "SLICE_BYTES", "PASS_BYTES", "COLUMN", "ROW", "REVERSE_ROW", "spectral_order", "natural_order"]
 
 SIZES = (128, 256, 512)
 CUBIN = "bpm_fused.sm_90.cubin"
@@ -93,20 +93,18 @@ class _Pass:
         self.kernels[kind]((int(blocks),), self.block, args, shared_mem=self.smem[kind])
 
 
-class FusedBpmDevice(BpmDevice):
-    """:class:`~qora.holo.bpm_cuda.BpmDevice` with the slice steps as fused line passes.
+class FusedSteps:
+    """The slice steps of a :class:`~qora.holo.bpm_cuda.BpmDevice` (``variant="fused_fft"``) as fused line passes.
 
-    ``chunk`` as there; ``column_ept``: the column passes' elements per thread (one of
-    :data:`COLUMN_BUILT`; default :data:`COLUMN`). ``s`` holds the spectra S (forward) or the adjoint
-    state G (reverse) in the column pass's register order (:func:`spectral_order`), as do the tables;
-    ``w`` holds the slice between the passes (x spectral, y real).
+    Runs on the device's buffers: ``s`` holds the spectra S (forward) or the adjoint state G (reverse)
+    in the column pass's register order (:func:`spectral_order`), ``w`` the slice between the passes
+    (x spectral, y real); the device's tables are replaced by their register-order copies.
+    ``column_ept``: the column passes' elements per thread (one of :data:`COLUMN_BUILT`; default
+    :data:`COLUMN`).
     """
 
-    variant = "fused_fft"
-    uses_cufft = False
-
-    def __init__(self, geometry, tables, *, chunk: int | None = None, column_ept: int | None = None) -> None:
-        n = tables.n
+    def __init__(self, dev, *, column_ept: int | None = None) -> None:
+        n = dev.n
         if n not in SIZES:
             raise InputError(f"BPM variant 'fused_fft' needs a lateral size in {SIZES}, got {n}; use variant='cufft'")
         ept, lines = COLUMN[n]
@@ -114,67 +112,69 @@ class FusedBpmDevice(BpmDevice):
             if column_ept not in COLUMN_BUILT[n]:
                 raise InputError(f"column_ept must be one of {COLUMN_BUILT[n]} at {n} points, got {column_ept}")
             ept = int(column_ept)
-        super().__init__(geometry, tables, chunk=chunk)
         cp = cupy()
         if not str(cp.cuda.Device().compute_capability).startswith("9"):
             raise InputError("BPM variant 'fused_fft' is built for compute capability 9.x (H100/H200); use "
                              "variant='cufft'")
+        self.dev = dev
         module = load_cubin("qora.holo", CUBIN)
-        self._column = _Pass(module, "column", n, ept, lines, ("forward", "reverse"))
-        self._row = _Pass(module, "row", n, *ROW[n], ("forward", "output", "residual"))
-        self._reverse_row = _Pass(module, "row", n, *REVERSE_ROW[n], ("reverse",))
-        self.cq, self.cr, self.lq, self.lr = (cp.asarray(np.ascontiguousarray(spectral_order(t, ept, lines)))
-                                              for t in tables.products(np.complex64))
+        self.column = _Pass(module, "column", n, ept, lines, ("forward", "reverse"))
+        self.row = _Pass(module, "row", n, *ROW[n], ("forward", "output", "residual"))
+        self.reverse_row = _Pass(module, "row", n, *REVERSE_ROW[n], ("reverse",))
+        dev.cq, dev.cr, dev.lq, dev.lr = (cp.asarray(np.ascontiguousarray(spectral_order(t, ept, lines)))
+                                          for t in dev.tables.products(np.complex64))
 
-    def _forward(self, sl, keep: bool) -> None:
-        """S of the chunk after all slices (``w``: F_y^-1 S); with ``keep`` the envelopes w_k into ``stored``."""
-        cp = cupy()
-        n, b = self.n, sl.stop - sl.start
-        if keep and (self.stored is None or self.stored.shape[1] < b):
-            self.stored = cp.empty((self.nz, self.chunk, n, n), cp.complex64)
-        s, w = self.s[:b], self.w[:b]
+    def run_forward(self, sl, keep: bool) -> None:
+        """S of the chunk ``sl`` after all slices (``w``: F_y^-1 S); with ``keep`` the envelopes w_k into
+        the device's ``stored``."""
+        cp, dev = cupy(), self.dev
+        n, b = dev.n, sl.stop - sl.start
+        if keep and (dev.stored is None or dev.stored.shape[1] < b):
+            dev.stored = cp.empty((dev.nz, dev.chunk, n, n), cp.complex64)
+        s, w = dev.s[:b], dev.w[:b]
         s.fill(0)
         s[:, 0, 0] = n * n  # S_0 = n^2 delta; the register order keeps bin (0, 0) first
         w.fill(0)
         w[:, :, 0] = n * n  # F_y^-1 S_0: n^2 in column kx = 0 of every row
         scale = np.float32(1.0 / (n * n))
-        rows, columns = b * n // self._row.lines, b * n // self._column.lines
-        for k in range(self.nz):
-            stored = self.stored[k, :b] if keep else _NULL
-            self._row("forward", rows, w, self.screens[k], scale, stored)
-            tq, tr = self._tables(sl, k)
-            self._column("forward", columns, w, s, tq, tr)
+        rows, columns = b * n // self.row.lines, b * n // self.column.lines
+        for k in range(dev.nz):
+            stored = dev.stored[k, :b] if keep else _NULL
+            self.row("forward", rows, w, dev.screens[k], scale, stored)
+            tq, tr = dev._tables(sl, k)
+            self.column("forward", columns, w, s, tq, tr)
 
     def forward(self, out) -> None:
         """Field ratios (A, n, n) complex64, centre-origin, into the device array ``out``."""
-        n = self.n
-        for sl in self.chunks:
+        dev = self.dev
+        n = dev.n
+        for sl in dev.chunks:
             b = sl.stop - sl.start
-            self._forward(sl, False)
-            self._row("output", b * n // self._row.lines, self.w[:b], np.float32(1.0 / (n * n)), out[sl])
+            self.run_forward(sl, False)
+            self.row("output", b * n // self.row.lines, dev.w[:b], np.float32(1.0 / (n * n)), out[sl])
 
     def reverse(self, data, index=slice(None), *, residual: bool = False):
         """As :meth:`BpmDevice.reverse`: Re(J^H r) over the illuminations ``index`` (nz, n, n) float32
         centre-origin, and sum |r|^2."""
-        cp = cupy()
-        n, nz = self.n, self.nz
-        start, stop, _ = index.indices(self.count)
-        self.grad.fill(0)
-        self.loss.fill(0)
+        cp, dev = cupy(), self.dev
+        n, nz = dev.n, dev.nz
+        start, stop, _ = index.indices(dev.count)
+        dev.grad.fill(0)
+        dev.loss.fill(0)
         scale = np.float32(1.0 / (n * n))
-        for first in range(start, stop, self.chunk):
-            sl = slice(first, min(first + self.chunk, stop))
+        for first in range(start, stop, dev.chunk):
+            sl = slice(first, min(first + dev.chunk, stop))
             b = sl.stop - sl.start
-            self._forward(sl, True)
-            g, h = self.s[:b], self.w[:b]
-            self._row("residual", b * n // self._row.lines, h, data[sl], np.float32(0) if residual else scale,
-                      self.loss)
-            columns = b * n // self._column.lines
-            rows = n * -(-b // self._reverse_row.lines)
+            self.run_forward(sl, True)
+            g, h = dev.s[:b], dev.w[:b]
+            self.row("residual", b * n // self.row.lines, h, data[sl], np.float32(0) if residual else scale,
+                     dev.loss)
+            columns = b * n // self.column.lines
+            rows = n * -(-b // self.reverse_row.lines)
             for k in range(nz - 1, -1, -1):
-                tq, tr = self._tables(sl, k)
-                self._column("reverse", columns, h, g, tq, tr, scale, np.int32(k == nz - 1))
-                self._reverse_row("reverse", rows, h, self.screens[k], self.stored[k, :b], np.int32(b), self.kd,
-                                  self.grad[k])
-        grad = cp.fft.fftshift(self.grad, axes=(-2, -1))
-        return grad, float(self.loss.get()[0])
+                tq, tr = dev._tables(sl, k)
+                self.column("reverse", columns, h, g, tq, tr, scale, np.int32(k == nz - 1))
+                self.reverse_row("reverse", rows, h, dev.screens[k], dev.stored[k, :b], np.int32(b), dev.kd,
+                                 dev.grad[k])
+        grad = cp.fft.fftshift(dev.grad, axes=(-2, -1))
+        return grad, float(dev.loss.get()[0])
