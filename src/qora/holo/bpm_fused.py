@@ -42,9 +42,10 @@ REVERSE_ROW = {128: (8, 4), 256: (8, 4), 512: (8, 4)}
 SLICE_BYTES = {("cufft", "forward"): 136, ("cufft", "gradient"): 280,
                ("fused_fft", "forward"): 64, ("fused_fft", "gradient"): 144}
 #: the fused passes' bytes per element: row_forward reads and writes W (and writes w_k when stored);
-#: column passes read W, S (G), tq, tr and write S (G), W; row_reverse reads W, w_k and writes W
+#: column passes read W, S (G), tq, tr and write S (G), W; row_reverse reads W, w_k and writes W;
+#: once per chunk, row_output reads W and writes the fields, row_residual reads W and the data, writes W
 PASS_BYTES = {"row_forward": 16, "row_forward_keep": 24, "column_forward": 48, "column_reverse": 48,
-              "row_reverse": 24}
+              "row_reverse": 24, "row_output": 16, "row_residual": 24}
 
 _NULL = np.uint64(0)
 

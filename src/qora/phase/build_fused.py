@@ -22,18 +22,20 @@ from qora.backend.cubin import find_mathdx
 __all__ = ["SOURCES", "source_digest", "find_mathdx", "build"]
 
 KERNELS = Path(__file__).parent / "kernels"
-SOURCES = ("fused_fft.cu", "phase_ops.cuh")
+#: the files the cubin is built from, in digest order (the line transforms are the backend's, shared with
+#: qora.holo's fused BPM)
+SOURCES = (KERNELS / "fused_fft.cu", KERNELS / "phase_ops.cuh", cubin.KERNELS / "line_fft.cuh")
 
 
 def source_digest() -> str:
-    """SHA-256 of the sources the cubin is built from, in :data:`SOURCES` order."""
-    return cubin.source_digest(KERNELS / name for name in SOURCES)
+    """SHA-256 of :data:`SOURCES`."""
+    return cubin.source_digest(SOURCES)
 
 
 def build(*, arch: str = "sm_90", mathdx=None, nvcc: str = "nvcc") -> Path:
     """Compile ``fused_fft.cu`` for ``arch`` and write the cubin and its source digest; returns the cubin."""
-    return cubin.build_cubin(KERNELS / "fused_fft.cu", digest_of=[KERNELS / name for name in SOURCES], arch=arch,
-                             mathdx=mathdx, nvcc=nvcc)
+    return cubin.build_cubin(SOURCES[0], digest_of=SOURCES, includes=(cubin.KERNELS,), arch=arch, mathdx=mathdx,
+                             nvcc=nvcc)
 
 
 def main(argv=None) -> None:

@@ -1,5 +1,6 @@
-// cuFFTDx line transforms for the kernels that carry element-wise work inside the transform
-// (qora.holo's kernels/bpm_fused.cu; docs/holo-performance.md, "The fused slice step").
+// cuFFTDx line transforms for the kernels that carry element-wise work inside the transform:
+// qora.phase's kernels/fused_fft.cu (the transform type and the block sum) and qora.holo's
+// kernels/bpm_fused.cu (all of it; docs/holo-performance.md, "The fused slice step").
 //
 // A block transforms F lines of N points, EPT elements per thread: thread (tx, ty) holds elements
 // j = tx + e * stride (e = 0 .. EPT - 1, stride = N / EPT) of line ty, before and after the transform.
