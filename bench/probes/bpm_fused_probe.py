@@ -1,8 +1,12 @@
 """The BPM's fused_fft variant against the cuFFT variant, side by side in one run: forward and gradient
 at n^3 (49 illuminations, one chunk), each fused pass timed alone, bytes per element against the byte
 model and GB/s against a copy kernel measured in the same run, and the two variants' results compared.
+``--chunks`` adds both variants with smaller chunks of illuminations: with 16 at 256^2 a chunk's W, S
+and tables (34 MB) could stay in the 50 MB L2 from slice to slice (the tables are the same for every
+slice but the last), which the byte model does not count.
 
-    PYTHONPATH=src python bench/probes/bpm_fused_probe.py [--sizes 256,128] [--repeats 5] [--out DIR]
+    PYTHONPATH=src python bench/probes/bpm_fused_probe.py [--sizes 256,128] [--repeats 5] [--chunks 16,8]
+        [--out DIR]
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ def _rel(a, b) -> float:
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-def probe(be, n: int, copy: float, repeats: int, column_epts) -> dict:
+def probe(be, n: int, copy: float, repeats: int, column_epts, chunks=()) -> dict:
     from qora.holo import phantoms as P
     from qora.holo import reference as R
     from qora.holo.bpm_cuda import BpmDevice
@@ -38,6 +42,9 @@ def probe(be, n: int, copy: float, repeats: int, column_epts) -> dict:
     for ept in column_epts:
         dev = devices[f"fused_fft_ept{ept}"] = BpmDevice(g, tables, chunk=devices["cufft"].chunk, variant="fused_fft")
         dev.fused = FusedSteps(dev, column_ept=ept)
+    for c in chunks:
+        devices[f"cufft_chunk{c}"] = BpmDevice(g, tables, chunk=c)
+        devices[f"fused_fft_chunk{c}"] = BpmDevice(g, tables, chunk=c, variant="fused_fft")
     chunk = devices["cufft"].chunk
     elements = g.count * n * n * n  # element-slices of one pass through the volume, all illuminations
     row = {"n": n, "count": g.count, "chunk": chunk, "copy_gbs": copy, "variants": {}}
@@ -49,10 +56,10 @@ def probe(be, n: int, copy: float, repeats: int, column_epts) -> dict:
         grad = time_device(be, lambda: dev.reverse(data), warmup=1, repeats=repeats).median_ms
         gradient, loss = dev.reverse(data)
         outputs[name] = (out.get(), gradient.get(), loss)
-        kind = "cufft" if name == "cufft" else "fused_fft"
+        kind = "cufft" if name.startswith("cufft") else "fused_fft"
         entry = {"forward_ms": fwd, "gradient_ms": grad}
         for direction, ms in (("forward", fwd), ("gradient", grad)):
-            model = SLICE_BYTES[kind, direction] + (8 if direction == "forward" else 16) / chunk
+            model = SLICE_BYTES[kind, direction] + (8 if direction == "forward" else 16) / dev.chunk
             gbs = model * elements / (ms * 1e-3) / 1e9
             entry[direction] = {"ms": ms, "ps_per_element_slice": ms * 1e9 / elements, "model_bytes": model,
                                 "model_gbs": gbs, "pct_copy": 100 * gbs / copy}
@@ -60,7 +67,7 @@ def probe(be, n: int, copy: float, repeats: int, column_epts) -> dict:
         print(f"  {n}^3 {name}: forward {fwd:.2f} ms ({entry['forward']['pct_copy']:.0f}% of copy at "
               f"{entry['forward']['model_bytes']:.0f} B/el), gradient {grad:.2f} ms "
               f"({entry['gradient']['pct_copy']:.0f}%)", flush=True)
-        if kind == "fused_fft":  # each pass alone, queued behind a copy (no launch gap, a cold L2)
+        if name.startswith("fused_fft_ept"):  # each pass alone, queued behind a copy (no launch gap, a cold L2)
             b, scale, fused = chunk, np.float32(1.0 / (n * n)), dev.fused
             w, s = dev.w[:b], dev.s[:b]
             fused.run_forward(slice(0, b), True)
@@ -109,6 +116,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="256,128")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--column-ept", default="16,8", help="the fused column passes' elements per thread to try")
+    parser.add_argument("--chunks", default="", help="smaller chunks of illuminations to add, e.g. 16,8")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     be = resolve("cuda")
@@ -117,7 +125,8 @@ def main() -> None:
     rows = []
     for n in (int(v) for v in args.sizes.split(",")):
         epts = [int(e) for e in args.column_ept.split(",") if not (n == 128 and int(e) == 16)]
-        rows.append(probe(be, n, copy, args.repeats, epts))
+        chunks = [int(c) for c in args.chunks.split(",") if c]
+        rows.append(probe(be, n, copy, args.repeats, epts, chunks))
     result = {"device": be.device_facts().as_dict(), "copy_gbs": copy, "rows": rows}
     if args.out:
         out = Path(args.out)

@@ -303,7 +303,7 @@ def _bpm(result, be, n: int, copy_gbs: float, echo) -> None:
     result.add(f"bpm/{label}/gradient", ms=t_grad, chunk=b)
     result.add(f"bpm/{label}/propagate_kernel", ms=prop, gbs=gbs_prop, pct_copy=100 * gbs_prop / copy_gbs)
     result.add(f"bpm/{label}/screen_kernel", ms=screen, gbs=gbs_screen, pct_copy=100 * gbs_screen / copy_gbs)
-    fused = _bpm_fused(result, be, g, n, b, x, d, copy_gbs, (t_fwd, t_grad))
+    fused = _bpm_fused(result, be, g, n, b, x, d, copy_gbs, (t_fwd, t_grad), echo)
     del dev, out, d, x
     rows = {}
     for name, fn in (
@@ -326,7 +326,7 @@ def _bpm(result, be, n: int, copy_gbs: float, echo) -> None:
 
 
 
-def _bpm_fused(result, be, g, n: int, chunk: int, x, d, copy_gbs: float, cufft_ms) -> bool:
+def _bpm_fused(result, be, g, n: int, chunk: int, x, d, copy_gbs: float, cufft_ms, echo) -> bool:
     """The fused_fft variant's forward and gradient beside the cuFFT variant's (``cufft_ms``), with the GB/s
     of its byte model; False where it does not run (another size, another architecture)."""
     from qora.holo.bpm_cuda import BpmDevice
@@ -345,6 +345,8 @@ def _bpm_fused(result, be, g, n: int, chunk: int, x, d, copy_gbs: float, cufft_m
         gbs = SLICE_BYTES["fused_fft", direction] * g.count * n**3 / ms / 1e6
         result.add(f"bpm/{label}/{direction}_fused_fft", ms=ms, gbs=gbs, pct_copy=100 * gbs / copy_gbs,
                    ratio=old / ms)
+        echo(f"  BPM {label} fused_fft {direction}: {ms:.2f} ms, x{old / ms:.2f} of cufft, {gbs:.0f} GB/s of its "
+             f"model ({100 * gbs / copy_gbs:.0f}% of copy)")
     return True
 
 
