@@ -33,6 +33,9 @@ for b in ${BENCH:-}; do
     phase-fused) timeout 120 python3 bench/probes/fused_fft_probe.py --out "$OUT/results/phase-fused" ;;
     phase-fused-ncu) QORA_NCU_VARIANTS="fused_fft graph" QORA_NCU_SHAPES="256x256x256 2048x2048" \
                        QORA_RESULTS_DIR="$OUT/results" timeout 300 bash bench/ncu-phase.sh "$OUT/ncu" ;;
+    bpm-fused) timeout 240 python3 bench/probes/bpm_fused_probe.py --chunks 16 --out "$OUT/results/bpm-fused" ;;
+    bpm-fused-ncu) QORA_NCU_KINDS="bpm_fused_forward bpm_fused_gradient" QORA_NCU_SIZES=256 \
+                     QORA_RESULTS_DIR="$OUT/results" timeout 300 bash bench/ncu-holo.sh "$OUT/ncu" python3 ;;
     *) echo "unknown benchmark $b" ;;
   esac > "$OUT/bench-$b.log" 2>&1
   echo "bench $b rc=$?"; tail -4 "$OUT/bench-$b.log"

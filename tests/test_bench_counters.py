@@ -33,3 +33,21 @@ def test_cupy_helper_kernels_are_neither_ours_nor_cufft():
     log = LOG.replace('"2","1","update_step"', '"2","1","cupy_multiply__complex64"')
     s = counters.summarize(counters.parse_csv(log), n_elements=100, iterations=1)
     assert s["ours_bytes_per_element"] == pytest.approx(30.0) and s["cufft_bytes_per_element"] == pytest.approx(160.0)
+
+
+def test_holo_counters_name_the_fused_bpm_passes_and_their_bytes():
+    import re
+
+    from qora.bench import holo_counters as H
+    from qora.holo.bpm_fused import PASS_BYTES
+
+    pattern = re.compile(H.KERNEL_REGEX.removeprefix("regex:"))
+    for name in ("bpm_row_forward_256_16_8", "bpm_column_reverse_512_8_16", "fgp_fused"):
+        assert pattern.match(name)
+    assert not pattern.match("bpm_propagate") and not pattern.match("regular_fft_factor")
+    assert H.kernel_name("bpm_row_reverse_256_4_8") == "bpm_row_reverse"
+    assert H.kernel_name("vector_fft_256") is None
+    # 49 illuminations of 256^2 per launch; the row pass stores w_k only in the gradient's forward
+    assert H.model_bytes("bpm_row_forward", 256, "bpm_fused_forward") == PASS_BYTES["row_forward"] * 49 * 256**2
+    assert H.model_bytes("bpm_row_forward", 256, "bpm_fused_gradient") == 24 * 49 * 256**2
+    assert H.model_bytes("bpm_column_forward", 256) == 48 * 49 * 256**2

@@ -303,6 +303,7 @@ def _bpm(result, be, n: int, copy_gbs: float, echo) -> None:
     result.add(f"bpm/{label}/gradient", ms=t_grad, chunk=b)
     result.add(f"bpm/{label}/propagate_kernel", ms=prop, gbs=gbs_prop, pct_copy=100 * gbs_prop / copy_gbs)
     result.add(f"bpm/{label}/screen_kernel", ms=screen, gbs=gbs_screen, pct_copy=100 * gbs_screen / copy_gbs)
+    fused = _bpm_fused(result, be, g, n, b, x, d, copy_gbs, (t_fwd, t_grad), echo)
     del dev, out, d, x
     rows = {}
     for name, fn in (
@@ -312,7 +313,8 @@ def _bpm(result, be, n: int, copy_gbs: float, echo) -> None:
         ("bpm20_from_rytov_gp20", lambda: bpm_reconstruct(data, g, iterations=20, backend="cuda").index),
         ("bpm20_tv_from_rytov_gp20", lambda: bpm_reconstruct(data, g, iterations=20, tv_weight=1e-3,
                                                              backend="cuda").index),
-    ):
+    ) + ((("bpm20_from_rytov_gp20_fused_fft", lambda: bpm_reconstruct(data, g, iterations=20, backend="cuda",
+                                                                    variant="fused_fft").index),) if fused else ()):
         fn()
         t0 = time.perf_counter()
         vol = fn()
@@ -322,6 +324,30 @@ def _bpm(result, be, n: int, copy_gbs: float, echo) -> None:
          f"{gbs_prop:.0f} GB/s ({100 * gbs_prop / copy_gbs:.0f}% of copy), screen {gbs_screen:.0f} GB/s; "
          + ", ".join(f"{k} {ms:.0f} ms RMSE {e:.2e}" for k, (ms, e) in rows.items()))
 
+
+
+def _bpm_fused(result, be, g, n: int, chunk: int, x, d, copy_gbs: float, cufft_ms, echo) -> bool:
+    """The fused_fft variant's forward and gradient beside the cuFFT variant's (``cufft_ms``), with the GB/s
+    of its byte model; False where it does not run (another size, another architecture)."""
+    from qora.holo.bpm_cuda import BpmDevice
+    from qora.holo.bpm_fused import SIZES, SLICE_BYTES
+    from qora.holo.plans import bpm_tables
+
+    if n not in SIZES or not be.device_facts().compute_capability.startswith("9"):
+        return False
+    label = shape_label((n, n, n))
+    dev = BpmDevice(g, bpm_tables(g, n), chunk=chunk, variant="fused_fft")
+    dev.set_contrast(x)
+    out = be.xp.empty((g.count, n, n), be.xp.complex64)
+    times = (time_device(be, lambda: dev.forward(out), warmup=1, repeats=3).median_ms,
+             time_device(be, lambda: dev.reverse(d), warmup=1, repeats=3).median_ms)
+    for direction, ms, old in zip(("forward", "gradient"), times, cufft_ms):
+        gbs = SLICE_BYTES["fused_fft", direction] * g.count * n**3 / ms / 1e6
+        result.add(f"bpm/{label}/{direction}_fused_fft", ms=ms, gbs=gbs, pct_copy=100 * gbs / copy_gbs,
+                   ratio=old / ms)
+        echo(f"  BPM {label} fused_fft {direction}: {ms:.2f} ms, x{old / ms:.2f} of cufft, {gbs:.0f} GB/s of its "
+             f"model ({100 * gbs / copy_gbs:.0f}% of copy)")
+    return True
 
 
 def run(be, *, write: bool = True, echo=print, quick: bool = False) -> BenchResult:

@@ -217,6 +217,10 @@ def _file_geometry(ctx, path, g, hp, *, wavelength, pixel, hologram_pixel, mediu
               help="Reconstruct absorption too (n + i kappa; written beside the index as 'absorption').")
 @click.option("--batch", type=click.IntRange(1, 100000), default=None,
               help="bpm: illuminations per gradient step, cycled without momentum (default: all, with FISTA).")
+@click.option("--bpm-variant", type=click.Choice(["cufft", "fused_fft"]), default=None,
+              help="bpm on the GPU: the slice step as cuFFT transforms and element-wise kernels, or as fused "
+              "cuFFTDx line passes (n of 128, 256 or 512 on an H100/H200; docs/holo-performance.md) "
+              "[default: cufft].")
 @click.option("--oversample", type=click.FloatRange(1.0, 4.0), default=2.0, show_default=True,
               help="Map onto a grid this many times finer in k (costs oversample^3; docs/holo.md); not bpm.")
 @click.option("--input", "input_kind", type=click.Choice(["holograms", "fields", "phase-amplitude"]),
@@ -240,7 +244,7 @@ def _file_geometry(ctx, path, g, hp, *, wavelength, pixel, hologram_pixel, mediu
 @scale_out_options
 def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, medium_index, na_detection,
                     geometry_kind, angle_range, axis_tilt, axis_angle, rotation_sense, method, approximation,
-                    iterations, tv_weight, index_min, index_max, complex_index, batch, oversample,
+                    iterations, tv_weight, index_min, index_max, complex_index, batch, bpm_variant, oversample,
                     input_kind, amplitude, angles_file, angle_unit, distance, autofocus, focus_range, focus_metric,
                     backend, out, plot, quiet, scheduler, workers, gpus) -> None:
     """Refractive-index volume from a hologram stack (and its backgrounds).
@@ -350,7 +354,7 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
         raise click.BadParameter("bpm takes a numeric --tv-weight ('auto' is for --method tv)", param_hint="--tv-weight")
     if method == "bpm":
         result = _bpm(H, stack, bgs, g, hp, iterations=iterations, tv_weight=tv_weight, batch=batch, backend=backend,
-                      quiet=quiet)
+                      quiet=quiet, variant=bpm_variant)
     else:
         if cluster:
             if stack.ndim != 4 or suffix != ".zarr":
@@ -382,8 +386,8 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
 def _check_method_options(ctx, method: str, cluster: bool) -> None:
     """Refuse an option the chosen method would not read (never silently ignored)."""
     unread = {"bpm": ("approximation", "oversample", "index_min", "index_max", "complex_index"),
-              "plain": ("iterations", "tv_weight", "batch", "index_min", "index_max"),
-              "gp": ("tv_weight", "batch"), "tv": ("batch",)}[method]
+              "plain": ("iterations", "tv_weight", "batch", "bpm_variant", "index_min", "index_max"),
+              "gp": ("tv_weight", "batch", "bpm_variant"), "tv": ("batch", "bpm_variant")}[method]
     for name in unread:
         if _given(ctx, name):
             option = "--" + name.replace("_", "-")
@@ -393,9 +397,9 @@ def _check_method_options(ctx, method: str, cluster: bool) -> None:
                                "the Fourier methods")
 
 
-def _bpm(H, stack, bgs, g, hp, *, iterations, tv_weight, batch, backend, quiet):
+def _bpm(H, stack, bgs, g, hp, *, iterations, tv_weight, batch, backend, quiet, variant=None):
     """The BPM inversion with its Rytov + GP start, on one progress bar (the start's GP iterations, then the
-    BPM steps)."""
+    BPM steps); ``variant``: the CUDA slice step (None: the default)."""
     from qora.holo import bpm as B
     from qora.holo.steps import span
     from qora.progress import tqdm_progress
@@ -404,6 +408,14 @@ def _bpm(H, stack, bgs, g, hp, *, iterations, tv_weight, batch, backend, quiet):
         raise click.UsageError("--method bpm needs the illumination-scanning geometry, not rotation")
     if stack.ndim != 3:
         raise click.UsageError("--method bpm takes one stack (A, N, N), not a series")
+    cuda_options = {}
+    if variant is not None:
+        from qora.backend import resolve
+
+        if not resolve(backend).is_cuda:
+            raise click.BadParameter("--bpm-variant chooses the GPU's slice step; this run is on the CPU",
+                                     param_hint="--bpm-variant")
+        cuda_options["variant"] = variant
     ratio = H.ratio_from_holograms(stack, bgs, g, hp)
     start_units = 1 + B.START_OPTIONS.iterations
     total = start_units + iterations
@@ -411,7 +423,7 @@ def _bpm(H, stack, bgs, g, hp, *, iterations, tv_weight, batch, backend, quiet):
         start = B.rytov_start(ratio, g, g.n, reconstruct=lambda d, geo, o: H.reconstruct(
             d, geo, o, backend=backend, progress=span(bar, 0, total, "start (Rytov + GP): ")))
         return H.bpm_reconstruct(ratio, g, start=start, iterations=iterations, tv_weight=tv_weight, batch=batch,
-                                 progress=span(bar, start_units, total), backend=backend)
+                                 progress=span(bar, start_units, total), backend=backend, **cuda_options)
 
 
 def _recorded(sideband, hp, hologram_n, options, *, iterations, tv_weight, batch) -> dict:

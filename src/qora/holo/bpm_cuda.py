@@ -8,6 +8,9 @@ Backward: a split kernel, the inverse FFT, a gradient kernel with one thread per
 over the chunk's illuminations (no atomics), the forward FFT. The stored envelopes take
 8 n_z n^2 B bytes; B is chosen so that they fit in half the free device memory (or given), and
 chunking does not change the result beyond the order of float sums.
+
+``variant="fused_fft"`` (:mod:`qora.holo.bpm_fused`) runs each slice step as two cuFFTDx line
+passes carrying the element-wise work instead (docs/holo-performance.md, "The fused slice step").
 """
 
 from __future__ import annotations
@@ -25,21 +28,37 @@ from qora.holo.cuda_stages import FgpProx, WorkArea, cupy
 from qora.holo.geometry import Geometry
 from qora.holo.odt import OdtResult
 from qora.holo.plans import BpmTables, bpm_tables, check_scan
+from qora.io.errors import InputError
 from qora.io.validate import positive
 from qora.progress import report
 
-__all__ = ["BpmDevice", "bpm_forward", "bpm_vjp", "bpm_gradient", "bpm_reconstruct"]
+__all__ = ["BpmDevice", "VARIANTS", "bpm_forward", "bpm_vjp", "bpm_gradient", "bpm_reconstruct"]
+
+
+#: the slice step's implementations: cuFFT transforms with element-wise kernels between them, or fused
+#: cuFFTDx line passes (lateral sizes 128 to 512, compute capability 9.x)
+VARIANTS = ("cufft", "fused_fft")
+
+
+def check_variant(variant: str) -> str:
+    if variant not in VARIANTS:
+        raise InputError(f"BPM variant must be one of {VARIANTS}, got {variant!r}")
+    return variant
 
 
 class BpmDevice:
     """Tables, plans and buffers of the BPM for one geometry and slice count on the device.
 
     ``chunk``: illuminations per chunk (default: as many as fit, with their stored envelopes,
-    in half the free device memory).
+    in half the free device memory). ``variant``: the slice step (:data:`VARIANTS`); with "fused_fft"
+    forward and reverse run :class:`qora.holo.bpm_fused.FusedSteps` on these buffers, and the tables
+    are kept in its register order.
     """
 
-    def __init__(self, geometry: Geometry, tables: BpmTables, *, chunk: int | None = None) -> None:
+    def __init__(self, geometry: Geometry, tables: BpmTables, *, chunk: int | None = None,
+                 variant: str = "cufft") -> None:
         cp = cupy()
+        self.variant = check_variant(variant)
         check_scan(geometry)
         a, n, nz = tables.count, tables.n, tables.n_z
         self.geometry, self.tables, self.n, self.nz, self.count = geometry, tables, n, nz, a
@@ -50,7 +69,8 @@ class BpmDevice:
         self.chunk = max(1, min(a, int(chunk)))
         self.chunks = [slice(s, min(s + self.chunk, a)) for s in range(0, a, self.chunk)]
         self.work = WorkArea()
-        self.plans = {sl.stop - sl.start: self.work.plan(C2C, (n, n), batch=sl.stop - sl.start) for sl in self.chunks}
+        self.plans = {sl.stop - sl.start: self.work.plan(C2C, (n, n), batch=sl.stop - sl.start)
+                      for sl in self.chunks} if variant == "cufft" else {}
         b = self.chunk
         self.s = cp.empty((b, n, n), cp.complex64)
         self.w = cp.empty((b, n, n), cp.complex64)
@@ -60,6 +80,11 @@ class BpmDevice:
         self.loss = cp.zeros(1, cp.float64)
         self.kd = np.float32(tables.k0 * tables.step)
         self.work.allocate()
+        self.fused = None
+        if variant == "fused_fft":
+            from qora.holo.bpm_fused import FusedSteps
+
+            self.fused = FusedSteps(self)
 
     def set_contrast(self, x) -> None:
         """The thin screens exp(i k0 d x_k) of the contrast x (nz, n, n) float32, centre-origin."""
@@ -95,6 +120,8 @@ class BpmDevice:
 
     def forward(self, out) -> None:
         """Field ratios (A, n, n) complex64, centre-origin, into the device array ``out``."""
+        if self.fused is not None:
+            return self.fused.forward(out)
         n = self.n
         for sl in self.chunks:
             b = sl.stop - sl.start
@@ -110,6 +137,8 @@ class BpmDevice:
         r = y - data (data: field ratios, centre-origin, all illuminations), or with ``residual``
         ``data`` is r itself.
         """
+        if self.fused is not None:
+            return self.fused.reverse(data, index, residual=residual)
         cp = cupy()
         n, nz = self.n, self.nz
         start, stop, _ = index.indices(self.count)
@@ -145,40 +174,43 @@ class BpmDevice:
         return grad, float(self.loss.get()[0])
 
 
-def _device(contrast, geometry, tables, chunk):
+def _device(contrast, geometry, tables, chunk, variant="cufft"):
     cp = cupy()
     x = np.asarray(contrast, np.float32)
     if x.ndim != 3 or x.shape[1:] != (geometry.n, geometry.n):
         raise ValueError(f"contrast must be (n_z, {geometry.n}, {geometry.n}), got {x.shape}")
     tables = tables if tables is not None else bpm_tables(geometry, x.shape[0])
-    dev = BpmDevice(geometry, tables, chunk=chunk)
+    dev = BpmDevice(geometry, tables, chunk=chunk, variant=variant)
     xd = cp.asarray(x)
     dev.set_contrast(xd)
     return dev
 
 
-def bpm_forward(contrast, geometry: Geometry, tables: BpmTables | None = None, *, chunk: int | None = None):
-    """The CUDA twin of :func:`qora.holo.bpm.bpm_forward` (complex64 field ratios, host)."""
+def bpm_forward(contrast, geometry: Geometry, tables: BpmTables | None = None, *, chunk: int | None = None,
+                variant: str = "cufft"):
+    """The CUDA twin of :func:`qora.holo.bpm.bpm_forward` (complex64 field ratios, host); ``variant``: one of
+    :data:`VARIANTS`."""
     cp = cupy()
-    dev = _device(contrast, geometry, tables, chunk)
+    dev = _device(contrast, geometry, tables, chunk, variant)
     out = cp.empty((geometry.count, geometry.n, geometry.n), cp.complex64)
     dev.forward(out)
     return out.get()
 
 
-def bpm_vjp(contrast, r, geometry: Geometry, tables: BpmTables | None = None, *, chunk: int | None = None):
+def bpm_vjp(contrast, r, geometry: Geometry, tables: BpmTables | None = None, *, chunk: int | None = None,
+            variant: str = "cufft"):
     """The CUDA twin of :func:`qora.holo.bpm.bpm_vjp`: J^T r (float32, host)."""
     cp = cupy()
-    dev = _device(contrast, geometry, tables, chunk)
+    dev = _device(contrast, geometry, tables, chunk, variant)
     grad, _ = dev.reverse(cp.asarray(np.asarray(r), cp.complex64), residual=True)
     return grad.get()
 
 
 def bpm_gradient(contrast, data, geometry: Geometry, tables: BpmTables | None = None, *, index=slice(None),
-                 return_loss: bool = False, chunk: int | None = None):
+                 return_loss: bool = False, chunk: int | None = None, variant: str = "cufft"):
     """The CUDA twin of :func:`qora.holo.bpm.bpm_gradient` (float32, host)."""
     cp = cupy()
-    dev = _device(contrast, geometry, tables, chunk)
+    dev = _device(contrast, geometry, tables, chunk, variant)
     count = len(range(*index.indices(geometry.count)))
     grad, loss = dev.reverse(cp.asarray(np.asarray(data), cp.complex64), index)
     grad = (grad / count).get()
@@ -187,8 +219,10 @@ def bpm_gradient(contrast, data, geometry: Geometry, tables: BpmTables | None = 
 
 def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, tv_weight: float | None = None,
                     tv_inner: int = 20, batch: int | None = None, step: float = 1.0, progress=None, *,
-                    n_z: int | None = None, obliquity: bool = True, chunk: int | None = None, fgp: str = "fused"):
-    """The CUDA twin of :func:`qora.holo.bpm.bpm_reconstruct` (same options, plus ``chunk`` and ``fgp``).
+                    n_z: int | None = None, obliquity: bool = True, chunk: int | None = None, fgp: str = "fused",
+                    variant: str = "cufft"):
+    """The CUDA twin of :func:`qora.holo.bpm.bpm_reconstruct` (same options, plus ``chunk``, ``fgp`` and the
+    slice step's ``variant``, one of :data:`VARIANTS`).
 
     The iterates stay on the device (float32); the start, by default Rytov with 20 GP
     iterations, is computed by the CUDA ODT solver.
@@ -196,10 +230,11 @@ def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, 
     cp = cupy()
     t0 = time.perf_counter()
     step = positive("step", step)
+    check_variant(variant)  # before the start is computed
     data, x0, batches = inversion_inputs(data, geometry, start, iterations, tv_weight, tv_inner, batch, n_z,
                                          reconstruct=cuda_reconstruct)
     tables = bpm_tables(geometry, x0.shape[0], obliquity)
-    dev = BpmDevice(geometry, tables, chunk=chunk)
+    dev = BpmDevice(geometry, tables, chunk=chunk, variant=variant)
     d = cp.asarray(data, cp.complex64)
     lam = 0.0 if not tv_weight else step * tv_weight / (2 * geometry.medium_index)
     prox = FgpProx(x0.shape, lam, fgp) if lam > 0 else None
@@ -235,4 +270,4 @@ def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, 
     return OdtResult(index, geometry, "bpm", "bpm", len(losses),
                      info={"loss": losses, "n_z": x0.shape[0], "batch": batch, "tv_weight": tv_weight, "step": step,
                            "obliquity": obliquity, "seconds": time.perf_counter() - t0, "backend": "cuda",
-                           "chunk": dev.chunk})
+                           "chunk": dev.chunk, "variant": dev.variant})

@@ -19,14 +19,12 @@
 // Built offline (cuFFTDx is a header library that NVRTC would recompile on every machine):
 // `python -m qora.phase.build_fused --mathdx <nvidia/mathdx>` writes fused_fft.sm_90.cubin beside this file.
 
-#include <cufftdx.hpp>
+#include "line_fft.cuh"  // qora/backend/kernels: the line transforms shared with qora.holo's fused BPM
 #include "phase_ops.cuh"
 
 using namespace cufftdx;
-
-template <int N, int EPT, int F, fft_direction D>
-using LineFFT = decltype(Size<N>() + Precision<float>() + Type<fft_type::c2c>() + Direction<D>() +
-                         ElementsPerThread<EPT>() + FFTsPerBlock<F>() + SM<900>() + Block());
+using qora::LineFFT;
+using qora::block_add_2d;
 
 enum { MODE_FORWARD = 0, MODE_INVERSE = 1, MODE_MODULUS = 2, MODE_UPDATE = 3, MODE_UPDATE_FORWARD = 4 };
 
@@ -41,21 +39,6 @@ struct Lines {
     static constexpr int strided_smem = tile_bytes > fft_bytes ? tile_bytes : fft_bytes;
     static constexpr int contig_smem = fft_bytes;
 };
-
-// sum over the block (any shape), one double atomic per block
-__device__ __forceinline__ void block_add_2d(float v, double* target) {
-    __shared__ float warp_sums[32];
-    const int tid = threadIdx.y * blockDim.x + threadIdx.x;
-    const int nthreads = blockDim.x * blockDim.y;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-    if ((tid & 31) == 0) warp_sums[tid >> 5] = v;
-    __syncthreads();
-    if (tid < 32) {
-        float s = tid < (nthreads + 31) / 32 ? warp_sums[tid] : 0.0f;
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
-        if (tid == 0) atomicAdd(target, (double)s);
-    }
-}
 
 // Lines of length N with stride `inner` elements: element (o, j, i) at (o * N + j) * inner + i; the
 // block takes lines i0 .. i0 + F - 1 of one o. n: elements per start (the amplitude's size).

@@ -1,0 +1,181 @@
+"""The BPM's ``fused_fft`` variant on CUDA: each slice step as two passes of cuFFTDx line transforms
+that carry the element-wise work (``kernels/bpm_fused.cu``; docs/holo-performance.md, "The fused
+slice step").
+
+:class:`qora.holo.bpm_cuda.BpmDevice` with ``variant="fused_fft"`` runs its forward and reverse
+passes through :class:`FusedSteps`, on the same buffers, screens and (reordered) tables. Per slice,
+forward: a row pass (the inverse x transform of the previous step, the screen, the forward x
+transform) and a column pass (the forward y transform, S = tq A + tr S, the inverse y transform);
+the reverse pass has the same two with the adjoint steps and the gradient's sum over the chunk's
+illuminations. Lateral sizes 128, 256 and
+512 (:data:`SIZES`), on compute capability 9.x (the prebuilt ``bpm_fused.sm_90.cubin``; rebuild with
+``python -m qora.holo.build_fused``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qora.backend.kernels import load_cubin
+from qora.holo.cuda_stages import cupy
+from qora.io.errors import InputError
+
+__all__ = ["FusedSteps", "SIZES", "SLICE_BYTES", "PASS_BYTES", "COLUMN", "ROW", "REVERSE_ROW", "spectral_order", "natural_order"]
+
+SIZES = (128, 256, 512)
+CUBIN = "bpm_fused.sm_90.cubin"
+#: (elements per thread, lines per block) of the column passes by lateral size: 16 elements per thread
+#: at 256 and 512, where qora.phase measured its two-transform strided passes faster so
+COLUMN = {128: (8, 16), 256: (16, 16), 512: (16, 8)}
+#: the column passes' elements per thread that are built (``column_ept``)
+COLUMN_BUILT = {128: (8,), 256: (8, 16), 512: (8, 16)}
+#: the forward, output and residual row passes
+ROW = {128: (8, 16), 256: (8, 16), 512: (8, 8)}
+#: the reverse row pass: 4 illuminations of one row per block, so that the gradient's sum over the
+#: illuminations costs one float atomic per pixel and 4 illuminations
+REVERSE_ROW = {128: (8, 4), 256: (8, 4), 512: (8, 4)}
+
+#: the byte model: DRAM bytes per element (one complex64 value of one illumination) and slice, by variant
+#: and direction (the gradient: the forward pass storing w_k, then the reverse pass), with 32 B per cuFFT 2D
+#: transform (two passes); the screen (8 n^2 bytes per slice, shared by the chunk's B illuminations)
+#: adds 8 / B on top (docs/holo-performance.md, "The fused slice step")
+SLICE_BYTES = {("cufft", "forward"): 136, ("cufft", "gradient"): 280,
+               ("fused_fft", "forward"): 64, ("fused_fft", "gradient"): 144}
+#: the fused passes' bytes per element: row_forward reads and writes W (and writes w_k when stored);
+#: column passes read W, S (G), tq, tr and write S (G), W; row_reverse reads W, w_k and writes W;
+#: once per chunk, row_output reads W and writes the fields, row_residual reads W and the data, writes W
+PASS_BYTES = {"row_forward": 16, "row_forward_keep": 24, "column_forward": 48, "column_reverse": 48,
+              "row_reverse": 24, "row_output": 16, "row_residual": 24}
+
+_NULL = np.uint64(0)
+
+
+def spectral_order(table, ept: int, lines: int):
+    """A spectral array (A, n, n) in the FFT layout [a, ky, kx], rearranged into the column pass's
+    register order (A, n, n): the value of (ky = tx + e n / ept, kx = bx lines + f) at
+    [a, bx, e, f, tx] (C order), where block bx of illumination a holds it in register e of thread (tx, f).
+    Works on NumPy and CuPy arrays."""
+    a, n, m = table.shape
+    if n != m or n % ept or n % lines:
+        raise ValueError(f"spectral_order needs (A, n, n) with n divisible by {ept} and {lines}, got {table.shape}")
+    t = table.reshape(a, ept, n // ept, n // lines, lines)  # [a, e, tx, bx, f]
+    return t.transpose(0, 3, 1, 4, 2).reshape(a, n, n)
+
+
+def natural_order(ordered, ept: int, lines: int):
+    """The inverse of :func:`spectral_order`."""
+    a, n, _ = ordered.shape
+    t = ordered.reshape(a, n // lines, ept, lines, n // ept)  # [a, bx, e, f, tx]
+    return t.transpose(0, 2, 4, 1, 3).reshape(a, n, n)
+
+
+class _Pass:
+    """The kernels of one pass family at one (size, elements per thread, lines per block)."""
+
+    def __init__(self, module, family: str, n: int, ept: int, lines: int, kinds) -> None:
+        cp = cupy()
+        suffix = f"{n}_{lines}_{ept}"
+        try:
+            params = module.get_function(f"bpm_{family}_params_{suffix}")
+        except Exception as exc:  # noqa: BLE001 - CuPy raises its driver error for a name not in the module
+            raise InputError(f"the fused BPM has no {family} pass of {n} points with {ept} elements per thread "
+                             f"and {lines} lines per block") from exc
+        out = cp.zeros(4, np.int32)
+        params((1,), (1,), (out,))
+        bx, by, smem, smem_reverse = (int(v) for v in out.get())
+        self.block, self.lines, self.ept = (bx, by), lines, ept
+        self.kernels, self.smem = {}, {}
+        for kind in kinds:
+            kernel = self.kernels[kind] = module.get_function(f"bpm_{family}_{kind}_{suffix}")
+            self.smem[kind] = smem_reverse if (family, kind) == ("row", "reverse") else smem
+            kernel.max_dynamic_shared_size_bytes = self.smem[kind]
+
+    def __call__(self, kind: str, blocks: int, *args) -> None:
+        self.kernels[kind]((int(blocks),), self.block, args, shared_mem=self.smem[kind])
+
+
+class FusedSteps:
+    """The slice steps of a :class:`~qora.holo.bpm_cuda.BpmDevice` (``variant="fused_fft"``) as fused line passes.
+
+    Runs on the device's buffers: ``s`` holds the spectra S (forward) or the adjoint state G (reverse)
+    in the column pass's register order (:func:`spectral_order`), ``w`` the slice between the passes
+    (x spectral, y real); the device's tables are replaced by their register-order copies.
+    ``column_ept``: the column passes' elements per thread (one of :data:`COLUMN_BUILT`; default
+    :data:`COLUMN`).
+    """
+
+    def __init__(self, dev, *, column_ept: int | None = None) -> None:
+        n = dev.n
+        if n not in SIZES:
+            raise InputError(f"BPM variant 'fused_fft' needs a lateral size in {SIZES}, got {n}; use variant='cufft'")
+        ept, lines = COLUMN[n]
+        if column_ept is not None:
+            if column_ept not in COLUMN_BUILT[n]:
+                raise InputError(f"column_ept must be one of {COLUMN_BUILT[n]} at {n} points, got {column_ept}")
+            ept = int(column_ept)
+        cp = cupy()
+        if not str(cp.cuda.Device().compute_capability).startswith("9"):
+            raise InputError("BPM variant 'fused_fft' is built for compute capability 9.x (H100/H200); use "
+                             "variant='cufft'")
+        self.dev = dev
+        module = load_cubin("qora.holo", CUBIN)
+        self.column = _Pass(module, "column", n, ept, lines, ("forward", "reverse"))
+        self.row = _Pass(module, "row", n, *ROW[n], ("forward", "output", "residual"))
+        self.reverse_row = _Pass(module, "row", n, *REVERSE_ROW[n], ("reverse",))
+        dev.cq, dev.cr, dev.lq, dev.lr = (cp.asarray(np.ascontiguousarray(spectral_order(t, ept, lines)))
+                                          for t in dev.tables.products(np.complex64))
+
+    def run_forward(self, sl, keep: bool) -> None:
+        """S of the chunk ``sl`` after all slices (``w``: F_y^-1 S); with ``keep`` the envelopes w_k into
+        the device's ``stored``."""
+        cp, dev = cupy(), self.dev
+        n, b = dev.n, sl.stop - sl.start
+        if keep and (dev.stored is None or dev.stored.shape[1] < b):
+            dev.stored = cp.empty((dev.nz, dev.chunk, n, n), cp.complex64)
+        s, w = dev.s[:b], dev.w[:b]
+        s.fill(0)
+        s[:, 0, 0] = n * n  # S_0 = n^2 delta; the register order keeps bin (0, 0) first
+        w.fill(0)
+        w[:, :, 0] = n * n  # F_y^-1 S_0: n^2 in column kx = 0 of every row
+        scale = np.float32(1.0 / (n * n))
+        rows, columns = b * n // self.row.lines, b * n // self.column.lines
+        for k in range(dev.nz):
+            stored = dev.stored[k, :b] if keep else _NULL
+            self.row("forward", rows, w, dev.screens[k], scale, stored)
+            tq, tr = dev._tables(sl, k)
+            self.column("forward", columns, w, s, tq, tr)
+
+    def forward(self, out) -> None:
+        """Field ratios (A, n, n) complex64, centre-origin, into the device array ``out``."""
+        dev = self.dev
+        n = dev.n
+        for sl in dev.chunks:
+            b = sl.stop - sl.start
+            self.run_forward(sl, False)
+            self.row("output", b * n // self.row.lines, dev.w[:b], np.float32(1.0 / (n * n)), out[sl])
+
+    def reverse(self, data, index=slice(None), *, residual: bool = False):
+        """As :meth:`BpmDevice.reverse`: Re(J^H r) over the illuminations ``index`` (nz, n, n) float32
+        centre-origin, and sum |r|^2."""
+        cp, dev = cupy(), self.dev
+        n, nz = dev.n, dev.nz
+        start, stop, _ = index.indices(dev.count)
+        dev.grad.fill(0)
+        dev.loss.fill(0)
+        scale = np.float32(1.0 / (n * n))
+        for first in range(start, stop, dev.chunk):
+            sl = slice(first, min(first + dev.chunk, stop))
+            b = sl.stop - sl.start
+            self.run_forward(sl, True)
+            g, h = dev.s[:b], dev.w[:b]
+            self.row("residual", b * n // self.row.lines, h, data[sl], np.float32(0) if residual else scale,
+                     dev.loss)
+            columns = b * n // self.column.lines
+            rows = n * -(-b // self.reverse_row.lines)
+            for k in range(nz - 1, -1, -1):
+                tq, tr = dev._tables(sl, k)
+                self.column("reverse", columns, h, g, tq, tr, scale, np.int32(k == nz - 1))
+                self.reverse_row("reverse", rows, h, dev.screens[k], dev.stored[k, :b], np.int32(b), dev.kd,
+                                 dev.grad[k])
+        grad = cp.fft.fftshift(dev.grad, axes=(-2, -1))
+        return grad, float(dev.loss.get()[0])

@@ -1,0 +1,44 @@
+"""Build the prebuilt module of the BPM's ``fused_fft`` variant: ``kernels/bpm_fused.<arch>.cubin``.
+
+The kernels (``kernels/bpm_fused.cu``, with the line transforms of ``qora/backend/kernels/line_fft.cuh``)
+are written against cuFFTDx, so they are compiled once, here, and the cubin ships as package data
+(:mod:`qora.backend.cubin` says why). A digest of both sources is written beside it: a CPU test fails
+when they change and the cubin was not rebuilt.
+
+Usage::
+
+    pip download --no-deps nvidia-mathdx==25.6.0 && unzip nvidia_mathdx-*.whl -d mathdx
+    python -m qora.holo.build_fused --mathdx mathdx/nvidia/mathdx [--arch sm_90]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from qora.backend import cubin
+
+__all__ = ["KERNELS", "SOURCES", "source_digest", "build"]
+
+KERNELS = Path(__file__).parent / "kernels"
+#: the files the cubin is built from, in digest order
+SOURCES = (KERNELS / "bpm_fused.cu", cubin.KERNELS / "line_fft.cuh")
+
+
+def source_digest() -> str:
+    """SHA-256 of :data:`SOURCES`."""
+    return cubin.source_digest(SOURCES)
+
+
+def build(*, arch: str = "sm_90", mathdx=None, nvcc: str = "nvcc") -> Path:
+    """Compile ``bpm_fused.cu`` for ``arch``; writes the cubin and its source digest, returns the cubin."""
+    return cubin.build_cubin(SOURCES[0], digest_of=SOURCES, includes=(cubin.KERNELS,), arch=arch, mathdx=mathdx,
+                             nvcc=nvcc)
+
+
+def main(argv=None) -> None:
+    args = cubin.build_parser(__doc__.splitlines()[0]).parse_args(argv)
+    print(build(arch=args.arch, mathdx=args.mathdx, nvcc=args.nvcc))
+
+
+if __name__ == "__main__":
+    main()

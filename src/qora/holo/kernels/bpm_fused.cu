@@ -1,0 +1,243 @@
+// qora.holo, BPM variant fused_fft: each slice step of the beam propagation model as two passes of
+// cuFFTDx line transforms that carry the element-wise work (docs/holo-performance.md, "The fused
+// slice step"). Reference: qora.holo.bpm (_forward_chunk and _reverse), slice by slice.
+//
+// A chunk of B illuminations. The 2D transform F = F_y F_x is split between the passes:
+//   W (B, n, n), row-major: between passes, x in the spectral and y in the real domain
+//   S (B, n, n): the envelope spectra S_k (forward) or the adjoint state G (reverse), kept in the
+//     column pass's register order (below); so are the tables tq = c q, tr = c (1 - q).
+// Forward, slice k (W = F_y^-1 S_k on entry):
+//   row_forward      along x   w = F_x^-1 W / n^2 (stored when asked); W <- F_x (p_k w)
+//   column_forward   along y   A = F_y W; S <- tq A + tr S; W <- F_y^-1 S
+// and after the last slice row_output writes w = F_x^-1 W / n^2 centre-origin. The reverse pass
+// starts with row_residual (r = w - data, or r = data; loss += |r|^2; W <- F_x r) and then, slice
+// k from the last down:
+//   column_reverse   along y   G' = F_y W + G (G = 0 on the last slice); G <- conj(tr) G';
+//                              W <- F_y^-1 (conj(tq) G' / n^2)
+//   row_reverse      along x   b = F_x^-1 W; grad_k += kd sum_a Im(conj(p_k w_k) b);
+//                              W <- F_x (conj(p_k) b)
+// Each pass is one read and one write of W: 64 bytes per element and slice forward against 136
+// for the cuFFT step, 72 + 72 for the gradient against 280 (the byte model in the docs).
+//
+// Register order of the spectral arrays: block `blk` of the column pass (illumination blk / (n/F),
+// columns kx = (blk % (n/F)) F + f) holds element (ky = tx + e stride, kx) of line f = ty in thread
+// (tx, ty), register e; that value lives at blk n F + (e F + f) stride + tx, so the pass reads and
+// writes S and the tables coalesced, without the tile. qora.holo.bpm_fused.spectral_order makes it.
+//
+// The reverse row pass puts the same row y of F illuminations in one block, so that the gradient's
+// sum over illuminations is added in shared memory and reaches global memory as one float atomic
+// per pixel and F illuminations.
+//
+// Built offline (cuFFTDx is a header library): `python -m qora.holo.build_fused --mathdx <nvidia/mathdx>`
+// writes bpm_fused.sm_90.cubin beside this file.
+
+#include "line_fft.cuh"
+
+using qora::LinePair;
+
+__device__ __forceinline__ float2 mul(float2 a, float2 b) { return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x); }
+// conj(a) b
+__device__ __forceinline__ float2 mul_conj(float2 a, float2 b) {
+    return make_float2(a.x * b.x + a.y * b.y, a.x * b.y - a.y * b.x);
+}
+
+template <class P>
+__device__ __forceinline__ float2 at(const typename P::cx* r, int e) { return make_float2(r[e].x, r[e].y); }
+
+template <class P>
+__device__ __forceinline__ void put(typename P::cx* r, int e, float2 v) { r[e] = typename P::cx{v.x, v.y}; }
+
+// ------------------------------------------------------------------------------------------
+// Column passes (along y): block blk takes columns bx F .. bx F + F - 1 of illumination b.
+
+template <int N, int EPT, int F, bool REVERSE>
+__device__ __forceinline__ void column_pass(float2* __restrict__ w, float2* __restrict__ s,
+                                            const float2* __restrict__ tq, const float2* __restrict__ tr,
+                                            float scale, int first) {
+    using P = LinePair<N, EPT, F>;
+    using cx = typename P::cx;
+    extern __shared__ __align__(16) unsigned char smem[];
+    float2* tile = reinterpret_cast<float2*>(smem);
+    const long long blk = blockIdx.x;
+    const long long b = blk / (N / F), bx = blk % (N / F);
+    float2* base = w + b * N * N + bx * F;
+    qora::tile_load<N, F>(base, N, tile);
+    __syncthreads();
+    cx r[EPT];
+    qora::tile_to_registers<P>(tile, r);
+    __syncthreads();
+    typename P::Forward().execute(r, reinterpret_cast<cx*>(smem));
+    const long long q = blk * N * F + threadIdx.y * P::stride + threadIdx.x;  // register e at q + e F stride
+    for (int e = 0; e < EPT; ++e) {
+        const long long i = q + (long long)e * F * P::stride;
+        const float2 a = at<P>(r, e);
+        if (!REVERSE) {  // S <- tq A + tr S
+            const float2 u = mul(tq[i], a), v = mul(tr[i], s[i]);
+            const float2 next = make_float2(u.x + v.x, u.y + v.y);
+            s[i] = next;
+            put<P>(r, e, next);
+        } else {  // G' = A + G; G <- conj(tr) G'; the line <- conj(tq) G' / n^2
+            float2 g = a;
+            if (!first) {
+                const float2 old = s[i];
+                g = make_float2(g.x + old.x, g.y + old.y);
+            }
+            s[i] = mul_conj(tr[i], g);
+            const float2 u = mul_conj(tq[i], g);
+            put<P>(r, e, make_float2(u.x * scale, u.y * scale));
+        }
+    }
+    __syncthreads();
+    typename P::Inverse().execute(r, reinterpret_cast<cx*>(smem));
+    __syncthreads();
+    qora::registers_to_tile<P>(r, tile);
+    __syncthreads();
+    qora::tile_store<N, F>(base, N, tile);
+}
+
+// ------------------------------------------------------------------------------------------
+// Row passes (along x). Forward, output and residual: block blk takes lines blk F + ty of the
+// chunk's B n lines (line = b n + y).
+
+enum { ROW_FORWARD = 0, ROW_OUTPUT = 1, ROW_RESIDUAL = 2 };
+
+template <int N, int EPT, int F, int MODE>
+__device__ __forceinline__ void row_pass(float2* __restrict__ w, const float2* __restrict__ other,
+                                         float scale, float2* __restrict__ out, double* __restrict__ loss) {
+    using P = LinePair<N, EPT, F>;
+    using cx = typename P::cx;
+    extern __shared__ __align__(16) unsigned char smem[];
+    const long long line = (long long)blockIdx.x * F + threadIdx.y;
+    const int y = (int)(line % N);
+    float2* row = w + line * N;
+    cx r[EPT];
+    qora::line_to_registers<P>(row, r);
+    if (!(MODE == ROW_RESIDUAL && scale == 0.0f)) typename P::Inverse().execute(r, reinterpret_cast<cx*>(smem));
+    // centre-origin row of this line (output and data), and its columns shifted by N / 2 below
+    const long long centred = (line - y + (y + N / 2) % N) * N;
+    float err = 0.0f;
+    for (int e = 0; e < EPT; ++e) {
+        const int x = threadIdx.x + e * P::stride;
+        const float2 v = make_float2(r[e].x * scale, r[e].y * scale);
+        if (MODE == ROW_FORWARD) {  // other: the screen p_k (n, n); out: stored w_k or null
+            if (out != nullptr) out[line * N + x] = v;
+            put<P>(r, e, mul(other[(long long)y * N + x], v));
+        } else if (MODE == ROW_OUTPUT) {
+            out[centred + (x + N / 2) % N] = v;
+        } else {  // other: the data (centre-origin); r = w - d, or with scale 0 the residual d itself
+            const float2 d = other[centred + (x + N / 2) % N];
+            const float2 res = scale != 0.0f ? make_float2(v.x - d.x, v.y - d.y) : d;
+            err += res.x * res.x + res.y * res.y;
+            put<P>(r, e, res);
+        }
+    }
+    if (MODE == ROW_OUTPUT) return;
+    if (MODE == ROW_RESIDUAL) qora::block_add_2d(err, loss);  // its barrier also frees the FFT's shared memory
+    else __syncthreads();
+    typename P::Forward().execute(r, reinterpret_cast<cx*>(smem));
+    qora::registers_to_line<P>(r, row);
+}
+
+// Reverse: block blk takes row y = blk / groups of illuminations (blk % groups) F + ty (lines past
+// `count` run on zeros and store nothing).
+template <int N, int EPT, int F>
+__device__ __forceinline__ void row_reverse(float2* __restrict__ w, const float2* __restrict__ screen,
+                                            const float2* __restrict__ stored, int count, float kd,
+                                            float* __restrict__ grad) {
+    using P = LinePair<N, EPT, F>;
+    using cx = typename P::cx;
+    extern __shared__ __align__(16) unsigned char smem[];
+    float* partial = reinterpret_cast<float*>(smem + P::fft_bytes);  // (F, N), after the FFT's memory
+    const int groups = (count + F - 1) / F;
+    const int y = blockIdx.x / groups;
+    const int a = (blockIdx.x % groups) * F + threadIdx.y;
+    const bool valid = a < count;
+    const long long line = ((long long)a * N + y) * N;
+    cx r[EPT];
+    if (valid) {
+        qora::line_to_registers<P>(w + line, r);
+    } else {
+        for (int e = 0; e < EPT; ++e) r[e] = cx{0.0f, 0.0f};
+    }
+    typename P::Inverse().execute(r, reinterpret_cast<cx*>(smem));
+    for (int e = 0; e < EPT; ++e) {
+        const int x = threadIdx.x + e * P::stride;
+        const float2 p = screen[(long long)y * N + x];
+        const float2 wk = valid ? stored[line + x] : make_float2(0.0f, 0.0f);
+        const float2 pw = mul(p, wk), bv = at<P>(r, e);
+        partial[threadIdx.y * N + x] = pw.x * bv.y - pw.y * bv.x;  // Im(conj(p w) b)
+        put<P>(r, e, mul_conj(p, bv));
+    }
+    __syncthreads();
+    typename P::Forward().execute(r, reinterpret_cast<cx*>(smem));
+    if (valid) qora::registers_to_line<P>(r, w + line);
+    const int threads = blockDim.x * blockDim.y;
+    for (int x = qora::block_thread(); x < N; x += threads) {
+        float sum = 0.0f;
+        for (int f = 0; f < F; ++f) sum += partial[f * N + x];
+        atomicAdd(grad + (long long)y * N + x, kd * sum);
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Kernels named <kind>_<N>_<F>_<EPT>; <family>_params_<N>_<F>_<EPT> writes block (x, y) and the
+// dynamic shared memory of each kind for the host.
+
+#define QORA_BOUNDS(N, EPT, F) __launch_bounds__(LinePair<N, EPT, F>::Forward::max_threads_per_block)
+#define QORA_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#define QORA_BPM_COLUMN(N, EPT, F)                                                                          \
+    extern "C" __global__ void bpm_column_params_##N##_##F##_##EPT(int* out) {                              \
+        using P = LinePair<N, EPT, F>;                                                                      \
+        out[0] = P::Forward::block_dim.x;                                                                   \
+        out[1] = P::Forward::block_dim.y;                                                                   \
+        out[2] = QORA_MAX(P::tile_bytes, P::fft_bytes);                                                     \
+    }                                                                                                       \
+    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) bpm_column_forward_##N##_##F##_##EPT(                 \
+        float2* w, float2* s, const float2* tq, const float2* tr) {                                         \
+        column_pass<N, EPT, F, false>(w, s, tq, tr, 1.0f, 0);                                               \
+    }                                                                                                       \
+    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) bpm_column_reverse_##N##_##F##_##EPT(                 \
+        float2* w, float2* g, const float2* tq, const float2* tr, float scale, int first) {                 \
+        column_pass<N, EPT, F, true>(w, g, tq, tr, scale, first);                                           \
+    }
+
+#define QORA_BPM_ROW(N, EPT, F)                                                                             \
+    extern "C" __global__ void bpm_row_params_##N##_##F##_##EPT(int* out) {                                 \
+        using P = LinePair<N, EPT, F>;                                                                      \
+        out[0] = P::Forward::block_dim.x;                                                                   \
+        out[1] = P::Forward::block_dim.y;                                                                   \
+        out[2] = P::fft_bytes;                                                                              \
+        out[3] = P::fft_bytes + F * N * 4;                                                                  \
+    }                                                                                                       \
+    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) bpm_row_forward_##N##_##F##_##EPT(                    \
+        float2* w, const float2* screen, float scale, float2* stored) {                                     \
+        row_pass<N, EPT, F, ROW_FORWARD>(w, screen, scale, stored, nullptr);                                \
+    }                                                                                                       \
+    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) bpm_row_output_##N##_##F##_##EPT(                     \
+        float2* w, float scale, float2* out) {                                                              \
+        row_pass<N, EPT, F, ROW_OUTPUT>(w, nullptr, scale, out, nullptr);                                   \
+    }                                                                                                       \
+    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) bpm_row_residual_##N##_##F##_##EPT(                   \
+        float2* w, const float2* data, float scale, double* loss) {                                         \
+        row_pass<N, EPT, F, ROW_RESIDUAL>(w, data, scale, nullptr, loss);                                   \
+    }                                                                                                       \
+    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) bpm_row_reverse_##N##_##F##_##EPT(                    \
+        float2* w, const float2* screen, const float2* stored, int count, float kd, float* grad) {          \
+        row_reverse<N, EPT, F>(w, screen, stored, count, kd, grad);                                         \
+    }
+
+// (N, elements per thread, lines per block): the column passes with 16 elements per thread where
+// qora.phase measured its two-transform strided passes faster so (256 points), the row passes
+// with 8; 4 lines per block for the reverse row pass (its B = 49 illuminations in 13 groups).
+QORA_BPM_COLUMN(128, 8, 16)
+QORA_BPM_COLUMN(256, 8, 16)
+QORA_BPM_COLUMN(256, 16, 16)
+QORA_BPM_COLUMN(512, 8, 8)
+QORA_BPM_COLUMN(512, 16, 8)
+QORA_BPM_ROW(128, 8, 16)
+QORA_BPM_ROW(128, 8, 4)
+QORA_BPM_ROW(256, 8, 16)
+QORA_BPM_ROW(256, 8, 4)
+QORA_BPM_ROW(512, 8, 8)
+QORA_BPM_ROW(512, 8, 4)

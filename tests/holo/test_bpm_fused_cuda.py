@@ -1,0 +1,137 @@
+"""The BPM's fused_fft variant on CUDA against the cuFFT variant and the CPU model (float32 everywhere),
+at 128^2 and 256^2 with several illuminations per chunk."""
+
+import numpy as np
+import pytest
+
+from qora.holo import reference as R
+from qora.holo import bpm_reconstruct  # the api: backend="cpu" by default, "cuda" on the device
+from qora.holo.bpm import bpm_forward, bpm_gradient, bpm_vjp
+from qora.holo.geometry import Geometry, cone_illuminations
+from qora.io.errors import InputError
+
+pytestmark = pytest.mark.gpu
+
+NZ = 8
+
+
+def _geometry(n, per_cone=4):
+    df = 1.0 / (n * R.PIXEL)
+    ill = np.concatenate([np.zeros((1, 2)), cone_illuminations(0.8, R.WAVELENGTH, per_cone, include_normal=False)])
+    return Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, n, R.NA_DETECTION, illuminations=np.round(ill / df) * df)
+
+
+def _contrast(n, nz=NZ):
+    """Two smooth blobs of index contrast up to 0.05 (a phase of ~0.06 rad per slice), off centre."""
+    z, y, x = np.meshgrid(np.arange(nz) - nz / 2, np.arange(n) - n / 2, np.arange(n) - n / 2, indexing="ij")
+    out = 0.05 * np.exp(-((y - 0.1 * n) ** 2 + (x + 0.05 * n) ** 2) / (2 * (0.08 * n) ** 2) - z**2 / (2 * nz**2))
+    out += 0.03 * np.exp(-((y + 0.2 * n) ** 2 + (x - 0.15 * n) ** 2) / (2 * (0.04 * n) ** 2))
+    return out.astype(np.float32)
+
+
+def _rel(a, b):
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+@pytest.fixture(scope="module", params=[128, 256])
+def case(request):
+    n = request.param
+    return _geometry(n), _contrast(n)
+
+
+def test_forward_matches_cufft_and_cpu(case):
+    from qora.holo import bpm_cuda
+
+    g, x = case
+    fused = bpm_cuda.bpm_forward(x, g, variant="fused_fft")
+    cufft = bpm_cuda.bpm_forward(x, g)
+    cpu = bpm_forward(x, g)
+    assert fused.dtype == np.complex64 and fused.shape == (g.count, g.n, g.n)
+    assert _rel(fused - 1, cufft - 1) < 1e-4  # on the scattered part, not the unit background
+    assert _rel(fused - 1, cpu - 1) < 1e-4
+    # chunks of 2, 2 and 1 illuminations give the same fields
+    np.testing.assert_allclose(bpm_cuda.bpm_forward(x, g, variant="fused_fft", chunk=2), fused, rtol=0, atol=1e-6)
+
+
+def test_adjoint_and_gradient_match_cufft_and_cpu(case):
+    from qora.holo import bpm_cuda
+
+    g, x = case
+    rng = np.random.default_rng(0)
+    r = (rng.standard_normal((g.count, g.n, g.n)) + 1j * rng.standard_normal((g.count, g.n, g.n))).astype(np.complex64)
+    fused = bpm_cuda.bpm_vjp(x, r, g, variant="fused_fft")
+    assert _rel(fused, bpm_cuda.bpm_vjp(x, r, g)) < 1e-4
+    assert _rel(fused, bpm_vjp(x, r, g)) < 1e-4
+    data = bpm_forward(np.float32(0.9) * x, g)
+    grad, loss = bpm_cuda.bpm_gradient(x, data, g, return_loss=True, variant="fused_fft")
+    ref, ref_loss = bpm_cuda.bpm_gradient(x, data, g, return_loss=True)
+    cpu, cpu_loss = bpm_gradient(x, data, g, return_loss=True)
+    assert _rel(grad, ref) < 1e-4 and _rel(grad, cpu) < 1e-4
+    assert loss == pytest.approx(ref_loss, rel=1e-4) and loss == pytest.approx(cpu_loss, rel=1e-4)
+    # the gradient's float atomics add in an order that varies from run to run: by roundings only
+    again = bpm_cuda.bpm_gradient(x, data, g, variant="fused_fft")
+    assert _rel(again, grad) < 1e-6
+    part = bpm_cuda.bpm_gradient(x, data, g, index=slice(1, 4), variant="fused_fft")
+    assert _rel(part, bpm_gradient(x, data, g, index=slice(1, 4))) < 1e-4
+    # chunks of 2, 2, 1: the reverse row pass's groups of 4 illuminations partly empty
+    chunked = bpm_cuda.bpm_gradient(x, data, g, chunk=2, variant="fused_fft")
+    np.testing.assert_allclose(chunked, grad, rtol=0, atol=1e-5 * np.abs(grad).max())
+
+
+@pytest.mark.parametrize("ept", [8, 16])
+def test_column_elements_per_thread_agree(ept):
+    from qora.holo.bpm_cuda import BpmDevice
+    from qora.holo.bpm_fused import FusedSteps
+    from qora.holo.cuda_stages import cupy
+    from qora.holo.plans import bpm_tables
+
+    cp = cupy()
+    g, x = _geometry(256), _contrast(256)
+    dev = BpmDevice(g, bpm_tables(g, NZ), variant="fused_fft")
+    dev.fused = FusedSteps(dev, column_ept=ept)
+    dev.set_contrast(cp.asarray(x))
+    out = cp.empty((g.count, g.n, g.n), cp.complex64)
+    dev.forward(out)
+    assert _rel(out.get() - 1, bpm_forward(x, g) - 1) < 1e-4
+
+
+def test_inversion_with_the_fused_variant_matches_cufft():
+    g, x = _geometry(128), _contrast(128)
+    data = bpm_forward(x, g)
+    start = np.zeros_like(x)
+    fused = bpm_reconstruct(data, g, start=start, iterations=4, backend="cuda", variant="fused_fft")
+    cufft = bpm_reconstruct(data, g, start=start, iterations=4, backend="cuda")
+    assert fused.info["variant"] == "fused_fft" and cufft.info["variant"] == "cufft"
+    assert _rel(fused.index - R.MEDIUM_INDEX, cufft.index - R.MEDIUM_INDEX) < 1e-3
+    np.testing.assert_allclose(fused.info["loss"], cufft.info["loss"], rtol=1e-3)
+
+
+def test_sizes_and_variants_it_refuses():
+    from qora.holo import bpm_cuda
+
+    g = _geometry(32)
+    x = np.zeros((4, 32, 32), np.float32)
+    with pytest.raises(InputError, match="lateral size"):
+        bpm_cuda.bpm_forward(x, g, variant="fused_fft")
+    with pytest.raises(InputError, match="variant"):
+        bpm_cuda.bpm_forward(x, g, variant="fused")
+
+
+def test_cli_reconstructs_with_the_fused_variant(tmp_path):
+    from click.testing import CliRunner
+
+    from qora.cli import cli
+    from qora.holo.files import read_volume
+
+    runner = CliRunner()
+    path = tmp_path / "b.h5"
+    out = runner.invoke(cli, ["holo", "simulate", "--size", "128", "--angles", "4", "--model", "bpm",
+                              "--spheres", "0,0,0,1.5,1.36", "--out", str(path)])
+    assert out.exit_code == 0, out.output
+    volumes = {}
+    for variant in ("cufft", "fused_fft"):
+        out = runner.invoke(cli, ["holo", "reconstruct", str(path), "--method", "bpm", "--iterations", "3", "--backend",
+                                  "cuda", "--bpm-variant", variant, "--out", str(tmp_path / f"{variant}.h5"), "--quiet"])
+        assert out.exit_code == 0, out.output
+        volumes[variant] = read_volume(tmp_path / f"{variant}.h5")[0]
+    assert _rel(volumes["fused_fft"] - R.MEDIUM_INDEX, volumes["cufft"] - R.MEDIUM_INDEX) < 1e-3
