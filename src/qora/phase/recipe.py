@@ -72,6 +72,9 @@ class Stage:
     detwin : int
         1: at the stage's start, each support is cut to its half beyond its centroid along the first
         axis (:func:`qora.phase.support.halve_supports`), to break the twin ambiguity.
+    shape : {None, "filled", "convex"}
+        Shape prior applied to each shrinkwrap support (:mod:`qora.phase.support_shape`): enclosed
+        holes filled, or the convex hull (a faceted crystal). Only for objects known to have that shape.
     """
 
     algorithm: str
@@ -86,6 +89,7 @@ class Stage:
     smin: float = 0.0
     smax: float = 0.0
     detwin: int = 0
+    shape: str | None = None
 
     def __post_init__(self):
         if self.algorithm not in ALGORITHMS:
@@ -107,6 +111,11 @@ class Stage:
         if self.constraint not in (None, "real", "positive"):
             raise RecipeError(f"recipe stage {self.algorithm}: constraint must be none, real or positive, "
                               f"got {self.constraint!r}")
+        from qora.phase.support_shape import SHAPES
+
+        if self.shape not in SHAPES:
+            raise RecipeError(f"recipe stage {self.algorithm}: shape must be none, filled or convex, "
+                              f"got {self.shape!r}")
         if self.sw < 0:
             raise RecipeError(f"recipe stage {self.algorithm}: sw must be >= 0, got {self.sw}")
         if not (self.sigma > 0 and self.sigma_min > 0):
@@ -146,7 +155,7 @@ class Stage:
             if f.name in ("algorithm", "iterations"):
                 continue
             value = getattr(self, f.name)
-            if f.name in ("sigma", "sigma_min", "threshold", "stat", "smin", "smax") and self.sw == 0:
+            if f.name in ("sigma", "sigma_min", "threshold", "stat", "smin", "smax", "shape") and self.sw == 0:
                 continue
             if value != getattr(defaults, f.name):
                 opts.append(f"{f.name}={'none' if value is None else _fmt(value)}")
@@ -162,7 +171,8 @@ def _fmt(v) -> str:
 
 _STAGE = re.compile(r"\s*([A-Za-z]+)\s*(?:\(([^()]*)\))?\s*\*\*\s*(\d+)\s*")
 _OPTION_TYPES = {"beta": float, "sw": int, "sigma": float, "sigma_min": float, "threshold": float,
-                 "constraint": str, "stat": str, "smin": float, "smax": float, "detwin": int}
+                 "constraint": str, "stat": str, "smin": float, "smax": float, "detwin": int,
+                 "shape": str}
 
 
 def _parse_options(text: str, where: str) -> dict:
@@ -175,7 +185,7 @@ def _parse_options(text: str, where: str) -> dict:
         key, value = (s.strip() for s in item.split("=", 1))
         if key not in _OPTION_TYPES:
             raise RecipeError(f"{where}: unknown option {key!r}; expected one of {sorted(_OPTION_TYPES)}")
-        if key == "constraint":
+        if key in ("constraint", "shape"):
             out[key] = None if value.lower() == "none" else value.lower()
             continue
         if key == "stat":

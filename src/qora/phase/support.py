@@ -20,6 +20,7 @@ import numpy as np
 
 from qora.backend import fft, xp_of
 from qora.phase.physics import gaussian_blur
+from qora.phase.support_shape import shape_support
 
 __all__ = ["STATISTICS", "autocorrelation_estimate", "fill_masked", "shrinkwrap_update", "shrinkwrap_starts",
            "size_range_for", "blur_for", "halve_supports"]
@@ -112,7 +113,7 @@ def _top(blurred, count: int, xp):
 
 
 def shrinkwrap_update(x, support, *, sigma: float, threshold: float, statistic: str = "max",
-                      size_range=None, min_fraction: float = 0.2, xp=None):
+                      size_range=None, min_fraction: float = 0.2, shape: str | None = None, xp=None):
     """A new support from the iterate ``x``, and what happened.
 
     Parameters
@@ -130,6 +131,9 @@ def shrinkwrap_update(x, support, *, sigma: float, threshold: float, statistic: 
         Allowed support size in pixels; a support outside it is re-thresholded at the bound's size.
     min_fraction : float
         Without a size range: a support smaller than this fraction of the old is refused (old kept).
+    shape : {None, "filled", "convex"}
+        Shape prior (:func:`qora.phase.support_shape.shape_support`) applied to the thresholded
+        support before the size guard, which then judges the support that will be used.
 
     Returns
     -------
@@ -138,7 +142,7 @@ def shrinkwrap_update(x, support, *, sigma: float, threshold: float, statistic: 
     """
     xp = xp or xp_of(x)
     blurred = gaussian_blur(xp.abs(x).astype(np.float32), sigma, xp=xp)
-    new = blurred > threshold * _statistic(blurred, support, statistic, xp)
+    new = shape_support(blurred > threshold * _statistic(blurred, support, statistic, xp), shape, xp=xp)
     count = int(new.sum())
     if size_range is not None:
         low, high = size_range
