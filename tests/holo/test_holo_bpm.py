@@ -41,8 +41,9 @@ def test_tables():
     np.testing.assert_allclose(t.obliquity[:, 0, 0], km / g.nu_z_in())  # 1 / cos(theta_in) at mu = 0
     assert t.obliquity.max() == pytest.approx(R.MEDIUM_INDEX / np.sqrt(R.MEDIUM_INDEX**2 - R.NA_DETECTION**2))
     assert np.all(bpm_tables(g, 20, obliquity=False).obliquity == 1)
-    with pytest.raises(NotImplementedError, match="rotation"):
-        bpm_tables(Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, 32, R.NA_DETECTION, angles=np.zeros(3)))
+    # the rotation geometry: the one table of normal incidence, shared by every angle
+    rot = bpm_tables(Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, 32, R.NA_DETECTION, angles=np.zeros(3)))
+    assert rot.count == 1 and rot.propagator[0, 0, 0] == pytest.approx(1.0)
 
 
 def test_weak_object_is_first_born_with_obliquity():
