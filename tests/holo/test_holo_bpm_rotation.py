@@ -143,3 +143,37 @@ def test_bpm_holograms_of_a_rotation_series():
     holos, bgs, hp = holo.simulate_bpm_holograms([P.Sphere((0.0, 0.3, 0.2), 0.6, 1.35)], g)
     assert holos.shape == bgs.shape == (3, 32, 32) and hp == pytest.approx(PIXEL / 2)
     assert not np.allclose(holos[0], holos[1])
+
+
+# -- the CLI -------------------------------------------------------------------------------------------
+
+def test_cli_field_series_takes_the_axis_and_sense_to_every_method(tmp_path):
+    """``qora holo reconstruct --input fields`` passes --axis-tilt and --rotation-sense to the Fourier methods and
+    to the BPM (the same volumes as the API with that geometry), and records them in the volume file."""
+    from click.testing import CliRunner
+
+    from qora.cli import cli
+    from qora.holo.files import read_volume
+
+    degrees = [0.0, 37.5, 80.0, 150.0, 215.0, 300.0]
+    g = Geometry(0.532, 1.333, PIXEL, 16, 1.2, angles=np.radians(degrees), axis=rotation_axis(math.radians(11.5)),
+                 rotation_sense=-1)
+    ratio = 1 + P.partial_wave_ratio(P.Sphere((0.2, -0.3, 0.4), 0.6, 1.35), g)
+    np.save(tmp_path / "f.npy", ratio)
+    args = ["holo", "reconstruct", str(tmp_path / "f.npy"), "--input", "fields", "--wavelength", "0.532", "--pixel",
+            str(PIXEL), "--medium-index", "1.333", "--na", "1.2", "--angles", ",".join(map(str, degrees)), "--quiet"]
+    pose = ["--axis-tilt", "11.5", "--rotation-sense", "odtbrain"]
+    runner = CliRunner()
+    for method, steps, api in (("gp", "5", lambda: holo.reconstruct(ratio, g, iterations=5).index),
+                               ("bpm", "2", lambda: bpm_reconstruct(ratio, g, iterations=2).index)):
+        out = runner.invoke(cli, [*args, *pose, "--method", method, "--iterations", steps,
+                                  "--out", str(tmp_path / f"{method}.h5")])
+        assert out.exit_code == 0, out.output
+        index, recorded, attrs = read_volume(tmp_path / f"{method}.h5")
+        assert attrs["method"] == method and recorded.rotation_sense == -1
+        np.testing.assert_allclose(recorded.axis, g.axis, atol=1e-12)
+        np.testing.assert_allclose(index, api(), rtol=0, atol=1e-6)
+    # without the pose the straight axis in Qora's sense: another volume
+    out = runner.invoke(cli, [*args, "--method", "gp", "--iterations", "5", "--out", str(tmp_path / "y.h5")])
+    assert out.exit_code == 0, out.output
+    assert np.abs(read_volume(tmp_path / "y.h5")[0] - read_volume(tmp_path / "gp.h5")[0]).max() > 1e-3

@@ -33,7 +33,7 @@ from qora.io.errors import InputError
 from qora.io.validate import integer, memory_needed, number, positive
 from qora.progress import report
 
-__all__ = ["phase_image", "field_series_volume", "reconstruct", "extract_fields", "bpm_reconstruct", "Pipeline", "pipeline_tables", "reconstruct_holograms",
+__all__ = ["phase_image", "field_series_volume", "prepare_field_series", "reconstruct", "extract_fields", "bpm_reconstruct", "Pipeline", "pipeline_tables", "reconstruct_holograms",
            "field_size", "geometry_from_backgrounds", "parse_angles", "rotation_geometry", "simulation_geometry",
            "options_with"]
 
@@ -182,15 +182,14 @@ def phase_image(ratio, *, pixel: float, distance: float | None = None, autofocus
     return {"ratio": ratio, "phase": phase, "amplitude": np.exp(r.real), "distance": moved}
 
 
-def field_series_volume(fields, angles, *, wavelength: float, medium_index: float, pixel: float,
-                        na_detection: float, options: ReconstructionOptions | None = None, distance=None,
-                        autofocus: bool = False, interval=(-10.0, 10.0), metric: str = "amplitude variance",
-                        backend="cpu", progress=None):
-    """The index volume of a rotation series of field ratios (A, M, N) of any shape, e.g. phase and
-    amplitude images made complex: refocused (``distance`` um, or one common autofocus distance over
-    ``interval``: the sample turns about a fixed axis, so one plane is in focus for every angle), padded
-    with their background to a fast square (:func:`qora.holo.fields.square_fields`) and reconstructed in
-    the rotation geometry of ``angles`` (rad). Returns ``(OdtResult, Geometry, distance um)``."""
+def prepare_field_series(fields, angles, *, wavelength: float, medium_index: float, pixel: float,
+                         na_detection: float, distance=None, autofocus: bool = False, interval=(-10.0, 10.0),
+                         metric: str = "amplitude variance", axis=(0.0, 1.0, 0.0), rotation_sense: int = 1):
+    """A rotation series of field ratios (A, M, N) of any shape, e.g. phase and amplitude images made complex,
+    ready for any solver: refocused (``distance`` um, or one common autofocus distance over ``interval``: the
+    sample turns about a fixed axis, so one plane is in focus for every angle), padded with their background
+    to a fast square (:func:`qora.holo.fields.square_fields`), with the rotation geometry of ``angles`` (rad)
+    about ``axis`` (z, y, x) in ``rotation_sense``. Returns ``(ratio (A, n, n), Geometry, distance um)``."""
     from qora.holo import refocus as RF
 
     ratio = np.asarray(fields)
@@ -209,7 +208,21 @@ def field_series_volume(fields, angles, *, wavelength: float, medium_index: floa
     if moved:
         ratio = RF.propagate(ratio, moved, **optics)
     ratio = _fields.square_fields(ratio)
-    g = rotation_geometry(angles, ratio.shape[0], na_detection=na_detection, n=ratio.shape[-1], **optics)
+    g = rotation_geometry(angles, ratio.shape[0], na_detection=na_detection, n=ratio.shape[-1], axis=axis,
+                          rotation_sense=rotation_sense, **optics)
+    return ratio, g, moved
+
+
+def field_series_volume(fields, angles, *, wavelength: float, medium_index: float, pixel: float,
+                        na_detection: float, options: ReconstructionOptions | None = None, distance=None,
+                        autofocus: bool = False, interval=(-10.0, 10.0), metric: str = "amplitude variance",
+                        axis=(0.0, 1.0, 0.0), rotation_sense: int = 1, backend="cpu", progress=None):
+    """The index volume of a rotation series of field ratios (A, M, N) of any shape: :func:`prepare_field_series`
+    (same arguments) then :func:`reconstruct` with ``options``. Returns ``(OdtResult, Geometry, distance um)``."""
+    ratio, g, moved = prepare_field_series(fields, angles, wavelength=wavelength, medium_index=medium_index,
+                                           pixel=pixel, na_detection=na_detection, distance=distance,
+                                           autofocus=autofocus, interval=interval, metric=metric, axis=axis,
+                                           rotation_sense=rotation_sense)
     return reconstruct(ratio, g, options, backend=backend, progress=progress), g, moved
 
 
