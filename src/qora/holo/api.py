@@ -24,9 +24,9 @@ from qora.holo import fields as _fields
 from qora.holo import odt as _odt
 from qora.holo.geometry import Geometry, cone_illuminations
 from qora.holo.odt import OdtResult
-from qora.holo.options import CUDA_ONLY, OptionError, ReconstructionOptions, cpu_only
+from qora.holo.options import CUDA_ONLY, OptionError, ReconstructionOptions
 from qora.holo.pipeline import CpuPipeline
-from qora.holo.plans import CropPlan, MappingPlan, Unsupported, solver_grid
+from qora.holo.plans import CropPlan, MappingPlan, solver_grid
 from qora.holo.plans import cuda_pipeline_bytes, intensities
 from qora.holo.steps import solve_units, span, stack_units
 from qora.io.errors import InputError
@@ -45,13 +45,6 @@ def options_with(options: ReconstructionOptions | None, changes: dict) -> Recons
     if not isinstance(base, ReconstructionOptions):
         raise InputError(f"options must be a qora.holo.ReconstructionOptions, got {type(base).__name__}")
     return base.replace(**changes) if changes else base
-
-
-def _refuse_cpu_only(options: ReconstructionOptions) -> None:
-    missing = cpu_only(options)
-    if missing:
-        raise Unsupported(f"the CUDA solver does not implement {', '.join(missing)}: use backend 'cpu' (or 'auto', "
-                          "which runs these on the CPU)")
 
 
 def _geometry(geometry) -> Geometry:
@@ -82,8 +75,6 @@ def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None
     """
     options = options_with(options if options is not None else ONE_SHOT_DEFAULTS,
                            {k: v for k, v in changes.items() if k not in CUDA_ONLY})
-    if backend == "auto" and cpu_only(options):
-        backend = "cpu"  # what the CUDA solver does not implement runs on the CPU
     be = resolve(backend)
     if not be.is_cuda:
         cuda_only = sorted(set(changes) & set(CUDA_ONLY))
@@ -92,7 +83,6 @@ def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None
     options = options_with(options, changes)
     geometry = _geometry(geometry)
     if be.is_cuda:
-        _refuse_cpu_only(options)
         from qora.holo import cuda_pipeline
 
         ratio = _odt.check_ratio("ratio", ratio, geometry)
@@ -276,11 +266,9 @@ class Pipeline:
             raise InputError(f"{hologram_n} x {hologram_n} holograms at hologram_pixel {hologram_pixel:g} um give "
                              f"fields of {n} pixels of {geometry.pixel:g} um, the geometry has n = {geometry.n}: "
                              "check hologram_pixel, hologram_n and the geometry's pixel")
-        if backend == "auto" and (geometry.n % 2 or hologram_n % 2 or cpu_only(options)):
-            backend = "cpu"  # the CUDA stages need even sizes (centre-origin signs) and lack cpu_only's options
+        if backend == "auto" and (geometry.n % 2 or hologram_n % 2):
+            backend = "cpu"  # the CUDA stages need even sizes (centre-origin signs)
         self.backend = resolve(backend)
-        if self.backend.is_cuda:
-            _refuse_cpu_only(options)
         self.geometry, self.options, self.approximation = geometry, options, options.approximation
         self.crop, self.mapping = pipeline_tables(geometry, sideband=sideband, hologram_pixel=hologram_pixel,
                                                   hologram_n=hologram_n, options=options)

@@ -233,10 +233,12 @@ def cuda_pipeline_bytes(geometry: Geometry, hologram_n: int, options) -> int:
     if grid != n:
         total += 8 * a * grid * grid  # the fields padded onto the solver's grid
     total += 12 * grid**3  # mapped sums (complex64) and hit counts (int32)
-    if not (options.method == "tv" or (options.method == "gp" and options.r2c)):
-        total += 8 * grid**3  # the C2C estimate
+    complex_index = bool(getattr(options, "complex_index", False))
+    if complex_index or not (options.method == "tv" or (options.method == "gp" and options.r2c)):
+        total += 8 * grid**3  # the C2C estimate (a complex index always solves C2C)
     if options.method == "tv":
-        total += 12 * n**3 + 24 * n**3  # v, y, x_prev and the FGP dual (3 components, two copies)
+        parts = 2 if complex_index else 1  # a complex index: the real and imaginary boxes, one prox each
+        total += parts * (12 * n**3 + 24 * n**3)  # v, y, x_prev and the FGP dual (3 components, two copies)
     return int(total)
 
 
