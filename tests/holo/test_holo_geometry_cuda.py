@@ -120,7 +120,7 @@ def test_tv_weight_from_the_data_matches_cpu(tilted_case, absorbing_case, comple
     kw = dict(method="tv", tv_weight="auto", iterations=6, tv_inner=5, complex_index=complex_index)
     cpu = holo.reconstruct(noisy, g, **kw)
     gpu = holo.reconstruct(noisy, g, backend="cuda", **kw)
-    assert gpu.info["backend"] == "cuda" and gpu.info["tv_weight"] in [w for w, _ in gpu.info["tv_selection"]["tried"]]
+    assert gpu.info["backend"] == "cuda" and gpu.info["tv_weight"] > 0 and gpu.info["tv_selection"]["noise_energy"] > 0
     if _search_agrees(cpu, gpu):
         assert _relative(gpu.index, cpu.index) < 1e-3  # ten FISTA runs of float32 behind it
 
