@@ -91,22 +91,41 @@ def _screens(x, tables: BpmTables, cdtype):
 
 
 def _units(x, geometry: Geometry, tables: BpmTables, cdtype, index=slice(None), keep: bool = True):
-    """The work of one pass over the illuminations ``index``: (data slice, table slice, screens, R).
+    """The work of one pass over the illuminations ``index``: (data slice, table rows, screens, poses).
 
-    Scanning: chunks of illuminations sharing the screens of x (R None). Rotation: one angle at a
-    time, the screens of x turned into its pose R = ``geometry.rotation(a)``, with the one table.
+    Scanning: chunks of illuminations sharing the screens of x (n_z, n, n) (poses None; the rows the
+    chunk's slice of the tables). Rotation: chunks of angles, the screens of x turned into each pose
+    R = ``geometry.rotation(a)``, (n_z, B, n, n), the poses the list of R, the rows the chunk's size B
+    (the one table, repeated). Chunks hold at most :data:`CHUNK_BYTES` of what the pass keeps per
+    illumination (the stored envelopes; in the rotation geometry also the screens and the gradient).
     """
     start, stop, _ = index.indices(geometry.count)
+    size = np.dtype(cdtype).itemsize
     if geometry.angles is None:
         screens = _screens(x, tables, cdtype)
-        itemsize = np.dtype(cdtype).itemsize if keep else 1
-        for sub in _chunks(stop - start, x.shape[0], geometry.n, itemsize):
+        for sub in _chunks(stop - start, x.shape[0], geometry.n, size if keep else 1):
             ind = slice(start + sub.start, start + sub.stop)
             yield ind, ind, screens, None
     else:
-        for a in range(start, stop):
-            r = geometry.rotation(a)
-            yield slice(a, a + 1), slice(0, 1), _screens(rotate(x, r), tables, cdtype), r
+        for sub in _chunks(stop - start, x.shape[0], geometry.n, 3 * size if keep else size):
+            ind = slice(start + sub.start, start + sub.stop)
+            poses = [geometry.rotation(a) for a in range(ind.start, ind.stop)]
+            posed = np.stack([rotate(x, r) for r in poses], axis=1)
+            yield ind, len(poses), _screens(posed, tables, cdtype), poses
+
+
+def _products(tables: BpmTables, cdtype, rows):
+    """(c q, c (1 - q), last q, last (1 - q)) for the illuminations ``rows`` (a slice), or the one table of the
+    rotation geometry repeated ``rows`` (an int) times, contiguous (the propagation loop reads (B, n, n))."""
+    if isinstance(rows, slice):
+        return tables.products(cdtype, rows)
+    return tuple(np.ascontiguousarray(np.broadcast_to(t, (rows,) + t.shape[1:]))
+                 for t in tables.products(cdtype, slice(0, 1)))
+
+
+def _posed(h, poses):
+    """h itself (scanning) or h turned into every pose, (n_z, B, n, n) (rotation)."""
+    return h if poses is None else np.stack([rotate(h, r) for r in poses], axis=1)
 
 
 def _lateral_fft_layout(v):
@@ -126,9 +145,11 @@ def _forward_chunk(screens, tables, index, cdtype, keep: bool, tangent=None):
     """Envelope spectra through all slices for illuminations ``index``.
 
     Returns (S_K, stored w_k (n_z, B, n, n) or None, the tangent's S_K or None). ``tangent`` is
-    i k0 d h (n_z, n, n): the tangent-linear model runs alongside.
+    i k0 d h (n_z, n, n): the tangent-linear model runs alongside. ``screens`` and ``tangent`` are
+    (n_z, n, n) for every illumination alike, or (n_z, B, n, n) one per illumination (rotation);
+    ``index`` is as :func:`_products` reads it.
     """
-    cq, cr, lq, lr = tables.products(cdtype, index)
+    cq, cr, lq, lr = _products(tables, cdtype, index)
     n_z, n = screens.shape[0], screens.shape[-1]
     b = cq.shape[0]
     s = np.zeros((b, n, n), cdtype)
@@ -142,7 +163,7 @@ def _forward_chunk(screens, tables, index, cdtype, keep: bool, tangent=None):
         if keep:
             stored[k] = w
         pk = screens[k]
-        a_spec = _fft2(screened(pk, w))
+        a_spec = _fft2(screened(pk, w) if pk.ndim == 2 else pk * w)
         tq, tr = (lq, lr) if k == n_z - 1 else (cq, cr)
         if tangent is not None:
             dw = _ifft2(ds.copy())
@@ -176,9 +197,8 @@ def bpm_jvp(contrast, h, geometry: Geometry, tables: BpmTables | None = None):
     if h.shape != x.shape:
         raise InputError(f"h must have the contrast's shape {x.shape}, got {h.shape}")
     out = np.empty((geometry.count, geometry.n, geometry.n), cdtype)
-    for index, rows, screens, r in _units(x, geometry, tables, cdtype, keep=False):
-        posed = h if r is None else rotate(h, r)
-        tangent = (1j * tables.k0 * tables.step * _lateral_fft_layout(posed)).astype(cdtype)
+    for index, rows, screens, poses in _units(x, geometry, tables, cdtype, keep=False):
+        tangent = (1j * tables.k0 * tables.step * _lateral_fft_layout(_posed(h, poses))).astype(cdtype)
         _, _, ds = _forward_chunk(screens, tables, rows, cdtype, False, tangent)
         out[index] = np.fft.fftshift(_ifft2(ds), axes=(-2, -1))
     return out
@@ -196,24 +216,30 @@ def _reverse(x, geometry, tables, cdtype, index, residual_fn):
     grad = np.zeros(x.shape, np.float64)
     loss = 0.0
     kd = tables.k0 * tables.step
-    for ind, rows, screens, rot in _units(x, geometry, tables, cdtype, index):
+    for ind, rows, screens, poses in _units(x, geometry, tables, cdtype, index):
         s, stored, _ = _forward_chunk(screens, tables, rows, cdtype, True)
         y = np.fft.fftshift(_ifft2(s), axes=(-2, -1))
         r = np.asarray(residual_fn(y, ind), cdtype)
         loss += float(np.vdot(r, r).real)
-        cq, cr, lq, lr = tables.products(cdtype, rows)
+        cq, cr, lq, lr = _products(tables, cdtype, rows)
         g = _fft2(np.fft.ifftshift(r, axes=(-2, -1)))  # n^2 times the adjoint of S_K
-        local = np.zeros(x.shape, np.float64)
+        # scanning: one gradient summed over the chunk; rotation: one per angle, each turned back by its pose
+        local = np.zeros(screens.shape, np.float64)
         for k in range(n_z - 1, -1, -1):
             tq, tr = (lq, lr) if k == n_z - 1 else (cq, cr)
             b = _ifft2(np.conj(tq) * g)
             g = np.conj(tr) * g
             pk = screens[k]
             pw = pk * stored[k]
-            local[k] = kd * np.sum((pw.real * b.imag - pw.imag * b.real), axis=0)  # Im(conj(p w) b)
+            part = pw.real * b.imag - pw.imag * b.real  # Im(conj(p w) b)
+            local[k] = kd * (np.sum(part, axis=0) if poses is None else part)
             g += _fft2(np.conj(pk) * b)
         local = _lateral_centre(local)
-        grad += local if rot is None else rotate_adjoint(local, rot)
+        if poses is None:
+            grad += local
+        else:
+            for j, rot in enumerate(poses):
+                grad += rotate_adjoint(local[:, j], rot)
     return grad, loss
 
 
