@@ -121,6 +121,19 @@ def test_rotation_derivatives_are_exact(sphere_case):
     assert loss == pytest.approx(np.vdot(r[1:], r[1:]).real / 4)
 
 
+def test_chunks_of_angles_change_nothing(sphere_case, monkeypatch):
+    import qora.holo.bpm as B
+
+    g, _, x = sphere_case
+    data = bpm_forward(0.9 * x, g)
+    whole_y, (whole_g, whole_loss) = bpm_forward(x, g), bpm_gradient(x, data, g, return_loss=True)
+    monkeypatch.setattr(B, "CHUNK_BYTES", 3 * N**3 * 3 * 16)  # three angles per chunk of the reverse pass
+    np.testing.assert_allclose(bpm_forward(x, g), whole_y, rtol=0, atol=1e-13)
+    grad, loss = bpm_gradient(x, data, g, return_loss=True)
+    np.testing.assert_allclose(grad, whole_g, rtol=0, atol=1e-12 * np.abs(whole_g).max())
+    assert loss == pytest.approx(whole_loss, rel=1e-12)
+
+
 # -- the inversion -------------------------------------------------------------------------------------
 
 def test_bpm_inversion_of_a_cell_about_a_tilted_axis():
