@@ -15,7 +15,8 @@ import click
 import numpy as np
 from click.core import ParameterSource
 
-from qora.cli.holo_fields import FILTER_CHOICES, _interval, _reconstruct_fields, _reconstruct_series, refocus_options
+from qora.cli.holo_fields import (FILTER_CHOICES, _interval, _reconstruct_fields, _reconstruct_series, bpm_of_ratio,
+                                 refocus_options, write_absorption)
 from qora.cli.options import (NONNEGATIVE, POSITIVE, Finite, backend_option, exit_on_failures, scale_out_client,
                               scale_out_options)
 
@@ -97,7 +98,7 @@ def _apart(outputs, inputs, *, folder_ok=False) -> None:
               show_default=True, help="Illumination scanning on a cone, or sample rotation about y over 360 degrees.")
 @click.option("--model", type=click.Choice(["born", "exact", "bpm"]), default="born", show_default=True,
               help="First-order fields (Rytov-consistent), the exact partial-wave solution (one sphere), or the "
-              "beam propagation model with obliquity (multiple forward scattering; scanning geometry).")
+              "beam propagation model with obliquity (multiple forward scattering; either geometry).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Output .h5 file.")
 def simulate_cmd(n, spheres, angles, na_illumination, noise, geometry_kind, model, seed, out) -> None:
@@ -113,9 +114,6 @@ def simulate_cmd(n, spheres, angles, na_illumination, noise, geometry_kind, mode
     check_simulation_memory(g, model, truth=True, hint="use a smaller --size")
     if model == "exact" and len(spheres) != 1:
         raise click.BadParameter("the exact partial-wave model is for one sphere", param_hint="--model")
-    if model == "bpm" and geometry_kind == "rotation":
-        raise click.BadParameter("the beam propagation model is built for the scanning geometry, not rotation",
-                                 param_hint="--model")
     if model == "bpm":
         holos, bgs, hp = H.simulate_bpm_holograms(spheres, g, noise=noise, seed=seed)
     else:
@@ -200,7 +198,7 @@ def _file_geometry(ctx, path, g, hp, *, wavelength, pixel, hologram_pixel, mediu
               "docs/holo.md).")
 @click.option("--method", type=click.Choice(["plain", "gp", "tv", "bpm"]), default="gp", show_default=True,
               help="Fourier diffraction (plain, gp, tv), or the inversion of the beam propagation model from a "
-              "Rytov + 20 GP start (scanning geometry; --iterations are its gradient steps).")
+              "Rytov + 20 GP start (either geometry, a tilted axis too; --iterations are its gradient steps).")
 @click.option("--approximation", type=click.Choice(["rytov", "born"]), default="rytov", show_default=True,
               help="First-order field of the Fourier methods (not bpm).")
 @click.option("--iterations", type=click.IntRange(1, 100000), default=50, show_default=True,
@@ -216,7 +214,7 @@ def _file_geometry(ctx, path, g, hp, *, wavelength, pixel, hologram_pixel, mediu
 @click.option("--complex-index", is_flag=True,
               help="Reconstruct absorption too (n + i kappa; written beside the index as 'absorption').")
 @click.option("--batch", type=click.IntRange(1, 100000), default=None,
-              help="bpm: illuminations per gradient step, cycled without momentum (default: all, with FISTA).")
+              help="bpm: illuminations (or angles) per gradient step, cycled without momentum (default: all, with FISTA).")
 @click.option("--bpm-variant", type=click.Choice(["cufft", "fused_fft"]), default=None,
               help="bpm on the GPU: the slice step as cuFFT transforms and element-wise kernels, or as fused "
               "cuFFTDx line passes (n of 128, 256 or 512 on an H100/H200; docs/holo-performance.md) "
@@ -270,14 +268,17 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
                                  param_hint="--angles")
     if angles_file is not None and angle_range is not None:
         raise click.BadParameter("give the angles as --angles or --angles-file, not both", param_hint="--angles-file")
+    # what every rotation path reads: the pose of the axis and the solver's options
+    solver = dict(axis=H.rotation_axis(math.radians(axis_tilt), math.radians(axis_angle)),
+                  rotation_sense=1 if rotation_sense == "qora" else -1, method=method, approximation=approximation,
+                  iterations=iterations, tv_weight=tv_weight, oversample=oversample, index_min=index_min,
+                  index_max=index_max, complex_index=complex_index, batch=batch)
     if input_kind != "holograms":
         _reconstruct_fields(ctx, holos, backgrounds, input_kind=input_kind, amplitude=amplitude, wavelength=wavelength,
                             pixel=pixel, medium_index=medium_index, na_detection=na_detection,
-                            angle_range=angle_range, angles_file=angles_file, angle_unit=angle_unit,
-                            method=method, approximation=approximation, iterations=iterations, tv_weight=tv_weight,
-                            oversample=oversample, distance=distance, autofocus=autofocus,
-                            focus_range=focus_range, focus_metric=focus_metric, backend=backend, out=out,
-                            suffix=suffix, plot=plot, quiet=quiet, cluster=cluster)
+                            angle_range=angle_range, angles_file=angles_file, angle_unit=angle_unit, cluster=cluster,
+                            **solver, distance=distance, autofocus=autofocus, focus_range=focus_range,
+                            focus_metric=focus_metric, backend=backend, out=out, suffix=suffix, plot=plot, quiet=quiet)
         return
     if distance is not None or autofocus:
         raise click.BadParameter("holograms are refocused as fields: use qora holo phase, or --input fields",
@@ -320,10 +321,9 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
                 fields = H.ratio_from_rectangular(stack, bgs, hologram_pixel=hp, pixel=pixel,
                                                   pupil_frequency=na_detection / wavelength)
                 _reconstruct_series(fields, angles, wavelength=wavelength, medium_index=medium_index, pixel=pixel,
-                                    na_detection=na_detection, method=method, approximation=approximation,
-                                    iterations=iterations, tv_weight=tv_weight, oversample=oversample, distance=None,
-                                    autofocus=False, focus_range=focus_range, focus_metric=focus_metric,
-                                    backend=backend, out=out, suffix=suffix, plot=plot, quiet=quiet, truth=None)
+                                    na_detection=na_detection, **solver, distance=None, autofocus=False,
+                                    focus_range=focus_range, focus_metric=focus_metric, backend=backend, out=out,
+                                    suffix=suffix, plot=plot, quiet=quiet, truth=None)
                 return
             g = H.rotation_geometry(angles, stack.shape[-3], n=H.field_size(stack.shape[-1], hp, pixel), **optics)
         else:
@@ -332,10 +332,16 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
                                        "its illuminations from square backgrounds (crop them square), while the "
                                        "rotation geometry (--geometry rotation) takes any shape")
             g, _ = H.geometry_from_backgrounds(bgs, hologram_pixel=hp, **optics)
-    if g.angles is not None:
-        g = replace(g, axis=H.rotation_axis(math.radians(axis_tilt), math.radians(axis_angle)),
-                    rotation_sense=1 if rotation_sense == "qora" else -1)
-    elif any(_given(ctx, k) for k in ("axis_tilt", "axis_angle", "rotation_sense")):
+    pose_given = any(_given(ctx, k) for k in ("axis_tilt", "axis_angle", "rotation_sense"))
+    if g.angles is not None and (pose_given or backgrounds is not None):
+        pose = dict(axis=solver["axis"], rotation_sense=solver["rotation_sense"])
+        if backgrounds is None and (not np.allclose(g.axis, pose["axis"], atol=1e-9)
+                                    or g.rotation_sense != pose["rotation_sense"]):
+            # files written before the pose was recorded read as the y axis, sense +1: the options may correct them
+            click.echo(f"Warning: --axis-tilt/--axis-angle/--rotation-sense override the file's rotation axis "
+                       f"{tuple(round(v, 6) for v in g.axis)} (z, y, x), sense {g.rotation_sense:+d}", err=True)
+        g = replace(g, **pose)
+    elif g.angles is None and pose_given:
         raise click.BadParameter("--axis-tilt, --axis-angle and --rotation-sense are for --geometry rotation",
                                  param_hint="--axis-tilt")
     sideband = H.find_sideband(bgs[0], hp)
@@ -350,8 +356,6 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
         from qora.distributed.holo import SeriesStore
 
         SeriesStore(out).check(g, recorded)  # before any work
-    if method == "bpm" and tv_weight == "auto":
-        raise click.BadParameter("bpm takes a numeric --tv-weight ('auto' is for --method tv)", param_hint="--tv-weight")
     if method == "bpm":
         result = _bpm(H, stack, bgs, g, hp, iterations=iterations, tv_weight=tv_weight, batch=batch, backend=backend,
                       quiet=quiet, variant=bpm_variant)
@@ -398,14 +402,8 @@ def _check_method_options(ctx, method: str, cluster: bool) -> None:
 
 
 def _bpm(H, stack, bgs, g, hp, *, iterations, tv_weight, batch, backend, quiet, variant=None):
-    """The BPM inversion with its Rytov + GP start, on one progress bar (the start's GP iterations, then the
-    BPM steps); ``variant``: the CUDA slice step (None: the default)."""
-    from qora.holo import bpm as B
-    from qora.holo.steps import span
-    from qora.progress import tqdm_progress
-
-    if g.geometry == "rotation":
-        raise click.UsageError("--method bpm needs the illumination-scanning geometry, not rotation")
+    """The BPM inversion of a hologram stack (scanning or rotation geometry): :func:`bpm_of_ratio`;
+    ``variant``: the CUDA slice step (None: the default)."""
     if stack.ndim != 3:
         raise click.UsageError("--method bpm takes one stack (A, N, N), not a series")
     cuda_options = {}
@@ -417,13 +415,8 @@ def _bpm(H, stack, bgs, g, hp, *, iterations, tv_weight, batch, backend, quiet, 
                                      param_hint="--bpm-variant")
         cuda_options["variant"] = variant
     ratio = H.ratio_from_holograms(stack, bgs, g, hp)
-    start_units = 1 + B.START_OPTIONS.iterations
-    total = start_units + iterations
-    with tqdm_progress(disable=quiet) as bar:
-        start = B.rytov_start(ratio, g, g.n, reconstruct=lambda d, geo, o: H.reconstruct(
-            d, geo, o, backend=backend, progress=span(bar, 0, total, "start (Rytov + GP): ")))
-        return H.bpm_reconstruct(ratio, g, start=start, iterations=iterations, tv_weight=tv_weight, batch=batch,
-                                 progress=span(bar, start_units, total), backend=backend, **cuda_options)
+    return bpm_of_ratio(H, ratio, g, iterations=iterations, tv_weight=tv_weight, batch=batch, backend=backend,
+                        quiet=quiet, **cuda_options)
 
 
 def _recorded(sideband, hp, hologram_n, options, *, iterations, tv_weight, batch) -> dict:
@@ -449,11 +442,7 @@ def _write_result(H, out, suffix, result, g, *, method, approximation, iteration
         write_series(out, volumes, g, recorded)
     else:
         H.write_volume(out, result.index, g, method=method, approximation=approximation, iterations=iterations)
-        if result.absorption is not None:
-            import h5py
-
-            with h5py.File(out, "a") as f:  # beside the index: the imaginary index kappa, same shape and grid
-                f.create_dataset("absorption", data=result.absorption)
+        write_absorption(out, result)
 
 
 def _series_on_cluster(stack, backgrounds, geometry, out, cluster, *, quiet, **options) -> None:

@@ -11,7 +11,7 @@ from click.core import ParameterSource
 
 from qora.cli.options import Finite
 
-__all__ = ["FILTER_CHOICES", "refocus_options"]
+__all__ = ["FILTER_CHOICES", "refocus_options", "bpm_of_ratio", "write_absorption"]
 
 
 def _given(ctx, name: str) -> bool:
@@ -101,25 +101,62 @@ def _reconstruct_fields(ctx, holos, backgrounds, *, input_kind, amplitude, wavel
     _reconstruct_series(series.fields, angles, na_detection=na_detection, truth=series.phantom, **optics, **rest)
 
 
-def _reconstruct_series(fields, angles, *, wavelength, medium_index, pixel, na_detection, method, approximation,
-                        iterations, tv_weight, oversample, distance, autofocus, focus_range, focus_metric, backend,
-                        out, suffix, plot, quiet, truth) -> None:
-    from qora import holo as H
-    from qora.io.errors import InputError
+def bpm_of_ratio(H, ratio, g, *, iterations, tv_weight, batch, backend, quiet, **cuda_options):
+    """The BPM inversion of field ratios with its Rytov + GP start, on one progress bar (the start's GP
+    iterations, then the BPM steps); ``cuda_options`` (``variant``) go to the device's BPM."""
+    from qora.holo import bpm as B
+    from qora.holo.steps import span
     from qora.progress import tqdm_progress
 
-    if method == "bpm":
-        raise click.UsageError("--method bpm needs the illumination-scanning geometry, not a rotation series")
+    if tv_weight == "auto":
+        raise click.BadParameter("bpm takes a numeric --tv-weight ('auto' is for --method tv)", param_hint="--tv-weight")
+    start_units = 1 + B.START_OPTIONS.iterations
+    total = start_units + iterations
+    with tqdm_progress(disable=quiet) as bar:
+        start = B.rytov_start(ratio, g, g.n, reconstruct=lambda d, geo, o: H.reconstruct(
+            d, geo, o, backend=backend, progress=span(bar, 0, total, "start (Rytov + GP): ")))
+        return H.bpm_reconstruct(ratio, g, start=start, iterations=iterations, tv_weight=tv_weight, batch=batch,
+                                 progress=span(bar, start_units, total), backend=backend, **cuda_options)
+
+
+def write_absorption(out, result) -> None:
+    """The imaginary index kappa of a complex-index result into the volume file ``out`` (.h5), beside the
+    index as 'absorption' (same shape and grid); nothing for a real index."""
+    if result.absorption is not None:
+        import h5py
+
+        with h5py.File(out, "a") as f:
+            f.create_dataset("absorption", data=result.absorption)
+
+
+def _reconstruct_series(fields, angles, *, wavelength, medium_index, pixel, na_detection, axis, rotation_sense, method,
+                        approximation, iterations, tv_weight, oversample, index_min, index_max, complex_index, batch,
+                        distance, autofocus, focus_range, focus_metric, backend, out, suffix, plot, quiet,
+                        truth) -> None:
+    """A rotation series of field ratios (any shape) to one volume about ``axis`` (z, y, x) in ``rotation_sense``:
+    the Fourier methods with the options of the hologram path, or the BPM (:func:`bpm_of_ratio`)."""
+    from qora import holo as H
+    from qora.io.errors import InputError
+
     if suffix == ".zarr":
         raise click.UsageError("a field series gives one volume: write .h5 or .tif")
-    options = H.ReconstructionOptions(method=method, approximation=approximation, iterations=iterations,
-                                      tv_weight=1e-3 if tv_weight is None else tv_weight, oversample=oversample)
     try:
-        with tqdm_progress(disable=quiet) as bar:
-            result, g, moved = H.field_series_volume(
-                fields, angles, wavelength=wavelength, medium_index=medium_index, pixel=pixel,
-                na_detection=na_detection, options=options, distance=distance, autofocus=autofocus,
-                interval=_interval(focus_range), metric=focus_metric.replace("-", " "), backend=backend, progress=bar)
+        ratio, g, moved = H.prepare_field_series(
+            fields, angles, wavelength=wavelength, medium_index=medium_index, pixel=pixel, na_detection=na_detection,
+            distance=distance, autofocus=autofocus, interval=_interval(focus_range),
+            metric=focus_metric.replace("-", " "), axis=axis, rotation_sense=rotation_sense)
+        if method == "bpm":
+            result = bpm_of_ratio(H, ratio, g, iterations=iterations, tv_weight=tv_weight, batch=batch,
+                                  backend=backend, quiet=quiet)
+        else:
+            options = H.ReconstructionOptions(method=method, approximation=approximation, iterations=iterations,
+                                              tv_weight="auto" if tv_weight is None else tv_weight,
+                                              oversample=oversample, index_min=index_min, index_max=index_max,
+                                              complex_index=complex_index)
+            from qora.progress import tqdm_progress
+
+            with tqdm_progress(disable=quiet) as bar:
+                result = H.reconstruct(ratio, g, options, backend=backend, progress=bar)
     except InputError as exc:
         raise click.UsageError(str(exc)) from None
     if suffix in (".tif", ".tiff"):
@@ -127,7 +164,11 @@ def _reconstruct_series(fields, angles, *, wavelength, medium_index, pixel, na_d
     else:
         H.write_volume(out, result.index, g, method=method, approximation=result.approximation, iterations=iterations,
                        extra={"refocus_distance_um": moved})
+        write_absorption(out, result)
     msg = f"wrote {out}: {result.index.shape}, index {result.index.min():.4f} to {result.index.max():.4f}"
+    if method == "tv" and result.info.get("tv_weight") is not None:
+        msg += f"; TV weight {result.info['tv_weight']:.3g}" + (" (chosen from the data)" if tv_weight in (None, "auto")
+                                                                  else "")
     if distance is not None or autofocus:
         msg += f"; fields refocused by {moved:.3f} um"
     if truth is not None and truth.shape == result.index.shape:
@@ -136,5 +177,3 @@ def _reconstruct_series(fields, angles, *, wavelength, medium_index, pixel, na_d
     if plot is not None:
         H.plot_volume(plot, result.index, g, title=f"{method.upper()}, {result.approximation}, {g.count} angles")
         click.echo(f"wrote {plot}")
-
-

@@ -16,8 +16,8 @@ leaves that only the api reaches, so importing this package needs no GPU.
 
 from qora.holo import phantoms, reference
 from qora.holo.api import (Pipeline, bpm_reconstruct, extract_fields, field_series_volume, field_size,
-                           geometry_from_backgrounds, parse_angles, phase_image, reconstruct, reconstruct_holograms,
-                           rotation_geometry, simulation_geometry)
+                           geometry_from_backgrounds, parse_angles, phase_image, prepare_field_series, reconstruct,
+                           reconstruct_holograms, rotation_geometry, simulation_geometry)
 from qora.holo.background import correct_background, object_mask
 from qora.holo.filters import FILTERS
 from qora.holo.refocus import autofocus, propagate, refocused
@@ -47,7 +47,7 @@ __all__ = [
     "extract_fields", "find_sideband", "field_ratio", "illumination_frequencies", "quantitative_phase",
     "ratio_from_holograms", "ratio_from_rectangular", "rytov", "FILTERS", "square_fields",
     # fields: refocus, background, series of complex fields
-    "propagate", "autofocus", "refocused", "correct_background", "object_mask", "phase_image", "field_series_volume",
+    "propagate", "autofocus", "refocused", "correct_background", "object_mask", "phase_image", "field_series_volume", "prepare_field_series",
     # phantoms and Mie
     "Sphere", "render_spheres", "born_ratio", "holograms_from_fields", "simulate_holograms",
     "simulate_bpm_holograms", "vector_mie_ratio", "phantoms", "reference",

@@ -24,16 +24,16 @@ from qora.holo import fields as _fields
 from qora.holo import odt as _odt
 from qora.holo.geometry import Geometry, cone_illuminations
 from qora.holo.odt import OdtResult
-from qora.holo.options import CUDA_ONLY, OptionError, ReconstructionOptions, cpu_only
+from qora.holo.options import CUDA_ONLY, OptionError, ReconstructionOptions
 from qora.holo.pipeline import CpuPipeline
-from qora.holo.plans import CropPlan, MappingPlan, Unsupported, solver_grid
+from qora.holo.plans import CropPlan, MappingPlan, solver_grid
 from qora.holo.plans import cuda_pipeline_bytes, intensities
 from qora.holo.steps import solve_units, span, stack_units
 from qora.io.errors import InputError
 from qora.io.validate import integer, memory_needed, number, positive
 from qora.progress import report
 
-__all__ = ["phase_image", "field_series_volume", "reconstruct", "extract_fields", "bpm_reconstruct", "Pipeline", "pipeline_tables", "reconstruct_holograms",
+__all__ = ["phase_image", "field_series_volume", "prepare_field_series", "reconstruct", "extract_fields", "bpm_reconstruct", "Pipeline", "pipeline_tables", "reconstruct_holograms",
            "field_size", "geometry_from_backgrounds", "parse_angles", "rotation_geometry", "simulation_geometry",
            "options_with"]
 
@@ -45,13 +45,6 @@ def options_with(options: ReconstructionOptions | None, changes: dict) -> Recons
     if not isinstance(base, ReconstructionOptions):
         raise InputError(f"options must be a qora.holo.ReconstructionOptions, got {type(base).__name__}")
     return base.replace(**changes) if changes else base
-
-
-def _refuse_cpu_only(options: ReconstructionOptions) -> None:
-    missing = cpu_only(options)
-    if missing:
-        raise Unsupported(f"the CUDA solver does not implement {', '.join(missing)}: use backend 'cpu' (or 'auto', "
-                          "which runs these on the CPU)")
 
 
 def _geometry(geometry) -> Geometry:
@@ -82,8 +75,6 @@ def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None
     """
     options = options_with(options if options is not None else ONE_SHOT_DEFAULTS,
                            {k: v for k, v in changes.items() if k not in CUDA_ONLY})
-    if backend == "auto" and cpu_only(options):
-        backend = "cpu"  # what the CUDA solver does not implement runs on the CPU
     be = resolve(backend)
     if not be.is_cuda:
         cuda_only = sorted(set(changes) & set(CUDA_ONLY))
@@ -92,7 +83,6 @@ def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None
     options = options_with(options, changes)
     geometry = _geometry(geometry)
     if be.is_cuda:
-        _refuse_cpu_only(options)
         from qora.holo import cuda_pipeline
 
         ratio = _odt.check_ratio("ratio", ratio, geometry)
@@ -182,15 +172,14 @@ def phase_image(ratio, *, pixel: float, distance: float | None = None, autofocus
     return {"ratio": ratio, "phase": phase, "amplitude": np.exp(r.real), "distance": moved}
 
 
-def field_series_volume(fields, angles, *, wavelength: float, medium_index: float, pixel: float,
-                        na_detection: float, options: ReconstructionOptions | None = None, distance=None,
-                        autofocus: bool = False, interval=(-10.0, 10.0), metric: str = "amplitude variance",
-                        backend="cpu", progress=None):
-    """The index volume of a rotation series of field ratios (A, M, N) of any shape, e.g. phase and
-    amplitude images made complex: refocused (``distance`` um, or one common autofocus distance over
-    ``interval``: the sample turns about a fixed axis, so one plane is in focus for every angle), padded
-    with their background to a fast square (:func:`qora.holo.fields.square_fields`) and reconstructed in
-    the rotation geometry of ``angles`` (rad). Returns ``(OdtResult, Geometry, distance um)``."""
+def prepare_field_series(fields, angles, *, wavelength: float, medium_index: float, pixel: float,
+                         na_detection: float, distance=None, autofocus: bool = False, interval=(-10.0, 10.0),
+                         metric: str = "amplitude variance", axis=(0.0, 1.0, 0.0), rotation_sense: int = 1):
+    """A rotation series of field ratios (A, M, N) of any shape, e.g. phase and amplitude images made complex,
+    ready for any solver: refocused (``distance`` um, or one common autofocus distance over ``interval``: the
+    sample turns about a fixed axis, so one plane is in focus for every angle), padded with their background
+    to a fast square (:func:`qora.holo.fields.square_fields`), with the rotation geometry of ``angles`` (rad)
+    about ``axis`` (z, y, x) in ``rotation_sense``. Returns ``(ratio (A, n, n), Geometry, distance um)``."""
     from qora.holo import refocus as RF
 
     ratio = np.asarray(fields)
@@ -209,7 +198,21 @@ def field_series_volume(fields, angles, *, wavelength: float, medium_index: floa
     if moved:
         ratio = RF.propagate(ratio, moved, **optics)
     ratio = _fields.square_fields(ratio)
-    g = rotation_geometry(angles, ratio.shape[0], na_detection=na_detection, n=ratio.shape[-1], **optics)
+    g = rotation_geometry(angles, ratio.shape[0], na_detection=na_detection, n=ratio.shape[-1], axis=axis,
+                          rotation_sense=rotation_sense, **optics)
+    return ratio, g, moved
+
+
+def field_series_volume(fields, angles, *, wavelength: float, medium_index: float, pixel: float,
+                        na_detection: float, options: ReconstructionOptions | None = None, distance=None,
+                        autofocus: bool = False, interval=(-10.0, 10.0), metric: str = "amplitude variance",
+                        axis=(0.0, 1.0, 0.0), rotation_sense: int = 1, backend="cpu", progress=None):
+    """The index volume of a rotation series of field ratios (A, M, N) of any shape: :func:`prepare_field_series`
+    (same arguments) then :func:`reconstruct` with ``options``. Returns ``(OdtResult, Geometry, distance um)``."""
+    ratio, g, moved = prepare_field_series(fields, angles, wavelength=wavelength, medium_index=medium_index,
+                                           pixel=pixel, na_detection=na_detection, distance=distance,
+                                           autofocus=autofocus, interval=interval, metric=metric, axis=axis,
+                                           rotation_sense=rotation_sense)
     return reconstruct(ratio, g, options, backend=backend, progress=progress), g, moved
 
 
@@ -263,11 +266,9 @@ class Pipeline:
             raise InputError(f"{hologram_n} x {hologram_n} holograms at hologram_pixel {hologram_pixel:g} um give "
                              f"fields of {n} pixels of {geometry.pixel:g} um, the geometry has n = {geometry.n}: "
                              "check hologram_pixel, hologram_n and the geometry's pixel")
-        if backend == "auto" and (geometry.n % 2 or hologram_n % 2 or cpu_only(options)):
-            backend = "cpu"  # the CUDA stages need even sizes (centre-origin signs) and lack cpu_only's options
+        if backend == "auto" and (geometry.n % 2 or hologram_n % 2):
+            backend = "cpu"  # the CUDA stages need even sizes (centre-origin signs)
         self.backend = resolve(backend)
-        if self.backend.is_cuda:
-            _refuse_cpu_only(options)
         self.geometry, self.options, self.approximation = geometry, options, options.approximation
         self.crop, self.mapping = pipeline_tables(geometry, sideband=sideband, hologram_pixel=hologram_pixel,
                                                   hologram_n=hologram_n, options=options)

@@ -21,6 +21,14 @@ first Born at every angle (the plain screen, q = 1, leaves out 1 / cos(theta) of
 direction). It is capped at its value at the edge of the detection pupil: it diverges for grazing
 waves, which never reach the camera.
 
+In the rotation geometry the illumination is the normal plane wave at every angle and the sample
+turns: the unknown x lives in the object frame, and angle a propagates through T_a x, the volume in
+its pose R_a = ``geometry.rotation(a)`` by trilinear interpolation (:mod:`qora.holo.rotate`: the
+pose the Ewald mapping reads, rotation sense and tilted axis included). The gradient turns each
+angle's lab-frame gradient back by the exact adjoint T_a^T. Turning the volume, not the wave, keeps
+one table for every angle and the slices along z; a tilted illumination through an unturned volume
+would need a new propagation direction per angle and an adjoint through a wave that leaves the grid.
+
 All tables (c, the last step, q) are computed once in float64 on the host (:func:`bpm_tables`)
 and are backend-neutral NumPy arrays, so a device implementation can use identical values.
 See docs/holo.md, "Beam propagation".
@@ -38,7 +46,8 @@ from qora.holo.geometry import Geometry
 from qora.holo.odt import OdtResult, check_ratio
 from qora.holo.odt import reconstruct as odt_reconstruct
 from qora.holo.options import ReconstructionOptions
-from qora.holo.plans import BpmTables, bpm_tables, check_scan
+from qora.holo.plans import BpmTables, bpm_tables, lab_geometry
+from qora.holo.rotate import rotate, rotate_adjoint
 from qora.io.errors import InputError
 from qora.io.validate import integer, nonnegative, positive
 from qora.progress import report
@@ -60,7 +69,7 @@ def _ifft2(a):
 
 
 def _prepare(contrast, geometry: Geometry, tables: BpmTables | None):
-    check_scan(geometry)
+    """The checked contrast (float32 or float64), the tables and the complex dtype of the fields."""
     x = np.asarray(contrast)
     if x.ndim != 3 or x.shape[1:] != (geometry.n, geometry.n):
         raise InputError(f"contrast must be (n_z, {geometry.n}, {geometry.n}), got {x.shape}")
@@ -68,13 +77,55 @@ def _prepare(contrast, geometry: Geometry, tables: BpmTables | None):
     x = x.astype(real, copy=False)
     if tables is None:
         tables = bpm_tables(geometry, x.shape[0])
-    if tables.n_z != x.shape[0] or tables.n != geometry.n or tables.count != geometry.count:
+    lab = lab_geometry(geometry)
+    if tables.n_z != x.shape[0] or tables.n != geometry.n or tables.count != lab.count:
         raise InputError(f"tables are for {tables.count} x {tables.n_z} slices of {tables.n}^2, the contrast is "
-                         f"{x.shape} with {geometry.count} illuminations")
+                         f"{x.shape} with {lab.count} illuminations")
     cdtype = np.complex64 if real == np.float32 else np.complex128
-    # exp(i k0 d x_k), (n_z, n, n), laterally in the FFT layout (origin at index 0) of w = F^-1 S
-    screens = np.exp(1j * tables.k0 * tables.step * _lateral_fft_layout(x)).astype(cdtype)
-    return x, tables, screens, cdtype
+    return x, tables, cdtype
+
+
+def _screens(x, tables: BpmTables, cdtype):
+    """exp(i k0 d x_k), (n_z, n, n), laterally in the FFT layout (origin at index 0) of w = F^-1 S."""
+    return np.exp(1j * tables.k0 * tables.step * _lateral_fft_layout(x)).astype(cdtype)
+
+
+def _units(x, geometry: Geometry, tables: BpmTables, cdtype, index=slice(None), keep: bool = True):
+    """The work of one pass over the illuminations ``index``: (data slice, table rows, screens, poses).
+
+    Scanning: chunks of illuminations sharing the screens of x (n_z, n, n) (poses None; the rows the
+    chunk's slice of the tables). Rotation: chunks of angles, the screens of x turned into each pose
+    R = ``geometry.rotation(a)``, (n_z, B, n, n), the poses the list of R, the rows the chunk's size B
+    (the one table, repeated). Chunks hold at most :data:`CHUNK_BYTES` of what the pass keeps per
+    illumination (the stored envelopes; in the rotation geometry also the screens and the gradient).
+    """
+    start, stop, _ = index.indices(geometry.count)
+    size = np.dtype(cdtype).itemsize
+    if geometry.angles is None:
+        screens = _screens(x, tables, cdtype)
+        for sub in _chunks(stop - start, x.shape[0], geometry.n, size if keep else 1):
+            ind = slice(start + sub.start, start + sub.stop)
+            yield ind, ind, screens, None
+    else:
+        for sub in _chunks(stop - start, x.shape[0], geometry.n, 3 * size if keep else size):
+            ind = slice(start + sub.start, start + sub.stop)
+            poses = [geometry.rotation(a) for a in range(ind.start, ind.stop)]
+            posed = np.stack([rotate(x, r) for r in poses], axis=1)
+            yield ind, len(poses), _screens(posed, tables, cdtype), poses
+
+
+def _products(tables: BpmTables, cdtype, rows):
+    """(c q, c (1 - q), last q, last (1 - q)) for the illuminations ``rows`` (a slice), or the one table of the
+    rotation geometry repeated ``rows`` (an int) times, contiguous (the propagation loop reads (B, n, n))."""
+    if isinstance(rows, slice):
+        return tables.products(cdtype, rows)
+    return tuple(np.ascontiguousarray(np.broadcast_to(t, (rows,) + t.shape[1:]))
+                 for t in tables.products(cdtype, slice(0, 1)))
+
+
+def _posed(h, poses):
+    """h itself (scanning) or h turned into every pose, (n_z, B, n, n) (rotation)."""
+    return h if poses is None else np.stack([rotate(h, r) for r in poses], axis=1)
 
 
 def _lateral_fft_layout(v):
@@ -94,9 +145,11 @@ def _forward_chunk(screens, tables, index, cdtype, keep: bool, tangent=None):
     """Envelope spectra through all slices for illuminations ``index``.
 
     Returns (S_K, stored w_k (n_z, B, n, n) or None, the tangent's S_K or None). ``tangent`` is
-    i k0 d h (n_z, n, n): the tangent-linear model runs alongside.
+    i k0 d h (n_z, n, n): the tangent-linear model runs alongside. ``screens`` and ``tangent`` are
+    (n_z, n, n) for every illumination alike, or (n_z, B, n, n) one per illumination (rotation);
+    ``index`` is as :func:`_products` reads it.
     """
-    cq, cr, lq, lr = tables.products(cdtype, index)
+    cq, cr, lq, lr = _products(tables, cdtype, index)
     n_z, n = screens.shape[0], screens.shape[-1]
     b = cq.shape[0]
     s = np.zeros((b, n, n), cdtype)
@@ -110,7 +163,7 @@ def _forward_chunk(screens, tables, index, cdtype, keep: bool, tangent=None):
         if keep:
             stored[k] = w
         pk = screens[k]
-        a_spec = _fft2(screened(pk, w))
+        a_spec = _fft2(screened(pk, w) if pk.ndim == 2 else pk * w)
         tq, tr = (lq, lr) if k == n_z - 1 else (cq, cr)
         if tangent is not None:
             dw = _ifft2(ds.copy())
@@ -126,11 +179,11 @@ def bpm_forward(contrast, geometry: Geometry, tables: BpmTables | None = None, k
     complex128, or complex64 for a float32 contrast. With ``keep`` also the envelopes w_k
     entering every slice, (n_z, A, n, n) in FFT layout (what the reverse pass stores).
     """
-    x, tables, screens, cdtype = _prepare(contrast, geometry, tables)
+    x, tables, cdtype = _prepare(contrast, geometry, tables)
     out = np.empty((geometry.count, geometry.n, geometry.n), cdtype)
     stored = np.empty((x.shape[0],) + out.shape, cdtype) if keep else None
-    for index in _chunks(geometry.count, x.shape[0], geometry.n, np.dtype(cdtype).itemsize if keep else 1):
-        s, w, _ = _forward_chunk(screens, tables, index, cdtype, keep)
+    for index, rows, screens, _ in _units(x, geometry, tables, cdtype, keep=keep):
+        s, w, _ = _forward_chunk(screens, tables, rows, cdtype, keep)
         out[index] = np.fft.fftshift(_ifft2(s), axes=(-2, -1))
         if keep:
             stored[:, index] = w
@@ -139,53 +192,62 @@ def bpm_forward(contrast, geometry: Geometry, tables: BpmTables | None = None, k
 
 def bpm_jvp(contrast, h, geometry: Geometry, tables: BpmTables | None = None):
     """The tangent-linear model J h: the change of the field ratios (A, n, n) along the contrast change h."""
-    x, tables, screens, cdtype = _prepare(contrast, geometry, tables)
+    x, tables, cdtype = _prepare(contrast, geometry, tables)
     h = np.asarray(h, x.dtype)
     if h.shape != x.shape:
         raise InputError(f"h must have the contrast's shape {x.shape}, got {h.shape}")
-    tangent = (1j * tables.k0 * tables.step * _lateral_fft_layout(h)).astype(cdtype)
     out = np.empty((geometry.count, geometry.n, geometry.n), cdtype)
-    for index in _chunks(geometry.count, x.shape[0], geometry.n, 1):
-        _, _, ds = _forward_chunk(screens, tables, index, cdtype, False, tangent)
+    for index, rows, screens, poses in _units(x, geometry, tables, cdtype, keep=False):
+        tangent = (1j * tables.k0 * tables.step * _lateral_fft_layout(_posed(h, poses))).astype(cdtype)
+        _, _, ds = _forward_chunk(screens, tables, rows, cdtype, False, tangent)
         out[index] = np.fft.fftshift(_ifft2(ds), axes=(-2, -1))
     return out
 
 
-def _reverse(x, screens, tables, cdtype, index, residual_fn):
+def _reverse(x, geometry, tables, cdtype, index, residual_fn):
     """Forward pass storing w_k, then the slices backwards: Re(J^H r) summed over illuminations ``index``.
 
-    ``residual_fn(y)`` gets the chunk's field ratios (B, n, n), centre-origin, and returns the
-    residual r (the same shape) to back-propagate; returns (gradient (n_z, n, n), sum of |r|^2).
+    ``residual_fn(y, ind)`` gets the field ratios (B, n, n) of the illuminations ``ind``, centre-origin,
+    and returns the residual r (the same shape) to back-propagate; returns (gradient (n_z, n, n), sum
+    of |r|^2). In the rotation geometry each angle's gradient, in the lab frame, is turned back into
+    the object frame by the exact adjoint of the pose (:func:`qora.holo.rotate.rotate_adjoint`).
     """
-    n_z, n = x.shape[0], x.shape[-1]
+    n_z = x.shape[0]
     grad = np.zeros(x.shape, np.float64)
     loss = 0.0
     kd = tables.k0 * tables.step
-    start, stop, _ = index.indices(tables.count)
-    for sub in _chunks(stop - start, n_z, n, np.dtype(cdtype).itemsize):
-        ind = slice(start + sub.start, start + sub.stop)
-        s, stored, _ = _forward_chunk(screens, tables, ind, cdtype, True)
+    for ind, rows, screens, poses in _units(x, geometry, tables, cdtype, index):
+        s, stored, _ = _forward_chunk(screens, tables, rows, cdtype, True)
         y = np.fft.fftshift(_ifft2(s), axes=(-2, -1))
         r = np.asarray(residual_fn(y, ind), cdtype)
         loss += float(np.vdot(r, r).real)
-        cq, cr, lq, lr = tables.products(cdtype, ind)
+        cq, cr, lq, lr = _products(tables, cdtype, rows)
         g = _fft2(np.fft.ifftshift(r, axes=(-2, -1)))  # n^2 times the adjoint of S_K
+        # scanning: one gradient summed over the chunk; rotation: one per angle, each turned back by its pose
+        local = np.zeros(screens.shape, np.float64)
         for k in range(n_z - 1, -1, -1):
             tq, tr = (lq, lr) if k == n_z - 1 else (cq, cr)
             b = _ifft2(np.conj(tq) * g)
             g = np.conj(tr) * g
             pk = screens[k]
             pw = pk * stored[k]
-            grad[k] += kd * np.sum((pw.real * b.imag - pw.imag * b.real), axis=0)  # Im(conj(p w) b)
+            part = pw.real * b.imag - pw.imag * b.real  # Im(conj(p w) b)
+            local[k] = kd * (np.sum(part, axis=0) if poses is None else part)
             g += _fft2(np.conj(pk) * b)
-    return _lateral_centre(grad), loss
+        local = _lateral_centre(local)
+        if poses is None:
+            grad += local
+        else:
+            for j, rot in enumerate(poses):
+                grad += rotate_adjoint(local[:, j], rot)
+    return grad, loss
 
 
 def bpm_vjp(contrast, r, geometry: Geometry, tables: BpmTables | None = None):
     """J^T r = Re(J^H r): the real adjoint of :func:`bpm_jvp` applied to field-ratio residuals r (A, n, n)."""
-    x, tables, screens, cdtype = _prepare(contrast, geometry, tables)
+    x, tables, cdtype = _prepare(contrast, geometry, tables)
     r = np.asarray(r)
-    grad, _ = _reverse(x, screens, tables, cdtype, slice(None), lambda y, ind: r[ind])
+    grad, _ = _reverse(x, geometry, tables, cdtype, slice(None), lambda y, ind: r[ind])
     return grad.astype(x.dtype)
 
 
@@ -197,12 +259,12 @@ def bpm_gradient(contrast, data, geometry: Geometry, tables: BpmTables | None = 
     illuminations in ``index`` (all by default), so a batch gradient is the mean over its batch.
     The norm is the plain sum over pixels. With ``return_loss`` also returns f(x).
     """
-    x, tables, screens, cdtype = _prepare(contrast, geometry, tables)
+    x, tables, cdtype = _prepare(contrast, geometry, tables)
     data = np.asarray(data)
     if data.shape != (geometry.count, geometry.n, geometry.n):
         raise InputError(f"data must be ({geometry.count}, {geometry.n}, {geometry.n}), got {data.shape}")
     count = len(range(*index.indices(geometry.count)))
-    grad, loss = _reverse(x, screens, tables, cdtype, index, lambda y, ind: y - data[ind])
+    grad, loss = _reverse(x, geometry, tables, cdtype, index, lambda y, ind: y - data[ind])
     grad = (grad / count).astype(x.dtype)
     return (grad, loss / (2 * count)) if return_loss else grad
 
@@ -210,8 +272,10 @@ def bpm_gradient(contrast, data, geometry: Geometry, tables: BpmTables | None = 
 def bpm_lipschitz(tables: BpmTables, index=slice(None)) -> float:
     """L = n_z (k0 d)^2 mean_a q_a(0)^2 over the illuminations ``index``: the weak-object estimate of the
     Lipschitz constant of the gradient of f (a constant volume adds the same phase to every angle's
-    zero-frequency bin)."""
-    return float(np.mean(tables.lipschitz()[index]))
+    zero-frequency bin). In the rotation geometry the one table serves every angle (a turn by trilinear
+    interpolation does not raise the norm of a smooth volume), so ``index`` does not matter."""
+    lipschitz = tables.lipschitz()
+    return float(np.mean(lipschitz if len(lipschitz) == 1 else lipschitz[index]))
 
 
 #: the default start of a BPM inversion: Rytov ODT with 20 Gerchberg-Papoulis iterations on half spectra
@@ -236,7 +300,6 @@ def inversion_inputs(data, geometry: Geometry, start, iterations: int, tv_weight
                      reconstruct=odt_reconstruct):
     """The checked data, the start (float64; Rytov + 20 GP by default, by ``reconstruct``: see
     :func:`rytov_start`) and the illumination batches of a BPM inversion (both backends' ``bpm_reconstruct``)."""
-    check_scan(geometry)
     data = check_ratio("data", data, geometry)
     iterations = integer("iterations", iterations, low=0)
     tv_inner = integer("tv_inner", tv_inner, low=1)
@@ -345,7 +408,6 @@ def simulate_bpm_holograms(spheres, geometry: Geometry, *, noise: float = 0.0, s
     """
     from qora.holo.phantoms import check_simulation_memory, holograms_from_fields, render_spheres
 
-    check_scan(geometry)
     noise = nonnegative("noise", noise)
     check_simulation_memory(geometry, "bpm")
     vol = render_spheres(spheres, geometry.n, geometry.pixel, geometry.medium_index, supersample=supersample)

@@ -27,7 +27,7 @@ from qora.holo.cuda_pipeline import reconstruct as cuda_reconstruct
 from qora.holo.cuda_stages import FgpProx, WorkArea, cupy
 from qora.holo.geometry import Geometry
 from qora.holo.odt import OdtResult
-from qora.holo.plans import BpmTables, bpm_tables, check_scan
+from qora.holo.plans import BpmTables, bpm_tables, check_scan, lab_geometry
 from qora.io.errors import InputError
 from qora.io.validate import positive
 from qora.progress import report
@@ -174,13 +174,23 @@ class BpmDevice:
         return grad, float(self.loss.get()[0])
 
 
+def _model(geometry, tables, chunk, variant="cufft"):
+    """BpmDevice, or in the rotation geometry the per-angle wrapper (:mod:`qora.holo.bpm_rotation_cuda`) of
+    the BpmDevice of its one normal incidence (``chunk`` does not apply: one angle at a time)."""
+    if geometry.angles is None:
+        return BpmDevice(geometry, tables, chunk=chunk, variant=variant)
+    from qora.holo.bpm_rotation_cuda import RotatedBpmDevice
+
+    return RotatedBpmDevice(geometry, BpmDevice(lab_geometry(geometry), tables, chunk=1, variant=variant))
+
+
 def _device(contrast, geometry, tables, chunk, variant="cufft"):
     cp = cupy()
     x = np.asarray(contrast, np.float32)
     if x.ndim != 3 or x.shape[1:] != (geometry.n, geometry.n):
         raise ValueError(f"contrast must be (n_z, {geometry.n}, {geometry.n}), got {x.shape}")
     tables = tables if tables is not None else bpm_tables(geometry, x.shape[0])
-    dev = BpmDevice(geometry, tables, chunk=chunk, variant=variant)
+    dev = _model(geometry, tables, chunk, variant)
     xd = cp.asarray(x)
     dev.set_contrast(xd)
     return dev
@@ -234,7 +244,7 @@ def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, 
     data, x0, batches = inversion_inputs(data, geometry, start, iterations, tv_weight, tv_inner, batch, n_z,
                                          reconstruct=cuda_reconstruct)
     tables = bpm_tables(geometry, x0.shape[0], obliquity)
-    dev = BpmDevice(geometry, tables, chunk=chunk, variant=variant)
+    dev = _model(geometry, tables, chunk, variant)
     d = cp.asarray(data, cp.complex64)
     lam = 0.0 if not tv_weight else step * tv_weight / (2 * geometry.medium_index)
     prox = FgpProx(x0.shape, lam, fgp) if lam > 0 else None

@@ -18,7 +18,7 @@ from qora.holo.cuda_solver import SpectrumSolver
 from qora.holo.cuda_stages import (MEMCPY_DEFAULT, FieldStage, FirstOrder, Mapper, WorkArea, check_even, cupy,
                                    ptr)
 from qora.holo.geometry import Geometry
-from qora.holo.odt import OdtResult, check_ratio
+from qora.holo.odt import OdtResult, check_ratio, pad_fields
 from qora.holo.options import ReconstructionOptions
 from qora.holo.plans import CropPlan, MappingPlan, solver_grid, stack_holograms
 from qora.holo.steps import stack_units
@@ -56,14 +56,19 @@ class Reconstruction:
         self.fft = work.plan(C2C, (grid.n, grid.n), batch=geometry.count)
         self.measured_fraction = float(self.plan.measured.mean())  # once: a host pass over N^3 (60 ms at 512^3)
 
-    def __call__(self, phi, dst_ptr: int) -> None:
+    def __call__(self, phi, dst_ptr: int, absorption_ptr: int | None = None) -> None:
+        """Solve for the first-order fields ``phi`` (A, n, n) on the device (spent: transformed in place); the index
+        box to ``dst_ptr``, with a complex index the absorption to ``absorption_ptr``."""
+        if self.solver.auto:
+            # the noise of the data, measured on the host by the CPU's own estimate (MappingPlan.noise_energy)
+            self.solver.noise_energy = self.plan.noise_energy(pad_fields(phi.get(), self.big))
         spectra = phi
         if self.padded is not None:
             self.padded.fill(0)  # the previous call's in-place FFT left its spectrum there
             pad_into(phi, self.padded)
             spectra = self.padded
         self.fft.execute(spectra.data.ptr, spectra.data.ptr, FORWARD)  # phi is spent
-        self.solver(spectra, self.mapper, dst_ptr)
+        self.solver(spectra, self.mapper, dst_ptr, absorption_ptr)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,13 +126,15 @@ def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None
     phi = cp.empty_like(num)
     order(num, None, phi, o.approximation)
     out = cp.empty((geometry.n,) * 3, cp.float32)
-    recon(phi, out.data.ptr)
+    kappa = cp.empty((geometry.n,) * 3, cp.float32) if o.complex_index else None
+    recon(phi, out.data.ptr, None if kappa is None else kappa.data.ptr)
     index = out.get()
+    info = {"measured_fraction": recon.measured_fraction, "r2c": bool(recon.solver.real),
+            "oversample": o.oversample, "grid": recon.big, "backend": "cuda", "mapping": o.mapping,
+            "fgp": o.fgp if o.method == "tv" else None, "tv_weight": o.tv_weight if o.method == "tv" else None}
+    info.update(recon.solver.info)  # "auto": the weight chosen and the search
     return OdtResult(index, geometry, o.method, o.approximation, 0 if o.method == "plain" else o.iterations,
-                     info={"measured_fraction": recon.measured_fraction, "r2c": bool(recon.solver.real),
-                           "oversample": o.oversample, "grid": recon.big, "backend": "cuda", "mapping": o.mapping,
-                           "fgp": o.fgp if o.method == "tv" else None,
-                           "tv_weight": o.tv_weight if o.method == "tv" else None})
+                     info=info, absorption=None if kappa is None else kappa.get())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,6 +168,9 @@ class CudaPipeline:
         self.work.allocate()
         self._in_mem = cp.cuda.alloc_pinned_memory(4 * a * hologram_n**2)
         self._out_mem = cp.cuda.alloc_pinned_memory(4 * n**3)
+        self._abs_mem = cp.cuda.alloc_pinned_memory(4 * n**3) if options.complex_index else None
+        self.host_absorption = (None if self._abs_mem is None else
+                                np.frombuffer(self._abs_mem, np.float32, n**3).reshape(n, n, n))
         self.host_in = np.frombuffer(self._in_mem, np.float32, a * hologram_n**2).reshape(a, hologram_n, hologram_n)
         self.host_out = np.frombuffer(self._out_mem, np.float32, n**3).reshape(n, n, n)
         self.stream = cp.cuda.Stream(non_blocking=True)
@@ -251,7 +261,8 @@ class CudaPipeline:
             mark("fields")
             self.order(self.sample, self.background, self.phi, self.approximation)
             mark(self.approximation)
-            self.recon(self.phi, self.host_out.ctypes.data)
+            self.recon(self.phi, self.host_out.ctypes.data,
+                       None if self.host_absorption is None else self.host_absorption.ctypes.data)
             mark("solve")
         self.stream.synchronize()
         self._raise_if_nonfinite()
@@ -260,8 +271,10 @@ class CudaPipeline:
             self.stage_ms = {name: cp.cuda.get_elapsed_time(marks[i - 1][1], e)
                              for i, (name, e) in enumerate(marks) if i > 0}
         o = self.options
+        kappa = self.host_absorption
+        info = {"measured_fraction": self.recon.measured_fraction, "r2c": self.recon.solver.real,
+                "grid": self.recon.big, "backend": "cuda", "mapping": o.mapping, "upload_parts": len(self.fields.parts)}
+        info.update(self.recon.solver.info)
         return OdtResult(self.host_out.copy() if copy else self.host_out, self.geometry, o.method, self.approximation,
-                         0 if o.method == "plain" else o.iterations,
-                         info={"measured_fraction": self.recon.measured_fraction, "r2c": self.recon.solver.real,
-                               "grid": self.recon.big, "backend": "cuda", "mapping": o.mapping,
-                               "upload_parts": len(self.fields.parts)})
+                         0 if o.method == "plain" else o.iterations, info=info,
+                         absorption=None if kappa is None else (kappa.copy() if copy else kappa))

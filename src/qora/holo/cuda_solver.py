@@ -3,6 +3,11 @@
 :class:`SpectrumSolver` runs Gerchberg-Papoulis on half spectra (C2R, clamp, R2C, restore on the
 padded in-place layout) or C2C, the plain inversion, or FISTA-TV with the FGP step ("fused"
 default, "separate", "cube", "march"); the index is computed in place and copied out row by row.
+A complex index (absorption) runs GP in C2C with the imaginary part kept non-negative, and TV in
+C2C with one FGP prox per part (the CPU's :func:`qora.holo.regularisation.fista_tv_complex`). The
+TV weight "auto" is the discrepancy principle's, by the CPU's own search
+(:func:`qora.holo.regularisation.discrepancy_search`) with the device's FISTA and misfit; the noise
+energy comes from the host (``MappingPlan.noise_energy``, set by the caller in :attr:`noise_energy`).
 Its kernels are launched through :mod:`qora.holo.kernels`. A leaf of the CPU modules.
 """
 
@@ -17,17 +22,13 @@ from qora.holo import kernels as K
 from qora.holo.cuda_stages import MEMCPY_DEFAULT, FgpProx, Mapper, WorkArea, check_even, copy_box, cupy
 from qora.holo.geometry import Geometry
 from qora.holo.odt import potential_bounds
-from qora.holo.options import ReconstructionOptions, cpu_only
-from qora.holo.plans import Unsupported
+from qora.holo.options import ReconstructionOptions
+from qora.holo.regularisation import discrepancy_search
 
 __all__ = ["SpectrumSolver"]
 
-
-def refuse_cpu_only(options: ReconstructionOptions) -> None:
-    missing = cpu_only(options)
-    if missing:
-        raise Unsupported(f"the CUDA solver does not implement {', '.join(missing)}: use backend 'cpu' (or 'auto', "
-                          "which runs these on the CPU)")
+#: the box of the imaginary part of a complex potential: absorption only (the CPU's ``constrain``)
+ABSORPTION_BOUNDS = (0.0, math.inf)
 
 
 class SpectrumSolver:
@@ -42,9 +43,10 @@ class SpectrumSolver:
     work : WorkArea
         The shared cuFFT work area its plans come from.
     options : ReconstructionOptions
-        method, iterations, r2c, tv_weight, tv_inner and fgp are read (validated when the options
-        were made); fgp is the FGP step's kernel (docs/holo-performance.md), the variants equal
-        to each other within 2 ulp.
+        method, iterations, r2c, tv_weight (a number or "auto"), tv_inner, fgp, index_min, index_max
+        and complex_index are read (validated when the options were made); fgp is the FGP step's
+        kernel (docs/holo-performance.md), the variants equal to each other within 2 ulp. A complex
+        index always solves on the full spectrum (C2C), as the CPU does.
     """
 
     def __init__(self, geometry: Geometry, field_of_view: int, work: WorkArea, options: ReconstructionOptions) -> None:
@@ -54,15 +56,17 @@ class SpectrumSolver:
                                                              o.fgp)
         big = geometry.n
         check_even("solver grid", big)
-        refuse_cpu_only(o)
         self.bounds = potential_bounds(geometry, o.index_min, o.index_max)
+        self.complex = bool(o.complex_index)
+        self.auto = method == "tv" and tv_weight == "auto"
+        self.noise_energy: float | None = None  # "auto" needs it before each call (MappingPlan.noise_energy)
         if not 0 < field_of_view <= big:
             raise ValueError(f"field of view {field_of_view} must fit the grid {big}")
         self.geometry, self.big, self.nb = geometry, big, field_of_view
         self.method, self.iterations, self.fgp = method, iterations, fgp
         self.half = big // 2 + 1
-        self.real = method == "tv" or (method == "gp" and r2c)
-        self.lam = tv_weight * geometry.k0**2
+        self.real = not self.complex and (method == "tv" or (method == "gp" and r2c))
+        self.lam = 0.0 if self.auto else tv_weight * geometry.k0**2
         self.tv_inner = tv_inner
         n3, nh = big**3, big * big * self.half
         # the mapped sums (complex N^3); on the R2C path later the padded real volume and its half spectrum
@@ -79,13 +83,20 @@ class SpectrumSolver:
         else:
             self.estimate = cp.empty(n3, cp.complex64)
             self.c2c = work.plan(C2C, (big,) * 3)
+        self.parts = 0
         if method == "tv":
             nb3 = field_of_view**3
-            self.v = cp.empty(nb3, cp.float32)
-            self.y = cp.empty(nb3, cp.float32)
-            self.x_prev = cp.empty(nb3, cp.float32)
+            # one box per part of the potential (real; real and imaginary for a complex index)
+            self.parts = 2 if self.complex else 1
+            self.vs = [cp.empty(nb3, cp.float32) for _ in range(self.parts)]
+            self.ys = [cp.empty(nb3, cp.float32) for _ in range(self.parts)]
+            self.x_prevs = [cp.empty(nb3, cp.float32) for _ in range(self.parts)]
+            self.part_bounds = [self.bounds, ABSORPTION_BOUNDS][:self.parts]
             # the separate variant's primal point goes to y, free while the prox runs
-            self.prox = FgpProx((field_of_view,) * 3, self.lam, fgp, scratch=self.y, bounds=self.bounds)
+            self.proxes = [FgpProx((field_of_view,) * 3, self.lam, fgp, scratch=y, bounds=b)
+                           for y, b in zip(self.ys, self.part_bounds)]
+            self.v, self.y, self.x_prev, self.prox = self.vs[0], self.ys[0], self.x_prevs[0], self.proxes[0]
+            self.loss = cp.zeros(1, cp.float64)
         self.scale = 1.0 / n3
         self.info: dict = {}
 
@@ -110,17 +121,22 @@ class SpectrumSolver:
         return np.float32(g.medium_index**2), np.float32(1.0 / g.k0**2)
 
     # -- solvers -------------------------------------------------------------------------------
-    def __call__(self, spectra, mapper: Mapper, dst_ptr: int) -> None:
-        """Map ``spectra`` (A, N, N), solve, and write the index box (nb^3 float32) to ``dst_ptr``."""
+    def __call__(self, spectra, mapper: Mapper, dst_ptr: int, absorption_ptr: int | None = None) -> None:
+        """Map ``spectra`` (A, N, N), solve, and write the index box (nb^3 float32) to ``dst_ptr``, and with a
+        complex index the imaginary index kappa (nb^3 float32) to ``absorption_ptr``."""
         cp = cupy()
+        if self.complex != (absorption_ptr is not None):
+            raise ValueError("a complex index writes the absorption too: give absorption_ptr exactly then")
+        if self.auto and self.noise_energy is None:
+            raise ValueError("tv_weight 'auto' needs the noise energy of the mapped spectrum (set noise_energy)")
         stream = cp.cuda.get_current_stream()
         mapper(spectra, self.sums, self.hits)
         if self.method == "tv":
-            self._tv(dst_ptr, stream)
+            self._tv(dst_ptr, absorption_ptr, stream)
         elif self.real:
             self._gp_half(dst_ptr, stream)
         else:
-            self._gp_complex(dst_ptr, stream)
+            self._gp_complex(dst_ptr, absorption_ptr, stream)
 
     def _gp_half(self, dst_ptr, stream) -> None:
         cp = cupy()
@@ -139,7 +155,7 @@ class SpectrumSolver:
         K.index_real(v=self.sums, total=total, scale=self.scale, medium2=medium2, inv_k02=inv_k02)
         copy_box(p, 2 * self.half, self.big, self.nb, dst_ptr, stream)
 
-    def _gp_complex(self, dst_ptr, stream) -> None:
+    def _gp_complex(self, dst_ptr, absorption_ptr, stream) -> None:
         cp = cupy()
         n3 = self.big**3
         K.normalise_hits(sums=self.sums, hits=self.hits, total=n3)
@@ -148,14 +164,18 @@ class SpectrumSolver:
         iterations = self.iterations if self.method == "gp" else 0
         for _ in range(iterations):
             self.c2c.execute(e, e, INVERSE)
-            K.clamp_complex(v=self.estimate, total=n3, scale=self.scale, bounds=self.bounds)
+            K.clamp_complex(v=self.estimate, total=n3, scale=self.scale, bounds=self.bounds, keep_imag=self.complex)
             self.c2c.execute(e, e, FORWARD)
             K.restore_complex(e=self.estimate, data=self.sums, hits=self.hits, total=n3)
         self.c2c.execute(e, e, INVERSE)
         medium2, inv_k02 = self._index_scalars()
         index = self.hits_raw[:4 * n3].view(cp.float32)  # the hit counts are spent: the index goes there
-        K.index_complex(v=self.estimate, total=n3, scale=self.scale, medium2=medium2, inv_k02=inv_k02, out=index)
+        kappa = self.sums.view(cp.float32)[:n3] if self.complex else None  # and the data: the absorption there
+        K.index_complex(v=self.estimate, total=n3, scale=self.scale, medium2=medium2, inv_k02=inv_k02, out=index,
+                        out_imag=kappa)
         copy_box(index.data.ptr, self.big, self.big, self.nb, dst_ptr, stream)
+        if kappa is not None:
+            copy_box(kappa.data.ptr, self.big, self.big, self.nb, absorption_ptr, stream)
 
     def _box(self, kernel: str, src, dst, scale: float = 1.0) -> None:
         big, nb = self.big, self.nb
@@ -166,34 +186,122 @@ class SpectrumSolver:
         else:
             K.box_expand(box=src, n=big, rl=rl, nb=nb, lo=lo, padded=dst)
 
-    def _tv(self, dst_ptr, stream) -> None:
+    # -- FISTA-TV: one run per weight (several for "auto"), on the real half spectrum or the complex one ---------
+    def _tv(self, dst_ptr, absorption_ptr, stream) -> None:
         cp = cupy()
-        self._prepare_half()
-        nh = self.big**2 * self.half
-        nb = self.nb
-        p = self.sums.data.ptr
-        real = self.sums.view(cp.float32)
-        cp.cuda.runtime.memcpyAsync(p, self.a.data.ptr, 8 * nh, MEMCPY_DEFAULT, stream.ptr)
-        self.backward.execute(p, p)
-        self._box("box_restrict", real, self.y, self.scale)
-        cp.cuda.runtime.memcpyAsync(self.x_prev.data.ptr, self.y.data.ptr, 4 * nb**3, MEMCPY_DEFAULT, stream.ptr)
-        self.prox.reset()
-        t = 1.0
-        lam = np.float32(self.lam)
-        for _ in range(self.iterations):
-            self._box("box_expand", self.y, real)
+        nb3 = self.nb**3
+        if self.complex:
+            K.normalise_hits(sums=self.sums, hits=self.hits, total=self.big**3)  # P, the data of the restore step
+        else:
+            self._prepare_half()
+        if self.auto:
+            k02 = self.geometry.k0**2
+            weight, best, record = discrepancy_search(
+                lambda w, start: self._fista(w * k02, start, copy=True), self._misfit, self.noise_energy,
+                complex_index=self.complex)
+            for part, x in zip(self.x_prevs, best):
+                cp.cuda.runtime.memcpyAsync(part.data.ptr, x.data.ptr, 4 * nb3, MEMCPY_DEFAULT, stream.ptr)
+            self.info["tv_weight"], self.info["tv_selection"] = float(weight), record
+        else:
+            self._fista(self.lam, None)
+        medium2, inv_k02 = self._index_scalars()
+        if self.complex:
+            K.index_parts(re=self.x_prevs[0], im=self.x_prevs[1], total=nb3, medium2=medium2, inv_k02=inv_k02)
+            cp.cuda.runtime.memcpyAsync(absorption_ptr, self.x_prevs[1].data.ptr, 4 * nb3, MEMCPY_DEFAULT, stream.ptr)
+        else:
+            K.index_real(v=self.x_prev, total=nb3, scale=1.0, medium2=medium2, inv_k02=inv_k02)
+        cp.cuda.runtime.memcpyAsync(dst_ptr, self.x_prev.data.ptr, 4 * nb3, MEMCPY_DEFAULT, stream.ptr)
+
+    def _plain_box(self) -> None:
+        """y = the box of the plain inversion of the data (FISTA's default start)."""
+        cp = cupy()
+        stream = cp.cuda.get_current_stream()
+        if self.complex:
+            n3 = self.big**3
+            e = self.estimate.data.ptr
+            cp.cuda.runtime.memcpyAsync(e, self.sums.data.ptr, 8 * n3, MEMCPY_DEFAULT, stream.ptr)
+            self.c2c.execute(e, e, INVERSE)
+            self._restrict_complex(self.ys)
+        else:
+            p = self.sums.data.ptr
+            cp.cuda.runtime.memcpyAsync(p, self.a.data.ptr, 8 * self.big**2 * self.half, MEMCPY_DEFAULT, stream.ptr)
+            self.backward.execute(p, p)
+            self._box("box_restrict", self.sums.view(cp.float32), self.y, self.scale)
+
+    def _restrict_complex(self, out) -> None:
+        big, nb = self.big, self.nb
+        K.box_restrict_complex(grid=self.estimate, n=big, nb=nb, lo=big // 2 - nb // 2, scale=self.scale, re=out[0],
+                               im=out[1])
+
+    def _expand(self, parts) -> None:
+        """The box ``parts`` placed in the zero grid (the padded real volume, or the complex estimate)."""
+        cp = cupy()
+        big, nb = self.big, self.nb
+        if self.complex:
+            K.box_expand_complex(re=parts[0], im=parts[1], n=big, nb=nb, lo=big // 2 - nb // 2, grid=self.estimate)
+        else:
+            self._box("box_expand", parts[0], self.sums.view(cp.float32))
+
+    def _gradient_step(self) -> None:
+        """v = the box of the restore step applied to y: FISTA's gradient step of length 1 (both paths)."""
+        cp = cupy()
+        self._expand(self.ys)
+        if self.complex:
+            e = self.estimate.data.ptr
+            self.c2c.execute(e, e, FORWARD)
+            K.restore_complex(e=self.estimate, data=self.sums, hits=self.hits, total=self.big**3)
+            self.c2c.execute(e, e, INVERSE)
+            self._restrict_complex(self.vs)
+        else:
+            p = self.sums.data.ptr
             self.forward.execute(p, p)
             self._restore()
             self.backward.execute(p, p)
-            self._box("box_restrict", real, self.v, self.scale)
-            self.prox.steps(self.v, self.tv_inner)
+            self._box("box_restrict", self.sums.view(cp.float32), self.v, self.scale)
+
+    def _fista(self, lam: float, start, *, copy: bool = False):
+        """``iterations`` FISTA-TV steps at weight ``lam`` (on the potential) from ``start`` (the box parts, as
+        :meth:`_fista` with ``copy`` returns them) or the plain inversion; the iterate ends in the x_prev boxes.
+        The dual restarts from zero (as the CPU's each call). With ``copy`` returns copies of the iterate."""
+        cp = cupy()
+        stream = cp.cuda.get_current_stream()
+        nb, nb3 = self.nb, self.nb**3
+        if start is None:
+            self._plain_box()
+        else:
+            for y, x in zip(self.ys, start):
+                cp.cuda.runtime.memcpyAsync(y.data.ptr, x.data.ptr, 4 * nb3, MEMCPY_DEFAULT, stream.ptr)
+        for x_prev, y in zip(self.x_prevs, self.ys):
+            cp.cuda.runtime.memcpyAsync(x_prev.data.ptr, y.data.ptr, 4 * nb3, MEMCPY_DEFAULT, stream.ptr)
+        for prox in self.proxes:
+            prox.set_weight(lam)
+            prox.reset()
+        t = 1.0
+        for _ in range(self.iterations):
+            self._gradient_step()
             t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
-            K.fista_step(v=self.v, p=self.prox.p, nz=nb, ny=nb, nx=nb, lam=lam, bounds=self.bounds,
-                         momentum=np.float32((t - 1) / t_new), x_prev=self.x_prev, y=self.y)
+            momentum = np.float32((t - 1) / t_new)
+            for v, prox, bounds, x_prev, y in zip(self.vs, self.proxes, self.part_bounds, self.x_prevs, self.ys):
+                prox.steps(v, self.tv_inner)
+                K.fista_step(v=v, p=prox.p, nz=nb, ny=nb, nx=nb, lam=np.float32(lam), bounds=bounds, momentum=momentum,
+                             x_prev=x_prev, y=y)
             t = t_new
-        medium2, inv_k02 = self._index_scalars()
-        K.index_real(v=self.x_prev, total=nb**3, scale=1.0, medium2=medium2, inv_k02=inv_k02)
-        cp.cuda.runtime.memcpyAsync(dst_ptr, self.x_prev.data.ptr, 4 * nb**3, MEMCPY_DEFAULT, stream.ptr)
+        return [x.copy() for x in self.x_prevs] if copy else None
+
+    def _misfit(self, parts) -> float:
+        """R of the box ``parts`` against the data (:func:`qora.holo.regularisation.misfit`; on the half spectrum
+        up to a constant, which the search's differences cancel)."""
+        self._expand(parts)
+        self.loss.fill(0)
+        if self.complex:
+            e = self.estimate.data.ptr
+            self.c2c.execute(e, e, FORWARD)
+            K.misfit_complex(e=self.estimate, data=self.sums, hits=self.hits, total=self.big**3, out=self.loss)
+        else:
+            p = self.sums.data.ptr
+            self.forward.execute(p, p)
+            K.misfit_half(e=self.sums, a=self.a, counts=self.counts, n=self.big, out=self.loss)
+        return float(self.loss.get()[0])
 
     def fgp_steps(self, steps: int) -> None:
         """``steps`` FGP iterations on the dual for the current primal data (the counters' target)."""
@@ -202,7 +310,10 @@ class SpectrumSolver:
     @property
     def device_bytes(self) -> int:
         """Bytes of the solver's own buffers (the shared work area not included)."""
-        names = ("sums", "hits_raw", "counts", "estimate", "v", "y", "x_prev")
+        names = ("sums", "hits_raw", "counts", "estimate")
         own = sum(getattr(self, n).nbytes for n in names if hasattr(self, n))
-        return int(own + (self.prox.nbytes - (self.y.nbytes if self.prox.z is self.y else 0) if hasattr(self, "prox")
-                          else 0))
+        for boxes in ("vs", "ys", "x_prevs"):
+            own += sum(b.nbytes for b in getattr(self, boxes, ()))
+        for prox, y in zip(getattr(self, "proxes", ()), getattr(self, "ys", ())):
+            own += prox.nbytes - (y.nbytes if prox.z is y else 0)
+        return int(own)

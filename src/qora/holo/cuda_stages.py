@@ -226,8 +226,8 @@ class FgpProx:
         cp = cupy()
         if variant not in FGP_VARIANTS:
             raise ValueError(f"fgp must be one of {FGP_VARIANTS}, got {variant!r}")
-        if not lam > 0:
-            raise ValueError(f"the TV weight must be positive, got {lam}")
+        if not lam >= 0:
+            raise ValueError(f"the TV weight must be non-negative, got {lam}")
         self.shape = tuple(int(v) for v in shape)
         self.lam, self.variant, self.nonnegative = float(lam), variant, nonnegative
         # the box of the primal point: (0, inf) is non-negativity, (-inf, inf) none
@@ -244,6 +244,12 @@ class FgpProx:
         """Forget the warm start (p = 0)."""
         self.p.fill(0)
 
+    def set_weight(self, lam: float) -> None:
+        """A new TV weight (the discrepancy search tries several); 0 makes the prox the projection alone."""
+        if not lam >= 0:
+            raise ValueError(f"the TV weight must be non-negative, got {lam}")
+        self.lam = float(lam)
+
     def _dims(self) -> dict:
         nz, ny, nx = self.shape
         return dict(nz=nz, ny=ny, nx=nx)
@@ -251,7 +257,7 @@ class FgpProx:
     def steps(self, v, count: int) -> None:
         """``count`` FGP iterations for the data v (r restarted from p, t = 1)."""
         cp = cupy()
-        if count == 0:
+        if count == 0 or self.lam == 0:  # no TV: the dual stays zero, the primal is the projection
             return
         cp.cuda.runtime.memcpyAsync(self.r.data.ptr, self.p.data.ptr, self.p.nbytes, MEMCPY_DEFAULT,
                                     cp.cuda.get_current_stream().ptr)

@@ -22,7 +22,7 @@ import numpy as np
 from qora import __version__
 from qora.holo.geometry import Geometry
 from qora.io.atomic import atomic_path
-from qora.io.errors import FileFormatError, naming_file
+from qora.io.errors import FileFormatError, InputError, naming_file
 from qora.io.validate import positive
 
 __all__ = ["write_holograms", "read_holograms", "write_volume", "read_volume", "write_volume_tiff",
@@ -40,6 +40,9 @@ def _geometry_attrs(obj, geometry: Geometry) -> None:
     obj.attrs["na_detection"] = geometry.na_detection
     obj.attrs["n"] = geometry.n
     obj.attrs["geometry"] = geometry.geometry
+    if geometry.angles is not None:  # the pose of the rotation: axis (z, y, x) and sense (Geometry's)
+        obj.attrs["rotation_axis_zyx"] = np.asarray(geometry.axis, float)
+        obj.attrs["rotation_sense"] = geometry.rotation_sense
 
 
 _GEOMETRY_ATTRS = (("wavelength_um", float), ("medium_index", float), ("pixel_um", float), ("n", int),
@@ -58,8 +61,14 @@ def _geometry_from(f, path="") -> Geometry:
     try:
         values = [kind(np.asarray(a[k]).item()) for k, kind in _GEOMETRY_ATTRS]
         ill = f[what][()]
-        return Geometry(*values, **{what: ill})
-    except (TypeError, ValueError) as exc:
+        pose = {}
+        if what == "angles":  # files written before the tilted axis have neither: the y axis, sense +1
+            if "rotation_axis_zyx" in a:
+                pose["axis"] = tuple(np.asarray(a["rotation_axis_zyx"], float).reshape(-1))
+            if "rotation_sense" in a:
+                pose["rotation_sense"] = int(np.asarray(a["rotation_sense"]).item())
+        return Geometry(*values, **{what: ill}, **pose)
+    except (TypeError, ValueError, InputError) as exc:
         raise FileFormatError(f"{path}: invalid geometry record ({exc})") from exc
 
 

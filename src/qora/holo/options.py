@@ -15,7 +15,7 @@ import numpy as np
 
 from qora.io.errors import InputError
 
-__all__ = ["ReconstructionOptions", "OptionError", "APPROXIMATIONS", "METHODS", "MAPPINGS", "FGP_VARIANTS", "CUDA_ONLY", "cpu_only"]
+__all__ = ["ReconstructionOptions", "OptionError", "APPROXIMATIONS", "METHODS", "MAPPINGS", "FGP_VARIANTS", "CUDA_ONLY"]
 
 APPROXIMATIONS = ("rytov", "born")
 METHODS = ("plain", "gp", "tv")
@@ -25,16 +25,6 @@ FGP_VARIANTS = ("fused", "separate", "cube", "march")
 CUDA_ONLY = ("mapping", "fgp", "upload_parts")
 # what a field means, where its name alone would not say it in an error message
 _WHAT = {"tv_inner": " (FGP steps per TV iteration)", "upload_parts": " (upload parts of the hologram stack)"}
-
-
-def cpu_only(options: "ReconstructionOptions") -> list:
-    """The options the CUDA solver does not implement (the CPU solver runs them; backend "auto" goes there)."""
-    out = []
-    if options.complex_index:
-        out.append("complex_index")
-    if options.method == "tv" and options.tv_weight == "auto":
-        out.append("tv_weight='auto'")
-    return out
 
 
 class OptionError(InputError, TypeError):

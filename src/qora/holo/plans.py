@@ -22,7 +22,8 @@ from qora.holo.filters import check_filter, filter_weights
 from qora.holo.geometry import Geometry, frequencies, nu_z
 from qora.io.errors import InputError
 
-__all__ = ["CropPlan", "stack_holograms", "intensities", "cuda_pipeline_bytes", "MappingPlan", "solver_grid", "BpmTables", "bpm_tables", "check_scan"]
+__all__ = ["CropPlan", "stack_holograms", "intensities", "cuda_pipeline_bytes", "MappingPlan", "solver_grid", "BpmTables", "bpm_tables", "check_scan",
+           "lab_geometry"]
 
 
 class CropPlan:
@@ -232,10 +233,12 @@ def cuda_pipeline_bytes(geometry: Geometry, hologram_n: int, options) -> int:
     if grid != n:
         total += 8 * a * grid * grid  # the fields padded onto the solver's grid
     total += 12 * grid**3  # mapped sums (complex64) and hit counts (int32)
-    if not (options.method == "tv" or (options.method == "gp" and options.r2c)):
-        total += 8 * grid**3  # the C2C estimate
+    complex_index = bool(getattr(options, "complex_index", False))
+    if complex_index or not (options.method == "tv" or (options.method == "gp" and options.r2c)):
+        total += 8 * grid**3  # the C2C estimate (a complex index always solves C2C)
     if options.method == "tv":
-        total += 12 * n**3 + 24 * n**3  # v, y, x_prev and the FGP dual (3 components, two copies)
+        parts = 2 if complex_index else 1  # a complex index: the real and imaginary boxes, one prox each
+        total += parts * (12 * n**3 + 24 * n**3)  # v, y, x_prev and the FGP dual (3 components, two copies)
     return int(total)
 
 
@@ -299,9 +302,19 @@ class BpmTables:
         return self.n_z * (self.k0 * self.step * self.obliquity[:, 0, 0]) ** 2
 
 
+def lab_geometry(geometry: Geometry) -> Geometry:
+    """The illuminations the beam propagation model propagates: the geometry itself (scanning), or for
+    the rotation geometry its one normal incidence (every angle is the same plane wave along z through
+    the sample in another pose: :mod:`qora.holo.rotate`)."""
+    if geometry.angles is None:
+        return geometry
+    return Geometry(geometry.wavelength, geometry.medium_index, geometry.pixel, geometry.n, geometry.na_detection)
+
+
 def bpm_tables(geometry: Geometry, n_z: int | None = None, obliquity: bool = True) -> BpmTables:
-    """The propagation, last-step and obliquity tables of ``geometry`` for ``n_z`` slices (default n)."""
-    check_scan(geometry)
+    """The propagation, last-step and obliquity tables of ``geometry`` for ``n_z`` slices (default n): one per
+    illumination, or in the rotation geometry the one table of normal incidence (count 1, shared by every angle)."""
+    geometry = lab_geometry(geometry)
     n, d = geometry.n, geometry.pixel
     n_z = int(n_z or n)
     if n_z < 1:

@@ -25,7 +25,7 @@ import numpy as np
 from qora.backend import fft as backend_fft
 from qora.progress import report
 
-__all__ = ["fista_tv_complex", "misfit", "select_tv_weight", "LOW", "HIGH", "STEPS"]
+__all__ = ["fista_tv_complex", "misfit", "select_tv_weight", "discrepancy_search", "LOW", "HIGH", "STEPS"]
 
 LOW, HIGH, STEPS = 1e-6, 1.0, 8
 
@@ -76,21 +76,30 @@ def select_tv_weight(data, measured, geometry, noise_energy: float, *, solver, i
     ``solver`` is :func:`qora.holo.odt.fista_tv` (real index) or :func:`fista_tv_complex`.
     Returns ``(tv_weight, x_box, record)`` with ``record`` a dict: the floor R(0), the noise energy, the
     allowed excess, and every (tv_weight, excess) tried. Each candidate runs ``iterations`` FISTA steps.
+    The search itself is :func:`discrepancy_search` (the CUDA solver's too).
     """
     k02 = geometry.k0**2
-    allowed = noise_energy if complex_index else noise_energy / 2
 
     def run(weight, start):
         return solver(data, measured, iterations, weight * k02, inner, fov, bounds=bounds, start=start, box=True)
 
-    # the floor: the constrained fit without TV (lam = 0 makes the prox the projection alone)
-    x0 = solver(data, measured, iterations, 0.0, inner, fov, bounds=bounds, box=True)
-    floor = misfit(x0, data, measured, fov)
+    return discrepancy_search(run, lambda x: misfit(x, data, measured, fov), noise_energy,
+                              complex_index=complex_index, progress=progress)
+
+
+def discrepancy_search(run, misfit_of, noise_energy: float, *, complex_index: bool = False, progress=None):
+    """The search of :func:`select_tv_weight` for any solver: ``run(tv_weight, start)`` returns the iterate of
+    FISTA-TV at that weight from ``start`` (None: the solver's own start, the plain inversion), ``misfit_of(x)``
+    its misfit R (up to a constant: only differences are read). Returns ``(tv_weight, x, record)``."""
+    allowed = noise_energy if complex_index else noise_energy / 2
+    # the floor: the constrained fit without TV (weight 0 makes the prox the projection alone)
+    x0 = run(0.0, None)
+    floor = misfit_of(x0)
     tried = []
     lo, hi = math.log(LOW), math.log(HIGH)
     best_w, best_x = LOW, None
     x_hi = run(HIGH, x0)
-    excess = misfit(x_hi, data, measured, fov) - floor
+    excess = misfit_of(x_hi) - floor
     tried.append((HIGH, excess))
     if excess <= allowed:
         best_w, best_x = HIGH, x_hi
@@ -100,7 +109,7 @@ def select_tv_weight(data, measured, geometry, noise_energy: float, *, solver, i
             mid = (lo + hi) / 2
             w = math.exp(mid)
             x = run(w, start)
-            excess = misfit(x, data, measured, fov) - floor
+            excess = misfit_of(x) - floor
             tried.append((w, excess))
             if excess <= allowed:
                 lo, best_w, best_x, start = mid, w, x, x
@@ -109,6 +118,6 @@ def select_tv_weight(data, measured, geometry, noise_energy: float, *, solver, i
             report(progress, "tv weight", step + 1, STEPS)
         if best_x is None:
             best_x = run(best_w, x0)
-    record = {"floor": floor, "noise_energy": float(noise_energy), "allowed_excess": float(allowed),
+    record = {"floor": float(floor), "noise_energy": float(noise_energy), "allowed_excess": float(allowed),
               "tried": [(float(w), float(e)) for w, e in tried]}
     return best_w, best_x, record

@@ -152,9 +152,11 @@ def clamp_real(*, v, quads, scale, bounds=(0.0, np.inf)) -> None:
     kernel("clamp_real")(_elementwise(quads), (THREADS,), (v, np.int64(quads), np.float32(scale), *_f32(*bounds)))
 
 
-def clamp_complex(*, v, total, scale, bounds=(0.0, np.inf)) -> None:
-    """v = clamp(Re(scale v), *bounds). Reference: :func:`qora.holo.odt.gerchberg_papoulis`."""
-    kernel("clamp_complex")(_elementwise(total), (THREADS,), (v, np.int64(total), np.float32(scale), *_f32(*bounds)))
+def clamp_complex(*, v, total, scale, bounds=(0.0, np.inf), keep_imag: bool = False) -> None:
+    """v = clamp(Re(scale v), *bounds) (+ i max(Im(scale v), 0) with ``keep_imag``). Reference:
+    :func:`qora.holo.odt.constrain` in :func:`qora.holo.odt.gerchberg_papoulis`."""
+    kernel("clamp_complex")(_elementwise(total), (THREADS,),
+                            (v, np.int64(total), np.float32(scale), *_f32(*bounds), np.int32(bool(keep_imag))))
 
 
 def restore_complex(*, e, data, hits, total) -> None:
@@ -168,11 +170,19 @@ def index_real(*, v, total, scale, medium2, inv_k02) -> None:
                          (v, np.int64(total), np.float32(scale), np.float32(medium2), np.float32(inv_k02)))
 
 
-def index_complex(*, v, total, scale, medium2, inv_k02, out) -> None:
-    """out = Re sqrt(n_m^2 + scale v / k0^2) of a complex potential. Reference:
-    :func:`qora.holo.odt.index_from_potential`."""
+def index_complex(*, v, total, scale, medium2, inv_k02, out, out_imag=None) -> None:
+    """out = Re sqrt(n_m^2 + scale v / k0^2) of a complex potential, and Im into ``out_imag`` when given.
+    Reference: :func:`qora.holo.odt.index_from_potential` (``complex_index``)."""
     kernel("index_complex")(_elementwise(total), (THREADS,),
-                            (v, np.int64(total), np.float32(scale), np.float32(medium2), np.float32(inv_k02), out))
+                            (v, np.int64(total), np.float32(scale), np.float32(medium2), np.float32(inv_k02), out,
+                             _or_null(out_imag)))
+
+
+def index_parts(*, re, im, total, medium2, inv_k02) -> None:
+    """In place: re = Re n, im = Im n of the potential re + i im. Reference: :func:`qora.holo.odt.index_from_potential`
+    (``complex_index``)."""
+    kernel("index_parts")(_elementwise(total), (THREADS,),
+                          (re, im, np.int64(total), np.float32(medium2), np.float32(inv_k02)))
 
 
 # -- the field-of-view box and FISTA-TV --------------------------------------------------------------------
@@ -187,6 +197,28 @@ def box_restrict(*, padded, n, rl, nb, lo, scale, box) -> None:
 def box_expand(*, box, n, rl, nb, lo, padded) -> None:
     """The box placed in a zero padded real volume. Reference: :meth:`qora.holo.odt.FieldOfView.expand`."""
     kernel("box_expand")((blocks(n * n * rl),), (THREADS,), (box, *_i32(n, rl, nb, lo), padded))
+
+
+def box_restrict_complex(*, grid, n, nb, lo, scale, re, im) -> None:
+    """The central nb^3 box of a complex volume (edge n) times scale, as its two real parts. Reference:
+    :meth:`qora.holo.odt.FieldOfView.crop`."""
+    kernel("box_restrict_complex")((blocks(nb**3),), (THREADS,), (grid, *_i32(n, nb, lo), np.float32(scale), re, im))
+
+
+def box_expand_complex(*, re, im, n, nb, lo, grid) -> None:
+    """The box re + i im placed in a zero complex volume of edge n. Reference: :meth:`qora.holo.odt.FieldOfView.expand`."""
+    kernel("box_expand_complex")((blocks(n**3),), (THREADS,), (re, im, *_i32(n, nb, lo), grid))
+
+
+def misfit_half(*, e, a, counts, n, out) -> None:
+    """out += the misfit of the half spectrum e against the data a (counts = M(k) + M(-k)), up to a constant.
+    Reference: :func:`qora.holo.regularisation.misfit` (differences of it)."""
+    kernel("misfit_half")(_elementwise(n * n * (n // 2 + 1)), (THREADS,), (e, a, counts, np.int32(n), out))
+
+
+def misfit_complex(*, e, data, hits, total, out) -> None:
+    """out += sum over measured bins of |e - data|^2. Reference: :func:`qora.holo.regularisation.misfit`."""
+    kernel("misfit_complex")(_elementwise(total), (THREADS,), (e, data, hits, np.int64(total), out))
 
 
 def _f32(*values):

@@ -322,12 +322,13 @@ extern "C" __global__ void restore_half(float4* __restrict__ e, const float4* __
     }
 }
 
-// C2C loop: keep clamp(Re(scale v), lower, upper) and drop the imaginary part; then restore measured bins.
+// C2C loop: keep clamp(Re(scale v), lower, upper) and drop the imaginary part, or with keep_imag (a complex
+// index) keep max(Im(scale v), 0) (absorption, never gain); then restore measured bins.
 extern "C" __global__ void clamp_complex(float2* __restrict__ v, long long total, float scale, float lower,
-                                         float upper) {
+                                         float upper, int keep_imag) {
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride)
-        v[i] = make_float2(fminf(fmaxf(scale * v[i].x, lower), upper), 0.0f);
+        v[i] = make_float2(fminf(fmaxf(scale * v[i].x, lower), upper), keep_imag ? fmaxf(scale * v[i].y, 0.0f) : 0.0f);
 }
 
 extern "C" __global__ void restore_complex(float2* __restrict__ e, const float2* __restrict__ data,
@@ -348,12 +349,30 @@ extern "C" __global__ void index_real(float* __restrict__ v, long long total, fl
     }
 }
 
+// sqrt(x + iy) on the principal branch: (Re, Im), Im carrying the sign of y (+0 for y = +0, as NumPy's).
+__device__ __forceinline__ float2 principal_sqrt(float x, float y) {
+    const float h = hypotf(x, y);
+    return make_float2(sqrtf(0.5f * (h + x)), copysignf(sqrtf(fmaxf(0.5f * (h - x), 0.0f)), y));
+}
+
+// out = Re sqrt(n_m^2 + scale V / k0^2); with out_imag (a complex index) the imaginary index there too.
 extern "C" __global__ void index_complex(const float2* __restrict__ v, long long total, float scale, float medium2,
-                                         float inv_k02, float* __restrict__ out) {
+                                         float inv_k02, float* __restrict__ out, float* __restrict__ out_imag) {
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
-        const float x = medium2 + scale * v[i].x * inv_k02, y = scale * v[i].y * inv_k02;
-        out[i] = sqrtf(0.5f * (hypotf(x, y) + x));  // Re sqrt(x + iy), principal branch
+        const float2 n = principal_sqrt(medium2 + scale * v[i].x * inv_k02, scale * v[i].y * inv_k02);
+        out[i] = n.x;
+        if (out_imag) out_imag[i] = n.y;
+    }
+}
+
+// The same for a potential held as two real volumes (FISTA-TV's parts), in place: re -> n, im -> kappa.
+extern "C" __global__ void index_parts(float* re, float* im, long long total, float medium2, float inv_k02) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        const float2 n = principal_sqrt(medium2 + re[i] * inv_k02, im[i] * inv_k02);
+        re[i] = n.x;
+        im[i] = n.y;
     }
 }
 
@@ -376,6 +395,64 @@ extern "C" __global__ void box_expand(const float* __restrict__ box, int n, int 
     const int bi = i - lo, bj = j - lo, bk = k - lo;
     const bool inside = bi >= 0 && bi < nb && bj >= 0 && bj < nb && bk >= 0 && bk < nb;
     padded[idx] = inside ? box[((long long)bk * nb + bj) * nb + bi] : 0.0f;
+}
+
+// The complex twins for a complex index (C2C grid of edge n, no padding): the box's two real parts.
+extern "C" __global__ void box_restrict_complex(const float2* __restrict__ grid, int n, int nb, int lo, float scale,
+                                                float* __restrict__ re, float* __restrict__ im) {
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)nb * nb * nb) return;
+    const int i = (int)(idx % nb), j = (int)((idx / nb) % nb), k = (int)(idx / ((long long)nb * nb));
+    const float2 v = grid[((long long)(k + lo) * n + (j + lo)) * n + (i + lo)];
+    re[idx] = scale * v.x;
+    im[idx] = scale * v.y;
+}
+
+extern "C" __global__ void box_expand_complex(const float* __restrict__ re, const float* __restrict__ im, int n,
+                                              int nb, int lo, float2* __restrict__ grid) {
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)n * n * n) return;
+    const int i = (int)(idx % n), j = (int)((idx / n) % n), k = (int)(idx / ((long long)n * n));
+    const int bi = i - lo, bj = j - lo, bk = k - lo;
+    const bool inside = bi >= 0 && bi < nb && bj >= 0 && bj < nb && bk >= 0 && bk < nb;
+    const long long b = ((long long)bk * nb + bj) * nb + bi;
+    grid[idx] = inside ? make_float2(re[b], im[b]) : make_float2(0.0f, 0.0f);
+}
+
+// ------------------------------------------------------------------------------------------
+// The data misfit of the discrepancy principle (qora.holo.regularisation.misfit), summed in double.
+// Half spectrum (a real volume): pair k with -k; with c = M(k) + M(-k) measured members of the pair and
+// a = (P(k) + conj P(-k)) / 2, their misfit is c |E - 2a / c|^2 plus a constant the search cancels
+// (it compares misfits); the planes kx = 0 and kx = n/2 hold both members of a pair: weight 1/2 there.
+extern "C" __global__ void misfit_half(const float2* __restrict__ e, const float2* __restrict__ a,
+                                       const unsigned char* __restrict__ counts, int n, double* __restrict__ out) {
+    const int half = n / 2 + 1;
+    const long long total = (long long)n * n * half;
+    double acc = 0.0;
+    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (long long)gridDim.x * blockDim.x) {
+        const int c = counts[idx];
+        if (c == 0) continue;
+        const int kx = (int)(idx % half);
+        const float w = (kx == 0 || kx == n / 2) ? 0.5f : 1.0f;
+        const float2 d = make_float2(e[idx].x - 2.0f * a[idx].x / c, e[idx].y - 2.0f * a[idx].y / c);
+        acc += (double)(w * c * (d.x * d.x + d.y * d.y));
+    }
+    block_add((float)acc, out);
+}
+
+// Full spectrum (a complex index): sum over the measured bins of |E - P|^2, as the CPU's.
+extern "C" __global__ void misfit_complex(const float2* __restrict__ e, const float2* __restrict__ data,
+                                          const int* __restrict__ hits, long long total, double* __restrict__ out) {
+    double acc = 0.0;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        if (hits[i] > 0) {
+            const float dx = e[i].x - data[i].x, dy = e[i].y - data[i].y;
+            acc += (double)(dx * dx + dy * dy);
+        }
+    }
+    block_add((float)acc, out);
 }
 
 // ------------------------------------------------------------------------------------------
