@@ -40,17 +40,79 @@ import numpy as np
 from qora.ssb.band import Band
 from qora.ssb.model import sinc_derivatives
 
-__all__ = ["IncoherentBand", "DEPTH_MODELS", "SECTIONS", "COUPLING", "section_depths", "depth_sections"]
+__all__ = ["IncoherentBand", "DEPTH_MODELS", "SECTIONS", "MOST_SECTIONS", "COUPLING", "COHERENT", "section_depths",
+           "depth_of_field", "auto_sections", "depth_coherence", "fit_incoherent", "depth_sections"]
 
-DEPTH_MODELS = ("columnar", "incoherent")
-SECTIONS = 6  # the default number of depth sections
+DEPTH_MODELS = ("auto", "columnar", "incoherent")  # fit_session's depth_model
+SECTIONS = 3  # the default number of depth sections where no thickness is known
+MOST_SECTIONS = 8  # auto_sections' largest
 COUPLING = 1e-3  # the default penalty on the sections' spread, per double-overlap pixel
+# depth_model "auto" takes the columnar model where the sections' objects share at least this
+# fraction of their power (depth_coherence: 1 for a columnar slab, 0 for independent sections)
+COHERENT = 0.5
 INCOHERENT_PARAMETERS = ("C10", "C12a", "C12b", "thickness")
 
 
 def section_depths(thickness: float, sections: int) -> np.ndarray:
     """The centres z_m (A, from the mid-plane, along the beam) of ``sections`` equal sections."""
     return thickness * ((np.arange(sections) + 0.5) / sections - 0.5)
+
+
+def depth_of_field(wavelength: float, alpha_mrad: float) -> float:
+    """lambda / alpha^2 (A): the depth over which the defocus phase pi lambda z k^2 at the
+    aperture's edge k = alpha / lambda changes by pi, the depth scale of the SSB transfer;
+    ``wavelength`` in A, ``alpha_mrad`` the convergence semi-angle."""
+    return wavelength / (alpha_mrad * 1e-3) ** 2
+
+
+def auto_sections(thickness: float, wavelength: float, alpha_mrad: float) -> int:
+    """Sections no thicker than the depth of field: ceil(t / :func:`depth_of_field`), within
+    [1, :data:`MOST_SECTIONS`]. Thinner sections are not told apart by the transfer, and the fit
+    then trades the thickness against sections left empty (docs/ssb-methods.md)."""
+    return int(min(MOST_SECTIONS, max(1, np.ceil(thickness / depth_of_field(wavelength, alpha_mrad) - 1e-9))))
+
+
+def depth_coherence(band, objects, *, upsample: int = 4) -> float:
+    """How much neighbouring depth sections hold the same object, shifted: the peak of the
+    normalised cross-correlation of their objects (nq, M) over lateral shifts (on a grid
+    ``upsample`` times finer than the scan's), averaged over the M - 1 neighbouring pairs.
+    A columnar slab (tilted or not: a tilt shifts the sections' copies by their spacing times the
+    tilt) gives about 1; independent sections (an amorphous film) about 0, the peak of noise
+    (about sqrt(2 ln(shifts) / frequencies)); 1 for a single section."""
+    from qora.backend.fft import irfftn
+
+    x = np.asarray(_to_host(objects))
+    m = x.shape[1]
+    if m == 1:
+        return 1.0
+    sy, sx = band.scan_shape
+    iy, ix = np.nonzero(band.keep)
+    fy, fx = upsample * sy, upsample * sx
+    rows = np.where(iy > sy // 2, iy + fy - sy, iy)  # negative frequencies to the end of the finer grid
+    peaks = []
+    for k in range(m - 1):
+        spectrum = np.zeros((fy, fx // 2 + 1), np.complex128)
+        spectrum[rows, ix] = np.conj(x[:, k]) * x[:, k + 1]
+        norm = np.sqrt(np.sum(np.abs(x[:, k]) ** 2) * np.sum(np.abs(x[:, k + 1]) ** 2))
+        cc = np.asarray(irfftn(spectrum, s=(fy, fx), axes=(-2, -1))) * fy * fx / 2  # 2 Re sum over the half plane / 2
+        peaks.append(float(cc.max() / max(norm, 1e-300)))
+    return float(np.mean(peaks))
+
+
+def fit_incoherent(session, start: dict, *, sections: int | None = None, coupling: float = COUPLING,
+                   band=(0.2, 0.9), rotation: float | None = None, iterations: int = 60, callback=None):
+    """Newton (:func:`qora.ssb.optimize.newton`) on the incoherent model from ``start`` (C10, C12a,
+    C12b, thickness; A). ``sections`` default :func:`auto_sections` of the start's thickness.
+    Returns ``(values, agreement, hessian, band, depth_coherence)``."""
+    from qora.ssb.optimize import newton
+
+    t0 = float(start.get("thickness", 0.0))
+    m = auto_sections(t0, session.wavelength, session.alpha_mrad) if sections is None else sections
+    names = tuple(p for p in INCOHERENT_PARAMETERS if p in start)
+    b = IncoherentBand(session, names, sections=m, coupling=coupling, band=band, rotation=rotation)
+    values, agreement, hessian = newton(b, {p: float(start[p]) for p in names}, iterations=iterations,
+                                        callback=callback)
+    return values, agreement, hessian, b, depth_coherence(b, b.section_objects(values))
 
 
 class IncoherentBand(Band):
@@ -70,6 +132,7 @@ class IncoherentBand(Band):
             raise ValueError(f"coupling must be > 0, got {coupling!r}")
         super().__init__(session, parameters, band=band, rotation=rotation)
         self.sections, self.coupling = int(sections), float(coupling)
+        self.scan_shape = tuple(session.scan_shape)
         self.thick = True
         self.quadratic_kernels = self.rotation_kernel = False  # the array code only
         self.sets_per_pass = 8
@@ -231,12 +294,13 @@ class IncoherentBand(Band):
         raise ValueError("evaluate_rotations needs a band of the standard model")
 
 
-def depth_sections(session, values: dict, *, sections: int = SECTIONS, coupling: float = COUPLING) -> np.ndarray:
+def depth_sections(session, values: dict, *, sections: int = SECTIONS, coupling: float = COUPLING,
+                   rotation: float | None = None) -> np.ndarray:
     """The optical sections of a fitted incoherent thick model: the phase image (rad, scan grid) of
     each depth section's object, (M, scan rows, scan columns), the entrance surface (z < 0) first.
 
     ``values``: C10, C12a, C12b (A) and thickness (A), as :func:`qora.ssb.fit.fit_session`'s
-    incoherent branch returns them. Every scan frequency the disks reach (0 < |Q| < 2 alpha /
+    incoherent branch returns them; ``rotation`` the scan's (rad; the session's by default). Every scan frequency the disks reach (0 < |Q| < 2 alpha /
     lambda) is fitted, with the objects of the model (:class:`IncoherentBand`); Q = 0 and the
     scan's Nyquist row and column are left out, as in :meth:`Session.image`. Their sum is a
     thick-sample image of the whole film; each alone is the part of the projected phase the
@@ -248,7 +312,8 @@ def depth_sections(session, values: dict, *, sections: int = SECTIONS, coupling:
         raise ValueError("depth sections need the whole of G on one session (not a shard or a split session)")
     reach = 2 * session.alpha_mrad * 1e-3 / session.wavelength
     names = tuple(p for p in INCOHERENT_PARAMETERS if p in values)
-    band = IncoherentBand(session, names, sections=sections, coupling=coupling, band=(0.0, reach))
+    band = IncoherentBand(session, names, sections=sections, coupling=coupling, band=(0.0, reach),
+                          rotation=rotation)
     x = _to_host(band.section_objects(values))  # (nq, M)
     sy, sx = session.scan_shape
     spectrum = np.zeros((band.sections,) + band.keep.shape, np.complex128)
