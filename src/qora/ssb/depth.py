@@ -79,8 +79,6 @@ def depth_coherence(band, objects, *, upsample: int = 4) -> float:
     A columnar slab (tilted or not: a tilt shifts the sections' copies by their spacing times the
     tilt) gives about 1; independent sections (an amorphous film) about 0, the peak of noise
     (about sqrt(2 ln(shifts) / frequencies)); 1 for a single section."""
-    from qora.backend.fft import irfftn
-
     x = np.asarray(_to_host(objects))
     m = x.shape[1]
     if m == 1:
@@ -88,13 +86,14 @@ def depth_coherence(band, objects, *, upsample: int = 4) -> float:
     sy, sx = band.scan_shape
     iy, ix = np.nonzero(band.keep)
     fy, fx = upsample * sy, upsample * sx
-    rows = np.where(iy > sy // 2, iy + fy - sy, iy)  # negative frequencies to the end of the finer grid
+    # the band's frequencies on the finer grid, negative ones at its end: cc(r) = Re sum_Q c(Q) e^{2 pi i Q.r}
+    rows = np.where(iy > sy // 2, iy + fy - sy, iy)
     peaks = []
     for k in range(m - 1):
-        spectrum = np.zeros((fy, fx // 2 + 1), np.complex128)
+        spectrum = np.zeros((fy, fx), np.complex128)
         spectrum[rows, ix] = np.conj(x[:, k]) * x[:, k + 1]
         norm = np.sqrt(np.sum(np.abs(x[:, k]) ** 2) * np.sum(np.abs(x[:, k + 1]) ** 2))
-        cc = np.asarray(irfftn(spectrum, s=(fy, fx), axes=(-2, -1))) * fy * fx / 2  # 2 Re sum over the half plane / 2
+        cc = np.fft.ifft2(spectrum).real * (fy * fx)
         peaks.append(float(cc.max() / max(norm, 1e-300)))
     return float(np.mean(peaks))
 

@@ -15,7 +15,8 @@ from qora.io.errors import InputError
 from qora.io.validate import in_range, integer, nonnegative, number, positive
 from qora.progress import report
 from qora.ssb.band import make_band
-from qora.ssb.depth import COHERENT, DEPTH_MODELS, MOST_SECTIONS, fit_incoherent, section_depths
+from qora.ssb.depth import (COHERENT, DEPTH_MODELS, MOST_SECTIONS, auto_sections, depth_of_field, fit_incoherent,
+                            section_depths)
 from qora.ssb.identify import distinct_basins, distinct_trials, identifiability, quarter_wave, run_starts
 from qora.ssb.optimize import defocus_search, newton, tpe_search
 from qora.ssb.orientation import (check_orientation, com_curl, com_spectrum, compose, flip_branch, phase_skewness,
@@ -326,7 +327,14 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
         out["thick"] = _report(work, b, tvalues, tagreement, thessian, tbasins, tnames)
         # the simpler model unless the thick one explains measurably more (0.1% of the signal)
         out["better"] = "thick" if tagreement > agreement + 1e-3 else "standard"
-        if incoherent:
+        thin = (depth_model == "auto" and sections is None
+                and auto_sections(tvalues["thickness"], work.wavelength, work.alpha_mrad) == 1)
+        if incoherent and thin:  # one section: the incoherent model is the columnar one without tilt
+            dof = depth_of_field(work.wavelength, work.alpha_mrad)
+            out["depth_model"] = {"chosen": "columnar", "requested": depth_model,
+                                  "why": f"thinner than the depth of field lambda/alpha^2 = {dof:.0f} A: one depth "
+                                         "section, where the incoherent model is the columnar one"}
+        elif incoherent:
             offset = standard + ROTATION_NEWTON * thick_starts
             t2 = time.perf_counter()
             ivalues, iagreement, ihessian, ib, coherence = fit_incoherent(
