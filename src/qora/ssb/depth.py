@@ -167,8 +167,9 @@ class IncoherentBand(Band):
         out = None
         for sign, term in zip((1.0, -1.0), self.terms):
             d = [di[rows] for di in term["d"]]
-            phase = sum(ci * di for ci, di in zip(c, d)) if c else 0.0
-            base = sign * term["a"][rows] * xp.exp(-1j * phase)  # (b, nbf)
+            base = sign * term["a"][rows]  # (b, nbf)
+            if c:
+                base = base * xp.exp(-1j * sum(ci * di for ci, di in zip(c, d)))
             a = term["depth"][rows]
             u = a * t
             v = u / (2 * m)
