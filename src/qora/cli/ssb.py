@@ -355,7 +355,8 @@ def _write_sections(path, session, result: dict, **settings) -> None:
                            sections=fit["sections"], rotation=result["rotation_rad"])
     write_image(path, stack, method="depth-sections", aberrations=parameters_to_aberrations(fit["parameters"]),
                 depths=fit["section_depths_a"], **settings)
-    click.echo(f"wrote {path}: {len(stack)} depth sections at {', '.join(f'{z:.0f}' for z in fit['section_depths_a'])} A")
+    depths = ", ".join(f"{z:.0f}" for z in fit["section_depths_a"])
+    click.echo(f"wrote {path}: {len(stack)} depth sections at {depths} A (from the mid-plane, entrance first)")
 
 
 def _counts(data, path):

@@ -300,11 +300,12 @@ def depth_sections(session, values: dict, *, sections: int = SECTIONS, coupling:
     each depth section's object, (M, scan rows, scan columns), the entrance surface (z < 0) first.
 
     ``values``: C10, C12a, C12b (A) and thickness (A), as :func:`qora.ssb.fit.fit_session`'s
-    incoherent branch returns them; ``rotation`` the scan's (rad; the session's by default). Every scan frequency the disks reach (0 < |Q| < 2 alpha /
-    lambda) is fitted, with the objects of the model (:class:`IncoherentBand`); Q = 0 and the
-    scan's Nyquist row and column are left out, as in :meth:`Session.image`. Their sum is a
-    thick-sample image of the whole film; each alone is the part of the projected phase the
-    fit puts at that depth (the depth resolution is about lambda / alpha^2, the depth of field).
+    incoherent branch returns them; ``rotation`` the scan's (rad; the session's by default). Every
+    scan frequency the disks reach (0 < |Q| < 2 alpha / lambda) is fitted, with the objects of the
+    model (:class:`IncoherentBand`); Q = 0 and the scan's Nyquist row and column are left out, as in
+    :meth:`Session.image`. Their sum is a thick-sample image of the whole film; each alone is the
+    part of the projected phase the fit puts at that depth (the depth resolution is about
+    lambda / alpha^2, :func:`depth_of_field`).
     """
     from qora.backend.fft import irfftn
 
