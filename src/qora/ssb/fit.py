@@ -327,7 +327,7 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
         out["thick"] = _report(work, b, tvalues, tagreement, thessian, tbasins, tnames)
         # the simpler model unless the thick one explains measurably more (0.1% of the signal)
         out["better"] = "thick" if tagreement > agreement + 1e-3 else "standard"
-        thin = (depth_model == "auto" and sections is None
+        thin = (incoherent and depth_model == "auto" and sections is None
                 and auto_sections(tvalues["thickness"], work.wavelength, work.alpha_mrad) == 1)
         if incoherent and thin:  # one section: the incoherent model is the columnar one without tilt
             dof = depth_of_field(work.wavelength, work.alpha_mrad)
