@@ -117,10 +117,11 @@ def fit_incoherent(session, start: dict, *, sections: int | None = None, couplin
 class IncoherentBand(Band):
     """A :class:`Band` of the depth-incoherent thick model (module docstring): ``sections`` depth
     sections with their own objects, coupled by ``coupling``. Parameters among C10, C12a, C12b and
-    thickness (A); it evaluates by the array code, the Q in blocks of about ``block_bytes``."""
+    thickness (A); it evaluates by the array code, the Q in blocks of about ``block_bytes`` (default
+    64 MiB on the host, 2 GiB on the device)."""
 
     def __init__(self, session, parameters, *, sections: int = SECTIONS, coupling: float = COUPLING,
-                 band=(0.2, 0.9), rotation: float | None = None, block_bytes: int = 64 << 20) -> None:
+                 band=(0.2, 0.9), rotation: float | None = None, block_bytes: int | None = None) -> None:
         unknown = [p for p in parameters if p not in INCOHERENT_PARAMETERS]
         if unknown:
             raise ValueError(f"the incoherent depth model fits {INCOHERENT_PARAMETERS}, not {unknown} (the tilt is "
@@ -145,6 +146,8 @@ class IncoherentBand(Band):
         self._centring = xp.asarray(np.eye(m) - 1.0 / m)
         self._c = section_depths(1.0, m)  # z_m / t
         nbf = self.G.shape[1]
+        if block_bytes is None:  # a few hundred Q per block on the device, where each block costs ~100 launches
+            block_bytes = (64 << 20) if xp is np else (2 << 30)
         per_row = 16 * nbf * m * (2 + len(self.parameters) + len(self.parameters) * (len(self.parameters) + 1) // 2)
         self.block = max(1, int(block_bytes // max(per_row, 1)))
 
@@ -209,7 +212,7 @@ class IncoherentBand(Band):
         xp = self.xp
         X, pairs = self._transfers(values, rows, order)
         m, nl, b, nbf = X.shape
-        G = self.G[rows]
+        G = self.G[rows].astype(np.complex128, copy=False)  # complex64 G on the device: the sums in float64
         Xq = xp.ascontiguousarray(X.transpose(2, 0, 1, 3)).reshape(b, m * nl, nbf)  # (b, M L, nbf)
         T = Xq.reshape(b, m, nl, nbf)[:, :, 0]  # (b, M, nbf)
         sX = (xp.conj(Xq) @ G[:, :, None])[..., 0].reshape(b, m, nl)  # sum_k conj(X) G
@@ -251,7 +254,7 @@ class IncoherentBand(Band):
             rows = slice(start, start + self.block)
             X, _ = self._transfers(values, rows, 0)
             T = xp.moveaxis(X[:, 0], 0, 1)  # (b, M, nbf)
-            s = (xp.conj(T) @ self.G[rows][:, :, None])[..., 0]
+            s = (xp.conj(T) @ self.G[rows].astype(np.complex128, copy=False)[:, :, None])[..., 0]
             N = xp.conj(T) @ xp.swapaxes(T, 1, 2)
             K = self._regularised(N, rows)
             out.append(xp.linalg.solve(K, s[..., None])[..., 0])
