@@ -156,3 +156,29 @@ def test_the_depth_model_rule():
     out = {"better": "thick"}
     _choose_depth_model(out, "incoherent", 0.75, 0.974, 0.975, 0.85)
     assert out["depth_model"]["chosen"] == "incoherent" and out["better"] == "incoherent"
+
+
+def test_incoherent_fit_of_an_independent_abtem_film():
+    """abTEM's multislice (tests/ssb/fixtures/make_abtem_thick.py: 120 A of random carbon sliced every
+    2 A, propagation between slices, 25 mrad, C10 -100 A at the mid-plane, 24 x 24 scan): the
+    incoherent fit finds the mid-plane's C10 within 2 A and no astigmatism."""
+    from pathlib import Path
+
+    with np.load(Path(__file__).parent / "fixtures" / "abtem_thick_film.npz") as f:
+        fx = {k: f[k] for k in f.files}
+    assert fx["data"].shape == (24, 24, 32, 32) and str(fx["abtem_version"]).startswith("1.")
+    s = Session(fx["data"].astype(np.float64), kv=float(fx["kv"]), alpha_mrad=float(fx["alpha_mrad"]),
+                scan_step=float(fx["scan_step"]))
+    names = ("C10", "C12a", "C12b")
+    columnar = Band(s, names + ("thickness", "tilt_y", "tilt_x"))
+    c10, _ = defocus_search(Band(s, ("C10",)))
+    col, col_agreement, _ = newton(columnar, {"C10": c10, "C12a": 0.0, "C12b": 0.0, "thickness": 60.0, "tilt_y": 0.0,
+                                              "tilt_x": 0.0}, iterations=60)
+    values, agreement, _, band, coherence = fit_incoherent(s, {**{n: col[n] for n in names},
+                                                               "thickness": col["thickness"]})
+    assert band.sections == 4  # 107 A of columnar thickness over 31.5 A
+    assert abs(values["C10"] - float(fx["C10"])) < 2.0  # measured -99.3 A (columnar -101.8, standard -107.7)
+    assert np.hypot(values["C12a"], values["C12b"]) < 0.5  # measured 0.05 A (columnar 0.9 A)
+    assert abs(values["thickness"] - 120.0) < 0.15 * 120.0  # measured 126 A
+    assert agreement > col_agreement + 0.2  # measured 0.972 against 0.591
+    assert coherence < 0.5  # measured 0.26
