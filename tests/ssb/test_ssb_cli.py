@@ -266,13 +266,15 @@ def test_fit_incoherent_depth_model_writes_its_depth_sections(tmp_path):
     fit, sections = tmp_path / "fit.json", tmp_path / "sections.h5"
     common = ["ssb", "fit", str(data), "--rotation", "0", "--detector-orientation", "identity", "--thick-starts", "1",
               "--trials", "32", "--backend", "cpu", "--quiet", "--out", str(fit)]
+    png = tmp_path / "fit.png"
     out = runner.invoke(cli, [*common, "--depth-model", "incoherent", "--sections", "3", "--sections-out",
-                              str(sections)])
+                              str(sections), "--plot", str(png)])
     assert out.exit_code == 0, out.output
     assert "incoherent (3 depth sections)" in out.output and "depth model: incoherent (given)" in out.output
     result = json.loads(fit.read_text())
     assert result["incoherent"]["sections"] == 3 and result["depth_model"]["chosen"] == "incoherent"
     assert result["better"] == "incoherent"
+    assert png.read_bytes()[:4] == b"\x89PNG"  # the incoherent branch's image and agreement curves
     with h5py.File(sections) as f:
         assert f["phase"].shape == (3, 24, 24) and f.attrs["method"] == "depth-sections"
         np.testing.assert_allclose(f["depth_a"][:], result["incoherent"]["section_depths_a"])
