@@ -79,6 +79,8 @@ def test_bad_options_are_refused(small):
         fit(small, rotation=0.0, depth_model="layered")
     with pytest.raises(InputError, match="sections"):
         fit(small, rotation=0.0, sections=0)
+    with pytest.raises(InputError, match="incoherent"):
+        fit(small, rotation=0.0, sections=3, depth_model="columnar")
 
 
 def test_sections_follow_the_depth_of_field():

@@ -236,6 +236,9 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
         raise InputError(f"depth_model must be one of {', '.join(DEPTH_MODELS)}; got {depth_model!r}")
     if sections is not None:
         sections = integer("sections", sections, low=1, high=MOST_SECTIONS)
+        if depth_model == "columnar" or not tilt:
+            raise InputError("sections belongs to the incoherent depth model: give tilt=True and depth_model "
+                             "'auto' or 'incoherent' with it")
     incoherent = tilt and depth_model != "columnar" and hasattr(session, "band_rows")
     timings, passes = {}, {}
     t0 = time.perf_counter()
