@@ -248,3 +248,35 @@ def test_descan_option(tmp_path, film_h5):
     assert "descan (plane): up to 0.8" in output
     # what is left is the resampling of the hard-edged disk by a sub-pixel shift (docs/ssb.md, "Descan")
     assert np.corrcoef(fixed.ravel(), ref.ravel())[0, 1] > 0.8 > 0.5 > np.corrcoef(drifted.ravel(), ref.ravel())[0, 1]
+
+
+def test_fit_incoherent_depth_model_writes_its_depth_sections(tmp_path):
+    """`qora ssb fit --depth-model incoherent --sections-out`: the amorphous film's depth sections as
+    an image stack with their depths, the incoherent branch in the JSON and the printed summary."""
+    import json
+
+    import h5py
+
+    runner = CliRunner()
+    data = tmp_path / "film.h5"
+    out = runner.invoke(cli, ["ssb", "simulate", "--scan", "24", "--step", "0.5", "--window", "32", "--semiangle",
+                              "25", "--c10", "-100", "--slices", "8", "--thickness", "120", "--quiet",
+                              "--out", str(data)])
+    assert out.exit_code == 0, out.output
+    fit, sections = tmp_path / "fit.json", tmp_path / "sections.h5"
+    common = ["ssb", "fit", str(data), "--rotation", "0", "--detector-orientation", "identity", "--thick-starts", "1",
+              "--trials", "32", "--backend", "cpu", "--quiet", "--out", str(fit)]
+    png = tmp_path / "fit.png"
+    out = runner.invoke(cli, [*common, "--depth-model", "incoherent", "--sections", "3", "--sections-out",
+                              str(sections), "--plot", str(png)])
+    assert out.exit_code == 0, out.output
+    assert "incoherent (3 depth sections)" in out.output and "depth model: incoherent (given)" in out.output
+    result = json.loads(fit.read_text())
+    assert result["incoherent"]["sections"] == 3 and result["depth_model"]["chosen"] == "incoherent"
+    assert result["better"] == "incoherent"
+    assert png.read_bytes()[:4] == b"\x89PNG"  # the incoherent branch's image and agreement curves
+    with h5py.File(sections) as f:
+        assert f["phase"].shape == (3, 24, 24) and f.attrs["method"] == "depth-sections"
+        np.testing.assert_allclose(f["depth_a"][:], result["incoherent"]["section_depths_a"])
+    out = runner.invoke(cli, [*common, "--depth-model", "columnar", "--sections-out", str(sections)])
+    assert out.exit_code == 2 and "--sections-out" in out.output

@@ -86,6 +86,15 @@ def fit_summary(result: dict) -> list:
                      f"{p['thickness']:.0f} {_pm(t, 'thickness', digits=0)} A, tilt ({p['tilt_y'] * 1e3:.2f} "
                      f"{_pm(t, 'tilt_y', 1e3, 2)}, {p['tilt_x'] * 1e3:.2f} {_pm(t, 'tilt_x', 1e3, 2)}) mrad, "
                      f"agreement {t['agreement']:.4f}; better: {result['better']}")
+    if "incoherent" in result:
+        t = result["incoherent"]
+        p = t["parameters"]
+        inc = parameters_to_aberrations(p)
+        lines.append(f"incoherent ({t['sections']} depth sections): C10 {inc.get('C10'):.1f} {_pm(t, 'C10')} A, "
+                     f"{c12_text(inc)}, thickness {p['thickness']:.0f} {_pm(t, 'thickness', digits=0)} A, tilt not "
+                     f"determined (independent sections), agreement {t['agreement']:.4f}")
+    if "depth_model" in result:
+        lines.append(f"depth model: {result['depth_model']['chosen']} ({result['depth_model']['why']})")
     for name in ("standard", "thick"):
         ident = result.get(name, {}).get("identifiability")
         if ident and ident["runner_up"] is not None:
@@ -251,6 +260,15 @@ def image_cmd(data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle, c30
 @click.option("--thick-starts", type=click.IntRange(1, 3), default=3, show_default=True,
               help="The thick fit's starts: tilt 0, then (10, 10) and (-10, -10) mrad.")
 @click.option("--tilt/--no-tilt", default=True, show_default=True, help="Also fit the thick-sample model with tilt.")
+@click.option("--depth-model", type=click.Choice(["auto", "columnar", "incoherent"]), default="auto",
+              show_default=True,
+              help="The thick model: columnar (every slice the same structure, a crystal), incoherent (depth "
+                   "sections with their own objects, an amorphous film), auto: both fitted, the incoherent one "
+                   "taken where the sections' objects differ (docs/ssb.md, Thick films: columnar or amorphous).")
+@click.option("--sections", type=click.IntRange(1, 8), default=None,
+              help="Depth sections of the incoherent model; default one per depth of field lambda/alpha^2.")
+@click.option("--sections-out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Image .h5 of the incoherent model's depth sections (section, row, col), entrance first.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Fit .json file.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="PNG of the images of the fitted branches.")
@@ -261,8 +279,8 @@ def image_cmd(data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle, c30
 @click.option("--quiet", is_flag=True, help="No progress bar (for scripts and logs).")
 @scale_out_options
 @data_options
-def fit_cmd(data, kv, semiangle, scan_step, rotation, orientation, branch, starts, thick_starts, tilt, out, plot,
-            trials, seed, backend, quiet, scheduler, workers, gpus, source) -> None:
+def fit_cmd(data, kv, semiangle, scan_step, rotation, orientation, branch, starts, thick_starts, tilt, depth_model,
+            sections, sections_out, out, plot, trials, seed, backend, quiet, scheduler, workers, gpus, source) -> None:
     """Fit defocus, astigmatism (and rotation, thickness, tilt) from a cold start.
 
     The progress bar counts the whole fit: the search's trials (or, with the rotation fitted, its
@@ -289,7 +307,11 @@ def fit_cmd(data, kv, semiangle, scan_step, rotation, orientation, branch, start
         raise click.UsageError("each cluster worker reads DATA as the file holds it: the layout options "
                                "(--scan-shape, --axis-order, --transpose-detector, --flip-*, --descan) need a fit "
                                "in one process, or the data written in Qora's layout first")
-    _outputs(data, {"--out": (out, (".json",)), "--plot": (plot, (".png",))})
+    if sections_out is not None and (cluster or not tilt or depth_model == "columnar"):
+        raise click.UsageError("--sections-out images the incoherent thick model: it needs --tilt, a depth model "
+                               "other than columnar, and a fit in one process")
+    _outputs(data, {"--out": (out, (".json",)), "--plot": (plot, (".png",)),
+                    "--sections-out": (sections_out, (".h5", ".hdf5"))})
     stack, meta, kv, semiangle, scan_step, detector = load_for_session(data, kv=kv, semiangle=semiangle,
                                                                        scan_step=scan_step, source=source)
     with scale_out_client(scheduler, workers, gpus) as client:
@@ -306,7 +328,8 @@ def fit_cmd(data, kv, semiangle, scan_step, rotation, orientation, branch, start
         with tqdm_progress(disable=quiet) as bar:
             result = fit_session(session, rotation=None if rotation is None else np.deg2rad(rotation),
                                  orientation=orientation, branch=branch, starts=starts, thick_starts=thick_starts,
-                                 tilt=tilt, progress=bar, trials=trials, seed=seed)
+                                 tilt=tilt, progress=bar, trials=trials, seed=seed, depth_model=depth_model,
+                                 sections=sections)
     with atomic_path(out) as tmp:
         tmp.write_text(json.dumps(result, indent=2) + "\n")
     for line in fit_summary(result):
@@ -317,6 +340,23 @@ def fit_cmd(data, kv, semiangle, scan_step, rotation, orientation, branch, start
 
         plot_fit(plot, reorient(session, result["orientation"]["orientation"]), result)
         click.echo(f"wrote {plot}")
+    if sections_out is not None:
+        _write_sections(sections_out, session, result, scan_step=scan_step, kv=kv, alpha_mrad=semiangle)
+
+
+def _write_sections(path, session, result: dict, **settings) -> None:
+    """The incoherent fit's depth sections as an image stack (:func:`qora.ssb.depth.depth_sections`)."""
+    from qora.ssb import parameters_to_aberrations, write_image
+    from qora.ssb.depth import depth_sections
+    from qora.ssb.orientation import reorient
+
+    fit = result["incoherent"]
+    stack = depth_sections(reorient(session, result["orientation"]["orientation"]), fit["parameters"],
+                           sections=fit["sections"], rotation=result["rotation_rad"])
+    write_image(path, stack, method="depth-sections", aberrations=parameters_to_aberrations(fit["parameters"]),
+                depths=fit["section_depths_a"], **settings)
+    depths = ", ".join(f"{z:.0f}" for z in fit["section_depths_a"])
+    click.echo(f"wrote {path}: {len(stack)} depth sections at {depths} A (from the mid-plane, entrance first)")
 
 
 def _counts(data, path):

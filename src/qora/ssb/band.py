@@ -92,6 +92,7 @@ class Band:
         keep[0, 0] = False
         if not keep.any():
             raise ValueError(f"no scan frequency in the band {band} 1/A")
+        self.keep = keep  # the band's frequencies on the half plane of Session.q_half (a host mask)
         # The band lives where G does: on the device for a session holding G there, else on the host
         # (a session streaming G from the host memory fits on the host).
         on_device = session.memory.get("G_on") == "device"

@@ -349,10 +349,13 @@ def rsciio_metadata(item: dict) -> dict:
 
 
 def write_image(path, phase, *, method: str, scan_step: float, kv: float, alpha_mrad: float,
-                aberrations: Aberrations) -> None:
+                aberrations: Aberrations, depths=None) -> None:
     """Write a phase image (rad, (scan_row, scan_col)) as a qora ``ssb_image`` HDF5 file, atomically,
-    with what made it: the method ("ssb", "parallax", "thick"), the scan step (A), the voltage (kV),
-    the probe semi-angle (mrad) and the aberrations (A, rad). Layout: docs/formats.md."""
+    with what made it: the method ("ssb", "parallax", "thick", "depth-sections"), the scan step (A),
+    the voltage (kV), the probe semi-angle (mrad) and the aberrations (A, rad). Depth sections
+    (:func:`qora.ssb.depth.depth_sections`) are a stack (section, scan_row, scan_col) with their
+    centres ``depths`` (A from the mid-plane, along the beam) as the dataset ``depth_a``.
+    Layout: docs/formats.md."""
     import h5py
 
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
@@ -364,6 +367,8 @@ def write_image(path, phase, *, method: str, scan_step: float, kv: float, alpha_
         f.attrs["alpha_mrad"] = alpha_mrad
         f.attrs["aberrations"] = json.dumps(aberrations.values)
         f.create_dataset("phase", data=np.asarray(phase, np.float32))
+        if depths is not None:
+            f.create_dataset("depth_a", data=np.asarray(depths, np.float64))
 
 
 def plot_image(path, phase, *, scan_step: float, title: str = "", chi_map=None) -> None:
@@ -399,7 +404,9 @@ def plot_fit(path, session, result: dict) -> None:
     from qora.ssb.model import parameters_to_aberrations
     from qora.ssb.optics import chi
 
-    branches = [b for b in ("standard", "thick") if b in result]
+    from qora.ssb.depth import IncoherentBand, depth_sections
+
+    branches = [b for b in ("standard", "thick", "incoherent") if b in result]
     best = result.get("better", branches[0])
     params = dict(result[best]["parameters"])
     names = list(result[best]["parameter_order"])
@@ -411,9 +418,14 @@ def plot_fit(path, session, result: dict) -> None:
         images = {}
         for b in branches:
             p = result[b]["parameters"]
+            if b == "incoherent":  # the whole film's image: the sum of its depth sections
+                images[b] = depth_sections(session, p, sections=result[b]["sections"],
+                                           rotation=result["rotation_rad"]).sum(0)
+                continue
             kw = {"thickness": p["thickness"], "tilt": (p["tilt_y"], p["tilt_x"])} if b == "thick" else {}
             images[b] = session.image(parameters_to_aberrations(p), "thick" if b == "thick" else "ssb", **kw)
-        band = Band(session, names, rotation=result["rotation_rad"])
+        band = (IncoherentBand(session, names, sections=result[best]["sections"], rotation=result["rotation_rad"])
+                if best == "incoherent" else Band(session, names, rotation=result["rotation_rad"]))
         error = result[best].get("uncertainty", {})
         curves = {}
         for name in names:

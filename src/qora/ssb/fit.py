@@ -15,6 +15,8 @@ from qora.io.errors import InputError
 from qora.io.validate import in_range, integer, nonnegative, number, positive
 from qora.progress import report
 from qora.ssb.band import make_band
+from qora.ssb.depth import (COHERENT, DEPTH_MODELS, MOST_SECTIONS, auto_sections, depth_of_field, fit_incoherent,
+                            section_depths)
 from qora.ssb.identify import distinct_basins, distinct_trials, identifiability, quarter_wave, run_starts
 from qora.ssb.optimize import defocus_search, newton, tpe_search
 from qora.ssb.orientation import (check_orientation, com_curl, com_spectrum, compose, flip_branch, phase_skewness,
@@ -154,9 +156,30 @@ def _report(session, band, values, agreement, hessian, basins, names):
             "identifiability": identifiability(band, basins, scales=scales)}
 
 
+def _choose_depth_model(out: dict, requested: str, standard: float, columnar: float, incoherent: float,
+                        coherence: float) -> None:
+    """The depth model of the result (``out["depth_model"]``, and ``out["better"]`` where it is the
+    incoherent one): "auto" takes the incoherent model where the sections' objects are not one
+    shifted object (depth coherence below COHERENT) and it explains more than the columnar one."""
+    if requested == "incoherent":
+        chosen, why = "incoherent", "given"
+    elif coherence < COHERENT and incoherent > columnar:
+        chosen, why = "incoherent", (f"the depth sections hold different objects (depth coherence {coherence:.2f} < "
+                                     f"{COHERENT}): an amorphous film")
+    else:
+        chosen, why = "columnar", (f"the depth sections hold one object, shifted (depth coherence {coherence:.2f} >= "
+                                   f"{COHERENT}): a columnar slab" if coherence >= COHERENT else
+                                   "the incoherent model explains no more than the columnar one")
+    out["depth_model"] = {"chosen": chosen, "requested": requested, "why": why, "depth_coherence": coherence,
+                          "agreement": {"standard": standard, "columnar": columnar, "incoherent": incoherent}}
+    if chosen == "incoherent":
+        out["better"] = "incoherent" if incoherent > standard + 1e-3 else "standard"
+
+
 def fit_session(session, *, rotation: float | None = None, orientation: str = "auto", branch: str = "auto",
                 tilt: bool = True, band=(0.2, 0.9), progress=None, trials: int = 200, batch: int = 8, seed: int = 0,
-                starts: int = STARTS, thick_starts: int = len(THICK_TILT_STARTS), compare_standard: bool = True):
+                starts: int = STARTS, thick_starts: int = len(THICK_TILT_STARTS), compare_standard: bool = True,
+                depth_model: str = "auto", sections: int | None = None):
     """The standard fit (C10, C12) and, with ``tilt``, the thick-sample fit beside it.
 
     ``orientation`` is the detector's against the scan (:data:`qora.ssb.orientation.ORIENTATIONS`):
@@ -187,7 +210,16 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
     statistic; which branch fits better; stage timings (s) and passes over G; the conventions.
     ``compare_standard=False`` leaves the standard branch (still the thick fit's start) out of the
     result when ``tilt`` is on. ``progress`` (:mod:`qora.progress`) counts the whole fit with the
-    stages "search", "newton (standard)", "newton (thick)".
+    stages "search", "newton (standard)", "newton (thick)" (and "newton (incoherent)").
+
+    ``depth_model`` (with ``tilt``): "columnar" fits the thick model above (every slice the same
+    projected structure, a crystal near a zone axis); "incoherent" also fits the depth-incoherent
+    model from it (:mod:`qora.ssb.depth`: ``sections`` depth sections with their own objects,
+    default one per depth of field of the columnar fit's thickness; an amorphous film), reported
+    as "incoherent" with its depth coherence; "auto" fits both and takes the incoherent model
+    where the sections' objects are not shifted copies of each other (depth coherence below
+    :data:`qora.ssb.depth.COHERENT`) and it explains more (``depth_model`` in the result says
+    which, and why). ``better`` is then "standard", "thick" (columnar) or "incoherent".
     """
     if rotation is not None:
         rotation = number("rotation", rotation, unit="rad")
@@ -200,6 +232,14 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
     starts = integer("starts", starts, low=1)
     thick_starts = integer("thick_starts", thick_starts, low=1, high=len(THICK_TILT_STARTS))
     band = _check_band(band)
+    if depth_model not in DEPTH_MODELS:
+        raise InputError(f"depth_model must be one of {', '.join(DEPTH_MODELS)}; got {depth_model!r}")
+    if sections is not None:
+        sections = integer("sections", sections, low=1, high=MOST_SECTIONS)
+        if depth_model == "columnar" or not tilt:
+            raise InputError("sections belongs to the incoherent depth model: give tilt=True and depth_model "
+                             "'auto' or 'incoherent' with it")
+    incoherent = tilt and depth_model != "columnar" and hasattr(session, "band_rows")
     timings, passes = {}, {}
     t0 = time.perf_counter()
     names = ("C10", "C12a", "C12b")
@@ -214,7 +254,7 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
     # Newton's steps of each start at most (a start that converges early jumps to its end)
     searched = ((len(_rotation_grid(6.0)) if angles is None else len(angles)) + 1) if fitted_rotation else trials
     standard = searched + (ROTATION_NEWTON if fitted_rotation else STANDARD_NEWTON * (starts + 1))
-    total = standard + (ROTATION_NEWTON * thick_starts if tilt else 0)
+    total = standard + (ROTATION_NEWTON * thick_starts if tilt else 0) + (ROTATION_NEWTON if incoherent else 0)
     report(progress, "search", 0, total)
     if fitted_rotation:
         rotation, values, _ = fit_rotation(work, names, band=band, angles=angles, progress=progress, total=total)
@@ -290,6 +330,33 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
         out["thick"] = _report(work, b, tvalues, tagreement, thessian, tbasins, tnames)
         # the simpler model unless the thick one explains measurably more (0.1% of the signal)
         out["better"] = "thick" if tagreement > agreement + 1e-3 else "standard"
+        thin = (incoherent and depth_model == "auto" and sections is None
+                and auto_sections(tvalues["thickness"], work.wavelength, work.alpha_mrad) == 1)
+        if incoherent and thin:  # one section: the incoherent model is the columnar one without tilt
+            dof = depth_of_field(work.wavelength, work.alpha_mrad)
+            out["depth_model"] = {"chosen": "columnar", "requested": depth_model,
+                                  "why": f"thinner than the depth of field lambda/alpha^2 = {dof:.0f} A: one depth "
+                                         "section, where the incoherent model is the columnar one"}
+        elif incoherent:
+            offset = standard + ROTATION_NEWTON * thick_starts
+            t2 = time.perf_counter()
+            ivalues, iagreement, ihessian, ib, coherence = fit_incoherent(
+                work, {**{n: tvalues[n] for n in names}, "thickness": tvalues["thickness"]}, sections=sections,
+                band=band, rotation=rotation, iterations=ROTATION_NEWTON, callback=lambda state: report(
+                    progress, "newton (incoherent)", offset + state.step, total))
+            timings["incoherent_s"] = time.perf_counter() - t2
+            passes["incoherent"] = ib.passes
+            out["incoherent"] = _report(work, ib, ivalues, iagreement, ihessian, [(ivalues, iagreement, ihessian)],
+                                        names + ("thickness",))
+            out["incoherent"].update(sections=ib.sections, coupling=ib.coupling, depth_coherence=coherence,
+                                     section_depths_a=section_depths(ivalues["thickness"], ib.sections).tolist(),
+                                     tilt="not a parameter: it shifts each independent section sideways, which its "
+                                          "free object absorbs (not observable)")
+            _choose_depth_model(out, depth_model, agreement, tagreement, iagreement, coherence)
+        elif tilt:
+            out["depth_model"] = {"chosen": "columnar", "requested": depth_model,
+                                  "why": "given" if depth_model == "columnar" else
+                                  "the incoherent model needs the whole of G on one session (not split over workers)"}
         if not compare_standard:
             out.pop("standard")
     report(progress, "done", total, total)

@@ -440,9 +440,9 @@ class Session:
     # -- fits, previews ------------------------------------------------------------------
     def fit(self, **options) -> dict:
         """Fit the aberrations (and with ``tilt`` the thick-sample model's thickness and tilt) from a
-        cold start: :func:`qora.ssb.fit` with its keyword ``options`` (rotation, orientation, branch,
-        tilt, compare_standard, band, trials, batch, seed, starts, thick_starts, progress); the
-        result dict, JSON-ready. The scan rotation is fitted, the detector orientation searched and
+        cold start: :func:`qora.ssb.fit` with its keyword ``options`` (rotation, orientation, branch, tilt,
+        compare_standard, band, trials, batch, seed, starts, thick_starts, depth_model, sections, progress);
+        the result dict, JSON-ready. The scan rotation is fitted, the detector orientation searched and
         the 180-degree branch chosen by the phase-skewness rule unless given."""
         from qora.ssb.fit import fit_session
 

@@ -1,0 +1,330 @@
+"""The depth-incoherent thick model: an amorphous film as depth sections of independent objects.
+
+The columnar thick model (:class:`qora.ssb.band.Band` with ``thickness``) averages the transfer
+coherently over depth: exact for a specimen whose slices all hold the same projected structure.
+In an amorphous film each slice holds its own object, and in the weak-phase limit
+
+    G(Q, k) = sum_j O_j(Q) T_j(Q, k),
+
+T_j the SSB transfer at defocus C10 + z_j. Here the thickness t is cut into M equal sections
+at depths z_m = t ((m + 1/2) / M - 1/2), each with its own object Phi_m(Q) and the coherent
+average of the transfer over its width t / M,
+
+    T_m(Q, k) = sum over Gamma's two terms of  +-A A e^{-i chi-difference} e^{i a z_m} sinc(a t / 2M),
+
+a the term's depth phase (its derivative in z). Per Q the section objects are fitted to G by
+least squares with a penalty eps(Q) on their spread about their mean (a Gaussian prior: the
+sections differ, by an amount the data decide):
+
+    E(Q) = s^H K^-1 s,  s_m = sum_k conj(T_m) G,  K = N + eps P,  N_mn = sum_k conj(T_m) T_n,
+
+P = I - 1 1^T / M the centring projector, eps(Q) = ``coupling`` times the double-overlap count
+sum_k (A1^2 + A2^2) (a constant of the band). The agreement is sum_Q E(Q) / sum |G|^2, between
+0 and 1. What it keeps (docs/ssb-methods.md, "Thick films: columnar or amorphous"):
+
+- M = 1, or eps -> infinity: the columnar model (the mean of the sections' transfers is its
+  coherent depth average, and P leaves the common object free); t = 0: the standard model.
+- exact first and second derivatives in C10, C12a, C12b and the thickness (E is a rational
+  function of the moments, differentiated in closed form below).
+- the tilt is not a parameter: it shifts each section's independent object sideways, which the
+  free objects absorb (not observable on an amorphous film).
+
+The evaluation runs over blocks of Q, so the G-sized arrays of a block stay within ``block_bytes``,
+on the band's array module (NumPy, or CuPy for a band on the device).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qora.ssb.band import Band
+from qora.ssb.model import sinc_derivatives
+
+__all__ = ["IncoherentBand", "DEPTH_MODELS", "SECTIONS", "MOST_SECTIONS", "COUPLING", "COHERENT", "section_depths",
+           "depth_of_field", "auto_sections", "depth_coherence", "fit_incoherent", "depth_sections"]
+
+DEPTH_MODELS = ("auto", "columnar", "incoherent")  # fit_session's depth_model
+SECTIONS = 3  # the default number of depth sections where no thickness is known
+MOST_SECTIONS = 8  # auto_sections' largest
+COUPLING = 1e-3  # the default penalty on the sections' spread, per double-overlap pixel
+# depth_model "auto" keeps the columnar model where neighbouring sections' objects correlate at
+# least this much at their best lateral shift (depth_coherence: ~1 for a columnar slab, ~0 for
+# independent sections; measured 0.97-0.99 and 0.15-0.24)
+COHERENT = 0.5
+INCOHERENT_PARAMETERS = ("C10", "C12a", "C12b", "thickness")
+
+
+def section_depths(thickness: float, sections: int) -> np.ndarray:
+    """The centres z_m (A, from the mid-plane, along the beam) of ``sections`` equal sections."""
+    return thickness * ((np.arange(sections) + 0.5) / sections - 0.5)
+
+
+def depth_of_field(wavelength: float, alpha_mrad: float) -> float:
+    """lambda / alpha^2 (A): the depth over which the defocus phase pi lambda z k^2 at the
+    aperture's edge k = alpha / lambda changes by pi, the depth scale of the SSB transfer;
+    ``wavelength`` in A, ``alpha_mrad`` the convergence semi-angle."""
+    return wavelength / (alpha_mrad * 1e-3) ** 2
+
+
+def auto_sections(thickness: float, wavelength: float, alpha_mrad: float) -> int:
+    """Sections no thicker than the depth of field: ceil(t / :func:`depth_of_field`), within
+    [1, :data:`MOST_SECTIONS`]. Thinner sections are not told apart by the transfer, and the fit
+    then trades the thickness against sections left empty (docs/ssb-methods.md)."""
+    return int(min(MOST_SECTIONS, max(1, np.ceil(thickness / depth_of_field(wavelength, alpha_mrad) - 1e-9))))
+
+
+def depth_coherence(band, objects, *, upsample: int = 4) -> float:
+    """How much neighbouring depth sections hold the same object, shifted: the peak of the
+    normalised cross-correlation of their objects (nq, M) over lateral shifts (on a grid
+    ``upsample`` times finer than the scan's), averaged over the M - 1 neighbouring pairs.
+    A columnar slab (tilted or not: a tilt shifts the sections' copies by their spacing times the
+    tilt) gives about 1; independent sections (an amorphous film) about 0, the peak of noise
+    (about sqrt(2 ln(shifts) / frequencies)); 1 for a single section."""
+    x = np.asarray(_to_host(objects))
+    m = x.shape[1]
+    if m == 1:
+        return 1.0
+    sy, sx = band.scan_shape
+    iy, ix = np.nonzero(band.keep)
+    fy, fx = upsample * sy, upsample * sx
+    # the band's frequencies on the finer grid, negative ones at its end: cc(r) = Re sum_Q c(Q) e^{2 pi i Q.r}
+    rows = np.where(iy > sy // 2, iy + fy - sy, iy)
+    peaks = []
+    for k in range(m - 1):
+        spectrum = np.zeros((fy, fx), np.complex128)
+        spectrum[rows, ix] = np.conj(x[:, k]) * x[:, k + 1]
+        norm = np.sqrt(np.sum(np.abs(x[:, k]) ** 2) * np.sum(np.abs(x[:, k + 1]) ** 2))
+        cc = np.fft.ifft2(spectrum).real * (fy * fx)
+        peaks.append(float(cc.max() / max(norm, 1e-300)))
+    return float(np.mean(peaks))
+
+
+def fit_incoherent(session, start: dict, *, sections: int | None = None, coupling: float = COUPLING,
+                   band=(0.2, 0.9), rotation: float | None = None, iterations: int = 60, callback=None):
+    """Newton (:func:`qora.ssb.optimize.newton`) on the incoherent model from ``start`` (C10, C12a,
+    C12b, thickness; A). ``sections`` default :func:`auto_sections` of the start's thickness.
+    Returns ``(values, agreement, hessian, band, depth_coherence)``."""
+    from qora.ssb.optimize import newton
+
+    t0 = float(start.get("thickness", 0.0))
+    m = auto_sections(t0, session.wavelength, session.alpha_mrad) if sections is None else sections
+    names = tuple(p for p in INCOHERENT_PARAMETERS if p in start)
+    b = IncoherentBand(session, names, sections=m, coupling=coupling, band=band, rotation=rotation)
+    values, agreement, hessian = newton(b, {p: float(start[p]) for p in names}, iterations=iterations,
+                                        callback=callback)
+    return values, agreement, hessian, b, depth_coherence(b, b.section_objects(values))
+
+
+class IncoherentBand(Band):
+    """A :class:`Band` of the depth-incoherent thick model (module docstring): ``sections`` depth
+    sections with their own objects, coupled by ``coupling``. Parameters among C10, C12a, C12b and
+    thickness (A); it evaluates by the array code, the Q in blocks of about ``block_bytes`` (default
+    64 MiB on the host, 2 GiB on the device)."""
+
+    def __init__(self, session, parameters, *, sections: int = SECTIONS, coupling: float = COUPLING,
+                 band=(0.2, 0.9), rotation: float | None = None, block_bytes: int | None = None) -> None:
+        unknown = [p for p in parameters if p not in INCOHERENT_PARAMETERS]
+        if unknown:
+            raise ValueError(f"the incoherent depth model fits {INCOHERENT_PARAMETERS}, not {unknown} (the tilt is "
+                             "not observable on independent slices; fit the rotation first)")
+        if int(sections) != sections or sections < 1:
+            raise ValueError(f"sections must be a whole number >= 1, got {sections!r}")
+        if not coupling > 0:
+            raise ValueError(f"coupling must be > 0, got {coupling!r}")
+        super().__init__(session, parameters, band=band, rotation=rotation)
+        self.sections, self.coupling = int(sections), float(coupling)
+        self.scan_shape = tuple(session.scan_shape)
+        self.thick = True
+        self.quadratic_kernels = self.rotation_kernel = False  # the array code only
+        self.sets_per_pass = 8
+        xp = self.xp
+        terms = self.terms
+        overlap = xp.sum(terms[0]["a"] ** 2 + terms[1]["a"] ** 2, -1)  # (nq,) double-overlap pixels
+        self.eps = self.coupling * overlap
+        # a Q beyond the disks' reach (no overlap: N = 0) gets K = I, and so objects 0
+        self._empty = (overlap == 0).astype(np.float64)
+        m = self.sections
+        self._centring = xp.asarray(np.eye(m) - 1.0 / m)
+        self._c = section_depths(1.0, m)  # z_m / t
+        nbf = self.G.shape[1]
+        if block_bytes is None:  # a few hundred Q per block on the device, where each block costs ~100 launches
+            block_bytes = (64 << 20) if xp is np else (2 << 30)
+        per_row = 16 * nbf * m * (2 + len(self.parameters) + len(self.parameters) * (len(self.parameters) + 1) // 2)
+        self.block = max(1, int(block_bytes // max(per_row, 1)))
+
+    def _regularised(self, N, rows):
+        """K = N + eps P (and I where no pixel overlaps), per Q of the block ``rows``."""
+        eye = self.xp.eye(self.sections)
+        return N + self.eps[rows, None, None] * self._centring + self._empty[rows, None, None] * eye
+
+    # -- the sections' transfers and their derivatives, one block of Q -------------------------
+    def _transfers(self, values: dict, rows: slice, order: int):
+        """(M, L, b, nbf) transfers of the sections: L = 1 (T_m), then for ``order`` 2 the first
+        derivatives in self.parameters and the second of each pair i <= j."""
+        xp = self.xp
+        names = self.parameters
+        t = float(values.get("thickness", 0.0))
+        c = [float(values.get(p, 0.0)) for p in self.aberration_names]
+        pairs = [(i, j) for i in range(len(names)) for j in range(i, len(names))]
+        nl = 1 if order == 0 else 1 + len(names) + len(pairs)
+        m = self.sections
+        out = None
+        for sign, term in zip((1.0, -1.0), self.terms):
+            d = [di[rows] for di in term["d"]]
+            base = sign * term["a"][rows]  # (b, nbf)
+            if c:
+                base = base * xp.exp(-1j * sum(ci * di for ci, di in zip(c, d)))
+            a = term["depth"][rows]
+            u = a * t
+            v = u / (2 * m)
+            h, h1, h2 = sinc_derivatives(v)
+            h1, h2 = h1 / (2 * m), h2 / (4 * m * m)
+            if out is None:
+                out = xp.zeros((m, nl) + base.shape, np.complex128)
+            # the derivative of each parameter's phase factor: -i d_p for an aberration
+            dphase = {p: -1j * d[j] for j, p in enumerate(self.aberration_names)}
+            for k in range(m):
+                g = xp.exp(1j * self._c[k] * u)
+                f = g * h
+                out[k, 0] += base * f
+                if order == 0:
+                    continue
+                f1 = (1j * self._c[k] * h + h1) * g  # df/du
+                f2 = (-self._c[k] ** 2 * h + 2j * self._c[k] * h1 + h2) * g
+                first = {}
+                for i, p in enumerate(names):
+                    first[p] = base * (dphase[p] * f if p in dphase else f1 * a)
+                    out[k, 1 + i] += first[p]
+                for n, (i, j) in enumerate(pairs):
+                    p, q = names[i], names[j]
+                    if p in dphase and q in dphase:
+                        second = dphase[p] * dphase[q] * base * f
+                    elif p in dphase:
+                        second = dphase[p] * base * f1 * a
+                    elif q in dphase:
+                        second = dphase[q] * base * f1 * a
+                    else:
+                        second = base * f2 * a * a
+                    out[k, 1 + len(names) + n] += second
+        return out, pairs
+
+    def _block_moments(self, values: dict, rows: slice, order: int):
+        """E(Q) of a block of Q and, for ``order`` 2, its gradient (P, b) and Hessian (P, P, b)."""
+        xp = self.xp
+        X, pairs = self._transfers(values, rows, order)
+        m, nl, b, nbf = X.shape
+        G = self.G[rows].astype(np.complex128, copy=False)  # complex64 G on the device: the sums in float64
+        Xq = xp.ascontiguousarray(X.transpose(2, 0, 1, 3)).reshape(b, m * nl, nbf)  # (b, M L, nbf)
+        T = Xq.reshape(b, m, nl, nbf)[:, :, 0]  # (b, M, nbf)
+        sX = (xp.conj(Xq) @ G[:, :, None])[..., 0].reshape(b, m, nl)  # sum_k conj(X) G
+        AX = (xp.conj(Xq) @ xp.swapaxes(T, 1, 2)).reshape(b, m, nl, m)  # sum_k conj(X_ml) T_n
+        N = AX[:, :, 0]
+        K = self._regularised(N, rows)
+        s = sX[:, :, 0]
+        x = xp.linalg.solve(K, s[..., None])[..., 0]  # the section objects (b, M)
+        E = xp.real(xp.sum(xp.conj(x) * s, -1))
+        if order == 0:
+            return E, None, None
+        P = len(self.parameters)
+        sp = xp.moveaxis(sX[:, :, 1:1 + P], 2, 0)  # (P, b, M)
+        Ap = xp.moveaxis(AX[:, :, 1:1 + P], 2, 0)  # (P, b, M, M)
+        Np = Ap + xp.conj(xp.swapaxes(Ap, -1, -2))
+        # r_p = s_p - N_p x: E_p = 2 Re(x^H s_p) - x^H N_p x, E_pq = 2 Re(r_q^H K^-1 r_p) + 2 Re(x^H s_pq) - x^H N_pq x
+        Npx = (Np @ x[None, :, :, None])[..., 0]  # (P, b, M)
+        grad = 2 * xp.real(xp.sum(xp.conj(x)[None] * sp, -1)) - xp.real(xp.sum(xp.conj(x)[None] * Npx, -1))
+        r = sp - Npx
+        z = xp.linalg.solve(K, xp.moveaxis(r, 0, -1))  # (b, M, P): K^-1 r_p
+        rz = xp.real(xp.einsum("bmq,bmp->pqb", xp.conj(xp.moveaxis(r, 0, -1)), z))  # Re(r_q^H K^-1 r_p)
+        Tp = Xq.reshape(b, m, nl, nbf)[:, :, 1:1 + P].reshape(b, m * P, nbf)
+        B = (xp.conj(Tp) @ xp.swapaxes(Tp, 1, 2)).reshape(b, m, P, m, P)  # sum_k conj(T_m,p) T_n,q
+        hess = xp.empty((P, P, b))
+        for n, (i, j) in enumerate(pairs):
+            spq = sX[:, :, 1 + P + n]
+            Apq = AX[:, :, 1 + P + n]
+            Npq = Apq + xp.conj(xp.swapaxes(Apq, -1, -2)) + B[:, :, i, :, j] + B[:, :, j, :, i]
+            xNx = xp.real(xp.einsum("bm,bmn,bn->b", xp.conj(x), Npq, x))
+            h = 2 * rz[i, j] + 2 * xp.real(xp.sum(xp.conj(x) * spq, -1)) - xNx
+            hess[i, j] = hess[j, i] = h
+        return E, grad, hess
+
+    def section_objects(self, values: dict):
+        """The fitted objects of the sections, (nq, M): x = K^-1 s (G = i Phi Gamma: Phi_m = -i x_m)."""
+        xp = self.xp
+        out = []
+        for start in range(0, self.G.shape[0], self.block):
+            rows = slice(start, start + self.block)
+            X, _ = self._transfers(values, rows, 0)
+            T = xp.moveaxis(X[:, 0], 0, 1)  # (b, M, nbf)
+            s = (xp.conj(T) @ self.G[rows].astype(np.complex128, copy=False)[:, :, None])[..., 0]
+            N = xp.conj(T) @ xp.swapaxes(T, 1, 2)
+            K = self._regularised(N, rows)
+            out.append(xp.linalg.solve(K, s[..., None])[..., 0])
+        return xp.concatenate(out, 0)
+
+    # -- the Band interface ------------------------------------------------------------------------
+    def evaluate(self, values: dict, *, order: int = 2):
+        """Agreement (and with ``order`` 1 or 2 its gradient and Hessian in ``self.parameters``)."""
+        self.passes["derivatives" if order else "value"] += 1
+        xp, P = self.xp, len(self.parameters)
+        value, grad, hess = 0.0, np.zeros(P), np.zeros((P, P))
+        for start in range(0, self.G.shape[0], self.block):
+            E, g, h = self._block_moments(values, slice(start, start + self.block), 2 if order else 0)
+            value += float(xp.sum(E))
+            if order:
+                grad += np.asarray(_to_host(xp.sum(g, -1)))
+                hess += np.asarray(_to_host(xp.sum(h, -1)))
+        value /= self.total
+        if order == 0:
+            return value
+        grad, hess = grad / self.total, hess / self.total
+        return (value, grad) if order == 1 else (value, grad, (hess + hess.T) / 2)
+
+    def evaluate_batch(self, sets) -> np.ndarray:
+        """The agreement of each set (a list of dicts), one pass over G each."""
+        out = np.array([self.evaluate(v, order=0) for v in sets])
+        self.passes["value"] -= len(out)
+        self.passes["batch"] += 1
+        return out
+
+    def moments(self, values: dict, *, order: int = 2) -> dict:
+        raise TypeError("the incoherent depth model's agreement is not a sum of per-Q moments over k (a solve per "
+                        "Q): use evaluate")
+
+    def batch_moments(self, sets) -> dict:
+        raise TypeError("the incoherent depth model's agreement is not a sum of per-Q moments over k: use "
+                        "evaluate_batch")
+
+    def evaluate_rotations(self, rotations, sets):
+        raise ValueError("evaluate_rotations needs a band of the standard model")
+
+
+def depth_sections(session, values: dict, *, sections: int = SECTIONS, coupling: float = COUPLING,
+                   rotation: float | None = None) -> np.ndarray:
+    """The optical sections of a fitted incoherent thick model: the phase image (rad, scan grid) of
+    each depth section's object, (M, scan rows, scan columns), the entrance surface (z < 0) first.
+
+    ``values``: C10, C12a, C12b (A) and thickness (A), as :func:`qora.ssb.fit.fit_session`'s
+    incoherent branch returns them; ``rotation`` the scan's (rad; the session's by default). Every
+    scan frequency the disks reach (0 < |Q| < 2 alpha / lambda) is fitted, with the objects of the
+    model (:class:`IncoherentBand`); Q = 0 and the scan's Nyquist row and column are left out, as in
+    :meth:`Session.image`. Their sum is a thick-sample image of the whole film; each alone is the
+    part of the projected phase the fit puts at that depth (the depth resolution is about
+    lambda / alpha^2, :func:`depth_of_field`).
+    """
+    from qora.backend.fft import irfftn
+
+    if getattr(session, "pixels", None) is not None or not hasattr(session, "band_rows"):
+        raise ValueError("depth sections need the whole of G on one session (not a shard or a split session)")
+    reach = 2 * session.alpha_mrad * 1e-3 / session.wavelength
+    names = tuple(p for p in INCOHERENT_PARAMETERS if p in values)
+    band = IncoherentBand(session, names, sections=sections, coupling=coupling, band=(0.0, reach),
+                          rotation=rotation)
+    x = _to_host(band.section_objects(values))  # (nq, M)
+    sy, sx = session.scan_shape
+    spectrum = np.zeros((band.sections,) + band.keep.shape, np.complex128)
+    spectrum[:, band.keep] = (x / 1j).T  # G = i Phi Gamma
+    return np.asarray(irfftn(spectrum, s=(sy, sx), axes=(-2, -1)))
+
+
+def _to_host(a):
+    return a.get() if hasattr(a, "get") else a

@@ -1,0 +1,186 @@
+"""The depth-incoherent thick model (qora.ssb.depth) against the simulator's own films: the 120 A
+amorphous film whose C10 the columnar model biases, the columnar slab it must leave right, and
+the exactness of the model (derivatives, its one-section and zero-thickness limits)."""
+
+import numpy as np
+import pytest
+
+from qora.io.errors import InputError
+from qora.ssb import Aberrations, Band, Session, amorphous_slices, defocus_search, newton, scan_truth, simulate
+from qora.ssb.depth import (IncoherentBand, auto_sections, depth_coherence, depth_of_field, depth_sections,
+                            fit_incoherent, section_depths)
+
+PIXEL, KV, ALPHA, C10, THICKNESS = 0.25, 300.0, 25.0, -100.0, 120.0
+
+
+def _session(slices, tilt=(0.0, 0.0), aberrations=None, thickness=THICKNESS, field=64, window=32):
+    scan = simulate(slices, pixel=PIXEL, stride=2, window=window, alpha_mrad=ALPHA,
+                    aberrations=aberrations or Aberrations(C10=C10), thickness=thickness, tilt=tilt)
+    return Session(scan.data, kv=KV, alpha_mrad=ALPHA, scan_step=scan.scan_step), scan
+
+
+@pytest.fixture(scope="module")
+def amorphous():
+    """The simulator's amorphous film: 12 independent slices over 120 A, C10 -100 A at the mid-plane."""
+    return _session(amorphous_slices((64, 64), PIXEL, slices=12, atoms_per_a2=0.02, seed=5))[0]
+
+
+@pytest.fixture(scope="module")
+def small():
+    """A small astigmatic film for the exactness checks (a 16 x 16 scan)."""
+    slices = amorphous_slices((32, 32), PIXEL, slices=4, atoms_per_a2=0.03, seed=2)
+    return _session(slices, aberrations=Aberrations(C10=-80.0, C12=(10.0, 0.3)), thickness=60.0, window=24)[0]
+
+
+def test_derivatives_are_exact(small):
+    names = ("C10", "C12a", "C12b", "thickness")
+    band = IncoherentBand(small, names, sections=3)
+    v = {"C10": -75.0, "C12a": 6.0, "C12b": 2.0, "thickness": 50.0}
+    f, grad, hess = band.evaluate(v)
+    assert 0 < f <= 1
+    np.testing.assert_allclose(hess, hess.T, rtol=1e-12)
+    for i, name in enumerate(names):
+        h = 1e-3
+        up, down = band.evaluate({**v, name: v[name] + h}, order=1), band.evaluate({**v, name: v[name] - h}, order=1)
+        assert grad[i] == pytest.approx((up[0] - down[0]) / (2 * h), rel=1e-5)  # measured ~1e-9
+        np.testing.assert_allclose(hess[i], (up[1] - down[1]) / (2 * h), rtol=1e-5, atol=1e-6 * np.abs(hess).max())
+    sets = [v, {**v, "thickness": 20.0}]
+    np.testing.assert_allclose(band.evaluate_batch(sets), [band.evaluate(x, order=0) for x in sets], rtol=1e-12)
+    small_blocks = IncoherentBand(small, names, sections=3, block_bytes=1)  # one Q per block: the same sums
+    np.testing.assert_allclose(small_blocks.evaluate(v)[2], hess, rtol=1e-10)
+
+
+def test_one_section_is_the_columnar_model_and_no_thickness_the_standard(small):
+    v = {"C10": -75.0, "C12a": 6.0, "C12b": 2.0, "thickness": 50.0}
+    one = IncoherentBand(small, ("C10", "C12a", "C12b", "thickness"), sections=1)
+    columnar = Band(small, ("C10", "C12a", "C12b", "thickness", "tilt_y", "tilt_x"))
+    assert one.evaluate(v, order=0) == pytest.approx(columnar.evaluate({**v, "tilt_y": 0.0, "tilt_x": 0.0}, order=0),
+                                                     rel=1e-12)
+    # t = 0: every section has the standard transfer, and the coupling leaves their common object free
+    four = IncoherentBand(small, ("C10", "C12a", "C12b", "thickness"), sections=4)
+    standard = Band(small, ("C10", "C12a", "C12b"))
+    assert four.evaluate({**v, "thickness": 0.0}, order=0) == pytest.approx(standard.evaluate(v, order=0), rel=1e-9)
+    # more sections explain at least as much (the columnar transfer is their mean), up to the coupling
+    assert four.evaluate(v, order=0) >= one.evaluate(v, order=0) - 1e-9
+
+
+def test_bad_options_are_refused(small):
+    with pytest.raises(ValueError, match="tilt"):
+        IncoherentBand(small, ("C10", "tilt_y"))
+    with pytest.raises(ValueError, match="sections"):
+        IncoherentBand(small, ("C10",), sections=0)
+    with pytest.raises(ValueError, match="coupling"):
+        IncoherentBand(small, ("C10",), coupling=0.0)
+    with pytest.raises(TypeError, match="evaluate"):
+        IncoherentBand(small, ("C10",)).moments({"C10": 0.0})
+    from qora.ssb import fit
+
+    with pytest.raises(InputError, match="depth_model"):
+        fit(small, rotation=0.0, depth_model="layered")
+    with pytest.raises(InputError, match="sections"):
+        fit(small, rotation=0.0, sections=0)
+    with pytest.raises(InputError, match="incoherent"):
+        fit(small, rotation=0.0, sections=3, depth_model="columnar")
+
+
+def test_sections_follow_the_depth_of_field():
+    dof = depth_of_field(0.0196875, 25.0)
+    assert dof == pytest.approx(31.5, rel=1e-3)  # lambda / alpha^2 at 300 kV, 25 mrad
+    assert [auto_sections(t, 0.0196875, 25.0) for t in (0.0, 20.0, 31.0, 32.0, 120.0, 1e4)] == [1, 1, 1, 2, 4, 8]
+    np.testing.assert_allclose(section_depths(120.0, 4), [-45.0, -15.0, 15.0, 45.0])
+
+
+def test_incoherent_fit_of_the_simulators_amorphous_film(amorphous):
+    """Issue 23: the columnar fit puts C10 of this film ~14 A towards a surface; the incoherent
+    model, whose depth sections hold their own objects, finds the mid-plane's C10 within 2 A."""
+    standard = Band(amorphous, ("C10",))
+    c10, _ = defocus_search(standard)
+    std, std_agreement, _ = newton(standard, {"C10": c10})
+    columnar = Band(amorphous, ("C10", "thickness", "tilt_y", "tilt_x"))
+    col, col_agreement, _ = newton(columnar, {**std, "thickness": 60.0, "tilt_y": 0.0, "tilt_x": 0.0}, iterations=60)
+    assert abs(col["C10"] - C10) > 5.0  # measured -114.1 A: the bias this model removes
+    values, agreement, _, band, coherence = fit_incoherent(amorphous, {"C10": col["C10"],
+                                                                       "thickness": col["thickness"]})
+    assert band.sections == 4  # 106 A of columnar thickness over lambda / alpha^2 = 31.5 A
+    assert abs(values["C10"] - C10) < 2.0  # measured -101.4 A
+    assert abs(values["thickness"] - THICKNESS) < 0.15 * THICKNESS  # measured 129 A
+    assert agreement > col_agreement + 0.2  # measured 0.961 against 0.600 (standard 0.563)
+    assert coherence < 0.5  # measured 0.24: the sections hold different objects
+
+
+def test_columnar_slab_keeps_its_fit_and_shows_coherent_sections():
+    """A tilted columnar slab (one layer in 12 slices, sheared by the tilt): the incoherent model
+    finds C10 too, and its sections hold one object shifted, so "auto" keeps the columnar model."""
+    layer = amorphous_slices((64, 64), PIXEL, atoms_per_a2=0.02, phase_per_atom=0.02, seed=6)[0]
+    s, _ = _session(np.repeat(layer[None], 12, axis=0), tilt=(0.008, -0.005))
+    values, agreement, _, band, coherence = fit_incoherent(s, {"C10": -99.5, "thickness": 122.0}, sections=3)
+    assert abs(values["C10"] - C10) < 2.0  # measured -100.3 A
+    assert abs(values["thickness"] - THICKNESS) < 0.15 * THICKNESS  # measured 121 A
+    assert coherence > 0.8  # measured 0.98 (the amorphous film: 0.24)
+
+
+def test_depth_sections_put_the_atoms_at_their_depth():
+    """Atoms only in the entrance half of a 120 A film: the first section's image is theirs, and the
+    exit half's sections hold little."""
+    slices = amorphous_slices((64, 64), PIXEL, slices=8, atoms_per_a2=0.03, seed=5)
+    slices[4:] = 0.0
+    s, scan = _session(slices)
+    images = depth_sections(s, {"C10": C10, "thickness": THICKNESS}, sections=4)
+    assert images.shape == (4,) + s.scan_shape
+    first = scan_truth(scan.__class__(**{**scan.__dict__, "phase": slices[:2].sum(0)}))
+    assert np.corrcoef(images[0].ravel(), first.ravel())[0, 1] > 0.8  # measured 0.93
+    power = images.std(axis=(1, 2))
+    assert power[2:].max() < 0.5 * power[:2].min()  # measured 0.0036 against 0.0088 rad
+    whole = scan_truth(scan)
+    assert np.corrcoef(images.sum(0).ravel(), whole.ravel())[0, 1] > 0.8
+
+
+def test_depth_coherence_of_one_object_and_of_independent_ones(small):
+    band = IncoherentBand(small, ("C10",), sections=3)
+    rng = np.random.default_rng(0)
+    nq = band.G.shape[0]
+    x = rng.normal(size=(nq, 1)) + 1j * rng.normal(size=(nq, 1))
+    assert depth_coherence(band, np.repeat(x, 3, 1)) == pytest.approx(1.0, abs=1e-9)
+    independent = rng.normal(size=(nq, 3)) + 1j * rng.normal(size=(nq, 3))
+    assert depth_coherence(band, independent) < 0.5
+    assert depth_coherence(band, x) == 1.0
+
+
+def test_the_depth_model_rule():
+    from qora.ssb.fit import _choose_depth_model
+
+    out = {"better": "thick"}
+    _choose_depth_model(out, "auto", 0.56, 0.60, 0.96, 0.22)
+    assert out["depth_model"]["chosen"] == "incoherent" and out["better"] == "incoherent"
+    out = {"better": "thick"}
+    _choose_depth_model(out, "auto", 0.75, 0.974, 0.975, 0.85)
+    assert out["depth_model"]["chosen"] == "columnar" and out["better"] == "thick"
+    out = {"better": "thick"}
+    _choose_depth_model(out, "incoherent", 0.75, 0.974, 0.975, 0.85)
+    assert out["depth_model"]["chosen"] == "incoherent" and out["better"] == "incoherent"
+
+
+def test_incoherent_fit_of_an_independent_abtem_film():
+    """abTEM's multislice (tests/ssb/fixtures/make_abtem_thick.py: 120 A of random carbon sliced every
+    2 A, propagation between slices, 25 mrad, C10 -100 A at the mid-plane, 24 x 24 scan): the
+    incoherent fit finds the mid-plane's C10 within 2 A and no astigmatism."""
+    from pathlib import Path
+
+    with np.load(Path(__file__).parent / "fixtures" / "abtem_thick_film.npz") as f:
+        fx = {k: f[k] for k in f.files}
+    assert fx["data"].shape == (24, 24, 32, 32) and str(fx["abtem_version"]).startswith("1.")
+    s = Session(fx["data"].astype(np.float64), kv=float(fx["kv"]), alpha_mrad=float(fx["alpha_mrad"]),
+                scan_step=float(fx["scan_step"]))
+    names = ("C10", "C12a", "C12b")
+    columnar = Band(s, names + ("thickness", "tilt_y", "tilt_x"))
+    c10, _ = defocus_search(Band(s, ("C10",)))
+    col, col_agreement, _ = newton(columnar, {"C10": c10, "C12a": 0.0, "C12b": 0.0, "thickness": 60.0, "tilt_y": 0.0,
+                                              "tilt_x": 0.0}, iterations=60)
+    values, agreement, _, band, coherence = fit_incoherent(s, {**{n: col[n] for n in names},
+                                                               "thickness": col["thickness"]})
+    assert band.sections == 4  # 107 A of columnar thickness over 31.5 A
+    assert abs(values["C10"] - float(fx["C10"])) < 2.0  # measured -99.3 A (columnar -101.8, standard -107.7)
+    assert np.hypot(values["C12a"], values["C12b"]) < 0.5  # measured 0.05 A (columnar 0.9 A)
+    assert abs(values["thickness"] - 120.0) < 0.15 * 120.0  # measured 126 A
+    assert agreement > col_agreement + 0.2  # measured 0.972 against 0.591
+    assert coherence < 0.5  # measured 0.26
