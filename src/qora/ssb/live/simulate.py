@@ -93,16 +93,26 @@ class _Simulator:
         self.stop()
 
 
+def _check_merlin(counter_depth: int, assembly: str, detector_shape) -> None:
+    if counter_depth not in merlin.FORMATS:
+        raise InputError(f"counter_depth must be 1, 6, 12 or 24, got {counter_depth}")
+    if assembly not in ("1x1", "2x2"):
+        raise InputError(f"assembly must be '1x1' (one chip) or '2x2' (a quad), got {assembly!r}")
+    if assembly == "2x2" and any(v % 2 for v in detector_shape):
+        raise InputError(f"a quad's frame has an even number of rows and columns, got {tuple(detector_shape)}")
+
+
 class MerlinSimulator(_Simulator):
     """A Merlin's TCP data port on 127.0.0.1 (``port`` 0: a free one, :attr:`port` tells which):
     one client, the acquisition header (one trigger a scan row), then each frame as a message, in
-    ``counter_depth`` (1, 6, 12, 24) or RAW 1-bit (``raw``), made a batch of frames at a time."""
+    ``counter_depth`` (1, 6, 12, 24), normal or RAW (``raw``), from a single chip or a quad
+    (``assembly`` "2x2", RAW: its chip layout), made a batch of frames at a time."""
 
-    def __init__(self, data, *, port: int = 0, counter_depth: int = 12, raw: bool = False, **options) -> None:
+    def __init__(self, data, *, port: int = 0, counter_depth: int = 12, raw: bool = False, assembly: str = "1x1",
+                 **options) -> None:
         super().__init__(data, **options)
-        if counter_depth not in merlin.FORMATS:
-            raise InputError(f"counter_depth must be 1, 6, 12 or 24, got {counter_depth}")
-        self.counter_depth, self.raw = counter_depth, raw
+        _check_merlin(counter_depth, assembly, self.frames.shape[1:])
+        self.counter_depth, self.raw, self.assembly = counter_depth, raw, assembly
         self._listener = socket.create_server(("127.0.0.1", int(port)))
         self._listener.settimeout(self.timeout)
         self.port = self._listener.getsockname()[1]
@@ -110,7 +120,8 @@ class MerlinSimulator(_Simulator):
 
     def _serve(self) -> None:
         header = merlin.message(merlin.acquisition_header(frames=self.total, frames_per_trigger=self.scan_shape[1],
-                                                          counter_depth=self.counter_depth, raw=self.raw))
+                                                          counter_depth=self.counter_depth, raw=self.raw,
+                                                          assembly=self.assembly))
         try:
             client, _ = self._listener.accept()
         except socket.timeout:
@@ -130,7 +141,7 @@ class MerlinSimulator(_Simulator):
                 index = self.order[n:n + step]
                 frames = self.frames[index % len(self.frames)]
                 client.sendall(merlin.frame_messages(index + 1, frames, counter_depth=self.counter_depth,
-                                                     raw=self.raw))
+                                                     raw=self.raw, assembly=self.assembly))
                 self.sent += len(index)
 
 
@@ -198,14 +209,16 @@ class MibWriter(_Simulator):
     """A Merlin acquisition written to ``path`` (``.mib`` and its ``.hdr``) at a set frame rate,
     as the detector software writes it: for the follow mode. The ``.hdr`` is written first."""
 
-    def __init__(self, data, path, *, counter_depth: int = 12, raw: bool = False, **options) -> None:
+    def __init__(self, data, path, *, counter_depth: int = 12, raw: bool = False, assembly: str = "1x1",
+                 **options) -> None:
         super().__init__(data, **options)
+        _check_merlin(counter_depth, assembly, self.frames.shape[1:])
         self.path = Path(path)
-        self.counter_depth, self.raw = counter_depth, raw
+        self.counter_depth, self.raw, self.assembly = counter_depth, raw, assembly
 
     def _serve(self) -> None:
         hdr = merlin.acquisition_header(frames=self.total, frames_per_trigger=self.scan_shape[1],
-                                        counter_depth=self.counter_depth, raw=self.raw)
+                                        counter_depth=self.counter_depth, raw=self.raw, assembly=self.assembly)
         self.path.with_suffix(".hdr").write_bytes(hdr.rstrip(b" ") + b"\n")
         t0 = time.perf_counter()
         with open(self.path, "wb") as f:
@@ -213,6 +226,6 @@ class MibWriter(_Simulator):
                 if not self._pace(t0, n):
                     break
                 f.write(merlin.frame_message(int(i) + 1, self.frame(int(i)), counter_depth=self.counter_depth,
-                                             raw=self.raw))
+                                             raw=self.raw, assembly=self.assembly))
                 f.flush()
                 self.sent += 1
