@@ -13,7 +13,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["decode_batch"]
+__all__ = ["decode_batch", "lz4_block"]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -60,6 +60,8 @@ def _lz4_block(src, start, stop, dst, out0, out_size):
         o += match
     return o - out0
 
+
+lz4_block = _lz4_block  # also the HDF5 LZ4 framing's block decoder (qora.ssb.live.dectris)
 
 _M1, _M2, _M3 = np.uint64(0x00AA00AA00AA00AA), np.uint64(0x0000CCCC0000CCCC), np.uint64(0x00000000F0F0F0F0)
 _S7, _S14, _S28, _S8 = np.uint64(7), np.uint64(14), np.uint64(28), np.uint64(8)

@@ -146,18 +146,23 @@ class MerlinSimulator(_Simulator):
 
 
 class DectrisSimulator(_Simulator):
-    """A DECTRIS detector's ZeroMQ stream on 127.0.0.1 (PUSH, ``port`` 0: a free one): the global
-    header with the detector configuration (``ntrigger`` scan rows of ``nimages`` frames), each
-    frame as the four-part image message in ``encoding`` (bitshuffle-LZ4 by default), the series'
-    end. Needs pyzmq."""
+    """A DECTRIS detector's ZeroMQ stream on 127.0.0.1 (PUSH, ``port`` 0: a free one), ``stream``
+    "v1" (JSON: the global header with the detector configuration, ``ntrigger`` scan rows of
+    ``nimages`` frames; each frame as the four-part image message; the series' end) or "v2" (CBOR:
+    the ``start`` message with the scan shape in its ``user_data``, one ``image`` message a frame,
+    ``end``). Frames in ``encoding`` (v1's names: bitshuffle-LZ4 by default, ``lz4<``, ``<``; in
+    v2 the same compression as ``bslz4``, ``lz4``, none). Needs pyzmq."""
 
-    def __init__(self, data, *, port: int = 0, encoding: str | None = None, series: int = 1, **options) -> None:
+    def __init__(self, data, *, port: int = 0, encoding: str | None = None, series: int = 1, stream: str = "v1",
+                 **options) -> None:
         import zmq
 
         super().__init__(data, **options)
+        if stream not in ("v1", "v2"):
+            raise InputError(f"stream must be 'v1' or 'v2', got {stream!r}")
         bits = 8 * self.frames.dtype.itemsize
         self.encoding = encoding or f"bs{bits}-lz4<"
-        self.series = series
+        self.series, self.stream = series, stream
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.PUSH)
         self._socket.setsockopt(zmq.LINGER, int(self.timeout * 1000))
@@ -170,39 +175,71 @@ class DectrisSimulator(_Simulator):
             self.port = self._socket.bind_to_random_port("tcp://127.0.0.1")
         self.address = f"tcp://127.0.0.1:{self.port}"
 
-    def _serve(self) -> None:
-        import zmq
-
-        rows, cols = self.frames.shape[1:]
-        config = {"description": "Dectris simulator (qora)", "x_pixels_in_detector": cols, "y_pixels_in_detector": rows,
-                  "nimages": self.scan_shape[1], "ntrigger": self.scan_shape[0],
-                  "bit_depth_image": 8 * self.frames.dtype.itemsize, "compression": self.encoding}
-        pool = {}
-        encoded = []
+    def _pool(self, encode) -> list:
+        """``(index, encoded frame)`` in the order sent, each distinct frame encoded once."""
+        pool, encoded = {}, []
         for i in self.order:
             key = int(i) if len(self.frames) >= self.total else int(i) % len(self.frames)
             if key not in pool:
-                info, blob = dectris.encode_frame(self.frame(int(i)), self.encoding)
-                pool[key] = (json.dumps(info).encode(), blob)
-            encoded.append((int(i), key))
-        times = json.dumps({"htype": "dconfig-1.0", "start_time": 0, "stop_time": 0, "real_time": 0}).encode()
+                pool[key] = encode(self.frame(int(i)))
+            encoded.append((int(i), pool[key]))
+        return encoded
+
+    def _serve(self) -> None:
+        import zmq
+
         try:
-            self._socket.send_multipart([json.dumps({"htype": "dheader-1.0", "series": self.series,
-                                                     "header_detail": "basic"}).encode(), json.dumps(config).encode()])
-            t0 = time.perf_counter()
-            for n, (i, key) in enumerate(encoded):
-                if not self._pace(t0, n):
-                    break
-                info, blob = pool[key]
-                head = json.dumps({"htype": "dimage-1.0", "series": self.series, "frame": i, "hash": ""}).encode()
-                self._socket.send_multipart([head, info, blob, times], copy=False)
-                self.sent += 1
-            self._socket.send_multipart([json.dumps({"htype": "dseries_end-1.0", "series": self.series}).encode()])
+            if self.stream == "v2":
+                self._serve_v2()
+            else:
+                self._serve_v1()
         except zmq.Again:
             return  # no client within the timeout: stop
         finally:
             self._socket.close()
             self._context.term()
+
+    def _serve_v1(self) -> None:
+        rows, cols = self.frames.shape[1:]
+        config = {"description": "Dectris simulator (qora)", "x_pixels_in_detector": cols, "y_pixels_in_detector": rows,
+                  "nimages": self.scan_shape[1], "ntrigger": self.scan_shape[0],
+                  "bit_depth_image": 8 * self.frames.dtype.itemsize, "compression": self.encoding}
+
+        def encode(frame):
+            info, blob = dectris.encode_frame(frame, self.encoding)
+            return json.dumps(info).encode(), blob
+
+        encoded = self._pool(encode)
+        times = json.dumps({"htype": "dconfig-1.0", "start_time": 0, "stop_time": 0, "real_time": 0}).encode()
+        self._socket.send_multipart([json.dumps({"htype": "dheader-1.0", "series": self.series,
+                                                 "header_detail": "basic"}).encode(), json.dumps(config).encode()])
+        t0 = time.perf_counter()
+        for n, (i, (info, blob)) in enumerate(encoded):
+            if not self._pace(t0, n):
+                break
+            head = json.dumps({"htype": "dimage-1.0", "series": self.series, "frame": i, "hash": ""}).encode()
+            self._socket.send_multipart([head, info, blob, times], copy=False)
+            self.sent += 1
+        self._socket.send_multipart([json.dumps({"htype": "dseries_end-1.0", "series": self.series}).encode()])
+
+    def _serve_v2(self) -> None:
+        rows, cols = self.frames.shape[1:]
+        compression = {"<": "none", "lz4<": "lz4"}.get(self.encoding, "bslz4")
+        start = dectris.stream2_message(
+            "start", self.series, detector_description="Dectris simulator (qora)", image_size_x=cols,
+            image_size_y=rows, number_of_images=self.total, channels=["threshold_1"],
+            image_dtype=self.frames.dtype.name, user_data={"scan_shape": list(self.scan_shape)})
+        encoded = self._pool(lambda frame: dectris.encode_stream2_frame(frame, compression))
+        self._socket.send(start)
+        t0 = time.perf_counter()
+        for n, (i, array) in enumerate(encoded):
+            if not self._pace(t0, n):
+                break
+            self._socket.send(dectris.stream2_message("image", self.series, image_id=i, real_time=[1, 1000],
+                                                      start_time=[n, 1000], stop_time=[n + 1, 1000],
+                                                      data={"threshold_1": array}), copy=False)
+            self.sent += 1
+        self._socket.send(dectris.stream2_message("end", self.series))
 
 
 class MibWriter(_Simulator):
