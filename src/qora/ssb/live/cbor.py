@@ -94,123 +94,107 @@ def typed_array_tag(dtype) -> int:
     return 64 + ((dtype.kind == "i") << 3) + (int(little) << 2) + ll
 
 
-class _Reader:
-    def __init__(self, data) -> None:
-        self.view = memoryview(data).cast("B")
-        self.pos = 0
+_FLOAT = {25: (2, ">e"), 26: (4, ">f"), 27: (8, ">d")}
+_SIMPLE = {20: False, 21: True, 22: None, 23: None}
 
-    def _take(self, n: int) -> memoryview:
-        end = self.pos + n
-        if end > len(self.view):
-            raise FileFormatError(f"a CBOR message ends inside an item ({len(self.view)} bytes, {end} needed)")
-        out = self.view[self.pos:end]
-        self.pos = end
-        return out
 
-    def _argument(self, info: int) -> int | None:
-        if info < 24:
-            return info
-        if info == 24:
-            return self._take(1)[0]
-        if info == 25:
-            return struct.unpack(">H", self._take(2))[0]
-        if info == 26:
-            return struct.unpack(">I", self._take(4))[0]
-        if info == 27:
-            return struct.unpack(">Q", self._take(8))[0]
-        if info == 31:
-            return None  # indefinite length
+def _item(view, pos: int):
+    """The item at ``view[pos]``: ``(value, next position)``. One function, locals only: a stream2
+    image message is ~35 items, decoded per frame (docs/ssb-performance.md, "Live: the host's stages")."""
+    initial = view[pos]
+    pos += 1
+    major, info = initial >> 5, initial & 31
+    if info < 24:
+        arg = info
+    elif info < 28:
+        width = 1 << (info - 24)
+        arg = int.from_bytes(view[pos:pos + width], "big")
+        if len(view) < pos + width:
+            raise IndexError("the message ends inside an item's head")
+        pos += width
+    elif info == 31 and major in (2, 3, 4, 5):
+        arg = None  # indefinite length
+    elif major == 7 and info == 31:
+        raise FileFormatError("CBOR: a break outside an indefinite-length item")
+    else:
         raise FileFormatError(f"CBOR: reserved additional information {info}")
+    if major == 0:
+        return arg, pos
+    if major == 1:
+        return -1 - arg, pos
+    if major == 2 or major == 3:
+        if arg is None:  # chunks until the break
+            chunks = []
+            while view[pos] != 0xFF:
+                chunk, pos = _item(view, pos)
+                chunks.append(bytes(chunk) if major == 2 else chunk)
+            return (b"".join(chunks) if major == 2 else "".join(chunks)), pos + 1
+        end = pos + arg
+        if end > len(view):
+            raise IndexError(f"the message ends inside a string ({len(view)} bytes, {end} needed)")
+        return (view[pos:end] if major == 2 else str(view[pos:end], "utf-8")), end
+    if major == 4:
+        out = []
+        if arg is None:
+            while view[pos] != 0xFF:
+                value, pos = _item(view, pos)
+                out.append(value)
+            return out, pos + 1
+        for _ in range(arg):
+            value, pos = _item(view, pos)
+            out.append(value)
+        return out, pos
+    if major == 5:
+        out = {}
+        if arg is None:
+            while view[pos] != 0xFF:
+                key, pos = _item(view, pos)
+                out[key], pos = _item(view, pos)
+            return out, pos + 1
+        for _ in range(arg):
+            key, pos = _item(view, pos)
+            out[key], pos = _item(view, pos)
+        return out, pos
+    if major == 6:
+        value, pos = _item(view, pos)
+        return _tag(arg, value), pos
+    # major 7: simple values and floats (the argument above was the float's bits)
+    if info in _SIMPLE:
+        return _SIMPLE[info], pos
+    if info in _FLOAT:
+        width, fmt = _FLOAT[info]
+        return struct.unpack(fmt, int.to_bytes(arg, width, "big"))[0], pos
+    return Tag(-1, arg), pos  # an unassigned simple value
 
-    def item(self):
-        initial = self._take(1)[0]
-        major, info = initial >> 5, initial & 31
-        if major == 7:
-            return self._simple(info)
-        arg = self._argument(info)
-        if major == 0:
-            return arg
-        if major == 1:
-            return -1 - arg
-        if major in (2, 3):
-            if arg is None:  # chunks until the break
-                chunks = []
-                while self.view[self.pos] != 0xFF:
-                    chunks.append(bytes(self.item()) if major == 2 else self.item())
-                self.pos += 1
-                return b"".join(chunks) if major == 2 else "".join(chunks)
-            raw = self._take(arg)
-            return raw if major == 2 else str(raw, "utf-8")
-        if major == 4:
-            if arg is None:
-                out = []
-                while self.view[self.pos] != 0xFF:
-                    out.append(self.item())
-                self.pos += 1
-                return out
-            return [self.item() for _ in range(arg)]
-        if major == 5:
-            out = {}
-            if arg is None:
-                while self.view[self.pos] != 0xFF:
-                    key = self.item()
-                    out[key] = self.item()
-                self.pos += 1
-                return out
-            for _ in range(arg):
-                key = self.item()
-                out[key] = self.item()
-            return out
-        return self._tag(arg, self.item())  # major 6
 
-    def _simple(self, info: int):
-        if info == 20:
-            return False
-        if info == 21:
-            return True
-        if info in (22, 23):
-            return None
-        if info == 25:
-            return float(np.frombuffer(self._take(2), ">f2")[0])
-        if info == 26:
-            return struct.unpack(">f", self._take(4))[0]
-        if info == 27:
-            return struct.unpack(">d", self._take(8))[0]
-        if info < 24:
-            return Tag(-1, info)  # an unassigned simple value
-        if info == 24:
-            return Tag(-1, self._take(1)[0])
-        raise FileFormatError(f"CBOR: unexpected break or simple value {info}")
-
-    @staticmethod
-    def _tag(tag: int, value):
-        if tag == SELF_DESCRIBED:
-            return value
-        if tag in (ROW_MAJOR, COLUMN_MAJOR):
-            if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], list)):
-                raise FileFormatError(f"CBOR tag {tag} (a multi-dimensional array) must hold [dimensions, array]")
-            return NDArray(tuple(int(v) for v in value[0]), value[1], "C" if tag == ROW_MAJOR else "F")
-        if 64 <= tag <= 87:
-            if not isinstance(value, (memoryview, bytes, Compressed)):
-                raise FileFormatError(f"CBOR typed array (tag {tag}) of a {type(value).__name__}, not a byte string")
-            return TypedArray(typed_array_dtype(tag), value)
-        if tag == COMPRESSED:
-            if not (isinstance(value, list) and len(value) == 3 and isinstance(value[0], str)):
-                raise FileFormatError("CBOR tag 56500 (DECTRIS compression) must hold [algorithm, element size, bytes]")
-            return Compressed(value[0], int(value[1]), value[2])
-        return Tag(tag, value)
+def _tag(tag: int, value):
+    if tag == SELF_DESCRIBED:
+        return value
+    if tag in (ROW_MAJOR, COLUMN_MAJOR):
+        if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], list)):
+            raise FileFormatError(f"CBOR tag {tag} (a multi-dimensional array) must hold [dimensions, array]")
+        return NDArray(tuple(int(v) for v in value[0]), value[1], "C" if tag == ROW_MAJOR else "F")
+    if 64 <= tag <= 87:
+        if not isinstance(value, (memoryview, bytes, Compressed)):
+            raise FileFormatError(f"CBOR typed array (tag {tag}) of a {type(value).__name__}, not a byte string")
+        return TypedArray(typed_array_dtype(tag), value)
+    if tag == COMPRESSED:
+        if not (isinstance(value, list) and len(value) == 3 and isinstance(value[0], str)):
+            raise FileFormatError("CBOR tag 56500 (DECTRIS compression) must hold [algorithm, element size, bytes]")
+        return Compressed(value[0], int(value[1]), value[2])
+    return Tag(tag, value)
 
 
 def loads(data):
     """The item a CBOR message ``data`` (bytes-like) holds; raises FileFormatError on a malformed
     or truncated message, or bytes left after the item."""
-    reader = _Reader(data)
+    view = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
     try:
-        item = reader.item()
+        item, pos = _item(view, 0)
     except (IndexError, UnicodeDecodeError, struct.error) as error:
-        raise FileFormatError(f"a malformed CBOR message ({error})") from None
-    if reader.pos != len(reader.view):
-        raise FileFormatError(f"a CBOR message with {len(reader.view) - reader.pos} bytes after its item")
+        raise FileFormatError(f"a malformed CBOR message: it ends inside an item or holds bad text ({error})") from None
+    if pos != len(view):
+        raise FileFormatError(f"a CBOR message with {len(view) - pos} bytes after its item")
     return item
 
 

@@ -22,8 +22,8 @@ from qora.io.errors import FileFormatError, InputError
 from qora.ssb.live.frames import Frames, Source
 from qora.ssb.readers import (MERLIN_DTYPES, check_raw, decode_raw, header_fields, merlin_frame_header)
 
-__all__ = ["MerlinTCPSource", "decode_frame", "decode_pixels", "encode_pixels", "encode_raw", "frame_header", "frame_message",
-           "frame_messages", "acquisition_header", "message", "DATA_PORT"]
+__all__ = ["MerlinTCPSource", "decode_frame", "decode_pixels", "frame_numbers", "encode_pixels", "encode_raw",
+           "frame_header", "frame_message", "frame_messages", "acquisition_header", "message", "DATA_PORT"]
 
 DATA_PORT = 6342
 PREFIX = 15  # b"MPX," + 10 digits + b","
@@ -132,14 +132,37 @@ def frame_messages(numbers, frames: np.ndarray, *, counter_depth: int = 12, raw:
     return out
 
 
+_POOL = None  # threads for the byte swap of large batches (NumPy's copy releases the GIL)
+
+
+def _copy_parallel(out: np.ndarray, view: np.ndarray) -> None:
+    """``out[...] = view`` (a cast: byte swap and row flip) split over the host's threads by frames."""
+    from qora.backend.host import num_threads
+
+    global _POOL
+    parts = min(num_threads(), len(out) // 32)
+    if parts < 2:
+        np.copyto(out, view)
+        return
+    if _POOL is None or _POOL._max_workers < parts:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = ThreadPoolExecutor(parts, thread_name_prefix="qora-merlin-decode")
+    bounds = np.linspace(0, len(out), parts + 1).astype(int)
+    list(_POOL.map(lambda k: np.copyto(out[bounds[k]:bounds[k + 1]], view[bounds[k]:bounds[k + 1]]), range(parts)))
+
+
 def decode_pixels(pixels: np.ndarray, head: dict) -> np.ndarray:
     """Pixel bytes (n, payload) uint8 of frames with the header ``head`` as (n, det_row, det_col)
-    in native byte order, rows flipped as the ``.mib`` reader flips them."""
+    in native byte order, rows flipped as the ``.mib`` reader flips them: one pass (the byte swap
+    and the flip together), over the host's threads for a large batch."""
     rows, cols = head["rows"], head["cols"]
     if head["pixel_format"] == "R64":
         return decode_raw(pixels, rows, cols, counter_depth=head["counter_depth"], assembly=head["assembly"])
     big = pixels.view(MERLIN_DTYPES[head["pixel_format"]]).reshape(-1, rows, cols)[:, ::-1]
-    return big.astype(big.dtype.newbyteorder("="))
+    out = np.empty(big.shape, big.dtype.newbyteorder("="))
+    _copy_parallel(out, big)
+    return out
 
 
 def decode_frame(body, detector_shape, *, where: str = "Merlin", counter_depth: int | None = None):
@@ -152,6 +175,22 @@ def decode_frame(body, detector_shape, *, where: str = "Merlin", counter_depth: 
                               f"frames are {detector_shape[0]}x{detector_shape[1]}")
     pixels = np.frombuffer(body, np.uint8, head["payload"], head["header_size"])
     return head["number"] - 1, decode_pixels(pixels[None], head)[0]
+
+
+def frame_numbers(messages: np.ndarray, template: np.ndarray):
+    """The frame numbers of whole messages (n, bytes) uint8 laid side by side that have the layout
+    of ``template`` (a message: the same prefix and header up to the six digits of the frame
+    number), up to the first that differs; None when the first differs. One NumPy pass over the
+    headers' first bytes, no per-frame Python."""
+    same = ((messages[:, :PREFIX + 4] == template[:PREFIX + 4]).all(1)
+            & (messages[:, PREFIX + 10] == template[PREFIX + 10]))
+    if not same[0]:
+        return None
+    count = len(messages) if same.all() else int(np.argmin(same))
+    digits = messages[:count, PREFIX + 4:PREFIX + 10].astype(np.int64) - 48
+    if (digits < 0).any() or (digits > 9).any():
+        return None
+    return digits @ (10 ** np.arange(5, -1, -1))
 
 
 class MerlinTCPSource(Source):
@@ -262,17 +301,11 @@ class MerlinTCPSource(Source):
         if not count:
             return None
         rows = self._buf[:count * size].reshape(count, size)
-        same = (rows[:, :PREFIX + 4] == template[:PREFIX + 4]).all(1) & (rows[:, PREFIX + 10] == template[PREFIX + 10])
-        if not same[0]:
+        numbers = frame_numbers(rows, template)
+        if numbers is None:
             return None
-        count = int(np.argmin(same)) if not same.all() else count
-        rows = rows[:count]
-        digits = rows[:, PREFIX + 4:PREFIX + 10].astype(np.int64) - 48
-        if (digits < 0).any() or (digits > 9).any():
-            return None
-        numbers = digits @ (10 ** np.arange(5, -1, -1))
-        frames = decode_pixels(rows[:, PREFIX + head["header_size"]:], head)  # a copy: the buffer is reused
-        self._consume(count * size)
+        frames = decode_pixels(rows[:len(numbers), PREFIX + head["header_size"]:], head)  # a copy: the buffer is reused
+        self._consume(len(numbers) * size)
         return numbers, frames
 
     def _drain(self, want: int) -> None:
