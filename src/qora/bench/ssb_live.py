@@ -120,7 +120,8 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
     be.synchronize()
     seconds = time.perf_counter() - t
     result.add(f"memory_to_G/{scan}x{detector}", frames_per_s=total / seconds, s=seconds, **live.timings)
-    echo(f"memory to G: {total / seconds:,.0f} frames/s ({', '.join(f'{k} {v:.2f} s' for k, v in live.timings.items())})")
+    parts = ", ".join(f"{k} {v:.2f} s" for k, v in live.timings.items())
+    echo(f"memory to G: {total / seconds:,.0f} frames/s ({parts})")
     for name in ("ingest_s", "scatter_s", "row_fft_s"):  # per frame, as the stages above
         per = live.timings[name] / total
         result.add(f"stage/G/{name[:-2]}", frames_per_s=1 / max(per, 1e-12), s=per, us_per_frame=per * 1e6)
@@ -240,8 +241,8 @@ def stages(*, detector: int = 192, batch: int = 512, cols: int = 128, repeats: i
     r, c = np.unravel_index(gathered, (detector, detector))
     r0, r1, c0, c1 = r.min(), r.max() + 1, c.min(), c.max() + 1
     in_box = (r - r0) * (c1 - c0) + (c - c0)
-    add("ingest/numpy_four_passes_before", best(lambda: (frames.sum(0, dtype=np.float64), frames[:, r0:r1, c0:c1].reshape(
-        n, -1)[:, in_box].astype(np.float64))))
+    add("ingest/numpy_four_passes_before", best(lambda: (
+        frames.sum(0, dtype=np.float64), frames[:, r0:r1, c0:c1].reshape(n, -1)[:, in_box].astype(np.float64))))
     return rows
 
 

@@ -230,7 +230,8 @@ def bench_viewer(part, backend, screenshots, no_write) -> None:
 @click.option("--scan", type=click.IntRange(8, 4096), default=512, show_default=True, help="Scan side.")
 @click.option("--detector", type=click.IntRange(16, 1024), default=192, show_default=True, help="Detector side.")
 @click.option("--protocol", type=click.Choice(["merlin", "dectris", "dectris2", "all"]), default="all",
-              show_default=True, help="The receivers measured: Merlin TCP, DECTRIS stream v1 (JSON), v2 (CBOR), or all.")
+              show_default=True,
+              help="The receivers measured: Merlin TCP, DECTRIS stream v1 (JSON), v2 (CBOR), or all.")
 @click.option("--dataset-dir", type=click.Path(file_okay=False), default=None,
               help="Where qora bench ssb-full keeps its full-scale dataset (the final-latency case uses it; "
                    "default: a small simulated film).")
@@ -243,5 +244,4 @@ def bench_ssb_live(backend, scan, detector, protocol, dataset_dir, stages_only, 
 
     protocols = ("merlin", "dectris", "dectris2") if protocol == "all" else (protocol,)
     ssb_live.run(backend=backend, scan=scan, detector=detector, protocols=protocols, dataset_dir=dataset_dir,
-                 stages_only=stages_only,
-                 write=not no_write, echo=click.echo)
+                 stages_only=stages_only, write=not no_write, echo=click.echo)

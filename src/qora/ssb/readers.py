@@ -21,13 +21,14 @@ import numpy as np
 from qora.io.errors import FileFormatError
 
 __all__ = ["read_mib", "read_fpd", "is_fpd", "MERLIN_DTYPES", "merlin_frame_header", "decode_raw_1bit", "decode_raw",
-           "RAW_BITS", "header_fields", "check_raw", "Layout", "parse_axis_order", "lazy_array", "AXIS_ORDERS", "read_dectris"]
+           "RAW_BITS", "header_fields", "check_raw", "Layout", "parse_axis_order", "lazy_array", "AXIS_ORDERS",
+           "read_dectris"]
 
 MERLIN_DTYPES = {"U08": ">u1", "U16": ">u2", "U32": ">u4"}  # normal frames: counter depths 1 and 6, 12, 24
 
 
 RAW_BITS = {1: 1, 6: 8, 12: 16, 24: 32}  # RAW (R64) bits a pixel by counter depth; 24: two 12-bit counters
-DEPTH_FIELD = 26  # the extended frame header's counter depth (after its time stamp and exposure in ns)
+EXTENDED = "MQ1A"  # the extended frame header's marker: its time stamp, the exposure in ns, the counter depth follow
 
 
 def merlin_frame_header(head: list[str], *, counter_depth: int | None = None) -> dict:
@@ -35,7 +36,9 @@ def merlin_frame_header(head: list[str], *, counter_depth: int | None = None) ->
     pixels: ``number`` (the frame's sequence number, from 1), ``header_size`` and ``payload``
     (bytes), ``rows``, ``cols``, ``pixel_format`` (U08/U16/U32, or R64 for RAW), ``assembly``,
     ``counter_depth`` (the header's, else ``counter_depth``, the acquisition header's; None when
-    neither says). A RAW frame's payload depends on its counter depth (:data:`RAW_BITS`).
+    neither says). A RAW frame's payload depends on its counter depth (:data:`RAW_BITS`); a RAW
+    quad's header gives its chips side by side (4 x 256 columns, 256 rows: the order they are
+    sent, :func:`decode_raw`), ``rows`` and ``cols`` here are the assembled frame's (512 x 512).
     The same header starts each frame of a ``.mib`` file and each frame message of the TCP stream."""
     if not head or head[0] != "MQ1" or len(head) < 8:
         raise FileFormatError(f"not a Merlin frame header (it does not start with MQ1): {','.join(head[:8])!r}")
@@ -43,7 +46,10 @@ def merlin_frame_header(head: list[str], *, counter_depth: int | None = None) ->
         number, header_size, cols, rows = int(head[1]), int(head[2]), int(head[4]), int(head[5])
     except ValueError:
         raise FileFormatError(f"a Merlin frame header with non-numeric fields: {','.join(head[:8])!r}") from None
-    depth = head[DEPTH_FIELD].strip() if len(head) > DEPTH_FIELD else ""
+    # the extended header (MerlinEM 0.7x and later; the DAC values before it vary in number with the
+    # chip type): its marker, time stamp, exposure in ns, then the counter depth
+    marker = head.index(EXTENDED) if EXTENDED in head else -1
+    depth = head[marker + 3].strip() if 0 <= marker < len(head) - 3 else ""
     depth = int(depth) if depth.isdigit() else counter_depth
     fmt = head[6]
     if fmt == "R64":
@@ -51,6 +57,8 @@ def merlin_frame_header(head: list[str], *, counter_depth: int | None = None) ->
             raise FileFormatError(f"a RAW Merlin frame of counter depth {depth if depth is not None else 'unknown'}: "
                                   f"neither its header nor the acquisition header gives one of 1, 6, 12, 24")
         payload = rows * cols * RAW_BITS[depth] // 8
+        if head[7].replace(" ", "").upper() == "2X2":  # the chips side by side: the frame they make
+            rows, cols = 2 * rows, cols // 2
     elif fmt in MERLIN_DTYPES:
         payload = rows * cols * np.dtype(MERLIN_DTYPES[fmt]).itemsize
     else:

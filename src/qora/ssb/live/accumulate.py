@@ -27,7 +27,7 @@ from qora.io.validate import integer, nonnegative
 from qora.ssb.detector import DetectorFit, bright_field_pixels, check_level, check_settings, fit_detector_from_mean
 from qora.ssb.optics import wavelength
 from qora.ssb.live.frames import Frames, Placement
-from qora.ssb.live.ingest import Staging, ingest
+from qora.ssb.live.ingest import Staging, ingest, warm
 from qora.ssb.session import Session
 
 __all__ = ["LiveG", "session_from_spectrum"]
@@ -126,6 +126,7 @@ class LiveG:
         single = precision == "single" or (precision == "auto" and self.backend.is_cuda)
         self.real, self.complex = (np.float32, np.complex64) if single else (np.float64, np.complex128)
         self.placement = Placement(self.scan_shape, lag_rows=lag_rows)
+        warm()  # the host's pass compiled before the first frame comes
         self.ring = self.placement.lag_rows + 4  # row buffers: the open rows and a few closing
         self._pending: list[Frames] = []  # frames before the first disk fit
         self.mean_sum = None  # sum of the frames received (det_row, det_col), float64, where the rows are

@@ -21,7 +21,7 @@ import numpy as np
 
 from qora.backend.host import numba_threads
 
-__all__ = ["ingest", "Staging"]
+__all__ = ["ingest", "warm", "Staging"]
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -54,6 +54,15 @@ def ingest(frames: np.ndarray, flat_index: np.ndarray, mean_sum: np.ndarray, out
     partial = np.zeros((chunks, flat.shape[1]), np.float64)
     _ingest(flat, flat_index, partial, out)
     mean_sum.reshape(-1)[:] += partial.sum(0) if chunks > 1 else partial[0]
+
+
+def warm(dtypes=(np.uint8, np.uint16, np.uint32)) -> None:
+    """Compile (or load from Numba's cache) :func:`ingest` for the detectors' count types now,
+    before a scan starts: the first batch of a live run must not wait a second for the compiler."""
+    index = np.zeros(1, np.int64)
+    for dtype in dtypes:
+        if all(sig[0].dtype != np.dtype(dtype) for sig in _ingest.signatures):
+            ingest(np.zeros((1, 1, 1), dtype), index, np.zeros((1, 1)), np.empty((1, 1), dtype))
 
 
 class Staging:

@@ -7,7 +7,8 @@ acquisition header, ``HDR,`` and the text of the ``.hdr`` file (``key:<tab>value
 with ``End``). Each frame is one message: its frame header (``MQ1,<number>,<header bytes>,...``,
 the same header a ``.mib`` frame starts with, :func:`qora.ssb.readers.merlin_frame_header`)
 then its pixels: big-endian U08/U16/U32 for the counter depths 1 and 6, 12, 24, or RAW (R64) of
-those depths, single chip or quad (:func:`qora.ssb.readers.decode_raw`). Frames are numbered from 1 in an acquisition: frame n is scan index n - 1.
+those depths, single chip or quad (:func:`qora.ssb.readers.decode_raw`). Frames are numbered from
+1 in an acquisition: frame n is scan index n - 1.
 The detector rows are flipped as the ``.mib`` reader flips them, so a stream and the file of one
 acquisition give the same arrays.
 """
@@ -58,6 +59,8 @@ def frame_header(number: int, rows: int, cols: int, *, counter_depth: int = 12, 
     (extended time stamp, exposure in ns, counter depth) are where the ``.mib`` readers look for them."""
     fmt = "R64" if raw else FORMATS[counter_depth]
     chips = 4 if assembly == "2x2" else 1
+    if raw and assembly == "2x2":  # a RAW quad's header gives the chips side by side, as they are sent
+        rows, cols = rows // 2, cols * 2
     head = (f"MQ1,{number:06d},00384,{chips:02d},{cols:04d},{rows:04d},{fmt},{assembly:>6},01,"
             "2026-01-01 00:00:00.000000,"
             f"1.000000,0,0,0,1.000000E+1,5.110000E+2,0.000000E+0,0.000000E+0,0.000000E+0,0.000000E+0,"
@@ -94,7 +97,8 @@ def encode_raw(frames: np.ndarray, *, counter_depth: int = 1, assembly: str = "1
     return np.ascontiguousarray(words.reshape(n, -1, 8)[:, :, ::-1]).reshape(n, -1)
 
 
-def encode_pixels(frames: np.ndarray, *, counter_depth: int = 12, raw: bool = False, assembly: str = "1x1") -> np.ndarray:
+def encode_pixels(frames: np.ndarray, *, counter_depth: int = 12, raw: bool = False,
+                  assembly: str = "1x1") -> np.ndarray:
     """Frames (n, det_row, det_col) as the reader returns them, as their pixel bytes on the wire
     (n, payload) uint8: rows flipped back, big-endian, or RAW (:func:`encode_raw`)."""
     if raw:
