@@ -13,6 +13,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from qora.backend.host import numba_threads
+
 __all__ = ["decode_batch", "lz4_block"]
 
 
@@ -141,9 +143,11 @@ def decode_batch(blobs: list, dtype, count: int) -> np.ndarray:
     sizes = np.fromiter((len(b) for b in blobs), np.int64, len(blobs))
     offsets = np.zeros(len(blobs) + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
-    joined = np.frombuffer(b"".join(bytes(b) if not isinstance(b, bytes) else b for b in blobs), np.uint8)
+    # one buffer of all the blobs: join takes memoryviews as they are (no copy of each first)
+    joined = np.frombuffer(b"".join(blobs), np.uint8)
     out = np.empty((len(blobs), count * dtype.itemsize), np.uint8)
     status = np.zeros(len(blobs), np.int8)
+    numba_threads()  # the host's thread setting for this parallel loop
     _decode_frames(joined, offsets, count, dtype.itemsize, out, status)
     if status.any():
         bad = int(np.flatnonzero(status)[0])
