@@ -5,7 +5,7 @@ reference: bytes laid out by hand from the documented layout, RFC 8949's own exa
 import numpy as np
 import pytest
 
-from qora.io.errors import FileFormatError
+from qora.io.errors import FileFormatError, InputError
 from qora.ssb import Aberrations, Session, amorphous_slices, load_data, simulate
 from qora.ssb.live import (DectrisSimulator, Frames, LiveG, LiveOptions, MerlinSimulator, MibWriter, cbor, open_source,
                            run_live)
@@ -273,3 +273,51 @@ def test_ingest_into_page_locked_staging_and_the_device_rows_match_the_cpu(count
         live.finish()
         out[backend] = resolve(backend).to_host(live.session().G)
     np.testing.assert_allclose(out["cuda"], out["cpu"], atol=1e-9 * np.abs(out["cpu"]).max())
+
+
+# -- the command line ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("protocol, options", [("dectris", ["--stream", "v2"]),
+                                               ("merlin", ["--raw", "--counter-depth", "12", "--assembly", "2x2"])])
+def test_cli_serve_speaks_the_new_formats(tmp_path, protocol, options):
+    """`qora ssb serve` as a DECTRIS stream v2 and as a Merlin sending RAW quad frames: a receiver
+    gets the recorded counts back pixel-exact."""
+    import socket
+    import threading
+
+    from click.testing import CliRunner
+
+    from qora.cli import cli
+    from qora.ssb import write_dataset
+
+    if protocol == "dectris":
+        _zmq()
+    data = np.random.default_rng(3).poisson(20, (3, 4, 16, 16)).astype(np.uint16)
+    path = tmp_path / "counts.h5"
+    write_dataset(path, data, kv=KV, alpha_mrad=ALPHA, scan_step=0.4)
+    with socket.socket() as s:  # a free port for the server to take
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = {}
+    server = threading.Thread(target=lambda: result.setdefault("out", CliRunner().invoke(
+        cli, ["ssb", "serve", str(path), "--protocol", protocol, "--port", str(port), "--fps", "2000",
+              "--timeout", "10", *options])))
+    server.start()
+    scheme = "zmq" if protocol == "dectris" else "tcp"
+    got = {}
+    for attempt in range(50):  # the server binds its port once the file is read
+        try:
+            with open_source(f"{scheme}://127.0.0.1:{port}", timeout=10) as src:
+                for frames in src:
+                    got.update(zip(frames.index.tolist(), frames.data))
+            break
+        except InputError:  # connection refused: the server has not bound its port yet
+            if attempt == 49:
+                raise
+            import time
+
+            time.sleep(0.2)
+    server.join(30)
+    assert result["out"].exit_code == 0, result["out"].output
+    assert "sent 12 frames" in result["out"].output
+    flat = data.reshape(-1, 16, 16)
+    assert sorted(got) == list(range(12)) and all(np.array_equal(got[i], flat[i]) for i in got)
