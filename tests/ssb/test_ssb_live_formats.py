@@ -321,3 +321,42 @@ def test_cli_serve_speaks_the_new_formats(tmp_path, protocol, options):
     assert "sent 12 frames" in result["out"].output
     flat = data.reshape(-1, 16, 16)
     assert sorted(got) == list(range(12)) and all(np.array_equal(got[i], flat[i]) for i in got)
+
+
+def test_the_compiled_stream2_walk_agrees_with_the_cbor_decoder():
+    """scan_image (one Numba walk) finds what the CBOR decoder finds, whatever the key order, with
+    other channels and keys of nested items around, indefinite lengths; other layouts are left to
+    the decoder (None), never misread."""
+    from qora.ssb.live.dectris import encode_stream2_frame
+    from qora.ssb.live.stream2 import scan_image
+
+    rng = np.random.default_rng(7)
+    frame = rng.poisson(9, (12, 20)).astype(np.uint16)
+    for compression in ("bslz4", "lz4", "none"):
+        array = encode_stream2_frame(frame, compression)
+        other = encode_stream2_frame(frame[::-1].copy(), compression)
+        fields = [("type", "image"), ("series_id", 3), ("image_id", 70000), ("real_time", [1, 1000]),
+                  ("user_data", {"a": [1, {"b": b"\x00" * 30}], "c": cbor.Tag(1, 1.5e9), "d": None, "e": -2.5}),
+                  ("data", {"threshold_2": other, "threshold_1": array})]
+        for trial in range(4):
+            order = rng.permutation(len(fields))
+            message = cbor.dumps(dict(fields[i] for i in order), self_described=bool(trial % 2))
+            got = scan_image(message, b"threshold_1")
+            full = cbor.loads(message)
+            ref = full["data"]["threshold_1"]
+            payload = ref.content.data.data if isinstance(ref.content.data, cbor.Compressed) else ref.content.data
+            assert (got.series_id, got.image_id, got.shape) == (3, 70000, ref.shape)
+            assert bytes(got.payload) == bytes(payload) and got.tag == cbor.typed_array_tag(ref.content.dtype)
+            assert got.algorithm == (None if compression == "none" else compression)
+    # an indefinite-length map (0xbf ... 0xff) around the same items
+    body = cbor.dumps({"type": "image", "series_id": 1, "image_id": 5, "data": {"threshold_1": array}},
+                      self_described=False)
+    indefinite = b"\xbf" + body[1:] + b"\xff"
+    assert scan_image(indefinite, b"threshold_1").image_id == 5
+    # other layouts: left to the decoder
+    column_major = cbor.NDArray(frame.shape, cbor.TypedArray(np.dtype("<u2"), frame.tobytes()), "F")
+    for data in ({"threshold_1": column_major}, {"threshold_2": array}):
+        assert scan_image(cbor.dumps({"type": "image", "series_id": 1, "image_id": 5, "data": data}),
+                          b"threshold_1") is None
+    for message in (cbor.dumps({"type": "end", "series_id": 1}), b"\x01", b"", message[:-3]):
+        assert scan_image(message, b"threshold_1") is None

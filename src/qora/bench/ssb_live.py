@@ -162,6 +162,7 @@ def stages(*, detector: int = 192, batch: int = 512, cols: int = 128, repeats: i
     from qora.ssb.live.bslz4_numba import decode_batch
     from qora.ssb.live.dectris import encode_frame, encode_stream2_frame, stream2_message
     from qora.ssb.live.ingest import Staging, ingest
+    from qora.ssb.live.stream2 import scan_image
     from qora.ssb.readers import decode_raw
 
     frames = _pool(detector, batch)
@@ -224,6 +225,8 @@ def stages(*, detector: int = 192, batch: int = 512, cols: int = 128, repeats: i
     v2 = stream2_message("image", 1, image_id=12345, real_time=[1, 1000], start_time=[0, 1000],
                          stop_time=[1, 1000], data={"threshold_1": encode_stream2_frame(frames[0])})
     add("dectris/v2_cbor_parse", best(lambda: [cbor.loads(v2) for _ in range(n)]))
+    scratch, channel = np.empty(11, np.int64), np.frombuffer(b"threshold_1", np.uint8)
+    add("dectris/v2_compiled_walk", best(lambda: [scan_image(v2, channel, scratch) for _ in range(n)]))
     blobs = [encode_frame(f)[1] for f in frames]
     add("dectris/bslz4_decode", best(lambda: decode_batch(blobs, np.uint16, detector * detector)),
         compressed_bytes_per_frame=float(np.mean([len(x) for x in blobs])))

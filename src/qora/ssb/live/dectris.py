@@ -178,7 +178,18 @@ def decode_stream2_frames(arrays: list) -> np.ndarray:
     """Frames (n, rows, cols) native-endian of a batch of stream2 frames (each the
     multi-dimensional array of an image message's channel): bitshuffle-LZ4 frames of one shape and
     type are decoded together in parallel (:mod:`qora.ssb.live.bslz4_numba`), others one by one."""
-    parts = [_stream2_frame(a) for a in arrays]
+    return _decode_parts([_stream2_frame(a) for a in arrays])
+
+
+def _scanned_part(fields) -> tuple:
+    """``(dtype, shape, payload)`` of a frame found by :func:`qora.ssb.live.stream2.scan_image`."""
+    payload = fields.payload
+    if fields.algorithm is not None:
+        payload = cbor.Compressed(fields.algorithm, fields.element_size, payload)
+    return cbor.typed_array_dtype(fields.tag), fields.shape, payload
+
+
+def _decode_parts(parts: list) -> np.ndarray:
     dtype, shape, payload = parts[0]
     batch = (len(parts) > 1 and all(d == dtype and s == shape and isinstance(p, cbor.Compressed)
                                     and p.algorithm == "bslz4" and p.element_size == dtype.itemsize
@@ -250,6 +261,10 @@ class DectrisZMQSource(Source):
     def _recv(self):
         """The next message: ``(head, parts)``; head the first part as a dict (v1 JSON, v2 CBOR)."""
         parts = self._parts()
+        return self._decode(parts), parts
+
+    def _decode(self, parts) -> dict:
+        """The first part of a message as a dict (v1 JSON, v2 CBOR)."""
         first = parts[0].buffer
         if self.stream == "auto":
             self.stream = "v1" if bytes(first[:1]) == b"{" else "v2"
@@ -260,7 +275,7 @@ class DectrisZMQSource(Source):
                                   f"(stream {self.stream}): {error}") from None
         if not isinstance(head, dict):
             raise FileFormatError(f"{self!r}: a message that is not a map ({type(head).__name__})")
-        return head, parts
+        return head
 
     def open(self) -> None:
         if self._socket is not None:
@@ -316,6 +331,7 @@ class DectrisZMQSource(Source):
                                       "stream": "v2"}}
         channels = head.get("channels") or []
         self.channel = channels[0] if channels else None
+        self._channel_bytes = None if self.channel is None else np.frombuffer(str(self.channel).encode(), np.uint8)
         if self.scan_shape is None:
             user = head.get("user_data")
             shape = user.get("scan_shape") if isinstance(user, dict) else None
@@ -354,9 +370,25 @@ class DectrisZMQSource(Source):
             yield Frames(np.array(index), decode_frames(infos, blobs))
 
     def _iter_v2(self):
-        index, arrays = [], []
+        from qora.ssb.live.stream2 import scan_image
+
+        index, parts, scratch = [], [], np.empty(11, np.int64)
         while True:
-            head, _ = self._recv()
+            raw = self._parts()
+            # an image message is read by one compiled walk; any other message, or a layout the walk
+            # does not know, by the CBOR decoder
+            fields = None if self.channel is None else scan_image(raw[0].buffer, self._channel_bytes, scratch)
+            if fields is not None:
+                if fields.series_id != self.series:
+                    raise FileFormatError(f"{self!r}: an image of series {fields.series_id} inside series "
+                                          f"{self.series}")
+                index.append(fields.image_id)
+                parts.append(_scanned_part(fields))
+                if len(index) >= self.batch:
+                    yield Frames(np.array(index), _decode_parts(parts))
+                    index, parts = [], []
+                continue
+            head = self._decode(raw)
             kind = head.get("type")
             if kind == "end":
                 break
@@ -370,16 +402,17 @@ class DectrisZMQSource(Source):
                 raise FileFormatError(f"{self!r}: a stream2 image message without data")
             if self.channel is None:
                 self.channel = next(iter(data))
+                self._channel_bytes = np.frombuffer(str(self.channel).encode(), np.uint8)
             if self.channel not in data:
                 raise FileFormatError(f"{self!r}: a stream2 image without the channel {self.channel!r} "
                                       f"(it has {sorted(data)})")
             index.append(int(head["image_id"]))
-            arrays.append(data[self.channel])
+            parts.append(_stream2_frame(data[self.channel]))
             if len(index) >= self.batch:
-                yield Frames(np.array(index), decode_stream2_frames(arrays))
-                index, arrays = [], []
+                yield Frames(np.array(index), _decode_parts(parts))
+                index, parts = [], []
         if index:
-            yield Frames(np.array(index), decode_stream2_frames(arrays))
+            yield Frames(np.array(index), _decode_parts(parts))
 
     def close(self) -> None:
         if self._socket is not None:
