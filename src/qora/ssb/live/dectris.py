@@ -21,8 +21,9 @@ self-described tag 55799) whose ``type`` is ``start`` (``series_id``, ``series_u
 ``end``. A frame is a multi-dimensional array (tag 40: [[rows, cols], typed array]) whose typed
 array (RFC 8746 tags 64-87: the element type) holds the pixels, or a DECTRIS compressed byte
 string (tag 56500: ["bslz4", element size, bytes] or ["lz4", 0, bytes], both in their HDF5
-filters' framing). Decoded by :mod:`qora.ssb.live.cbor`; the first channel is used (the
-``start`` message's first, i.e. ``threshold_1``).
+filters' framing). An image message is read by one compiled walk (:mod:`qora.ssb.live.stream2`),
+every other message (and any layout the walk does not know) by :mod:`qora.ssb.live.cbor`; the
+first channel is used (the ``start`` message's first, i.e. ``threshold_1``).
 
 The version is told by the first message (JSON starts with ``{``; CBOR with its tag or a map), or
 given (``stream``). Frame n is scan index n (row-major). The scan shape is the caller's, else
