@@ -29,7 +29,9 @@ for b in ${BENCH:-}; do
                     --rounds 1 ;;
     ssb-threads) timeout 90 $Q bench --out "$OUT/results" ssb --backend cpu --threads 1,2,4,8,16 ;;
     phase-success) timeout 120 $Q bench --out "$OUT/results" phase-success --backend cuda --cases all --starts 10 ;;
-    ssb-live) timeout 90 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 128 --detector 192 ;;
+    ssb-live) timeout 240 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 128 --detector 192 ;;
+    ssb-live-stages) timeout 120 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 128 --detector 192 \
+                       --stages-only ;;
     phase-fused) timeout 120 python3 bench/probes/fused_fft_probe.py --out "$OUT/results/phase-fused" ;;
     phase-fused-ncu) QORA_NCU_VARIANTS="fused_fft graph" QORA_NCU_SHAPES="256x256x256 2048x2048" \
                        QORA_RESULTS_DIR="$OUT/results" timeout 300 bash bench/ncu-phase.sh "$OUT/ncu" ;;

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import os
 
-__all__ = ["cupy_module", "require", "cuda_disabled", "probe_error", "submodule"]
+__all__ = ["cupy_module", "require", "cuda_disabled", "probe_error", "submodule", "pinned_empty"]
 
 _probe_error: str | None = None
 
@@ -72,3 +72,15 @@ def submodule(name: str):
     import importlib
 
     return importlib.import_module(name)
+
+
+def pinned_empty(shape, dtype):
+    """A NumPy array in page-locked host memory (CuPy's pinned pool): copies between it and the
+    device run at the bus's full rate (pageable memory is staged by the driver, about half)."""
+    import numpy as np
+
+    cupy = require("page-locked host memory")
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape))
+    memory = cupy.cuda.alloc_pinned_memory(max(1, count * dtype.itemsize))
+    return np.frombuffer(memory, dtype, count).reshape(shape)

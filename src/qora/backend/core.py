@@ -76,6 +76,13 @@ class Backend:
             return a.get()
         return np.asarray(a)
 
+    def host_empty(self, shape, dtype) -> np.ndarray:
+        """A host array to stage data for this backend: page-locked for CUDA (full-rate copies to
+        the device), ordinary memory on the CPU."""
+        if self.is_cuda:
+            return _cupy.pinned_empty(shape, dtype)
+        return np.empty(shape, dtype)
+
     def synchronize(self) -> None:
         """Wait for all queued device work (no-op on the CPU)."""
         if self.is_cuda:

@@ -3,14 +3,19 @@ time from the last frame to the final image and fit, each against its floor.
 
 Cases (``scan`` x ``scan`` positions, ``detector`` x ``detector`` uint16 frames):
 
-- ``receive/<protocol>/<detector>``: the receiver alone (Merlin TCP, DECTRIS ZMQ with
+- ``stage/<stage>``: the host's receive path stage by stage (:func:`stages`): socket read, header
+  parse, pixel decoding (normal and RAW), the DECTRIS messages' parse (v1 JSON, v2 CBOR) and
+  bitshuffle-LZ4 decoding, the queue, the ingest pass, per frame and against a memcpy of the frame
+  measured in the same run; ``stage/G/*``: the row buffers' scatter and row FFTs per frame;
+- ``receive/<protocol>/<detector>``: the receiver alone (Merlin TCP, DECTRIS ZMQ v1 and v2 with
   bitshuffle-LZ4), the simulator sending as fast as it can on 127.0.0.1, in a process of its own,
   from a pool of distinct frames (the stream's bytes are a real scan's; only the content repeats);
 - ``to_G/<protocol>/<scan>x<detector>``: the live run with the fit off: receiver thread, bounded
   queue, gather, row transforms, and at the end the slow-axis transform;
 - ``memory_to_G/<scan>x<detector>``: the same from frames in memory (the processing's own rate);
 - ``floor/host_copy``, ``floor/h2d`` (CUDA): the bytes of a frame over the host copy bandwidth and
-  the host-to-device copy bandwidth, as frames/s;
+  the host-to-device copy bandwidth (pageable), as frames/s; ``floor/h2d_pinned_gathered`` (CUDA):
+  the gathered pixels (what goes to the device) over the bandwidth from page-locked memory;
 - ``final/<scan>x<detector>``: from the last frame to the final SSB image and the standard fit
   (rotation given), split into the queue's backlog, the rows and slow-axis transform, the fit and the
   image (``s_without_backlog``: the time a scan paced at the processing's rate would see); on a
@@ -50,9 +55,12 @@ def _host_copy_gbs(nbytes: int = 256 << 20) -> float:
     return 3 * nbytes / (time.perf_counter() - t) / 1e9
 
 
-def _h2d_gbs(be, nbytes: int = 256 << 20) -> float:
+def _h2d_gbs(be, nbytes: int = 256 << 20, *, pinned: bool = False) -> float:
+    """Host-to-device copy bandwidth (GB/s) from pageable memory (the frames as they arrive) or
+    page-locked memory (the ingest's staging, :class:`qora.ssb.live.ingest.Staging`)."""
     xp = be.xp
-    a = np.ones(nbytes, np.uint8)  # pageable, as the frames are
+    a = be.host_empty(nbytes, np.uint8) if pinned else np.empty(nbytes, np.uint8)
+    a[:] = 1
     d = xp.asarray(a)
     be.synchronize()
     t = time.perf_counter()
@@ -62,8 +70,8 @@ def _h2d_gbs(be, nbytes: int = 256 << 20) -> float:
     return 3 * nbytes / (time.perf_counter() - t) / 1e9
 
 
-def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("merlin", "dectris"), pool: int = 256,
-        dataset_dir=None, write: bool = True, echo=print) -> BenchResult:
+def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("merlin", "dectris", "dectris2"),
+        pool: int = 256, dataset_dir=None, stages_only: bool = False, write: bool = True, echo=print) -> BenchResult:
     from qora.ssb.live import Frames, LiveG, LiveOptions, MemorySource, open_source, run_live
 
     be = resolve(backend)
@@ -71,14 +79,26 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
     frames = _pool(detector, pool)
     total = scan * scan
     frame_bytes = detector * detector * 2
+    for row in stages(detector=detector, cols=scan):
+        name, rate = row.pop("stage"), row.pop("frames_per_s")
+        result.add(f"stage/{name}", frames_per_s=rate, s=row["us_per_frame"] * 1e-6, **row)
+        echo(f"stage {name:34s} {row['us_per_frame']:9.1f} us/frame  {row['x_floor']:6.2f} x memcpy")
+    if stages_only:
+        if write:
+            echo(f"result written to {result.write()}")
+        return result
     result.add("floor/host_copy", frames_per_s=_host_copy_gbs() * 1e9 / frame_bytes, s=None)
     if be.is_cuda:
         result.add("floor/h2d", frames_per_s=_h2d_gbs(be) * 1e9 / frame_bytes, s=None)
+        # what goes to the device now: the gathered pixels (~9,800 uint16 at 192^2, the disk's share of
+        # the frame), from page-locked staging
+        gathered_bytes = 9800 * 2 * (detector / 192) ** 2
+        result.add("floor/h2d_pinned_gathered", frames_per_s=_h2d_gbs(be, pinned=True) * 1e9 / gathered_bytes, s=None)
     settings = dict(kv=300.0, alpha_mrad=30.0, scan_step=0.373)
     for protocol in protocols:
         with _SimulatorProcess(protocol, detector, pool, scan) as address:
             n = 0
-            with open_source(address, protocol=protocol, batch=1024, timeout=60) as src:
+            with open_source(address, protocol=_kind(protocol), batch=1024, timeout=60) as src:
                 t0 = time.perf_counter()  # the header is in: the frames follow
                 for batch in src:
                     n += len(batch.index)
@@ -86,7 +106,7 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
         result.add(f"receive/{protocol}/{detector}", frames_per_s=n / seconds, s=seconds)
         echo(f"receive {protocol}: {n / seconds:,.0f} frames/s")
         with _SimulatorProcess(protocol, detector, pool, scan) as address:
-            out = run_live(open_source(address, protocol=protocol, batch=1024, timeout=60), **settings,
+            out = run_live(open_source(address, protocol=_kind(protocol), batch=1024, timeout=60), **settings,
                            rotation=0.0, backend=be, options=LiveOptions(refresh_s=0, fit=False,
                                                                         queue_frames=1 << 18, max_wait_s=60))
         s = out.statistics
@@ -105,7 +125,12 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
     be.synchronize()
     seconds = time.perf_counter() - t
     result.add(f"memory_to_G/{scan}x{detector}", frames_per_s=total / seconds, s=seconds, **live.timings)
-    echo(f"memory to G: {total / seconds:,.0f} frames/s")
+    parts = ", ".join(f"{k} {v:.2f} s" for k, v in live.timings.items())
+    echo(f"memory to G: {total / seconds:,.0f} frames/s ({parts})")
+    for name in ("ingest_s", "scatter_s", "row_fft_s"):  # per frame, as the stages above
+        per = live.timings[name] / total
+        result.add(f"stage/G/{name[:-2]}", frames_per_s=1 / max(per, 1e-12), s=per, us_per_frame=per * 1e6)
+        echo(f"stage G/{name[:-2]:32s} {per * 1e6:9.1f} us/frame")
     del live
     # the final image and fit after the last frame, on a simulated film
     data, meta = _film(dataset_dir, scan, be, echo)
@@ -127,16 +152,126 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
     return result
 
 
+def stages(*, detector: int = 192, batch: int = 512, cols: int = 128, repeats: int = 3) -> list[dict]:
+    """The host's receive path stage by stage, each timed alone on a batch of ``batch`` frames of
+    ``detector``^2 uint16 (the pool's scan-like frames) and given per frame, against the floor
+    measured in the same run: a memcpy of the frame's bytes (``x_floor``: the stage's time over it).
+    Each stage's best of ``repeats`` (the least disturbed by other work on the machine)."""
+    import json
+    import queue
+    import socket
+    import threading
+
+    from qora.backend import resolve
+    from qora.ssb.live import Frames, LiveG, cbor, merlin
+    from qora.ssb.live.bslz4_numba import decode_batch
+    from qora.ssb.live.dectris import encode_frame, encode_stream2_frame, stream2_message
+    from qora.ssb.live.ingest import Staging, ingest
+    from qora.ssb.live.stream2 import scan_image
+    from qora.ssb.readers import decode_raw
+
+    frames = _pool(detector, batch)
+    n = len(frames)
+    frame_bytes = frames[0].nbytes
+    rows = []
+
+    def best(fn) -> float:
+        fn()  # compiles, warms the caches
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return min(times) / n
+
+    src = frames.view(np.uint8).reshape(n, -1)
+    dst = np.empty_like(src)
+    floor = best(lambda: np.copyto(dst, src))
+
+    def add(name: str, seconds: float, **extra) -> None:
+        rows.append({"stage": name, "us_per_frame": seconds * 1e6, "x_floor": seconds / floor,
+                     "frames_per_s": 1 / seconds, **extra})
+
+    add("floor/memcpy", floor, bytes_per_frame=frame_bytes)
+    # Merlin: the socket (loopback: the sender's and the receiver's kernel copies), the headers, the pixels
+    messages = merlin.frame_messages(np.arange(1, n + 1), frames)
+    wire = messages.reshape(-1)
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 22)
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
+    into = np.empty_like(wire)
+
+    def socket_read():
+        sender = threading.Thread(target=a.sendall, args=(wire,))
+        sender.start()
+        view, got = memoryview(into), 0
+        while got < len(into):
+            got += b.recv_into(view[got:])
+        sender.join()
+
+    add("merlin/socket_read", best(socket_read), bytes_per_frame=messages.shape[1])
+    a.close()
+    b.close()
+    template = messages[0]
+    add("merlin/headers", best(lambda: merlin.frame_numbers(messages, template)))
+    head = merlin.merlin_frame_header(bytes(template[merlin.PREFIX:merlin.PREFIX + 384]).decode("latin-1").split(","))
+    payload = messages[:, merlin.PREFIX + head["header_size"]:]
+    add("merlin/decode_U16", best(lambda: merlin.decode_pixels(payload, head)))
+    for depth, assembly in ((1, "1x1"), (6, "1x1"), (12, "1x1"), (24, "1x1"), (12, "2x2")):
+        top = {1: 2, 6: 64, 12: 4096, 24: 1 << 24}[depth]
+        raw = merlin.encode_raw(np.minimum(frames.astype(np.uint32), top - 1), counter_depth=depth, assembly=assembly)
+        add(f"merlin/decode_raw{depth}_{assembly}",
+            best(lambda: decode_raw(raw, detector, detector, counter_depth=depth, assembly=assembly)))
+    # DECTRIS: the per-frame parse of the message (v1 two JSON parts, v2 one CBOR map), the decoding
+    info, blob = encode_frame(frames[0])
+    v1_head = json.dumps({"htype": "dimage-1.0", "series": 1, "frame": 12345, "hash": ""}).encode()
+    v1_info = json.dumps(info).encode()
+    add("dectris/v1_json_parse", best(lambda: [(json.loads(v1_head), json.loads(v1_info)) for _ in range(n)]))
+    v2 = stream2_message("image", 1, image_id=12345, real_time=[1, 1000], start_time=[0, 1000],
+                         stop_time=[1, 1000], data={"threshold_1": encode_stream2_frame(frames[0])})
+    add("dectris/v2_cbor_parse", best(lambda: [cbor.loads(v2) for _ in range(n)]))
+    scratch, channel = np.empty(11, np.int64), np.frombuffer(b"threshold_1", np.uint8)
+    add("dectris/v2_compiled_walk", best(lambda: [scan_image(v2, channel, scratch) for _ in range(n)]))
+    blobs = [encode_frame(f)[1] for f in frames]
+    add("dectris/bslz4_decode", best(lambda: decode_batch(blobs, np.uint16, detector * detector)),
+        compressed_bytes_per_frame=float(np.mean([len(x) for x in blobs])))
+    # the hand-off and the host's pass: the queue, the mean pattern and the bright-field gather
+    q: queue.Queue = queue.Queue()
+    add("queue/put_get_batch", best(lambda: (q.put(frames), q.get())))
+    live = LiveG((8, cols), (detector, detector), kv=300.0, alpha_mrad=30.0, scan_step=0.373, rotation=0.0)
+    live.add(Frames(np.arange(4 * cols), frames[np.arange(4 * cols) % n]))  # the disk fitted: the pixels known
+    gathered = live._flat_index
+    mean_sum = np.zeros((detector, detector))
+    out = Staging(resolve("cpu")).array(n, len(gathered), frames.dtype)
+    add("ingest/mean_and_gather", best(lambda: ingest(frames, gathered, mean_sum, out)), gathered=len(gathered))
+    # what it replaces (LiveG before issue 25's host work): a float64 sum, the disk's bounding box, an
+    # index gather and a conversion, four NumPy passes
+    r, c = np.unravel_index(gathered, (detector, detector))
+    r0, r1, c0, c1 = r.min(), r.max() + 1, c.min(), c.max() + 1
+    in_box = (r - r0) * (c1 - c0) + (c - c0)
+    add("ingest/numpy_four_passes_before", best(lambda: (
+        frames.sum(0, dtype=np.float64), frames[:, r0:r1, c0:c1].reshape(n, -1)[:, in_box].astype(np.float64))))
+    return rows
+
+
 def _serve_pool(protocol: str, detector: int, pool: int, scan: int, ports) -> None:
     """The simulator's process: the pool of frames made here (no array crosses the process
     boundary), its port sent back, the scan served as fast as the client reads, then exit."""
     from qora.ssb.live import DectrisSimulator, MerlinSimulator
 
-    Sim = MerlinSimulator if protocol == "merlin" else DectrisSimulator
-    sim = Sim(_pool(detector, pool), scan_shape=(scan, scan), timeout=60, time_limit=600)
+    options = dict(scan_shape=(scan, scan), timeout=60, time_limit=600)
+    if protocol == "merlin":
+        sim = MerlinSimulator(_pool(detector, pool), **options)
+    else:
+        sim = DectrisSimulator(_pool(detector, pool), stream="v2" if protocol == "dectris2" else "v1", **options)
     ports.put(sim.port)
     sim.start()
     sim.join()
+
+
+def _kind(protocol: str) -> str:
+    """open_source's protocol of a case's ("dectris2": the DECTRIS stream, its version told by its messages)."""
+    return "merlin" if protocol == "merlin" else "dectris"
 
 
 class _SimulatorProcess:

@@ -229,15 +229,19 @@ def bench_viewer(part, backend, screenshots, no_write) -> None:
 @backend_option()
 @click.option("--scan", type=click.IntRange(8, 4096), default=512, show_default=True, help="Scan side.")
 @click.option("--detector", type=click.IntRange(16, 1024), default=192, show_default=True, help="Detector side.")
-@click.option("--protocol", type=click.Choice(["merlin", "dectris", "both"]), default="both", show_default=True)
+@click.option("--protocol", type=click.Choice(["merlin", "dectris", "dectris2", "all"]), default="all",
+              show_default=True,
+              help="The receivers measured: Merlin TCP, DECTRIS stream v1 (JSON), v2 (CBOR), or all.")
 @click.option("--dataset-dir", type=click.Path(file_okay=False), default=None,
               help="Where qora bench ssb-full keeps its full-scale dataset (the final-latency case uses it; "
                    "default: a small simulated film).")
+@click.option("--stages-only", is_flag=True, help="Only the host's receive path stage by stage (socket, headers, "
+              "decoding, parse, queue, ingest) against a memcpy of the frame.")
 @click.option("--no-write", is_flag=True, help="Print only; write no result file.")
-def bench_ssb_live(backend, scan, detector, protocol, dataset_dir, no_write) -> None:
+def bench_ssb_live(backend, scan, detector, protocol, dataset_dir, stages_only, no_write) -> None:
     """Live 4D-STEM: frames/s from the Merlin and DECTRIS simulators into G, and the final image + fit latency."""
     from qora.bench import ssb_live
 
-    protocols = ("merlin", "dectris") if protocol == "both" else (protocol,)
+    protocols = ("merlin", "dectris", "dectris2") if protocol == "all" else (protocol,)
     ssb_live.run(backend=backend, scan=scan, detector=detector, protocols=protocols, dataset_dir=dataset_dir,
-                 write=not no_write, echo=click.echo)
+                 stages_only=stages_only, write=not no_write, echo=click.echo)

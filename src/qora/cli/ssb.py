@@ -380,7 +380,14 @@ def _counts(data, path):
 @click.option("--fps", type=POSITIVE, default=1000.0, show_default=True, help="Frames per second.")
 @click.option("--timeout", type=POSITIVE, default=60.0, show_default=True,
               help="Seconds to wait for a client before giving up.")
-def serve_cmd(data, protocol, port, fps, timeout) -> None:
+@click.option("--stream", type=click.Choice(["v1", "v2"]), default="v1", show_default=True,
+              help="DECTRIS: stream v1 (JSON headers) or v2 (stream2, CBOR messages).")
+@click.option("--counter-depth", type=click.Choice(["1", "6", "12", "24"]), default="12", show_default=True,
+              help="Merlin: the counter depth of the frames sent.")
+@click.option("--raw", is_flag=True, help="Merlin: RAW (R64) frames instead of normal ones.")
+@click.option("--assembly", type=click.Choice(["1x1", "2x2"]), default="1x1", show_default=True,
+              help="Merlin: a single chip or a quad (RAW frames in the quad's chip layout).")
+def serve_cmd(data, protocol, port, fps, timeout, stream, counter_depth, raw, assembly) -> None:
     """Serve a recorded or simulated scan as a detector would, on 127.0.0.1 (to try `qora ssb live`).
 
     It stops by itself after the last frame, or when no client comes within --timeout."""
@@ -391,8 +398,11 @@ def serve_cmd(data, protocol, port, fps, timeout) -> None:
     counts = _counts(stack, data)
     total = counts.shape[0] * counts.shape[1]
     limit = total / fps + 2 * timeout
-    sim = (MerlinSimulator if protocol == "merlin" else DectrisSimulator)(counts, port=port, fps=fps, timeout=timeout,
-                                                                          time_limit=limit)
+    if protocol == "merlin":
+        sim = MerlinSimulator(counts, port=port, fps=fps, timeout=timeout, time_limit=limit,
+                              counter_depth=int(counter_depth), raw=raw, assembly=assembly)
+    else:
+        sim = DectrisSimulator(counts, port=port, fps=fps, timeout=timeout, time_limit=limit, stream=stream)
     scheme = "tcp" if protocol == "merlin" else "zmq"
     click.echo(f"serving {total} frames of {counts.shape[2]}x{counts.shape[3]} ({counts.shape[0]}x{counts.shape[1]} "
                f"scan) at {fps:g} frames/s on {scheme}://127.0.0.1:{sim.port}", err=True)

@@ -3,9 +3,9 @@ its ``.hdr``) and fpd HDF5 (``fpd_expt/fpd_data/data``). Each returns ``(data, m
 ``data`` lazy (a dask array or an h5py dataset) shaped (scan_row, scan_col, det_row, det_col).
 
 Merlin: rosettasciio reads the counter depths 1, 6, 12 and 24 in normal (``U08``/``U16``/``U32``)
-frames; the RAW 1-bit frames (``R64``, single chip) it refuses are decoded here from the documented
-layout: each 64-bit word holds 64 pixels, its bytes in reverse order, each byte least significant
-bit first. The scan shape comes from the ``.hdr`` (frames in acquisition / frames per trigger, one
+frames; the RAW frames (``R64``) it refuses are decoded here (:func:`decode_raw`) from the
+documented layout, single chip or quad, counter depths 1, 6, 12 and 24 (docs/ssb.md, "Merlin RAW
+frames"). The scan shape comes from the ``.hdr`` (frames in acquisition / frames per trigger, one
 trigger a scan row) or, for a scan triggered a pixel at a time, from the pauses in the frames' time
 stamps at the end of each row (rosettasciio's); a single frame, or a series with no scan shape, is
 refused unless the caller gives one.
@@ -20,16 +20,25 @@ import numpy as np
 
 from qora.io.errors import FileFormatError
 
-__all__ = ["read_mib", "read_fpd", "is_fpd", "MERLIN_DTYPES", "merlin_frame_header", "decode_raw_1bit", "header_fields",
-           "check_raw", "Layout", "parse_axis_order", "lazy_array", "AXIS_ORDERS", "read_dectris"]
+__all__ = ["read_mib", "read_fpd", "is_fpd", "MERLIN_DTYPES", "merlin_frame_header", "decode_raw_1bit", "decode_raw",
+           "RAW_BITS", "header_fields", "check_raw", "Layout", "parse_axis_order", "lazy_array", "AXIS_ORDERS",
+           "read_dectris"]
 
 MERLIN_DTYPES = {"U08": ">u1", "U16": ">u2", "U32": ">u4"}  # normal frames: counter depths 1 and 6, 12, 24
 
 
-def merlin_frame_header(head: list[str]) -> dict:
+RAW_BITS = {1: 1, 6: 8, 12: 16, 24: 32}  # RAW (R64) bits a pixel by counter depth; 24: two 12-bit counters
+EXTENDED = "MQ1A"  # the extended frame header's marker: its time stamp, the exposure in ns, the counter depth follow
+
+
+def merlin_frame_header(head: list[str], *, counter_depth: int | None = None) -> dict:
     """The fields of a Merlin frame header (``MQ1,...`` split at commas) that place and decode its
     pixels: ``number`` (the frame's sequence number, from 1), ``header_size`` and ``payload``
-    (bytes), ``rows``, ``cols``, ``pixel_format`` (U08/U16/U32, or R64 for RAW), ``assembly``.
+    (bytes), ``rows``, ``cols``, ``pixel_format`` (U08/U16/U32, or R64 for RAW), ``assembly``,
+    ``counter_depth`` (the header's, else ``counter_depth``, the acquisition header's; None when
+    neither says). A RAW frame's payload depends on its counter depth (:data:`RAW_BITS`); a RAW
+    quad's header gives its chips side by side (4 x 256 columns, 256 rows: the order they are
+    sent, :func:`decode_raw`), ``rows`` and ``cols`` here are the assembled frame's (512 x 512).
     The same header starts each frame of a ``.mib`` file and each frame message of the TCP stream."""
     if not head or head[0] != "MQ1" or len(head) < 8:
         raise FileFormatError(f"not a Merlin frame header (it does not start with MQ1): {','.join(head[:8])!r}")
@@ -37,24 +46,80 @@ def merlin_frame_header(head: list[str]) -> dict:
         number, header_size, cols, rows = int(head[1]), int(head[2]), int(head[4]), int(head[5])
     except ValueError:
         raise FileFormatError(f"a Merlin frame header with non-numeric fields: {','.join(head[:8])!r}") from None
+    # the extended header (MerlinEM 0.7x and later; the DAC values before it vary in number with the
+    # chip type): its marker, time stamp, exposure in ns, then the counter depth
+    marker = head.index(EXTENDED) if EXTENDED in head else -1
+    depth = head[marker + 3].strip() if 0 <= marker < len(head) - 3 else ""
+    depth = int(depth) if depth.isdigit() else counter_depth
     fmt = head[6]
     if fmt == "R64":
-        payload = rows * cols // 8  # 1-bit RAW (the only RAW depth decoded)
+        if depth not in RAW_BITS:
+            raise FileFormatError(f"a RAW Merlin frame of counter depth {depth if depth is not None else 'unknown'}: "
+                                  f"neither its header nor the acquisition header gives one of 1, 6, 12, 24")
+        payload = rows * cols * RAW_BITS[depth] // 8
+        if head[7].replace(" ", "").upper() == "2X2":  # the chips side by side: the frame they make
+            rows, cols = 2 * rows, cols // 2
     elif fmt in MERLIN_DTYPES:
         payload = rows * cols * np.dtype(MERLIN_DTYPES[fmt]).itemsize
     else:
         raise FileFormatError(f"unknown Merlin pixel format {fmt!r}")
     return {"number": number, "header_size": header_size, "payload": payload, "rows": rows, "cols": cols,
-            "pixel_format": fmt, "assembly": head[7].strip()}
+            "pixel_format": fmt, "assembly": head[7].strip(), "counter_depth": depth}
+
+
+def _raw_counters(block: np.ndarray, depth: int) -> np.ndarray:
+    """RAW payloads (frames, bytes) uint8 as the pixels in the order the chips send them (frames,
+    pixels): every 64-bit word's bytes reversed, which makes its pixels little-endian and in order
+    (1-bit: each byte least significant bit first; 6-bit: one byte a pixel; 12-bit: two)."""
+    n = block.shape[0]
+    words = np.ascontiguousarray(block.reshape(n, -1, 8)[:, :, ::-1]).reshape(n, -1)
+    if depth == 1:
+        return np.unpackbits(words, axis=-1, bitorder="little")
+    if depth == 6:
+        return words
+    if depth == 12:
+        return words.view("<u2")
+    # 24: the frame is two 12-bit RAW frames, the counter of the high 12 bits first (docs/ssb.md)
+    half = words.shape[1] // 2
+    high, low = words[:, :half].view("<u2"), words[:, half:].view("<u2")
+    return ((high & 0xFFF).astype(np.uint32) << 12) | (low & 0xFFF)
+
+
+def decode_raw(block: np.ndarray, rows: int, cols: int, *, counter_depth: int = 1, assembly: str = "1x1") -> np.ndarray:
+    """RAW (``R64``) frames (frames, payload) uint8 as (frames, rows, cols) counts: uint8 for the
+    depths 1 and 6, uint16 for 12, uint32 for 24, the rows flipped as the normal frames' (row 0 at
+    the top).
+
+    A single chip's pixels come in reading order. A quad (``assembly`` "2x2", ``rows`` x ``cols``
+    the assembled frame) sends one row of each of its four chips side by side, rows // 2 times:
+    strip 3 of such a row is the top-left chip, strip 2 the top-right, strips 1 and 0 the
+    bottom-left and bottom-right turned by 180 degrees (the lower chips are mounted rotated). The
+    layout is the one LiberTEM's reader decodes from Quantum Detectors' quad files; the frame is
+    then the normal (``U16``) frame of the same acquisition, rows flipped as those are.
+    """
+    if counter_depth not in RAW_BITS:
+        raise FileFormatError(f"RAW Merlin counter depth {counter_depth}: 1, 6, 12 or 24")
+    n = block.shape[0]
+    pixels = _raw_counters(np.asarray(block, np.uint8).reshape(n, -1), counter_depth)
+    if assembly.replace(" ", "").upper() == "1X1":
+        frames = pixels.reshape(n, rows, cols)
+    elif assembly.replace(" ", "").upper() == "2X2":
+        h, w = rows // 2, cols // 2
+        strips = pixels.reshape(n, h, 4, w)
+        frames = np.empty((n, rows, cols), pixels.dtype)
+        frames[:, :h, :w] = strips[:, :, 3]
+        frames[:, :h, w:] = strips[:, :, 2]
+        frames[:, h:, :w] = strips[:, ::-1, 1, ::-1]
+        frames[:, h:, w:] = strips[:, ::-1, 0, ::-1]
+    else:
+        raise FileFormatError(f"RAW Merlin frames of a {assembly!r} assembly: 1x1 or 2x2")
+    return frames[:, ::-1, :]
 
 
 def decode_raw_1bit(block: np.ndarray, rows: int, cols: int) -> np.ndarray:
-    """RAW 1-bit frames (frames, rows * cols // 8) uint8 as (frames, rows, cols) uint8: each 64-bit
-    word holds 64 pixels, its bytes in reverse order, each byte least significant bit first; the
-    rows flipped as rosettasciio does for the normal frames (row 0 at the top)."""
-    words = block.reshape(block.shape[0], -1, 8)[:, :, ::-1]
-    bits = np.unpackbits(np.ascontiguousarray(words), axis=-1, bitorder="little")
-    return bits.reshape(block.shape[0], rows, cols)[:, ::-1, :]
+    """RAW 1-bit single-chip frames (frames, rows * cols // 8) uint8 as (frames, rows, cols) uint8
+    (:func:`decode_raw`)."""
+    return decode_raw(block, rows, cols, counter_depth=1)
 
 
 def _hdr(path: Path) -> dict:
@@ -127,14 +192,15 @@ def read_mib(path, scan_shape=None):
     path = Path(path)
     head = _frame_header(path)
     hdr = _hdr(path)
+    depth = int(hdr.get("Counter Depth (number)", "0") or 0) or None
     try:
-        frame = merlin_frame_header(head)
+        frame = merlin_frame_header(head, counter_depth=depth)
     except FileFormatError as error:
         raise FileFormatError(f"{path}: {error}") from None
     header_size, payload, rows, cols = frame["header_size"], frame["payload"], frame["rows"], frame["cols"]
     raw = head[6] == "R64"
     if raw:
-        check_raw(hdr, frame["assembly"], str(path))
+        depth = check_raw(hdr, frame["assembly"], str(path), counter_depth=frame["counter_depth"])
     size = path.stat().st_size
     frames, extra = divmod(size, header_size + payload)
     if frames == 0 or extra:
@@ -142,7 +208,8 @@ def read_mib(path, scan_shape=None):
                               f"({header_size + payload} bytes each); truncated?")
     shape = _scan_shape(path, frames, (rows, cols), hdr, scan_shape)
     if raw and shape is not None:
-        data = _raw_1bit(path, frames, header_size, rows, cols).reshape(*shape, rows, cols)
+        data = _raw_frames(path, frames, header_size, payload, rows, cols, depth, frame["assembly"]).reshape(
+            *shape, rows, cols)
     elif raw:
         raise FileFormatError(f"{path}: RAW frames of a scan triggered a pixel at a time: give the scan shape: "
                               f"load_data(path, scan_shape=(rows, cols))")
@@ -158,28 +225,31 @@ def read_mib(path, scan_shape=None):
     return data, {"detector": _detector(path, head, hdr)}
 
 
-def check_raw(hdr: dict, assembly: str, where: str) -> None:
-    """Refuse RAW frames other than 1-bit single chip (the layout decoded by :func:`decode_raw_1bit`)."""
-    depth = int(hdr.get("Counter Depth (number)", "0") or 0)
-    if depth != 1 or assembly != "1x1":
+def check_raw(hdr: dict, assembly: str, where: str, *, counter_depth: int | None = None) -> int:
+    """The counter depth of RAW frames (the frame header's ``counter_depth``, else the ``.hdr``'s);
+    refused unless 1, 6, 12 or 24 on a single chip or a quad (the layouts :func:`decode_raw` knows)."""
+    depth = counter_depth or int(hdr.get("Counter Depth (number)", "0") or 0)
+    if depth not in RAW_BITS or assembly.replace(" ", "").upper() not in ("1X1", "2X2"):
         raise FileFormatError(f"{where}: RAW Merlin frames of counter depth {depth or '?'} on a "
-                              f"{assembly} assembly are not supported (RAW: 1-bit single chip only)")
+                              f"{assembly} assembly are not supported (RAW: depths 1, 6, 12, 24, single chip or 2x2)")
+    return depth
 
 
-def _raw_1bit(path: Path, frames: int, header_size: int, rows: int, cols: int):
-    """RAW 1-bit frames, lazily: a dask array (frames, rows, cols) uint8 decoded a block of frames
-    at a time from a memory map of the file."""
+def _raw_frames(path: Path, frames: int, header_size: int, payload: int, rows: int, cols: int, depth: int,
+                assembly: str):
+    """RAW frames, lazily: a dask array (frames, rows, cols) decoded a block of frames at a time
+    from a memory map of the file."""
     import dask.array as da
 
-    stride = header_size + rows * cols // 8
-    mm = np.memmap(path, dtype=np.uint8, mode="r", shape=(frames, stride))[:, header_size:]
-    per_block = max(1, (16 << 20) // (rows * cols))
+    mm = np.memmap(path, dtype=np.uint8, mode="r", shape=(frames, header_size + payload))[:, header_size:]
+    per_block = max(1, (16 << 20) // max(1, payload))
 
     def decode(block):
-        return decode_raw_1bit(block, rows, cols)
+        return decode_raw(block, rows, cols, counter_depth=depth, assembly=assembly)
 
+    dtype = {1: np.uint8, 6: np.uint8, 12: np.uint16, 24: np.uint32}[depth]
     lazy = da.from_array(mm, chunks=(per_block, -1))
-    return lazy.map_blocks(decode, dtype=np.uint8, chunks=(lazy.chunks[0], (rows,), (cols,)), new_axis=2)
+    return lazy.map_blocks(decode, dtype=dtype, chunks=(lazy.chunks[0], (rows,), (cols,)), new_axis=2)
 
 
 def is_fpd(path) -> bool:

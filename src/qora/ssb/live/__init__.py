@@ -7,8 +7,12 @@ arrive, the SSB and parallax images and the aberration fit of the rows so far (d
 
 - :mod:`~qora.ssb.live.frames`: :class:`Frames`, :class:`Source`, :class:`MemorySource`, the
   placement of frames on the scan and the report of dropped, late and out-of-order ones.
-- :mod:`~qora.ssb.live.merlin`, :mod:`~qora.ssb.live.dectris` (with :mod:`~qora.ssb.live.bslz4`),
-  :mod:`~qora.ssb.live.follow`, :mod:`~qora.ssb.live.sources`: the detector streams and files.
+- :mod:`~qora.ssb.live.merlin` (normal and RAW frames, single chip and quad),
+  :mod:`~qora.ssb.live.dectris` (stream v1 JSON and v2 CBOR, with :mod:`~qora.ssb.live.cbor`,
+  :mod:`~qora.ssb.live.stream2`, :mod:`~qora.ssb.live.bslz4`), :mod:`~qora.ssb.live.follow`,
+  :mod:`~qora.ssb.live.sources`: the detector streams and files.
+- :mod:`~qora.ssb.live.ingest`: the host's one pass over each batch (the mean pattern, the
+  bright-field gather, page-locked staging for the device).
 - :mod:`~qora.ssb.live.accumulate`: :class:`LiveG`, the rows of G transformed as they close.
 - :mod:`~qora.ssb.live.fitting`, :mod:`~qora.ssb.live.run`: the fit warm-started as rows arrive,
   :func:`run_live` with its receive queue, statistics and refreshes.

@@ -13,7 +13,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["decode_batch"]
+from qora.backend.host import numba_threads
+
+__all__ = ["decode_batch", "lz4_block"]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -60,6 +62,8 @@ def _lz4_block(src, start, stop, dst, out0, out_size):
         o += match
     return o - out0
 
+
+lz4_block = _lz4_block  # also the HDF5 LZ4 framing's block decoder (qora.ssb.live.dectris)
 
 _M1, _M2, _M3 = np.uint64(0x00AA00AA00AA00AA), np.uint64(0x0000CCCC0000CCCC), np.uint64(0x00000000F0F0F0F0)
 _S7, _S14, _S28, _S8 = np.uint64(7), np.uint64(14), np.uint64(28), np.uint64(8)
@@ -139,9 +143,11 @@ def decode_batch(blobs: list, dtype, count: int) -> np.ndarray:
     sizes = np.fromiter((len(b) for b in blobs), np.int64, len(blobs))
     offsets = np.zeros(len(blobs) + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
-    joined = np.frombuffer(b"".join(bytes(b) if not isinstance(b, bytes) else b for b in blobs), np.uint8)
+    # one buffer of all the blobs: join takes memoryviews as they are (no copy of each first)
+    joined = np.frombuffer(b"".join(blobs), np.uint8)
     out = np.empty((len(blobs), count * dtype.itemsize), np.uint8)
     status = np.zeros(len(blobs), np.int8)
+    numba_threads()  # the host's thread setting for this parallel loop
     _decode_frames(joined, offsets, count, dtype.itemsize, out, status)
     if status.any():
         bad = int(np.flatnonzero(status)[0])

@@ -1,8 +1,8 @@
-"""The DECTRIS detector stream (SIMPLON API, stream version 1) over ZeroMQ: the detector PUSHes,
-Qora PULLs (port 9999 by default).
+"""The DECTRIS detector stream over ZeroMQ, both versions: the detector PUSHes, Qora PULLs.
 
-A series is a global header, image messages, and an end message, each a multipart ZeroMQ message
-whose first part is JSON with its ``htype``:
+**Stream v1** (SIMPLON API ``stream`` interface, port 9999): a series is a global header, image
+messages and an end message, each a multipart ZeroMQ message whose first part is JSON with its
+``htype``:
 
 - ``dheader-1.0`` (``series``, ``header_detail``): with detail "basic" or "all" a second part holds
   the detector configuration (JSON: ``x_pixels_in_detector``, ``y_pixels_in_detector``,
@@ -14,8 +14,23 @@ whose first part is JSON with its ``htype``:
   ``dconfig-1.0`` (its times).
 - ``dseries_end-1.0`` (``series``).
 
-Frame n is scan index n (row-major). The scan shape is the caller's, else ``ntrigger`` rows of
-``nimages`` frames (one trigger a scan row, as the simulator sends).
+**Stream v2** (``stream2``, port 31001): each message is one ZeroMQ part, a CBOR map (behind the
+self-described tag 55799) whose ``type`` is ``start`` (``series_id``, ``series_unique_id``,
+``image_size_x``, ``image_size_y``, ``number_of_images``, ``channels``, ``user_data``, ...),
+``image`` (``series_id``, ``image_id`` from 0, ``data``: a map from channel name to the frame) or
+``end``. A frame is a multi-dimensional array (tag 40: [[rows, cols], typed array]) whose typed
+array (RFC 8746 tags 64-87: the element type) holds the pixels, or a DECTRIS compressed byte
+string (tag 56500: ["bslz4", element size, bytes] or ["lz4", 0, bytes], both in their HDF5
+filters' framing). An image message is read by one compiled walk (:mod:`qora.ssb.live.stream2`),
+every other message (and any layout the walk does not know) by :mod:`qora.ssb.live.cbor`; the
+first channel is used (the ``start`` message's first, i.e. ``threshold_1``).
+
+The version is told by the first message (JSON starts with ``{``; CBOR with its tag or a map), or
+given (``stream``). Frame n is scan index n (row-major). The scan shape is the caller's, else
+from the header: v1 ``ntrigger`` rows of ``nimages`` frames (one trigger a scan row, as the
+simulator sends); v2 the ``start`` message's ``user_data`` ``{"scan_shape": [rows, cols]}`` (the
+simulator's; a microscope's control software can set the detector's user data the same way),
+else its ``ntrigger`` and ``nimages`` where the detector sends them.
 """
 
 from __future__ import annotations
@@ -26,12 +41,14 @@ import struct
 import numpy as np
 
 from qora.io.errors import FileFormatError, InputError, MissingExtra
-from qora.ssb.live import bslz4
+from qora.ssb.live import bslz4, cbor
 from qora.ssb.live.frames import Frames, Source
 
-__all__ = ["DectrisZMQSource", "decode_frame", "decode_frames", "encode_frame", "DATA_PORT"]
+__all__ = ["DectrisZMQSource", "decode_frame", "decode_frames", "encode_frame", "decode_stream2_frames",
+           "encode_stream2_frame", "stream2_message", "DATA_PORT", "STREAM2_PORT"]
 
 DATA_PORT = 9999
+STREAM2_PORT = 31001
 
 
 def decode_frame(info: dict, blob: bytes) -> np.ndarray:
@@ -96,35 +113,170 @@ def encode_frame(frame: np.ndarray, encoding: str = "bs16-lz4<") -> tuple[dict, 
     return info, blob
 
 
-class DectrisZMQSource(Source):
-    """Frames from a DECTRIS detector's ZeroMQ stream at ``endpoint`` (``tcp://host:port``).
+# -- stream v2 ------------------------------------------------------------------------------------
+def _hdf5_lz4(blob, nbytes: int) -> np.ndarray:
+    """The HDF5 LZ4 filter's framing (a big-endian uint64 of the bytes in all, a uint32 block
+    size, then each block as its big-endian uint32 compressed size and an LZ4 block, or the block
+    as it is when that size equals the block's): ``nbytes`` bytes."""
+    from qora.ssb.live.bslz4_numba import lz4_block
 
-    ``scan_shape`` (rows, cols) when given, else from the header's ``ntrigger`` x ``nimages``.
-    Frames come in batches of up to ``batch``; ``timeout`` (s) bounds each wait (a silent stream
-    is an error). The stream ends with the series' end message. Needs ``pyzmq`` (the ``live`` extra).
+    src = np.frombuffer(blob, np.uint8)
+    if len(src) < 12:
+        raise FileFormatError(f"an LZ4 (HDF5 framing) frame of {len(src)} bytes: shorter than its header")
+    total, block = struct.unpack(">QI", src[:12].tobytes())
+    if total != nbytes or block == 0:
+        raise FileFormatError(f"an LZ4 (HDF5 framing) frame of {total} bytes in blocks of {block}: expected {nbytes}")
+    out = np.empty(total, np.uint8)
+    pos, done = 12, 0
+    while done < total:
+        size = min(block, total - done)
+        if pos + 4 > len(src):
+            raise FileFormatError("an LZ4 (HDF5 framing) frame cut short")
+        (packed,) = struct.unpack(">I", src[pos:pos + 4].tobytes())
+        pos += 4
+        if pos + packed > len(src):
+            raise FileFormatError("an LZ4 (HDF5 framing) frame cut short")
+        if packed == size:
+            out[done:done + size] = src[pos:pos + size]
+        elif lz4_block(src, pos, pos + packed, out, done, size) != size:
+            raise FileFormatError("an LZ4 (HDF5 framing) frame with a malformed block")
+        pos, done = pos + packed, done + size
+    return out
+
+
+def _stream2_frame(array) -> tuple[np.dtype, tuple, object]:
+    """``(dtype, shape, payload)`` of a frame of an image message's ``data`` (payload: the raw
+    bytes or a :class:`cbor.Compressed`)."""
+    if not isinstance(array, cbor.NDArray) or not isinstance(array.content, cbor.TypedArray):
+        raise FileFormatError(f"a DECTRIS stream2 frame that is not a multi-dimensional typed array: "
+                              f"{type(array).__name__}")
+    if len(array.shape) != 2 or array.order != "C":
+        raise FileFormatError(f"a DECTRIS stream2 frame of shape {array.shape} ({array.order} order): expected a "
+                              "row-major 2D array")
+    return array.content.dtype, array.shape, array.content.data
+
+
+def _stream2_pixels(dtype: np.dtype, shape: tuple, payload) -> np.ndarray:
+    count = shape[0] * shape[1]
+    if isinstance(payload, cbor.Compressed):
+        if payload.algorithm == "bslz4":
+            if payload.element_size != dtype.itemsize:
+                raise FileFormatError(f"a bslz4 frame of element size {payload.element_size} holding {dtype}")
+            flat = bslz4.decompress(bytes(payload.data), dtype, count)
+        elif payload.algorithm == "lz4":
+            flat = _hdf5_lz4(payload.data, count * dtype.itemsize).view(dtype)
+        else:
+            raise FileFormatError(f"DECTRIS compression {payload.algorithm!r} is not supported (bslz4, lz4)")
+    else:
+        if len(payload) != count * dtype.itemsize:
+            raise FileFormatError(f"a DECTRIS stream2 frame of {len(payload)} bytes: {shape} {dtype} needs "
+                                  f"{count * dtype.itemsize}")
+        flat = np.frombuffer(payload, dtype, count)
+    return flat.reshape(shape).astype(dtype.newbyteorder("="), copy=False)
+
+
+def decode_stream2_frames(arrays: list) -> np.ndarray:
+    """Frames (n, rows, cols) native-endian of a batch of stream2 frames (each the
+    multi-dimensional array of an image message's channel): bitshuffle-LZ4 frames of one shape and
+    type are decoded together in parallel (:mod:`qora.ssb.live.bslz4_numba`), others one by one."""
+    return _decode_parts([_stream2_frame(a) for a in arrays])
+
+
+def _scanned_part(fields) -> tuple:
+    """``(dtype, shape, payload)`` of a frame found by :func:`qora.ssb.live.stream2.scan_image`."""
+    payload = fields.payload
+    if fields.algorithm is not None:
+        payload = cbor.Compressed(fields.algorithm, fields.element_size, payload)
+    return cbor.typed_array_dtype(fields.tag), fields.shape, payload
+
+
+def _decode_parts(parts: list) -> np.ndarray:
+    dtype, shape, payload = parts[0]
+    batch = (len(parts) > 1 and all(d == dtype and s == shape and isinstance(p, cbor.Compressed)
+                                    and p.algorithm == "bslz4" and p.element_size == dtype.itemsize
+                                    for d, s, p in parts))
+    if batch:
+        from qora.ssb.live.bslz4_numba import decode_batch
+
+        try:
+            flat = decode_batch([p.data for _, _, p in parts], dtype, shape[0] * shape[1])
+        except ValueError as error:
+            raise FileFormatError(f"a DECTRIS stream2 image: {error}") from None
+        return flat.reshape((len(parts),) + shape).astype(dtype.newbyteorder("="), copy=False)
+    return np.stack([_stream2_pixels(*p) for p in parts])
+
+
+def encode_stream2_frame(frame: np.ndarray, compression: str = "bslz4") -> cbor.NDArray:
+    """A frame as stream2 carries it (the simulator's encoder): ``compression`` "bslz4", "lz4"
+    (HDF5 framing, one block) or "none"."""
+    frame = np.ascontiguousarray(frame)
+    little = frame.astype(frame.dtype.newbyteorder("<"))
+    if compression == "bslz4":
+        data = cbor.Compressed("bslz4", little.dtype.itemsize, bslz4.compress(little))
+    elif compression == "lz4":
+        raw = little.tobytes()
+        packed = bslz4.lz4_codec().encode(raw)[4:]
+        data = cbor.Compressed("lz4", 0, struct.pack(">QI", len(raw), len(raw)) + struct.pack(">I", len(packed))
+                               + packed)
+    elif compression == "none":
+        data = little.tobytes()
+    else:
+        raise InputError(f"stream2 compression must be 'bslz4', 'lz4' or 'none', got {compression!r}")
+    return cbor.NDArray(frame.shape, cbor.TypedArray(little.dtype, data))
+
+
+def stream2_message(kind: str, series_id: int, **fields) -> bytes:
+    """A stream2 message (``kind`` "start", "image", "end") as CBOR."""
+    return cbor.dumps({"type": kind, "series_id": int(series_id), "series_unique_id": f"qora-{series_id}", **fields})
+
+
+class DectrisZMQSource(Source):
+    """Frames from a DECTRIS detector's ZeroMQ stream at ``endpoint`` (``tcp://host:port``), stream
+    v1 (JSON) or v2 (CBOR): ``stream`` "v1", "v2", or "auto" (told by the first message).
+
+    ``scan_shape`` (rows, cols) when given, else from the header (the module's text). Frames come
+    in batches of up to ``batch``; ``timeout`` (s) bounds each wait (a silent stream is an error).
+    The stream ends with the series' end message. Needs ``pyzmq`` (the ``live`` extra).
     """
 
     def __init__(self, endpoint: str = f"tcp://127.0.0.1:{DATA_PORT}", *, scan_shape=None, batch: int = 256,
-                 timeout: float = 10.0) -> None:
+                 timeout: float = 10.0, stream: str = "auto") -> None:
         super().__init__()
+        if stream not in ("auto", "v1", "v2"):
+            raise InputError(f"stream must be 'auto', 'v1' or 'v2', got {stream!r}")
         self.endpoint = endpoint
         self.scan_shape = None if scan_shape is None else tuple(int(v) for v in scan_shape)
         self.batch, self.timeout = int(batch), float(timeout)
+        self.stream = stream
         self._context = self._socket = None
         self._first = None
 
     def __repr__(self) -> str:
         return f"DectrisZMQSource({self.endpoint})"
 
-    def _recv(self):
+    def _parts(self):
         if not self._socket.poll(int(self.timeout * 1000)):
             raise InputError(f"{self!r}: no message for {self.timeout:g} s")
-        parts = self._socket.recv_multipart(copy=False)
+        return self._socket.recv_multipart(copy=False)
+
+    def _recv(self):
+        """The next message: ``(head, parts)``; head the first part as a dict (v1 JSON, v2 CBOR)."""
+        parts = self._parts()
+        return self._decode(parts), parts
+
+    def _decode(self, parts) -> dict:
+        """The first part of a message as a dict (v1 JSON, v2 CBOR)."""
+        first = parts[0].buffer
+        if self.stream == "auto":
+            self.stream = "v1" if bytes(first[:1]) == b"{" else "v2"
         try:
-            head = json.loads(bytes(parts[0].buffer))
-        except ValueError:
-            raise FileFormatError(f"{self!r}: a message whose first part is not JSON") from None
-        return head, parts
+            head = json.loads(bytes(first)) if self.stream == "v1" else cbor.loads(first)
+        except (ValueError, FileFormatError) as error:
+            raise FileFormatError(f"{self!r}: a message that is not {'JSON' if self.stream == 'v1' else 'CBOR'} "
+                                  f"(stream {self.stream}): {error}") from None
+        if not isinstance(head, dict):
+            raise FileFormatError(f"{self!r}: a message that is not a map ({type(head).__name__})")
+        return head
 
     def open(self) -> None:
         if self._socket is not None:
@@ -139,19 +291,21 @@ class DectrisZMQSource(Source):
         self._socket.setsockopt(zmq.RCVHWM, 10000)
         self._socket.connect(self.endpoint)
         head, parts = self._recv()
+        if self.stream == "v2":
+            self._open_v2(head)
+        else:
+            self._open_v1(head, parts)
+
+    def _open_v1(self, head: dict, parts) -> None:
         while head.get("htype") != "dheader-1.0":  # images of a series already running: wait for the next
             if head.get("htype") not in ("dimage-1.0", "dseries_end-1.0"):
                 raise FileFormatError(f"{self!r}: unexpected message {head.get('htype')!r} before the header")
             head, parts = self._recv()
         self.series = head.get("series")
         config = json.loads(bytes(parts[1].buffer)) if len(parts) > 1 else {}
-        self.metadata = {"detector": {"name": config.get("description", "DECTRIS"), "config": config}}
+        self.metadata = {"detector": {"name": config.get("description", "DECTRIS"), "config": config, "stream": "v1"}}
         if self.scan_shape is None:
-            ntrigger, nimages = int(config.get("ntrigger", 0) or 0), int(config.get("nimages", 0) or 0)
-            if ntrigger < 2 or nimages < 2:
-                raise InputError(f"{self!r}: the header's ntrigger {ntrigger} x nimages {nimages} is no scan shape; "
-                                 "give it (scan_shape=(rows, cols), --scan-shape ROWS COLS)")
-            self.scan_shape = (ntrigger, nimages)
+            self.scan_shape = self._scan_from(config.get("ntrigger"), config.get("nimages"))
         if "y_pixels_in_detector" in config:
             self.detector_shape = (int(config["y_pixels_in_detector"]), int(config["x_pixels_in_detector"]))
         else:  # no configuration part: the first image tells
@@ -160,8 +314,42 @@ class DectrisZMQSource(Source):
                 cols, rows = json.loads(bytes(self._first[1][1].buffer))["shape"]
                 self.detector_shape = (int(rows), int(cols))
 
+    def _scan_from(self, ntrigger, nimages) -> tuple:
+        ntrigger, nimages = int(ntrigger or 0), int(nimages or 0)
+        if ntrigger < 2 or nimages < 2:
+            raise InputError(f"{self!r}: the header's ntrigger {ntrigger} x nimages {nimages} is no scan shape; "
+                             "give it (scan_shape=(rows, cols), --scan-shape ROWS COLS)")
+        return ntrigger, nimages
+
+    def _open_v2(self, head: dict) -> None:
+        while head.get("type") != "start":  # images of a series already running: wait for the next
+            if head.get("type") not in ("image", "end"):
+                raise FileFormatError(f"{self!r}: unexpected stream2 message {head.get('type')!r} before the start")
+            head, _ = self._recv()
+        self.series = head.get("series_id")
+        config = {k: v for k, v in head.items() if not isinstance(v, (cbor.NDArray, cbor.TypedArray, memoryview))}
+        self.metadata = {"detector": {"name": head.get("detector_description", "DECTRIS"), "config": config,
+                                      "stream": "v2"}}
+        channels = head.get("channels") or []
+        self.channel = channels[0] if channels else None
+        self._channel_bytes = None if self.channel is None else np.frombuffer(str(self.channel).encode(), np.uint8)
+        if self.scan_shape is None:
+            user = head.get("user_data")
+            shape = user.get("scan_shape") if isinstance(user, dict) else None
+            if shape is not None:
+                self.scan_shape = tuple(int(v) for v in shape)
+            else:
+                self.scan_shape = self._scan_from(head.get("ntrigger"), head.get("nimages"))
+        try:
+            self.detector_shape = (int(head["image_size_y"]), int(head["image_size_x"]))
+        except (KeyError, TypeError, ValueError):
+            raise FileFormatError(f"{self!r}: a stream2 start message without image_size_x / image_size_y") from None
+
     def __iter__(self):
         self.open()
+        yield from (self._iter_v2() if self.stream == "v2" else self._iter_v1())
+
+    def _iter_v1(self):
         index, infos, blobs = [], [], []
         while True:
             head, parts = self._first if self._first is not None else self._recv()
@@ -181,6 +369,51 @@ class DectrisZMQSource(Source):
                 index, infos, blobs = [], [], []
         if index:
             yield Frames(np.array(index), decode_frames(infos, blobs))
+
+    def _iter_v2(self):
+        from qora.ssb.live.stream2 import scan_image
+
+        index, parts, scratch = [], [], np.empty(11, np.int64)
+        while True:
+            raw = self._parts()
+            # an image message is read by one compiled walk; any other message, or a layout the walk
+            # does not know, by the CBOR decoder
+            fields = None if self.channel is None else scan_image(raw[0].buffer, self._channel_bytes, scratch)
+            if fields is not None:
+                if fields.series_id != self.series:
+                    raise FileFormatError(f"{self!r}: an image of series {fields.series_id} inside series "
+                                          f"{self.series}")
+                index.append(fields.image_id)
+                parts.append(_scanned_part(fields))
+                if len(index) >= self.batch:
+                    yield Frames(np.array(index), _decode_parts(parts))
+                    index, parts = [], []
+                continue
+            head = self._decode(raw)
+            kind = head.get("type")
+            if kind == "end":
+                break
+            if kind != "image":
+                raise FileFormatError(f"{self!r}: unexpected stream2 message {kind!r} inside the series")
+            if head.get("series_id") != self.series:
+                raise FileFormatError(f"{self!r}: an image of series {head.get('series_id')} inside series "
+                                      f"{self.series}")
+            data = head.get("data")
+            if not isinstance(data, dict) or not data:
+                raise FileFormatError(f"{self!r}: a stream2 image message without data")
+            if self.channel is None:
+                self.channel = next(iter(data))
+                self._channel_bytes = np.frombuffer(str(self.channel).encode(), np.uint8)
+            if self.channel not in data:
+                raise FileFormatError(f"{self!r}: a stream2 image without the channel {self.channel!r} "
+                                      f"(it has {sorted(data)})")
+            index.append(int(head["image_id"]))
+            parts.append(_stream2_frame(data[self.channel]))
+            if len(index) >= self.batch:
+                yield Frames(np.array(index), _decode_parts(parts))
+                index, parts = [], []
+        if index:
+            yield Frames(np.array(index), _decode_parts(parts))
 
     def close(self) -> None:
         if self._socket is not None:

@@ -52,15 +52,16 @@ class FollowMibSource(Source):
             return
         if not self._wait_for(768):
             raise InputError(f"{self.path}: no frame written within {self.timeout:g} s")
-        with open(self.path, "rb") as f:
-            head = merlin_frame_header(f.read(768).decode("latin-1").split(","))
-        self.frame_bytes = head["header_size"] + head["payload"]
-        self.detector_shape = (head["rows"], head["cols"])
         hdr_path = self.path.with_suffix(".hdr")
         hdr = header_fields(hdr_path.read_bytes().decode("latin-1")) if hdr_path.is_file() else {}
         self.metadata = {"detector": {"name": "Quantum Detectors Merlin", "header": hdr}}
+        self.counter_depth = int(hdr.get("Counter Depth (number)", "0") or 0) or None
+        with open(self.path, "rb") as f:
+            head = merlin_frame_header(f.read(768).decode("latin-1").split(","), counter_depth=self.counter_depth)
+        self.frame_bytes = head["header_size"] + head["payload"]
+        self.detector_shape = (head["rows"], head["cols"])
         if head["pixel_format"] == "R64":
-            check_raw(hdr, head["assembly"], str(self.path))
+            check_raw(hdr, head["assembly"], str(self.path), counter_depth=head["counter_depth"])
         if self.scan_shape is None:
             frames = int(hdr.get("Frames in Acquisition (Number)", "0") or 0)
             per_trigger = int(hdr.get("Frames per Trigger (Number)", "0") or 0)
@@ -83,7 +84,8 @@ class FollowMibSource(Source):
             if len(raw) != available * self.frame_bytes:
                 raise FileFormatError(f"{self.path}: shorter than its size says (truncated while read?)")
             pairs = [decode_frame(memoryview(raw)[i * self.frame_bytes:(i + 1) * self.frame_bytes],
-                                  self.detector_shape, where=str(self.path)) for i in range(available)]
+                                  self.detector_shape, where=str(self.path), counter_depth=self.counter_depth)
+                     for i in range(available)]
             done += available
             yield Frames(np.array([i for i, _ in pairs]), np.stack([f for _, f in pairs]))
 

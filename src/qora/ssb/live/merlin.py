@@ -6,8 +6,9 @@ decimal digits, then the message; the length counts the message and the comma be
 acquisition header, ``HDR,`` and the text of the ``.hdr`` file (``key:<tab>value`` lines, ending
 with ``End``). Each frame is one message: its frame header (``MQ1,<number>,<header bytes>,...``,
 the same header a ``.mib`` frame starts with, :func:`qora.ssb.readers.merlin_frame_header`)
-then its pixels: big-endian U08/U16/U32 for the counter depths 1 and 6, 12, 24, or RAW 1-bit
-(R64, single chip). Frames are numbered from 1 in an acquisition: frame n is scan index n - 1.
+then its pixels: big-endian U08/U16/U32 for the counter depths 1 and 6, 12, 24, or RAW (R64) of
+those depths, single chip or quad (:func:`qora.ssb.readers.decode_raw`). Frames are numbered from
+1 in an acquisition: frame n is scan index n - 1.
 The detector rows are flipped as the ``.mib`` reader flips them, so a stream and the file of one
 acquisition give the same arrays.
 """
@@ -20,10 +21,10 @@ import numpy as np
 
 from qora.io.errors import FileFormatError, InputError
 from qora.ssb.live.frames import Frames, Source
-from qora.ssb.readers import (MERLIN_DTYPES, check_raw, decode_raw_1bit, header_fields, merlin_frame_header)
+from qora.ssb.readers import (MERLIN_DTYPES, check_raw, decode_raw, header_fields, merlin_frame_header)
 
-__all__ = ["MerlinTCPSource", "decode_frame", "decode_pixels", "encode_pixels", "frame_header", "frame_message",
-           "frame_messages", "acquisition_header", "message", "DATA_PORT"]
+__all__ = ["MerlinTCPSource", "decode_frame", "decode_pixels", "frame_numbers", "encode_pixels", "encode_raw",
+           "frame_header", "frame_message", "frame_messages", "acquisition_header", "message", "DATA_PORT"]
 
 DATA_PORT = 6342
 PREFIX = 15  # b"MPX," + 10 digits + b","
@@ -52,45 +53,79 @@ def acquisition_header(*, frames: int, frames_per_trigger: int, counter_depth: i
     return "\n".join(lines).encode("latin-1").ljust(2048, b" ")
 
 
-def frame_header(number: int, rows: int, cols: int, *, counter_depth: int = 12, raw: bool = False) -> bytes:
-    """A single chip's 384-byte MQ1 frame header; the last fields (extended time stamp, exposure in
-    ns, counter depth) are where the ``.mib`` readers look for them."""
+def frame_header(number: int, rows: int, cols: int, *, counter_depth: int = 12, raw: bool = False,
+                 assembly: str = "1x1") -> bytes:
+    """A 384-byte MQ1 frame header (a single chip, or a quad: ``assembly`` "2x2"); the last fields
+    (extended time stamp, exposure in ns, counter depth) are where the ``.mib`` readers look for them."""
     fmt = "R64" if raw else FORMATS[counter_depth]
-    head = (f"MQ1,{number:06d},00384,01,{cols:04d},{rows:04d},{fmt},   1x1,01,2026-01-01 00:00:00.000000,"
+    chips = 4 if assembly == "2x2" else 1
+    if raw and assembly == "2x2":  # a RAW quad's header gives the chips side by side, as they are sent
+        rows, cols = rows // 2, cols * 2
+    head = (f"MQ1,{number:06d},00384,{chips:02d},{cols:04d},{rows:04d},{fmt},{assembly:>6},01,"
+            "2026-01-01 00:00:00.000000,"
             f"1.000000,0,0,0,1.000000E+1,5.110000E+2,0.000000E+0,0.000000E+0,0.000000E+0,0.000000E+0,"
             f"0.000000E+0,0.000000E+0,3RX,MQ1A,2026-01-01T00:00:00.000000000Z,1000000ns,{counter_depth},")
     return head.encode("latin-1").ljust(384, b"\0")
 
 
-def encode_pixels(frames: np.ndarray, *, counter_depth: int = 12, raw: bool = False) -> np.ndarray:
+def encode_raw(frames: np.ndarray, *, counter_depth: int = 1, assembly: str = "1x1") -> np.ndarray:
+    """Frames (n, det_row, det_col) as :func:`qora.ssb.readers.decode_raw` returns them, as their
+    RAW payloads (n, bytes) uint8: the inverse of that layout (the simulators' encoder)."""
+    frames = np.asarray(frames)[:, ::-1]
+    n, rows, cols = frames.shape
+    if assembly == "2x2":
+        h, w = rows // 2, cols // 2
+        strips = np.empty((n, h, 4, w), frames.dtype)
+        strips[:, :, 3], strips[:, :, 2] = frames[:, :h, :w], frames[:, :h, w:]
+        strips[:, :, 1], strips[:, :, 0] = frames[:, h:, :w][:, ::-1, ::-1], frames[:, h:, w:][:, ::-1, ::-1]
+        pixels = strips.reshape(n, -1)
+    elif assembly == "1x1":
+        pixels = frames.reshape(n, -1)
+    else:
+        raise InputError(f"RAW frames are written for a 1x1 or 2x2 assembly, not {assembly!r}")
+    if counter_depth == 1:
+        words = np.packbits(pixels.astype(bool), axis=-1, bitorder="little")
+    elif counter_depth == 6:
+        words = pixels.astype(np.uint8)
+    elif counter_depth == 12:
+        words = pixels.astype("<u2").view(np.uint8)
+    elif counter_depth == 24:
+        wide = pixels.astype(np.uint32)
+        words = np.concatenate([(wide >> 12).astype("<u2"), (wide & 0xFFF).astype("<u2")], axis=1).view(np.uint8)
+    else:
+        raise InputError(f"RAW counter depth {counter_depth}: 1, 6, 12 or 24")
+    return np.ascontiguousarray(words.reshape(n, -1, 8)[:, :, ::-1]).reshape(n, -1)
+
+
+def encode_pixels(frames: np.ndarray, *, counter_depth: int = 12, raw: bool = False,
+                  assembly: str = "1x1") -> np.ndarray:
     """Frames (n, det_row, det_col) as the reader returns them, as their pixel bytes on the wire
-    (n, payload) uint8: rows flipped back, big-endian, or RAW 1-bit words."""
+    (n, payload) uint8: rows flipped back, big-endian, or RAW (:func:`encode_raw`)."""
+    if raw:
+        return encode_raw(frames, counter_depth=counter_depth, assembly=assembly)
     stored = np.asarray(frames)[:, ::-1]
     n = stored.shape[0]
-    if raw:
-        if counter_depth != 1:
-            raise InputError("RAW frames are written here for counter depth 1 only")
-        bits = np.packbits(stored.reshape(n, -1, 8, 8).astype(bool), axis=-1, bitorder="little")  # (n, words, 8)
-        return np.ascontiguousarray(bits[:, :, ::-1]).reshape(n, -1)
     return np.ascontiguousarray(stored, dtype=MERLIN_DTYPES[FORMATS[counter_depth]]).view(np.uint8).reshape(n, -1)
 
 
-def frame_message(number: int, frame: np.ndarray, *, counter_depth: int = 12, raw: bool = False) -> bytes:
+def frame_message(number: int, frame: np.ndarray, *, counter_depth: int = 12, raw: bool = False,
+                  assembly: str = "1x1") -> bytes:
     """A frame's message body (or its record in a ``.mib`` file): its MQ1 header and pixels, of a
     frame (det_row, det_col) as the ``.mib`` reader returns it."""
     rows, cols = frame.shape
-    return (frame_header(number, rows, cols, counter_depth=counter_depth, raw=raw)
-            + encode_pixels(frame[None], counter_depth=counter_depth, raw=raw).tobytes())
+    return (frame_header(number, rows, cols, counter_depth=counter_depth, raw=raw, assembly=assembly)
+            + encode_pixels(frame[None], counter_depth=counter_depth, raw=raw, assembly=assembly).tobytes())
 
 
-def frame_messages(numbers, frames: np.ndarray, *, counter_depth: int = 12, raw: bool = False) -> np.ndarray:
+def frame_messages(numbers, frames: np.ndarray, *, counter_depth: int = 12, raw: bool = False,
+                   assembly: str = "1x1") -> np.ndarray:
     """Whole messages (``MPX,`` prefix, header, pixels) of many frames at once, (n, bytes) uint8:
     the header is a template whose six digits of frame number are written per row (numbers from
     1 to 999,999, the header's field width)."""
     numbers = np.asarray(numbers, np.int64)
     n, rows, cols = frames.shape
-    pixels = encode_pixels(frames, counter_depth=counter_depth, raw=raw)
-    head = np.frombuffer(frame_header(0, rows, cols, counter_depth=counter_depth, raw=raw), np.uint8)
+    pixels = encode_pixels(frames, counter_depth=counter_depth, raw=raw, assembly=assembly)
+    head = np.frombuffer(frame_header(0, rows, cols, counter_depth=counter_depth, raw=raw, assembly=assembly), np.uint8)
     prefix = np.frombuffer(b"MPX,%010d," % (len(head) + pixels.shape[1] + 1), np.uint8)
     out = np.empty((n, PREFIX + len(head) + pixels.shape[1]), np.uint8)
     out[:, :PREFIX] = prefix
@@ -101,25 +136,65 @@ def frame_messages(numbers, frames: np.ndarray, *, counter_depth: int = 12, raw:
     return out
 
 
+_POOL = None  # threads for the byte swap of large batches (NumPy's copy releases the GIL)
+
+
+def _copy_parallel(out: np.ndarray, view: np.ndarray) -> None:
+    """``out[...] = view`` (a cast: byte swap and row flip) split over the host's threads by frames."""
+    from qora.backend.host import num_threads
+
+    global _POOL
+    parts = min(num_threads(), len(out) // 32)
+    if parts < 2:
+        np.copyto(out, view)
+        return
+    if _POOL is None or _POOL._max_workers < parts:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = ThreadPoolExecutor(parts, thread_name_prefix="qora-merlin-decode")
+    bounds = np.linspace(0, len(out), parts + 1).astype(int)
+    list(_POOL.map(lambda k: np.copyto(out[bounds[k]:bounds[k + 1]], view[bounds[k]:bounds[k + 1]]), range(parts)))
+
+
 def decode_pixels(pixels: np.ndarray, head: dict) -> np.ndarray:
     """Pixel bytes (n, payload) uint8 of frames with the header ``head`` as (n, det_row, det_col)
-    in native byte order, rows flipped as the ``.mib`` reader flips them."""
+    in native byte order, rows flipped as the ``.mib`` reader flips them: one pass (the byte swap
+    and the flip together), over the host's threads for a large batch."""
     rows, cols = head["rows"], head["cols"]
     if head["pixel_format"] == "R64":
-        return decode_raw_1bit(pixels, rows, cols)
+        return decode_raw(pixels, rows, cols, counter_depth=head["counter_depth"], assembly=head["assembly"])
     big = pixels.view(MERLIN_DTYPES[head["pixel_format"]]).reshape(-1, rows, cols)[:, ::-1]
-    return big.astype(big.dtype.newbyteorder("="))
+    out = np.empty(big.shape, big.dtype.newbyteorder("="))
+    _copy_parallel(out, big)
+    return out
 
 
-def decode_frame(body, detector_shape, *, where: str = "Merlin"):
+def decode_frame(body, detector_shape, *, where: str = "Merlin", counter_depth: int | None = None):
     """``(index, frame)`` of a frame's bytes (its MQ1 header and pixels, from a message or a
-    ``.mib`` file): the scan index (frame number - 1) and the pixels (det_row, det_col)."""
-    head = merlin_frame_header(bytes(body[:768]).decode("latin-1").split(","))
+    ``.mib`` file): the scan index (frame number - 1) and the pixels (det_row, det_col).
+    ``counter_depth``: the acquisition header's, for RAW frames whose header does not say."""
+    head = merlin_frame_header(bytes(body[:768]).decode("latin-1").split(","), counter_depth=counter_depth)
     if (head["rows"], head["cols"]) != tuple(detector_shape):
         raise FileFormatError(f"{where}: frame {head['number']} is {head['rows']}x{head['cols']}, the stream's "
                               f"frames are {detector_shape[0]}x{detector_shape[1]}")
     pixels = np.frombuffer(body, np.uint8, head["payload"], head["header_size"])
     return head["number"] - 1, decode_pixels(pixels[None], head)[0]
+
+
+def frame_numbers(messages: np.ndarray, template: np.ndarray):
+    """The frame numbers of whole messages (n, bytes) uint8 laid side by side that have the layout
+    of ``template`` (a message: the same prefix and header up to the six digits of the frame
+    number), up to the first that differs; None when the first differs. One NumPy pass over the
+    headers' first bytes, no per-frame Python."""
+    same = ((messages[:, :PREFIX + 4] == template[:PREFIX + 4]).all(1)
+            & (messages[:, PREFIX + 10] == template[PREFIX + 10]))
+    if not same[0]:
+        return None
+    count = len(messages) if same.all() else int(np.argmin(same))
+    digits = messages[:count, PREFIX + 4:PREFIX + 10].astype(np.int64) - 48
+    if (digits < 0).any() or (digits > 9).any():
+        return None
+    return digits @ (10 ** np.arange(5, -1, -1))
 
 
 class MerlinTCPSource(Source):
@@ -168,10 +243,11 @@ class MerlinTCPSource(Source):
         self._first = self._message()  # the first frame tells the detector's shape
         if self._first is None:
             raise FileFormatError(f"{self!r}: the stream ended after its acquisition header")
-        head = merlin_frame_header(self._first[:768].decode("latin-1").split(","))
+        self.counter_depth = int(self.header.get("Counter Depth (number)", "0") or 0) or None
+        head = merlin_frame_header(self._first[:768].decode("latin-1").split(","), counter_depth=self.counter_depth)
         self.detector_shape = (head["rows"], head["cols"])
         if head["pixel_format"] == "R64":
-            check_raw(self.header, head["assembly"], repr(self))
+            check_raw(self.header, head["assembly"], repr(self), counter_depth=head["counter_depth"])
 
     def _reserve(self, size: int) -> None:
         if size > len(self._buf):
@@ -218,7 +294,7 @@ class MerlinTCPSource(Source):
         return self._take(size)[PREFIX:]
 
     def _decode(self, body: bytes):
-        return decode_frame(body, self.detector_shape, where=repr(self))
+        return decode_frame(body, self.detector_shape, where=repr(self), counter_depth=self.counter_depth)
 
     def _whole_frames(self, template: np.ndarray, head: dict):
         """The frames at the start of the buffer that have the first frame's layout (the same
@@ -229,17 +305,11 @@ class MerlinTCPSource(Source):
         if not count:
             return None
         rows = self._buf[:count * size].reshape(count, size)
-        same = (rows[:, :PREFIX + 4] == template[:PREFIX + 4]).all(1) & (rows[:, PREFIX + 10] == template[PREFIX + 10])
-        if not same[0]:
+        numbers = frame_numbers(rows, template)
+        if numbers is None:
             return None
-        count = int(np.argmin(same)) if not same.all() else count
-        rows = rows[:count]
-        digits = rows[:, PREFIX + 4:PREFIX + 10].astype(np.int64) - 48
-        if (digits < 0).any() or (digits > 9).any():
-            return None
-        numbers = digits @ (10 ** np.arange(5, -1, -1))
-        frames = decode_pixels(rows[:, PREFIX + head["header_size"]:], head)  # a copy: the buffer is reused
-        self._consume(count * size)
+        frames = decode_pixels(rows[:len(numbers), PREFIX + head["header_size"]:], head)  # a copy: the buffer is reused
+        self._consume(len(numbers) * size)
         return numbers, frames
 
     def _drain(self, want: int) -> None:
@@ -264,7 +334,7 @@ class MerlinTCPSource(Source):
         body, self._first = self._first, None
         if body is None:
             return
-        head = merlin_frame_header(body[:768].decode("latin-1").split(","))
+        head = merlin_frame_header(body[:768].decode("latin-1").split(","), counter_depth=self.counter_depth)
         template = np.frombuffer(b"MPX,%010d," % (len(body) + 1) + body, np.uint8)
         size = len(template)
         i, frame = self._decode(body)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 import threading
 import time
 from pathlib import Path
@@ -93,16 +94,26 @@ class _Simulator:
         self.stop()
 
 
+def _check_merlin(counter_depth: int, assembly: str, detector_shape) -> None:
+    if counter_depth not in merlin.FORMATS:
+        raise InputError(f"counter_depth must be 1, 6, 12 or 24, got {counter_depth}")
+    if assembly not in ("1x1", "2x2"):
+        raise InputError(f"assembly must be '1x1' (one chip) or '2x2' (a quad), got {assembly!r}")
+    if assembly == "2x2" and any(v % 2 for v in detector_shape):
+        raise InputError(f"a quad's frame has an even number of rows and columns, got {tuple(detector_shape)}")
+
+
 class MerlinSimulator(_Simulator):
     """A Merlin's TCP data port on 127.0.0.1 (``port`` 0: a free one, :attr:`port` tells which):
     one client, the acquisition header (one trigger a scan row), then each frame as a message, in
-    ``counter_depth`` (1, 6, 12, 24) or RAW 1-bit (``raw``), made a batch of frames at a time."""
+    ``counter_depth`` (1, 6, 12, 24), normal or RAW (``raw``), from a single chip or a quad
+    (``assembly`` "2x2", RAW: its chip layout), made a batch of frames at a time."""
 
-    def __init__(self, data, *, port: int = 0, counter_depth: int = 12, raw: bool = False, **options) -> None:
+    def __init__(self, data, *, port: int = 0, counter_depth: int = 12, raw: bool = False, assembly: str = "1x1",
+                 **options) -> None:
         super().__init__(data, **options)
-        if counter_depth not in merlin.FORMATS:
-            raise InputError(f"counter_depth must be 1, 6, 12 or 24, got {counter_depth}")
-        self.counter_depth, self.raw = counter_depth, raw
+        _check_merlin(counter_depth, assembly, self.frames.shape[1:])
+        self.counter_depth, self.raw, self.assembly = counter_depth, raw, assembly
         self._listener = socket.create_server(("127.0.0.1", int(port)))
         self._listener.settimeout(self.timeout)
         self.port = self._listener.getsockname()[1]
@@ -110,7 +121,8 @@ class MerlinSimulator(_Simulator):
 
     def _serve(self) -> None:
         header = merlin.message(merlin.acquisition_header(frames=self.total, frames_per_trigger=self.scan_shape[1],
-                                                          counter_depth=self.counter_depth, raw=self.raw))
+                                                          counter_depth=self.counter_depth, raw=self.raw,
+                                                          assembly=self.assembly))
         try:
             client, _ = self._listener.accept()
         except socket.timeout:
@@ -130,23 +142,28 @@ class MerlinSimulator(_Simulator):
                 index = self.order[n:n + step]
                 frames = self.frames[index % len(self.frames)]
                 client.sendall(merlin.frame_messages(index + 1, frames, counter_depth=self.counter_depth,
-                                                     raw=self.raw))
+                                                     raw=self.raw, assembly=self.assembly))
                 self.sent += len(index)
 
 
 class DectrisSimulator(_Simulator):
-    """A DECTRIS detector's ZeroMQ stream on 127.0.0.1 (PUSH, ``port`` 0: a free one): the global
-    header with the detector configuration (``ntrigger`` scan rows of ``nimages`` frames), each
-    frame as the four-part image message in ``encoding`` (bitshuffle-LZ4 by default), the series'
-    end. Needs pyzmq."""
+    """A DECTRIS detector's ZeroMQ stream on 127.0.0.1 (PUSH, ``port`` 0: a free one), ``stream``
+    "v1" (JSON: the global header with the detector configuration, ``ntrigger`` scan rows of
+    ``nimages`` frames; each frame as the four-part image message; the series' end) or "v2" (CBOR:
+    the ``start`` message with the scan shape in its ``user_data``, one ``image`` message a frame,
+    ``end``). Frames in ``encoding`` (v1's names: bitshuffle-LZ4 by default, ``lz4<``, ``<``; in
+    v2 the same compression as ``bslz4``, ``lz4``, none). Needs pyzmq."""
 
-    def __init__(self, data, *, port: int = 0, encoding: str | None = None, series: int = 1, **options) -> None:
+    def __init__(self, data, *, port: int = 0, encoding: str | None = None, series: int = 1, stream: str = "v1",
+                 **options) -> None:
         import zmq
 
         super().__init__(data, **options)
+        if stream not in ("v1", "v2"):
+            raise InputError(f"stream must be 'v1' or 'v2', got {stream!r}")
         bits = 8 * self.frames.dtype.itemsize
         self.encoding = encoding or f"bs{bits}-lz4<"
-        self.series = series
+        self.series, self.stream = series, stream
         self._context = zmq.Context()
         self._socket = self._context.socket(zmq.PUSH)
         self._socket.setsockopt(zmq.LINGER, int(self.timeout * 1000))
@@ -159,53 +176,97 @@ class DectrisSimulator(_Simulator):
             self.port = self._socket.bind_to_random_port("tcp://127.0.0.1")
         self.address = f"tcp://127.0.0.1:{self.port}"
 
-    def _serve(self) -> None:
-        import zmq
-
-        rows, cols = self.frames.shape[1:]
-        config = {"description": "Dectris simulator (qora)", "x_pixels_in_detector": cols, "y_pixels_in_detector": rows,
-                  "nimages": self.scan_shape[1], "ntrigger": self.scan_shape[0],
-                  "bit_depth_image": 8 * self.frames.dtype.itemsize, "compression": self.encoding}
-        pool = {}
-        encoded = []
+    def _pool(self, encode) -> list:
+        """``(index, encoded frame)`` in the order sent, each distinct frame encoded once."""
+        pool, encoded = {}, []
         for i in self.order:
             key = int(i) if len(self.frames) >= self.total else int(i) % len(self.frames)
             if key not in pool:
-                info, blob = dectris.encode_frame(self.frame(int(i)), self.encoding)
-                pool[key] = (json.dumps(info).encode(), blob)
-            encoded.append((int(i), key))
-        times = json.dumps({"htype": "dconfig-1.0", "start_time": 0, "stop_time": 0, "real_time": 0}).encode()
+                pool[key] = encode(self.frame(int(i)))
+            encoded.append((int(i), pool[key]))
+        return encoded
+
+    def _serve(self) -> None:
+        import zmq
+
         try:
-            self._socket.send_multipart([json.dumps({"htype": "dheader-1.0", "series": self.series,
-                                                     "header_detail": "basic"}).encode(), json.dumps(config).encode()])
-            t0 = time.perf_counter()
-            for n, (i, key) in enumerate(encoded):
-                if not self._pace(t0, n):
-                    break
-                info, blob = pool[key]
-                head = json.dumps({"htype": "dimage-1.0", "series": self.series, "frame": i, "hash": ""}).encode()
-                self._socket.send_multipart([head, info, blob, times], copy=False)
-                self.sent += 1
-            self._socket.send_multipart([json.dumps({"htype": "dseries_end-1.0", "series": self.series}).encode()])
+            if self.stream == "v2":
+                self._serve_v2()
+            else:
+                self._serve_v1()
         except zmq.Again:
             return  # no client within the timeout: stop
         finally:
             self._socket.close()
             self._context.term()
 
+    def _serve_v1(self) -> None:
+        rows, cols = self.frames.shape[1:]
+        config = {"description": "Dectris simulator (qora)", "x_pixels_in_detector": cols, "y_pixels_in_detector": rows,
+                  "nimages": self.scan_shape[1], "ntrigger": self.scan_shape[0],
+                  "bit_depth_image": 8 * self.frames.dtype.itemsize, "compression": self.encoding}
+
+        def encode(frame):
+            info, blob = dectris.encode_frame(frame, self.encoding)
+            return json.dumps(info).encode(), blob
+
+        encoded = self._pool(encode)
+        times = json.dumps({"htype": "dconfig-1.0", "start_time": 0, "stop_time": 0, "real_time": 0}).encode()
+        self._socket.send_multipart([json.dumps({"htype": "dheader-1.0", "series": self.series,
+                                                 "header_detail": "basic"}).encode(), json.dumps(config).encode()])
+        t0 = time.perf_counter()
+        for n, (i, (info, blob)) in enumerate(encoded):
+            if not self._pace(t0, n):
+                break
+            head = json.dumps({"htype": "dimage-1.0", "series": self.series, "frame": i, "hash": ""}).encode()
+            self._socket.send_multipart([head, info, blob, times], copy=False)
+            self.sent += 1
+        self._socket.send_multipart([json.dumps({"htype": "dseries_end-1.0", "series": self.series}).encode()])
+
+    def _serve_v2(self) -> None:
+        rows, cols = self.frames.shape[1:]
+        compression = {"<": "none", "lz4<": "lz4"}.get(self.encoding, "bslz4")
+        start = dectris.stream2_message(
+            "start", self.series, detector_description="Dectris simulator (qora)", image_size_x=cols,
+            image_size_y=rows, number_of_images=self.total, channels=["threshold_1"],
+            image_dtype=self.frames.dtype.name, user_data={"scan_shape": list(self.scan_shape)})
+        # each distinct frame's message encoded once, its image_id written as a 4-byte integer (valid
+        # CBOR, if not the shortest) that is patched per frame: the simulator's Python per frame stays
+        # small, so that a benchmark measures the receiver, not the sender
+        marker = struct.pack(">BI", 0x1A, 0xFFFFFFFF)
+
+        def encode(frame):
+            message = bytearray(dectris.stream2_message(
+                "image", self.series, image_id=0xFFFFFFFF, real_time=[1, 1000], start_time=[0, 1000],
+                stop_time=[1, 1000], data={"threshold_1": dectris.encode_stream2_frame(frame, compression)}))
+            return message, message.index(b"\x68image_id" + marker) + 10
+
+        encoded = self._pool(encode)
+        self._socket.send(start)
+        t0 = time.perf_counter()
+        for n, (i, (message, at)) in enumerate(encoded):
+            if not self._pace(t0, n):
+                break
+            message[at:at + 4] = struct.pack(">I", i)
+            self._socket.send(bytes(message), copy=False)
+            self.sent += 1
+        self._socket.send(dectris.stream2_message("end", self.series))
+
 
 class MibWriter(_Simulator):
     """A Merlin acquisition written to ``path`` (``.mib`` and its ``.hdr``) at a set frame rate,
     as the detector software writes it: for the follow mode. The ``.hdr`` is written first."""
 
-    def __init__(self, data, path, *, counter_depth: int = 12, raw: bool = False, **options) -> None:
+    def __init__(self, data, path, *, counter_depth: int = 12, raw: bool = False, assembly: str = "1x1",
+                 **options) -> None:
         super().__init__(data, **options)
+        _check_merlin(counter_depth, assembly, self.frames.shape[1:])
         self.path = Path(path)
-        self.counter_depth, self.raw = counter_depth, raw
+        self.counter_depth, self.raw, self.assembly = counter_depth, raw, assembly
 
     def _serve(self) -> None:
         hdr = merlin.acquisition_header(frames=self.total, frames_per_trigger=self.scan_shape[1],
-                                        counter_depth=self.counter_depth, raw=self.raw)
+                                        counter_depth=self.counter_depth, raw=self.raw, assembly=self.assembly)
         self.path.with_suffix(".hdr").write_bytes(hdr.rstrip(b" ") + b"\n")
         t0 = time.perf_counter()
         with open(self.path, "wb") as f:
@@ -213,6 +274,6 @@ class MibWriter(_Simulator):
                 if not self._pace(t0, n):
                     break
                 f.write(merlin.frame_message(int(i) + 1, self.frame(int(i)), counter_depth=self.counter_depth,
-                                             raw=self.raw))
+                                             raw=self.raw, assembly=self.assembly))
                 f.flush()
                 self.sent += 1
