@@ -38,6 +38,11 @@ for b in ${BENCH:-}; do
     bpm-fused) timeout 240 python3 bench/probes/bpm_fused_probe.py --chunks 16 --out "$OUT/results/bpm-fused" ;;
     bpm-fused-ncu) QORA_NCU_KINDS="bpm_fused_forward bpm_fused_gradient" QORA_NCU_SIZES=256 \
                      QORA_RESULTS_DIR="$OUT/results" timeout 300 bash bench/ncu-holo.sh "$OUT/ncu" python3 ;;
+    phase-loops) timeout 120 python3 bench/probes/phase_loops_threads.py ;;
+    crystal) timeout 400 $Q bench --out "$OUT/results" phase-success --backend cuda --cases crystal_128 --starts 10 \
+               --consensus 5 --figures "$OUT/figures" ;;
+    ssb-full) timeout 400 $Q bench --out "$OUT/results" ssb-full --dir /tmp/qora-ssb-full ;;
+    bpm-rotation) timeout 300 python3 bench/probes/holo_bpm_rotation.py 128 180 cuda 20 ;;
     *) echo "unknown benchmark $b" ;;
   esac > "$OUT/bench-$b.log" 2>&1
   echo "bench $b rc=$?"; tail -4 "$OUT/bench-$b.log"
