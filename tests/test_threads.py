@@ -238,3 +238,19 @@ def test_parallel_loop_is_not_its_serial_twin_from_numbas_cache(tmp_path):
         assert "layer before" not in out.stdout, cache
         assert "modulus " in out.stdout, cache  # threading_layer() raises if no loop ever started threads
         assert "_screen_loop_serial" in out.stdout and "'_screen_loop'" in out.stdout
+
+
+def test_no_function_is_jitted_twice_by_hand():
+    """Two cached dispatchers of one function share Numba's cache entry (see the test above): every
+    parallel/serial pair goes through host.parallel_and_serial, which renames the twin."""
+    import re
+    from pathlib import Path
+
+    import qora
+
+    jitted = {}
+    for path in Path(qora.__file__).parent.rglob("*.py"):
+        for name in re.findall(r"njit\([^()]*\)\((\w+)\)", path.read_text()):
+            jitted.setdefault((path.name, name), 0)
+            jitted[(path.name, name)] += 1
+    assert jitted and not [k for k, n in jitted.items() if n > 1]

@@ -15,9 +15,10 @@ import hashlib
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["KERNELS", "find_mathdx", "source_digest", "build_cubin", "build_parser"]
+__all__ = ["KERNELS", "find_mathdx", "source_digest", "build_cubin", "build_parser", "PrebuiltModule"]
 
 #: the backend's kernel folder: headers shared by the engines' prebuilt modules (``line_fft.cuh``)
 KERNELS = Path(__file__).parent / "kernels"
@@ -68,3 +69,30 @@ def build_parser(description: str):
     parser.add_argument("--mathdx", default=None, help="the nvidia/mathdx folder (include/cufftdx.hpp inside)")
     parser.add_argument("--nvcc", default="nvcc")
     return parser
+
+
+@dataclass(frozen=True)
+class PrebuiltModule:
+    """One prebuilt module: its sources (the .cu first, then every local header it includes, in digest
+    order) and its build command; an engine's ``build_fused`` module is one of these and its ``main``."""
+
+    sources: tuple
+    description: str
+
+    @property
+    def kernels(self) -> Path:
+        """The folder of the .cu file (where the cubin and its digest are written)."""
+        return Path(self.sources[0]).parent
+
+    def source_digest(self) -> str:
+        """SHA-256 of :attr:`sources`."""
+        return source_digest(self.sources)
+
+    def build(self, *, arch: str = "sm_90", mathdx=None, nvcc: str = "nvcc") -> Path:
+        """Compile the module for ``arch``; writes the cubin and its source digest, returns the cubin."""
+        return build_cubin(self.sources[0], digest_of=self.sources, includes=(KERNELS,), arch=arch, mathdx=mathdx,
+                           nvcc=nvcc)
+
+    def main(self, argv=None) -> None:
+        args = build_parser(self.description).parse_args(argv)
+        print(self.build(arch=args.arch, mathdx=args.mathdx, nvcc=args.nvcc))

@@ -17,7 +17,7 @@ shared part with the CUDA kernels (:func:`pose_map`); both sides apply the same 
 
 from __future__ import annotations
 
-from qora.backend.host import numba_threads, openmp_passive
+from qora.backend.host import numba_threads, openmp_passive, parallel_and_serial
 
 openmp_passive()  # before Numba loads its OpenMP runtime
 
@@ -37,6 +37,16 @@ def pose_map(rotation, shape) -> tuple:
     return m, centre
 
 
+@numba.njit(inline="always", cache=True)
+def _source(m, c, pz, py, px):
+    """The object voxel below s = m p + c (p centre-origin) and s's fractional offsets from it."""
+    sz = m[0, 0] * pz + m[0, 1] * py + m[0, 2] * px + c[0]
+    sy = m[1, 0] * pz + m[1, 1] * py + m[1, 2] * px + c[1]
+    sx = m[2, 0] * pz + m[2, 1] * py + m[2, 2] * px + c[2]
+    z0, y0, x0 = int(np.floor(sz)), int(np.floor(sy)), int(np.floor(sx))
+    return z0, y0, x0, sz - z0, sy - y0, sx - x0
+
+
 def _gather_loop(vol, m, c, out):
     nz, ny, nx = out.shape
     for k in numba.prange(nz):
@@ -45,11 +55,7 @@ def _gather_loop(vol, m, c, out):
             py = j - c[1]
             for i in range(nx):
                 px = i - c[2]
-                sz = m[0, 0] * pz + m[0, 1] * py + m[0, 2] * px + c[0]
-                sy = m[1, 0] * pz + m[1, 1] * py + m[1, 2] * px + c[1]
-                sx = m[2, 0] * pz + m[2, 1] * py + m[2, 2] * px + c[2]
-                z0, y0, x0 = int(np.floor(sz)), int(np.floor(sy)), int(np.floor(sx))
-                fz, fy, fx = sz - z0, sy - y0, sx - x0
+                z0, y0, x0, fz, fy, fx = _source(m, c, pz, py, px)
                 acc = 0.0
                 for dz in range(2):
                     zz = z0 + dz
@@ -80,11 +86,7 @@ def _scatter_loop(lab, m, c, out):
                 if v == 0:
                     continue
                 px = i - c[2]
-                sz = m[0, 0] * pz + m[0, 1] * py + m[0, 2] * px + c[0]
-                sy = m[1, 0] * pz + m[1, 1] * py + m[1, 2] * px + c[1]
-                sx = m[2, 0] * pz + m[2, 1] * py + m[2, 2] * px + c[2]
-                z0, y0, x0 = int(np.floor(sz)), int(np.floor(sy)), int(np.floor(sx))
-                fz, fy, fx = sz - z0, sy - y0, sx - x0
+                z0, y0, x0, fz, fy, fx = _source(m, c, pz, py, px)
                 for dz in range(2):
                     zz = z0 + dz
                     if zz < 0 or zz >= nz:
@@ -102,7 +104,7 @@ def _scatter_loop(lab, m, c, out):
                             out[zz, yy, xx] += wy * (fx if dx else 1.0 - fx) * v
 
 
-_gather = (numba.njit(parallel=True, cache=True)(_gather_loop), numba.njit(cache=True)(_gather_loop))
+_gather = parallel_and_serial(_gather_loop, cache=True)
 _scatter = numba.njit(cache=True)(_scatter_loop)
 
 

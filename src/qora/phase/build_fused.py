@@ -27,21 +27,10 @@ KERNELS = Path(__file__).parent / "kernels"
 SOURCES = (KERNELS / "fused_fft.cu", KERNELS / "phase_ops.cuh", cubin.KERNELS / "line_fft.cuh")
 
 
-def source_digest() -> str:
-    """SHA-256 of :data:`SOURCES`."""
-    return cubin.source_digest(SOURCES)
-
-
-def build(*, arch: str = "sm_90", mathdx=None, nvcc: str = "nvcc") -> Path:
-    """Compile ``fused_fft.cu`` for ``arch`` and write the cubin and its source digest; returns the cubin."""
-    return cubin.build_cubin(SOURCES[0], digest_of=SOURCES, includes=(cubin.KERNELS,), arch=arch, mathdx=mathdx,
-                             nvcc=nvcc)
-
-
-def main(argv=None) -> None:
-    args = cubin.build_parser(__doc__.splitlines()[0]).parse_args(argv)
-    print(build(arch=args.arch, mathdx=args.mathdx, nvcc=args.nvcc))
-
+MODULE = cubin.PrebuiltModule(SOURCES, __doc__.splitlines()[0])
+source_digest = MODULE.source_digest
+build = MODULE.build
+main = MODULE.main
 
 if __name__ == "__main__":
     main()
