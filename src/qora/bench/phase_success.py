@@ -103,22 +103,29 @@ def run_case(case: Case, *, starts: int, recipe=None, backend="auto", seed: int 
 
 def slices_figure(found, truth, path, *, title: str = "") -> None:
     """A PNG of the central slice (first axis at n//2 in 3D) of amplitude and phase: the truth above,
-    ``found`` aligned to it (shift, phase, twin) below; phase shown where the truth's amplitude exceeds
-    a tenth of its maximum (elsewhere it is noise's)."""
+    ``found`` aligned to it (shift, phase, twin) below, cropped to the object with a margin; phase shown
+    where the truth's amplitude exceeds a tenth of its maximum (elsewhere it is noise's), on a scale
+    a quarter wider than the truth's phase range."""
     from qora.plot import save_png, subplots
 
     truth = np.asarray(truth, np.complex128)
     aligned, info = analysis.align(np.asarray(found, np.complex128) / np.linalg.norm(found),
                                    truth / np.linalg.norm(truth))
     aligned *= np.linalg.norm(truth)
-    pick = (lambda a: a[a.shape[0] // 2]) if truth.ndim == 3 else (lambda a: a)
-    inside = pick(np.abs(truth)) > 0.1 * np.abs(truth).max()
+    centre = tuple(n // 2 for n in truth.shape[:-2])
+    inside = np.abs(truth[centre]) > 0.1 * np.abs(truth).max()
+    rows, cols = np.nonzero(inside)
+    margin = max(4, int(0.15 * max(np.ptp(rows), np.ptp(cols))))
+    crop = (slice(max(0, rows.min() - margin), rows.max() + margin + 1),
+            slice(max(0, cols.min() - margin), cols.max() + margin + 1))
+    span = 1.25 * float(np.abs(np.angle(truth[centre][inside])).max()) or np.pi
     fig, axes = subplots(2, 2, figsize=(6.4, 6.0))
     for row, (label, obj) in enumerate((("truth", truth), ("best start" + (" (twin)" if info["twin"] else ""),
                                                            aligned))):
-        amp = axes[row, 0].imshow(pick(np.abs(obj)), cmap="gray", vmin=0, vmax=np.abs(truth).max() * 1.2)
-        phase = axes[row, 1].imshow(np.where(inside, pick(np.angle(obj)), np.nan), cmap="twilight",
-                                    vmin=-np.pi, vmax=np.pi)
+        plane = obj[centre][crop]
+        amp = axes[row, 0].imshow(np.abs(plane), cmap="gray", vmin=0, vmax=np.abs(truth).max() * 1.2)
+        phase = axes[row, 1].imshow(np.where(inside[crop], np.angle(plane), np.nan), cmap="coolwarm",
+                                    vmin=-span, vmax=span)
         axes[row, 0].set_title(f"{label}: amplitude", fontsize=9)
         axes[row, 1].set_title(f"{label}: phase (rad)", fontsize=9)
         fig.colorbar(amp, ax=axes[row, 0], shrink=0.8)
