@@ -211,8 +211,9 @@ def run(*, cases=QUICK, starts: int = 3, recipe=None, backend="auto", write=True
         echo(f"  {name}: {row['succeeded']}/{starts} below {SUCCESS_BOUND} (median error {row['median_error']:.3f}), "
              f"{row['s_per_start']:.1f} s per start")
         if "consensus_median" in row:
-            echo(f"    consensus of the best {len(row['consensus_starts'])} starts: median {row['consensus_median']:.3f},"
-                 f" max {row['consensus_max']:.3f}")
+            kept = len(row["consensus_starts"])
+            echo(f"    consensus of the best {kept} starts: median {row['consensus_median']:.3f}, "
+                 f"max {row['consensus_max']:.3f}")
     if write:
         echo(f"result written to {result.write()}")
     echo(result.table())
