@@ -51,15 +51,20 @@ def test_objects_have_holes_thin_features_and_oversampling():
         crystal(32, size=24)
 
 
-def test_success_harness_on_a_small_case(tmp_path):
+def test_success_harness_on_a_small_case(tmp_path, monkeypatch):
     case = phase_success.Case(objects.triangle, 64, Detector(photons=1e8, beamstop=2, gap=1))
-    row = phase_success.run_case(case, starts=2, backend="cpu", consensus=2, figure=tmp_path / "t.png")
+    monkeypatch.setitem(phase_success.CASES, "tiny", case)
+    lines = []
+    result = phase_success.run(cases=("tiny",), starts=2, backend="cpu", write=False, echo=lines.append,
+                               consensus=2, figures=tmp_path)
+    row = result.cases["tiny/default"]
     assert row["success"] == 1.0 and row["median_error"] < phase_success.SUCCESS_BOUND
     assert len(row["errors"]) == 2 and row["s_per_start"] > 0
     # two starts that both found the object agree with each other to about their errors against the truth
     assert sorted(row["consensus_starts"]) == [0, 1] and row["consensus_median"] == row["consensus_max"]
     assert row["consensus_max"] <= sum(row["errors"]) + 1e-6  # the triangle inequality through the truth
-    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert any("consensus of the best 2 starts" in line for line in lines)
+    assert (tmp_path / "tiny.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_bench_cli_passes_consensus_and_figures(tmp_path, monkeypatch):
