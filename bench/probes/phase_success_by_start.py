@@ -7,8 +7,8 @@ Start s here is the start s of ``qora bench phase-success`` (the same pattern, `
 with the best start chosen as a single run chooses it (lowest final Fourier error).
 
     PYTHONPATH=src python bench/probes/phase_success_by_start.py run crystal_128 0 10 /tmp/starts
-    PYTHONPATH=src python bench/probes/phase_success_by_start.py collect crystal_128 /tmp/starts \\
-        --consensus 5 --figure docs/img/phase-crystal-128.png
+    QORA_RESULTS_DIR=bench/results PYTHONPATH=src python bench/probes/phase_success_by_start.py \\
+        collect crystal_128 /tmp/starts --consensus 5 --figure docs/img/phase-crystal-128.png
 """
 
 from __future__ import annotations
