@@ -51,11 +51,33 @@ def test_objects_have_holes_thin_features_and_oversampling():
         crystal(32, size=24)
 
 
-def test_success_harness_on_a_small_case():
+def test_success_harness_on_a_small_case(tmp_path, monkeypatch):
     case = phase_success.Case(objects.triangle, 64, Detector(photons=1e8, beamstop=2, gap=1))
-    row = phase_success.run_case(case, starts=2, backend="cpu")
+    monkeypatch.setitem(phase_success.CASES, "tiny", case)
+    lines = []
+    result = phase_success.run(cases=("tiny",), starts=2, backend="cpu", write=False, echo=lines.append,
+                               consensus=2, figures=tmp_path)
+    row = result.cases["tiny/default"]
     assert row["success"] == 1.0 and row["median_error"] < phase_success.SUCCESS_BOUND
     assert len(row["errors"]) == 2 and row["s_per_start"] > 0
+    # two starts that both found the object agree with each other to about their errors against the truth
+    assert sorted(row["consensus_starts"]) == [0, 1] and row["consensus_median"] == row["consensus_max"]
+    assert row["consensus_max"] <= sum(row["errors"]) + 1e-6  # the triangle inequality through the truth
+    assert any("consensus of the best 2 starts" in line for line in lines)
+    assert (tmp_path / "tiny.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_cli_passes_consensus_and_figures(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from qora.cli import cli
+
+    seen = {}
+    monkeypatch.setattr(phase_success, "run", lambda **kw: seen.update(kw))
+    out = CliRunner().invoke(cli, ["bench", "phase-success", "--backend", "cpu", "--cases", "crystal_128",
+                                   "--consensus", "5", "--figures", str(tmp_path / "figs"), "--no-write"])
+    assert out.exit_code == 0, out.output
+    assert seen["consensus"] == 5 and seen["cases"] == ("crystal_128",) and (tmp_path / "figs").is_dir()
 
 
 def test_aligned_error_sees_twin_shift_and_scale_but_not_a_wrong_object():
@@ -70,3 +92,23 @@ def test_aligned_error_sees_twin_shift_and_scale_but_not_a_wrong_object():
 def test_unknown_case_is_refused():
     with pytest.raises(InputError, match="unknown case"):
         phase_success.run(cases=("nope",), write=False, echo=lambda *a: None)
+
+
+def test_bragg_like_crystal_needs_a_complex_object():
+    """The decision for Bragg objects (docs/phase.md, "The Bragg-like case"): no phase constraint. A small
+    faceted crystal with a 1.2 rad displacement phase is found from its counts by the default recipe
+    (which has none); the same recipe with the object held real cannot fit the data (Fourier error ~100x
+    larger) and finds another object."""
+    from qora.phase import reconstruct
+    from qora.phase.recipe import DEFAULT_RECIPE, default_recipe
+
+    assert all(stage.constraint is None for stage in default_recipe().stages)
+    truth = crystal(32, size=14)
+    counts, mask = record(truth, Detector(photons=1e9, beamstop=2, gap=0))
+    free = reconstruct(counts, mask=mask, starts=1, backend="cpu")
+    assert phase_success.aligned_error(free.object, truth) < 0.1
+    real = DEFAULT_RECIPE.replace("smax=4)", "smax=4, constraint=real)").replace("ER**300", "ER(constraint=real)**300")
+    held = reconstruct(counts, mask=mask, starts=1, backend="cpu", recipe=real)
+    assert "constraint=real" in held.recipe
+    assert phase_success.aligned_error(held.object, truth) > phase_success.SUCCESS_BOUND
+    assert held.fourier_error > 20 * free.fourier_error

@@ -68,8 +68,15 @@ def aligned_error(x, truth) -> float:
     return analysis.object_error(x / np.linalg.norm(x), t / np.linalg.norm(t))
 
 
-def run_case(case: Case, *, starts: int, recipe=None, backend="auto", seed: int = 0) -> dict:
-    """Reconstruct one case from ``starts`` starts; the per-start errors, the success share and the time."""
+def run_case(case: Case, *, starts: int, recipe=None, backend="auto", seed: int = 0, consensus: int = 0,
+             figure=None) -> dict:
+    """Reconstruct one case from ``starts`` starts; the per-start errors, the success share and the time.
+
+    ``consensus`` > 1 adds the agreement of that many best starts (by Fourier error, as a user without
+    the truth would rank them; :func:`qora.phase.analysis.consensus`): ``consensus_median``,
+    ``consensus_max`` and the matrix ``consensus_errors``. ``figure``: a PNG path for
+    :func:`slices_figure` of the best start against the truth.
+    """
     from qora.phase import reconstruct
 
     truth = case.object()
@@ -80,10 +87,56 @@ def run_case(case: Case, *, starts: int, recipe=None, backend="auto", seed: int 
     seconds = time.perf_counter() - t0
     errors = [aligned_error(o, truth) for o in result.objects]
     ok = [e < SUCCESS_BOUND for e in errors]
-    return {"success": float(np.mean(ok)), "succeeded": int(sum(ok)), "starts": starts,
-            "s_per_start": seconds / starts, "median_error": float(np.median(errors)),
-            "best_error": float(min(errors)), "errors": errors, "retunes": len(result.support_log),
-            "shape": list(truth.shape), "photons": case.detector.photons, "recipe": result.recipe}
+    row = {"success": float(np.mean(ok)), "succeeded": int(sum(ok)), "starts": starts,
+           "s_per_start": seconds / starts, "median_error": float(np.median(errors)),
+           "best_error": float(min(errors)), "errors": errors, "retunes": len(result.support_log),
+           "shape": list(truth.shape), "photons": case.detector.photons, "recipe": result.recipe,
+           "best_start": result.best, "best_start_error": errors[result.best]}
+    if consensus > 1:
+        agreement = analysis.consensus(result.objects, result.final_errors, keep=consensus)
+        row.update(consensus_starts=agreement["starts"], consensus_errors=agreement["errors"].tolist(),
+                   consensus_median=agreement["median"], consensus_max=agreement["max"])
+    if figure is not None:
+        slices_figure(result.object, truth, figure)
+    return row
+
+
+def slices_figure(found, truth, path, *, title: str = "") -> None:
+    """A PNG of the central slice (first axis at n//2 in 3D) of amplitude and phase: the truth above,
+    ``found`` aligned to it (shift, phase, twin) below, cropped to the object with a margin; phase shown
+    where the truth's amplitude exceeds a tenth of its maximum (elsewhere it is noise's), on a scale
+    a quarter wider than the truth's phase range."""
+    from qora.plot import save_png, subplots
+
+    truth = np.asarray(truth, np.complex128)
+    aligned, info = analysis.align(np.asarray(found, np.complex128) / np.linalg.norm(found),
+                                   truth / np.linalg.norm(truth))
+    aligned *= np.linalg.norm(truth)
+    centre = tuple(n // 2 for n in truth.shape[:-2])
+    inside = np.abs(truth[centre]) > 0.1 * np.abs(truth).max()
+    rows, cols = np.nonzero(inside)
+    margin = max(4, int(0.15 * max(np.ptp(rows), np.ptp(cols))))
+    crop = (slice(max(0, rows.min() - margin), rows.max() + margin + 1),
+            slice(max(0, cols.min() - margin), cols.max() + margin + 1))
+    span = 1.25 * float(np.abs(np.angle(truth[centre][inside])).max()) or np.pi
+    fig, axes = subplots(2, 2, figsize=(6.4, 6.0))
+    for row, (label, obj) in enumerate((("truth", truth), ("best start" + (" (twin)" if info["twin"] else ""),
+                                                           aligned))):
+        plane = obj[centre][crop]
+        amp = axes[row, 0].imshow(np.abs(plane), cmap="gray", vmin=0, vmax=np.abs(truth).max() * 1.2)
+        phase = axes[row, 1].imshow(np.where(inside[crop], np.angle(plane), np.nan), cmap="coolwarm",
+                                    vmin=-span, vmax=span)
+        axes[row, 0].set_title(f"{label}: amplitude", fontsize=9)
+        axes[row, 1].set_title(f"{label}: phase (rad)", fontsize=9)
+        fig.colorbar(amp, ax=axes[row, 0], shrink=0.8)
+        fig.colorbar(phase, ax=axes[row, 1], shrink=0.8)
+    for ax in axes.ravel():
+        ax.set_xticks([])
+        ax.set_yticks([])
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    save_png(fig, path, dpi=72)
 
 
 def cohere_python() -> Path:
@@ -131,8 +184,9 @@ def _cohere_params(script: Path) -> dict:
 
 
 def run(*, cases=QUICK, starts: int = 3, recipe=None, backend="auto", write=True, echo=print,
-        label: str = "default", peer: str | None = None) -> BenchResult:
-    """The success rate of ``recipe`` (None: the default recipe), or of ``peer="cohere"``, on each of ``cases``."""
+        label: str = "default", peer: str | None = None, consensus: int = 0, figures=None) -> BenchResult:
+    """The success rate of ``recipe`` (None: the default recipe), or of ``peer="cohere"``, on each of ``cases``;
+    ``consensus`` and ``figures`` (a folder for ``<case>.png``) as in :func:`run_case` (ours only)."""
     unknown = [c for c in cases if c not in CASES]
     if unknown:
         raise InputError(f"unknown case(s) {unknown}; expected some of {sorted(CASES)}")
@@ -150,10 +204,16 @@ def run(*, cases=QUICK, starts: int = 3, recipe=None, backend="auto", write=True
         if peer == "cohere":
             row = run_cohere_case(CASES[name], starts=starts, device=0 if be.is_cuda else -1)
         else:
-            row = run_case(CASES[name], starts=starts, recipe=recipe, backend=be.name)
+            figure = None if figures is None else Path(figures) / f"{name}.png"
+            row = run_case(CASES[name], starts=starts, recipe=recipe, backend=be.name, consensus=consensus,
+                           figure=figure)
         result.add(f"{name}/{label}", **row)
         echo(f"  {name}: {row['succeeded']}/{starts} below {SUCCESS_BOUND} (median error {row['median_error']:.3f}), "
              f"{row['s_per_start']:.1f} s per start")
+        if "consensus_median" in row:
+            kept = len(row["consensus_starts"])
+            echo(f"    consensus of the best {kept} starts: median {row['consensus_median']:.3f}, "
+                 f"max {row['consensus_max']:.3f}")
     if write:
         echo(f"result written to {result.write()}")
     echo(result.table())

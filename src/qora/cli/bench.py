@@ -95,8 +95,13 @@ def _shapes(text):
               help="A recipe's notation, or a name: default, pynx-rule (PyNX's support rule as our recipe).")
 @click.option("--peer", type=click.Choice(["cohere"]), default=None,
               help="Run cohere-core's reconstruction instead (its interpreter from QORA_COHERE_PYTHON).")
+@click.option("--consensus", type=click.IntRange(0, 1000), default=0, show_default=True,
+              help="Also the agreement of this many best starts (aligned object error between each pair; 0: off).")
+@click.option("--figures", type=click.Path(file_okay=False), default=None,
+              help="A folder for <case>.png: central slice of amplitude and phase, best start against the truth.")
 @click.option("--no-write", is_flag=True, help="Print only; write no result file.")
-def bench_phase_success(backend: str, cases, starts: int, recipe: str, peer, no_write: bool) -> None:
+def bench_phase_success(backend: str, cases, starts: int, recipe: str, peer, consensus: int, figures,
+                        no_write: bool) -> None:
     """Share of starts that recover the object from the pattern alone (error after alignment < 0.2), and the
     time, on patterns recorded as a detector does (Poisson noise, beamstop, gaps, partial coherence)."""
     from qora.bench import phase_success
@@ -108,8 +113,10 @@ def bench_phase_success(backend: str, cases, starts: int, recipe: str, peer, no_
     else:
         names = tuple(c.strip() for c in cases.split(",") if c.strip())
     label = recipe if recipe in ("default", "pynx-rule") else "custom"
+    if figures is not None:
+        Path(figures).mkdir(parents=True, exist_ok=True)
     phase_success.run(cases=names, starts=starts, recipe=recipe, backend=backend, write=not no_write,
-                      echo=click.echo, label=label, peer=peer)
+                      echo=click.echo, label=label, peer=peer, consensus=consensus, figures=figures)
 
 
 @bench.command("holo")
