@@ -200,3 +200,34 @@ def test_size_guard_in_a_run_stops_a_collapse_and_logs_it():
     free = reconstruct(counts, mask=mask, recipe="HIO(sw=10, threshold=0.9, sigma=1)**40", backend="cpu")
     assert {e["status"] for e in free.support_log} == {"kept"}
     np.testing.assert_array_equal(free.support, auto)
+
+
+def test_phase_range_drops_pixels_far_from_the_mean_phase_whatever_the_global_phase(backend):
+    xp = _xp(backend)
+    n = 48
+    y, x = np.mgrid[:n, :n]
+    body = (abs(y - 24) < 9) & (abs(x - 20) < 9)
+    ghost = (abs(y - 24) < 3) & (abs(x - 36) < 3)
+    phase = np.where(ghost, 0.3 + 2.5, 0.3 + 0.2 * np.sin(y / 5.0))
+    obj = np.where(body | ghost, np.exp(1j * phase), 0).astype(np.complex64)
+    support = np.zeros((n, n), bool)
+    support[10:40, 6:44] = True
+    for global_phase in (0.0, 2.0, -2.9):
+        rotated = (obj * np.exp(1j * global_phase)).astype(np.complex64)
+        new, status = shrinkwrap_update(xp.asarray(rotated), xp.asarray(support), sigma=0.3, threshold=0.5,
+                                        phase_range=1.0)
+        new = new.get() if hasattr(new, "get") else np.asarray(new)
+        # reference: the plain thresholded support minus the pixels more than 1 rad from the mean phase
+        plain, _ = shrinkwrap_update(rotated, support, sigma=0.3, threshold=0.5)
+        mean = np.angle(rotated[plain].sum())
+        far = np.abs(np.angle(np.exp(1j * (np.angle(rotated) - mean)))) > 1.0
+        assert status == "ok"
+        np.testing.assert_array_equal(new, plain & ~far)
+        assert plain[ghost].all() and new[body].mean() > 0.95 and not new[ghost].any()
+
+
+def test_recipe_phase_range_option():
+    r = Recipe.parse("HIO(sw=20, prange=0.8)**100 ER**10")
+    assert r.stages[0].prange == 0.8 and Recipe.parse(str(r)) == r
+    with pytest.raises(RecipeError, match="prange"):
+        Recipe.parse("HIO(sw=20, prange=4)**10")

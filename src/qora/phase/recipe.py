@@ -72,6 +72,9 @@ class Stage:
     detwin : int
         1: at the stage's start, each support is cut to its half beyond its centroid along the first
         axis (:func:`qora.phase.support.halve_supports`), to break the twin ambiguity.
+    prange : float
+        Phase range, radians (0: off): at each shrinkwrap, support pixels whose phase is further than
+        this from the support's mean phase are dropped (:func:`qora.phase.support.within_phase_range`).
     shape : {None, "filled", "convex"}
         Shape prior applied to each shrinkwrap support (:mod:`qora.phase.support_shape`): enclosed
         holes filled, or the convex hull (a faceted crystal). Only for objects known to have that shape.
@@ -90,11 +93,12 @@ class Stage:
     smax: float = 0.0
     detwin: int = 0
     shape: str | None = None
+    prange: float = 0.0
 
     def __post_init__(self):
         if self.algorithm not in ALGORITHMS:
             raise RecipeError(f"recipe: unknown algorithm {self.algorithm!r}; expected one of {ALGORITHMS}")
-        for name in ("beta", "sigma", "sigma_min", "threshold"):
+        for name in ("beta", "sigma", "sigma_min", "threshold", "prange"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
                 raise RecipeError(f"recipe stage {self.algorithm}: {name} must be a finite number, got {value!r}")
@@ -113,6 +117,9 @@ class Stage:
                               f"got {self.constraint!r}")
         from qora.phase.support_shape import SHAPES
 
+        if not 0.0 <= self.prange <= math.pi:
+            raise RecipeError(f"recipe stage {self.algorithm}: prange must be in [0, pi] radians (0: off), "
+                              f"got {self.prange}")
         if self.shape not in SHAPES:
             raise RecipeError(f"recipe stage {self.algorithm}: shape must be none, filled or convex, "
                               f"got {self.shape!r}")
@@ -155,7 +162,7 @@ class Stage:
             if f.name in ("algorithm", "iterations"):
                 continue
             value = getattr(self, f.name)
-            if f.name in ("sigma", "sigma_min", "threshold", "stat", "smin", "smax", "shape") and self.sw == 0:
+            if f.name in ("sigma", "sigma_min", "threshold", "stat", "smin", "smax", "shape", "prange") and self.sw == 0:
                 continue
             if value != getattr(defaults, f.name):
                 opts.append(f"{f.name}={'none' if value is None else _fmt(value)}")
@@ -172,7 +179,7 @@ def _fmt(v) -> str:
 _STAGE = re.compile(r"\s*([A-Za-z]+)\s*(?:\(([^()]*)\))?\s*\*\*\s*(\d+)\s*")
 _OPTION_TYPES = {"beta": float, "sw": int, "sigma": float, "sigma_min": float, "threshold": float,
                  "constraint": str, "stat": str, "smin": float, "smax": float, "detwin": int,
-                 "shape": str}
+                 "shape": str, "prange": float}
 
 
 def _parse_options(text: str, where: str) -> dict:

@@ -382,7 +382,7 @@ class Solver:
 
     def _shrinkwrap(self, engine, stage, update, updates, iteration, ids) -> None:
         """One support update of the engine's starts; retunes by the size guard go to the support log."""
-        options = {"statistic": stage.stat, "shape": stage.shape}
+        options = {"statistic": stage.stat, "shape": stage.shape, "phase_range": stage.prange}
         if stage.smin or stage.smax:
             low, high = size_range_for(self._autocorrelation_pixels, len(self.shape), low=stage.smin,
                                        high=stage.smax or 1e12)

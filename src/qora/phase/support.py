@@ -23,7 +23,7 @@ from qora.phase.physics import gaussian_blur
 from qora.phase.support_shape import shape_support
 
 __all__ = ["STATISTICS", "autocorrelation_estimate", "fill_masked", "shrinkwrap_update", "shrinkwrap_starts",
-           "size_range_for", "blur_for", "halve_supports"]
+           "size_range_for", "blur_for", "halve_supports", "within_phase_range"]
 
 STATISTICS = ("max", "rms", "mean")
 # Below this the autocorrelation's background is numerical noise: the old fixed threshold then holds.
@@ -113,7 +113,8 @@ def _top(blurred, count: int, xp):
 
 
 def shrinkwrap_update(x, support, *, sigma: float, threshold: float, statistic: str = "max",
-                      size_range=None, min_fraction: float = 0.2, shape: str | None = None, xp=None):
+                      size_range=None, min_fraction: float = 0.2, shape: str | None = None,
+                      phase_range: float = 0.0, xp=None):
     """A new support from the iterate ``x``, and what happened.
 
     Parameters
@@ -131,6 +132,12 @@ def shrinkwrap_update(x, support, *, sigma: float, threshold: float, statistic: 
         Allowed support size in pixels; a support outside it is re-thresholded at the bound's size.
     min_fraction : float
         Without a size range: a support smaller than this fraction of the old is refused (old kept).
+    phase_range : float
+        Radians; 0 switches it off. Pixels of the thresholded support whose phase differs from the
+        support's mean phase (the phase of the sum of ``x`` over it: the global phase is arbitrary) by
+        more than this are dropped, as cohere's phase constraint drops them: for an object whose phase
+        is known to stay within a range (a weak phase object, a thin film), a ghost or a twin's fringe
+        that lies outside it leaves the support. Applied before ``shape``.
     shape : {None, "filled", "convex"}
         Shape prior (:func:`qora.phase.support_shape.shape_support`) applied to the thresholded
         support before the size guard, which then judges the support that will be used.
@@ -142,7 +149,10 @@ def shrinkwrap_update(x, support, *, sigma: float, threshold: float, statistic: 
     """
     xp = xp or xp_of(x)
     blurred = gaussian_blur(xp.abs(x).astype(np.float32), sigma, xp=xp)
-    new = shape_support(blurred > threshold * _statistic(blurred, support, statistic, xp), shape, xp=xp)
+    new = blurred > threshold * _statistic(blurred, support, statistic, xp)
+    if phase_range:
+        new = new & within_phase_range(x, new, phase_range, xp=xp)
+    new = shape_support(new, shape, xp=xp)
     count = int(new.sum())
     if size_range is not None:
         low, high = size_range
@@ -154,6 +164,15 @@ def shrinkwrap_update(x, support, *, sigma: float, threshold: float, statistic: 
     if count < max(1, min_fraction * int(support.sum())):
         return support, "kept"
     return new.astype(support.dtype), "ok"
+
+
+def within_phase_range(x, support, phase_range: float, *, xp=None):
+    """Where the phase of ``x`` lies within ``phase_range`` radians of its mean phase over ``support``
+    (the phase of the sum of ``x`` there); bool, ``x``'s shape. All on ``x``'s device, no host read."""
+    xp = xp or xp_of(x)
+    mean = xp.sum(xp.where(support, x, 0))
+    rotated = x * xp.conj(mean) / xp.maximum(xp.abs(mean), 1e-30)
+    return xp.abs(xp.angle(rotated)) <= phase_range
 
 
 def shrinkwrap_starts(x, supports, **options) -> list[str]:
