@@ -42,6 +42,7 @@ import numpy as np
 
 from qora.io.errors import FileFormatError, InputError, MissingExtra
 from qora.ssb.live import bslz4, cbor
+from qora.ssb.live.bslz4_batch import CompressedFrames
 from qora.ssb.live.frames import Frames, Source
 
 __all__ = ["DectrisZMQSource", "decode_frame", "decode_frames", "encode_frame", "decode_stream2_frames",
@@ -206,6 +207,34 @@ def _decode_parts(parts: list) -> np.ndarray:
     return np.stack([_stream2_pixels(*p) for p in parts])
 
 
+def _compressed_parts(index: list, parts: list) -> CompressedFrames | None:
+    """A stream2 batch kept compressed, when every frame is bitshuffle-LZ4 of one shape and type
+    (else None: the batch is decoded on the host)."""
+    dtype, shape, payload = parts[0]
+    if not all(d == dtype and s == shape and isinstance(p, cbor.Compressed) and p.algorithm == "bslz4"
+               and p.element_size == dtype.itemsize for d, s, p in parts) or dtype.kind != "u":
+        return None
+    return CompressedFrames(np.array(index), [p.data for _, _, p in parts], dtype, shape)
+
+
+def _compressed_v1(index: list, infos: list, blobs: list) -> CompressedFrames | None:
+    """A v1 batch kept compressed, when every frame is bitshuffle-LZ4 of one shape and type."""
+    first = infos[0]
+    encoding = str(first.get("encoding", ""))
+    if not (encoding.startswith("bs") and encoding.endswith("-lz4<")) or any(
+            i.get("shape") != first.get("shape") or i.get("type") != first.get("type")
+            or i.get("encoding") != encoding for i in infos):
+        return None
+    try:
+        cols, rows = (int(v) for v in first["shape"])
+        dtype = np.dtype(first["type"])
+    except (KeyError, TypeError, ValueError):
+        return None  # the host's decoder says what is wrong
+    if dtype.kind != "u" or int(encoding[2:-5]) != 8 * dtype.itemsize:
+        return None
+    return CompressedFrames(np.array(index), list(blobs), dtype, (rows, cols))
+
+
 def encode_stream2_frame(frame: np.ndarray, compression: str = "bslz4") -> cbor.NDArray:
     """A frame as stream2 carries it (the simulator's encoder): ``compression`` "bslz4", "lz4"
     (HDF5 framing, one block) or "none"."""
@@ -237,13 +266,24 @@ class DectrisZMQSource(Source):
     ``scan_shape`` (rows, cols) when given, else from the header (the module's text). Frames come
     in batches of up to ``batch``; ``timeout`` (s) bounds each wait (a silent stream is an error).
     The stream ends with the series' end message. Needs ``pyzmq`` (the ``live`` extra).
+
+    ``decode``: where bitshuffle-LZ4 frames are decoded. "host" (the batch decoded here, in
+    parallel Numba threads: the source yields :class:`Frames`); "device" (the receiver only parses
+    the messages: a batch of bitshuffle-LZ4 frames of one shape and type is yielded as
+    :class:`~qora.ssb.live.bslz4_batch.CompressedFrames`, its blobs as received, for
+    :class:`~qora.ssb.live.LiveG` to decode on the GPU; any other encoding is decoded here);
+    "auto" (default): "device" when :func:`~qora.ssb.live.run_live` runs on CUDA, else "host"
+    (run_live settles it; iterated directly, "auto" yields decoded frames).
     """
 
     def __init__(self, endpoint: str = f"tcp://127.0.0.1:{DATA_PORT}", *, scan_shape=None, batch: int = 256,
-                 timeout: float = 10.0, stream: str = "auto") -> None:
+                 timeout: float = 10.0, stream: str = "auto", decode: str = "auto") -> None:
         super().__init__()
         if stream not in ("auto", "v1", "v2"):
             raise InputError(f"stream must be 'auto', 'v1' or 'v2', got {stream!r}")
+        if decode not in ("auto", "device", "host"):
+            raise InputError(f"decode must be 'auto', 'device' or 'host', got {decode!r}")
+        self.decode = decode
         self.endpoint = endpoint
         self.scan_shape = None if scan_shape is None else tuple(int(v) for v in scan_shape)
         self.batch, self.timeout = int(batch), float(timeout)
@@ -365,10 +405,17 @@ class DectrisZMQSource(Source):
             infos.append(json.loads(bytes(parts[1].buffer)))
             blobs.append(parts[2].buffer)
             if len(index) >= self.batch:
-                yield Frames(np.array(index), decode_frames(infos, blobs))
+                yield self._batch_v1(index, infos, blobs)
                 index, infos, blobs = [], [], []
         if index:
-            yield Frames(np.array(index), decode_frames(infos, blobs))
+            yield self._batch_v1(index, infos, blobs)
+
+    def _batch_v1(self, index, infos, blobs):
+        if self.decode == "device":
+            compressed = _compressed_v1(index, infos, blobs)
+            if compressed is not None:
+                return compressed
+        return Frames(np.array(index), decode_frames(infos, blobs))
 
     def _iter_v2(self):
         from qora.ssb.live.stream2 import scan_image
@@ -386,7 +433,7 @@ class DectrisZMQSource(Source):
                 index.append(fields.image_id)
                 parts.append(_scanned_part(fields))
                 if len(index) >= self.batch:
-                    yield Frames(np.array(index), _decode_parts(parts))
+                    yield self._batch_v2(index, parts)
                     index, parts = [], []
                 continue
             head = self._decode(raw)
@@ -410,10 +457,17 @@ class DectrisZMQSource(Source):
             index.append(int(head["image_id"]))
             parts.append(_stream2_frame(data[self.channel]))
             if len(index) >= self.batch:
-                yield Frames(np.array(index), _decode_parts(parts))
+                yield self._batch_v2(index, parts)
                 index, parts = [], []
         if index:
-            yield Frames(np.array(index), _decode_parts(parts))
+            yield self._batch_v2(index, parts)
+
+    def _batch_v2(self, index, parts):
+        if self.decode == "device":
+            compressed = _compressed_parts(index, parts)
+            if compressed is not None:
+                return compressed
+        return Frames(np.array(index), _decode_parts(parts))
 
     def close(self) -> None:
         if self._socket is not None:
