@@ -135,10 +135,14 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
     source.open()
     if source.scan_shape is None or source.detector_shape is None:
         raise InputError(f"{source!r}: no scan or detector shape after its header")
-    live = LiveG(source.scan_shape, source.detector_shape, kv=kv, alpha_mrad=alpha_mrad, scan_step=scan_step,
-                 rotation=0.0 if rotation is None else rotation, detector=detector,
-                 calibration_rows=options.calibration_rows, margin=options.margin, lag_rows=options.lag_rows,
-                 backend=backend, precision=precision, decode=options.decode)
+    try:
+        live = LiveG(source.scan_shape, source.detector_shape, kv=kv, alpha_mrad=alpha_mrad, scan_step=scan_step,
+                     rotation=0.0 if rotation is None else rotation, detector=detector,
+                     calibration_rows=options.calibration_rows, margin=options.margin, lag_rows=options.lag_rows,
+                     backend=backend, precision=precision, decode=options.decode)
+    except Exception:
+        source.close()  # the stream's connection is not left open by a bad setting
+        raise
     if getattr(source, "decode", None) == "auto":  # a DECTRIS source: its frames kept compressed for the GPU
         source.decode = "device" if live.decode_on_device else "host"
     batch = max(1, int(getattr(source, "batch", 256)))
