@@ -212,6 +212,13 @@ def test_dectris_source_keeps_bslz4_frames_compressed(counts, stream):
     assert all(isinstance(b, CompressedFrames) for b in got)
     index = np.concatenate([b.index for b in got])
     np.testing.assert_array_equal(np.concatenate([b.decode() for b in got]), flat[index])
+    count = flat[0].size
+    for b in got[:2]:  # the received blobs, packed for the device, through the kernel's twin
+        blob, offsets = b.pack()
+        out = np.zeros((len(b.index), count), np.float32)
+        gather_host(blob, block_table(blob, offsets, dtype=np.uint16, count=count), slot_map(np.arange(count), count),
+                    out=out, sums=np.zeros(count, np.uint64))
+        np.testing.assert_array_equal(out, flat[b.index].reshape(len(b.index), -1))
     with DectrisSimulator(data, stream=stream, timeout=10) as sim:
         src = open_source(sim.address, protocol="dectris")
         assert src.decode == "auto"
