@@ -141,3 +141,12 @@ def test_memory_batches_through_run_live_on_the_device(counts):
     out = run_live(MemorySource(data, batch=64), kv=KV, alpha_mrad=ALPHA, scan_step=step, rotation=0.0,
                    backend="cuda", options=LiveOptions(refresh_s=0, fit=False))
     assert out.report.placed == data.shape[0] * data.shape[1]
+
+
+def test_the_bench_case_of_the_device_decode():
+    """`qora bench ssb-live --backend cuda` at a tiny size has the memory-to-G case with the device decode."""
+    from qora.bench import ssb_live
+
+    r = ssb_live.run(backend="cuda", scan=8, detector=32, pool=8, protocols=(), write=False, echo=lambda *_: None)
+    case = r.cases["memory_to_G_device_decode/8x32"]
+    assert case["frames_per_s"] > 0 and case["compressed_bytes_per_frame"] > 0

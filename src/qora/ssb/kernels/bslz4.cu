@@ -29,6 +29,7 @@ template <> struct Sum<unsigned int> { typedef unsigned long long type; };  // f
 // `size` bytes inside its bounds. Called by all 32 lanes of a warp with the same arguments.
 __device__ __forceinline__ bool lz4_warp(const unsigned char* __restrict__ src, int csize,
                                          unsigned char* __restrict__ dst, int size, int lane) {
+    __syncwarp();  // every lane is done with the buffer's last frame (a failed one included)
     int i = 0, o = 0;
     while (i < csize) {
         const int token = __ldg(src + i);
