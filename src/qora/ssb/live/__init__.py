@@ -23,6 +23,7 @@ arrive, the SSB and parallax images and the aberration fit of the rows so far (d
 """
 
 from qora.ssb.live.accumulate import LiveG
+from qora.ssb.live.bslz4_batch import CompressedFrames
 from qora.ssb.live.dectris import DectrisZMQSource
 from qora.ssb.live.follow import FollowMibSource
 from qora.ssb.live.frames import FrameReport, Frames, MemorySource, Placement, Source
@@ -31,6 +32,6 @@ from qora.ssb.live.run import FellBehind, LiveOptions, LiveResult, LiveUpdate, r
 from qora.ssb.live.simulate import DectrisSimulator, MerlinSimulator, MibWriter
 from qora.ssb.live.sources import open_source
 
-__all__ = ["LiveG", "Frames", "Source", "MemorySource", "Placement", "FrameReport", "MerlinTCPSource",
+__all__ = ["LiveG", "CompressedFrames", "Frames", "Source", "MemorySource", "Placement", "FrameReport", "MerlinTCPSource",
            "DectrisZMQSource", "FollowMibSource", "open_source", "run_live", "LiveOptions", "LiveResult",
            "LiveUpdate", "FellBehind", "MerlinSimulator", "DectrisSimulator", "MibWriter"]
