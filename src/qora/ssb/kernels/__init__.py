@@ -21,8 +21,8 @@ from qora.backend.kernels import get_kernel
 
 __all__ = ["ssb_sums", "chi_pixels", "loss_half", "loss_moments", "parallax_fine", "band_batch",
            "band_quad_batch", "band_quad_standard", "band_quad_derivatives", "agreement_sum",
-           "bslz4_gather", "bslz4_shared_bytes", "kernel", "complex_tag", "most_sets", "batch_size", "batch_kernel_name", "table_bytes",
-           "sets_per_launch", "FINE_FACTORS", "BLOCK", "SHARED_BYTES"]
+           "bslz4_gather", "bslz4_shared_bytes", "kernel", "complex_tag", "most_sets", "batch_size",
+           "batch_kernel_name", "table_bytes", "sets_per_launch", "FINE_FACTORS", "BLOCK", "SHARED_BYTES"]
 
 # the most parameter sets one launch takes: the thick kernel 4 (8 held one block per SM at 178 registers
 # and took 29.5 ms a pass against 9.9 ms for two launches of 4 at full scale, H200,

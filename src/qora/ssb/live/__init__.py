@@ -32,6 +32,6 @@ from qora.ssb.live.run import FellBehind, LiveOptions, LiveResult, LiveUpdate, r
 from qora.ssb.live.simulate import DectrisSimulator, MerlinSimulator, MibWriter
 from qora.ssb.live.sources import open_source
 
-__all__ = ["LiveG", "CompressedFrames", "Frames", "Source", "MemorySource", "Placement", "FrameReport", "MerlinTCPSource",
-           "DectrisZMQSource", "FollowMibSource", "open_source", "run_live", "LiveOptions", "LiveResult",
+__all__ = ["LiveG", "CompressedFrames", "Frames", "Source", "MemorySource", "Placement", "FrameReport",
+           "MerlinTCPSource", "DectrisZMQSource", "FollowMibSource", "open_source", "run_live", "LiveOptions", "LiveResult",
            "LiveUpdate", "FellBehind", "MerlinSimulator", "DectrisSimulator", "MibWriter"]
