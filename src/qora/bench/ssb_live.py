@@ -257,6 +257,35 @@ def stages(*, detector: int = 192, batch: int = 512, cols: int = 128, repeats: i
     scratch, channel = np.empty(11, np.int64), np.frombuffer(b"threshold_1", np.uint8)
     add("dectris/v2_compiled_walk", best(lambda: [scan_image(v2, channel, scratch) for _ in range(n)]))
     blobs = [encode_frame(f)[1] for f in frames]
+    # the receiver's read of each message from ZeroMQ (loopback, the messages queued before the clock
+    # starts: the receiving call's own cost, not the sender's), stream2's one part and v1's four
+    import zmq
+
+    from qora.ssb.live.dectris import receive_parts
+
+    context = zmq.Context()
+    v1_parts = [v1_head, v1_info, blobs[0], b'{"htype": "dconfig-1.0", "start_time": 1, "stop_time": 2}']
+    for name, message in (("dectris/zmq_receive_v2", [v2]), ("dectris/zmq_receive_v1", v1_parts)):
+        push, pull = context.socket(zmq.PUSH), context.socket(zmq.PULL)
+        push.setsockopt(zmq.SNDHWM, 4 * n)
+        pull.setsockopt(zmq.RCVHWM, 4 * n)
+        port = push.bind_to_random_port("tcp://127.0.0.1")
+        pull.connect(f"tcp://127.0.0.1:{port}")
+
+        def queue_and_read(push=push, pull=pull, message=message):
+            for _ in range(n):
+                push.send_multipart(message, copy=False)
+            time.sleep(0.2 + n * 2e-6)  # on their way to the receiving socket
+            t = time.perf_counter()
+            for _ in range(n):
+                receive_parts(pull, 10.0)
+            return time.perf_counter() - t
+
+        queue_and_read()
+        add(name, min(queue_and_read() for _ in range(repeats)) / n)
+        push.close(0)
+        pull.close(0)
+    context.term()
     add("dectris/bslz4_decode", best(lambda: decode_batch(blobs, np.uint16, detector * detector)),
         compressed_bytes_per_frame=float(np.mean([len(x) for x in blobs])))
     # what is left on the host when the device decodes: the blobs packed (page-locked memory on CUDA)

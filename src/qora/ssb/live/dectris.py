@@ -45,7 +45,7 @@ from qora.ssb.live import bslz4, cbor
 from qora.ssb.live.bslz4_batch import CompressedFrames
 from qora.ssb.live.frames import Frames, Source
 
-__all__ = ["DectrisZMQSource", "decode_frame", "decode_frames", "encode_frame", "decode_stream2_frames",
+__all__ = ["DectrisZMQSource", "receive_parts", "decode_frame", "decode_frames", "encode_frame", "decode_stream2_frames",
            "encode_stream2_frame", "stream2_message", "DATA_PORT", "STREAM2_PORT"]
 
 DATA_PORT = 9999
@@ -259,6 +259,25 @@ def stream2_message(kind: str, series_id: int, **fields) -> bytes:
     return cbor.dumps({"type": kind, "series_id": int(series_id), "series_unique_id": f"qora-{series_id}", **fields})
 
 
+def receive_parts(socket, timeout: float):
+    """The next message's parts on a pyzmq ``socket`` (zmq frames, not copied), or None after
+    ``timeout`` s of silence. A message already queued is taken without a poll, part by part while
+    the frame says more follow: the poll and ``recv_multipart`` cost 3 to 4 times the receive of a
+    one-part stream2 message (docs/ssb-performance.md, "Live: the frames decoded on the device")."""
+    import zmq
+
+    try:
+        first = socket.recv(zmq.NOBLOCK, copy=False)
+    except zmq.Again:
+        if not socket.poll(int(timeout * 1000)):
+            return None
+        first = socket.recv(copy=False)
+    parts = [first]
+    while parts[-1].more:  # the parts of one message arrive together
+        parts.append(socket.recv(copy=False))
+    return parts
+
+
 class DectrisZMQSource(Source):
     """Frames from a DECTRIS detector's ZeroMQ stream at ``endpoint`` (``tcp://host:port``), stream
     v1 (JSON) or v2 (CBOR): ``stream`` "v1", "v2", or "auto" (told by the first message).
@@ -295,9 +314,10 @@ class DectrisZMQSource(Source):
         return f"DectrisZMQSource({self.endpoint})"
 
     def _parts(self):
-        if not self._socket.poll(int(self.timeout * 1000)):
+        parts = receive_parts(self._socket, self.timeout)
+        if parts is None:
             raise InputError(f"{self!r}: no message for {self.timeout:g} s")
-        return self._socket.recv_multipart(copy=False)
+        return parts
 
     def _recv(self):
         """The next message: ``(head, parts)``; head the first part as a dict (v1 JSON, v2 CBOR)."""
