@@ -232,3 +232,42 @@ def test_dectris_source_keeps_bslz4_frames_compressed(counts, stream):
         with pytest.raises(InputError, match="decode='device' needs the CUDA backend"):
             run_live(open_source(sim.address, protocol="dectris"), kv=KV, alpha_mrad=ALPHA, scan_step=step,
                      rotation=0.0, options=LiveOptions(refresh_s=0, fit=False, decode="device"))
+
+
+class _Part:
+    """A received ZeroMQ frame as the receiver sees it (its bytes as ``buffer``)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.buffer = memoryview(data)
+
+
+def test_v1_image_messages_read_without_their_json():
+    """The v1 image message's frame number and image part, read by pattern, equal json.loads' on the
+    layouts a DCU or json.dumps write; any other message or layout is left to the JSON parser (None);
+    the image part is parsed once per layout, whatever each frame's size."""
+    import json
+
+    from qora.ssb.live.dectris import v1_image
+
+    detail = {"htype": "dimage_d-1.0", "shape": [40, 30], "type": "uint16", "encoding": "bs16-lz4<"}
+    known: dict = {}
+    for frame, size, dumps in ((0, 1234, json.dumps), (17, 99, lambda d: json.dumps(d, separators=(",", ":"))),
+                               (123456, 5, lambda d: json.dumps(d, indent=1))):
+        # a string holding what looks like the key comes first: JSON escapes its quotes, so it is no key
+        head = dumps({"htype": "dimage-1.0", "series": 3, "hash": 'a,"frame": 9}', "frame": frame})
+        got = v1_image([_Part(head.encode()), _Part(dumps({**detail, "size": size}).encode()), _Part(b"x")], known)
+        assert got is not None and got[0] == frame and got[1] == {**detail, "size": got[1]["size"]}
+        assert got[0] == json.loads(head)["frame"]
+    assert len(known) == 3  # one entry per layout (three writers), not per size
+    again = v1_image([_Part(b'{"htype": "dimage-1.0", "frame": 5}'),
+                      _Part(json.dumps({**detail, "size": 777}).encode()), _Part(b"x")], known)
+    assert again[0] == 5 and len(known) == 3
+    image = json.dumps(detail).encode()
+    for head in (b'{"series": 1, "htype": "dimage-1.0", "frame": 2}',  # htype not first: the parser reads it
+                 b'{"htype": "dseries_end-1.0", "series": 1}', b'{"htype": "dimage-1.0", "frame": -1}',
+                 b'{"htype": "dimage-1.0", "frame": "2"}'):
+        assert v1_image([_Part(head), _Part(image), _Part(b"x")], {}) is None
+    assert v1_image([_Part(b'{"htype": "dimage-1.0", "frame": 2}'), _Part(b"{not json"), _Part(b"x")], {}) is None
+    assert v1_image([_Part(b'{"htype": "dimage-1.0", "frame": 2}'), _Part(b'{"htype": "dconfig-1.0"}'),
+                     _Part(b"x")], {}) is None
+    assert v1_image([_Part(b'{"htype": "dimage-1.0", "frame": 2}')], {}) is None

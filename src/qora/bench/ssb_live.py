@@ -251,6 +251,13 @@ def stages(*, detector: int = 192, batch: int = 512, cols: int = 128, repeats: i
     v1_head = json.dumps({"htype": "dimage-1.0", "series": 1, "frame": 12345, "hash": ""}).encode()
     v1_info = json.dumps(info).encode()
     add("dectris/v1_json_parse", best(lambda: [(json.loads(v1_head), json.loads(v1_info)) for _ in range(n)]))
+    import zmq
+
+    from qora.ssb.live.dectris import v1_image
+
+    v1_frames = [zmq.Frame(v1_head), zmq.Frame(v1_info), zmq.Frame(b"")]
+    known: dict = {}
+    add("dectris/v1_pattern_parse", best(lambda: [v1_image(v1_frames, known) for _ in range(n)]))
     v2 = stream2_message("image", 1, image_id=12345, real_time=[1, 1000], start_time=[0, 1000],
                          stop_time=[1, 1000], data={"threshold_1": encode_stream2_frame(frames[0])})
     add("dectris/v2_cbor_parse", best(lambda: [cbor.loads(v2) for _ in range(n)]))
@@ -259,8 +266,6 @@ def stages(*, detector: int = 192, batch: int = 512, cols: int = 128, repeats: i
     blobs = [encode_frame(f)[1] for f in frames]
     # the receiver's read of each message from ZeroMQ (loopback, the messages queued before the clock
     # starts: the receiving call's own cost, not the sender's), stream2's one part and v1's four
-    import zmq
-
     from qora.ssb.live.dectris import receive_parts
 
     context = zmq.Context()

@@ -36,6 +36,7 @@ else its ``ntrigger`` and ``nimages`` where the detector sends them.
 from __future__ import annotations
 
 import json
+import re
 import struct
 
 import numpy as np
@@ -45,7 +46,7 @@ from qora.ssb.live import bslz4, cbor
 from qora.ssb.live.bslz4_batch import CompressedFrames
 from qora.ssb.live.frames import Frames, Source
 
-__all__ = ["DectrisZMQSource", "receive_parts", "decode_frame", "decode_frames", "encode_frame", "decode_stream2_frames",
+__all__ = ["DectrisZMQSource", "receive_parts", "v1_image", "decode_frame", "decode_frames", "encode_frame", "decode_stream2_frames",
            "encode_stream2_frame", "stream2_message", "DATA_PORT", "STREAM2_PORT"]
 
 DATA_PORT = 9999
@@ -259,6 +260,41 @@ def stream2_message(kind: str, series_id: int, **fields) -> bytes:
     return cbor.dumps({"type": kind, "series_id": int(series_id), "series_unique_id": f"qora-{series_id}", **fields})
 
 
+_V1_IMAGE = re.compile(rb'\A\s*\{\s*"htype"\s*:\s*"dimage-1\.0"\s*,')
+_V1_FRAME = re.compile(rb'[{,]\s*"frame"\s*:\s*(\d+)\s*[,}]')
+_V1_SIZE = re.compile(rb'[{,]\s*"size"\s*:\s*\d+\s*(?=[,}])')
+
+
+def v1_image(parts, known: dict):
+    """``(frame, info)`` of a stream v1 image message read without parsing its JSON, or None for
+    any other message (or a layout this does not know: the caller parses it). The first part must
+    begin with its ``htype`` "dimage-1.0" (as the DCU writes it) and hold an integer ``frame``;
+    the ``dimage_d-1.0`` part (shape, type, encoding, and the frame's ``size``, the one field that
+    changes from frame to frame) is parsed once per layout: ``known`` keeps it by its bytes with the
+    size left out. Two ``json.loads`` a frame cost 3 to 4 times this (docs/ssb-performance.md)."""
+    if len(parts) < 3:
+        return None
+    head = parts[0].buffer
+    if not _V1_IMAGE.match(head):
+        return None
+    frame = _V1_FRAME.search(head)
+    if frame is None:
+        return None
+    detail = parts[1].buffer
+    key = _V1_SIZE.sub(b"", detail)
+    info = known.get(key)
+    if info is None:
+        try:
+            info = json.loads(bytes(detail))
+        except ValueError:
+            return None
+        if not isinstance(info, dict) or info.get("htype") != "dimage_d-1.0":
+            return None
+        if len(known) < 64:
+            known[key] = info
+    return int(frame.group(1)), info
+
+
 def receive_parts(socket, timeout: float):
     """The next message's parts on a pyzmq ``socket`` (zmq frames, not copied), or None after
     ``timeout`` s of silence. A message already queued is taken without a poll, part by part while
@@ -411,9 +447,23 @@ class DectrisZMQSource(Source):
 
     def _iter_v1(self):
         index, infos, blobs = [], [], []
+        known: dict = {}  # image parts seen, their size left out, parsed
         while True:
-            head, parts = self._first if self._first is not None else self._recv()
-            self._first = None
+            if self._first is None:
+                parts = self._parts()
+                fast = v1_image(parts, known)
+                if fast is not None:  # an image message, read without json.loads
+                    index.append(fast[0])
+                    infos.append(fast[1])
+                    blobs.append(parts[2].buffer)
+                    if len(index) >= self.batch:
+                        yield self._batch_v1(index, infos, blobs)
+                        index, infos, blobs = [], [], []
+                    continue
+                head = self._decode(parts)
+            else:
+                head, parts = self._first
+                self._first = None
             kind = head.get("htype")
             if kind == "dseries_end-1.0":
                 break
