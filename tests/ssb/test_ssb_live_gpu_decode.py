@@ -271,3 +271,26 @@ def test_v1_image_messages_read_without_their_json():
     assert v1_image([_Part(b'{"htype": "dimage-1.0", "frame": 2}'), _Part(b'{"htype": "dconfig-1.0"}'),
                      _Part(b"x")], {}) is None
     assert v1_image([_Part(b'{"htype": "dimage-1.0", "frame": 2}')], {}) is None
+
+
+def test_cli_live_decode_option(counts):
+    """`qora ssb live --decode`: host on the CPU runs to the end over the DECTRIS simulator; device on
+    the CPU backend is a clear error; an unknown choice is refused."""
+    pytest.importorskip("zmq")
+    pytest.importorskip("numcodecs")
+    from click.testing import CliRunner
+
+    from qora.cli import cli
+
+    data, step = counts
+    common = ["--kv", str(KV), "--semiangle", str(ALPHA), "--scan-step", str(step), "--rotation", "0", "--no-fit",
+              "--refresh", "0", "--timeout", "10", "--protocol", "dectris"]
+    with DectrisSimulator(data, stream="v2", timeout=10) as sim:
+        out = CliRunner().invoke(cli, ["ssb", "live", sim.address, *common, "--decode", "host"])
+        sim.join()
+    assert out.exit_code == 0, out.output
+    with DectrisSimulator(data, stream="v2", timeout=10) as sim:
+        out = CliRunner().invoke(cli, ["ssb", "live", sim.address, *common, "--decode", "device"])
+    assert out.exit_code != 0 and "needs the CUDA backend" in out.output
+    out = CliRunner().invoke(cli, ["ssb", "live", "zmq://127.0.0.1:1", *common, "--decode", "gpu"])
+    assert out.exit_code == 2 and "--decode" in out.output
