@@ -13,6 +13,11 @@ Cases (``scan`` x ``scan`` positions, ``detector`` x ``detector`` uint16 frames)
 - ``to_G/<protocol>/<scan>x<detector>``: the live run with the fit off: receiver thread, bounded
   queue, gather, row transforms, and at the end the slow-axis transform;
 - ``memory_to_G/<scan>x<detector>``: the same from frames in memory (the processing's own rate);
+- ``memory_to_G_device_decode/<scan>x<detector>`` (CUDA): from bitshuffle-LZ4 blobs in memory (the
+  DECTRIS receiver's batches with ``decode="device"``): packed into page-locked memory, copied and
+  decoded on the device (``qora/ssb/kernels/bslz4.cu``), the gathered pixels scattered into the rows;
+  ``stage/dectris/device_decode_host_part``: the host's share of it per frame (the pack and the
+  block table);
 - ``floor/host_copy``, ``floor/h2d`` (CUDA): the bytes of a frame over the host copy bandwidth and
   the host-to-device copy bandwidth (pageable), as frames/s; ``floor/h2d_pinned_gathered`` (CUDA):
   the gathered pixels (what goes to the device) over the bandwidth from page-locked memory;
@@ -132,6 +137,24 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
         result.add(f"stage/G/{name[:-2]}", frames_per_s=1 / max(per, 1e-12), s=per, us_per_frame=per * 1e6)
         echo(f"stage G/{name[:-2]:32s} {per * 1e6:9.1f} us/frame")
     del live
+    if be.is_cuda:  # the DECTRIS path with the frames decoded on the device, from blobs in memory
+        from qora.ssb.live.bslz4 import compress
+        from qora.ssb.live.bslz4_batch import CompressedFrames
+
+        blobs = [compress(f) for f in frames]
+        live = LiveG((scan, scan), (detector, detector), rotation=0.0, backend=be, decode="device", **settings)
+        t = time.perf_counter()
+        for start in range(0, total, 1024):
+            index = np.arange(start, min(total, start + 1024))
+            live.add(CompressedFrames(index, [blobs[i % pool] for i in index], frames.dtype, (detector, detector)))
+        live.finish()
+        be.synchronize()
+        seconds = time.perf_counter() - t
+        result.add(f"memory_to_G_device_decode/{scan}x{detector}", frames_per_s=total / seconds, s=seconds,
+                   compressed_bytes_per_frame=float(np.mean([len(b) for b in blobs])), **live.timings)
+        parts = ", ".join(f"{k} {v:.2f} s" for k, v in live.timings.items())
+        echo(f"memory to G, decoded on the device: {total / seconds:,.0f} frames/s ({parts})")
+        del live
     # the final image and fit after the last frame, on a simulated film
     data, meta = _film(dataset_dir, scan, be, echo)
     out = run_live(MemorySource(data, batch=1024), kv=meta["kv"], alpha_mrad=meta["alpha_mrad"],
@@ -164,6 +187,7 @@ def stages(*, detector: int = 192, batch: int = 512, cols: int = 128, repeats: i
 
     from qora.backend import resolve
     from qora.ssb.live import Frames, LiveG, cbor, merlin
+    from qora.ssb.live.bslz4_batch import CompressedFrames, block_table
     from qora.ssb.live.bslz4_numba import decode_batch
     from qora.ssb.live.dectris import encode_frame, encode_stream2_frame, stream2_message
     from qora.ssb.live.ingest import Staging, ingest
@@ -227,14 +251,54 @@ def stages(*, detector: int = 192, batch: int = 512, cols: int = 128, repeats: i
     v1_head = json.dumps({"htype": "dimage-1.0", "series": 1, "frame": 12345, "hash": ""}).encode()
     v1_info = json.dumps(info).encode()
     add("dectris/v1_json_parse", best(lambda: [(json.loads(v1_head), json.loads(v1_info)) for _ in range(n)]))
+    import zmq
+
+    from qora.ssb.live.dectris import v1_image
+
+    v1_frames = [zmq.Frame(v1_head), zmq.Frame(v1_info), zmq.Frame(b"")]
+    known: dict = {}
+    add("dectris/v1_pattern_parse", best(lambda: [v1_image(v1_frames, known) for _ in range(n)]))
     v2 = stream2_message("image", 1, image_id=12345, real_time=[1, 1000], start_time=[0, 1000],
                          stop_time=[1, 1000], data={"threshold_1": encode_stream2_frame(frames[0])})
     add("dectris/v2_cbor_parse", best(lambda: [cbor.loads(v2) for _ in range(n)]))
     scratch, channel = np.empty(11, np.int64), np.frombuffer(b"threshold_1", np.uint8)
     add("dectris/v2_compiled_walk", best(lambda: [scan_image(v2, channel, scratch) for _ in range(n)]))
     blobs = [encode_frame(f)[1] for f in frames]
+    # the receiver's read of each message from ZeroMQ (loopback, the messages queued before the clock
+    # starts: the receiving call's own cost, not the sender's), stream2's one part and v1's four
+    from qora.ssb.live.dectris import receive_parts
+
+    context = zmq.Context()
+    v1_parts = [v1_head, v1_info, blobs[0], b'{"htype": "dconfig-1.0", "start_time": 1, "stop_time": 2}']
+    for name, message in (("dectris/zmq_receive_v2", [v2]), ("dectris/zmq_receive_v1", v1_parts)):
+        push, pull = context.socket(zmq.PUSH), context.socket(zmq.PULL)
+        push.setsockopt(zmq.SNDHWM, 4 * n)
+        pull.setsockopt(zmq.RCVHWM, 4 * n)
+        port = push.bind_to_random_port("tcp://127.0.0.1")
+        pull.connect(f"tcp://127.0.0.1:{port}")
+
+        def queue_and_read(push=push, pull=pull, message=message):
+            for _ in range(n):
+                push.send_multipart(message, copy=False)
+            time.sleep(0.2 + n * 2e-6)  # on their way to the receiving socket
+            t = time.perf_counter()
+            for _ in range(n):
+                receive_parts(pull, 10.0)
+            return time.perf_counter() - t
+
+        queue_and_read()
+        add(name, min(queue_and_read() for _ in range(repeats)) / n)
+        push.close(0)
+        pull.close(0)
+    context.term()
     add("dectris/bslz4_decode", best(lambda: decode_batch(blobs, np.uint16, detector * detector)),
         compressed_bytes_per_frame=float(np.mean([len(x) for x in blobs])))
+    # what is left on the host when the device decodes: the blobs packed (page-locked memory on CUDA)
+    # and the scan of their block sizes
+    batch = CompressedFrames(np.arange(n), blobs, np.uint16, (detector, detector))
+    packed = np.empty(batch.nbytes, np.uint8)
+    add("dectris/device_decode_host_part", best(lambda: block_table(*batch.pack(into=packed), dtype=np.uint16,
+                                                                    count=detector * detector)))
     # the hand-off and the host's pass: the queue, the mean pattern and the bright-field gather
     q: queue.Queue = queue.Queue()
     add("queue/put_get_batch", best(lambda: (q.put(frames), q.get())))

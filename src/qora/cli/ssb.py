@@ -439,9 +439,12 @@ def serve_cmd(data, protocol, port, fps, timeout, stream, counter_depth, raw, as
 @click.option("--view", is_flag=True, help="Also open the viewer's live mode (http://127.0.0.1:PORT/): the image "
               "builds up, the live fit is shown, the sliders work on the rows so far; Ctrl-C ends it.")
 @click.option("--port", type=click.IntRange(1, 65535), default=8765, show_default=True, help="The viewer's port.")
+@click.option("--decode", type=click.Choice(["auto", "device", "host"]), default="auto", show_default=True,
+              help="Where a DECTRIS stream's bitshuffle-LZ4 frames are decoded: on the GPU (the compressed bytes go "
+              "to the device), on the host, or auto (the GPU with --backend cuda).")
 @backend_option(help="Where G is built and the images and fits are made.")
 def live_cmd(source, kv, semiangle, scan_step, scan_shape, protocol, follow, rotation, c10, c12, c12_angle, c30,
-             method, refresh, fit, fit_after, tilt, buffer, timeout, out, fit_out, view, port, backend) -> None:
+             method, refresh, fit, fit_after, tilt, buffer, timeout, out, fit_out, view, port, decode, backend) -> None:
     """Reconstruct while the scan runs: SOURCE is tcp://HOST:PORT (Merlin), zmq://HOST:PORT (DECTRIS),
     or a file (with --follow, a .mib being written).
 
@@ -452,7 +455,7 @@ def live_cmd(source, kv, semiangle, scan_step, scan_shape, protocol, follow, rot
     _outputs(None, {"--out": (out, (".h5", ".hdf5")), "--fit-out": (fit_out, (".json",))})
     src = open_source(source, protocol=protocol, scan_shape=scan_shape, timeout=timeout, follow=follow)
     options = LiveOptions(refresh_s=refresh, method=method, fit=fit, fit_after=fit_after, tilt=tilt,
-                          queue_frames=buffer)
+                          queue_frames=buffer, decode=decode)
 
     def show(update) -> None:
         s = update.statistics

@@ -1,7 +1,8 @@
 """The CUDA kernels of qora.ssb and one launcher per kernel.
 
 The sources are ``ssb.cu`` (the image sums, the mean-phase planes, the upsampled parallax, the
-general band batch) and ``band.cu`` (the quadratic-chi band kernels of the fits), compiled on first
+general band batch), ``band.cu`` (the quadratic-chi band kernels of the fits) and ``bslz4.cu``
+(DECTRIS frames decoded from bitshuffle-LZ4 into the gathered pixels, live), compiled on first
 use by :func:`qora.backend.kernels.get_kernel`, the one loader. Each launcher takes keyword
 arguments, computes its launch configuration (grid, block, shared memory) itself and names in
 its docstring the array-code function it must agree with (tests/ssb/test_ssb_cuda.py compares
@@ -20,8 +21,8 @@ from qora.backend.kernels import get_kernel
 
 __all__ = ["ssb_sums", "chi_pixels", "loss_half", "loss_moments", "parallax_fine", "band_batch",
            "band_quad_batch", "band_quad_standard", "band_quad_derivatives", "agreement_sum",
-           "kernel", "complex_tag", "most_sets", "batch_size", "batch_kernel_name", "table_bytes",
-           "sets_per_launch", "FINE_FACTORS", "BLOCK", "SHARED_BYTES"]
+           "bslz4_gather", "bslz4_shared_bytes", "kernel", "complex_tag", "most_sets", "batch_size",
+           "batch_kernel_name", "table_bytes", "sets_per_launch", "FINE_FACTORS", "BLOCK", "SHARED_BYTES"]
 
 # the most parameter sets one launch takes: the thick kernel 4 (8 held one block per SM at 178 registers
 # and took 29.5 ms a pass against 9.9 ms for two launches of 4 at full scale, H200,
@@ -47,9 +48,13 @@ _MODULES = {
               + ("loss_moments<float>", "loss_moments<double>", "chi_pixels"),
     "band.cu": _batch_names("band_quad_batch") + _batch_names("band_quad_standard")
                + ("band_quad_derivatives<3>", "band_quad_derivatives<6>"),
+    "bslz4.cu": tuple(f"bslz4_gather<{t}, {o}>" for t in ("unsigned char", "unsigned short", "unsigned int")
+                      for o in ("float", "double")),
 }
 
-BLOCK = {"ssb.cu": 128, "band.cu": 256}  # threads per block: THREADS in ssb.cu, BAND_THREADS in band.cu
+# threads per block: THREADS in ssb.cu, BAND_THREADS in band.cu, 32 WARPS in bslz4.cu (4 warps)
+BLOCK = {"ssb.cu": 128, "band.cu": 256, "bslz4.cu": 128}
+_COUNT_TYPE = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int"}
 
 
 def most_sets(*, standard: bool) -> int:
@@ -265,3 +270,34 @@ def agreement_sum(*, raw):
                                                "(re * re + im * im) / max(n, 1e-300)", "a + b", "total = a", "0",
                                                "qora_ssb_agreement_sum")
     return _AGREEMENT_SUM(raw[..., 0], raw[..., 1], raw[..., 2], axis=1)
+
+
+# -- bslz4.cu -------------------------------------------------------------------------------------
+def bslz4_shared_bytes(*, block_bytes: int, itemsize: int) -> int:
+    """Dynamic shared memory of a ``bslz4_gather`` CTA: a decode buffer of ``block_bytes`` per warp
+    and the block's sums (u32 a count of uint8 / uint16, u64 of uint32)."""
+    warps = BLOCK["bslz4.cu"] // 32
+    return warps * block_bytes + (block_bytes // itemsize) * (8 if itemsize == 4 else 4)
+
+
+def bslz4_gather(*, blob, starts, sizes, tails, slot, block_bytes: int, whole: int, count: int, itemsize: int,
+                 out, sums, status, frames_per_cta: int = 32) -> None:
+    """Decode a batch of bitshuffle-LZ4 frames (the packed ``blob`` on the device, uint8; the
+    block table ``starts`` (n, nblocks) int64, ``sizes`` int32, ``tails`` (n,) int64 of
+    :func:`qora.ssb.live.bslz4_batch.block_table`) into the gathered pixels ``out`` (n, gathered)
+    float32 or float64 (the columns ``slot`` (count,) int32 names, -1 none), adding every pixel into
+    ``sums`` (count,) uint64; ``status`` (n,) int32 is set to 2 for a malformed block. Runs on the
+    current stream; one CTA per LZ4 block index and ``frames_per_cta`` frames.
+
+    Reference: :func:`qora.ssb.live.bslz4_batch.gather_host` (the same algorithm in Numba)."""
+    n, nblocks = starts.shape
+    shared = bslz4_shared_bytes(block_bytes=block_bytes, itemsize=itemsize)
+    name = f"bslz4_gather<{_COUNT_TYPE[itemsize]}, {'float' if out.dtype == np.float32 else 'double'}>"
+    function = kernel(name)
+    if shared > 48 * 1024 and function.max_dynamic_shared_size_bytes < shared:
+        function.max_dynamic_shared_size_bytes = shared  # past the default 48 KiB: an opt-in per kernel
+    grid = (max(nblocks, 1), (n + frames_per_cta - 1) // frames_per_cta)
+    function(grid, (BLOCK["bslz4.cu"],),
+             (blob, starts, sizes, tails, slot, np.int32(n), np.int32(nblocks), np.int32(block_bytes), np.int32(whole),
+              np.int32(count), np.int32(out.shape[1]), np.int32(frames_per_cta), out, sums, status),
+             shared_mem=shared)

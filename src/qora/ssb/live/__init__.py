@@ -13,6 +13,9 @@ arrive, the SSB and parallax images and the aberration fit of the rows so far (d
   :mod:`~qora.ssb.live.sources`: the detector streams and files.
 - :mod:`~qora.ssb.live.ingest`: the host's one pass over each batch (the mean pattern, the
   bright-field gather, page-locked staging for the device).
+- :mod:`~qora.ssb.live.bslz4_batch`, :mod:`~qora.ssb.live.bslz4_device`: DECTRIS frames kept
+  compressed and decoded on the GPU (:class:`~qora.ssb.live.bslz4_batch.CompressedFrames`, the
+  block table, the kernel's Numba twin; the double-buffered device decoder).
 - :mod:`~qora.ssb.live.accumulate`: :class:`LiveG`, the rows of G transformed as they close.
 - :mod:`~qora.ssb.live.fitting`, :mod:`~qora.ssb.live.run`: the fit warm-started as rows arrive,
   :func:`run_live` with its receive queue, statistics and refreshes.
@@ -20,6 +23,7 @@ arrive, the SSB and parallax images and the aberration fit of the rows so far (d
 """
 
 from qora.ssb.live.accumulate import LiveG
+from qora.ssb.live.bslz4_batch import CompressedFrames
 from qora.ssb.live.dectris import DectrisZMQSource
 from qora.ssb.live.follow import FollowMibSource
 from qora.ssb.live.frames import FrameReport, Frames, MemorySource, Placement, Source
@@ -28,6 +32,6 @@ from qora.ssb.live.run import FellBehind, LiveOptions, LiveResult, LiveUpdate, r
 from qora.ssb.live.simulate import DectrisSimulator, MerlinSimulator, MibWriter
 from qora.ssb.live.sources import open_source
 
-__all__ = ["LiveG", "Frames", "Source", "MemorySource", "Placement", "FrameReport", "MerlinTCPSource",
-           "DectrisZMQSource", "FollowMibSource", "open_source", "run_live", "LiveOptions", "LiveResult",
+__all__ = ["LiveG", "CompressedFrames", "Frames", "Source", "MemorySource", "Placement", "FrameReport",
+           "MerlinTCPSource", "DectrisZMQSource", "FollowMibSource", "open_source", "run_live", "LiveOptions", "LiveResult",
            "LiveUpdate", "FellBehind", "MerlinSimulator", "DectrisSimulator", "MibWriter"]

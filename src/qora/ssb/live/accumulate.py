@@ -26,6 +26,7 @@ from qora.io.errors import InputError
 from qora.io.validate import integer, nonnegative
 from qora.ssb.detector import DetectorFit, bright_field_pixels, check_level, check_settings, fit_detector_from_mean
 from qora.ssb.optics import wavelength
+from qora.ssb.live.bslz4_batch import CompressedFrames
 from qora.ssb.live.frames import Frames, Placement
 from qora.ssb.live.ingest import Staging, ingest, warm
 from qora.ssb.session import Session
@@ -103,11 +104,19 @@ class LiveG:
         A row is closed when a frame this many rows further on arrives (:class:`Placement`).
     backend, precision
         As :class:`qora.ssb.Session`: on "cuda" the rows are kept on the device, complex64 by default.
+    decode : {"auto", "device", "host"}
+        Where batches of :class:`CompressedFrames` (a DECTRIS source's bitshuffle-LZ4 frames, kept
+        compressed) are decoded: "device" by the CUDA kernel (:mod:`qora.ssb.live.bslz4_device`:
+        the blobs go to the device, the decode, gather and mean-pattern sums run there), "host"
+        by Numba on the host then the host's pass, "auto" the device on CUDA. The frames of the
+        first ``calibration_rows`` rows are decoded on the host either way (the disk is fitted
+        from them before the pixels to gather are known).
     """
 
     def __init__(self, scan_shape, detector_shape, *, kv: float, alpha_mrad: float, scan_step: float,
                  rotation: float = 0.0, detector: DetectorFit | None = None, calibration_rows: int = 4,
-                 margin: float = 3.0, lag_rows: int = 2, backend="cpu", precision: str = "auto") -> None:
+                 margin: float = 3.0, lag_rows: int = 2, backend="cpu", precision: str = "auto",
+                 decode: str = "auto") -> None:
         from qora.backend import resolve
 
         self.settings = dict(zip(("kv", "alpha_mrad", "scan_step", "rotation"),
@@ -125,6 +134,12 @@ class LiveG:
             raise ValueError(f"precision must be 'auto', 'single' or 'double', got {precision!r}")
         single = precision == "single" or (precision == "auto" and self.backend.is_cuda)
         self.real, self.complex = (np.float32, np.complex64) if single else (np.float64, np.complex128)
+        if decode not in ("auto", "device", "host"):
+            raise InputError(f"decode must be 'auto', 'device' or 'host', got {decode!r}")
+        if decode == "device" and not self.backend.is_cuda:
+            raise InputError("decode='device' needs the CUDA backend (backend='cuda'); the CPU decodes on the host")
+        self.decode_on_device = self.backend.is_cuda and decode != "host"
+        self._decoder = None  # the DeviceDecoder, made with the pixels to gather
         self.placement = Placement(self.scan_shape, lag_rows=lag_rows)
         warm()  # the host's pass compiled before the first frame comes
         self.ring = self.placement.lag_rows + 4  # row buffers: the open rows and a few closing
@@ -148,11 +163,18 @@ class LiveG:
         """Scan rows from the first transformed with no gap (the partial scan a session can show)."""
         return self.placement.complete_rows
 
-    def add(self, frames: Frames) -> list[int]:
-        """Place a batch of frames; transform the rows it closes. Returns the rows closed."""
-        if frames.data.shape[1:] != self.detector_shape:
-            raise InputError(f"a frame of {frames.data.shape[1:]} pixels, the stream's detector is "
-                             f"{self.detector_shape}")
+    def add(self, frames: Frames | CompressedFrames) -> list[int]:
+        """Place a batch of frames (decoded, or compressed: the ``decode`` option); transform the
+        rows it closes. Returns the rows closed."""
+        shape = frames.shape if isinstance(frames, CompressedFrames) else frames.data.shape[1:]
+        if tuple(shape) != self.detector_shape:
+            raise InputError(f"a frame of {tuple(shape)} pixels, the stream's detector is {self.detector_shape}")
+        if isinstance(frames, CompressedFrames):
+            if self.gathered is not None and self.decode_on_device:
+                return self._place_compressed(frames)
+            t0 = time.perf_counter()
+            frames = Frames(frames.index, frames.decode())
+            self.timings["ingest_s"] += time.perf_counter() - t0
         if self.gathered is None:
             self._pending.append(frames)
             top = max(int(f.index.max()) for f in self._pending if len(f.index))
@@ -209,8 +231,49 @@ class LiveG:
                              f"{detector.radius:g} px)")
         return index
 
-    def _place(self, frames: Frames) -> list[int]:
+    def _place_compressed(self, frames: CompressedFrames) -> list[int]:
+        """A compressed batch decoded on the device in one launch (the mean pattern's sums there
+        too), then placed a row of frames at a time as :meth:`add` places decoded ones. Frames the
+        placement rejects (repeated, late) were summed with the rest: they are decoded again on
+        the host and taken out of the sums, so the mean pattern is the host path's."""
+        from qora.ssb.live.bslz4_device import DeviceDecoder
+
         xp = self.xp
+        t0 = time.perf_counter()
+        if self._decoder is None:
+            self._decoder = DeviceDecoder(self.backend, shape=self.detector_shape, gathered=self.gathered,
+                                          real=self.real)
+        values = self._decoder.decode(frames)
+        self.frames_summed += len(frames.index)
+        self.timings["ingest_s"] += time.perf_counter() - t0
+        self.timings["gather_s"] += time.perf_counter() - t0
+        closed, rejected = [], []
+        cols = self.scan_shape[1]
+        for start in range(0, len(frames.index), cols):
+            t1 = time.perf_counter()
+            index = frames.index[start:start + cols]
+            keep = self.placement.accept(index)
+            part = values[start:start + cols]
+            if not keep.all():
+                rejected += list(start + np.flatnonzero(~keep))
+                index, part = index[keep], part[xp.asarray(np.flatnonzero(keep))]
+            if len(index):
+                self._scatter(index, part)
+            self.timings["scatter_s"] += time.perf_counter() - t1
+            self.timings["gather_s"] += time.perf_counter() - t1
+            rows = self.placement.rows_to_close()
+            self._transform(rows)
+            closed += rows
+        if rejected:
+            again = CompressedFrames(frames.index[rejected], [frames.blobs[i] for i in rejected], frames.dtype,
+                                     frames.shape).decode()
+            total = again.reshape(len(rejected), -1).sum(0, dtype=np.uint64)
+            self._decoder.synchronize()  # its kernels add into the sums on streams of their own
+            self._decoder.sums -= xp.asarray(total)
+            self.frames_summed -= len(rejected)
+        return closed
+
+    def _place(self, frames: Frames) -> list[int]:
         t0 = time.perf_counter()
         keep = self.placement.accept(frames.index)
         index, data = (frames.index, frames.data) if keep.all() else (frames.index[keep], frames.data[keep])
@@ -225,27 +288,32 @@ class LiveG:
             self.frames_summed += len(index)
             t1 = time.perf_counter()
             self.timings["ingest_s"] += t1 - t0
-            values = xp.asarray(values)  # to the device (from page-locked memory); on the CPU, as it is
-            row, col = np.divmod(index, self.scan_shape[1])
-            for r in np.unique(row):
-                owner = self._owner[r % self.ring]
-                if owner not in (-1, r):  # a jump of many rows: the row in this slot is closed now
-                    self.placement.close(int(owner))
-                    self._transform([int(owner)])
-                self._owner[r % self.ring] = r
-                mine = np.flatnonzero(row == r)
-                cols = col[mine]
-                target = self._buffer[int(r % self.ring)]
-                if mine[-1] - mine[0] + 1 == len(mine) and (np.diff(cols) == 1).all():
-                    # the usual case: consecutive frames of one row, a block of columns
-                    target[:, int(cols[0]):int(cols[-1]) + 1] = values[int(mine[0]):int(mine[-1]) + 1].T
-                else:
-                    target[:, xp.asarray(cols)] = values[xp.asarray(mine)].T
+            self._scatter(index, self.xp.asarray(values))  # to the device (from page-locked memory); on the CPU, as is
             self.timings["scatter_s"] += time.perf_counter() - t1
         self.timings["gather_s"] += time.perf_counter() - t0
         closed = self.placement.rows_to_close()
         self._transform(closed)
         return closed
+
+    def _scatter(self, index: np.ndarray, values) -> None:
+        """The gathered pixels ``values`` (n, gathered) of the frames at scan ``index`` (n,) into
+        their rows' buffers (a row whose slot another row still holds is closed first)."""
+        xp = self.xp
+        row, col = np.divmod(index, self.scan_shape[1])
+        for r in np.unique(row):
+            owner = self._owner[r % self.ring]
+            if owner not in (-1, r):  # a jump of many rows: the row in this slot is closed now
+                self.placement.close(int(owner))
+                self._transform([int(owner)])
+            self._owner[r % self.ring] = r
+            mine = np.flatnonzero(row == r)
+            cols = col[mine]
+            target = self._buffer[int(r % self.ring)]
+            if mine[-1] - mine[0] + 1 == len(mine) and (np.diff(cols) == 1).all():
+                # the usual case: consecutive frames of one row, a block of columns
+                target[:, int(cols[0]):int(cols[-1]) + 1] = values[int(mine[0]):int(mine[-1]) + 1].T
+            else:
+                target[:, xp.asarray(cols)] = values[xp.asarray(mine)].T
 
     def _transform(self, rows) -> None:
         """Transform closed ``rows`` along the scan columns, their missing frames as zeros: the
@@ -277,8 +345,10 @@ class LiveG:
         self.timings["row_fft_s"] += time.perf_counter() - t0
 
     def _mean_pattern(self):
-        """The mean pattern of the frames received (det_row, det_col), on the host."""
-        return self.mean_sum / max(1, self.frames_summed)
+        """The mean pattern of the frames received (det_row, det_col), on the host: the host's sums
+        and those of the frames decoded on the device."""
+        total = self.mean_sum if self._decoder is None else self.mean_sum + self._decoder.mean_sum()
+        return total / max(1, self.frames_summed)
 
     # -- results ----------------------------------------------------------------------------
     def detector(self) -> DetectorFit:

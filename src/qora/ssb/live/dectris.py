@@ -36,15 +36,17 @@ else its ``ntrigger`` and ``nimages`` where the detector sends them.
 from __future__ import annotations
 
 import json
+import re
 import struct
 
 import numpy as np
 
 from qora.io.errors import FileFormatError, InputError, MissingExtra
 from qora.ssb.live import bslz4, cbor
+from qora.ssb.live.bslz4_batch import CompressedFrames
 from qora.ssb.live.frames import Frames, Source
 
-__all__ = ["DectrisZMQSource", "decode_frame", "decode_frames", "encode_frame", "decode_stream2_frames",
+__all__ = ["DectrisZMQSource", "receive_parts", "v1_image", "decode_frame", "decode_frames", "encode_frame", "decode_stream2_frames",
            "encode_stream2_frame", "stream2_message", "DATA_PORT", "STREAM2_PORT"]
 
 DATA_PORT = 9999
@@ -206,6 +208,34 @@ def _decode_parts(parts: list) -> np.ndarray:
     return np.stack([_stream2_pixels(*p) for p in parts])
 
 
+def _compressed_parts(index: list, parts: list) -> CompressedFrames | None:
+    """A stream2 batch kept compressed, when every frame is bitshuffle-LZ4 of one shape and type
+    (else None: the batch is decoded on the host)."""
+    dtype, shape, payload = parts[0]
+    if not all(d == dtype and s == shape and isinstance(p, cbor.Compressed) and p.algorithm == "bslz4"
+               and p.element_size == dtype.itemsize for d, s, p in parts) or dtype.kind != "u":
+        return None
+    return CompressedFrames(np.array(index), [p.data for _, _, p in parts], dtype, shape)
+
+
+def _compressed_v1(index: list, infos: list, blobs: list) -> CompressedFrames | None:
+    """A v1 batch kept compressed, when every frame is bitshuffle-LZ4 of one shape and type."""
+    first = infos[0]
+    encoding = str(first.get("encoding", ""))
+    if not (encoding.startswith("bs") and encoding.endswith("-lz4<")) or any(
+            i.get("shape") != first.get("shape") or i.get("type") != first.get("type")
+            or i.get("encoding") != encoding for i in infos):
+        return None
+    try:
+        cols, rows = (int(v) for v in first["shape"])
+        dtype = np.dtype(first["type"])
+    except (KeyError, TypeError, ValueError):
+        return None  # the host's decoder says what is wrong
+    if dtype.kind != "u" or int(encoding[2:-5]) != 8 * dtype.itemsize:
+        return None
+    return CompressedFrames(np.array(index), list(blobs), dtype, (rows, cols))
+
+
 def encode_stream2_frame(frame: np.ndarray, compression: str = "bslz4") -> cbor.NDArray:
     """A frame as stream2 carries it (the simulator's encoder): ``compression`` "bslz4", "lz4"
     (HDF5 framing, one block) or "none"."""
@@ -230,6 +260,60 @@ def stream2_message(kind: str, series_id: int, **fields) -> bytes:
     return cbor.dumps({"type": kind, "series_id": int(series_id), "series_unique_id": f"qora-{series_id}", **fields})
 
 
+_V1_IMAGE = re.compile(rb'\A\s*\{\s*"htype"\s*:\s*"dimage-1\.0"\s*,')
+_V1_FRAME = re.compile(rb'[{,]\s*"frame"\s*:\s*(\d+)\s*[,}]')
+_V1_SIZE = re.compile(rb'[{,]\s*"size"\s*:\s*\d+\s*(?=[,}])')
+
+
+def v1_image(parts, known: dict):
+    """``(frame, info)`` of a stream v1 image message read without parsing its JSON, or None for
+    any other message (or a layout this does not know: the caller parses it). The first part must
+    begin with its ``htype`` "dimage-1.0" (as the DCU writes it) and hold an integer ``frame``;
+    the ``dimage_d-1.0`` part (shape, type, encoding, and the frame's ``size``, the one field that
+    changes from frame to frame) is parsed once per layout: ``known`` keeps it by its bytes with the
+    size left out. Two ``json.loads`` a frame cost 3 to 4 times this (docs/ssb-performance.md)."""
+    if len(parts) < 3:
+        return None
+    head = parts[0].buffer
+    if not _V1_IMAGE.match(head):
+        return None
+    frame = _V1_FRAME.search(head)
+    if frame is None:
+        return None
+    detail = parts[1].buffer
+    key = _V1_SIZE.sub(b"", detail)
+    info = known.get(key)
+    if info is None:
+        try:
+            info = json.loads(bytes(detail))
+        except ValueError:
+            return None
+        if not isinstance(info, dict) or info.get("htype") != "dimage_d-1.0":
+            return None
+        if len(known) < 64:
+            known[key] = info
+    return int(frame.group(1)), info
+
+
+def receive_parts(socket, timeout: float):
+    """The next message's parts on a pyzmq ``socket`` (zmq frames, not copied), or None after
+    ``timeout`` s of silence. A message already queued is taken without a poll, part by part while
+    the frame says more follow: the poll and ``recv_multipart`` cost 3 to 4 times the receive of a
+    one-part stream2 message (docs/ssb-performance.md, "Live: the frames decoded on the device")."""
+    import zmq
+
+    try:
+        first = socket.recv(zmq.NOBLOCK, copy=False)
+    except zmq.Again:
+        if not socket.poll(int(timeout * 1000)):
+            return None
+        first = socket.recv(copy=False)
+    parts = [first]
+    while parts[-1].more:  # the parts of one message arrive together
+        parts.append(socket.recv(copy=False))
+    return parts
+
+
 class DectrisZMQSource(Source):
     """Frames from a DECTRIS detector's ZeroMQ stream at ``endpoint`` (``tcp://host:port``), stream
     v1 (JSON) or v2 (CBOR): ``stream`` "v1", "v2", or "auto" (told by the first message).
@@ -237,13 +321,24 @@ class DectrisZMQSource(Source):
     ``scan_shape`` (rows, cols) when given, else from the header (the module's text). Frames come
     in batches of up to ``batch``; ``timeout`` (s) bounds each wait (a silent stream is an error).
     The stream ends with the series' end message. Needs ``pyzmq`` (the ``live`` extra).
+
+    ``decode``: where bitshuffle-LZ4 frames are decoded. "host" (the batch decoded here, in
+    parallel Numba threads: the source yields :class:`Frames`); "device" (the receiver only parses
+    the messages: a batch of bitshuffle-LZ4 frames of one shape and type is yielded as
+    :class:`~qora.ssb.live.bslz4_batch.CompressedFrames`, its blobs as received, for
+    :class:`~qora.ssb.live.LiveG` to decode on the GPU; any other encoding is decoded here);
+    "auto" (default): "device" when :func:`~qora.ssb.live.run_live` runs on CUDA, else "host"
+    (run_live settles it; iterated directly, "auto" yields decoded frames).
     """
 
     def __init__(self, endpoint: str = f"tcp://127.0.0.1:{DATA_PORT}", *, scan_shape=None, batch: int = 256,
-                 timeout: float = 10.0, stream: str = "auto") -> None:
+                 timeout: float = 10.0, stream: str = "auto", decode: str = "auto") -> None:
         super().__init__()
         if stream not in ("auto", "v1", "v2"):
             raise InputError(f"stream must be 'auto', 'v1' or 'v2', got {stream!r}")
+        if decode not in ("auto", "device", "host"):
+            raise InputError(f"decode must be 'auto', 'device' or 'host', got {decode!r}")
+        self.decode = decode
         self.endpoint = endpoint
         self.scan_shape = None if scan_shape is None else tuple(int(v) for v in scan_shape)
         self.batch, self.timeout = int(batch), float(timeout)
@@ -255,9 +350,10 @@ class DectrisZMQSource(Source):
         return f"DectrisZMQSource({self.endpoint})"
 
     def _parts(self):
-        if not self._socket.poll(int(self.timeout * 1000)):
+        parts = receive_parts(self._socket, self.timeout)
+        if parts is None:
             raise InputError(f"{self!r}: no message for {self.timeout:g} s")
-        return self._socket.recv_multipart(copy=False)
+        return parts
 
     def _recv(self):
         """The next message: ``(head, parts)``; head the first part as a dict (v1 JSON, v2 CBOR)."""
@@ -351,9 +447,23 @@ class DectrisZMQSource(Source):
 
     def _iter_v1(self):
         index, infos, blobs = [], [], []
+        known: dict = {}  # image parts seen, their size left out, parsed
         while True:
-            head, parts = self._first if self._first is not None else self._recv()
-            self._first = None
+            if self._first is None:
+                parts = self._parts()
+                fast = v1_image(parts, known)
+                if fast is not None:  # an image message, read without json.loads
+                    index.append(fast[0])
+                    infos.append(fast[1])
+                    blobs.append(parts[2].buffer)
+                    if len(index) >= self.batch:
+                        yield self._batch_v1(index, infos, blobs)
+                        index, infos, blobs = [], [], []
+                    continue
+                head = self._decode(parts)
+            else:
+                head, parts = self._first
+                self._first = None
             kind = head.get("htype")
             if kind == "dseries_end-1.0":
                 break
@@ -365,10 +475,17 @@ class DectrisZMQSource(Source):
             infos.append(json.loads(bytes(parts[1].buffer)))
             blobs.append(parts[2].buffer)
             if len(index) >= self.batch:
-                yield Frames(np.array(index), decode_frames(infos, blobs))
+                yield self._batch_v1(index, infos, blobs)
                 index, infos, blobs = [], [], []
         if index:
-            yield Frames(np.array(index), decode_frames(infos, blobs))
+            yield self._batch_v1(index, infos, blobs)
+
+    def _batch_v1(self, index, infos, blobs):
+        if self.decode == "device":
+            compressed = _compressed_v1(index, infos, blobs)
+            if compressed is not None:
+                return compressed
+        return Frames(np.array(index), decode_frames(infos, blobs))
 
     def _iter_v2(self):
         from qora.ssb.live.stream2 import scan_image
@@ -386,7 +503,7 @@ class DectrisZMQSource(Source):
                 index.append(fields.image_id)
                 parts.append(_scanned_part(fields))
                 if len(index) >= self.batch:
-                    yield Frames(np.array(index), _decode_parts(parts))
+                    yield self._batch_v2(index, parts)
                     index, parts = [], []
                 continue
             head = self._decode(raw)
@@ -410,10 +527,17 @@ class DectrisZMQSource(Source):
             index.append(int(head["image_id"]))
             parts.append(_stream2_frame(data[self.channel]))
             if len(index) >= self.batch:
-                yield Frames(np.array(index), _decode_parts(parts))
+                yield self._batch_v2(index, parts)
                 index, parts = [], []
         if index:
-            yield Frames(np.array(index), _decode_parts(parts))
+            yield self._batch_v2(index, parts)
+
+    def _batch_v2(self, index, parts):
+        if self.decode == "device":
+            compressed = _compressed_parts(index, parts)
+            if compressed is not None:
+                return compressed
+        return Frames(np.array(index), _decode_parts(parts))
 
     def close(self) -> None:
         if self._socket is not None:

@@ -58,6 +58,10 @@ class LiveOptions:
     """Frames the receive queue holds."""
     max_wait_s: float = 2.0
     """Seconds the receiver waits on a full queue before :class:`FellBehind`."""
+    decode: str = "auto"
+    """Where a DECTRIS source's bitshuffle-LZ4 frames are decoded: "device" (the GPU: the
+    receiver only parses messages, the compressed bytes go to the device), "host", or "auto"
+    (the device on CUDA) (:class:`LiveG`'s ``decode``)."""
     calibration_rows: int = 4
     """Rows before the bright-field disk is first fitted (:class:`LiveG`)."""
     margin: float = 3.0
@@ -131,10 +135,16 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
     source.open()
     if source.scan_shape is None or source.detector_shape is None:
         raise InputError(f"{source!r}: no scan or detector shape after its header")
-    live = LiveG(source.scan_shape, source.detector_shape, kv=kv, alpha_mrad=alpha_mrad, scan_step=scan_step,
-                 rotation=0.0 if rotation is None else rotation, detector=detector,
-                 calibration_rows=options.calibration_rows, margin=options.margin, lag_rows=options.lag_rows,
-                 backend=backend, precision=precision)
+    try:
+        live = LiveG(source.scan_shape, source.detector_shape, kv=kv, alpha_mrad=alpha_mrad, scan_step=scan_step,
+                     rotation=0.0 if rotation is None else rotation, detector=detector,
+                     calibration_rows=options.calibration_rows, margin=options.margin, lag_rows=options.lag_rows,
+                     backend=backend, precision=precision, decode=options.decode)
+    except Exception:
+        source.close()  # the stream's connection is not left open by a bad setting
+        raise
+    if getattr(source, "decode", None) == "auto":  # a DECTRIS source: its frames kept compressed for the GPU
+        source.decode = "device" if live.decode_on_device else "host"
     batch = max(1, int(getattr(source, "batch", 256)))
     q: queue.Queue = queue.Queue(maxsize=max(2, options.queue_frames // batch))
     counter, stop = _Counter(), threading.Event()

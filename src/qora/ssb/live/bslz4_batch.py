@@ -1,0 +1,329 @@
+"""Bitshuffle-LZ4 frames kept compressed as they arrive, for the device to decode
+(:mod:`qora.ssb.live.bslz4_device`, the kernel ``qora/ssb/kernels/bslz4.cu``).
+
+- :class:`CompressedFrames`: a batch of a DECTRIS receiver's frames as their blobs (what a source
+  yields with ``decode="device"``), packed end to end into one byte array on demand.
+- :func:`block_table`: the host's share of the decoding, a scan of each blob's header and block
+  sizes (Numba, over the batch), giving each LZ4 block's offset and size; it checks the headers,
+  so that the device decodes only blocks that lie inside their frame.
+- :func:`gather_host`: the kernel's algorithm in Numba, written in its warps and lanes (a CTA per
+  LZ4 block index and group of frames, 32 lanes that split each copy, eight elements a lane in
+  the bit transpose, the sums kept as the kernel keeps them), so that its indexing is tested on a
+  machine without a GPU against the NumPy decoder (:mod:`qora.ssb.live.bslz4`) and an independent
+  encoder (hdf5plugin's); on the CPU backend it is also the decode of a device-bound batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from qora.io.errors import FileFormatError, InputError
+
+__all__ = ["CompressedFrames", "BlockTable", "block_table", "gather_host", "slot_map", "WARPS", "LANES"]
+
+WARPS = 4  # warps a CTA (WARPS in bslz4.cu)
+LANES = 32
+HEADER = 12  # bytes: total (big-endian u64), block size (big-endian u32)
+
+
+@dataclass
+class CompressedFrames:
+    """A batch of bitshuffle-LZ4 frames as received: ``index`` (n,) their acquisition indices,
+    ``blobs`` n byte buffers (each a frame's blob with its 12-byte header; memoryviews of the
+    received messages, not copied), ``dtype`` the pixels' (little-endian counts), ``shape``
+    (det_row, det_col)."""
+
+    index: np.ndarray
+    blobs: list
+    dtype: np.dtype
+    shape: tuple
+
+    def __post_init__(self) -> None:
+        self.index = np.asarray(self.index, np.int64).reshape(-1)
+        self.dtype = np.dtype(self.dtype).newbyteorder("=")
+        self.shape = tuple(int(v) for v in self.shape)
+        if len(self.blobs) != len(self.index):
+            raise InputError(f"CompressedFrames: {len(self.blobs)} blobs for {len(self.index)} indices")
+        if self.dtype not in (np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.uint32)):
+            raise InputError(f"CompressedFrames: counts of uint8, uint16 or uint32, got {self.dtype}")
+        self.sizes = np.fromiter((memoryview(b).nbytes for b in self.blobs), np.int64, len(self.blobs))
+
+    @property
+    def nbytes(self) -> int:
+        """The blobs' bytes in all (what goes to the device)."""
+        return int(self.sizes.sum())
+
+    def pack(self, into: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(blob, offsets)``: the blobs end to end in ``into`` (uint8, at least :attr:`nbytes`;
+        page-locked memory on the way to the device) or a new array, and their offsets (n + 1,)."""
+        offsets = np.zeros(len(self.blobs) + 1, np.int64)
+        np.cumsum(self.sizes, out=offsets[1:])
+        total = int(offsets[-1])
+        if into is None:
+            into = np.empty(total, np.uint8)
+        elif into.size < total:
+            raise InputError(f"CompressedFrames.pack: {into.size} bytes given for {total}")
+        view = memoryview(into)
+        # memoryview slices: the copy is the cost, not the Python (a NumPy slice assignment a blob
+        # took twice the time, docs/ssb-performance.md)
+        for b, lo, hi in zip(self.blobs, offsets[:-1].tolist(), offsets[1:].tolist()):
+            view[lo:hi] = b
+        return into[:total], offsets
+
+    def decode(self) -> np.ndarray:
+        """The frames (n, det_row, det_col) decoded on the host (Numba, in parallel)."""
+        from qora.ssb.live.bslz4_numba import decode_batch
+
+        try:
+            flat = decode_batch(self.blobs, self.dtype, self.shape[0] * self.shape[1])
+        except ValueError as error:
+            raise FileFormatError(f"a DECTRIS image: {error}") from None
+        return flat.reshape((len(self.index),) + self.shape).astype(self.dtype, copy=False)
+
+
+@dataclass
+class BlockTable:
+    """Where each LZ4 block of a batch lies: ``starts`` (n, nblocks) int64 offsets of its data in
+    the packed blob, ``sizes`` (n, nblocks) int32 compressed bytes, ``tails`` (n,) int64 offsets of
+    each frame's raw last ``count % 8`` elements; ``block_bytes`` the header's block size, ``whole``
+    the elements in blocks (``count`` rounded down to a multiple of 8)."""
+
+    starts: np.ndarray
+    sizes: np.ndarray
+    tails: np.ndarray
+    block_bytes: int
+    whole: int
+    count: int
+    itemsize: int
+
+    @property
+    def nblocks(self) -> int:
+        return self.starts.shape[1]
+
+
+def _be(blob, at: int, width: int) -> int:
+    value = 0
+    for k in range(width):
+        value = (value << 8) | int(blob[at + k])
+    return value
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _scan(blob, offsets, count, itemsize, block_bytes, starts, sizes, tails, status):
+    n, nblocks = starts.shape
+    whole = (count // 8) * 8 * itemsize
+    for f in numba.prange(n):
+        lo, hi = offsets[f], offsets[f + 1]
+        if hi - lo < 12:
+            status[f] = 1
+            continue
+        total = 0
+        for k in range(8):
+            total = (total << 8) | blob[lo + k]
+        block = 0
+        for k in range(8, 12):
+            block = (block << 8) | blob[lo + k]
+        if total != count * itemsize or block != block_bytes:
+            status[f] = 1
+            continue
+        pos = lo + 12
+        for k in range(nblocks):
+            if pos + 4 > hi:
+                status[f] = 2
+                break
+            size = 0
+            for j in range(4):
+                size = (size << 8) | blob[pos + j]
+            if size > hi - pos - 4:
+                status[f] = 2
+                break
+            starts[f, k] = pos + 4
+            sizes[f, k] = size
+            pos += 4 + size
+        if status[f] == 0 and pos + total - whole > hi:
+            status[f] = 2
+        tails[f] = pos
+
+
+def block_table(blob: np.ndarray, offsets: np.ndarray, *, dtype, count: int) -> BlockTable:
+    """The :class:`BlockTable` of a packed batch (``blob``, ``offsets`` from
+    :meth:`CompressedFrames.pack`) of frames of ``count`` elements of ``dtype``. Every frame must
+    hold ``count`` elements in blocks of the first frame's block size; raises
+    :class:`FileFormatError` naming the first frame that does not (or whose blocks run past it)."""
+    itemsize = np.dtype(dtype).itemsize
+    n = len(offsets) - 1
+    if n < 1:
+        raise InputError("block_table: an empty batch")
+    if offsets[1] - offsets[0] < HEADER:
+        raise FileFormatError("frame 0 of the batch is shorter than a bitshuffle-LZ4 header")
+    block_bytes = _be(blob, int(offsets[0]) + 8, 4)
+    if block_bytes == 0 or block_bytes % (8 * itemsize) or block_bytes > 1 << 16:
+        raise FileFormatError(f"a bitshuffle-LZ4 block size of {block_bytes} bytes: expected a multiple of "
+                              f"{8 * itemsize} up to 65536")
+    whole = (count // 8) * 8
+    nblocks = -(-whole * itemsize // block_bytes)
+    starts = np.zeros((n, nblocks), np.int64)
+    sizes = np.zeros((n, nblocks), np.int32)
+    tails = np.zeros(n, np.int64)
+    status = np.zeros(n, np.int8)
+    _scan(blob, offsets, count, itemsize, block_bytes, starts, sizes, tails, status)
+    if status.any():
+        bad = int(np.flatnonzero(status)[0])
+        what = "header" if status[bad] == 1 else "block sizes"
+        raise FileFormatError(f"frame {bad} of the batch is not a bitshuffle-LZ4 blob of {count} {np.dtype(dtype)} "
+                              f"values in blocks of {block_bytes} bytes ({what})")
+    return BlockTable(starts, sizes, tails, block_bytes, whole, count, itemsize)
+
+
+def slot_map(gathered: np.ndarray, count: int) -> np.ndarray:
+    """(count,) int32: the column of the gathered pixels each flat detector index goes to, or -1."""
+    slot = np.full(count, -1, np.int32)
+    slot[np.asarray(gathered, np.int64)] = np.arange(len(gathered), dtype=np.int32)
+    return slot
+
+
+# -- the kernel's host twin ------------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True)
+def _lz4_warp(src, start, csize, dst, size):
+    """lz4_warp of bslz4.cu: the token parse (every lane's, the same), each copy split over the 32
+    lanes in the kernel's order (lane t takes bytes t, t + 32, ...). Returns True when the block
+    decodes to exactly ``size`` bytes."""
+    i, o = 0, 0
+    while i < csize:
+        token = src[start + i]
+        i += 1
+        lit = token >> 4
+        if lit == 15:
+            while True:
+                if i >= csize:
+                    return False
+                b = src[start + i]
+                i += 1
+                lit += b
+                if b != 255:
+                    break
+        if o + lit > size or i + lit > csize:
+            return False
+        for lane in range(LANES):
+            for t in range(lane, lit, LANES):
+                dst[o + t] = src[start + i + t]
+        i += lit
+        o += lit
+        if i >= csize:
+            break
+        if i + 2 > csize:
+            return False
+        offset = src[start + i] | (src[start + i + 1] << 8)
+        i += 2
+        match = token & 15
+        if match == 15:
+            while True:
+                if i >= csize:
+                    return False
+                b = src[start + i]
+                i += 1
+                match += b
+                if b != 255:
+                    break
+        match += 4
+        if offset == 0 or offset > o or o + match > size:
+            return False
+        # the lanes read only bytes before o: the kernel's lanes run in any order, and so may these
+        for lane in range(LANES - 1, -1, -1):
+            for t in range(lane, match, LANES):
+                dst[o + t] = dst[o - offset + (t % offset)]
+        o += match
+    return o == size
+
+
+_M1, _M2, _M3 = np.uint64(0x00AA00AA00AA00AA), np.uint64(0x0000CCCC0000CCCC), np.uint64(0x00000000F0F0F0F0)
+
+
+@numba.njit(cache=True, nogil=True)
+def _transpose8(x):
+    t = (x ^ (x >> np.uint64(7))) & _M1
+    x = x ^ t ^ (t << np.uint64(7))
+    t = (x ^ (x >> np.uint64(14))) & _M2
+    x = x ^ t ^ (t << np.uint64(14))
+    t = (x ^ (x >> np.uint64(28))) & _M3
+    return x ^ t ^ (t << np.uint64(28))
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _gather(blob, starts, sizes, tails, slot, block_bytes, whole, count, itemsize, frames_per_cta, out, sums,
+            status):
+    n, nblocks = starts.shape
+    per_block = block_bytes // itemsize
+    kblocks = max(nblocks, 1)
+    ctas_y = (n + frames_per_cta - 1) // frames_per_cta
+    # each CTA's sums apart (the kernel's shared array), added into ``sums`` after the parallel loop
+    partial = np.zeros((kblocks * ctas_y, per_block), np.uint64)
+    tail_sums = np.zeros((ctas_y, 8), np.uint64)
+    for cta in numba.prange(kblocks * ctas_y):
+        k, y = cta % kblocks, cta // kblocks  # blockIdx.x, blockIdx.y
+        f0, f1 = y * frames_per_cta, min(n, (y + 1) * frames_per_cta)
+        acc = partial[cta]  # (e, q): element 8 q + e at e nb + q
+        buf = np.empty(block_bytes, np.uint8)  # a warp's shared buffer (one warp at a time here)
+        if k < nblocks:
+            first = k * per_block
+            m = min(per_block, whole - first)
+            nb = m // 8
+            size = m * itemsize
+            for warp in range(WARPS):
+                for f in range(f0 + warp, f1, WARPS):
+                    if not _lz4_warp(blob, starts[f, k], sizes[f, k], buf, size):
+                        status[f] = 2
+                        continue
+                    for lane in range(LANES):
+                        for q in range(lane, nb, LANES):
+                            v = np.zeros(8, np.uint64)
+                            for b in range(itemsize):
+                                x = np.uint64(0)
+                                for j in range(8):
+                                    x |= np.uint64(buf[(8 * b + j) * nb + q]) << np.uint64(8 * j)
+                                x = _transpose8(x)
+                                for e in range(8):
+                                    v[e] |= ((x >> np.uint64(8 * e)) & np.uint64(255)) << np.uint64(8 * b)
+                            for e in range(8):
+                                acc[e * nb + q] += v[e]
+                                s = slot[first + 8 * q + e]
+                                if s >= 0:
+                                    out[f, s] = v[e]
+        if k == kblocks - 1:  # the raw last elements
+            rest = count - whole
+            for f in range(f0, f1):
+                for lane in range(rest):
+                    at = tails[f] + lane * itemsize
+                    v = np.uint64(0)
+                    for b in range(itemsize):
+                        v |= np.uint64(blob[at + b]) << np.uint64(8 * b)
+                    tail_sums[y, lane] += v
+                    s = slot[whole + lane]
+                    if s >= 0:
+                        out[f, s] = v
+    return partial, tail_sums
+
+
+def gather_host(blob: np.ndarray, table: BlockTable, slot: np.ndarray, *, out: np.ndarray, sums: np.ndarray,
+                frames_per_cta: int = 32) -> None:
+    """The kernel ``bslz4_gather`` on the host: the gathered pixels of each frame of the packed
+    batch into ``out`` (n, gathered) float (the columns ``slot`` names), the frames' pixels added
+    into ``sums`` (count,) uint64. Raises :class:`FileFormatError` naming a malformed frame."""
+    n = table.starts.shape[0]
+    status = np.zeros(n, np.int8)
+    partial, tails = _gather(blob, table.starts, table.sizes, table.tails, slot, table.block_bytes, table.whole,
+                             table.count, table.itemsize, int(frames_per_cta), out, sums, status)
+    if status.any():
+        raise FileFormatError(f"frame {int(np.flatnonzero(status)[0])} of the batch has a malformed LZ4 block")
+    kblocks = max(table.nblocks, 1)
+    per_block = table.block_bytes // table.itemsize
+    for k in range(table.nblocks):  # the kernel's flush: (e, q) back to element 8 q + e
+        m = min(per_block, table.whole - k * per_block)
+        nb = m // 8
+        block = partial[k::kblocks, :m].sum(0, dtype=np.uint64)
+        sums[k * per_block:k * per_block + m] += block.reshape(8, nb).T.reshape(-1)
+    rest = table.count - table.whole
+    sums[table.whole:] += tails.sum(0, dtype=np.uint64)[:rest]
