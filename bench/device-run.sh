@@ -42,6 +42,9 @@ for b in ${BENCH:-}; do
     crystal) timeout 400 $Q bench --out "$OUT/results" phase-success --backend cuda --cases crystal_128 --starts 10 \
                --consensus 5 --figures "$OUT/figures" ;;
     ssb-full) timeout 400 $Q bench --out "$OUT/results" ssb-full --dir /tmp/qora-ssb-full ;;
+    ssb-live-512) timeout 400 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 512 --detector 192 \
+                    --dataset-dir /tmp/qora-ssb-full ;;
+    bslz4) timeout 120 python3 bench/probes/bslz4_device_probe.py --detector 192 --repeats 20 ;;
     bpm-rotation) timeout 300 python3 bench/probes/holo_bpm_rotation.py 128 180 cuda 20 ;;
     *) echo "unknown benchmark $b" ;;
   esac > "$OUT/bench-$b.log" 2>&1
