@@ -9,6 +9,7 @@ from qora.io.errors import InputError
 from qora.ssb import Aberrations, Band, Session, amorphous_slices, defocus_search, newton, scan_truth, simulate
 from qora.ssb.depth import (IncoherentBand, auto_sections, depth_coherence, depth_of_field, depth_sections,
                             fit_incoherent, section_depths)
+from qora.testing import DeviceArray, DeviceXp
 
 PIXEL, KV, ALPHA, C10, THICKNESS = 0.25, 300.0, 25.0, -100.0, 120.0
 
@@ -186,127 +187,13 @@ def test_incoherent_fit_of_an_independent_abtem_film():
     assert coherence < 0.5  # measured 0.26
 
 
-# -- the array code as CuPy sees it: a NumPy-backed device array that refuses NumPy-only calls --------------------
-
-
-class _Device:
-    """A NumPy array behind CuPy's rules: ufuncs and the ``xp`` module work on it, a NumPy function called on it
-    directly (np.linalg.solve, np.sum, ...) or an implicit conversion (np.asarray) raises TypeError, as CuPy's does;
-    ``.get()`` is the way to the host."""
-
-    __array_priority__ = 1000
-
-    def __init__(self, a):
-        self.a = np.asarray(a)
-
-    def __array__(self, *args, **kwargs):
-        raise TypeError("implicit conversion of a device array to NumPy (use .get())")
-
-    def __array_function__(self, func, types, args, kwargs):
-        raise TypeError(f"the NumPy function {func.__name__} called on a device array")
-
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        _refuse_host_arrays(inputs)
-        if "out" in kwargs:
-            kwargs["out"] = tuple(_host_view(o) for o in kwargs["out"])
-        return _wrap(getattr(ufunc, method)(*(_host_view(x) for x in inputs), **kwargs))
-
-    def get(self):
-        return self.a.copy()
-
-    shape = property(lambda self: self.a.shape)
-    dtype = property(lambda self: self.a.dtype)
-    ndim = property(lambda self: self.a.ndim)
-    size = property(lambda self: self.a.size)
-    T = property(lambda self: _Device(self.a.T))
-    real = property(lambda self: _Device(self.a.real))
-    imag = property(lambda self: _Device(self.a.imag))
-
-    def __getattr__(self, name):  # methods (astype, reshape, transpose, sum, conj, copy, ...) stay on the device
-        if name.startswith("__"):  # NumPy's protocols (__array_interface__, ...): a device array has none
-            raise AttributeError(name)
-        method = getattr(self.a, name)
-        return lambda *args, **kwargs: _wrap(method(*(_host_view(x) for x in args), **kwargs))
-
-    def __getitem__(self, key):
-        return _Device(self.a[_host_view(key)])
-
-    def __setitem__(self, key, value):
-        self.a[_host_view(key)] = _host_view(value)
-
-    def __float__(self):
-        return float(self.a)
-
-    def __len__(self):
-        return len(self.a)
-
-
-def _binary(ufunc, reflected=False):
-    return (lambda self, other: ufunc(other, self)) if reflected else (lambda self, other: ufunc(self, other))
-
-
-for _name, _ufunc in (("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("truediv", np.true_divide),
-                      ("pow", np.power), ("matmul", np.matmul)):
-    setattr(_Device, f"__{_name}__", _binary(_ufunc))
-    setattr(_Device, f"__r{_name}__", _binary(_ufunc, reflected=True))
-for _name, _ufunc in (("lt", np.less), ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal),
-                      ("and", np.logical_and), ("or", np.logical_or)):
-    setattr(_Device, f"__{_name}__", _binary(_ufunc))
-_Device.__neg__ = lambda self: np.negative(self)
-_Device.__abs__ = lambda self: np.absolute(self)
-_Device.__iadd__ = lambda self, other: np.add(self, other, out=(self,)) and self
-
-
-def _refuse_host_arrays(args):
-    """CuPy's functions and ufuncs take device arrays and scalars, not NumPy arrays (TypeError)."""
-    for x in args:
-        if isinstance(x, np.ndarray):
-            raise TypeError(f"a NumPy array {x.shape} mixed with device arrays")
-        if isinstance(x, (list, tuple)):
-            _refuse_host_arrays(x)
-
-
-def _host_view(x):
-    if isinstance(x, _Device):
-        return x.a
-    if isinstance(x, tuple):
-        return tuple(_host_view(v) for v in x)
-    if isinstance(x, list):
-        return [_host_view(v) for v in x]
-    return x
-
-
-def _wrap(r):
-    if isinstance(r, (np.ndarray, np.generic)) and not isinstance(r, (bool, np.bool_)) or isinstance(r, np.ndarray):
-        return _Device(r)
-    if isinstance(r, tuple):
-        return tuple(_wrap(v) for v in r)
-    return r
-
-
-class _DeviceXp:
-    """The ``xp`` of the device: NumPy's functions taking and giving device arrays."""
-
-    def __init__(self, module=np):
-        self._module = module
-
-    def __getattr__(self, name):
-        attr = getattr(self._module, name)
-        if name == "linalg":
-            return _DeviceXp(np.linalg)
-        if isinstance(attr, type) or not callable(attr):
-            return attr
-        if name not in ("asarray", "array", "ascontiguousarray"):  # the ways onto the device
-            return lambda *args, **kwargs: _refuse_host_arrays(args + tuple(kwargs.values())) or _wrap(
-                attr(*(_host_view(a) for a in args), **{k: _host_view(v) for k, v in kwargs.items()}))
-        return lambda *args, **kwargs: _wrap(attr(*(_host_view(a) for a in args),
-                                                  **{k: _host_view(v) for k, v in kwargs.items()}))
+# -- the array code as CuPy sees it (qora.testing's emulated device) ----------------------------------------------
 
 
 def _on_the_device(band):
     """The band's arrays moved onto the emulated device (what Band does for a session holding G there)."""
-    to = _Device
-    band.xp = _DeviceXp()
+    to = DeviceArray
+    band.xp = DeviceXp()
     band.G = to(band.G)
     band._terms = [{k: (to(v) if isinstance(v, np.ndarray) else [to(x) for x in v] if isinstance(v, list) else v)
                     for k, v in term.items()} for term in band.terms]
@@ -320,7 +207,8 @@ def test_the_incoherent_band_keeps_to_array_code_cupy_runs(small, monkeypatch):
     from qora.ssb import model
 
     xp_of = model.xp_of  # the helpers' own choice of module: the device's for a device array, as with CuPy
-    monkeypatch.setattr(model, "xp_of", lambda *a: _DeviceXp() if any(isinstance(x, _Device) for x in a) else xp_of(*a))
+    monkeypatch.setattr(model, "xp_of",
+                        lambda *a: DeviceXp() if any(isinstance(x, DeviceArray) for x in a) else xp_of(*a))
     names = ("C10", "C12a", "C12b", "thickness")
     v = {"C10": -75.0, "C12a": 6.0, "C12b": 2.0, "thickness": 50.0}
     host = IncoherentBand(small, names, sections=3)
@@ -335,6 +223,6 @@ def test_the_incoherent_band_keeps_to_array_code_cupy_runs(small, monkeypatch):
     sets = [v, {**v, "thickness": 20.0}]
     np.testing.assert_allclose(device.evaluate_batch(sets), host.evaluate_batch(sets), rtol=1e-12)
     x = device.section_objects(v)
-    assert isinstance(x, _Device)
+    assert isinstance(x, DeviceArray)
     np.testing.assert_allclose(x.get(), host.section_objects(v), rtol=1e-10, atol=1e-12)
     assert depth_coherence(device, x) == pytest.approx(depth_coherence(host, host.section_objects(v)), rel=1e-12)
