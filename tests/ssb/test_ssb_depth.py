@@ -194,9 +194,11 @@ def _on_the_device(band):
     """The band's arrays moved onto the emulated device (what Band does for a session holding G there)."""
     to = DeviceArray
     band.xp = DeviceXp()
-    band.G = to(band.G)
-    band._terms = [{k: (to(v) if isinstance(v, np.ndarray) else [to(x) for x in v] if isinstance(v, list) else v)
-                    for k, v in term.items()} for term in band.terms]
+    band.G, band.ky, band.kx = to(band.G), to(band.ky), to(band.kx)
+    band._q_scan = tuple(to(q) for q in band._q_scan)
+    band._geometry_for = None
+    band._set_rotation(band.rotation)  # the scan frequencies, and later the terms, made on the device
+    assert isinstance(band.terms[0]["a"], DeviceArray) and isinstance(band.terms[1]["depth"], DeviceArray)
     band.eps, band._empty, band._centring = to(band.eps), to(band._empty), to(band._centring)
     return band
 
@@ -204,11 +206,12 @@ def _on_the_device(band):
 def test_the_incoherent_band_keeps_to_array_code_cupy_runs(small, monkeypatch):
     """IncoherentBand's evaluation on an emulated device array (NumPy behind CuPy's rules: no NumPy-only call, no
     implicit conversion) gives the host's numbers: what tests/ssb/test_ssb_depth_cuda.py checks on a GPU."""
-    from qora.ssb import model
+    from qora.ssb import model, optics
 
     xp_of = model.xp_of  # the helpers' own choice of module: the device's for a device array, as with CuPy
-    monkeypatch.setattr(model, "xp_of",
-                        lambda *a: DeviceXp() if any(isinstance(x, DeviceArray) for x in a) else xp_of(*a))
+    for module in (model, optics):
+        monkeypatch.setattr(module, "xp_of",
+                            lambda *a: DeviceXp() if any(isinstance(x, DeviceArray) for x in a) else xp_of(*a))
     names = ("C10", "C12a", "C12b", "thickness")
     v = {"C10": -75.0, "C12a": 6.0, "C12b": 2.0, "thickness": 50.0}
     host = IncoherentBand(small, names, sections=3)
