@@ -90,8 +90,10 @@ def test_complex_index_matches_cpu(absorbing_case, options):
     assert gpu.info["backend"] == "cuda" and gpu.absorption is not None and gpu.absorption.shape == cpu.absorption.shape
     assert _relative(gpu.index, cpu.index) < 1e-4
     assert np.linalg.norm(gpu.absorption - cpu.absorption) < 1e-3 * np.linalg.norm(cpu.absorption)
-    if options["method"] != "plain":
-        assert gpu.absorption.min() >= -1e-7  # absorption only: Im V >= 0 is kept
+    if options["method"] == "tv":
+        assert gpu.absorption.min() >= -1e-7  # absorption only: TV's iterate is projected onto Im V >= 0
+    # GP ends, as on the CPU, with the data restored and one more inverse transform, unprojected: its absorption
+    # dips below 0 (the CPU's min -5e-4 on this case), so the GP cases compare with the CPU's alone
 
 
 def _search_agrees(cpu, gpu):
