@@ -85,3 +85,27 @@ def test_parity_of_a_cupy_candidate(rng):
     assert_parity(lambda a: np.sin(a) * 3, lambda a: cp.sin(cp.asarray(a)) * 3, x)
     with pytest.raises(AssertionError):
         assert_parity(lambda a: np.sin(a), lambda a: cp.cos(cp.asarray(a)), x)
+
+
+def test_the_emulated_device_refuses_what_cupy_refuses():
+    """DeviceArray: ufuncs, operators, methods and DeviceXp's functions work and stay on the device; a NumPy-only
+    function on it, an implicit conversion or a NumPy array mixed in raise TypeError (CuPy's behaviour)."""
+    import pytest
+
+    from qora.testing import DeviceArray, DeviceXp
+
+    xp = DeviceXp()
+    a = xp.asarray(np.arange(6.0).reshape(2, 3))
+    assert isinstance(a, DeviceArray)
+    b = np.sin(a) * 2 + (a.T.T @ xp.ones((3, 2)))[:, :1] - xp.linalg.solve(xp.eye(2), a)[:, :1]
+    assert isinstance(b, DeviceArray) and isinstance(a.sum(), DeviceArray)
+    assert isinstance(xp.where(a > 1, a, 0), DeviceArray)
+    np.testing.assert_allclose(b.get(), 2 * np.sin(np.arange(6.0).reshape(2, 3)) + np.array([[3.0], [12.0]])
+                               - np.array([[0.0], [3.0]]))
+    assert float(a.sum()) == 15.0
+    a[0, 0] = 7.0
+    assert a.get()[0, 0] == 7.0
+    for refused in (lambda: np.asarray(a), lambda: np.where(a > 1, a, 0), lambda: np.linalg.solve(xp.eye(2), a),
+                    lambda: a + np.ones((2, 3)), lambda: np.ones((2, 3)) * a, lambda: xp.matmul(a, np.ones((3, 1)))):
+        with pytest.raises(TypeError):
+            refused()

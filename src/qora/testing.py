@@ -5,6 +5,8 @@ NumPy reference and a CUDA kernel) on the same host inputs and compares their
 outputs on the host with a tolerance that depends on the output dtype.
 :func:`dot_test` checks that an operator and its claimed adjoint satisfy
 ``<A x, y> = <x, A^H y>`` on random complex inputs.
+:class:`DeviceArray` and :class:`DeviceXp` emulate a CuPy array and module on the CPU, for array code
+meant for both: NumPy behind CuPy's rules, so that a NumPy-only call on a device array fails here too.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["assert_parity", "dot_test", "ParityReport", "default_rtol"]
+__all__ = ["assert_parity", "dot_test", "ParityReport", "default_rtol", "DeviceArray", "DeviceXp"]
 
 # Relative tolerances per dtype: a few ulps of accumulated rounding for the
 # transforms and reductions our kernels do, not the dtype's epsilon.
@@ -156,3 +158,135 @@ def dot_test(forward, adjoint, x_shape, y_shape, *, dtype=np.complex128, rtol=No
     if worst > rtol:
         raise AssertionError(f"dot test failed: relative mismatch {worst:.3e} > rtol {rtol:g}")
     return worst
+
+
+# -- an emulated device: NumPy behind CuPy's rules -------------------------------------------------------
+
+
+class DeviceArray:
+    """A NumPy array that behaves as a CuPy array does towards NumPy: ufuncs (operators included) and
+    :class:`DeviceXp`'s functions work on it and give device arrays; a NumPy function called on it directly
+    (``np.linalg.solve``, ``np.where``, ...), an implicit conversion (``np.asarray``) or a NumPy array mixed into
+    an operation raises TypeError, as with CuPy; ``.get()`` copies it to the host. Methods (``astype``,
+    ``reshape``, ``sum``, ...) stay on the device. For testing array code without a GPU."""
+
+    __array_priority__ = 1000
+
+    def __init__(self, a) -> None:
+        self.a = np.asarray(a)
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("implicit conversion of a device array to a NumPy array (use .get())")
+
+    def __array_function__(self, func, types, args, kwargs):
+        raise TypeError(f"the NumPy function {func.__name__} called on a device array")
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        _refuse_host_arrays(inputs)
+        if "out" in kwargs:
+            kwargs["out"] = tuple(_unwrap(o) for o in kwargs["out"])
+        return _wrap(getattr(ufunc, method)(*(_unwrap(x) for x in inputs), **kwargs))
+
+    def get(self) -> np.ndarray:
+        return self.a.copy()
+
+    shape = property(lambda self: self.a.shape)
+    dtype = property(lambda self: self.a.dtype)
+    ndim = property(lambda self: self.a.ndim)
+    size = property(lambda self: self.a.size)
+    nbytes = property(lambda self: self.a.nbytes)
+    T = property(lambda self: DeviceArray(self.a.T))
+    real = property(lambda self: DeviceArray(self.a.real))
+    imag = property(lambda self: DeviceArray(self.a.imag))
+
+    def __getattr__(self, name):
+        if name.startswith("__"):  # NumPy's protocols (__array_interface__, ...): a device array has none
+            raise AttributeError(name)
+        method = getattr(self.a, name)
+        return lambda *args, **kwargs: _wrap(method(*(_unwrap(x) for x in args), **kwargs))
+
+    def __getitem__(self, key):
+        return DeviceArray(self.a[_unwrap(key)])
+
+    def __setitem__(self, key, value) -> None:
+        self.a[_unwrap(key)] = _unwrap(value)
+
+    def __float__(self) -> float:
+        return float(self.a)
+
+    def __int__(self) -> int:
+        return int(self.a)
+
+    def __bool__(self) -> bool:
+        return bool(self.a)
+
+    def __len__(self) -> int:
+        return len(self.a)
+
+
+def _binary(ufunc, reflected: bool = False):
+    return (lambda self, other: ufunc(other, self)) if reflected else (lambda self, other: ufunc(self, other))
+
+
+for _name, _ufunc in (("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("truediv", np.true_divide),
+                      ("floordiv", np.floor_divide), ("mod", np.remainder), ("pow", np.power), ("matmul", np.matmul),
+                      ("and", np.bitwise_and), ("or", np.bitwise_or), ("xor", np.bitwise_xor)):
+    setattr(DeviceArray, f"__{_name}__", _binary(_ufunc))
+    setattr(DeviceArray, f"__r{_name}__", _binary(_ufunc, reflected=True))
+for _name, _ufunc in (("lt", np.less), ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal),
+                      ("eq", np.equal), ("ne", np.not_equal)):
+    setattr(DeviceArray, f"__{_name}__", _binary(_ufunc))
+DeviceArray.__hash__ = None
+DeviceArray.__neg__ = lambda self: np.negative(self)
+DeviceArray.__abs__ = lambda self: np.absolute(self)
+DeviceArray.__invert__ = lambda self: np.invert(self)
+
+
+def _refuse_host_arrays(args) -> None:
+    for x in args:
+        if isinstance(x, np.ndarray):
+            raise TypeError(f"a NumPy array {x.shape} mixed with device arrays")
+        if isinstance(x, (list, tuple)):
+            _refuse_host_arrays(x)
+
+
+def _unwrap(x):
+    if isinstance(x, DeviceArray):
+        return x.a
+    if isinstance(x, (tuple, list)):
+        return type(x)(_unwrap(v) for v in x)
+    return x
+
+
+def _wrap(r):
+    if isinstance(r, np.ndarray) or (isinstance(r, np.generic) and not isinstance(r, np.bool_)):
+        return DeviceArray(r)  # a reduction gives a 0-d device array, as CuPy's
+    if isinstance(r, tuple):
+        return tuple(_wrap(v) for v in r)
+    return r
+
+
+class DeviceXp:
+    """The array module of :class:`DeviceArray` (the role of ``cupy``, or of ``cupyx.scipy.ndimage`` with
+    ``module=scipy.ndimage``): ``module``'s functions taking and giving device arrays. Host arrays enter only
+    through ``asarray``, ``array`` and ``ascontiguousarray``; anywhere else they raise TypeError."""
+
+    _ENTRIES = ("asarray", "array", "ascontiguousarray")
+
+    def __init__(self, module=np) -> None:
+        self._module = module
+
+    def __getattr__(self, name):
+        attr = getattr(self._module, name)
+        if name == "linalg" and self._module is np:
+            return DeviceXp(np.linalg)
+        if isinstance(attr, type) or not callable(attr):
+            return attr
+        strict = name not in self._ENTRIES
+
+        def call(*args, **kwargs):
+            if strict:
+                _refuse_host_arrays(args + tuple(kwargs.values()))
+            return _wrap(attr(*_unwrap(args), **{k: _unwrap(v) for k, v in kwargs.items()}))
+
+        return call

@@ -361,3 +361,47 @@ def test_cli_bpm_variant_is_refused_where_it_does_nothing(tmp_path):
     out = runner.invoke(cli, ["holo", "reconstruct", str(path), "--method", "gp", "--bpm-variant", "fused_fft",
                               "--out", str(tmp_path / "v.h5"), "--quiet"])
     assert out.exit_code == 2 and "does not use --bpm-variant" in out.output
+
+
+def test_rotation_geometry_on_an_emulated_device_equals_the_cpu_path(emulated, monkeypatch):
+    """The CUDA path of the rotation geometry (RotatedBpmDevice around the fused BpmDevice) end to end on the
+    emulated device, the turn and the screens by their host references: forward, gradient and an inversion equal
+    the CPU path's. The inversion reads the device's ``variant`` and ``chunk`` (it once raised AttributeError)."""
+    from types import SimpleNamespace
+
+    from qora.holo import bpm, bpm_cuda, bpm_rotation_cuda
+    from qora.holo import kernels as K
+    from qora.holo.geometry import rotation_axis
+    from qora.holo.rotate import rotate, rotate_adjoint
+
+    def turn(*, volume, rotation, out):
+        out[...] = rotate(np.asarray(volume, np.float32), rotation)
+
+    def turn_back(*, lab, rotation, out):
+        out += rotate_adjoint(np.asarray(lab, np.float32), rotation).astype(np.float32)
+
+    def screens(*, x, nz, n, kd, screens):  # holo.cu's bpm_screens: the FFT layout of exp(i kd x)
+        screens[...] = np.exp(1j * kd * np.fft.ifftshift(np.asarray(x), axes=(-2, -1)))
+
+    emulated.empty_like = lambda a: emulated.empty(a.shape, a.dtype)
+    emulated.maximum = np.maximum
+    monkeypatch.setattr(bpm_rotation_cuda, "cupy", lambda: emulated)
+    monkeypatch.setattr(bpm_rotation_cuda, "KR", SimpleNamespace(rotate=turn, rotate_adjoint=turn_back))
+    monkeypatch.setattr(K, "bpm_screens", screens)
+    n, nz = 16, 6
+    angles = np.sort(np.random.default_rng(4).uniform(0, 2 * np.pi, 3))
+    g = Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, n, R.NA_DETECTION, angles=angles, axis=rotation_axis(0.2),
+                 rotation_sense=-1)
+    vol = P.render_spheres([P.Sphere((0.1, 0.1, -0.2), 0.5, 1.40)], n, g.pixel, g.medium_index, supersample=3)
+    x = (vol - g.medium_index)[n // 2 - nz // 2:n // 2 + nz // 2].astype(np.float32)
+    assert _rel(bpm_cuda.bpm_forward(x, g, variant="fused_fft") - 1, bpm_forward(x, g) - 1) < 1e-5
+    data = bpm_forward(np.float32(0.8) * x, g).astype(np.complex64)
+    grad, loss = bpm_cuda.bpm_gradient(x, data, g, return_loss=True, variant="fused_fft")
+    ref, ref_loss = bpm_gradient(x, data, g, return_loss=True)
+    assert _rel(np.asarray(grad), ref) < 1e-5 and loss == pytest.approx(ref_loss, rel=1e-5)
+    start = np.zeros_like(x)
+    gpu = bpm_cuda.bpm_reconstruct(data, g, start=start, iterations=3, variant="fused_fft")
+    cpu = bpm.bpm_reconstruct(data, g, start=start, iterations=3)
+    assert gpu.info["variant"] == "fused_fft" and gpu.info["chunk"] == 1
+    assert _rel(gpu.index - g.medium_index, cpu.index - g.medium_index) < 1e-4
+    np.testing.assert_allclose(gpu.info["loss"], cpu.info["loss"], rtol=1e-5)

@@ -248,3 +248,21 @@ def test_parse_angles_takes_non_uniform_lists():
     np.testing.assert_allclose(holo.parse_angles("0, 2.5,7"), np.radians([0, 2.5, 7]))
     with pytest.raises(InputError, match="comma-separated"):
         holo.parse_angles("0,x,7")
+
+
+@pytest.mark.parametrize("method", ["gp", "plain"])
+def test_cuda_solver_takes_an_auto_weight_its_method_does_not_read(monkeypatch, method):
+    """tv_weight="auto" is valid options for every method (GP and plain do not read it, as on the CPU): the CUDA
+    solver must not take it for a number (it once did: TypeError "can't multiply sequence"). Run to the end of
+    its set-up with host arrays in place of the device's (no kernel is launched there)."""
+    from types import SimpleNamespace
+
+    from qora.holo import cuda_solver
+
+    host = SimpleNamespace(empty=np.empty, zeros=np.zeros, complex64=np.complex64, float32=np.float32,
+                           float64=np.float64, int32=np.int32, uint8=np.uint8)
+    monkeypatch.setattr(cuda_solver, "cupy", lambda: host)
+    g = Geometry(0.532, 1.333, 0.15, 16, 1.2, illuminations=np.zeros((1, 2)))
+    options = ReconstructionOptions(method=method, tv_weight="auto", iterations=3)
+    solver = cuda_solver.SpectrumSolver(g, 16, SimpleNamespace(plan=lambda *a, **k: None), options)
+    assert solver.lam == 0.0 and not solver.auto and solver.parts == 0

@@ -90,8 +90,10 @@ def test_complex_index_matches_cpu(absorbing_case, options):
     assert gpu.info["backend"] == "cuda" and gpu.absorption is not None and gpu.absorption.shape == cpu.absorption.shape
     assert _relative(gpu.index, cpu.index) < 1e-4
     assert np.linalg.norm(gpu.absorption - cpu.absorption) < 1e-3 * np.linalg.norm(cpu.absorption)
-    if options["method"] != "plain":
-        assert gpu.absorption.min() >= -1e-7  # absorption only: Im V >= 0 is kept
+    if options["method"] == "tv":
+        assert gpu.absorption.min() >= -1e-7  # absorption only: TV's iterate is projected onto Im V >= 0
+    # GP ends, as on the CPU, with the data restored and one more inverse transform, unprojected: its absorption
+    # dips below 0 (the CPU's min -5e-4 on this case), so the GP cases compare with the CPU's alone
 
 
 def _search_agrees(cpu, gpu):
@@ -146,3 +148,25 @@ def test_pipeline_takes_complex_index_and_the_weight_from_the_data(absorbing_cas
     if _search_agrees(cpu, gpu):
         assert _relative(gpu.index, cpu.index) < 1e-3
         assert np.linalg.norm(gpu.absorption - cpu.absorption) < 1e-2 * np.linalg.norm(cpu.absorption)
+
+
+def test_index_kernels_keep_a_weak_absorption():
+    """index_complex and index_parts against NumPy's complex128 sqrt for kappa from 1e-6 to 4e-3 (and a gain, and
+    zero): the imaginary index to float32 rounding of itself, not of n_m^2 (the cancelling sqrt((|z| - x) / 2)
+    returned 0 below kappa ~1e-4)."""
+    from qora.holo import kernels as K
+    from qora.holo.cuda_stages import cupy
+
+    cp = cupy()
+    k02 = (2 * math.pi * MEDIUM / 0.532) ** 2
+    n = np.linspace(1.33, 1.37, 4096) + 1j * np.geomspace(1e-6, 4e-3, 4096) * np.resize([1, 1, 1, -1, 0], 4096)
+    v = ((n**2 - MEDIUM**2) * k02).astype(np.complex64)  # the potential, rad^2/um^2
+    medium2, inv_k02 = np.float32(MEDIUM**2), np.float32(1 / k02)
+    ref = np.sqrt(medium2.astype(np.float64) + v.astype(np.complex128) * np.float64(inv_k02))
+    re, im = cp.empty(v.size, cp.float32), cp.empty(v.size, cp.float32)
+    K.index_complex(v=cp.asarray(v), total=v.size, scale=1.0, medium2=medium2, inv_k02=inv_k02, out=re, out_imag=im)
+    parts = [cp.asarray(np.ascontiguousarray(v.real)), cp.asarray(np.ascontiguousarray(v.imag))]
+    K.index_parts(re=parts[0], im=parts[1], total=v.size, medium2=medium2, inv_k02=inv_k02)
+    for got_re, got_im in ((re, im), parts):
+        np.testing.assert_allclose(got_re.get(), ref.real, rtol=1e-6)
+        np.testing.assert_allclose(got_im.get(), ref.imag, rtol=1e-5, atol=1e-12)

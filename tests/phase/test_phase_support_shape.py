@@ -129,3 +129,22 @@ def test_priors_in_a_device_run(prior):
                          recipe=f"HIO(sw=10, sigma=2, sigma_min=1, threshold=0.25, shape={prior})**40")
     for support in np.asarray(result.supports, bool):
         np.testing.assert_array_equal(shape_support(support, prior), support)
+
+
+def test_priors_keep_to_array_code_cupy_runs(monkeypatch):
+    """The priors on an emulated device array (qora.testing: NumPy behind CuPy's rules, cupyx.scipy.ndimage's
+    role played by SciPy's): no NumPy-only call on the device array, the host's result, a device array back."""
+    import scipy.ndimage
+
+    from qora.phase import support_shape
+    from qora.testing import DeviceArray, DeviceXp
+
+    monkeypatch.setattr(support_shape, "cupy_submodule", lambda name: DeviceXp(scipy.ndimage))
+    xp = DeviceXp()
+    ring, disk = _annulus()
+    wrapped = np.roll(ring, (-17, 25), axis=(0, 1))  # across the periodic edge: the rolls run on the device too
+    for prior in ("filled", "convex"):
+        out = shape_support(xp.asarray(wrapped), prior, xp=xp)
+        assert isinstance(out, DeviceArray) and out.dtype == bool
+        np.testing.assert_array_equal(out.get(), shape_support(wrapped, prior))
+    np.testing.assert_array_equal(np.roll(fill_holes(xp.asarray(wrapped), xp=xp).get(), (17, -25), axis=(0, 1)), disk)

@@ -9,6 +9,7 @@ from qora.io.errors import InputError
 from qora.ssb import Aberrations, Band, Session, amorphous_slices, defocus_search, newton, scan_truth, simulate
 from qora.ssb.depth import (IncoherentBand, auto_sections, depth_coherence, depth_of_field, depth_sections,
                             fit_incoherent, section_depths)
+from qora.testing import DeviceArray, DeviceXp
 
 PIXEL, KV, ALPHA, C10, THICKNESS = 0.25, 300.0, 25.0, -100.0, 120.0
 
@@ -184,3 +185,47 @@ def test_incoherent_fit_of_an_independent_abtem_film():
     assert abs(values["thickness"] - 120.0) < 0.15 * 120.0  # measured 126 A
     assert agreement > col_agreement + 0.2  # measured 0.972 against 0.591
     assert coherence < 0.5  # measured 0.26
+
+
+# -- the array code as CuPy sees it (qora.testing's emulated device) ----------------------------------------------
+
+
+def _on_the_device(band):
+    """The band's arrays moved onto the emulated device (what Band does for a session holding G there)."""
+    to = DeviceArray
+    band.xp = DeviceXp()
+    band.G, band.ky, band.kx = to(band.G), to(band.ky), to(band.kx)
+    band._q_scan = tuple(to(q) for q in band._q_scan)
+    band._geometry_for = None
+    band._set_rotation(band.rotation)  # the scan frequencies, and later the terms, made on the device
+    assert isinstance(band.terms[0]["a"], DeviceArray) and isinstance(band.terms[1]["depth"], DeviceArray)
+    band.eps, band._empty, band._centring = to(band.eps), to(band._empty), to(band._centring)
+    return band
+
+
+def test_the_incoherent_band_keeps_to_array_code_cupy_runs(small, monkeypatch):
+    """IncoherentBand's evaluation on an emulated device array (NumPy behind CuPy's rules: no NumPy-only call, no
+    implicit conversion) gives the host's numbers: what tests/ssb/test_ssb_depth_cuda.py checks on a GPU."""
+    from qora.ssb import model, optics
+
+    xp_of = model.xp_of  # the helpers' own choice of module: the device's for a device array, as with CuPy
+    for module in (model, optics):
+        monkeypatch.setattr(module, "xp_of",
+                            lambda *a: DeviceXp() if any(isinstance(x, DeviceArray) for x in a) else xp_of(*a))
+    names = ("C10", "C12a", "C12b", "thickness")
+    v = {"C10": -75.0, "C12a": 6.0, "C12b": 2.0, "thickness": 50.0}
+    host = IncoherentBand(small, names, sections=3)
+    device = _on_the_device(IncoherentBand(small, names, sections=3, block_bytes=1 << 16))
+    with pytest.raises(TypeError):
+        np.asarray(device.G)  # the emulation refuses what CuPy refuses
+    f0, g0, h0 = host.evaluate(v)
+    f1, g1, h1 = device.evaluate(v)
+    assert f1 == pytest.approx(f0, rel=1e-12)
+    np.testing.assert_allclose(g1, g0, rtol=1e-10, atol=1e-12 * np.abs(g0).max())
+    np.testing.assert_allclose(h1, h0, rtol=1e-10, atol=1e-12 * np.abs(h0).max())
+    sets = [v, {**v, "thickness": 20.0}]
+    np.testing.assert_allclose(device.evaluate_batch(sets), host.evaluate_batch(sets), rtol=1e-12)
+    x = device.section_objects(v)
+    assert isinstance(x, DeviceArray)
+    np.testing.assert_allclose(x.get(), host.section_objects(v), rtol=1e-10, atol=1e-12)
+    assert depth_coherence(device, x) == pytest.approx(depth_coherence(host, host.section_objects(v)), rel=1e-12)

@@ -26,6 +26,7 @@ class RotatedBpmDevice:
         cp = cupy()
         self.geometry, self.count, self.nz, self.n = geometry, geometry.count, device.nz, device.n
         self.device = device
+        self.variant = device.variant  # bpm_reconstruct reports it in its info
         self.chunk = 1  # one angle at a time: each has its own screens
         self.rotations = [geometry.rotation(a) for a in range(geometry.count)]
         shape = (device.nz, device.n, device.n)

@@ -66,7 +66,8 @@ class SpectrumSolver:
         self.method, self.iterations, self.fgp = method, iterations, fgp
         self.half = big // 2 + 1
         self.real = not self.complex and (method == "tv" or (method == "gp" and r2c))
-        self.lam = 0.0 if self.auto else tv_weight * geometry.k0**2
+        # "auto" is a valid weight for any method (the options do not read it outside TV): never a number here
+        self.lam = 0.0 if tv_weight == "auto" else tv_weight * geometry.k0**2
         self.tv_inner = tv_inner
         n3, nh = big**3, big * big * self.half
         # the mapped sums (complex N^3); on the R2C path later the padded real volume and its half spectrum
