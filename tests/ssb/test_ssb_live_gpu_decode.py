@@ -157,6 +157,28 @@ def test_malformed_batches_are_named(rng):
         CompressedFrames(np.arange(1), blobs[:1], np.int16, (40, 40))
 
 
+def test_the_first_token_damaged_past_the_block_is_malformed_for_every_frame_kind(rng):
+    """The damage the device test makes (the first token and 39 extension bytes 0xff: a literal
+    length past the block) is malformed for detector-like, all-zero, incompressible and high-count
+    frames alike; 24 bytes were not: an incompressible frame's block is one stored literal run,
+    whose length bytes are already 0xff, and a changed match nibble of its last (only) sequence is
+    ignored by the format."""
+    frames = _frames(rng, np.uint16, (64, 64))
+    blobs = [bslz4.compress(f) for f in frames]
+    gathered = np.arange(0, 4096, 3)
+    for k in range(len(blobs)):
+        for width, malformed in ((40, True), (24, k != 2)):
+            damaged = bytearray(blobs[k])
+            damaged[16:16 + width] = b"\xff" * width
+            batch = blobs[:k] + [bytes(damaged)] + blobs[k + 1:]
+            if malformed:
+                with pytest.raises(FileFormatError, match=f"frame {k} of the batch has a malformed LZ4 block"):
+                    _twin(batch, np.uint16, (64, 64), gathered)
+            else:  # frame 2 (incompressible) decodes: the damage changed nothing that counts
+                out, _, _ = _twin(batch, np.uint16, (64, 64), gathered)
+                np.testing.assert_array_equal(out, frames.reshape(len(frames), -1)[:, gathered].astype(np.float32))
+
+
 @pytest.fixture(scope="module")
 def counts():
     from qora.ssb import Aberrations, amorphous_slices, simulate

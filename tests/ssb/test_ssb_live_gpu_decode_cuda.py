@@ -62,10 +62,17 @@ def test_a_damaged_block_on_the_device_is_named(rng):
     frames = _frames(rng, np.uint16, (64, 64), 4)
     blobs = [bslz4.compress(f) for f in frames]
     damaged = bytearray(blobs[2])
-    damaged[16:40] = b"\xff" * 24  # sizes intact (the host's table passes), the tokens broken
+    # sizes intact (the host's table passes); the first token's literal length 15 + 39 * 255 runs past
+    # the block's 8192 bytes whatever the frame (24 bytes of 0xff left frame 2, incompressible, valid:
+    # its stored literal run keeps its length and only the ignored match nibble changed)
+    damaged[16:56] = b"\xff" * 40
+    batch = CompressedFrames(np.arange(100, 104), blobs[:2] + [bytes(damaged)] + blobs[3:], np.uint16, (64, 64))
+    blob, offsets = batch.pack()
+    with pytest.raises(FileFormatError, match="frame 2 of the batch has a malformed LZ4 block"):  # the twin
+        gather_host(blob, block_table(blob, offsets, dtype=np.uint16, count=4096), slot_map(np.arange(4096), 4096),
+                    out=np.zeros((4, 4096), np.float32), sums=np.zeros(4096, np.uint64))
     decoder = DeviceDecoder(resolve("cuda"), shape=(64, 64), gathered=np.arange(0, 4096, 3))
-    decoder.decode(CompressedFrames(np.arange(100, 104), blobs[:2] + [bytes(damaged)] + blobs[3:], np.uint16,
-                                    (64, 64)))
+    decoder.decode(batch)
     with pytest.raises(FileFormatError, match="frame 102 has a malformed LZ4 block"):
         decoder.synchronize()
 
