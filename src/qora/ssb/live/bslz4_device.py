@@ -22,6 +22,15 @@ __all__ = ["DeviceDecoder", "SHARED_LIMIT"]
 SHARED_LIMIT = 227 * 1024  # dynamic shared memory a CTA may opt into (H100 / H200)
 
 
+def _device_empty(xp, size: int, dtype, stream):
+    """A device array from ``stream``'s share of CuPy's memory pool. The pool hands a block freed on
+    a stream to that stream's next allocation at once (stream-ordered reuse): allocated on the
+    caller's stream, a buffer could still be in use by the caller's queued kernels when ``stream``
+    copies into it (the copies do not wait for the caller's stream, so that they overlap)."""
+    with stream:
+        return xp.empty(size, dtype)
+
+
 class _Staged:
     """A page-locked host array and its device twin, grown as needed, for one of the two slots."""
 
@@ -36,7 +45,7 @@ class _Staged:
         if self.host is None or self.host.size < size:
             size_alloc = max(size, 2 * (0 if self.host is None else self.host.size))
             self.host = self.backend.host_empty(size_alloc, self.dtype)
-            self.device = self.backend.xp.empty(size_alloc, self.dtype)
+            self.device = _device_empty(self.backend.xp, size_alloc, self.dtype, stream)
         self.host[:size] = values.reshape(-1)
         self.device[:size].set(self.host[:size], stream=stream)
         return self.device[:size].reshape(values.shape)
@@ -83,7 +92,8 @@ class DeviceDecoder:
         i = self._next
         self._next ^= 1
         self._wait(i)
-        blob, offsets = frames.pack(into=self._pinned_blob(i, frames.nbytes))
+        stream = self._streams[i]
+        blob, offsets = frames.pack(into=self._pinned_blob(i, frames.nbytes, stream))
         table = block_table(blob, offsets, dtype=frames.dtype, count=self.count)
         shared = bslz4_shared_bytes(block_bytes=table.block_bytes, itemsize=table.itemsize)
         if shared > SHARED_LIMIT:
@@ -94,7 +104,6 @@ class DeviceDecoder:
         current = xp.cuda.get_current_stream()
         out = xp.empty((n, self.gathered), self.real)  # on the caller's stream, which uses it
         ready = current.record()  # out's memory is free on the caller's stream from here
-        stream = self._streams[i]
         d_blob = self._blob[i].device[:blob.size]
         d_blob.set(blob, stream=stream)
         starts = self._starts[i].put(table.starts, stream)
@@ -113,12 +122,12 @@ class DeviceDecoder:
         self.bytes_in += blob.size
         return out
 
-    def _pinned_blob(self, i: int, nbytes: int) -> np.ndarray:
+    def _pinned_blob(self, i: int, nbytes: int, stream) -> np.ndarray:
         staged = self._blob[i]
         if staged.host is None or staged.host.size < nbytes:
             size = max(nbytes, 2 * (0 if staged.host is None else staged.host.size))
             staged.host = self.backend.host_empty(size, np.uint8)
-            staged.device = self.xp.empty(size, np.uint8)
+            staged.device = _device_empty(self.xp, size, np.uint8, stream)
         return staged.host
 
     def _wait(self, i: int) -> None:
