@@ -109,3 +109,10 @@ def test_the_emulated_device_refuses_what_cupy_refuses():
                     lambda: a + np.ones((2, 3)), lambda: np.ones((2, 3)) * a, lambda: xp.matmul(a, np.ones((3, 1)))):
         with pytest.raises(TypeError):
             refused()
+    # set: a host array of the same dtype and shape, copied in (CuPy's checks)
+    a[1].set(np.array([1.0, 2.0, 3.0]))
+    assert a.get()[1].tolist() == [1.0, 2.0, 3.0]
+    for bad, error in ((np.zeros(3, np.float32), TypeError), (np.zeros(2), ValueError), ([0.0, 1.0, 2.0], TypeError),
+                       (np.zeros(2), RuntimeError)):
+        with pytest.raises(error):
+            (a[:, 0] if error is RuntimeError else a[1]).set(bad)

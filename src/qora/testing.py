@@ -190,6 +190,19 @@ class DeviceArray:
     def get(self) -> np.ndarray:
         return self.a.copy()
 
+    def set(self, arr, stream=None) -> None:
+        """A host array copied in, with CuPy's checks: a NumPy array of this dtype and shape, into a
+        contiguous array (``stream``: CuPy's, accepted and not used)."""
+        if not isinstance(arr, np.ndarray):
+            raise TypeError("Only numpy.ndarray can be set to cupy.ndarray")
+        if arr.dtype != self.a.dtype:
+            raise TypeError(f"{arr.dtype} array cannot be set to {self.a.dtype} array")
+        if arr.shape != self.a.shape:
+            raise ValueError(f"Shape mismatch. Old shape: {self.a.shape}, new shape: {arr.shape}")
+        if not self.a.flags.c_contiguous:
+            raise RuntimeError("Cannot set to non-contiguous array")
+        self.a[...] = arr
+
     shape = property(lambda self: self.a.shape)
     dtype = property(lambda self: self.a.dtype)
     ndim = property(lambda self: self.a.ndim)

@@ -179,6 +179,152 @@ def test_the_first_token_damaged_past_the_block_is_malformed_for_every_frame_kin
                 np.testing.assert_array_equal(out, frames.reshape(len(frames), -1)[:, gathered].astype(np.float32))
 
 
+class _Event:
+    def __init__(self) -> None:
+        self.stream = None
+
+    def synchronize(self) -> None:
+        assert self.stream is not None, "an event synchronized before it was recorded"
+
+
+class _Stream:
+    """A CuPy stream as DeviceDecoder uses it: a context (the current stream), record, wait_event."""
+
+    def __init__(self, cuda, non_blocking: bool = False) -> None:
+        self.cuda, self.waited = cuda, []
+
+    def __enter__(self):
+        self.cuda.stack.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.cuda.stack.pop()
+
+    def record(self, event=None):
+        event = _Event() if event is None else event
+        event.stream = self
+        return event
+
+    def wait_event(self, event) -> None:
+        assert isinstance(event, _Event) and event.stream is not None, "wait_event takes a recorded Event"
+        self.waited.append(event)
+
+
+class _Cuda:
+    def __init__(self) -> None:
+        self.null = _Stream(self)
+        self.stack = [self.null]
+
+    def Stream(self, non_blocking: bool = False):  # noqa: N802 (CuPy's name)
+        return _Stream(self, non_blocking)
+
+    def get_current_stream(self):
+        return self.stack[-1]
+
+
+def _emulated_cuda_backend():
+    """A backend on the emulated device (qora.testing.DeviceXp) with CuPy's stream API; each device
+    array remembers the stream it was allocated on (CuPy's pool keeps an arena per stream)."""
+    from qora.testing import DeviceXp
+
+    class Xp(DeviceXp):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cuda, self.arenas = _Cuda(), []
+
+        def _allocated(self, a):
+            self.arenas.append((a.a, self.cuda.get_current_stream()))
+            return a
+
+        def empty(self, shape, dtype=float):
+            return self._allocated(super().__getattr__("empty")(shape, dtype))
+
+        def zeros(self, shape, dtype=float):
+            return self._allocated(super().__getattr__("zeros")(shape, dtype))
+
+        def arena_of(self, a):
+            return next(s for base, s in self.arenas if np.shares_memory(base, a.a))
+
+    class Backend:
+        is_cuda = True
+        xp = Xp()
+
+        def host_empty(self, shape, dtype):
+            return np.empty(shape, dtype)
+
+    return Backend()
+
+
+def _emulated_launch(backend):
+    """bslz4_gather on the emulated device: the launcher's argument types checked against the kernel's
+    signature, the stream rules checked (a launch on a stream of its own that waited for the caller's
+    stream, its staged inputs from that stream's arena), then the host twin frame by frame (status 2
+    for a malformed one, as the kernel sets it)."""
+    from qora.ssb.live.bslz4_batch import BlockTable
+    from qora.testing import DeviceArray
+
+    xp = backend.xp
+
+    def launch(*, blob, starts, sizes, tails, slot, block_bytes, whole, count, itemsize, out, sums, status,
+               frames_per_cta=32):
+        n = len(starts)
+        for a, dtype, shape in ((blob, np.uint8, None), (starts, np.int64, (n, starts.shape[1])),
+                                (sizes, np.int32, starts.shape), (tails, np.int64, (n,)), (slot, np.int32, (count,)),
+                                (out, out.dtype, (n, out.shape[1])), (sums, np.uint64, (count,)),
+                                (status, np.int32, (n,))):
+            assert isinstance(a, DeviceArray) and a.a.flags.c_contiguous and a.dtype == dtype
+            assert shape is None or a.shape == shape
+        assert out.dtype in (np.float32, np.float64) and frames_per_cta > 0
+        stream = xp.cuda.get_current_stream()
+        assert stream is not xp.cuda.null and any(e.stream is xp.cuda.null for e in stream.waited)
+        for a in (blob, starts, sizes, tails, status):  # stream-ordered reuse of the pool's blocks
+            assert xp.arena_of(a) is stream
+        for f in range(n):
+            table = BlockTable(starts.a[f:f + 1], sizes.a[f:f + 1], tails.a[f:f + 1], block_bytes, whole, count,
+                               itemsize)
+            try:
+                gather_host(blob.a, table, slot.a, out=out.a[f:f + 1], sums=sums.a)
+            except FileFormatError:
+                status.a[f] = 2
+
+    return launch
+
+
+def test_device_decoder_on_the_emulated_device(rng, monkeypatch):
+    """DeviceDecoder's bookkeeping without a GPU: batches of odd sizes through the two buffers (a
+    grown one included) give the frames' gathered pixels and sums; the kernel's arguments have its
+    signature's types; the staged buffers come from the copy stream's arena; a damaged frame is
+    named by its acquisition index when its buffer is next waited for."""
+    from qora.ssb import kernels
+    from qora.ssb.live.bslz4_device import DeviceDecoder
+
+    backend = _emulated_cuda_backend()
+    monkeypatch.setattr(kernels, "bslz4_gather", _emulated_launch(backend))
+    for dtype, shape, real in ((np.uint16, (40, 37), np.float32), (np.uint8, (24, 50), np.float64)):
+        count = shape[0] * shape[1]
+        gathered = np.sort(rng.choice(count, count // 4, replace=False))
+        decoder = DeviceDecoder(backend, shape=shape, gathered=gathered, real=real)
+        total = np.zeros(count, np.uint64)
+        for n in (7, 3, 12, 5):
+            frames = _frames(rng, dtype, shape, n=max(n, 4))[:n]
+            batch = CompressedFrames(np.arange(n), [bslz4.compress(f) for f in frames], dtype, shape)
+            got = decoder.decode(batch)
+            np.testing.assert_array_equal(got.get(), frames.reshape(n, -1)[:, gathered].astype(real))
+            total += frames.reshape(n, -1).sum(0, dtype=np.uint64)
+        np.testing.assert_array_equal(decoder.mean_sum(), total.reshape(shape).astype(np.float64))
+        assert decoder.frames == 27
+    frames = _frames(rng, np.uint16, (40, 37), n=4)
+    blobs = [bslz4.compress(f) for f in frames]
+    damaged = bytearray(blobs[1])
+    damaged[16:56] = b"\xff" * 40
+    decoder = DeviceDecoder(backend, shape=(40, 37), gathered=np.arange(0, 1480, 5))
+    decoder.decode(CompressedFrames(np.arange(50, 54), [blobs[0], bytes(damaged)] + blobs[2:], np.uint16, (40, 37)))
+    with pytest.raises(FileFormatError, match="the DECTRIS frame 51 has a malformed LZ4 block"):
+        decoder.synchronize()
+    with pytest.raises(InputError, match="the decoder's detector"):
+        decoder.decode(CompressedFrames(np.arange(1), blobs[:1], np.uint16, (37, 40)))
+
+
 @pytest.fixture(scope="module")
 def counts():
     from qora.ssb import Aberrations, amorphous_slices, simulate
