@@ -159,3 +159,4 @@ def test_the_bench_case_of_the_device_decode():
     r = ssb_live.run(backend="cuda", scan=8, detector=32, pool=8, protocols=(), write=False, echo=lambda *_: None)
     case = r.cases["memory_to_G_device_decode/8x32"]
     assert case["frames_per_s"] > 0 and case["compressed_bytes_per_frame"] > 0
+    assert case["frames_decoded_on_device"] == 32  # the 4 rows after the 4 calibration rows (host-decoded)
