@@ -8,7 +8,8 @@ A recipe reads like its notation::
 Each stage is ``NAME(options)**iterations`` with NAME one of ER, HIO, RAAR, ML (Poisson-likelihood
 refinement of the object found, :mod:`qora.phase.ml`).
 Options: ``beta`` (HIO/RAAR feedback, default 0.9), ``constraint`` (``none``,
-``real``, ``positive``), and shrinkwrap: ``sw`` (update the support every that
+``real``, ``positive``), partial coherence: ``psf`` (``none``, ``gaussian``, ``voigt``), ``psf_sigma``,
+``psf_eta``, ``psf_every`` (:mod:`qora.phase.coherence`), and shrinkwrap: ``sw`` (update the support every that
 many iterations; 0 = never), ``sigma`` and ``sigma_min`` (Gaussian blur in
 pixels, decreasing geometrically from the first to the second over the stage's
 updates), ``threshold`` (fraction of the blurred maximum). ``str(recipe)`` prints
@@ -72,6 +73,16 @@ class Stage:
     detwin : int
         1: at the stage's start, each support is cut to its half beyond its centroid along the first
         axis (:func:`qora.phase.support.halve_supports`), to break the twin ambiguity.
+    psf : {None, "gaussian", "voigt"}
+        Partial coherence (:mod:`qora.phase.coherence`): the modulus constraint fits the model intensity
+        blurred by a kernel that starts as this profile and is refined by Richardson-Lucy; None: coherent.
+        Consecutive stages with the same psf options share the kernel. ER, HIO and RAAR only.
+    psf_sigma : float
+        The first kernel's Gaussian std, pixels (the pseudo-Voigt's Lorentzian has the same FWHM).
+    psf_eta : float
+        Pseudo-Voigt: the Lorentzian's share, in [0, 1].
+    psf_every : int
+        A Richardson-Lucy update of the kernel every that many iterations (0: the kernel is kept).
     """
 
     algorithm: str
@@ -86,6 +97,10 @@ class Stage:
     smin: float = 0.0
     smax: float = 0.0
     detwin: int = 0
+    psf: str | None = None
+    psf_sigma: float = 1.0
+    psf_eta: float = 0.5
+    psf_every: int = 5
 
     def __post_init__(self):
         if self.algorithm not in ALGORITHMS:
@@ -124,6 +139,28 @@ class Stage:
                 raise RecipeError(f"recipe stage {self.algorithm}: {name} must be a number >= 0, got {value!r}")
         if self.smax and self.smin > self.smax:
             raise RecipeError(f"recipe stage {self.algorithm}: smin ({self.smin}) exceeds smax ({self.smax})")
+        self._check_psf()
+
+    def _check_psf(self) -> None:
+        from qora.phase.coherence import MODELS
+
+        if self.psf is None:
+            return
+        where = f"recipe stage {self.algorithm}"
+        if self.psf not in MODELS:
+            raise RecipeError(f"{where}: psf must be none or one of {MODELS}, got {self.psf!r}")
+        if self.algorithm == "ML":
+            raise RecipeError(f"{where}: psf applies to ER, HIO and RAAR stages, not to ML")
+        for name in ("psf_sigma", "psf_eta"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+                raise RecipeError(f"{where}: {name} must be a finite number, got {value!r}")
+        if not 0.0 < self.psf_sigma <= 50.0:
+            raise RecipeError(f"{where}: psf_sigma must be in (0, 50] pixels, got {self.psf_sigma}")
+        if not 0.0 <= self.psf_eta <= 1.0:
+            raise RecipeError(f"{where}: psf_eta must be in [0, 1], got {self.psf_eta}")
+        if isinstance(self.psf_every, bool) or not isinstance(self.psf_every, numbers.Integral) or self.psf_every < 0:
+            raise RecipeError(f"{where}: psf_every must be an integer >= 0, got {self.psf_every!r}")
 
     @property
     def coefficients(self) -> tuple[float, float]:
@@ -148,6 +185,8 @@ class Stage:
             value = getattr(self, f.name)
             if f.name in ("sigma", "sigma_min", "threshold", "stat", "smin", "smax") and self.sw == 0:
                 continue
+            if f.name.startswith("psf_") and self.psf is None:
+                continue
             if value != getattr(defaults, f.name):
                 opts.append(f"{f.name}={'none' if value is None else _fmt(value)}")
         inner = f"({', '.join(opts)})" if opts else ""
@@ -162,7 +201,8 @@ def _fmt(v) -> str:
 
 _STAGE = re.compile(r"\s*([A-Za-z]+)\s*(?:\(([^()]*)\))?\s*\*\*\s*(\d+)\s*")
 _OPTION_TYPES = {"beta": float, "sw": int, "sigma": float, "sigma_min": float, "threshold": float,
-                 "constraint": str, "stat": str, "smin": float, "smax": float, "detwin": int}
+                 "constraint": str, "stat": str, "smin": float, "smax": float, "detwin": int, "psf": str,
+                 "psf_sigma": float, "psf_eta": float, "psf_every": int}
 
 
 def _parse_options(text: str, where: str) -> dict:
@@ -175,7 +215,7 @@ def _parse_options(text: str, where: str) -> dict:
         key, value = (s.strip() for s in item.split("=", 1))
         if key not in _OPTION_TYPES:
             raise RecipeError(f"{where}: unknown option {key!r}; expected one of {sorted(_OPTION_TYPES)}")
-        if key == "constraint":
+        if key in ("constraint", "psf"):
             out[key] = None if value.lower() == "none" else value.lower()
             continue
         if key == "stat":

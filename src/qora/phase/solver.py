@@ -156,6 +156,9 @@ class PhaseResult:
         geometry was given.
     preprocessing : dict or None
         What :func:`qora.phase.preprocess.preprocess` did to the raw frames, when it ran.
+    psf : ndarray or None
+        The best start's partial-coherence kernel (detector layout: origin at n//2, sum 1), when the
+        recipe has ``psf`` stages (:mod:`qora.phase.coherence`).
     """
 
     object: np.ndarray
@@ -180,6 +183,7 @@ class PhaseResult:
     support_log: list = field(default_factory=list)
     pixel_size: tuple | None = None
     preprocessing: dict | None = None
+    psf: np.ndarray | None = None
 
     @property
     def fourier_error(self) -> float:
@@ -311,19 +315,22 @@ class Solver:
             self._autocorrelation_pixels = int(support.sum()) * 2 ** support.ndim
         self._support_log = []
         t0 = time.perf_counter()
-        all_x, all_s, all_err, all_llk = [], [], [], ([], [])
+        all_x, all_s, all_err, all_llk, all_psf = [], [], [], ([], []), []
         stopped = False
         total = recipe.iterations * starts
         for group in range(0, starts, self.batch):
             ids = list(range(group, min(starts, group + self.batch)))
             engine = self._engine_for(support)
             fill_random_starts(engine, seed, [first_start + i for i in ids])
+            self._coherence = None  # psf stages make it; each group of starts has kernels of its own
             label = (f"start {ids[0] + 1} of {starts}" if len(ids) == 1
                      else f"starts {ids[0] + 1}-{ids[-1] + 1} of {starts}")
             errs, stopped = self._run_recipe(engine, recipe, group * recipe.iterations, total, progress, sync_every,
                                              label, len(ids), ids)
             all_x.append(engine.get_x()[: len(ids)])
             all_s.append(engine.get_support()[: len(ids)])
+            if self._coherence is not None:
+                all_psf.extend(self._coherence.kernel_detector_layout(k, self.backend.to_host) for k in range(len(ids)))
             final, group_llk, group_free = self._final_scores(engine, len(ids))  # last: it transforms x
             all_err.append((errs[:, : len(ids)], final))
             all_llk[0].extend(group_llk)
@@ -343,7 +350,7 @@ class Solver:
             backend=self.backend.name, variant=self.variant,
             timings={**self.timings, "run_s": time.perf_counter() - t0}, versions=software_versions(), first_start=first_start,
             objects=objects if keep_all else None, supports=supports if keep_all else None, stopped_early=stopped,
-            support_log=self._support_log,
+            support_log=self._support_log, psf=all_psf[best] if len(all_psf) == len(objects) else None,
         )
 
     def _run_recipe(self, engine, recipe, done0, total, progress, sync_every, label="", count=1, ids=None):
@@ -368,6 +375,11 @@ class Solver:
                     from qora.phase.ml import ml_iterate
 
                     history.append(ml_iterate(engine, chunk))
+                elif stage.psf:
+                    from qora.phase.coherence import coherence_iterate
+
+                    history.append(coherence_iterate(engine, self._coherence_for(engine, stage), chunk, a, b,
+                                                     stage.constraint))
                 else:
                     history.append(engine.iterate(chunk, a, b, stage.constraint))
                 k += chunk
@@ -379,6 +391,16 @@ class Solver:
                 if not report(progress, name, done, total, {"fourier_error": float(history[-1][-1].min())}):
                     return np.concatenate(history), True
         return np.concatenate(history), False
+
+    def _coherence_for(self, engine, stage):
+        """The psf kernels of the engine's starts: kept from the previous psf stage when its options match."""
+        from qora.phase.coherence import Coherence
+
+        state = getattr(self, "_coherence", None)
+        if state is None or not state.matches(stage.psf, stage.psf_sigma, stage.psf_eta):
+            state = self._coherence = Coherence(engine, model=stage.psf, sigma=stage.psf_sigma, eta=stage.psf_eta)
+        state.every = stage.psf_every
+        return state
 
     def _shrinkwrap(self, engine, stage, update, updates, iteration, ids) -> None:
         """One support update of the engine's starts; retunes by the size guard go to the support log."""
