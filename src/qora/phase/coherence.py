@@ -157,17 +157,22 @@ class Coherence:
     model, sigma, eta : see :func:`kernel_profile`
     every : int
         Richardson-Lucy update every that many iterations (0: the kernel is kept).
+    amp : array, optional
+        The measured amplitude (FFT layout, -1 where not measured or held out) the kernel is fitted to;
+        default the engine's (a stage with ``masked=fill`` gives the engine filled pixels, which the
+        kernel's fit must not count).
     """
 
     def __init__(self, engine, *, model: str = "gaussian", sigma: float = 1.0, eta: float = 0.5,
-                 every: int = 5) -> None:
+                 every: int = 5, amp=None) -> None:
         xp = engine.backend.xp
+        amp = engine.amp if amp is None else xp.asarray(amp)
         self.shape = tuple(engine.shape)
         self.model, self.sigma, self.eta, self.every = model, float(sigma), float(eta), int(every)
         first = kernel_profile(self.shape, model=model, sigma=sigma, eta=eta, xp=xp)
         self.kernels = xp.ascontiguousarray(xp.broadcast_to(first, (engine.batch,) + self.shape))
-        self.used = engine.amp >= 0
-        self.counts = xp.where(self.used, engine.amp * engine.amp, 0).astype(np.float32)
+        self.used = amp >= 0
+        self.counts = xp.where(self.used, amp * amp, 0).astype(np.float32)
         self.iterations = 0
         self._refresh()
 

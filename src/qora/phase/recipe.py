@@ -29,6 +29,8 @@ from qora.phase.physics import ALGORITHMS as PROJECTIONS, update_coefficients
 
 # ML: gradient steps on the Poisson log-likelihood of the counts (qora.phase.ml), to refine a found object
 ALGORITHMS = PROJECTIONS + ("ML",)
+# What a stage does with the unmeasured pixels: leave them free, or hold them at an interpolated modulus
+MASKED_RULES = ("free", "fill")
 
 __all__ = ["Stage", "Recipe", "RecipeError", "default_recipe", "DEFAULT_RECIPE", "PYNX_RULE_RECIPE", "NAMED_RECIPES",
            "named_recipe"]
@@ -83,6 +85,12 @@ class Stage:
         Pseudo-Voigt: the Lorentzian's share, in [0, 1].
     psf_every : int
         A Richardson-Lucy update of the kernel every that many iterations (0: the kernel is kept).
+    masked : {"free", "fill"}
+        The unmeasured pixels (beamstop, gaps) during this stage: ``free`` keeps the model's value there;
+        ``fill`` holds them at the modulus interpolated from their measured neighbours
+        (:func:`qora.phase.support.fill_masked`), which keeps energy out of the modes nothing measured
+        (a gap's stripes, the missing centre's blob) while the support is being found. Held-out pixels
+        of the free LLK are never filled.
     """
 
     algorithm: str
@@ -101,6 +109,7 @@ class Stage:
     psf_sigma: float = 1.0
     psf_eta: float = 0.5
     psf_every: int = 5
+    masked: str = "free"
 
     def __post_init__(self):
         if self.algorithm not in ALGORITHMS:
@@ -139,6 +148,8 @@ class Stage:
                 raise RecipeError(f"recipe stage {self.algorithm}: {name} must be a number >= 0, got {value!r}")
         if self.smax and self.smin > self.smax:
             raise RecipeError(f"recipe stage {self.algorithm}: smin ({self.smin}) exceeds smax ({self.smax})")
+        if self.masked not in MASKED_RULES:
+            raise RecipeError(f"recipe stage {self.algorithm}: masked must be one of {MASKED_RULES}, got {self.masked!r}")
         self._check_psf()
 
     def _check_psf(self) -> None:
@@ -202,7 +213,7 @@ def _fmt(v) -> str:
 _STAGE = re.compile(r"\s*([A-Za-z]+)\s*(?:\(([^()]*)\))?\s*\*\*\s*(\d+)\s*")
 _OPTION_TYPES = {"beta": float, "sw": int, "sigma": float, "sigma_min": float, "threshold": float,
                  "constraint": str, "stat": str, "smin": float, "smax": float, "detwin": int, "psf": str,
-                 "psf_sigma": float, "psf_eta": float, "psf_every": int}
+                 "psf_sigma": float, "psf_eta": float, "psf_every": int, "masked": str}
 
 
 def _parse_options(text: str, where: str) -> dict:
@@ -218,7 +229,7 @@ def _parse_options(text: str, where: str) -> dict:
         if key in ("constraint", "psf"):
             out[key] = None if value.lower() == "none" else value.lower()
             continue
-        if key == "stat":
+        if key in ("stat", "masked"):
             out[key] = value.lower()
             continue
         try:

@@ -362,6 +362,7 @@ class Solver:
         done = done0
         for stage in recipe.stages:
             a, b = stage.coefficients
+            self._masked_rule(engine, stage.masked)
             updates = stage.iterations // stage.sw if stage.sw else 0
             if stage.detwin:
                 halve_supports(engine.support, xp=engine.backend.xp)
@@ -389,8 +390,25 @@ class Solver:
                     update += 1
                 name = f"{label}: {stage.algorithm}" if label else stage.algorithm
                 if not report(progress, name, done, total, {"fourier_error": float(history[-1][-1].min())}):
+                    self._masked_rule(engine, "free")
                     return np.concatenate(history), True
+        self._masked_rule(engine, "free")  # the scores and the next run see the measured pixels only
         return np.concatenate(history), False
+
+    def _masked_rule(self, engine, rule: str) -> None:
+        """Give the engine the amplitude of the stage's ``masked`` rule (in place, so captured graphs stay
+        valid): the measured one, or with the detector's unmeasured pixels filled by interpolation."""
+        filled = getattr(engine, "_qora_masked_filled", False)
+        if (rule == "fill") == filled or self.mask is None:
+            return
+        if rule == "fill":
+            from qora.phase.support import fill_masked
+
+            counts = fill_masked(np.where(self.mask, 0.0, self.intensity), self.mask)
+            engine.set_amplitude(native_amplitude(counts, self.free if self.free.any() else None))
+        else:
+            engine.set_amplitude(self.amp)
+        engine._qora_masked_filled = rule == "fill"
 
     def _coherence_for(self, engine, stage):
         """The psf kernels of the engine's starts: kept from the previous psf stage when its options match."""
@@ -398,7 +416,8 @@ class Solver:
 
         state = getattr(self, "_coherence", None)
         if state is None or not state.matches(stage.psf, stage.psf_sigma, stage.psf_eta):
-            state = self._coherence = Coherence(engine, model=stage.psf, sigma=stage.psf_sigma, eta=stage.psf_eta)
+            state = self._coherence = Coherence(engine, model=stage.psf, sigma=stage.psf_sigma, eta=stage.psf_eta,
+                                                 amp=self.amp)
         state.every = stage.psf_every
         return state
 
