@@ -187,3 +187,45 @@ def test_kernel_profile_bad_input():
         kernel_profile((8, 8), model="box")
     with pytest.raises(InputError):
         kernel_profile((8, 8), sigma=-1)
+
+
+def test_masked_fill_stage_restores_the_measured_amplitude():
+    """A masked=fill stage fits interpolated values on the unmeasured pixels; later stages and the scores see
+    the measured amplitude again (a run ending with a fill stage scores like any other)."""
+    from qora.phase.solver import Solver
+
+    obj = objects.triangle(32)
+    counts, mask = record(obj, Detector(photons=None, beamstop=2, gap=1))
+    solver = Solver(counts, mask=mask, backend="cpu")
+    support = objects.support_of(obj)
+    filled = solver.run(support=support, recipe="ER(masked=fill)**5")
+    assert np.array_equal(solver._engine.amp, solver.amp)
+    again = solver.run(support=support, recipe="ER**5")
+    assert not np.allclose(filled.errors, again.errors)  # the fill stage fitted other values
+    x = filled.object.astype(np.complex128)
+    measured = np.fft.ifftshift(~mask)
+    y = np.abs(np.fft.fftn(np.fft.ifftshift(x), norm="ortho"))
+    a = np.sqrt(np.fft.ifftshift(counts))
+    expected = np.sqrt(np.sum((y - a)[measured] ** 2) / np.sum(a[measured] ** 2))
+    assert filled.final_errors[0] == pytest.approx(expected, rel=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["graph", "naive", "fused", "callback"])
+def test_psf_and_fill_stages_on_gpu_match_cpu(variant):
+    """The psf stages (blurred constraint, Richardson-Lucy) and a masked=fill stage on the GPU engine's arrays
+    against the CPU engine, from the same start, two starts batched on the GPU."""
+    from qora.phase.solver import Solver
+
+    obj, counts, _ = _psf_case(n=32)
+    mask = np.zeros(counts.shape, bool)
+    mask[15:18, 15:18] = True
+    counts = np.where(mask, 0, counts)
+    support = objects.support_of(obj)
+    recipe = "HIO(psf=gaussian, psf_every=3, masked=fill)**12 ER(psf=voigt, psf_every=2)**8 ER**5"
+    runs = [Solver(counts, mask=mask, backend=b, variant=v, batch=2).run(support=support, recipe=recipe, starts=2,
+                                                                         keep_all=True)
+            for b, v in (("cpu", "auto"), ("cuda", variant))]
+    np.testing.assert_allclose(runs[1].objects, runs[0].objects, atol=1e-4 * np.abs(runs[0].objects).max())
+    np.testing.assert_allclose(runs[1].errors, runs[0].errors, rtol=1e-3, atol=1e-6)
+    np.testing.assert_allclose(runs[1].psf, runs[0].psf, atol=1e-5)
