@@ -91,6 +91,10 @@ class Stage:
         (:func:`qora.phase.support.fill_masked`), which keeps energy out of the modes nothing measured
         (a gap's stripes, the missing centre's blob) while the support is being found. Held-out pixels
         of the free LLK are never filled.
+    switch : int
+        Every that many iterations, the Poisson deviance on the held-out pixels (the free LLK,
+        :mod:`qora.phase.llk`) is computed; the stage ends early, moving on to the next stage, once no start
+        has improved on its lowest value for 3 checks (0: never). Needs held-out pixels (``free_fraction > 0``).
     """
 
     algorithm: str
@@ -110,6 +114,7 @@ class Stage:
     psf_eta: float = 0.5
     psf_every: int = 5
     masked: str = "free"
+    switch: int = 0
 
     def __post_init__(self):
         if self.algorithm not in ALGORITHMS:
@@ -150,6 +155,10 @@ class Stage:
             raise RecipeError(f"recipe stage {self.algorithm}: smin ({self.smin}) exceeds smax ({self.smax})")
         if self.masked not in MASKED_RULES:
             raise RecipeError(f"recipe stage {self.algorithm}: masked must be one of {MASKED_RULES}, got {self.masked!r}")
+        if isinstance(self.switch, bool) or not isinstance(self.switch, numbers.Integral) or self.switch < 0:
+            raise RecipeError(f"recipe stage {self.algorithm}: switch must be an integer >= 0, got {self.switch!r}")
+        if self.switch and self.algorithm == "ML":
+            raise RecipeError("recipe stage ML: switch applies to ER, HIO and RAAR stages")
         self._check_psf()
 
     def _check_psf(self) -> None:
@@ -213,7 +222,7 @@ def _fmt(v) -> str:
 _STAGE = re.compile(r"\s*([A-Za-z]+)\s*(?:\(([^()]*)\))?\s*\*\*\s*(\d+)\s*")
 _OPTION_TYPES = {"beta": float, "sw": int, "sigma": float, "sigma_min": float, "threshold": float,
                  "constraint": str, "stat": str, "smin": float, "smax": float, "detwin": int, "psf": str,
-                 "psf_sigma": float, "psf_eta": float, "psf_every": int, "masked": str}
+                 "psf_sigma": float, "psf_eta": float, "psf_every": int, "masked": str, "switch": int}
 
 
 def _parse_options(text: str, where: str) -> dict:
@@ -274,6 +283,11 @@ class Recipe:
     @property
     def iterations(self) -> int:
         return sum(s.iterations for s in self.stages)
+
+    @property
+    def needs_free_pixels(self) -> bool:
+        """Whether a stage ends on the free LLK (``switch``), which needs held-out pixels."""
+        return any(s.switch for s in self.stages)
 
     def __add__(self, other: "Recipe | str") -> "Recipe":
         return Recipe(self.stages + Recipe.parse(other).stages)

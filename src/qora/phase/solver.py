@@ -259,6 +259,7 @@ class Solver:
             self.free = measured & (rng.random(self.shape) < self.free_fraction)
         used_mask = ~measured | self.free
         self.amp = native_amplitude(self.intensity, used_mask if used_mask.any() else None)
+        self._free_llk = None
         if self._engine is not None:
             self._engine.set_amplitude(self.amp)
 
@@ -295,6 +296,9 @@ class Solver:
         check_choice("rank", rank, ("fourier", "free_llk"))
         if rank == "free_llk" and not self.free.any():
             raise InputError("rank='free_llk' needs held-out pixels: make the Solver with free_fraction > 0")
+        if recipe.needs_free_pixels and not self.free.any():
+            raise InputError("a recipe stage with switch= ends on the free LLK, which needs held-out pixels: "
+                             "make the Solver with free_fraction > 0 (reconstruct() holds out 5% by default then)")
         starts = validate.integer("starts", starts, low=1)
         seed = validate.integer("seed", seed, low=0)
         sync_every = validate.integer("sync_every", sync_every, low=1)
@@ -363,6 +367,8 @@ class Solver:
         for stage in recipe.stages:
             a, b = stage.coefficients
             self._masked_rule(engine, stage.masked)
+            if stage.switch:
+                self._free_likelihood().reset()
             updates = stage.iterations // stage.sw if stage.sw else 0
             if stage.detwin:
                 halve_supports(engine.support, xp=engine.backend.xp)
@@ -372,6 +378,8 @@ class Solver:
                 chunk = min(sync_every, stage.iterations - k)
                 if stage.sw:
                     chunk = min(chunk, stage.sw - (k % stage.sw))
+                if stage.switch:
+                    chunk = min(chunk, stage.switch - (k % stage.switch))
                 if stage.algorithm == "ML":
                     from qora.phase.ml import ml_iterate
 
@@ -389,7 +397,18 @@ class Solver:
                     self._shrinkwrap(engine, stage, update, updates, (done - done0) // count, ids or [0])
                     update += 1
                 name = f"{label}: {stage.algorithm}" if label else stage.algorithm
-                if not report(progress, name, done, total, {"fourier_error": float(history[-1][-1].min())}):
+                last = float(history[-1][-1].min())
+                if (stage.switch and k % stage.switch == 0 and k < stage.iterations
+                        and self._free_likelihood().check(engine, count)):
+                    # the free LLK stopped improving for every start: the stage ends here; skipped iterations are NaN
+                    skipped = stage.iterations - k
+                    history.append(np.full((skipped, history[-1].shape[1]), np.nan))
+                    for start in ids or [0]:
+                        self._support_log.append({"start": int(start), "iteration": int((done - done0) // count),
+                                                  "status": "switched"})
+                    done += skipped * count
+                    k = stage.iterations
+                if not report(progress, name, done, total, {"fourier_error": last}):
                     self._masked_rule(engine, "free")
                     return np.concatenate(history), True
         self._masked_rule(engine, "free")  # the scores and the next run see the measured pixels only
@@ -409,6 +428,14 @@ class Solver:
         else:
             engine.set_amplitude(self.amp)
         engine._qora_masked_filled = rule == "fill"
+
+    def _free_likelihood(self):
+        """The held-out pixels on the solver's device, made at the first stage that needs them."""
+        from qora.phase.llk import FreeLikelihood
+
+        if getattr(self, "_free_llk", None) is None:
+            self._free_llk = FreeLikelihood(self.intensity, self.free, self.backend.xp)
+        return self._free_llk
 
     def _coherence_for(self, engine, stage):
         """The psf kernels of the engine's starts: kept from the previous psf stage when its options match."""
@@ -554,7 +581,7 @@ def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int 
     check_choice("rank", rank, ("fourier", "free_llk"))
     starts = validate.integer("starts", starts, low=1)
     if free_fraction is None:
-        free_fraction = 0.05 if rank == "free_llk" else 0.0
+        free_fraction = 0.05 if rank == "free_llk" or named_recipe(recipe).needs_free_pixels else 0.0
     from qora.backend import resolve
 
     if batch == "auto":
