@@ -36,7 +36,6 @@ from qora.bench.common import BenchResult
 from qora.io.errors import InputError
 from qora.phase import analysis, objects
 from qora.phase.detector import Detector, crystal, featured, record
-from qora.phase.recipe import named_recipe
 
 __all__ = ["CASES", "QUICK", "SUCCESS_BOUND", "REFERENCE_FACTOR", "REFERENCE_RECIPE", "Case", "aligned_error",
            "success_bound", "reference_error", "run_case", "run"]
@@ -120,7 +119,8 @@ def run_case(case: Case, *, starts: int, recipe=None, backend="auto", seed: int 
     truth = case.object()
     counts, mask = record(truth, case.detector, seed=seed)
     t0 = time.perf_counter()
-    result = reconstruct(counts, mask=mask, recipe=named_recipe(recipe), starts=starts, backend=backend, seed=seed,
+    # the recipe by name or notation as given: "default" lets the solver pick by the photon count
+    result = reconstruct(counts, mask=mask, recipe=recipe, starts=starts, backend=backend, seed=seed,
                          keep_all=True)
     seconds = time.perf_counter() - t0
     errors = [aligned_error(o, truth) for o in result.objects]

@@ -33,7 +33,7 @@ ALGORITHMS = PROJECTIONS + ("ML",)
 MASKED_RULES = ("free", "fill")
 
 __all__ = ["Stage", "Recipe", "RecipeError", "default_recipe", "DEFAULT_RECIPE", "PYNX_RULE_RECIPE", "NAMED_RECIPES",
-           "named_recipe"]
+           "named_recipe", "FEW_PHOTONS_RECIPE", "FEW_PHOTONS_PER_SPECKLE", "photons_per_speckle", "is_default"]
 
 
 class RecipeError(InputError):
@@ -304,8 +304,33 @@ DEFAULT_RECIPE = ("HIO(sw=20, sigma=3, sigma_min=1, threshold=0.25, smin=0.25, s
                   "ER(sw=20, sigma=1, sigma_min=0.5, threshold=0.25, smin=0.25, smax=4)**200 ER**300")
 
 
-def default_recipe() -> Recipe:
+# Few photons: the same schedule with the threshold taken from the rms of the blurred modulus inside the
+# support (PyNX's statistic) instead of its maximum. At few counts the beamstop's unmeasured low-q modes
+# leave a smooth slope across the object's modulus; a threshold on the maximum then cuts the dim side off
+# (the support collapses to part of the object), one on the rms does not (docs/phase.md, "Few photons").
+FEW_PHOTONS_RECIPE = ("HIO(sw=20, sigma=3, sigma_min=1, threshold=0.25, stat=rms, smin=0.25, smax=4)**1000 "
+                      "ER(sw=20, sigma=1, sigma_min=0.5, threshold=0.25, stat=rms, smin=0.25, smax=4)**200 ER**300")
+# Below this many photons per speckle (measured counts / object pixels) the default is the few-photon recipe
+FEW_PHOTONS_PER_SPECKLE = 1000.0
+
+
+def photons_per_speckle(counts: float, object_pixels: float) -> float:
+    """Mean counts per independent speckle: the measured total over the object's pixel count (an object of
+    V pixels has V independent Fourier samples, whatever the oversampling)."""
+    return float(counts) / max(1.0, float(object_pixels))
+
+
+def is_default(text) -> bool:
+    """Whether ``text`` asks for the default recipe (None or the name ``default``), which the solver may pick
+    by the photon count."""
+    return text is None or (isinstance(text, str) and text.strip().lower() == "default")
+
+
+def default_recipe(*, photons_per_speckle: float | None = None) -> Recipe:
     """The recipe that reconstructs the test objects from an autocorrelation support without tuning.
+
+    With ``photons_per_speckle`` below :data:`FEW_PHOTONS_PER_SPECKLE`, :data:`FEW_PHOTONS_RECIPE` (the
+    same schedule, shrinkwrap threshold on the rms); the solver passes it for count data.
 
     HIO with shrinkwrap every 20 iterations (blur 3 -> 1 px, threshold 0.25)
     finds the object; ER with a light shrinkwrap tightens the support to it;
@@ -314,6 +339,8 @@ def default_recipe() -> Recipe:
     a support swelling over noise, is re-thresholded and logged). See docs/phase.md
     ("Support from the pattern alone", "Success rates") for how it was chosen.
     """
+    if photons_per_speckle is not None and photons_per_speckle < FEW_PHOTONS_PER_SPECKLE:
+        return Recipe.parse(FEW_PHOTONS_RECIPE)
     return Recipe.parse(DEFAULT_RECIPE)
 
 
@@ -322,11 +349,12 @@ def default_recipe() -> Recipe:
 # modulus inside the support, blur decreasing from 2 to 0.5 pixels, a size guard, then ER.
 PYNX_RULE_RECIPE = ("RAAR(beta=0.9, sw=50, sigma=2, sigma_min=0.5, threshold=0.25, stat=rms, smin=0.2, smax=1.5)**600 "
                     "ER(sw=50, sigma=0.5, sigma_min=0.5, threshold=0.25, stat=rms, smin=0.2, smax=1.5)**200")
-NAMED_RECIPES = {"default": DEFAULT_RECIPE, "pynx-rule": PYNX_RULE_RECIPE}
+NAMED_RECIPES = {"default": DEFAULT_RECIPE, "pynx-rule": PYNX_RULE_RECIPE, "few-photons": FEW_PHOTONS_RECIPE}
 
 
 def named_recipe(text: "str | Recipe | None") -> Recipe:
-    """A recipe by name (``default``, ``pynx-rule``) or from its notation; None is the default."""
+    """A recipe by name (``default``, ``pynx-rule``, ``few-photons``) or from its notation; None is the
+    default (for the photon-count choice see :meth:`qora.phase.Solver.run`)."""
     if text is None:
         return default_recipe()
     if isinstance(text, str) and text.strip().lower() in NAMED_RECIPES:

@@ -14,7 +14,7 @@ from qora.progress import report
 from qora.provenance import versions as software_versions
 from qora.phase.checks import check_bool_array, check_choice, check_intensity, check_run_memory
 from qora.phase.physics import native_amplitude
-from qora.phase.recipe import named_recipe
+from qora.phase.recipe import default_recipe, is_default, named_recipe, photons_per_speckle
 from qora.phase.support import autocorrelation_estimate, halve_supports, size_range_for
 
 __all__ = ["reconstruct", "Solver", "PhaseResult", "random_start", "check_intensity"]
@@ -292,6 +292,7 @@ class Solver:
         from ``first_start`` (start s is drawn from ``PCG64(seed + s)``), so that starts split over
         several runs (``qora.distributed``) are the ones a single run would make."""
         first_start = validate.integer("first_start", first_start, low=0)
+        pick_default = is_default(recipe)
         recipe = named_recipe(recipe)
         check_choice("rank", rank, ("fourier", "free_llk"))
         if rank == "free_llk" and not self.free.any():
@@ -317,6 +318,13 @@ class Solver:
         else:
             # a given support is taken as the object's size estimate (A / 2^d = its size)
             self._autocorrelation_pixels = int(support.sum()) * 2 ** support.ndim
+        self.photons_per_speckle = None
+        if pick_default and self._looks_like_counts():
+            # the default recipe by the photon count (docs/phase.md, "Few photons")
+            measured = self.intensity if self.mask is None else np.where(self.mask, 0.0, self.intensity)
+            self.photons_per_speckle = photons_per_speckle(float(measured.sum()),
+                                                           self._autocorrelation_pixels / 2**len(self.shape))
+            recipe = default_recipe(photons_per_speckle=self.photons_per_speckle)
         self._support_log = []
         t0 = time.perf_counter()
         all_x, all_s, all_err, all_llk, all_psf = [], [], [], ([], []), []
@@ -428,6 +436,11 @@ class Solver:
         else:
             engine.set_amplitude(self.amp)
         engine._qora_masked_filled = rule == "fill"
+
+    def _looks_like_counts(self) -> bool:
+        """Whether the pattern is photon counts (whole numbers): only then is its total a photon count."""
+        measured = self.intensity if self.mask is None else self.intensity[~self.mask]
+        return bool(measured.size) and bool(np.all(measured == np.round(measured)))
 
     def _free_likelihood(self):
         """The held-out pixels on the solver's device, made at the first stage that needs them."""
