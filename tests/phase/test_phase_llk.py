@@ -98,3 +98,25 @@ def test_switch_on_gpu_matches_cpu(variant):
     assert runs[1].support_log == runs[0].support_log
     np.testing.assert_allclose(runs[1].object, runs[0].object, atol=1e-3 * np.abs(runs[0].object).max())
     np.testing.assert_allclose(runs[1].free_llk, runs[0].free_llk, rtol=1e-3)
+
+
+def test_default_recipe_is_picked_by_the_photon_count():
+    """Count data below 1000 photons per speckle get the few-photon recipe, more counts or data that are not
+    counts (non-integer) the standard default; an explicit recipe is never replaced."""
+    from qora.phase.recipe import DEFAULT_RECIPE, FEW_PHOTONS_RECIPE, default_recipe, photons_per_speckle
+
+    obj = objects.triangle(32)
+    few, mask = record(obj, Detector(photons=3e4, beamstop=1, gap=0))
+    many, _ = record(obj, Detector(photons=1e8, beamstop=1, gap=0))
+    picked = {}
+    for name, counts, recipe in (("few", few, None), ("many", many, "default"), ("scaled", few * 0.37, None),
+                                 ("explicit", few, "ER**3")):
+        solver = Solver(counts, mask=mask, backend="cpu")
+        picked[name] = (solver.run(recipe=recipe).recipe, solver.photons_per_speckle)
+    assert picked["few"][0] == str(Recipe.parse(FEW_PHOTONS_RECIPE)) and picked["few"][1] < 1000
+    assert picked["many"][0] == str(Recipe.parse(DEFAULT_RECIPE)) and picked["many"][1] > 1000
+    assert picked["scaled"] == (str(Recipe.parse(DEFAULT_RECIPE)), None)
+    assert picked["explicit"] == ("ER**3", None)
+    assert photons_per_speckle(5e5, 500) == 1000.0
+    assert str(default_recipe(photons_per_speckle=999.0)) == str(Recipe.parse(FEW_PHOTONS_RECIPE))
+    assert str(default_recipe(photons_per_speckle=1000.0)) == str(Recipe.parse(DEFAULT_RECIPE))
