@@ -229,3 +229,25 @@ def test_psf_and_fill_stages_on_gpu_match_cpu(variant):
     np.testing.assert_allclose(runs[1].objects, runs[0].objects, atol=1e-4 * np.abs(runs[0].objects).max())
     np.testing.assert_allclose(runs[1].errors, runs[0].errors, rtol=1e-3, atol=1e-6)
     np.testing.assert_allclose(runs[1].psf, runs[0].psf, atol=1e-5)
+
+
+def test_named_partial_coherence_recipe_and_the_cli(tmp_path):
+    """The named recipe has psf on every stage; `qora phase run --recipe` takes psf options (and the name)."""
+    from click.testing import CliRunner
+
+    from qora.cli import cli
+    from qora.phase.files import write_pattern
+    from qora.phase.recipe import named_recipe
+
+    assert all(s.psf == "gaussian" for s in named_recipe("partial-coherence").stages)
+    obj, counts, _ = _psf_case(n=32)
+    pattern, support, out = tmp_path / "p.cxi", tmp_path / "s.npy", tmp_path / "r.cxi"
+    write_pattern(pattern, counts)
+    np.save(support, objects.support_of(obj))
+    res = CliRunner().invoke(cli, ["phase", "run", str(pattern), "--support", str(support), "--recipe",
+                                   "HIO(psf=gaussian, psf_sigma=0.7)**20 ER(psf=gaussian, psf_sigma=0.7)**10",
+                                   "--starts", "1", "--backend", "cpu", "--out", str(out), "--quiet"])
+    assert res.exit_code == 0, res.output
+    bad = CliRunner().invoke(cli, ["phase", "run", str(pattern), "--recipe", "ER(psf=airy)**3", "--out",
+                                   str(tmp_path / "x.cxi"), "--backend", "cpu"])
+    assert bad.exit_code != 0 and "psf must be" in bad.output

@@ -92,7 +92,8 @@ def _shapes(text):
               "triangle_256,featured_256,prism_48); 'all' for every case.")
 @click.option("--starts", type=click.IntRange(1, 1000), default=3, show_default=True, help="Random starts per case.")
 @click.option("--recipe", default="default", show_default=True,
-              help="A recipe's notation, or a name: default, pynx-rule (PyNX's support rule as our recipe).")
+              help="A recipe's notation, or a name: default, pynx-rule (PyNX's support rule as our recipe), "
+              "few-photons, partial-coherence.")
 @click.option("--peer", type=click.Choice(["cohere"]), default=None,
               help="Run cohere-core's reconstruction instead (its interpreter from QORA_COHERE_PYTHON).")
 @click.option("--no-write", is_flag=True, help="Print only; write no result file.")
@@ -109,7 +110,9 @@ def bench_phase_success(backend: str, cases, starts: int, recipe: str, peer, no_
         names = tuple(phase_success.CASES)
     else:
         names = tuple(c.strip() for c in cases.split(",") if c.strip())
-    label = recipe if recipe in ("default", "pynx-rule") else "custom"
+    from qora.phase.recipe import NAMED_RECIPES
+
+    label = recipe if recipe in NAMED_RECIPES else "custom"
     phase_success.run(cases=names, starts=starts, recipe=recipe, backend=backend, write=not no_write,
                       echo=click.echo, label=label, peer=peer)
 

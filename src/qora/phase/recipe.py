@@ -33,7 +33,7 @@ ALGORITHMS = PROJECTIONS + ("ML",)
 MASKED_RULES = ("free", "fill")
 
 __all__ = ["Stage", "Recipe", "RecipeError", "default_recipe", "DEFAULT_RECIPE", "PYNX_RULE_RECIPE", "NAMED_RECIPES",
-           "named_recipe", "FEW_PHOTONS_RECIPE", "FEW_PHOTONS_PER_SPECKLE", "photons_per_speckle", "is_default"]
+           "named_recipe", "FEW_PHOTONS_RECIPE", "PARTIAL_COHERENCE_RECIPE", "FEW_PHOTONS_PER_SPECKLE", "photons_per_speckle", "is_default"]
 
 
 class RecipeError(InputError):
@@ -349,11 +349,18 @@ def default_recipe(*, photons_per_speckle: float | None = None) -> Recipe:
 # modulus inside the support, blur decreasing from 2 to 0.5 pixels, a size guard, then ER.
 PYNX_RULE_RECIPE = ("RAAR(beta=0.9, sw=50, sigma=2, sigma_min=0.5, threshold=0.25, stat=rms, smin=0.2, smax=1.5)**600 "
                     "ER(sw=50, sigma=0.5, sigma_min=0.5, threshold=0.25, stat=rms, smin=0.2, smax=1.5)**200")
-NAMED_RECIPES = {"default": DEFAULT_RECIPE, "pynx-rule": PYNX_RULE_RECIPE, "few-photons": FEW_PHOTONS_RECIPE}
+# Partial coherence: the default's schedule with the psf model on every stage (qora.phase.coherence), a
+# Gaussian kernel of 1 pixel refined by Richardson-Lucy every 5 iterations.
+PARTIAL_COHERENCE_RECIPE = ("HIO(sw=20, sigma=3, sigma_min=1, threshold=0.25, smin=0.25, smax=4, psf=gaussian)**1000 "
+                            "ER(sw=20, sigma=1, sigma_min=0.5, threshold=0.25, smin=0.25, smax=4, psf=gaussian)**200 "
+                            "ER(psf=gaussian)**300")
+NAMED_RECIPES = {"default": DEFAULT_RECIPE, "pynx-rule": PYNX_RULE_RECIPE, "few-photons": FEW_PHOTONS_RECIPE,
+                 "partial-coherence": PARTIAL_COHERENCE_RECIPE}
 
 
 def named_recipe(text: "str | Recipe | None") -> Recipe:
-    """A recipe by name (``default``, ``pynx-rule``, ``few-photons``) or from its notation; None is the
+    """A recipe by name (``default``, ``pynx-rule``, ``few-photons``, ``partial-coherence``) or from its
+    notation; None is the
     default (for the photon-count choice see :meth:`qora.phase.Solver.run`)."""
     if text is None:
         return default_recipe()

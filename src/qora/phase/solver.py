@@ -554,8 +554,9 @@ def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int 
     mask : bool ndarray, optional
         True where a pixel was not measured (its modulus is left free).
     recipe : str or Recipe, optional
-        E.g. ``"HIO**400 ER**100"``, or a name (``"default"``, ``"pynx-rule"``); by default
-        :func:`default_recipe`.
+        E.g. ``"HIO**400 ER**100"``, or a name (``"default"``, ``"few-photons"``, ``"pynx-rule"``); by
+        default (None or ``"default"``) :func:`default_recipe`, which for count data (whole numbers) below
+        1000 photons per speckle is the few-photon recipe (``Solver.photons_per_speckle``).
     starts : int
         Random starts; the best by ``rank`` is returned.
     rank : {"fourier", "free_llk"}
