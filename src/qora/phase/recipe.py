@@ -33,7 +33,8 @@ ALGORITHMS = PROJECTIONS + ("ML",)
 MASKED_RULES = ("free", "fill")
 
 __all__ = ["Stage", "Recipe", "RecipeError", "default_recipe", "DEFAULT_RECIPE", "PYNX_RULE_RECIPE", "NAMED_RECIPES",
-           "named_recipe", "FEW_PHOTONS_RECIPE", "PARTIAL_COHERENCE_RECIPE", "FEW_PHOTONS_PER_SPECKLE", "photons_per_speckle", "is_default"]
+           "named_recipe", "FEW_PHOTONS_RECIPE", "PARTIAL_COHERENCE_RECIPE", "FEW_PHOTONS_PER_SPECKLE", "photons_per_speckle", "is_default",
+           "looks_like_counts"]
 
 
 class RecipeError(InputError):
@@ -320,6 +321,15 @@ def photons_per_speckle(counts: float, object_pixels: float) -> float:
     return float(counts) / max(1.0, float(object_pixels))
 
 
+def looks_like_counts(intensity, mask=None) -> bool:
+    """Whether a pattern is photon counts (whole numbers on the measured pixels): only then is its total a
+    photon count."""
+    import numpy as np
+
+    measured = intensity if mask is None else intensity[~mask]
+    return bool(measured.size) and bool(np.all(measured == np.round(measured)))
+
+
 def is_default(text) -> bool:
     """Whether ``text`` asks for the default recipe (None or the name ``default``), which the solver may pick
     by the photon count."""
@@ -349,11 +359,12 @@ def default_recipe(*, photons_per_speckle: float | None = None) -> Recipe:
 # modulus inside the support, blur decreasing from 2 to 0.5 pixels, a size guard, then ER.
 PYNX_RULE_RECIPE = ("RAAR(beta=0.9, sw=50, sigma=2, sigma_min=0.5, threshold=0.25, stat=rms, smin=0.2, smax=1.5)**600 "
                     "ER(sw=50, sigma=0.5, sigma_min=0.5, threshold=0.25, stat=rms, smin=0.2, smax=1.5)**200")
-# Partial coherence: the default's schedule with the psf model (qora.phase.coherence) on the ER stages, a
-# Gaussian kernel of 1 pixel refined by Richardson-Lucy every 5 iterations. Not on the HIO stage: while the
-# support is searched a wider kernel and a larger object fit alike (with psf on HIO the coherent
-# featured_256 ended at 0.34-0.49 instead of 0.04; docs/phase.md, "Partial coherence").
-PARTIAL_COHERENCE_RECIPE = ("HIO(sw=20, sigma=3, sigma_min=1, threshold=0.25, smin=0.25, smax=4)**1000 "
+# Partial coherence: the default's schedule with the psf model (qora.phase.coherence) on every stage, a
+# Gaussian kernel of 1 pixel refined by Richardson-Lucy every 5 iterations. For partially coherent data only:
+# on coherent data the kernel and the support trade off during the search (featured_256 ended at 0.34-0.49
+# instead of 0.04), while on blurred data a coherent search stage failed more often than this one
+# (docs/phase.md, "Partial coherence").
+PARTIAL_COHERENCE_RECIPE = ("HIO(sw=20, sigma=3, sigma_min=1, threshold=0.25, smin=0.25, smax=4, psf=gaussian)**1000 "
                             "ER(sw=20, sigma=1, sigma_min=0.5, threshold=0.25, smin=0.25, smax=4, psf=gaussian)**200 "
                             "ER(psf=gaussian)**300")
 NAMED_RECIPES = {"default": DEFAULT_RECIPE, "pynx-rule": PYNX_RULE_RECIPE, "few-photons": FEW_PHOTONS_RECIPE,

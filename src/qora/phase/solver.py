@@ -14,7 +14,7 @@ from qora.progress import report
 from qora.provenance import versions as software_versions
 from qora.phase.checks import check_bool_array, check_choice, check_intensity, check_run_memory
 from qora.phase.physics import native_amplitude
-from qora.phase.recipe import default_recipe, is_default, named_recipe, photons_per_speckle
+from qora.phase.recipe import default_recipe, is_default, looks_like_counts, named_recipe, photons_per_speckle
 from qora.phase.support import autocorrelation_estimate, halve_supports, size_range_for
 
 __all__ = ["reconstruct", "Solver", "PhaseResult", "random_start", "check_intensity"]
@@ -319,7 +319,7 @@ class Solver:
             # a given support is taken as the object's size estimate (A / 2^d = its size)
             self._autocorrelation_pixels = int(support.sum()) * 2 ** support.ndim
         self.photons_per_speckle = None
-        if pick_default and self._looks_like_counts():
+        if pick_default and looks_like_counts(self.intensity, self.mask):
             # the default recipe by the photon count (docs/phase.md, "Few photons")
             measured = self.intensity if self.mask is None else np.where(self.mask, 0.0, self.intensity)
             self.photons_per_speckle = photons_per_speckle(float(measured.sum()),
@@ -423,24 +423,10 @@ class Solver:
         return np.concatenate(history), False
 
     def _masked_rule(self, engine, rule: str) -> None:
-        """Give the engine the amplitude of the stage's ``masked`` rule (in place, so captured graphs stay
-        valid): the measured one, or with the detector's unmeasured pixels filled by interpolation."""
-        filled = getattr(engine, "_qora_masked_filled", False)
-        if (rule == "fill") == filled or self.mask is None:
-            return
-        if rule == "fill":
-            from qora.phase.support import fill_masked
+        """The engine's amplitude for the stage's ``masked`` rule (:func:`qora.phase.unmeasured.masked_rule`)."""
+        from qora.phase.unmeasured import masked_rule
 
-            counts = fill_masked(np.where(self.mask, 0.0, self.intensity), self.mask)
-            engine.set_amplitude(native_amplitude(counts, self.free if self.free.any() else None))
-        else:
-            engine.set_amplitude(self.amp)
-        engine._qora_masked_filled = rule == "fill"
-
-    def _looks_like_counts(self) -> bool:
-        """Whether the pattern is photon counts (whole numbers): only then is its total a photon count."""
-        measured = self.intensity if self.mask is None else self.intensity[~self.mask]
-        return bool(measured.size) and bool(np.all(measured == np.round(measured)))
+        masked_rule(engine, rule, intensity=self.intensity, mask=self.mask, free=self.free, measured_amp=self.amp)
 
     def _free_likelihood(self):
         """The held-out pixels on the solver's device, made at the first stage that needs them."""
