@@ -232,14 +232,14 @@ def test_psf_and_fill_stages_on_gpu_match_cpu(variant):
 
 
 def test_named_partial_coherence_recipe_and_the_cli(tmp_path):
-    """The named recipe has psf on every stage; `qora phase run --recipe` takes psf options."""
+    """The named recipe has psf on its ER stages; `qora phase run --recipe` takes psf options."""
     from click.testing import CliRunner
 
     from qora.cli import cli
     from qora.phase.files import write_pattern
     from qora.phase.recipe import named_recipe
 
-    assert [s.psf for s in named_recipe("partial-coherence").stages] == ["gaussian"] * 3
+    assert [s.psf for s in named_recipe("partial-coherence").stages] == [None, "gaussian", "gaussian"]
     obj, counts, _ = _psf_case(n=32)
     pattern, support, out = tmp_path / "p.cxi", tmp_path / "s.npy", tmp_path / "r.cxi"
     write_pattern(pattern, counts)
