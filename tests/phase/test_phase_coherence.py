@@ -246,8 +246,9 @@ def test_named_partial_coherence_recipe_and_the_cli(tmp_path):
     np.save(support, objects.support_of(obj))
     res = CliRunner().invoke(cli, ["phase", "run", str(pattern), "--support", str(support), "--recipe",
                                    "HIO(psf=gaussian, psf_sigma=0.7)**20 ER(psf=gaussian, psf_sigma=0.7)**10",
-                                   "--starts", "1", "--backend", "cpu", "--out", str(out), "--quiet"])
+                                   "--starts", "1", "--backend", "cpu", "--out", str(out)])
     assert res.exit_code == 0, res.output
+    assert "partial coherence: the kernel found" in res.output
     bad = CliRunner().invoke(cli, ["phase", "run", str(pattern), "--recipe", "ER(psf=airy)**3", "--out",
                                    str(tmp_path / "x.cxi"), "--backend", "cpu"])
     assert bad.exit_code != 0 and "psf must be" in bad.output

@@ -150,6 +150,12 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
         result = reconstruct(intensity, mask=file_mask, support=sup, recipe=recipe, starts=starts, seed=seed,
                              rank=rank, backend=backend, variant=variant, batch=batch,
                              keep_all=keep_all or consensus is not None, progress=bar)
+    from qora.phase.recipe import FEW_PHOTONS_RECIPE, Recipe, is_default
+
+    if is_default(recipe) and result.recipe == str(Recipe.parse(FEW_PHOTONS_RECIPE)):
+        click.echo("few counts (below 1000 photons per speckle): ran the few-photons recipe")
+    if result.psf is not None:
+        click.echo(f"partial coherence: the kernel found has a peak of {float(result.psf.max()):.3g} (sum 1)")
     if consensus is not None:
         from qora.phase.analysis import consensus as agreement
 
