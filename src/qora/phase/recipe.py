@@ -359,13 +359,14 @@ def default_recipe(*, photons_per_speckle: float | None = None) -> Recipe:
 # modulus inside the support, blur decreasing from 2 to 0.5 pixels, a size guard, then ER.
 PYNX_RULE_RECIPE = ("RAAR(beta=0.9, sw=50, sigma=2, sigma_min=0.5, threshold=0.25, stat=rms, smin=0.2, smax=1.5)**600 "
                     "ER(sw=50, sigma=0.5, sigma_min=0.5, threshold=0.25, stat=rms, smin=0.2, smax=1.5)**200")
-# Partial coherence: the default's schedule with the psf model (qora.phase.coherence) on the ER stages, a
-# Gaussian kernel of 1 pixel refined by Richardson-Lucy every 5 iterations. Measured against the psf on every
-# stage on featured_256_psf (10 starts: 6/10 against 5/10 within the bound, found starts at 0.09-0.23
-# against 0.14-0.31), and on coherent data the psf during the search goes wrong (featured_256: 0.34-0.49
-# instead of 0.04); docs/phase.md, "Partial coherence".
-PARTIAL_COHERENCE_RECIPE = ("HIO(sw=20, sigma=3, sigma_min=1, threshold=0.25, smin=0.25, smax=4)**1000 "
-                            "ER(sw=20, sigma=1, sigma_min=0.5, threshold=0.25, smin=0.25, smax=4, psf=gaussian)**200 "
+# Partial coherence: the default's schedule with the shrinkwrap threshold at 0.2 of the maximum (the blur
+# lowers the object's edges in the iterate, and 0.25 cut into it) and the psf model (qora.phase.coherence)
+# on the ER stages, a Gaussian kernel of 1 pixel refined by Richardson-Lucy every 5 iterations. On
+# featured_256_psf, 10 starts: 8/10 within the bound (median 0.090), against 6/10 with threshold 0.25 and
+# 5/10 with the psf on every stage; on coherent data the psf during the search goes wrong (featured_256:
+# 0.34-0.49 instead of 0.04). docs/phase.md, "Partial coherence".
+PARTIAL_COHERENCE_RECIPE = ("HIO(sw=20, sigma=3, sigma_min=1, threshold=0.2, smin=0.25, smax=4)**1000 "
+                            "ER(sw=20, sigma=1, sigma_min=0.5, threshold=0.2, smin=0.25, smax=4, psf=gaussian)**200 "
                             "ER(psf=gaussian)**300")
 NAMED_RECIPES = {"default": DEFAULT_RECIPE, "pynx-rule": PYNX_RULE_RECIPE, "few-photons": FEW_PHOTONS_RECIPE,
                  "partial-coherence": PARTIAL_COHERENCE_RECIPE}
