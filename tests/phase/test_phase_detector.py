@@ -65,6 +65,9 @@ def test_success_harness_on_a_small_case(tmp_path, monkeypatch):
     assert row["consensus_max"] <= sum(row["errors"]) + 1e-6  # the triangle inequality through the truth
     assert any("consensus of the best 2 starts" in line for line in lines)
     assert (tmp_path / "tiny.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the known-support reference of these counts is near float precision: the bound stays 0.2
+    assert row["reference_error"] < 0.05 and row["bound"] == phase_success.SUCCESS_BOUND
+    assert row["success_fixed"] == 1.0
 
 
 def test_bench_cli_passes_consensus_and_figures(tmp_path, monkeypatch):
@@ -78,6 +81,33 @@ def test_bench_cli_passes_consensus_and_figures(tmp_path, monkeypatch):
                                    "--consensus", "5", "--figures", str(tmp_path / "figs"), "--no-write"])
     assert out.exit_code == 0, out.output
     assert seen["consensus"] == 5 and seen["cases"] == ("crystal_128",) and (tmp_path / "figs").is_dir()
+
+
+def test_success_bound_is_relative_to_the_reference_only_above_the_fixed_bound():
+    assert phase_success.success_bound(None) == 0.2
+    assert phase_success.success_bound(0.005) == 0.2  # good data: the fixed bound holds
+    assert phase_success.success_bound(0.14) == pytest.approx(0.21)  # few photons: 1.5 x the reference
+    with pytest.raises(InputError):
+        phase_success.success_bound(float("nan"))
+
+
+def test_scores_report_both_criteria():
+    """A start between 0.2 and 1.5 x reference counts under the relative bound and not under the fixed one;
+    another object (error ~1) under neither."""
+    row = phase_success._scores([0.05, 0.25, 1.0], 0.19)
+    assert row["bound"] == pytest.approx(0.285)
+    assert row["succeeded"] == 2 and row["success_fixed"] == pytest.approx(1 / 3)
+
+
+def test_reference_error_sees_the_partial_coherence_floor():
+    """The reference run from the true support: near 0 on coherent counts, clearly above on counts blurred
+    by a 1-pixel Gaussian (what no coherent model fits), on a small triangle."""
+    obj = objects.triangle(48)
+    sharp = record(obj, Detector(photons=None, beamstop=0, gap=0))
+    blurred = record(obj, Detector(photons=None, beamstop=0, gap=0, coherence_sigma=1.0))
+    ref_sharp = phase_success.reference_error(obj, *sharp, backend="cpu")
+    ref_blurred = phase_success.reference_error(obj, *blurred, backend="cpu")
+    assert ref_sharp < 1e-3 < 0.05 < ref_blurred
 
 
 def test_aligned_error_sees_twin_shift_and_scale_but_not_a_wrong_object():

@@ -3,11 +3,19 @@
 Each case is an object recorded as a detector records it (:mod:`qora.phase.detector`: Poisson counts, a
 beamstop, gaps, optionally partial coherence) and reconstructed from ``starts`` random starts with a
 recipe and no support. A start succeeds when its object error against the truth after alignment
-(sub-pixel shift, global phase, twin; both scaled to unit norm) is below :data:`SUCCESS_BOUND`.
+(sub-pixel shift, global phase, twin; both scaled to unit norm) is below the case's bound,
+``max(SUCCESS_BOUND, REFERENCE_FACTOR x the known-support reference error)`` (:func:`success_bound`).
 
 Why 0.2: a start that has found the support and the object differs from the truth by edge ringing and
 noise only (0.01-0.15 on the cases here, depending on how sharp the edges are and how many photons),
 while a start that has not is a different object (0.5-1.0); see docs/phase.md, "Success rates".
+
+Why relative to a reference: where the data themselves limit the object (few photons, partial
+coherence), the same pattern with the true support given already ends near 0.14-0.21, and a fixed 0.2
+would count a start that found everything the data hold as a failure. The reference is measured in the
+same run: :data:`REFERENCE_RECIPE` from the true support (:func:`reference_error`); a start within
+1.5 times it has found the support (edge pixels of a shrinkwrapped support cost up to that much on these
+cases), and a start that did not is still far above it. The fixed-bound share is reported beside it.
 """
 
 from __future__ import annotations
@@ -28,11 +36,36 @@ from qora.bench.common import BenchResult
 from qora.io.errors import InputError
 from qora.phase import analysis, objects
 from qora.phase.detector import Detector, crystal, featured, record
-from qora.phase.recipe import named_recipe
 
-__all__ = ["CASES", "QUICK", "SUCCESS_BOUND", "Case", "aligned_error", "run_case", "run"]
+__all__ = ["CASES", "QUICK", "SUCCESS_BOUND", "REFERENCE_FACTOR", "REFERENCE_RECIPE", "Case", "aligned_error",
+           "success_bound", "reference_error", "run_case", "run"]
 
 SUCCESS_BOUND = 0.2
+# A start within this factor of the known-support reference error has found the support (see above).
+REFERENCE_FACTOR = 1.5
+# The reference: the coherent projections from the true support, best of REFERENCE_STARTS starts.
+REFERENCE_RECIPE = "HIO**400 ER**300"
+REFERENCE_STARTS = 2
+
+
+def success_bound(reference: float | None) -> float:
+    """The object-error bound of a case: max(0.2, 1.5 x the known-support reference error); 0.2 without one."""
+    if reference is None:
+        return SUCCESS_BOUND
+    if not reference >= 0:
+        raise InputError(f"the reference error must be a number >= 0, got {reference!r}")
+    return max(SUCCESS_BOUND, REFERENCE_FACTOR * float(reference))
+
+
+def reference_error(truth, counts, mask, *, backend="auto", seed: int = 0) -> float:
+    """The object error :data:`REFERENCE_RECIPE` reaches on these counts from the true support (|truth| > 0),
+    best of :data:`REFERENCE_STARTS` starts: what the data allow when the support is not the question."""
+    from qora.phase import reconstruct
+
+    support = np.abs(truth) > 0
+    result = reconstruct(counts, mask=mask, support=support, recipe=REFERENCE_RECIPE, starts=REFERENCE_STARTS,
+                         backend=backend, seed=seed, keep_all=True)
+    return min(aligned_error(o, truth) for o in result.objects)
 
 
 @dataclass(frozen=True)
@@ -68,9 +101,20 @@ def aligned_error(x, truth) -> float:
     return analysis.object_error(x / np.linalg.norm(x), t / np.linalg.norm(t))
 
 
-def run_case(case: Case, *, starts: int, recipe=None, backend="auto", seed: int = 0, consensus: int = 0,
-             figure=None) -> dict:
-    """Reconstruct one case from ``starts`` starts; the per-start errors, the success share and the time.
+def _scores(errors, reference) -> dict:
+    """Success shares of per-start ``errors``: against the case's bound and against the fixed 0.2."""
+    bound = success_bound(reference)
+    ok = [e < bound for e in errors]
+    return {"success": float(np.mean(ok)), "succeeded": int(sum(ok)), "bound": bound,
+            "reference_error": reference, "success_fixed": float(np.mean([e < SUCCESS_BOUND for e in errors])),
+            "median_error": float(np.median(errors)), "best_error": float(min(errors)), "errors": errors}
+
+
+def run_case(case: Case, *, starts: int, recipe=None, backend="auto", seed: int = 0, reference: bool = True,
+             consensus: int = 0, figure=None) -> dict:
+    """Reconstruct one case from ``starts`` starts; the per-start errors, the success shares (against the
+    case's bound, and against the fixed 0.2 as ``success_fixed``) and the time. ``reference=False`` skips the
+    known-support reference run (the bound is then 0.2).
 
     ``consensus`` > 1 adds the agreement of that many best starts (by Fourier error, as a user without
     the truth would rank them; :func:`qora.phase.analysis.consensus`): ``consensus_median``,
@@ -82,16 +126,15 @@ def run_case(case: Case, *, starts: int, recipe=None, backend="auto", seed: int 
     truth = case.object()
     counts, mask = record(truth, case.detector, seed=seed)
     t0 = time.perf_counter()
-    result = reconstruct(counts, mask=mask, recipe=named_recipe(recipe), starts=starts, backend=backend, seed=seed,
+    # the recipe by name or notation as given: "default" lets the solver pick by the photon count
+    result = reconstruct(counts, mask=mask, recipe=recipe, starts=starts, backend=backend, seed=seed,
                          keep_all=True)
     seconds = time.perf_counter() - t0
     errors = [aligned_error(o, truth) for o in result.objects]
-    ok = [e < SUCCESS_BOUND for e in errors]
-    row = {"success": float(np.mean(ok)), "succeeded": int(sum(ok)), "starts": starts,
-           "s_per_start": seconds / starts, "median_error": float(np.median(errors)),
-           "best_error": float(min(errors)), "errors": errors, "retunes": len(result.support_log),
-           "shape": list(truth.shape), "photons": case.detector.photons, "recipe": result.recipe,
-           "best_start": result.best, "best_start_error": errors[result.best]}
+    ref = reference_error(truth, counts, mask, backend=backend, seed=seed) if reference else None
+    row = {**_scores(errors, ref), "starts": starts, "s_per_start": seconds / starts,
+           "retunes": len(result.support_log), "shape": list(truth.shape), "photons": case.detector.photons,
+           "recipe": result.recipe, "best_start": result.best, "best_start_error": errors[result.best]}
     if consensus > 1:
         agreement = analysis.consensus(result.objects, result.final_errors, keep=consensus)
         row.update(consensus_starts=agreement["starts"], consensus_errors=agreement["errors"].tolist(),
@@ -169,11 +212,10 @@ def run_cohere_case(case: Case, *, starts: int, seed: int = 0, device: int = -1)
         data = np.load(out)
         found, seconds = data["objects"], data["seconds"]
     errors = [aligned_error(o, truth) for o in found]
-    ok = [e < SUCCESS_BOUND for e in errors]
-    return {"success": float(np.mean(ok)), "succeeded": int(sum(ok)), "starts": starts,
-            "s_per_start": float(np.mean(seconds)), "median_error": float(np.median(errors)),
-            "best_error": float(min(errors)), "errors": errors, "retunes": 0, "shape": list(truth.shape),
-            "photons": case.detector.photons, "recipe": json.dumps(_cohere_params(script))}
+    ref = reference_error(truth, counts, mask, backend="cuda" if device >= 0 else "cpu", seed=seed)
+    return {**_scores(errors, ref), "starts": starts, "s_per_start": float(np.mean(seconds)), "retunes": 0,
+            "shape": list(truth.shape), "photons": case.detector.photons,
+            "recipe": json.dumps(_cohere_params(script))}
 
 
 def _cohere_params(script: Path) -> dict:
@@ -193,8 +235,10 @@ def run(*, cases=QUICK, starts: int = 3, recipe=None, backend="auto", write=True
     be = resolve(backend)
     facts = be.device_facts()
     result = BenchResult("phase-success", be.name, facts.as_dict(),
-                         columns=("success", "s_per_start", "median_error", "retunes"))
-    result.notes["success_bound"] = SUCCESS_BOUND
+                         columns=("success", "success_fixed", "bound", "s_per_start", "median_error", "retunes"))
+    result.notes["success_bound"] = (f"max({SUCCESS_BOUND}, {REFERENCE_FACTOR} x reference_error); "
+                                     f"success_fixed: below {SUCCESS_BOUND}")
+    result.notes["reference_recipe"] = f"{REFERENCE_RECIPE} from the true support, best of {REFERENCE_STARTS}"
     result.notes["recipe_label"] = label
     if peer not in (None, "cohere"):
         raise InputError(f"peer must be None or 'cohere', got {peer!r}")
@@ -208,8 +252,10 @@ def run(*, cases=QUICK, starts: int = 3, recipe=None, backend="auto", write=True
             row = run_case(CASES[name], starts=starts, recipe=recipe, backend=be.name, consensus=consensus,
                            figure=figure)
         result.add(f"{name}/{label}", **row)
-        echo(f"  {name}: {row['succeeded']}/{starts} below {SUCCESS_BOUND} (median error {row['median_error']:.3f}), "
-             f"{row['s_per_start']:.1f} s per start")
+        echo(f"  {name}: {row['succeeded']}/{starts} below {row['bound']:.3f} (= max({SUCCESS_BOUND}, "
+             f"{REFERENCE_FACTOR} x reference {row['reference_error']:.3f})), "
+             f"{round(row['success_fixed'] * starts)}/{starts} below {SUCCESS_BOUND} "
+             f"(median error {row['median_error']:.3f}), {row['s_per_start']:.1f} s per start")
         if "consensus_median" in row:
             kept = len(row["consensus_starts"])
             echo(f"    consensus of the best {kept} starts: median {row['consensus_median']:.3f}, "

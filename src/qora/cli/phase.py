@@ -49,7 +49,8 @@ def simulate_cmd(name, size, photons, seed, out) -> None:
 @click.option("--support", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Support file (.npy or the like; boolean, or 0 and 1 alone); default: from the autocorrelation.")
 @click.option("--recipe", default=None, help='E.g. "HIO**400 ER**100", or a name: default, pynx-rule (PyNX\'s '
-              'support rule as a recipe of ours); default: the documented default recipe.')
+              'support rule as a recipe of ours), few-photons, partial-coherence (psf model on the ER stages); '
+              'default: the documented default recipe (few-photons for counts below 1000 per speckle).')
 @click.option("--starts", type=click.IntRange(1, 10000), default=4, show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--rank", type=click.Choice(["fourier", "free_llk"]), default="fourier", show_default=True)
@@ -149,6 +150,12 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
         result = reconstruct(intensity, mask=file_mask, support=sup, recipe=recipe, starts=starts, seed=seed,
                              rank=rank, backend=backend, variant=variant, batch=batch,
                              keep_all=keep_all or consensus is not None, progress=bar)
+    from qora.phase.recipe import FEW_PHOTONS_RECIPE, Recipe, is_default
+
+    if is_default(recipe) and result.recipe == str(Recipe.parse(FEW_PHOTONS_RECIPE)):
+        click.echo("few counts (below 1000 photons per speckle): ran the few-photons recipe")
+    if result.psf is not None:
+        click.echo(f"partial coherence: the kernel found has a peak of {float(result.psf.max()):.3g} (sum 1)")
     if consensus is not None:
         from qora.phase.analysis import consensus as agreement
 

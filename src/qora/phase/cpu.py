@@ -145,7 +145,7 @@ class CpuEngine:
         self.backend = resolve("cpu")
         self.shape = tuple(amp.shape)
         self.batch = int(batch)
-        self.amp = np.ascontiguousarray(amp, dtype=np.float32)
+        self.amp = np.array(amp, dtype=np.float32, order="C")  # a copy: set_amplitude writes it in place
         self.n = int(np.prod(self.shape))
         self.scale = 1.0 / math.sqrt(self.n)
         self.denominator = float(np.sum(np.where(self.amp >= 0, self.amp.astype(np.float64) ** 2, 0.0)))

@@ -14,7 +14,7 @@ from qora.progress import report
 from qora.provenance import versions as software_versions
 from qora.phase.checks import check_bool_array, check_choice, check_intensity, check_run_memory
 from qora.phase.physics import native_amplitude
-from qora.phase.recipe import named_recipe
+from qora.phase.recipe import default_recipe, is_default, looks_like_counts, named_recipe, photons_per_speckle
 from qora.phase.support import autocorrelation_estimate, halve_supports, size_range_for
 
 __all__ = ["reconstruct", "Solver", "PhaseResult", "random_start", "check_intensity"]
@@ -156,6 +156,9 @@ class PhaseResult:
         geometry was given.
     preprocessing : dict or None
         What :func:`qora.phase.preprocess.preprocess` did to the raw frames, when it ran.
+    psf : ndarray or None
+        The best start's partial-coherence kernel (detector layout: origin at n//2, sum 1), when the
+        recipe has ``psf`` stages (:mod:`qora.phase.coherence`).
     """
 
     object: np.ndarray
@@ -180,6 +183,7 @@ class PhaseResult:
     support_log: list = field(default_factory=list)
     pixel_size: tuple | None = None
     preprocessing: dict | None = None
+    psf: np.ndarray | None = None
 
     @property
     def fourier_error(self) -> float:
@@ -255,6 +259,7 @@ class Solver:
             self.free = measured & (rng.random(self.shape) < self.free_fraction)
         used_mask = ~measured | self.free
         self.amp = native_amplitude(self.intensity, used_mask if used_mask.any() else None)
+        self._free_llk = None
         if self._engine is not None:
             self._engine.set_amplitude(self.amp)
 
@@ -287,10 +292,14 @@ class Solver:
         from ``first_start`` (start s is drawn from ``PCG64(seed + s)``), so that starts split over
         several runs (``qora.distributed``) are the ones a single run would make."""
         first_start = validate.integer("first_start", first_start, low=0)
+        pick_default = is_default(recipe)
         recipe = named_recipe(recipe)
         check_choice("rank", rank, ("fourier", "free_llk"))
         if rank == "free_llk" and not self.free.any():
             raise InputError("rank='free_llk' needs held-out pixels: make the Solver with free_fraction > 0")
+        if recipe.needs_free_pixels and not self.free.any():
+            raise InputError("a recipe stage with switch= ends on the free LLK, which needs held-out pixels: "
+                             "make the Solver with free_fraction > 0 (reconstruct() holds out 5% by default then)")
         starts = validate.integer("starts", starts, low=1)
         seed = validate.integer("seed", seed, low=0)
         sync_every = validate.integer("sync_every", sync_every, low=1)
@@ -309,21 +318,31 @@ class Solver:
         else:
             # a given support is taken as the object's size estimate (A / 2^d = its size)
             self._autocorrelation_pixels = int(support.sum()) * 2 ** support.ndim
+        self.photons_per_speckle = None
+        if pick_default and looks_like_counts(self.intensity, self.mask):
+            # the default recipe by the photon count (docs/phase.md, "Few photons")
+            measured = self.intensity if self.mask is None else np.where(self.mask, 0.0, self.intensity)
+            self.photons_per_speckle = photons_per_speckle(float(measured.sum()),
+                                                           self._autocorrelation_pixels / 2**len(self.shape))
+            recipe = default_recipe(photons_per_speckle=self.photons_per_speckle)
         self._support_log = []
         t0 = time.perf_counter()
-        all_x, all_s, all_err, all_llk = [], [], [], ([], [])
+        all_x, all_s, all_err, all_llk, all_psf = [], [], [], ([], []), []
         stopped = False
         total = recipe.iterations * starts
         for group in range(0, starts, self.batch):
             ids = list(range(group, min(starts, group + self.batch)))
             engine = self._engine_for(support)
             fill_random_starts(engine, seed, [first_start + i for i in ids])
+            self._coherence = None  # psf stages make it; each group of starts has kernels of its own
             label = (f"start {ids[0] + 1} of {starts}" if len(ids) == 1
                      else f"starts {ids[0] + 1}-{ids[-1] + 1} of {starts}")
             errs, stopped = self._run_recipe(engine, recipe, group * recipe.iterations, total, progress, sync_every,
                                              label, len(ids), ids)
             all_x.append(engine.get_x()[: len(ids)])
             all_s.append(engine.get_support()[: len(ids)])
+            if self._coherence is not None:
+                all_psf.extend(self._coherence.kernel_detector_layout(k, self.backend.to_host) for k in range(len(ids)))
             final, group_llk, group_free = self._final_scores(engine, len(ids))  # last: it transforms x
             all_err.append((errs[:, : len(ids)], final))
             all_llk[0].extend(group_llk)
@@ -343,7 +362,7 @@ class Solver:
             backend=self.backend.name, variant=self.variant,
             timings={**self.timings, "run_s": time.perf_counter() - t0}, versions=software_versions(), first_start=first_start,
             objects=objects if keep_all else None, supports=supports if keep_all else None, stopped_early=stopped,
-            support_log=self._support_log,
+            support_log=self._support_log, psf=all_psf[best] if len(all_psf) == len(objects) else None,
         )
 
     def _run_recipe(self, engine, recipe, done0, total, progress, sync_every, label="", count=1, ids=None):
@@ -355,6 +374,9 @@ class Solver:
         done = done0
         for stage in recipe.stages:
             a, b = stage.coefficients
+            self._masked_rule(engine, stage.masked)
+            if stage.switch:
+                self._free_likelihood().reset()
             updates = stage.iterations // stage.sw if stage.sw else 0
             if stage.detwin:
                 halve_supports(engine.support, xp=engine.backend.xp)
@@ -364,10 +386,17 @@ class Solver:
                 chunk = min(sync_every, stage.iterations - k)
                 if stage.sw:
                     chunk = min(chunk, stage.sw - (k % stage.sw))
+                if stage.switch:
+                    chunk = min(chunk, stage.switch - (k % stage.switch))
                 if stage.algorithm == "ML":
                     from qora.phase.ml import ml_iterate
 
                     history.append(ml_iterate(engine, chunk))
+                elif stage.psf:
+                    from qora.phase.coherence import coherence_iterate
+
+                    history.append(coherence_iterate(engine, self._coherence_for(engine, stage), chunk, a, b,
+                                                     stage.constraint))
                 else:
                     history.append(engine.iterate(chunk, a, b, stage.constraint))
                 k += chunk
@@ -376,9 +405,47 @@ class Solver:
                     self._shrinkwrap(engine, stage, update, updates, (done - done0) // count, ids or [0])
                     update += 1
                 name = f"{label}: {stage.algorithm}" if label else stage.algorithm
-                if not report(progress, name, done, total, {"fourier_error": float(history[-1][-1].min())}):
+                last = float(history[-1][-1].min())
+                if (stage.switch and k % stage.switch == 0 and k < stage.iterations
+                        and self._free_likelihood().check(engine, count)):
+                    # the free LLK stopped improving for every start: the stage ends here; skipped iterations are NaN
+                    skipped = stage.iterations - k
+                    history.append(np.full((skipped, history[-1].shape[1]), np.nan))
+                    for start in ids or [0]:
+                        self._support_log.append({"start": int(start), "iteration": int((done - done0) // count),
+                                                  "status": "switched"})
+                    done += skipped * count
+                    k = stage.iterations
+                if not report(progress, name, done, total, {"fourier_error": last}):
+                    self._masked_rule(engine, "free")
                     return np.concatenate(history), True
+        self._masked_rule(engine, "free")  # the scores and the next run see the measured pixels only
         return np.concatenate(history), False
+
+    def _masked_rule(self, engine, rule: str) -> None:
+        """The engine's amplitude for the stage's ``masked`` rule (:func:`qora.phase.unmeasured.masked_rule`)."""
+        from qora.phase.unmeasured import masked_rule
+
+        masked_rule(engine, rule, intensity=self.intensity, mask=self.mask, free=self.free, measured_amp=self.amp)
+
+    def _free_likelihood(self):
+        """The held-out pixels on the solver's device, made at the first stage that needs them."""
+        from qora.phase.llk import FreeLikelihood
+
+        if getattr(self, "_free_llk", None) is None:
+            self._free_llk = FreeLikelihood(self.intensity, self.free, self.backend.xp)
+        return self._free_llk
+
+    def _coherence_for(self, engine, stage):
+        """The psf kernels of the engine's starts: kept from the previous psf stage when its options match."""
+        from qora.phase.coherence import Coherence
+
+        state = getattr(self, "_coherence", None)
+        if state is None or not state.matches(stage.psf, stage.psf_sigma, stage.psf_eta):
+            state = self._coherence = Coherence(engine, model=stage.psf, sigma=stage.psf_sigma, eta=stage.psf_eta,
+                                                 amp=self.amp)
+        state.every = stage.psf_every
+        return state
 
     def _shrinkwrap(self, engine, stage, update, updates, iteration, ids) -> None:
         """One support update of the engine's starts; retunes by the size guard go to the support log."""
@@ -473,8 +540,9 @@ def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int 
     mask : bool ndarray, optional
         True where a pixel was not measured (its modulus is left free).
     recipe : str or Recipe, optional
-        E.g. ``"HIO**400 ER**100"``, or a name (``"default"``, ``"pynx-rule"``); by default
-        :func:`default_recipe`.
+        E.g. ``"HIO**400 ER**100"``, or a name (``"default"``, ``"few-photons"``, ``"pynx-rule"``); by
+        default (None or ``"default"``) :func:`default_recipe`, which for count data (whole numbers) below
+        1000 photons per speckle is the few-photon recipe (``Solver.photons_per_speckle``).
     starts : int
         Random starts; the best by ``rank`` is returned.
     rank : {"fourier", "free_llk"}
@@ -513,7 +581,7 @@ def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int 
     check_choice("rank", rank, ("fourier", "free_llk"))
     starts = validate.integer("starts", starts, low=1)
     if free_fraction is None:
-        free_fraction = 0.05 if rank == "free_llk" else 0.0
+        free_fraction = 0.05 if rank == "free_llk" or named_recipe(recipe).needs_free_pixels else 0.0
     from qora.backend import resolve
 
     if batch == "auto":
