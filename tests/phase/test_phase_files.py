@@ -83,6 +83,16 @@ def test_result_round_trip_and_plot(tmp_path):
     with pytest.raises(ValueError, match="not a qora phase result"):
         write_pattern(tmp_path / "p.cxi", intensity)
         read_result(tmp_path / "p.cxi")
+    assert back.psf is None
+
+
+def test_result_keeps_the_partial_coherence_kernel(tmp_path):
+    obj, intensity, _ = _pattern()
+    r = reconstruct(intensity, support=objects.support_of(obj), recipe="HIO**10 ER(psf=gaussian, psf_every=2)**6",
+                    backend="cpu")
+    assert r.psf is not None and r.psf.sum() == pytest.approx(1.0, rel=1e-5)
+    write_result(tmp_path / "r.cxi", r)
+    np.testing.assert_array_equal(read_result(tmp_path / "r.cxi").psf, r.psf)
 
 
 def test_cli_simulate_run_compare(tmp_path):

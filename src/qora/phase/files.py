@@ -79,6 +79,8 @@ def write_result(path, result) -> None:
         proc.attrs["support_log"] = json.dumps(result.support_log)
         if result.preprocessing is not None:
             proc.attrs["preprocessing"] = json.dumps(result.preprocessing)
+        if result.psf is not None:  # the partial-coherence kernel (detector layout, sums to 1)
+            proc.create_dataset("psf", data=np.asarray(result.psf))
         if result.pixel_size is not None:
             img.attrs["pixel_size_m"] = np.asarray(result.pixel_size, float)
         if result.objects is not None:
@@ -110,6 +112,7 @@ def read_result(path):
             support_log=json.loads(a.get("support_log", "[]")),
             pixel_size=tuple(float(v) for v in img.attrs["pixel_size_m"]) if "pixel_size_m" in img.attrs else None,
             preprocessing=json.loads(a["preprocessing"]) if "preprocessing" in a else None,
+            psf=proc["psf"][()] if "psf" in proc else None,
         )
 
 
