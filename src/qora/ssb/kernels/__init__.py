@@ -297,6 +297,9 @@ def bslz4_gather(*, blob, starts, sizes, tails, slot, block_bytes: int, whole: i
     if shared > 48 * 1024 and function.max_dynamic_shared_size_bytes < shared:
         function.max_dynamic_shared_size_bytes = shared  # past the default 48 KiB: an opt-in per kernel
     grid = (max(nblocks, 1), (n + frames_per_cta - 1) // frames_per_cta)
+    if grid[1] > 65535:  # CUDA's limit on gridDim.y
+        raise ValueError(f"a batch of {n} frames needs more than 65535 CTAs of {frames_per_cta} frames: "
+                         "give smaller batches")
     function(grid, (BLOCK["bslz4.cu"],),
              (blob, starts, sizes, tails, slot, np.int32(n), np.int32(nblocks), np.int32(block_bytes), np.int32(whole),
               np.int32(count), np.int32(out.shape[1]), np.int32(frames_per_cta), out, sums, status),

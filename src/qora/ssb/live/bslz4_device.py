@@ -66,6 +66,10 @@ class DeviceDecoder:
         self.count = self.shape[0] * self.shape[1]
         self.gathered = len(gathered)
         self.real = np.dtype(real)
+        # a CTA sums its frames' counts per pixel in 32 bits before the 64-bit flush: 65,537 frames of
+        # 16-bit counts could overflow it; far more than a CTA should take anyway
+        if not 1 <= int(frames_per_cta) <= 4096:
+            raise InputError(f"frames_per_cta must be in [1, 4096], got {frames_per_cta}")
         self.frames_per_cta = int(frames_per_cta)
         self.slot = xp.asarray(slot_map(gathered, self.count))
         self.sums = xp.zeros(self.count, np.uint64)
