@@ -131,6 +131,17 @@ def test_known_support_er_keeps_the_truth_on_exact_data_and_steps_as_written():
         phase_success.known_support_er(obj, counts[:-1], mask[:-1])
 
 
+def test_known_support_er_on_each_backend_equals_the_host_run(backend):
+    """The same iterations on CuPy's arrays (gpu-marked case) as on NumPy's, 2D and 3D, with a beamstop and gaps:
+    equal to float64 rounding."""
+    for obj in (objects.triangle(48), objects.prism(24)):
+        counts, mask = record(obj, Detector(photons=1e6, beamstop=2, gap=1), seed=1)
+        host = phase_success.known_support_er(obj, counts, mask, iterations=30, backend="cpu")
+        here = phase_success.known_support_er(obj, counts, mask, iterations=30, backend=backend)
+        assert here.dtype == np.complex128 and here.shape == obj.shape
+        np.testing.assert_allclose(here, host, atol=1e-9 * np.abs(host).max())
+
+
 def test_reference_error_is_stable_across_noise_draws_at_few_photons():
     """Started from the truth, the reference depends on the data, not on a random start: three Poisson draws of a
     64^2 triangle at 1e5 photons with a beamstop give references within 15% of each other (random

@@ -59,15 +59,16 @@ def success_bound(reference: float | None) -> float:
     return max(SUCCESS_BOUND, REFERENCE_FACTOR * float(reference))
 
 
-def known_support_er(truth, counts, mask, *, iterations: int = REFERENCE_ITERATIONS) -> np.ndarray:
+def known_support_er(truth, counts, mask, *, iterations: int = REFERENCE_ITERATIONS, backend="cpu") -> np.ndarray:
     """Error reduction in float64 from the true object ``truth`` (centre-origin) on its support |truth| > 0.
 
     The start is ``truth`` scaled to the measured counts; each iteration replaces the modulus of the
     unitary transform by sqrt(counts) on the measured pixels (``mask`` False; unmeasured ones keep the
-    model's) and zeroes the object outside the support. Deterministic: no random numbers.
-    Returns the centre-origin object (complex128, the shape of ``truth``).
+    model's) and zeroes the object outside the support. Deterministic: no random numbers. Runs on
+    ``backend``'s arrays (NumPy or CuPy, the same code). Returns the centre-origin object on the host
+    (complex128, the shape of ``truth``).
     """
-    import scipy.fft as sfft
+    from qora.backend import fft
 
     truth = np.asarray(truth, np.complex128)
     counts = np.asarray(counts, np.float64)
@@ -75,29 +76,31 @@ def known_support_er(truth, counts, mask, *, iterations: int = REFERENCE_ITERATI
         raise InputError(f"counts {counts.shape} and truth {truth.shape} must have the same shape")
     if iterations < 1:
         raise InputError(f"iterations must be >= 1, got {iterations}")
+    be = resolve(backend)
+    xp = be.xp
     axes = tuple(range(truth.ndim))
     measured = np.ones(truth.shape, bool) if mask is None else ~np.asarray(mask, bool)
-    measured = np.fft.ifftshift(measured, axes=axes)
-    amp = np.sqrt(np.maximum(np.fft.ifftshift(counts, axes=axes), 0.0))
-    x = np.fft.ifftshift(truth, axes=axes)
-    support = x != 0
-    model = np.abs(sfft.fftn(x, norm="ortho", workers=-1)) ** 2
+    measured = xp.asarray(np.fft.ifftshift(measured, axes=axes))
+    amp = xp.asarray(np.sqrt(np.maximum(np.fft.ifftshift(counts, axes=axes), 0.0)))
+    x = xp.asarray(np.fft.ifftshift(truth, axes=axes))
+    outside = x == 0
+    model = xp.abs(fft.fftn(x, norm="ortho")) ** 2
     # scale the truth to the counts so that the first projection is not also a rescaling
-    x *= np.sqrt((amp[measured] ** 2).sum() / max(model[measured].sum(), 1e-300))
+    x *= xp.sqrt((amp[measured] ** 2).sum() / xp.maximum(model[measured].sum(), 1e-300))
     for _ in range(iterations):
-        y = sfft.fftn(x, norm="ortho", workers=-1, overwrite_x=True)
-        modulus = np.abs(y)
-        y = np.where(measured, amp * y / np.where(modulus > 0, modulus, 1.0), y)
-        x = sfft.ifftn(y, norm="ortho", workers=-1, overwrite_x=True)
-        x[~support] = 0
-    return np.fft.fftshift(x, axes=axes)
+        y = fft.fftn(x, norm="ortho")
+        modulus = xp.abs(y)
+        y = xp.where(measured, amp * y / xp.where(modulus > 0, modulus, 1.0), y)
+        x = fft.ifftn(y, norm="ortho")
+        x[outside] = 0
+    return np.fft.fftshift(be.to_host(x), axes=axes)
 
 
-def reference_error(truth, counts, mask) -> float:
+def reference_error(truth, counts, mask, *, backend="cpu") -> float:
     """The object error of :func:`known_support_er` (:data:`REFERENCE_ITERATIONS` iterations from the truth on
-    the true support) on these counts: the data's own floor, what a search that found the support and the
-    object ends near. Stable by construction (no random start)."""
-    return aligned_error(known_support_er(truth, counts, mask), truth)
+    the true support, on ``backend``) on these counts: the data's own floor, what a search that found the
+    support and the object ends near. Stable by construction (no random start)."""
+    return aligned_error(known_support_er(truth, counts, mask, backend=backend), truth)
 
 
 @dataclass(frozen=True)
@@ -163,7 +166,7 @@ def run_case(case: Case, *, starts: int, recipe=None, backend="auto", seed: int 
                          keep_all=True)
     seconds = time.perf_counter() - t0
     errors = [aligned_error(o, truth) for o in result.objects]
-    ref = reference_error(truth, counts, mask) if reference else None
+    ref = reference_error(truth, counts, mask, backend=backend) if reference else None
     row = {**_scores(errors, ref), "starts": starts, "s_per_start": seconds / starts,
            "retunes": len(result.support_log), "shape": list(truth.shape), "photons": case.detector.photons,
            "recipe": result.recipe, "best_start": result.best, "best_start_error": errors[result.best]}
@@ -244,7 +247,7 @@ def run_cohere_case(case: Case, *, starts: int, seed: int = 0, device: int = -1)
         data = np.load(out)
         found, seconds = data["objects"], data["seconds"]
     errors = [aligned_error(o, truth) for o in found]
-    ref = reference_error(truth, counts, mask)
+    ref = reference_error(truth, counts, mask, backend="cuda" if device >= 0 else "cpu")
     return {**_scores(errors, ref), "starts": starts, "s_per_start": float(np.mean(seconds)), "retunes": 0,
             "shape": list(truth.shape), "photons": case.detector.photons,
             "recipe": json.dumps(_cohere_params(script))}
