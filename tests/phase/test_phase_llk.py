@@ -90,14 +90,26 @@ def test_switch_needs_held_out_pixels():
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", ["graph", "naive"])
 def test_switch_on_gpu_matches_cpu(variant):
-    """The free deviance on the device and the stage it ends: the same iteration and objects as on the CPU."""
+    """The free deviance on the device equals the host's on one object, and a run's switch ends the stage at
+    the same iteration on both. The objects after 400 HIO iterations at 1e5 photons are not compared pixel
+    by pixel: float32 and float64 trajectories of HIO part there (measured on the H200: 3% of the pixels
+    26% apart, with the same switch iteration and a final free deviance within 1%)."""
+    from qora.backend import resolve
+
     obj, counts, mask = _case()
     recipe = "HIO(switch=10)**400 ER**30"
     runs = [Solver(counts, mask=mask, backend=b, variant=v, free_fraction=0.05).run(
         support=objects.support_of(obj), recipe=recipe, starts=1) for b, v in (("cpu", "auto"), ("cuda", variant))]
-    assert runs[1].support_log == runs[0].support_log
-    np.testing.assert_allclose(runs[1].object, runs[0].object, atol=1e-3 * np.abs(runs[0].object).max())
-    np.testing.assert_allclose(runs[1].free_llk, runs[0].free_llk, rtol=1e-3)
+    assert runs[1].support_log == runs[0].support_log and any(e["status"] == "switched" for e in runs[0].support_log)
+    np.testing.assert_allclose(runs[1].free_llk, runs[0].free_llk, rtol=2e-2)
+    xp = resolve("cuda").xp
+    rng = np.random.default_rng(1)
+    x = (runs[0].object * (1 + 0.1 * rng.standard_normal(runs[0].object.shape)))[None].astype(np.complex64)
+    support = objects.support_of(obj)[None]
+    free = rng.random(counts.shape) < 0.05
+    host = free_deviance(x.astype(np.complex128), support, counts, free, np)
+    device = free_deviance(xp.asarray(x), xp.asarray(support), xp.asarray(counts), xp.asarray(free), xp)
+    np.testing.assert_allclose(device.get(), host, rtol=1e-5)
 
 
 def test_default_recipe_is_picked_by_the_photon_count():
