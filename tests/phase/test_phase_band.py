@@ -131,3 +131,21 @@ def test_band_stages_on_gpu_match_cpu(variant):
             for b, v in (("cpu", "auto"), ("cuda", variant))]
     np.testing.assert_allclose(runs[1].objects, runs[0].objects, atol=1e-4 * np.abs(runs[0].objects).max())
     np.testing.assert_allclose(runs[1].errors, runs[0].errors, rtol=1e-3, atol=1e-6)
+
+
+def test_band_stage_from_the_cli(tmp_path):
+    """`qora phase run --recipe` takes the band option and stores it in the recipe it ran."""
+    from click.testing import CliRunner
+
+    from qora.cli import cli
+    from qora.phase.files import read_result, write_pattern
+
+    obj = objects.triangle(32)
+    counts, mask = record(obj, Detector(photons=1e6, beamstop=1, gap=0), seed=0)
+    data = tmp_path / "pattern.cxi"
+    write_pattern(data, counts, mask=mask)
+    out = tmp_path / "result.cxi"
+    run = CliRunner().invoke(cli, ["phase", "run", str(data), "--recipe", "HIO(band=1)**20 ER(band=1)**10",
+                                   "--starts", "1", "--backend", "cpu", "--out", str(out)])
+    assert run.exit_code == 0, run.output
+    assert "band=1" in read_result(out).recipe
