@@ -50,6 +50,7 @@ def simulate_cmd(name, size, photons, seed, out) -> None:
               help="Support file (.npy or the like; boolean, or 0 and 1 alone); default: from the autocorrelation.")
 @click.option("--recipe", default=None, help='E.g. "HIO**400 ER**100", or a name: default, pynx-rule (PyNX\'s '
               'support rule as a recipe of ours), few-photons, partial-coherence (psf model on the ER stages); '
+              'stage options as in docs/phase.md, e.g. ER(band=1)**300 for the noise-aware modulus; '
               'default: the documented default recipe (few-photons for counts below 1000 per speckle).')
 @click.option("--starts", type=click.IntRange(1, 10000), default=4, show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)

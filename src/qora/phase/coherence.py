@@ -33,7 +33,7 @@ import numpy as np
 
 from qora.backend import fft
 from qora.io.errors import InputError
-from qora.phase.physics import support_update
+from qora.phase.array_loop import array_iterate
 
 __all__ = ["MODELS", "FWHM_PER_SIGMA", "window_radius", "kernel_profile", "blur", "psf_modulus_step",
            "richardson_lucy_step", "Coherence", "coherence_iterate"]
@@ -201,24 +201,13 @@ def coherence_iterate(engine, state: Coherence, iterations: int, a: float, b: fl
     Returns the Fourier error of the blurred model per iteration and start (iterations, B),
     ``sqrt(sum (sqrt(I_c) - a)^2 / sum a^2)``, read from the device once.
     """
-    sync = getattr(engine, "_sync_x", None)
-    if sync is not None:
-        sync()
-    x = engine.x
-    if x.dtype != np.complex64:
-        raise InputError(f"the psf model needs an fp32 engine; the {engine.name} engine holds x as {x.dtype}")
-    xp = engine.backend.xp
-    axes = _axes(len(state.shape), x.ndim)
-    history = []
-    for _ in range(iterations):
-        y = fft.fftn(x, axes=axes, norm="ortho")
+
+    def step(y, xp, _):
         w, coherent, err = psf_modulus_step(y, engine.amp, state.transfer, state.shape, xp)
-        history.append(err)
-        p = fft.ifftn(w, axes=axes, norm="ortho").astype(np.complex64)
-        x[...] = support_update(x, p, engine.support, a, b, constraint)
         state.iterations += 1
         if state.every and state.iterations % state.every == 0:
+            # refined after this iteration's projection, which used the kernel as it was
             state.refine(coherent, xp)
-    engine.x_written()
-    errors = np.asarray(engine.backend.to_host(xp.stack(history)))
-    return np.sqrt(errors / engine.denominator)
+        return w, err
+
+    return array_iterate(engine, iterations, a, b, constraint, step, what="the psf model")

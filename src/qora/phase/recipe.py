@@ -9,7 +9,8 @@ Each stage is ``NAME(options)**iterations`` with NAME one of ER, HIO, RAAR, ML (
 refinement of the object found, :mod:`qora.phase.ml`).
 Options: ``beta`` (HIO/RAAR feedback, default 0.9), ``constraint`` (``none``,
 ``real``, ``positive``), partial coherence: ``psf`` (``none``, ``gaussian``, ``voigt``), ``psf_sigma``,
-``psf_eta``, ``psf_every`` (:mod:`qora.phase.coherence`), and shrinkwrap: ``sw`` (update the support every that
+``psf_eta``, ``psf_every`` (:mod:`qora.phase.coherence`), ``band`` (noise-aware modulus,
+:mod:`qora.phase.band`), and shrinkwrap: ``sw`` (update the support every that
 many iterations; 0 = never), ``sigma`` and ``sigma_min`` (Gaussian blur in
 pixels, decreasing geometrically from the first to the second over the stage's
 updates), ``threshold`` (fraction of the blurred maximum). ``str(recipe)`` prints
@@ -92,6 +93,11 @@ class Stage:
         Pseudo-Voigt: the Lorentzian's share, in [0, 1].
     psf_every : int
         A Richardson-Lucy update of the kernel every that many iterations (0: the kernel is kept).
+    band : float
+        Noise-aware modulus (:mod:`qora.phase.band`): on measured pixels ``|F x|`` is kept within
+        ``sqrt(I) +- band * 0.5`` (0.5 = the std of sqrt of Poisson counts, sqrt(photons)) and moved to the
+        nearest edge outside it; 0 (default) is the exact modulus projection. For photon counts; ER, HIO
+        and RAAR without ``psf``.
     masked : {"free", "fill"}
         The unmeasured pixels (beamstop, gaps) during this stage: ``free`` keeps the model's value there;
         ``fill`` holds them at the modulus interpolated from their measured neighbours
@@ -122,6 +128,7 @@ class Stage:
     psf_sigma: float = 1.0
     psf_eta: float = 0.5
     psf_every: int = 5
+    band: float = 0.0
     masked: str = "free"
     switch: int = 0
 
@@ -177,6 +184,16 @@ class Stage:
         if self.switch and self.algorithm == "ML":
             raise RecipeError("recipe stage ML: switch applies to ER, HIO and RAAR stages")
         self._check_psf()
+        self._check_band()
+
+    def _check_band(self) -> None:
+        where = f"recipe stage {self.algorithm}"
+        if isinstance(self.band, bool) or not isinstance(self.band, numbers.Real) or not 0.0 <= self.band <= 100.0:
+            raise RecipeError(f"{where}: band must be a number in [0, 100] (standard deviations), got {self.band!r}")
+        if self.band and self.algorithm == "ML":
+            raise RecipeError(f"{where}: band applies to ER, HIO and RAAR stages, not to ML")
+        if self.band and self.psf is not None:
+            raise RecipeError(f"{where}: band and psf are two different modulus constraints; use one per stage")
 
     def _check_psf(self) -> None:
         from qora.phase.coherence import MODELS
@@ -239,7 +256,7 @@ def _fmt(v) -> str:
 _STAGE = re.compile(r"\s*([A-Za-z]+)\s*(?:\(([^()]*)\))?\s*\*\*\s*(\d+)\s*")
 _OPTION_TYPES = {"beta": float, "sw": int, "sigma": float, "sigma_min": float, "threshold": float,
                  "constraint": str, "stat": str, "smin": float, "smax": float, "detwin": int, "psf": str,
-                 "psf_sigma": float, "psf_eta": float, "psf_every": int, "masked": str, "switch": int,
+                 "psf_sigma": float, "psf_eta": float, "psf_every": int, "band": float, "masked": str, "switch": int,
                  "shape": str, "prange": float}
 
 

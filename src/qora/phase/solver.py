@@ -397,6 +397,10 @@ class Solver:
 
                     history.append(coherence_iterate(engine, self._coherence_for(engine, stage), chunk, a, b,
                                                      stage.constraint))
+                elif stage.band:
+                    from qora.phase.band import band_iterate
+
+                    history.append(band_iterate(engine, stage.band, chunk, a, b, stage.constraint))
                 else:
                     history.append(engine.iterate(chunk, a, b, stage.constraint))
                 k += chunk
