@@ -21,6 +21,7 @@ import numba
 import numpy as np
 
 from qora.io.errors import FileFormatError, InputError
+from qora.ssb.live.bslz4_numba import big_endian
 
 __all__ = ["CompressedFrames", "BlockTable", "block_table", "gather_host", "slot_map", "WARPS", "LANES"]
 
@@ -104,13 +105,6 @@ class BlockTable:
         return self.starts.shape[1]
 
 
-def _be(blob, at: int, width: int) -> int:
-    value = 0
-    for k in range(width):
-        value = (value << 8) | int(blob[at + k])
-    return value
-
-
 @numba.njit(cache=True, nogil=True, parallel=True)
 def _scan(blob, offsets, count, itemsize, block_bytes, starts, sizes, tails, status):
     n, nblocks = starts.shape
@@ -120,12 +114,8 @@ def _scan(blob, offsets, count, itemsize, block_bytes, starts, sizes, tails, sta
         if hi - lo < 12:
             status[f] = 1
             continue
-        total = 0
-        for k in range(8):
-            total = (total << 8) | blob[lo + k]
-        block = 0
-        for k in range(8, 12):
-            block = (block << 8) | blob[lo + k]
+        total = big_endian(blob, lo, 8)
+        block = big_endian(blob, lo + 8, 4)
         if total != count * itemsize or block != block_bytes:
             status[f] = 1
             continue
@@ -134,9 +124,7 @@ def _scan(blob, offsets, count, itemsize, block_bytes, starts, sizes, tails, sta
             if pos + 4 > hi:
                 status[f] = 2
                 break
-            size = 0
-            for j in range(4):
-                size = (size << 8) | blob[pos + j]
+            size = big_endian(blob, pos, 4)
             if size > hi - pos - 4:
                 status[f] = 2
                 break
@@ -159,7 +147,7 @@ def block_table(blob: np.ndarray, offsets: np.ndarray, *, dtype, count: int) -> 
         raise InputError("block_table: an empty batch")
     if offsets[1] - offsets[0] < HEADER:
         raise FileFormatError("frame 0 of the batch is shorter than a bitshuffle-LZ4 header")
-    block_bytes = _be(blob, int(offsets[0]) + 8, 4)
+    block_bytes = int(big_endian(blob, int(offsets[0]) + 8, 4))
     if block_bytes == 0 or block_bytes % (8 * itemsize) or block_bytes > 1 << 16:
         raise FileFormatError(f"a bitshuffle-LZ4 block size of {block_bytes} bytes: expected a multiple of "
                               f"{8 * itemsize} up to 65536")

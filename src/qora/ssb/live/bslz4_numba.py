@@ -19,6 +19,16 @@ __all__ = ["decode_batch", "lz4_block"]
 
 
 @numba.njit(cache=True, nogil=True)
+def big_endian(blob, at, width):
+    """The unsigned big-endian integer of ``width`` bytes at ``blob[at]`` (bitshuffle's header and block
+    sizes); shared with the batch table of :mod:`qora.ssb.live.bslz4_batch`."""
+    value = 0
+    for k in range(width):
+        value = (value << 8) | blob[at + k]
+    return value
+
+
+@numba.njit(cache=True, nogil=True)
 def _lz4_block(src, start, stop, dst, out0, out_size):
     """Decode the LZ4 block src[start:stop] into dst[out0:out0 + out_size]; returns the bytes
     written, or -1 on a malformed block."""
@@ -99,12 +109,8 @@ def _decode_frames(blobs, offsets, count, itemsize, out, status):
         if stop - start < 12:
             status[f] = 1
             continue
-        total = 0
-        for k in range(8):
-            total = (total << 8) | blobs[start + k]
-        block = 0
-        for k in range(8, 12):
-            block = (block << 8) | blobs[start + k]
+        total = big_endian(blobs, start, 8)
+        block = big_endian(blobs, start + 8, 4)
         if total != count * itemsize or block == 0 or block % (8 * itemsize) != 0:
             status[f] = 1
             continue
