@@ -28,6 +28,7 @@ for b in ${BENCH:-}; do
     holo-threads) timeout 150 $Q bench --out "$OUT/results" holo --backend cpu --threads 1,16 --size 188 --angles 180 \
                     --rounds 1 ;;
     ssb-threads) timeout 90 $Q bench --out "$OUT/results" ssb --backend cpu --threads 1,2,4,8,16 ;;
+    phase-switch) timeout 200 python3 bench/probes/phase_switch_spread.py 5 ;;
     phase-success) timeout 120 $Q bench --out "$OUT/results" phase-success --backend cuda --cases all --starts 10 ;;
     ssb-live) timeout 240 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 128 --detector 192 ;;
     ssb-live-stages) timeout 120 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 128 --detector 192 \
