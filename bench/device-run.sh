@@ -46,7 +46,7 @@ for b in ${BENCH:-}; do
     ssb-live-512) timeout 400 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 512 --detector 192 \
                     --dataset-dir /tmp/qora-ssb-full ;;
     bslz4) timeout 120 python3 bench/probes/bslz4_device_probe.py --detector 192 --repeats 20 ;;
-    bpm-rotation) timeout 120 python3 bench/probes/holo_bpm_rotation.py 48 60 cuda 20; timeout 300 python3 bench/probes/holo_bpm_rotation.py 128 180 cuda 20 ;;
+    bpm-rotation) timeout 120 python3 bench/probes/holo_bpm_rotation.py 48 60 cuda 20; timeout 200 python3 bench/probes/holo_bpm_rotation.py 128 180 cuda 0 ;;
     *) echo "unknown benchmark $b" ;;
   esac > "$OUT/bench-$b.log" 2>&1
   echo "bench $b rc=$?"; tail -4 "$OUT/bench-$b.log"

@@ -7,6 +7,8 @@ about a 0.2 rad tilted axis, ANGLES non-uniform angles, ODTbrain's rotation sens
 "cuda" (default cpu). Prints one JSON line per measurement: the forward pass and the gradient
 (median of 3, after one warm-up), the turn and its adjoint alone (CPU), and STEPS (default 20) BPM
 steps from the Rytov + GP-20 start against Rytov plain: RMSE, region contrasts, nucleus edge, seconds.
+STEPS 0 times the two passes only, on the BPM's own field of the cell as data (no multislice, which
+takes minutes on the host at 128^3 and 180 angles; the pass's time does not depend on the data).
 """
 
 import json
@@ -29,10 +31,15 @@ pixel = 0.15
 cell = default_cell(scale=n / 64)
 angles = np.sort(np.random.default_rng(0).uniform(0, 2 * np.pi, count))
 g = Geometry(0.532, 1.333, pixel, n, 1.2, angles=angles, axis=rotation_axis(0.2), rotation_sense=-1)
-t0 = time.perf_counter()
-ratio = multislice_ratio(cell, g)
-print(f"# {n}^3, {count} angles, {backend}: simulated in {time.perf_counter() - t0:.1f} s", flush=True)
 x = (cell.render(n, pixel).real - g.medium_index).astype(np.float32)
+if backend == "cuda":
+    from qora.holo import bpm_cuda as M
+else:
+    M = None
+tables = bpm_tables(g, n)
+t0 = time.perf_counter()
+ratio = multislice_ratio(cell, g) if steps else np.asarray((M or sys.modules[__name__]).bpm_forward(x, g, tables))
+print(f"# {n}^3, {count} angles, {backend}: data in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
 def median_s(fn, repeats=3):
@@ -45,11 +52,6 @@ def median_s(fn, repeats=3):
     return float(np.median(samples))
 
 
-if backend == "cuda":
-    from qora.holo import bpm_cuda as M
-else:
-    M = None
-tables = bpm_tables(g, n)
 forward = (lambda: M.bpm_forward(x, g, tables)) if M else (lambda: bpm_forward(x, g, tables))
 gradient = (lambda: M.bpm_gradient(x, ratio, g, tables)) if M else (lambda: bpm_gradient(x, ratio, g, tables))
 row = {"n": n, "angles": count, "backend": backend, "forward_s": median_s(forward), "gradient_s": median_s(gradient)}
@@ -57,6 +59,8 @@ if not M:
     row["turn_and_adjoint_s"] = median_s(lambda: [rotate_adjoint(rotate(x, g.rotation(a)), g.rotation(a))
                                                   for a in range(count)])
 print(json.dumps(row), flush=True)
+if not steps:
+    sys.exit(0)
 for name, fn in (("rytov plain, oversample 1", lambda: holo.reconstruct(ratio, g, method="plain", oversample=1,
                                                                          backend=backend)),
                  (f"BPM-{steps} from Rytov + GP-20", lambda: holo.bpm_reconstruct(ratio, g, iterations=steps,

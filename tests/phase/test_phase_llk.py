@@ -91,9 +91,13 @@ def test_switch_needs_held_out_pixels():
 @pytest.mark.parametrize("variant", ["graph", "naive"])
 def test_switch_on_gpu_matches_cpu(variant):
     """The free deviance on the device equals the host's on one object, and a run's switch ends the stage at
-    the same iteration on both. The objects after 400 HIO iterations at 1e5 photons are not compared pixel
-    by pixel: float32 and float64 trajectories of HIO part there (measured on the H200: 3% of the pixels
-    26% apart, with the same switch iteration and a final free deviance within 1%)."""
+    the same iteration on both. The final objects are not compared: after 400 HIO iterations at 1e5 photons
+    the float32 and float64 trajectories settle in different fixed points of the noisy data. Measured on the
+    H200 (bench/probes/phase_switch_spread.py, 5 seeds): every backend and variant switched at the same
+    iteration for each seed, and the final free LLK took one of a few values, 0.973, 1.18-1.26 or 1.38-1.64,
+    on the CPU as on the GPU (seed 0: CPU 0.973, graph 1.258; seed 3: CPU 1.642, graph 0.973). So the final
+    value is only bounded by the spread of those fixed points; ``test_graph_replays_the_eager_switch`` holds
+    the graph to the eager kernels bit for bit."""
     from qora.backend import resolve
 
     obj, counts, mask = _case()
@@ -101,7 +105,7 @@ def test_switch_on_gpu_matches_cpu(variant):
     runs = [Solver(counts, mask=mask, backend=b, variant=v, free_fraction=0.05).run(
         support=objects.support_of(obj), recipe=recipe, starts=1) for b, v in (("cpu", "auto"), ("cuda", variant))]
     assert runs[1].support_log == runs[0].support_log and any(e["status"] == "switched" for e in runs[0].support_log)
-    np.testing.assert_allclose(runs[1].free_llk, runs[0].free_llk, rtol=2e-2)
+    assert 0.5 < runs[1].free_llk[0] / runs[0].free_llk[0] < 2.0
     xp = resolve("cuda").xp
     rng = np.random.default_rng(1)
     x = (runs[0].object * (1 + 0.1 * rng.standard_normal(runs[0].object.shape)))[None].astype(np.complex64)
@@ -110,6 +114,20 @@ def test_switch_on_gpu_matches_cpu(variant):
     host = free_deviance(x.astype(np.complex128), support, counts, free, np)
     device = free_deviance(xp.asarray(x), xp.asarray(support), xp.asarray(counts), xp.asarray(free), xp)
     np.testing.assert_allclose(device.get(), host, rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_graph_replays_the_eager_switch():
+    """The graph variant replays the fused variant's kernels (the same launches, eager): through a switched
+    stage and the ER after it, the objects, the error histories and the switch agree bit for bit, so a
+    switch between graph replays loses or repeats no iteration."""
+    obj, counts, mask = _case()
+    runs = [Solver(counts, mask=mask, backend="cuda", variant=v, free_fraction=0.05).run(
+        support=objects.support_of(obj), recipe="HIO(switch=10)**400 ER**30", starts=1) for v in ("fused", "graph")]
+    assert runs[0].support_log == runs[1].support_log
+    assert any(e["status"] == "switched" for e in runs[1].support_log)
+    np.testing.assert_array_equal(runs[1].object, runs[0].object)
+    np.testing.assert_array_equal(runs[1].errors, runs[0].errors)
 
 
 def test_default_recipe_is_picked_by_the_photon_count():
