@@ -28,6 +28,7 @@ for b in ${BENCH:-}; do
     holo-threads) timeout 150 $Q bench --out "$OUT/results" holo --backend cpu --threads 1,16 --size 188 --angles 180 \
                     --rounds 1 ;;
     ssb-threads) timeout 90 $Q bench --out "$OUT/results" ssb --backend cpu --threads 1,2,4,8,16 ;;
+    holo-cuda) timeout 300 $Q bench --out "$OUT/results" holo --backend cuda ;;
     phase-switch) timeout 200 python3 bench/probes/phase_switch_spread.py 5 ;;
     phase-success) timeout 120 $Q bench --out "$OUT/results" phase-success --backend cuda --cases all --starts 10 ;;
     ssb-live) timeout 240 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 128 --detector 192 ;;
@@ -46,7 +47,7 @@ for b in ${BENCH:-}; do
     ssb-live-512) timeout 400 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 512 --detector 192 \
                     --dataset-dir /tmp/qora-ssb-full ;;
     bslz4) timeout 120 python3 bench/probes/bslz4_device_probe.py --detector 192 --repeats 20 ;;
-    bpm-rotation) timeout 120 python3 bench/probes/holo_bpm_rotation.py 48 60 cuda 20; timeout 200 python3 bench/probes/holo_bpm_rotation.py 128 180 cuda 0 ;;
+    bpm-rotation) timeout 120 python3 bench/probes/holo_bpm_rotation.py 48 60 cuda 20; timeout 150 python3 bench/probes/holo_bpm_rotation.py 128 180 cuda 0 cufft; timeout 150 python3 bench/probes/holo_bpm_rotation.py 128 180 cuda 0 fused_fft ;;
     *) echo "unknown benchmark $b" ;;
   esac > "$OUT/bench-$b.log" 2>&1
   echo "bench $b rc=$?"; tail -4 "$OUT/bench-$b.log"

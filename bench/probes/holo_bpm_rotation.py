@@ -1,6 +1,6 @@
 """The beam propagation model in the rotation geometry: time per pass and an inversion of the cell phantom.
 
-    PYTHONPATH=src python bench/probes/holo_bpm_rotation.py [N] [ANGLES] [BACKEND] [STEPS]
+    PYTHONPATH=src python bench/probes/holo_bpm_rotation.py [N] [ANGLES] [BACKEND] [STEPS] [VARIANT]
 
 The default cell (scale N / 64, 0.15 um voxels) simulated by the fine-grid multislice (qora.holo.cell)
 about a 0.2 rad tilted axis, ANGLES non-uniform angles, ODTbrain's rotation sense; BACKEND "cpu" or
@@ -9,6 +9,7 @@ about a 0.2 rad tilted axis, ANGLES non-uniform angles, ODTbrain's rotation sens
 steps from the Rytov + GP-20 start against Rytov plain: RMSE, region contrasts, nucleus edge, seconds.
 STEPS 0 times the two passes only, on the BPM's own field of the cell as data (no multislice, which
 takes minutes on the host at 128^3 and 180 angles; the pass's time does not depend on the data).
+VARIANT (CUDA): the slice step, "cufft" or "fused_fft" (default: "auto").
 """
 
 import json
@@ -27,6 +28,7 @@ n = int(sys.argv[1]) if len(sys.argv) > 1 else 48
 count = int(sys.argv[2]) if len(sys.argv) > 2 else 60
 backend = sys.argv[3] if len(sys.argv) > 3 else "cpu"
 steps = int(sys.argv[4]) if len(sys.argv) > 4 else 20
+variant = sys.argv[5] if len(sys.argv) > 5 else "auto"
 pixel = 0.15
 cell = default_cell(scale=n / 64)
 angles = np.sort(np.random.default_rng(0).uniform(0, 2 * np.pi, count))
@@ -52,9 +54,11 @@ def median_s(fn, repeats=3):
     return float(np.median(samples))
 
 
-forward = (lambda: M.bpm_forward(x, g, tables)) if M else (lambda: bpm_forward(x, g, tables))
-gradient = (lambda: M.bpm_gradient(x, ratio, g, tables)) if M else (lambda: bpm_gradient(x, ratio, g, tables))
-row = {"n": n, "angles": count, "backend": backend, "forward_s": median_s(forward), "gradient_s": median_s(gradient)}
+on_device = {"variant": variant} if M else {}
+forward = lambda: (M or sys.modules[__name__]).bpm_forward(x, g, tables, **on_device)  # noqa: E731
+gradient = lambda: (M or sys.modules[__name__]).bpm_gradient(x, ratio, g, tables, **on_device)  # noqa: E731
+row = {"n": n, "angles": count, "backend": backend, **on_device, "forward_s": median_s(forward),
+       "gradient_s": median_s(gradient)}
 if not M:
     row["turn_and_adjoint_s"] = median_s(lambda: [rotate_adjoint(rotate(x, g.rotation(a)), g.rotation(a))
                                                   for a in range(count)])

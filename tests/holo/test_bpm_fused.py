@@ -12,6 +12,7 @@ from qora.holo.bpm import _lateral_fft_layout, bpm_forward, bpm_gradient, bpm_vj
 from qora.holo.bpm_fused import COLUMN, COLUMN_BUILT, REVERSE_ROW, ROW, natural_order, spectral_order
 from qora.holo.geometry import Geometry, cone_illuminations
 from qora.holo.plans import bpm_tables
+from qora.io.errors import InputError
 
 
 def test_cubin_is_built_from_the_current_sources():
@@ -49,6 +50,20 @@ def test_spectral_order_is_the_kernels_register_order(n, ept, lines):
     assert np.array_equal(ordered.reshape(-1)[_kernel_column_index(3, n, ept, lines)], t)
     assert np.array_equal(natural_order(ordered, ept, lines), t)
     assert ordered[:, 0, 0].tolist() == t[:, 0, 0].tolist()  # bin (0, 0) first: S_0's delta stays at [a, 0, 0]
+
+
+def test_auto_variant_rule():
+    """"auto" is fused_fft only in the scan geometry, at a built lateral size, on compute capability 9.x."""
+    from qora.holo.bpm_cuda import pick_variant
+
+    assert pick_variant("auto", 256, rotation=False, capability="90") == "fused_fft"
+    assert pick_variant("auto", 256, rotation=False, capability="80") == "cufft"
+    assert pick_variant("auto", 200, rotation=False, capability="90") == "cufft"
+    assert pick_variant("auto", 128, rotation=True, capability="90") == "cufft"
+    assert pick_variant("cufft", 256, rotation=False, capability="90") == "cufft"
+    assert pick_variant("fused_fft", 48, rotation=True) == "fused_fft"  # explicit: the model refuses it later
+    with pytest.raises(InputError, match="variant"):
+        pick_variant("fast", 256, rotation=False)
 
 
 def test_spectral_order_refuses_a_shape_it_cannot_split():

@@ -100,10 +100,21 @@ def test_inversion_with_the_fused_variant_matches_cufft():
     data = bpm_forward(x, g)
     start = np.zeros_like(x)
     fused = bpm_reconstruct(data, g, start=start, iterations=4, backend="cuda", variant="fused_fft")
-    cufft = bpm_reconstruct(data, g, start=start, iterations=4, backend="cuda")
+    cufft = bpm_reconstruct(data, g, start=start, iterations=4, backend="cuda", variant="cufft")
     assert fused.info["variant"] == "fused_fft" and cufft.info["variant"] == "cufft"
     assert _rel(fused.index - R.MEDIUM_INDEX, cufft.index - R.MEDIUM_INDEX) < 1e-3
     np.testing.assert_allclose(fused.info["loss"], cufft.info["loss"], rtol=1e-3)
+
+
+def test_auto_picks_the_fused_step_where_it_is_built():
+    """The default ("auto") is the fused step at a built size on this H200-class card, cuFFT elsewhere."""
+    g, x = _geometry(128), _contrast(128)
+    data = bpm_forward(x, g)
+    assert bpm_reconstruct(data, g, start=np.zeros_like(x), iterations=1, backend="cuda").info["variant"] == "fused_fft"
+    g32 = _geometry(32)
+    data32 = bpm_forward(np.zeros((4, 32, 32), np.float32), g32)
+    assert bpm_reconstruct(data32, g32, start=np.zeros((4, 32, 32), np.float32), iterations=1,
+                           backend="cuda").info["variant"] == "cufft"
 
 
 def test_sizes_and_variants_it_refuses():

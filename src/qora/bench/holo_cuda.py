@@ -310,9 +310,10 @@ def _bpm(result, be, n: int, copy_gbs: float, echo) -> None:
         ("rytov_gp50", lambda: reconstruct(data, g, method="gp", iterations=50, r2c=True, backend="cuda").index),
         ("rytov_tv30x20", lambda: reconstruct(data, g, method="tv", iterations=30, tv_inner=20,
                                               backend="cuda").index),
-        ("bpm20_from_rytov_gp20", lambda: bpm_reconstruct(data, g, iterations=20, backend="cuda").index),
+        ("bpm20_from_rytov_gp20", lambda: bpm_reconstruct(data, g, iterations=20, backend="cuda",
+                                                          variant="cufft").index),
         ("bpm20_tv_from_rytov_gp20", lambda: bpm_reconstruct(data, g, iterations=20, tv_weight=1e-3,
-                                                             backend="cuda").index),
+                                                             backend="cuda", variant="cufft").index),
     ) + ((("bpm20_from_rytov_gp20_fused_fft", lambda: bpm_reconstruct(data, g, iterations=20, backend="cuda",
                                                                     variant="fused_fft").index),) if fused else ()):
         fn()
