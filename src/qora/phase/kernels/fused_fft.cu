@@ -28,45 +28,82 @@ using qora::block_add_2d;
 
 enum { MODE_FORWARD = 0, MODE_INVERSE = 1, MODE_MODULUS = 2, MODE_UPDATE = 3, MODE_UPDATE_FORWARD = 4 };
 
+// How a strided pass brings its tile on chip (the candidates of docs/phase-performance.md, "fused_fft
+// candidates"): LOAD_PLAIN, one register-staged load per thread in flight (the measured default);
+// LOAD_ASYNC, every load of the tile in flight at once through cp.async (no registers held);
+// LOAD_PIPE, a persistent grid whose blocks walk the tiles with two tile buffers, the next tile's
+// copies in flight while the current one is transformed and stored.
+enum { LOAD_PLAIN = 0, LOAD_ASYNC = 1, LOAD_PIPE = 2 };
+
 template <int N, int EPT, int F>
 struct Lines {
     using Forward = LineFFT<N, EPT, F, fft_direction::forward>;
     using Inverse = LineFFT<N, EPT, F, fft_direction::inverse>;
     using cx = typename Forward::value_type;
-    static constexpr int tile_bytes = N * (F + 1) * 8 + N * F * 4;  // the lines, then the amplitude
+    static constexpr int line_bytes = N * (F + 1) * 8;
+    static constexpr int tile_bytes = line_bytes + N * F * 4;  // the lines, then the amplitude
     static constexpr int fft_bytes = Forward::shared_memory_size > Inverse::shared_memory_size
                                          ? Forward::shared_memory_size : Inverse::shared_memory_size;
     static constexpr int strided_smem = tile_bytes > fft_bytes ? tile_bytes : fft_bytes;
+    // LOAD_PIPE: two tiles and the FFT's own memory (no longer overlaid on the tile)
+    static constexpr int pipe_smem = 2 * tile_bytes + fft_bytes;
     static constexpr int contig_smem = fft_bytes;
 };
 
-// Lines of length N with stride `inner` elements: element (o, j, i) at (o * N + j) * inner + i; the
-// block takes lines i0 .. i0 + F - 1 of one o. n: elements per start (the amplitude's size).
-template <int N, int EPT, int F, int MODE>
-__device__ __forceinline__ void strided_pass(float2* __restrict__ data, long long inner, const float* __restrict__ amp,
-                                             long long n, float scale, double* __restrict__ err_sums,
-                                             const int* __restrict__ counter, int starts) {
-    using L = Lines<N, EPT, F>;
-    using cx = typename L::cx;
-    extern __shared__ __align__(16) unsigned char smem[];
-    float2* tile = reinterpret_cast<float2*>(smem);
-    float* amp_tile = reinterpret_cast<float*>(smem + N * (F + 1) * 8);
-    const long long per_o = inner / F;
-    const long long o = blockIdx.x / per_o;
-    const long long i0 = (blockIdx.x % per_o) * F;
-    const long long first = o * N * inner;  // element (o, 0, 0)
-    float2* base = data + first + i0;
-    static_assert(L::Forward::block_dim.x * EPT == N && L::Forward::block_dim.y == F, "line layout");
+// Tile t of a strided pass over lines of length N with stride `inner` elements: element (o, j, i)
+// at (o * N + j) * inner + i; tile t holds lines i0 .. i0 + F - 1 of one o. n: elements per start.
+struct StridedTile {
+    long long first;  // element (o, 0, 0)
+    long long i0;
+    __device__ __forceinline__ StridedTile(long long t, long long inner, int N, int F) {
+        const long long per_o = inner / F;
+        first = (t / per_o) * N * inner;
+        i0 = (t % per_o) * F;
+    }
+};
+
+// The loads of one tile (and, for the modulus pass, its amplitudes) into `tile` / `amp_tile`:
+// register-staged when !ASYNC, else issued as cp.async (the caller commits and waits).
+template <int N, int F, int MODE, bool ASYNC>
+__device__ __forceinline__ void strided_load(const float2* __restrict__ base, const float* __restrict__ amp,
+                                             long long amp_first, long long inner, float2* tile, float* amp_tile) {
     const int tid = threadIdx.y * blockDim.x + threadIdx.x;
     const int threads = blockDim.x * blockDim.y;
     // one element per step, not unrolled: unrolled loads raise the registers past two blocks per SM,
     // which measured slower on the H200 (docs/phase-performance.md)
     for (int k = tid; k < N * F; k += threads) {
         const int j = k / F, f = k % F;
-        tile[j * (F + 1) + f] = base[j * inner + f];
-        if (MODE == MODE_MODULUS) amp_tile[k] = amp[first % n + i0 + j * inner + f];
+        if (ASYNC) {
+            qora::copy_async<8>(tile + j * (F + 1) + f, base + j * inner + f);
+            if (MODE == MODE_MODULUS) qora::copy_async<4>(amp_tile + k, amp + amp_first + j * inner + f);
+        } else {
+            tile[j * (F + 1) + f] = base[j * inner + f];
+            if (MODE == MODE_MODULUS) amp_tile[k] = amp[amp_first + j * inner + f];
+        }
     }
-    __syncthreads();
+}
+
+template <int N, int F>
+__device__ __forceinline__ void strided_store(float2* __restrict__ base, long long inner, const float2* tile) {
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+    const int threads = blockDim.x * blockDim.y;
+    for (int k = tid; k < N * F; k += threads) {
+        const int j = k / F, f2 = k % F;
+        base[j * inner + f2] = tile[j * (F + 1) + f2];
+    }
+}
+
+// The transform(s) of the block's F lines, from the tile back into the tile (this thread writes the
+// elements it read). fft_smem: the FFT's shared memory, overlaid on the tile (OVERLAID: barriers
+// between the tile's use and the FFT's) or separate. The modulus pass adds its error sum to the
+// slot of start first / n (first: the tile's element (o, 0, 0); n: elements per start).
+template <int N, int EPT, int F, int MODE, bool OVERLAID>
+__device__ __forceinline__ void strided_transform(float2* tile, const float* amp_tile, unsigned char* fft_smem,
+                                                  float scale, double* __restrict__ err_sums,
+                                                  const int* __restrict__ counter, int starts, long long first,
+                                                  long long n) {
+    using L = Lines<N, EPT, F>;
+    using cx = typename L::cx;
     cx r[L::Forward::storage_size];
     const int f = threadIdx.y;
     for (int e = 0; e < EPT; ++e) {
@@ -76,11 +113,11 @@ __device__ __forceinline__ void strided_pass(float2* __restrict__ data, long lon
             r[e] = cx{v.x, v.y};
         }
     }
-    __syncthreads();
+    if (OVERLAID) __syncthreads();
     if (MODE == MODE_INVERSE) {
-        typename L::Inverse().execute(r, reinterpret_cast<cx*>(smem));
+        typename L::Inverse().execute(r, reinterpret_cast<cx*>(fft_smem));
     } else {
-        typename L::Forward().execute(r, reinterpret_cast<cx*>(smem));
+        typename L::Forward().execute(r, reinterpret_cast<cx*>(fft_smem));
     }
     if (MODE == MODE_MODULUS) {
         float err = 0.0f;
@@ -92,19 +129,79 @@ __device__ __forceinline__ void strided_pass(float2* __restrict__ data, long lon
             }
         }
         __syncthreads();
-        typename L::Inverse().execute(r, reinterpret_cast<cx*>(smem));
+        typename L::Inverse().execute(r, reinterpret_cast<cx*>(fft_smem));
         const int slot = *counter;
         block_add_2d(err, err_sums + (long long)slot * starts + first / n);
     }
-    __syncthreads();
+    if (OVERLAID) __syncthreads();
     for (int e = 0; e < EPT; ++e) {
         const int j = threadIdx.x + e * L::Forward::stride;
         if (j < N) tile[j * (F + 1) + f] = make_float2(r[e].x, r[e].y);
     }
+}
+
+// One tile per block (LOAD_PLAIN, LOAD_ASYNC): block blockIdx.x takes tile blockIdx.x.
+template <int N, int EPT, int F, int MODE, int LOAD>
+__device__ __forceinline__ void strided_pass(float2* __restrict__ data, long long inner, const float* __restrict__ amp,
+                                             long long n, float scale, double* __restrict__ err_sums,
+                                             const int* __restrict__ counter, int starts) {
+    using L = Lines<N, EPT, F>;
+    extern __shared__ __align__(16) unsigned char smem[];
+    float2* tile = reinterpret_cast<float2*>(smem);
+    float* amp_tile = reinterpret_cast<float*>(smem + L::line_bytes);
+    static_assert(L::Forward::block_dim.x * EPT == N && L::Forward::block_dim.y == F, "line layout");
+    const StridedTile t(blockIdx.x, inner, N, F);
+    float2* base = data + t.first + t.i0;
+    strided_load<N, F, MODE, LOAD == LOAD_ASYNC>(base, amp, t.first % n + t.i0, inner, tile, amp_tile);
+    if (LOAD == LOAD_ASYNC) {
+        qora::copy_async_commit();
+        qora::copy_async_wait<0>();
+    }
     __syncthreads();
-    for (int k = tid; k < N * F; k += threads) {
-        const int j = k / F, f2 = k % F;
-        base[j * inner + f2] = tile[j * (F + 1) + f2];
+    strided_transform<N, EPT, F, MODE, true>(tile, amp_tile, smem, scale, err_sums, counter, starts, t.first, n);
+    __syncthreads();
+    strided_store<N, F>(base, inner, tile);
+}
+
+// LOAD_PIPE: a grid of about as many blocks as fit on the GPU at once; each walks tiles blockIdx.x,
+// blockIdx.x + gridDim.x, ... with two tile buffers, issuing the next tile's copies before it
+// transforms and stores the current one, so that DRAM reads overlap the transforms and the stores.
+template <int N, int EPT, int F, int MODE>
+__device__ __forceinline__ void strided_pipe(float2* __restrict__ data, long long inner, const float* __restrict__ amp,
+                                             long long n, float scale, double* __restrict__ err_sums,
+                                             const int* __restrict__ counter, int starts, long long tiles) {
+    using L = Lines<N, EPT, F>;
+    extern __shared__ __align__(16) unsigned char smem[];
+    unsigned char* fft_smem = smem + 2 * L::tile_bytes;
+    static_assert(L::Forward::block_dim.x * EPT == N && L::Forward::block_dim.y == F, "line layout");
+    long long t = blockIdx.x;
+    if (t >= tiles) return;
+    {
+        const StridedTile first(t, inner, N, F);
+        strided_load<N, F, MODE, true>(data + first.first + first.i0, amp, first.first % n + first.i0, inner,
+                                       reinterpret_cast<float2*>(smem),
+                                       reinterpret_cast<float*>(smem + L::line_bytes));
+        qora::copy_async_commit();
+    }
+    for (int b = 0; t < tiles; t += gridDim.x, b ^= 1) {
+        float2* tile = reinterpret_cast<float2*>(smem + b * L::tile_bytes);
+        float* amp_tile = reinterpret_cast<float*>(smem + b * L::tile_bytes + L::line_bytes);
+        qora::copy_async_wait<0>();
+        __syncthreads();  // tile t is in buffer b; every thread is done storing from buffer b ^ 1
+        const long long next = t + gridDim.x;
+        if (next < tiles) {
+            const StridedTile nt(next, inner, N, F);
+            unsigned char* other = smem + (b ^ 1) * L::tile_bytes;
+            strided_load<N, F, MODE, true>(data + nt.first + nt.i0, amp, nt.first % n + nt.i0, inner,
+                                           reinterpret_cast<float2*>(other),
+                                           reinterpret_cast<float*>(other + L::line_bytes));
+        }
+        qora::copy_async_commit();
+        const StridedTile cur(t, inner, N, F);
+        strided_transform<N, EPT, F, MODE, false>(tile, amp_tile, fft_smem, scale, err_sums, counter, starts,
+                                                  cur.first, n);
+        __syncthreads();
+        strided_store<N, F>(data + cur.first + cur.i0, inner, tile);
     }
 }
 
@@ -160,26 +257,50 @@ __device__ __forceinline__ void contig_pass(float2* __restrict__ y, float2* __re
     }
 }
 
-// Kernels of size N with F lines per block and EPT elements per thread, named <kind>_<N>_<F>_<EPT>;
-// <family>_params_<N>_<F>_<EPT> writes the
-// launch parameters for the host: block (x, y) and dynamic shared memory (bytes).
+// Kernels of size N with F lines per block and EPT elements per thread, named <kind>_<N>_<F>_<EPT>
+// (strided ones with LOAD_ASYNC: <kind>_<N>_<F>_<EPT>_async; LOAD_PIPE: ..._pipe, one more argument,
+// the number of tiles); <family>_params_<N>_<F>_<EPT>[_async|_pipe] writes the launch parameters for
+// the host: block (x, y) and dynamic shared memory (bytes).
 #define QORA_BOUNDS(N, EPT, F) __launch_bounds__(Lines<N, EPT, F>::Forward::max_threads_per_block)
-#define QORA_STRIDED(N, EPT, F)                                                                            \
-    extern "C" __global__ void strided_params_##N##_##F##_##EPT(int* out) {                                        \
+#define QORA_STRIDED_LOAD(N, EPT, F, LOAD, SUFFIX)                                                         \
+    extern "C" __global__ void strided_params_##N##_##F##_##EPT##SUFFIX(int* out) {                        \
         out[0] = Lines<N, EPT, F>::Forward::block_dim.x;                                                   \
         out[1] = Lines<N, EPT, F>::Forward::block_dim.y;                                                   \
         out[2] = Lines<N, EPT, F>::strided_smem;                                                           \
     }                                                                                                      \
-    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) strided_forward_##N##_##F##_##EPT(float2* data, long long inner) { \
-        strided_pass<N, EPT, F, MODE_FORWARD>(data, inner, nullptr, 1, 0.0f, nullptr, nullptr, 0);         \
+    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) strided_forward_##N##_##F##_##EPT##SUFFIX(           \
+        float2* data, long long inner) {                                                                   \
+        strided_pass<N, EPT, F, MODE_FORWARD, LOAD>(data, inner, nullptr, 1, 0.0f, nullptr, nullptr, 0);   \
     }                                                                                                      \
-    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) strided_inverse_##N##_##F##_##EPT(float2* data, long long inner) { \
-        strided_pass<N, EPT, F, MODE_INVERSE>(data, inner, nullptr, 1, 0.0f, nullptr, nullptr, 0);         \
+    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) strided_inverse_##N##_##F##_##EPT##SUFFIX(           \
+        float2* data, long long inner) {                                                                   \
+        strided_pass<N, EPT, F, MODE_INVERSE, LOAD>(data, inner, nullptr, 1, 0.0f, nullptr, nullptr, 0);   \
     }                                                                                                      \
-    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) strided_modulus_##N##_##F##_##EPT(                           \
+    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) strided_modulus_##N##_##F##_##EPT##SUFFIX(           \
         float2* data, long long inner, const float* amp, long long n, float scale, double* err_sums,       \
         const int* counter, int starts) {                                                                  \
-        strided_pass<N, EPT, F, MODE_MODULUS>(data, inner, amp, n, scale, err_sums, counter, starts);      \
+        strided_pass<N, EPT, F, MODE_MODULUS, LOAD>(data, inner, amp, n, scale, err_sums, counter, starts);\
+    }
+#define QORA_STRIDED(N, EPT, F) QORA_STRIDED_LOAD(N, EPT, F, LOAD_PLAIN, )
+#define QORA_STRIDED_ASYNC(N, EPT, F) QORA_STRIDED_LOAD(N, EPT, F, LOAD_ASYNC, _async)
+#define QORA_STRIDED_PIPE(N, EPT, F)                                                                       \
+    extern "C" __global__ void strided_params_##N##_##F##_##EPT##_pipe(int* out) {                         \
+        out[0] = Lines<N, EPT, F>::Forward::block_dim.x;                                                   \
+        out[1] = Lines<N, EPT, F>::Forward::block_dim.y;                                                   \
+        out[2] = Lines<N, EPT, F>::pipe_smem;                                                              \
+    }                                                                                                      \
+    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) strided_forward_##N##_##F##_##EPT##_pipe(            \
+        float2* data, long long inner, long long tiles) {                                                  \
+        strided_pipe<N, EPT, F, MODE_FORWARD>(data, inner, nullptr, 1, 0.0f, nullptr, nullptr, 0, tiles);  \
+    }                                                                                                      \
+    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) strided_inverse_##N##_##F##_##EPT##_pipe(            \
+        float2* data, long long inner, long long tiles) {                                                  \
+        strided_pipe<N, EPT, F, MODE_INVERSE>(data, inner, nullptr, 1, 0.0f, nullptr, nullptr, 0, tiles);  \
+    }                                                                                                      \
+    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) strided_modulus_##N##_##F##_##EPT##_pipe(            \
+        float2* data, long long inner, const float* amp, long long n, float scale, double* err_sums,       \
+        const int* counter, int starts, long long tiles) {                                                 \
+        strided_pipe<N, EPT, F, MODE_MODULUS>(data, inner, amp, n, scale, err_sums, counter, starts, tiles);\
     }
 
 #define QORA_CONTIG(N, EPT, F)                                                                             \
@@ -228,3 +349,31 @@ QORA_STRIDED(2048, 16, 4)
 QORA_CONTIG(2048, 16, 4)
 QORA_STRIDED(4096, 16, 2)
 QORA_CONTIG(4096, 16, 2)
+
+// Candidates, measured against the above by bench/probes/fused_fft_probe.py --strided-loads
+// (docs/phase-performance.md, "fused_fft candidates"); the host takes them only when asked
+// (FusedFFTEngine(strided_load=...)). LOAD_ASYNC at every strided layout above:
+QORA_STRIDED_ASYNC(64, 8, 16)
+QORA_STRIDED_ASYNC(128, 8, 16)
+QORA_STRIDED_ASYNC(256, 8, 2)
+QORA_STRIDED_ASYNC(256, 8, 16)
+QORA_STRIDED_ASYNC(256, 16, 2)
+QORA_STRIDED_ASYNC(256, 16, 16)
+QORA_STRIDED_ASYNC(512, 8, 8)
+QORA_STRIDED_ASYNC(512, 16, 8)
+QORA_STRIDED_ASYNC(1024, 8, 4)
+QORA_STRIDED_ASYNC(1024, 16, 4)
+QORA_STRIDED_ASYNC(2048, 8, 4)
+QORA_STRIDED_ASYNC(2048, 16, 4)
+QORA_STRIDED_ASYNC(4096, 16, 2)
+// 8 lines of 2048 points (1024 threads, a 211 KB tile: one block per SM, every row of the tile a
+// whole 64-byte pair of sectors): only with the copies in flight at once can one block fill the SM
+QORA_STRIDED_ASYNC(2048, 16, 8)
+// LOAD_PIPE where two tiles and the FFT's memory leave two blocks per SM (at most ~113 KB):
+// 64: 2 x 13.6 + 8 KB; 128: 2 x 26.6 + 16 KB; 256 (16 lines, 16 per thread): 2 x 51 + 16 KB;
+// 256 (8 lines): 2 x 26.6 + 8 KB; 512 (4 lines): 2 x 28.7 + 8 KB
+QORA_STRIDED_PIPE(64, 8, 16)
+QORA_STRIDED_PIPE(128, 8, 16)
+QORA_STRIDED_PIPE(256, 16, 16)
+QORA_STRIDED_PIPE(256, 16, 8)
+QORA_STRIDED_PIPE(512, 16, 4)
