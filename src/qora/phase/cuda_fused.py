@@ -119,7 +119,9 @@ class FusedFFTEngine(_KernelEngine):
                 kernel.max_dynamic_shared_size_bytes = smem
             resident = 0
             if suffix == "_pipe":  # a persistent grid: as many blocks as fit on the GPU at once
-                resident = min(_resident_blocks(k, bx * by, smem) for k in kernels.values())
+                from qora.backend.kernels import resident_blocks
+
+                resident = min(resident_blocks(k, bx * by, smem) for k in kernels.values())
             if family == "strided":
                 self.strided_kernels[size] = f"{per_block}_{ept}{suffix or '_plain'}"
             launch = self._launches[key] = (kernels, (bx, by), smem, per_block, resident)
@@ -164,15 +166,3 @@ class FusedFFTEngine(_KernelEngine):
             self._contig("update", self.support, np.float32(a), np.float32(b), np.int32(code), self.counter,
                          np.int32(k < iterations - 1))
 
-
-def _resident_blocks(kernel, threads: int, smem: int) -> int:
-    """Blocks of ``kernel`` that fit on one SM at once (the driver's occupancy, else an H100/H200 estimate
-    from its registers: 64 K registers, 228 KB of shared memory, 2048 threads per SM)."""
-    try:
-        from cupy.cuda import driver
-
-        return max(1, int(driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads, smem)))
-    except Exception:  # noqa: BLE001 - a CuPy without the call: estimate
-        regs = int(getattr(kernel, "num_regs", 64) or 64)
-        by_regs = 65536 // (threads * -(-regs // 8) * 8)
-        return max(1, min(by_regs, 233472 // (smem + 1024), 2048 // threads))
