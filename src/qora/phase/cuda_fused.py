@@ -7,7 +7,7 @@ import numpy as np
 
 from qora.phase.cuda_base import _KernelEngine
 
-__all__ = ["FusedFFTEngine", "EPT_ORDER", "EPT_FIRST", "STRIDED_LOADS"]
+__all__ = ["FusedFFTEngine", "EPT_ORDER", "EPT_FIRST", "STRIDED_LOADS", "SPLIT_HEIGHTS"]
 
 # fused_fft: elements per thread, in order of preference where both are built; the strided 256-point
 # passes measured faster with 16 (0.170 against 0.202 ms for the modulus pass at 256^3 on the H200),
@@ -20,6 +20,12 @@ EPT_FIRST = {("strided", 256): 16}
 #: copies in flight during the current one's transforms (candidates of docs/phase-performance.md,
 #: "fused_fft candidates"; a size without the candidate's kernels runs "plain")
 STRIDED_LOADS = ("plain", "async", "pipe")
+#: 2D heights whose column pass can run split in three passes (candidate ``column_split``; kernels/fused_fft.cu,
+#: MODE_SPLIT): 64-point strided passes first and last, the middle one of height / 64 points with the modulus
+#: step; (lines per block, elements per thread) of the middle pass
+SPLIT_HEIGHTS = (2048, 4096)
+SPLIT_N1 = 64
+SPLIT_LAYOUT = (16, 8)
 
 
 class FusedFFTEngine(_KernelEngine):
@@ -38,17 +44,19 @@ class FusedFFTEngine(_KernelEngine):
     CUBIN = "fused_fft.sm_90.cubin"
 
     def __init__(self, amp, support, batch: int = 1, *, modulus_axis: str = "z", elements_per_thread=None,
-                 strided_load: str = "plain", strided_lines: int | None = None) -> None:
+                 strided_load: str = "plain", strided_lines: int | None = None, column_split: bool = False) -> None:
         """``modulus_axis``: in 3D, the strided axis whose pass carries the modulus step ("z" or "y"; the
         other strided axis gets a plain forward and inverse pass). ``elements_per_thread``: the line
         transforms' elements per thread where several are built (None: :data:`EPT_ORDER`'s first).
         ``strided_load``: one of :data:`STRIDED_LOADS`; :attr:`strided_kernels` records, per pass size,
         the kernel family that ran. ``strided_lines``: lines per block of the strided passes where built at
-        that number (None: the most that leave two blocks per SM)."""
+        that number (None: the most that leave two blocks per SM). ``column_split``: in 2D with a height in
+        :data:`SPLIT_HEIGHTS`, the modulus pass as three passes of short columns (four-step)."""
         if strided_load not in STRIDED_LOADS:
             raise ValueError(f"strided_load must be one of {STRIDED_LOADS}, got {strided_load!r}")
         self.strided_load = strided_load
         self.strided_lines = strided_lines
+        self.column_split = bool(column_split)
         self.strided_kernels: dict = {}
         self.ept_order = EPT_ORDER if elements_per_thread is None else (int(elements_per_thread),) + EPT_ORDER
         if modulus_axis not in ("z", "y"):
@@ -136,6 +144,34 @@ class FusedFFTEngine(_KernelEngine):
         else:
             kernels[kind]((tiles,), block, (self.y, np.int64(inner)) + args, shared_mem=smem)
 
+    def _split(self, size: int, width: int, lines: int) -> None:
+        """The middle pass of the split column transform: ``lines`` (starts x 64) groups of lines of ``size``
+        rows, each with its modulus step (kernels/fused_fft.cu, MODE_SPLIT)."""
+        key = ("split", size, lines)
+        launch = self._launches.get(key)
+        if launch is None:
+            per_block, ept = SPLIT_LAYOUT
+            suffixes = ["_async", ""] if self.strided_load != "plain" else [""]
+            for suffix in suffixes:
+                try:
+                    params = self._module.get_function(f"strided_params_{size}_{per_block}_{ept}_split{suffix}")
+                    kernel = self._module.get_function(f"strided_split_{size}_{per_block}_{ept}{suffix}")
+                    break
+                except Exception:  # noqa: BLE001 - CuPy raises its driver error for a name not in the module
+                    continue
+            else:
+                raise ValueError(f"fused_fft has no split column pass of {size} points")
+            out = self.xp.zeros(3, np.int32)
+            params((1,), (1,), (out,))
+            bx, by, smem = (int(v) for v in out.get())
+            kernel.max_dynamic_shared_size_bytes = smem
+            self.strided_kernels[f"split {size}"] = f"{per_block}_{ept}{suffix or '_plain'}"
+            launch = self._launches[key] = (kernel, (bx, by), smem, per_block)
+        kernel, block, smem, per_block = launch
+        kernel((lines * width // per_block,), block,
+               (self.y, np.int64(width), self.amp, np.int64(self.n), np.float32(self.scale), self.history,
+                self.counter, np.int32(self.batch), np.int32(SPLIT_N1)), shared_mem=smem)
+
     def _contig(self, kind: str, *args) -> None:
         width = self.shape[-1]
         lines = self.batch * self.n // width
@@ -152,7 +188,13 @@ class FusedFFTEngine(_KernelEngine):
         for k in range(iterations):
             if len(shape) == 2:
                 height, width = shape
-                self._modulus(height, width, batch)
+                if self.column_split and height in SPLIT_HEIGHTS:
+                    rest = height // SPLIT_N1
+                    self._strided("forward", SPLIT_N1, rest * width, batch)
+                    self._split(rest, width, batch * SPLIT_N1)
+                    self._strided("inverse", SPLIT_N1, rest * width, batch)
+                else:
+                    self._modulus(height, width, batch)
             else:
                 depth, height, width = shape
                 if self.modulus_axis == "z":

@@ -26,7 +26,18 @@ using namespace cufftdx;
 using qora::LineFFT;
 using qora::block_add_2d;
 
-enum { MODE_FORWARD = 0, MODE_INVERSE = 1, MODE_MODULUS = 2, MODE_UPDATE = 3, MODE_UPDATE_FORWARD = 4 };
+enum { MODE_FORWARD = 0, MODE_INVERSE = 1, MODE_MODULUS = 2, MODE_UPDATE = 3, MODE_UPDATE_FORWARD = 4, MODE_SPLIT = 5 };
+
+// MODE_SPLIT (candidate, docs/phase-performance.md, "fused_fft candidates"): the middle pass of a 2D
+// column transform of H = N1 N2 points split in three passes (four-step), for H = 2048 and 4096 where one
+// block cannot hold enough whole columns. With y = N2 n1 + n2 and spectral row k = k1 + N1 k2:
+//   pass 1, strided_forward of N1 points, stride N2 rows:   rows N2 k1 + n2 <- F_n1 (rows N2 n1 + n2)
+//   pass 2, strided_split_<N2>, lines of N2 rows N2 k1 + j: twiddle exp(-2 pi i j k1 / H), F_j (now
+//           row N2 k1 + k2 holds spectral row k1 + N1 k2), modulus step against that row's amplitude,
+//           F_j^-1, twiddle exp(+2 pi i j k1 / H)
+//   pass 3, strided_inverse of N1 points, stride N2 rows:   rows N2 n1 + n2 <- F_k1^-1 (rows N2 k1 + n2)
+// so the data leave pass 3 in natural order and the amplitude is read in its own order.
+__host__ __device__ constexpr bool is_modulus(int mode) { return mode == MODE_MODULUS || mode == MODE_SPLIT; }
 
 // How a strided pass brings its tile on chip (the candidates of docs/phase-performance.md, "fused_fft
 // candidates"): LOAD_PLAIN, one register-staged load per thread in flight (the measured default);
@@ -53,11 +64,13 @@ struct Lines {
 // Tile t of a strided pass over lines of length N with stride `inner` elements: element (o, j, i)
 // at (o * N + j) * inner + i; tile t holds lines i0 .. i0 + F - 1 of one o. n: elements per start.
 struct StridedTile {
+    long long o;
     long long first;  // element (o, 0, 0)
     long long i0;
     __device__ __forceinline__ StridedTile(long long t, long long inner, int N, int F) {
         const long long per_o = inner / F;
-        first = (t / per_o) * N * inner;
+        o = t / per_o;
+        first = o * N * inner;
         i0 = (t % per_o) * F;
     }
 };
@@ -66,7 +79,8 @@ struct StridedTile {
 // register-staged when !ASYNC, else issued as cp.async (the caller commits and waits).
 template <int N, int F, int MODE, bool ASYNC>
 __device__ __forceinline__ void strided_load(const float2* __restrict__ base, const float* __restrict__ amp,
-                                             long long amp_first, long long inner, float2* tile, float* amp_tile) {
+                                             long long amp_first, long long inner, float2* tile, float* amp_tile,
+                                             long long amp_inner) {
     const int tid = threadIdx.y * blockDim.x + threadIdx.x;
     const int threads = blockDim.x * blockDim.y;
     // one element per step, not unrolled: unrolled loads raise the registers past two blocks per SM,
@@ -75,10 +89,10 @@ __device__ __forceinline__ void strided_load(const float2* __restrict__ base, co
         const int j = k / F, f = k % F;
         if (ASYNC) {
             qora::copy_async<8>(tile + j * (F + 1) + f, base + j * inner + f);
-            if (MODE == MODE_MODULUS) qora::copy_async<4>(amp_tile + k, amp + amp_first + j * inner + f);
+            if (is_modulus(MODE)) qora::copy_async<4>(amp_tile + k, amp + amp_first + j * amp_inner + f);
         } else {
             tile[j * (F + 1) + f] = base[j * inner + f];
-            if (MODE == MODE_MODULUS) amp_tile[k] = amp[amp_first + j * inner + f];
+            if (is_modulus(MODE)) amp_tile[k] = amp[amp_first + j * amp_inner + f];
         }
     }
 }
@@ -93,6 +107,18 @@ __device__ __forceinline__ void strided_store(float2* __restrict__ base, long lo
     }
 }
 
+// MODE_SPLIT: multiply this thread's element j = tx + e stride of its line by exp(i pi j x)
+template <class L>
+__device__ __forceinline__ void twiddle_lines(typename L::cx* r, float x) {
+    for (int e = 0; e < L::Forward::elements_per_thread; ++e) {
+        const int j = threadIdx.x + e * L::Forward::stride;
+        float sn, cs;
+        sincospif(j * x, &sn, &cs);  // j x is exact, so the twiddle is accurate to an ulp
+        const float re = r[e].x * cs - r[e].y * sn, im = r[e].x * sn + r[e].y * cs;
+        r[e] = typename L::cx{re, im};
+    }
+}
+
 // The transform(s) of the block's F lines, from the tile back into the tile (this thread writes the
 // elements it read). fft_smem: the FFT's shared memory, overlaid on the tile (OVERLAID: barriers
 // between the tile's use and the FFT's) or separate. The modulus pass adds its error sum to the
@@ -101,7 +127,7 @@ template <int N, int EPT, int F, int MODE, bool OVERLAID>
 __device__ __forceinline__ void strided_transform(float2* tile, const float* amp_tile, unsigned char* fft_smem,
                                                   float scale, double* __restrict__ err_sums,
                                                   const int* __restrict__ counter, int starts, long long first,
-                                                  long long n) {
+                                                  long long n, float twiddle = 0.0f) {
     using L = Lines<N, EPT, F>;
     using cx = typename L::cx;
     cx r[L::Forward::storage_size];
@@ -114,12 +140,13 @@ __device__ __forceinline__ void strided_transform(float2* tile, const float* amp
         }
     }
     if (OVERLAID) __syncthreads();
+    if (MODE == MODE_SPLIT) twiddle_lines<L>(r, -twiddle);
     if (MODE == MODE_INVERSE) {
         typename L::Inverse().execute(r, reinterpret_cast<cx*>(fft_smem));
     } else {
         typename L::Forward().execute(r, reinterpret_cast<cx*>(fft_smem));
     }
-    if (MODE == MODE_MODULUS) {
+    if (is_modulus(MODE)) {
         float err = 0.0f;
         for (int e = 0; e < EPT; ++e) {
             const int j = threadIdx.x + e * L::Forward::stride;
@@ -130,6 +157,7 @@ __device__ __forceinline__ void strided_transform(float2* tile, const float* amp
         }
         __syncthreads();
         typename L::Inverse().execute(r, reinterpret_cast<cx*>(fft_smem));
+        if (MODE == MODE_SPLIT) twiddle_lines<L>(r, twiddle);
         const int slot = *counter;
         block_add_2d(err, err_sums + (long long)slot * starts + first / n);
     }
@@ -144,7 +172,7 @@ __device__ __forceinline__ void strided_transform(float2* tile, const float* amp
 template <int N, int EPT, int F, int MODE, int LOAD>
 __device__ __forceinline__ void strided_pass(float2* __restrict__ data, long long inner, const float* __restrict__ amp,
                                              long long n, float scale, double* __restrict__ err_sums,
-                                             const int* __restrict__ counter, int starts) {
+                                             const int* __restrict__ counter, int starts, int n1 = 1) {
     using L = Lines<N, EPT, F>;
     extern __shared__ __align__(16) unsigned char smem[];
     float2* tile = reinterpret_cast<float2*>(smem);
@@ -152,13 +180,19 @@ __device__ __forceinline__ void strided_pass(float2* __restrict__ data, long lon
     static_assert(L::Forward::block_dim.x * EPT == N && L::Forward::block_dim.y == F, "line layout");
     const StridedTile t(blockIdx.x, inner, N, F);
     float2* base = data + t.first + t.i0;
-    strided_load<N, F, MODE, LOAD == LOAD_ASYNC>(base, amp, t.first % n + t.i0, inner, tile, amp_tile);
+    // MODE_SPLIT: lines o = (start, k1); their spectral row k1 + N1 k2 of the amplitude (k2 = j)
+    const int k1 = MODE == MODE_SPLIT ? (int)(t.o % n1) : 0;
+    const long long amp_first = MODE == MODE_SPLIT ? k1 * inner + t.i0 : t.first % n + t.i0;
+    strided_load<N, F, MODE, LOAD == LOAD_ASYNC>(base, amp, amp_first, inner, tile, amp_tile,
+                                                 MODE == MODE_SPLIT ? n1 * inner : inner);
     if (LOAD == LOAD_ASYNC) {
         qora::copy_async_commit();
         qora::copy_async_wait<0>();
     }
     __syncthreads();
-    strided_transform<N, EPT, F, MODE, true>(tile, amp_tile, smem, scale, err_sums, counter, starts, t.first, n);
+    // MODE_SPLIT: exp(-+2 pi i j k1 / H) = exp(-+i pi j x), x = 2 k1 / (N1 N) (exact: powers of two)
+    strided_transform<N, EPT, F, MODE, true>(tile, amp_tile, smem, scale, err_sums, counter, starts, t.first, n,
+                                             MODE == MODE_SPLIT ? 2.0f * k1 / (float)(n1 * N) : 0.0f);
     __syncthreads();
     strided_store<N, F>(base, inner, tile);
 }
@@ -180,7 +214,7 @@ __device__ __forceinline__ void strided_pipe(float2* __restrict__ data, long lon
         const StridedTile first(t, inner, N, F);
         strided_load<N, F, MODE, true>(data + first.first + first.i0, amp, first.first % n + first.i0, inner,
                                        reinterpret_cast<float2*>(smem),
-                                       reinterpret_cast<float*>(smem + L::line_bytes));
+                                       reinterpret_cast<float*>(smem + L::line_bytes), inner);
         qora::copy_async_commit();
     }
     for (int b = 0; t < tiles; t += gridDim.x, b ^= 1) {
@@ -194,7 +228,7 @@ __device__ __forceinline__ void strided_pipe(float2* __restrict__ data, long lon
             unsigned char* other = smem + (b ^ 1) * L::tile_bytes;
             strided_load<N, F, MODE, true>(data + nt.first + nt.i0, amp, nt.first % n + nt.i0, inner,
                                            reinterpret_cast<float2*>(other),
-                                           reinterpret_cast<float*>(other + L::line_bytes));
+                                           reinterpret_cast<float*>(other + L::line_bytes), inner);
         }
         qora::copy_async_commit();
         const StridedTile cur(t, inner, N, F);
@@ -280,6 +314,18 @@ __device__ __forceinline__ void contig_pass(float2* __restrict__ y, float2* __re
         float2* data, long long inner, const float* amp, long long n, float scale, double* err_sums,       \
         const int* counter, int starts) {                                                                  \
         strided_pass<N, EPT, F, MODE_MODULUS, LOAD>(data, inner, amp, n, scale, err_sums, counter, starts);\
+    }
+// MODE_SPLIT's middle pass, lines of N = N2 points (N1 = H / N2 passed at run time)
+#define QORA_STRIDED_SPLIT(N, EPT, F, LOAD, SUFFIX)                                                        \
+    extern "C" __global__ void strided_params_##N##_##F##_##EPT##_split##SUFFIX(int* out) {                \
+        out[0] = Lines<N, EPT, F>::Forward::block_dim.x;                                                   \
+        out[1] = Lines<N, EPT, F>::Forward::block_dim.y;                                                   \
+        out[2] = Lines<N, EPT, F>::strided_smem;                                                           \
+    }                                                                                                      \
+    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) strided_split_##N##_##F##_##EPT##SUFFIX(             \
+        float2* data, long long inner, const float* amp, long long n, float scale, double* err_sums,       \
+        const int* counter, int starts, int n1) {                                                          \
+        strided_pass<N, EPT, F, MODE_SPLIT, LOAD>(data, inner, amp, n, scale, err_sums, counter, starts, n1); \
     }
 #define QORA_STRIDED(N, EPT, F) QORA_STRIDED_LOAD(N, EPT, F, LOAD_PLAIN, )
 #define QORA_STRIDED_ASYNC(N, EPT, F) QORA_STRIDED_LOAD(N, EPT, F, LOAD_ASYNC, _async)
@@ -377,3 +423,9 @@ QORA_STRIDED_PIPE(128, 8, 16)
 QORA_STRIDED_PIPE(256, 16, 16)
 QORA_STRIDED_PIPE(256, 16, 8)
 QORA_STRIDED_PIPE(512, 16, 4)
+// the four-step split of the 2D column pass (MODE_SPLIT): middle passes of 32 (H = 2048) and 64
+// (H = 4096) points, 16 lines of adjacent columns per block (128-byte rows), plain and with cp.async
+QORA_STRIDED_SPLIT(32, 8, 16, LOAD_PLAIN, )
+QORA_STRIDED_SPLIT(64, 8, 16, LOAD_PLAIN, )
+QORA_STRIDED_SPLIT(32, 8, 16, LOAD_ASYNC, _async)
+QORA_STRIDED_SPLIT(64, 8, 16, LOAD_ASYNC, _async)
