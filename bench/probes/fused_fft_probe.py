@@ -102,7 +102,7 @@ def _ran(engine, options) -> bool:
     load = options.get("strided_load", "plain")
     if options.get("column_split") and not any(k.startswith("split") for k in engine.strided_kernels):
         return False
-    if load != "plain" and not any(v.endswith(f"_{load}") for v in ran):
+    if load != "plain" and not any(f"_{load}" in v for v in ran):
         return False
     lines = options.get("strided_lines")
     return lines is None or any(v.startswith(f"{lines}_") for v in ran)

@@ -102,7 +102,10 @@ def resident_blocks(kernel, threads: int, shared_bytes: int) -> int:
         return max(1, int(cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads,
                                                                                       shared_bytes)))
     except Exception:  # noqa: BLE001 - a CuPy without the call: estimate
-        regs = int(getattr(kernel, "num_regs", 64) or 64)
+        try:
+            regs = int(cupy.cuda.driver.funcGetAttribute(cupy.cuda.driver.CU_FUNC_ATTRIBUTE_NUM_REGS, kernel.ptr))
+        except Exception:  # noqa: BLE001 - nor that one: the most registers two blocks of 512 threads may use
+            regs = 64
         by_regs = 65536 // (threads * -(-regs // 8) * 8)
         return max(1, min(by_regs, 233472 // (shared_bytes + 1024), 2048 // threads))
 

@@ -99,7 +99,8 @@ class FusedFFTEngine(_KernelEngine):
         return built
 
     def _launch_of(self, family: str, size: int, lines: int):
-        """(kernels by kind, block, shared memory, lines per block, resident blocks per SM or 0) of a pass
+        """(kernels by kind, block, shared memory by kind, lines per block, resident blocks per SM by kind
+        (persistent grids; else empty)) of a pass
         over ``lines`` lines of ``size``: the most lines per block that leave two blocks per SM, else the
         fewest built; the strided passes in the :attr:`strided_load` family where it is built at ``size``."""
         key = (family, size, lines)
@@ -117,21 +118,24 @@ class FusedFFTEngine(_KernelEngine):
             roomy = [pb for pb in fits if lines // pb[0] >= 2 * self._sms]
             asked = [pb for pb in fits if family == "strided" and pb[0] == self.strided_lines]
             per_block, (params, ept) = asked[0] if asked else roomy[0] if roomy else fits[-1]
-            out = self.xp.zeros(3, np.int32)
+            out = self.xp.zeros(4, np.int32)
             params((1,), (1,), (out,))
-            bx, by, smem = (int(v) for v in out.get())
+            bx, by, smem_all, smem_lines = (int(v) for v in out.get())
             kinds = ("forward", "inverse", "modulus") if family == "strided" else ("forward", "update")
             kernels = {kind: self._module.get_function(f"{family}_{kind}_{size}_{per_block}_{ept}{suffix}")
                        for kind in kinds}
-            for kernel in kernels.values():
-                kernel.max_dynamic_shared_size_bytes = smem
-            resident = 0
+            # the pipelined forward and inverse passes need no amplitude tiles (smem_lines); others: one size
+            smem = {kind: smem_lines if smem_lines and kind != "modulus" else smem_all for kind in kinds}
+            for kind, kernel in kernels.items():
+                kernel.max_dynamic_shared_size_bytes = smem[kind]
+            resident = {}
             if suffix == "_pipe":  # a persistent grid: as many blocks as fit on the GPU at once
                 from qora.backend.kernels import resident_blocks
 
-                resident = min(resident_blocks(k, bx * by, smem) for k in kernels.values())
+                resident = {kind: resident_blocks(k, bx * by, smem[kind]) for kind, k in kernels.items()}
             if family == "strided":
-                self.strided_kernels[size] = f"{per_block}_{ept}{suffix or '_plain'}"
+                self.strided_kernels[size] = f"{per_block}_{ept}{suffix or '_plain'}" + \
+                    (f" ({resident['forward']}/{resident['modulus']} per SM)" if resident else "")
             launch = self._launches[key] = (kernels, (bx, by), smem, per_block, resident)
         return launch
 
@@ -139,10 +143,10 @@ class FusedFFTEngine(_KernelEngine):
         kernels, block, smem, per_block, resident = self._launch_of("strided", size, outer * inner)
         tiles = outer * inner // per_block
         if resident:
-            kernels[kind]((min(tiles, resident * self._sms),), block, (self.y, np.int64(inner)) + args +
-                          (np.int64(tiles),), shared_mem=smem)
+            kernels[kind]((min(tiles, resident[kind] * self._sms),), block, (self.y, np.int64(inner)) + args +
+                          (np.int64(tiles),), shared_mem=smem[kind])
         else:
-            kernels[kind]((tiles,), block, (self.y, np.int64(inner)) + args, shared_mem=smem)
+            kernels[kind]((tiles,), block, (self.y, np.int64(inner)) + args, shared_mem=smem[kind])
 
     def _split(self, size: int, width: int, lines: int) -> None:
         """The middle pass of the split column transform: ``lines`` (starts x 64) groups of lines of ``size``
@@ -176,7 +180,7 @@ class FusedFFTEngine(_KernelEngine):
         width = self.shape[-1]
         lines = self.batch * self.n // width
         kernels, block, smem, per_block, _ = self._launch_of("contig", width, lines)
-        kernels[kind]((lines // per_block,), block, (self.y, self.x) + args, shared_mem=smem)
+        kernels[kind]((lines // per_block,), block, (self.y, self.x) + args, shared_mem=smem[kind])
 
     def _modulus(self, size: int, inner: int, outer: int) -> None:
         self._strided("modulus", size, inner, outer, self.amp, np.int64(self.n), np.float32(self.scale),

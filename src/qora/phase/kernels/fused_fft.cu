@@ -56,8 +56,10 @@ struct Lines {
     static constexpr int fft_bytes = Forward::shared_memory_size > Inverse::shared_memory_size
                                          ? Forward::shared_memory_size : Inverse::shared_memory_size;
     static constexpr int strided_smem = tile_bytes > fft_bytes ? tile_bytes : fft_bytes;
-    // LOAD_PIPE: two tiles and the FFT's own memory (no longer overlaid on the tile)
+    // LOAD_PIPE: two tiles and the FFT's own memory (no longer overlaid on the tile); the forward and
+    // inverse passes' tiles without the amplitude
     static constexpr int pipe_smem = 2 * tile_bytes + fft_bytes;
+    static constexpr int pipe_smem_lines = 2 * line_bytes + fft_bytes;
     static constexpr int contig_smem = fft_bytes;
 };
 
@@ -205,8 +207,9 @@ __device__ __forceinline__ void strided_pipe(float2* __restrict__ data, long lon
                                              long long n, float scale, double* __restrict__ err_sums,
                                              const int* __restrict__ counter, int starts, long long tiles) {
     using L = Lines<N, EPT, F>;
+    constexpr int buffer = is_modulus(MODE) ? L::tile_bytes : L::line_bytes;  // one tile buffer's bytes
     extern __shared__ __align__(16) unsigned char smem[];
-    unsigned char* fft_smem = smem + 2 * L::tile_bytes;
+    unsigned char* fft_smem = smem + 2 * buffer;
     static_assert(L::Forward::block_dim.x * EPT == N && L::Forward::block_dim.y == F, "line layout");
     long long t = blockIdx.x;
     if (t >= tiles) return;
@@ -218,14 +221,14 @@ __device__ __forceinline__ void strided_pipe(float2* __restrict__ data, long lon
         qora::copy_async_commit();
     }
     for (int b = 0; t < tiles; t += gridDim.x, b ^= 1) {
-        float2* tile = reinterpret_cast<float2*>(smem + b * L::tile_bytes);
-        float* amp_tile = reinterpret_cast<float*>(smem + b * L::tile_bytes + L::line_bytes);
+        float2* tile = reinterpret_cast<float2*>(smem + b * buffer);
+        float* amp_tile = reinterpret_cast<float*>(smem + b * buffer + L::line_bytes);
         qora::copy_async_wait<0>();
         __syncthreads();  // tile t is in buffer b; every thread is done storing from buffer b ^ 1
         const long long next = t + gridDim.x;
         if (next < tiles) {
             const StridedTile nt(next, inner, N, F);
-            unsigned char* other = smem + (b ^ 1) * L::tile_bytes;
+            unsigned char* other = smem + (b ^ 1) * buffer;
             strided_load<N, F, MODE, true>(data + nt.first + nt.i0, amp, nt.first % n + nt.i0, inner,
                                            reinterpret_cast<float2*>(other),
                                            reinterpret_cast<float*>(other + L::line_bytes), inner);
@@ -294,7 +297,8 @@ __device__ __forceinline__ void contig_pass(float2* __restrict__ y, float2* __re
 // Kernels of size N with F lines per block and EPT elements per thread, named <kind>_<N>_<F>_<EPT>
 // (strided ones with LOAD_ASYNC: <kind>_<N>_<F>_<EPT>_async; LOAD_PIPE: ..._pipe, one more argument,
 // the number of tiles); <family>_params_<N>_<F>_<EPT>[_async|_pipe] writes the launch parameters for
-// the host: block (x, y) and dynamic shared memory (bytes).
+// the host: block (x, y) and dynamic shared memory (bytes; _pipe: of the modulus pass, then of the
+// forward and inverse passes).
 #define QORA_BOUNDS(N, EPT, F) __launch_bounds__(Lines<N, EPT, F>::Forward::max_threads_per_block)
 #define QORA_STRIDED_LOAD(N, EPT, F, LOAD, SUFFIX)                                                         \
     extern "C" __global__ void strided_params_##N##_##F##_##EPT##SUFFIX(int* out) {                        \
@@ -334,6 +338,7 @@ __device__ __forceinline__ void contig_pass(float2* __restrict__ y, float2* __re
         out[0] = Lines<N, EPT, F>::Forward::block_dim.x;                                                   \
         out[1] = Lines<N, EPT, F>::Forward::block_dim.y;                                                   \
         out[2] = Lines<N, EPT, F>::pipe_smem;                                                              \
+        out[3] = Lines<N, EPT, F>::pipe_smem_lines;                                                        \
     }                                                                                                      \
     extern "C" __global__ void QORA_BOUNDS(N, EPT, F) strided_forward_##N##_##F##_##EPT##_pipe(            \
         float2* data, long long inner, long long tiles) {                                                  \
@@ -415,9 +420,9 @@ QORA_STRIDED_ASYNC(4096, 16, 2)
 // 8 lines of 2048 points (1024 threads, a 211 KB tile: one block per SM, every row of the tile a
 // whole 64-byte pair of sectors): only with the copies in flight at once can one block fill the SM
 QORA_STRIDED_ASYNC(2048, 16, 8)
-// LOAD_PIPE where two tiles and the FFT's memory leave two blocks per SM (at most ~113 KB):
-// 64: 2 x 13.6 + 8 KB; 128: 2 x 26.6 + 16 KB; 256 (16 lines, 16 per thread): 2 x 51 + 16 KB;
-// 256 (8 lines): 2 x 26.6 + 8 KB; 512 (4 lines): 2 x 28.7 + 8 KB
+// LOAD_PIPE: two tiles and the FFT's memory per block (modulus pass; forward and inverse without the
+// amplitude): 64 x 16 lines: 33 KB (25); 128 x 16: 68 KB (50); 256 x 16 (16 per thread): 116 KB (84;
+// the modulus pass one block per SM); 256 x 8: 60 KB (44); 512 x 4: 64 KB (48)
 QORA_STRIDED_PIPE(64, 8, 16)
 QORA_STRIDED_PIPE(128, 8, 16)
 QORA_STRIDED_PIPE(256, 16, 16)
