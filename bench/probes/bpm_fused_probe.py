@@ -85,9 +85,15 @@ def probe(be, n: int, copy: float, repeats: int, column_epts, chunks=(), candida
             continue
         dev.set_contrast(x)
         out = cp.empty((g.count, n, n), cp.complex64)
-        fwd = time_device(be, lambda: dev.forward(out), warmup=1, repeats=repeats).median_ms
-        grad = time_device(be, lambda: dev.reverse(data), warmup=1, repeats=repeats).median_ms
-        gradient, loss = dev.reverse(data)
+        try:
+            fwd = time_device(be, lambda: dev.forward(out), warmup=1, repeats=repeats).median_ms
+            grad = time_device(be, lambda: dev.reverse(data), warmup=1, repeats=repeats).median_ms
+            gradient, loss = dev.reverse(data)
+        except Exception as exc:  # noqa: BLE001 - one failing candidate must not end the run
+            print(f"  {n}^3 {name}: failed: {exc!r}", flush=True)
+            out = dev = None
+            cp.get_default_memory_pool().free_all_blocks()
+            continue
         outputs[name] = (out.get(), gradient.get(), loss)
         kind = "cufft" if name.startswith("cufft") else "fused_fft"
         entry = {"forward_ms": fwd, "gradient_ms": grad}

@@ -165,11 +165,17 @@ def main() -> None:
                 print(f"  {text} {name}: not built at this size (kernels {engine.strided_kernels}); skipped", flush=True)
                 del engine, it
                 continue
-            t0 = time.perf_counter()
-            it(2)
-            n = _iterations_for((time.perf_counter() - t0) * 1e3 / 2, target_s=args.target_s)
-            row[name] = time_peer(it, n, best_of=3)
-            x = _after(engine, shape)
+            try:
+                t0 = time.perf_counter()
+                it(2)
+                n = _iterations_for((time.perf_counter() - t0) * 1e3 / 2, target_s=args.target_s)
+                row[name] = time_peer(it, n, best_of=3)
+                x = _after(engine, shape)
+            except Exception as exc:  # noqa: BLE001 - one failing candidate must not end the run
+                row[name] = None
+                print(f"  {text} {name}: failed: {exc!r}", flush=True)
+                del engine, it
+                continue
             if name == "graph":
                 reference = x
             elif reference is not None:
@@ -189,7 +195,10 @@ def main() -> None:
             for c in candidates:
                 options = candidate_options(c, shape)
                 if options is not None and row.get(f"fused_fft[{c}]") is not None:
-                    row[f"passes[{c}]"] = pass_breakdown(shape, **options)
+                    try:
+                        row[f"passes[{c}]"] = pass_breakdown(shape, **options)
+                    except Exception as exc:  # noqa: BLE001 - one failing candidate must not end the run
+                        print(f"    passes[{c}]: failed: {exc!r}", flush=True)
             for key in [k for k in row if k.startswith("passes")]:
                 print(f"    {key}: " + ", ".join(f"{k} {v['ms'] * 1e3:.1f} us {v['gbs']:.0f} GB/s"
                                              for k, v in row[key].items() if k != "kernels"), flush=True)
