@@ -163,7 +163,7 @@ def main() -> None:
                 continue
             if options is not None and not _ran(engine, options):
                 print(f"  {text} {name}: not built at this size (kernels {engine.strided_kernels}); skipped", flush=True)
-                del engine, it
+                engine = it = None
                 continue
             try:
                 t0 = time.perf_counter()
@@ -174,7 +174,7 @@ def main() -> None:
             except Exception as exc:  # noqa: BLE001 - one failing candidate must not end the run
                 row[name] = None
                 print(f"  {text} {name}: failed: {exc!r}", flush=True)
-                del engine, it
+                engine = it = None
                 continue
             if name == "graph":
                 reference = x
