@@ -388,15 +388,15 @@ def test_default_recipe_on_the_gpu_from_a_detector_like_pattern():
 # candidates of docs/phase-performance.md, "fused_fft candidates": each against the CPU reference
 PHASE_CANDIDATES = [("cut_prism", (64, 128, 64), {"strided_load": "async"}),
                     ("cut_prism", (64, 128, 64), {"strided_load": "pipe"}),
-                    ("cut_prism", (256, 64, 32), {"strided_load": "pipe"}),  # 256 points: 8 lines, 16 per thread
-                    ("cut_prism", (256, 64, 32), {"strided_load": "pipe", "strided_lines": 16}),
-                    ("cut_prism", (64, 512, 16), {"strided_load": "pipe"}),  # 512 points: 4 lines
+                    ("cut_prism", (256, 64, 64), {"strided_load": "pipe"}),  # 256 points: 16 lines, 16 per thread
+                    ("cut_prism", (256, 64, 64), {"strided_load": "pipe", "strided_lines": 8}),
+                    ("cut_prism", (64, 512, 64), {"strided_load": "pipe"}),  # 512 points: 4 lines
                     ("triangle", (256, 512), {"strided_load": "async"}),
                     ("triangle", (2048, 64), {"strided_load": "async"}),
                     ("triangle", (2048, 64), {"strided_load": "async", "strided_lines": 8}),
                     ("triangle", (2048, 64), {"column_split": True}),
-                    ("triangle", (4096, 32), {"column_split": True}),
-                    ("triangle", (4096, 32), {"column_split": True, "strided_load": "async"})]
+                    ("triangle", (4096, 64), {"column_split": True}),
+                    ("triangle", (4096, 64), {"column_split": True, "strided_load": "async"})]
 
 
 @pytest.mark.parametrize("name,shape,candidate", PHASE_CANDIDATES)
