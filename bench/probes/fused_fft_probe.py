@@ -8,7 +8,8 @@ default, each with its difference from graph after 20 HIO iterations from the sa
 
 A candidate is ``<strided_load>[/<lines per block>]`` (FusedFFTEngine's strided_load and strided_lines), or
 ``split`` / ``split+<strided_load>`` for the 2D column pass in three passes (column_split; 2D heights
-2048 and 4096 only); ``ept16`` is the default kernels with 16 elements per thread.
+2048 and 4096 only), ``prefetch`` for the x pass (contig_load), which may follow another with "+"
+(``async+prefetch``); ``ept16`` is the default kernels with 16 elements per thread.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def workload(shape):
 
 PASS_BYTES = {"contig forward": 16, "strided forward": 16, "strided inverse": 16, "strided modulus": 20,
               "contig update+forward": 33, "split forward": 16, "split middle": 20, "split inverse": 16}
-DEFAULT_CANDIDATES = "ept16,async,pipe,pipe/8,async/8,split,split+async"
+DEFAULT_CANDIDATES = "ept16,async,pipe,pipe/8,async/8,prefetch,async+prefetch,split,split+async"
 PARITY_ITERATIONS = 20
 
 
@@ -43,6 +44,10 @@ def candidate_options(text: str, shape) -> dict | None:
     """FusedFFTEngine keywords of candidate ``text`` at ``shape``, or None where it does not apply."""
     if text == "ept16":
         return {"elements_per_thread": 16}
+    if text.endswith("prefetch"):  # the x pass's candidate, alone or with a strided one ("async+prefetch")
+        inner = text[: -len("prefetch")].rstrip("+")
+        options = candidate_options(inner, shape) if inner else {}
+        return None if options is None else {**options, "contig_load": "prefetch"}
     if text.startswith("split"):
         if len(shape) != 2 or shape[0] not in (2048, 4096):
             return None
@@ -92,12 +97,15 @@ def pass_breakdown(shape, repeat: int = 20, **options) -> dict:
         stop.synchronize()
         ms = cp.cuda.get_elapsed_time(start, stop) / repeat
         out[name] = {"ms": ms, "gbs": PASS_BYTES[name] * n_el / (ms * 1e-3) / 1e9}
-    out["kernels"] = dict(e.strided_kernels)
+    out["kernels"] = {**e.strided_kernels, **{f"contig {k}": v for k, v in e.contig_kernels.items()}}
     return out
 
 
 def _ran(engine, options) -> bool:
     """Whether the candidate's kernels ran somewhere (not only the plain ones it falls back to)."""
+    if options.get("contig_load", "plain") != "plain" and \
+            not any(v.endswith(f"_{options['contig_load']}") for v in engine.contig_kernels.values()):
+        return False
     ran = list(engine.strided_kernels.values())
     load = options.get("strided_load", "plain")
     if options.get("column_split") and not any(k.startswith("split") for k in engine.strided_kernels):
@@ -181,7 +189,8 @@ def main() -> None:
             elif reference is not None:
                 row[f"{name}_rel_to_graph"] = float(np.linalg.norm(x - reference) / np.linalg.norm(reference))
             if options is not None:
-                row["kernels"][name] = dict(engine.strided_kernels)
+                row["kernels"][name] = {**engine.strided_kernels, **{f"contig {k}": v for k, v in
+                                                                      engine.contig_kernels.items()}}
             print(f"  {text} {name}: {row[name]:.4f} ms" +
                   (f" ({row[name] / row['graph']:.3f}x graph, {row.get(f'{name}_rel_to_graph', 0):.1e} from graph "
                    f"after {PARITY_ITERATIONS} HIO)" if "graph" in row and name != "graph" else ""), flush=True)

@@ -396,7 +396,10 @@ PHASE_CANDIDATES = [("cut_prism", (64, 128, 64), {"strided_load": "async"}),
                     ("triangle", (2048, 64), {"strided_load": "async", "strided_lines": 8}),
                     ("triangle", (2048, 64), {"column_split": True}),
                     ("triangle", (4096, 64), {"column_split": True}),
-                    ("triangle", (4096, 64), {"column_split": True, "strided_load": "async"})]
+                    ("triangle", (4096, 64), {"column_split": True, "strided_load": "async"}),
+                    ("triangle", (256, 512), {"contig_load": "prefetch"}),
+                    ("triangle", (64, 2048), {"contig_load": "prefetch"}),  # 2048 points, 16 per thread
+                    ("cut_prism", (64, 128, 64), {"contig_load": "prefetch", "strided_load": "async"})]
 
 
 @pytest.mark.parametrize("name,shape,candidate", PHASE_CANDIDATES)
@@ -414,6 +417,20 @@ def test_fused_fft_candidates_match_cpu(name, shape, candidate):
         assert f"_{candidate['strided_load']}" in ran
     if candidate.get("column_split"):
         assert any(key.startswith("split") for key in engine.strided_kernels)
+    if "contig_load" in candidate:
+        assert all(v.endswith("_prefetch") for v in engine.contig_kernels.values())
+
+
+@pytest.mark.parametrize("algorithm", ["ER", "HIO", "RAAR"])
+@pytest.mark.parametrize("constraint", [None, "real", "positive"])
+def test_fused_fft_prefetched_x_pass_every_update_branch(algorithm, constraint):
+    from qora.phase.cpu import CpuEngine
+    from qora.phase.cuda_fused import FusedFFTEngine
+
+    amp, support, x0 = _case("triangle", (64, 64), 2)
+    assert_parity(lambda x: _run(CpuEngine(amp, support, 2), x, 5, algorithm, constraint),
+                  lambda x: _run(FusedFFTEngine(amp, support, 2, contig_load="prefetch"), x, 5, algorithm, constraint),
+                  x0, rtol=1e-5)
 
 
 def test_fused_fft_refuses_an_unknown_strided_load():
@@ -421,3 +438,5 @@ def test_fused_fft_refuses_an_unknown_strided_load():
 
     with pytest.raises(ValueError, match="strided_load"):
         FusedFFTEngine(np.ones((64, 64), np.float32), np.ones((64, 64), bool), strided_load="tma")
+    with pytest.raises(ValueError, match="contig_load"):
+        FusedFFTEngine(np.ones((64, 64), np.float32), np.ones((64, 64), bool), contig_load="tma")

@@ -7,7 +7,7 @@ import numpy as np
 
 from qora.phase.cuda_base import _KernelEngine
 
-__all__ = ["FusedFFTEngine", "EPT_ORDER", "EPT_FIRST", "STRIDED_LOADS", "SPLIT_HEIGHTS"]
+__all__ = ["FusedFFTEngine", "EPT_ORDER", "EPT_FIRST", "STRIDED_LOADS", "CONTIG_LOADS", "SPLIT_HEIGHTS"]
 
 # fused_fft: elements per thread, in order of preference where both are built; the strided 256-point
 # passes measured faster with 16 (0.170 against 0.202 ms for the modulus pass at 256^3 on the H200),
@@ -20,6 +20,9 @@ EPT_FIRST = {("strided", 256): 16}
 #: copies in flight during the current one's transforms (candidates of docs/phase-performance.md,
 #: "fused_fft candidates"; a size without the candidate's kernels runs "plain")
 STRIDED_LOADS = ("plain", "async", "pipe")
+#: the x pass: "plain" reads x and the support after the inverse transform (the measured default);
+#: "prefetch" copies them into shared memory with cp.async before it (candidate; kernels/fused_fft.cu)
+CONTIG_LOADS = ("plain", "prefetch")
 #: 2D heights whose column pass can run split in three passes (candidate ``column_split``; kernels/fused_fft.cu,
 #: MODE_SPLIT): 64-point strided passes first and last, the middle one of height / 64 points with the modulus
 #: step; (lines per block, elements per thread) of the middle pass
@@ -44,17 +47,23 @@ class FusedFFTEngine(_KernelEngine):
     CUBIN = "fused_fft.sm_90.cubin"
 
     def __init__(self, amp, support, batch: int = 1, *, modulus_axis: str = "z", elements_per_thread=None,
-                 strided_load: str = "plain", strided_lines: int | None = None, column_split: bool = False) -> None:
+                 strided_load: str = "plain", strided_lines: int | None = None, column_split: bool = False,
+                 contig_load: str = "plain") -> None:
         """``modulus_axis``: in 3D, the strided axis whose pass carries the modulus step ("z" or "y"; the
         other strided axis gets a plain forward and inverse pass). ``elements_per_thread``: the line
         transforms' elements per thread where several are built (None: :data:`EPT_ORDER`'s first).
         ``strided_load``: one of :data:`STRIDED_LOADS`; :attr:`strided_kernels` records, per pass size,
         the kernel family that ran. ``strided_lines``: lines per block of the strided passes where built at
         that number (None: the most that leave two blocks per SM). ``column_split``: in 2D with a height in
-        :data:`SPLIT_HEIGHTS`, the modulus pass as three passes of short columns (four-step)."""
+        :data:`SPLIT_HEIGHTS`, the modulus pass as three passes of short columns (four-step). ``contig_load``:
+        one of :data:`CONTIG_LOADS` (:attr:`contig_kernels` records what ran)."""
         if strided_load not in STRIDED_LOADS:
             raise ValueError(f"strided_load must be one of {STRIDED_LOADS}, got {strided_load!r}")
         self.strided_load = strided_load
+        if contig_load not in CONTIG_LOADS:
+            raise ValueError(f"contig_load must be one of {CONTIG_LOADS}, got {contig_load!r}")
+        self.contig_load = contig_load
+        self.contig_kernels: dict = {}
         self.strided_lines = strided_lines
         self.column_split = bool(column_split)
         self.strided_kernels: dict = {}
@@ -109,6 +118,8 @@ class FusedFFTEngine(_KernelEngine):
             suffixes = [""]
             if family == "strided" and self.strided_load != "plain":
                 suffixes.insert(0, f"_{self.strided_load}")
+            if family == "contig" and self.contig_load != "plain":
+                suffixes.insert(0, f"_{self.contig_load}")
             for suffix in suffixes:
                 fits = [pb for pb in self._built(family, size, suffix) if lines % pb[0] == 0]
                 if fits:
@@ -133,6 +144,8 @@ class FusedFFTEngine(_KernelEngine):
                 from qora.backend.kernels import resident_blocks
 
                 resident = {kind: resident_blocks(k, bx * by, smem[kind]) for kind, k in kernels.items()}
+            if family == "contig":
+                self.contig_kernels[size] = f"{per_block}_{ept}{suffix or '_plain'}"
             if family == "strided":
                 self.strided_kernels[size] = f"{per_block}_{ept}{suffix or '_plain'}" + \
                     (f" ({resident['forward']}/{resident['modulus']} per SM)" if resident else "")

@@ -246,7 +246,10 @@ __device__ __forceinline__ void strided_pipe(float2* __restrict__ data, long lon
 //   MODE_FORWARD:        y <- F_x x
 //   MODE_UPDATE:         x <- update(x, F_x^-1 y)                (counter advanced)
 //   MODE_UPDATE_FORWARD: x <- update(x, F_x^-1 y); y <- F_x x     (counter advanced)
-template <int N, int EPT, int F, int MODE>
+// PREFETCH (candidate, docs/phase-performance.md, "fused_fft candidates"): the block's x and support
+// (one contiguous run of F lines each) are copied into shared memory with cp.async before the inverse
+// transform, instead of read after it, so that those 9 B/el do not wait behind the transform.
+template <int N, int EPT, int F, int MODE, bool PREFETCH = false>
 __device__ __forceinline__ void contig_pass(float2* __restrict__ y, float2* __restrict__ x,
                                             const unsigned char* __restrict__ support, float a, float b,
                                             int constraint, int* __restrict__ counter) {
@@ -254,6 +257,9 @@ __device__ __forceinline__ void contig_pass(float2* __restrict__ y, float2* __re
     using cx = typename L::cx;
     extern __shared__ __align__(16) unsigned char smem[];
     const long long base = ((long long)blockIdx.x * F + threadIdx.y) * N;
+    // PREFETCH: the block's lines of x, then of the support, after the FFT's memory
+    float2* x_run = reinterpret_cast<float2*>(smem + L::fft_bytes);
+    unsigned char* s_run = smem + L::fft_bytes + N * F * 8;
     cx r[L::Forward::storage_size];
     if (MODE == MODE_FORWARD) {
         for (int e = 0; e < EPT; ++e) {
@@ -264,6 +270,14 @@ __device__ __forceinline__ void contig_pass(float2* __restrict__ y, float2* __re
             }
         }
     } else {
+        if (PREFETCH) {
+            const long long first = (long long)blockIdx.x * F * N;
+            const int threads = blockDim.x * blockDim.y;
+            for (int k = qora::block_thread(); k < N * F; k += threads) qora::copy_async<8>(x_run + k, x + first + k);
+            for (int k = qora::block_thread(); k < N * F / 4; k += threads)
+                qora::copy_async<4>(s_run + 4 * k, support + first + 4 * k);
+            qora::copy_async_commit();
+        }
         for (int e = 0; e < EPT; ++e) {
             const int j = threadIdx.x + e * L::Forward::stride;
             if (j < N) {
@@ -272,13 +286,19 @@ __device__ __forceinline__ void contig_pass(float2* __restrict__ y, float2* __re
             }
         }
         typename L::Inverse().execute(r, reinterpret_cast<cx*>(smem));
+        if (PREFETCH) {
+            qora::copy_async_wait<0>();
+            __syncthreads();
+        }
         for (int e = 0; e < EPT; ++e) {
             const int j = threadIdx.x + e * L::Forward::stride;
             if (j < N) {
                 const float2 p = make_float2(r[e].x, r[e].y);
-                const unsigned char s = support[base + j];
+                const int local = threadIdx.y * N + j;
+                const unsigned char s = PREFETCH ? s_run[local] : support[base + j];
                 // inside the support without a constraint the old x is not needed
-                const float2 v = (s && constraint == 0) ? p : update_one(x[base + j], p, s, a, b, constraint);
+                const float2 v = (s && constraint == 0) ? p
+                                 : update_one(PREFETCH ? x_run[local] : x[base + j], p, s, a, b, constraint);
                 x[base + j] = v;
                 r[e] = cx{v.x, v.y};
             }
@@ -354,23 +374,33 @@ __device__ __forceinline__ void contig_pass(float2* __restrict__ y, float2* __re
         strided_pipe<N, EPT, F, MODE_MODULUS>(data, inner, amp, n, scale, err_sums, counter, starts, tiles);\
     }
 
-#define QORA_CONTIG(N, EPT, F)                                                                             \
-    extern "C" __global__ void contig_params_##N##_##F##_##EPT(int* out) {                                         \
+// PREFETCH kernels are held to 64 registers (1024 threads per SM: two blocks of 512): the run addresses
+// live across the transform and took the 16-per-thread ones to 80-112 registers, one block per SM
+#define QORA_BOUNDS_64(N, EPT, F)                                                                          \
+    __launch_bounds__(Lines<N, EPT, F>::Forward::max_threads_per_block,                                    \
+                      1024 / Lines<N, EPT, F>::Forward::max_threads_per_block)
+#define QORA_CONTIG_LOAD(N, EPT, F, PREFETCH, SUFFIX, SMEM, BOUNDS)                                       \
+    extern "C" __global__ void contig_params_##N##_##F##_##EPT##SUFFIX(int* out) {                         \
         out[0] = Lines<N, EPT, F>::Forward::block_dim.x;                                                   \
         out[1] = Lines<N, EPT, F>::Forward::block_dim.y;                                                   \
-        out[2] = Lines<N, EPT, F>::contig_smem;                                                            \
+        out[2] = SMEM;                                                                                     \
     }                                                                                                      \
-    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) contig_forward_##N##_##F##_##EPT(float2* y, float2* x) {     \
-        contig_pass<N, EPT, F, MODE_FORWARD>(y, x, nullptr, 0.0f, 0.0f, 0, nullptr);                       \
+    extern "C" __global__ void BOUNDS(N, EPT, F) contig_forward_##N##_##F##_##EPT##SUFFIX(                 \
+        float2* y, float2* x) {                                                                            \
+        contig_pass<N, EPT, F, MODE_FORWARD, PREFETCH>(y, x, nullptr, 0.0f, 0.0f, 0, nullptr);             \
     }                                                                                                      \
-    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) contig_update_##N##_##F##_##EPT(                             \
+    extern "C" __global__ void BOUNDS(N, EPT, F) contig_update_##N##_##F##_##EPT##SUFFIX(                  \
         float2* y, float2* x, const unsigned char* support, float a, float b, int constraint, int* counter,\
         int forward) {                                                                                     \
         if (forward)                                                                                       \
-            contig_pass<N, EPT, F, MODE_UPDATE_FORWARD>(y, x, support, a, b, constraint, counter);         \
+            contig_pass<N, EPT, F, MODE_UPDATE_FORWARD, PREFETCH>(y, x, support, a, b, constraint, counter);\
         else                                                                                               \
-            contig_pass<N, EPT, F, MODE_UPDATE>(y, x, support, a, b, constraint, counter);                 \
+            contig_pass<N, EPT, F, MODE_UPDATE, PREFETCH>(y, x, support, a, b, constraint, counter);       \
     }
+#define QORA_CONTIG(N, EPT, F) QORA_CONTIG_LOAD(N, EPT, F, false, , (Lines<N, EPT, F>::contig_smem), QORA_BOUNDS)
+// the prefetching x pass: the FFT's memory, then F lines of x (8 B) and of the support (1 B)
+#define QORA_CONTIG_PREFETCH(N, EPT, F)                                                                    \
+    QORA_CONTIG_LOAD(N, EPT, F, true, _prefetch, (Lines<N, EPT, F>::contig_smem + N * F * 9), QORA_BOUNDS_64)
 
 // (N, elements per thread, lines per block). The host takes the most lines per block that still
 // leave two blocks per SM (small 2D problems need narrow blocks to fill the GPU); strided blocks of
@@ -434,3 +464,17 @@ QORA_STRIDED_SPLIT(32, 8, 16, LOAD_PLAIN, )
 QORA_STRIDED_SPLIT(64, 8, 16, LOAD_PLAIN, )
 QORA_STRIDED_SPLIT(32, 8, 16, LOAD_ASYNC, _async)
 QORA_STRIDED_SPLIT(64, 8, 16, LOAD_ASYNC, _async)
+// the x pass with x and the support prefetched through cp.async (contig_load="prefetch"), at every
+// contiguous layout above
+QORA_CONTIG_PREFETCH(64, 8, 16)
+QORA_CONTIG_PREFETCH(128, 8, 16)
+QORA_CONTIG_PREFETCH(256, 8, 1)
+QORA_CONTIG_PREFETCH(256, 8, 16)
+QORA_CONTIG_PREFETCH(256, 16, 1)
+QORA_CONTIG_PREFETCH(256, 16, 16)
+QORA_CONTIG_PREFETCH(512, 8, 8)
+QORA_CONTIG_PREFETCH(512, 16, 8)
+QORA_CONTIG_PREFETCH(1024, 8, 4)
+QORA_CONTIG_PREFETCH(1024, 16, 4)
+QORA_CONTIG_PREFETCH(2048, 16, 4)
+QORA_CONTIG_PREFETCH(4096, 16, 2)
