@@ -374,8 +374,9 @@ __device__ __forceinline__ void contig_pass(float2* __restrict__ y, float2* __re
         strided_pipe<N, EPT, F, MODE_MODULUS>(data, inner, amp, n, scale, err_sums, counter, starts, tiles);\
     }
 
-// PREFETCH kernels are held to 64 registers (1024 threads per SM: two blocks of 512): the run addresses
-// live across the transform and took the 16-per-thread ones to 80-112 registers, one block per SM
+// PREFETCH update kernels are held to 64 registers (1024 threads per SM: two blocks of 512): the run
+// addresses live across the transform and took the 16-per-thread ones to 80-112 registers, one block
+// per SM (the forward kernel of the family prefetches nothing: plain bounds)
 #define QORA_BOUNDS_64(N, EPT, F)                                                                          \
     __launch_bounds__(Lines<N, EPT, F>::Forward::max_threads_per_block,                                    \
                       1024 / Lines<N, EPT, F>::Forward::max_threads_per_block)
@@ -385,7 +386,7 @@ __device__ __forceinline__ void contig_pass(float2* __restrict__ y, float2* __re
         out[1] = Lines<N, EPT, F>::Forward::block_dim.y;                                                   \
         out[2] = SMEM;                                                                                     \
     }                                                                                                      \
-    extern "C" __global__ void BOUNDS(N, EPT, F) contig_forward_##N##_##F##_##EPT##SUFFIX(                 \
+    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) contig_forward_##N##_##F##_##EPT##SUFFIX(            \
         float2* y, float2* x) {                                                                            \
         contig_pass<N, EPT, F, MODE_FORWARD, PREFETCH>(y, x, nullptr, 0.0f, 0.0f, 0, nullptr);             \
     }                                                                                                      \
