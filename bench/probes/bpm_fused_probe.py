@@ -6,7 +6,8 @@ and tables (34 MB) could stay in the 50 MB L2 from slice to slice (the tables ar
 slice but the last), which the byte model does not count. ``--candidates`` adds the candidate kernels
 (docs/holo-performance.md, "Fused BPM candidates"), each a "+"-joined list of FusedSteps options:
 ``async`` / ``stage`` (column_load), ``col8`` (column_lines 8), ``rowpipe`` (row_load "pipe"), ``row16``
-(row_ept 16); one not built at a size is reported and skipped.
+(row_ept 16), ``early`` (reverse_load "early", after rowpipe in a list: the forward row passes piped, the
+reverse one early); one not built at a size is reported and skipped.
 
     PYTHONPATH=src python bench/probes/bpm_fused_probe.py [--sizes 256,128] [--repeats 5] [--chunks 16,8]
         [--candidates async,stage,...] [--out DIR]
@@ -26,8 +27,10 @@ from qora.io.errors import InputError
 
 
 CANDIDATE_OPTIONS = {"async": {"column_load": "async"}, "stage": {"column_load": "stage"},
-                     "col8": {"column_lines": 8}, "rowpipe": {"row_load": "pipe"}, "row16": {"row_ept": 16}}
-DEFAULT_CANDIDATES = "async,stage,stage+col8,col8,rowpipe,row16,rowpipe+row16,stage+rowpipe,async+rowpipe"
+                     "col8": {"column_lines": 8}, "rowpipe": {"row_load": "pipe"}, "row16": {"row_ept": 16},
+                     "early": {"reverse_load": "early"}}
+DEFAULT_CANDIDATES = ("async,stage,stage+col8,col8,rowpipe,row16,rowpipe+row16,early,stage+rowpipe,async+rowpipe,"
+                      "stage+rowpipe+early")
 
 
 def candidate_options(text: str) -> dict:

@@ -142,7 +142,8 @@ BPM_CANDIDATES = [(128, {"column_load": "async"}), (128, {"column_load": "stage"
                   (256, {"column_load": "async"}), (256, {"column_load": "stage"}),
                   (256, {"column_load": "stage", "column_lines": 8}), (256, {"column_lines": 8}),
                   (256, {"row_load": "pipe"}), (256, {"row_ept": 16}), (256, {"row_load": "pipe", "row_ept": 16}),
-                  (256, {"column_load": "stage", "row_load": "pipe"})]
+                  (256, {"column_load": "stage", "row_load": "pipe"}), (128, {"reverse_load": "early"}),
+                  (256, {"reverse_load": "early"}), (256, {"row_load": "pipe", "reverse_load": "early"})]
 
 
 def _device_run(g, x, data, candidate=None):
@@ -185,5 +186,7 @@ def test_candidates_not_built_are_refused():
     dev = BpmDevice(g, bpm_tables(g, NZ), variant="fused_fft")
     with pytest.raises(InputError, match="row_load"):
         FusedSteps(dev, row_load="tma")
+    with pytest.raises(InputError, match="reverse_load"):
+        FusedSteps(dev, reverse_load="stage")
     with pytest.raises(InputError, match="no row pass of 128 points with 16 elements"):
         FusedSteps(dev, row_ept=16)

@@ -21,6 +21,7 @@ from qora.holo.cuda_stages import cupy
 from qora.io.errors import InputError
 
 __all__ = ["FusedSteps", "SIZES", "SLICE_BYTES", "PASS_BYTES", "COLUMN", "ROW", "REVERSE_ROW", "COLUMN_LOADS", "ROW_LOADS",
+           "REVERSE_LOADS",
            "spectral_order", "natural_order"]
 
 SIZES = (128, 256, 512)
@@ -54,6 +55,9 @@ PASS_BYTES = {"row_forward": 16, "row_forward_keep": 24, "column_forward": 48, "
 #: "plain" is the measured default; FusedSteps raises where a candidate is not built at a layout.
 COLUMN_LOADS = ("plain", "async", "stage")
 ROW_LOADS = ("plain", "pipe")
+#: the reverse row pass: as the row passes (None), or "early": the stored envelope w_k loaded before the
+#: inverse transform (plain grid)
+REVERSE_LOADS = ("plain", "pipe", "early")
 
 _NULL = np.uint64(0)
 
@@ -121,15 +125,19 @@ class FusedSteps:
     ``column_ept``: the column passes' elements per thread (one of :data:`COLUMN_BUILT`; default
     :data:`COLUMN`). Candidates (built at some layouts only; :data:`COLUMN_LOADS`, :data:`ROW_LOADS`):
     ``column_load``, ``column_lines`` (lines per column block), ``row_load`` and ``row_ept`` (elements
-    per thread of every row pass).
+    per thread of every row pass), ``reverse_load`` (:data:`REVERSE_LOADS`; None: ``row_load``).
     """
 
     def __init__(self, dev, *, column_ept: int | None = None, column_load: str = "plain",
-                 column_lines: int | None = None, row_load: str = "plain", row_ept: int | None = None) -> None:
+                 column_lines: int | None = None, row_load: str = "plain", row_ept: int | None = None,
+                 reverse_load: str | None = None) -> None:
         if column_load not in COLUMN_LOADS:
             raise InputError(f"column_load must be one of {COLUMN_LOADS}, got {column_load!r}")
         if row_load not in ROW_LOADS:
             raise InputError(f"row_load must be one of {ROW_LOADS}, got {row_load!r}")
+        reverse_load = row_load if reverse_load is None else reverse_load
+        if reverse_load not in REVERSE_LOADS:
+            raise InputError(f"reverse_load must be one of {REVERSE_LOADS}, got {reverse_load!r}")
         n = dev.n
         if n not in SIZES:
             raise InputError(f"BPM variant 'fused_fft' needs a lateral size in {SIZES}, got {n}; use variant='cufft'")
@@ -151,7 +159,7 @@ class FusedSteps:
         if row_ept is not None:
             row, reverse_row = (int(row_ept), row[1]), (int(row_ept), reverse_row[1])
         self.row = _Pass(module, "row", n, *row, ("forward", "output", "residual"), row_load)
-        self.reverse_row = _Pass(module, "row", n, *reverse_row, ("reverse",), row_load)
+        self.reverse_row = _Pass(module, "row", n, *reverse_row, ("reverse",), reverse_load)
         dev.cq, dev.cr, dev.lq, dev.lr = (cp.asarray(np.ascontiguousarray(spectral_order(t, ept, lines)))
                                           for t in dev.tables.products(np.complex64))
 

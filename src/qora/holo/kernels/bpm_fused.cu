@@ -243,7 +243,10 @@ __device__ __forceinline__ void reverse_load(const float2* __restrict__ w, const
     }
 }
 
-template <int N, int EPT, int F>
+// EARLY (candidate reverse_load="early", docs/holo-performance.md, "Fused BPM candidates"): the stored
+// envelope w_k (8 of the pass's 24 B/el) is loaded into registers before the inverse transform instead
+// of after it, so that its reads are in flight during the transform (2 EPT more registers).
+template <int N, int EPT, int F, bool EARLY = false>
 __device__ __forceinline__ void reverse_body(typename LinePair<N, EPT, F>::cx* r, const ReverseLine& l,
                                              float2* __restrict__ w, const float2* __restrict__ screen,
                                              const float2* __restrict__ stored, float kd, float* __restrict__ grad) {
@@ -252,11 +255,16 @@ __device__ __forceinline__ void reverse_body(typename LinePair<N, EPT, F>::cx* r
     extern __shared__ __align__(16) unsigned char smem[];
     float* partial = reinterpret_cast<float*>(smem + P::fft_bytes);  // (F, N), after the FFT's memory
     const int y = l.y;
+    float2 early[EARLY ? EPT : 1];
+    if (EARLY) {
+        for (int e = 0; e < EPT; ++e)
+            early[e] = l.valid ? stored[l.line + threadIdx.x + e * P::stride] : make_float2(0.0f, 0.0f);
+    }
     typename P::Inverse().execute(r, reinterpret_cast<cx*>(smem));
     for (int e = 0; e < EPT; ++e) {
         const int x = threadIdx.x + e * P::stride;
         const float2 p = screen[(long long)y * N + x];
-        const float2 wk = l.valid ? stored[l.line + x] : make_float2(0.0f, 0.0f);
+        const float2 wk = EARLY ? early[e] : l.valid ? stored[l.line + x] : make_float2(0.0f, 0.0f);
         const float2 pw = mul(p, wk), bv = at<P>(r, e);
         partial[threadIdx.y * N + x] = pw.x * bv.y - pw.y * bv.x;  // Im(conj(p w) b)
         put<P>(r, e, mul_conj(p, bv));
@@ -272,7 +280,7 @@ __device__ __forceinline__ void reverse_body(typename LinePair<N, EPT, F>::cx* r
     }
 }
 
-template <int N, int EPT, int F>
+template <int N, int EPT, int F, bool EARLY = false>
 __device__ __forceinline__ void row_reverse(float2* __restrict__ w, const float2* __restrict__ screen,
                                             const float2* __restrict__ stored, int count, float kd,
                                             float* __restrict__ grad) {
@@ -280,7 +288,7 @@ __device__ __forceinline__ void row_reverse(float2* __restrict__ w, const float2
     const ReverseLine l = ReverseLine::of<N, F>(blockIdx.x, count);
     typename P::cx r[EPT];
     reverse_load<P>(w, l, r);
-    reverse_body<N, EPT, F>(r, l, w, screen, stored, kd, grad);
+    reverse_body<N, EPT, F, EARLY>(r, l, w, screen, stored, kd, grad);
 }
 
 // row_reverse as a persistent grid over its `tiles` (n groups-of-illumination rows), as row_pipe
@@ -382,6 +390,20 @@ __device__ __forceinline__ void row_reverse_pipe(float2* __restrict__ w, const f
         row_reverse_pipe<N, EPT, F>(w, screen, stored, count, kd, grad, tiles);                             \
     }
 
+// the reverse row pass with w_k loaded before the inverse transform (EARLY), plain grid
+#define QORA_BPM_REVERSE_EARLY(N, EPT, F)                                                                   \
+    extern "C" __global__ void bpm_row_params_##N##_##F##_##EPT##_early(int* out) {                         \
+        using P = LinePair<N, EPT, F>;                                                                      \
+        out[0] = P::Forward::block_dim.x;                                                                   \
+        out[1] = P::Forward::block_dim.y;                                                                   \
+        out[2] = P::fft_bytes;                                                                              \
+        out[3] = P::fft_bytes + F * N * 4;                                                                  \
+    }                                                                                                       \
+    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) bpm_row_reverse_##N##_##F##_##EPT##_early(            \
+        float2* w, const float2* screen, const float2* stored, int count, float kd, float* grad) {          \
+        row_reverse<N, EPT, F, true>(w, screen, stored, count, kd, grad);                                   \
+    }
+
 // (N, elements per thread, lines per block): the column passes with 16 elements per thread where
 // qora.phase measured its two-transform strided passes faster so (256 points), the row passes
 // with 8; 4 lines per block for the reverse row pass (its B = 49 illuminations in 13 groups).
@@ -423,3 +445,8 @@ QORA_BPM_ROW(256, 16, 16)
 QORA_BPM_ROW(256, 16, 4)
 QORA_BPM_ROW_PIPE(256, 16, 16)
 QORA_BPM_ROW_PIPE(256, 16, 4)
+// the reverse row pass with the stored envelope loaded early (reverse_load="early")
+QORA_BPM_REVERSE_EARLY(128, 8, 4)
+QORA_BPM_REVERSE_EARLY(256, 8, 4)
+QORA_BPM_REVERSE_EARLY(256, 16, 4)
+QORA_BPM_REVERSE_EARLY(512, 8, 4)
