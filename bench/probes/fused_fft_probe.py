@@ -108,7 +108,7 @@ def _ran(engine, options) -> bool:
         return False
     ran = list(engine.strided_kernels.values())
     load = options.get("strided_load", "plain")
-    if options.get("column_split") and not any(k.startswith("split") for k in engine.strided_kernels):
+    if options.get("column_split") and not any(str(k).startswith("split") for k in engine.strided_kernels):
         return False
     if load != "plain" and not any(f"_{load}" in v for v in ran):
         return False
