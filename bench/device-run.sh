@@ -34,10 +34,10 @@ for b in ${BENCH:-}; do
     ssb-live) timeout 240 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 128 --detector 192 ;;
     ssb-live-stages) timeout 120 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 128 --detector 192 \
                        --stages-only ;;
-    phase-fused) timeout 120 python3 bench/probes/fused_fft_probe.py --out "$OUT/results/phase-fused" ;;
+    phase-fused) timeout 280 python3 bench/probes/fused_fft_probe.py --out "$OUT/results/phase-fused" ;;
     phase-fused-ncu) QORA_NCU_VARIANTS="fused_fft graph" QORA_NCU_SHAPES="256x256x256 2048x2048" \
                        QORA_RESULTS_DIR="$OUT/results" timeout 300 bash bench/ncu-phase.sh "$OUT/ncu" ;;
-    bpm-fused) timeout 240 python3 bench/probes/bpm_fused_probe.py --chunks 16 --out "$OUT/results/bpm-fused" ;;
+    bpm-fused) timeout 240 python3 bench/probes/bpm_fused_probe.py --out "$OUT/results/bpm-fused" ;;
     bpm-fused-ncu) QORA_NCU_KINDS="bpm_fused_forward bpm_fused_gradient" QORA_NCU_SIZES=256 \
                      QORA_RESULTS_DIR="$OUT/results" timeout 300 bash bench/ncu-holo.sh "$OUT/ncu" python3 ;;
     phase-loops) timeout 120 python3 bench/probes/phase_loops_threads.py ;;

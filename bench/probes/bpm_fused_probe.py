@@ -3,10 +3,14 @@ at n^3 (49 illuminations, one chunk), each fused pass timed alone, bytes per ele
 model and GB/s against a copy kernel measured in the same run, and the two variants' results compared.
 ``--chunks`` adds both variants with smaller chunks of illuminations: with 16 at 256^2 a chunk's W, S
 and tables (34 MB) could stay in the 50 MB L2 from slice to slice (the tables are the same for every
-slice but the last), which the byte model does not count.
+slice but the last), which the byte model does not count. ``--candidates`` adds the candidate kernels
+(docs/holo-performance.md, "Fused BPM candidates"), each a "+"-joined list of FusedSteps options:
+``async`` / ``stage`` (column_load), ``col8`` (column_lines 8), ``rowpipe`` (row_load "pipe"), ``row16``
+(row_ept 16), ``early`` (reverse_load "early", after rowpipe in a list: the forward row passes piped, the
+reverse one early); one not built at a size is reported and skipped.
 
     PYTHONPATH=src python bench/probes/bpm_fused_probe.py [--sizes 256,128] [--repeats 5] [--chunks 16,8]
-        [--out DIR]
+        [--candidates async,stage,...] [--out DIR]
 """
 
 from __future__ import annotations
@@ -19,13 +23,29 @@ import numpy as np
 
 from qora.backend import resolve
 from qora.bench.common import copy_floor, time_device, time_queued
+from qora.io.errors import InputError
+
+
+CANDIDATE_OPTIONS = {"async": {"column_load": "async"}, "stage": {"column_load": "stage"},
+                     "col8": {"column_lines": 8}, "rowpipe": {"row_load": "pipe"}, "row16": {"row_ept": 16},
+                     "early": {"reverse_load": "early"}}
+DEFAULT_CANDIDATES = ("async,stage,stage+col8,col8,rowpipe,row16,rowpipe+row16,early,stage+rowpipe,async+rowpipe,"
+                      "stage+rowpipe+early")
+
+
+def candidate_options(text: str) -> dict:
+    """FusedSteps keywords of a "+"-joined candidate."""
+    options = {}
+    for part in text.split("+"):
+        options.update(CANDIDATE_OPTIONS[part])
+    return options
 
 
 def _rel(a, b) -> float:
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-def probe(be, n: int, copy: float, repeats: int, column_epts, chunks=()) -> dict:
+def probe(be, n: int, copy: float, repeats: int, column_epts, chunks=(), candidates=()) -> dict:
     from qora.holo import phantoms as P
     from qora.holo import reference as R
     from qora.holo.bpm_cuda import BpmDevice
@@ -38,23 +58,45 @@ def probe(be, n: int, copy: float, repeats: int, column_epts, chunks=()) -> dict
     truth = P.render_spheres([P.Sphere(radius=1.5, index=1.40)], n, g.pixel, g.medium_index, supersample=3)
     x = cp.asarray((truth - g.medium_index).astype(np.float32))
     data = cp.asarray(P.partial_wave_ratio(P.Sphere(radius=1.5, index=1.40), g) + 1, cp.complex64)
-    devices = {"cufft": BpmDevice(g, tables)}
+    chunk = BpmDevice(g, tables).chunk  # as many as fit; every variant below runs with it
+    cp.get_default_memory_pool().free_all_blocks()
+
+    def fused_device(options, c=chunk):
+        def make():
+            dev = BpmDevice(g, tables, chunk=c, variant="fused_fft")
+            dev.fused = FusedSteps(dev, **options)
+            return dev
+        return make
+
+    # built one at a time (each holds its stored envelopes: 6.6 GB at 256^3)
+    devices = {"cufft": lambda: BpmDevice(g, tables, chunk=chunk)}
     for ept in column_epts:
-        dev = devices[f"fused_fft_ept{ept}"] = BpmDevice(g, tables, chunk=devices["cufft"].chunk, variant="fused_fft")
-        dev.fused = FusedSteps(dev, column_ept=ept)
+        devices[f"fused_fft_ept{ept}"] = fused_device({"column_ept": ept})
+    for text in candidates:
+        devices[f"fused_fft[{text}]"] = fused_device(candidate_options(text))
     for c in chunks:
-        devices[f"cufft_chunk{c}"] = BpmDevice(g, tables, chunk=c)
-        devices[f"fused_fft_chunk{c}"] = BpmDevice(g, tables, chunk=c, variant="fused_fft")
-    chunk = devices["cufft"].chunk
+        devices[f"cufft_chunk{c}"] = lambda c=c: BpmDevice(g, tables, chunk=c)
+        devices[f"fused_fft_chunk{c}"] = lambda c=c: BpmDevice(g, tables, chunk=c, variant="fused_fft")
     elements = g.count * n * n * n  # element-slices of one pass through the volume, all illuminations
     row = {"n": n, "count": g.count, "chunk": chunk, "copy_gbs": copy, "variants": {}}
     outputs = {}
-    for name, dev in devices.items():
+    for name, make in devices.items():
+        try:
+            dev = make()
+        except InputError as exc:  # a candidate not built at this size
+            print(f"  {n}^3 {name}: not built ({exc})", flush=True)
+            continue
         dev.set_contrast(x)
         out = cp.empty((g.count, n, n), cp.complex64)
-        fwd = time_device(be, lambda: dev.forward(out), warmup=1, repeats=repeats).median_ms
-        grad = time_device(be, lambda: dev.reverse(data), warmup=1, repeats=repeats).median_ms
-        gradient, loss = dev.reverse(data)
+        try:
+            fwd = time_device(be, lambda: dev.forward(out), warmup=1, repeats=repeats).median_ms
+            grad = time_device(be, lambda: dev.reverse(data), warmup=1, repeats=repeats).median_ms
+            gradient, loss = dev.reverse(data)
+        except Exception as exc:  # noqa: BLE001 - one failing candidate must not end the run
+            print(f"  {n}^3 {name}: failed: {exc!r}", flush=True)
+            out = dev = None
+            cp.get_default_memory_pool().free_all_blocks()
+            continue
         outputs[name] = (out.get(), gradient.get(), loss)
         kind = "cufft" if name.startswith("cufft") else "fused_fft"
         entry = {"forward_ms": fwd, "gradient_ms": grad}
@@ -67,7 +109,7 @@ def probe(be, n: int, copy: float, repeats: int, column_epts, chunks=()) -> dict
         print(f"  {n}^3 {name}: forward {fwd:.2f} ms ({entry['forward']['pct_copy']:.0f}% of copy at "
               f"{entry['forward']['model_bytes']:.0f} B/el), gradient {grad:.2f} ms "
               f"({entry['gradient']['pct_copy']:.0f}%)", flush=True)
-        if name.startswith("fused_fft_ept"):  # each pass alone, queued behind a copy (no launch gap, a cold L2)
+        if name.startswith("fused_fft_ept") or name.startswith("fused_fft["):  # each pass alone, queued behind a copy (no launch gap, a cold L2)
             b, scale, fused = chunk, np.float32(1.0 / (n * n)), dev.fused
             w, s = dev.w[:b], dev.s[:b]
             fused.run_forward(slice(0, b), True)
@@ -90,10 +132,14 @@ def probe(be, n: int, copy: float, repeats: int, column_epts, chunks=()) -> dict
                 gbs = PASS_BYTES[pname] * b * n * n / (ms * 1e-3) / 1e9
                 passes[pname] = {"ms": ms, "gbs": gbs, "pct_copy": 100 * gbs / copy}
             entry["passes"] = passes
-            print("    passes: " + ", ".join(f"{k} {v['ms'] * 1e3:.1f} us {v['gbs']:.0f} GB/s" for k, v in passes.items()),
-                  flush=True)
-        del dev
-    devices.clear()
+            entry["kernels"] = {"column": fused.column.name, "row": fused.row.name,
+                                "reverse_row": fused.reverse_row.name}
+            print("    passes: " + ", ".join(f"{k} {v['ms'] * 1e3:.1f} us {v['gbs']:.0f} GB/s" for k, v in passes.items())
+                  + f" (kernels {entry['kernels']})", flush=True)
+            w = s = tq = tr = launches = fused = None
+        out = None
+        dev = None  # release its buffers before the next one is built
+        cp.get_default_memory_pool().free_all_blocks()
     ref_out, ref_grad, ref_loss = outputs["cufft"]
     for name, (o, gr, loss) in outputs.items():
         if name == "cufft":
@@ -117,6 +163,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--column-ept", default="16,8", help="the fused column passes' elements per thread to try")
     parser.add_argument("--chunks", default="", help="smaller chunks of illuminations to add, e.g. 16,8")
+    parser.add_argument("--candidates", default=DEFAULT_CANDIDATES, help="candidate kernels ('' for none)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     be = resolve("cuda")
@@ -126,7 +173,8 @@ def main() -> None:
     for n in (int(v) for v in args.sizes.split(",")):
         epts = [int(e) for e in args.column_ept.split(",") if not (n == 128 and int(e) == 16)]
         chunks = [int(c) for c in args.chunks.split(",") if c]
-        rows.append(probe(be, n, copy, args.repeats, epts, chunks))
+        candidates = [c for c in args.candidates.split(",") if c]
+        rows.append(probe(be, n, copy, args.repeats, epts, chunks, candidates))
     result = {"device": be.device_facts().as_dict(), "copy_gbs": copy, "rows": rows}
     if args.out:
         out = Path(args.out)

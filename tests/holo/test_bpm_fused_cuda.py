@@ -146,3 +146,58 @@ def test_cli_reconstructs_with_the_fused_variant(tmp_path):
         assert out.exit_code == 0, out.output
         volumes[variant] = read_volume(tmp_path / f"{variant}.h5")[0]
     assert _rel(volumes["fused_fft"] - R.MEDIUM_INDEX, volumes["cufft"] - R.MEDIUM_INDEX) < 1e-3
+
+
+# candidates of docs/holo-performance.md, "Fused BPM candidates": each against the cuFFT variant
+BPM_CANDIDATES = [(128, {"column_load": "async"}), (128, {"column_load": "stage"}), (128, {"row_load": "pipe"}),
+                  (256, {"column_load": "async"}), (256, {"column_load": "stage"}),
+                  (256, {"column_load": "stage", "column_lines": 8}), (256, {"column_lines": 8}),
+                  (256, {"row_load": "pipe"}), (256, {"row_ept": 16}), (256, {"row_load": "pipe", "row_ept": 16}),
+                  (256, {"column_load": "stage", "row_load": "pipe"}), (128, {"reverse_load": "early"}),
+                  (256, {"reverse_load": "early"}), (256, {"row_load": "pipe", "reverse_load": "early"})]
+
+
+def _device_run(g, x, data, candidate=None):
+    """Fields and (gradient, loss) of a BpmDevice: cuFFT (candidate None) or fused with the candidate's options."""
+    from qora.holo.bpm_cuda import BpmDevice
+    from qora.holo.bpm_fused import FusedSteps
+    from qora.holo.cuda_stages import cupy
+    from qora.holo.plans import bpm_tables
+
+    cp = cupy()
+    dev = BpmDevice(g, bpm_tables(g, NZ), chunk=2, variant="cufft" if candidate is None else "fused_fft")
+    if candidate is not None:
+        dev.fused = FusedSteps(dev, **candidate)
+    dev.set_contrast(cp.asarray(x))
+    out = cp.empty((g.count, g.n, g.n), cp.complex64)
+    dev.forward(out)
+    grad, loss = dev.reverse(cp.asarray(data, cp.complex64))
+    return out.get(), grad.get(), loss
+
+
+@pytest.mark.parametrize("n,candidate", BPM_CANDIDATES)
+def test_every_candidate_matches_cufft(n, candidate):
+    """chunk 2 of 5 illuminations: the persistent grids' last groups and the reverse pass's partly empty
+    groups of 4 illuminations are exercised too."""
+    g, x = _geometry(n), _contrast(n)
+    data = bpm_forward(np.float32(0.9) * x, g)
+    ref_out, ref_grad, ref_loss = _device_run(g, x, data)
+    out, grad, loss = _device_run(g, x, data, candidate)
+    assert _rel(out - 1, ref_out - 1) < 1e-4
+    assert _rel(grad, ref_grad) < 1e-4
+    assert loss == pytest.approx(ref_loss, rel=1e-4)
+
+
+def test_candidates_not_built_are_refused():
+    from qora.holo.bpm_cuda import BpmDevice
+    from qora.holo.bpm_fused import FusedSteps
+    from qora.holo.plans import bpm_tables
+
+    g = _geometry(128)
+    dev = BpmDevice(g, bpm_tables(g, NZ), variant="fused_fft")
+    with pytest.raises(InputError, match="row_load"):
+        FusedSteps(dev, row_load="tma")
+    with pytest.raises(InputError, match="reverse_load"):
+        FusedSteps(dev, reverse_load="stage")
+    with pytest.raises(InputError, match="no row pass of 128 points with 16 elements"):
+        FusedSteps(dev, row_ept=16)

@@ -383,3 +383,60 @@ def test_default_recipe_on_the_gpu_from_a_detector_like_pattern():
     counts, mask = record(obj, Detector(photons=1e8))
     r = reconstruct(counts, mask=mask, starts=4, backend="cuda", keep_all=True)
     assert max(aligned_error(o, obj) for o in r.objects) < SUCCESS_BOUND
+
+
+# candidates of docs/phase-performance.md, "fused_fft candidates": each against the CPU reference
+PHASE_CANDIDATES = [("cut_prism", (64, 128, 64), {"strided_load": "async"}),
+                    ("cut_prism", (64, 128, 64), {"strided_load": "pipe"}),
+                    ("cut_prism", (256, 64, 64), {"strided_load": "pipe"}),  # 256 points: 16 lines, 16 per thread
+                    ("cut_prism", (256, 64, 64), {"strided_load": "pipe", "strided_lines": 8}),
+                    ("cut_prism", (64, 512, 64), {"strided_load": "pipe"}),  # 512 points: 4 lines
+                    ("triangle", (256, 512), {"strided_load": "async"}),
+                    ("triangle", (2048, 64), {"strided_load": "async"}),
+                    ("triangle", (2048, 64), {"strided_load": "async", "strided_lines": 8}),
+                    ("triangle", (2048, 64), {"column_split": True}),
+                    ("triangle", (4096, 64), {"column_split": True}),
+                    ("triangle", (4096, 64), {"column_split": True, "strided_load": "async"}),
+                    ("triangle", (256, 512), {"contig_load": "prefetch"}),
+                    ("triangle", (64, 2048), {"contig_load": "prefetch"}),  # 2048 points, 16 per thread
+                    ("cut_prism", (64, 128, 64), {"contig_load": "prefetch", "strided_load": "async"})]
+
+
+@pytest.mark.parametrize("name,shape,candidate", PHASE_CANDIDATES)
+def test_fused_fft_candidates_match_cpu(name, shape, candidate):
+    from qora.phase.cpu import CpuEngine
+    from qora.phase.cuda_fused import FusedFFTEngine
+
+    amp, support, x0 = _case(name, shape, 2)
+    engine = FusedFFTEngine(amp, support, 2, **candidate)
+    assert_parity(lambda x: _run(CpuEngine(amp, support, 2), x, 20, "HIO", None),
+                  lambda x: _run(engine, x, 20, "HIO", None), x0, rtol=1e-5)
+    # the candidate ran where it is built (not the plain kernels it falls back to elsewhere)
+    ran = " ".join(engine.strided_kernels.values())
+    if "strided_load" in candidate:
+        assert f"_{candidate['strided_load']}" in ran
+    if candidate.get("column_split"):
+        assert any(str(key).startswith("split") for key in engine.strided_kernels)
+    if "contig_load" in candidate:
+        assert all(v.endswith("_prefetch") for v in engine.contig_kernels.values())
+
+
+@pytest.mark.parametrize("algorithm", ["ER", "HIO", "RAAR"])
+@pytest.mark.parametrize("constraint", [None, "real", "positive"])
+def test_fused_fft_prefetched_x_pass_every_update_branch(algorithm, constraint):
+    from qora.phase.cpu import CpuEngine
+    from qora.phase.cuda_fused import FusedFFTEngine
+
+    amp, support, x0 = _case("triangle", (64, 64), 2)
+    assert_parity(lambda x: _run(CpuEngine(amp, support, 2), x, 5, algorithm, constraint),
+                  lambda x: _run(FusedFFTEngine(amp, support, 2, contig_load="prefetch"), x, 5, algorithm, constraint),
+                  x0, rtol=1e-5)
+
+
+def test_fused_fft_refuses_an_unknown_strided_load():
+    from qora.phase.cuda_fused import FusedFFTEngine
+
+    with pytest.raises(ValueError, match="strided_load"):
+        FusedFFTEngine(np.ones((64, 64), np.float32), np.ones((64, 64), bool), strided_load="tma")
+    with pytest.raises(ValueError, match="contig_load"):
+        FusedFFTEngine(np.ones((64, 64), np.float32), np.ones((64, 64), bool), contig_load="tma")

@@ -15,7 +15,7 @@ import threading
 
 from qora.backend import _cupy
 
-__all__ = ["kernel_source", "load_module", "load_cubin", "get_kernel", "DEFAULT_OPTIONS"]
+__all__ = ["kernel_source", "load_module", "load_cubin", "get_kernel", "resident_blocks", "DEFAULT_OPTIONS"]
 
 DEFAULT_OPTIONS = ("--std=c++17",)
 
@@ -90,6 +90,24 @@ def load_cubin(package: str, filename: str):
                 module = cupy.RawModule(path=str(real))
             _modules[key] = module
         return module
+
+
+def resident_blocks(kernel, threads: int, shared_bytes: int) -> int:
+    """Blocks of ``kernel`` (a CuPy kernel of a RawModule) with ``threads`` threads and ``shared_bytes`` of
+    dynamic shared memory that fit on one SM at once: the driver's occupancy, else an H100/H200 estimate
+    from the kernel's registers (64 K registers, 228 KB of shared memory, 2048 threads per SM). Sizes the
+    persistent grids of the prebuilt modules' pipelined candidates."""
+    cupy = _cupy.require("CUDA kernels")
+    try:
+        return max(1, int(cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads,
+                                                                                      shared_bytes)))
+    except Exception:  # noqa: BLE001 - a CuPy without the call: estimate
+        try:
+            regs = int(cupy.cuda.driver.funcGetAttribute(cupy.cuda.driver.CU_FUNC_ATTRIBUTE_NUM_REGS, kernel.ptr))
+        except Exception:  # noqa: BLE001 - nor that one: the most registers two blocks of 512 threads may use
+            regs = 64
+        by_regs = 65536 // (threads * -(-regs // 8) * 8)
+        return max(1, min(by_regs, 233472 // (shared_bytes + 1024), 2048 // threads))
 
 
 def get_kernel(package: str, filename: str, name: str, *, name_expressions=(), options=DEFAULT_OPTIONS):

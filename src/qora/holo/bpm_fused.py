@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from qora.backend.kernels import load_cubin
+from qora.backend.kernels import load_cubin, resident_blocks
 from qora.holo.cuda_stages import cupy
 from qora.io.errors import InputError
 
-__all__ = ["FusedSteps", "SIZES", "SLICE_BYTES", "PASS_BYTES", "COLUMN", "ROW", "REVERSE_ROW", "spectral_order", "natural_order"]
+__all__ = ["FusedSteps", "SIZES", "SLICE_BYTES", "PASS_BYTES", "COLUMN", "ROW", "REVERSE_ROW", "COLUMN_LOADS", "ROW_LOADS",
+           "REVERSE_LOADS",
+           "spectral_order", "natural_order"]
 
 SIZES = (128, 256, 512)
 CUBIN = "bpm_fused.sm_90.cubin"
@@ -47,6 +49,16 @@ SLICE_BYTES = {("cufft", "forward"): 136, ("cufft", "gradient"): 280,
 PASS_BYTES = {"row_forward": 16, "row_forward_keep": 24, "column_forward": 48, "column_reverse": 48,
               "row_reverse": 24, "row_output": 16, "row_residual": 24}
 
+#: candidates (docs/holo-performance.md, "Fused BPM candidates"; kernels/bpm_fused.cu): the column passes'
+#: tile through cp.async ("async"), and with S (G), tq, tr staged into shared memory in the same burst
+#: ("stage"); the row passes as persistent grids with the next group's lines prefetched ("pipe").
+#: "plain" is the measured default; FusedSteps raises where a candidate is not built at a layout.
+COLUMN_LOADS = ("plain", "async", "stage")
+ROW_LOADS = ("plain", "pipe")
+#: the reverse row pass: as the row passes (None), or "early": the stored envelope w_k loaded before the
+#: inverse transform (plain grid)
+REVERSE_LOADS = ("plain", "pipe", "early")
+
 _NULL = np.uint64(0)
 
 
@@ -72,14 +84,14 @@ def natural_order(ordered, ept: int, lines: int):
 class _Pass:
     """The kernels of one pass family at one (size, elements per thread, lines per block)."""
 
-    def __init__(self, module, family: str, n: int, ept: int, lines: int, kinds) -> None:
+    def __init__(self, module, family: str, n: int, ept: int, lines: int, kinds, load: str = "plain") -> None:
         cp = cupy()
-        suffix = f"{n}_{lines}_{ept}"
+        suffix = f"{n}_{lines}_{ept}" + ("" if load == "plain" else f"_{load}")
         try:
             params = module.get_function(f"bpm_{family}_params_{suffix}")
         except Exception as exc:  # noqa: BLE001 - CuPy raises its driver error for a name not in the module
             raise InputError(f"the fused BPM has no {family} pass of {n} points with {ept} elements per thread "
-                             f"and {lines} lines per block") from exc
+                             f"and {lines} lines per block ({load} loads)") from exc
         out = cp.zeros(4, np.int32)
         params((1,), (1,), (out,))
         bx, by, smem, smem_reverse = (int(v) for v in out.get())
@@ -89,9 +101,19 @@ class _Pass:
             kernel = self.kernels[kind] = module.get_function(f"bpm_{family}_{kind}_{suffix}")
             self.smem[kind] = smem_reverse if (family, kind) == ("row", "reverse") else smem
             kernel.max_dynamic_shared_size_bytes = self.smem[kind]
+        self.name = suffix
+        # a persistent grid ("pipe"): as many blocks as fit on the GPU at once, each walking the tiles
+        self.grid = None
+        if load == "pipe":
+            sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+            self.grid = {kind: sms * resident_blocks(k, bx * by, self.smem[kind]) for kind, k in self.kernels.items()}
 
     def __call__(self, kind: str, blocks: int, *args) -> None:
-        self.kernels[kind]((int(blocks),), self.block, args, shared_mem=self.smem[kind])
+        if self.grid is None:
+            self.kernels[kind]((int(blocks),), self.block, args, shared_mem=self.smem[kind])
+        else:
+            self.kernels[kind]((min(int(blocks), self.grid[kind]),), self.block, args + (np.int64(blocks),),
+                               shared_mem=self.smem[kind])
 
 
 class FusedSteps:
@@ -101,10 +123,21 @@ class FusedSteps:
     in the column pass's register order (:func:`spectral_order`), ``w`` the slice between the passes
     (x spectral, y real); the device's tables are replaced by their register-order copies.
     ``column_ept``: the column passes' elements per thread (one of :data:`COLUMN_BUILT`; default
-    :data:`COLUMN`).
+    :data:`COLUMN`). Candidates (built at some layouts only; :data:`COLUMN_LOADS`, :data:`ROW_LOADS`):
+    ``column_load``, ``column_lines`` (lines per column block), ``row_load`` and ``row_ept`` (elements
+    per thread of every row pass), ``reverse_load`` (:data:`REVERSE_LOADS`; None: ``row_load``).
     """
 
-    def __init__(self, dev, *, column_ept: int | None = None) -> None:
+    def __init__(self, dev, *, column_ept: int | None = None, column_load: str = "plain",
+                 column_lines: int | None = None, row_load: str = "plain", row_ept: int | None = None,
+                 reverse_load: str | None = None) -> None:
+        if column_load not in COLUMN_LOADS:
+            raise InputError(f"column_load must be one of {COLUMN_LOADS}, got {column_load!r}")
+        if row_load not in ROW_LOADS:
+            raise InputError(f"row_load must be one of {ROW_LOADS}, got {row_load!r}")
+        reverse_load = row_load if reverse_load is None else reverse_load
+        if reverse_load not in REVERSE_LOADS:
+            raise InputError(f"reverse_load must be one of {REVERSE_LOADS}, got {reverse_load!r}")
         n = dev.n
         if n not in SIZES:
             raise InputError(f"BPM variant 'fused_fft' needs a lateral size in {SIZES}, got {n}; use variant='cufft'")
@@ -113,15 +146,20 @@ class FusedSteps:
             if column_ept not in COLUMN_BUILT[n]:
                 raise InputError(f"column_ept must be one of {COLUMN_BUILT[n]} at {n} points, got {column_ept}")
             ept = int(column_ept)
+        if column_lines is not None:
+            lines = int(column_lines)
         cp = cupy()
         if not str(cp.cuda.Device().compute_capability).startswith("9"):
             raise InputError("BPM variant 'fused_fft' is built for compute capability 9.x (H100/H200); use "
                              "variant='cufft'")
         self.dev = dev
         module = load_cubin("qora.holo", CUBIN)
-        self.column = _Pass(module, "column", n, ept, lines, ("forward", "reverse"))
-        self.row = _Pass(module, "row", n, *ROW[n], ("forward", "output", "residual"))
-        self.reverse_row = _Pass(module, "row", n, *REVERSE_ROW[n], ("reverse",))
+        self.column = _Pass(module, "column", n, ept, lines, ("forward", "reverse"), column_load)
+        row, reverse_row = ROW[n], REVERSE_ROW[n]
+        if row_ept is not None:
+            row, reverse_row = (int(row_ept), row[1]), (int(row_ept), reverse_row[1])
+        self.row = _Pass(module, "row", n, *row, ("forward", "output", "residual"), row_load)
+        self.reverse_row = _Pass(module, "row", n, *reverse_row, ("reverse",), reverse_load)
         dev.cq, dev.cr, dev.lq, dev.lr = (cp.asarray(np.ascontiguousarray(spectral_order(t, ept, lines)))
                                           for t in dev.tables.products(np.complex64))
 
@@ -179,3 +217,4 @@ class FusedSteps:
                                  dev.grad[k])
         grad = cp.fft.fftshift(dev.grad, axes=(-2, -1))
         return grad, float(dev.loss.get()[0])
+

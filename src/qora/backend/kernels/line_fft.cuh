@@ -58,6 +58,34 @@ __device__ __forceinline__ void tile_store(float2* __restrict__ base, long long 
     }
 }
 
+// Asynchronous copies global -> shared (cp.async, sm_80 and later): the copy holds no register while
+// in flight, so a block can put all of its tile's loads in flight at once; the register-staged loop
+// above keeps one load per thread in flight because more raised the registers past two blocks per SM.
+template <int BYTES>
+__device__ __forceinline__ void copy_async(void* shared_dst, const void* global_src) {
+    static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async moves 4, 8 or 16 bytes");
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(dst), "l"(global_src), "n"(BYTES) : "memory");
+}
+
+// close the group of copies this thread issued since the last commit
+__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// wait until at most PENDING of this thread's committed groups are still in flight (a barrier must
+// follow before other threads read what this one copied)
+template <int PENDING>
+__device__ __forceinline__ void copy_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory"); }
+
+// tile_load with the copies issued asynchronously (not waited for: the caller commits and waits)
+template <int N, int F>
+__device__ __forceinline__ void tile_load_async(const float2* __restrict__ base, long long inner, float2* tile) {
+    const int threads = blockDim.x * blockDim.y;
+    for (int k = block_thread(); k < N * F; k += threads) {
+        const int j = k / F, f = k % F;
+        copy_async<8>(tile + j * (F + 1) + f, base + j * inner + f);
+    }
+}
+
 // this thread's elements of line threadIdx.y between the tile and registers
 template <class P>
 __device__ __forceinline__ void tile_to_registers(const float2* tile, typename P::cx* r) {
