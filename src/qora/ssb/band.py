@@ -30,6 +30,7 @@ quadratic-chi routes; else the array code (the rotation's Newton, with soft aper
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -131,6 +132,36 @@ class Band:
         # calls so far: batches (one pass over G per launch, a thick batch of 8 is two), single values,
         # values with derivatives (one pass each)
         self.passes = {"batch": 0, "value": 0, "derivatives": 0}
+
+    def thinned(self, stride: int) -> "Band":
+        """This band on every ``stride``-th of its frequencies (in the half plane's row-major order):
+        a stand-in that a pass reads 1 / ``stride`` of the band's G for, sharing everything that
+        does not depend on Q. Its agreement is the fraction of its own frequencies' signal; its
+        maxima are the full band's up to noise, so the fits search and run their starts on it and
+        finish on the full band (:func:`qora.ssb.identify.multi_start`). ``self`` for stride 1.
+        The rows are a copy (1 / ``stride`` of the band's G), its pass counts its own."""
+        if int(stride) != stride or stride < 1:
+            raise ValueError(f"stride must be a whole number >= 1, got {stride!r}")
+        if stride == 1:
+            return self
+        xp = self.xp
+        out = copy.copy(self)
+        out.G = xp.ascontiguousarray(self.G[::stride])
+        out.total = float(sum(float(xp.sum(xp.abs(out.G[i:i + 4096]) ** 2, dtype=np.float64))
+                              for i in range(0, out.G.shape[0], 4096)))
+        out._q_scan = tuple(xp.ascontiguousarray(q[::stride]) for q in self._q_scan)
+        out.shape = out.G.shape
+        keep = np.zeros(self.keep.shape, bool)
+        keep.flat[np.flatnonzero(self.keep)[::stride]] = True
+        out.keep = keep
+        out._g64 = None
+        out._geometry_for = None
+        out._set_rotation(self.rotation)
+        out.passes = {"batch": 0, "value": 0, "derivatives": 0}
+        out.stride = int(stride)
+        return out
+
+    stride = 1  # the band's frequencies are every stride-th of its full band's (thinned)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
