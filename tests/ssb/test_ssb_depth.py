@@ -197,8 +197,11 @@ def _on_the_device(band):
     band.G, band.ky, band.kx = to(band.G), to(band.ky), to(band.kx)
     band._q_scan = tuple(to(q) for q in band._q_scan)
     band._geometry_for = None
-    band._set_rotation(band.rotation)  # the scan frequencies, and later the terms, made on the device
-    assert isinstance(band.terms[0]["a"], DeviceArray) and isinstance(band.terms[1]["depth"], DeviceArray)
+    band._set_rotation(band.rotation)  # the scan frequencies, and later the geometry, made on the device
+    if band._whole_geometry is not None:
+        band._whole_geometry = False
+    geometry = band._geometry(slice(0, 4))
+    assert isinstance(geometry[0]["a"], DeviceArray) and isinstance(geometry[1]["depth"], DeviceArray)
     band.eps, band._empty, band._centring = to(band.eps), to(band._empty), to(band._centring)
     return band
 

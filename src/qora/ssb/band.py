@@ -37,7 +37,7 @@ import numpy as np
 
 from qora.ssb import cpu_kernels, kernels
 from qora.ssb.model import (ABERRATION_PARAMETERS, KERNEL_COEFFICIENTS, QUADRATIC_PARAMETERS, THICK_PARAMETERS,
-                            basis_derivatives, sinc_derivatives, soft_aperture)
+                            basis, basis_derivatives, sinc_derivatives, soft_aperture)
 from qora.ssb.moments import combine_batch_moments, combine_moments, uncertainties
 from qora.ssb.optics import aperture
 
@@ -196,16 +196,23 @@ class Band:
             self._terms = self._make_terms()
         return self._terms
 
-    def _make_terms(self) -> list:
+    def _make_terms(self, rows=slice(None), *, rotation_derivatives: bool = True) -> list:
+        """:attr:`terms` over the band's frequencies ``rows`` (a slice); without
+        ``rotation_derivatives`` only the apertures ``a``, the phase differences ``d`` and the
+        ``depth`` phases (what a model without the rotation needs: 2 (2 + aberrations) arrays of
+        (rows, pixels) float64, where all of them are 2 (5 + 3 aberrations))."""
         lam, ky, kx = self.lam, self.ky, self.kx
-        qdy, qdx = self.q_dot
-        qddy, qddx = -self.qy, -self.qx
+        qy, qx = self.qy[rows], self.qx[rows]
         names = self.aberration_names
+        if not rotation_derivatives:
+            return [self._plain_term(sign, qy, qx) for sign in (-1, 1)]
+        qdy, qdx = qx, -qy  # dQ/dtheta (q_dot)
+        qddy, qddx = -qy, -qx
         zero = self.xp.zeros_like(qdy)
         b0 = [basis_derivatives(p, ky, kx, lam, zero, zero, zero, zero)[0] for p in names]  # B(k): no path
         terms = []
         for sign in (-1, 1):  # term 1 at k - Q, term 2 at k + Q
-            ks = (ky + sign * self.qy, kx + sign * self.qx)
+            ks = (ky + sign * qy, kx + sign * qx)
             path = (sign * qdy, sign * qdx, sign * qddy, sign * qddx)  # d(k +- Q)/dtheta
             if self.soft_edge is None:
                 a0 = aperture(kx, ky, self.alpha * 1e3 * lam, lam)
@@ -233,6 +240,21 @@ class Band:
             terms.append({"a": a, "a_d": a_d, "a_dd": a_dd, "d": d, "d_d": d_d, "d_dd": d_dd,
                           "depth": depth, "depth_d": depth_d, "depth_dd": depth_dd})
         return terms
+
+    def _plain_term(self, sign: int, qy, qx) -> dict:
+        """One term of :meth:`_make_terms` without rotation derivatives, top-hat apertures (term 1
+        at k - Q for ``sign`` -1, term 2 at k + Q for +1) over the frequencies (qy, qx) (nq, 1)."""
+        lam, ky, kx = self.lam, self.ky, self.kx
+        ks = (ky + sign * qy, kx + sign * qx)
+        radius = self.alpha * 1e3 * lam  # aperture's semi-angle in mrad
+        a = aperture(kx, ky, radius, lam) * aperture(ks[1], ks[0], radius, lam)
+        d = []
+        for p in self.aberration_names:
+            diff = basis(p, ks[0], ks[1], lam) - basis(p, ky, kx, lam)  # B(k - Q) - B(k) for term 1
+            d.append(diff if sign < 0 else -diff)  # term 2: B(k) - B(k + Q)
+        k2, kq2 = ky**2 + kx**2, ks[0] ** 2 + ks[1] ** 2
+        depth = np.pi * lam * ((k2 - kq2) if sign < 0 else (kq2 - k2))
+        return {"a": a, "d": d, "depth": depth}
 
     @property
     def a1(self):
