@@ -183,7 +183,7 @@ class IncoherentBand(Band):
         # made per block on each evaluation (at full scale it would be 2 (2 + A) x 3 GB)
         self._geometry_bytes = 16 * (2 + A) * nq * nbf
         keep_geometry = self._geometry_bytes <= self.block_bytes
-        self.block = max(1, int(self.block_bytes // bytes_per_row(nbf, m, P, A, geometry=not keep_geometry)))
+        self.block = min(nq, max(1, int(self.block_bytes // bytes_per_row(nbf, m, P, A, geometry=not keep_geometry))))
         self._whole_geometry = None if not keep_geometry else False  # False: to be made on first use
         overlap = xp.concatenate([xp.sum(t[0]["a"] ** 2 + t[1]["a"] ** 2, -1) for t in
                                   (self._geometry(slice(i, i + self.block)) for i in range(0, nq, self.block))])
