@@ -116,3 +116,37 @@ def test_the_coarse_fit_ends_where_the_full_one_does(film):
     # in passes over the whole band's G: a pass of the thinned band reads a third of it
     cost = sum(full.values()) + sum(thin[k] for k in ("batch", "value", "derivatives")) / 3
     assert cost < 0.5 * sum(plain["passes"]["standard"].values()), (cost, plain["passes"])
+
+
+# -- the array code in blocks of Q (the rotation's Newton on the device: its (Q, k) arrays are 3 GB each at
+# full scale, 26 of them with the rotation's derivatives) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("names", [("C10", "C12a", "C12b", "rotation"), ("C10", "C12a", "C30", "thickness", "tilt_y")])
+def test_the_array_code_in_blocks_equals_it_in_one(film, names):
+    """Band.moments by the array code with a budget of a few frequencies a block against one block: the
+    agreement, gradient and Hessian, and a batch; each block within the memory model's bound."""
+    import tracemalloc
+
+    from qora.ssb.band import array_pair_bytes
+
+    v = {"C10": -110.0, "C12a": 8.0, "C12b": 9.0, "C30": 2e4, "rotation": 0.01, "thickness": 40.0, "tilt_y": 2e-3}
+    one, blocks = Band(film, names), Band(film, names)
+    for b in (one, blocks):
+        b.rotation_kernel = b.quadratic_kernels = False  # the array code on the host too
+    one.block_bytes = 1 << 40
+    nq, nbf = one.shape
+    blocks.block_bytes = 7 * array_pair_bytes(len(names)) * nbf  # 7 frequencies a block
+    f0, g0, h0 = one.evaluate(v)
+    tracemalloc.start()
+    try:
+        f1, g1, h1 = blocks.evaluate(v)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert f1 == pytest.approx(f0, rel=1e-12)
+    np.testing.assert_allclose(g1, g0, rtol=1e-10, atol=1e-12 * np.abs(g0).max())
+    np.testing.assert_allclose(h1, h0, rtol=1e-10, atol=1e-12 * np.abs(h0).max())
+    assert peak <= blocks.block_bytes + 64 * nq * 8 * len(names) ** 2  # the blocks and the joined moments
+    sets = [v, {**v, "C10": -90.0}, {**v, "rotation": -0.02}]
+    np.testing.assert_allclose(blocks.evaluate_batch(sets), one.evaluate_batch(sets), rtol=1e-12)

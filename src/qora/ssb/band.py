@@ -41,7 +41,36 @@ from qora.ssb.model import (ABERRATION_PARAMETERS, KERNEL_COEFFICIENTS, QUADRATI
 from qora.ssb.moments import combine_batch_moments, combine_moments, uncertainties
 from qora.ssb.optics import aperture
 
-__all__ = ["Band", "make_band", "combine_moments", "combine_batch_moments", "uncertainties"]
+__all__ = ["Band", "make_band", "combine_moments", "combine_batch_moments", "uncertainties", "block_budget",
+           "array_pair_bytes", "batch_pair_bytes"]
+
+
+def block_budget(xp, *, host: int = 64 << 20) -> int:
+    """The memory (bytes) the array code gives one block of frequencies: ``host`` on the host; on the
+    device a quarter of its free memory (with CuPy's free pool blocks), at most 8 GiB, 2 GiB where
+    it cannot be told. A few hundred Q per block at full scale, where each block costs ~100 launches."""
+    if xp is np:
+        return int(host)
+    try:
+        free = float(xp.cuda.Device().mem_info[0]) + float(xp.get_default_memory_pool().free_bytes())
+    except Exception:  # noqa: BLE001 - no figure: the fixed budget
+        return 2 << 30
+    return int(min(8 << 30, max(free / 4, 64 << 20)))
+
+
+def array_pair_bytes(parameters: int) -> int:
+    """Bytes :meth:`Band._array_moments` with derivatives holds per (Q, k) pair, an upper bound: the
+    geometry of both terms (13 float64 arrays each with the rotation's derivatives) and their value,
+    gradient and Hessian factors in complex128; measured (tracemalloc, 4, 5 and 7 parameters) 971,
+    1228 and 1719 B, 0.76-0.84 of this."""
+    return 256 * (parameters + 1)
+
+
+def batch_pair_bytes(sets: int) -> int:
+    """Bytes :meth:`Band._batch_arrays` holds per (Q, k) pair for ``sets`` parameter sets, an upper
+    bound: the geometry (512) and per set the phase, the two terms' factors and Gamma (112); measured
+    468, 816 and 2544 B for 1, 8 and 32 sets, 0.58-0.75 of this."""
+    return 512 + 112 * int(sets)
 
 
 def _to_host(a):
@@ -132,6 +161,30 @@ class Band:
         # calls so far: batches (one pass over G per launch, a thick batch of 8 is two), single values,
         # values with derivatives (one pass each)
         self.passes = {"batch": 0, "value": 0, "derivatives": 0}
+        # the array code's blocks of Q stay within this (its (Q, k) arrays are 3 GB each at full scale)
+        self.block_bytes = block_budget(xp, host=1 << 30)
+
+    def _rows(self, rows: slice) -> "Band":
+        """This band on the frequencies ``rows`` (contiguous: G a view, no copy), for the array code's
+        blocks; its geometry is made when first needed, at the band's current rotation."""
+        out = copy.copy(self)
+        out.G = self.G[rows]
+        out._q_scan = tuple(q[rows] for q in self._q_scan)
+        out.shape = out.G.shape
+        out._geometry_for = None
+        out._set_rotation(self.rotation if self._geometry_for is None else self._geometry_for)
+        return out
+
+    def _in_blocks(self, method: str, pair_bytes: int, *args) -> dict:
+        """The array code's ``method`` over blocks of Q whose (Q, k) arrays (``pair_bytes`` per pair)
+        stay within :attr:`block_bytes`, the per-Q outputs (Q the last axis) joined; one call where
+        the band fits (its geometry then kept between calls)."""
+        nq, nbf = self.shape
+        rows = max(1, int(self.block_bytes // (pair_bytes * nbf)))
+        if rows >= nq:
+            return getattr(self, method)(*args)
+        parts = [getattr(self._rows(slice(i, i + rows)), method)(*args) for i in range(0, nq, rows)]
+        return {k: self.xp.concatenate([p[k] for p in parts], axis=-1) for k in parts[0]}
 
     def thinned(self, stride: int) -> "Band":
         """This band on every ``stride``-th of its frequencies (in the half plane's row-major order):
@@ -298,7 +351,9 @@ class Band:
             return self._kernel_moments(values, order)
         if self.rotation_kernel:
             return self._rotation_moments(values, order)
-        return self._array_moments(values, order)
+        if self.fits_rotation:  # the blocks' views make their own geometry: the rotation must be set first
+            self._set_rotation(float(values.get("rotation", self.rotation)))
+        return self._in_blocks("_array_moments", array_pair_bytes(len(self.parameters)), values, order)
 
     def _rotation_moments(self, values: dict, order: int) -> dict:
         """:meth:`moments` of a band fitting the rotation by the host's loop
@@ -506,7 +561,7 @@ class Band:
             return self._quadratic_batch(sets)
         if xp is not np and self.soft_edge is None and len(sets) <= 64:
             return self._batch_kernel(sets)
-        return self._batch_arrays(sets)
+        return self._in_blocks("_batch_arrays", batch_pair_bytes(len(sets)), sets)
 
     # -- the quadratic-chi kernels (kernels/band.cu) ----------------------------------------
     def _quadratic_row(self, v: dict) -> list:

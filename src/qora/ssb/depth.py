@@ -39,10 +39,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from qora.ssb.band import Band
+from qora.ssb.band import Band, block_budget
 from qora.ssb.model import sinc_derivatives
 
-__all__ = ["IncoherentBand", "bytes_per_row", "block_budget", "DEPTH_MODELS", "SECTIONS", "MOST_SECTIONS", "COUPLING", "COHERENT", "section_depths",
+__all__ = ["IncoherentBand", "bytes_per_row", "DEPTH_MODELS", "SECTIONS", "MOST_SECTIONS", "COUPLING", "COHERENT", "section_depths",
            "depth_of_field", "auto_sections", "depth_coherence", "fit_incoherent", "depth_sections"]
 
 DEPTH_MODELS = ("auto", "columnar", "incoherent")  # fit_session's depth_model
@@ -74,20 +74,6 @@ def bytes_per_row(pixels: int, sections: int, parameters: int, aberrations: int,
     complex_arrays = sections * L + 2 * sections * parameters + sections + 2 + parameters + 9
     float_arrays = 14 + (2 * (2 + aberrations) + 8 if geometry else 0)
     return int(pixels) * (16 * complex_arrays + 8 * float_arrays)
-
-
-def block_budget(xp) -> int:
-    """The default memory (bytes) an :class:`IncoherentBand` gives one block: 64 MiB on the host
-    (cache-sized blocks); on the device a quarter of its free memory, at most 8 GiB (2 GiB where
-    the free memory cannot be told): a few hundred Q per block, where each block costs ~100
-    launches."""
-    if xp is np:
-        return 64 << 20
-    try:
-        free = float(xp.cuda.Device().mem_info[0]) + float(xp.get_default_memory_pool().free_bytes())
-    except Exception:  # noqa: BLE001 - no figure: the fixed budget
-        return 2 << 30
-    return int(min(8 << 30, max(free / 4, 64 << 20)))
 
 
 def section_depths(thickness: float, sections: int) -> np.ndarray:
@@ -155,8 +141,9 @@ class IncoherentBand(Band):
     """A :class:`Band` of the depth-incoherent thick model (module docstring): ``sections`` depth
     sections with their own objects, coupled by ``coupling``. Parameters among C10, C12a, C12b and
     thickness (A); it evaluates by the array code, the Q in blocks of ``block_bytes`` at most
-    (:func:`bytes_per_row`; default :func:`block_budget`), the geometry (apertures, phase
-    differences, depth phases) made per block, or once for the band where it fits the budget."""
+    (:func:`bytes_per_row`; default :func:`qora.ssb.band.block_budget`, 64 MiB on the host), the
+    geometry (apertures, phase differences, depth phases) made per block, or once for the band
+    where it fits the budget."""
 
     def __init__(self, session, parameters, *, sections: int = SECTIONS, coupling: float = COUPLING,
                  band=(0.2, 0.9), rotation: float | None = None, block_bytes: int | None = None) -> None:
