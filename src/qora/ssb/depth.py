@@ -42,8 +42,8 @@ import numpy as np
 from qora.ssb.band import Band, block_budget
 from qora.ssb.model import sinc_derivatives
 
-__all__ = ["IncoherentBand", "bytes_per_row", "DEPTH_MODELS", "SECTIONS", "MOST_SECTIONS", "COUPLING", "COHERENT", "section_depths",
-           "depth_of_field", "auto_sections", "depth_coherence", "fit_incoherent", "depth_sections"]
+__all__ = ["IncoherentBand", "bytes_per_row", "DEPTH_MODELS", "SECTIONS", "MOST_SECTIONS", "COUPLING", "COHERENT",
+           "section_depths", "depth_of_field", "auto_sections", "depth_coherence", "fit_incoherent", "depth_sections"]
 
 DEPTH_MODELS = ("auto", "columnar", "incoherent")  # fit_session's depth_model
 SECTIONS = 3  # the default number of depth sections where no thickness is known

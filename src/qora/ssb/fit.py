@@ -46,7 +46,8 @@ def _rotation_grid(coarse_deg: float):
 
 
 def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9), coarse_deg: float = 6.0,
-                 angles=None, progress=None, offset: int = 0, total: int | None = None):
+                 angles=None, progress=None, offset: int = 0, total: int | None = None,
+                 coarse_rows: int = COARSE_ROWS):
     """Cold-start fit with the scan rotation unknown: ``(rotation, values, agreement)``.
 
     The agreement does not change when the scan turns by 180 degrees (G(-Q) = conj G(Q) and
@@ -57,13 +58,15 @@ def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9)
     ``progress`` is told each angle searched and each Newton step, counted from ``offset`` of
     ``total`` (default: this fit's own, the angles + 1 + 60). ``angles`` (rad), when given, are
     the coarse grid instead (:func:`fit_session` takes a few around the centre-of-mass estimate,
-    :mod:`qora.ssb.orientation`). The rotation returned is in [-90, 90) degrees with the
-    aberrations of that branch: the other, (rotation + 180, -C), is :func:`fit_session`'s choice.
+    :mod:`qora.ssb.orientation`). The C10 searches run on the band thinned to ``coarse_rows``
+    frequencies (:func:`_thinned`), Newton on the whole band. The rotation returned is in [-90,
+    90) degrees with the aberrations of that branch: the other, (rotation + 180, -C), is
+    :func:`fit_session`'s choice.
     """
     coarse_deg = in_range("coarse_deg", coarse_deg, 0.0, 90.0, unit="degrees", inclusive=False)
 
     def c10_only(theta):
-        b = make_band(session, ("C10",), band=band, rotation=theta)
+        b = _thinned(make_band(session, ("C10",), band=band, rotation=theta), coarse_rows)
         c10, values = defocus_search(b, step=20.0, low=-400.0, high=400.0)
         return float(values.max()), c10
 
@@ -76,7 +79,7 @@ def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9)
         report(progress, "search (rotation)", offset + i + 1, total)
     best = int(np.argmax([a for a, _ in scores]))
     theta0, coarse_c10 = float(grid[best]), scores[best][1]
-    b = make_band(session, ("C10",), band=band, rotation=theta0)
+    b = _thinned(make_band(session, ("C10",), band=band, rotation=theta0), coarse_rows)
     c10, _ = defocus_search(b, step=10.0, low=coarse_c10 - 60.0, high=coarse_c10 + 60.0)
     report(progress, "search (rotation)", offset + searched, total)
     b = make_band(session, tuple(parameters) + ("rotation",), band=band, rotation=theta0)
@@ -270,7 +273,8 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
     total = standard + (ROTATION_NEWTON * thick_starts if tilt else 0) + (ROTATION_NEWTON if incoherent else 0)
     report(progress, "search", 0, total)
     if fitted_rotation:
-        rotation, values, _ = fit_rotation(work, names, band=band, angles=angles, progress=progress, total=total)
+        rotation, values, _ = fit_rotation(work, names, band=band, angles=angles, progress=progress, total=total,
+                                           coarse_rows=coarse_rows)
         basins = None
     else:
         b = make_band(work, names, band=band, rotation=rotation)
