@@ -150,3 +150,17 @@ def test_the_array_code_in_blocks_equals_it_in_one(film, names):
     assert peak <= blocks.block_bytes + 64 * nq * 8 * len(names) ** 2  # the blocks and the joined moments
     sets = [v, {**v, "C10": -90.0}, {**v, "rotation": -0.02}]
     np.testing.assert_allclose(blocks.evaluate_batch(sets), one.evaluate_batch(sets), rtol=1e-12)
+
+
+@pytest.mark.slow
+def test_the_rotation_fit_with_thinned_c10_searches_ends_where_the_full_one_does(film):
+    """fit_rotation's C10 grids on every 3rd frequency, its Newton on the whole band: the same rotation and C."""
+    from qora.ssb import fit_rotation
+
+    nq = Band(film, NAMES).shape[0]
+    angles = np.deg2rad([-6.0, 0.0, 6.0])
+    t0, v0, a0 = fit_rotation(film, angles=angles)
+    t1, v1, a1 = fit_rotation(film, angles=angles, coarse_rows=nq // 3)
+    assert abs(math.degrees(t1 - t0)) < 1e-3 and a1 == pytest.approx(a0, rel=1e-9)
+    for k, v in v0.items():
+        assert v1[k] == pytest.approx(v, abs=1e-2)
