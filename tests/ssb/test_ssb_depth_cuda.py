@@ -71,7 +71,7 @@ def test_blocked_evaluation_on_the_device_equals_the_unblocked_one_and_keeps_to_
     np.testing.assert_allclose(h1, h0, rtol=1e-10, atol=1e-10 * np.abs(h0).max())
     np.testing.assert_allclose(tiny.section_objects(VALUES).get(), whole.section_objects(VALUES).get(), rtol=1e-10,
                                atol=1e-14)
-    budget = 8 * bytes_per_row(gpu.G.shape[1], 4, len(NAMES), 3)
+    budget = 8 * bytes_per_row(whole.shape[1], 4, len(NAMES), 3)
     band = IncoherentBand(gpu, NAMES, sections=4, block_bytes=budget)
     assert band.block == 8 and band._whole_geometry is None
     band.evaluate(VALUES)
