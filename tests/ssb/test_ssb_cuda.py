@@ -440,7 +440,7 @@ def test_the_array_code_in_blocks_on_cuda_equals_one_block_and_the_cpu(sessions)
     """The rotation's Newton runs the array code on the device (soft apertures): in blocks of 5 frequencies
     (row views of the band, the geometry made per block) it gives the one-block result and the CPU's."""
     from qora.ssb import Band
-    from qora.ssb.band import array_pair_bytes
+    from qora.ssb.band_arrays import array_pair_bytes
 
     cpu, gpu, _ = sessions
     names = ("C10", "C12a", "C12b", "rotation")

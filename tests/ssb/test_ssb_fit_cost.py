@@ -128,7 +128,7 @@ def test_the_array_code_in_blocks_equals_it_in_one(film, names):
     agreement, gradient and Hessian, and a batch; each block within the memory model's bound."""
     import tracemalloc
 
-    from qora.ssb.band import array_pair_bytes
+    from qora.ssb.band_arrays import array_pair_bytes
 
     v = {"C10": -110.0, "C12a": 8.0, "C12b": 9.0, "C30": 2e4, "rotation": 0.01, "thickness": 40.0, "tilt_y": 2e-3}
     one, blocks = Band(film, names), Band(film, names)

@@ -102,7 +102,7 @@ def _incoherent_note(result, session, echo) -> None:
     its parameters, sections, depth coherence and stage timings, as a note (no seed target)."""
     from qora.backend.device import PeakPoolUse
     from qora.ssb import Band
-    from qora.ssb.band import block_budget
+    from qora.ssb.band_arrays import block_budget
     from qora.ssb.depth import bytes_per_row
 
     be = session.backend

@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from qora.ssb.band import Band, block_budget
+from qora.ssb.band import Band
+from qora.ssb.band_arrays import block_budget
 from qora.ssb.model import sinc_derivatives
 
 __all__ = ["IncoherentBand", "bytes_per_row", "DEPTH_MODELS", "SECTIONS", "MOST_SECTIONS", "COUPLING", "COHERENT",
@@ -141,7 +142,7 @@ class IncoherentBand(Band):
     """A :class:`Band` of the depth-incoherent thick model (module docstring): ``sections`` depth
     sections with their own objects, coupled by ``coupling``. Parameters among C10, C12a, C12b and
     thickness (A); it evaluates by the array code, the Q in blocks of ``block_bytes`` at most
-    (:func:`bytes_per_row`; default :func:`qora.ssb.band.block_budget`, 64 MiB on the host), the
+    (:func:`bytes_per_row`; default :func:`qora.ssb.band_arrays.block_budget`, 64 MiB on the host), the
     geometry (apertures, phase differences, depth phases) made per block, or once for the band
     where it fits the budget."""
 
