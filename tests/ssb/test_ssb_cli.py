@@ -139,6 +139,15 @@ def test_fit_finds_and_names_the_detector_orientation_and_branch(tmp_path):
     assert abs(result["standard"]["parameters"]["C10"] + 80.0) < 4.0
     out = runner.invoke(cli, ["ssb", "fit", *common, "--detector-orientation", "sideways", "--out", str(fit)])
     assert out.exit_code == 2 and "sideways" in out.output
+    # the search and the starts on a thinned band (--coarse-rows), finished on the whole band: the same fit
+    out = runner.invoke(cli, ["ssb", "fit", *common, "--detector-orientation", "transpose", "--coarse-rows", "20",
+                              "--out", str(fit)])
+    assert out.exit_code == 0, out.output
+    result = json.loads(fit.read_text())
+    assert result["passes"]["standard_coarse"]["stride"] > 1
+    assert abs(result["standard"]["parameters"]["C10"] - 80.0) < 4.0
+    out = runner.invoke(cli, ["ssb", "fit", *common, "--coarse-rows", "0", "--out", str(fit)])
+    assert out.exit_code == 2 and "coarse-rows" in out.output
 
 
 # -- the data-layout and calibration options (docs/ssb.md, "Detector files") ---------------------------

@@ -410,3 +410,50 @@ def test_device_kernels_match_the_host_numba_loops(single):
     np.testing.assert_allclose(b.evaluate_rotations(rotations, sets[:5]), a.evaluate_rotations(rotations, sets[:5]),
                                rtol=2e-6)
     assert b._geometry_for == a._geometry_for == b.rotation  # each band's own rotation restored
+
+
+def test_thinned_band_and_the_coarse_multi_start_on_cuda_match_the_cpu(sessions):
+    """Band.thinned on the device (every 3rd frequency, its own signal total) gives the host's agreement and
+    derivatives, and the fit whose search and starts run on it (coarse_rows forced) ends where the CPU's
+    does, finished on the whole band (issue 23: the standard fit's cost at full scale)."""
+    from qora.ssb import Band, fit_session
+
+    cpu, gpu, _ = sessions
+    names = ("C10", "C12a", "C12b")
+    a, b = Band(cpu, names).thinned(3), Band(gpu, names).thinned(3)
+    assert b.shape == a.shape and b.total == pytest.approx(a.total, rel=1e-10) and b.xp is not np
+    sets = [{"C10": c, "C12a": 6.0, "C12b": -3.0} for c in np.linspace(-100, 300, 9)]
+    np.testing.assert_allclose(b.evaluate_batch(sets), a.evaluate_batch(sets), rtol=1e-5)
+    fa, ga, ha = a.evaluate(sets[5])
+    fb, gb, hb = b.evaluate(sets[5])
+    assert fb == pytest.approx(fa, rel=1e-5)
+    np.testing.assert_allclose(hb, ha, rtol=1e-4, atol=1e-6 * np.abs(ha).max())
+    rows = Band(cpu, names).shape[0] // 3
+    fa = fit_session(cpu, rotation=0.1, orientation="identity", tilt=False, trials=16, coarse_rows=rows)
+    fb = fit_session(gpu, rotation=0.1, orientation="identity", tilt=False, trials=16, coarse_rows=rows)
+    assert fa["passes"]["standard_coarse"]["stride"] == fb["passes"]["standard_coarse"]["stride"] == 3
+    for k, v in fa["standard"]["parameters"].items():
+        assert fb["standard"]["parameters"][k] == pytest.approx(v, abs=0.05)
+
+
+def test_the_array_code_in_blocks_on_cuda_equals_one_block_and_the_cpu(sessions):
+    """The rotation's Newton runs the array code on the device (soft apertures): in blocks of 5 frequencies
+    (row views of the band, the geometry made per block) it gives the one-block result and the CPU's."""
+    from qora.ssb import Band
+    from qora.ssb.band_arrays import array_pair_bytes
+
+    cpu, gpu, _ = sessions
+    names = ("C10", "C12a", "C12b", "rotation")
+    v = {"C10": 110.0, "C12a": 10.0, "C12b": 8.0, "rotation": 0.11}
+    host, one, blocks = Band(cpu, names), Band(gpu, names), Band(gpu, names)
+    host.rotation_kernel = False  # the array code on the host too
+    one.block_bytes = 1 << 40
+    blocks.block_bytes = 5 * array_pair_bytes(len(names)) * blocks.shape[1]
+    f0, g0, h0 = one.evaluate(v)
+    f1, g1, h1 = blocks.evaluate(v)
+    f2, g2, h2 = host.evaluate(v)
+    assert f1 == pytest.approx(f0, rel=1e-12) and f1 == pytest.approx(f2, rel=1e-9)
+    np.testing.assert_allclose(h1, h0, rtol=1e-10, atol=1e-12 * np.abs(h0).max())
+    np.testing.assert_allclose(h1, h2, rtol=1e-7, atol=1e-9 * np.abs(h2).max())
+    sets = [v, {**v, "rotation": 0.09}]
+    np.testing.assert_allclose(blocks.evaluate_batch(sets), one.evaluate_batch(sets), rtol=1e-12)

@@ -197,8 +197,11 @@ def _on_the_device(band):
     band.G, band.ky, band.kx = to(band.G), to(band.ky), to(band.kx)
     band._q_scan = tuple(to(q) for q in band._q_scan)
     band._geometry_for = None
-    band._set_rotation(band.rotation)  # the scan frequencies, and later the terms, made on the device
-    assert isinstance(band.terms[0]["a"], DeviceArray) and isinstance(band.terms[1]["depth"], DeviceArray)
+    band._set_rotation(band.rotation)  # the scan frequencies, and later the geometry, made on the device
+    if band._whole_geometry is not None:
+        band._whole_geometry = False
+    geometry = band._geometry(slice(0, 4))
+    assert isinstance(geometry[0]["a"], DeviceArray) and isinstance(geometry[1]["depth"], DeviceArray)
     band.eps, band._empty, band._centring = to(band.eps), to(band._empty), to(band._centring)
     return band
 
@@ -229,3 +232,48 @@ def test_the_incoherent_band_keeps_to_array_code_cupy_runs(small, monkeypatch):
     assert isinstance(x, DeviceArray)
     np.testing.assert_allclose(x.get(), host.section_objects(v), rtol=1e-10, atol=1e-12)
     assert depth_coherence(device, x) == pytest.approx(depth_coherence(host, host.section_objects(v)), rel=1e-12)
+
+
+# -- the blocked evaluation and its memory model (issue 23: the full-scale fit ran out of the H200's memory) ----------
+
+
+def test_blocked_evaluation_equals_the_unblocked_one(small):
+    """One Q per block, the geometry made per block, against one block with the band's geometry kept whole."""
+    names = ("C10", "C12a", "C12b", "thickness")
+    v = {"C10": -75.0, "C12a": 6.0, "C12b": 2.0, "thickness": 50.0}
+    whole = IncoherentBand(small, names, sections=4, block_bytes=1 << 40)
+    tiny = IncoherentBand(small, names, sections=4, block_bytes=1)
+    assert whole.block == whole.shape[0] and whole._whole_geometry is not None
+    assert tiny.block == 1 and tiny._whole_geometry is None  # the geometry did not fit: made per block
+    f0, g0, h0 = whole.evaluate(v)
+    f1, g1, h1 = tiny.evaluate(v)
+    assert f1 == pytest.approx(f0, rel=1e-10)
+    np.testing.assert_allclose(g1, g0, rtol=1e-10, atol=1e-10 * np.abs(g0).max())
+    np.testing.assert_allclose(h1, h0, rtol=1e-10, atol=1e-10 * np.abs(h0).max())
+    np.testing.assert_allclose(tiny.section_objects(v), whole.section_objects(v), rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(tiny.eps, whole.eps, rtol=1e-12)
+
+
+def test_the_memory_model_bounds_what_a_block_allocates(small):
+    """bytes_per_row times the block is an upper bound of the host allocations of an evaluation with
+    derivatives (traced by tracemalloc, which sees NumPy's buffers), and no array of the band's (Q, k)
+    size is held: the peak stays below what the band's geometry alone would take."""
+    import tracemalloc
+
+    from qora.ssb.depth import bytes_per_row
+
+    names = ("C10", "C12a", "C12b", "thickness")
+    v = {"C10": -75.0, "C12a": 6.0, "C12b": 2.0, "thickness": 50.0}
+    nbf = IncoherentBand(small, names, sections=1).shape[1]
+    for sections, rows in ((3, 1), (5, 2)):
+        budget = rows * bytes_per_row(nbf, sections, 4, 3)
+        band = IncoherentBand(small, names, sections=sections, block_bytes=budget)
+        assert band.block == rows and band._whole_geometry is None
+        band.evaluate(v)
+        tracemalloc.start()
+        try:
+            band.evaluate(v)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak <= budget < band._geometry_bytes, (sections, rows, peak, budget)  # measured 0.81 and 0.80

@@ -188,12 +188,18 @@ def test_every_orientation_and_a_17_degree_scan_on_both_fixtures(which, name, re
 
 
 @pytest.mark.slow
-def test_ten_seeds_in_ten_agree_on_srtio3_with_the_rotation_given(srtio3):
-    from qora.ssb import fit_session
+@pytest.mark.parametrize("coarse", [False, True], ids=["whole-band", "thinned-band"])
+def test_ten_seeds_in_ten_agree_on_srtio3_with_the_rotation_given(srtio3, coarse):
+    """With ``coarse`` the search and the starts run on every 2nd frequency of the band (what a
+    full-scale band of 44,000 frequencies gets at every 5th) and finish on the whole band."""
+    from qora.ssb import Band, fit_session
 
     fx, data, kw = srtio3
     s = Session(data, **kw)
-    fits = [fit_session(s, rotation=0.0, orientation="identity", tilt=False, seed=seed) for seed in range(10)]
+    rows = Band(s, ("C10", "C12a", "C12b")).shape[0] // 2 if coarse else 10**9
+    fits = [fit_session(s, rotation=0.0, orientation="identity", tilt=False, seed=seed, coarse_rows=rows)
+            for seed in range(10)]
+    assert all(("standard_coarse" in f["passes"]) == coarse for f in fits)
     c10 = [f["standard"]["parameters"]["C10"] for f in fits]
     c12 = [parameters_to_aberrations(f["standard"]["parameters"]).values["C12"][0] for f in fits]
     assert max(c10) - min(c10) < 0.5 and max(c12) - min(c12) < 0.5, (c10, c12)

@@ -97,11 +97,32 @@ def _preview_split(session, params: dict, timings: dict, upsample: int) -> None:
                       tilt=(extra.get("tilt_y", 0.0), extra.get("tilt_x", 0.0)), timings=timings)
 
 
-def _incoherent_note(result, session, echo) -> None:
+def _incoherent_note(result, session, peak, echo) -> None:
     """The depth-incoherent thick fit of the film (issue 23: C10 within 2 A of the mid-plane's), once:
-    its parameters, sections, depth coherence and stage timings, as a note (no seed target)."""
+    its parameters, sections, depth coherence and stage timings, and the pool's peak over it (from the
+    running ``peak``, a :class:`PeakPoolUse` already open: CuPy takes one hook of a name at a time), as
+    a note (no seed target)."""
+    from qora.ssb import Band
+    from qora.ssb.band_arrays import block_budget
+    from qora.ssb.depth import bytes_per_row
+
+    be = session.backend
+    be.synchronize()
+    before = int(be.xp.get_default_memory_pool().used_bytes())
+    running, peak.peak_bytes = peak.peak_bytes, before  # the fit's own peak, then the running one again
     out = session.fit(rotation=0.0, depth_model="incoherent")
+    be.synchronize()
+    fit_peak, peak.peak_bytes = peak.peak_bytes, max(running, peak.peak_bytes)
     p, inc = out["incoherent"]["parameters"], out["incoherent"]
+    # the memory model (docs/ssb-performance.md, section 13) against the pool's peak over the whole fit
+    nq, nbf = Band(session, ("C10",)).shape  # the band's rows of G are the session's cached ones
+    per_row = bytes_per_row(nbf, inc["sections"], 4, 3)
+    budget = block_budget(be.xp)
+    result.notes["incoherent_memory"] = {"pool_in_use_before_gib": before / 2**30,
+                                         "pool_peak_gib": fit_peak / 2**30,
+                                         "rise_gib": (fit_peak - before) / 2**30,
+                                         "model_bytes_per_row": per_row, "budget_gib_after": budget / 2**30,
+                                         "rows_per_block_after": min(nq, budget // per_row), "frequencies": nq}
     result.notes["incoherent_fit"] = {"parameters": p, "sections": inc["sections"], "agreement": inc["agreement"],
                                       "columnar_agreement": out["thick"]["agreement"],
                                       "depth_coherence": inc["depth_coherence"], "depth_model": out["depth_model"],
@@ -109,7 +130,10 @@ def _incoherent_note(result, session, echo) -> None:
                                       "stage_timings_s": out["timings_s"]}
     echo(f"  incoherent fit ({inc['sections']} sections): C10 {p['C10']:.2f} A (truth {TRUTH['C10']}), thickness "
          f"{p['thickness']:.1f} A, agreement {inc['agreement']:.4f} (columnar {out['thick']['agreement']:.4f}), "
-         f"depth coherence {inc['depth_coherence']:.2f}, {out['timings_s']['incoherent_s']:.2f} s")
+         f"depth coherence {inc['depth_coherence']:.2f}, {out['timings_s']['incoherent_s']:.2f} s, "
+         f"{out['passes']['incoherent']} passes; pool peak {fit_peak / 2**30:.1f} GiB "
+         f"({(fit_peak - before) / 2**30:.1f} GiB above the {before / 2**30:.1f} in use; model "
+         f"{per_row / 2**20:.1f} MiB a frequency)")
 
 
 def _band_terms(band) -> int:
@@ -237,13 +261,22 @@ def run(*, directory: Path, scan: int = 512, repeats: int = 3, previews: int = 2
                                                   warmup=1)
             echo(f"  {step}: {times[step]:.3f} s")
             peaks[step] = peak.peak_bytes / 2**30
+        # the standard fit before issue 23's thinned-band multi-start: the search and the starts on the whole band
+        whole, whole_s = median_wall(lambda: session.fit(rotation=0.0, seed=next(seeds), depth_model="columnar",
+                                                         tilt=False, coarse_rows=10**9), repeats, warmup=1)
+        result.notes["standard_fit_whole_band"] = {"s": whole_s, "passes": whole["passes"],
+                                                   "thinned_s": times["5_standard_fit_s"],
+                                                   "thinned_passes": fits["5_standard_fit_s"]["passes"],
+                                                   "stage_timings_s": whole["timings_s"]}
+        echo(f"  5_standard_fit_s with the search and starts on the whole band (before): {whole_s:.3f} s, passes "
+             f"{whole['passes']}; thinned {fits['5_standard_fit_s']['passes']}")
         rec, times["4_reconstruct_s"] = median_wall(lambda: session.reconstruct(rotation=0.0, depth_model="columnar"),
                                                     repeats, warmup=1)
         peaks["4_reconstruct_s"] = peak.peak_bytes / 2**30
         echo(f"  4_reconstruct_s: {times['4_reconstruct_s']:.3f} s")
         fit = fits["3_tilt_fit_s"]
         params = dict(fit["thick"]["parameters"])
-        _incoherent_note(result, session, echo)
+        _incoherent_note(result, session, peak, echo)
         peaks["3c_incoherent_fit"] = peak.peak_bytes / 2**30
         few = previews
         times["6_preview_tilt_1x_ms"], split6 = _previews(session, params, few)

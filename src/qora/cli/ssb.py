@@ -275,12 +275,17 @@ def image_cmd(data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle, c30
 @click.option("--trials", type=click.IntRange(8, 100000), default=200, show_default=True,
               help="Trials of the cold-start search (rotation given), 8 per pass over G.")
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of the search.")
+@click.option("--coarse-rows", type=click.IntRange(1), default=None,
+              help="The search and the starts' Newton run on every n-th frequency of the band, n = its "
+                   "frequencies // this (default 8192; n = 1 below twice it), the best basins finished on the "
+                   "whole band (docs/ssb-performance.md, The full-scale fit's cost and memory).")
 @backend_option(help="Where G is held and the fit runs (on a cluster: on each worker).")
 @click.option("--quiet", is_flag=True, help="No progress bar (for scripts and logs).")
 @scale_out_options
 @data_options
 def fit_cmd(data, kv, semiangle, scan_step, rotation, orientation, branch, starts, thick_starts, tilt, depth_model,
-            sections, sections_out, out, plot, trials, seed, backend, quiet, scheduler, workers, gpus, source) -> None:
+            sections, sections_out, out, plot, trials, seed, coarse_rows, backend, quiet, scheduler, workers, gpus,
+            source) -> None:
     """Fit defocus, astigmatism (and rotation, thickness, tilt) from a cold start.
 
     The progress bar counts the whole fit: the search's trials (or, with the rotation fitted, its
@@ -329,7 +334,7 @@ def fit_cmd(data, kv, semiangle, scan_step, rotation, orientation, branch, start
             result = fit_session(session, rotation=None if rotation is None else np.deg2rad(rotation),
                                  orientation=orientation, branch=branch, starts=starts, thick_starts=thick_starts,
                                  tilt=tilt, progress=bar, trials=trials, seed=seed, depth_model=depth_model,
-                                 sections=sections)
+                                 sections=sections, **({} if coarse_rows is None else {"coarse_rows": coarse_rows}))
     with atomic_path(out) as tmp:
         tmp.write_text(json.dumps(result, indent=2) + "\n")
     for line in fit_summary(result):

@@ -30,15 +30,16 @@ quadratic-chi routes; else the array code (the rotation's Newton, with soft aper
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
 
 from qora.ssb import cpu_kernels, kernels
+from qora.ssb.band_arrays import ArrayCode, array_pair_bytes, batch_pair_bytes, block_budget
 from qora.ssb.model import (ABERRATION_PARAMETERS, KERNEL_COEFFICIENTS, QUADRATIC_PARAMETERS, THICK_PARAMETERS,
-                            basis_derivatives, sinc_derivatives, soft_aperture)
+                            soft_aperture)
 from qora.ssb.moments import combine_batch_moments, combine_moments, uncertainties
-from qora.ssb.optics import aperture
 
 __all__ = ["Band", "make_band", "combine_moments", "combine_batch_moments", "uncertainties"]
 
@@ -60,7 +61,7 @@ def _detector_grid(k, xp):
     return xp.asarray(rows), xp.asarray(cols), xp.asarray(cell)
 
 
-class Band:
+class Band(ArrayCode):
     """The frequencies of a band and everything about them that does not depend on p.
 
     Built from a :class:`qora.ssb.session.Session` (its rows of G from :meth:`Session.band_rows`): the
@@ -131,6 +132,38 @@ class Band:
         # calls so far: batches (one pass over G per launch, a thick batch of 8 is two), single values,
         # values with derivatives (one pass each)
         self.passes = {"batch": 0, "value": 0, "derivatives": 0}
+        # the array code's blocks of Q stay within this (its (Q, k) arrays are 3 GB each at full scale)
+        self.block_bytes = block_budget(xp, host=1 << 30)
+
+    def thinned(self, stride: int) -> "Band":
+        """This band on every ``stride``-th of its frequencies (in the half plane's row-major order):
+        a stand-in that a pass reads 1 / ``stride`` of the band's G for, sharing everything that
+        does not depend on Q. Its agreement is the fraction of its own frequencies' signal; its
+        maxima are the full band's up to noise, so the fits search and run their starts on it and
+        finish on the full band (:func:`qora.ssb.identify.multi_start`). ``self`` for stride 1.
+        The rows are a copy (1 / ``stride`` of the band's G), its pass counts its own."""
+        if int(stride) != stride or stride < 1:
+            raise ValueError(f"stride must be a whole number >= 1, got {stride!r}")
+        if stride == 1:
+            return self
+        xp = self.xp
+        out = copy.copy(self)
+        out.G = xp.ascontiguousarray(self.G[::stride])
+        out.total = float(sum(float(xp.sum(xp.abs(out.G[i:i + 4096]) ** 2, dtype=np.float64))
+                              for i in range(0, out.G.shape[0], 4096)))
+        out._q_scan = tuple(xp.ascontiguousarray(q[::stride]) for q in self._q_scan)
+        out.shape = out.G.shape
+        keep = np.zeros(self.keep.shape, bool)
+        keep.flat[np.flatnonzero(self.keep)[::stride]] = True
+        out.keep = keep
+        out._g64 = None
+        out._geometry_for = None
+        out._set_rotation(self.rotation)
+        out.passes = {"batch": 0, "value": 0, "derivatives": 0}
+        out.stride = int(stride)
+        return out
+
+    stride = 1  # the band's frequencies are every stride-th of its full band's (thinned)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -156,96 +189,16 @@ class Band:
         self._terms = None  # the array code's geometry, made when first needed (G-sized arrays)
         self._geometry_for = theta
 
-    @property
-    def terms(self) -> list:
-        """Per term of Gamma, the apertures, phase differences of the fitted aberrations and depth
-        phases over (Q, k), with their rotation derivatives: what the array code evaluates from.
-        The kernels need none of it, and at full scale each of these arrays is 3 GB."""
-        if self._terms is None:
-            self._terms = self._make_terms()
-        return self._terms
-
-    def _make_terms(self) -> list:
-        lam, ky, kx = self.lam, self.ky, self.kx
-        qdy, qdx = self.q_dot
-        qddy, qddx = -self.qy, -self.qx
-        names = self.aberration_names
-        zero = self.xp.zeros_like(qdy)
-        b0 = [basis_derivatives(p, ky, kx, lam, zero, zero, zero, zero)[0] for p in names]  # B(k): no path
-        terms = []
-        for sign in (-1, 1):  # term 1 at k - Q, term 2 at k + Q
-            ks = (ky + sign * self.qy, kx + sign * self.qx)
-            path = (sign * qdy, sign * qdx, sign * qddy, sign * qddx)  # d(k +- Q)/dtheta
-            if self.soft_edge is None:
-                a0 = aperture(kx, ky, self.alpha * 1e3 * lam, lam)
-                a = a0 * aperture(ks[1], ks[0], self.alpha * 1e3 * lam, lam)
-                a_d = a_dd = None
-            else:
-                a0 = soft_aperture(ky, kx, self.alpha, self.soft_edge)
-                a_s, a_s1, a_s2 = soft_aperture(ks[0], ks[1], self.alpha, self.soft_edge, *path)
-                a, a_d, a_dd = a0 * a_s, a0 * a_s1, a0 * a_s2
-            d, d_d, d_dd = [], [], []
-            for p, b in zip(names, b0):
-                bs, bs1, bs2 = basis_derivatives(p, ks[0], ks[1], lam, *path)
-                # term 1: B(k - Q) - B(k); term 2: B(k) - B(k + Q)
-                d.append(bs - b if sign < 0 else b - bs)
-                d_d.append(bs1 if sign < 0 else -bs1)
-                d_dd.append(bs2 if sign < 0 else -bs2)
-            k2, kq2 = ky**2 + kx**2, ks[0] ** 2 + ks[1] ** 2
-            dot = ks[0] * path[0] + ks[1] * path[1]  # (k +- Q) . d(k +- Q)/dtheta
-            speed2 = path[0] ** 2 + path[1] ** 2
-            acc = ks[0] * path[2] + ks[1] * path[3]
-            # depth phase pi lambda (|k|^2 - |k - Q|^2) (term 1) or pi lambda (|k + Q|^2 - |k|^2) (term 2)
-            depth = np.pi * lam * ((k2 - kq2) if sign < 0 else (kq2 - k2))
-            depth_d = np.pi * lam * 2 * dot * (-1 if sign < 0 else 1)
-            depth_dd = np.pi * lam * 2 * (speed2 + acc) * (-1 if sign < 0 else 1)
-            terms.append({"a": a, "a_d": a_d, "a_dd": a_dd, "d": d, "d_d": d_d, "d_dd": d_dd,
-                          "depth": depth, "depth_d": depth_d, "depth_dd": depth_dd})
-        return terms
-
-    @property
-    def a1(self):
-        return self.terms[0]["a"]
-
-    @property
-    def a2(self):
-        return self.terms[1]["a"]
-
     # -- one parameter set with derivatives -----------------------------------------------
-    def _depth(self, term, values, order: int):
-        """The sinc depth weight s and its derivatives in the depth-related parameters present
-        (thickness, tilt_y, tilt_x, rotation): (s, {name: s_i}, {(name, name): s_ij})."""
-        t = values.get("thickness", 0.0)
-        ty, tx = values.get("tilt_y", 0.0), values.get("tilt_x", 0.0)
-        qy, qx = self.qy, self.qx
-        a = term["depth"] - 2 * np.pi * (ty * qy + tx * qx)
-        u = a * t / 2
-        f, f1, f2 = sinc_derivatives(u)
-        if order == 0:
-            return f, {}, {}
-        qdy, qdx = self.q_dot
-        a_r = term["depth_d"] - 2 * np.pi * (ty * qdy + tx * qdx)
-        a_rr = term["depth_dd"] - 2 * np.pi * (ty * -qy + tx * -qx)
-        du = {"thickness": a / 2, "tilt_y": -np.pi * qy * t, "tilt_x": -np.pi * qx * t, "rotation": a_r * t / 2}
-        ddu = {("thickness", "tilt_y"): -np.pi * qy, ("thickness", "tilt_x"): -np.pi * qx,
-               ("thickness", "rotation"): a_r / 2, ("tilt_y", "rotation"): -np.pi * qdy * t,
-               ("tilt_x", "rotation"): -np.pi * qdx * t, ("rotation", "rotation"): a_rr * t / 2}
-        present = [p for p in ("thickness", "tilt_y", "tilt_x", "rotation") if p in self.parameters]
-        first = {p: f1 * du[p] for p in present}
-        second = {}
-        for i, p in enumerate(present):
-            for q_ in present[i:]:
-                cross = ddu.get((p, q_), ddu.get((q_, p), 0.0))
-                second[(p, q_)] = second[(q_, p)] = f2 * du[p] * du[q_] + f1 * cross
-        return f, first, second
-
     def moments(self, values: dict, *, order: int = 2) -> dict:
         """The per-Q sums over k the agreement of ``values`` and its derivatives are made of."""
         if self.quadratic_kernels:
             return self._kernel_moments(values, order)
         if self.rotation_kernel:
             return self._rotation_moments(values, order)
-        return self._array_moments(values, order)
+        if self.fits_rotation:  # the blocks' views make their own geometry: the rotation must be set first
+            self._set_rotation(float(values.get("rotation", self.rotation)))
+        return self._in_blocks("_array_moments", array_pair_bytes(len(self.parameters)), values, order)
 
     def _rotation_moments(self, values: dict, order: int) -> dict:
         """:meth:`moments` of a band fitting the rotation by the host's loop
@@ -261,116 +214,6 @@ class Band:
         if order == 0:
             return {"S": out[:, 0] + 1j * out[:, 1], "N": out[:, 2]}
         return self._unpack_derivatives(out, cpu_kernels.ROTATION_PARAMETERS)
-
-    def _array_moments(self, values: dict, order: int) -> dict:
-        """:meth:`moments` by the array code (the kernels' reference)."""
-        if self.fits_rotation:
-            self._set_rotation(float(values.get("rotation", self.rotation)))
-        names = self.parameters
-        nparam = len(names)
-        xp = self.xp
-        c = [float(values.get(p, 0.0)) for p in self.aberration_names]
-        terms = []
-        for term in self.terms:
-            phase = sum(ci * di for ci, di in zip(c, term["d"])) if len(c) else 0.0
-            e = xp.exp(-1j * phase) * xp.ones(self.G.shape)
-            if self.thick or self.fits_rotation:
-                sw, s_first, s_second = self._depth(term, values, order) if self.thick else (1.0, {}, {})
-            else:
-                sw, s_first, s_second = 1.0, {}, {}
-            a = term["a"]
-            value = a * e * sw
-            if order == 0:
-                terms.append((value, None, None))
-                continue
-            # first derivatives of the three factors a (aperture), e (aberration phase), s (depth)
-            phase_d = {}
-            for j, p in enumerate(self.aberration_names):
-                phase_d[p] = term["d"][j]
-            if self.fits_rotation:
-                phase_d["rotation"] = sum(ci * di for ci, di in zip(c, term["d_d"])) if len(c) else 0.0
-            a_d = {"rotation": term["a_d"]} if self.fits_rotation else {}
-            grads = []
-            for p in names:
-                g = 0.0
-                if p in a_d:
-                    g = g + a_d[p] * e * sw
-                if p in phase_d:
-                    g = g + a * (-1j * phase_d[p]) * e * sw
-                if p in s_first:
-                    g = g + a * e * s_first[p]
-                grads.append(g * xp.ones(self.G.shape))
-            if order == 1:
-                terms.append((value, grads, None))
-                continue
-            phase_dd = {}
-            if self.fits_rotation:
-                for j, p in enumerate(self.aberration_names):
-                    phase_dd[(p, "rotation")] = phase_dd[("rotation", p)] = term["d_d"][j]
-                phase_dd[("rotation", "rotation")] = (sum(ci * di for ci, di in zip(c, term["d_dd"]))
-                                                      if len(c) else 0.0)
-            a_dd = term["a_dd"] if self.fits_rotation else None
-            hess = [[None] * nparam for _ in range(nparam)]
-            for i, p in enumerate(names):
-                for j in range(i, nparam):
-                    q_ = names[j]
-                    # d2(a e s) = a_pq e s + a_p e_q s + a_p e s_q + a_q e_p s + a e_pq s + a e_p s_q
-                    #             + a_q e s_p + a e_q s_p + a e s_pq, with e_p = -i phi_p e and
-                    #             e_pq = (-i phi_pq - phi_p phi_q) e
-                    ep = -1j * phase_d[p] if p in phase_d else None
-                    eq = -1j * phase_d[q_] if q_ in phase_d else None
-                    h = 0.0
-                    if p == "rotation" and q_ == "rotation":
-                        h = h + a_dd * sw
-                    if p in a_d and eq is not None:
-                        h = h + a_d[p] * eq * sw
-                    if q_ in a_d and ep is not None:
-                        h = h + a_d[q_] * ep * sw
-                    if p in a_d and q_ in s_first:
-                        h = h + a_d[p] * s_first[q_]
-                    if q_ in a_d and p in s_first:
-                        h = h + a_d[q_] * s_first[p]
-                    e2 = 0.0
-                    if ep is not None and eq is not None:
-                        e2 = e2 + ep * eq
-                    if (p, q_) in phase_dd:
-                        e2 = e2 - 1j * phase_dd[(p, q_)]
-                    h = h + a * e2 * sw
-                    if ep is not None and q_ in s_first:
-                        h = h + a * ep * s_first[q_]
-                    if eq is not None and p in s_first:
-                        h = h + a * eq * s_first[p]
-                    if (p, q_) in s_second:
-                        h = h + a * s_second[(p, q_)]
-                    hess[i][j] = hess[j][i] = h * e
-            terms.append((value, grads, hess))
-        return self._moments(terms, order)
-
-    def _moments(self, terms, order: int) -> dict:
-        """The sums over this band's k of the products the agreement is made of, per Q: additive
-        over disjoint sets of bright-field pixels, so shards of G (``qora.distributed``) add them
-        up before :func:`combine_moments` finishes the agreement."""
-        xp, G = self.xp, self.G
-        (t1, g1, h1), (t2, g2, h2) = terms
-        gam = t1 - t2
-        m = {"S": xp.sum(G * xp.conj(gam), -1), "N": xp.sum(xp.abs(gam) ** 2, -1)}
-        if order == 0:
-            return m
-        nparam = len(self.parameters)
-        gp = [g1[i] - g2[i] for i in range(nparam)]
-        m["Sp"] = xp.stack([xp.sum(G * xp.conj(g), -1) for g in gp])
-        m["Np"] = xp.stack([2 * xp.real(xp.sum(xp.conj(gam) * g, -1)) for g in gp])
-        if order == 1:
-            return m
-        Sij = xp.zeros((nparam, nparam) + m["S"].shape, m["S"].dtype)
-        Nij = xp.zeros((nparam, nparam) + m["S"].shape)
-        for i in range(nparam):
-            for j in range(i, nparam):
-                gij = h1[i][j] - h2[i][j]
-                Sij[i, j] = Sij[j, i] = xp.sum(G * xp.conj(gij), -1)
-                Nij[i, j] = Nij[j, i] = 2 * xp.real(xp.sum(xp.conj(gp[j]) * gp[i] + xp.conj(gam) * gij, -1))
-        m["Sij"], m["Nij"] = Sij, Nij
-        return m
 
     def evaluate(self, values: dict, *, order: int = 2):
         """Agreement (and with ``order`` 1 or 2 its gradient and Hessian in ``self.parameters``)."""
@@ -453,7 +296,7 @@ class Band:
             return self._quadratic_batch(sets)
         if xp is not np and self.soft_edge is None and len(sets) <= 64:
             return self._batch_kernel(sets)
-        return self._batch_arrays(sets)
+        return self._in_blocks("_batch_arrays", batch_pair_bytes(len(sets)), sets)
 
     # -- the quadratic-chi kernels (kernels/band.cu) ----------------------------------------
     def _quadratic_row(self, v: dict) -> list:
@@ -558,22 +401,6 @@ class Band:
         kernels.band_batch(G=self.G, k=self._k_pairs, qy=self._qy_flat, qx=self._qx_flat, table=table,
                            wavelength=self.lam, alpha=self.alpha, S=S, N=N)
         return {"S": S, "N": N}
-
-    def _batch_arrays(self, sets) -> dict:
-        xp = self.xp
-        c = xp.asarray(np.array([[v.get(p, 0.0) for p in self.aberration_names] for v in sets], float))
-        gam = []
-        for term in self.terms:
-            if c.shape[1]:
-                phase = xp.tensordot(c, xp.stack(term["d"]), axes=(1, 0))
-            else:
-                phase = xp.zeros((len(sets),) + self.G.shape)
-            e = term["a"][None] * xp.exp(-1j * phase)
-            if self.thick:
-                e = e * xp.stack([self._depth(term, v, 0)[0] * xp.ones(self.G.shape) for v in sets])
-            gam.append(e)
-        gam = gam[0] - gam[1]  # (B, nq, nbf)
-        return {"S": xp.sum(self.G[None] * xp.conj(gam), -1), "N": xp.sum(xp.abs(gam) ** 2, -1)}
 
     def uncertainties(self, agreement: float, hessian) -> dict:
         """Standard errors of the fitted parameters at the agreement's maximum: :func:`uncertainties`."""

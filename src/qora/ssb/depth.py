@@ -29,8 +29,10 @@ sum_k (A1^2 + A2^2) (a constant of the band). The agreement is sum_Q E(Q) / sum 
 - the tilt is not a parameter: it shifts each section's independent object sideways, which the
   free objects absorb (not observable on an amorphous film).
 
-The evaluation runs over blocks of Q, so the G-sized arrays of a block stay within ``block_bytes``,
-on the band's array module (NumPy, or CuPy for a band on the device).
+The evaluation runs over blocks of Q, so the arrays of a block (its transfers with their
+derivatives, and the geometry they are made of) stay within ``block_bytes``, on the band's array
+module (NumPy, or CuPy for a band on the device); nothing of the size of the band's (Q, k) is held
+but G's own rows. The memory model: :func:`bytes_per_row`, docs/ssb-performance.md.
 """
 
 from __future__ import annotations
@@ -38,10 +40,11 @@ from __future__ import annotations
 import numpy as np
 
 from qora.ssb.band import Band
+from qora.ssb.band_arrays import block_budget
 from qora.ssb.model import sinc_derivatives
 
-__all__ = ["IncoherentBand", "DEPTH_MODELS", "SECTIONS", "MOST_SECTIONS", "COUPLING", "COHERENT", "section_depths",
-           "depth_of_field", "auto_sections", "depth_coherence", "fit_incoherent", "depth_sections"]
+__all__ = ["IncoherentBand", "bytes_per_row", "DEPTH_MODELS", "SECTIONS", "MOST_SECTIONS", "COUPLING", "COHERENT",
+           "section_depths", "depth_of_field", "auto_sections", "depth_coherence", "fit_incoherent", "depth_sections"]
 
 DEPTH_MODELS = ("auto", "columnar", "incoherent")  # fit_session's depth_model
 SECTIONS = 3  # the default number of depth sections where no thickness is known
@@ -52,6 +55,26 @@ COUPLING = 1e-3  # the default penalty on the sections' spread, per double-overl
 # independent sections; measured 0.97-0.99 and 0.15-0.24)
 COHERENT = 0.5
 INCOHERENT_PARAMETERS = ("C10", "C12a", "C12b", "thickness")
+
+
+def bytes_per_row(pixels: int, sections: int, parameters: int, aberrations: int, *, geometry: bool = True) -> int:
+    """Bytes an :class:`IncoherentBand` evaluation with derivatives holds per frequency of a block:
+    ``pixels`` bright-field pixels, ``sections`` M, ``parameters`` P (of which ``aberrations`` A).
+
+    complex128 (16 B) per pixel: the transfers and their derivatives X (M L with L = 1 + P +
+    P (P + 1) / 2), the derivative transfers gathered for the Hessian's products and their
+    conjugate (2 M P), the transfers' conjugate (M), G's row in complex128 and its conjugate (2)
+    and the transfer's temporaries (P + 9: the term's base, its phase factor, the depth factors,
+    the first derivatives and one second one); float64 (8 B) per pixel: the transfer's real
+    temporaries (14: depth phase, sinc and its derivatives) and, with ``geometry``, the block's
+    apertures, phase differences and depth phases of both terms, 2 (2 + A), and 8 arrays made on
+    the way. Not all of it is held at once (the transfer's temporaries are gone before the
+    products.): an upper bound, measured 0.70-0.85 of it on the host (tests/ssb/test_ssb_depth.py).
+    """
+    L = 1 + parameters + parameters * (parameters + 1) // 2
+    complex_arrays = sections * L + 2 * sections * parameters + sections + 2 + parameters + 9
+    float_arrays = 14 + (2 * (2 + aberrations) + 8 if geometry else 0)
+    return int(pixels) * (16 * complex_arrays + 8 * float_arrays)
 
 
 def section_depths(thickness: float, sections: int) -> np.ndarray:
@@ -118,8 +141,10 @@ def fit_incoherent(session, start: dict, *, sections: int | None = None, couplin
 class IncoherentBand(Band):
     """A :class:`Band` of the depth-incoherent thick model (module docstring): ``sections`` depth
     sections with their own objects, coupled by ``coupling``. Parameters among C10, C12a, C12b and
-    thickness (A); it evaluates by the array code, the Q in blocks of about ``block_bytes`` (default
-    64 MiB on the host, 2 GiB on the device)."""
+    thickness (A); it evaluates by the array code, the Q in blocks of ``block_bytes`` at most
+    (:func:`bytes_per_row`; default :func:`qora.ssb.band_arrays.block_budget`, 64 MiB on the host), the
+    geometry (apertures, phase differences, depth phases) made per block, or once for the band
+    where it fits the budget."""
 
     def __init__(self, session, parameters, *, sections: int = SECTIONS, coupling: float = COUPLING,
                  band=(0.2, 0.9), rotation: float | None = None, block_bytes: int | None = None) -> None:
@@ -138,19 +163,33 @@ class IncoherentBand(Band):
         self.quadratic_kernels = self.rotation_kernel = False  # the array code only
         self.sets_per_pass = 8
         xp = self.xp
-        terms = self.terms
-        overlap = xp.sum(terms[0]["a"] ** 2 + terms[1]["a"] ** 2, -1)  # (nq,) double-overlap pixels
-        self.eps = self.coupling * overlap
+        m = self.sections
+        nq, nbf = self.G.shape
+        self.block_bytes = block_budget(xp) if block_bytes is None else int(block_bytes)
+        P, A = len(self.parameters), len(self.aberration_names)
+        # the band's geometry is kept whole where it fits the budget (small bands: made once), else
+        # made per block on each evaluation (at full scale it would be 2 (2 + A) x 3 GB)
+        self._geometry_bytes = 16 * (2 + A) * nq * nbf
+        keep_geometry = self._geometry_bytes <= self.block_bytes
+        self.block = min(nq, max(1, int(self.block_bytes // bytes_per_row(nbf, m, P, A, geometry=not keep_geometry))))
+        self._whole_geometry = None if not keep_geometry else False  # False: to be made on first use
+        overlap = xp.concatenate([xp.sum(t[0]["a"] ** 2 + t[1]["a"] ** 2, -1) for t in
+                                  (self._geometry(slice(i, i + self.block)) for i in range(0, nq, self.block))])
+        self.eps = self.coupling * overlap  # (nq,) per double-overlap pixel
         # a Q beyond the disks' reach (no overlap: N = 0) gets K = I, and so objects 0
         self._empty = (overlap == 0).astype(np.float64)
-        m = self.sections
         self._centring = xp.asarray(np.eye(m) - 1.0 / m)
         self._c = section_depths(1.0, m)  # z_m / t
-        nbf = self.G.shape[1]
-        if block_bytes is None:  # a few hundred Q per block on the device, where each block costs ~100 launches
-            block_bytes = (64 << 20) if xp is np else (2 << 30)
-        per_row = 16 * nbf * m * (2 + len(self.parameters) + len(self.parameters) * (len(self.parameters) + 1) // 2)
-        self.block = max(1, int(block_bytes // max(per_row, 1)))
+
+    def _geometry(self, rows: slice) -> list:
+        """Per term of Gamma, the apertures ``a``, phase differences ``d`` and depth phase ``depth``
+        over the frequencies ``rows`` (:meth:`Band._make_terms` without the rotation's derivatives)."""
+        if self._whole_geometry is None:
+            return self._make_terms(rows, rotation_derivatives=False)
+        if self._whole_geometry is False:
+            self._whole_geometry = self._make_terms(rotation_derivatives=False)
+        return [{"a": t["a"][rows], "d": [d[rows] for d in t["d"]], "depth": t["depth"][rows]}
+                for t in self._whole_geometry]
 
     def _regularised(self, N, rows):
         """K = N + eps P (and I where no pixel overlaps), per Q of the block ``rows``."""
@@ -159,7 +198,7 @@ class IncoherentBand(Band):
 
     # -- the sections' transfers and their derivatives, one block of Q -------------------------
     def _transfers(self, values: dict, rows: slice, order: int):
-        """(M, L, b, nbf) transfers of the sections: L = 1 (T_m), then for ``order`` 2 the first
+        """(b, M, L, nbf) transfers of the sections: L = 1 (T_m), then for ``order`` 2 the first
         derivatives in self.parameters and the second of each pair i <= j."""
         xp = self.xp
         names = self.parameters
@@ -169,24 +208,24 @@ class IncoherentBand(Band):
         nl = 1 if order == 0 else 1 + len(names) + len(pairs)
         m = self.sections
         out = None
-        for sign, term in zip((1.0, -1.0), self.terms):
-            d = [di[rows] for di in term["d"]]
-            base = sign * term["a"][rows]  # (b, nbf)
+        for sign, term in zip((1.0, -1.0), self._geometry(rows)):
+            d = term["d"]
+            base = sign * term["a"]  # (b, nbf)
             if c:
                 base = base * xp.exp(-1j * sum(ci * di for ci, di in zip(c, d)))
-            a = term["depth"][rows]
+            a = term["depth"]
             u = a * t
             v = u / (2 * m)
             h, h1, h2 = sinc_derivatives(v)
             h1, h2 = h1 / (2 * m), h2 / (4 * m * m)
-            if out is None:
-                out = xp.zeros((m, nl) + base.shape, np.complex128)
+            if out is None:  # (b, M, L, nbf): the products below read it as (b, M L, nbf) without a copy
+                out = xp.zeros((base.shape[0], m, nl, base.shape[1]), np.complex128)
             # the derivative of each parameter's phase factor: -i d_p for an aberration
             dphase = {p: -1j * d[j] for j, p in enumerate(self.aberration_names)}
             for k in range(m):
                 g = xp.exp(1j * self._c[k] * u)
                 f = g * h
-                out[k, 0] += base * f
+                out[:, k, 0] += base * f
                 if order == 0:
                     continue
                 f1 = (1j * self._c[k] * h + h1) * g  # df/du
@@ -194,7 +233,7 @@ class IncoherentBand(Band):
                 first = {}
                 for i, p in enumerate(names):
                     first[p] = base * (dphase[p] * f if p in dphase else f1 * a)
-                    out[k, 1 + i] += first[p]
+                    out[:, k, 1 + i] += first[p]
                 for n, (i, j) in enumerate(pairs):
                     p, q = names[i], names[j]
                     if p in dphase and q in dphase:
@@ -205,19 +244,20 @@ class IncoherentBand(Band):
                         second = dphase[q] * base * f1 * a
                     else:
                         second = base * f2 * a * a
-                    out[k, 1 + len(names) + n] += second
+                    out[:, k, 1 + len(names) + n] += second
         return out, pairs
 
     def _block_moments(self, values: dict, rows: slice, order: int):
         """E(Q) of a block of Q and, for ``order`` 2, its gradient (P, b) and Hessian (P, P, b)."""
         xp = self.xp
         X, pairs = self._transfers(values, rows, order)
-        m, nl, b, nbf = X.shape
+        b, m, nl, nbf = X.shape
         G = self.G[rows].astype(np.complex128, copy=False)  # complex64 G on the device: the sums in float64
-        Xq = xp.ascontiguousarray(X.transpose(2, 0, 1, 3)).reshape(b, m * nl, nbf)  # (b, M L, nbf)
-        T = Xq.reshape(b, m, nl, nbf)[:, :, 0]  # (b, M, nbf)
-        sX = (xp.conj(Xq) @ G[:, :, None])[..., 0].reshape(b, m, nl)  # sum_k conj(X) G
-        AX = (xp.conj(Xq) @ xp.swapaxes(T, 1, 2)).reshape(b, m, nl, m)  # sum_k conj(X_ml) T_n
+        Xq = X.reshape(b, m * nl, nbf)  # (b, M L, nbf), a view
+        T = X[:, :, 0]  # (b, M, nbf)
+        # sum_k conj(X) Y as conj(X @ conj(Y)): the conjugates of G and T, never of X (the block's largest)
+        sX = xp.conj((Xq @ xp.conj(G)[:, :, None])[..., 0]).reshape(b, m, nl)  # sum_k conj(X) G
+        AX = xp.conj(Xq @ xp.swapaxes(xp.conj(T), 1, 2)).reshape(b, m, nl, m)  # sum_k conj(X_ml) T_n
         N = AX[:, :, 0]
         K = self._regularised(N, rows)
         s = sX[:, :, 0]
@@ -235,8 +275,8 @@ class IncoherentBand(Band):
         r = sp - Npx
         z = xp.linalg.solve(K, xp.moveaxis(r, 0, -1))  # (b, M, P): K^-1 r_p
         rz = xp.real(xp.einsum("bmq,bmp->pqb", xp.conj(xp.moveaxis(r, 0, -1)), z))  # Re(r_q^H K^-1 r_p)
-        Tp = Xq.reshape(b, m, nl, nbf)[:, :, 1:1 + P].reshape(b, m * P, nbf)
-        B = (xp.conj(Tp) @ xp.swapaxes(Tp, 1, 2)).reshape(b, m, P, m, P)  # sum_k conj(T_m,p) T_n,q
+        Tp = X[:, :, 1:1 + P].reshape(b, m * P, nbf)
+        B = xp.conj(Tp @ xp.swapaxes(xp.conj(Tp), 1, 2)).reshape(b, m, P, m, P)  # sum_k conj(T_m,p) T_n,q
         hess = xp.empty((P, P, b))
         for n, (i, j) in enumerate(pairs):
             spq = sX[:, :, 1 + P + n]
@@ -254,7 +294,7 @@ class IncoherentBand(Band):
         for start in range(0, self.G.shape[0], self.block):
             rows = slice(start, start + self.block)
             X, _ = self._transfers(values, rows, 0)
-            T = xp.moveaxis(X[:, 0], 0, 1)  # (b, M, nbf)
+            T = X[:, :, 0]  # (b, M, nbf)
             s = (xp.conj(T) @ self.G[rows].astype(np.complex128, copy=False)[:, :, None])[..., 0]
             N = xp.conj(T) @ xp.swapaxes(T, 1, 2)
             K = self._regularised(N, rows)

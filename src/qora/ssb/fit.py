@@ -17,7 +17,8 @@ from qora.progress import report
 from qora.ssb.band import make_band
 from qora.ssb.depth import (COHERENT, DEPTH_MODELS, MOST_SECTIONS, auto_sections, depth_of_field, fit_incoherent,
                             section_depths)
-from qora.ssb.identify import distinct_basins, distinct_trials, identifiability, quarter_wave, run_starts
+from qora.ssb.identify import (COARSE_ROWS, coarse_stride, distinct_trials, identifiability, multi_start,
+                               quarter_wave)
 from qora.ssb.optimize import defocus_search, newton, tpe_search
 from qora.ssb.orientation import (check_orientation, com_curl, com_spectrum, compose, flip_branch, phase_skewness,
                                   reorient, search_orientation, wrap_angle)
@@ -45,7 +46,8 @@ def _rotation_grid(coarse_deg: float):
 
 
 def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9), coarse_deg: float = 6.0,
-                 angles=None, progress=None, offset: int = 0, total: int | None = None):
+                 angles=None, progress=None, offset: int = 0, total: int | None = None,
+                 coarse_rows: int = COARSE_ROWS):
     """Cold-start fit with the scan rotation unknown: ``(rotation, values, agreement)``.
 
     The agreement does not change when the scan turns by 180 degrees (G(-Q) = conj G(Q) and
@@ -56,13 +58,15 @@ def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9)
     ``progress`` is told each angle searched and each Newton step, counted from ``offset`` of
     ``total`` (default: this fit's own, the angles + 1 + 60). ``angles`` (rad), when given, are
     the coarse grid instead (:func:`fit_session` takes a few around the centre-of-mass estimate,
-    :mod:`qora.ssb.orientation`). The rotation returned is in [-90, 90) degrees with the
-    aberrations of that branch: the other, (rotation + 180, -C), is :func:`fit_session`'s choice.
+    :mod:`qora.ssb.orientation`). The C10 searches run on the band thinned to ``coarse_rows``
+    frequencies (:func:`_thinned`), Newton on the whole band. The rotation returned is in [-90,
+    90) degrees with the aberrations of that branch: the other, (rotation + 180, -C), is
+    :func:`fit_session`'s choice.
     """
     coarse_deg = in_range("coarse_deg", coarse_deg, 0.0, 90.0, unit="degrees", inclusive=False)
 
     def c10_only(theta):
-        b = make_band(session, ("C10",), band=band, rotation=theta)
+        b = _thinned(make_band(session, ("C10",), band=band, rotation=theta), coarse_rows)
         c10, values = defocus_search(b, step=20.0, low=-400.0, high=400.0)
         return float(values.max()), c10
 
@@ -75,7 +79,7 @@ def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9)
         report(progress, "search (rotation)", offset + i + 1, total)
     best = int(np.argmax([a for a, _ in scores]))
     theta0, coarse_c10 = float(grid[best]), scores[best][1]
-    b = make_band(session, ("C10",), band=band, rotation=theta0)
+    b = _thinned(make_band(session, ("C10",), band=band, rotation=theta0), coarse_rows)
     c10, _ = defocus_search(b, step=10.0, low=coarse_c10 - 60.0, high=coarse_c10 + 60.0)
     report(progress, "search (rotation)", offset + searched, total)
     b = make_band(session, tuple(parameters) + ("rotation",), band=band, rotation=theta0)
@@ -108,9 +112,16 @@ def com_curl_rotation(session, orientation: str) -> float:
     return com_curl(qy, qx, c, orientation)[1]
 
 
-def _orientation(session, orientation: str, rotation, band=(0.2, 0.9)):
+def _thinned(band, rows: int):
+    """``band`` thinned to at least ``rows`` frequencies (:func:`coarse_stride`)."""
+    stride = coarse_stride(band, rows)
+    return band.thinned(stride) if stride > 1 else band
+
+
+def _orientation(session, orientation: str, rotation, band=(0.2, 0.9), coarse_rows: int = COARSE_ROWS):
     """The orientation to fit in and its report: searched (:func:`search_orientation`) for "auto",
-    else the given one. A session without its G in one piece (split over workers) is not searched."""
+    else the given one. A session without its G in one piece (split over workers) is not searched.
+    The candidates' C10 searches run on the band thinned to ``coarse_rows`` frequencies."""
     if orientation == "auto" and not hasattr(session, "G"):
         return "identity", {"orientation": "identity", "searched": False,
                             "note": "not searched: the session's G is split over workers (give orientation=)"}
@@ -125,7 +136,7 @@ def _orientation(session, orientation: str, rotation, band=(0.2, 0.9)):
     for candidate in (found["orientation"], found["runner_up"]):
         theta = rotation if rotation is not None else (
             found["rotation_rad"] if candidate == found["orientation"] else com_curl_rotation(session, candidate))
-        b = make_band(reorient(session, candidate), ("C10",), band=band, rotation=theta)
+        b = _thinned(make_band(reorient(session, candidate), ("C10",), band=band, rotation=theta), coarse_rows)
         _, values = defocus_search(b, step=20.0, low=-400.0, high=400.0)
         checks[candidate] = (float(values.max()), theta)
     best = max(checks, key=lambda n: checks[n][0])
@@ -179,7 +190,7 @@ def _choose_depth_model(out: dict, requested: str, standard: float, columnar: fl
 def fit_session(session, *, rotation: float | None = None, orientation: str = "auto", branch: str = "auto",
                 tilt: bool = True, band=(0.2, 0.9), progress=None, trials: int = 200, batch: int = 8, seed: int = 0,
                 starts: int = STARTS, thick_starts: int = len(THICK_TILT_STARTS), compare_standard: bool = True,
-                depth_model: str = "auto", sections: int | None = None):
+                depth_model: str = "auto", sections: int | None = None, coarse_rows: int = COARSE_ROWS):
     """The standard fit (C10, C12) and, with ``tilt``, the thick-sample fit beside it.
 
     ``orientation`` is the detector's against the scan (:data:`qora.ssb.orientation.ORIENTATIONS`):
@@ -192,7 +203,11 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
     ``starts`` best distinct trials and the C10 grid's best (:func:`defocus_search`), the basins
     kept for the identifiability report. The thick fit starts from the standard one with 60 A of
     thickness and the first ``thick_starts`` tilts of :data:`THICK_TILT_STARTS` (all three by
-    default) and fits C10, C12, thickness and tilt by Newton from each.
+    default) and fits C10, C12, thickness and tilt by Newton from each. The searches and the
+    starts' Newton run on the band thinned to at least ``coarse_rows`` frequencies (every
+    stride-th: :func:`qora.ssb.identify.coarse_stride`; the whole band where it holds fewer than
+    twice that), and the basins within reach of the best are finished on the whole band
+    (:func:`qora.ssb.identify.multi_start`): at full scale a pass of the starts reads a fifth of G.
 
     ``branch``: the data are explained equally by (rotation, C, phase) and (rotation + 180 deg,
     -C, -phase). Where that is open (the rotation fitted, or the orientation searched) "auto"
@@ -231,6 +246,7 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
     seed = integer("seed", seed, low=0)
     starts = integer("starts", starts, low=1)
     thick_starts = integer("thick_starts", thick_starts, low=1, high=len(THICK_TILT_STARTS))
+    coarse_rows = integer("coarse_rows", coarse_rows, low=1)
     band = _check_band(band)
     if depth_model not in DEPTH_MODELS:
         raise InputError(f"depth_model must be one of {', '.join(DEPTH_MODELS)}; got {depth_model!r}")
@@ -244,7 +260,7 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
     t0 = time.perf_counter()
     names = ("C10", "C12a", "C12b")
     fitted_rotation = rotation is None
-    name, orient = _orientation(session, orientation, rotation, band)
+    name, orient = _orientation(session, orientation, rotation, band, coarse_rows)
     timings["orientation_s"] = time.perf_counter() - t0
     work = reorient(session, name)
     angles = None
@@ -257,21 +273,24 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
     total = standard + (ROTATION_NEWTON * thick_starts if tilt else 0) + (ROTATION_NEWTON if incoherent else 0)
     report(progress, "search", 0, total)
     if fitted_rotation:
-        rotation, values, _ = fit_rotation(work, names, band=band, angles=angles, progress=progress, total=total)
+        rotation, values, _ = fit_rotation(work, names, band=band, angles=angles, progress=progress, total=total,
+                                           coarse_rows=coarse_rows)
         basins = None
     else:
         b = make_band(work, names, band=band, rotation=rotation)
-        _, _, points, agreements = tpe_search(b, trials=trials, batch=batch, seed=seed,
+        coarse = _thinned(b, coarse_rows)  # the search and the starts on 1 / stride of G, finished on all of it
+        _, _, points, agreements = tpe_search(coarse, trials=trials, batch=batch, seed=seed,
                                               callback=lambda done: report(progress, "search", done, total))
         first = distinct_trials(points, agreements, names, starts, spread={"C10": 40.0, "C12a": 20.0, "C12b": 20.0})
-        c10, _ = defocus_search(b)  # a start no seed moves
+        c10, _ = defocus_search(coarse)  # a start no seed moves
         first.append({"C10": c10, "C12a": 0.0, "C12b": 0.0})
         timings["search_s"] = time.perf_counter() - t0
-        results = run_starts(b, first, iterations=STANDARD_NEWTON, callback=lambda i, state: report(
-            progress, "newton (standard)", searched + i * STANDARD_NEWTON + state.step, total))
-        basins = distinct_basins(results, names)
+        basins = multi_start(b, first, names, iterations=STANDARD_NEWTON, coarse=coarse, callback=lambda i, state:
+                             report(progress, "newton (standard)", searched + i * STANDARD_NEWTON + state.step, total))
         values = dict(basins[0][0])
         passes["standard"] = getattr(b, "passes", None)  # a band split over workers does not count
+        if coarse is not b:
+            passes["standard_coarse"] = {**coarse.passes, "stride": coarse.stride}
     report(progress, "newton (standard)", standard, total)
     # the 180-degree branch: open where the rotation was fitted or the orientation searched
     open_branch = fitted_rotation or orient.get("searched", False)
@@ -320,13 +339,15 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
         t1 = time.perf_counter()
         tnames = names + ("thickness", "tilt_y", "tilt_x")
         b = make_band(work, tnames, band=band, rotation=rotation)
+        coarse = _thinned(b, coarse_rows)
         tstarts = [{**values, "thickness": 60.0, "tilt_y": ty, "tilt_x": tx} for ty, tx in THICK_TILT_STARTS[:thick_starts]]
-        results = run_starts(b, tstarts, iterations=ROTATION_NEWTON, callback=lambda i, state: report(
-            progress, "newton (thick)", standard + i * ROTATION_NEWTON + state.step, total))
-        tbasins = distinct_basins(results, tnames)
+        tbasins = multi_start(b, tstarts, tnames, iterations=ROTATION_NEWTON, coarse=coarse, callback=lambda i, state:
+                              report(progress, "newton (thick)", standard + i * ROTATION_NEWTON + state.step, total))
         tvalues, tagreement, thessian = tbasins[0]
         timings["thick_s"] = time.perf_counter() - t1
         passes["thick"] = getattr(b, "passes", None)
+        if coarse is not b:
+            passes["thick_coarse"] = {**coarse.passes, "stride": coarse.stride}
         out["thick"] = _report(work, b, tvalues, tagreement, thessian, tbasins, tnames)
         # the simpler model unless the thick one explains measurably more (0.1% of the signal)
         out["better"] = "thick" if tagreement > agreement + 1e-3 else "standard"

@@ -33,8 +33,9 @@ import numpy as np
 from qora.ssb.band import uncertainties
 from qora.ssb.optimize import newton
 
-__all__ = ["quarter_wave", "CONDITIONING", "SIGMAS", "SAME_BASIN", "GAP_FRACTION", "run_starts", "distinct_basins",
-           "distinct_trials", "gap_needed", "conditioning", "identifiability"]
+__all__ = ["quarter_wave", "CONDITIONING", "SIGMAS", "SAME_BASIN", "GAP_FRACTION", "POLISH_GAPS", "COARSE_ROWS",
+           "run_starts", "multi_start", "coarse_stride", "distinct_basins", "distinct_trials", "gap_needed",
+           "degrees_of_freedom", "conditioning", "identifiability"]
 
 CONDITIONING = 1e-4  # the least independent fraction of a parameter's curvature
 SIGMAS = 3.0  # two basins differ in a parameter by more than this many standard errors
@@ -45,6 +46,13 @@ SAME_BASIN = {"C10": 2.0, "C12a": 2.0, "C12b": 2.0, "thickness": 5.0, "tilt_y": 
 # the best does (relative to what the best leaves): model error, not noise, sets the floor on data
 # the weak-phase model does not describe exactly
 GAP_FRACTION = 0.05
+# multi_start finishes on the full band every basin of the thinned band within this many gaps needed
+# of the best: a basin further down stays clearly worse whatever finishing it would add (the move
+# from the thinned band's maximum to the full band's is at the noise's scale, its gain second order)
+POLISH_GAPS = 2.0
+# the searches and the starts' Newton run on a band thinned to at least this many frequencies
+# (coarse_stride): at full scale (44,000) every 5th, below 16,384 the whole band
+COARSE_ROWS = 8192
 
 
 def _tolerance(name: str) -> float:
@@ -59,6 +67,45 @@ def run_starts(band, starts, *, iterations: int, callback=None):
         cb = None if callback is None else (lambda state, i=i: callback(i, state))
         out.append(newton(band, start, iterations=iterations, callback=cb))
     return sorted(out, key=lambda r: -r[1])
+
+
+def coarse_stride(band, rows: int = COARSE_ROWS) -> int:
+    """The stride that thins ``band`` to at least ``rows`` frequencies (1: not thinned; also for a
+    band that cannot be thinned, one split over workers)."""
+    if not hasattr(band, "thinned"):
+        return 1
+    return max(1, int(band.shape[0]) // int(rows))
+
+
+def degrees_of_freedom(band, parameters: int) -> int:
+    """The residual's degrees of freedom of a fit on ``band``: its values less one free object per
+    frequency and the fitted parameters."""
+    nq, nbf = band.shape
+    return max(1, nq * nbf - nq - parameters)
+
+
+def multi_start(band, starts, names, *, iterations: int, coarse=None, callback=None):
+    """Newton from each start, the basins kept (:func:`distinct_basins`, best first, as
+    ``(values, agreement, hessian)`` on ``band``).
+
+    With a ``coarse`` band (``band.thinned(stride)``) the starts' Newton runs on it (1 / stride
+    of G per pass); the basins it finds are evaluated on ``band`` in one batch, and those within
+    :data:`POLISH_GAPS` gaps needed (:func:`gap_needed`) of the best are finished by Newton on
+    ``band`` (from a maximum of the thinned band: two or three steps). The others keep their
+    thinned-band values with their agreement on ``band`` and no Hessian (None): clearly worse
+    basins, which the report only names. ``callback(i, state)`` is told start ``i``'s steps on the
+    coarse band (not the finishing ones). docs/ssb-performance.md, "The standard fit's cost".
+    """
+    if coarse is None or coarse is band:
+        return distinct_basins(run_starts(band, starts, iterations=iterations, callback=callback), names)
+    found = distinct_basins(run_starts(coarse, starts, iterations=iterations, callback=callback), names)
+    full = np.asarray(band.evaluate_batch([v for v, _, _ in found]), float)
+    best = float(full.max())
+    floor = best - POLISH_GAPS * gap_needed(best, degrees_of_freedom(band, len(names)))
+    finish = [found[i][0] for i in range(len(found)) if full[i] >= floor]
+    rest = [(found[i][0], float(full[i]), None) for i in range(len(found)) if full[i] < floor]
+    finished = run_starts(band, finish, iterations=iterations)
+    return distinct_basins(sorted(finished + rest, key=lambda r: -r[1]), names)
 
 
 def _differs(a: dict, b: dict, names) -> bool:
@@ -151,8 +198,7 @@ def identifiability(band, basins, *, dof: int | None = None, scales: dict | None
     keep = [i for i in range(len(names)) if cond[i] >= CONDITIONING]
     sigma, interval = {}, {}
     if dof is None:
-        nq, nbf = band.shape
-        dof = max(1, nq * nbf - nq - len(names))
+        dof = degrees_of_freedom(band, len(names))
     need = gap_needed(agreement, dof)
     if keep:
         sub = np.asarray(hessian, float)[np.ix_(keep, keep)]
