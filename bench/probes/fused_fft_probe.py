@@ -9,7 +9,8 @@ default, each with its difference from graph after 20 HIO iterations from the sa
 A candidate is ``<strided_load>[/<lines per block>]`` (FusedFFTEngine's strided_load and strided_lines), or
 ``split`` / ``split+<strided_load>`` for the 2D column pass in three passes (column_split; 2D heights
 2048 and 4096 only), ``prefetch`` for the x pass (contig_load), which may follow another with "+"
-(``async+prefetch``); ``ept16`` is the default kernels with 16 elements per thread.
+(``async+prefetch``); ``ept16`` is the plain kernels with 16 elements per thread, ``plain`` the kernels
+before the candidates (the "fused_fft" row is the engine's default, the measured layout).
 """
 
 from __future__ import annotations
@@ -36,17 +37,29 @@ def workload(shape):
 
 PASS_BYTES = {"contig forward": 16, "strided forward": 16, "strided inverse": 16, "strided modulus": 20,
               "contig update+forward": 33, "split forward": 16, "split middle": 20, "split inverse": 16}
-DEFAULT_CANDIDATES = "ept16,async,pipe,pipe/8,async/8,prefetch,async+prefetch,split,split+async"
+DEFAULT_CANDIDATES = "plain,ept16,async,pipe,pipe/8,async/8,prefetch,async+prefetch,split,split+async"
 PARITY_ITERATIONS = 20
+
+
+#: what a candidate does not name runs as the kernels before the candidates (the engine's own default is
+#: now the measured layout, :func:`qora.phase.cuda_fused.measured_layout`, timed as the "fused_fft" row)
+PLAIN = {"strided_load": "plain", "contig_load": "plain", "column_split": False}
 
 
 def candidate_options(text: str, shape) -> dict | None:
     """FusedFFTEngine keywords of candidate ``text`` at ``shape``, or None where it does not apply."""
+    options = _named_options(text, shape)
+    return None if options is None else {**PLAIN, **options}
+
+
+def _named_options(text: str, shape) -> dict | None:
+    if text == "plain":
+        return {}
     if text == "ept16":
         return {"elements_per_thread": 16}
     if text.endswith("prefetch"):  # the x pass's candidate, alone or with a strided one ("async+prefetch")
         inner = text[: -len("prefetch")].rstrip("+")
-        options = candidate_options(inner, shape) if inner else {}
+        options = _named_options(inner, shape) if inner else {}
         return None if options is None else {**options, "contig_load": "prefetch"}
     if text.startswith("split"):
         if len(shape) != 2 or shape[0] not in (2048, 4096):

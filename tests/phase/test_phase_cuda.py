@@ -335,8 +335,10 @@ def test_fused_fft_every_built_line_layout_matches_cpu(shape):
 
 
 @pytest.mark.parametrize("shape,expected", [((128, 128, 128), "fused_fft"), ((64, 64, 64), "graph"),
-                                            ((256, 256), "graph"), ((128, 128, 96), "graph")])
-def test_auto_picks_fused_fft_in_3d_from_128_cubed(shape, expected):
+                                            ((256, 256), "graph"), ((128, 128, 96), "graph"),
+                                            ((2048, 2048), "fused_fft"), ((4096, 2048), "fused_fft"),
+                                            ((1024, 1024), "graph"), ((2048, 1024), "graph")])
+def test_auto_picks_fused_fft_where_it_measured_faster(shape, expected):
     assert Solver(np.ones(shape, np.float32), backend="cuda").variant == expected
 
 
@@ -408,9 +410,14 @@ def test_fused_fft_candidates_match_cpu(name, shape, candidate):
     from qora.phase.cuda_fused import FusedFFTEngine
 
     amp, support, x0 = _case(name, shape, 2)
-    engine = FusedFFTEngine(amp, support, 2, **candidate)
+    engine = FusedFFTEngine(amp, support, 2, **{"strided_load": "plain", "contig_load": "plain",
+                                                "column_split": False, **candidate})
+    # the rectangular triangle amplifies rounding over 20 HIO iterations as in the step-by-step test: measured
+    # on the H200 2.2e-5 of the norm at 256 x 512 with the async and the prefetch loads alike (the loads do
+    # not change the arithmetic)
+    rtol = 4e-5 if name == "triangle" and shape == (256, 512) else 1e-5
     assert_parity(lambda x: _run(CpuEngine(amp, support, 2), x, 20, "HIO", None),
-                  lambda x: _run(engine, x, 20, "HIO", None), x0, rtol=1e-5)
+                  lambda x: _run(engine, x, 20, "HIO", None), x0, rtol=rtol)
     # the candidate ran where it is built (not the plain kernels it falls back to elsewhere)
     ran = " ".join(engine.strided_kernels.values())
     if "strided_load" in candidate:

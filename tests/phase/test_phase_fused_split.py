@@ -57,3 +57,13 @@ def test_a_wrong_twiddle_sign_is_caught():
     wrong = np.exp(+2j * np.pi * np.outer(k1, j) / h)[None, :, :, None]
     spectrum = np.fft.fft(v * wrong, axis=2).transpose(0, 2, 1, 3).reshape(1, h, w)
     assert not np.allclose(spectrum, np.fft.fft(y, axis=1))
+
+
+def test_measured_layout_is_the_h200_table():
+    """The fused engine's default loads per shape: the fastest measured (docs/phase-performance.md)."""
+    from qora.phase.cuda_fused import measured_layout
+
+    assert measured_layout((256, 256, 256)) == {"contig_load": "prefetch", "strided_load": "async", "column_split": False}
+    assert measured_layout((512, 512, 512))["strided_load"] == "plain"
+    assert measured_layout((4096, 4096))["column_split"] is True
+    assert measured_layout((2048, 2048)) == {"contig_load": "prefetch", "strided_load": "async", "column_split": False}

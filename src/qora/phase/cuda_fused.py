@@ -7,7 +7,7 @@ import numpy as np
 
 from qora.phase.cuda_base import _KernelEngine
 
-__all__ = ["FusedFFTEngine", "EPT_ORDER", "EPT_FIRST", "STRIDED_LOADS", "CONTIG_LOADS", "SPLIT_HEIGHTS"]
+__all__ = ["FusedFFTEngine", "measured_layout", "EPT_ORDER", "EPT_FIRST", "STRIDED_LOADS", "CONTIG_LOADS", "SPLIT_HEIGHTS"]
 
 # fused_fft: elements per thread, in order of preference where both are built; the strided 256-point
 # passes measured faster with 16 (0.170 against 0.202 ms for the modulus pass at 256^3 on the H200),
@@ -31,6 +31,18 @@ SPLIT_N1 = 64
 SPLIT_LAYOUT = (16, 8)
 
 
+def measured_layout(shape) -> dict:
+    """The loads and split the H200 measured fastest for a pattern of ``shape`` (2026-12-01, every candidate
+    side by side, bench/results/phase-fused/fused_fft_probe-candidates-20261201.json): the x pass's
+    prefetch everywhere (0.82-0.94x of graph against 0.84-1.03x without); the strided tiles through
+    cp.async except in 3D at 512 (0.837x of graph with plain loads against 0.851x); at a 2D height of
+    4096 the split column pass (0.923x against 0.960x); at 2048 the split measured slower (1.09x)."""
+    shape = tuple(shape)
+    return {"contig_load": "prefetch",
+            "strided_load": "plain" if len(shape) == 3 and max(shape) == 512 else "async",
+            "column_split": len(shape) == 2 and shape[0] == 4096}
+
+
 class FusedFFTEngine(_KernelEngine):
     """Iterations as cuFFTDx line passes carrying the element-wise work (``kernels/fused_fft.cu``).
 
@@ -47,8 +59,8 @@ class FusedFFTEngine(_KernelEngine):
     CUBIN = "fused_fft.sm_90.cubin"
 
     def __init__(self, amp, support, batch: int = 1, *, modulus_axis: str = "z", elements_per_thread=None,
-                 strided_load: str = "plain", strided_lines: int | None = None, column_split: bool = False,
-                 contig_load: str = "plain") -> None:
+                 strided_load: str | None = None, strided_lines: int | None = None, column_split: bool | None = None,
+                 contig_load: str | None = None) -> None:
         """``modulus_axis``: in 3D, the strided axis whose pass carries the modulus step ("z" or "y"; the
         other strided axis gets a plain forward and inverse pass). ``elements_per_thread``: the line
         transforms' elements per thread where several are built (None: :data:`EPT_ORDER`'s first).
@@ -56,7 +68,12 @@ class FusedFFTEngine(_KernelEngine):
         the kernel family that ran. ``strided_lines``: lines per block of the strided passes where built at
         that number (None: the most that leave two blocks per SM). ``column_split``: in 2D with a height in
         :data:`SPLIT_HEIGHTS`, the modulus pass as three passes of short columns (four-step). ``contig_load``:
-        one of :data:`CONTIG_LOADS` (:attr:`contig_kernels` records what ran)."""
+        one of :data:`CONTIG_LOADS` (:attr:`contig_kernels` records what ran). Each of the three left None
+        takes :func:`measured_layout`'s value for the pattern's shape."""
+        chosen = measured_layout(np.shape(amp))
+        strided_load = chosen["strided_load"] if strided_load is None else strided_load
+        contig_load = chosen["contig_load"] if contig_load is None else contig_load
+        column_split = chosen["column_split"] if column_split is None else column_split
         if strided_load not in STRIDED_LOADS:
             raise ValueError(f"strided_load must be one of {STRIDED_LOADS}, got {strided_load!r}")
         self.strided_load = strided_load

@@ -27,9 +27,11 @@ VARIANTS_CUDA = ("naive", "fused", "graph", "batched", "half", "mixed", "callbac
 # starts run batched, up to AUTO_BATCH at a time, where that measured faster per start: up to
 # 2^20 pixels (0.22x of looped at 256^2, 0.91x at 1024^2; 1.09x at 128^3, so not above).
 AUTO_CUDA_VARIANT = "graph"
-# ... except in 3D from 128^3 up on an H100/H200, where fused_fft measured 0.86-0.97x of graph (128^3 to
-# 512^3); in 2D the batched starts of graph win below 2^20 pixels and fused_fft is 1.03x of graph above
+# ... except on an H100/H200 in 3D from 128^3 up, where fused_fft with its measured layout ran at 0.75-0.89x
+# of graph (128^3 to 512^3), and in 2D above 2^20 pixels (0.92-0.93x at 2048^2 and 4096^2); in 2D up to
+# 2^20 pixels graph stays, because it batches several starts (0.22x per start of one at a time at 256^2)
 FUSED_FFT_SIZES = (128, 256, 512)
+FUSED_FFT_SIZES_2D = (2048, 4096)
 AUTO_BATCH = 8
 AUTO_BATCH_MAX_PIXELS = 2**20
 
@@ -44,8 +46,8 @@ def auto_batch(backend, variant: str, shape, starts: int) -> int:
 def _pick_variant(backend, variant: str, shape=()) -> str:
     if backend.is_cuda:
         if variant == "auto":
-            if (len(shape) == 3 and all(s in FUSED_FFT_SIZES for s in shape)
-                    and backend.device_facts().compute_capability.startswith("9.")):
+            sizes = FUSED_FFT_SIZES if len(shape) == 3 else FUSED_FFT_SIZES_2D if len(shape) == 2 else ()
+            if sizes and all(s in sizes for s in shape) and backend.device_facts().compute_capability.startswith("9."):
                 return "fused_fft"
             return AUTO_CUDA_VARIANT
         if variant not in VARIANTS_CUDA:
