@@ -176,6 +176,8 @@ class LiveG:
             frames = Frames(frames.index, frames.decode())
             self.timings["ingest_s"] += time.perf_counter() - t0
         if self.gathered is None:
+            if frames.release is not None:  # a view of a receiver's slot, handed back after this call
+                frames = Frames(frames.index, np.array(frames.data))
             self._pending.append(frames)
             top = max(int(f.index.max()) for f in self._pending if len(f.index))
             if top + 1 < self.calibration_rows * self.scan_shape[1]:

@@ -19,10 +19,14 @@ __all__ = ["Frames", "Source", "MemorySource", "Placement", "FrameReport"]
 @dataclass
 class Frames:
     """A batch of frames: ``index`` (n,) int64, each frame's acquisition index from 0 (the
-    detector's own frame number, so a gap is a dropped frame); ``data`` (n, det_row, det_col) counts."""
+    detector's own frame number, so a gap is a dropped frame); ``data`` (n, det_row, det_col) counts.
+    ``release``: None, or a callable the consumer calls once it has read ``data`` (a view of a
+    receiver's shared-memory slot, :mod:`qora.ssb.live.receivers`: the call hands the slot back);
+    who keeps such frames longer must copy them."""
 
     index: np.ndarray
     data: np.ndarray
+    release: object = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.index = np.asarray(self.index, np.int64).reshape(-1)

@@ -102,6 +102,7 @@ class _Counter:
     def __init__(self) -> None:
         self.received = self.processed = 0
         self.queue_peak = 0
+        self.backlog_at_end = 0  # frames received but not yet in G when the last batch was received
         self.t0 = time.perf_counter()  # the stream's header read: the receiver starts
         self.t_last = None  # the last frame received
         self.t_processed = None  # the last frame placed in G's rows
@@ -145,6 +146,8 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
         raise
     if getattr(source, "decode", None) == "auto":  # a DECTRIS source: its frames kept compressed for the GPU
         source.decode = "device" if live.decode_on_device else "host"
+    if hasattr(source, "max_wait_s"):  # receiving processes wait as long for a free slot
+        source.max_wait_s = options.max_wait_s
     batch = max(1, int(getattr(source, "batch", 256)))
     q: queue.Queue = queue.Queue(maxsize=max(2, options.queue_frames // batch))
     counter, stop = _Counter(), threading.Event()
@@ -156,6 +159,7 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
             for frames in source:
                 counter.t_last = time.perf_counter()
                 counter.received += len(frames.index)
+                counter.backlog_at_end = counter.received - counter.processed
                 try:
                     q.put(frames, timeout=options.max_wait_s)
                 except queue.Full:
@@ -214,6 +218,8 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
             if item is end:
                 break
             live.add(item)
+            if item.release is not None:  # a receiver's shared-memory slot, read: handed back
+                item.release()
             counter.processed += len(item.index)
             now = counter.t_processed = time.perf_counter()
             if (options.refresh_s and now - state["last"] >= options.refresh_s and live.rows_done >= 2
@@ -225,8 +231,11 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
                 if on_update is not None:
                     on_update(updates[-1])
                 state["last"], state["rows"] = time.perf_counter(), live.rows_done
-        last_frame = counter.t_last or time.perf_counter()
-        ends = {"queue_s": time.perf_counter() - last_frame}  # frames still queued when the last one came
+        # the last frame's arrival: a receiving process's own time where it tells it (perf_counter is
+        # CLOCK_MONOTONIC on Linux, one clock for all processes), else the receiver thread's
+        last_frame = getattr(source, "last_received", None) or counter.t_last or time.perf_counter()
+        ends = {"queue_s": time.perf_counter() - last_frame,  # frames still queued when the last one came
+                "backlog_frames": counter.backlog_at_end}
         t = time.perf_counter()
         live.finish()
         session = live.session()
@@ -245,6 +254,8 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
         thread.join(5)
     stats = _statistics(counter, live, q)
     stats.update(live.timings)
+    if isinstance(getattr(source, "statistics", None), dict):  # several receiving processes: their shares
+        stats["receivers"] = dict(source.statistics)
     stats["after_last_frame"] = ends
     for update in updates:  # the partial sessions' G (GBs at full scale) are not kept past the run
         update.session = None
