@@ -35,14 +35,15 @@ class CompressedFrames:
     """A batch of bitshuffle-LZ4 frames as received: ``index`` (n,) their acquisition indices,
     ``blobs`` n byte buffers (each a frame's blob with its 12-byte header; memoryviews of the
     received messages, not copied), ``dtype`` the pixels' (little-endian counts), ``shape``
-    (det_row, det_col). ``release``: as :class:`~qora.ssb.live.Frames`' (a receiver's slot handed
-    back once read)."""
+    (det_row, det_col). ``release``, ``receiver``: as :class:`~qora.ssb.live.Frames`' (a
+    receiver's slot handed back once read; which receiving process took them)."""
 
     index: np.ndarray
     blobs: list
     dtype: np.dtype
     shape: tuple
     release: object = field(default=None, repr=False, compare=False)
+    receiver: int = 0
 
     def __post_init__(self) -> None:
         self.index = np.asarray(self.index, np.int64).reshape(-1)
@@ -56,8 +57,8 @@ class CompressedFrames:
         self.sizes = np.fromiter((memoryview(b).nbytes for b in self.blobs), np.int64, len(self.blobs))
 
     @classmethod
-    def from_packed(cls, index, blob: np.ndarray, offsets: np.ndarray, dtype, shape, *,
-                    release=None) -> "CompressedFrames":
+    def from_packed(cls, index, blob: np.ndarray, offsets: np.ndarray, dtype, shape, *, release=None,
+                    receiver: int = 0) -> "CompressedFrames":
         """A batch already packed end to end (``blob`` uint8, ``offsets`` (n + 1,) int64, as
         :meth:`pack` gives them; a receiver process packs its batch into shared memory): its
         :meth:`pack` is then one copy."""
@@ -67,7 +68,8 @@ class CompressedFrames:
                              f"lie in a blob of {blob.size} bytes")
         view = memoryview(blob)
         bounds = offsets.tolist()
-        frames = cls(index, [view[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])], dtype, shape, release)
+        frames = cls(index, [view[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])], dtype, shape, release,
+                     receiver)
         frames._packed = (blob[:bounds[-1]], offsets)
         return frames
 

@@ -46,6 +46,7 @@ from qora.ssb.live.frames import Frames
 __all__ = ["ParallelDectrisSource", "SLOT_BYTES"]
 
 SLOT_BYTES = 64 << 20  # a slot: 1,024 compressed 192^2 frames with room, or 900 decoded uint16 ones
+DRAIN_S = 0.1  # seconds a receiver's socket stays idle after the series' end before it stops
 _ALIGN = 64
 
 
@@ -207,6 +208,7 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
         return True
 
     try:
+        _warm()
         outbox.put(("ready", worker))
         idle_since = None
         count = 0
@@ -223,7 +225,9 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
                 orders()
                 if state["ending"]:
                     idle_since = idle_since or time.perf_counter()
-                    if time.perf_counter() - idle_since > 0.02:  # drained: the end came after every frame
+                    # drained: the end was sent after every frame, those dealt to this receiver are
+                    # in its socket by now (the consumer stops sooner when the whole scan has come)
+                    if time.perf_counter() - idle_since > DRAIN_S:
                         break
                 if held and state["channel"] is not None:
                     pending, held[:] = list(held), []
@@ -258,6 +262,20 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
             pass
 
 
+def _warm() -> None:
+    """The compiled stages loaded before the receiver says it is ready: a receiver still loading
+    them while the others take frames would fall a second behind them (its frames late)."""
+    from qora.ssb.live import cbor
+    from qora.ssb.live.dectris import encode_stream2_frame, stream2_message
+    from qora.ssb.live.stream2 import scan_image
+
+    frame = np.arange(64, dtype=np.uint16).reshape(8, 8)
+    message = stream2_message("image", 1, image_id=0, data={"c": encode_stream2_frame(frame)})
+    fields = scan_image(message, b"c")
+    _decode_parts([_scanned_part(fields)] * 2)
+    cbor.loads(message)
+
+
 def _is_v2_image(parts) -> bool:
     """A stream v2 message that is (by its bytes) an image message: its ``type`` is "image"."""
     return b"\x64type\x65image" in bytes(parts[0].buffer[:64])
@@ -289,7 +307,7 @@ class ParallelDectrisSource(DectrisZMQSource):
         self._control: list = []  # messages of the stream forwarded before open() read the header
         self._early_batches: list = []  # batches announced before it
         self.last_received = None  # perf_counter (CLOCK_MONOTONIC: one clock for all processes) of the last frame
-        self.statistics = {"batches": 0, "per_process": [0] * self.processes, "slot_waits": 0}
+        self.statistics = {"batches": 0, "per_process": [0] * self.processes}
 
     def __repr__(self) -> str:
         return f"ParallelDectrisSource({self.endpoint}, processes={self.processes})"
@@ -405,38 +423,48 @@ class ParallelDectrisSource(DectrisZMQSource):
 
             offsets = np.ndarray(n + 1, np.int64, memory, 8 * n)
             return CompressedFrames.from_packed(index, memory[head:head + nbytes], offsets, np.dtype(dtype), shape,
-                                                release=release)
+                                                release=release, receiver=worker)
         data = np.ndarray((n,) + tuple(shape), np.dtype(dtype), memory, head)
-        return Frames(index, data, release)
+        return Frames(index, data, release, worker)
 
     def __iter__(self):
         self.open()
         mode = self.decode if self.decode in ("host", "device") else "host"
         for _, inbox, _ in self._workers:
             inbox.put(("mode", mode, self.max_wait_s))
+        done, ended, received = 0, False, 0
+        total = self.scan_shape[0] * self.scan_shape[1]
         early, self._early_batches = self._early_batches, []
         for rest in early:
+            received += rest[2]
             yield self._batch(*rest)
-        done, ended = 0, False
-        while done < self.processes:
+        # messages forwarded while the header was awaited (a short series' end can be among them)
+        pending, self._control = self._control, []
+        for message in pending:
+            ended |= self._series_end(message)
+        while done < self.processes and received < total:  # the whole scan has come: no wait for the drain
             kind, *rest = self._next(self.timeout)
             if kind == "batch":
+                received += rest[2]
                 yield self._batch(*rest)
             elif kind == "message":
-                head = self._decode([_Part(data, more) for data, more in rest[1]])
-                name = head.get("type") if self.stream == "v2" else head.get("htype")
-                if name in ("end", "dseries_end-1.0"):
-                    ended = True
-                    for _, inbox, _ in self._workers:
-                        inbox.put(("end",))
-                elif name not in ("dconfig-1.0",):
-                    raise FileFormatError(f"{self!r}: unexpected message {name!r} inside the series")
+                ended |= self._series_end(rest[1])
             elif kind == "done":
                 done += 1
             elif kind == "error":
                 self._raise(rest)
-        if not ended:
+        if not ended and received < total:
             raise FileFormatError(f"{self!r}: the receivers stopped before the series' end")
+
+    def _series_end(self, message) -> bool:
+        """True for the series' end message (every receiver is told to stop once drained)."""
+        head = self._decode([_Part(data, more) for data, more in message])
+        name = head.get("type") if self.stream == "v2" else head.get("htype")
+        if name not in ("end", "dseries_end-1.0"):
+            raise FileFormatError(f"{self!r}: unexpected message {name!r} inside the series")
+        for _, inbox, _ in self._workers:
+            inbox.put(("end",))
+        return True
 
     def close(self) -> None:
         for proc, inbox, _ in self._workers:

@@ -136,11 +136,16 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
     source.open()
     if source.scan_shape is None or source.detector_shape is None:
         raise InputError(f"{source!r}: no scan or detector shape after its header")
+    # several receiving processes: their batches interleave; a receiver scheduled late can be behind
+    # the others by its batches in flight (its slots' worth), which the row buffers must span
+    receivers = int(getattr(source, "processes", 1))
+    reorder = receivers * int(getattr(source, "batch", 256)) * int(getattr(source, "slots", 2)) if receivers > 1 else 0
     try:
         live = LiveG(source.scan_shape, source.detector_shape, kv=kv, alpha_mrad=alpha_mrad, scan_step=scan_step,
                      rotation=0.0 if rotation is None else rotation, detector=detector,
                      calibration_rows=options.calibration_rows, margin=options.margin, lag_rows=options.lag_rows,
-                     backend=backend, precision=precision, decode=options.decode)
+                     receivers=receivers, reorder_frames=reorder, backend=backend, precision=precision,
+                     decode=options.decode)
     except Exception:
         source.close()  # the stream's connection is not left open by a bad setting
         raise
