@@ -7,6 +7,7 @@ A source (:class:`Source`) yields :class:`Frames`; :class:`Placement` checks eac
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -71,13 +72,17 @@ class MemorySource(Source):
     """Frames from memory, for scripts and tests: ``data`` (scan_row, scan_col, det_row, det_col)
     sent in acquisition order ``batch`` frames at a time, or ``frames``, an iterable of
     ``(index, frame)`` pairs or :class:`Frames` (then ``scan_shape`` and ``detector_shape`` must be
-    given)."""
+    given). ``fps``: ``data`` sent at that many frames per second (a detector's pace; None: as
+    fast as it is taken)."""
 
-    def __init__(self, data=None, *, frames=None, scan_shape=None, detector_shape=None, batch: int = 64) -> None:
+    def __init__(self, data=None, *, frames=None, scan_shape=None, detector_shape=None, batch: int = 64,
+                 fps: float | None = None) -> None:
         super().__init__()
         if (data is None) == (frames is None):
             raise InputError("MemorySource takes data (a 4D array) or frames (an iterable), one of them")
-        self.batch = int(batch)
+        if fps is not None and not fps > 0:
+            raise InputError(f"fps must be positive (frames per second) or None, got {fps}")
+        self.batch, self.fps = int(batch), fps
         if data is not None:
             data = np.asarray(data) if not hasattr(data, "shape") else data
             if data.ndim != 4:
@@ -92,8 +97,13 @@ class MemorySource(Source):
     def __iter__(self):
         if self._data is not None:
             flat = self._data.reshape((-1,) + self.detector_shape)
+            t0 = time.perf_counter()
             for start in range(0, flat.shape[0], self.batch):
                 stop = min(flat.shape[0], start + self.batch)
+                if self.fps:  # a batch is yielded when its last frame would have come from a detector
+                    ahead = t0 + stop / self.fps - time.perf_counter()
+                    if ahead > 0:
+                        time.sleep(ahead)
                 yield Frames(np.arange(start, stop), np.asarray(flat[start:stop]))
             return
         for item in self._frames:
