@@ -56,7 +56,7 @@ def test_two_receivers_deliver_every_frame_once_with_its_number(counts, stream):
     assert src.statistics["batches"] > 4 and src.last_received is not None
 
 
-@pytest.mark.parametrize("stream, decode", [("v2", "host"), ("v1", "device")])
+@pytest.mark.parametrize("stream, decode", [("v2", "host"), ("v2", "device"), ("v1", "device")])
 def test_two_receivers_give_the_single_receiver_result(counts, stream, decode):
     """The live run over two receiving processes (frames decoded by them, or packed compressed for
     the device decode, which the CPU backend runs on the host) equals the single-process run on the

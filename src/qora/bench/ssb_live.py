@@ -128,10 +128,15 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
                         if frames_in.release is not None:
                             frames_in.release()
                 seconds = time.perf_counter() - t0
+            cpu = getattr(src, "statistics", {}).get("cpu_s")
+            # frames per CPU second of one receiving process: the rate it reaches with a core of its own
+            per_core = None if not cpu or not sum(cpu) else n / sum(cpu)
             result.add(f"receive/{protocol}/{detector}{tag}", frames_per_s=n / seconds, s=seconds, receivers=n_recv,
-                       simulator_fps=sim.send_fps)
+                       simulator_fps=sim.send_fps, receiver_frames_per_cpu_s=per_core,
+                       simulator_cpu_us_per_frame=None if sim.cpu_s_per_frame is None else sim.cpu_s_per_frame * 1e6)
             echo(f"receive {protocol} x{n_recv}: {n / seconds:,.0f} frames/s (the simulator sent at "
-                 f"{sim.send_fps or 0:,.0f} frames/s)")
+                 f"{sim.send_fps or 0:,.0f} frames/s" + (f"; {per_core:,.0f} frames per CPU second a receiver"
+                                                         if per_core else "") + ")")
             sim = _SimulatorProcess(protocol, detector, pool, scan, clients=n_recv)
             with sim as address:
                 out = run_live(source(address), **settings, rotation=0.0, backend=be,
@@ -368,9 +373,11 @@ def _serve_pool(protocol: str, detector: int, pool: int, scan: int, clients: int
         sim = DectrisSimulator(_pool(detector, pool), stream="v2" if protocol == "dectris2" else "v1",
                                clients=clients, io_threads=max(2, min(4, clients)), **options)
     ports.put(sim.port)
+    cpu = time.process_time()
     sim.start()
     sim.join()
-    ports.put(sim.sent / sim.send_s if sim.send_s else None)
+    cpu = time.process_time() - cpu  # its cost per frame, whatever share of the cores it had
+    ports.put((sim.sent / sim.send_s if sim.send_s else None, cpu / max(1, sim.sent)))
 
 
 def _kind(protocol: str) -> str:
@@ -392,6 +399,7 @@ class _SimulatorProcess:
                                    daemon=True)
         self.scheme = "tcp" if protocol == "merlin" else "zmq"
         self.send_fps = None  # the simulator's own rate: when it is no higher than the receiver's, it is the limit
+        self.cpu_s_per_frame = None  # its CPU seconds a frame (all its threads)
 
     def __enter__(self) -> str:
         self.process.start()
@@ -402,7 +410,7 @@ class _SimulatorProcess:
         import queue
 
         try:
-            self.send_fps = self.ports.get(timeout=60)
+            self.send_fps, self.cpu_s_per_frame = self.ports.get(timeout=60)
         except queue.Empty:
             pass
         self.process.join(60)

@@ -102,7 +102,9 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
     sock.connect(endpoint)
     memory = np.ndarray((slots, slot_bytes), np.uint8, shm.buf)
     head = _header_bytes(batch)
-    state = {"channel": None, "mode": None, "max_wait_s": 10.0, "ending": False, "stop": False}
+    from qora.ssb.live.stream2 import _scan as walk
+
+    state = {"channel": None, "series": None, "mode": None, "max_wait_s": 10.0, "ending": False, "stop": False}
     held: list = []  # v2 images that came before the channel was known
     staged = _Staged()
     known: dict = {}
@@ -116,7 +118,7 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
                 block = 0.0
                 kind = order[0]
                 if kind == "channel":
-                    state["channel"] = np.frombuffer(order[1], np.uint8)
+                    state["channel"], state["series"] = np.frombuffer(order[1], np.uint8), order[2]
                 elif kind == "mode":
                     state["mode"], state["max_wait_s"] = order[1], order[2]
                 elif kind == "end":
@@ -126,22 +128,81 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
         except queue.Empty:
             pass
 
-    def flush() -> None:
-        nonlocal staged
-        if not len(staged):
-            return
-        while state["mode"] is None and not state["stop"]:  # the consumer says where frames are decoded
-            orders(block=0.05)
-        if state["stop"]:
-            return
+    def free_slot():
+        """A free slot (None after a stop): waited for ``max_wait_s``, then FellBehind."""
         try:
-            slot = free.get(timeout=state["max_wait_s"])
+            return free.get(timeout=state["max_wait_s"])
         except queue.Empty:
             outbox.put(("error", worker, "FellBehind",
                         f"processing fell behind the detector: receiver {worker}'s {slots} slots stayed full for "
                         f"{state['max_wait_s']:g} s; use a faster backend (--backend cuda), more slots, or a "
                         "slower scan"))
             state["stop"] = True
+            return None
+
+    # the device's path for stream v2 (the one that must take ~30,000 frames/s a process): each
+    # bitshuffle-LZ4 frame's bytes copied from the message straight into the slot as it comes, by
+    # the compiled walk's offsets, with no object made per frame (ImageFields, the part tuples and
+    # the later pack cost 3 times the walk itself: docs/ssb-performance.md)
+    fast = {"slot": None}
+
+    def fast_flush() -> None:
+        f = fast
+        if f["slot"] is None:
+            return
+        n = f["n"]
+        outbox.put(("batch", worker, f["slot"], n, "compressed", f["dtype"], f["shape"], int(f["offsets"][n]),
+                    f["t_first"], f["t_last"], time.process_time() - cpu0))
+        fast["slot"] = None
+
+    def fast_take(buf, out) -> bool:
+        """Stage the image ``out`` describes (the walk's fields of ``buf``); False when it is not a
+        bitshuffle-LZ4 frame of unsigned counts (the general path takes it)."""
+        nonlocal received
+        key = (out[3], out[4], out[5], out[7])
+        f = fast
+        if f["slot"] is not None and key != f["key"]:
+            fast_flush()
+        if f["slot"] is None:
+            from qora.ssb.live import cbor
+
+            dtype = cbor.typed_array_dtype(int(out[5]))
+            if out[6] != 1 or dtype.kind != "u" or dtype.itemsize != out[7]:
+                return False
+            flush()  # a batch of the general path goes first: batches keep their frames' order
+            slot = free_slot()
+            if slot is None:
+                return True
+            f.update(slot=slot, n=0, key=key, dtype=dtype.str, shape=(int(out[3]), int(out[4])),
+                     index=np.ndarray(batch, np.int64, memory[slot], 0),
+                     offsets=np.ndarray(batch + 1, np.int64, memory[slot], 8 * batch),
+                     payload=memory[slot, head:], t_first=time.perf_counter())
+            f["offsets"][0] = 0
+        n, lo, size = f["n"], f["offsets"][f["n"]], out[9]
+        if lo + size > f["payload"].size:
+            fast_flush()
+            return fast_take(buf, out)
+        f["payload"][lo:lo + size] = buf[out[8]:out[8] + size]
+        f["index"][n] = out[2]
+        f["offsets"][n + 1] = lo + size
+        f["n"] = n + 1
+        f["t_last"] = time.perf_counter()
+        received += 1
+        if n + 1 == batch:
+            fast_flush()
+        return True
+
+    def flush() -> None:
+        nonlocal staged
+        fast_flush()
+        if not len(staged):
+            return
+        while state["mode"] is None and not state["stop"]:  # the consumer says where frames are decoded
+            orders(block=0.05)
+        if state["stop"]:
+            return
+        slot = free_slot()
+        if slot is None:
             return
         n = len(staged)
         index = np.ndarray(n, np.int64, memory[slot], 0)
@@ -153,7 +214,7 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
                     else _compressed_parts(staged.index, staged.blobs))
         if item is not None:
             blob, offsets = item.pack(into=payload)
-            np.ndarray(n + 1, np.int64, memory[slot], 8 * n)[:] = offsets
+            np.ndarray(n + 1, np.int64, memory[slot], 8 * batch)[:] = offsets
             announce = ("compressed", item.dtype.str, item.shape, int(offsets[-1]))
         else:
             frames = (decode_frames(staged.v1_infos, staged.blobs) if staged.version == 1
@@ -162,7 +223,9 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
                 raise InputError(f"a batch of {n} frames ({frames.nbytes} bytes) past a slot's {payload.size}")
             np.ndarray(frames.shape, frames.dtype, payload).reshape(frames.shape)[...] = frames
             announce = ("frames", frames.dtype.str, frames.shape[1:], frames.nbytes)
-        outbox.put(("batch", worker, slot, n) + announce + (staged.t_first, staged.t_last))
+        # the process's CPU seconds so far (all its threads: ZeroMQ's I/O, Numba's): its cost per
+        # frame, whatever share of the cores it was given
+        outbox.put(("batch", worker, slot, n) + announce + (staged.t_first, staged.t_last, time.process_time() - cpu0))
         staged = _Staged()
 
     def take(message_index: int, version: int, info, blob, frame_bytes: int) -> None:
@@ -185,6 +248,14 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
         if len(parts) == 1:  # stream v2: one CBOR part
             if state["channel"] is None:
                 return False
+            if state["mode"] == "device":
+                buf = np.frombuffer(parts[0].buffer, np.uint8)
+                walk(buf, state["channel"], scratch)
+                if scratch[10]:
+                    if scratch[1] != state["series"]:
+                        raise FileFormatError(f"an image of series {scratch[1]} inside series {state['series']}")
+                    if not len(staged) and fast_take(buf, scratch):
+                        return True
             from qora.ssb.live.stream2 import scan_image
 
             fields = scan_image(parts[0].buffer, state["channel"], scratch)
@@ -209,6 +280,7 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
 
     try:
         _warm()
+        cpu0 = time.process_time()  # the staging functions above report the CPU seconds from here
         outbox.put(("ready", worker))
         idle_since = None
         count = 0
@@ -307,7 +379,8 @@ class ParallelDectrisSource(DectrisZMQSource):
         self._control: list = []  # messages of the stream forwarded before open() read the header
         self._early_batches: list = []  # batches announced before it
         self.last_received = None  # perf_counter (CLOCK_MONOTONIC: one clock for all processes) of the last frame
-        self.statistics = {"batches": 0, "per_process": [0] * self.processes}
+        self.statistics = {"batches": 0, "per_process": [0] * self.processes,
+                           "cpu_s": [0.0] * self.processes}  # each receiver's CPU seconds since it was ready
 
     def __repr__(self) -> str:
         return f"ParallelDectrisSource({self.endpoint}, processes={self.processes})"
@@ -357,7 +430,7 @@ class ParallelDectrisSource(DectrisZMQSource):
                 self._open_v2(head)
                 if self.channel is not None:
                     for _, inbox, _ in self._workers:
-                        inbox.put(("channel", str(self.channel).encode()))
+                        inbox.put(("channel", str(self.channel).encode(), self.series))
             else:
                 if len(parts) > 1 and "y_pixels_in_detector" not in str(bytes(parts[1].buffer)):
                     raise FileFormatError(f"{self!r}: a v1 header without the detector configuration: several "
@@ -406,7 +479,7 @@ class ParallelDectrisSource(DectrisZMQSource):
         return [_Part(data, more) for data, more in self._control.pop(0)]
 
     def _batch(self, worker: int, slot: int, n: int, kind: str, dtype: str, shape, nbytes: int, t_first: float,
-               t_last: float):
+               t_last: float, cpu_s: float):
         memory = np.ndarray((self.slots, self.slot_bytes), np.uint8, self._memory[worker].buf)[slot]
         head = _header_bytes(self.batch)
         index = np.ndarray(n, np.int64, memory, 0)
@@ -418,10 +491,11 @@ class ParallelDectrisSource(DectrisZMQSource):
         self.last_received = t_last if self.last_received is None else max(self.last_received, t_last)
         self.statistics["batches"] += 1
         self.statistics["per_process"][worker] += n
+        self.statistics["cpu_s"][worker] = cpu_s
         if kind == "compressed":
             from qora.ssb.live.bslz4_batch import CompressedFrames
 
-            offsets = np.ndarray(n + 1, np.int64, memory, 8 * n)
+            offsets = np.ndarray(n + 1, np.int64, memory, 8 * self.batch)
             return CompressedFrames.from_packed(index, memory[head:head + nbytes], offsets, np.dtype(dtype), shape,
                                                 release=release, receiver=worker)
         data = np.ndarray((n,) + tuple(shape), np.dtype(dtype), memory, head)
