@@ -29,6 +29,7 @@ __all__ = ["MerlinTCPSource", "decode_frame", "decode_pixels", "frame_numbers", 
 
 DATA_PORT = 6342
 PREFIX = 15  # b"MPX," + 10 digits + b","
+BATCH_BYTES = 8 << 20  # a receive batch's bytes at most
 FORMATS = {1: "U08", 6: "U08", 12: "U16", 24: "U32"}  # counter depth -> normal frame pixel format
 
 
@@ -361,7 +362,9 @@ class MerlinTCPSource(Source):
         # the scan ends with its last frame (what is still missing was dropped) or when the detector
         # closes the connection
         while last < total - 1 or self._end:
-            want = min(self.batch, max(1, total - seen)) * size
+            # a batch of at most ~8 MB: received, parsed and decoded while it is still in the cache
+            # (a 75 MB buffer of 1,024 192^2 frames cost more CPU a frame than small ones)
+            want = min(self.batch, max(1, BATCH_BYTES // size), max(1, total - seen)) * size
             if not self._fill(min(want, size)) and self._end == 0:
                 break
             self._drain(want)
