@@ -166,3 +166,28 @@ def test_merlin_simulator_serves_a_pool_renumbered():
     assert sorted(got) == list(range(20))
     assert all(np.array_equal(got[i], pool[i % 3]) for i in got)
     assert sim.send_s is not None and sim.sent == 20
+
+
+def test_a_simulator_sending_from_two_processes_shares_the_frames(counts):
+    """Two senders (a benchmark's: each the frames of its parity, on its own port) and a receiver
+    connected to each: every frame arrives once, the second header is ignored, the series ends
+    when both ends have come."""
+    data, _ = counts
+    flat = data.reshape((-1,) + data.shape[2:])
+    got = {}
+    with DectrisSimulator(data, stream="v2", share=(0, 2), timeout=20, time_limit=60) as a, \
+            DectrisSimulator(data, stream="v2", share=(1, 2), drop=[51], timeout=20, time_limit=60) as b:
+        from qora.ssb.live.receivers import ParallelDectrisSource
+
+        with ParallelDectrisSource([a.address, b.address], processes=2, batch=24, slot_bytes=1 << 20,
+                                   timeout=20) as src:
+            for batch in src:
+                got.update(zip(batch.index.tolist(), batch.data.copy()))
+                batch.release()
+        a.join()
+        b.join()
+    assert sorted(got) == sorted(set(range(len(flat))) - {51})
+    assert all(np.array_equal(got[i], flat[i]) for i in got)
+    assert a.sent == len(flat) // 2 and b.sent == len(flat) // 2 - 1
+    with pytest.raises(InputError, match="one for each"):
+        ParallelDectrisSource(["tcp://127.0.0.1:1", "tcp://127.0.0.1:2"], processes=1)

@@ -82,8 +82,8 @@ def _h2d_gbs(be, nbytes: int = 256 << 20, *, pinned: bool = False) -> float:
 
 
 def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("merlin", "dectris", "dectris2"),
-        pool: int = 256, dataset_dir=None, stages_only: bool = False, receivers=(1,), batch: int = 1024,
-        final_fps: float | None = None, write: bool = True, echo=print) -> BenchResult:
+        pool: int = 256, dataset_dir=None, stages_only: bool = False, receivers=(1,), senders: int = 1,
+        batch: int = 1024, final_fps: float | None = None, write: bool = True, echo=print) -> BenchResult:
     from qora.ssb.live import Frames, LiveG, LiveOptions, MemorySource, open_source, run_live
 
     be = resolve(backend)
@@ -113,12 +113,17 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
             tag = f"/x{n_recv}" if n_recv > 1 else ""
 
             def source(address, n_recv=n_recv, protocol=protocol):
-                src = open_source(address, protocol=_kind(protocol), batch=batch, timeout=60, processes=n_recv)
+                if isinstance(address, list):  # several sending processes: a receiver connects to one each
+                    from qora.ssb.live.receivers import ParallelDectrisSource
+
+                    src = ParallelDectrisSource(address, processes=n_recv, batch=batch, timeout=60)
+                else:
+                    src = open_source(address, protocol=_kind(protocol), batch=batch, timeout=60, processes=n_recv)
                 if protocol != "merlin":  # as run_live settles it: the device decodes on CUDA
                     src.decode = "device" if be.is_cuda else "host"
                 return src
 
-            sim = _SimulatorProcess(protocol, detector, pool, scan, clients=n_recv)
+            sim = _SimulatorProcess(protocol, detector, pool, scan, clients=n_recv, senders=senders)
             with sim as address:
                 n = 0
                 with source(address) as src:
@@ -132,12 +137,13 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
             # frames per CPU second of one receiving process: the rate it reaches with a core of its own
             per_core = None if not cpu or not sum(cpu) else n / sum(cpu)
             result.add(f"receive/{protocol}/{detector}{tag}", frames_per_s=n / seconds, s=seconds, receivers=n_recv,
+                       senders=sim.senders,
                        simulator_fps=sim.send_fps, receiver_frames_per_cpu_s=per_core,
                        simulator_cpu_us_per_frame=None if sim.cpu_s_per_frame is None else sim.cpu_s_per_frame * 1e6)
             echo(f"receive {protocol} x{n_recv}: {n / seconds:,.0f} frames/s (the simulator sent at "
                  f"{sim.send_fps or 0:,.0f} frames/s" + (f"; {per_core:,.0f} frames per CPU second a receiver"
                                                          if per_core else "") + ")")
-            sim = _SimulatorProcess(protocol, detector, pool, scan, clients=n_recv)
+            sim = _SimulatorProcess(protocol, detector, pool, scan, clients=n_recv, senders=senders)
             with sim as address:
                 out = run_live(source(address), **settings, rotation=0.0, backend=be,
                                options=LiveOptions(refresh_s=0, fit=False, queue_frames=1 << 18, max_wait_s=60))
@@ -147,7 +153,7 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
                        received_fps=s["received_fps"], gather_s=s["gather_s"], row_fft_s=s["row_fft_s"],
                        backlog_frames_at_last_frame=ends["backlog_frames"],
                        last_frame_to_G_s=ends["queue_s"] + ends["rows_and_slow_axis_s"], after_last_frame=ends,
-                       receivers=n_recv, per_receiver=s.get("receivers", {}).get("per_process"),
+                       receivers=n_recv, senders=sim.senders, per_receiver=s.get("receivers", {}).get("per_process"),
                        queue_peak_batches=s["queue_peak_batches"], simulator_fps=sim.send_fps)
             echo(f"to G {protocol} x{n_recv}: {s['processed_fps']:,.0f} frames/s processed ({s['received_fps']:,.0f} "
                  f"received, the simulator sent at {sim.send_fps or 0:,.0f}); backlog at the last frame "
@@ -360,10 +366,11 @@ def stages(*, detector: int = 192, batch: int = 512, cols: int = 128, repeats: i
     return rows
 
 
-def _serve_pool(protocol: str, detector: int, pool: int, scan: int, clients: int, ports) -> None:
-    """The simulator's process: the pool of frames made here (no array crosses the process
-    boundary), its port sent back, the scan served as fast as the clients read (DECTRIS: once
-    ``clients`` receivers are connected), then its own rate sent back, and exit."""
+def _serve_pool(protocol: str, detector: int, pool: int, scan: int, clients: int, share: tuple, ports) -> None:
+    """A simulator's process: the pool of frames made here (no array crosses the process
+    boundary), its port sent back, the scan (its ``share`` of the frames, of several senders)
+    served as fast as the clients read (DECTRIS: once ``clients`` receivers are connected), then
+    its frames sent, seconds and CPU seconds sent back, and exit."""
     from qora.ssb.live import DectrisSimulator, MerlinSimulator
 
     options = dict(scan_shape=(scan, scan), timeout=60, time_limit=600)
@@ -371,13 +378,13 @@ def _serve_pool(protocol: str, detector: int, pool: int, scan: int, clients: int
         sim = MerlinSimulator(_pool(detector, pool), **options)
     else:
         sim = DectrisSimulator(_pool(detector, pool), stream="v2" if protocol == "dectris2" else "v1",
-                               clients=clients, io_threads=max(2, min(4, clients)), **options)
-    ports.put(sim.port)
+                               clients=clients, io_threads=max(2, min(4, clients)), share=share, **options)
+    ports.put(("port", share[0], sim.port))
     cpu = time.process_time()
     sim.start()
     sim.join()
-    cpu = time.process_time() - cpu  # its cost per frame, whatever share of the cores it had
-    ports.put((sim.sent / sim.send_s if sim.send_s else None, cpu / max(1, sim.sent)))
+    # its CPU seconds (all its threads, ZeroMQ's I/O too): its cost per frame, whatever share of the cores it had
+    ports.put(("rate", share[0], sim.sent, sim.send_s, time.process_time() - cpu))
 
 
 def _kind(protocol: str) -> str:
@@ -386,37 +393,60 @@ def _kind(protocol: str) -> str:
 
 
 class _SimulatorProcess:
-    """A simulator in a process of its own, so that its Python (the DECTRIS messages are sent one by
+    """A simulator in processes of its own, so that its Python (the DECTRIS messages are sent one by
     one) does not share the receiver's interpreter lock: the receiver's rate is measured, not the
-    simulator's. Entering gives the address; leaving waits for the process (then ends it)."""
+    simulator's. ``senders`` > 1 (DECTRIS): that many sending processes, each its share of the
+    frames in order on a port of its own (one Python thread sends ~1 frame every few us: at 120 kHz
+    one sender can be the limit); receiver k connects to sender k mod senders. Entering gives the
+    address (a list of them for several senders); leaving waits for the processes (then ends them)."""
 
-    def __init__(self, protocol: str, detector: int, pool: int, scan: int, *, clients: int = 1) -> None:
+    def __init__(self, protocol: str, detector: int, pool: int, scan: int, *, clients: int = 1,
+                 senders: int = 1) -> None:
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")
         self.ports = ctx.Queue()
-        self.process = ctx.Process(target=_serve_pool, args=(protocol, detector, pool, scan, clients, self.ports),
-                                   daemon=True)
+        self.senders = 1 if protocol == "merlin" else max(1, min(int(senders), int(clients)))
+        self.processes = [
+            ctx.Process(target=_serve_pool, daemon=True,
+                        args=(protocol, detector, pool, scan, len(range(j, clients, self.senders)), (j, self.senders),
+                              self.ports))
+            for j in range(self.senders)]
         self.scheme = "tcp" if protocol == "merlin" else "zmq"
         self.send_fps = None  # the simulator's own rate: when it is no higher than the receiver's, it is the limit
-        self.cpu_s_per_frame = None  # its CPU seconds a frame (all its threads)
+        self.cpu_s_per_frame = None  # its CPU seconds a frame (all its processes and threads)
 
-    def __enter__(self) -> str:
-        self.process.start()
-        port = self.ports.get(timeout=120)
-        return f"{self.scheme}://127.0.0.1:{port}"
+    def __enter__(self):
+        for process in self.processes:
+            process.start()
+        ports = {}
+        while len(ports) < self.senders:
+            _, j, port = self.ports.get(timeout=120)
+            ports[j] = port
+        if self.senders == 1:
+            return f"{self.scheme}://127.0.0.1:{ports[0]}"
+        return [f"tcp://127.0.0.1:{ports[j]}" for j in range(self.senders)]
 
     def __exit__(self, *exc) -> None:
         import queue
 
+        rates = []
         try:
-            self.send_fps, self.cpu_s_per_frame = self.ports.get(timeout=60)
+            while len(rates) < self.senders:
+                item = self.ports.get(timeout=60)
+                if item[0] == "rate":
+                    rates.append(item[2:])
         except queue.Empty:
             pass
-        self.process.join(60)
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(10)
+        if rates and all(r[1] for r in rates):
+            sent = sum(r[0] for r in rates)
+            self.send_fps = sent / max(r[1] for r in rates)
+            self.cpu_s_per_frame = sum(r[2] for r in rates) / max(1, sent)
+        for process in self.processes:
+            process.join(60)
+            if process.is_alive():
+                process.terminate()
+                process.join(10)
 
 
 def _film(dataset_dir, scan: int, be, echo):

@@ -362,12 +362,17 @@ class ParallelDectrisSource(DectrisZMQSource):
     (set by :func:`qora.ssb.live.run_live`; iterated directly, "host"). Use as a context manager
     (or :meth:`close`): it ends the processes and frees the shared memory."""
 
-    def __init__(self, endpoint: str, *, processes: int = 2, scan_shape=None, batch: int = 1024, timeout: float = 10.0,
+    def __init__(self, endpoint, *, processes: int = 2, scan_shape=None, batch: int = 1024, timeout: float = 10.0,
                  stream: str = "auto", decode: str = "auto", slots: int = 4, slot_bytes: int = SLOT_BYTES,
                  max_wait_s: float = 10.0) -> None:
-        super().__init__(endpoint, scan_shape=scan_shape, batch=batch, timeout=timeout, stream=stream, decode=decode)
-        if int(processes) < 1:
-            raise InputError(f"processes must be at least 1, got {processes}")
+        # several endpoints: a simulator serving from several processes, each its share of the
+        # frames in order (receiver k connects to endpoint k mod their number); a detector has one
+        self.endpoints = [endpoint] if isinstance(endpoint, str) else list(endpoint)
+        super().__init__(self.endpoints[0], scan_shape=scan_shape, batch=batch, timeout=timeout, stream=stream,
+                         decode=decode)
+        if int(processes) < max(1, len(self.endpoints)):
+            raise InputError(f"processes must be at least 1 and one for each of the {len(self.endpoints)} endpoints, "
+                             f"got {processes}")
         if int(slots) < 2:
             raise InputError(f"slots must be at least 2 (one filled while another is read), got {slots}")
         self.processes, self.slots, self.max_wait_s = int(processes), int(slots), float(max_wait_s)
@@ -383,7 +388,7 @@ class ParallelDectrisSource(DectrisZMQSource):
                            "cpu_s": [0.0] * self.processes}  # each receiver's CPU seconds since it was ready
 
     def __repr__(self) -> str:
-        return f"ParallelDectrisSource({self.endpoint}, processes={self.processes})"
+        return f"ParallelDectrisSource({','.join(self.endpoints)}, processes={self.processes})"
 
     def open(self) -> None:
         if self._workers:
@@ -413,7 +418,7 @@ class ParallelDectrisSource(DectrisZMQSource):
                 for s in range(self.slots):
                     free_slots.put(s)
                 proc = ctx.Process(target=_receive, name=f"qora-live-receiver-{k}", daemon=True,
-                                   args=(k, self.endpoint, shm.name, self.slots, self.slot_bytes, self.batch, threads,
+                                   args=(k, self.endpoints[k % len(self.endpoints)], shm.name, self.slots, self.slot_bytes, self.batch, threads,
                                          10000, inbox, self._outbox, free_slots))
                 proc.start()
                 self._workers.append((proc, inbox, free_slots))
@@ -506,7 +511,8 @@ class ParallelDectrisSource(DectrisZMQSource):
         mode = self.decode if self.decode in ("host", "device") else "host"
         for _, inbox, _ in self._workers:
             inbox.put(("mode", mode, self.max_wait_s))
-        done, ended, received = 0, False, 0
+        done, received = 0, 0
+        self._ends = 0
         total = self.scan_shape[0] * self.scan_shape[1]
         early, self._early_batches = self._early_batches, []
         for rest in early:
@@ -515,30 +521,35 @@ class ParallelDectrisSource(DectrisZMQSource):
         # messages forwarded while the header was awaited (a short series' end can be among them)
         pending, self._control = self._control, []
         for message in pending:
-            ended |= self._series_end(message)
+            self._series_message(message)
         while done < self.processes and received < total:  # the whole scan has come: no wait for the drain
             kind, *rest = self._next(self.timeout)
             if kind == "batch":
                 received += rest[2]
                 yield self._batch(*rest)
             elif kind == "message":
-                ended |= self._series_end(rest[1])
+                self._series_message(rest[1])
             elif kind == "done":
                 done += 1
             elif kind == "error":
                 self._raise(rest)
-        if not ended and received < total:
+        if self._ends < len(self.endpoints) and received < total:
             raise FileFormatError(f"{self!r}: the receivers stopped before the series' end")
 
-    def _series_end(self, message) -> bool:
-        """True for the series' end message (every receiver is told to stop once drained)."""
+    def _series_message(self, message) -> None:
+        """A message of the series other than an image: its end (once from every endpoint, every
+        receiver is told to stop when drained), or another endpoint's copy of the header."""
         head = self._decode([_Part(data, more) for data, more in message])
         name = head.get("type") if self.stream == "v2" else head.get("htype")
+        series = head.get("series_id") if self.stream == "v2" else head.get("series")
+        if name in ("start", "dheader-1.0") and len(self.endpoints) > 1 and series == self.series:
+            return
         if name not in ("end", "dseries_end-1.0"):
             raise FileFormatError(f"{self!r}: unexpected message {name!r} inside the series")
-        for _, inbox, _ in self._workers:
-            inbox.put(("end",))
-        return True
+        self._ends += 1
+        if self._ends >= len(self.endpoints):
+            for _, inbox, _ in self._workers:
+                inbox.put(("end",))
 
     def close(self) -> None:
         for proc, inbox, _ in self._workers:

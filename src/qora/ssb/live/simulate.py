@@ -167,10 +167,16 @@ class DectrisSimulator(_Simulator):
     v2 the same compression as ``bslz4``, ``lz4``, none). Needs pyzmq."""
 
     def __init__(self, data, *, port: int = 0, encoding: str | None = None, series: int = 1, stream: str = "v1",
-                 clients: int = 1, io_threads: int = 2, **options) -> None:
+                 clients: int = 1, io_threads: int = 2, share: tuple = (0, 1), **options) -> None:
         import zmq
 
         super().__init__(data, **options)
+        part, parts = (int(v) for v in share)
+        if not 0 <= part < parts:
+            raise InputError(f"share must be (part, parts) with 0 <= part < parts, got {share}")
+        # one of several sending processes (a benchmark's, a detector sends from one): the frames
+        # whose index is part mod parts, in order; each sends the start and the end
+        self.order = self.order[self.order % parts == part]
         if stream not in ("v1", "v2"):
             raise InputError(f"stream must be 'v1' or 'v2', got {stream!r}")
         if int(clients) < 1 or int(io_threads) < 1:
