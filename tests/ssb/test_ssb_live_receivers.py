@@ -191,3 +191,23 @@ def test_a_simulator_sending_from_two_processes_shares_the_frames(counts):
     assert a.sent == len(flat) // 2 and b.sent == len(flat) // 2 - 1
     with pytest.raises(InputError, match="one for each"):
         ParallelDectrisSource(["tcp://127.0.0.1:1", "tcp://127.0.0.1:2"], processes=1)
+
+
+def test_cli_live_with_two_receiving_processes(counts):
+    """`qora ssb live zmq://... --receivers 2`: the frames dealt between two processes, the dropped
+    frame reported, each process's share printed; a Merlin address with --receivers 2 is refused."""
+    from click.testing import CliRunner
+
+    from qora.cli import cli
+
+    data, step = counts
+    args = ["--kv", str(KV), "--semiangle", str(ALPHA), "--scan-step", str(step), "--rotation", "0", "--refresh", "0",
+            "--no-fit", "--backend", "cpu", "--receivers", "2"]
+    with DectrisSimulator(data, stream="v2", clients=2, drop=[7], timeout=20, time_limit=60) as sim:
+        out = CliRunner().invoke(cli, ["ssb", "live", sim.address.replace("tcp://", "zmq://")] + args)
+        sim.join()
+    assert out.exit_code == 0, out.output
+    assert f"{data.shape[0] * data.shape[1] - 1} frames placed, 1 dropped" in out.output
+    assert "frames per receiving process" in out.output
+    out = CliRunner().invoke(cli, ["ssb", "live", "tcp://127.0.0.1:1"] + args)
+    assert out.exit_code != 0 and "one connection" in out.output

@@ -387,7 +387,10 @@ def _counts(data, path):
 @click.option("--raw", is_flag=True, help="Merlin: RAW (R64) frames instead of normal ones.")
 @click.option("--assembly", type=click.Choice(["1x1", "2x2"]), default="1x1", show_default=True,
               help="Merlin: a single chip or a quad (RAW frames in the quad's chip layout).")
-def serve_cmd(data, protocol, port, fps, timeout, stream, counter_depth, raw, assembly) -> None:
+@click.option("--clients", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="DECTRIS: receivers to wait for before the series starts (qora ssb live --receivers N: the "
+              "stream is dealt among those connected).")
+def serve_cmd(data, protocol, port, fps, timeout, stream, counter_depth, raw, assembly, clients) -> None:
     """Serve a recorded or simulated scan as a detector would, on 127.0.0.1 (to try `qora ssb live`).
 
     It stops by itself after the last frame, or when no client comes within --timeout."""
@@ -402,7 +405,8 @@ def serve_cmd(data, protocol, port, fps, timeout, stream, counter_depth, raw, as
         sim = MerlinSimulator(counts, port=port, fps=fps, timeout=timeout, time_limit=limit,
                               counter_depth=int(counter_depth), raw=raw, assembly=assembly)
     else:
-        sim = DectrisSimulator(counts, port=port, fps=fps, timeout=timeout, time_limit=limit, stream=stream)
+        sim = DectrisSimulator(counts, port=port, fps=fps, timeout=timeout, time_limit=limit, stream=stream,
+                               clients=clients)
     scheme = "tcp" if protocol == "merlin" else "zmq"
     click.echo(f"serving {total} frames of {counts.shape[2]}x{counts.shape[3]} ({counts.shape[0]}x{counts.shape[1]} "
                f"scan) at {fps:g} frames/s on {scheme}://127.0.0.1:{sim.port}", err=True)
