@@ -157,7 +157,8 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
                        queue_peak_batches=s["queue_peak_batches"], simulator_fps=sim.send_fps)
             echo(f"to G {protocol} x{n_recv}: {s['processed_fps']:,.0f} frames/s processed ({s['received_fps']:,.0f} "
                  f"received, the simulator sent at {sim.send_fps or 0:,.0f}); backlog at the last frame "
-                 f"{ends['backlog_frames']} frames, last frame to G {ends['queue_s'] + ends['rows_and_slow_axis_s']:.3f} s"
+                 f"{ends['backlog_frames']} frames, last frame to G "
+                 f"{ends['queue_s'] + ends['rows_and_slow_axis_s']:.3f} s"
                  f" ({ends['queue_s']:.3f} s queue, {ends['rows_and_slow_axis_s']:.3f} s rows and slow axis); gather "
                  f"{s['gather_s']:.2f} s, row FFTs {s['row_fft_s']:.2f} s")
     # the processing's own rate, from memory (a pool-backed scan: frames[i % pool])

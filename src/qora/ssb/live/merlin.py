@@ -25,7 +25,8 @@ from qora.ssb.live.frames import Frames, Source
 from qora.ssb.readers import (MERLIN_DTYPES, check_raw, decode_raw, header_fields, merlin_frame_header)
 
 __all__ = ["MerlinTCPSource", "decode_frame", "decode_pixels", "frame_numbers", "encode_pixels", "encode_raw",
-           "frame_header", "frame_message", "frame_messages", "number_messages", "acquisition_header", "message", "DATA_PORT"]
+           "frame_header", "frame_message", "frame_messages", "number_messages", "acquisition_header", "message",
+           "DATA_PORT"]
 
 DATA_PORT = 6342
 PREFIX = 15  # b"MPX," + 10 digits + b","

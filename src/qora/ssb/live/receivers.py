@@ -39,8 +39,8 @@ import traceback
 import numpy as np
 
 from qora.io.errors import FileFormatError, InputError
-from qora.ssb.live.dectris import DectrisZMQSource, _compressed_parts, _compressed_v1, _decode_parts, \
-    _scanned_part, decode_frames, receive_parts, v1_image
+from qora.ssb.live.dectris import (DectrisZMQSource, _compressed_parts, _compressed_v1, _decode_parts, _scanned_part,
+                                   decode_frames, v1_image)
 from qora.ssb.live.frames import Frames
 
 __all__ = ["ParallelDectrisSource", "SLOT_BYTES"]
@@ -327,7 +327,8 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
     finally:
         sock.close(0)
         context.term()
-        del memory
+        memory = None  # the mapping's views dropped before it is closed
+        fast.clear()
         try:
             shm.close()
         except BufferError:
@@ -393,12 +394,12 @@ class ParallelDectrisSource(DectrisZMQSource):
     def open(self) -> None:
         if self._workers:
             return
-        try:
-            import zmq  # noqa: F401
-        except ImportError:
+        import importlib.util
+
+        if importlib.util.find_spec("zmq") is None:
             from qora.io.errors import MissingExtra
 
-            raise MissingExtra("the DECTRIS stream needs pyzmq: pip install 'qora[live]'") from None
+            raise MissingExtra("the DECTRIS stream needs pyzmq: pip install 'qora[live]'")
         from multiprocessing import shared_memory
 
         need = self.processes * self.slots * self.slot_bytes
@@ -418,8 +419,9 @@ class ParallelDectrisSource(DectrisZMQSource):
                 for s in range(self.slots):
                     free_slots.put(s)
                 proc = ctx.Process(target=_receive, name=f"qora-live-receiver-{k}", daemon=True,
-                                   args=(k, self.endpoints[k % len(self.endpoints)], shm.name, self.slots, self.slot_bytes, self.batch, threads,
-                                         10000, inbox, self._outbox, free_slots))
+                                   args=(k, self.endpoints[k % len(self.endpoints)], shm.name, self.slots,
+                                         self.slot_bytes, self.batch, threads, 10000, inbox, self._outbox,
+                                         free_slots))
                 proc.start()
                 self._workers.append((proc, inbox, free_slots))
             ready = 0
