@@ -180,6 +180,8 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
             f["offsets"][0] = 0
         n, lo, size = f["n"], f["offsets"][f["n"]], out[9]
         if lo + size > f["payload"].size:
+            if n == 0:
+                raise InputError(f"a frame of {size} bytes is larger than a shared-memory slot ({f['payload'].size})")
             fast_flush()
             return fast_take(buf, out)
         f["payload"][lo:lo + size] = buf[out[8]:out[8] + size]
@@ -404,10 +406,16 @@ class ParallelDectrisSource(DectrisZMQSource):
 
         need = self.processes * self.slots * self.slot_bytes
         free = shutil.disk_usage("/dev/shm").free if os.path.isdir("/dev/shm") else need
-        if need > free:
-            raise InputError(f"{self!r}: {need / 2**20:.0f} MiB of shared memory needed ({self.processes} processes x "
-                             f"{self.slots} slots x {self.slot_bytes / 2**20:.0f} MiB), /dev/shm has "
-                             f"{free / 2**20:.0f} MiB free: fewer slots or processes, or a larger /dev/shm")
+        if need > 0.8 * free:
+            # smaller slots where /dev/shm is small (a container's default is 64 MB): a batch then ends
+            # when its slot is full; below 4 MB a slot (~350 compressed 192^2 frames) it is an error
+            fit = int(0.8 * free) // (self.processes * self.slots) // _ALIGN * _ALIGN
+            if fit < max(4 << 20, _header_bytes(self.batch) + (1 << 16)):
+                raise InputError(f"{self!r}: {need / 2**20:.0f} MiB of shared memory wanted ({self.processes} "
+                                 f"processes x {self.slots} slots x {self.slot_bytes / 2**20:.0f} MiB), /dev/shm has "
+                                 f"{free / 2**20:.0f} MiB free: fewer processes, or a larger /dev/shm "
+                                 "(docker run --shm-size)")
+            self.slot_bytes = fit
         ctx = multiprocessing.get_context("spawn")
         self._outbox = ctx.Queue()
         threads = max(1, (os.cpu_count() or 1) // self.processes)
