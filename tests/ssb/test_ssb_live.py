@@ -528,3 +528,17 @@ def test_viewer_live_mode_builds_up_and_the_sliders_work(counts):
     ref = _offline(data, step)
     np.testing.assert_allclose(view.session.preview({"C10": -100.0}), ref.preview({"C10": -100.0}),
                                atol=1e-6 * np.abs(ref.preview({"C10": -100.0})).max())
+
+
+def test_memory_source_paced_at_a_frame_rate(counts):
+    """MemorySource(fps=...) yields each batch no sooner than its last frame's time at that rate (the
+    bench's final case at a detector's pace); bad rates are refused."""
+    import time
+
+    data, _ = counts
+    n = data.shape[0] * data.shape[1]
+    t0 = time.perf_counter()
+    got = sum(len(f.index) for f in MemorySource(data, batch=64, fps=n / 0.2))
+    assert got == n and time.perf_counter() - t0 >= 0.2 * (1 - 1e-6)
+    with pytest.raises(InputError, match="fps must be positive"):
+        MemorySource(data, fps=0)

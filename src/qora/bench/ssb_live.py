@@ -10,8 +10,13 @@ Cases (``scan`` x ``scan`` positions, ``detector`` x ``detector`` uint16 frames)
 - ``receive/<protocol>/<detector>``: the receiver alone (Merlin TCP, DECTRIS ZMQ v1 and v2 with
   bitshuffle-LZ4), the simulator sending as fast as it can on 127.0.0.1, in a process of its own,
   from a pool of distinct frames (the stream's bytes are a real scan's; only the content repeats);
+- ``receive/<protocol>/<detector>/x<N>``, ``to_G/.../x<N>``: the same with N receiving processes
+  on the DECTRIS stream (:mod:`qora.ssb.live.receivers`; the simulator waits for all N);
+  ``simulator_fps``: the simulator's own sending rate (when the receiver's equals it, the simulator
+  is the limit);
 - ``to_G/<protocol>/<scan>x<detector>``: the live run with the fit off: receiver thread, bounded
-  queue, gather, row transforms, and at the end the slow-axis transform;
+  queue, gather, row transforms, and at the end the slow-axis transform; the backlog at the last
+  frame (frames received, not yet in G) and the time from the last frame to G complete;
 - ``memory_to_G/<scan>x<detector>``: the same from frames in memory (the processing's own rate);
 - ``memory_to_G_device_decode/<scan>x<detector>`` (CUDA): from bitshuffle-LZ4 blobs in memory (the
   DECTRIS receiver's batches with ``decode="device"``): packed into page-locked memory, copied and
@@ -23,7 +28,8 @@ Cases (``scan`` x ``scan`` positions, ``detector`` x ``detector`` uint16 frames)
   the gathered pixels (what goes to the device) over the bandwidth from page-locked memory;
 - ``final/<scan>x<detector>``: from the last frame to the final SSB image and the standard fit
   (rotation given), split into the queue's backlog, the rows and slow-axis transform, the fit and the
-  image (``s_without_backlog``: the time a scan paced at the processing's rate would see); on a
+  image (``s_without_backlog``: the time a scan paced at the processing's rate would see; with
+  ``final_fps`` the frames come at that pace and the backlog is the processing's own); on a
   simulated film (the full-scale dataset of ``qora bench ssb-full`` where ``--dataset-dir`` holds
   it, else a small simulation).
 """
@@ -76,7 +82,8 @@ def _h2d_gbs(be, nbytes: int = 256 << 20, *, pinned: bool = False) -> float:
 
 
 def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("merlin", "dectris", "dectris2"),
-        pool: int = 256, dataset_dir=None, stages_only: bool = False, write: bool = True, echo=print) -> BenchResult:
+        pool: int = 256, dataset_dir=None, stages_only: bool = False, receivers=(1,), senders: int = 1,
+        batch: int = 1024, final_fps: float | None = None, write: bool = True, echo=print) -> BenchResult:
     from qora.ssb.live import Frames, LiveG, LiveOptions, MemorySource, open_source, run_live
 
     be = resolve(backend)
@@ -101,25 +108,59 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
         result.add("floor/h2d_pinned_gathered", frames_per_s=_h2d_gbs(be, pinned=True) * 1e9 / gathered_bytes, s=None)
     settings = dict(kv=300.0, alpha_mrad=30.0, scan_step=0.373)
     for protocol in protocols:
-        with _SimulatorProcess(protocol, detector, pool, scan) as address:
-            n = 0
-            with open_source(address, protocol=_kind(protocol), batch=1024, timeout=60) as src:
-                t0 = time.perf_counter()  # the header is in: the frames follow
-                for batch in src:
-                    n += len(batch.index)
-            seconds = time.perf_counter() - t0
-        result.add(f"receive/{protocol}/{detector}", frames_per_s=n / seconds, s=seconds)
-        echo(f"receive {protocol}: {n / seconds:,.0f} frames/s")
-        with _SimulatorProcess(protocol, detector, pool, scan) as address:
-            out = run_live(open_source(address, protocol=_kind(protocol), batch=1024, timeout=60), **settings,
-                           rotation=0.0, backend=be, options=LiveOptions(refresh_s=0, fit=False,
-                                                                        queue_frames=1 << 18, max_wait_s=60))
-        s = out.statistics
-        result.add(f"to_G/{protocol}/{scan}x{detector}", frames_per_s=s["processed_fps"], s=s["elapsed_s"],
-                   received_fps=s["received_fps"], gather_s=s["gather_s"], row_fft_s=s["row_fft_s"],
-                   after_last_frame=s["after_last_frame"])
-        echo(f"to G {protocol}: {s['processed_fps']:,.0f} frames/s processed ({s['received_fps']:,.0f} received); "
-             f"gather {s['gather_s']:.2f} s, row FFTs {s['row_fft_s']:.2f} s")
+        # a Merlin's TCP stream is one connection: one receiver; a DECTRIS stream is dealt among N
+        for n_recv in ((1,) if protocol == "merlin" else tuple(receivers)):
+            tag = f"/x{n_recv}" if n_recv > 1 else ""
+
+            def source(address, n_recv=n_recv, protocol=protocol):
+                if isinstance(address, list):  # several sending processes: a receiver connects to one each
+                    from qora.ssb.live.receivers import ParallelDectrisSource
+
+                    src = ParallelDectrisSource(address, processes=n_recv, batch=batch, timeout=60)
+                else:
+                    src = open_source(address, protocol=_kind(protocol), batch=batch, timeout=60, processes=n_recv)
+                if protocol != "merlin":  # as run_live settles it: the device decodes on CUDA
+                    src.decode = "device" if be.is_cuda else "host"
+                return src
+
+            sim = _SimulatorProcess(protocol, detector, pool, scan, clients=n_recv, senders=senders)
+            with sim as address:
+                n = 0
+                with source(address) as src:
+                    t0 = time.perf_counter()  # the header is in: the frames follow
+                    for frames_in in src:
+                        n += len(frames_in.index)
+                        if frames_in.release is not None:
+                            frames_in.release()
+                seconds = time.perf_counter() - t0
+            cpu = getattr(src, "statistics", {}).get("cpu_s")
+            # frames per CPU second of one receiving process: the rate it reaches with a core of its own
+            per_core = None if not cpu or not sum(cpu) else n / sum(cpu)
+            result.add(f"receive/{protocol}/{detector}{tag}", frames_per_s=n / seconds, s=seconds, receivers=n_recv,
+                       senders=sim.senders,
+                       simulator_fps=sim.send_fps, receiver_frames_per_cpu_s=per_core,
+                       simulator_cpu_us_per_frame=None if sim.cpu_s_per_frame is None else sim.cpu_s_per_frame * 1e6)
+            echo(f"receive {protocol} x{n_recv}: {n / seconds:,.0f} frames/s (the simulator sent at "
+                 f"{sim.send_fps or 0:,.0f} frames/s" + (f"; {per_core:,.0f} frames per CPU second a receiver"
+                                                         if per_core else "") + ")")
+            sim = _SimulatorProcess(protocol, detector, pool, scan, clients=n_recv, senders=senders)
+            with sim as address:
+                out = run_live(source(address), **settings, rotation=0.0, backend=be,
+                               options=LiveOptions(refresh_s=0, fit=False, queue_frames=1 << 18, max_wait_s=60))
+            s = out.statistics
+            ends = s["after_last_frame"]
+            result.add(f"to_G/{protocol}/{scan}x{detector}{tag}", frames_per_s=s["processed_fps"], s=s["elapsed_s"],
+                       received_fps=s["received_fps"], gather_s=s["gather_s"], row_fft_s=s["row_fft_s"],
+                       backlog_frames_at_last_frame=ends["backlog_frames"],
+                       last_frame_to_G_s=ends["queue_s"] + ends["rows_and_slow_axis_s"], after_last_frame=ends,
+                       receivers=n_recv, senders=sim.senders, per_receiver=s.get("receivers", {}).get("per_process"),
+                       queue_peak_batches=s["queue_peak_batches"], simulator_fps=sim.send_fps)
+            echo(f"to G {protocol} x{n_recv}: {s['processed_fps']:,.0f} frames/s processed ({s['received_fps']:,.0f} "
+                 f"received, the simulator sent at {sim.send_fps or 0:,.0f}); backlog at the last frame "
+                 f"{ends['backlog_frames']} frames, last frame to G "
+                 f"{ends['queue_s'] + ends['rows_and_slow_axis_s']:.3f} s"
+                 f" ({ends['queue_s']:.3f} s queue, {ends['rows_and_slow_axis_s']:.3f} s rows and slow axis); gather "
+                 f"{s['gather_s']:.2f} s, row FFTs {s['row_fft_s']:.2f} s")
     # the processing's own rate, from memory (a pool-backed scan: frames[i % pool])
     live = LiveG((scan, scan), (detector, detector), rotation=0.0, backend=be, **settings)
     t = time.perf_counter()
@@ -164,7 +205,7 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
         del live
     # the final image and fit after the last frame, on a simulated film
     data, meta = _film(dataset_dir, scan, be, echo)
-    out = run_live(MemorySource(data, batch=1024), kv=meta["kv"], alpha_mrad=meta["alpha_mrad"],
+    out = run_live(MemorySource(data, batch=batch, fps=final_fps), kv=meta["kv"], alpha_mrad=meta["alpha_mrad"],
                    scan_step=meta["scan_step"], rotation=0.0, backend=be,
                    options=LiveOptions(refresh_s=0, fit=True, queue_frames=1 << 18, max_wait_s=600))
     p = out.fit["standard"]["parameters"]
@@ -173,7 +214,8 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
     # is the processing's rate, not the end's; without it, the time a paced scan would see
     result.add(f"final/{data.shape[0]}x{data.shape[2]}", frames_per_s=None, s=out.latency_s,
                s_without_backlog=out.latency_s - parts["queue_s"], parts=parts, C10=p["C10"],
-               truth_C10=meta.get("C10"))
+               truth_C10=meta.get("C10"), paced_fps=final_fps, processed_fps=out.statistics["processed_fps"],
+               backlog_frames_at_last_frame=parts["backlog_frames"])
     echo(f"final image + fit: {out.latency_s:.3f} s after the last frame, {out.latency_s - parts['queue_s']:.3f} s "
          f"without the queue's backlog ({parts}); "
          f"C10 {p['C10']:.1f} A (truth {meta.get('C10')})")
@@ -325,19 +367,25 @@ def stages(*, detector: int = 192, batch: int = 512, cols: int = 128, repeats: i
     return rows
 
 
-def _serve_pool(protocol: str, detector: int, pool: int, scan: int, ports) -> None:
-    """The simulator's process: the pool of frames made here (no array crosses the process
-    boundary), its port sent back, the scan served as fast as the client reads, then exit."""
+def _serve_pool(protocol: str, detector: int, pool: int, scan: int, clients: int, share: tuple, ports) -> None:
+    """A simulator's process: the pool of frames made here (no array crosses the process
+    boundary), its port sent back, the scan (its ``share`` of the frames, of several senders)
+    served as fast as the clients read (DECTRIS: once ``clients`` receivers are connected), then
+    its frames sent, seconds and CPU seconds sent back, and exit."""
     from qora.ssb.live import DectrisSimulator, MerlinSimulator
 
     options = dict(scan_shape=(scan, scan), timeout=60, time_limit=600)
     if protocol == "merlin":
         sim = MerlinSimulator(_pool(detector, pool), **options)
     else:
-        sim = DectrisSimulator(_pool(detector, pool), stream="v2" if protocol == "dectris2" else "v1", **options)
-    ports.put(sim.port)
+        sim = DectrisSimulator(_pool(detector, pool), stream="v2" if protocol == "dectris2" else "v1",
+                               clients=clients, io_threads=max(2, min(4, clients)), share=share, **options)
+    ports.put(("port", share[0], sim.port))
+    cpu = time.process_time()
     sim.start()
     sim.join()
+    # its CPU seconds (all its threads, ZeroMQ's I/O too): its cost per frame, whatever share of the cores it had
+    ports.put(("rate", share[0], sim.sent, sim.send_s, time.process_time() - cpu))
 
 
 def _kind(protocol: str) -> str:
@@ -346,28 +394,60 @@ def _kind(protocol: str) -> str:
 
 
 class _SimulatorProcess:
-    """A simulator in a process of its own, so that its Python (the DECTRIS messages are sent one by
+    """A simulator in processes of its own, so that its Python (the DECTRIS messages are sent one by
     one) does not share the receiver's interpreter lock: the receiver's rate is measured, not the
-    simulator's. Entering gives the address; leaving waits for the process (then ends it)."""
+    simulator's. ``senders`` > 1 (DECTRIS): that many sending processes, each its share of the
+    frames in order on a port of its own (one Python thread sends ~1 frame every few us: at 120 kHz
+    one sender can be the limit); receiver k connects to sender k mod senders. Entering gives the
+    address (a list of them for several senders); leaving waits for the processes (then ends them)."""
 
-    def __init__(self, protocol: str, detector: int, pool: int, scan: int) -> None:
+    def __init__(self, protocol: str, detector: int, pool: int, scan: int, *, clients: int = 1,
+                 senders: int = 1) -> None:
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")
         self.ports = ctx.Queue()
-        self.process = ctx.Process(target=_serve_pool, args=(protocol, detector, pool, scan, self.ports), daemon=True)
+        self.senders = 1 if protocol == "merlin" else max(1, min(int(senders), int(clients)))
+        self.processes = [
+            ctx.Process(target=_serve_pool, daemon=True,
+                        args=(protocol, detector, pool, scan, len(range(j, clients, self.senders)), (j, self.senders),
+                              self.ports))
+            for j in range(self.senders)]
         self.scheme = "tcp" if protocol == "merlin" else "zmq"
+        self.send_fps = None  # the simulator's own rate: when it is no higher than the receiver's, it is the limit
+        self.cpu_s_per_frame = None  # its CPU seconds a frame (all its processes and threads)
 
-    def __enter__(self) -> str:
-        self.process.start()
-        port = self.ports.get(timeout=120)
-        return f"{self.scheme}://127.0.0.1:{port}"
+    def __enter__(self):
+        for process in self.processes:
+            process.start()
+        ports = {}
+        while len(ports) < self.senders:
+            _, j, port = self.ports.get(timeout=120)
+            ports[j] = port
+        if self.senders == 1:
+            return f"{self.scheme}://127.0.0.1:{ports[0]}"
+        return [f"tcp://127.0.0.1:{ports[j]}" for j in range(self.senders)]
 
     def __exit__(self, *exc) -> None:
-        self.process.join(60)
-        if self.process.is_alive():
-            self.process.terminate()
-            self.process.join(10)
+        import queue
+
+        rates = []
+        try:
+            while len(rates) < self.senders:
+                item = self.ports.get(timeout=60)
+                if item[0] == "rate":
+                    rates.append(item[2:])
+        except queue.Empty:
+            pass
+        if rates and all(r[1] for r in rates):
+            sent = sum(r[0] for r in rates)
+            self.send_fps = sent / max(r[1] for r in rates)
+            self.cpu_s_per_frame = sum(r[2] for r in rates) / max(1, sent)
+        for process in self.processes:
+            process.join(60)
+            if process.is_alive():
+                process.terminate()
+                process.join(10)
 
 
 def _film(dataset_dir, scan: int, be, echo):

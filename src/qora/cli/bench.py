@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from qora.cli.options import backend_option
+from qora.cli.options import POSITIVE, backend_option
 
 
 @click.group("bench")
@@ -249,11 +249,23 @@ def bench_viewer(part, backend, screenshots, no_write) -> None:
                    "default: a small simulated film).")
 @click.option("--stages-only", is_flag=True, help="Only the host's receive path stage by stage (socket, headers, "
               "decoding, parse, queue, ingest) against a memcpy of the frame.")
+@click.option("--receivers", type=click.IntRange(1, 64), multiple=True, default=(1,), show_default=True,
+              help="Receiving processes on the DECTRIS stream (repeat to compare: --receivers 1 --receivers 4); "
+              "Merlin's one TCP stream is read by one.")
+@click.option("--senders", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Processes the DECTRIS simulator sends from (each its share of the frames; at most one a "
+              "receiver), so that the simulator is not the limit.")
+@click.option("--batch", type=click.IntRange(1), default=1024, show_default=True,
+              help="Frames a receiver's batch holds at most.")
+@click.option("--final-fps", type=POSITIVE, default=None,
+              help="Frames/s at which the final-latency case's frames come (default: as fast as taken).")
 @click.option("--no-write", is_flag=True, help="Print only; write no result file.")
-def bench_ssb_live(backend, scan, detector, protocol, dataset_dir, stages_only, no_write) -> None:
+def bench_ssb_live(backend, scan, detector, protocol, dataset_dir, stages_only, receivers, senders, batch,
+                   final_fps, no_write) -> None:
     """Live 4D-STEM: frames/s from the Merlin and DECTRIS simulators into G, and the final image + fit latency."""
     from qora.bench import ssb_live
 
     protocols = ("merlin", "dectris", "dectris2") if protocol == "all" else (protocol,)
     ssb_live.run(backend=backend, scan=scan, detector=detector, protocols=protocols, dataset_dir=dataset_dir,
-                 stages_only=stages_only, write=not no_write, echo=click.echo)
+                 stages_only=stages_only, receivers=tuple(receivers), senders=senders, batch=batch, final_fps=final_fps,
+                 write=not no_write, echo=click.echo)

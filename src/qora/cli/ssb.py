@@ -392,7 +392,10 @@ def _counts(data, path):
 @click.option("--raw", is_flag=True, help="Merlin: RAW (R64) frames instead of normal ones.")
 @click.option("--assembly", type=click.Choice(["1x1", "2x2"]), default="1x1", show_default=True,
               help="Merlin: a single chip or a quad (RAW frames in the quad's chip layout).")
-def serve_cmd(data, protocol, port, fps, timeout, stream, counter_depth, raw, assembly) -> None:
+@click.option("--clients", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="DECTRIS: receivers to wait for before the series starts (qora ssb live --receivers N: the "
+              "stream is dealt among those connected).")
+def serve_cmd(data, protocol, port, fps, timeout, stream, counter_depth, raw, assembly, clients) -> None:
     """Serve a recorded or simulated scan as a detector would, on 127.0.0.1 (to try `qora ssb live`).
 
     It stops by itself after the last frame, or when no client comes within --timeout."""
@@ -407,7 +410,8 @@ def serve_cmd(data, protocol, port, fps, timeout, stream, counter_depth, raw, as
         sim = MerlinSimulator(counts, port=port, fps=fps, timeout=timeout, time_limit=limit,
                               counter_depth=int(counter_depth), raw=raw, assembly=assembly)
     else:
-        sim = DectrisSimulator(counts, port=port, fps=fps, timeout=timeout, time_limit=limit, stream=stream)
+        sim = DectrisSimulator(counts, port=port, fps=fps, timeout=timeout, time_limit=limit, stream=stream,
+                               clients=clients)
     scheme = "tcp" if protocol == "merlin" else "zmq"
     click.echo(f"serving {total} frames of {counts.shape[2]}x{counts.shape[3]} ({counts.shape[0]}x{counts.shape[1]} "
                f"scan) at {fps:g} frames/s on {scheme}://127.0.0.1:{sim.port}", err=True)
@@ -447,9 +451,13 @@ def serve_cmd(data, protocol, port, fps, timeout, stream, counter_depth, raw, as
 @click.option("--decode", type=click.Choice(["auto", "device", "host"]), default="auto", show_default=True,
               help="Where a DECTRIS stream's bitshuffle-LZ4 frames are decoded: on the GPU (the compressed bytes go "
               "to the device), on the host, or auto (the GPU with --backend cuda).")
+@click.option("--receivers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Processes receiving a DECTRIS stream (its PUSH socket deals the frames among them; ~4 for "
+              "120,000 frames/s); a Merlin's TCP stream is read by one.")
 @backend_option(help="Where G is built and the images and fits are made.")
 def live_cmd(source, kv, semiangle, scan_step, scan_shape, protocol, follow, rotation, c10, c12, c12_angle, c30,
-             method, refresh, fit, fit_after, tilt, buffer, timeout, out, fit_out, view, port, decode, backend) -> None:
+             method, refresh, fit, fit_after, tilt, buffer, timeout, out, fit_out, view, port, decode, receivers,
+             backend) -> None:
     """Reconstruct while the scan runs: SOURCE is tcp://HOST:PORT (Merlin), zmq://HOST:PORT (DECTRIS),
     or a file (with --follow, a .mib being written).
 
@@ -458,7 +466,8 @@ def live_cmd(source, kv, semiangle, scan_step, scan_shape, protocol, follow, rot
     from qora.ssb.live import LiveOptions, open_source, run_live
 
     _outputs(None, {"--out": (out, (".h5", ".hdf5")), "--fit-out": (fit_out, (".json",))})
-    src = open_source(source, protocol=protocol, scan_shape=scan_shape, timeout=timeout, follow=follow)
+    src = open_source(source, protocol=protocol, scan_shape=scan_shape, timeout=timeout, follow=follow,
+                      processes=receivers, batch=1024 if receivers > 1 else 256)
     options = LiveOptions(refresh_s=refresh, method=method, fit=fit, fit_after=fit_after, tilt=tilt,
                           queue_frames=buffer, decode=decode)
 
@@ -510,8 +519,12 @@ def _live_report(result, method, settings, out, fit_out, aberrations) -> None:
 
     kv, semiangle, scan_step = settings["kv"], settings["alpha_mrad"], settings["scan_step"]
     s = result.statistics
-    click.echo(f"{result.report}; received {s['received']} frames at {s['received_fps']:.0f} frames/s; final image "
-               f"and fit {result.latency_s:.3f} s after the last frame")
+    ends = s["after_last_frame"]
+    click.echo(f"{result.report}; received {s['received']} frames at {s['received_fps']:.0f} frames/s, processed at "
+               f"{s['processed_fps']:.0f} frames/s; final image and fit {result.latency_s:.3f} s after the last frame "
+               f"({ends['backlog_frames']} frames still queued then, {ends['queue_s']:.3f} s to take them in)")
+    if "receivers" in s:
+        click.echo(f"frames per receiving process: {s['receivers']['per_process']}")
     if result.fit is not None:
         p = result.fit["standard"]["parameters"]
         click.echo(f"fit: C10 {p['C10']:.1f} A, C12a {p['C12a']:.1f} A, C12b {p['C12b']:.1f} A, rotation "

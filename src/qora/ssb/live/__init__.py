@@ -11,6 +11,8 @@ arrive, the SSB and parallax images and the aberration fit of the rows so far (d
   :mod:`~qora.ssb.live.dectris` (stream v1 JSON and v2 CBOR, with :mod:`~qora.ssb.live.cbor`,
   :mod:`~qora.ssb.live.stream2`, :mod:`~qora.ssb.live.bslz4`), :mod:`~qora.ssb.live.follow`,
   :mod:`~qora.ssb.live.sources`: the detector streams and files.
+- :mod:`~qora.ssb.live.receivers`: :class:`ParallelDectrisSource`, several receiving processes on
+  one DECTRIS stream (its PUSH socket deals the frames among them), batches in shared memory.
 - :mod:`~qora.ssb.live.ingest`: the host's one pass over each batch (the mean pattern, the
   bright-field gather, page-locked staging for the device).
 - :mod:`~qora.ssb.live.bslz4_batch`, :mod:`~qora.ssb.live.bslz4_device`: DECTRIS frames kept
@@ -28,10 +30,11 @@ from qora.ssb.live.dectris import DectrisZMQSource
 from qora.ssb.live.follow import FollowMibSource
 from qora.ssb.live.frames import FrameReport, Frames, MemorySource, Placement, Source
 from qora.ssb.live.merlin import MerlinTCPSource
+from qora.ssb.live.receivers import ParallelDectrisSource
 from qora.ssb.live.run import FellBehind, LiveOptions, LiveResult, LiveUpdate, run_live
 from qora.ssb.live.simulate import DectrisSimulator, MerlinSimulator, MibWriter
 from qora.ssb.live.sources import open_source
 
 __all__ = ["LiveG", "CompressedFrames", "Frames", "Source", "MemorySource", "Placement", "FrameReport",
-           "MerlinTCPSource", "DectrisZMQSource", "FollowMibSource", "open_source", "run_live", "LiveOptions", "LiveResult",
+           "MerlinTCPSource", "DectrisZMQSource", "ParallelDectrisSource", "FollowMibSource", "open_source", "run_live", "LiveOptions", "LiveResult",
            "LiveUpdate", "FellBehind", "MerlinSimulator", "DectrisSimulator", "MibWriter"]

@@ -102,6 +102,9 @@ class LiveG:
         Pixels gathered beyond the first fit's disk (detector pixels), for the refits to choose from.
     lag_rows : int
         A row is closed when a frame this many rows further on arrives (:class:`Placement`).
+    receivers, reorder_frames : int
+        Receiving processes whose batches interleave (:class:`Placement`), and how many frames
+        out of order that can make them (more row buffers are kept open for it).
     backend, precision
         As :class:`qora.ssb.Session`: on "cuda" the rows are kept on the device, complex64 by default.
     decode : {"auto", "device", "host"}
@@ -115,8 +118,8 @@ class LiveG:
 
     def __init__(self, scan_shape, detector_shape, *, kv: float, alpha_mrad: float, scan_step: float,
                  rotation: float = 0.0, detector: DetectorFit | None = None, calibration_rows: int = 4,
-                 margin: float = 3.0, lag_rows: int = 2, backend="cpu", precision: str = "auto",
-                 decode: str = "auto") -> None:
+                 margin: float = 3.0, lag_rows: int = 2, receivers: int = 1, reorder_frames: int = 0,
+                 backend="cpu", precision: str = "auto", decode: str = "auto") -> None:
         from qora.backend import resolve
 
         self.settings = dict(zip(("kv", "alpha_mrad", "scan_step", "rotation"),
@@ -140,9 +143,12 @@ class LiveG:
             raise InputError("decode='device' needs the CUDA backend (backend='cuda'); the CPU decodes on the host")
         self.decode_on_device = self.backend.is_cuda and decode != "host"
         self._decoder = None  # the DeviceDecoder, made with the pixels to gather
-        self.placement = Placement(self.scan_shape, lag_rows=lag_rows)
+        self.placement = Placement(self.scan_shape, lag_rows=lag_rows, receivers=receivers)
         warm()  # the host's pass compiled before the first frame comes
-        self.ring = self.placement.lag_rows + 4  # row buffers: the open rows and a few closing
+        # row buffers: the open rows and a few closing, and the rows that receivers' interleaved
+        # batches span (a row waits for the slowest receiver to pass it)
+        spread = -(-max(0, int(reorder_frames)) // self.scan_shape[1])
+        self.ring = self.placement.lag_rows + 4 + spread
         self._pending: list[Frames] = []  # frames before the first disk fit
         self.mean_sum = None  # sum of the frames received (det_row, det_col), float64, where the rows are
         self.frames_summed = 0
@@ -173,9 +179,12 @@ class LiveG:
             if self.gathered is not None and self.decode_on_device:
                 return self._place_compressed(frames)
             t0 = time.perf_counter()
-            frames = Frames(frames.index, frames.decode())
+            frames = Frames(frames.index, frames.decode(), receiver=frames.receiver)
             self.timings["ingest_s"] += time.perf_counter() - t0
         if self.gathered is None:
+            # kept past this call: a view of a receiver's slot (handed back after it) is copied
+            data = frames.data if frames.release is None else np.array(frames.data)
+            frames = Frames(np.array(frames.index), data, receiver=frames.receiver)
             self._pending.append(frames)
             top = max(int(f.index.max()) for f in self._pending if len(f.index))
             if top + 1 < self.calibration_rows * self.scan_shape[1]:
@@ -184,7 +193,7 @@ class LiveG:
         closed = []
         cols = self.scan_shape[1]
         for start in range(0, len(frames.index), cols):  # at most one row of frames a piece
-            part = Frames(frames.index[start:start + cols], frames.data[start:start + cols])
+            part = Frames(frames.index[start:start + cols], frames.data[start:start + cols], receiver=frames.receiver)
             closed += self._place(part)
         return closed
 
@@ -252,7 +261,7 @@ class LiveG:
         for start in range(0, len(frames.index), cols):
             t1 = time.perf_counter()
             index = frames.index[start:start + cols]
-            keep = self.placement.accept(index)
+            keep = self.placement.accept(index, receiver=frames.receiver)
             part = values[start:start + cols]
             if not keep.all():
                 rejected += list(start + np.flatnonzero(~keep))
@@ -275,7 +284,7 @@ class LiveG:
 
     def _place(self, frames: Frames) -> list[int]:
         t0 = time.perf_counter()
-        keep = self.placement.accept(frames.index)
+        keep = self.placement.accept(frames.index, receiver=frames.receiver)
         index, data = (frames.index, frames.data) if keep.all() else (frames.index[keep], frames.data[keep])
         if len(index):
             if not data.dtype.isnative:  # big-endian counts (a file's): the kernels take native ones

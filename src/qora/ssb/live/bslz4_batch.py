@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numba
 import numpy as np
@@ -35,12 +35,15 @@ class CompressedFrames:
     """A batch of bitshuffle-LZ4 frames as received: ``index`` (n,) their acquisition indices,
     ``blobs`` n byte buffers (each a frame's blob with its 12-byte header; memoryviews of the
     received messages, not copied), ``dtype`` the pixels' (little-endian counts), ``shape``
-    (det_row, det_col)."""
+    (det_row, det_col). ``release``, ``receiver``: as :class:`~qora.ssb.live.Frames`' (a
+    receiver's slot handed back once read; which receiving process took them)."""
 
     index: np.ndarray
     blobs: list
     dtype: np.dtype
     shape: tuple
+    release: object = field(default=None, repr=False, compare=False)
+    receiver: int = 0
 
     def __post_init__(self) -> None:
         self.index = np.asarray(self.index, np.int64).reshape(-1)
@@ -50,7 +53,25 @@ class CompressedFrames:
             raise InputError(f"CompressedFrames: {len(self.blobs)} blobs for {len(self.index)} indices")
         if self.dtype not in (np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.uint32)):
             raise InputError(f"CompressedFrames: counts of uint8, uint16 or uint32, got {self.dtype}")
+        self._packed = None
         self.sizes = np.fromiter((memoryview(b).nbytes for b in self.blobs), np.int64, len(self.blobs))
+
+    @classmethod
+    def from_packed(cls, index, blob: np.ndarray, offsets: np.ndarray, dtype, shape, *, release=None,
+                    receiver: int = 0) -> "CompressedFrames":
+        """A batch already packed end to end (``blob`` uint8, ``offsets`` (n + 1,) int64, as
+        :meth:`pack` gives them; a receiver process packs its batch into shared memory): its
+        :meth:`pack` is then one copy."""
+        offsets = np.asarray(offsets, np.int64)
+        if len(offsets) != len(index) + 1 or offsets[0] != 0 or offsets[-1] > blob.size or (np.diff(offsets) < 0).any():
+            raise InputError(f"CompressedFrames.from_packed: offsets {len(offsets)} for {len(index)} frames do not "
+                             f"lie in a blob of {blob.size} bytes")
+        view = memoryview(blob)
+        bounds = offsets.tolist()
+        frames = cls(index, [view[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])], dtype, shape, release,
+                     receiver)
+        frames._packed = (blob[:bounds[-1]], offsets)
+        return frames
 
     @property
     def nbytes(self) -> int:
@@ -60,6 +81,14 @@ class CompressedFrames:
     def pack(self, into: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(blob, offsets)``: the blobs end to end in ``into`` (uint8, at least :attr:`nbytes`;
         page-locked memory on the way to the device) or a new array, and their offsets (n + 1,)."""
+        if self._packed is not None:
+            blob, offsets = self._packed
+            if into is None:
+                return blob, offsets
+            if into.size < blob.size:
+                raise InputError(f"CompressedFrames.pack: {into.size} bytes given for {blob.size}")
+            np.copyto(into[:blob.size], blob)
+            return into[:blob.size], offsets
         offsets = np.zeros(len(self.blobs) + 1, np.int64)
         np.cumsum(self.sizes, out=offsets[1:])
         total = int(offsets[-1])

@@ -7,6 +7,7 @@ A source (:class:`Source`) yields :class:`Frames`; :class:`Placement` checks eac
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,10 +20,17 @@ __all__ = ["Frames", "Source", "MemorySource", "Placement", "FrameReport"]
 @dataclass
 class Frames:
     """A batch of frames: ``index`` (n,) int64, each frame's acquisition index from 0 (the
-    detector's own frame number, so a gap is a dropped frame); ``data`` (n, det_row, det_col) counts."""
+    detector's own frame number, so a gap is a dropped frame); ``data`` (n, det_row, det_col) counts.
+    ``release``: None, or a callable the consumer calls once it has read ``data`` (a view of a
+    receiver's shared-memory slot, :mod:`qora.ssb.live.receivers`: the call hands the slot back);
+    who keeps such frames longer must copy them. ``receiver``: which of several receiving
+    processes took them (0 for a single receiver): each one's frames come in the detector's order,
+    the receivers' batches interleave (:class:`Placement`)."""
 
     index: np.ndarray
     data: np.ndarray
+    release: object = field(default=None, repr=False, compare=False)
+    receiver: int = 0
 
     def __post_init__(self) -> None:
         self.index = np.asarray(self.index, np.int64).reshape(-1)
@@ -64,13 +72,17 @@ class MemorySource(Source):
     """Frames from memory, for scripts and tests: ``data`` (scan_row, scan_col, det_row, det_col)
     sent in acquisition order ``batch`` frames at a time, or ``frames``, an iterable of
     ``(index, frame)`` pairs or :class:`Frames` (then ``scan_shape`` and ``detector_shape`` must be
-    given)."""
+    given). ``fps``: ``data`` sent at that many frames per second (a detector's pace; None: as
+    fast as it is taken)."""
 
-    def __init__(self, data=None, *, frames=None, scan_shape=None, detector_shape=None, batch: int = 64) -> None:
+    def __init__(self, data=None, *, frames=None, scan_shape=None, detector_shape=None, batch: int = 64,
+                 fps: float | None = None) -> None:
         super().__init__()
         if (data is None) == (frames is None):
             raise InputError("MemorySource takes data (a 4D array) or frames (an iterable), one of them")
-        self.batch = int(batch)
+        if fps is not None and not fps > 0:
+            raise InputError(f"fps must be positive (frames per second) or None, got {fps}")
+        self.batch, self.fps = int(batch), fps
         if data is not None:
             data = np.asarray(data) if not hasattr(data, "shape") else data
             if data.ndim != 4:
@@ -85,8 +97,13 @@ class MemorySource(Source):
     def __iter__(self):
         if self._data is not None:
             flat = self._data.reshape((-1,) + self.detector_shape)
+            t0 = time.perf_counter()
             for start in range(0, flat.shape[0], self.batch):
                 stop = min(flat.shape[0], start + self.batch)
+                if self.fps:  # a batch is yielded when its last frame would have come from a detector
+                    ahead = t0 + stop / self.fps - time.perf_counter()
+                    if ahead > 0:
+                        time.sleep(ahead)
                 yield Frames(np.arange(start, stop), np.asarray(flat[start:stop]))
             return
         for item in self._frames:
@@ -127,20 +144,31 @@ class Placement:
     on to be transformed) when all its frames are in, or when a frame ``lag_rows`` rows further on
     arrives (the detector has moved on: what is still missing was dropped), or at the end. A frame
     for a closed row is *late*: counted, not placed, since its row is already transformed.
+
+    With several receivers (``receiver`` of :meth:`accept`), the detector deals its frames among
+    them, so their batches interleave out of order by up to a batch each (more when one is slower
+    to be scheduled): "further on" is then the least of the receivers' highest frames, i.e. a row
+    closes when every receiver that has delivered frames has passed it by ``lag_rows`` rows (each
+    receiver's own frames are in the detector's order; ``receivers``: how many there are, so
+    that none is passed over before its first batch). Out-of-order frames are counted within a
+    receiver's stream, where they are the detector's (or the network's) reordering.
     """
 
-    def __init__(self, scan_shape, *, lag_rows: int = 2) -> None:
+    def __init__(self, scan_shape, *, lag_rows: int = 2, receivers: int = 1) -> None:
         self.rows, self.cols = (int(v) for v in scan_shape)
         self.lag_rows = max(1, int(lag_rows))
+        self.receivers = max(1, int(receivers))
         self.received = np.zeros((self.rows, self.cols), bool)
         self.row_count = np.zeros(self.rows, np.int64)
         self.closed = np.zeros(self.rows, bool)
         self.next_open = 0  # rows below this are closed
         self.highest = -1
+        self._highest_of: dict = {}  # receiver -> its highest frame placed
         self.report = FrameReport()
 
-    def accept(self, index: np.ndarray) -> np.ndarray:
-        """The mask of ``index`` (a batch's frame indices) to place; the rest are recorded."""
+    def accept(self, index: np.ndarray, *, receiver: int = 0) -> np.ndarray:
+        """The mask of ``index`` (a batch's frame indices, from ``receiver``) to place; the rest
+        are recorded."""
         index = np.asarray(index, np.int64)
         keep = np.ones(len(index), bool)
         total = self.rows * self.cols
@@ -165,8 +193,10 @@ class Placement:
             keep &= ~seen
         kept = index[keep]
         if len(kept):
-            running = np.maximum.accumulate(np.concatenate([[self.highest], kept]))[:-1]
+            mine = self._highest_of.get(receiver, -1)
+            running = np.maximum.accumulate(np.concatenate([[mine], kept]))[:-1]
             self.report.out_of_order += int((kept < running).sum())
+            self._highest_of[receiver] = max(mine, int(kept.max()))
             self.highest = max(self.highest, int(kept.max()))
             self.received[row[keep], col[keep]] = True
             np.add.at(self.row_count, row[keep], 1)
@@ -177,7 +207,9 @@ class Placement:
         """The open rows that are complete, or that the stream has passed by ``lag_rows`` (or all
         open rows at the ``end``), closed now; their missing frames are recorded as dropped."""
         out = []
-        top = self.highest // self.cols if self.highest >= 0 else -1
+        # every receiver is past it (before each has delivered, only complete rows close)
+        passed = min(self._highest_of.values()) if len(self._highest_of) >= self.receivers else -1
+        top = passed // self.cols if passed >= 0 else -1
         for r in np.flatnonzero(~self.closed):
             r = int(r)
             if self.row_count[r] == self.cols or end or r <= top - self.lag_rows:

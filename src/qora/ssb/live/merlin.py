@@ -16,6 +16,7 @@ acquisition give the same arrays.
 from __future__ import annotations
 
 import socket
+import time
 
 import numpy as np
 
@@ -24,10 +25,12 @@ from qora.ssb.live.frames import Frames, Source
 from qora.ssb.readers import (MERLIN_DTYPES, check_raw, decode_raw, header_fields, merlin_frame_header)
 
 __all__ = ["MerlinTCPSource", "decode_frame", "decode_pixels", "frame_numbers", "encode_pixels", "encode_raw",
-           "frame_header", "frame_message", "frame_messages", "acquisition_header", "message", "DATA_PORT"]
+           "frame_header", "frame_message", "frame_messages", "number_messages", "acquisition_header", "message",
+           "DATA_PORT"]
 
 DATA_PORT = 6342
 PREFIX = 15  # b"MPX," + 10 digits + b","
+BATCH_BYTES = 8 << 20  # a receive batch's bytes at most
 FORMATS = {1: "U08", 6: "U08", 12: "U16", 24: "U32"}  # counter depth -> normal frame pixel format
 
 
@@ -130,10 +133,17 @@ def frame_messages(numbers, frames: np.ndarray, *, counter_depth: int = 12, raw:
     out = np.empty((n, PREFIX + len(head) + pixels.shape[1]), np.uint8)
     out[:, :PREFIX] = prefix
     out[:, PREFIX:PREFIX + len(head)] = head
-    for j in range(6):
-        out[:, PREFIX + 4 + j] = 48 + (numbers // 10 ** (5 - j)) % 10
+    number_messages(out, numbers)
     out[:, PREFIX + len(head):] = pixels
     return out
+
+
+def number_messages(messages: np.ndarray, numbers) -> None:
+    """Write the frame ``numbers`` (1 to 999,999) into whole messages (n, bytes) uint8 in place:
+    the six digits of each MQ1 header (a simulator serves a pool of encoded frames renumbered)."""
+    numbers = np.asarray(numbers, np.int64)
+    for j in range(6):
+        messages[:, PREFIX + 4 + j] = 48 + (numbers // 10 ** (5 - j)) % 10
 
 
 _POOL = None  # threads for the byte swap of large batches (NumPy's copy releases the GIL)
@@ -203,13 +213,15 @@ class MerlinTCPSource(Source):
     The scan shape is ``scan_shape`` (rows, cols) when given, else the acquisition header's
     frames in acquisition over frames per trigger (one trigger a scan row). Frames come in batches
     of up to ``batch``; ``timeout`` (s) bounds each wait on the socket (a silent detector is an
-    error, not a hang). The stream ends when the detector closes the connection or every frame of
+    error, not a hang); a batch is what arrives within ``batch_wait_s`` (s) of its first frame, up
+    to ``batch`` frames. The stream ends when the detector closes the connection or every frame of
     the scan has come.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = DATA_PORT, *, scan_shape=None, batch: int = 256,
-                 timeout: float = 10.0) -> None:
+                 timeout: float = 10.0, batch_wait_s: float = 0.005) -> None:
         super().__init__()
+        self.batch_wait_s = float(batch_wait_s)
         self.address = (host, int(port))
         self.scan_shape = None if scan_shape is None else tuple(int(v) for v in scan_shape)
         self.batch, self.timeout = int(batch), float(timeout)
@@ -313,17 +325,25 @@ class MerlinTCPSource(Source):
         return numbers, frames
 
     def _drain(self, want: int) -> None:
-        """Take what has already arrived, up to ``want`` bytes in the buffer, without waiting."""
+        """Receive up to ``want`` bytes into the buffer: what has arrived, and what comes within
+        ``batch_wait_s`` more (a batch's latency bound). Whole batches, not what one ``recv``
+        happens to return, are parsed at once: at a high rate the per-batch Python (the parse, the
+        hand-off, G's placement) is then paid once per ``batch`` frames."""
         self._reserve(want)
         view = memoryview(self._buf)
-        self._sock.setblocking(False)
+        deadline = time.perf_counter() + self.batch_wait_s
         try:
             while self._end < want:
+                left = deadline - time.perf_counter()
+                if left > 0:
+                    self._sock.settimeout(left)
+                else:
+                    self._sock.setblocking(False)
                 got = self._sock.recv_into(view[self._end:want])
                 if not got:
                     break
                 self._end += got
-        except BlockingIOError:  # nothing more waiting on the socket now: parse what came
+        except (BlockingIOError, socket.timeout):  # nothing more within the bound: parse what came
             pass
         finally:
             self._sock.settimeout(self.timeout)
@@ -343,7 +363,9 @@ class MerlinTCPSource(Source):
         # the scan ends with its last frame (what is still missing was dropped) or when the detector
         # closes the connection
         while last < total - 1 or self._end:
-            want = min(self.batch, max(1, total - seen)) * size
+            # a batch of at most ~8 MB: received, parsed and decoded while it is still in the cache
+            # (a 75 MB buffer of 1,024 192^2 frames cost more CPU a frame than small ones)
+            want = min(self.batch, max(1, BATCH_BYTES // size), max(1, total - seen)) * size
             if not self._fill(min(want, size)) and self._end == 0:
                 break
             self._drain(want)

@@ -102,6 +102,7 @@ class _Counter:
     def __init__(self) -> None:
         self.received = self.processed = 0
         self.queue_peak = 0
+        self.backlog_at_end = 0  # frames received but not yet in G when the last batch was received
         self.t0 = time.perf_counter()  # the stream's header read: the receiver starts
         self.t_last = None  # the last frame received
         self.t_processed = None  # the last frame placed in G's rows
@@ -135,16 +136,23 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
     source.open()
     if source.scan_shape is None or source.detector_shape is None:
         raise InputError(f"{source!r}: no scan or detector shape after its header")
+    # several receiving processes: their batches interleave; a receiver scheduled late can be behind
+    # the others by its batches in flight (its slots' worth), which the row buffers must span
+    receivers = int(getattr(source, "processes", 1))
+    reorder = receivers * int(getattr(source, "batch", 256)) * int(getattr(source, "slots", 2)) if receivers > 1 else 0
     try:
         live = LiveG(source.scan_shape, source.detector_shape, kv=kv, alpha_mrad=alpha_mrad, scan_step=scan_step,
                      rotation=0.0 if rotation is None else rotation, detector=detector,
                      calibration_rows=options.calibration_rows, margin=options.margin, lag_rows=options.lag_rows,
-                     backend=backend, precision=precision, decode=options.decode)
+                     receivers=receivers, reorder_frames=reorder, backend=backend, precision=precision,
+                     decode=options.decode)
     except Exception:
         source.close()  # the stream's connection is not left open by a bad setting
         raise
     if getattr(source, "decode", None) == "auto":  # a DECTRIS source: its frames kept compressed for the GPU
         source.decode = "device" if live.decode_on_device else "host"
+    if hasattr(source, "max_wait_s"):  # receiving processes wait as long for a free slot
+        source.max_wait_s = options.max_wait_s
     batch = max(1, int(getattr(source, "batch", 256)))
     q: queue.Queue = queue.Queue(maxsize=max(2, options.queue_frames // batch))
     counter, stop = _Counter(), threading.Event()
@@ -156,6 +164,7 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
             for frames in source:
                 counter.t_last = time.perf_counter()
                 counter.received += len(frames.index)
+                counter.backlog_at_end = counter.received - counter.processed
                 try:
                     q.put(frames, timeout=options.max_wait_s)
                 except queue.Full:
@@ -214,6 +223,8 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
             if item is end:
                 break
             live.add(item)
+            if item.release is not None:  # a receiver's shared-memory slot, read: handed back
+                item.release()
             counter.processed += len(item.index)
             now = counter.t_processed = time.perf_counter()
             if (options.refresh_s and now - state["last"] >= options.refresh_s and live.rows_done >= 2
@@ -225,8 +236,11 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
                 if on_update is not None:
                     on_update(updates[-1])
                 state["last"], state["rows"] = time.perf_counter(), live.rows_done
-        last_frame = counter.t_last or time.perf_counter()
-        ends = {"queue_s": time.perf_counter() - last_frame}  # frames still queued when the last one came
+        # the last frame's arrival: a receiving process's own time where it tells it (perf_counter is
+        # CLOCK_MONOTONIC on Linux, one clock for all processes), else the receiver thread's
+        last_frame = getattr(source, "last_received", None) or counter.t_last or time.perf_counter()
+        ends = {"queue_s": time.perf_counter() - last_frame,  # frames still queued when the last one came
+                "backlog_frames": counter.backlog_at_end}
         t = time.perf_counter()
         live.finish()
         session = live.session()
@@ -245,6 +259,8 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
         thread.join(5)
     stats = _statistics(counter, live, q)
     stats.update(live.timings)
+    if isinstance(getattr(source, "statistics", None), dict):  # several receiving processes: their shares
+        stats["receivers"] = dict(source.statistics)
     stats["after_last_frame"] = ends
     for update in updates:  # the partial sessions' G (GBs at full scale) are not kept past the run
         update.session = None

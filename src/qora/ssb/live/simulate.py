@@ -47,6 +47,7 @@ class _Simulator:
             order[a], order[b] = order[b], order[a]
         self.order = order[~np.isin(order, np.asarray(list(drop), np.int64))]
         self.sent = 0
+        self.send_s = None  # seconds from the first frame sent to the last (the simulator's own rate)
         self.error = None
         self._stop = threading.Event()
         self._thread = None
@@ -132,18 +133,29 @@ class MerlinSimulator(_Simulator):
         with client:
             client.settimeout(self.timeout)
             client.sendall(header)
+            options = dict(counter_depth=self.counter_depth, raw=self.raw, assembly=self.assembly)
+            # the distinct frames encoded once where they fit in 256 MB (a benchmark's pool, a test's
+            # scan): each batch is then a copy renumbered, so that a benchmark measures the receiver
+            # and not the encoding; else messages made a batch at a time (vectorized)
+            size = merlin.PREFIX + len(merlin.frame_header(0, *self.frames.shape[1:], **options)) + len(
+                merlin.encode_pixels(self.frames[:1], **options)[0])
+            encoded = (merlin.frame_messages(np.arange(1, len(self.frames) + 1), self.frames, **options)
+                       if len(self.frames) * size <= 256 << 20 else None)
             t0 = time.perf_counter()
-            # messages made a batch at a time (vectorized), sent as soon as made; with a rate, small
-            # batches keep the pace smooth
+            # with a rate, small batches keep the pace smooth
             step = 64 if self.fps else 512
             for n in range(0, len(self.order), step):
                 if not self._pace(t0, n):
                     break
                 index = self.order[n:n + step]
-                frames = self.frames[index % len(self.frames)]
-                client.sendall(merlin.frame_messages(index + 1, frames, counter_depth=self.counter_depth,
-                                                     raw=self.raw, assembly=self.assembly))
+                if encoded is not None:
+                    messages = encoded[index % len(self.frames)]
+                    merlin.number_messages(messages, index + 1)
+                else:
+                    messages = merlin.frame_messages(index + 1, self.frames[index % len(self.frames)], **options)
+                client.sendall(messages)
                 self.sent += len(index)
+            self.send_s = time.perf_counter() - t0
 
 
 class DectrisSimulator(_Simulator):
@@ -155,17 +167,29 @@ class DectrisSimulator(_Simulator):
     v2 the same compression as ``bslz4``, ``lz4``, none). Needs pyzmq."""
 
     def __init__(self, data, *, port: int = 0, encoding: str | None = None, series: int = 1, stream: str = "v1",
-                 **options) -> None:
+                 clients: int = 1, io_threads: int = 2, share: tuple = (0, 1), **options) -> None:
         import zmq
 
         super().__init__(data, **options)
+        part, parts = (int(v) for v in share)
+        if not 0 <= part < parts:
+            raise InputError(f"share must be (part, parts) with 0 <= part < parts, got {share}")
+        # one of several sending processes (a benchmark's, a detector sends from one): the frames
+        # whose index is part mod parts, in order; each sends the start and the end
+        self.order = self.order[self.order % parts == part]
         if stream not in ("v1", "v2"):
             raise InputError(f"stream must be 'v1' or 'v2', got {stream!r}")
+        if int(clients) < 1 or int(io_threads) < 1:
+            raise InputError(f"clients and io_threads must be at least 1, got {clients} and {io_threads}")
         bits = 8 * self.frames.dtype.itemsize
         self.encoding = encoding or f"bs{bits}-lz4<"
-        self.series, self.stream = series, stream
-        self._context = zmq.Context()
+        self.series, self.stream, self.clients = series, stream, int(clients)
+        # the I/O threads move the bytes to the receivers' connections (several: the connections of
+        # several receivers spread over them)
+        self._context = zmq.Context(io_threads=int(io_threads))
         self._socket = self._context.socket(zmq.PUSH)
+        if self.clients > 1:  # see every receiver connected before the series starts
+            self._monitor = self._socket.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
         self._socket.setsockopt(zmq.LINGER, int(self.timeout * 1000))
         self._socket.setsockopt(zmq.SNDTIMEO, int(self.timeout * 1000))
         self._socket.setsockopt(zmq.SNDHWM, 100000)
@@ -186,10 +210,33 @@ class DectrisSimulator(_Simulator):
             encoded.append((int(i), pool[key]))
         return encoded
 
+    def _wait_for_clients(self) -> bool:
+        """Wait (up to ``timeout``) until ``clients`` receivers have connected: a PUSH socket deals
+        messages only to the peers connected when each is sent, so a series started earlier would
+        go to the first receiver alone (a detector is armed after its receivers connect)."""
+        if self.clients == 1:
+            return True
+        from zmq.utils.monitor import recv_monitor_message
+
+        seen, deadline = 0, time.perf_counter() + self.timeout
+        try:
+            while seen < self.clients:
+                left = deadline - time.perf_counter()
+                if left <= 0 or self._stop.is_set() or not self._monitor.poll(int(left * 1000)):
+                    return False
+                recv_monitor_message(self._monitor)
+                seen += 1
+            return True
+        finally:
+            self._socket.disable_monitor()
+            self._monitor.close(0)
+
     def _serve(self) -> None:
         import zmq
 
         try:
+            if not self._wait_for_clients():
+                return
             if self.stream == "v2":
                 self._serve_v2()
             else:
@@ -221,6 +268,7 @@ class DectrisSimulator(_Simulator):
             head = json.dumps({"htype": "dimage-1.0", "series": self.series, "frame": i, "hash": ""}).encode()
             self._socket.send_multipart([head, info, blob, times], copy=False)
             self.sent += 1
+        self.send_s = time.perf_counter() - t0
         self._socket.send_multipart([json.dumps({"htype": "dseries_end-1.0", "series": self.series}).encode()])
 
     def _serve_v2(self) -> None:
@@ -244,12 +292,16 @@ class DectrisSimulator(_Simulator):
         encoded = self._pool(encode)
         self._socket.send(start)
         t0 = time.perf_counter()
+        pack = struct.Struct(">I").pack_into
+        send = self._socket.send
         for n, (i, (message, at)) in enumerate(encoded):
             if not self._pace(t0, n):
                 break
-            message[at:at + 4] = struct.pack(">I", i)
-            self._socket.send(bytes(message), copy=False)
+            pack(message, at, i)
+            # copied into the message by ZeroMQ (one memcpy): a zero-copy send of a bytes copy cost more
+            send(message, copy=True)
             self.sent += 1
+        self.send_s = time.perf_counter() - t0
         self._socket.send(dectris.stream2_message("end", self.series))
 
 

@@ -11,7 +11,7 @@ __all__ = ["open_source"]
 
 
 def open_source(text: str, *, protocol: str | None = None, scan_shape=None, timeout: float = 10.0,
-                follow: bool = False, batch: int = 256):
+                follow: bool = False, batch: int = 256, processes: int = 1):
     """The :class:`qora.ssb.live.Source` that ``text`` names:
 
     - ``tcp://HOST:PORT``: a Merlin's TCP data port (``protocol`` "merlin", the default for tcp);
@@ -21,9 +21,15 @@ def open_source(text: str, *, protocol: str | None = None, scan_shape=None, time
       (:func:`qora.ssb.load_data`) sent from memory, for trying the live path on a recording.
 
     ``scan_shape`` (rows, cols) overrides the header's; ``timeout`` (s) bounds each wait.
+    ``processes``: receiving processes on a DECTRIS stream (its PUSH socket deals the frames among
+    them, :class:`qora.ssb.live.receivers.ParallelDectrisSource`); a Merlin's TCP stream is one
+    connection, read by one.
     """
     if protocol not in (None, "merlin", "dectris"):
         raise InputError(f"protocol must be 'merlin' or 'dectris', got {protocol!r}")
+    processes = int(processes)
+    if processes < 1:
+        raise InputError(f"processes must be at least 1, got {processes}")
     for scheme in ("zmq+tcp://", "zmq://", "tcp://"):
         if text.startswith(scheme):
             address = text[len(scheme):]
@@ -31,13 +37,23 @@ def open_source(text: str, *, protocol: str | None = None, scan_shape=None, time
             if not sep or not port.isdigit() or not host:
                 raise InputError(f"{text}: give the address as {scheme}HOST:PORT")
             if scheme != "tcp://" or protocol == "dectris":
+                if processes > 1:
+                    from qora.ssb.live.receivers import ParallelDectrisSource
+
+                    return ParallelDectrisSource(f"tcp://{host}:{port}", processes=processes, scan_shape=scan_shape,
+                                                 timeout=timeout, batch=batch)
                 from qora.ssb.live.dectris import DectrisZMQSource
 
                 return DectrisZMQSource(f"tcp://{host}:{port}", scan_shape=scan_shape, timeout=timeout, batch=batch)
+            if processes > 1:
+                raise InputError(f"{text}: a Merlin's TCP stream is one connection, read by one process (its frames "
+                                 "are parsed a buffer at a time); several receiving processes are for a DECTRIS stream")
             from qora.ssb.live.merlin import MerlinTCPSource
 
             return MerlinTCPSource(host, int(port), scan_shape=scan_shape, timeout=timeout, batch=batch)
     path = Path(text)
+    if processes > 1:
+        raise InputError(f"{text}: several receiving processes are for a DECTRIS stream (zmq://HOST:PORT)")
     if follow:
         if path.suffix.lower() != ".mib":
             raise InputError(f"{text}: --follow reads a Merlin .mib file as it is written")

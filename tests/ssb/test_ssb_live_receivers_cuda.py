@@ -1,0 +1,69 @@
+"""Several receiving processes on CUDA: batches packed in shared memory (CompressedFrames.from_packed)
+go through the device decode exactly as loose blobs do, and the live run over two receiving
+processes equals the single-process run on the device (and the CPU run)."""
+
+import numpy as np
+import pytest
+
+from qora.ssb import Aberrations, amorphous_slices, simulate
+from qora.ssb.live import DectrisSimulator, LiveG, LiveOptions, open_source, run_live
+from qora.ssb.live import bslz4
+from qora.ssb.live.bslz4_batch import CompressedFrames
+
+pytestmark = pytest.mark.gpu
+
+KV, ALPHA = 300.0, 25.0
+
+
+@pytest.fixture(scope="module")
+def counts():
+    scan = simulate(amorphous_slices((64, 64), 0.1, atoms_per_a2=0.1, seed=5), pixel=0.1, stride=4, window=32,
+                    alpha_mrad=ALPHA, aberrations=Aberrations(C10=-100.0), dose=2e5, seed=6)
+    return scan.data.astype(np.uint16), scan.scan_step
+
+
+def test_packed_batches_decode_on_the_device_as_loose_ones(counts):
+    """The same frames as loose blobs and as packed batches (a receiver's slot): the rows of G and the
+    mean pattern on the device are identical."""
+    data, step = counts
+    sy, sx = data.shape[:2]
+    flat = data.reshape((-1,) + data.shape[2:])
+    kw = dict(kv=KV, alpha_mrad=ALPHA, scan_step=step, backend="cuda", calibration_rows=2, decode="device")
+    loose, packed = LiveG((sy, sx), data.shape[2:], **kw), LiveG((sy, sx), data.shape[2:], **kw)
+    for start in range(0, len(flat), 40):
+        idx = np.arange(start, min(len(flat), start + 40))
+        batch = CompressedFrames(idx, [bslz4.compress(f) for f in flat[idx]], np.uint16, data.shape[2:])
+        blob, offsets = batch.pack()
+        loose.add(batch)
+        packed.add(CompressedFrames.from_packed(idx, blob.copy(), offsets.copy(), np.uint16, data.shape[2:]))
+    loose.finish()
+    packed.finish()
+    assert packed._decoder is not None and packed._decoder.frames > 0
+    np.testing.assert_array_equal(packed.G_rows.get(), loose.G_rows.get())
+    np.testing.assert_array_equal(packed._mean_pattern(), loose._mean_pattern())
+
+
+@pytest.mark.parametrize("stream", ["v1", "v2"])
+def test_two_receiving_processes_on_the_device_equal_one(counts, stream):
+    """run_live on CUDA over two receiving processes (the device decode, 'auto') equals the
+    single-process run on CUDA and the CPU run, with a dropped frame reported."""
+    pytest.importorskip("zmq")
+    pytest.importorskip("numcodecs")
+    data, step = counts
+    settings = dict(kv=KV, alpha_mrad=ALPHA, scan_step=step, rotation=0.0)
+    options = LiveOptions(refresh_s=0, fit=False, lag_rows=16)
+    results = {}
+    for name, processes, backend in (("one", 1, "cuda"), ("two", 2, "cuda"), ("cpu", 2, "cpu")):
+        with DectrisSimulator(data, stream=stream, clients=processes, drop=[40], timeout=20, time_limit=60) as sim:
+            src = open_source(sim.address, protocol="dectris", timeout=20, processes=processes,
+                              batch=24 if processes > 1 else 256)
+            results[name] = run_live(src, backend=backend, options=options, **settings)
+            sim.join()
+        if backend == "cuda":
+            assert src.decode == "device"
+    one, two, cpu = results["one"], results["two"], results["cpu"]
+    assert one.report.dropped == two.report.dropped == cpu.report.dropped == [40]
+    np.testing.assert_allclose(two.session.G.get(), one.session.G.get(), rtol=0,
+                               atol=1e-6 * float(np.abs(one.session.G.get()).max()))
+    ref = cpu.session.G
+    np.testing.assert_allclose(two.session.G.get(), ref, rtol=0, atol=1e-5 * np.abs(ref).max())
