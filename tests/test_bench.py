@@ -104,7 +104,7 @@ def test_ssb_live_bench_measures_every_case_on_a_small_scan():
     r = ssb_live.run(backend="cpu", scan=8, detector=32, pool=8, protocols=("merlin",), write=False,
                      echo=lambda *_: None)
     assert {"floor/host_copy", "receive/merlin/32", "to_G/merlin/8x32", "memory_to_G/8x32",
-            "final/16x32", "stage/dectris/device_decode_host_part", "stage/dectris/zmq_receive_v2",
+            "final/16x32", "final/16x32/warm", "stage/dectris/device_decode_host_part", "stage/dectris/zmq_receive_v2",
             "stage/dectris/v1_pattern_parse"} <= set(r.cases)
     for name, case in r.cases.items():
         value = case.get("frames_per_s") or case.get("s")
