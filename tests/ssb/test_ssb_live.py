@@ -365,9 +365,11 @@ def test_live_run_on_the_device_over_the_wire(counts, protocol):
 
 
 # -- the command line ------------------------------------------------------------------------------
-def test_cli_live_over_the_merlin_simulator(counts, tmp_path):
+@pytest.mark.parametrize("final_fit", ["cold", "warm"])
+def test_cli_live_over_the_merlin_simulator(counts, tmp_path, final_fit):
     """`qora ssb live tcp://...` against the simulator: the refreshes, the report, the image and the
-    fit written; its image is the offline image for the fitted parameters."""
+    fit written; its image is the offline image for the fitted parameters; `--final-fit warm` ends with
+    Newton from the last partial fit."""
     import json
 
     import h5py
@@ -378,17 +380,20 @@ def test_cli_live_over_the_merlin_simulator(counts, tmp_path):
 
     data, step = counts
     img, fit = tmp_path / "live.h5", tmp_path / "live.json"
+    # a refresh after every batch: where the command's start outlasts the simulator's 0.2 s at 3000 frames/s,
+    # the frames wait in the socket and come as three batches within milliseconds
     with MerlinSimulator(data, fps=3000, timeout=10) as sim:
         out = CliRunner().invoke(cli, ["ssb", "live", sim.address, "--kv", str(KV), "--semiangle", str(ALPHA),
-                                       "--scan-step", str(step), "--rotation", "0", "--refresh", "0.02",
+                                       "--scan-step", str(step), "--rotation", "0", "--refresh", "0.001",
                                        "--fit-after", "0.4", "--out", str(img), "--fit-out", str(fit),
-                                       "--backend", "cpu"])
+                                       "--final-fit", final_fit, "--backend", "cpu"])
         sim.join()
     assert out.exit_code == 0, out.output
     assert "rows " in out.output and "576 frames placed, 0 dropped" in out.output
     assert "after the last frame" in out.output
     record = json.loads(fit.read_text())
     assert record["frames"]["placed"] == 576 and record["statistics"]["received"] == 576
+    assert bool(record["fit"].get("warm_start")) == (final_fit == "warm")
     ref = _offline(data, step)
     image = ref.image(parameters_to_aberrations(record["fit"]["standard"]["parameters"]))
     with h5py.File(img) as f:

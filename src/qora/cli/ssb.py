@@ -439,6 +439,10 @@ def serve_cmd(data, protocol, port, fps, timeout, stream, counter_depth, raw, as
 @click.option("--fit-after", type=click.FloatRange(0.0, 1.0), default=0.25, show_default=True,
               help="Fraction of the rows before the first fit.")
 @click.option("--tilt/--no-tilt", default=False, show_default=True, help="Also fit thickness and tilt at the end.")
+@click.option("--final-fit", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
+              help="The fit of the whole scan: the offline fit with its search (cold), or Newton from the last "
+              "partial-scan fit (warm: 0.08 s against 0.53 s at 512x512 on an H200, but it keeps the partial "
+              "fit's basin).")
 @click.option("--buffer", type=click.IntRange(16), default=65536, show_default=True,
               help="Frames the receive buffer holds before processing is declared behind.")
 @click.option("--timeout", type=POSITIVE, default=10.0, show_default=True,
@@ -456,8 +460,8 @@ def serve_cmd(data, protocol, port, fps, timeout, stream, counter_depth, raw, as
               "120,000 frames/s); a Merlin's TCP stream is read by one.")
 @backend_option(help="Where G is built and the images and fits are made.")
 def live_cmd(source, kv, semiangle, scan_step, scan_shape, protocol, follow, rotation, c10, c12, c12_angle, c30,
-             method, refresh, fit, fit_after, tilt, buffer, timeout, out, fit_out, view, port, decode, receivers,
-             backend) -> None:
+             method, refresh, fit, fit_after, tilt, final_fit, buffer, timeout, out, fit_out, view, port, decode,
+             receivers, backend) -> None:
     """Reconstruct while the scan runs: SOURCE is tcp://HOST:PORT (Merlin), zmq://HOST:PORT (DECTRIS),
     or a file (with --follow, a .mib being written).
 
@@ -469,7 +473,7 @@ def live_cmd(source, kv, semiangle, scan_step, scan_shape, protocol, follow, rot
     src = open_source(source, protocol=protocol, scan_shape=scan_shape, timeout=timeout, follow=follow,
                       processes=receivers, batch=1024 if receivers > 1 else 256)
     options = LiveOptions(refresh_s=refresh, method=method, fit=fit, fit_after=fit_after, tilt=tilt,
-                          queue_frames=buffer, decode=decode)
+                          queue_frames=buffer, decode=decode, final_fit=final_fit)
 
     def show(update) -> None:
         s = update.statistics
