@@ -34,6 +34,11 @@ for b in ${BENCH:-}; do
     ssb-live) timeout 240 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 128 --detector 192 ;;
     ssb-live-stages) timeout 120 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 128 --detector 192 \
                        --stages-only ;;
+    phase-fused-default) timeout 150 python3 bench/probes/fused_fft_probe.py --candidates plain --no-passes \
+                           --out "$OUT/results/phase-fused" ;;
+    bpm-fused-default) timeout 150 python3 bench/probes/bpm_fused_probe.py --candidates "" --out "$OUT/results/bpm-fused" ;;
+    ssb-live-receivers) timeout 200 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 512 --detector 192 \
+                          --protocol dectris2 --receivers 4 --senders 2 ;;
     phase-fused) timeout 280 python3 bench/probes/fused_fft_probe.py --out "$OUT/results/phase-fused" ;;
     phase-fused-ncu) QORA_NCU_VARIANTS="fused_fft graph" QORA_NCU_SHAPES="256x256x256 2048x2048" \
                        QORA_RESULTS_DIR="$OUT/results" timeout 300 bash bench/ncu-phase.sh "$OUT/ncu" ;;
