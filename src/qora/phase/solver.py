@@ -27,11 +27,9 @@ VARIANTS_CUDA = ("naive", "fused", "graph", "batched", "half", "mixed", "callbac
 # starts run batched, up to AUTO_BATCH at a time, where that measured faster per start: up to
 # 2^20 pixels (0.22x of looped at 256^2, 0.91x at 1024^2; 1.09x at 128^3, so not above).
 AUTO_CUDA_VARIANT = "graph"
-# ... except on an H100/H200 in 3D from 128^3 up, where fused_fft with its measured layout ran at 0.75-0.89x
-# of graph (128^3 to 512^3), and in 2D above 2^20 pixels (0.92-0.93x at 2048^2 and 4096^2); in 2D up to
-# 2^20 pixels graph stays, because it batches several starts (0.22x per start of one at a time at 256^2)
-FUSED_FFT_SIZES = (128, 256, 512)
-FUSED_FFT_SIZES_2D = (2048, 4096)
+# ... except on an H100/H200 with every extent in FUSED_FFT_SIZES[ndim]: fused_fft ran at 0.75-0.89x of graph from
+# 128^3 to 512^3 and 0.92-0.93x at 2048^2 and 4096^2; below, graph batches starts (0.22x per start at 256^2)
+FUSED_FFT_SIZES = {3: (128, 256, 512), 2: (2048, 4096)}
 AUTO_BATCH = 8
 AUTO_BATCH_MAX_PIXELS = 2**20
 
@@ -46,7 +44,7 @@ def auto_batch(backend, variant: str, shape, starts: int) -> int:
 def _pick_variant(backend, variant: str, shape=()) -> str:
     if backend.is_cuda:
         if variant == "auto":
-            sizes = FUSED_FFT_SIZES if len(shape) == 3 else FUSED_FFT_SIZES_2D if len(shape) == 2 else ()
+            sizes = FUSED_FFT_SIZES.get(len(shape), ())
             if sizes and all(s in sizes for s in shape) and backend.device_facts().compute_capability.startswith("9."):
                 return "fused_fft"
             return AUTO_CUDA_VARIANT
