@@ -36,7 +36,10 @@ class CompressedFrames:
     ``blobs`` n byte buffers (each a frame's blob with its 12-byte header; memoryviews of the
     received messages, not copied), ``dtype`` the pixels' (little-endian counts), ``shape``
     (det_row, det_col). ``release``, ``receiver``: as :class:`~qora.ssb.live.Frames`' (a
-    receiver's slot handed back once read; which receiving process took them)."""
+    receiver's slot handed back once read; which receiving process took them). ``table``: the
+    batch's :class:`BlockTable` where the receiving process made it (None: the decoder makes it);
+    ``registered``: the packed blob lies in page-locked memory (a receiver's shared-memory slot
+    registered with the device), so the decoder copies it to the device from where it is."""
 
     index: np.ndarray
     blobs: list
@@ -44,6 +47,8 @@ class CompressedFrames:
     shape: tuple
     release: object = field(default=None, repr=False, compare=False)
     receiver: int = 0
+    table: object = field(default=None, repr=False, compare=False)
+    registered: bool = False
 
     def __post_init__(self) -> None:
         self.index = np.asarray(self.index, np.int64).reshape(-1)
@@ -58,18 +63,22 @@ class CompressedFrames:
 
     @classmethod
     def from_packed(cls, index, blob: np.ndarray, offsets: np.ndarray, dtype, shape, *, release=None,
-                    receiver: int = 0) -> "CompressedFrames":
+                    receiver: int = 0, table: "BlockTable | None" = None, registered: bool = False
+                    ) -> "CompressedFrames":
         """A batch already packed end to end (``blob`` uint8, ``offsets`` (n + 1,) int64, as
         :meth:`pack` gives them; a receiver process packs its batch into shared memory): its
-        :meth:`pack` is then one copy."""
+        :meth:`pack` is then one copy. ``table``, ``registered``: as the class's."""
         offsets = np.asarray(offsets, np.int64)
         if len(offsets) != len(index) + 1 or offsets[0] != 0 or offsets[-1] > blob.size or (np.diff(offsets) < 0).any():
             raise InputError(f"CompressedFrames.from_packed: offsets {len(offsets)} for {len(index)} frames do not "
                              f"lie in a blob of {blob.size} bytes")
         view = memoryview(blob)
         bounds = offsets.tolist()
+        if table is not None and (table.starts.shape[0] != len(index) or len(table.tails) != len(index)):
+            raise InputError(f"CompressedFrames.from_packed: a block table of {table.starts.shape[0]} frames for "
+                             f"{len(index)}")
         frames = cls(index, [view[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])], dtype, shape, release,
-                     receiver)
+                     receiver, table, bool(registered))
         frames._packed = (blob[:bounds[-1]], offsets)
         return frames
 
@@ -132,6 +141,39 @@ class BlockTable:
     @property
     def nblocks(self) -> int:
         return self.starts.shape[1]
+
+    @staticmethod
+    def stored_bytes(n: int, nblocks: int) -> int:
+        """Bytes :meth:`store` writes for ``n`` frames of ``nblocks`` blocks (starts, tails, sizes)."""
+        return 8 * n * nblocks + 8 * n + 4 * n * nblocks
+
+    def store(self, into: np.ndarray) -> tuple:
+        """Write the arrays into ``into`` (uint8, 8-byte aligned, :meth:`stored_bytes` long; a
+        receiver's shared-memory slot); returns what :meth:`stored` needs to view them again
+        (plain integers, to pass between processes)."""
+        n, nblocks = self.starts.shape
+        starts, tails, sizes = _stored_views(into, n, nblocks)
+        starts[...], tails[...], sizes[...] = self.starts, self.tails, self.sizes
+        return (n, nblocks, self.block_bytes, self.whole, self.count, self.itemsize)
+
+    @classmethod
+    def stored(cls, buffer: np.ndarray, meta: tuple) -> "BlockTable":
+        """The table :meth:`store` wrote into ``buffer`` (views, not copies), from its ``meta``."""
+        n, nblocks, block_bytes, whole, count, itemsize = (int(v) for v in meta)
+        starts, tails, sizes = _stored_views(buffer, n, nblocks)
+        return cls(starts, sizes, tails, block_bytes, whole, count, itemsize)
+
+
+def _stored_views(buffer: np.ndarray, n: int, nblocks: int):
+    """starts (n, nblocks) int64, tails (n,) int64, sizes (n, nblocks) int32 laid end to end in
+    ``buffer`` (the 8-byte arrays first, so that each stays aligned)."""
+    need = BlockTable.stored_bytes(n, nblocks)
+    if buffer.size < need:
+        raise InputError(f"a block table of {n} frames x {nblocks} blocks needs {need} bytes, {buffer.size} given")
+    starts = np.ndarray((n, nblocks), np.int64, buffer, 0)
+    tails = np.ndarray(n, np.int64, buffer, 8 * n * nblocks)
+    sizes = np.ndarray((n, nblocks), np.int32, buffer, 8 * n * nblocks + 8 * n)
+    return starts, tails, sizes
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)

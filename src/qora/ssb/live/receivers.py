@@ -150,9 +150,11 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
         f = fast
         if f["slot"] is None:
             return
-        n = f["n"]
-        outbox.put(("batch", worker, f["slot"], n, "compressed", f["dtype"], f["shape"], int(f["offsets"][n]),
-                    f["t_first"], f["t_last"], time.process_time() - cpu0))
+        n, nbytes = f["n"], int(f["offsets"][f["n"]])
+        table = _stage_table(memory[f["slot"]], head, nbytes, f["offsets"][:n + 1], f["dtype"],
+                             f["shape"][0] * f["shape"][1])
+        outbox.put(("batch", worker, f["slot"], n, "compressed", f["dtype"], f["shape"], nbytes,
+                    f["t_first"], f["t_last"], time.process_time() - cpu0, table))
         fast["slot"] = None
 
     def fast_take(buf, out) -> bool:
@@ -217,7 +219,9 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
         if item is not None:
             blob, offsets = item.pack(into=payload)
             np.ndarray(n + 1, np.int64, memory[slot], 8 * batch)[:] = offsets
-            announce = ("compressed", item.dtype.str, item.shape, int(offsets[-1]))
+            nbytes = int(offsets[-1])
+            table = _stage_table(memory[slot], head, nbytes, offsets, item.dtype, item.shape[0] * item.shape[1])
+            announce = ("compressed", item.dtype.str, item.shape, nbytes)
         else:
             frames = (decode_frames(staged.v1_infos, staged.blobs) if staged.version == 1
                       else _decode_parts(staged.blobs))
@@ -225,9 +229,11 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
                 raise InputError(f"a batch of {n} frames ({frames.nbytes} bytes) past a slot's {payload.size}")
             np.ndarray(frames.shape, frames.dtype, payload).reshape(frames.shape)[...] = frames
             announce = ("frames", frames.dtype.str, frames.shape[1:], frames.nbytes)
+            table = None
         # the process's CPU seconds so far (all its threads: ZeroMQ's I/O, Numba's): its cost per
         # frame, whatever share of the cores it was given
-        outbox.put(("batch", worker, slot, n) + announce + (staged.t_first, staged.t_last, time.process_time() - cpu0))
+        outbox.put(("batch", worker, slot, n) + announce
+                   + (staged.t_first, staged.t_last, time.process_time() - cpu0, table))
         staged = _Staged()
 
     def take(message_index: int, version: int, info, blob, frame_bytes: int) -> None:
@@ -337,6 +343,28 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
             pass
 
 
+def _stage_table(row: np.ndarray, head: int, nbytes: int, offsets: np.ndarray, dtype, count: int):
+    """The :class:`~qora.ssb.live.bslz4_batch.BlockTable` of the batch packed in slot ``row`` (its
+    blob at ``head``, ``nbytes`` long) stored after the blob in the slot: what the consumer needs to
+    view it (:meth:`BlockTable.stored`'s meta and the byte offset), or None where the batch is
+    malformed (the consumer makes the table again and names the frame) or the slot has no room.
+
+    Why here: the table is a pass over each frame's block sizes (~1.7 us a frame) that the one
+    consuming process otherwise makes for every receiver; each receiver makes its share, in
+    parallel (docs/ssb-performance.md, "Live: several receiving processes")."""
+    from qora.ssb.live.bslz4_batch import BlockTable, block_table
+
+    try:
+        table = block_table(row[head:head + nbytes], offsets, dtype=dtype, count=count)
+    except (FileFormatError, InputError):
+        return None
+    at = (head + nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
+    need = BlockTable.stored_bytes(*table.starts.shape)
+    if at + need > row.size:
+        return None
+    return (at,) + table.store(row[at:at + need])
+
+
 def _warm() -> None:
     """The compiled stages loaded before the receiver says it is ready: a receiver still loading
     them while the others take frames would fall a second behind them (its frames late)."""
@@ -347,8 +375,14 @@ def _warm() -> None:
     frame = np.arange(64, dtype=np.uint16).reshape(8, 8)
     message = stream2_message("image", 1, image_id=0, data={"c": encode_stream2_frame(frame)})
     fields = scan_image(message, b"c")
-    _decode_parts([_scanned_part(fields)] * 2)
+    parts = [_scanned_part(fields)] * 2
+    _decode_parts(parts)
     cbor.loads(message)
+    packed = np.zeros(1 << 12, np.uint8)
+    item = _compressed_parts([0, 1], parts)
+    if item is not None:  # the block table's compiled scan, as a device-bound batch runs it
+        blob, offsets = item.pack(into=packed)
+        _stage_table(packed, 0, blob.size, offsets, item.dtype, frame.size)
 
 
 def _is_v2_image(parts) -> bool:
@@ -386,6 +420,7 @@ class ParallelDectrisSource(DectrisZMQSource):
         self._memory: list = []
         self._control: list = []  # messages of the stream forwarded before open() read the header
         self._early_batches: list = []  # batches announced before it
+        self._registered: list = []  # (backend, array): slots page-locked for the device's copies
         self.last_received = None  # perf_counter (CLOCK_MONOTONIC: one clock for all processes) of the last frame
         self.statistics = {"batches": 0, "per_process": [0] * self.processes,
                            "cpu_s": [0.0] * self.processes}  # each receiver's CPU seconds since it was ready
@@ -455,6 +490,27 @@ class ParallelDectrisSource(DectrisZMQSource):
             self.close()
             raise
 
+    def register_slots(self, backend) -> bool:
+        """Page-lock every receiver's slots for ``backend``'s device (after :meth:`open`): the
+        device decode then copies each batch to the device straight from its slot, with no copy
+        into a pinned buffer in this process (docs/ssb-performance.md, "Live: several receiving
+        processes"); each slot goes back to its receiver once that copy has completed. True if
+        done (False on the CPU, or where the driver refuses: batches are copied as before)."""
+        if self._registered or not self._memory or not getattr(backend, "is_cuda", False):
+            return bool(self._registered)
+        for shm in self._memory:
+            array = np.ndarray(self.slots * self.slot_bytes, np.uint8, shm.buf)
+            if not backend.host_register(array):
+                self._unregister()
+                return False
+            self._registered.append((backend, array))
+        return True
+
+    def _unregister(self) -> None:
+        for backend, array in self._registered:
+            backend.host_unregister(array)
+        self._registered = []
+
     def _early(self, kind, rest) -> None:
         if kind == "message":
             self._control.append(rest[1])
@@ -494,7 +550,7 @@ class ParallelDectrisSource(DectrisZMQSource):
         return [_Part(data, more) for data, more in self._control.pop(0)]
 
     def _batch(self, worker: int, slot: int, n: int, kind: str, dtype: str, shape, nbytes: int, t_first: float,
-               t_last: float, cpu_s: float):
+               t_last: float, cpu_s: float, table=None):
         memory = np.ndarray((self.slots, self.slot_bytes), np.uint8, self._memory[worker].buf)[slot]
         head = _header_bytes(self.batch)
         index = np.ndarray(n, np.int64, memory, 0)
@@ -511,8 +567,13 @@ class ParallelDectrisSource(DectrisZMQSource):
             from qora.ssb.live.bslz4_batch import CompressedFrames
 
             offsets = np.ndarray(n + 1, np.int64, memory, 8 * self.batch)
+            if table is not None:  # made by the receiver, stored after the blob
+                from qora.ssb.live.bslz4_batch import BlockTable
+
+                table = BlockTable.stored(memory[table[0]:], table[1:])
             return CompressedFrames.from_packed(index, memory[head:head + nbytes], offsets, np.dtype(dtype), shape,
-                                                release=release, receiver=worker)
+                                                release=release, receiver=worker, table=table,
+                                                registered=bool(self._registered))
         data = np.ndarray((n,) + tuple(shape), np.dtype(dtype), memory, head)
         return Frames(index, data, release, worker)
 
@@ -571,6 +632,10 @@ class ParallelDectrisSource(DectrisZMQSource):
                 proc.terminate()
                 proc.join(5)
         self._workers = []
+        try:
+            self._unregister()  # before the memory is unmapped
+        finally:
+            self._registered = []
         for shm in self._memory:
             try:
                 shm.close()
