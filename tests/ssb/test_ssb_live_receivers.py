@@ -149,6 +149,13 @@ def test_a_packed_batch_is_the_blobs_end_to_end():
     np.testing.assert_array_equal(again, blob)
     np.testing.assert_array_equal(again_offsets, offsets)
     np.testing.assert_array_equal(packed.decode(), frames)
+    # the blobs, made as they are read (a host decode, a rejected frame), are the loose ones
+    assert len(packed.blobs) == 5 and [bytes(b) for b in packed.blobs] == [bytes(b) for b in blobs]
+    assert bytes(packed.blobs[-1]) == bytes(blobs[4]) and [bytes(b) for b in packed.blobs[1:3]] == blobs[1:3]
+    with pytest.raises(IndexError):
+        packed.blobs[5]
+    np.testing.assert_array_equal(packed.sizes, [len(b) for b in blobs])
+    assert packed.nbytes == blob.size
     with pytest.raises(InputError, match="do not lie in a blob"):
         CompressedFrames.from_packed(np.arange(5), blob[:-1], offsets, np.uint16, (16, 24))
 
