@@ -106,9 +106,12 @@ def test_a_registered_shared_memory_slot_decodes_as_loose_blobs(counts):
         assert released == list(range(0, len(flat), 50))
         np.testing.assert_array_equal(slot_decoder.mean_sum(), loose_decoder.mean_sum())
         be.host_unregister(memory)
-        del memory
+        del memory, packed
     finally:
-        shm.close()
+        try:
+            shm.close()
+        except BufferError:  # a failed assertion left views of it: the name goes all the same
+            pass
         shm.unlink()
 
 
