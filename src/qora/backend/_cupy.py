@@ -10,7 +10,8 @@ from __future__ import annotations
 import functools
 import os
 
-__all__ = ["cupy_module", "require", "cuda_disabled", "probe_error", "submodule", "pinned_empty", "host_register", "host_unregister"]
+__all__ = ["cupy_module", "require", "cuda_disabled", "probe_error", "submodule", "pinned_empty", "host_register",
+           "host_unregister"]
 
 _probe_error: str | None = None
 

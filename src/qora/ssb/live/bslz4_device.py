@@ -108,7 +108,8 @@ class DeviceDecoder:
         table = frames.table
         if table is None:
             table = block_table(blob, offsets, dtype=frames.dtype, count=self.count)
-        elif (table.count, table.itemsize, table.starts.shape[0]) != (self.count, frames.dtype.itemsize, len(offsets) - 1):
+        elif ((table.count, table.itemsize, table.starts.shape[0])
+              != (self.count, frames.dtype.itemsize, len(offsets) - 1)):
             raise InputError(f"a block table of {table.starts.shape[0]} frames of {table.count} x {table.itemsize} "
                              f"bytes for {len(offsets) - 1} frames of {self.count} x {frames.dtype.itemsize}")
         shared = bslz4_shared_bytes(block_bytes=table.block_bytes, itemsize=table.itemsize)
