@@ -256,10 +256,10 @@ def test_the_block_table_made_by_a_receiver_is_the_consumers(counts, stream):
 
 def test_a_stored_block_table_and_when_a_receiver_leaves_it_to_the_consumer():
     """BlockTable.store / stored give the same table back from a byte buffer; a receiver's
-    _stage_table stores it after the blob (aligned) and returns None for a malformed batch (the
+    store_block_table stores it after the blob (aligned) and returns None for a malformed batch (the
     consumer's block_table then names the frame) and where the slot has no room left."""
-    from qora.ssb.live.bslz4_batch import BlockTable, block_table
-    from qora.ssb.live.receivers import _ALIGN, _stage_table
+    from qora.ssb.live.bslz4_batch import BlockTable, block_table, store_block_table
+    from qora.ssb.live.receivers import _ALIGN
 
     rng = np.random.default_rng(2)
     frames = rng.poisson(3.0, (6, 40, 37)).astype(np.uint16)
@@ -268,7 +268,7 @@ def test_a_stored_block_table_and_when_a_receiver_leaves_it_to_the_consumer():
     head = 128
     row = np.zeros(head + blob.size + 4096, np.uint8)
     row[head:head + blob.size] = blob
-    stored = _stage_table(row, head, blob.size, offsets, np.uint16, 40 * 37)
+    stored = store_block_table(row, head, blob.size, offsets, np.uint16, 40 * 37)
     assert stored is not None and stored[0] % _ALIGN == 0 and stored[0] >= head + blob.size
     _assert_same_table(BlockTable.stored(row[stored[0]:], stored[1:]), want)
     np.testing.assert_array_equal(row[head:head + blob.size], blob)  # the blob is left as it was
@@ -280,9 +280,9 @@ def test_a_stored_block_table_and_when_a_receiver_leaves_it_to_the_consumer():
     need = BlockTable.stored_bytes(*want.starts.shape)
     tight = np.zeros(head + blob.size + need - 1, np.uint8)
     tight[head:head + blob.size] = blob
-    assert _stage_table(tight, head, blob.size, offsets, np.uint16, 40 * 37) is None
+    assert store_block_table(tight, head, blob.size, offsets, np.uint16, 40 * 37) is None
     damaged = row.copy()
     damaged[head + int(offsets[2]) + 8:head + int(offsets[2]) + 12] = 0  # frame 2's block size
-    assert _stage_table(damaged, head, blob.size, offsets, np.uint16, 40 * 37) is None
+    assert store_block_table(damaged, head, blob.size, offsets, np.uint16, 40 * 37) is None
     with pytest.raises(InputError, match="needs"):
         BlockTable.stored(row[:need - 1], stored[1:])

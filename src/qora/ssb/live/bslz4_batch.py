@@ -25,7 +25,8 @@ import numpy as np
 from qora.io.errors import FileFormatError, InputError
 from qora.ssb.live.bslz4_numba import big_endian
 
-__all__ = ["CompressedFrames", "BlockTable", "block_table", "gather_host", "slot_map", "WARPS", "LANES"]
+__all__ = ["CompressedFrames", "BlockTable", "block_table", "store_block_table", "gather_host", "slot_map", "WARPS",
+           "LANES"]
 
 WARPS = 4  # warps a CTA (WARPS in bslz4.cu)
 LANES = 32
@@ -260,6 +261,29 @@ def block_table(blob: np.ndarray, offsets: np.ndarray, *, dtype, count: int) -> 
         raise FileFormatError(f"frame {bad} of the batch is not a bitshuffle-LZ4 blob of {count} {np.dtype(dtype)} "
                               f"values in blocks of {block_bytes} bytes ({what})")
     return BlockTable(starts, sizes, tails, block_bytes, whole, count, itemsize)
+
+
+def store_block_table(row: np.ndarray, head: int, nbytes: int, offsets: np.ndarray, dtype, count: int, *,
+                      align: int = 64):
+    """The :class:`BlockTable` of the batch packed in slot ``row`` (uint8; its blob at ``head``,
+    ``nbytes`` long, ``offsets`` (n + 1,) within the blob), stored after the blob at the next
+    multiple of ``align`` bytes. Returns what the consumer needs to view it (the byte offset, then
+    :meth:`BlockTable.stored`'s meta), or None where the batch is malformed (the consumer makes
+    the table again and names the frame) or the slot has no room left.
+
+    Why a receiver calls it: the table is a pass over every frame's header and block sizes (0.1-0.3
+    us a frame) that the one reconstructing process would otherwise make for all the receivers;
+    each receiver makes its share, in parallel (docs/ssb-performance.md, "Live: several receiving
+    processes")."""
+    try:
+        table = block_table(row[head:head + nbytes], offsets, dtype=dtype, count=count)
+    except (FileFormatError, InputError):
+        return None
+    at = (head + nbytes + align - 1) // align * align
+    need = BlockTable.stored_bytes(*table.starts.shape)
+    if at + need > row.size:
+        return None
+    return (at,) + table.store(row[at:at + need])
 
 
 def slot_map(gathered: np.ndarray, count: int) -> np.ndarray:

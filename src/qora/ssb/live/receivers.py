@@ -39,8 +39,9 @@ import traceback
 import numpy as np
 
 from qora.io.errors import FileFormatError, InputError
+from qora.ssb.live.bslz4_batch import store_block_table
 from qora.ssb.live.dectris import (DectrisZMQSource, _compressed_parts, _compressed_v1, _decode_parts, _scanned_part,
-                                   decode_frames, v1_image)
+                                   _warm_receiver, decode_frames, v1_image)
 from qora.ssb.live.frames import Frames
 
 __all__ = ["ParallelDectrisSource", "SLOT_BYTES"]
@@ -151,7 +152,7 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
         if f["slot"] is None:
             return
         n, nbytes = f["n"], int(f["offsets"][f["n"]])
-        table = _stage_table(memory[f["slot"]], head, nbytes, f["offsets"][:n + 1], f["dtype"],
+        table = store_block_table(memory[f["slot"]], head, nbytes, f["offsets"][:n + 1], f["dtype"],
                              f["shape"][0] * f["shape"][1])
         outbox.put(("batch", worker, f["slot"], n, "compressed", f["dtype"], f["shape"], nbytes,
                     f["t_first"], f["t_last"], time.process_time() - cpu0, table))
@@ -220,7 +221,7 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
             blob, offsets = item.pack(into=payload)
             np.ndarray(n + 1, np.int64, memory[slot], 8 * batch)[:] = offsets
             nbytes = int(offsets[-1])
-            table = _stage_table(memory[slot], head, nbytes, offsets, item.dtype, item.shape[0] * item.shape[1])
+            table = store_block_table(memory[slot], head, nbytes, offsets, item.dtype, item.shape[0] * item.shape[1])
             announce = ("compressed", item.dtype.str, item.shape, nbytes)
         else:
             frames = (decode_frames(staged.v1_infos, staged.blobs) if staged.version == 1
@@ -287,7 +288,7 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
         return True
 
     try:
-        _warm()
+        _warm_receiver()
         cpu0 = time.process_time()  # the staging functions above report the CPU seconds from here
         outbox.put(("ready", worker))
         idle_since = None
@@ -341,48 +342,6 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
             shm.close()
         except BufferError:
             pass
-
-
-def _stage_table(row: np.ndarray, head: int, nbytes: int, offsets: np.ndarray, dtype, count: int):
-    """The :class:`~qora.ssb.live.bslz4_batch.BlockTable` of the batch packed in slot ``row`` (its
-    blob at ``head``, ``nbytes`` long) stored after the blob in the slot: what the consumer needs to
-    view it (:meth:`BlockTable.stored`'s meta and the byte offset), or None where the batch is
-    malformed (the consumer makes the table again and names the frame) or the slot has no room.
-
-    Why here: the table is a pass over each frame's block sizes (~1.7 us a frame) that the one
-    consuming process otherwise makes for every receiver; each receiver makes its share, in
-    parallel (docs/ssb-performance.md, "Live: several receiving processes")."""
-    from qora.ssb.live.bslz4_batch import BlockTable, block_table
-
-    try:
-        table = block_table(row[head:head + nbytes], offsets, dtype=dtype, count=count)
-    except (FileFormatError, InputError):
-        return None
-    at = (head + nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
-    need = BlockTable.stored_bytes(*table.starts.shape)
-    if at + need > row.size:
-        return None
-    return (at,) + table.store(row[at:at + need])
-
-
-def _warm() -> None:
-    """The compiled stages loaded before the receiver says it is ready: a receiver still loading
-    them while the others take frames would fall a second behind them (its frames late)."""
-    from qora.ssb.live import cbor
-    from qora.ssb.live.dectris import encode_stream2_frame, stream2_message
-    from qora.ssb.live.stream2 import scan_image
-
-    frame = np.arange(64, dtype=np.uint16).reshape(8, 8)
-    message = stream2_message("image", 1, image_id=0, data={"c": encode_stream2_frame(frame)})
-    fields = scan_image(message, b"c")
-    parts = [_scanned_part(fields)] * 2
-    _decode_parts(parts)
-    cbor.loads(message)
-    packed = np.zeros(1 << 12, np.uint8)
-    item = _compressed_parts([0, 1], parts)
-    if item is not None:  # the block table's compiled scan, as a device-bound batch runs it
-        blob, offsets = item.pack(into=packed)
-        _stage_table(packed, 0, blob.size, offsets, item.dtype, frame.size)
 
 
 def _is_v2_image(parts) -> bool:
@@ -491,10 +450,8 @@ class ParallelDectrisSource(DectrisZMQSource):
             raise
 
     def register_slots(self, backend) -> bool:
-        """Page-lock every receiver's slots for ``backend``'s device (after :meth:`open`): the
-        device decode then copies each batch to the device straight from its slot, with no copy
-        into a pinned buffer in this process (docs/ssb-performance.md, "Live: several receiving
-        processes"); each slot goes back to its receiver once that copy has completed. True if
+        """Page-lock the receivers' slots for ``backend``'s device (after :meth:`open`): the device
+        decode copies each batch from its slot, with no copy into a pinned buffer first. True if
         done (False on the CPU, or where the driver refuses: batches are copied as before)."""
         if self._registered or not self._memory or not getattr(backend, "is_cuda", False):
             return bool(self._registered)
@@ -507,9 +464,9 @@ class ParallelDectrisSource(DectrisZMQSource):
         return True
 
     def _unregister(self) -> None:
-        for backend, array in self._registered:
+        registered, self._registered = self._registered, []
+        for backend, array in registered:
             backend.host_unregister(array)
-        self._registered = []
 
     def _early(self, kind, rest) -> None:
         if kind == "message":
@@ -632,10 +589,7 @@ class ParallelDectrisSource(DectrisZMQSource):
                 proc.terminate()
                 proc.join(5)
         self._workers = []
-        try:
-            self._unregister()  # before the memory is unmapped
-        finally:
-            self._registered = []
+        self._unregister()  # before the memory is unmapped
         for shm in self._memory:
             try:
                 shm.close()
