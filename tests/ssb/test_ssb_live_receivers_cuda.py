@@ -149,5 +149,7 @@ def test_run_live_registers_the_receivers_slots(counts, monkeypatch):
             sim.join()
         assert src._registered == []
     assert seen["registered"][0] is True and seen["tables"] > 0
+    assert results["cuda"].statistics["receivers"]["register_s"] > 0
+    assert "register_s" not in results["cpu"].statistics["receivers"]
     ref = results["cpu"].session.G
     np.testing.assert_allclose(results["cuda"].session.G.get(), ref, rtol=0, atol=1e-5 * np.abs(ref).max())

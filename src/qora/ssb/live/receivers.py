@@ -39,7 +39,7 @@ import traceback
 import numpy as np
 
 from qora.io.errors import FileFormatError, InputError
-from qora.ssb.live.bslz4_batch import store_block_table
+from qora.ssb.live.bslz4_batch import BlockTable, CompressedFrames, store_block_table
 from qora.ssb.live.dectris import (DectrisZMQSource, _compressed_parts, _compressed_v1, _decode_parts, _scanned_part,
                                    _warm_receiver, decode_frames, v1_image)
 from qora.ssb.live.frames import Frames
@@ -452,15 +452,18 @@ class ParallelDectrisSource(DectrisZMQSource):
     def register_slots(self, backend) -> bool:
         """Page-lock the receivers' slots for ``backend``'s device (after :meth:`open`): the device
         decode copies each batch from its slot, with no copy into a pinned buffer first. True if
-        done (False on the CPU, or where the driver refuses: batches are copied as before)."""
+        done (False on the CPU, or where the driver refuses: batches are copied as before); the
+        seconds it took in ``statistics["register_s"]`` (the slots' pages are faulted in and pinned)."""
         if self._registered or not self._memory or not getattr(backend, "is_cuda", False):
             return bool(self._registered)
+        t0 = time.perf_counter()
         for shm in self._memory:
             array = np.ndarray(self.slots * self.slot_bytes, np.uint8, shm.buf)
             if not backend.host_register(array):
                 self._unregister()
                 return False
             self._registered.append((backend, array))
+        self.statistics["register_s"] = time.perf_counter() - t0
         return True
 
     def _unregister(self) -> None:
@@ -521,12 +524,8 @@ class ParallelDectrisSource(DectrisZMQSource):
         self.statistics["per_process"][worker] += n
         self.statistics["cpu_s"][worker] = cpu_s
         if kind == "compressed":
-            from qora.ssb.live.bslz4_batch import CompressedFrames
-
             offsets = np.ndarray(n + 1, np.int64, memory, 8 * self.batch)
             if table is not None:  # made by the receiver, stored after the blob
-                from qora.ssb.live.bslz4_batch import BlockTable
-
                 table = BlockTable.stored(memory[table[0]:], table[1:])
             return CompressedFrames.from_packed(index, memory[head:head + nbytes], offsets, np.dtype(dtype), shape,
                                                 release=release, receiver=worker, table=table,
