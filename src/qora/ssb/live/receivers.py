@@ -14,7 +14,8 @@ each by its number and reports what is dropped, repeated or late).
 Layout: each receiving process owns a ring of ``slots`` batch slots in one
 :class:`multiprocessing.shared_memory.SharedMemory` block (made and unlinked by the consuming
 process). A slot holds a batch's frame numbers, then (device decoding) the frames' bitshuffle-LZ4
-blobs packed end to end with their offsets, or (host decoding) the decoded frames. A filled slot is
+blobs packed end to end with their offsets and, after them, their block table (made here, so the
+consumer does not), or (host decoding) the decoded frames. A filled slot is
 announced on one queue shared by all receivers; the consumer hands it back on that receiver's
 queue of free slots once G has taken the frames (``Frames.release``). A receiver that finds no free
 slot for ``max_wait_s`` seconds reports :class:`qora.ssb.live.FellBehind`.
