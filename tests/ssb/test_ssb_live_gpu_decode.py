@@ -325,6 +325,50 @@ def test_device_decoder_on_the_emulated_device(rng, monkeypatch):
         decoder.decode(CompressedFrames(np.arange(1), blobs[:1], np.uint16, (37, 40)))
 
 
+def test_device_decoder_takes_the_receivers_table_and_copies_from_a_registered_slot(rng, monkeypatch):
+    """A batch packed in a (registered) slot with the receiver's block table: the decoder makes no
+    table of its own, copies the blob from where it lies (no page-locked twin is made), and the
+    slot's release waits for the copy's event before handing the slot back; the pixels and sums
+    are those of the batch given as loose blobs. A table of another detector is refused."""
+    from qora.ssb import kernels
+    from qora.ssb.live import bslz4_device
+    from qora.ssb.live.bslz4_device import DeviceDecoder
+
+    backend = _emulated_cuda_backend()
+    monkeypatch.setattr(kernels, "bslz4_gather", _emulated_launch(backend))
+    shape, count = (40, 37), 40 * 37
+    gathered = np.sort(rng.choice(count, count // 4, replace=False))
+    frames = _frames(rng, np.uint16, shape, n=9)
+    loose = CompressedFrames(np.arange(9), [bslz4.compress(f) for f in frames], np.uint16, shape)
+    blob, offsets = loose.pack()
+    table = block_table(blob, offsets, dtype=np.uint16, count=count)
+    reference = DeviceDecoder(backend, shape=shape, gathered=gathered)
+    want = reference.decode(loose).get()
+
+    def no_table(*args, **kw):
+        raise AssertionError("the decoder made a block table the batch carried")
+
+    monkeypatch.setattr(bslz4_device, "block_table", no_table)
+    released = []
+    decoder = DeviceDecoder(backend, shape=shape, gathered=gathered)
+    for k in range(3):  # both buffers, then the first again
+        batch = CompressedFrames.from_packed(np.arange(9), blob.copy(), offsets, np.uint16, shape, table=table,
+                                             registered=True, release=lambda k=k: released.append(k))
+        got = decoder.decode(batch)
+        np.testing.assert_array_equal(got.get(), want)
+        assert released == list(range(k))  # not yet: the consumer releases after decode
+        event = batch.release.__defaults__[0]  # the copy's event, recorded on the copy stream
+        assert event.stream is decoder._streams[k % 2]
+        batch.release()
+        assert released == list(range(k + 1))
+    assert decoder._blob[0].host is None and decoder._blob[1].host is None  # no page-locked twin
+    np.testing.assert_array_equal(decoder.mean_sum(), 3 * reference.mean_sum())
+    other = block_table(blob, offsets, dtype=np.uint16, count=count)
+    other.count = count + 8
+    with pytest.raises(InputError, match="block table"):
+        decoder.decode(CompressedFrames.from_packed(np.arange(9), blob, offsets, np.uint16, shape, table=other))
+
+
 @pytest.fixture(scope="module")
 def counts():
     from qora.ssb import Aberrations, amorphous_slices, simulate

@@ -149,6 +149,13 @@ def test_a_packed_batch_is_the_blobs_end_to_end():
     np.testing.assert_array_equal(again, blob)
     np.testing.assert_array_equal(again_offsets, offsets)
     np.testing.assert_array_equal(packed.decode(), frames)
+    # the blobs, made as they are read (a host decode, a rejected frame), are the loose ones
+    assert len(packed.blobs) == 5 and [bytes(b) for b in packed.blobs] == [bytes(b) for b in blobs]
+    assert bytes(packed.blobs[-1]) == bytes(blobs[4]) and [bytes(b) for b in packed.blobs[1:3]] == blobs[1:3]
+    with pytest.raises(IndexError):
+        packed.blobs[5]
+    np.testing.assert_array_equal(packed.sizes, [len(b) for b in blobs])
+    assert packed.nbytes == blob.size
     with pytest.raises(InputError, match="do not lie in a blob"):
         CompressedFrames.from_packed(np.arange(5), blob[:-1], offsets, np.uint16, (16, 24))
 
@@ -211,3 +218,71 @@ def test_cli_live_with_two_receiving_processes(counts):
     assert "frames per receiving process" in out.output
     out = CliRunner().invoke(cli, ["ssb", "live", "tcp://127.0.0.1:1"] + args)
     assert out.exit_code != 0 and "one connection" in out.output
+
+
+def _assert_same_table(got, want):
+    for name in ("starts", "sizes", "tails"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+    assert (got.block_bytes, got.whole, got.count, got.itemsize) == (want.block_bytes, want.whole, want.count,
+                                                                     want.itemsize)
+
+
+@pytest.mark.parametrize("stream", ["v2", "v1"])
+def test_the_block_table_made_by_a_receiver_is_the_consumers(counts, stream):
+    """Device-bound batches from two receiving processes carry the bslz4 block table their receiver
+    made (stored in the slot after the blob): it equals block_table of the packed batch exactly, on
+    stream v2's compiled path and v1's general one, and the frames decode to the simulator's."""
+    from qora.ssb.live.bslz4_batch import block_table
+
+    data, _ = counts
+    flat = data.reshape((-1,) + data.shape[2:])
+    count = flat.shape[1] * flat.shape[2]
+    seen = 0
+    with DectrisSimulator(data, stream=stream, clients=2, timeout=20, time_limit=60) as sim:
+        with _parallel(sim.address) as src:
+            src.decode = "device"
+            for batch in src:
+                assert isinstance(batch, CompressedFrames) and batch.table is not None and not batch.registered
+                blob, offsets = batch.pack()
+                _assert_same_table(batch.table, block_table(blob, offsets, dtype=batch.dtype, count=count))
+                np.testing.assert_array_equal(batch.decode(), flat[batch.index])
+                seen += len(batch.index)
+                batch.release()
+        sim.join()
+    assert seen == len(flat)
+
+
+def test_a_stored_block_table_and_when_a_receiver_leaves_it_to_the_consumer():
+    """BlockTable.store / stored give the same table back from a byte buffer; a receiver's
+    store_block_table stores it after the blob (aligned) and returns None for a malformed batch (the
+    consumer's block_table then names the frame) and where the slot has no room left."""
+    from qora.ssb.live.bslz4_batch import BlockTable, block_table, store_block_table
+    from qora.ssb.live.receivers import _ALIGN
+
+    rng = np.random.default_rng(2)
+    frames = rng.poisson(3.0, (6, 40, 37)).astype(np.uint16)
+    blob, offsets = CompressedFrames(np.arange(6), [compress(f) for f in frames], np.uint16, (40, 37)).pack()
+    want = block_table(blob, offsets, dtype=np.uint16, count=40 * 37)
+    head = 128
+    row = np.zeros(head + blob.size + 4096, np.uint8)
+    row[head:head + blob.size] = blob
+    stored = store_block_table(row, head, blob.size, offsets, np.uint16, 40 * 37)
+    assert stored is not None and stored[0] % _ALIGN == 0 and stored[0] >= head + blob.size
+    _assert_same_table(BlockTable.stored(row[stored[0]:], stored[1:]), want)
+    np.testing.assert_array_equal(row[head:head + blob.size], blob)  # the blob is left as it was
+    packed = CompressedFrames.from_packed(np.arange(6), row[head:head + blob.size], offsets, np.uint16, (40, 37),
+                                          table=BlockTable.stored(row[stored[0]:], stored[1:]))
+    _assert_same_table(packed.table, want)
+    with pytest.raises(InputError, match="block table of 6 frames for 5"):
+        CompressedFrames.from_packed(np.arange(5), blob, offsets[:6], np.uint16, (40, 37), table=want)
+    need = BlockTable.stored_bytes(*want.starts.shape)
+    tight = np.zeros(head + blob.size + need - 1, np.uint8)
+    tight[head:head + blob.size] = blob
+    assert store_block_table(tight, head, blob.size, offsets, np.uint16, 40 * 37) is None
+    damaged = row.copy()
+    damaged[head + int(offsets[2]) + 8:head + int(offsets[2]) + 12] = 0  # frame 2's block size
+    assert store_block_table(damaged, head, blob.size, offsets, np.uint16, 40 * 37) is None
+    with pytest.raises(InputError, match="needs"):
+        BlockTable.stored(row[:need - 1], stored[1:])

@@ -10,7 +10,8 @@ from __future__ import annotations
 import functools
 import os
 
-__all__ = ["cupy_module", "require", "cuda_disabled", "probe_error", "submodule", "pinned_empty"]
+__all__ = ["cupy_module", "require", "cuda_disabled", "probe_error", "submodule", "pinned_empty", "host_register",
+           "host_unregister"]
 
 _probe_error: str | None = None
 
@@ -84,3 +85,27 @@ def pinned_empty(shape, dtype):
     count = int(np.prod(shape))
     memory = cupy.cuda.alloc_pinned_memory(max(1, count * dtype.itemsize))
     return np.frombuffer(memory, dtype, count).reshape(shape)
+
+
+def host_register(array) -> bool:
+    """Page-lock the memory of the host array ``array`` where it lies (cudaHostRegister; e.g. a
+    shared-memory block other processes write): copies from it to the device then run at the bus's
+    rate, asynchronously, with no copy into a pinned buffer first. False where the driver refuses
+    (the caller copies through a pinned buffer as before). Undo with :func:`host_unregister`
+    before the memory is unmapped."""
+    cupy = require("page-locked host memory")
+    if array.nbytes == 0:
+        return False
+    try:
+        cupy.cuda.runtime.hostRegister(array.ctypes.data, array.nbytes, 0)
+    except cupy.cuda.runtime.CUDARuntimeError:
+        return False
+    return True
+
+
+def host_unregister(array) -> None:
+    """Undo :func:`host_register`, once the device has finished every copy from ``array`` (the
+    device is synchronised first: an asynchronous copy must not read unmapped memory)."""
+    cupy = require("page-locked host memory")
+    cupy.cuda.runtime.deviceSynchronize()
+    cupy.cuda.runtime.hostUnregister(array.ctypes.data)

@@ -83,6 +83,16 @@ class Backend:
             return _cupy.pinned_empty(shape, dtype)
         return np.empty(shape, dtype)
 
+    def host_register(self, array: np.ndarray) -> bool:
+        """Page-lock ``array``'s memory where it lies (CUDA; see :func:`qora.backend._cupy.host_register`):
+        True if done; False on the CPU or where the driver refuses."""
+        return bool(self.is_cuda and _cupy.host_register(array))
+
+    def host_unregister(self, array: np.ndarray) -> None:
+        """Undo :meth:`host_register` (after the device's work on it is done)."""
+        if self.is_cuda:
+            _cupy.host_unregister(array)
+
     def synchronize(self) -> None:
         """Wait for all queued device work (no-op on the CPU)."""
         if self.is_cuda:

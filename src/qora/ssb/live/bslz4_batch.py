@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numba
@@ -23,7 +25,8 @@ import numpy as np
 from qora.io.errors import FileFormatError, InputError
 from qora.ssb.live.bslz4_numba import big_endian
 
-__all__ = ["CompressedFrames", "BlockTable", "block_table", "gather_host", "slot_map", "WARPS", "LANES"]
+__all__ = ["CompressedFrames", "BlockTable", "block_table", "store_block_table", "gather_host", "slot_map", "WARPS",
+           "LANES"]
 
 WARPS = 4  # warps a CTA (WARPS in bslz4.cu)
 LANES = 32
@@ -36,7 +39,10 @@ class CompressedFrames:
     ``blobs`` n byte buffers (each a frame's blob with its 12-byte header; memoryviews of the
     received messages, not copied), ``dtype`` the pixels' (little-endian counts), ``shape``
     (det_row, det_col). ``release``, ``receiver``: as :class:`~qora.ssb.live.Frames`' (a
-    receiver's slot handed back once read; which receiving process took them)."""
+    receiver's slot handed back once read; which receiving process took them). ``table``: the
+    batch's :class:`BlockTable` where the receiving process made it (None: the decoder makes it);
+    ``registered``: the packed blob lies in page-locked memory (a receiver's shared-memory slot
+    registered with the device), so the decoder copies it to the device from where it is."""
 
     index: np.ndarray
     blobs: list
@@ -44,6 +50,8 @@ class CompressedFrames:
     shape: tuple
     release: object = field(default=None, repr=False, compare=False)
     receiver: int = 0
+    table: object = field(default=None, repr=False, compare=False)
+    registered: bool = False
 
     def __post_init__(self) -> None:
         self.index = np.asarray(self.index, np.int64).reshape(-1)
@@ -54,23 +62,29 @@ class CompressedFrames:
         if self.dtype not in (np.dtype(np.uint8), np.dtype(np.uint16), np.dtype(np.uint32)):
             raise InputError(f"CompressedFrames: counts of uint8, uint16 or uint32, got {self.dtype}")
         self._packed = None
-        self.sizes = np.fromiter((memoryview(b).nbytes for b in self.blobs), np.int64, len(self.blobs))
+        if isinstance(self.blobs, _PackedBlobs):
+            self.sizes = np.diff(self.blobs.offsets)
+        else:
+            self.sizes = np.fromiter((memoryview(b).nbytes for b in self.blobs), np.int64, len(self.blobs))
 
     @classmethod
     def from_packed(cls, index, blob: np.ndarray, offsets: np.ndarray, dtype, shape, *, release=None,
-                    receiver: int = 0) -> "CompressedFrames":
+                    receiver: int = 0, table: "BlockTable | None" = None, registered: bool = False
+                    ) -> "CompressedFrames":
         """A batch already packed end to end (``blob`` uint8, ``offsets`` (n + 1,) int64, as
         :meth:`pack` gives them; a receiver process packs its batch into shared memory): its
-        :meth:`pack` is then one copy."""
+        :meth:`pack` is then one copy. ``table``, ``registered``: as the class's."""
         offsets = np.asarray(offsets, np.int64)
         if len(offsets) != len(index) + 1 or offsets[0] != 0 or offsets[-1] > blob.size or (np.diff(offsets) < 0).any():
             raise InputError(f"CompressedFrames.from_packed: offsets {len(offsets)} for {len(index)} frames do not "
                              f"lie in a blob of {blob.size} bytes")
-        view = memoryview(blob)
-        bounds = offsets.tolist()
-        frames = cls(index, [view[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])], dtype, shape, release,
-                     receiver)
-        frames._packed = (blob[:bounds[-1]], offsets)
+        if table is not None and (table.starts.shape[0] != len(index) or len(table.tails) != len(index)):
+            raise InputError(f"CompressedFrames.from_packed: a block table of {table.starts.shape[0]} frames for "
+                             f"{len(index)}")
+        # the blobs as slices made only when asked for (a host decode, a rejected frame): a list of
+        # 1,024 memoryviews cost the consuming process 0.3-0.6 ms a batch, under the interpreter lock
+        frames = cls(index, _PackedBlobs(blob, offsets), dtype, shape, release, receiver, table, bool(registered))
+        frames._packed = (blob[:int(offsets[-1])], offsets)
         return frames
 
     @property
@@ -114,6 +128,27 @@ class CompressedFrames:
         return flat.reshape((len(self.index),) + self.shape).astype(self.dtype, copy=False)
 
 
+class _PackedBlobs(Sequence):
+    """The blobs of a packed batch (``blob``, ``offsets``) as a sequence of memoryview slices, each
+    made when it is read."""
+
+    def __init__(self, blob: np.ndarray, offsets: np.ndarray) -> None:
+        self.view, self.offsets = memoryview(blob), offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        i = operator.index(i)
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"blob {i} of a batch of {len(self)}")
+        return self.view[int(self.offsets[i]):int(self.offsets[i + 1])]
+
+
 @dataclass
 class BlockTable:
     """Where each LZ4 block of a batch lies: ``starts`` (n, nblocks) int64 offsets of its data in
@@ -132,6 +167,39 @@ class BlockTable:
     @property
     def nblocks(self) -> int:
         return self.starts.shape[1]
+
+    @staticmethod
+    def stored_bytes(n: int, nblocks: int) -> int:
+        """Bytes :meth:`store` writes for ``n`` frames of ``nblocks`` blocks (starts, tails, sizes)."""
+        return 8 * n * nblocks + 8 * n + 4 * n * nblocks
+
+    def store(self, into: np.ndarray) -> tuple:
+        """Write the arrays into ``into`` (uint8, 8-byte aligned, :meth:`stored_bytes` long; a
+        receiver's shared-memory slot); returns what :meth:`stored` needs to view them again
+        (plain integers, to pass between processes)."""
+        n, nblocks = self.starts.shape
+        starts, tails, sizes = _stored_views(into, n, nblocks)
+        starts[...], tails[...], sizes[...] = self.starts, self.tails, self.sizes
+        return (n, nblocks, self.block_bytes, self.whole, self.count, self.itemsize)
+
+    @classmethod
+    def stored(cls, buffer: np.ndarray, meta: tuple) -> "BlockTable":
+        """The table :meth:`store` wrote into ``buffer`` (views, not copies), from its ``meta``."""
+        n, nblocks, block_bytes, whole, count, itemsize = (int(v) for v in meta)
+        starts, tails, sizes = _stored_views(buffer, n, nblocks)
+        return cls(starts, sizes, tails, block_bytes, whole, count, itemsize)
+
+
+def _stored_views(buffer: np.ndarray, n: int, nblocks: int):
+    """starts (n, nblocks) int64, tails (n,) int64, sizes (n, nblocks) int32 laid end to end in
+    ``buffer`` (the 8-byte arrays first, so that each stays aligned)."""
+    need = BlockTable.stored_bytes(n, nblocks)
+    if buffer.size < need:
+        raise InputError(f"a block table of {n} frames x {nblocks} blocks needs {need} bytes, {buffer.size} given")
+    starts = np.ndarray((n, nblocks), np.int64, buffer, 0)
+    tails = np.ndarray(n, np.int64, buffer, 8 * n * nblocks)
+    sizes = np.ndarray((n, nblocks), np.int32, buffer, 8 * n * nblocks + 8 * n)
+    return starts, tails, sizes
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -193,6 +261,29 @@ def block_table(blob: np.ndarray, offsets: np.ndarray, *, dtype, count: int) -> 
         raise FileFormatError(f"frame {bad} of the batch is not a bitshuffle-LZ4 blob of {count} {np.dtype(dtype)} "
                               f"values in blocks of {block_bytes} bytes ({what})")
     return BlockTable(starts, sizes, tails, block_bytes, whole, count, itemsize)
+
+
+def store_block_table(row: np.ndarray, head: int, nbytes: int, offsets: np.ndarray, dtype, count: int, *,
+                      align: int = 64):
+    """The :class:`BlockTable` of the batch packed in slot ``row`` (uint8; its blob at ``head``,
+    ``nbytes`` long, ``offsets`` (n + 1,) within the blob), stored after the blob at the next
+    multiple of ``align`` bytes. Returns what the consumer needs to view it (the byte offset, then
+    :meth:`BlockTable.stored`'s meta), or None where the batch is malformed (the consumer makes
+    the table again and names the frame) or the slot has no room left.
+
+    Why a receiver calls it: the table is a pass over every frame's header and block sizes (0.1-0.3
+    us a frame) that the one reconstructing process would otherwise make for all the receivers;
+    each receiver makes its share, in parallel (docs/ssb-performance.md, "Live: several receiving
+    processes")."""
+    try:
+        table = block_table(row[head:head + nbytes], offsets, dtype=dtype, count=count)
+    except (FileFormatError, InputError):
+        return None
+    at = (head + nbytes + align - 1) // align * align
+    need = BlockTable.stored_bytes(*table.starts.shape)
+    if at + need > row.size:
+        return None
+    return (at,) + table.store(row[at:at + need])
 
 
 def slot_map(gathered: np.ndarray, count: int) -> np.ndarray:

@@ -4,7 +4,8 @@ decodes them into the gathered bright-field pixels and the mean pattern's sums, 
 receiving host only parses messages and copies the compressed bytes once (docs/ssb-performance.md,
 "Live: the frames decoded on the device").
 
-Double buffering: batch k's blobs are packed into page-locked buffer k % 2, copied on stream k % 2
+Double buffering: batch k's blobs are packed into page-locked buffer k % 2 (or, packed already in a
+receiver's shared-memory slot registered as page-locked, copied from there), copied on stream k % 2
 and decoded there; batch k + 1's copy (on the other stream) overlaps batch k's decode. The caller's
 stream waits for the decode (an event), so the scatter into the rows that follows needs no host
 synchronisation; the host waits only before reusing a buffer, for the batch two back.
@@ -97,8 +98,20 @@ class DeviceDecoder:
         self._next ^= 1
         self._wait(i)
         stream = self._streams[i]
-        blob, offsets = frames.pack(into=self._pinned_blob(i, frames.nbytes, stream))
-        table = block_table(blob, offsets, dtype=frames.dtype, count=self.count)
+        direct = bool(frames.registered and frames._packed is not None)
+        if direct:  # already packed in page-locked memory (a registered slot): copied from there
+            blob, offsets = frames.pack()
+            d_blob = self._device_blob(i, blob.size, stream)
+        else:
+            blob, offsets = frames.pack(into=self._pinned_blob(i, frames.nbytes, stream))
+            d_blob = self._blob[i].device[:blob.size]
+        table = frames.table
+        if table is None:
+            table = block_table(blob, offsets, dtype=frames.dtype, count=self.count)
+        elif ((table.count, table.itemsize, table.starts.shape[0])
+              != (self.count, frames.dtype.itemsize, len(offsets) - 1)):
+            raise InputError(f"a block table of {table.starts.shape[0]} frames of {table.count} x {table.itemsize} "
+                             f"bytes for {len(offsets) - 1} frames of {self.count} x {frames.dtype.itemsize}")
         shared = bslz4_shared_bytes(block_bytes=table.block_bytes, itemsize=table.itemsize)
         if shared > SHARED_LIMIT:
             raise FileFormatError(f"bitshuffle-LZ4 blocks of {table.block_bytes} bytes need {shared} bytes of shared "
@@ -108,8 +121,19 @@ class DeviceDecoder:
         current = xp.cuda.get_current_stream()
         out = xp.empty((n, self.gathered), self.real)  # on the caller's stream, which uses it
         ready = current.record()  # out's memory is free on the caller's stream from here
-        d_blob = self._blob[i].device[:blob.size]
         d_blob.set(blob, stream=stream)
+        if direct:
+            # the slot goes back to its receiver (which overwrites it) only once this copy is done:
+            # the consumer calls release after decode returns, and waits here for the copy alone
+            copied = stream.record()
+            release = frames.release
+
+            def after_copy(copied=copied, release=release) -> None:
+                copied.synchronize()
+                if release is not None:
+                    release()
+
+            frames.release = after_copy
         starts = self._starts[i].put(table.starts, stream)
         sizes = self._sizes[i].put(table.sizes, stream)
         tails = self._tails[i].put(table.tails, stream)
@@ -125,6 +149,15 @@ class DeviceDecoder:
         self.frames += n
         self.bytes_in += blob.size
         return out
+
+    def _device_blob(self, i: int, nbytes: int, stream):
+        """Buffer ``i``'s device array for ``nbytes`` of blob (no page-locked twin: the blob is
+        copied from registered memory where it lies)."""
+        staged = self._blob[i]
+        if staged.device is None or staged.device.size < nbytes:
+            size = max(nbytes, 2 * (0 if staged.device is None else staged.device.size))
+            staged.device = _device_empty(self.xp, size, np.uint8, stream)
+        return staged.device[:nbytes]
 
     def _pinned_blob(self, i: int, nbytes: int, stream) -> np.ndarray:
         staged = self._blob[i]

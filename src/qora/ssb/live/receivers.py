@@ -14,7 +14,8 @@ each by its number and reports what is dropped, repeated or late).
 Layout: each receiving process owns a ring of ``slots`` batch slots in one
 :class:`multiprocessing.shared_memory.SharedMemory` block (made and unlinked by the consuming
 process). A slot holds a batch's frame numbers, then (device decoding) the frames' bitshuffle-LZ4
-blobs packed end to end with their offsets, or (host decoding) the decoded frames. A filled slot is
+blobs packed end to end with their offsets and, after them, their block table (made here, so the
+consumer does not), or (host decoding) the decoded frames. A filled slot is
 announced on one queue shared by all receivers; the consumer hands it back on that receiver's
 queue of free slots once G has taken the frames (``Frames.release``). A receiver that finds no free
 slot for ``max_wait_s`` seconds reports :class:`qora.ssb.live.FellBehind`.
@@ -39,8 +40,9 @@ import traceback
 import numpy as np
 
 from qora.io.errors import FileFormatError, InputError
+from qora.ssb.live.bslz4_batch import BlockTable, CompressedFrames, store_block_table
 from qora.ssb.live.dectris import (DectrisZMQSource, _compressed_parts, _compressed_v1, _decode_parts, _scanned_part,
-                                   decode_frames, v1_image)
+                                   _warm_receiver, decode_frames, v1_image)
 from qora.ssb.live.frames import Frames
 
 __all__ = ["ParallelDectrisSource", "SLOT_BYTES"]
@@ -150,9 +152,11 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
         f = fast
         if f["slot"] is None:
             return
-        n = f["n"]
-        outbox.put(("batch", worker, f["slot"], n, "compressed", f["dtype"], f["shape"], int(f["offsets"][n]),
-                    f["t_first"], f["t_last"], time.process_time() - cpu0))
+        n, nbytes = f["n"], int(f["offsets"][f["n"]])
+        table = store_block_table(memory[f["slot"]], head, nbytes, f["offsets"][:n + 1], f["dtype"],
+                             f["shape"][0] * f["shape"][1])
+        outbox.put(("batch", worker, f["slot"], n, "compressed", f["dtype"], f["shape"], nbytes,
+                    f["t_first"], f["t_last"], time.process_time() - cpu0, table))
         fast["slot"] = None
 
     def fast_take(buf, out) -> bool:
@@ -217,7 +221,9 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
         if item is not None:
             blob, offsets = item.pack(into=payload)
             np.ndarray(n + 1, np.int64, memory[slot], 8 * batch)[:] = offsets
-            announce = ("compressed", item.dtype.str, item.shape, int(offsets[-1]))
+            nbytes = int(offsets[-1])
+            table = store_block_table(memory[slot], head, nbytes, offsets, item.dtype, item.shape[0] * item.shape[1])
+            announce = ("compressed", item.dtype.str, item.shape, nbytes)
         else:
             frames = (decode_frames(staged.v1_infos, staged.blobs) if staged.version == 1
                       else _decode_parts(staged.blobs))
@@ -225,9 +231,11 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
                 raise InputError(f"a batch of {n} frames ({frames.nbytes} bytes) past a slot's {payload.size}")
             np.ndarray(frames.shape, frames.dtype, payload).reshape(frames.shape)[...] = frames
             announce = ("frames", frames.dtype.str, frames.shape[1:], frames.nbytes)
+            table = None
         # the process's CPU seconds so far (all its threads: ZeroMQ's I/O, Numba's): its cost per
         # frame, whatever share of the cores it was given
-        outbox.put(("batch", worker, slot, n) + announce + (staged.t_first, staged.t_last, time.process_time() - cpu0))
+        outbox.put(("batch", worker, slot, n) + announce
+                   + (staged.t_first, staged.t_last, time.process_time() - cpu0, table))
         staged = _Staged()
 
     def take(message_index: int, version: int, info, blob, frame_bytes: int) -> None:
@@ -281,7 +289,7 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
         return True
 
     try:
-        _warm()
+        _warm_receiver()
         cpu0 = time.process_time()  # the staging functions above report the CPU seconds from here
         outbox.put(("ready", worker))
         idle_since = None
@@ -337,20 +345,6 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
             pass
 
 
-def _warm() -> None:
-    """The compiled stages loaded before the receiver says it is ready: a receiver still loading
-    them while the others take frames would fall a second behind them (its frames late)."""
-    from qora.ssb.live import cbor
-    from qora.ssb.live.dectris import encode_stream2_frame, stream2_message
-    from qora.ssb.live.stream2 import scan_image
-
-    frame = np.arange(64, dtype=np.uint16).reshape(8, 8)
-    message = stream2_message("image", 1, image_id=0, data={"c": encode_stream2_frame(frame)})
-    fields = scan_image(message, b"c")
-    _decode_parts([_scanned_part(fields)] * 2)
-    cbor.loads(message)
-
-
 def _is_v2_image(parts) -> bool:
     """A stream v2 message that is (by its bytes) an image message: its ``type`` is "image"."""
     return b"\x64type\x65image" in bytes(parts[0].buffer[:64])
@@ -386,6 +380,7 @@ class ParallelDectrisSource(DectrisZMQSource):
         self._memory: list = []
         self._control: list = []  # messages of the stream forwarded before open() read the header
         self._early_batches: list = []  # batches announced before it
+        self._registered: list = []  # (backend, array): slots page-locked for the device's copies
         self.last_received = None  # perf_counter (CLOCK_MONOTONIC: one clock for all processes) of the last frame
         self.statistics = {"batches": 0, "per_process": [0] * self.processes,
                            "cpu_s": [0.0] * self.processes}  # each receiver's CPU seconds since it was ready
@@ -455,6 +450,28 @@ class ParallelDectrisSource(DectrisZMQSource):
             self.close()
             raise
 
+    def register_slots(self, backend) -> bool:
+        """Page-lock the receivers' slots for ``backend``'s device (after :meth:`open`): the device
+        decode copies each batch from its slot, with no copy into a pinned buffer first. True if
+        done (False on the CPU, or where the driver refuses: batches are copied as before); the
+        seconds it took in ``statistics["register_s"]`` (the slots' pages are faulted in and pinned)."""
+        if self._registered or not self._memory or not getattr(backend, "is_cuda", False):
+            return bool(self._registered)
+        t0 = time.perf_counter()
+        for shm in self._memory:
+            array = np.ndarray(self.slots * self.slot_bytes, np.uint8, shm.buf)
+            if not backend.host_register(array):
+                self._unregister()
+                return False
+            self._registered.append((backend, array))
+        self.statistics["register_s"] = time.perf_counter() - t0
+        return True
+
+    def _unregister(self) -> None:
+        registered, self._registered = self._registered, []
+        for backend, array in registered:
+            backend.host_unregister(array)
+
     def _early(self, kind, rest) -> None:
         if kind == "message":
             self._control.append(rest[1])
@@ -494,7 +511,7 @@ class ParallelDectrisSource(DectrisZMQSource):
         return [_Part(data, more) for data, more in self._control.pop(0)]
 
     def _batch(self, worker: int, slot: int, n: int, kind: str, dtype: str, shape, nbytes: int, t_first: float,
-               t_last: float, cpu_s: float):
+               t_last: float, cpu_s: float, table=None):
         memory = np.ndarray((self.slots, self.slot_bytes), np.uint8, self._memory[worker].buf)[slot]
         head = _header_bytes(self.batch)
         index = np.ndarray(n, np.int64, memory, 0)
@@ -508,11 +525,12 @@ class ParallelDectrisSource(DectrisZMQSource):
         self.statistics["per_process"][worker] += n
         self.statistics["cpu_s"][worker] = cpu_s
         if kind == "compressed":
-            from qora.ssb.live.bslz4_batch import CompressedFrames
-
             offsets = np.ndarray(n + 1, np.int64, memory, 8 * self.batch)
+            if table is not None:  # made by the receiver, stored after the blob
+                table = BlockTable.stored(memory[table[0]:], table[1:])
             return CompressedFrames.from_packed(index, memory[head:head + nbytes], offsets, np.dtype(dtype), shape,
-                                                release=release, receiver=worker)
+                                                release=release, receiver=worker, table=table,
+                                                registered=bool(self._registered))
         data = np.ndarray((n,) + tuple(shape), np.dtype(dtype), memory, head)
         return Frames(index, data, release, worker)
 
@@ -571,6 +589,7 @@ class ParallelDectrisSource(DectrisZMQSource):
                 proc.terminate()
                 proc.join(5)
         self._workers = []
+        self._unregister()  # before the memory is unmapped
         for shm in self._memory:
             try:
                 shm.close()

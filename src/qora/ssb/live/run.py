@@ -151,6 +151,8 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
         raise
     if getattr(source, "decode", None) == "auto":  # a DECTRIS source: its frames kept compressed for the GPU
         source.decode = "device" if live.decode_on_device else "host"
+    if getattr(source, "decode", None) == "device" and live.decode_on_device and hasattr(source, "register_slots"):
+        source.register_slots(live.backend)  # receivers' slots copied to the device from where they are
     if hasattr(source, "max_wait_s"):  # receiving processes wait as long for a free slot
         source.max_wait_s = options.max_wait_s
     batch = max(1, int(getattr(source, "batch", 256)))
