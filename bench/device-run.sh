@@ -38,7 +38,9 @@ for b in ${BENCH:-}; do
                            --out "$OUT/results/phase-fused" ;;
     bpm-fused-default) timeout 150 python3 bench/probes/bpm_fused_probe.py --candidates "" --out "$OUT/results/bpm-fused" ;;
     ssb-live-receivers) timeout 200 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 512 --detector 192 \
-                          --protocol dectris2 --receivers 4 --senders 2 ;;
+                          --protocol dectris2 --receivers 4 --senders 2; timeout 200 $Q bench --out "$OUT/results" \
+                          ssb-live --backend cuda --scan 512 --detector 192 --protocol dectris2 --receivers 4 \
+                          --senders 2 --batch 2048 ;;
     phase-fused) timeout 280 python3 bench/probes/fused_fft_probe.py --out "$OUT/results/phase-fused" ;;
     phase-fused-ncu) QORA_NCU_VARIANTS="fused_fft graph" QORA_NCU_SHAPES="256x256x256 2048x2048" \
                        QORA_RESULTS_DIR="$OUT/results" timeout 300 bash bench/ncu-phase.sh "$OUT/ncu" ;;
