@@ -35,7 +35,7 @@ MASKED_RULES = ("free", "fill")
 
 __all__ = ["Stage", "Recipe", "RecipeError", "default_recipe", "DEFAULT_RECIPE", "PYNX_RULE_RECIPE", "NAMED_RECIPES",
            "named_recipe", "FEW_PHOTONS_RECIPE", "PARTIAL_COHERENCE_RECIPE", "FEW_PHOTONS_PER_SPECKLE", "photons_per_speckle", "is_default",
-           "looks_like_counts"]
+           "looks_like_counts", "partial_coherence_recipe"]
 
 
 class RecipeError(InputError):
@@ -399,9 +399,25 @@ PYNX_RULE_RECIPE = ("RAAR(beta=0.9, sw=50, sigma=2, sigma_min=0.5, threshold=0.2
 # featured_256_psf, 10 starts: 8/10 within the bound (median 0.090), against 6/10 with threshold 0.25 and
 # 5/10 with the psf on every stage; on coherent data the psf during the search goes wrong (featured_256:
 # 0.34-0.49 instead of 0.04). docs/phase.md, "Partial coherence".
+# Whether the psf stages that the default's coherence check adds start from the width it fitted (else 1 px)
+PSF_START_FROM_WIDTH = False
 PARTIAL_COHERENCE_RECIPE = ("HIO(sw=20, sigma=3, sigma_min=1, threshold=0.2, smin=0.25, smax=4)**1000 "
                             "ER(sw=20, sigma=1, sigma_min=0.5, threshold=0.2, smin=0.25, smax=4, psf=gaussian)**200 "
                             "ER(psf=gaussian)**300")
+
+
+def partial_coherence_recipe(width: float | None = None) -> Recipe:
+    """The recipe the default runs when its check finds the counts blurred (``Solver.run``, docs/phase.md,
+    "Partial coherence from the data"): :data:`PARTIAL_COHERENCE_RECIPE`. ``width`` (pixels), the blur the check
+    fitted, is where the psf stages' first kernel starts when :data:`PSF_START_FROM_WIDTH` is set."""
+    recipe = Recipe.parse(PARTIAL_COHERENCE_RECIPE)
+    if width is None or not PSF_START_FROM_WIDTH:
+        return recipe
+    if not (isinstance(width, numbers.Real) and 0.0 < width <= 50.0):
+        raise RecipeError(f"the fitted blur width must be in (0, 50] pixels, got {width!r}")
+    return Recipe(tuple(replace(s, psf_sigma=float(width)) if s.psf else s for s in recipe.stages))
+
+
 NAMED_RECIPES = {"default": DEFAULT_RECIPE, "pynx-rule": PYNX_RULE_RECIPE, "few-photons": FEW_PHOTONS_RECIPE,
                  "partial-coherence": PARTIAL_COHERENCE_RECIPE}
 

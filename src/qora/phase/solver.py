@@ -159,6 +159,11 @@ class PhaseResult:
     psf : ndarray or None
         The best start's partial-coherence kernel (detector layout: origin at n//2, sum 1), when the
         recipe has ``psf`` stages (:mod:`qora.phase.coherence`).
+    coherence_width : float or None
+        The default recipe's check for a partially coherent beam: the Gaussian blur (std, detector pixels) of
+        the coherent run's best intensity that fits the counts best (:func:`qora.phase.coherence.blur_width`;
+        0: none). From :data:`~qora.phase.coherence.PARTIAL_COHERENCE_WIDTH` up the starts were run again with
+        the partial-coherence model (``recipe`` says which ran). None when the recipe was given.
     """
 
     object: np.ndarray
@@ -184,6 +189,7 @@ class PhaseResult:
     pixel_size: tuple | None = None
     preprocessing: dict | None = None
     psf: np.ndarray | None = None
+    coherence_width: float | None = None
 
     @property
     def fourier_error(self) -> float:
@@ -325,6 +331,42 @@ class Solver:
             self.photons_per_speckle = photons_per_speckle(float(measured.sum()),
                                                            self._autocorrelation_pixels / 2**len(self.shape))
             recipe = default_recipe(photons_per_speckle=self.photons_per_speckle)
+        result = self._run_starts(engine_support=support, recipe=recipe, starts=starts, seed=seed, rank=rank,
+                                  keep_all=keep_all, progress=progress, sync_every=sync_every, first_start=first_start)
+        self.coherence_width = None
+        if pick_default and not result.stopped_early:
+            result = self._coherence_check(result, support=support, starts=starts, seed=seed, rank=rank,
+                                           keep_all=keep_all, progress=progress, sync_every=sync_every,
+                                           first_start=first_start)
+        return result
+
+    def _coherence_check(self, result, **run) -> PhaseResult:
+        """The default recipe's check for a partially coherent beam (docs/phase.md, "Partial coherence from the
+        data"): the Gaussian blur that best fits the counts to the best start's coherent intensity
+        (:func:`qora.phase.coherence.blur_width`). At or above
+        :data:`~qora.phase.coherence.PARTIAL_COHERENCE_WIDTH` the starts run again with
+        :func:`~qora.phase.recipe.partial_coherence_recipe` for that width; the width is kept in
+        ``PhaseResult.coherence_width`` either way."""
+        from qora.phase.coherence import PARTIAL_COHERENCE_WIDTH, blur_width
+        from qora.phase.recipe import partial_coherence_recipe
+
+        xp = self.backend.xp
+        unused = self.free if self.mask is None else (self.mask | self.free)
+        width = blur_width(xp.asarray(result.object), self.intensity, unused if unused.any() else None, xp=xp)
+        self.coherence_width = result.coherence_width = width
+        if width < PARTIAL_COHERENCE_WIDTH:
+            return result
+        first_seconds = result.timings.get("run_s", 0.0)
+        again = self._run_starts(engine_support=run.pop("support"), recipe=partial_coherence_recipe(width), **run)
+        again.coherence_width = width
+        again.timings["coherent_run_s"] = first_seconds  # the first, coherent run's share of run_s
+        again.timings["run_s"] += first_seconds
+        return again
+
+    def _run_starts(self, *, engine_support, recipe, starts, seed, rank, keep_all, progress, sync_every,
+                    first_start) -> PhaseResult:
+        """Every start of ``recipe`` from ``engine_support``, ranked: the body of :meth:`run`."""
+        support = engine_support
         self._support_log = []
         t0 = time.perf_counter()
         all_x, all_s, all_err, all_llk, all_psf = [], [], [], ([], []), []

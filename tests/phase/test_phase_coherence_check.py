@@ -1,0 +1,73 @@
+"""The default recipe's check for a partially coherent beam (qora.phase.coherence.blur_width and the Solver's
+choice): the deviance scan against a direct float64 sum, the width found on patterns blurred by a known
+Gaussian (the detector's own blur, an independent implementation), and the recipe the default then runs."""
+
+import numpy as np
+import pytest
+
+from qora.io.errors import InputError
+from qora.phase import objects, reconstruct
+from qora.phase.coherence import PARTIAL_COHERENCE_WIDTH, blur_deviance, blur_width, kernel_profile
+from qora.phase.detector import Detector, record
+from qora.phase.recipe import DEFAULT_RECIPE, Recipe, partial_coherence_recipe
+
+
+def test_blur_deviance_is_the_direct_float64_sum():
+    """Each width: the object's |F x|^2 (FFT layout), convolved periodically with the windowed Gaussian by a direct
+    sum over the kernel's pixels, scaled to the measured total, and the Poisson deviance per measured pixel."""
+    rng = np.random.default_rng(4)
+    shape = (12, 10)
+    obj = rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+    counts = rng.poisson(20 * rng.random(shape)).astype(float)  # detector layout, zeros included
+    mask = np.zeros(shape, bool)
+    mask[5:7, 4:6] = True
+    widths = (0.0, 0.3, 0.6, 1.1)
+    got = blur_deviance(obj, counts, mask, widths=widths)
+    coherent = np.abs(np.fft.fftn(obj, norm="ortho")) ** 2
+    obs, used = np.fft.ifftshift(counts), ~np.fft.ifftshift(mask)
+    for width, value in zip(widths, got):
+        model = coherent.copy()
+        if width:
+            kernel = kernel_profile(shape, sigma=width, xp=np, dtype=np.float64)
+            model = np.zeros(shape)
+            for t in zip(*np.nonzero(kernel)):
+                model += kernel[t] * np.roll(coherent, t, axis=(0, 1))
+        model *= obs[used].sum() / model[used].sum()
+        o, m = obs[used], model[used]
+        safe = np.where(o > 0, o, 1)
+        expected = np.sum(2 * (m - o + np.where(o > 0, o * np.log(safe / m), 0))) / used.sum()
+        assert value == pytest.approx(expected, rel=2e-5)
+
+
+@pytest.mark.parametrize("sigma", [0.5, 0.8])
+def test_blur_width_finds_the_detector_blur(sigma):
+    """The truth's intensity against counts the detector blurred by ``sigma`` (Poisson, beamstop, gaps): the width
+    found is the blur's, within the grid's step; unblurred counts give no blur."""
+    obj = objects.triangle(64)
+    counts, mask = record(obj, Detector(photons=1e7, beamstop=2, gap=1, coherence_sigma=sigma), seed=1)
+    assert blur_width(obj, counts, mask) == pytest.approx(sigma, abs=0.051)
+    sharp, mask = record(obj, Detector(photons=1e7, beamstop=2, gap=1), seed=1)
+    assert blur_width(obj, sharp, mask) < PARTIAL_COHERENCE_WIDTH
+
+
+def test_blur_deviance_refuses_mismatched_shapes():
+    with pytest.raises(InputError, match="same shape"):
+        blur_deviance(np.ones((8, 8)), np.ones((8, 6)))
+
+
+def test_the_default_models_partial_coherence_only_when_the_counts_are_blurred():
+    """From the pattern alone: on counts blurred by 0.8 px the default recipe's check finds the blur and the starts
+    run with the partial-coherence model; on sharp counts the check finds none and the coherent default stands;
+    a recipe given by the user is run as given, without the check."""
+    obj = objects.triangle(64)
+    blurred, mask = record(obj, Detector(photons=1e8, beamstop=2, gap=1, coherence_sigma=0.8), seed=0)
+    r = reconstruct(blurred, mask=mask, starts=1, backend="cpu")
+    assert r.coherence_width >= PARTIAL_COHERENCE_WIDTH
+    assert r.recipe == str(partial_coherence_recipe(r.coherence_width)) and r.psf is not None
+    assert r.timings["run_s"] > r.timings["coherent_run_s"] > 0
+    sharp, mask = record(obj, Detector(photons=1e8, beamstop=2, gap=1), seed=0)
+    r = reconstruct(sharp, mask=mask, starts=1, backend="cpu")
+    assert r.coherence_width < PARTIAL_COHERENCE_WIDTH and r.recipe == str(Recipe.parse(DEFAULT_RECIPE))
+    assert r.psf is None
+    given = reconstruct(blurred, mask=mask, starts=1, backend="cpu", recipe="HIO**20 ER**10")
+    assert given.coherence_width is None and given.recipe == "HIO**20 ER**10"
