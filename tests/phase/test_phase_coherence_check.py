@@ -7,7 +7,8 @@ import pytest
 
 from qora.io.errors import InputError
 from qora.phase import objects, reconstruct
-from qora.phase.coherence import PARTIAL_COHERENCE_WIDTH, blur_deviance, blur_width, kernel_profile
+from qora.phase.coherence import (BLUR_WIDTHS, PARTIAL_COHERENCE_WIDTH, blur_deviance, blur_width, kernel_profile,
+                                  partially_coherent)
 from qora.phase.detector import Detector, record
 from qora.phase.recipe import DEFAULT_RECIPE, Recipe, partial_coherence_recipe
 
@@ -50,6 +51,21 @@ def test_blur_width_finds_the_detector_blur(sigma):
     assert blur_width(obj, sharp, mask) < PARTIAL_COHERENCE_WIDTH
 
 
+def test_the_decision_compares_a_wide_blur_with_none():
+    widths = (0.0, 0.2, 0.4, 0.6)
+    assert partially_coherent([1.0, 0.99, 0.98, 1.2], widths)          # 0.4 px fits better than none
+    assert not partially_coherent([1.0, 0.9, 1.01, 1.3], widths)       # only a delta-like 0.2 px does
+    assert not partially_coherent([1.0, 1.1, 2.0, 3.0], widths)
+    with pytest.raises(InputError, match="include 0"):
+        partially_coherent([1.0, 0.5], (0.2, 0.4))
+    # on counts: the truth's intensity, blurred 0.7 px or not
+    obj = objects.triangle(64)
+    for sigma, expected in ((0.7, True), (0.0, False)):
+        counts, mask = record(obj, Detector(photons=1e6, beamstop=2, gap=1, coherence_sigma=sigma), seed=2)
+        assert partially_coherent(blur_deviance(obj, counts, mask)) is expected
+    assert BLUR_WIDTHS[0] == 0 and PARTIAL_COHERENCE_WIDTH in BLUR_WIDTHS
+
+
 def test_blur_deviance_refuses_mismatched_shapes():
     with pytest.raises(InputError, match="same shape"):
         blur_deviance(np.ones((8, 8)), np.ones((8, 6)))
@@ -62,12 +78,60 @@ def test_the_default_models_partial_coherence_only_when_the_counts_are_blurred()
     obj = objects.triangle(64)
     blurred, mask = record(obj, Detector(photons=1e8, beamstop=2, gap=1, coherence_sigma=0.8), seed=0)
     r = reconstruct(blurred, mask=mask, starts=1, backend="cpu")
-    assert r.coherence_width >= PARTIAL_COHERENCE_WIDTH
+    assert r.coherence_width > 0.3
     assert r.recipe == str(partial_coherence_recipe(r.coherence_width)) and r.psf is not None
     assert r.timings["run_s"] > r.timings["coherent_run_s"] > 0
     sharp, mask = record(obj, Detector(photons=1e8, beamstop=2, gap=1), seed=0)
     r = reconstruct(sharp, mask=mask, starts=1, backend="cpu")
-    assert r.coherence_width < PARTIAL_COHERENCE_WIDTH and r.recipe == str(Recipe.parse(DEFAULT_RECIPE))
+    assert r.coherence_width <= 0.3 and r.recipe == str(Recipe.parse(DEFAULT_RECIPE))
     assert r.psf is None
     given = reconstruct(blurred, mask=mask, starts=1, backend="cpu", recipe="HIO**20 ER**10")
     assert given.coherence_width is None and given.recipe == "HIO**20 ER**10"
+
+
+def test_partial_coherence_recipe_starts_its_kernel_at_the_width_found():
+    from qora.phase.recipe import RecipeError, named_recipe
+
+    recipe = partial_coherence_recipe(0.55)
+    assert [s.psf_sigma for s in recipe.stages if s.psf] == [0.55, 0.55]
+    assert [s.psf for s in recipe.stages] == [None, "gaussian", "gaussian"]
+    # apart from the first kernel, the named recipe
+    assert str(Recipe.parse(str(recipe)).with_options(psf_sigma=1.0)) == str(named_recipe("partial-coherence"))
+    assert partial_coherence_recipe(None) == named_recipe("partial-coherence")
+    with pytest.raises(RecipeError, match="blur width"):
+        partial_coherence_recipe(-1.0)
+
+
+def test_cli_reports_the_check_and_the_file_keeps_the_width(tmp_path):
+    from click.testing import CliRunner
+
+    from qora.cli import cli
+    from qora.phase.files import read_result, write_pattern
+
+    obj = objects.triangle(32)
+    counts, _ = record(obj, Detector(photons=1e8, beamstop=0, gap=0, coherence_sigma=0.8), seed=0)
+    pattern, out = tmp_path / "p.cxi", tmp_path / "r.cxi"
+    write_pattern(pattern, counts)
+    res = CliRunner().invoke(cli, ["phase", "run", str(pattern), "--starts", "1", "--backend", "cpu", "--out",
+                                   str(out)])
+    assert res.exit_code == 0, res.output
+    assert "coherence check: a blur of" in res.output and "ran the partial-coherence recipe" in res.output
+    back = read_result(out)
+    assert back.coherence_width > 0.3 and "psf=gaussian" in back.recipe
+
+
+@pytest.mark.gpu
+def test_blur_deviance_on_gpu_matches_cpu():
+    """The scan on CuPy arrays (the GPU default's check runs on the device) against NumPy, and the default's
+    choice on the GPU engine against the CPU's on the same blurred counts."""
+    from qora.backend import resolve
+
+    cp = resolve("cuda").xp
+    obj = objects.triangle(64)
+    counts, mask = record(obj, Detector(photons=1e8, beamstop=2, gap=1, coherence_sigma=0.8), seed=0)
+    host = blur_deviance(obj, counts, mask)
+    device = blur_deviance(cp.asarray(obj), counts, mask, xp=cp)
+    np.testing.assert_allclose(device, host, rtol=1e-4)
+    runs = [reconstruct(counts, mask=mask, starts=2, backend=b, keep_all=True) for b in ("cpu", "cuda")]
+    assert runs[1].coherence_width == pytest.approx(runs[0].coherence_width, abs=0.051)
+    assert runs[1].recipe == runs[0].recipe and "psf=gaussian" in runs[1].recipe

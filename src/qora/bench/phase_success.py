@@ -169,7 +169,9 @@ def run_case(case: Case, *, starts: int, recipe=None, backend="auto", seed: int 
     ref = reference_error(truth, counts, mask, backend=backend) if reference else None
     row = {**_scores(errors, ref), "starts": starts, "s_per_start": seconds / starts,
            "retunes": len(result.support_log), "shape": list(truth.shape), "photons": case.detector.photons,
-           "recipe": result.recipe, "best_start": result.best, "best_start_error": errors[result.best]}
+           "recipe": result.recipe, "best_start": result.best, "best_start_error": errors[result.best],
+           # the default's check for a partially coherent beam (None when a recipe was given)
+           "coherence_width": result.coherence_width}
     if consensus > 1:
         agreement = analysis.consensus(result.objects, result.final_errors, keep=consensus)
         row.update(consensus_starts=agreement["starts"], consensus_errors=agreement["errors"].tolist(),
@@ -291,6 +293,9 @@ def run(*, cases=QUICK, starts: int = 3, recipe=None, backend="auto", write=True
              f"{REFERENCE_FACTOR} x reference {row['reference_error']:.3f})), "
              f"{round(row['success_fixed'] * starts)}/{starts} below {SUCCESS_BOUND} "
              f"(median error {row['median_error']:.3f}), {row['s_per_start']:.1f} s per start")
+        if row.get("coherence_width") is not None:
+            echo(f"    blur fitted to the coherent run's best start: {row['coherence_width']:.2f} px"
+                 + (" (partial coherence: ran the psf recipe)" if "psf=" in row["recipe"] else ""))
         if "consensus_median" in row:
             kept = len(row["consensus_starts"])
             echo(f"    consensus of the best {kept} starts: median {row['consensus_median']:.3f}, "

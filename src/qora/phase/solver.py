@@ -162,8 +162,9 @@ class PhaseResult:
     coherence_width : float or None
         The default recipe's check for a partially coherent beam: the Gaussian blur (std, detector pixels) of
         the coherent run's best intensity that fits the counts best (:func:`qora.phase.coherence.blur_width`;
-        0: none). From :data:`~qora.phase.coherence.PARTIAL_COHERENCE_WIDTH` up the starts were run again with
-        the partial-coherence model (``recipe`` says which ran). None when the recipe was given.
+        0: none). When a blur of at least :data:`~qora.phase.coherence.PARTIAL_COHERENCE_WIDTH` fitted better than
+        none, the starts were run again with the partial-coherence model (``recipe`` says which ran). None when
+        the recipe was given.
     """
 
     object: np.ndarray
@@ -343,18 +344,20 @@ class Solver:
     def _coherence_check(self, result, **run) -> PhaseResult:
         """The default recipe's check for a partially coherent beam (docs/phase.md, "Partial coherence from the
         data"): the Gaussian blur that best fits the counts to the best start's coherent intensity
-        (:func:`qora.phase.coherence.blur_width`). At or above
-        :data:`~qora.phase.coherence.PARTIAL_COHERENCE_WIDTH` the starts run again with
-        :func:`~qora.phase.recipe.partial_coherence_recipe` for that width; the width is kept in
+        (:func:`qora.phase.coherence.blur_deviance`). When a blur of at least
+        :data:`~qora.phase.coherence.PARTIAL_COHERENCE_WIDTH` fits better than none
+        (:func:`~qora.phase.coherence.partially_coherent`), the starts run again with
+        :func:`~qora.phase.recipe.partial_coherence_recipe`; the best-fitting width is kept in
         ``PhaseResult.coherence_width`` either way."""
-        from qora.phase.coherence import PARTIAL_COHERENCE_WIDTH, blur_width
+        from qora.phase.coherence import BLUR_WIDTHS, blur_deviance, partially_coherent
         from qora.phase.recipe import partial_coherence_recipe
 
         xp = self.backend.xp
         unused = self.free if self.mask is None else (self.mask | self.free)
-        width = blur_width(xp.asarray(result.object), self.intensity, unused if unused.any() else None, xp=xp)
+        deviance = blur_deviance(xp.asarray(result.object), self.intensity, unused if unused.any() else None, xp=xp)
+        width = float(BLUR_WIDTHS[int(np.argmin(deviance))])
         self.coherence_width = result.coherence_width = width
-        if width < PARTIAL_COHERENCE_WIDTH:
+        if not partially_coherent(deviance):
             return result
         first_seconds = result.timings.get("run_s", 0.0)
         again = self._run_starts(engine_support=run.pop("support"), recipe=partial_coherence_recipe(width), **run)
