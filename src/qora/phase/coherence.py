@@ -37,7 +37,8 @@ from qora.phase.array_loop import array_iterate
 
 __all__ = ["MODELS", "FWHM_PER_SIGMA", "window_radius", "kernel_profile", "blur", "psf_modulus_step",
            "richardson_lucy_step", "Coherence", "coherence_iterate", "BLUR_WIDTHS", "PARTIAL_COHERENCE_WIDTH",
-           "blur_deviance", "blur_width", "partially_coherent"]
+           "blur_deviance", "blur_width", "partially_coherent",
+           "SHARPEN_FLOOR", "sharpen"]
 
 MODELS = ("gaussian", "voigt")
 FWHM_PER_SIGMA = 2.0 * math.sqrt(2.0 * math.log(2.0))
@@ -293,3 +294,27 @@ def partially_coherent(deviance, widths=BLUR_WIDTHS, *, least: float = PARTIAL_C
         raise InputError("the widths must include 0 (no blur) to compare against")
     wide = widths >= least
     return bool(wide.any() and deviance[wide].min() < deviance[widths == 0].min())
+
+
+# Wiener floor of :func:`sharpen`: the kernel's transfer function below this is not divided out in full (the gain is
+# at most 1 / (2 floor) = 10), so the Poisson noise at the autocorrelation's rim is not blown up.
+SHARPEN_FLOOR = 0.05
+
+
+def sharpen(intensity, width: float, *, floor: float = SHARPEN_FLOOR):
+    """``intensity`` (detector layout, fully filled: no holes) deconvolved by a Gaussian of std ``width`` pixels.
+
+    A Wiener division of its transform (the autocorrelation of the object) by the kernel's transfer function
+    ``T``: ``F^-1[F(I) T / (T^2 + floor^2)]``, clipped at 0. It undoes the blur a partially coherent beam puts on
+    the pattern where ``T`` is well above ``floor`` (the autocorrelation near its centre), enough for a coherent
+    search to find the support (docs/phase.md, "Partial coherence from the data"); the object is then refined
+    against the counts as measured, with the blur modelled (``psf=``). Host arrays (NumPy), float64.
+    """
+    if not width > 0:
+        raise InputError(f"the sharpening width must be > 0 pixels, got {width!r}")
+    counts = np.fft.ifftshift(np.asarray(intensity, np.float64))
+    transfer = np.fft.rfftn(kernel_profile(counts.shape, sigma=float(width), xp=np, dtype=np.float64))
+    axes = tuple(range(counts.ndim))
+    out = np.fft.irfftn(np.fft.rfftn(counts) * transfer / (transfer * transfer + floor * floor), s=counts.shape,
+                        axes=axes)
+    return np.fft.fftshift(np.maximum(out, 0.0))

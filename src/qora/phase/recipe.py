@@ -104,6 +104,10 @@ class Stage:
         (:func:`qora.phase.support.fill_masked`), which keeps energy out of the modes nothing measured
         (a gap's stripes, the missing centre's blob) while the support is being found. Held-out pixels
         of the free LLK are never filled.
+    sharpen : float
+        Std (detector pixels, 0 off) of a Gaussian blur the stage's counts are deconvolved for
+        (:func:`qora.phase.coherence.sharpen`): a coherent search on a pattern a partially coherent beam blurred.
+        ER, HIO and RAAR without ``psf`` (the psf model fits the blur on the counts as measured).
     switch : int
         Every that many iterations, the Poisson deviance on the held-out pixels (the free LLK,
         :mod:`qora.phase.llk`) is computed; the stage ends early, moving on to the next stage, once no start
@@ -131,6 +135,7 @@ class Stage:
     band: float = 0.0
     masked: str = "free"
     switch: int = 0
+    sharpen: float = 0.0
 
     def __post_init__(self):
         if self.algorithm not in ALGORITHMS:
@@ -185,6 +190,17 @@ class Stage:
             raise RecipeError("recipe stage ML: switch applies to ER, HIO and RAAR stages")
         self._check_psf()
         self._check_band()
+        self._check_sharpen()
+
+    def _check_sharpen(self) -> None:
+        where = f"recipe stage {self.algorithm}"
+        value = self.sharpen
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value <= 50.0:
+            raise RecipeError(f"{where}: sharpen must be a width in [0, 50] pixels (0: off), got {value!r}")
+        if value and self.algorithm == "ML":
+            raise RecipeError(f"{where}: sharpen applies to ER, HIO and RAAR stages, not to ML")
+        if value and self.psf is not None:
+            raise RecipeError(f"{where}: sharpen and psf model the same blur two ways; use one per stage")
 
     def _check_band(self) -> None:
         where = f"recipe stage {self.algorithm}"
@@ -257,7 +273,7 @@ _STAGE = re.compile(r"\s*([A-Za-z]+)\s*(?:\(([^()]*)\))?\s*\*\*\s*(\d+)\s*")
 _OPTION_TYPES = {"beta": float, "sw": int, "sigma": float, "sigma_min": float, "threshold": float,
                  "constraint": str, "stat": str, "smin": float, "smax": float, "detwin": int, "psf": str,
                  "psf_sigma": float, "psf_eta": float, "psf_every": int, "band": float, "masked": str, "switch": int,
-                 "shape": str, "prange": float}
+                 "shape": str, "prange": float, "sharpen": float}
 
 
 def _parse_options(text: str, where: str) -> dict:

@@ -419,7 +419,7 @@ class Solver:
         done = done0
         for stage in recipe.stages:
             a, b = stage.coefficients
-            self._masked_rule(engine, stage.masked)
+            self._stage_amplitude(engine, stage.masked, stage.sharpen)
             if stage.switch:
                 self._free_likelihood().reset()
             updates = stage.iterations // stage.sw if stage.sw else 0
@@ -466,16 +466,18 @@ class Solver:
                     done += skipped * count
                     k = stage.iterations
                 if not report(progress, name, done, total, {"fourier_error": last}):
-                    self._masked_rule(engine, "free")
+                    self._stage_amplitude(engine)
                     return np.concatenate(history), True
-        self._masked_rule(engine, "free")  # the scores and the next run see the measured pixels only
+        self._stage_amplitude(engine)  # the scores and the next run see the measured counts only
         return np.concatenate(history), False
 
-    def _masked_rule(self, engine, rule: str) -> None:
-        """The engine's amplitude for the stage's ``masked`` rule (:func:`qora.phase.unmeasured.masked_rule`)."""
-        from qora.phase.unmeasured import masked_rule
+    def _stage_amplitude(self, engine, masked: str = "free", sharpen: float = 0.0) -> None:
+        """The engine's amplitude for a stage's ``masked`` and ``sharpen`` options
+        (:func:`qora.phase.unmeasured.stage_amplitude`); no options: the measured counts."""
+        from qora.phase.unmeasured import stage_amplitude
 
-        masked_rule(engine, rule, intensity=self.intensity, mask=self.mask, free=self.free, measured_amp=self.amp)
+        stage_amplitude(engine, masked=masked, sharpen=sharpen, intensity=self.intensity, mask=self.mask,
+                        free=self.free, measured_amp=self.amp)
 
     def _free_likelihood(self):
         """The held-out pixels on the solver's device, made at the first stage that needs them."""
