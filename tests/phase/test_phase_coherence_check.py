@@ -179,3 +179,20 @@ def test_sharpen_stage_fits_the_sharpened_counts_and_restores_the_measured_ones(
                          ("ER(sharpen=1, psf=gaussian)**3", "one per stage")):
         with pytest.raises(RecipeError, match=message):
             Recipe.parse(bad)
+
+
+def test_psf_sigma_zero_fits_each_starts_first_kernel():
+    """psf_sigma=0: the psf stage's first kernel per start is a Gaussian of the blur_width of that start's object
+    when the stage starts (the same run without the psf stage gives that object)."""
+    from qora.phase.solver import Solver
+
+    obj = objects.triangle(64)
+    counts, mask = record(obj, Detector(photons=1e8, beamstop=2, gap=1, coherence_sigma=0.7), seed=0)
+    support = objects.support_of(obj)
+    solver = Solver(counts, mask=mask, backend="cpu", batch=2)
+    before = solver.run(support=support, recipe="HIO**60 ER**30", starts=2, keep_all=True)
+    solver.run(support=support, recipe="HIO**60 ER**30 ER(psf=gaussian, psf_sigma=0, psf_every=0)**1", starts=2)
+    expected = [max(BLUR_WIDTHS[1], blur_width(o, counts, mask)) for o in before.objects]
+    assert solver._coherence.sigmas == expected and all(s > 0.3 for s in expected)
+    np.testing.assert_allclose(solver._coherence.kernels[1], kernel_profile((64, 64), sigma=expected[1]))
+    assert str(Recipe.parse("ER(psf=gaussian, psf_sigma=0)**3")) == "ER(psf=gaussian, psf_sigma=0)**3"

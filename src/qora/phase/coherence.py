@@ -166,13 +166,18 @@ class Coherence:
     """
 
     def __init__(self, engine, *, model: str = "gaussian", sigma: float = 1.0, eta: float = 0.5,
-                 every: int = 5, amp=None) -> None:
+                 every: int = 5, amp=None, sigmas=None) -> None:
         xp = engine.backend.xp
         amp = engine.amp if amp is None else xp.asarray(amp)
         self.shape = tuple(engine.shape)
         self.model, self.sigma, self.eta, self.every = model, float(sigma), float(eta), int(every)
-        first = kernel_profile(self.shape, model=model, sigma=sigma, eta=eta, xp=xp)
-        self.kernels = xp.ascontiguousarray(xp.broadcast_to(first, (engine.batch,) + self.shape))
+        if sigmas is None:
+            first = kernel_profile(self.shape, model=model, sigma=sigma, eta=eta, xp=xp)
+            self.kernels = xp.ascontiguousarray(xp.broadcast_to(first, (engine.batch,) + self.shape))
+        else:  # a first kernel of its own width for each start
+            self.kernels = xp.stack([kernel_profile(self.shape, model=model, sigma=float(s), eta=eta, xp=xp)
+                                     for s in sigmas])
+        self.sigmas = None if sigmas is None else [float(s) for s in sigmas]
         self.used = amp >= 0
         self.counts = xp.where(self.used, amp * amp, 0).astype(np.float32)
         self.iterations = 0

@@ -88,7 +88,8 @@ class Stage:
         blurred by a kernel that starts as this profile and is refined by Richardson-Lucy; None: coherent.
         Consecutive stages with the same psf options share the kernel. ER, HIO and RAAR only.
     psf_sigma : float
-        The first kernel's Gaussian std, pixels (the pseudo-Voigt's Lorentzian has the same FWHM).
+        The first kernel's Gaussian std, pixels (the pseudo-Voigt's Lorentzian has the same FWHM); 0: fitted to
+        each start's object when the stage starts (:func:`qora.phase.coherence.blur_width`, at least 0.25 px).
     psf_eta : float
         Pseudo-Voigt: the Lorentzian's share, in [0, 1].
     psf_every : int
@@ -225,8 +226,9 @@ class Stage:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
                 raise RecipeError(f"{where}: {name} must be a finite number, got {value!r}")
-        if not 0.0 < self.psf_sigma <= 50.0:
-            raise RecipeError(f"{where}: psf_sigma must be in (0, 50] pixels, got {self.psf_sigma}")
+        if not 0.0 <= self.psf_sigma <= 50.0:
+            raise RecipeError(f"{where}: psf_sigma must be in [0, 50] pixels (0: fitted to each start), "
+                              f"got {self.psf_sigma}")
         if not 0.0 <= self.psf_eta <= 1.0:
             raise RecipeError(f"{where}: psf_eta must be in [0, 1], got {self.psf_eta}")
         if isinstance(self.psf_every, bool) or not isinstance(self.psf_every, numbers.Integral) or self.psf_every < 0:

@@ -488,13 +488,24 @@ class Solver:
         return self._free_llk
 
     def _coherence_for(self, engine, stage):
-        """The psf kernels of the engine's starts: kept from the previous psf stage when its options match."""
-        from qora.phase.coherence import Coherence
+        """The psf kernels of the engine's starts: kept from the previous psf stage when its options match.
+        ``psf_sigma=0``: each start's first kernel is a Gaussian of the width that best fits its current object's
+        intensity to the counts (:func:`qora.phase.coherence.blur_width`, at least the grid's first nonzero width)."""
+        from qora.phase.coherence import BLUR_WIDTHS, Coherence, blur_width
 
         state = getattr(self, "_coherence", None)
         if state is None or not state.matches(stage.psf, stage.psf_sigma, stage.psf_eta):
-            state = self._coherence = Coherence(engine, model=stage.psf, sigma=stage.psf_sigma, eta=stage.psf_eta,
-                                                 amp=self.amp)
+            sigmas = None
+            if stage.psf_sigma == 0:
+                xp = self.backend.xp
+                unused = self.free if self.mask is None else (self.mask | self.free)
+                x = engine.get_x()
+                sigmas = [max(BLUR_WIDTHS[1], blur_width(xp.asarray(x[k]), self.intensity,
+                                                         unused if unused.any() else None, xp=xp))
+                          for k in range(engine.batch)]
+            state = self._coherence = Coherence(engine, model=stage.psf, sigma=stage.psf_sigma or 1.0,
+                                                 eta=stage.psf_eta, amp=self.amp, sigmas=sigmas)
+            state.sigma = float(stage.psf_sigma)  # what matches() compares: the option as written
         state.every = stage.psf_every
         return state
 
