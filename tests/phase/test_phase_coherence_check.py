@@ -89,14 +89,13 @@ def test_the_default_models_partial_coherence_only_when_the_counts_are_blurred()
     assert given.coherence_width is None and given.recipe == "HIO**20 ER**10"
 
 
-def test_partial_coherence_recipe_starts_its_kernel_at_the_width_found():
-    from qora.phase.recipe import RecipeError, named_recipe
+def test_partial_coherence_recipe_sharpens_the_search_for_the_width_found():
+    from qora.phase.recipe import SHARPEN_MARGIN, RecipeError, named_recipe
 
-    recipe = partial_coherence_recipe(0.55)
-    assert [s.psf_sigma for s in recipe.stages if s.psf] == [0.55, 0.55]
-    assert [s.psf for s in recipe.stages] == [None, "gaussian", "gaussian"]
-    # apart from the first kernel, the named recipe
-    assert str(Recipe.parse(str(recipe)).with_options(psf_sigma=1.0)) == str(named_recipe("partial-coherence"))
+    recipe = partial_coherence_recipe(0.45)
+    assert [s.sharpen for s in recipe.stages] == [0.45 + SHARPEN_MARGIN] * 2 + [0.0]
+    assert [(s.psf, s.psf_sigma) for s in recipe.stages][2] == ("gaussian", 0.0)
+    assert Recipe.parse(str(recipe)) == recipe
     assert partial_coherence_recipe(None) == named_recipe("partial-coherence")
     with pytest.raises(RecipeError, match="blur width"):
         partial_coherence_recipe(-1.0)

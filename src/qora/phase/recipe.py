@@ -35,7 +35,8 @@ MASKED_RULES = ("free", "fill")
 
 __all__ = ["Stage", "Recipe", "RecipeError", "default_recipe", "DEFAULT_RECIPE", "PYNX_RULE_RECIPE", "NAMED_RECIPES",
            "named_recipe", "FEW_PHOTONS_RECIPE", "PARTIAL_COHERENCE_RECIPE", "FEW_PHOTONS_PER_SPECKLE", "photons_per_speckle", "is_default",
-           "looks_like_counts", "partial_coherence_recipe"]
+           "looks_like_counts", "partial_coherence_recipe",
+           "SHARPENED_SEARCH_RECIPE", "SHARPEN_MARGIN"]
 
 
 class RecipeError(InputError):
@@ -422,17 +423,28 @@ PARTIAL_COHERENCE_RECIPE = ("HIO(sw=20, sigma=3, sigma_min=1, threshold=0.2, smi
                             "ER(psf=gaussian)**300")
 
 
+# The default's schedule for counts its check found blurred by W px: the search (HIO, then ER with shrinkwrap) on
+# the counts sharpened for a blur of W + SHARPEN_MARGIN, then ER on the measured counts with the psf model, each
+# start's first kernel fitted to its object (psf_sigma=0). {sharpen} is filled in by partial_coherence_recipe.
+SHARPENED_SEARCH_RECIPE = ("HIO(sw=20, sigma=3, sigma_min=1, threshold=0.25, smin=0.25, smax=4, sharpen={sharpen})**1000 "
+                           "ER(sw=20, sigma=1, sigma_min=0.5, threshold=0.25, smin=0.25, smax=4, sharpen={sharpen})**200 "
+                           "ER(psf=gaussian, psf_sigma=0)**300")
+# The blur the check fits to a coherent reconstruction is short of the beam's: the coherent object takes part of
+# it up (0.40-0.5 px for the 0.7 px of featured_256_psf), and a search sharpened for 0.4 px found the object in
+# 2/10 starts, for 0.45 px in 7/10, for 0.5 and 0.6 px in 10/10 (docs/phase.md, "Partial coherence from the data").
+SHARPEN_MARGIN = 0.1
+
+
 def partial_coherence_recipe(width: float | None = None) -> Recipe:
-    """The recipe the default runs when its check finds the counts blurred (``Solver.run``, docs/phase.md,
-    "Partial coherence from the data"): :data:`PARTIAL_COHERENCE_RECIPE` with its psf stages' first kernel a
-    Gaussian of ``width`` pixels, the blur the check fitted, instead of 1 px (on ``featured_256_psf`` 10/10 within
-    the bound against 7-9/10 from 1 px); None: the named recipe as it is."""
-    recipe = Recipe.parse(PARTIAL_COHERENCE_RECIPE)
+    """The recipe the default runs when its check finds the counts blurred by ``width`` pixels (``Solver.run``,
+    docs/phase.md, "Partial coherence from the data"): :data:`SHARPENED_SEARCH_RECIPE`, the search on the counts
+    sharpened for ``width + SHARPEN_MARGIN`` px, the refinement with the psf model. None: the named recipe
+    :data:`PARTIAL_COHERENCE_RECIPE` (for a user who knows the beam is partially coherent)."""
     if width is None:
-        return recipe
-    if not (isinstance(width, numbers.Real) and 0.0 < width <= 50.0):
-        raise RecipeError(f"the fitted blur width must be in (0, 50] pixels, got {width!r}")
-    return Recipe(tuple(replace(s, psf_sigma=float(width)) if s.psf else s for s in recipe.stages))
+        return Recipe.parse(PARTIAL_COHERENCE_RECIPE)
+    if isinstance(width, bool) or not isinstance(width, numbers.Real) or not 0.0 < width <= 49.0:
+        raise RecipeError(f"the fitted blur width must be in (0, 49] pixels, got {width!r}")
+    return Recipe.parse(SHARPENED_SEARCH_RECIPE.format(sharpen=_fmt(round(float(width) + SHARPEN_MARGIN, 3))))
 
 
 NAMED_RECIPES = {"default": DEFAULT_RECIPE, "pynx-rule": PYNX_RULE_RECIPE, "few-photons": FEW_PHOTONS_RECIPE,
