@@ -106,6 +106,11 @@ class Stage:
         (:func:`qora.phase.support.fill_masked`), which keeps energy out of the modes nothing measured
         (a gap's stripes, the missing centre's blob) while the support is being found. Held-out pixels
         of the free LLK are never filled.
+    average : int
+        The stage's last ``average`` iterations run with the exact modulus projection as array code, their
+        in-support iterates (each start's global phase matched to the first) are averaged, and the stage ends
+        with that mean as the iterate (:mod:`qora.phase.average`; 0 off). ER, HIO and RAAR without shrinkwrap,
+        ``psf`` or ``band``.
     sharpen : float
         Std (detector pixels, 0 off) of a Gaussian blur the stage's counts are deconvolved for
         (:func:`qora.phase.coherence.sharpen`): a coherent search on a pattern a partially coherent beam blurred.
@@ -138,6 +143,7 @@ class Stage:
     masked: str = "free"
     switch: int = 0
     sharpen: float = 0.0
+    average: int = 0
 
     def __post_init__(self):
         if self.algorithm not in ALGORITHMS:
@@ -193,6 +199,15 @@ class Stage:
         self._check_psf()
         self._check_band()
         self._check_sharpen()
+        self._check_average()
+
+    def _check_average(self) -> None:
+        where = f"recipe stage {self.algorithm}"
+        value = self.average
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value <= self.iterations:
+            raise RecipeError(f"{where}: average must be an integer in [0, iterations], got {value!r}")
+        if value and (self.algorithm == "ML" or self.sw or self.psf is not None or self.band):
+            raise RecipeError(f"{where}: average applies to ER, HIO and RAAR stages without sw, psf or band")
 
     def _check_sharpen(self) -> None:
         where = f"recipe stage {self.algorithm}"
@@ -276,7 +291,8 @@ _STAGE = re.compile(r"\s*([A-Za-z]+)\s*(?:\(([^()]*)\))?\s*\*\*\s*(\d+)\s*")
 _OPTION_TYPES = {"beta": float, "sw": int, "sigma": float, "sigma_min": float, "threshold": float,
                  "constraint": str, "stat": str, "smin": float, "smax": float, "detwin": int, "psf": str,
                  "psf_sigma": float, "psf_eta": float, "psf_every": int, "band": float, "masked": str, "switch": int,
-                 "shape": str, "prange": float, "sharpen": float}
+                 "shape": str, "prange": float, "sharpen": float,
+                 "average": int}
 
 
 def _parse_options(text: str, where: str) -> dict:

@@ -345,13 +345,22 @@ class Solver:
                 halve_supports(engine.support, xp=engine.backend.xp)
             k = 0
             update = 0
+            averaged_from = stage.iterations - stage.average
+            mean = None
             while k < stage.iterations:
                 chunk = min(sync_every, stage.iterations - k)
+                if k < averaged_from:  # a chunk ends where the averaged iterations start
+                    chunk = min(chunk, averaged_from - k)
                 if stage.sw:
                     chunk = min(chunk, stage.sw - (k % stage.sw))
                 if stage.switch:
                     chunk = min(chunk, stage.switch - (k % stage.switch))
-                if stage.algorithm == "ML":
+                if stage.average and k >= averaged_from:
+                    from qora.phase.average import IterateMean, average_iterate
+
+                    mean = mean or IterateMean(engine)
+                    history.append(average_iterate(engine, mean, chunk, a, b, stage.constraint))
+                elif stage.algorithm == "ML":
                     from qora.phase.ml import ml_iterate
 
                     history.append(ml_iterate(engine, chunk))
@@ -383,6 +392,8 @@ class Solver:
                                                   "status": "switched"})
                     done += skipped * count
                     k = stage.iterations
+                if mean is not None and k >= stage.iterations:
+                    mean.write_mean(engine)  # the stage ends on the mean of its averaged iterates
                 if not report(progress, name, done, total, {"fourier_error": last}):
                     self._stage_amplitude(engine)
                     return np.concatenate(history), True
