@@ -10,7 +10,9 @@ refinement of the object found, :mod:`qora.phase.ml`).
 Options: ``beta`` (HIO/RAAR feedback, default 0.9), ``constraint`` (``none``,
 ``real``, ``positive``), partial coherence: ``psf`` (``none``, ``gaussian``, ``voigt``), ``psf_sigma``,
 ``psf_eta``, ``psf_every`` (:mod:`qora.phase.coherence`), ``band`` (noise-aware modulus,
-:mod:`qora.phase.band`), and shrinkwrap: ``sw`` (update the support every that
+:mod:`qora.phase.band`), ``sharpen`` (fit counts deconvolved for a Gaussian blur, :func:`qora.phase.coherence.sharpen`),
+``average`` (end the stage on the mean of its last iterates, :mod:`qora.phase.average`), and shrinkwrap: ``sw``
+(update the support every that
 many iterations; 0 = never), ``sigma`` and ``sigma_min`` (Gaussian blur in
 pixels, decreasing geometrically from the first to the second over the stage's
 updates), ``threshold`` (fraction of the blurred maximum). ``str(recipe)`` prints
