@@ -418,7 +418,9 @@ def default_recipe(*, photons_per_speckle: float | None = None) -> Recipe:
     """The recipe that reconstructs the test objects from an autocorrelation support without tuning.
 
     With ``photons_per_speckle`` below :data:`FEW_PHOTONS_PER_SPECKLE`, :data:`FEW_PHOTONS_RECIPE` (the
-    same schedule, shrinkwrap threshold on the rms); the solver passes it for count data.
+    same schedule with the shrinkwrap threshold on the rms and a longer search, then HIO on the support found
+    ending on the mean of its iterates, and ER); the solver passes it for count data. After a default run the
+    solver also checks the counts for a partially coherent beam (:meth:`qora.phase.Solver.run`).
 
     HIO with shrinkwrap every 20 iterations (blur 3 -> 1 px, threshold 0.25)
     finds the object; ER with a light shrinkwrap tightens the support to it;
