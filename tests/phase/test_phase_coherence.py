@@ -165,7 +165,7 @@ def test_coherence_fits_only_measured_pixels():
 @pytest.mark.parametrize("text, message", [
     ("ER(psf=airy)**5", "psf must be"),
     ("ML(psf=gaussian)**5", "not to ML"),
-    ("ER(psf=gaussian, psf_sigma=0)**5", "psf_sigma"),
+    ("ER(psf=gaussian, psf_sigma=-0.5)**5", "psf_sigma"),  # 0 is allowed: fitted per start
     ("ER(psf=voigt, psf_eta=1.5)**5", "psf_eta"),
     ("ER(psf=gaussian, psf_every=-1)**5", "psf_every"),
     ("ER(masked=zero)**5", "masked must be"),

@@ -136,6 +136,49 @@ def aligned_error(x, truth) -> float:
     return analysis.object_error(x / np.linalg.norm(x), t / np.linalg.norm(t))
 
 
+# Below this mean count per pixel a shell of |q| no longer fixes its speckles' moduli (Poisson noise as large as
+# the signal): the resolution the counts hold (:func:`count_cutoff`).
+RESOLVED_COUNT = 1.0
+
+
+def count_cutoff(counts, mask=None, *, level: float = RESOLVED_COUNT) -> float:
+    """The |q| (cycles per pixel) of the first one-pixel-wide shell, outwards from q = 0, whose mean measured count
+    is below ``level`` photons per pixel: the resolution the counts hold; 0.5 (the array's edge) if none is.
+
+    Why counts and not the PRTF of the starts at 1/e: with the 5-10 starts of the benchmark, phases that agree
+    nowhere still average to about 1/sqrt(K) (0.3-0.45), around the 1/e criterion, and the starts that did not
+    find the object would move the cut-off; the counts are the same for every recipe.
+    """
+    counts = np.asarray(counts, float)
+    measured = np.ones(counts.shape, bool) if mask is None else ~np.asarray(mask, bool)
+    grids = np.meshgrid(*[np.arange(n) - n // 2 for n in counts.shape], indexing="ij")
+    radius = np.sqrt(sum(g.astype(float) ** 2 for g in grids))
+    shell = np.floor(radius).astype(int)
+    sums = np.bincount(shell[measured], weights=counts[measured], minlength=shell.max() + 1)
+    pixels = np.bincount(shell[measured], minlength=shell.max() + 1)
+    edge = min(counts.shape) // 2
+    for r in range(edge):
+        if pixels[r] and sums[r] / pixels[r] < level:
+            return float(r / min(counts.shape))
+    return 0.5
+
+
+def resolved_error(x, truth, cutoff: float) -> float:
+    """The object error of :func:`aligned_error` at the resolution ``cutoff`` (cycles per pixel): the object is
+    aligned to the truth (shift, phase, twin) as there, then both are low-passed to |q| < ``cutoff`` (a sharp
+    sphere in q) and scaled to unit norm in that band before the relative distance is taken. Reported beside the
+    plain error, never instead of it (docs/phase.md, "Few photons")."""
+    x = np.asarray(x, np.complex128)
+    t = np.asarray(truth, np.complex128)
+    aligned, _ = analysis.align(x / np.linalg.norm(x), t / np.linalg.norm(t))
+    grids = np.meshgrid(*[np.fft.fftfreq(n) for n in t.shape], indexing="ij")
+    keep = np.sqrt(sum(g**2 for g in grids)) < cutoff
+    a = np.fft.fftn(aligned, norm="ortho")[keep]
+    b = np.fft.fftn(t, norm="ortho")[keep]
+    a, b = a / np.linalg.norm(a), b / np.linalg.norm(b)
+    return float(np.linalg.norm(a - b))
+
+
 def _scores(errors, reference) -> dict:
     """Success shares of per-start ``errors``: against the case's bound and against the fixed 0.2."""
     bound = success_bound(reference)
@@ -146,7 +189,7 @@ def _scores(errors, reference) -> dict:
 
 
 def run_case(case: Case, *, starts: int, recipe=None, backend="auto", seed: int = 0, reference: bool = True,
-             consensus: int = 0, figure=None) -> dict:
+             consensus: int = 0, figure=None, resolved: bool = False) -> dict:
     """Reconstruct one case from ``starts`` starts; the per-start errors, the success shares (against the
     case's bound, and against the fixed 0.2 as ``success_fixed``) and the time. ``reference=False`` skips the
     known-support reference run (the bound is then 0.2).
@@ -154,7 +197,9 @@ def run_case(case: Case, *, starts: int, recipe=None, backend="auto", seed: int 
     ``consensus`` > 1 adds the agreement of that many best starts (by Fourier error, as a user without
     the truth would rank them; :func:`qora.phase.analysis.consensus`): ``consensus_median``,
     ``consensus_max`` and the matrix ``consensus_errors``. ``figure``: a PNG path for
-    :func:`slices_figure` of the best start against the truth.
+    :func:`slices_figure` of the best start against the truth. ``resolved``: also each start's error at the
+    resolution the counts hold (:func:`resolved_error` at :func:`count_cutoff`), ``resolved_errors``, with
+    ``resolved_cutoff`` and the share below the bound at that resolution, beside the plain ones.
     """
     from qora.phase import reconstruct
 
@@ -169,7 +214,14 @@ def run_case(case: Case, *, starts: int, recipe=None, backend="auto", seed: int 
     ref = reference_error(truth, counts, mask, backend=backend) if reference else None
     row = {**_scores(errors, ref), "starts": starts, "s_per_start": seconds / starts,
            "retunes": len(result.support_log), "shape": list(truth.shape), "photons": case.detector.photons,
-           "recipe": result.recipe, "best_start": result.best, "best_start_error": errors[result.best]}
+           "recipe": result.recipe, "best_start": result.best, "best_start_error": errors[result.best],
+           # the default's check for a partially coherent beam (None when a recipe was given)
+           "coherence_width": result.coherence_width}
+    if resolved:
+        cutoff = count_cutoff(counts, mask)
+        low = [resolved_error(o, truth, cutoff) for o in result.objects]
+        row.update(resolved_cutoff=cutoff, resolved_errors=low, resolved_median=float(np.median(low)),
+                   resolved_succeeded=int(sum(e < row["bound"] for e in low)))
     if consensus > 1:
         agreement = analysis.consensus(result.objects, result.final_errors, keep=consensus)
         row.update(consensus_starts=agreement["starts"], consensus_errors=agreement["errors"].tolist(),
@@ -261,7 +313,8 @@ def _cohere_params(script: Path) -> dict:
 
 
 def run(*, cases=QUICK, starts: int = 3, recipe=None, backend="auto", write=True, echo=print,
-        label: str = "default", peer: str | None = None, consensus: int = 0, figures=None) -> BenchResult:
+        label: str = "default", peer: str | None = None, consensus: int = 0, figures=None,
+        resolved: bool = False) -> BenchResult:
     """The success rate of ``recipe`` (None: the default recipe), or of ``peer="cohere"``, on each of ``cases``;
     ``consensus`` and ``figures`` (a folder for ``<case>.png``) as in :func:`run_case` (ours only)."""
     unknown = [c for c in cases if c not in CASES]
@@ -285,12 +338,19 @@ def run(*, cases=QUICK, starts: int = 3, recipe=None, backend="auto", write=True
         else:
             figure = None if figures is None else Path(figures) / f"{name}.png"
             row = run_case(CASES[name], starts=starts, recipe=recipe, backend=be.name, consensus=consensus,
-                           figure=figure)
+                           figure=figure, resolved=resolved)
         result.add(f"{name}/{label}", **row)
         echo(f"  {name}: {row['succeeded']}/{starts} below {row['bound']:.3f} (= max({SUCCESS_BOUND}, "
              f"{REFERENCE_FACTOR} x reference {row['reference_error']:.3f})), "
              f"{round(row['success_fixed'] * starts)}/{starts} below {SUCCESS_BOUND} "
              f"(median error {row['median_error']:.3f}), {row['s_per_start']:.1f} s per start")
+        if "resolved_cutoff" in row:
+            echo(f"    at the resolution the counts hold (mean count >= {RESOLVED_COUNT:g} per pixel up to |q| = "
+                 f"{row['resolved_cutoff']:.3f} cycles/px): {row['resolved_succeeded']}/{starts} below the bound, "
+                 f"median {row['resolved_median']:.3f} (beside the plain error, not instead of it)")
+        if row.get("coherence_width") is not None:
+            echo(f"    blur fitted to the coherent run's best start: {row['coherence_width']:.2f} px"
+                 + (" (partial coherence: ran the psf recipe)" if "psf=" in row["recipe"] else ""))
         if "consensus_median" in row:
             kept = len(row["consensus_starts"])
             echo(f"    consensus of the best {kept} starts: median {row['consensus_median']:.3f}, "

@@ -100,9 +100,12 @@ def _shapes(text):
               help="Also the agreement of this many best starts (aligned object error between each pair; 0: off).")
 @click.option("--figures", type=click.Path(file_okay=False), default=None,
               help="A folder for <case>.png: central slice of amplitude and phase, best start against the truth.")
+@click.option("--resolved", is_flag=True,
+              help="Also each start's error at the resolution the data hold (both low-passed at the q where the "
+              "PRTF of the 5 best starts falls below 1/e), printed beside the plain error.")
 @click.option("--no-write", is_flag=True, help="Print only; write no result file.")
 def bench_phase_success(backend: str, cases, starts: int, recipe: str, peer, consensus: int, figures,
-                        no_write: bool) -> None:
+                        resolved: bool, no_write: bool) -> None:
     """Share of starts that recover the object from the pattern alone (error after alignment below
     max(0.2, 1.5 x the true-support reference error of the same counts); the share below a fixed 0.2 is
     printed beside it), and the time, on patterns recorded as a detector does (Poisson noise, beamstop, gaps,
@@ -121,7 +124,8 @@ def bench_phase_success(backend: str, cases, starts: int, recipe: str, peer, con
     if figures is not None:
         Path(figures).mkdir(parents=True, exist_ok=True)
     phase_success.run(cases=names, starts=starts, recipe=recipe, backend=backend, write=not no_write,
-                      echo=click.echo, label=label, peer=peer, consensus=consensus, figures=figures)
+                      echo=click.echo, label=label, peer=peer, consensus=consensus, figures=figures,
+                      resolved=resolved)
 
 
 @bench.command("holo")

@@ -51,7 +51,8 @@ def simulate_cmd(name, size, photons, seed, out) -> None:
 @click.option("--recipe", default=None, help='E.g. "HIO**400 ER**100", or a name: default, pynx-rule (PyNX\'s '
               'support rule as a recipe of ours), few-photons, partial-coherence (psf model on the ER stages); '
               'stage options as in docs/phase.md, e.g. ER(band=1)**300 for the noise-aware modulus; '
-              'default: the documented default recipe (few-photons for counts below 1000 per speckle).')
+              'default: the documented default recipe (few-photons for counts below 1000 per speckle; run again '
+              'with the psf model when the counts prove blurred by a partially coherent beam).')
 @click.option("--starts", type=click.IntRange(1, 10000), default=4, show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--rank", type=click.Choice(["fourier", "free_llk"]), default="fourier", show_default=True)
@@ -155,6 +156,10 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
 
     if is_default(recipe) and result.recipe == str(Recipe.parse(FEW_PHOTONS_RECIPE)):
         click.echo("few counts (below 1000 photons per speckle): ran the few-photons recipe")
+    if result.coherence_width is not None:
+        click.echo(f"coherence check: a blur of {result.coherence_width:.2f} px fits the coherent run best"
+                   + (" -> partially coherent beam: ran the partial-coherence recipe" if result.psf is not None
+                      else " (coherent)"))
     if result.psf is not None:
         click.echo(f"partial coherence: the kernel found has a peak of {float(result.psf.max()):.3g} (sum 1)")
     if consensus is not None:

@@ -17,13 +17,15 @@ from qora.phase.physics import support_update
 __all__ = ["array_iterate"]
 
 
-def array_iterate(engine, iterations: int, a: float, b: float, constraint, step, *, what: str) -> np.ndarray:
+def array_iterate(engine, iterations: int, a: float, b: float, constraint, step, *, what: str,
+                  after=None) -> np.ndarray:
     """``iterations`` updates of every start of ``engine`` with the modulus step ``step``.
 
     ``step(y, xp, i)`` takes the unitary transform ``y`` (B, *shape) of the iterate at the chunk's
     ``i``-th iteration and returns ``(w, err)``: the constrained transform and the per-start squared
     Fourier misfit (B,) on the device. Returns ``sqrt(err / sum a^2)`` per iteration and start
-    (iterations, B). ``what`` names the option in the error an fp64 engine gets.
+    (iterations, B). ``what`` names the option in the error an fp64 engine gets. ``after(x, xp)``, if given,
+    sees every updated iterate (B, *shape) on the device (:mod:`qora.phase.average`).
     """
     sync = getattr(engine, "_sync_x", None)
     if sync is not None:
@@ -40,6 +42,8 @@ def array_iterate(engine, iterations: int, a: float, b: float, constraint, step,
         history.append(err)
         p = fft.ifftn(w, axes=axes, norm="ortho").astype(np.complex64)
         x[...] = support_update(x, p, engine.support, a, b, constraint)
+        if after is not None:
+            after(x, xp)
     engine.x_written()
     errors = np.asarray(engine.backend.to_host(xp.stack(history)))
     return np.sqrt(errors / engine.denominator)

@@ -81,6 +81,8 @@ def write_result(path, result) -> None:
             proc.attrs["preprocessing"] = json.dumps(result.preprocessing)
         if result.psf is not None:  # the partial-coherence kernel (detector layout, sums to 1)
             proc.create_dataset("psf", data=np.asarray(result.psf))
+        if result.coherence_width is not None:  # the default's coherence check: blur fitted, pixels
+            proc.attrs["coherence_width"] = float(result.coherence_width)
         if result.pixel_size is not None:
             img.attrs["pixel_size_m"] = np.asarray(result.pixel_size, float)
         if result.objects is not None:
@@ -113,6 +115,7 @@ def read_result(path):
             pixel_size=tuple(float(v) for v in img.attrs["pixel_size_m"]) if "pixel_size_m" in img.attrs else None,
             preprocessing=json.loads(a["preprocessing"]) if "preprocessing" in a else None,
             psf=proc["psf"][()] if "psf" in proc else None,
+            coherence_width=float(a["coherence_width"]) if "coherence_width" in a else None,
         )
 
 

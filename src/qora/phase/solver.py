@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -14,6 +13,7 @@ from qora.progress import report
 from qora.provenance import versions as software_versions
 from qora.phase.checks import check_bool_array, check_choice, check_intensity, check_run_memory
 from qora.phase.physics import native_amplitude
+from qora.phase.result import PhaseResult
 from qora.phase.recipe import default_recipe, is_default, looks_like_counts, named_recipe, photons_per_speckle
 from qora.phase.support import autocorrelation_estimate, halve_supports, size_range_for
 
@@ -120,81 +120,6 @@ def fill_random_starts(engine, seed: int, ids) -> None:
         for sl in _slabs(engine.shape[0]):
             x[k][sl] *= engine.support[k][sl]
     engine.x_written()
-
-
-@dataclass
-class PhaseResult:
-    """What a reconstruction returns; everything needed to repeat it is kept.
-
-    Attributes
-    ----------
-    object : ndarray, complex64
-        The best start's object, centre-origin, the shape of the pattern; its amplitude in sqrt(counts)
-        (the transform is unitary: sum |object|^2 = sum of the intensities), its phase in rad.
-    support : ndarray, bool
-        Its final support.
-    errors : ndarray (iterations, starts)
-        Fourier error of every iterate of every start (relative, dimensionless:
-        sqrt(sum (|F x| - a)^2 / sum a^2) over the measured pixels).
-    final_errors : ndarray (starts,)
-        Fourier error of each start's final object (dimensionless).
-    llk, free_llk : ndarray (starts,)
-        Poisson deviance per pixel on the measured pixels used, and on the
-        held-out pixels (NaN when none were held out).
-    best : int
-        Index of the best start by ``rank``.
-    objects, supports : ndarray or None
-        All starts, when ``keep_all=True``.
-    first_start : int
-        The number of the first start (starts are drawn from ``PCG64(seed + number)``).
-    support_log : list of dict
-        Every shrinkwrap that did not simply apply: ``{"start", "iteration", "status"}`` with status
-        "kept" (a collapse refused), "retuned_small" or "retuned_large" (the size guard moved the
-        threshold so the support has the allowed size), in the order they happened.
-    pixel_size : tuple of float or None
-        The object's pixel size per axis, m (:func:`qora.phase.preprocess.object_pixel_size`), when the
-        geometry was given.
-    preprocessing : dict or None
-        What :func:`qora.phase.preprocess.preprocess` did to the raw frames, when it ran.
-    psf : ndarray or None
-        The best start's partial-coherence kernel (detector layout: origin at n//2, sum 1), when the
-        recipe has ``psf`` stages (:mod:`qora.phase.coherence`).
-    """
-
-    object: np.ndarray
-    support: np.ndarray
-    errors: np.ndarray
-    final_errors: np.ndarray
-    llk: np.ndarray
-    free_llk: np.ndarray
-    best: int
-    rank: str
-    recipe: str
-    seed: int
-    starts: int
-    backend: str
-    variant: str
-    timings: dict = field(default_factory=dict)
-    versions: dict = field(default_factory=dict)
-    objects: np.ndarray | None = None
-    supports: np.ndarray | None = None
-    stopped_early: bool = False
-    first_start: int = 0
-    support_log: list = field(default_factory=list)
-    pixel_size: tuple | None = None
-    preprocessing: dict | None = None
-    psf: np.ndarray | None = None
-
-    @property
-    def fourier_error(self) -> float:
-        return float(self.final_errors[self.best])
-
-    def widget(self):
-        """A notebook widget showing the amplitude, phase or support (and, in 3D, any plane) of the
-        best start: :func:`qora.phase.display.result_widget` (needs the ``notebook`` extra)."""
-        from qora.phase.display import result_widget
-
-        return result_widget(self)
 
 
 def _poisson_deviance_sum(calc, obs, xp=np) -> float:
@@ -325,6 +250,44 @@ class Solver:
             self.photons_per_speckle = photons_per_speckle(float(measured.sum()),
                                                            self._autocorrelation_pixels / 2**len(self.shape))
             recipe = default_recipe(photons_per_speckle=self.photons_per_speckle)
+        result = self._run_starts(engine_support=support, recipe=recipe, starts=starts, seed=seed, rank=rank,
+                                  keep_all=keep_all, progress=progress, sync_every=sync_every, first_start=first_start)
+        self.coherence_width = None
+        if pick_default and not result.stopped_early:
+            result = self._coherence_check(result, support=support, starts=starts, seed=seed, rank=rank,
+                                           keep_all=keep_all, progress=progress, sync_every=sync_every,
+                                           first_start=first_start)
+        return result
+
+    def _coherence_check(self, result, **run) -> PhaseResult:
+        """The default recipe's check for a partially coherent beam (docs/phase.md, "Partial coherence from the
+        data"): the Gaussian blur that best fits the counts to the best start's coherent intensity
+        (:func:`qora.phase.coherence.blur_deviance`). When a blur of at least
+        :data:`~qora.phase.coherence.PARTIAL_COHERENCE_WIDTH` fits better than none
+        (:func:`~qora.phase.coherence.partially_coherent`), the starts run again with
+        :func:`~qora.phase.recipe.partial_coherence_recipe`; the best-fitting width is kept in
+        ``PhaseResult.coherence_width`` either way."""
+        from qora.phase.coherence import BLUR_WIDTHS, blur_deviance, partially_coherent
+        from qora.phase.recipe import partial_coherence_recipe
+
+        xp = self.backend.xp
+        unused = self.free if self.mask is None else (self.mask | self.free)
+        deviance = blur_deviance(xp.asarray(result.object), self.intensity, unused if unused.any() else None, xp=xp)
+        width = float(BLUR_WIDTHS[int(np.argmin(deviance))])
+        self.coherence_width = result.coherence_width = width
+        if not partially_coherent(deviance):
+            return result
+        first_seconds = result.timings.get("run_s", 0.0)
+        again = self._run_starts(engine_support=run.pop("support"), recipe=partial_coherence_recipe(width), **run)
+        again.coherence_width = width
+        again.timings["coherent_run_s"] = first_seconds  # the first, coherent run's share of run_s
+        again.timings["run_s"] += first_seconds
+        return again
+
+    def _run_starts(self, *, engine_support, recipe, starts, seed, rank, keep_all, progress, sync_every,
+                    first_start) -> PhaseResult:
+        """Every start of ``recipe`` from ``engine_support``, ranked: the body of :meth:`run`."""
+        support = engine_support
         self._support_log = []
         t0 = time.perf_counter()
         all_x, all_s, all_err, all_llk, all_psf = [], [], [], ([], []), []
@@ -374,7 +337,7 @@ class Solver:
         done = done0
         for stage in recipe.stages:
             a, b = stage.coefficients
-            self._masked_rule(engine, stage.masked)
+            self._stage_amplitude(engine, stage.masked, stage.sharpen)
             if stage.switch:
                 self._free_likelihood().reset()
             updates = stage.iterations // stage.sw if stage.sw else 0
@@ -382,13 +345,22 @@ class Solver:
                 halve_supports(engine.support, xp=engine.backend.xp)
             k = 0
             update = 0
+            averaged_from = stage.iterations - stage.average
+            mean = None
             while k < stage.iterations:
                 chunk = min(sync_every, stage.iterations - k)
+                if k < averaged_from:  # a chunk ends where the averaged iterations start
+                    chunk = min(chunk, averaged_from - k)
                 if stage.sw:
                     chunk = min(chunk, stage.sw - (k % stage.sw))
                 if stage.switch:
                     chunk = min(chunk, stage.switch - (k % stage.switch))
-                if stage.algorithm == "ML":
+                if stage.average and k >= averaged_from:
+                    from qora.phase.average import IterateMean, average_iterate
+
+                    mean = mean or IterateMean(engine)
+                    history.append(average_iterate(engine, mean, chunk, a, b, stage.constraint))
+                elif stage.algorithm == "ML":
                     from qora.phase.ml import ml_iterate
 
                     history.append(ml_iterate(engine, chunk))
@@ -420,17 +392,21 @@ class Solver:
                                                   "status": "switched"})
                     done += skipped * count
                     k = stage.iterations
+                if mean is not None and k >= stage.iterations:
+                    mean.write_mean(engine)  # the stage ends on the mean of its averaged iterates
                 if not report(progress, name, done, total, {"fourier_error": last}):
-                    self._masked_rule(engine, "free")
+                    self._stage_amplitude(engine)
                     return np.concatenate(history), True
-        self._masked_rule(engine, "free")  # the scores and the next run see the measured pixels only
+        self._stage_amplitude(engine)  # the scores and the next run see the measured counts only
         return np.concatenate(history), False
 
-    def _masked_rule(self, engine, rule: str) -> None:
-        """The engine's amplitude for the stage's ``masked`` rule (:func:`qora.phase.unmeasured.masked_rule`)."""
-        from qora.phase.unmeasured import masked_rule
+    def _stage_amplitude(self, engine, masked: str = "free", sharpen: float = 0.0) -> None:
+        """The engine's amplitude for a stage's ``masked`` and ``sharpen`` options
+        (:func:`qora.phase.unmeasured.stage_amplitude`); no options: the measured counts."""
+        from qora.phase.unmeasured import stage_amplitude
 
-        masked_rule(engine, rule, intensity=self.intensity, mask=self.mask, free=self.free, measured_amp=self.amp)
+        stage_amplitude(engine, masked=masked, sharpen=sharpen, intensity=self.intensity, mask=self.mask,
+                        free=self.free, measured_amp=self.amp)
 
     def _free_likelihood(self):
         """The held-out pixels on the solver's device, made at the first stage that needs them."""
@@ -441,13 +417,24 @@ class Solver:
         return self._free_llk
 
     def _coherence_for(self, engine, stage):
-        """The psf kernels of the engine's starts: kept from the previous psf stage when its options match."""
-        from qora.phase.coherence import Coherence
+        """The psf kernels of the engine's starts: kept from the previous psf stage when its options match.
+        ``psf_sigma=0``: each start's first kernel is a Gaussian of the width that best fits its current object's
+        intensity to the counts (:func:`qora.phase.coherence.blur_width`, at least the grid's first nonzero width)."""
+        from qora.phase.coherence import BLUR_WIDTHS, Coherence, blur_width
 
         state = getattr(self, "_coherence", None)
         if state is None or not state.matches(stage.psf, stage.psf_sigma, stage.psf_eta):
-            state = self._coherence = Coherence(engine, model=stage.psf, sigma=stage.psf_sigma, eta=stage.psf_eta,
-                                                 amp=self.amp)
+            sigmas = None
+            if stage.psf_sigma == 0:
+                xp = self.backend.xp
+                unused = self.free if self.mask is None else (self.mask | self.free)
+                x = engine.get_x()
+                sigmas = [max(BLUR_WIDTHS[1], blur_width(xp.asarray(x[k]), self.intensity,
+                                                         unused if unused.any() else None, xp=xp))
+                          for k in range(engine.batch)]
+            state = self._coherence = Coherence(engine, model=stage.psf, sigma=stage.psf_sigma or 1.0,
+                                                 eta=stage.psf_eta, amp=self.amp, sigmas=sigmas)
+            state.sigma = float(stage.psf_sigma)  # what matches() compares: the option as written
         state.every = stage.psf_every
         return state
 

@@ -1,0 +1,91 @@
+"""What a reconstruction returns: :class:`PhaseResult` (made by :class:`qora.phase.solver.Solver`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["PhaseResult"]
+
+
+@dataclass
+class PhaseResult:
+    """What a reconstruction returns; everything needed to repeat it is kept.
+
+    Attributes
+    ----------
+    object : ndarray, complex64
+        The best start's object, centre-origin, the shape of the pattern; its amplitude in sqrt(counts)
+        (the transform is unitary: sum |object|^2 = sum of the intensities), its phase in rad.
+    support : ndarray, bool
+        Its final support.
+    errors : ndarray (iterations, starts)
+        Fourier error of every iterate of every start (relative, dimensionless:
+        sqrt(sum (|F x| - a)^2 / sum a^2) over the measured pixels).
+    final_errors : ndarray (starts,)
+        Fourier error of each start's final object (dimensionless).
+    llk, free_llk : ndarray (starts,)
+        Poisson deviance per pixel on the measured pixels used, and on the
+        held-out pixels (NaN when none were held out).
+    best : int
+        Index of the best start by ``rank``.
+    objects, supports : ndarray or None
+        All starts, when ``keep_all=True``.
+    first_start : int
+        The number of the first start (starts are drawn from ``PCG64(seed + number)``).
+    support_log : list of dict
+        Every shrinkwrap that did not simply apply: ``{"start", "iteration", "status"}`` with status
+        "kept" (a collapse refused), "retuned_small" or "retuned_large" (the size guard moved the
+        threshold so the support has the allowed size), in the order they happened.
+    pixel_size : tuple of float or None
+        The object's pixel size per axis, m (:func:`qora.phase.preprocess.object_pixel_size`), when the
+        geometry was given.
+    preprocessing : dict or None
+        What :func:`qora.phase.preprocess.preprocess` did to the raw frames, when it ran.
+    psf : ndarray or None
+        The best start's partial-coherence kernel (detector layout: origin at n//2, sum 1), when the
+        recipe has ``psf`` stages (:mod:`qora.phase.coherence`).
+    coherence_width : float or None
+        The default recipe's check for a partially coherent beam: the Gaussian blur (std, detector pixels) of
+        the coherent run's best intensity that fits the counts best (:func:`qora.phase.coherence.blur_width`;
+        0: none). When a blur of at least :data:`~qora.phase.coherence.PARTIAL_COHERENCE_WIDTH` fitted better than
+        none, the starts were run again with the partial-coherence model (``recipe`` says which ran). None when
+        the recipe was given.
+    """
+
+    object: np.ndarray
+    support: np.ndarray
+    errors: np.ndarray
+    final_errors: np.ndarray
+    llk: np.ndarray
+    free_llk: np.ndarray
+    best: int
+    rank: str
+    recipe: str
+    seed: int
+    starts: int
+    backend: str
+    variant: str
+    timings: dict = field(default_factory=dict)
+    versions: dict = field(default_factory=dict)
+    objects: np.ndarray | None = None
+    supports: np.ndarray | None = None
+    stopped_early: bool = False
+    first_start: int = 0
+    support_log: list = field(default_factory=list)
+    pixel_size: tuple | None = None
+    preprocessing: dict | None = None
+    psf: np.ndarray | None = None
+    coherence_width: float | None = None
+
+    @property
+    def fourier_error(self) -> float:
+        return float(self.final_errors[self.best])
+
+    def widget(self):
+        """A notebook widget showing the amplitude, phase or support (and, in 3D, any plane) of the
+        best start: :func:`qora.phase.display.result_widget` (needs the ``notebook`` extra)."""
+        from qora.phase.display import result_widget
+
+        return result_widget(self)
