@@ -338,14 +338,19 @@ __device__ __forceinline__ void row_reverse_pipe(float2* __restrict__ w, const f
 #define QORA_BPM_COLUMN_ASYNC(N, EPT, F) QORA_BPM_COLUMN_LOAD(N, EPT, F, COLUMN_ASYNC, _async)
 #define QORA_BPM_COLUMN_STAGE(N, EPT, F) QORA_BPM_COLUMN_LOAD(N, EPT, F, COLUMN_STAGE, _stage)
 
-#define QORA_BPM_ROW(N, EPT, F)                                                                             \
-    extern "C" __global__ void bpm_row_params_##N##_##F##_##EPT(int* out) {                                 \
+// the launch parameters of a row-pass family: its block shape, the transforms' shared memory, and that
+// with the tile of F lines
+#define QORA_BPM_ROW_PARAMS(N, EPT, F, SUFFIX)                                                              \
+    extern "C" __global__ void bpm_row_params_##N##_##F##_##EPT##SUFFIX(int* out) {                         \
         using P = LinePair<N, EPT, F>;                                                                      \
         out[0] = P::Forward::block_dim.x;                                                                   \
         out[1] = P::Forward::block_dim.y;                                                                   \
         out[2] = P::fft_bytes;                                                                              \
         out[3] = P::fft_bytes + F * N * 4;                                                                  \
-    }                                                                                                       \
+    }
+
+#define QORA_BPM_ROW(N, EPT, F)                                                                             \
+    QORA_BPM_ROW_PARAMS(N, EPT, F, )                                                                        \
     extern "C" __global__ void QORA_BOUNDS(N, EPT, F) bpm_row_forward_##N##_##F##_##EPT(                    \
         float2* w, const float2* screen, float scale, float2* stored) {                                     \
         row_pass<N, EPT, F, ROW_FORWARD>(w, screen, scale, stored, nullptr);                                \
@@ -365,13 +370,7 @@ __device__ __forceinline__ void row_reverse_pipe(float2* __restrict__ w, const f
 
 // the row passes as persistent grids (ROW_PIPE): one more argument, the number of groups (tiles)
 #define QORA_BPM_ROW_PIPE(N, EPT, F)                                                                        \
-    extern "C" __global__ void bpm_row_params_##N##_##F##_##EPT##_pipe(int* out) {                          \
-        using P = LinePair<N, EPT, F>;                                                                      \
-        out[0] = P::Forward::block_dim.x;                                                                   \
-        out[1] = P::Forward::block_dim.y;                                                                   \
-        out[2] = P::fft_bytes;                                                                              \
-        out[3] = P::fft_bytes + F * N * 4;                                                                  \
-    }                                                                                                       \
+    QORA_BPM_ROW_PARAMS(N, EPT, F, _pipe)                                                                   \
     extern "C" __global__ void QORA_BOUNDS(N, EPT, F) bpm_row_forward_##N##_##F##_##EPT##_pipe(             \
         float2* w, const float2* screen, float scale, float2* stored, long long groups) {                   \
         row_pipe<N, EPT, F, ROW_FORWARD>(w, screen, scale, stored, nullptr, groups);                        \
@@ -392,13 +391,7 @@ __device__ __forceinline__ void row_reverse_pipe(float2* __restrict__ w, const f
 
 // the reverse row pass with w_k loaded before the inverse transform (EARLY), plain grid
 #define QORA_BPM_REVERSE_EARLY(N, EPT, F)                                                                   \
-    extern "C" __global__ void bpm_row_params_##N##_##F##_##EPT##_early(int* out) {                         \
-        using P = LinePair<N, EPT, F>;                                                                      \
-        out[0] = P::Forward::block_dim.x;                                                                   \
-        out[1] = P::Forward::block_dim.y;                                                                   \
-        out[2] = P::fft_bytes;                                                                              \
-        out[3] = P::fft_bytes + F * N * 4;                                                                  \
-    }                                                                                                       \
+    QORA_BPM_ROW_PARAMS(N, EPT, F, _early)                                                                  \
     extern "C" __global__ void QORA_BOUNDS(N, EPT, F) bpm_row_reverse_##N##_##F##_##EPT##_early(            \
         float2* w, const float2* screen, const float2* stored, int count, float kd, float* grad) {          \
         row_reverse<N, EPT, F, true>(w, screen, stored, count, kd, grad);                                   \
