@@ -386,8 +386,15 @@ DEFAULT_RECIPE = ("HIO(sw=20, sigma=3, sigma_min=1, threshold=0.25, smin=0.25, s
 # what the counts allow").
 # The search HIO runs 1500 iterations (1000 in the standard default): at these counts a longer search found the
 # triangle in one more start of ten (9/10 against 7-8/10 with the averaged HIO after it).
+# Then the support is found again from the mean (five shrinkwrap updates of ER, the same rms rule and blur 1 -> 0.5
+# px) and the averaged HIO and ER repeated on it: the mean's modulus has less noise than any single iterate's, so
+# its support's edge is closer to the object's, and the starts that ended just above the bound (0.20-0.29, a support
+# off along part of the edge) come below it (triangle_256_1e6: 9/10 and 8/10 -> 10/10 and 10/10 with seeds 0 and 1;
+# docs/phase.md, "Few photons: what the counts allow").
 FEW_PHOTONS_RECIPE = ("HIO(sw=20, sigma=3, sigma_min=1, threshold=0.25, stat=rms, smin=0.25, smax=4)**1500 "
                       "ER(sw=20, sigma=1, sigma_min=0.5, threshold=0.25, stat=rms, smin=0.25, smax=4)**200 ER**300 "
+                      "HIO(average=800)**1000 "
+                      "ER(sw=20, sigma=1, sigma_min=0.5, threshold=0.25, stat=rms, smin=0.25, smax=4)**100 "
                       "HIO(average=800)**1000 ER**100")
 # Below this many photons per speckle (measured counts / object pixels) the default is the few-photon recipe
 FEW_PHOTONS_PER_SPECKLE = 1000.0
