@@ -426,7 +426,8 @@ def default_recipe(*, photons_per_speckle: float | None = None) -> Recipe:
 
     With ``photons_per_speckle`` below :data:`FEW_PHOTONS_PER_SPECKLE`, :data:`FEW_PHOTONS_RECIPE` (the
     same schedule with the shrinkwrap threshold on the rms and a longer search, then HIO on the support found
-    ending on the mean of its iterates, and ER); the solver passes it for count data. After a default run the
+    ending on the mean of its iterates, the support found again from that mean, HIO averaged once more on it,
+    and ER); the solver passes it for count data. After a default run the
     solver also checks the counts for a partially coherent beam (:meth:`qora.phase.Solver.run`).
 
     HIO with shrinkwrap every 20 iterations (blur 3 -> 1 px, threshold 0.25)
