@@ -445,7 +445,7 @@ class _SimulatorProcess:
                 item = self.ports.get(timeout=60)
                 if item[0] == "rate":
                     rates.append(item[2:])
-        except queue.Empty:
+        except queue.Empty:  # a sender that never reported: the rate is left unset below, not guessed
             pass
         if rates and all(r[1] for r in rates):
             sent = sum(r[0] for r in rates)

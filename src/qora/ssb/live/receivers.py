@@ -127,7 +127,7 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
                     state["ending"] = True
                 elif kind == "stop":
                     state["stop"] = True
-        except queue.Empty:
+        except queue.Empty:  # no more orders now: back to the stream
             pass
 
     def free_slot():
@@ -341,7 +341,7 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
         fast.clear()
         try:
             shm.close()
-        except BufferError:
+        except BufferError:  # a view still held (a failed batch): the process exits and unmaps it anyway
             pass
 
 
