@@ -23,7 +23,7 @@ import numba
 import numpy as np
 
 from qora.io.errors import FileFormatError, InputError
-from qora.ssb.live.bslz4_numba import big_endian
+from qora.ssb.live.bslz4_numba import big_endian, lz4_length
 
 __all__ = ["CompressedFrames", "BlockTable", "block_table", "store_block_table", "gather_host", "slot_map", "WARPS",
            "LANES"]
@@ -303,17 +303,9 @@ def _lz4_warp(src, start, csize, dst, size):
     while i < csize:
         token = src[start + i]
         i += 1
-        lit = token >> 4
-        if lit == 15:
-            while True:
-                if i >= csize:
-                    return False
-                b = src[start + i]
-                i += 1
-                lit += b
-                if b != 255:
-                    break
-        if o + lit > size or i + lit > csize:
+        lit, i = lz4_length(src, np.int64(start) + i, np.int64(start) + csize, token >> 4)
+        i -= np.int64(start)
+        if lit < 0 or o + lit > size or i + lit > csize:
             return False
         for lane in range(LANES):
             for t in range(lane, lit, LANES):
@@ -326,16 +318,10 @@ def _lz4_warp(src, start, csize, dst, size):
             return False
         offset = src[start + i] | (src[start + i + 1] << 8)
         i += 2
-        match = token & 15
-        if match == 15:
-            while True:
-                if i >= csize:
-                    return False
-                b = src[start + i]
-                i += 1
-                match += b
-                if b != 255:
-                    break
+        match, i = lz4_length(src, np.int64(start) + i, np.int64(start) + csize, token & 15)
+        i -= np.int64(start)
+        if match < 0:
+            return False
         match += 4
         if offset == 0 or offset > o or o + match > size:
             return False

@@ -29,6 +29,25 @@ def big_endian(blob, at, width):
 
 
 @numba.njit(cache=True, nogil=True)
+def lz4_length(src, i, stop, length):
+    """A sequence's literal or match length from its token nibble ``length``: at 15 it goes on in the
+    bytes from ``src[i]``, each added, until one is below 255. Returns (length, the index after them),
+    or (-1, stop) when the block ends inside them (malformed). Shared with the kernel's host twin
+    (:mod:`qora.ssb.live.bslz4_batch`)."""
+    # int64 throughout: callers index with uint64 table entries, and uint64 + int64 is float64 in Numba
+    i, stop, length = np.int64(i), np.int64(stop), np.int64(length)
+    if length != 15:
+        return length, i
+    while i < stop:
+        b = src[i]
+        i += 1
+        length += b
+        if b != 255:
+            return length, i
+    return -1, stop
+
+
+@numba.njit(cache=True, nogil=True)
 def _lz4_block(src, start, stop, dst, out0, out_size):
     """Decode the LZ4 block src[start:stop] into dst[out0:out0 + out_size]; returns the bytes
     written, or -1 on a malformed block."""
@@ -36,15 +55,8 @@ def _lz4_block(src, start, stop, dst, out0, out_size):
     while i < stop:
         token = src[i]
         i += 1
-        lit = token >> 4
-        if lit == 15:
-            while i < stop:
-                b = src[i]
-                i += 1
-                lit += b
-                if b != 255:
-                    break
-        if o + lit > end or i + lit > stop:
+        lit, i = lz4_length(src, i, stop, token >> 4)
+        if lit < 0 or o + lit > end or i + lit > stop:
             return -1
         for k in range(lit):
             dst[o + k] = src[i + k]
@@ -56,14 +68,9 @@ def _lz4_block(src, start, stop, dst, out0, out_size):
             return -1
         offset = src[i] | (src[i + 1] << 8)
         i += 2
-        match = token & 15
-        if match == 15:
-            while i < stop:
-                b = src[i]
-                i += 1
-                match += b
-                if b != 255:
-                    break
+        match, i = lz4_length(src, i, stop, token & 15)
+        if match < 0:
+            return -1
         match += 4
         if offset == 0 or o - offset < out0 or o + match > end:
             return -1
