@@ -30,7 +30,9 @@ for b in ${BENCH:-}; do
     ssb-threads) timeout 90 $Q bench --out "$OUT/results" ssb --backend cpu --threads 1,2,4,8,16 ;;
     holo-cuda) timeout 300 $Q bench --out "$OUT/results" holo --backend cuda ;;
     phase-switch) timeout 200 python3 bench/probes/phase_switch_spread.py 5 ;;
-    phase-success) timeout 120 $Q bench --out "$OUT/results" phase-success --backend cuda --cases all --starts 10 ;;
+    phase-success) timeout 300 $Q bench --out "$OUT/results" phase-success --backend cuda --cases all --starts 10 ;;
+    phase-success-cohere) QORA_COHERE_PYTHON=$(command -v python3) PYTHONPATH=$PYTHONPATH:.peers timeout 400 $Q bench \
+                            --out "$OUT/results" phase-success --backend cuda --cases all --starts 10 --peer cohere ;;
     ssb-live) timeout 240 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 128 --detector 192 ;;
     ssb-live-stages) timeout 120 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 128 --detector 192 \
                        --stages-only ;;
@@ -41,6 +43,10 @@ for b in ${BENCH:-}; do
                           --protocol dectris2 --receivers 4 --senders 2; timeout 200 $Q bench --out "$OUT/results" \
                           ssb-live --backend cuda --scan 512 --detector 192 --protocol dectris2 --receivers 4 \
                           --senders 2 --batch 2048 ;;
+    ssb-live-receivers-swap) timeout 200 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 512 --detector 192 \
+                          --protocol dectris2 --receivers 4 --senders 2 --batch 2048; timeout 200 $Q bench --out \
+                          "$OUT/results" ssb-live --backend cuda --scan 512 --detector 192 --protocol dectris2 \
+                          --receivers 4 --senders 2 ;;
     phase-fused) timeout 280 python3 bench/probes/fused_fft_probe.py --out "$OUT/results/phase-fused" ;;
     phase-fused-ncu) QORA_NCU_VARIANTS="fused_fft graph" QORA_NCU_SHAPES="256x256x256 2048x2048" \
                        QORA_RESULTS_DIR="$OUT/results" timeout 300 bash bench/ncu-phase.sh "$OUT/ncu" ;;
