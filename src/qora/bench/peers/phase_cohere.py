@@ -60,7 +60,8 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             rec = phasing.create_rec(params, path, args.pkg, args.device, debug=True)
             rec.iterate()
-            image = np.asarray(rec.get_image())
+            image = rec.get_image()
+            image = np.asarray(image.get() if hasattr(image, "get") else image)  # cohere's CuPy library returns CuPy
             seconds.append(time.perf_counter() - t0)
             objects.append(image.astype(np.complex64))
     np.savez(args.out, objects=np.stack(objects), seconds=np.array(seconds))
