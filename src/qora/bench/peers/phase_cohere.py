@@ -2,12 +2,20 @@
 
 Usage: ``python phase_cohere.py pattern.npz out.npz --starts N [--device -1]``. The input holds
 ``counts`` (detector layout, q = 0 at n//2) and ``mask`` (True where not measured); the output holds
-``objects`` (starts, *shape; centre-origin complex) and ``seconds`` (per start). The pattern goes to
-cohere as amplitudes sqrt(counts), the form its phasing loop constrains, with unmeasured pixels at -1,
-the value cohere's modulus step leaves free. cohere's own example configuration is used
-(``3*(20*ER + 180*HIO) + 20*ER``, shrinkwrap every iteration at threshold 0.1 and blur 1 pixel, a
-starting support of half the array per axis, twin removal by halves at iteration 2 (3D only: cohere's
-twin step indexes three axes)).
+``objects`` (starts, *shape; centre-origin complex, in qora's transform convention) and ``seconds`` (per
+start). The pattern goes to cohere as amplitudes sqrt(counts), the form its phasing loop constrains.
+Two conventions differ from ours and are converted here:
+
+- cohere's reciprocal space is the INVERSE transform of its image (``rs = ifft(ds_image)``), ours the
+  forward one, so the object in our convention is ``conj(ds_image)`` (|fft(conj y)| = N |ifft(y)|).
+  Without it every complex object scores as another object (errors 1.2-1.3 on every case).
+- cohere's basic reconstruction (``Rec``) constrains every pixel; only its time-evolving ``TeRec``
+  leaves pixels marked -1 free (in ``Rec`` a -1 became a modulus of 1 with the phase flipped).
+  Unmeasured pixels therefore go in as 0, as cohere's own preprocessing leaves missing data.
+
+cohere's own example configuration is used (``3*(20*ER + 180*HIO) + 20*ER``, shrinkwrap every
+iteration at threshold 0.1 and blur 1 pixel, a starting support of half the array per axis, twin
+removal by halves at iteration 2 (3D only: cohere's twin step indexes three axes)).
 This file imports nothing from qora: cohere's environment does not have it.
 """
 
@@ -46,7 +54,7 @@ def main(argv=None) -> int:
 
     data = np.load(args.pattern)
     counts, mask = data["counts"], data["mask"]
-    amplitude = np.where(mask, -1.0, np.sqrt(np.maximum(counts, 0))).astype(np.float32)
+    amplitude = np.where(mask, 0.0, np.sqrt(np.maximum(counts, 0))).astype(np.float32)
     objects, seconds = [], []
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "data.npy")
@@ -63,7 +71,7 @@ def main(argv=None) -> int:
             image = rec.get_image()
             image = np.asarray(image.get() if hasattr(image, "get") else image)  # cohere's CuPy library returns CuPy
             seconds.append(time.perf_counter() - t0)
-            objects.append(image.astype(np.complex64))
+            objects.append(np.conj(image).astype(np.complex64))
     np.savez(args.out, objects=np.stack(objects), seconds=np.array(seconds))
     print(json.dumps({"starts": args.starts, "seconds": seconds}))
     return 0
