@@ -82,6 +82,15 @@ def _h2d_gbs(be, nbytes: int = 256 << 20, *, pinned: bool = False) -> float:
     return 3 * nbytes / (time.perf_counter() - t) / 1e9
 
 
+def _receivers_line(stats: dict) -> str:
+    """The receiving processes' CPU seconds and seconds waiting for a free slot, as one text."""
+    if not stats.get("cpu_s"):
+        return ""
+    cpu = ", ".join(f"{c:.2f}" for c in stats["cpu_s"])
+    wait = ", ".join(f"{w:.2f}" for w in stats.get("slot_wait_s", []))
+    return f"; receivers' CPU s [{cpu}], waiting for slots s [{wait}]"
+
+
 def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("merlin", "dectris", "dectris2"),
         pool: int = 256, dataset_dir=None, stages_only: bool = False, receivers=(1,), senders: int = 1,
         batch: int = 1024, final_fps: float | None = None, write: bool = True, echo=print) -> BenchResult:
@@ -155,13 +164,16 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
                        backlog_frames_at_last_frame=ends["backlog_frames"],
                        last_frame_to_G_s=ends["queue_s"] + ends["rows_and_slow_axis_s"], after_last_frame=ends,
                        receivers=n_recv, senders=sim.senders, per_receiver=s.get("receivers", {}).get("per_process"),
-                       queue_peak_batches=s["queue_peak_batches"], simulator_fps=sim.send_fps)
+                       queue_peak_batches=s["queue_peak_batches"], simulator_fps=sim.send_fps,
+                       wait_s=s["wait_s"], add_s=s["add_s"], receiver_cpu_s=s.get("receivers", {}).get("cpu_s"),
+                       receiver_slot_wait_s=s.get("receivers", {}).get("slot_wait_s"))
             echo(f"to G {protocol} x{n_recv}: {s['processed_fps']:,.0f} frames/s processed ({s['received_fps']:,.0f} "
                  f"received, the simulator sent at {sim.send_fps or 0:,.0f}); backlog at the last frame "
                  f"{ends['backlog_frames']} frames, last frame to G "
                  f"{ends['queue_s'] + ends['rows_and_slow_axis_s']:.3f} s"
                  f" ({ends['queue_s']:.3f} s queue, {ends['rows_and_slow_axis_s']:.3f} s rows and slow axis); gather "
-                 f"{s['gather_s']:.2f} s, row FFTs {s['row_fft_s']:.2f} s")
+                 f"{s['gather_s']:.2f} s, row FFTs {s['row_fft_s']:.2f} s; building thread waiting {s['wait_s']:.2f} s, "
+                 f"adding {s['add_s']:.2f} s" + _receivers_line(s.get("receivers", {})))
     # the processing's own rate, from memory (a pool-backed scan: frames[i % pool])
     live = LiveG((scan, scan), (detector, detector), rotation=0.0, backend=be, **settings)
     t = time.perf_counter()

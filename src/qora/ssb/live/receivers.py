@@ -130,8 +130,11 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
         except queue.Empty:  # no more orders now: back to the stream
             pass
 
+    waited = [0.0]  # seconds spent waiting for a free slot: the consumer's back-pressure on this receiver
+
     def free_slot():
         """A free slot (None after a stop): waited for ``max_wait_s``, then FellBehind."""
+        t = time.perf_counter()
         try:
             return free.get(timeout=state["max_wait_s"])
         except queue.Empty:
@@ -141,6 +144,8 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
                         "slower scan"))
             state["stop"] = True
             return None
+        finally:
+            waited[0] += time.perf_counter() - t
 
     # the device's path for stream v2 (the one that must take ~30,000 frames/s a process): each
     # bitshuffle-LZ4 frame's bytes copied from the message straight into the slot as it comes, by
@@ -156,7 +161,7 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
         table = store_block_table(memory[f["slot"]], head, nbytes, f["offsets"][:n + 1], f["dtype"],
                              f["shape"][0] * f["shape"][1])
         outbox.put(("batch", worker, f["slot"], n, "compressed", f["dtype"], f["shape"], nbytes,
-                    f["t_first"], f["t_last"], time.process_time() - cpu0, table))
+                    f["t_first"], f["t_last"], time.process_time() - cpu0, waited[0], table))
         fast["slot"] = None
 
     def fast_take(buf, out) -> bool:
@@ -235,7 +240,7 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
         # the process's CPU seconds so far (all its threads: ZeroMQ's I/O, Numba's): its cost per
         # frame, whatever share of the cores it was given
         outbox.put(("batch", worker, slot, n) + announce
-                   + (staged.t_first, staged.t_last, time.process_time() - cpu0, table))
+                   + (staged.t_first, staged.t_last, time.process_time() - cpu0, waited[0], table))
         staged = _Staged()
 
     def take(message_index: int, version: int, info, blob, frame_bytes: int) -> None:
@@ -383,7 +388,8 @@ class ParallelDectrisSource(DectrisZMQSource):
         self._registered: list = []  # (backend, array): slots page-locked for the device's copies
         self.last_received = None  # perf_counter (CLOCK_MONOTONIC: one clock for all processes) of the last frame
         self.statistics = {"batches": 0, "per_process": [0] * self.processes,
-                           "cpu_s": [0.0] * self.processes}  # each receiver's CPU seconds since it was ready
+                           # each receiver's CPU seconds since it was ready, and its seconds waiting for a free slot
+                           "cpu_s": [0.0] * self.processes, "slot_wait_s": [0.0] * self.processes}
 
     def __repr__(self) -> str:
         return f"ParallelDectrisSource({','.join(self.endpoints)}, processes={self.processes})"
@@ -511,7 +517,7 @@ class ParallelDectrisSource(DectrisZMQSource):
         return [_Part(data, more) for data, more in self._control.pop(0)]
 
     def _batch(self, worker: int, slot: int, n: int, kind: str, dtype: str, shape, nbytes: int, t_first: float,
-               t_last: float, cpu_s: float, table=None):
+               t_last: float, cpu_s: float, wait_s: float = 0.0, table=None):
         memory = np.ndarray((self.slots, self.slot_bytes), np.uint8, self._memory[worker].buf)[slot]
         head = _header_bytes(self.batch)
         index = np.ndarray(n, np.int64, memory, 0)
@@ -524,6 +530,7 @@ class ParallelDectrisSource(DectrisZMQSource):
         self.statistics["batches"] += 1
         self.statistics["per_process"][worker] += n
         self.statistics["cpu_s"][worker] = cpu_s
+        self.statistics["slot_wait_s"][worker] = wait_s
         if kind == "compressed":
             offsets = np.ndarray(n + 1, np.int64, memory, 8 * self.batch)
             if table is not None:  # made by the receiver, stored after the blob

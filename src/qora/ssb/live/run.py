@@ -106,6 +106,9 @@ class _Counter:
         self.t0 = time.perf_counter()  # the stream's header read: the receiver starts
         self.t_last = None  # the last frame received
         self.t_processed = None  # the last frame placed in G's rows
+        # the building thread's seconds waiting for a batch (starved: the receivers are the limit) and
+        # adding batches to G (busy: the processing is)
+        self.wait_s = self.add_s = 0.0
 
 
 def _statistics(c: _Counter, live: LiveG, q: queue.Queue) -> dict:
@@ -116,6 +119,7 @@ def _statistics(c: _Counter, live: LiveG, q: queue.Queue) -> dict:
             "received_fps": c.received / max(1e-9, (c.t_last or now) - c.t0),
             "processed_fps": c.processed / max(1e-9, (c.t_processed or now) - c.t0),
             "queue_batches": q.qsize(), "queue_peak_batches": c.queue_peak, "rows_done": live.rows_done,
+            "wait_s": c.wait_s, "add_s": c.add_s,
             "elapsed_s": now - c.t0}
 
 
@@ -216,10 +220,13 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
 
     try:
         while True:
+            t = time.perf_counter()
             try:
                 item = q.get(timeout=getattr(source, "timeout", 10.0) + options.max_wait_s + 5)
             except queue.Empty:
                 raise InputError(f"{source!r}: the receiver delivered nothing for too long") from None
+            got = time.perf_counter()
+            counter.wait_s += got - t
             if failure:
                 raise failure[0]
             if item is end:
@@ -229,6 +236,7 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
                 item.release()
             counter.processed += len(item.index)
             now = counter.t_processed = time.perf_counter()
+            counter.add_s += now - got
             if (options.refresh_s and now - state["last"] >= options.refresh_s and live.rows_done >= 2
                     and live.rows_done > state["rows"]):
                 session = live.session()
