@@ -45,6 +45,8 @@ def main() -> None:
                               "elapsed_s": round(s["elapsed_s"], 3), "wait_s": round(s["wait_s"], 3),
                               "add_s": round(s["add_s"], 3), "gather_s": round(s["gather_s"], 3),
                               "row_fft_s": round(s["row_fft_s"], 3), "queue_peak_batches": s["queue_peak_batches"],
+                              "ingest_s": round(s["ingest_s"], 3), "scatter_s": round(s["scatter_s"], 3),
+                              "calibrate_s": round(s["calibrate_s"], 3), "decoder_s": round(s["decoder_s"], 3),
                               "receiver_cpu_s": [round(c, 2) for c in rec.get("cpu_s", [])],
                               "receiver_slot_wait_s": [round(w, 2) for w in rec.get("slot_wait_s", [])],
                               "backlog_at_last": s["after_last_frame"]["backlog_frames"]}), flush=True)

@@ -156,7 +156,9 @@ class LiveG:
         self.G_rows = None  # (scan_row, scan_col // 2 + 1, gathered) unnormalised counts
         # gather_s: the placing of frames (ingest_s, the host's pass, and scatter_s, to the device
         # and into the row buffers); row_fft_s: the row transforms
-        self.timings = {"gather_s": 0.0, "ingest_s": 0.0, "scatter_s": 0.0, "row_fft_s": 0.0}
+        # calibrate_s: the first disk fit with the frames that waited for it; decoder_s: making the device decoder
+        self.timings = {"gather_s": 0.0, "ingest_s": 0.0, "scatter_s": 0.0, "row_fft_s": 0.0, "calibrate_s": 0.0,
+                        "decoder_s": 0.0}
 
     # -- arrival --------------------------------------------------------------------------
     @property
@@ -189,7 +191,10 @@ class LiveG:
             top = max(int(f.index.max()) for f in self._pending if len(f.index))
             if top + 1 < self.calibration_rows * self.scan_shape[1]:
                 return []
-            return self._calibrate()
+            t0 = time.perf_counter()
+            closed = self._calibrate()
+            self.timings["calibrate_s"] += time.perf_counter() - t0
+            return closed
         closed = []
         cols = self.scan_shape[1]
         for start in range(0, len(frames.index), cols):  # at most one row of frames a piece
@@ -224,6 +229,7 @@ class LiveG:
         # transform along a strided axis was 5x slower on the host)
         self._buffer = xp.zeros((self.ring, len(self.gathered), sx), self.real)
         self._owner = np.full(self.ring, -1)
+        self._pixel_index = None
         self._staging = Staging(self.backend)
         closed = []
         for frames in pending:
@@ -252,6 +258,7 @@ class LiveG:
         if self._decoder is None:
             self._decoder = DeviceDecoder(self.backend, shape=self.detector_shape, gathered=self.gathered,
                                           real=self.real)
+            self.timings["decoder_s"] = time.perf_counter() - t0
         values = self._decoder.decode(frames)
         self.frames_summed += len(frames.index)
         self.timings["ingest_s"] += time.perf_counter() - t0
@@ -309,20 +316,27 @@ class LiveG:
         their rows' buffers (a row whose slot another row still holds is closed first)."""
         xp = self.xp
         row, col = np.divmod(index, self.scan_shape[1])
-        for r in np.unique(row):
+        rows = np.unique(row)
+        for r in rows:
             owner = self._owner[r % self.ring]
             if owner not in (-1, r):  # a jump of many rows: the row in this slot is closed now
                 self.placement.close(int(owner))
                 self._transform([int(owner)])
             self._owner[r % self.ring] = r
-            mine = np.flatnonzero(row == r)
-            cols = col[mine]
-            target = self._buffer[int(r % self.ring)]
-            if mine[-1] - mine[0] + 1 == len(mine) and (np.diff(cols) == 1).all():
-                # the usual case: consecutive frames of one row, a block of columns
-                target[:, int(cols[0]):int(cols[-1]) + 1] = values[int(mine[0]):int(mine[-1]) + 1].T
-            else:
-                target[:, xp.asarray(cols)] = values[xp.asarray(mine)].T
+        if (np.diff(index) == 1).all():
+            # consecutive frames (one receiver, or one row's): a block of columns in each row
+            for r, lo, hi in zip(rows, np.searchsorted(row, rows), np.searchsorted(row, rows, side="right")):
+                target = self._buffer[int(r % self.ring)]
+                target[:, int(col[lo]):int(col[hi - 1]) + 1] = values[int(lo):int(hi)].T
+            return
+        # frames dealt among several receivers (each has every N-th frame: one batch spans many rows
+        # with a few columns each): one indexed write for the whole batch, its (slot, column) pairs
+        # sent in one copy (a write a row, with two uploads each, cost 6-9 s of a 512^2 scan with 6-8
+        # receivers: docs/ssb-performance.md)
+        where = xp.asarray(np.stack([row % self.ring, col]))
+        if self._pixel_index is None:
+            self._pixel_index = xp.arange(len(self.gathered))[None, :]
+        self._buffer[where[0][:, None], self._pixel_index, where[1][:, None]] = values
 
     def _transform(self, rows) -> None:
         """Transform closed ``rows`` along the scan columns, their missing frames as zeros: the
