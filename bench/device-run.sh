@@ -47,7 +47,7 @@ for b in ${BENCH:-}; do
                           --protocol dectris2 --receivers 4 --senders 2 --batch 2048; timeout 200 $Q bench --out \
                           "$OUT/results" ssb-live --backend cuda --scan 512 --detector 192 --protocol dectris2 \
                           --receivers 4 --senders 2 ;;
-    live-to-g) for c in 4:1024 4:2048 8:2048 4:1024 4:2048; do  # each setting in a fresh process, then warm
+    live-to-g) for c in ${LIVE_CONFIGS:-4:1024 4:2048 8:2048 4:1024 4:2048}; do  # each setting in a fresh process, then warm
                  timeout 100 python3 bench/probes/live_to_g_probe.py --configs $c --repeats 2; done ;;
     phase-fused) timeout 280 python3 bench/probes/fused_fft_probe.py --out "$OUT/results/phase-fused" ;;
     phase-fused-ncu) QORA_NCU_VARIANTS="fused_fft graph" QORA_NCU_SHAPES="256x256x256 2048x2048" \

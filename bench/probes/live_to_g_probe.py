@@ -47,6 +47,7 @@ def main() -> None:
                               "row_fft_s": round(s["row_fft_s"], 3), "queue_peak_batches": s["queue_peak_batches"],
                               "ingest_s": round(s["ingest_s"], 3), "scatter_s": round(s["scatter_s"], 3),
                               "calibrate_s": round(s["calibrate_s"], 3), "decoder_s": round(s["decoder_s"], 3),
+                              "place_s": round(s["place_s"], 3), "release_s": round(s["release_s"], 3),
                               "receiver_cpu_s": [round(c, 2) for c in rec.get("cpu_s", [])],
                               "receiver_slot_wait_s": [round(w, 2) for w in rec.get("slot_wait_s", [])],
                               "backlog_at_last": s["after_last_frame"]["backlog_frames"]}), flush=True)

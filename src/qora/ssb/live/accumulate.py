@@ -157,8 +157,9 @@ class LiveG:
         # gather_s: the placing of frames (ingest_s, the host's pass, and scatter_s, to the device
         # and into the row buffers); row_fft_s: the row transforms
         # calibrate_s: the first disk fit with the frames that waited for it; decoder_s: making the device decoder
+        # place_s: the placement's bookkeeping (which frames to keep, which rows close)
         self.timings = {"gather_s": 0.0, "ingest_s": 0.0, "scatter_s": 0.0, "row_fft_s": 0.0, "calibrate_s": 0.0,
-                        "decoder_s": 0.0}
+                        "decoder_s": 0.0, "place_s": 0.0}
 
     # -- arrival --------------------------------------------------------------------------
     @property
@@ -269,6 +270,7 @@ class LiveG:
             t1 = time.perf_counter()
             index = frames.index[start:start + cols]
             keep = self.placement.accept(index, receiver=frames.receiver)
+            self.timings["place_s"] += time.perf_counter() - t1
             part = values[start:start + cols]
             if not keep.all():
                 rejected += list(start + np.flatnonzero(~keep))
@@ -277,7 +279,9 @@ class LiveG:
                 self._scatter(index, part)
             self.timings["scatter_s"] += time.perf_counter() - t1
             self.timings["gather_s"] += time.perf_counter() - t1
+            t1 = time.perf_counter()
             rows = self.placement.rows_to_close()
+            self.timings["place_s"] += time.perf_counter() - t1
             self._transform(rows)
             closed += rows
         if rejected:

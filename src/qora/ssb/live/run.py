@@ -108,7 +108,7 @@ class _Counter:
         self.t_processed = None  # the last frame placed in G's rows
         # the building thread's seconds waiting for a batch (starved: the receivers are the limit) and
         # adding batches to G (busy: the processing is)
-        self.wait_s = self.add_s = 0.0
+        self.wait_s = self.add_s = self.release_s = 0.0  # release_s: handing slots back (part of add_s)
 
 
 def _statistics(c: _Counter, live: LiveG, q: queue.Queue) -> dict:
@@ -119,7 +119,7 @@ def _statistics(c: _Counter, live: LiveG, q: queue.Queue) -> dict:
             "received_fps": c.received / max(1e-9, (c.t_last or now) - c.t0),
             "processed_fps": c.processed / max(1e-9, (c.t_processed or now) - c.t0),
             "queue_batches": q.qsize(), "queue_peak_batches": c.queue_peak, "rows_done": live.rows_done,
-            "wait_s": c.wait_s, "add_s": c.add_s,
+            "wait_s": c.wait_s, "add_s": c.add_s, "release_s": c.release_s,
             "elapsed_s": now - c.t0}
 
 
@@ -233,7 +233,9 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
                 break
             live.add(item)
             if item.release is not None:  # a receiver's shared-memory slot, read: handed back
+                t = time.perf_counter()
                 item.release()
+                counter.release_s += time.perf_counter() - t
             counter.processed += len(item.index)
             now = counter.t_processed = time.perf_counter()
             counter.add_s += now - got
