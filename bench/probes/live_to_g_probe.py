@@ -50,7 +50,8 @@ def main() -> None:
                               "place_s": round(s["place_s"], 3), "release_s": round(s["release_s"], 3),
                               "receiver_cpu_s": [round(c, 2) for c in rec.get("cpu_s", [])],
                               "receiver_slot_wait_s": [round(w, 2) for w in rec.get("slot_wait_s", [])],
-                              "backlog_at_last": s["after_last_frame"]["backlog_frames"]}), flush=True)
+                              "backlog_at_last": s["after_last_frame"]["backlog_frames"],
+                              "late": s["late"], "dropped": s["dropped"], "repeated": s["repeated"]}), flush=True)
             del out
 
 

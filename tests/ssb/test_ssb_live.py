@@ -136,9 +136,10 @@ def test_placement_reports_every_frame_not_placed():
     assert p.rows_to_close() == []  # row 1 waits for frames of row 2 (lag 1)
     p.accept(np.array([10, 11]))
     assert p.rows_to_close() == [1] and p.report.dropped == [7]
-    p.accept(np.array([7]))  # too late: row 1 is transformed
-    assert p.report.late == [7]
-    assert p.rows_to_close(end=True) == [2, 3] and p.report.dropped == [7, 12, 13, 14, 15, 16, 17, 18, 19]
+    keep, late = p.accept(np.array([7, 7]), with_late=True)  # late: row 1 is transformed; then a repeat
+    assert keep.tolist() == [True, False] and late.tolist() == [True, False]
+    assert p.report.late == [7] and p.report.dropped == [] and p.report.repeated == [2, 7]
+    assert p.rows_to_close(end=True) == [2, 3] and p.report.dropped == [12, 13, 14, 15, 16, 17, 18, 19]
     assert p.complete_rows == 4
 
 
@@ -470,6 +471,27 @@ def test_any_local_order_and_drops_give_the_offline_g(counts):
         np.testing.assert_allclose(live.session().G, ref.G, atol=1e-9 * np.abs(ref.G).max())
 
     check()
+
+
+def test_late_frames_are_added_to_their_transformed_rows(counts):
+    """Frames that come after their row was closed and transformed (a receiver many rows behind the
+    others) are placed into the row's transform: G equals the offline session's, nothing is dropped."""
+    data, step = counts
+    sy, sx = data.shape[:2]
+    flat = data.reshape((sy * sx,) + data.shape[2:])
+    late = np.array([sx + 3, 2 * sx, 2 * sx + 7, 3 * sx - 1])  # rows 1 and 2, columns at both ends
+    order = np.concatenate([np.setdiff1d(np.arange(sy * sx), late), late])  # they come at the end
+    for precision in ("double", "single"):
+        live = LiveG((sy, sx), data.shape[2:], kv=KV, alpha_mrad=ALPHA, scan_step=step, lag_rows=1,
+                     precision=precision)
+        for start in range(0, len(order), 37):
+            idx = order[start:start + 37]
+            live.add(Frames(idx, flat[idx]))
+        live.finish()
+        assert sorted(live.report.late) == sorted(late.tolist()) and not live.report.dropped
+        ref = _offline(data, step)
+        rtol = 1e-9 if precision == "double" else 1e-5
+        np.testing.assert_allclose(live.session().G, ref.G, atol=rtol * np.abs(ref.G).max())
 
 
 def test_warm_fit_with_the_rotation_climbs_from_its_start(counts):

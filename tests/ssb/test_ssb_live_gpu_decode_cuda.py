@@ -96,9 +96,9 @@ def _batches(data, batch, order=None):
 
 @pytest.mark.parametrize("precision", ["single", "double"])
 def test_live_g_fed_by_the_device_decode_equals_the_host_path(counts, precision, rng):
-    """Frames shuffled within rows, a repeated frame and a late one (rejected by the placement,
-    taken back out of the device's sums), batches of 45: the rows of G and the mean pattern equal
-    those of LiveG fed the decoded frames on the same device."""
+    """Frames shuffled within rows, a repeated frame (rejected by the placement, taken back out of
+    the device's sums) and a late one (added to its transformed row), batches of 45: the rows of G
+    and the mean pattern equal those of LiveG fed the decoded frames on the same device."""
     data, step = counts
     sy, sx = data.shape[:2]
     order = np.concatenate([r * sx + rng.permutation(sx) for r in range(sy)])

@@ -166,14 +166,16 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
                        receivers=n_recv, senders=sim.senders, per_receiver=s.get("receivers", {}).get("per_process"),
                        queue_peak_batches=s["queue_peak_batches"], simulator_fps=sim.send_fps,
                        wait_s=s["wait_s"], add_s=s["add_s"], receiver_cpu_s=s.get("receivers", {}).get("cpu_s"),
-                       receiver_slot_wait_s=s.get("receivers", {}).get("slot_wait_s"))
+                       receiver_slot_wait_s=s.get("receivers", {}).get("slot_wait_s"), late=s["late"],
+                       dropped=s["dropped"])
             echo(f"to G {protocol} x{n_recv}: {s['processed_fps']:,.0f} frames/s processed ({s['received_fps']:,.0f} "
                  f"received, the simulator sent at {sim.send_fps or 0:,.0f}); backlog at the last frame "
                  f"{ends['backlog_frames']} frames, last frame to G "
                  f"{ends['queue_s'] + ends['rows_and_slow_axis_s']:.3f} s"
                  f" ({ends['queue_s']:.3f} s queue, {ends['rows_and_slow_axis_s']:.3f} s rows and slow axis); gather "
                  f"{s['gather_s']:.2f} s, row FFTs {s['row_fft_s']:.2f} s; building thread waiting {s['wait_s']:.2f} s, "
-                 f"adding {s['add_s']:.2f} s" + _receivers_line(s.get("receivers", {})))
+                 f"adding {s['add_s']:.2f} s; {s['late']} frames late (added to their rows' transforms), {s['dropped']} "
+                 "dropped" + _receivers_line(s.get("receivers", {})))
     # the processing's own rate, from memory (a pool-backed scan: frames[i % pool])
     live = LiveG((scan, scan), (detector, detector), rotation=0.0, backend=be, **settings)
     t = time.perf_counter()

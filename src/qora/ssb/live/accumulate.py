@@ -269,14 +269,12 @@ class LiveG:
         for start in range(0, len(frames.index), cols):
             t1 = time.perf_counter()
             index = frames.index[start:start + cols]
-            keep = self.placement.accept(index, receiver=frames.receiver)
+            keep, late = self.placement.accept(index, receiver=frames.receiver, with_late=True)
             self.timings["place_s"] += time.perf_counter() - t1
             part = values[start:start + cols]
             if not keep.all():
                 rejected += list(start + np.flatnonzero(~keep))
-                index, part = index[keep], part[xp.asarray(np.flatnonzero(keep))]
-            if len(index):
-                self._scatter(index, part)
+            self._put(index, part, keep, late)
             self.timings["scatter_s"] += time.perf_counter() - t1
             self.timings["gather_s"] += time.perf_counter() - t1
             t1 = time.perf_counter()
@@ -295,8 +293,9 @@ class LiveG:
 
     def _place(self, frames: Frames) -> list[int]:
         t0 = time.perf_counter()
-        keep = self.placement.accept(frames.index, receiver=frames.receiver)
+        keep, late = self.placement.accept(frames.index, receiver=frames.receiver, with_late=True)
         index, data = (frames.index, frames.data) if keep.all() else (frames.index[keep], frames.data[keep])
+        late = late[keep]
         if len(index):
             if not data.dtype.isnative:  # big-endian counts (a file's): the kernels take native ones
                 data = data.astype(data.dtype.newbyteorder("="))
@@ -308,12 +307,38 @@ class LiveG:
             self.frames_summed += len(index)
             t1 = time.perf_counter()
             self.timings["ingest_s"] += t1 - t0
-            self._scatter(index, self.xp.asarray(values))  # to the device (from page-locked memory); on the CPU, as is
+            # to the device (from page-locked memory); on the CPU, as is
+            self._put(index, self.xp.asarray(values), np.ones(len(index), bool), late)
             self.timings["scatter_s"] += time.perf_counter() - t1
         self.timings["gather_s"] += time.perf_counter() - t0
         closed = self.placement.rows_to_close()
         self._transform(closed)
         return closed
+
+    def _put(self, index: np.ndarray, values, keep: np.ndarray, late: np.ndarray) -> None:
+        """The frames ``index`` with gathered pixels ``values`` (n, gathered), where ``keep``: into
+        their rows' buffers, or, ``late`` ones (their row already transformed), into G's rows."""
+        xp = self.xp
+        on_time = keep & ~late
+        if on_time.all():
+            self._scatter(index, values)
+        elif on_time.any():
+            self._scatter(index[on_time], values[xp.asarray(np.flatnonzero(on_time))])
+        if late.any():
+            self._add_late(index[late], values[xp.asarray(np.flatnonzero(late))])
+
+    def _add_late(self, index: np.ndarray, values) -> None:
+        """Frames whose row is already transformed, added to its transform: the row transform is
+        linear, a frame at column c adds its pixels times exp(-2 pi i k c / cols) at frequency k, so
+        G's row ends as if the frame had come in time (an outer product per row, (freq, n) x (n, pixel))."""
+        xp = self.xp
+        cols = self.scan_shape[1]
+        row, col = np.divmod(np.asarray(index, np.int64), cols)
+        k = np.arange(cols // 2 + 1)
+        for r in np.unique(row):
+            mine = np.flatnonzero(row == r)
+            phase = np.exp(-2j * np.pi * np.outer(k, col[mine]) / cols).astype(self.complex)
+            self.G_rows[int(r)] += xp.asarray(phase) @ values[xp.asarray(mine)].astype(self.complex)
 
     def _scatter(self, index: np.ndarray, values) -> None:
         """The gathered pixels ``values`` (n, gathered) of the frames at scan ``index`` (n,) into

@@ -120,7 +120,7 @@ class FrameReport:
 
     placed: int = 0
     dropped: list = field(default_factory=list)  # never arrived (their scan positions are marked missing)
-    late: list = field(default_factory=list)  # arrived after their row was closed: not placed
+    late: list = field(default_factory=list)  # arrived after their row was transformed: added to its transform
     repeated: list = field(default_factory=list)  # an index seen before: the second copy not placed
     out_of_range: list = field(default_factory=list)  # beyond the scan
     out_of_order: int = 0  # arrived before a lower index (placed all the same, by their index)
@@ -142,8 +142,12 @@ class Placement:
 
     Frames are placed by their index, whatever their order of arrival; a row is *closed* (handed
     on to be transformed) when all its frames are in, or when a frame ``lag_rows`` rows further on
-    arrives (the detector has moved on: what is still missing was dropped), or at the end. A frame
-    for a closed row is *late*: counted, not placed, since its row is already transformed.
+    arrives (the detector has moved on: what is still missing is counted dropped), or at the end. A
+    frame for a closed row is *late*: it is placed all the same (the row's transform is linear, so
+    the frame is added to it: :meth:`qora.ssb.live.LiveG.add`), listed in ``report.late`` and no
+    longer counted dropped. Why: with several receivers, one that is scheduled late can be many
+    rows behind the others (its socket's buffered frames), and rejecting its frames lost 58% of a
+    128^2 scan with 4 receivers on two cores (docs/ssb-performance.md).
 
     With several receivers (``receiver`` of :meth:`accept`), the detector deals its frames among
     them, so their batches interleave out of order by up to a batch each (more when one is slower
@@ -166,9 +170,10 @@ class Placement:
         self._highest_of: dict = {}  # receiver -> its highest frame placed
         self.report = FrameReport()
 
-    def accept(self, index: np.ndarray, *, receiver: int = 0) -> np.ndarray:
+    def accept(self, index: np.ndarray, *, receiver: int = 0, with_late: bool = False):
         """The mask of ``index`` (a batch's frame indices, from ``receiver``) to place; the rest
-        are recorded."""
+        are recorded. ``with_late``: also the mask of those placed whose row is already closed
+        (a subset of the first), as ``(keep, late)``."""
         index = np.asarray(index, np.int64)
         keep = np.ones(len(index), bool)
         total = self.rows * self.cols
@@ -178,10 +183,6 @@ class Placement:
             keep &= ~bad
         safe = np.where(bad, 0, index)
         row, col = np.divmod(safe, self.cols)
-        late = keep & self.closed[row]
-        if late.any():
-            self.report.late.extend(index[late].tolist())
-            keep &= ~late
         seen = keep & self.received[row, col]
         # a repeat within the batch itself
         _, first = np.unique(safe, return_index=True)
@@ -191,6 +192,12 @@ class Placement:
         if seen.any():
             self.report.repeated.extend(index[seen].tolist())
             keep &= ~seen
+        late = keep & self.closed[row]
+        if late.any():  # placed into their transformed rows: no longer dropped
+            arrived = index[late].tolist()
+            self.report.late.extend(arrived)
+            gone = set(arrived)
+            self.report.dropped[:] = [d for d in self.report.dropped if d not in gone]
         kept = index[keep]
         if len(kept):
             mine = self._highest_of.get(receiver, -1)
@@ -201,7 +208,7 @@ class Placement:
             self.received[row[keep], col[keep]] = True
             np.add.at(self.row_count, row[keep], 1)
             self.report.placed += len(kept)
-        return keep
+        return (keep, late) if with_late else keep
 
     def rows_to_close(self, *, end: bool = False) -> list[int]:
         """The open rows that are complete, or that the stream has passed by ``lag_rows`` (or all
