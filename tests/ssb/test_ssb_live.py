@@ -284,6 +284,24 @@ def test_a_warm_final_fit_starts_from_the_partial_fit(counts):
                                                                       abs=0.01)
 
 
+def test_auto_final_fit_is_warm_only_after_a_fit_of_half_the_rows(counts, monkeypatch):
+    """final_fit "auto": warm when the last partial fit saw half the rows and WARM_MIN_ROWS, else the
+    search again; a run's choice follows the rows its last partial fit saw."""
+    from qora.ssb.live import run as live_run
+
+    assert live_run.warm_final("auto", 256, 512) and not live_run.warm_final("auto", 255, 512)
+    assert not live_run.warm_final("auto", 48, 48)  # a small scan: always the search (fewer than 64 rows)
+    assert live_run.warm_final("warm", 1, 512) and not live_run.warm_final("cold", 512, 512)
+    data, step = counts
+    rows = data.shape[0]
+    for minimum, warm in ((4, True), (rows + 1, False)):
+        monkeypatch.setattr(live_run, "WARM_MIN_ROWS", minimum)
+        result = run_live(MemorySource(data, batch=48), kv=KV, alpha_mrad=ALPHA, scan_step=step, rotation=0.0,
+                          options=LiveOptions(refresh_s=1e-9, fit_after=0.5))
+        seen = max(u.rows for u in result.updates if u.fit is not None)
+        assert seen >= rows / 2 and bool(result.fit.get("warm_start")) == warm
+
+
 def test_processing_that_falls_behind_is_an_error(counts):
     """A receive buffer of 16 frames that stays full for 0.1 s (the refreshes are slowed to 0.5 s each)."""
     import time

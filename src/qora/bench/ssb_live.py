@@ -93,7 +93,7 @@ def _receivers_line(stats: dict) -> str:
 
 def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("merlin", "dectris", "dectris2"),
         pool: int = 256, dataset_dir=None, stages_only: bool = False, receivers=(1,), senders: int = 1,
-        batch: int = 1024, final_fps: float | None = None, write: bool = True, echo=print) -> BenchResult:
+        batch: int = 2048, final_fps: float | None = None, write: bool = True, echo=print) -> BenchResult:
     from qora.ssb.live import Frames, LiveG, LiveOptions, MemorySource, open_source, run_live
 
     be = resolve(backend)

@@ -259,7 +259,7 @@ def bench_viewer(part, backend, screenshots, no_write) -> None:
 @click.option("--senders", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Processes the DECTRIS simulator sends from (each its share of the frames; at most one a "
               "receiver), so that the simulator is not the limit.")
-@click.option("--batch", type=click.IntRange(1), default=1024, show_default=True,
+@click.option("--batch", type=click.IntRange(1), default=2048, show_default=True,
               help="Frames a receiver's batch holds at most.")
 @click.option("--final-fps", type=POSITIVE, default=None,
               help="Frames/s at which the final-latency case's frames come (default: as fast as taken).")

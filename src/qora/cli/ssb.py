@@ -439,10 +439,10 @@ def serve_cmd(data, protocol, port, fps, timeout, stream, counter_depth, raw, as
 @click.option("--fit-after", type=click.FloatRange(0.0, 1.0), default=0.25, show_default=True,
               help="Fraction of the rows before the first fit.")
 @click.option("--tilt/--no-tilt", default=False, show_default=True, help="Also fit thickness and tilt at the end.")
-@click.option("--final-fit", type=click.Choice(["cold", "warm"]), default="cold", show_default=True,
-              help="The fit of the whole scan: the offline fit with its search (cold), or Newton from the last "
+@click.option("--final-fit", type=click.Choice(["auto", "cold", "warm"]), default="auto", show_default=True,
+              help="The fit of the whole scan: the offline fit with its search (cold), Newton from the last "
               "partial-scan fit (warm: 0.08 s against 0.53 s at 512x512 on an H200, but it keeps the partial "
-              "fit's basin).")
+              "fit's basin), or warm when the last partial fit saw at least half the rows and 64 rows (auto).")
 @click.option("--buffer", type=click.IntRange(16), default=65536, show_default=True,
               help="Frames the receive buffer holds before processing is declared behind.")
 @click.option("--timeout", type=POSITIVE, default=10.0, show_default=True,
@@ -468,10 +468,11 @@ def live_cmd(source, kv, semiangle, scan_step, scan_shape, protocol, follow, rot
     Each refresh prints the rows so far, the fitted C10 and C12 and the frame rates; the end prints
     the frames dropped or out of order and the time from the last frame to the final image and fit."""
     from qora.ssb.live import LiveOptions, open_source, run_live
+    from qora.ssb.live.receivers import RECEIVER_BATCH
 
     _outputs(None, {"--out": (out, (".h5", ".hdf5")), "--fit-out": (fit_out, (".json",))})
     src = open_source(source, protocol=protocol, scan_shape=scan_shape, timeout=timeout, follow=follow,
-                      processes=receivers, batch=1024 if receivers > 1 else 256)
+                      processes=receivers, batch=RECEIVER_BATCH if receivers > 1 else 256)
     options = LiveOptions(refresh_s=refresh, method=method, fit=fit, fit_after=fit_after, tilt=tilt,
                           queue_frames=buffer, decode=decode, final_fit=final_fit)
 

@@ -45,9 +45,13 @@ from qora.ssb.live.dectris import (DectrisZMQSource, _compressed_parts, _compres
                                    _warm_receiver, decode_frames, v1_image)
 from qora.ssb.live.frames import Frames
 
-__all__ = ["ParallelDectrisSource", "SLOT_BYTES"]
+__all__ = ["ParallelDectrisSource", "RECEIVER_BATCH", "SLOT_BYTES"]
 
-SLOT_BYTES = 64 << 20  # a slot: 1,024 compressed 192^2 frames with room, or 900 decoded uint16 ones
+SLOT_BYTES = 64 << 20  # a slot: ~5,500 compressed 192^2 frames, or ~900 decoded uint16 ones
+# frames a receiver's batch holds at most (fewer where the slot fills first: decoded frames). Measured on
+# the H200 (512^2 scan, 192^2 frames, 4 receivers, docs/ssb-performance.md): 2,048 gave 151-164k frames/s
+# into G in every run, fresh process or not; 1,024 gave 84-142k (a batch's fixed costs taken twice as often)
+RECEIVER_BATCH = 2048
 DRAIN_S = 0.1  # seconds a receiver's socket stays idle after the series' end before it stops
 _ALIGN = 64
 
@@ -364,7 +368,8 @@ class ParallelDectrisSource(DectrisZMQSource):
     (set by :func:`qora.ssb.live.run_live`; iterated directly, "host"). Use as a context manager
     (or :meth:`close`): it ends the processes and frees the shared memory."""
 
-    def __init__(self, endpoint, *, processes: int = 2, scan_shape=None, batch: int = 1024, timeout: float = 10.0,
+    def __init__(self, endpoint, *, processes: int = 2, scan_shape=None, batch: int = RECEIVER_BATCH,
+                 timeout: float = 10.0,
                  stream: str = "auto", decode: str = "auto", slots: int = 4, slot_bytes: int = SLOT_BYTES,
                  max_wait_s: float = 10.0) -> None:
         # several endpoints: a simulator serving from several processes, each its share of the
