@@ -259,7 +259,7 @@ def test_a_stored_block_table_and_when_a_receiver_leaves_it_to_the_consumer():
     store_block_table stores it after the blob (aligned) and returns None for a malformed batch (the
     consumer's block_table then names the frame) and where the slot has no room left."""
     from qora.ssb.live.bslz4_batch import BlockTable, block_table, store_block_table
-    from qora.ssb.live.receivers import _ALIGN
+    from qora.ssb.live.receiving import _ALIGN
 
     rng = np.random.default_rng(2)
     frames = rng.poisson(3.0, (6, 40, 37)).astype(np.uint16)
