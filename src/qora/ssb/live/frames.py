@@ -133,7 +133,8 @@ class FrameReport:
 
     def __str__(self) -> str:
         d = self.as_dict()
-        return (f"{d['placed']} frames placed, {d['dropped']} dropped, {d['late']} late, {d['repeated']} repeated, "
+        return (f"{d['placed']} frames placed ({d['late']} of them late, added to their transformed rows), "
+                f"{d['dropped']} dropped, {d['repeated']} repeated, "
                 f"{d['out_of_range']} beyond the scan, {d['out_of_order']} out of order")
 
 
