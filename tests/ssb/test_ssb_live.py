@@ -327,6 +327,19 @@ def test_a_silent_detector_is_an_error_not_a_hang():
         server.close()
 
 
+def test_a_silent_dectris_stream_says_what_to_check():
+    pytest.importorskip("zmq")
+    import socket
+
+    with socket.socket() as probe:  # a free port: nothing sends there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    source = open_source(f"zmq://127.0.0.1:{port}", timeout=0.3)
+    with pytest.raises(InputError, match=r"no message for 0.3 s; is the detector armed .* --timeout waits longer"):
+        source.open()
+    source.close()
+
+
 # -- the fit on a partial scan ------------------------------------------------------------------
 @pytest.mark.parametrize("film", ["amorphous", "crystal"])
 def test_fit_after_a_quarter_of_the_rows(film):

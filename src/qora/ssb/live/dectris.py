@@ -314,6 +314,10 @@ def receive_parts(socket, timeout: float):
     return parts
 
 
+# what a user should check when a stream stays silent (said with every such error)
+SILENT_HINT = ("; is the detector armed and sending to this address (or `qora ssb serve` running), and is "
+               "the port the detector's stream port? --timeout waits longer")
+
 class DectrisZMQSource(Source):
     """Frames from a DECTRIS detector's ZeroMQ stream at ``endpoint`` (``tcp://host:port``), stream
     v1 (JSON) or v2 (CBOR): ``stream`` "v1", "v2", or "auto" (told by the first message).
@@ -352,7 +356,7 @@ class DectrisZMQSource(Source):
     def _parts(self):
         parts = receive_parts(self._socket, self.timeout)
         if parts is None:
-            raise InputError(f"{self!r}: no message for {self.timeout:g} s")
+            raise InputError(f"{self!r}: no message for {self.timeout:g} s{SILENT_HINT}")
         return parts
 
     def _recv(self):

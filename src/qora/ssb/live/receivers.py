@@ -40,7 +40,7 @@ import numpy as np
 
 from qora.io.errors import FileFormatError, InputError
 from qora.ssb.live.bslz4_batch import BlockTable, CompressedFrames
-from qora.ssb.live.dectris import DectrisZMQSource
+from qora.ssb.live.dectris import SILENT_HINT, DectrisZMQSource
 from qora.ssb.live.frames import Frames
 from qora.ssb.live.receiving import _ALIGN, _header_bytes, _receive
 
@@ -200,7 +200,7 @@ class ParallelDectrisSource(DectrisZMQSource):
         except queue.Empty:
             dead = [p.name for p, _, _ in self._workers if not p.is_alive()]
             raise InputError(f"{self!r}: no message for {timeout:g} s"
-                             + (f" (receivers {dead} have stopped)" if dead else "")) from None
+                             + (f" (receivers {dead} have stopped)" if dead else SILENT_HINT)) from None
 
     def _raise(self, rest) -> None:
         from qora.ssb.live.run import FellBehind
