@@ -105,7 +105,10 @@ def test_ssb_live_bench_measures_every_case_on_a_small_scan():
                      echo=lambda *_: None)
     assert {"floor/host_copy", "receive/merlin/32", "to_G/merlin/8x32", "memory_to_G/8x32",
             "final/16x32", "final/16x32/warm", "stage/dectris/device_decode_host_part", "stage/dectris/zmq_receive_v2",
-            "stage/dectris/v1_pattern_parse"} <= set(r.cases)
+            "stage/dectris/v1_pattern_parse", "parity/16x32"} <= set(r.cases)
+    parity = r.cases["parity/16x32"]  # the live end against the offline session of the same frames
+    assert parity["G_rel"] < 1e-6 and parity["image_rel"] < 1e-6 and parity["agreement_rel"] < 1e-5
+    assert max(parity["C10_A"], parity["C12a_A"], parity["C12b_A"]) < 0.1
     for name, case in r.cases.items():
         value = case.get("frames_per_s") or case.get("s")
         assert value is not None and value > 0, (name, case)

@@ -240,10 +240,45 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
         echo(f"final image + {final_fit} fit ({len(out.updates)} refreshes): {out.latency_s:.3f} s after the last "
              f"frame, {out.latency_s - parts['queue_s']:.3f} s without the queue's backlog ({parts}); "
              f"C10 {p['C10']:.1f} A (truth {meta.get('C10')})")
+        if final_fit == "cold":  # the issue's parity: the live end equals the offline session of the same frames
+            t = time.perf_counter()
+            parity = offline_parity(out, data, meta, be)
+            result.add(f"parity/{data.shape[0]}x{data.shape[2]}", frames_per_s=None, s=time.perf_counter() - t,
+                       **parity)
+            echo("live against offline on the same frames: G {G_rel:.1e}, image {image_rel:.1e} relative (bound "
+                 "1e-6); agreement {agreement_rel:.1e} relative (1e-5); C10, C12a, C12b {C10_A:.3f}, {C12a_A:.3f}, "
+                 "{C12b_A:.3f} A apart (0.1)".format(**parity))
         del out
     if write:
         echo(f"result written to {result.write()}")
     return result
+
+
+def offline_parity(out, data, meta: dict, be) -> dict:
+    """How far a live run's end (``out``, a :class:`qora.ssb.live.LiveResult` with the cold final fit)
+    is from the offline :class:`qora.ssb.Session` of the same frames ``data``: G and the image (the
+    live fit's aberrations on both) as max |difference| / max |offline|, the fits' agreements
+    (relative) and C10, C12a, C12b (A). The issue's bounds: 1e-6, 1e-6, 1e-5 and 0.1 A."""
+    from qora.ssb import Session, parameters_to_aberrations
+
+    ref = Session(data, kv=meta["kv"], alpha_mrad=meta["alpha_mrad"], scan_step=meta["scan_step"], rotation=0.0,
+                  backend=be)
+    xp = ref.xp
+
+    def rel(a, b) -> float:
+        a, b = xp.asarray(a), xp.asarray(b)
+        return float(xp.abs(a - b).max() / xp.abs(b).max())
+
+    g_rel = rel(out.session.G, ref.G)
+    fit = ref.fit(rotation=0.0, tilt=False)
+    ref.rotation = out.fit["rotation_rad"]
+    image = ref.image(parameters_to_aberrations(out.fit["standard"]["parameters"]))
+    a, b = out.fit["standard"], fit["standard"]
+    parity = {"G_rel": g_rel, "image_rel": rel(out.image, image),
+              "agreement_rel": abs(a["agreement"] - b["agreement"]) / abs(b["agreement"])}
+    for name in ("C10", "C12a", "C12b"):
+        parity[f"{name}_A"] = abs(a["parameters"][name] - b["parameters"][name])
+    return parity
 
 
 def stages(*, detector: int = 192, batch: int = 512, cols: int = 128, repeats: int = 3) -> list[dict]:
