@@ -109,6 +109,9 @@ def test_ssb_live_bench_measures_every_case_on_a_small_scan():
     parity = r.cases["parity/16x32"]  # the live end against the offline session of the same frames
     assert parity["G_rel"] < 1e-6 and parity["image_rel"] < 1e-6 and parity["agreement_rel"] < 1e-5
     assert max(parity["C10_A"], parity["C12a_A"], parity["C12b_A"]) < 0.1
+    wire = r.cases["parity_wire/merlin/16x32"]  # the same film served over the Merlin protocol
+    assert wire["G_rel"] < 1e-6 and wire["image_rel"] < 1e-6 and wire["agreement_rel"] < 1e-5
+    assert max(wire["C10_A"], wire["C12a_A"], wire["C12b_A"]) < 0.1 and wire["dropped"] == 0
     for name, case in r.cases.items():
         value = case.get("frames_per_s") or case.get("s")
         assert value is not None and value > 0, (name, case)

@@ -249,9 +249,56 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
                  "1e-6); agreement {agreement_rel:.1e} relative (1e-5); C10, C12a, C12b {C10_A:.3f}, {C12a_A:.3f}, "
                  "{C12b_A:.3f} A apart (0.1)".format(**parity))
         del out
+    # the issue's end-to-end parity: the simulators serve the same film over each protocol (several
+    # receiving processes on DECTRIS, as the throughput cases), the live end against the offline session
+    for protocol in protocols:
+        n_recv = 1 if protocol == "merlin" else max(receivers)
+        t = time.perf_counter()
+        parity = _parity_over_the_wire(protocol, data, meta, be, receivers=n_recv, senders=senders, batch=batch)
+        tag = f"/x{n_recv}" if n_recv > 1 else ""
+        result.add(f"parity_wire/{protocol}/{data.shape[0]}x{data.shape[2]}{tag}", frames_per_s=None,
+                   s=time.perf_counter() - t, **parity)
+        echo(f"over {protocol} x{n_recv}, live against offline: G {parity['G_rel']:.1e}, image "
+             f"{parity['image_rel']:.1e} relative; agreement {parity['agreement_rel']:.1e}; C10, C12a, C12b "
+             f"{parity['C10_A']:.3f}, {parity['C12a_A']:.3f}, {parity['C12b_A']:.3f} A apart; {parity['report']}")
     if write:
         echo(f"result written to {result.write()}")
     return result
+
+
+def _parity_over_the_wire(protocol: str, data, meta: dict, be, *, receivers: int, senders: int, batch: int) -> dict:
+    """The film ``data`` served by the simulator over ``protocol`` and reconstructed live (the cold
+    final fit), against the offline session of the same frames (:func:`offline_parity`), with the
+    frame report. The simulator's processes read the film from a .npy file (the full-scale one where
+    ``data`` maps it, else a temporary copy)."""
+    import tempfile
+    from pathlib import Path
+
+    from qora.ssb.live import LiveOptions, open_source, run_live
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = getattr(data, "filename", None)
+        if path is None:
+            path = Path(tmp) / "film.npy"
+            np.save(path, np.asarray(data))
+        scan, detector = data.shape[0], data.shape[2]
+        sim = _SimulatorProcess(protocol, detector, 1, scan, clients=receivers, senders=senders, dataset=path)
+        with sim as address:
+            if isinstance(address, list):
+                from qora.ssb.live.receivers import ParallelDectrisSource
+
+                source = ParallelDectrisSource(address, processes=receivers, batch=batch, timeout=60)
+            else:
+                source = open_source(address, protocol=_kind(protocol), timeout=60, processes=receivers,
+                                     batch=batch if receivers > 1 else 256)
+            out = run_live(source, kv=meta["kv"], alpha_mrad=meta["alpha_mrad"], scan_step=meta["scan_step"],
+                           rotation=0.0, backend=be,
+                           options=LiveOptions(refresh_s=0, fit=True, final_fit="cold", queue_frames=1 << 18,
+                                               max_wait_s=600))
+    parity = offline_parity(out, data, meta, be)
+    parity["report"] = str(out.report)
+    parity["dropped"] = len(out.report.dropped)
+    return parity
 
 
 def offline_parity(out, data, meta: dict, be) -> dict:
@@ -424,18 +471,21 @@ def stages(*, detector: int = 192, batch: int = 512, cols: int = 128, repeats: i
     return rows
 
 
-def _serve_pool(protocol: str, detector: int, pool: int, scan: int, clients: int, share: tuple, ports) -> None:
+def _serve_pool(protocol: str, detector: int, pool: int, scan: int, clients: int, share: tuple, ports,
+                dataset=None) -> None:
     """A simulator's process: the pool of frames made here (no array crosses the process
-    boundary), its port sent back, the scan (its ``share`` of the frames, of several senders)
-    served as fast as the clients read (DECTRIS: once ``clients`` receivers are connected), then
-    its frames sent, seconds and CPU seconds sent back, and exit."""
+    boundary), or the scan stored at ``dataset`` (a .npy file, mapped), its port sent back, the
+    scan (its ``share`` of the frames, of several senders) served as fast as the clients read
+    (DECTRIS: once ``clients`` receivers are connected), then its frames sent, seconds and CPU
+    seconds sent back, and exit."""
     from qora.ssb.live import DectrisSimulator, MerlinSimulator
 
+    frames = _pool(detector, pool) if dataset is None else np.load(dataset, mmap_mode="r")
     options = dict(scan_shape=(scan, scan), timeout=60, time_limit=600)
     if protocol == "merlin":
-        sim = MerlinSimulator(_pool(detector, pool), **options)
+        sim = MerlinSimulator(frames, **options)
     else:
-        sim = DectrisSimulator(_pool(detector, pool), stream="v2" if protocol == "dectris2" else "v1",
+        sim = DectrisSimulator(frames, stream="v2" if protocol == "dectris2" else "v1",
                                clients=clients, io_threads=max(2, min(4, clients)), share=share, **options)
     ports.put(("port", share[0], sim.port))
     cpu = time.process_time()
@@ -459,7 +509,7 @@ class _SimulatorProcess:
     address (a list of them for several senders); leaving waits for the processes (then ends them)."""
 
     def __init__(self, protocol: str, detector: int, pool: int, scan: int, *, clients: int = 1,
-                 senders: int = 1) -> None:
+                 senders: int = 1, dataset=None) -> None:
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")
@@ -468,7 +518,7 @@ class _SimulatorProcess:
         self.processes = [
             ctx.Process(target=_serve_pool, daemon=True,
                         args=(protocol, detector, pool, scan, len(range(j, clients, self.senders)), (j, self.senders),
-                              self.ports))
+                              self.ports, None if dataset is None else str(dataset)))
             for j in range(self.senders)]
         self.scheme = "tcp" if protocol == "merlin" else "zmq"
         self.send_fps = None  # the simulator's own rate: when it is no higher than the receiver's, it is the limit
