@@ -32,7 +32,12 @@ Cases (``scan`` x ``scan`` positions, ``detector`` x ``detector`` uint16 frames)
   ``final_fps`` the frames come at that pace and the backlog is the processing's own); on a
   simulated film (the full-scale dataset of ``qora bench ssb-full`` where ``--dataset-dir`` holds
   it, else a small simulation); ``final/<scan>x<detector>/warm``: the same with fits of the rows so far
-  every second and the final fit warm-started from the last of them (``LiveOptions(final_fit="warm")``).
+  every second and the final fit warm-started from the last of them (``LiveOptions(final_fit="warm")``);
+- ``parity/<scan>x<detector>``: the cold case's end against the offline :class:`qora.ssb.Session` of
+  the same frames (:func:`offline_parity`: G and the image, max difference over max, the fits'
+  agreements and C10, C12 in A; the issue's bounds 1e-6, 1e-6, 1e-5, 0.1 A); ``parity_wire/<protocol>/...``:
+  the same film served by the simulator over each protocol (several receiving processes on DECTRIS),
+  reconstructed live, against the offline session, with the frame report.
 """
 
 from __future__ import annotations
