@@ -330,15 +330,23 @@ class LiveG:
     def _add_late(self, index: np.ndarray, values) -> None:
         """Frames whose row is already transformed, added to its transform: the row transform is
         linear, a frame at column c adds its pixels times exp(-2 pi i k c / cols) at frequency k, so
-        G's row ends as if the frame had come in time (an outer product per row, (freq, n) x (n, pixel))."""
+        G's row ends as if the frame had come in time. All rows at once: the frames grouped by row
+        (padded with zeros to the largest group) and one batched product (rows, freq, m) @ (rows, m,
+        pixel), so that many late frames (a receiver far behind) cost one launch, not one a row."""
         xp = self.xp
         cols = self.scan_shape[1]
         row, col = np.divmod(np.asarray(index, np.int64), cols)
+        order = np.argsort(row, kind="stable")
+        row, col = row[order], col[order]
+        rows, start, count = np.unique(row, return_index=True, return_counts=True)
+        group = np.repeat(np.arange(len(rows)), count)
+        place = np.arange(len(row)) - np.repeat(start, count)  # each frame's place within its row's group
         k = np.arange(cols // 2 + 1)
-        for r in np.unique(row):
-            mine = np.flatnonzero(row == r)
-            phase = np.exp(-2j * np.pi * np.outer(k, col[mine]) / cols).astype(self.complex)
-            self.G_rows[int(r)] += xp.asarray(phase) @ values[xp.asarray(mine)].astype(self.complex)
+        phase = np.zeros((len(rows), len(k), int(count.max())), self.complex)
+        phase[group, :, place] = np.exp(-2j * np.pi * np.outer(col, k) / cols)
+        grouped = xp.zeros((len(rows), int(count.max()), values.shape[1]), self.complex)
+        grouped[xp.asarray(group), xp.asarray(place)] = values[xp.asarray(order)].astype(self.complex)
+        self.G_rows[xp.asarray(rows)] += xp.asarray(phase) @ grouped
 
     def _scatter(self, index: np.ndarray, values) -> None:
         """The gathered pixels ``values`` (n, gathered) of the frames at scan ``index`` (n,) into
