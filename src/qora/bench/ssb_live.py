@@ -292,9 +292,10 @@ def _parity_over_the_wire(protocol: str, data, meta: dict, be, *, receivers: int
             if isinstance(address, list):
                 from qora.ssb.live.receivers import ParallelDectrisSource
 
-                source = ParallelDectrisSource(address, processes=receivers, batch=batch, timeout=60)
+                # the simulators encode the whole film before the header: at full size tens of seconds
+                source = ParallelDectrisSource(address, processes=receivers, batch=batch, timeout=300)
             else:
-                source = open_source(address, protocol=_kind(protocol), timeout=60, processes=receivers,
+                source = open_source(address, protocol=_kind(protocol), timeout=300, processes=receivers,
                                      batch=batch if receivers > 1 else 256)
             out = run_live(source, kv=meta["kv"], alpha_mrad=meta["alpha_mrad"], scan_step=meta["scan_step"],
                            rotation=0.0, backend=be,
