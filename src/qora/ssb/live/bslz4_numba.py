@@ -86,24 +86,31 @@ _M1, _M2, _M3 = np.uint64(0x00AA00AA00AA00AA), np.uint64(0x0000CCCC0000CCCC), np
 _S7, _S14, _S28, _S8 = np.uint64(7), np.uint64(14), np.uint64(28), np.uint64(8)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _transpose8(x):
+    """The 8 x 8 bit matrix in the 64-bit word ``x`` (row r: byte r) transposed, by three masked swaps
+    (Warren, Hacker's Delight, section 7-3); its own inverse."""
+    t = (x ^ (x >> _S7)) & _M1
+    x = x ^ t ^ (t << _S7)
+    t = (x ^ (x >> _S14)) & _M2
+    x = x ^ t ^ (t << _S14)
+    t = (x ^ (x >> _S28)) & _M3
+    return x ^ t ^ (t << _S28)
+
+
 @numba.njit(cache=True, nogil=True)
 def _unshuffle(shuffled, s0, count, itemsize, out, o0):
     """The bit transpose of one block of ``count`` elements (a multiple of 8): row 8 b + j of
     ``shuffled[s0:]`` holds bit j of byte b of every element, element e at bit e % 8 of byte e // 8.
     Eight elements' byte b is the transpose of an 8 x 8 bit matrix (row j: the byte of bit plane j),
-    done on a 64-bit word by three masked swaps (Warren, Hacker's Delight, section 7-3)."""
+    done on a 64-bit word (:func:`_transpose8`)."""
     nb = count // 8
     for b in range(itemsize):
         for q in range(nb):
             x = np.uint64(0)
             for j in range(8):
                 x |= np.uint64(shuffled[s0 + (8 * b + j) * nb + q]) << np.uint64(8 * j)
-            t = (x ^ (x >> _S7)) & _M1
-            x = x ^ t ^ (t << _S7)
-            t = (x ^ (x >> _S14)) & _M2
-            x = x ^ t ^ (t << _S14)
-            t = (x ^ (x >> _S28)) & _M3
-            x = x ^ t ^ (t << _S28)
+            x = _transpose8(x)
             for e in range(8):
                 out[o0 + (8 * q + e) * itemsize + b] = np.uint8((x >> np.uint64(8 * e)) & np.uint64(255))
 
@@ -119,12 +126,7 @@ def _shuffle(raw, count, itemsize, out):
             x = np.uint64(0)
             for e in range(8):
                 x |= np.uint64(raw[(8 * q + e) * itemsize + b]) << np.uint64(8 * e)
-            t = (x ^ (x >> _S7)) & _M1
-            x = x ^ t ^ (t << _S7)
-            t = (x ^ (x >> _S14)) & _M2
-            x = x ^ t ^ (t << _S14)
-            t = (x ^ (x >> _S28)) & _M3
-            x = x ^ t ^ (t << _S28)
+            x = _transpose8(x)
             for j in range(8):
                 out[(8 * b + j) * nb + q] = np.uint8((x >> np.uint64(8 * j)) & np.uint64(255))
 
