@@ -8,6 +8,7 @@ import pytest
 
 from qora.io.errors import FileFormatError, InputError
 from qora.ssb import Aberrations, Session, amorphous_slices, crystal_slices, load_data, simulate
+from qora.ssb.simulate import film_counts
 from qora.ssb.live import (DectrisSimulator, FellBehind, Frames, LiveG, LiveOptions, MemorySource, MerlinSimulator,
                            MibWriter, Placement, open_source, run_live)
 from qora.ssb.live import bslz4
@@ -22,9 +23,7 @@ AB = Aberrations(C10=-120.0, C12=(20.0, 0.5))
 @pytest.fixture(scope="module")
 def counts():
     """uint16 counts of a 24 x 24 scan, 32 x 32 detector, as a detector sends them."""
-    scan = simulate(amorphous_slices((96, 96), 0.1, atoms_per_a2=0.1, seed=1), pixel=0.1, stride=4, window=32,
-                    alpha_mrad=ALPHA, aberrations=AB, dose=2e5, seed=3)
-    return scan.data.astype(np.uint16), scan.scan_step
+    return film_counts(96, aberrations=AB, alpha_mrad=ALPHA)
 
 
 def _needs_the_live_extra():

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from qora.io.errors import FileFormatError, InputError
-from qora.ssb import Aberrations, Session, amorphous_slices, load_data, simulate
+from qora.ssb import Aberrations, Session, load_data
+from qora.ssb.simulate import film_counts
 from qora.ssb.live import (DectrisSimulator, Frames, LiveG, LiveOptions, MerlinSimulator, MibWriter, cbor, open_source,
                            run_live)
 from qora.ssb.live.ingest import Staging, ingest
@@ -19,9 +20,7 @@ KV, ALPHA = 300.0, 25.0
 @pytest.fixture(scope="module")
 def counts():
     """uint16 counts of a 12 x 12 scan, 32 x 32 detector."""
-    scan = simulate(amorphous_slices((48, 48), 0.1, atoms_per_a2=0.1, seed=2), pixel=0.1, stride=4, window=32,
-                    alpha_mrad=ALPHA, aberrations=Aberrations(C10=-100.0), dose=2e5, seed=4)
-    return scan.data.astype(np.uint16), scan.scan_step
+    return film_counts(48, aberrations=Aberrations(C10=-100.0), alpha_mrad=ALPHA, film_seed=2, noise_seed=4)
 
 
 def _zmq():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from qora.io.errors import FileFormatError, InputError
-from qora.ssb.live import DectrisSimulator, Frames, LiveG, LiveOptions, MemorySource, open_source, run_live
+from qora.ssb.live import DectrisSimulator, LiveG, LiveOptions, MemorySource, open_source, run_live
 from qora.ssb.live import bslz4
 from qora.ssb.live.bslz4_batch import CompressedFrames, block_table, gather_host, slot_map
 
@@ -371,11 +371,10 @@ def test_device_decoder_takes_the_receivers_table_and_copies_from_a_registered_s
 
 @pytest.fixture(scope="module")
 def counts():
-    from qora.ssb import Aberrations, amorphous_slices, simulate
+    from qora.ssb import Aberrations
+    from qora.ssb.simulate import film_counts
 
-    scan = simulate(amorphous_slices((64, 64), 0.1, atoms_per_a2=0.1, seed=1), pixel=0.1, stride=4, window=24,
-                    alpha_mrad=ALPHA, aberrations=Aberrations(C10=-100.0), dose=2e5, seed=3)
-    return scan.data.astype(np.uint16), scan.scan_step
+    return film_counts(64, aberrations=Aberrations(C10=-100.0), window=24, alpha_mrad=ALPHA)
 
 
 def _compressed_batches(data, batch):

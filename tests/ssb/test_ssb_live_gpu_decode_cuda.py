@@ -79,11 +79,10 @@ def test_a_damaged_block_on_the_device_is_named(rng):
 
 @pytest.fixture(scope="module")
 def counts(gpu_module):
-    from qora.ssb import Aberrations, amorphous_slices, simulate
+    from qora.ssb import Aberrations
+    from qora.ssb.simulate import film_counts
 
-    scan = simulate(amorphous_slices((96, 96), 0.1, atoms_per_a2=0.1, seed=1), pixel=0.1, stride=4, window=32,
-                    alpha_mrad=ALPHA, aberrations=Aberrations(C10=-120.0), dose=2e5, seed=3)
-    return scan.data.astype(np.uint16), scan.scan_step
+    return film_counts(96, aberrations=Aberrations(C10=-120.0), alpha_mrad=ALPHA)
 
 
 def _batches(data, batch, order=None):

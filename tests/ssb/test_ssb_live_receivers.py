@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from qora.io.errors import InputError
-from qora.ssb import Aberrations, amorphous_slices, simulate
+from qora.ssb import Aberrations
+from qora.ssb.simulate import film_counts
 from qora.ssb.live import (DectrisSimulator, FellBehind, LiveOptions, MerlinSimulator, Placement, open_source,
                            run_live)
 from qora.ssb.live.bslz4 import compress
@@ -22,9 +23,7 @@ def counts():
     """uint16 counts of a 16 x 16 scan, 32 x 32 detector."""
     pytest.importorskip("zmq")
     pytest.importorskip("numcodecs")
-    scan = simulate(amorphous_slices((64, 64), 0.1, atoms_per_a2=0.1, seed=5), pixel=0.1, stride=4, window=32,
-                    alpha_mrad=ALPHA, aberrations=Aberrations(C10=-100.0), dose=2e5, seed=6)
-    return scan.data.astype(np.uint16), scan.scan_step
+    return film_counts(64, aberrations=Aberrations(C10=-100.0), alpha_mrad=ALPHA, film_seed=5, noise_seed=6)
 
 
 def _parallel(address, **kw):

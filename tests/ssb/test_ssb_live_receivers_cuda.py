@@ -5,7 +5,8 @@ processes equals the single-process run on the device (and the CPU run)."""
 import numpy as np
 import pytest
 
-from qora.ssb import Aberrations, amorphous_slices, simulate
+from qora.ssb import Aberrations
+from qora.ssb.simulate import film_counts
 from qora.ssb.live import DectrisSimulator, LiveG, LiveOptions, open_source, run_live
 from qora.ssb.live import bslz4
 from qora.ssb.live.bslz4_batch import CompressedFrames
@@ -17,9 +18,7 @@ KV, ALPHA = 300.0, 25.0
 
 @pytest.fixture(scope="module")
 def counts():
-    scan = simulate(amorphous_slices((64, 64), 0.1, atoms_per_a2=0.1, seed=5), pixel=0.1, stride=4, window=32,
-                    alpha_mrad=ALPHA, aberrations=Aberrations(C10=-100.0), dose=2e5, seed=6)
-    return scan.data.astype(np.uint16), scan.scan_step
+    return film_counts(64, aberrations=Aberrations(C10=-100.0), alpha_mrad=ALPHA, film_seed=5, noise_seed=6)
 
 
 def test_packed_batches_decode_on_the_device_as_loose_ones(counts):

@@ -575,9 +575,9 @@ def _film(dataset_dir, scan: int, be, echo):
         data = np.load(path, mmap_mode="r")
         return data, {"kv": ssb_full.KV, "alpha_mrad": ssb_full.ALPHA, "scan_step": ssb_full.STEP,
                       "C10": ssb_full.TRUTH["C10"]}
-    from qora.ssb import Aberrations, amorphous_slices, simulate
+    from qora.ssb import Aberrations
+    from qora.ssb.simulate import film_counts
 
     side = max(16, min(scan, 64))
-    sim = simulate(amorphous_slices((4 * side, 4 * side), 0.1, atoms_per_a2=0.1, seed=1), pixel=0.1, stride=4,
-                   window=32, alpha_mrad=25.0, aberrations=Aberrations(C10=-120.0), dose=1e5, seed=1)
-    return sim.data.astype(np.uint16), {"kv": 300.0, "alpha_mrad": 25.0, "scan_step": sim.scan_step, "C10": -120.0}
+    data, step = film_counts(4 * side, aberrations=Aberrations(C10=-120.0), dose=1e5, noise_seed=1)
+    return data, {"kv": 300.0, "alpha_mrad": 25.0, "scan_step": step, "C10": -120.0}

@@ -25,8 +25,8 @@ from qora.io.validate import GIB, integer, memory_needed, nonnegative, number, p
 from qora.progress import report
 from qora.ssb.optics import Aberrations, probe_spectrum, wavelength
 
-__all__ = ["amorphous_slices", "atoms_slice", "crystal_slices", "rotate_detector", "Scan4D", "simulate",
-           "simulate_to_npy", "scan_truth", "simulation_bytes", "check_simulation_memory", "check_disk"]
+__all__ = ["amorphous_slices", "atoms_slice", "crystal_slices", "film_counts", "rotate_detector", "Scan4D",
+           "simulate", "simulate_to_npy", "scan_truth", "simulation_bytes", "check_simulation_memory", "check_disk"]
 
 
 def simulation_bytes(positions: int, window: int, *, dose: float | None = None) -> int:
@@ -316,6 +316,19 @@ def simulate_to_npy(path, slices, *, pixel: float, stride: int, window: int, det
             del out, flat
     return {"kv": kv, "alpha_mrad": alpha_mrad, "scan_step_a": stride * pixel,
             "detector_pixel_inv_a": 1.0 / (window * pixel), "largest_count": largest}
+
+
+def film_counts(field: int, *, aberrations=None, window: int = 32, alpha_mrad: float = 25.0, dose: float = 2e5,
+                film_seed: int = 1, noise_seed: int = 3, atoms_per_a2: float = 0.1) -> tuple[np.ndarray, float]:
+    """A small amorphous film (``field`` x ``field`` pixels of 0.1 A, one slice) scanned every 4
+    pixels with a ``window`` x ``window`` detector at 300 kV, recorded as a detector sends it:
+    Poisson counts at ``dose`` electrons/A^2, as uint16. Returns (counts (scan, scan, window,
+    window), scan step in A). The examples' and the live tests' scan (one recipe, their sizes and
+    seeds)."""
+    scan = simulate(amorphous_slices((field, field), 0.1, atoms_per_a2=atoms_per_a2, seed=film_seed), pixel=0.1,
+                    stride=4, window=window, alpha_mrad=alpha_mrad,
+                    aberrations=Aberrations() if aberrations is None else aberrations, dose=dose, seed=noise_seed)
+    return scan.data.astype(np.uint16), scan.scan_step
 
 
 def scan_truth(scan: Scan4D, *, band_limit: float | None = None) -> np.ndarray:
