@@ -119,16 +119,34 @@ class FrameReport:
     """What became of the frames: counts, and the indices of those not placed."""
 
     placed: int = 0
-    dropped: list = field(default_factory=list)  # never arrived (their scan positions are marked missing)
     late: list = field(default_factory=list)  # arrived after their row was transformed: added to its transform
     repeated: list = field(default_factory=list)  # an index seen before: the second copy not placed
     out_of_range: list = field(default_factory=list)  # beyond the scan
     out_of_order: int = 0  # arrived before a lower index (placed all the same, by their index)
+    # the dropped ones as keys in the order their rows closed: a late frame is taken out in O(1), where
+    # a list would be scanned once for every late batch (tens of thousands of entries with receivers behind)
+    _dropped: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def dropped(self) -> list:
+        """Frames that never arrived (their scan positions are marked missing), in the order their rows closed."""
+        return list(self._dropped)
+
+    def drop(self, indices) -> None:
+        """Record ``indices`` as dropped."""
+        self._dropped.update(dict.fromkeys(indices))
+
+    def arrived_late(self, indices) -> None:
+        """``indices``, dropped when their rows closed, came after all: placed late, no longer dropped."""
+        self.late.extend(indices)
+        for i in indices:
+            self._dropped.pop(i, None)
 
     def as_dict(self) -> dict:
-        return {"placed": self.placed, "dropped": len(self.dropped), "late": len(self.late),
+        dropped = self.dropped
+        return {"placed": self.placed, "dropped": len(dropped), "late": len(self.late),
                 "repeated": len(self.repeated), "out_of_range": len(self.out_of_range),
-                "out_of_order": self.out_of_order, "dropped_indices": self.dropped[:100],
+                "out_of_order": self.out_of_order, "dropped_indices": dropped[:100],
                 "late_indices": self.late[:100]}
 
     def __str__(self) -> str:
@@ -195,10 +213,7 @@ class Placement:
             keep &= ~seen
         late = keep & self.closed[row]
         if late.any():  # placed into their transformed rows: no longer dropped
-            arrived = index[late].tolist()
-            self.report.late.extend(arrived)
-            gone = set(arrived)
-            self.report.dropped[:] = [d for d in self.report.dropped if d not in gone]
+            self.report.arrived_late(index[late].tolist())
         kept = index[keep]
         if len(kept):
             mine = self._highest_of.get(receiver, -1)
@@ -222,7 +237,7 @@ class Placement:
             r = int(r)
             if self.row_count[r] == self.cols or end or r <= top - self.lag_rows:
                 if self.row_count[r] < self.cols:
-                    self.report.dropped.extend((r * self.cols + np.flatnonzero(~self.received[r])).tolist())
+                    self.report.drop((r * self.cols + np.flatnonzero(~self.received[r])).tolist())
                 self.closed[r] = True
                 out.append(r)
             elif r > top:
@@ -235,7 +250,7 @@ class Placement:
         """Close ``row`` now (its ring slot is needed by a row further on): what is missing is dropped."""
         if not self.closed[row]:
             if self.row_count[row] < self.cols:
-                self.report.dropped.extend((row * self.cols + np.flatnonzero(~self.received[row])).tolist())
+                self.report.drop((row * self.cols + np.flatnonzero(~self.received[row])).tolist())
             self.closed[row] = True
             while self.next_open < self.rows and self.closed[self.next_open]:
                 self.next_open += 1

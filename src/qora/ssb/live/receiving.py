@@ -56,7 +56,7 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
         import numba
 
         numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
-    except Exception:  # the host decoder runs with what it has
+    except (ImportError, ValueError):  # no Numba, or a count it refuses: the host decoder runs with what it has
         pass
     shm = shared_memory.SharedMemory(name=shm_name)
     context = zmq.Context()
