@@ -49,7 +49,8 @@ __all__ = ["ParallelDectrisSource", "RECEIVER_BATCH", "SLOT_BYTES"]
 SLOT_BYTES = 64 << 20  # a slot: ~5,500 compressed 192^2 frames, or ~900 decoded uint16 ones
 # frames a receiver's batch holds at most (fewer where the slot fills first: decoded frames). Measured on
 # the H200 (512^2 scan, 192^2 frames, 4 receivers, docs/ssb-performance.md): 2,048 gave 151-164k frames/s
-# into G in every run, fresh process or not; 1,024 gave 84-142k (a batch's fixed costs taken twice as often)
+# into G in every run, fresh process or not; 1,024 gave 84-142k (its ring of rows spans half as many rows, so more
+# frames come after their row closed and take the slower late path)
 RECEIVER_BATCH = 2048
 
 
