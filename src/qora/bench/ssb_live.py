@@ -31,8 +31,9 @@ Cases (``scan`` x ``scan`` positions, ``detector`` x ``detector`` uint16 frames)
   image (``s_without_backlog``: the time a scan paced at the processing's rate would see; with
   ``final_fps`` the frames come at that pace and the backlog is the processing's own); on a
   simulated film (the full-scale dataset of ``qora bench ssb-full`` where ``--dataset-dir`` holds
-  it, else a small simulation); ``final/<scan>x<detector>/warm``: the same with fits of the rows so far
-  every second and the final fit warm-started from the last of them (``LiveOptions(final_fit="warm")``);
+  it, else a small simulation); ``final/<scan>x<detector>/auto``: the same with fits of the rows so far
+  every second and the default final fit (``LiveOptions(final_fit="auto")``: warm-started from the last
+  partial fit when that saw half the rows or more, else cold; ``warm_start`` says which ran);
 - ``parity/<scan>x<detector>``: the cold case's end against the offline :class:`qora.ssb.Session` of
   the same frames (:func:`offline_parity`: G and the image, max difference over max, the fits'
   agreements and C10, C12 in A; the issue's bounds 1e-6, 1e-6, 1e-5, 0.1 A); ``parity_wire/<protocol>/...``:
@@ -225,9 +226,9 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
         del live
     # the final image and fit after the last frame, on a simulated film
     data, meta = _film(dataset_dir, scan, be, echo)
-    # "cold": the offline fit of the whole scan after the last frame (the default); "warm": refreshes every
-    # second with fits of the rows so far, and Newton from the last of them at the end
-    for final_fit, refresh_s in (("cold", 0.0), ("warm", 1.0)):
+    # "cold": the offline fit of the whole scan after the last frame; "auto" (the default): refreshes every
+    # second with fits of the rows so far, and at the end Newton from the last of them if it saw half the rows
+    for final_fit, refresh_s in (("cold", 0.0), ("auto", 1.0)):
         out = run_live(MemorySource(data, batch=batch, fps=final_fps), kv=meta["kv"], alpha_mrad=meta["alpha_mrad"],
                        scan_step=meta["scan_step"], rotation=0.0, backend=be,
                        options=LiveOptions(refresh_s=refresh_s, fit=True, queue_frames=1 << 18, max_wait_s=600,
@@ -236,13 +237,14 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
         parts = out.statistics["after_last_frame"]
         # frames from memory come faster than they are processed: the queue's backlog at the last frame
         # is the processing's rate, not the end's; without it, the time a paced scan would see
-        name = f"final/{data.shape[0]}x{data.shape[2]}" + ("" if final_fit == "cold" else "/warm")
+        name = f"final/{data.shape[0]}x{data.shape[2]}" + ("" if final_fit == "cold" else f"/{final_fit}")
+        warm = bool(out.fit.get("warm_start"))
         result.add(name, frames_per_s=None, s=out.latency_s,
                    s_without_backlog=out.latency_s - parts["queue_s"], parts=parts, C10=p["C10"],
                    truth_C10=meta.get("C10"), paced_fps=final_fps, processed_fps=out.statistics["processed_fps"],
                    backlog_frames_at_last_frame=parts["backlog_frames"], final_fit=final_fit,
-                   refreshes=len(out.updates))
-        echo(f"final image + {final_fit} fit ({len(out.updates)} refreshes): {out.latency_s:.3f} s after the last "
+                   refreshes=len(out.updates), warm_start=warm)
+        echo(f"final image + {final_fit} fit ({'warm' if warm else 'cold'}, {len(out.updates)} refreshes): {out.latency_s:.3f} s after the last "
              f"frame, {out.latency_s - parts['queue_s']:.3f} s without the queue's backlog ({parts}); "
              f"C10 {p['C10']:.1f} A (truth {meta.get('C10')})")
         if final_fit == "cold":  # the issue's parity: the live end equals the offline session of the same frames
