@@ -61,6 +61,8 @@ for b in ${BENCH:-}; do
     ssb-full) timeout 400 $Q bench --out "$OUT/results" ssb-full --dir /tmp/qora-ssb-full ;;
     ssb-live-512) timeout 580 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 512 --detector 192 \
                     --dataset-dir /tmp/qora-ssb-full --receivers 4 --senders 2 --final-fps 40000 ;;
+    ssb-live-512-final) timeout 300 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 512 --detector 192 \
+                          --dataset-dir /tmp/qora-ssb-full --protocol none --final-fps 40000 ;;
     bslz4) timeout 120 python3 bench/probes/bslz4_device_probe.py --detector 192 --repeats 20 ;;
     bpm-rotation) timeout 120 python3 bench/probes/holo_bpm_rotation.py 48 60 cuda 20; timeout 150 python3 bench/probes/holo_bpm_rotation.py 128 180 cuda 0 cufft; timeout 150 python3 bench/probes/holo_bpm_rotation.py 128 180 cuda 0 fused_fft ;;
     *) echo "unknown benchmark $b" ;;

@@ -244,7 +244,8 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
                    truth_C10=meta.get("C10"), paced_fps=final_fps, processed_fps=out.statistics["processed_fps"],
                    backlog_frames_at_last_frame=parts["backlog_frames"], final_fit=final_fit,
                    refreshes=len(out.updates), warm_start=warm)
-        echo(f"final image + {final_fit} fit ({'warm' if warm else 'cold'}, {len(out.updates)} refreshes): {out.latency_s:.3f} s after the last "
+        took = "" if final_fit != "auto" else f"took the {'warm' if warm else 'cold'} fit, "
+        echo(f"final image + {final_fit} fit ({took}{len(out.updates)} refreshes): {out.latency_s:.3f} s after the last "
              f"frame, {out.latency_s - parts['queue_s']:.3f} s without the queue's backlog ({parts}); "
              f"C10 {p['C10']:.1f} A (truth {meta.get('C10')})")
         if final_fit == "cold":  # the issue's parity: the live end equals the offline session of the same frames

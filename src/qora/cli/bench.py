@@ -245,9 +245,10 @@ def bench_viewer(part, backend, screenshots, no_write) -> None:
 @backend_option()
 @click.option("--scan", type=click.IntRange(8, 4096), default=512, show_default=True, help="Scan side.")
 @click.option("--detector", type=click.IntRange(16, 1024), default=192, show_default=True, help="Detector side.")
-@click.option("--protocol", type=click.Choice(["merlin", "dectris", "dectris2", "all"]), default="all",
+@click.option("--protocol", type=click.Choice(["merlin", "dectris", "dectris2", "all", "none"]), default="all",
               show_default=True,
-              help="The receivers measured: Merlin TCP, DECTRIS stream v1 (JSON), v2 (CBOR), or all.")
+              help="The receivers measured: Merlin TCP, DECTRIS stream v1 (JSON), v2 (CBOR), all, or none (only "
+                   "the cases from memory and the final latency).")
 @click.option("--dataset-dir", type=click.Path(file_okay=False), default=None,
               help="Where qora bench ssb-full keeps its full-scale dataset (the final-latency case uses it; "
                    "default: a small simulated film).")
@@ -269,7 +270,7 @@ def bench_ssb_live(backend, scan, detector, protocol, dataset_dir, stages_only, 
     """Live 4D-STEM: frames/s from the Merlin and DECTRIS simulators into G, and the final image + fit latency."""
     from qora.bench import ssb_live
 
-    protocols = ("merlin", "dectris", "dectris2") if protocol == "all" else (protocol,)
+    protocols = {"all": ("merlin", "dectris", "dectris2"), "none": ()}.get(protocol, (protocol,))
     ssb_live.run(backend=backend, scan=scan, detector=detector, protocols=protocols, dataset_dir=dataset_dir,
                  stages_only=stages_only, receivers=tuple(receivers), senders=senders, batch=batch, final_fps=final_fps,
                  write=not no_write, echo=click.echo)
