@@ -52,6 +52,8 @@ for b in ${BENCH:-}; do
     phase-fused) timeout 280 python3 bench/probes/fused_fft_probe.py --out "$OUT/results/phase-fused" ;;
     phase-fused-ncu) QORA_NCU_VARIANTS="fused_fft graph" QORA_NCU_SHAPES="256x256x256 2048x2048" \
                        QORA_RESULTS_DIR="$OUT/results" timeout 300 bash bench/ncu-phase.sh "$OUT/ncu" ;;
+    bpm-resident) timeout 200 python3 bench/probes/bpm_fused_probe.py --candidates "" --column-ept 16 --resident 2,1 \
+                    --out "$OUT/results/bpm-resident" ;;
     bpm-fused) timeout 240 python3 bench/probes/bpm_fused_probe.py --out "$OUT/results/bpm-fused" ;;
     bpm-fused-ncu) QORA_NCU_KINDS="bpm_fused_forward bpm_fused_gradient" QORA_NCU_SIZES=256 \
                      QORA_RESULTS_DIR="$OUT/results" timeout 300 bash bench/ncu-holo.sh "$OUT/ncu" python3 ;;

@@ -3,14 +3,16 @@ at n^3 (49 illuminations, one chunk), each fused pass timed alone, bytes per ele
 model and GB/s against a copy kernel measured in the same run, and the two variants' results compared.
 ``--chunks`` adds both variants with smaller chunks of illuminations: with 16 at 256^2 a chunk's W, S
 and tables (34 MB) could stay in the 50 MB L2 from slice to slice (the tables are the same for every
-slice but the last), which the byte model does not count. ``--candidates`` adds the candidate kernels
+slice but the last), which the byte model does not count. ``--resident`` adds the ``fused_resident``
+variant (the slice loop in one cluster per illumination, the field on chip) at each CTAs-per-SM setting
+built, with its own byte model and, for comparison, the line passes' bytes over its time. ``--candidates`` adds the candidate kernels
 (docs/holo-performance.md, "Fused BPM candidates"), each a "+"-joined list of FusedSteps options:
 ``async`` / ``stage`` (column_load), ``col8`` (column_lines 8), ``rowpipe`` (row_load "pipe"), ``row16``
 (row_ept 16), ``early`` (reverse_load "early", after rowpipe in a list: the forward row passes piped, the
 reverse one early); one not built at a size is reported and skipped.
 
     PYTHONPATH=src python bench/probes/bpm_fused_probe.py [--sizes 256,128] [--repeats 5] [--chunks 16,8]
-        [--candidates async,stage,...] [--out DIR]
+        [--candidates async,stage,...] [--resident 2,1] [--out DIR]
 """
 
 from __future__ import annotations
@@ -45,10 +47,11 @@ def _rel(a, b) -> float:
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-def probe(be, n: int, copy: float, repeats: int, column_epts, chunks=(), candidates=()) -> dict:
+def probe(be, n: int, copy: float, repeats: int, column_epts, chunks=(), candidates=(), resident=()) -> dict:
     from qora.holo import phantoms as P
     from qora.holo import reference as R
     from qora.holo.bpm_cuda import BpmDevice
+    from qora.holo import bpm_resident
     from qora.holo.bpm_fused import PASS_BYTES, SLICE_BYTES, FusedSteps
     from qora.holo.plans import bpm_tables
 
@@ -74,6 +77,13 @@ def probe(be, n: int, copy: float, repeats: int, column_epts, chunks=(), candida
         devices[f"fused_fft_ept{ept}"] = fused_device({"column_ept": ept})
     for text in candidates:
         devices[f"fused_fft[{text}]"] = fused_device(candidate_options(text))
+    for ctas in resident:
+        if ctas in bpm_resident.CTAS_PER_SM.get(n, ()):
+            def make_resident(ctas=ctas):
+                dev = BpmDevice(g, tables, chunk=chunk, variant="fused_resident")
+                dev.fused = bpm_resident.ResidentSteps(dev, ctas_per_sm=ctas)
+                return dev
+            devices[f"fused_resident_sm{ctas}"] = make_resident
     for c in chunks:
         devices[f"cufft_chunk{c}"] = lambda c=c: BpmDevice(g, tables, chunk=c)
         devices[f"fused_fft_chunk{c}"] = lambda c=c: BpmDevice(g, tables, chunk=c, variant="fused_fft")
@@ -98,17 +108,25 @@ def probe(be, n: int, copy: float, repeats: int, column_epts, chunks=(), candida
             cp.get_default_memory_pool().free_all_blocks()
             continue
         outputs[name] = (out.get(), gradient.get(), loss)
-        kind = "cufft" if name.startswith("cufft") else "fused_fft"
+        kind = name.split("_sm")[0] if name.startswith("fused_resident") else \
+            "cufft" if name.startswith("cufft") else "fused_fft"
         entry = {"forward_ms": fwd, "gradient_ms": grad}
         for direction, ms in (("forward", fwd), ("gradient", grad)):
-            model = SLICE_BYTES[kind, direction] + (8 if direction == "forward" else 16) / dev.chunk
+            screen = (8 if direction == "forward" else 16) / dev.chunk
+            own = bpm_resident.SLICE_BYTES[direction] if kind == "fused_resident" else SLICE_BYTES[kind, direction]
+            model = own + screen
             gbs = model * elements / (ms * 1e-3) / 1e9
             entry[direction] = {"ms": ms, "ps_per_element_slice": ms * 1e9 / elements, "model_bytes": model,
-                                "model_gbs": gbs, "pct_copy": 100 * gbs / copy}
+                                "model_gbs": gbs, "pct_copy": 100 * gbs / copy,
+                                # the line passes' bytes over this time: the copy floor of the fused_fft design
+                                "pct_copy_at_line_pass_bytes": 100 * (SLICE_BYTES["fused_fft", direction] + screen)
+                                * elements / (ms * 1e-3) / 1e9 / copy}
         row["variants"][name] = entry
         print(f"  {n}^3 {name}: forward {fwd:.2f} ms ({entry['forward']['pct_copy']:.0f}% of copy at "
               f"{entry['forward']['model_bytes']:.0f} B/el), gradient {grad:.2f} ms "
-              f"({entry['gradient']['pct_copy']:.0f}%)", flush=True)
+              f"({entry['gradient']['pct_copy']:.0f}%); at the line passes' bytes "
+              f"{entry['forward']['pct_copy_at_line_pass_bytes']:.0f}% and "
+              f"{entry['gradient']['pct_copy_at_line_pass_bytes']:.0f}%", flush=True)
         if name.startswith("fused_fft_ept") or name.startswith("fused_fft["):  # each pass alone, queued behind a copy (no launch gap, a cold L2)
             b, scale, fused = chunk, np.float32(1.0 / (n * n)), dev.fused
             w, s = dev.w[:b], dev.s[:b]
@@ -164,6 +182,7 @@ def main() -> None:
     parser.add_argument("--column-ept", default="16,8", help="the fused column passes' elements per thread to try")
     parser.add_argument("--chunks", default="", help="smaller chunks of illuminations to add, e.g. 16,8")
     parser.add_argument("--candidates", default=DEFAULT_CANDIDATES, help="candidate kernels ('' for none)")
+    parser.add_argument("--resident", default="2,1", help="fused_resident CTAs per SM to add ('' for none)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     be = resolve("cuda")
@@ -174,7 +193,8 @@ def main() -> None:
         epts = [int(e) for e in args.column_ept.split(",") if not (n == 128 and int(e) == 16)]
         chunks = [int(c) for c in args.chunks.split(",") if c]
         candidates = [c for c in args.candidates.split(",") if c]
-        rows.append(probe(be, n, copy, args.repeats, epts, chunks, candidates))
+        resident = [int(c) for c in args.resident.split(",") if c]
+        rows.append(probe(be, n, copy, args.repeats, epts, chunks, candidates, resident))
     result = {"device": be.device_facts().as_dict(), "copy_gbs": copy, "rows": rows}
     if args.out:
         out = Path(args.out)

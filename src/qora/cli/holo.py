@@ -215,10 +215,11 @@ def _file_geometry(ctx, path, g, hp, *, wavelength, pixel, hologram_pixel, mediu
               help="Reconstruct absorption too (n + i kappa; written beside the index as 'absorption').")
 @click.option("--batch", type=click.IntRange(1, 100000), default=None,
               help="bpm: illuminations (or angles) per gradient step, cycled without momentum (default: all, with FISTA).")
-@click.option("--bpm-variant", type=click.Choice(["auto", "cufft", "fused_fft"]), default=None,
-              help="bpm on the GPU: the slice step as cuFFT transforms and element-wise kernels, or as fused "
-              "cuFFTDx line passes (n of 128, 256 or 512 on an H100/H200; docs/holo-performance.md) "
-              "[default: auto, fused_fft where it was measured faster].")
+@click.option("--bpm-variant", type=click.Choice(["auto", "cufft", "fused_fft", "fused_resident"]), default=None,
+              help="bpm on the GPU: the slice step as cuFFT transforms and element-wise kernels, as fused "
+              "cuFFTDx line passes (n of 128, 256 or 512 on an H100/H200), or the whole slice loop with the "
+              "field on chip (fused_resident: n of 128 or 256; docs/holo-performance.md) "
+              "[default: auto, the variant measured fastest].")
 @click.option("--oversample", type=click.FloatRange(1.0, 4.0), default=2.0, show_default=True,
               help="Map onto a grid this many times finer in k (costs oversample^3; docs/holo.md); not bpm.")
 @click.option("--input", "input_kind", type=click.Choice(["holograms", "fields", "phase-amplitude"]),

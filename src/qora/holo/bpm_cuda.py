@@ -10,7 +10,9 @@ over the chunk's illuminations (no atomics), the forward FFT. The stored envelop
 chunking does not change the result beyond the order of float sums.
 
 ``variant="fused_fft"`` (:mod:`qora.holo.bpm_fused`) runs each slice step as two cuFFTDx line
-passes carrying the element-wise work instead (docs/holo-performance.md, "The fused slice step").
+passes carrying the element-wise work instead (docs/holo-performance.md, "The fused slice step");
+``variant="fused_resident"`` (:mod:`qora.holo.bpm_resident`) runs the whole slice loop of an
+illumination in one thread-block cluster that keeps the field on chip ("The field on chip").
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ from qora.progress import report
 __all__ = ["BpmDevice", "VARIANTS", "pick_variant", "bpm_forward", "bpm_vjp", "bpm_gradient", "bpm_reconstruct"]
 
 
-#: the slice step's implementations: cuFFT transforms with element-wise kernels between them, or fused
-#: cuFFTDx line passes (lateral sizes 128 to 512, compute capability 9.x); "auto" picks between them
-VARIANTS = ("auto", "cufft", "fused_fft")
+#: the slice step's implementations: cuFFT transforms with element-wise kernels between them, fused
+#: cuFFTDx line passes (lateral sizes 128 to 512, compute capability 9.x), or the whole slice loop in one
+#: thread-block cluster per illumination with the field on chip (128 and 256); "auto" picks between them
+VARIANTS = ("auto", "cufft", "fused_fft", "fused_resident")
 
 
 def check_variant(variant: str) -> str:
@@ -70,8 +73,9 @@ class BpmDevice:
 
     ``chunk``: illuminations per chunk (default: as many as fit, with their stored envelopes,
     in half the free device memory). ``variant``: the slice step (:data:`VARIANTS`); with "fused_fft"
-    forward and reverse run :class:`qora.holo.bpm_fused.FusedSteps` on these buffers, and the tables
-    are kept in its register order.
+    forward and reverse run :class:`qora.holo.bpm_fused.FusedSteps` on these buffers, with
+    "fused_resident" :class:`qora.holo.bpm_resident.ResidentSteps`, and the tables are kept in their
+    register order.
     """
 
     def __init__(self, geometry: Geometry, tables: BpmTables, *, chunk: int | None = None,
@@ -104,6 +108,10 @@ class BpmDevice:
             from qora.holo.bpm_fused import FusedSteps
 
             self.fused = FusedSteps(self)
+        elif variant == "fused_resident":
+            from qora.holo.bpm_resident import ResidentSteps
+
+            self.fused = ResidentSteps(self)
 
     def set_contrast(self, x) -> None:
         """The thin screens exp(i k0 d x_k) of the contrast x (nz, n, n) float32, centre-origin."""

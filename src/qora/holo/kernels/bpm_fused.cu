@@ -32,20 +32,9 @@
 // writes bpm_fused.sm_90.cubin beside this file.
 
 #include "line_fft.cuh"
+#include "bpm_slice.cuh"
 
 using qora::LinePair;
-
-__device__ __forceinline__ float2 mul(float2 a, float2 b) { return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x); }
-// conj(a) b
-__device__ __forceinline__ float2 mul_conj(float2 a, float2 b) {
-    return make_float2(a.x * b.x + a.y * b.y, a.x * b.y - a.y * b.x);
-}
-
-template <class P>
-__device__ __forceinline__ float2 at(const typename P::cx* r, int e) { return make_float2(r[e].x, r[e].y); }
-
-template <class P>
-__device__ __forceinline__ void put(typename P::cx* r, int e, float2 v) { r[e] = typename P::cx{v.x, v.y}; }
 
 // ------------------------------------------------------------------------------------------
 // Column passes (along y): block blk takes columns bx F .. bx F + F - 1 of illumination b.
@@ -115,21 +104,16 @@ __device__ __forceinline__ void column_pass(float2* __restrict__ w, float2* __re
         const long long i = q + (long long)e * F * P::stride;
         const int li = local + e * F * P::stride;
         const float2 a = at<P>(r, e);
+        const float2 q = LOAD == COLUMN_STAGE ? tq_run[li] : tq[i], t = LOAD == COLUMN_STAGE ? tr_run[li] : tr[i];
         if (!REVERSE) {  // S <- tq A + tr S
-            const float2 u = mul(LOAD == COLUMN_STAGE ? tq_run[li] : tq[i], a);
-            const float2 v = mul(LOAD == COLUMN_STAGE ? tr_run[li] : tr[i], LOAD == COLUMN_STAGE ? s_run[li] : s[i]);
-            const float2 next = make_float2(u.x + v.x, u.y + v.y);
+            const float2 next = propagate(a, q, t, LOAD == COLUMN_STAGE ? s_run[li] : s[i]);
             s[i] = next;
             put<P>(r, e, next);
         } else {  // G' = A + G; G <- conj(tr) G'; the line <- conj(tq) G' / n^2
-            float2 g = a;
-            if (!first) {
-                const float2 old = LOAD == COLUMN_STAGE ? s_run[li] : s[i];
-                g = make_float2(g.x + old.x, g.y + old.y);
-            }
-            s[i] = mul_conj(LOAD == COLUMN_STAGE ? tr_run[li] : tr[i], g);
-            const float2 u = mul_conj(LOAD == COLUMN_STAGE ? tq_run[li] : tq[i], g);
-            put<P>(r, e, make_float2(u.x * scale, u.y * scale));
+            float2 g = make_float2(0.0f, 0.0f);
+            if (!first) g = LOAD == COLUMN_STAGE ? s_run[li] : s[i];
+            put<P>(r, e, propagate_adjoint(a, q, t, &g, first, scale));
+            s[i] = g;
         }
     }
     __syncthreads();
@@ -265,9 +249,9 @@ __device__ __forceinline__ void reverse_body(typename LinePair<N, EPT, F>::cx* r
         const int x = threadIdx.x + e * P::stride;
         const float2 p = screen[(long long)y * N + x];
         const float2 wk = EARLY ? early[e] : l.valid ? stored[l.line + x] : make_float2(0.0f, 0.0f);
-        const float2 pw = mul(p, wk), bv = at<P>(r, e);
-        partial[threadIdx.y * N + x] = pw.x * bv.y - pw.y * bv.x;  // Im(conj(p w) b)
-        put<P>(r, e, mul_conj(p, bv));
+        float2 bv = at<P>(r, e);
+        partial[threadIdx.y * N + x] = screen_gradient(p, wk, &bv);  // Im(conj(p w) b)
+        put<P>(r, e, bv);
     }
     __syncthreads();
     typename P::Forward().execute(r, reinterpret_cast<cx*>(smem));

@@ -1,0 +1,115 @@
+"""The BPM's ``fused_resident`` variant on CUDA: one thread-block cluster per illumination keeps the field
+on chip through the whole slice loop (``kernels/bpm_resident.cu``; docs/holo-performance.md, "The field
+on chip").
+
+:class:`qora.holo.bpm_cuda.BpmDevice` with ``variant="fused_resident"`` runs its forward and reverse
+passes through :class:`ResidentSteps`: one kernel launch per chunk for the forward model, one for the
+gradient (the forward pass storing the envelopes w_k, the residual and the reverse pass, the field never
+leaving the cluster's shared memory). The slice algebra, the register order of S and the tables, and the
+byte accounting follow :mod:`qora.holo.bpm_fused`; only the field's round trips to DRAM are gone (32 B per
+element and slice forward against 64). Lateral sizes 128 and 256 (:data:`LAYOUTS`), compute capability
+9.x (thread-block clusters).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qora.backend.kernels import load_cubin
+from qora.holo.bpm_fused import spectral_order
+from qora.holo.cuda_stages import cupy
+from qora.io.errors import InputError
+
+__all__ = ["ResidentSteps", "LAYOUTS", "CTAS_PER_SM", "SLICE_BYTES"]
+
+CUBIN = "bpm_resident.sm_90.cubin"
+#: (elements per thread, CTAs per cluster) by lateral size: 32 lines of 16 threads per CTA
+LAYOUTS = {128: (8, 4), 256: (16, 8)}
+#: CTAs per SM each size is built for (the first is the default): at 256, two per SM (64 registers,
+#: spilling) and one per SM (128 registers, no spills); the probe measures both
+CTAS_PER_SM = {128: (2,), 256: (2, 1)}
+#: DRAM bytes per element and slice (S read and written, tq and tr read; the gradient adds w_k stored,
+#: then G read and written, tq, tr and w_k read); the screen adds 8 / B per pass as in bpm_fused
+SLICE_BYTES = {"forward": 32, "gradient": 80}
+
+
+class ResidentSteps:
+    """Forward model and gradient of a :class:`~qora.holo.bpm_cuda.BpmDevice` (``variant="fused_resident"``).
+
+    ``s`` holds S (forward) and then G (reverse) in the column transform's register order
+    (:func:`qora.holo.bpm_fused.spectral_order` with lines = n / cluster); the device's tables are replaced
+    by their register-order copies. ``ctas_per_sm``: one of :data:`CTAS_PER_SM` for the size.
+    """
+
+    def __init__(self, dev, *, ctas_per_sm: int | None = None) -> None:
+        n = dev.n
+        if n not in LAYOUTS:
+            raise InputError(f"BPM variant 'fused_resident' needs a lateral size in {tuple(LAYOUTS)}, got {n}; "
+                             "use variant='fused_fft' or 'cufft'")
+        ctas = CTAS_PER_SM[n][0] if ctas_per_sm is None else int(ctas_per_sm)
+        if ctas not in CTAS_PER_SM[n]:
+            raise InputError(f"ctas_per_sm must be one of {CTAS_PER_SM[n]} at {n} points, got {ctas_per_sm}")
+        cp = cupy()
+        if not str(cp.cuda.Device().compute_capability).startswith("9"):
+            raise InputError("BPM variant 'fused_resident' is built for compute capability 9.x (H100/H200); use "
+                             "variant='cufft'")
+        ept, cluster = LAYOUTS[n]
+        module = load_cubin("qora.holo", CUBIN)
+        suffix = f"{n}_{cluster}_{ept}_{ctas}"
+        out = cp.zeros(4, np.int32)
+        module.get_function(f"bpm_resident_params_{suffix}")((1,), (1,), (out,))
+        bx, by, self.smem, self.cluster = (int(v) for v in out.get())
+        self.block = (bx, by)
+        self.kernels = {}
+        for kind in ("forward", "gradient"):
+            kernel = self.kernels[kind] = module.get_function(f"bpm_resident_{kind}_{suffix}")
+            kernel.max_dynamic_shared_size_bytes = self.smem
+        self.name = suffix
+        self.dev = dev
+        lines = n // cluster
+        dev.cq, dev.cr, dev.lq, dev.lr = (cp.asarray(np.ascontiguousarray(spectral_order(t, ept, lines)))
+                                          for t in dev.tables.products(np.complex64))
+
+    def _start(self, b: int):
+        """S_0 = n^2 delta for the chunk's first ``b`` illuminations (bin (0, 0) is first in register order)."""
+        n = self.dev.n
+        s = self.dev.s[:b]
+        s.fill(0)
+        s[:, 0, 0] = n * n
+        return s
+
+    def _launch(self, kind: str, b: int, *args) -> None:
+        self.kernels[kind]((b * self.cluster,), self.block, args, shared_mem=self.smem)
+
+    def _tables(self, sl):
+        dev = self.dev
+        return dev.screens, dev.cq[sl], dev.cr[sl], dev.lq[sl], dev.lr[sl], np.int32(dev.nz)
+
+    def forward(self, out) -> None:
+        """Field ratios (A, n, n) complex64, centre-origin, into the device array ``out``."""
+        dev = self.dev
+        scale = np.float32(1.0 / (dev.n * dev.n))
+        for sl in dev.chunks:
+            b = sl.stop - sl.start
+            self._launch("forward", b, self._start(b), *self._tables(sl), scale, out[sl])
+
+    def reverse(self, data, index=slice(None), *, residual: bool = False):
+        """As :meth:`BpmDevice.reverse`: Re(J^H r) over the illuminations ``index`` (nz, n, n) float32
+        centre-origin, and sum |r|^2."""
+        cp, dev = cupy(), self.dev
+        n, nz = dev.n, dev.nz
+        start, stop, _ = index.indices(dev.count)
+        if dev.stored is None or dev.stored.shape[1] < min(dev.chunk, stop - start):
+            dev.stored = cp.empty((nz, dev.chunk, n, n), cp.complex64)
+        dev.grad.fill(0)
+        dev.loss.fill(0)
+        scale = np.float32(1.0 / (n * n))
+        stored_slice = np.int64(dev.stored.shape[1] * n * n)  # complex values from one slice's w_k to the next
+        for first in range(start, stop, dev.chunk):
+            sl = slice(first, min(first + dev.chunk, stop))
+            b = sl.stop - sl.start
+            data_chunk = cp.ascontiguousarray(data[sl], dtype=cp.complex64)
+            self._launch("gradient", b, self._start(b), *self._tables(sl), scale, dev.stored, stored_slice,
+                         data_chunk, np.float32(0) if residual else scale, dev.loss, dev.kd, dev.grad)
+        grad = cp.fft.fftshift(dev.grad, axes=(-2, -1))
+        return grad, float(dev.loss.get()[0])
