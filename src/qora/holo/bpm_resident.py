@@ -25,12 +25,13 @@ __all__ = ["ResidentSteps", "LAYOUTS", "CTAS_PER_SM", "SLICE_BYTES"]
 CUBIN = "bpm_resident.sm_90.cubin"
 #: (elements per thread, CTAs per cluster) by lateral size: 32 lines of 16 threads per CTA
 LAYOUTS = {128: (8, 4), 256: (16, 8)}
-#: CTAs per SM each size is built for (the first is the default): at 256, two per SM (64 registers,
-#: spilling) and one per SM (128 registers, no spills); the probe measures both
-CTAS_PER_SM = {128: (2,), 256: (2, 1)}
-#: DRAM bytes per element and slice (S read and written, tq and tr read; the gradient adds w_k stored,
-#: then G read and written, tq, tr and w_k read); the screen adds 8 / B per pass as in bpm_fused
-SLICE_BYTES = {"forward": 32, "gradient": 80}
+#: CTAs per SM each size is built for (the first is the default): the field and the tables in shared
+#: memory leave room for two at 128 (97 KB each) and one at 256 (194 KB)
+CTAS_PER_SM = {128: (2,), 256: (1,)}
+#: DRAM bytes per element and slice: S read and written (tq and tr of every slice but the last are read
+#: into shared memory once per kernel); the gradient adds w_k stored, then G read and written and w_k read.
+#: The screen adds 8 / B per pass as in bpm_fused
+SLICE_BYTES = {"forward": 16, "gradient": 48}
 
 
 class ResidentSteps:

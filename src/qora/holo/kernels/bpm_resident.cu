@@ -39,18 +39,39 @@ struct Resident {
     static constexpr int stride = P::stride;
     static constexpr int threads = stride * R;
     static constexpr int field_bytes = R * pitch * 8;
-    static constexpr int smem_bytes = field_bytes > P::fft_bytes ? field_bytes : P::fft_bytes;
+    static constexpr int run = N * R;  // values of one register-order array a CTA's columns hold
+    // the field (and the transforms' memory over it), then the CTA's tq and tr of every slice but the last
+    static constexpr int tables_offset = (field_bytes + 15) / 16 * 16;
+    static constexpr int smem_bytes = tables_offset + 2 * run * 8;
     static_assert(N % C == 0 && threads <= 1024, "a CTA holds N / C whole lines");
+    static_assert(field_bytes >= P::fft_bytes, "the field is the transforms' memory");
 };
 
 // What every resident kernel reads: the chunk's S (G) and tables in register order (lines R) from its
-// first illumination on, the screens (nz, n, n), the slice count.
+// first illumination on, the screens (nz, n, n), the slice count; tq and tr of every slice but the last
+// are the same, so each CTA copies its part into shared memory once (`tq`, `tr`) and reads the last
+// slice's from global memory.
 struct Slices {
     float2* s;
     const float2* screens;
     const float2 *cq, *cr, *lq, *lr;  // every slice but the last, and the last
     int nz;
+    const float2 *tq, *tr;  // the CTA's run of cq and cr in shared memory
 };
+
+template <class Z>
+__device__ __forceinline__ void tables_in(Slices& a, unsigned char* smem, long long blk) {
+    float2* tq = reinterpret_cast<float2*>(smem + Z::tables_offset);
+    float2* tr = tq + Z::run;
+    const float2* cq = a.cq + blk * Z::run;
+    const float2* cr = a.cr + blk * Z::run;
+    for (int i = qora::block_thread(); i < Z::run; i += Z::threads) {
+        tq[i] = __ldg(cq + i);
+        tr[i] = __ldg(cr + i);
+    }
+    a.tq = tq;
+    a.tr = tr;
+}
 
 // this thread's elements of its row (threadIdx.y) of the CTA's part, between the field and registers
 template <class Z>
@@ -97,6 +118,16 @@ template <class Z, bool REVERSE>
 __device__ __forceinline__ void column_phase(cg::cluster_group& cluster, float2* field, const Slices& a, int k,
                                              long long blk, int rank, float scale) {
     using cx = typename Z::cx;
+    const bool last = k == a.nz - 1;
+    // the CTA's run of each register-order array; register e at q + e R stride in it
+    const long long run = blk * Z::run;
+    float2* sk = a.s + run;
+    const int q = threadIdx.y * Z::stride + threadIdx.x;
+    // S (G) is read before the gather so that its DRAM latency passes under the gather and the transform
+    // (the reverse pass starts at the last slice with G = 0)
+    float2 old[Z::EPT];
+    for (int e = 0; e < Z::EPT; ++e)
+        old[e] = REVERSE && last ? make_float2(0.0f, 0.0f) : sk[q + e * Z::R * Z::stride];
     cx r[Z::EPT];
     for (int e = 0; e < Z::EPT; ++e) {
         const float2 v = cluster_load(column_element<Z>(field, rank, e));
@@ -105,23 +136,17 @@ __device__ __forceinline__ void column_phase(cg::cluster_group& cluster, float2*
     cluster.sync();  // no CTA reads another's field any more: each field is its transforms' memory
     cx* scratch = reinterpret_cast<cx*>(field);
     typename Z::P::Forward().execute(r, scratch);
-    const bool last = k == a.nz - 1;
-    // the CTA's run of N R values of each register-order array; register e at q + e R stride in it
-    const long long run = blk * Z::N * Z::R;
-    const float2* tq = (last ? a.lq : a.cq) + run;
-    const float2* tr = (last ? a.lr : a.cr) + run;
-    float2* sk = a.s + run;
-    const int q = threadIdx.y * Z::stride + threadIdx.x;
+    const float2* tq = last ? a.lq + run : a.tq;
+    const float2* tr = last ? a.lr + run : a.tr;
     for (int e = 0; e < Z::EPT; ++e) {
         const int i = q + e * Z::R * Z::stride;
         const float2 v = at<typename Z::P>(r, e);
         if (!REVERSE) {
-            const float2 next = propagate(v, tq[i], tr[i], sk[i]);
+            const float2 next = propagate(v, tq[i], tr[i], old[e]);
             sk[i] = next;
             put<typename Z::P>(r, e, next);
         } else {
-            float2 g = make_float2(0.0f, 0.0f);
-            if (!last) g = sk[i];  // the reverse pass starts at the last slice with G = 0
+            float2 g = old[e];
             put<typename Z::P>(r, e, propagate_adjoint(v, tq[i], tr[i], &g, last, scale));
             sk[i] = g;
         }
@@ -154,20 +179,29 @@ __device__ __forceinline__ void row_phase(float2* field, const RowArgs& a, long 
     constexpr int N = Z::N;
     cx r[Z::EPT];
     row_in<Z>(field, r);
+    const int y = rank * Z::R + threadIdx.y;
+    const long long line = b * N + y;
+    const long long centred = (b * N + (y + N / 2) % N) * N;
+    // the screen (and in the reverse pass w_k) read before the inverse transform, so that their latency
+    // passes under it
+    constexpr bool SCREEN = MODE == ROWS_FORWARD || MODE == ROWS_REVERSE;
+    float2 p[SCREEN ? Z::EPT : 1], wk[MODE == ROWS_REVERSE ? Z::EPT : 1];
+    for (int e = 0; SCREEN && e < Z::EPT; ++e) {
+        const int x = threadIdx.x + e * Z::stride;
+        p[e] = __ldg(a.screen + (long long)y * N + x);
+        if (MODE == ROWS_REVERSE) wk[e] = __ldg(a.stored + line * N + x);
+    }
     __syncthreads();  // the whole part is in registers: the field is the transforms' memory
     cx* scratch = reinterpret_cast<cx*>(field);
     const bool skip_inverse = MODE == ROWS_RESIDUAL && scale == 0.0f;
     if (!skip_inverse) typename Z::P::Inverse().execute(r, scratch);
-    const int y = rank * Z::R + threadIdx.y;
-    const long long line = b * N + y;
-    const long long centred = (b * N + (y + N / 2) % N) * N;
     float err = 0.0f;
     for (int e = 0; e < Z::EPT; ++e) {
         const int x = threadIdx.x + e * Z::stride;
         const float2 v = make_float2(r[e].x * scale, r[e].y * scale);
         if (MODE == ROWS_FORWARD) {
             if (a.stored != nullptr) a.stored[line * N + x] = v;
-            put<typename Z::P>(r, e, mul(a.screen[(long long)y * N + x], v));
+            put<typename Z::P>(r, e, mul(p[e], v));
         } else if (MODE == ROWS_OUTPUT) {
             a.out[centred + (x + N / 2) % N] = v;
         } else if (MODE == ROWS_RESIDUAL) {  // r = w - d, or with scale 0 the residual d itself
@@ -177,7 +211,7 @@ __device__ __forceinline__ void row_phase(float2* field, const RowArgs& a, long 
             put<typename Z::P>(r, e, res);
         } else {  // b = F_x^-1 W (unscaled); grad_k += kd Im(conj(p w_k) b); b <- conj(p) b
             float2 bv = at<typename Z::P>(r, e);
-            const float term = screen_gradient(a.screen[(long long)y * N + x], a.stored[line * N + x], &bv);
+            const float term = screen_gradient(p[e], wk[e], &bv);
             atomicAdd(a.grad + (long long)y * N + x, a.kd * term);
             put<typename Z::P>(r, e, bv);
         }
@@ -194,13 +228,14 @@ __device__ __forceinline__ void row_phase(float2* field, const RowArgs& a, long 
 // (0, 0)); W starts as F_y^-1 S_0, n^2 in column kx = 0 of every row. With `stored`, w_k of every
 // slice at stored + k stored_slice (the chunk's illumination 0).
 template <class Z>
-__device__ __forceinline__ void forward_slices(cg::cluster_group& cluster, float2* field, const Slices& s,
+__device__ __forceinline__ void forward_slices(cg::cluster_group& cluster, float2* field, Slices& s,
                                                float2* stored, long long stored_slice, float scale) {
     const long long b = blockIdx.x / Z::C;
     const int rank = (int)cluster.block_rank();
     const long long blk = b * Z::C + rank;
     for (int i = qora::block_thread(); i < Z::R * Z::pitch; i += Z::threads)
         field[i] = make_float2(i % Z::pitch == 0 ? (float)Z::N * Z::N : 0.0f, 0.0f);
+    tables_in<Z>(s, reinterpret_cast<unsigned char*>(field), blk);
     __syncthreads();
     RowArgs rows{};
     for (int k = 0; k < s.nz; ++k) {
@@ -213,7 +248,7 @@ __device__ __forceinline__ void forward_slices(cg::cluster_group& cluster, float
 }
 
 template <class Z>
-__device__ __forceinline__ void resident_forward(const Slices& s, float scale, float2* out) {
+__device__ __forceinline__ void resident_forward(Slices s, float scale, float2* out) {
     extern __shared__ __align__(16) unsigned char smem[];
     float2* field = reinterpret_cast<float2*>(smem);
     cg::cluster_group cluster = cg::this_cluster();
@@ -226,7 +261,7 @@ __device__ __forceinline__ void resident_forward(const Slices& s, float scale, f
 // Forward (storing w_k), residual, and the reverse slice loop: Re(J^H r) summed over the chunk's
 // illuminations into grad (nz, n, n), sum |r|^2 into loss. G reuses S's memory.
 template <class Z>
-__device__ __forceinline__ void resident_gradient(const Slices& s, float scale, float2* stored, long long stored_slice,
+__device__ __forceinline__ void resident_gradient(Slices s, float scale, float2* stored, long long stored_slice,
                                                   const float2* data, float residual_scale, double* loss, float kd,
                                                   float* grad) {
     extern __shared__ __align__(16) unsigned char smem[];
@@ -279,9 +314,9 @@ __device__ __forceinline__ void resident_gradient(const Slices& s, float scale, 
     }
 
 // (N, elements per thread, CTAs per cluster, CTAs per SM the registers are bounded for): 32 lines of
-// 16 threads per CTA. Two CTAs per SM let 33 clusters of 8 (256^2) or 66 of 4 (128^2) run at once, at 64
-// registers; at 256 the column transforms want ~70 (as the line passes' column pass, 69-73) and spill,
-// so one CTA per SM (16 clusters at once, no spills) is built beside it and the probe picks.
+// 16 threads per CTA. At 128 two CTAs per SM (33 + 64 KB of shared memory, 64 registers): 66 clusters of
+// 4 at once, all 49 illuminations of the reference geometry in one wave. At 256 the field and tables
+// (66 + 128 KB) leave one CTA per SM: 16 clusters of 8 at once, 128 registers and no spills (two per SM
+// without the tables in shared memory spilled at 64 registers and measured no faster).
 QORA_BPM_RESIDENT(128, 8, 4, 2)
-QORA_BPM_RESIDENT(256, 16, 8, 2)
 QORA_BPM_RESIDENT(256, 16, 8, 1)
