@@ -54,6 +54,10 @@ for b in ${BENCH:-}; do
                        QORA_RESULTS_DIR="$OUT/results" timeout 300 bash bench/ncu-phase.sh "$OUT/ncu" ;;
     bpm-resident) timeout 200 python3 bench/probes/bpm_fused_probe.py --candidates "" --column-ept 16 --resident 2,1 \
                     --out "$OUT/results/bpm-resident" ;;
+    bpm-resident-ncu) for n in ${QORA_NCU_SIZES:-128 256}; do timeout 150 ncu --clock-control none -k regex:bpm_resident \
+                        --launch-skip 1 --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+                        --section SchedulerStats --section Occupancy --section LaunchStats --section SourceCounters \
+                        --section MemoryWorkloadAnalysis python3 bench/probes/bpm_resident_target.py $n forward; done ;;
     bpm-fused) timeout 240 python3 bench/probes/bpm_fused_probe.py --out "$OUT/results/bpm-fused" ;;
     bpm-fused-ncu) QORA_NCU_KINDS="bpm_fused_forward bpm_fused_gradient" QORA_NCU_SIZES=256 \
                      QORA_RESULTS_DIR="$OUT/results" timeout 300 bash bench/ncu-holo.sh "$OUT/ncu" python3 ;;
