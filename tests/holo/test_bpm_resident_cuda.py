@@ -115,3 +115,24 @@ def test_sizes_it_refuses():
     dev = BpmDevice(g128, bpm_tables(g128, NZ), variant="fused_resident")
     with pytest.raises(InputError, match="ctas_per_sm"):
         ResidentSteps(dev, ctas_per_sm=1)
+
+
+def test_bench_holo_rows_for_both_fused_variants():
+    """`qora bench holo`'s fused rows at 128^3: fused_fft and fused_resident beside cuFFT, each with its
+    byte model's GB/s."""
+    from qora.backend import resolve
+    from qora.bench.common import BenchResult
+    from qora.bench.holo_cuda import _bpm_fused
+    from qora.holo.cuda_stages import cupy
+
+    cp = cupy()
+    be = resolve("cuda")
+    g = _geometry(128)
+    x = cp.asarray(_contrast(128, nz=128))
+    d = cp.ones((g.count, 128, 128), cp.complex64)  # any data: only the times are read
+    result = BenchResult("holo", "cuda", {})
+    assert _bpm_fused(result, be, g, 128, g.count, x, d, 4000.0, (1.0, 1.0), lambda *_: None)
+    for variant in ("fused_fft", "fused_resident"):
+        for direction in ("forward", "gradient"):
+            row = result.cases[f"bpm/128x128x128/{direction}_{variant}"]
+            assert row["ms"] > 0 and row["gbs"] > 0 and row["ratio"] == pytest.approx(1.0 / row["ms"])

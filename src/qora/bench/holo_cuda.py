@@ -270,7 +270,7 @@ def _rotation_188(result, be, echo) -> None:
 
 def _bpm(result, be, n: int, copy_gbs: float, echo) -> None:
     """BPM forward and gradient times, its kernels' GB/s, and RMSE against time on exact-model data."""
-    from qora.holo import bpm_cuda, bpm_reconstruct, reconstruct
+    from qora.holo import bpm_cuda, bpm_reconstruct, bpm_resident, reconstruct
     from qora.holo import kernels as K
     from qora.holo import phantoms as P
     from qora.holo import reference as R
@@ -314,8 +314,9 @@ def _bpm(result, be, n: int, copy_gbs: float, echo) -> None:
                                                           variant="cufft").index),
         ("bpm20_tv_from_rytov_gp20", lambda: bpm_reconstruct(data, g, iterations=20, tv_weight=1e-3,
                                                              backend="cuda", variant="cufft").index),
-    ) + ((("bpm20_from_rytov_gp20_fused_fft", lambda: bpm_reconstruct(data, g, iterations=20, backend="cuda",
-                                                                    variant="fused_fft").index),) if fused else ()):
+    ) + tuple((f"bpm20_from_rytov_gp20_{v}", lambda v=v: bpm_reconstruct(data, g, iterations=20, backend="cuda",
+                                                                        variant=v).index)
+              for v in (("fused_fft",) + (("fused_resident",) if n in bpm_resident.LAYOUTS else ()) if fused else ())):
         fn()
         t0 = time.perf_counter()
         vol = fn()
@@ -328,26 +329,33 @@ def _bpm(result, be, n: int, copy_gbs: float, echo) -> None:
 
 
 def _bpm_fused(result, be, g, n: int, chunk: int, x, d, copy_gbs: float, cufft_ms, echo) -> bool:
-    """The fused_fft variant's forward and gradient beside the cuFFT variant's (``cufft_ms``), with the GB/s
-    of its byte model; False where it does not run (another size, another architecture)."""
+    """The fused variants' forward and gradient (``fused_fft``, and ``fused_resident`` where it is built) beside
+    the cuFFT variant's (``cufft_ms``), with the GB/s of each one's byte model; False where ``fused_fft`` does
+    not run (another size, another architecture)."""
+    from qora.holo import bpm_fused, bpm_resident
     from qora.holo.bpm_cuda import BpmDevice
-    from qora.holo.bpm_fused import SIZES, SLICE_BYTES
     from qora.holo.plans import bpm_tables
 
-    if n not in SIZES or not be.device_facts().compute_capability.startswith("9"):
+    if n not in bpm_fused.SIZES or not be.device_facts().compute_capability.startswith("9"):
         return False
     label = shape_label((n, n, n))
-    dev = BpmDevice(g, bpm_tables(g, n), chunk=chunk, variant="fused_fft")
-    dev.set_contrast(x)
-    out = be.xp.empty((g.count, n, n), be.xp.complex64)
-    times = (time_device(be, lambda: dev.forward(out), warmup=1, repeats=3).median_ms,
-             time_device(be, lambda: dev.reverse(d), warmup=1, repeats=3).median_ms)
-    for direction, ms, old in zip(("forward", "gradient"), times, cufft_ms):
-        gbs = SLICE_BYTES["fused_fft", direction] * g.count * n**3 / ms / 1e6
-        result.add(f"bpm/{label}/{direction}_fused_fft", ms=ms, gbs=gbs, pct_copy=100 * gbs / copy_gbs,
-                   ratio=old / ms)
-        echo(f"  BPM {label} fused_fft {direction}: {ms:.2f} ms, x{old / ms:.2f} of cufft, {gbs:.0f} GB/s of its "
-             f"model ({100 * gbs / copy_gbs:.0f}% of copy)")
+    variants = {"fused_fft": lambda direction: bpm_fused.SLICE_BYTES["fused_fft", direction]}
+    if n in bpm_resident.LAYOUTS:
+        variants["fused_resident"] = lambda direction: bpm_resident.SLICE_BYTES[direction]
+    for variant, slice_bytes in variants.items():
+        dev = BpmDevice(g, bpm_tables(g, n), chunk=chunk, variant=variant)
+        dev.set_contrast(x)
+        out = be.xp.empty((g.count, n, n), be.xp.complex64)
+        times = (time_device(be, lambda: dev.forward(out), warmup=1, repeats=3).median_ms,
+                 time_device(be, lambda: dev.reverse(d), warmup=1, repeats=3).median_ms)
+        for direction, ms, old in zip(("forward", "gradient"), times, cufft_ms):
+            gbs = slice_bytes(direction) * g.count * n**3 / ms / 1e6
+            result.add(f"bpm/{label}/{direction}_{variant}", ms=ms, gbs=gbs, pct_copy=100 * gbs / copy_gbs,
+                       ratio=old / ms)
+            echo(f"  BPM {label} {variant} {direction}: {ms:.2f} ms, x{old / ms:.2f} of cufft, {gbs:.0f} GB/s of "
+                 f"its model ({100 * gbs / copy_gbs:.0f}% of copy)")
+        dev = out = None  # its stored envelopes go before the next variant's
+        be.xp.get_default_memory_pool().free_all_blocks()
     return True
 
 
