@@ -109,8 +109,7 @@ class ResidentSteps:
         for first in range(start, stop, dev.chunk):
             sl = slice(first, min(first + dev.chunk, stop))
             b = sl.stop - sl.start
-            data_chunk = cp.ascontiguousarray(data[sl], dtype=cp.complex64)
             self._launch("gradient", b, self._start(b), *self._tables(sl), scale, dev.stored, stored_slice,
-                         data_chunk, np.float32(0) if residual else scale, dev.loss, dev.kd, dev.grad)
+                         data[sl], np.float32(0) if residual else scale, dev.loss, dev.kd, dev.grad)
         grad = cp.fft.fftshift(dev.grad, axes=(-2, -1))
         return grad, float(dev.loss.get()[0])
