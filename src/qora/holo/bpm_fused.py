@@ -200,6 +200,14 @@ class FusedSteps:
     def reverse(self, data, index=slice(None), *, residual: bool = False):
         """As :meth:`BpmDevice.reverse`: Re(J^H r) over the illuminations ``index`` (nz, n, n) float32
         centre-origin, and sum |r|^2."""
+        self.queue_reverse(data, index, residual=residual)
+        dev = self.dev
+        grad = cupy().fft.fftshift(dev.grad, axes=(-2, -1))
+        return grad, float(dev.loss.get()[0])
+
+    def queue_reverse(self, data, index=slice(None), *, residual: bool = False) -> None:
+        """The work of :meth:`reverse` without reading anything back: the device's ``grad`` (natural order)
+        and ``loss`` hold the sums when it has run (so that it can be captured into a CUDA graph)."""
         cp, dev = cupy(), self.dev
         n, nz = dev.n, dev.nz
         start, stop, _ = index.indices(dev.count)
@@ -220,6 +228,4 @@ class FusedSteps:
                 self.column("reverse", columns, h, g, tq, tr, scale, np.int32(k == nz - 1))
                 self.reverse_row("reverse", rows, h, dev.screens[k], dev.stored[k, :b], np.int32(b), dev.kd,
                                  dev.grad[k])
-        grad = cp.fft.fftshift(dev.grad, axes=(-2, -1))
-        return grad, float(dev.loss.get()[0])
 
