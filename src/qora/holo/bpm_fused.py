@@ -208,7 +208,7 @@ class FusedSteps:
     def queue_reverse(self, data, index=slice(None), *, residual: bool = False) -> None:
         """The work of :meth:`reverse` without reading anything back: the device's ``grad`` (natural order)
         and ``loss`` hold the sums when it has run (so that it can be captured into a CUDA graph)."""
-        cp, dev = cupy(), self.dev
+        dev = self.dev
         n, nz = dev.n, dev.nz
         start, stop, _ = index.indices(dev.count)
         dev.grad.fill(0)
