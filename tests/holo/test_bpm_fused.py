@@ -334,6 +334,7 @@ def emulated(monkeypatch):
     monkeypatch.setitem(bpm_fused.ROW, 16, (4, 4))
     monkeypatch.setitem(bpm_fused.REVERSE_ROW, 16, (2, 2))
     monkeypatch.setattr(bpm_fused, "SIZES", (16,))
+    monkeypatch.setattr(bpm_fused, "GRAPHS", False)  # no CUDA graphs on the emulated device
     return fake
 
 

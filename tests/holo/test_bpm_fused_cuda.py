@@ -201,3 +201,30 @@ def test_candidates_not_built_are_refused():
         FusedSteps(dev, reverse_load="stage")
     with pytest.raises(InputError, match="no row pass of 128 points with 16 elements"):
         FusedSteps(dev, row_ept=16)
+
+
+def test_slice_loops_replayed_as_graphs_equal_host_launches():
+    """The third call of each loop replays its CUDA graph: the same fields and gradient as host launches, and
+    a new contrast set into the same screens is what the replay computes (no stale capture)."""
+    from qora.holo.bpm_cuda import BpmDevice
+    from qora.holo.cuda_stages import cupy
+    from qora.holo.plans import bpm_tables
+
+    cp = cupy()
+    g, x = _geometry(128), _contrast(128)
+    data = cp.asarray(bpm_forward(np.float32(0.9) * x, g), cp.complex64)
+    results = {}
+    for graphs in (False, True):
+        dev = BpmDevice(g, bpm_tables(g, NZ), chunk=2, variant="fused_fft")
+        dev.fused.graphs = graphs
+        out = cp.empty((g.count, g.n, g.n), cp.complex64)
+        for contrast in (np.zeros_like(x), x, np.float32(0.5) * x, x):  # calls 3 and 4 replay
+            dev.set_contrast(cp.asarray(contrast))
+            dev.forward(out)
+            grad, loss = dev.reverse(data)
+        results[graphs] = (out.get(), grad.get(), loss)
+        # chunks (0, 2), (2, 4), (4, 5), each with its forward, forward keeping w_k and reverse loop
+        assert len(dev.fused._graphs) == (9 if graphs else 0)
+    (o0, g0, l0), (o1, g1, l1) = results[False], results[True]
+    assert _rel(o1 - 1, o0 - 1) < 1e-6 and _rel(g1, g0) < 1e-5 and l1 == pytest.approx(l0, rel=1e-6)
+    assert _rel(o1 - 1, bpm_forward(x, g) - 1) < 1e-4
