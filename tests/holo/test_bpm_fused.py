@@ -340,10 +340,16 @@ def emulated(monkeypatch):
 
 @pytest.mark.parametrize("chunk", [5, 2])
 def test_engine_on_an_emulated_device_equals_the_model(case, emulated, chunk):
+    check_emulated_engine(case, emulated, chunk, "fused_fft")
+
+
+def check_emulated_engine(case, emulated, chunk, variant):
+    """A BpmDevice of ``variant`` on the emulated device against the model: fields, J^T r (residual
+    given), the gradient and loss over a subset of illuminations."""
     from qora.holo.bpm_cuda import BpmDevice
 
     g, x, tables, screens = case
-    dev = BpmDevice(g, tables, chunk=chunk, variant="fused_fft")
+    dev = BpmDevice(g, tables, chunk=chunk, variant=variant)
     dev.screens[...] = screens.astype(np.complex64)
     out = emulated.empty((g.count, g.n, g.n), np.complex64)
     dev.forward(out)

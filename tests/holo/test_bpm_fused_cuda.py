@@ -39,42 +39,49 @@ def case(request):
     return _geometry(n), _contrast(n)
 
 
-def test_forward_matches_cufft_and_cpu(case):
+# the two on-chip variants: the fused line passes and the slice loop in one cluster per illumination
+FUSED_VARIANTS = ["fused_fft", "fused_resident"]
+
+
+@pytest.mark.parametrize("variant", FUSED_VARIANTS)
+def test_forward_matches_cufft_and_cpu(case, variant):
     from qora.holo import bpm_cuda
 
     g, x = case
-    fused = bpm_cuda.bpm_forward(x, g, variant="fused_fft")
+    fused = bpm_cuda.bpm_forward(x, g, variant=variant)
     cufft = bpm_cuda.bpm_forward(x, g)
     cpu = bpm_forward(x, g)
     assert fused.dtype == np.complex64 and fused.shape == (g.count, g.n, g.n)
     assert _rel(fused - 1, cufft - 1) < 1e-4  # on the scattered part, not the unit background
     assert _rel(fused - 1, cpu - 1) < 1e-4
     # chunks of 2, 2 and 1 illuminations give the same fields
-    np.testing.assert_allclose(bpm_cuda.bpm_forward(x, g, variant="fused_fft", chunk=2), fused, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(bpm_cuda.bpm_forward(x, g, variant=variant, chunk=2), fused, rtol=0, atol=1e-6)
 
 
-def test_adjoint_and_gradient_match_cufft_and_cpu(case):
+@pytest.mark.parametrize("variant", FUSED_VARIANTS)
+def test_adjoint_and_gradient_match_cufft_and_cpu(case, variant):
     from qora.holo import bpm_cuda
 
     g, x = case
     rng = np.random.default_rng(0)
     r = (rng.standard_normal((g.count, g.n, g.n)) + 1j * rng.standard_normal((g.count, g.n, g.n))).astype(np.complex64)
-    fused = bpm_cuda.bpm_vjp(x, r, g, variant="fused_fft")
+    fused = bpm_cuda.bpm_vjp(x, r, g, variant=variant)
     assert _rel(fused, bpm_cuda.bpm_vjp(x, r, g)) < 1e-4
     assert _rel(fused, bpm_vjp(x, r, g)) < 1e-4
     data = bpm_forward(np.float32(0.9) * x, g)
-    grad, loss = bpm_cuda.bpm_gradient(x, data, g, return_loss=True, variant="fused_fft")
+    grad, loss = bpm_cuda.bpm_gradient(x, data, g, return_loss=True, variant=variant)
     ref, ref_loss = bpm_cuda.bpm_gradient(x, data, g, return_loss=True)
     cpu, cpu_loss = bpm_gradient(x, data, g, return_loss=True)
     assert _rel(grad, ref) < 1e-4 and _rel(grad, cpu) < 1e-4
     assert loss == pytest.approx(ref_loss, rel=1e-4) and loss == pytest.approx(cpu_loss, rel=1e-4)
     # the gradient's float atomics add in an order that varies from run to run: by roundings only
-    again = bpm_cuda.bpm_gradient(x, data, g, variant="fused_fft")
+    again = bpm_cuda.bpm_gradient(x, data, g, variant=variant)
     assert _rel(again, grad) < 1e-6
-    part = bpm_cuda.bpm_gradient(x, data, g, index=slice(1, 4), variant="fused_fft")
+    part = bpm_cuda.bpm_gradient(x, data, g, index=slice(1, 4), variant=variant)
     assert _rel(part, bpm_gradient(x, data, g, index=slice(1, 4))) < 1e-4
-    # chunks of 2, 2, 1: the reverse row pass's groups of 4 illuminations partly empty
-    chunked = bpm_cuda.bpm_gradient(x, data, g, chunk=2, variant="fused_fft")
+    # chunks of 2, 2, 1: the reverse row pass's groups of 4 illuminations partly empty; grids of 2 and 1
+    # clusters for the resident variant
+    chunked = bpm_cuda.bpm_gradient(x, data, g, chunk=2, variant=variant)
     np.testing.assert_allclose(chunked, grad, rtol=0, atol=1e-5 * np.abs(grad).max())
 
 
@@ -95,13 +102,14 @@ def test_column_elements_per_thread_agree(ept):
     assert _rel(out.get() - 1, bpm_forward(x, g) - 1) < 1e-4
 
 
-def test_inversion_with_the_fused_variant_matches_cufft():
+@pytest.mark.parametrize("variant", FUSED_VARIANTS)
+def test_inversion_with_the_fused_variant_matches_cufft(variant):
     g, x = _geometry(128), _contrast(128)
     data = bpm_forward(x, g)
     start = np.zeros_like(x)
-    fused = bpm_reconstruct(data, g, start=start, iterations=4, backend="cuda", variant="fused_fft")
+    fused = bpm_reconstruct(data, g, start=start, iterations=4, backend="cuda", variant=variant)
     cufft = bpm_reconstruct(data, g, start=start, iterations=4, backend="cuda", variant="cufft")
-    assert fused.info["variant"] == "fused_fft" and cufft.info["variant"] == "cufft"
+    assert fused.info["variant"] == variant and cufft.info["variant"] == "cufft"
     assert _rel(fused.index - R.MEDIUM_INDEX, cufft.index - R.MEDIUM_INDEX) < 1e-3
     np.testing.assert_allclose(fused.info["loss"], cufft.info["loss"], rtol=1e-3)
 
@@ -128,7 +136,8 @@ def test_sizes_and_variants_it_refuses():
         bpm_cuda.bpm_forward(x, g, variant="fused")
 
 
-def test_cli_reconstructs_with_the_fused_variant(tmp_path):
+@pytest.mark.parametrize("fused", FUSED_VARIANTS)
+def test_cli_reconstructs_with_the_fused_variant(tmp_path, fused):
     from click.testing import CliRunner
 
     from qora.cli import cli
@@ -140,12 +149,12 @@ def test_cli_reconstructs_with_the_fused_variant(tmp_path):
                               "--spheres", "0,0,0,1.5,1.36", "--out", str(path)])
     assert out.exit_code == 0, out.output
     volumes = {}
-    for variant in ("cufft", "fused_fft"):
+    for variant in ("cufft", fused):
         out = runner.invoke(cli, ["holo", "reconstruct", str(path), "--method", "bpm", "--iterations", "3", "--backend",
                                   "cuda", "--bpm-variant", variant, "--out", str(tmp_path / f"{variant}.h5"), "--quiet"])
         assert out.exit_code == 0, out.output
         volumes[variant] = read_volume(tmp_path / f"{variant}.h5")[0]
-    assert _rel(volumes["fused_fft"] - R.MEDIUM_INDEX, volumes["cufft"] - R.MEDIUM_INDEX) < 1e-3
+    assert _rel(volumes[fused] - R.MEDIUM_INDEX, volumes["cufft"] - R.MEDIUM_INDEX) < 1e-3
 
 
 # candidates of docs/holo-performance.md, "Fused BPM candidates": each against the cuFFT variant

@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 
 from qora.holo import build_fused
-from qora.holo.bpm import bpm_forward, bpm_gradient, bpm_vjp
 
-from test_bpm_fused import _FakeCupy, _Kernel, _NoWorkArea, _rel, case  # noqa: F401 - case is a fixture
+from test_bpm_fused import _FakeCupy, _Kernel, _NoWorkArea, case, check_emulated_engine  # noqa: F401 - case is a fixture
 
 EPT, CLUSTER = 4, 4  # the emulated layout at 16^2: R = 4 lines per CTA
 
@@ -102,27 +101,8 @@ def emulated(monkeypatch):
 
 @pytest.mark.parametrize("chunk", [5, 2])
 def test_engine_on_an_emulated_device_equals_the_model(case, emulated, chunk):
-    """Fields, J^T r (residual given), the gradient and loss over a subset of illuminations; chunks of 2
-    make grids of 2 and 1 clusters and a stored-envelope buffer wider than the chunk's last part."""
-    from qora.holo.bpm_cuda import BpmDevice
-
-    g, x, tables, screens = case
-    dev = BpmDevice(g, tables, chunk=chunk, variant="fused_resident")
-    dev.screens[...] = screens.astype(np.complex64)
-    out = emulated.empty((g.count, g.n, g.n), np.complex64)
-    dev.forward(out)
-    assert _rel(np.asarray(out) - 1, bpm_forward(x, g) - 1) < 1e-5
-    rng = np.random.default_rng(3)
-    r = (rng.standard_normal((g.count, g.n, g.n)) + 1j * rng.standard_normal((g.count, g.n, g.n))).astype(np.complex64)
-    grad, loss = dev.reverse(emulated.asarray(r), residual=True)
-    assert _rel(np.asarray(grad), bpm_vjp(x, r, g)) < 1e-5
-    assert loss == pytest.approx(float(np.sum(np.abs(r) ** 2)), rel=1e-5)
-    data = bpm_forward(0.9 * x, g).astype(np.complex64)
-    index = slice(1, 5)
-    grad, loss = dev.reverse(emulated.asarray(data), index)
-    ref, ref_loss = bpm_gradient(x, data, g, index=index, return_loss=True)
-    assert _rel(np.asarray(grad) / 4, ref) < 1e-5
-    assert loss / 8 == pytest.approx(ref_loss, rel=1e-5)
+    """Chunks of 2 make grids of 2 and 1 clusters and a stored-envelope buffer wider than the last chunk."""
+    check_emulated_engine(case, emulated, chunk, "fused_resident")
 
 
 def test_sizes_and_settings_it_refuses(case, emulated):
