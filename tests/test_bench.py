@@ -119,6 +119,20 @@ def test_ssb_live_bench_measures_every_case_on_a_small_scan():
         assert value is not None and value > 0, (name, case)
 
 
+def test_ssb_live_parity_bounds_fail_the_run():
+    """A parity case beyond the issue's bounds (or NaN) is named; the run raises after writing its result."""
+    from qora.bench.ssb_live_parity import PARITY_BOUNDS, parity_breaches
+
+    good = {"G_rel": 3e-9, "image_rel": 8e-8, "agreement_rel": 1e-9, "C10_A": 0.0, "C12a_A": 0.0, "C12b_A": 0.0,
+            "dropped": 0}
+    assert set(good) == set(PARITY_BOUNDS)
+    assert parity_breaches({"parity/8x32": good, "parity_wire/merlin/8x32": good, "final/8x32": {"s": 9.0}}) == []
+    bad = {**good, "image_rel": 2e-6, "C10_A": float("nan"), "dropped": 3}
+    found = parity_breaches({"parity_wire/dectris/8x32/x4": bad})
+    assert len(found) == 3 and all(f.startswith("parity_wire/dectris/8x32/x4: ") for f in found)
+    assert any("image_rel" in f for f in found) and any("C10_A nan" in f for f in found)
+
+
 def test_median_wall_returns_the_last_result_and_the_median_after_warmup():
     from qora.bench.common import median_wall
 

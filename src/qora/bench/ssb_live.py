@@ -38,7 +38,8 @@ Cases (``scan`` x ``scan`` positions, ``detector`` x ``detector`` uint16 frames)
   the same frames (:func:`offline_parity`: G and the image, max difference over max, the fits'
   agreements and C10, C12 in A; the issue's bounds 1e-6, 1e-6, 1e-5, 0.1 A); ``parity_wire/<protocol>/...``:
   the same film served by the simulator over each protocol (several receiving processes on DECTRIS),
-  reconstructed live, against the offline session, with the frame report.
+  reconstructed live, against the offline session, with the frame report. A parity case out of the bounds
+  (:data:`PARITY_BOUNDS`) fails the run with :class:`ParityError` after the result is written.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ import numpy as np
 
 from qora.backend import resolve
 from qora.bench.common import BenchResult
+from qora.bench.ssb_live_parity import ParityError, offline_parity, parity_breaches
 
 __all__ = ["run"]
 
@@ -271,6 +273,9 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
              f"{parity['C10_A']:.3f}, {parity['C12a_A']:.3f}, {parity['C12b_A']:.3f} A apart; {parity['report']}")
     if write:
         echo(f"result written to {result.write()}")
+    broken = parity_breaches(result.cases)
+    if broken:  # written first, so that the numbers stay; then the run fails like a test
+        raise ParityError("live against offline out of bounds: " + "; ".join(broken))
     return result
 
 
@@ -307,33 +312,6 @@ def _parity_over_the_wire(protocol: str, data, meta: dict, be, *, receivers: int
     parity = offline_parity(out, data, meta, be)
     parity["report"] = str(out.report)
     parity["dropped"] = len(out.report.dropped)
-    return parity
-
-
-def offline_parity(out, data, meta: dict, be) -> dict:
-    """How far a live run's end (``out``, a :class:`qora.ssb.live.LiveResult` with the cold final fit)
-    is from the offline :class:`qora.ssb.Session` of the same frames ``data``: G and the image (the
-    live fit's aberrations on both) as max |difference| / max |offline|, the fits' agreements
-    (relative) and C10, C12a, C12b (A). The issue's bounds: 1e-6, 1e-6, 1e-5 and 0.1 A."""
-    from qora.ssb import Session, parameters_to_aberrations
-
-    ref = Session(data, kv=meta["kv"], alpha_mrad=meta["alpha_mrad"], scan_step=meta["scan_step"], rotation=0.0,
-                  backend=be)
-    xp = ref.xp
-
-    def rel(a, b) -> float:
-        a, b = xp.asarray(a), xp.asarray(b)
-        return float(xp.abs(a - b).max() / xp.abs(b).max())
-
-    g_rel = rel(out.session.G, ref.G)
-    fit = ref.fit(rotation=0.0, tilt=False)
-    ref.rotation = out.fit["rotation_rad"]
-    image = ref.image(parameters_to_aberrations(out.fit["standard"]["parameters"]))
-    a, b = out.fit["standard"], fit["standard"]
-    parity = {"G_rel": g_rel, "image_rel": rel(out.image, image),
-              "agreement_rel": abs(a["agreement"] - b["agreement"]) / abs(b["agreement"])}
-    for name in ("C10", "C12a", "C12b"):
-        parity[f"{name}_A"] = abs(a["parameters"][name] - b["parameters"][name])
     return parity
 
 
