@@ -9,9 +9,11 @@
 // gathers from all C CTAs through distributed shared memory. Per slice, forward:
 //   rows     along x   w = F_x^-1 W / n^2 (stored when asked); W <- F_x (p_k w)        (own rows)
 //   columns  along y   A = F_y W; S <- tq A + tr S; W <- F_y^-1 S        (own columns, all CTAs' rows)
-// S and the tables stay in global memory in the column pass's register order (lines = R), so per
-// element and slice DRAM sees S read and written and tq, tr read: 32 B (40 storing w_k) against the
-// line passes' 64 (72), which also move W out and back twice.
+// S stays in global memory in the column pass's register order (lines = R); tq and tr of every slice
+// but the last are read into shared memory once per kernel. Per element and slice DRAM sees S read and
+// written: 16 B (24 storing w_k) against the line passes' 64 (72), which also move W out and back twice.
+// Measured slower than the line passes all the same: with one illumination per cluster the SMs hold
+// too few warps, in lockstep between cluster barriers, to hide the on-chip latencies (the docs' section).
 //
 // The transforms' shared memory is the field itself: a phase loads all R lines of the CTA into
 // registers (R lines x N / EPT threads x EPT = R N values, the whole part), so the field's memory is
