@@ -305,6 +305,8 @@ def _bpm(result, be, n: int, copy_gbs: float, echo) -> None:
     result.add(f"bpm/{label}/screen_kernel", ms=screen, gbs=gbs_screen, pct_copy=100 * gbs_screen / copy_gbs)
     fused = _bpm_fused(result, be, g, n, b, x, d, copy_gbs, (t_fwd, t_grad), echo)
     del dev, out, d, x
+    # the accuracy row of each fused variant that ran beside the cuFFT one
+    fused_variants = () if not fused else ("fused_fft",) + (("fused_resident",) if n in bpm_resident.LAYOUTS else ())
     rows = {}
     for name, fn in (
         ("rytov_gp50", lambda: reconstruct(data, g, method="gp", iterations=50, r2c=True, backend="cuda").index),
@@ -316,7 +318,7 @@ def _bpm(result, be, n: int, copy_gbs: float, echo) -> None:
                                                              backend="cuda", variant="cufft").index),
     ) + tuple((f"bpm20_from_rytov_gp20_{v}", lambda v=v: bpm_reconstruct(data, g, iterations=20, backend="cuda",
                                                                         variant=v).index)
-              for v in (("fused_fft",) + (("fused_resident",) if n in bpm_resident.LAYOUTS else ()) if fused else ())):
+              for v in fused_variants):
         fn()
         t0 = time.perf_counter()
         vol = fn()
