@@ -209,6 +209,30 @@ class _FakeCupy:
             compute_capability = "90"
             mem_info = (2**34, 2**34)
 
+        class Stream:  # the emulated kernels run at their call: a lane's stream orders nothing
+            def __init__(self, non_blocking=False):
+                self.waited = 0
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+            def wait_event(self, event):
+                self.waited += 1
+
+        class Event:
+            def __init__(self, disable_timing=False):
+                self.recorded = 0
+
+            def record(self, stream=None):
+                self.recorded += 1
+
+        @classmethod
+        def get_current_stream(cls):
+            return cls.Stream()
+
     @staticmethod
     def asarray(a, dtype=None):
         return np.array(a, dtype=dtype).view(_Array)
@@ -338,8 +362,13 @@ def emulated(monkeypatch):
     return fake
 
 
-@pytest.mark.parametrize("chunk", [5, 2])
-def test_engine_on_an_emulated_device_equals_the_model(case, emulated, chunk):
+@pytest.mark.parametrize("chunk, lanes", [(5, 1), (2, 1), (5, 2), (5, 3)])
+def test_engine_on_an_emulated_device_equals_the_model(case, emulated, monkeypatch, chunk, lanes):
+    """Lanes split each chunk's passes by illumination (chunk 5: groups of 2 + 3 and 2 + 2 + 1 with the
+    emulation's reverse blocks of 2); every group's grid, views and count must still cover the chunk once."""
+    from qora.holo import bpm_fused
+
+    monkeypatch.setattr(bpm_fused, "LANES", lanes)
     errors = emulated_engine_errors(case, emulated, chunk, "fused_fft")
     assert max(errors.values()) < 1e-5, errors
 

@@ -237,3 +237,34 @@ def test_slice_loops_replayed_as_graphs_equal_host_launches():
     (o0, g0, l0), (o1, g1, l1) = results[False], results[True]
     assert _rel(o1 - 1, o0 - 1) < 1e-6 and _rel(g1, g0) < 1e-5 and l1 == pytest.approx(l0, rel=1e-6)
     assert _rel(o1 - 1, bpm_forward(x, g) - 1) < 1e-4
+
+
+@pytest.mark.parametrize("lanes", [2, 3])
+def test_lanes_equal_one_lane(lanes):
+    """The slice loops as concurrent lanes (groups of illuminations on their own streams; branches of the
+    graphs): the fields equal one lane's bit for bit (each illumination's arithmetic is unchanged), the
+    gradient to the order of the float atomics; by host launches and by graph replays (calls 3 and 4)."""
+    from qora.holo.bpm_cuda import BpmDevice
+    from qora.holo.bpm_fused import FusedSteps
+    from qora.holo.cuda_stages import cupy
+    from qora.holo.plans import bpm_tables
+
+    cp = cupy()
+    g, x = _geometry(128, per_cone=8), _contrast(128)  # 9 illuminations in one chunk: lanes of 4 + 5, 4 + 4 + 1
+    data = cp.asarray(bpm_forward(np.float32(0.9) * x, g), cp.complex64)
+    results = {}
+    for key in ((1, False), (lanes, False), (lanes, True)):
+        dev = BpmDevice(g, bpm_tables(g, NZ), variant="fused_fft")
+        dev.fused = FusedSteps(dev, lanes=key[0], graphs=key[1])
+        dev.set_contrast(cp.asarray(x))
+        out = cp.empty((g.count, g.n, g.n), cp.complex64)
+        for _ in range(4):
+            dev.forward(out)
+            grad, loss = dev.reverse(data)
+        assert dev.chunk == g.count == 9 and len(dev.fused._graphs) == (3 if key[1] else 0)
+        results[key] = (out.get(), grad.get(), loss)
+    o0, g0, l0 = results[1, False]
+    for key in ((lanes, False), (lanes, True)):
+        o, gr, lo = results[key]
+        assert np.array_equal(o, o0), key
+        assert _rel(gr, g0) < 1e-5 and lo == pytest.approx(l0, rel=1e-6), key

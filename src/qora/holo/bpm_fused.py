@@ -14,6 +14,8 @@ illuminations. Lateral sizes 128, 256 and
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 
 from qora.backend.kernels import load_cubin, resident_blocks
@@ -65,6 +67,9 @@ REVERSE_LOADS = ("plain", "pipe", "early")
 #: the slice loops replayed as CUDA graphs after their first call (``FusedSteps(graphs=...)``): measured
 #: on the H200 1.08x forward and 1.07x gradient at 256^3, 1.42x and 2.32x at 128^3 against host launches
 GRAPHS = True
+#: concurrent lanes: each chunk's slice loops split by illumination into this many groups, each on its own
+#: stream (branches of one graph), so that one group's passes fill the GPU while another's drain or launch
+LANES = 1
 
 _NULL = np.uint64(0)
 
@@ -136,11 +141,13 @@ class FusedSteps:
     :data:`REVERSE_LOAD`'s measured choice with plain row loads). ``graphs``: replay each chunk's slice
     loops as CUDA graphs after their first call (default :data:`GRAPHS`); the device's buffers, screens
     and tables keep their addresses, so a new contrast (``set_contrast``) needs no new capture.
+    ``lanes``: the slice loops of a chunk as this many concurrent groups of illuminations, one stream
+    each (default :data:`LANES`; the groups' edges fall on whole groups of the reverse row pass).
     """
 
     def __init__(self, dev, *, column_ept: int | None = None, column_load: str = "plain",
                  column_lines: int | None = None, row_load: str = "plain", row_ept: int | None = None,
-                 reverse_load: str | None = None, graphs: bool | None = None) -> None:
+                 reverse_load: str | None = None, graphs: bool | None = None, lanes: int | None = None) -> None:
         if column_load not in COLUMN_LOADS:
             raise InputError(f"column_load must be one of {COLUMN_LOADS}, got {column_load!r}")
         if row_load not in ROW_LOADS:
@@ -164,6 +171,13 @@ class FusedSteps:
             raise InputError("BPM variant 'fused_fft' is built for compute capability 9.x (H100/H200); use "
                              "variant='cufft'")
         self.dev = dev
+        self.lanes = LANES if lanes is None else int(lanes)
+        if self.lanes < 1:
+            raise InputError(f"lanes must be at least 1, got {self.lanes}")
+        # made here, not in a capture: streams and events are the host's objects, the graph only records them
+        self._streams = [cp.cuda.Stream(non_blocking=True) for _ in range(self.lanes)]
+        self._forked = cp.cuda.Event(disable_timing=True)
+        self._joined = [cp.cuda.Event(disable_timing=True) for _ in range(self.lanes)]
         self.graphs = GRAPHS if graphs is None else bool(graphs)
         self._graphs, self._graphs_seen = {}, set()
         module = load_cubin("qora.holo", CUBIN)
@@ -210,6 +224,35 @@ class FusedSteps:
             self._graphs.clear()  # they hold the old buffer's address
         self._queue(("forward", sl.start, sl.stop, keep), lambda: self._slices_forward(sl, keep))
 
+    def _parts(self, b: int):
+        """The chunk's B illuminations as (start, stop) groups, one per lane: inner edges on multiples of
+        the reverse row pass's illuminations per block, so that the lanes' blocks of 4 are as many as one
+        lane's."""
+        group = self.reverse_row.lines
+        lanes = max(1, min(self.lanes, -(-b // group)))
+        edges = [0] + [group * round(i * b / lanes / group) for i in range(1, lanes)] + [b]
+        return [(lo, hi) for lo, hi in zip(edges, edges[1:]) if hi > lo]
+
+    @contextmanager
+    def _lanes(self, count: int):
+        """``count`` streams that start after the work queued so far on the current stream and that it waits
+        for at the end (a fork and a join, which a stream capture records as branches of one graph)."""
+        cp = cupy()
+        main = cp.cuda.get_current_stream()
+        if count == 1:
+            yield [main]
+            return
+        streams = self._streams[:count]
+        self._forked.record(main)
+        for stream in streams:
+            stream.wait_event(self._forked)
+        try:
+            yield streams
+        finally:
+            for stream, joined in zip(streams, self._joined):
+                joined.record(stream)
+                main.wait_event(joined)
+
     def _slices_forward(self, sl, keep: bool) -> None:
         dev = self.dev
         n, b = dev.n, sl.stop - sl.start
@@ -219,12 +262,16 @@ class FusedSteps:
         w.fill(0)
         w[:, :, 0] = n * n  # F_y^-1 S_0: n^2 in column kx = 0 of every row
         scale = np.float32(1.0 / (n * n))
-        rows, columns = b * n // self.row.lines, b * n // self.column.lines
-        for k in range(dev.nz):
-            stored = dev.stored[k, :b] if keep else _NULL
-            self.row("forward", rows, w, dev.screens[k], scale, stored)
-            tq, tr = dev._tables(sl, k)
-            self.column("forward", columns, w, s, tq, tr)
+        parts = self._parts(b)
+        with self._lanes(len(parts)) as streams:
+            for k in range(dev.nz):
+                tq, tr = dev._tables(sl, k)
+                for (lo, hi), stream in zip(parts, streams):
+                    with stream:
+                        stored = dev.stored[k, lo:hi] if keep else _NULL
+                        self.row("forward", (hi - lo) * n // self.row.lines, w[lo:hi], dev.screens[k], scale, stored)
+                        self.column("forward", (hi - lo) * n // self.column.lines, w[lo:hi], s[lo:hi], tq[lo:hi],
+                                    tr[lo:hi])
 
     def forward(self, out) -> None:
         """Field ratios (A, n, n) complex64, centre-origin, into the device array ``out``."""
@@ -265,11 +312,13 @@ class FusedSteps:
         dev = self.dev
         n, nz, b = dev.n, dev.nz, sl.stop - sl.start
         scale = np.float32(1.0 / (n * n))
-        columns = b * n // self.column.lines
-        rows = n * -(-b // self.reverse_row.lines)
-        for k in range(nz - 1, -1, -1):
-            tq, tr = dev._tables(sl, k)
-            self.column("reverse", columns, h, g, tq, tr, scale, np.int32(k == nz - 1))
-            self.reverse_row("reverse", rows, h, dev.screens[k], dev.stored[k, :b], np.int32(b), dev.kd,
-                             dev.grad[k])
-
+        parts = self._parts(b)
+        with self._lanes(len(parts)) as streams:
+            for k in range(nz - 1, -1, -1):
+                tq, tr = dev._tables(sl, k)
+                for (lo, hi), stream in zip(parts, streams):
+                    with stream:
+                        self.column("reverse", (hi - lo) * n // self.column.lines, h[lo:hi], g[lo:hi], tq[lo:hi],
+                                    tr[lo:hi], scale, np.int32(k == nz - 1))
+                        self.reverse_row("reverse", n * -(-(hi - lo) // self.reverse_row.lines), h[lo:hi],
+                                         dev.screens[k], dev.stored[k, lo:hi], np.int32(hi - lo), dev.kd, dev.grad[k])
