@@ -59,7 +59,8 @@ for b in ${BENCH:-}; do
                         --section SchedulerStats --section Occupancy --section LaunchStats --section SourceCounters \
                         --section MemoryWorkloadAnalysis python3 bench/probes/bpm_resident_target.py $n forward; done ;;
     bpm-graph) timeout 200 python3 bench/probes/bpm_graph_probe.py ;;
-    bpm-lanes) timeout 200 python3 bench/probes/bpm_lanes_probe.py --out "$OUT/results/bpm-fused" ;;
+    bpm-lanes) timeout 300 python3 bench/probes/bpm_lanes_probe.py --sizes "${LANES_SIZES:-256,128}" \
+                 --out "$OUT/results/bpm-fused" ;;
     bpm-fused) timeout 240 python3 bench/probes/bpm_fused_probe.py --out "$OUT/results/bpm-fused" ;;
     bpm-fused-ncu) QORA_NCU_KINDS="bpm_fused_forward bpm_fused_gradient" QORA_NCU_SIZES=256 \
                      QORA_RESULTS_DIR="$OUT/results" timeout 300 bash bench/ncu-holo.sh "$OUT/ncu" python3 ;;

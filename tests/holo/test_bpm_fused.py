@@ -368,7 +368,7 @@ def test_engine_on_an_emulated_device_equals_the_model(case, emulated, monkeypat
     emulation's reverse blocks of 2); every group's grid, views and count must still cover the chunk once."""
     from qora.holo import bpm_fused
 
-    monkeypatch.setattr(bpm_fused, "LANES", lanes)
+    monkeypatch.setitem(bpm_fused.LANES, 16, lanes)
     errors = emulated_engine_errors(case, emulated, chunk, "fused_fft")
     assert max(errors.values()) < 1e-5, errors
 
