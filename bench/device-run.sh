@@ -28,7 +28,7 @@ for b in ${BENCH:-}; do
     holo-threads) timeout 150 $Q bench --out "$OUT/results" holo --backend cpu --threads 1,16 --size 188 --angles 180 \
                     --rounds 1 ;;
     ssb-threads) timeout 90 $Q bench --out "$OUT/results" ssb --backend cpu --threads 1,2,4,8,16 ;;
-    holo-cuda) timeout 300 $Q bench --out "$OUT/results" holo --backend cuda ;;
+    holo-cuda) timeout 300 $Q bench --out "$OUT/results" holo --backend cuda ${HOLO_PARTS:+--parts $HOLO_PARTS} ;;
     phase-switch) timeout 200 python3 bench/probes/phase_switch_spread.py 5 ;;
     phase-success) timeout 300 $Q bench --out "$OUT/results" phase-success --backend cuda --cases all --starts 10 ;;
     phase-success-cohere) QORA_COHERE_PYTHON=$(command -v python3) PYTHONPATH=$PYTHONPATH:.peers timeout 400 $Q bench \

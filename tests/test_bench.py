@@ -265,3 +265,17 @@ def test_ssb_cpu_fit_comparison_rows_on_a_small_scan(monkeypatch, tmp_path):
         assert f"fit_cpu/{case}/py4dstem" not in result.cases
     given = result.cases["fit_cpu/film_16/qora_rotation_given"]
     assert given["rotation_error_deg"] == 0.0
+
+
+def test_cli_bench_holo_parts_are_checked_by_name_and_backend():
+    """--parts names parts of the CUDA benchmark: an unknown name is a usage error, and on the CPU, where
+    the benchmark has no parts, it is refused rather than ignored."""
+    from click.testing import CliRunner
+
+    from qora.cli import cli
+
+    runner = CliRunner()
+    out = runner.invoke(cli, ["bench", "holo", "--backend", "cpu", "--parts", "bpm,stage", "--no-write"])
+    assert out.exit_code == 2 and "--parts" in out.output and "stage" in out.output and "rotation" in out.output
+    out = runner.invoke(cli, ["bench", "holo", "--backend", "cpu", "--parts", "bpm", "--no-write"])
+    assert out.exit_code != 0 and "--backend cuda" in out.output

@@ -227,10 +227,15 @@ def run_cpu_threads(counts, *, size: int = 188, angles: int = 180, iterations: i
 
 
 def run(*, backend="auto", write=True, echo=print, quick: bool = False, threads=None, size: int = 188,
-        angles: int = 180, rounds: int = 2) -> BenchResult:
+        angles: int = 180, rounds: int = 2, parts=None) -> BenchResult:
     """The benchmark of ``backend``; on the CPU with ``threads`` (counts) the thread-scaling sweep of the
-    ``size``^3, ``angles``-illumination rotation case with GP instead."""
+    ``size``^3, ``angles``-illumination rotation case with GP instead. ``parts``: on CUDA, the parts to run
+    (``qora.bench.holo_cuda.PARTS``; default all)."""
     be = resolve(backend)
+    if parts is not None and not be.is_cuda:
+        from qora.io.errors import InputError
+
+        raise InputError("--parts selects parts of the CUDA benchmark: use it with --backend cuda")
     if threads is not None:
         if be.is_cuda:
             from qora.io.errors import InputError
@@ -240,7 +245,8 @@ def run(*, backend="auto", write=True, echo=print, quick: bool = False, threads=
     if be.is_cuda:
         from qora.bench import holo_cuda
 
-        return holo_cuda.run(be, write=write, echo=echo, quick=quick)
+        return holo_cuda.run(be, write=write, echo=echo, quick=quick,
+                             **({} if parts is None else {"parts": tuple(parts)}))
     result = BenchResult("holo-cpu", "cpu", be.device_facts().as_dict(), columns=("ms", "rmse"))
     echo(f"CPU: {result.device['name']}, {result.device['cpu_cores']} cores")
     _stages(result, 64 if quick else 128, echo, tv=True)

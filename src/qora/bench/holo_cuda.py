@@ -106,7 +106,9 @@ def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
     holos, bgs, hp = bump_holograms(g)
     sideband = F.find_sideband(bgs[0], hp)
     with PeakMemory(be) as peak_pipe:
-        pipe = Pipeline(g, sideband=sideband, hologram_pixel=hp, hologram_n=2 * n, backend="cuda").cuda
+        # oversample 1: the reference configuration of the performance log's rows (the default is 2, whose
+        # solver grid is (2n)^3: docs/holo-performance.md)
+        pipe = Pipeline(g, sideband=sideband, hologram_pixel=hp, hologram_n=2 * n, backend="cuda", oversample=1).cuda
         pipe.set_background(bgs)
         pipe.process(holos)
     solver, mapper = pipe.recon.solver, pipe.recon.mapper
@@ -117,7 +119,7 @@ def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
     times["upload"] = _wall_ms(lambda: pipe._upload(holos), pipe.copy_stream.synchronize)
     times["fields"] = time_device(be, lambda: pipe.fields.extract(pipe.sample), repeats=10).median_ms
     times["rytov"] = time_device(be, lambda: pipe.order(pipe.sample, pipe.background, pipe.phi), repeats=10).median_ms
-    spectra = pipe.phi
+    spectra = pipe.phi if pipe.recon.padded is None else pipe.recon.padded  # the solver grid's (A, N, N)
     fft2 = pipe.recon.fft
     times["mapping_fft"] = time_device(be, lambda: fft2.execute(spectra.data.ptr, spectra.data.ptr, FORWARD),
                                        repeats=10).median_ms
@@ -162,7 +164,8 @@ def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
     result.add(f"pipeline/{label}/per_stack", ms=e2e, model_ms=model_ms, ratio=e2e / model_ms,
                input_buffer_ms=e2e_buffer, buffer_ratio=e2e_buffer / model_ms, fft_ms=fft_ms, ffts=ffts,
                kernel_bytes=kernel_bytes, transfer_gbs=transfer, stage_ms=dict(pipe.stage_ms))
-    parts4 = Pipeline(g, sideband=sideband, hologram_pixel=hp, hologram_n=2 * n, backend="cuda", upload_parts=4).cuda
+    parts4 = Pipeline(g, sideband=sideband, hologram_pixel=hp, hologram_n=2 * n, backend="cuda", upload_parts=4,
+                      oversample=1).cuda
     parts4.set_background(bgs)
     t4 = _wall_ms(lambda: parts4.process(holos), nothing)
     result.add(f"pipeline/{label}/per_stack_4_parts", ms=t4, ratio=t4 / model_ms)
@@ -200,7 +203,7 @@ def _solvers(result, be, g, label, echo, *, memory: bool, peak_pipe: int) -> Non
     def build(**options):
         with PeakMemory(be) as peak:
             work = WorkArea()
-            recon = Reconstruction(g, work, MappingPlan(solver_grid(g)), ReconstructionOptions(**options))
+            recon = Reconstruction(g, work, MappingPlan(solver_grid(g)), ReconstructionOptions(oversample=1, **options))
             work.allocate()
             x = cp.asarray(phi)
             recon(x, dst.data.ptr)
@@ -361,18 +364,25 @@ def _bpm_fused(result, be, g, n: int, chunk: int, x, d, copy_gbs: float, cufft_m
     return True
 
 
-def run(be, *, write: bool = True, echo=print, quick: bool = False) -> BenchResult:
+#: the parts of the CUDA benchmark (``qora bench holo --parts``)
+PARTS = ("stages", "bpm", "rotation")
+
+
+def run(be, *, write: bool = True, echo=print, quick: bool = False, parts=PARTS) -> BenchResult:
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        raise ValueError(f"unknown parts {sorted(unknown)}; choose from {PARTS}")
     facts = be.device_facts().as_dict()
     result = BenchResult("holo", "cuda", facts, columns=("ms", "gbs", "ratio"))
     copy = copy_floor(be)
     result.add("copy", gbs=copy["gbs"])
     echo(f"CUDA: {facts['name']}; copy {copy['gbs']:.0f} GB/s")
     sizes = (64,) if quick else (256, 512)
-    for n in sizes:
+    for n in sizes if "stages" in parts else ():
         _stages(result, be, n, copy["gbs"], echo, memory=n == sizes[0])
-    for n in ((32,) if quick else (128, 256)):
+    for n in ((32,) if quick else (128, 256)) if "bpm" in parts else ():
         _bpm(result, be, n, copy["gbs"], echo)
-    if not quick:
+    if not quick and "rotation" in parts:
         _rotation_188(result, be, echo)
     if write:
         path = result.write()

@@ -137,14 +137,26 @@ def bench_phase_success(backend: str, cases, starts: int, recipe: str, peer, con
               help="With --threads: the rotation case's number of illuminations.")
 @click.option("--rounds", type=click.IntRange(1, 20), default=2, show_default=True,
               help="With --threads: interleaved sweeps over the counts; the fastest of each stage is kept.")
+@click.option("--parts", default=None, metavar="LIST",
+              help="With --backend cuda: the parts to run, comma-separated, of stages (field stages, solvers and "
+                   "the Pipeline at 256^3 and 512^3), bpm (the BPM variants at 128^3 and 256^3 with their accuracy "
+                   "rows), rotation (the 188^3 rotation Pipeline against the CPU). Default: all.")
 @click.option("--no-write", is_flag=True, help="Print only; write no result file.")
-def bench_holo(backend: str, thread_counts, size: int, angles: int, rounds: int, no_write: bool) -> None:
+def bench_holo(backend: str, thread_counts, size: int, angles: int, rounds: int, parts, no_write: bool) -> None:
     """Holography stage times, and ODTbrain on the same rotation data (peers env); with --threads the
     GP rotation case's thread scaling."""
     from qora.bench import holo as holo_bench
 
+    if parts is not None:
+        from qora.bench.holo_cuda import PARTS
+
+        parts = tuple(p.strip() for p in parts.split(",") if p.strip())
+        bad = [p for p in parts if p not in PARTS]
+        if bad or not parts:
+            raise click.BadParameter(f"choose from {', '.join(PARTS)}; got {', '.join(bad) or 'nothing'}",
+                                     param_hint="--parts")
     holo_bench.run(backend=backend, write=not no_write, echo=click.echo, threads=_counts(thread_counts), size=size,
-                   angles=angles, rounds=rounds)
+                   angles=angles, rounds=rounds, parts=parts)
 
 
 @bench.command("holo-fields")
