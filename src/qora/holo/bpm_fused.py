@@ -70,9 +70,10 @@ GRAPHS = True
 #: concurrent lanes by lateral size (1 where absent): each chunk's slice loops split by illumination into
 #: this many groups, each on its own stream (branches of one graph), so that one group's passes run in the
 #: gaps and beside the passes of another. Measured on the H200 (49 illuminations, graphs on): 256^3 forward
-#: 14.50 against 16.31 ms, gradient 31.87 against 36.67 ms with 3 lanes; no gain at 128^3 (2.03-2.11 ms, 2-4
-#: lanes, against 2.06)
-LANES = {256: 3}
+#: 14.50-14.57 against 16.31-16.37 ms, gradient 31.87-32.16 against 36.65-36.67 ms with 3 lanes; 512^3 131.7
+#: against 139.2 ms and 284.3 against 301.8 ms with 2 (3 and 4 the same); no gain at 128^3 (2.03-2.11 ms with
+#: 2-4 lanes, against 2.06)
+LANES = {256: 3, 512: 2}
 
 _NULL = np.uint64(0)
 
