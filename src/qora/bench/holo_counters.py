@@ -112,7 +112,12 @@ def _bpm_target(kind: str, g, cp) -> None:
     from qora.holo.plans import bpm_tables
 
     n = g.n
+    from qora.holo.bpm_fused import FusedSteps
+
     dev = BpmDevice(g, bpm_tables(g, BPM_SLICES), variant="fused_fft")
+    # one lane: each launch covers all the chunk's illuminations, the count of the passes' byte model (the
+    # profiler serialises the lanes' launches anyway)
+    dev.fused = FusedSteps(dev, lanes=1)
     dev.set_contrast(cp.full((BPM_SLICES, n, n), 0.01, cp.float32))
     out = cp.empty((g.count, n, n), cp.complex64)
     data = cp.ones((g.count, n, n), cp.complex64)
