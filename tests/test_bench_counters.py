@@ -51,3 +51,13 @@ def test_holo_counters_name_the_fused_bpm_passes_and_their_bytes():
     assert H.model_bytes("bpm_row_forward", 256, "bpm_fused_forward") == PASS_BYTES["row_forward"] * 49 * 256**2
     assert H.model_bytes("bpm_row_forward", 256, "bpm_fused_gradient") == 24 * 49 * 256**2
     assert H.model_bytes("bpm_column_forward", 256) == 48 * 49 * 256**2
+
+
+def test_fused_fft_byte_model_follows_the_measured_layout():
+    """The split column pass (2D, 4096 rows: the measured default there) moves the column work in three passes,
+    52 B/el instead of 20; the counters' report must hold it to that model, not the one-pass 53 B/el."""
+    from qora.bench.phase import fused_fft_bytes
+
+    assert fused_fft_bytes((2048, 2048)) == 53 and fused_fft_bytes((4096, 4096)) == 85
+    assert fused_fft_bytes((4096, 4096), column_split=False) == 53
+    assert fused_fft_bytes((256, 256, 256)) == 85 and fused_fft_bytes((512, 512, 512)) == 85

@@ -177,11 +177,17 @@ ELEMENTWISE_BYTES = {"naive": 91, "fused": 45, "graph": 45, "batched": 45, "half
 FFT_PAIR_BYTES = {"half": 16, "mixed": 16}
 
 
-def fused_fft_bytes(shape) -> int:
+def fused_fft_bytes(shape, column_split: bool | None = None) -> int:
     """Modeled traffic per element and iteration of ``fused_fft``: the modulus pass 20 B (the line read
     and written, the amplitude read), the x pass 33 B (the spectrum read, the support byte, x read and
-    written, the next spectrum written), in 3D the y passes 32 B."""
-    return 53 + 32 * (len(shape) - 2)
+    written, the next spectrum written), in 3D the y passes 32 B. With the split column pass (2D; by
+    default where ``qora.phase.cuda_fused.measured_layout`` takes it, a height of 4096) the column work is
+    three passes, 52 B instead of 20."""
+    from qora.phase.cuda_fused import measured_layout
+
+    if column_split is None:
+        column_split = measured_layout(shape)["column_split"]
+    return 53 + 32 * (len(shape) - 2) + (32 if column_split else 0)
 
 
 STARTS_SHAPES = ((256, 256), (1024, 1024), (2048, 2048), (128, 128, 128), (256, 256, 256))
