@@ -45,7 +45,7 @@ METRICS = (
 # other kernel is cuFFT's
 OUR_KERNELS = ("modulus_step", "update_step", "modulus_half", "update_half", "update_mixed", "to_half",
                "from_half", "reduce_slots", "strided_forward", "strided_inverse", "strided_modulus",
-               "contig_forward", "contig_update")
+               "strided_split", "contig_forward", "contig_update")
 MODEL_BYTES = {"graph": 45, "half": 25, "mixed": 37, "callback": 13}
 ITERATIONS = 10  # a chunk's first and last steps differ in the callback variant: amortize them
 
