@@ -279,3 +279,10 @@ def test_cli_bench_holo_parts_are_checked_by_name_and_backend():
     assert out.exit_code == 2 and "--parts" in out.output and "stage" in out.output and "rotation" in out.output
     out = runner.invoke(cli, ["bench", "holo", "--backend", "cpu", "--parts", "bpm", "--no-write"])
     assert out.exit_code != 0 and "--backend cuda" in out.output
+
+
+def test_a_run_of_some_holo_parts_is_not_the_holo_result():
+    from qora.bench.holo_cuda import PARTS, result_name
+
+    assert result_name(PARTS) == "holo" and result_name(("rotation", "stages", "bpm")) == "holo"
+    assert result_name(("bpm",)) == "holo-bpm" and result_name(("bpm", "stages")) == "holo-stages-bpm"
