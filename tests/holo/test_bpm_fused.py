@@ -344,15 +344,24 @@ class _NoWorkArea:
         pass
 
 
-@pytest.fixture
-def emulated(monkeypatch):
+def emulate_device(monkeypatch, variant_module, module):
+    """The emulated CuPy everywhere a fused variant reaches it (bpm_cuda, bpm_fused's shared helpers and the
+    variant's own module), no cuFFT work area, and ``module`` for the variant's cubin."""
     from qora.holo import bpm_cuda, bpm_fused
 
     fake = _FakeCupy()
-    monkeypatch.setattr(bpm_cuda, "cupy", lambda: fake)
-    monkeypatch.setattr(bpm_fused, "cupy", lambda: fake)
+    for m in {bpm_cuda, bpm_fused, variant_module}:
+        monkeypatch.setattr(m, "cupy", lambda: fake)
     monkeypatch.setattr(bpm_cuda, "WorkArea", _NoWorkArea)
-    monkeypatch.setattr(bpm_fused, "load_cubin", lambda package, name: _FakeModule())
+    monkeypatch.setattr(variant_module, "load_cubin", lambda package, name: module)
+    return fake
+
+
+@pytest.fixture
+def emulated(monkeypatch):
+    from qora.holo import bpm_fused
+
+    fake = emulate_device(monkeypatch, bpm_fused, _FakeModule())
     monkeypatch.setitem(bpm_fused.COLUMN, 16, (4, 2))  # the kernels' arithmetic is size-free: emulate at 16^2
     monkeypatch.setitem(bpm_fused.COLUMN_BUILT, 16, (4,))
     monkeypatch.setitem(bpm_fused.ROW, 16, (4, 4))

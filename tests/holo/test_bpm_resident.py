@@ -9,7 +9,7 @@ import pytest
 
 from qora.holo import build_fused
 
-from test_bpm_fused import _FakeCupy, _Kernel, _NoWorkArea, case, emulated_engine_errors  # noqa: F401 - case is a fixture
+from test_bpm_fused import _Kernel, case, emulate_device, emulated_engine_errors  # noqa: F401 - case is a fixture
 
 EPT, CLUSTER = 4, 4  # the emulated layout at 16^2: R = 4 lines per CTA
 
@@ -87,13 +87,9 @@ class _ResidentModule:
 
 @pytest.fixture
 def emulated(monkeypatch):
-    from qora.holo import bpm_cuda, bpm_resident
+    from qora.holo import bpm_resident
 
-    fake = _FakeCupy()
-    monkeypatch.setattr(bpm_cuda, "cupy", lambda: fake)
-    monkeypatch.setattr(bpm_resident, "cupy", lambda: fake)
-    monkeypatch.setattr(bpm_cuda, "WorkArea", _NoWorkArea)
-    monkeypatch.setattr(bpm_resident, "load_cubin", lambda package, name: _ResidentModule())
+    fake = emulate_device(monkeypatch, bpm_resident, _ResidentModule())
     monkeypatch.setitem(bpm_resident.LAYOUTS, 16, (EPT, CLUSTER))  # the algebra is size-free: emulate at 16^2
     monkeypatch.setitem(bpm_resident.CTAS_PER_SM, 16, (2,))
     return fake

@@ -246,7 +246,7 @@ def run(*, backend="auto", write=True, echo=print, quick: bool = False, threads=
         from qora.bench import holo_cuda
 
         return holo_cuda.run(be, write=write, echo=echo, quick=quick,
-                             **({} if parts is None else {"parts": tuple(parts)}))
+                             parts=holo_cuda.PARTS if parts is None else tuple(parts))
     result = BenchResult("holo-cpu", "cpu", be.device_facts().as_dict(), columns=("ms", "rmse"))
     echo(f"CPU: {result.device['name']}, {result.device['cpu_cores']} cores")
     _stages(result, 64 if quick else 128, echo, tv=True)

@@ -109,11 +109,10 @@ def target(kind: str, n: int) -> None:
 
 def _bpm_target(kind: str, g, cp) -> None:
     from qora.holo.bpm_cuda import BpmDevice
+    from qora.holo.bpm_fused import FusedSteps
     from qora.holo.plans import bpm_tables
 
     n = g.n
-    from qora.holo.bpm_fused import FusedSteps
-
     dev = BpmDevice(g, bpm_tables(g, BPM_SLICES), variant="fused_fft")
     # one lane: each launch covers all the chunk's illuminations, the count of the passes' byte model (the
     # profiler serialises the lanes' launches anyway)

@@ -52,8 +52,8 @@ def check_variant(variant: str) -> str:
 def pick_variant(variant: str, n: int, *, rotation: bool, capability: str | None = None) -> str:
     """The slice step that ``variant`` names for lateral size ``n``: "auto" is ``fused_fft`` where it was
     measured faster (the scan geometry at the sizes it is built for, :data:`qora.holo.bpm_fused.SIZES`,
-    on compute capability 9.x: 1.78x forward and 1.71x gradient at 256^3 on the H200, its slice loops
-    replayed as CUDA graphs), else ``cufft``. ``fused_resident`` was measured slower than ``fused_fft``
+    on compute capability 9.x: 1.99x forward and 1.97x gradient at 256^3 on the H200, its slice loops
+    replayed as CUDA graphs in concurrent lanes), else ``cufft``. ``fused_resident`` was measured slower than ``fused_fft``
     everywhere and is never picked. The rotation geometry runs one angle at a time, where the fused step was not
     measured against cuFFT, so "auto" keeps cuFFT there. ``capability``: the device's ("90"), default
     the current device's."""

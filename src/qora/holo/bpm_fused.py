@@ -24,7 +24,8 @@ from qora.io.errors import InputError
 
 __all__ = ["FusedSteps", "SIZES", "SLICE_BYTES", "PASS_BYTES", "COLUMN", "ROW", "REVERSE_ROW", "COLUMN_LOADS", "ROW_LOADS",
            "REVERSE_LOADS",
-           "LANES", "spectral_order", "natural_order"]
+           "LANES", "spectral_order", "natural_order", "check_capability", "use_register_order", "start_spectra",
+           "gradient_and_loss"]
 
 SIZES = (128, 256, 512)
 CUBIN = "bpm_fused.sm_90.cubin"
@@ -95,6 +96,32 @@ def natural_order(ordered, ept: int, lines: int):
     a, n, _ = ordered.shape
     t = ordered.reshape(a, n // lines, ept, lines, n // ept)  # [a, bx, e, f, tx]
     return t.transpose(0, 2, 4, 1, 3).reshape(a, n, n)
+
+
+def check_capability(variant: str) -> None:
+    """Both fused variants' cubins are built for sm_90 (prebuilt: users need no cuFFTDx headers)."""
+    if not str(cupy().cuda.Device().compute_capability).startswith("9"):
+        raise InputError(f"BPM variant {variant!r} is built for compute capability 9.x (H100/H200); use "
+                         "variant='cufft'")
+
+
+def use_register_order(dev, ept: int, lines: int) -> None:
+    """The device's tables (tq, tr and the last slice's) replaced by copies in the column transform's register
+    order (:func:`spectral_order`), which the fused kernels read without a tile."""
+    cp = cupy()
+    dev.cq, dev.cr, dev.lq, dev.lr = (cp.asarray(np.ascontiguousarray(spectral_order(t, ept, lines)))
+                                      for t in dev.tables.products(np.complex64))
+
+
+def start_spectra(s, n: int) -> None:
+    """S_0 = n^2 delta in each illumination's spectra ``s`` (the register order keeps bin (0, 0) first)."""
+    s.fill(0)
+    s[:, 0, 0] = n * n
+
+
+def gradient_and_loss(dev):
+    """A finished reverse pass's sums: the gradient (nz, n, n) centre-origin and the loss, read back."""
+    return cupy().fft.fftshift(dev.grad, axes=(-2, -1)), float(dev.loss.get()[0])
 
 
 class _Pass:
@@ -171,10 +198,8 @@ class FusedSteps:
             ept = int(column_ept)
         if column_lines is not None:
             lines = int(column_lines)
+        check_capability("fused_fft")
         cp = cupy()
-        if not str(cp.cuda.Device().compute_capability).startswith("9"):
-            raise InputError("BPM variant 'fused_fft' is built for compute capability 9.x (H100/H200); use "
-                             "variant='cufft'")
         self.dev = dev
         self.lanes = LANES.get(n, 1) if lanes is None else int(lanes)
         if self.lanes < 1:
@@ -192,8 +217,7 @@ class FusedSteps:
             row, reverse_row = (int(row_ept), row[1]), (int(row_ept), reverse_row[1])
         self.row = _Pass(module, "row", n, *row, ("forward", "output", "residual"), row_load)
         self.reverse_row = _Pass(module, "row", n, *reverse_row, ("reverse",), reverse_load)
-        dev.cq, dev.cr, dev.lq, dev.lr = (cp.asarray(np.ascontiguousarray(spectral_order(t, ept, lines)))
-                                          for t in dev.tables.products(np.complex64))
+        use_register_order(dev, ept, lines)
 
     def _queue(self, key, step) -> None:
         """Queue ``step`` (device work on the device's own buffers only): the first time directly, so that
@@ -262,8 +286,7 @@ class FusedSteps:
         dev = self.dev
         n, b = dev.n, sl.stop - sl.start
         s, w = dev.s[:b], dev.w[:b]
-        s.fill(0)
-        s[:, 0, 0] = n * n  # S_0 = n^2 delta; the register order keeps bin (0, 0) first
+        start_spectra(s, n)
         w.fill(0)
         w[:, :, 0] = n * n  # F_y^-1 S_0: n^2 in column kx = 0 of every row
         scale = np.float32(1.0 / (n * n))
@@ -291,9 +314,7 @@ class FusedSteps:
         """As :meth:`BpmDevice.reverse`: Re(J^H r) over the illuminations ``index`` (nz, n, n) float32
         centre-origin, and sum |r|^2."""
         self.queue_reverse(data, index, residual=residual)
-        dev = self.dev
-        grad = cupy().fft.fftshift(dev.grad, axes=(-2, -1))
-        return grad, float(dev.loss.get()[0])
+        return gradient_and_loss(self.dev)
 
     def queue_reverse(self, data, index=slice(None), *, residual: bool = False) -> None:
         """The work of :meth:`reverse` without reading anything back: the device's ``grad`` (natural order)

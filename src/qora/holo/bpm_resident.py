@@ -8,7 +8,8 @@ gradient (the forward pass storing the envelopes w_k, the residual and the rever
 leaving the cluster's shared memory). The slice algebra, the register order of S and the tables, and the
 byte accounting follow :mod:`qora.holo.bpm_fused`; the field's round trips to DRAM are gone and the
 tables are read once per kernel (16 B per element and slice forward against 64). Measured slower than
-``fused_fft`` on the H200 all the same (256^3 forward 30.7 against 17.5 ms): with one illumination per
+``fused_fft`` on the H200 all the same (256^3 forward 30.5 against 14.5 ms in
+one run of ``qora bench holo``): with one illumination per
 cluster too few warps run to hide the on-chip latencies, so ``variant="auto"`` never picks it. Lateral
 sizes 128 and 256 (:data:`LAYOUTS`), compute capability 9.x (thread-block clusters).
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from qora.backend.kernels import load_cubin
-from qora.holo.bpm_fused import spectral_order
+from qora.holo.bpm_fused import check_capability, gradient_and_loss, start_spectra, use_register_order
 from qora.holo.cuda_stages import cupy
 from qora.io.errors import InputError
 
@@ -52,10 +53,8 @@ class ResidentSteps:
         ctas = CTAS_PER_SM[n][0] if ctas_per_sm is None else int(ctas_per_sm)
         if ctas not in CTAS_PER_SM[n]:
             raise InputError(f"ctas_per_sm must be one of {CTAS_PER_SM[n]} at {n} points, got {ctas_per_sm}")
+        check_capability("fused_resident")
         cp = cupy()
-        if not str(cp.cuda.Device().compute_capability).startswith("9"):
-            raise InputError("BPM variant 'fused_resident' is built for compute capability 9.x (H100/H200); use "
-                             "variant='cufft'")
         ept, cluster = LAYOUTS[n]
         module = load_cubin("qora.holo", CUBIN)
         suffix = f"{n}_{cluster}_{ept}_{ctas}"
@@ -69,16 +68,12 @@ class ResidentSteps:
             kernel.max_dynamic_shared_size_bytes = self.smem
         self.name = suffix
         self.dev = dev
-        lines = n // cluster
-        dev.cq, dev.cr, dev.lq, dev.lr = (cp.asarray(np.ascontiguousarray(spectral_order(t, ept, lines)))
-                                          for t in dev.tables.products(np.complex64))
+        use_register_order(dev, ept, n // cluster)
 
     def _start(self, b: int):
-        """S_0 = n^2 delta for the chunk's first ``b`` illuminations (bin (0, 0) is first in register order)."""
-        n = self.dev.n
+        """S_0 = n^2 delta for the chunk's first ``b`` illuminations."""
         s = self.dev.s[:b]
-        s.fill(0)
-        s[:, 0, 0] = n * n
+        start_spectra(s, self.dev.n)
         return s
 
     def _launch(self, kind: str, b: int, *args) -> None:
@@ -113,5 +108,4 @@ class ResidentSteps:
             b = sl.stop - sl.start
             self._launch("gradient", b, self._start(b), *self._tables(sl), scale, dev.stored, stored_slice,
                          data[sl], np.float32(0) if residual else scale, dev.loss, dev.kd, dev.grad)
-        grad = cp.fft.fftshift(dev.grad, axes=(-2, -1))
-        return grad, float(dev.loss.get()[0])
+        return gradient_and_loss(dev)

@@ -318,6 +318,7 @@ def receive_parts(socket, timeout: float):
 SILENT_HINT = ("; is the detector armed and sending to this address (or `qora ssb serve` running), and is "
                "the port the detector's stream port? --timeout waits longer")
 
+
 class DectrisZMQSource(Source):
     """Frames from a DECTRIS detector's ZeroMQ stream at ``endpoint`` (``tcp://host:port``), stream
     v1 (JSON) or v2 (CBOR): ``stream`` "v1", "v2", or "auto" (told by the first message).
