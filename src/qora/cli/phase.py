@@ -181,9 +181,21 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
         result.preprocessing = steps
     write_result(out, result)
     click.echo(f"best start {result.best} of {result.starts}: Fourier error {result.fourier_error:.3e}; wrote {out}")
+    _echo_trust(result)
     if plot is not None:
         plot_result(plot, result)
         click.echo(f"wrote {plot}")
+
+
+def _echo_trust(result) -> None:
+    """The lines that say whether to trust the result: do the starts agree, did the best one converge."""
+    if result.agreement is not None:
+        line = result.agreement["message"]
+        click.echo(("warning: " if result.agreement["reproducible"] is False else "") + line)
+        if result.agreement.get("resolution_px"):
+            click.echo(f"PRTF of the agreeing starts falls below 1/e at a period of {result.agreement['resolution_px']:.3g} px")
+    if result.convergence is not None and not result.convergence["converged"]:
+        click.echo("warning: best start " + result.convergence["message"])
 
 
 def _iterations(recipe) -> int:
@@ -279,6 +291,7 @@ def _run_many(client, data, out, *, quiet, mask, support, starts, batch, total, 
             write_result(out, next(iter(report.done.values())))
     for name, result in report.done.items():
         click.echo(f"{name}: best start {result.best} of {result.starts}, Fourier error {result.fourier_error:.3e}")
+        _echo_trust(result)
     click.echo(report.summary().split("\n")[0] + f"; results in {out}")
     exit_on_failures(report.failed)
 
@@ -287,20 +300,22 @@ def _run_many(client, data, out, *, quiet, mask, support, starts, batch, total, 
 @click.argument("result", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.argument("reference", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 def compare_cmd(result, reference) -> None:
-    """Relative object error of RESULT against REFERENCE (after phase, translation and twin)."""
-    from qora.phase.analysis import align
-    from qora.phase.files import read_result, read_truth
+    """Relative object error of RESULT against REFERENCE after phase, translation, twin and the global scale.
 
-    import numpy as np
+    The scale is removed because a reconstruction's amplitude is in sqrt(counts) of its pattern while the
+    reference may be in any unit (a simulated object before its photon scaling); the factor is printed.
+    """
+    from qora.phase.analysis import scaled_error
+    from qora.phase.files import read_result, read_truth
 
     obj = read_result(result).object
     ref = read_truth(reference)
     if obj.shape != ref.shape:
         raise click.ClickException(f"shapes differ: {obj.shape} and {ref.shape}")
-    aligned, info = align(obj, ref)
-    err = float(np.linalg.norm(aligned - ref) / np.linalg.norm(ref))
-    click.echo(f"relative object error {err:.3e} (twin: {info['twin']}, shift: "
-               f"{', '.join(f'{s:.2f}' for s in info['shift'])} px, phase {info['phase']:.3f} rad)")
+    err, info = scaled_error(obj, ref)
+    click.echo(f"relative object error {err:.3e} after removing the global scale (x {info['scale']:.4g}), the phase "
+               f"({info['phase']:.3f} rad), the translation ({', '.join(f'{s:.2f}' for s in info['shift'])} px) "
+               f"and the twin ({'taken' if info['twin'] else 'not taken'})")
 
 
 def _positive_int(text: str, name: str) -> int:

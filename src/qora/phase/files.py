@@ -83,6 +83,9 @@ def write_result(path, result) -> None:
             proc.create_dataset("psf", data=np.asarray(result.psf))
         if result.coherence_width is not None:  # the default's coherence check: blur fitted, pixels
             proc.attrs["coherence_width"] = float(result.coherence_width)
+        for name in ("agreement", "convergence"):  # the starts' agreement and the best start's convergence
+            if getattr(result, name) is not None:
+                proc.attrs[name] = json.dumps(getattr(result, name))
         if result.pixel_size is not None:
             img.attrs["pixel_size_m"] = np.asarray(result.pixel_size, float)
         if result.objects is not None:
@@ -116,6 +119,8 @@ def read_result(path):
             preprocessing=json.loads(a["preprocessing"]) if "preprocessing" in a else None,
             psf=proc["psf"][()] if "psf" in proc else None,
             coherence_width=float(a["coherence_width"]) if "coherence_width" in a else None,
+            agreement=json.loads(a["agreement"]) if "agreement" in a else None,
+            convergence=json.loads(a["convergence"]) if "convergence" in a else None,
         )
 
 

@@ -32,6 +32,9 @@ from qora.phase.physics import ALGORITHMS as PROJECTIONS, update_coefficients
 
 # ML: gradient steps on the Poisson log-likelihood of the counts (qora.phase.ml), to refine a found object
 ALGORITHMS = PROJECTIONS + ("ML",)
+# The most iterations one stage may ask for: a 512^3 iteration takes ~4 ms on an H200, so a million is over an hour
+# of one start; a number beyond it is a typing slip (HIO**10000000000), not a plan, and would run for years.
+MAX_STAGE_ITERATIONS = 1_000_000
 # What a stage does with the unmeasured pixels: leave them free, or hold them at an interpolated modulus
 MASKED_RULES = ("free", "fill")
 
@@ -162,6 +165,9 @@ class Stage:
                 or self.iterations < 1):
             raise RecipeError(f"recipe stage {self.algorithm}: iterations must be a positive integer, "
                               f"got {self.iterations!r}")
+        if self.iterations > MAX_STAGE_ITERATIONS:
+            raise RecipeError(f"recipe stage {self.algorithm}: {self.iterations} iterations is more than the "
+                              f"{MAX_STAGE_ITERATIONS:,} a stage may run; split the work or lower the count")
         if not 0.0 < self.beta <= 1.0:
             raise RecipeError(f"recipe stage {self.algorithm}: beta must be in (0, 1], got {self.beta}")
         if self.constraint not in (None, "real", "positive"):

@@ -52,6 +52,15 @@ class PhaseResult:
         0: none). When a blur of at least :data:`~qora.phase.coherence.PARTIAL_COHERENCE_WIDTH` fitted better than
         none, the starts were run again with the partial-coherence model (``recipe`` says which ran). None when
         the recipe was given.
+    agreement : dict or None
+        Did the starts find the same object? Every start aligned to the best
+        (:func:`qora.phase.analysis.agreement`): each one's object error and support overlap against the best,
+        how many agree, ``reproducible`` and a one-line ``message`` ("not reproducible: 2 of 10 starts agree
+        with the best ..."), and the PRTF of the agreeing starts. None for results merged from parts whose
+        objects were not kept.
+    convergence : dict or None
+        Was the best start still improving when the recipe ended? (:func:`qora.phase.analysis.convergence`):
+        the relative fall of its Fourier error over the last iterations, ``converged`` and a ``message``.
     """
 
     object: np.ndarray
@@ -78,6 +87,8 @@ class PhaseResult:
     preprocessing: dict | None = None
     psf: np.ndarray | None = None
     coherence_width: float | None = None
+    agreement: dict | None = None
+    convergence: dict | None = None
 
     @property
     def fourier_error(self) -> float:

@@ -319,11 +319,18 @@ class Solver:
         llk, free_llk = np.array(all_llk[0]), np.array(all_llk[1])
         scores = final_errors if rank == "fourier" else free_llk
         best = int(np.nanargmin(scores))
+        from qora.phase.analysis import agreement, convergence
+
+        report_t0 = time.perf_counter()
+        agreed = agreement(objects, supports, scores, intensity=self.intensity)
+        agreement_s = time.perf_counter() - report_t0
         return PhaseResult(
             object=objects[best], support=supports[best], errors=errors, final_errors=final_errors, llk=llk,
             free_llk=free_llk, best=best, rank=rank, recipe=str(recipe), seed=seed, starts=len(objects),
             backend=self.backend.name, variant=self.variant,
-            timings={**self.timings, "run_s": time.perf_counter() - t0}, versions=software_versions(), first_start=first_start,
+            timings={**self.timings, "run_s": time.perf_counter() - t0, "agreement_s": agreement_s},
+            versions=software_versions(), first_start=first_start, agreement=agreed,
+            convergence=convergence(errors[:, best]),
             objects=objects if keep_all else None, supports=supports if keep_all else None, stopped_early=stopped,
             support_log=self._support_log, psf=all_psf[best] if len(all_psf) == len(objects) else None,
         )
@@ -503,6 +510,13 @@ def merge_results(parts) -> PhaseResult:
     offsets = np.cumsum([0] + [r.starts for r in parts])
     owner = int(np.searchsorted(offsets, best, side="right") - 1)
     keep_all = all(r.objects is not None for r in parts)
+    objects = np.concatenate([r.objects for r in parts]) if keep_all else None
+    supports = np.concatenate([r.supports for r in parts]) if keep_all else None
+    agreed = None
+    if keep_all:  # without every start's object the parts' own reports cannot be joined
+        from qora.phase.analysis import agreement
+
+        agreed = agreement(objects, supports, scores)
     return PhaseResult(
         object=parts[owner].object, support=parts[owner].support,
         errors=np.concatenate([r.errors for r in parts], axis=1), final_errors=final_errors,
@@ -510,8 +524,7 @@ def merge_results(parts) -> PhaseResult:
         recipe=first.recipe, seed=first.seed, starts=int(offsets[-1]), backend=first.backend, variant=first.variant,
         timings={"run_s": float(sum(r.timings.get("run_s", 0.0) for r in parts)), "parts": len(parts)},
         versions=first.versions,
-        objects=np.concatenate([r.objects for r in parts]) if keep_all else None,
-        supports=np.concatenate([r.supports for r in parts]) if keep_all else None,
+        objects=objects, supports=supports, agreement=agreed, convergence=parts[owner].convergence,
         stopped_early=any(r.stopped_early for r in parts), first_start=first.first_start)
 
 
