@@ -38,7 +38,7 @@ from qora.backend import resolve
 from qora.bench.common import BenchResult
 from qora.io.errors import InputError
 from qora.phase import analysis, objects
-from qora.phase.detector import Detector, crystal, featured, record
+from qora.phase.detector import BEAMLINE_BOXES, Detector, crystal, featured, lithograph, record
 
 __all__ = ["CASES", "QUICK", "SUCCESS_BOUND", "REFERENCE_FACTOR", "REFERENCE_ITERATIONS", "Case", "aligned_error",
            "success_bound", "known_support_er", "reference_error", "run_case", "run"]
@@ -124,6 +124,9 @@ CASES = {
     "prism_48": Case(objects.prism, 48, Detector(photons=1e8, gap=0)),
     "featured3d_64": Case(lambda n: featured(n, ndim=3), 64, Detector(photons=1e8)),
     "crystal_128": Case(lambda n: crystal(n, size=50), 128, Detector(photons=1e9, beamstop=3, gap=0)),
+    # a lithographic pattern's fine structure behind the ESRF ID10 logo pattern's beamstop and gap boxes
+    "lithograph_256_box": Case(lithograph, 256, Detector(photons=2.5e8, beamstop=0, gap=0, boxes=BEAMLINE_BOXES)),
+    "lithograph_512_box": Case(lithograph, 512, Detector(photons=1e9, beamstop=0, gap=0, boxes=BEAMLINE_BOXES)),
 }
 # The default selection: small enough to run in minutes on two shared cores.
 QUICK = ("triangle_256", "featured_256", "prism_48")
@@ -317,9 +320,11 @@ def run(*, cases=QUICK, starts: int = 3, recipe=None, backend="auto", write=True
         resolved: bool = False) -> BenchResult:
     """The success rate of ``recipe`` (None: the default recipe), or of ``peer="cohere"``, on each of ``cases``;
     ``consensus`` and ``figures`` (a folder for ``<case>.png``) as in :func:`run_case` (ours only)."""
-    unknown = [c for c in cases if c not in CASES]
+    from qora.bench.phase_measured import MEASURED_CASES, run_logo_case
+
+    unknown = [c for c in cases if c not in CASES and c not in MEASURED_CASES]
     if unknown:
-        raise InputError(f"unknown case(s) {unknown}; expected some of {sorted(CASES)}")
+        raise InputError(f"unknown case(s) {unknown}; expected some of {sorted(CASES) + list(MEASURED_CASES)}")
     be = resolve(backend)
     facts = be.device_facts()
     result = BenchResult("phase-success", be.name, facts.as_dict(),
@@ -333,6 +338,16 @@ def run(*, cases=QUICK, starts: int = 3, recipe=None, backend="auto", write=True
     if peer:
         label = peer
     for name in cases:
+        if name in MEASURED_CASES:
+            if peer:
+                raise InputError(f"the measured case {name} runs Qora only")
+            row = run_logo_case(starts=starts, recipe=recipe, backend=be.name)
+            result.add(f"{name}/{label}", **row)
+            echo(f"  {name}: {row['succeeded']}/{starts} with {row['bound']} (median R {row['median_r']:.3f}, "
+                 f"IoU {row['median_iou']:.2f}); start ranked first "
+                 f"{'succeeded' if row['best_start_succeeded'] else 'failed'}; {row['agreement']}; "
+                 f"{row['s_per_start']:.1f} s per start")
+            continue
         if peer == "cohere":
             row = run_cohere_case(CASES[name], starts=starts, device=0 if be.is_cuda else -1)
         else:

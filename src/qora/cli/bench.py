@@ -89,7 +89,8 @@ def _shapes(text):
 @bench.command("phase-success")
 @backend_option()
 @click.option("--cases", default=None, help="Comma-separated case names (default: the quick set "
-              "triangle_256,featured_256,prism_48); 'all' for every case.")
+              "triangle_256,featured_256,prism_48); 'all' for every simulated case; esrf_logo: the measured ESRF "
+              "ID10 pattern (files from QORA_CDI_DATA, scored by R-factor and support overlap).")
 @click.option("--starts", type=click.IntRange(1, 1000), default=3, show_default=True, help="Random starts per case.")
 @click.option("--recipe", default="default", show_default=True,
               help="A recipe's notation, or a name: default, pynx-rule (PyNX's support rule as our recipe), "

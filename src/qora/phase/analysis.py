@@ -14,7 +14,8 @@ import scipy.optimize
 from qora.backend import fft
 
 __all__ = ["twin", "shift", "align", "object_error", "scaled_error", "prtf", "prtf_resolution", "modes", "consensus",
-           "agreement", "AGREE_OBJECT_ERROR", "convergence", "CONVERGED_FALL"]
+           "agreement", "AGREE_OBJECT_ERROR", "convergence", "CONVERGED_FALL", "amplitude_rfactor",
+           "support_iou"]
 
 # Two starts found the same object when their aligned unit-norm objects differ by at most this (relative L2). Starts
 # that found the object differ by edge ringing and noise (0.01-0.2 from the truth each on the success cases, so at most
@@ -299,3 +300,29 @@ def convergence(errors, *, window: int = CONVERGENCE_WINDOW, fall: float = CONVE
                f"not converged: the Fourier error still fell by {100 * drop:.2g}% over the last {w} iterations "
                "(more iterations of the last stage may improve the object)")
     return {"window": w, "fall": drop, "converged": bool(ok), "message": message}
+
+
+def amplitude_rfactor(obj, intensity, mask=None) -> float:
+    """The amplitude R-factor of a centre-origin object against a pattern (detector layout):
+    sum | |F x| - sqrt(I) | / sum sqrt(I) over the measured pixels, F unitary (dimensionless). The usual figure of
+    merit of CDI codes (PyNX prints it); the object must be in sqrt(counts), as a reconstruction's is."""
+    axes = tuple(range(np.ndim(obj)))
+    model = np.abs(np.fft.fftshift(fft.fftn(np.fft.ifftshift(np.asarray(obj, np.complex128), axes=axes),
+                                            norm="ortho"), axes=axes))
+    measured = np.ones(model.shape, bool) if mask is None else ~np.asarray(mask, bool)
+    amp = np.sqrt(np.maximum(np.asarray(intensity, float)[measured], 0.0))
+    return float(np.abs(model[measured] - amp).sum() / amp.sum())
+
+
+def support_iou(support, reference) -> float:
+    """Intersection over union of ``support`` with ``reference`` at the best whole-pixel translation, the support or
+    its point reflection (the twin's), whichever overlaps more (periodic arrays; from the FFT cross-correlation)."""
+    ref = np.asarray(reference, float)
+    spec_ref = np.conj(fft.fftn(ref))
+    best = 0.0
+    s = np.asarray(support, bool)
+    for candidate in (s, twin(s.astype(np.complex64)).real > 0.5):
+        counts = np.real(fft.ifftn(fft.fftn(candidate.astype(float)) * spec_ref))
+        inter = float(counts.max())
+        best = max(best, inter / (candidate.sum() + ref.sum() - inter))
+    return best

@@ -9,7 +9,10 @@ are True in the mask, the convention of :func:`qora.phase.reconstruct`.
 
 :func:`featured` and :func:`crystal` are test objects a simple shape does not cover:
 holes, thin features and a phase ramp (2D or 3D), and a faceted crystal whose phase
-is a smooth displacement field (the Bragg-CDI case).
+is a smooth displacement field (the Bragg-CDI case). :func:`lithograph` is the fine structure of a
+lithographic test pattern (a ring of dots round an empty centre above block letters), and
+:data:`BEAMLINE_BOXES` the rectangular beamstop and gap boxes of a real detector's mask (the ESRF ID10
+logo pattern's, scaled to the array), for the missing data a round 3-pixel beamstop does not cover.
 """
 
 from __future__ import annotations
@@ -22,7 +25,14 @@ from qora.io import validate
 from qora.io.errors import InputError
 from qora.phase.physics import detector_intensity, gaussian_blur
 
-__all__ = ["Detector", "record", "featured", "crystal"]
+__all__ = ["Detector", "record", "featured", "crystal", "lithograph", "BEAMLINE_BOXES"]
+
+# The unmeasured boxes of the ESRF ID10 logo pattern (../shared/data/cdi, the mask of PyNX's example): (row, column,
+# height, width) of each box's corner relative to q = 0, in pixels of a 512^2 array; scaled with the array. The
+# central one (17 x 25 px, slightly off q = 0) is the beamstop; it hides the object's features larger than ~20 px,
+# 57% of the logo's intensity (docs/phase.md, "The ESRF logo").
+BEAMLINE_BOXES = ((-8, -12, 17, 25), (-18, -28, 6, 6), (13, -28, 6, 6), (-19, -256, 8, 25), (12, 232, 8, 24),
+                  (-256, -9, 17, 23), (240, -13, 16, 23), (-256, 227, 22, 29), (235, -256, 21, 30))
 
 
 @dataclass(frozen=True)
@@ -40,18 +50,24 @@ class Detector:
         cross the low-q speckles without hiding the beamstop (0: none).
     coherence_sigma : float
         Std (pixels) of the Gaussian that blurs the intensity for partial coherence (0: fully coherent).
+    boxes : tuple of (row, column, height, width)
+        Rectangular unmeasured regions of a 2D detector (a beamstop's shadow, module gaps), their corners
+        relative to q = 0 in pixels of a 512^2 array, scaled to the pattern's size (:data:`BEAMLINE_BOXES`).
     """
 
     photons: float | None = 1e8
     beamstop: float = 3.0
     gap: int = 2
     coherence_sigma: float = 0.0
+    boxes: tuple = ()
 
     def __post_init__(self):
         if self.photons is not None:
             validate.positive("photons", self.photons, unit="counts")
         if self.beamstop < 0 or self.coherence_sigma < 0 or self.gap < 0:
             raise InputError("beamstop, gap and coherence_sigma must be >= 0")
+        if any(len(b) != 4 or b[2] < 1 or b[3] < 1 for b in self.boxes):
+            raise InputError("each box is (row, column, height, width) with height and width >= 1 pixels")
 
 
 def mask_for(shape, detector: Detector) -> np.ndarray:
@@ -66,6 +82,12 @@ def mask_for(shape, detector: Detector) -> np.ndarray:
             if ax == 0 and len(shape) > 2:
                 continue
             mask |= (g >= 7) & (g < 7 + detector.gap)
+    if detector.boxes:
+        if len(shape) != 2:
+            raise InputError("detector boxes are for 2D patterns")
+        for box in detector.boxes:
+            r0, c0, h, w = (int(round(v * shape[i % 2] / 512)) for i, v in enumerate(box))
+            mask |= ((grids[0] >= r0) & (grids[0] < r0 + max(1, h)) & (grids[1] >= c0) & (grids[1] < c0 + max(1, w)))
     return mask
 
 
@@ -137,3 +159,42 @@ def crystal(n: int = 128, *, size: int = 50, strain: float = 1.2) -> np.ndarray:
     envelope = np.exp(-(x**2 + y**2 + z**2) / (2 * (0.7 * h) ** 2))
     phase = strain * np.sin(np.pi * d) * envelope
     return np.where(inside, np.exp(1j * phase), 0).astype(np.complex64)
+
+
+def _letter_strokes(letter: str):
+    """Block-letter strokes as (row, column, height, width) in a 5 x 4 cell (row 0 at the top)."""
+    top, mid, low = (0, 0, 1, 4), (2, 0, 1, 4), (4, 0, 1, 4)
+    left, right = (0, 0, 5, 1), (0, 3, 5, 1)
+    return {"E": (left, top, mid, low), "S": (top, mid, low, (0, 0, 3, 1), (2, 3, 3, 1)),
+            "R": (left, top, mid, (0, 3, 3, 1), (3, 2, 1, 1), (4, 3, 1, 1)), "F": (left, top, mid)}[letter]
+
+
+def lithograph(n: int = 512, *, text: str = "ESRF") -> np.ndarray:
+    """A lithographic test pattern with the fine structure of the ESRF logo, about n/4 across.
+
+    Above, a sunburst: 24 rays of round dots on four rings about an empty centre, the dots shrinking
+    outwards (radii 3.5 to 2 px at n = 512); below, block letters (strokes 6 px) between two thin bars (3 px).
+    Amplitude 1 (binary), phase flat, as a thin gold pattern in transmission; centre-origin complex64.
+    Dimensions scale with n / 512 (so at 256 the finest dots are 1 px across).
+    """
+    n = validate.integer("n", n, low=128)
+    k = n / 512.0
+    rows, cols = np.meshgrid(np.arange(n) - n // 2, np.arange(n) - n // 2, indexing="ij")
+    amp = np.zeros((n, n), bool)
+    centre = (-30 * k, 0.0)
+    for ring, (radius, dot) in enumerate(((20, 3.5), (29, 3.0), (38, 2.5), (47, 2.0))):
+        for ray in range(24):
+            angle = 2 * np.pi * (ray + 0.5 * (ring % 2)) / 24
+            cy, cx = centre[0] + k * radius * np.sin(angle), centre[1] + k * radius * np.cos(angle)
+            amp |= (rows - cy) ** 2 + (cols - cx) ** 2 <= (k * dot) ** 2
+    cell, gap_px, stroke = 6.0 * k, 6.0 * k, 6.0 * k
+    width = len(text) * 4 * cell + (len(text) - 1) * gap_px
+    top, left = 28 * k, -width / 2
+    for i, letter in enumerate(text.upper()):
+        x0 = left + i * (4 * cell + gap_px)
+        for r, c, h, w in _letter_strokes(letter):
+            amp |= ((rows >= top + r * cell) & (rows < top + r * cell + h * stroke)
+                    & (cols >= x0 + c * cell) & (cols < x0 + c * cell + w * stroke))
+    for y in (top - 7 * k, top + 5 * cell + 4 * k):
+        amp |= (rows >= y) & (rows < y + 3 * k) & (np.abs(cols) <= width / 2 + 6 * k)
+    return amp.astype(np.complex64)

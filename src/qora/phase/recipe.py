@@ -111,6 +111,12 @@ class Stage:
         (:func:`qora.phase.support.fill_masked`), which keeps energy out of the modes nothing measured
         (a gap's stripes, the missing centre's blob) while the support is being found. Held-out pixels
         of the free LLK are never filled.
+    settle : int
+        With ``sw``: the last ``settle`` iterations before each support update are error reduction (ER), so the
+        support is read from an object estimate (the modulus projection kept inside the support, zero outside)
+        rather than from HIO's or RAAR's outside-support feedback, whose values grow where the support is wrong
+        and which shrinkwrap would otherwise count as object (docs/phase.md, "The ESRF logo"). PyNX's example
+        for measured patterns does the same (five ER before each update). 0: off; less than ``sw``.
     average : int
         The stage's last ``average`` iterations run with the exact modulus projection as array code, their
         in-support iterates (each start's global phase matched to the first) are averaged, and the stage ends
@@ -149,6 +155,7 @@ class Stage:
     switch: int = 0
     sharpen: float = 0.0
     average: int = 0
+    settle: int = 0
 
     def __post_init__(self):
         if self.algorithm not in ALGORITHMS:
@@ -208,6 +215,17 @@ class Stage:
         self._check_band()
         self._check_sharpen()
         self._check_average()
+        self._check_settle()
+
+    def _check_settle(self) -> None:
+        value = self.settle
+        where = f"recipe stage {self.algorithm}"
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+            raise RecipeError(f"{where}: settle must be an integer >= 0, got {value!r}")
+        if value and not 0 < value < self.sw:
+            raise RecipeError(f"{where}: settle ({value}) needs shrinkwrap (sw > 0) and must be less than sw ({self.sw})")
+        if value and (self.algorithm == "ML" or self.psf is not None or self.band or self.average):
+            raise RecipeError(f"{where}: settle applies to ER, HIO and RAAR stages without psf, band or average")
 
     def _check_average(self) -> None:
         where = f"recipe stage {self.algorithm}"
@@ -279,7 +297,8 @@ class Stage:
             if f.name in ("algorithm", "iterations"):
                 continue
             value = getattr(self, f.name)
-            if f.name in ("sigma", "sigma_min", "threshold", "stat", "smin", "smax", "shape", "prange") and self.sw == 0:
+            if f.name in ("sigma", "sigma_min", "threshold", "stat", "smin", "smax", "shape", "prange",
+                          "settle") and self.sw == 0:
                 continue
             if f.name.startswith("psf_") and self.psf is None:
                 continue
@@ -300,7 +319,7 @@ _OPTION_TYPES = {"beta": float, "sw": int, "sigma": float, "sigma_min": float, "
                  "constraint": str, "stat": str, "smin": float, "smax": float, "detwin": int, "psf": str,
                  "psf_sigma": float, "psf_eta": float, "psf_every": int, "band": float, "masked": str, "switch": int,
                  "shape": str, "prange": float, "sharpen": float,
-                 "average": int}
+                 "average": int, "settle": int}
 
 
 def _parse_options(text: str, where: str) -> dict:

@@ -362,6 +362,7 @@ class Solver:
                     chunk = min(chunk, stage.sw - (k % stage.sw))
                 if stage.switch:
                     chunk = min(chunk, stage.switch - (k % stage.switch))
+                chunk, a, b = self._settled(stage, k, chunk, update < updates)
                 if stage.average and k >= averaged_from:
                     from qora.phase.average import IterateMean, average_iterate
 
@@ -406,6 +407,19 @@ class Solver:
                     return np.concatenate(history), True
         self._stage_amplitude(engine)  # the scores and the next run see the measured counts only
         return np.concatenate(history), False
+
+    @staticmethod
+    def _settled(stage, k: int, chunk: int, update_follows: bool) -> tuple[int, float, float]:
+        """The chunk length and update coefficients at iteration ``k`` of ``stage``: with ``settle``, the last
+        ``settle`` iterations before a support update are ER (a = b = 0), so the chunks split where they start."""
+        a, b = stage.coefficients
+        if not (stage.settle and update_follows):
+            return chunk, a, b
+        start = stage.sw - stage.settle
+        position = k % stage.sw
+        if position < start:
+            return min(chunk, start - position), a, b
+        return min(chunk, stage.sw - position), 0.0, 0.0
 
     def _stage_amplitude(self, engine, masked: str = "free", sharpen: float = 0.0) -> None:
         """The engine's amplitude for a stage's ``masked`` and ``sharpen`` options
