@@ -289,3 +289,38 @@ def test_fit_incoherent_depth_model_writes_its_depth_sections(tmp_path):
         np.testing.assert_allclose(f["depth_a"][:], result["incoherent"]["section_depths_a"])
     out = runner.invoke(cli, [*common, "--depth-model", "columnar", "--sections-out", str(sections)])
     assert out.exit_code == 2 and "--sections-out" in out.output
+
+
+def test_thin_film_sections_out_writes_the_one_section(tmp_path):
+    """A film thinner than the depth of field: `auto` keeps the columnar model (one depth section, where the
+    incoherent model is the columnar one) and --sections-out writes that one section, the thick fit's image (the
+    SSB image with the thick Gamma, an independent path through Session.image), instead of a KeyError after
+    the fit."""
+    import json
+
+    import h5py
+
+    from qora.ssb import Session, load_data, parameters_to_aberrations
+
+    runner = CliRunner()
+    data = tmp_path / "thin.h5"
+    out = runner.invoke(cli, ["ssb", "simulate", "--scan", "24", "--step", "0.5", "--window", "32", "--semiangle",
+                              "25", "--c10", "-100", "--quiet", "--out", str(data)])
+    assert out.exit_code == 0, out.output
+    fit, sections = tmp_path / "fit.json", tmp_path / "sections.h5"
+    out = runner.invoke(cli, ["ssb", "fit", str(data), "--rotation", "0", "--detector-orientation", "identity",
+                              "--thick-starts", "1", "--trials", "32", "--backend", "cpu", "--quiet", "--out",
+                              str(fit), "--sections-out", str(sections)])
+    assert out.exit_code == 0, out.output
+    result = json.loads(fit.read_text())
+    assert result["depth_model"]["chosen"] == "columnar" and "incoherent" not in result
+    assert "one depth section: thinner than the depth of field" in out.output
+    with h5py.File(sections) as f:
+        section = f["phase"][()]
+        assert section.shape == (1, 24, 24) and list(f["depth_a"][:]) == [0.0]
+    p = result["thick"]["parameters"]
+    stack, meta = load_data(data)
+    session = Session(stack, kv=meta["kv"], alpha_mrad=meta["alpha_mrad"], scan_step=meta["scan_step_a"])
+    thick = session.image(parameters_to_aberrations(p), method="thick", thickness=p["thickness"])
+    r = np.corrcoef(section[0].ravel(), thick.ravel())[0, 1]
+    assert r > 0.95

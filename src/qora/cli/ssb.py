@@ -355,13 +355,19 @@ def _write_sections(path, session, result: dict, **settings) -> None:
     from qora.ssb.depth import depth_sections
     from qora.ssb.orientation import reorient
 
-    fit = result["incoherent"]
+    fit = result.get("incoherent")
+    if fit is None:
+        # a film thinner than the depth of field: one section, where the incoherent model is the columnar one
+        # (the fit's depth_model says so), so the single section is imaged with the thick fit's values
+        fit = {"parameters": result["thick"]["parameters"], "sections": 1, "section_depths_a": [0.0]}
+        click.echo(f"one depth section: {result['depth_model']['why']}")
     stack = depth_sections(reorient(session, result["orientation"]["orientation"]), fit["parameters"],
                            sections=fit["sections"], rotation=result["rotation_rad"])
     write_image(path, stack, method="depth-sections", aberrations=parameters_to_aberrations(fit["parameters"]),
                 depths=fit["section_depths_a"], **settings)
     depths = ", ".join(f"{z:.0f}" for z in fit["section_depths_a"])
-    click.echo(f"wrote {path}: {len(stack)} depth sections at {depths} A (from the mid-plane, entrance first)")
+    click.echo(f"wrote {path}: {len(stack)} depth section{'s' if len(stack) > 1 else ''} at {depths} A "
+               "(from the mid-plane, entrance first)")
 
 
 def _counts(data, path):
