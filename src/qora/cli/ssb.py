@@ -40,18 +40,20 @@ def c12_text(aberrations) -> str:
 
 
 def _pm(report: dict, name: str, scale: float = 1.0, digits: int = 1) -> str:
-    """"+- sigma" of a parameter, with the interval within the agreement gap where that is wider (the
-    identifiability report's ``interval``: model error), or "(not determined)"."""
+    """"+- sigma" of a parameter, or "(not determined)". Where model error, not noise, bounds it (the identifiability
+    report's ``interval``, the half-width within the agreement gap, more than three times sigma), that interval is
+    the error bar printed, with the noise's sigma beside it: a "+- 0.0" before a wider bracket would say the
+    opposite of what the fit knows."""
     entry = report["identifiability"]["parameters"].get(name)
     if entry is None:
-        return f"+- {report['uncertainty'][name] * scale:.{digits}f}"
+        sigma = report["uncertainty"].get(name)
+        return "(not determined)" if sigma is None else f"+- {sigma * scale:.{digits}f}"
     if not entry["determined"]:
         return "(not determined)"
-    text = f"+- {entry['sigma'] * scale:.{digits}f}"
     w = entry.get("interval")
-    if w is not None and w > 3 * entry["sigma"]:  # model error, not noise, bounds it: say how far
-        text += f" [+- {w * scale:.{digits}f} within the gap]"
-    return text
+    if w is not None and w > 3 * entry["sigma"]:
+        return f"+- {w * scale:.{digits}f} (within the agreement gap; noise alone +- {entry['sigma'] * scale:.2g})"
+    return f"+- {entry['sigma'] * scale:.{max(digits, 2) if entry['sigma'] * scale < 0.1 else digits}f}"
 
 
 def fit_summary(result: dict) -> list:
@@ -85,7 +87,7 @@ def fit_summary(result: dict) -> list:
         lines.append(f"thick: C10 {thick.get('C10'):.1f} {_pm(t, 'C10')} A, {c12_text(thick)}, thickness "
                      f"{p['thickness']:.0f} {_pm(t, 'thickness', digits=0)} A, tilt ({p['tilt_y'] * 1e3:.2f} "
                      f"{_pm(t, 'tilt_y', 1e3, 2)}, {p['tilt_x'] * 1e3:.2f} {_pm(t, 'tilt_x', 1e3, 2)}) mrad, "
-                     f"agreement {t['agreement']:.4f}; better: {result['better']}")
+                     f"agreement {t['agreement']:.4f}")
     if "incoherent" in result:
         t = result["incoherent"]
         p = t["parameters"]
@@ -95,6 +97,9 @@ def fit_summary(result: dict) -> list:
                      f"determined (independent sections), agreement {t['agreement']:.4f}")
     if "depth_model" in result:
         lines.append(f"depth model: {result['depth_model']['chosen']} ({result['depth_model']['why']})")
+    if "better" in result:
+        rule = result.get("better_rule")
+        lines.append(f"better: {result['better']}" + (f" ({rule})" if rule else ""))
     for name in ("standard", "thick"):
         ident = result.get(name, {}).get("identifiability")
         if ident and ident["runner_up"] is not None:

@@ -393,6 +393,48 @@ def plot_image(path, phase, *, scan_step: float, title: str = "", chi_map=None) 
     save_png(fig, path, dpi=110)
 
 
+def agreement_curves(session, result: dict) -> dict:
+    """The agreement along each fitted parameter of the better branch around its fit, the others held (the curves
+    of :func:`plot_fit`): ``{name: (values, agreements)}``; +-4 standard errors, at least +-10 A, +-1 mrad or
+    +-1 degree (a parameter not determined gets that floor). Each is evaluated on the fit's own band with top-hat
+    apertures, where the fit's printed agreement is reported, so every curve passes through that number at the fit.
+    """
+    from qora.ssb.band import Band
+    from qora.ssb.depth import IncoherentBand
+
+    branches = [b for b in ("standard", "thick", "incoherent") if b in result]
+    best = result.get("better", branches[0])
+    params = dict(result[best]["parameters"])
+    names = list(result[best]["parameter_order"])
+    if "rotation" in names:
+        params["rotation"] = float(result["rotation_rad"])
+    # the fit's own band of |Q| with top-hat apertures, the agreement the fit reports, so that each curve peaks
+    # at the printed number (a band fitting the rotation has soft edges: 0.9503 against the printed 0.9456)
+    fitted = tuple(result.get("band_inv_a", (0.2, 0.9)))
+    held = [n for n in names if n != "rotation"]
+    fixed = {n: params[n] for n in held}
+
+    def band_at(rotation):
+        if best == "incoherent":
+            return IncoherentBand(session, held, sections=result[best]["sections"], rotation=rotation, band=fitted)
+        return Band(session, held, band=fitted, rotation=rotation)
+
+    band = band_at(result["rotation_rad"])
+    error = result[best].get("uncertainty", {})
+    curves = {}
+    for name in names:
+        floor = 1e-3 if name.startswith("tilt") else np.deg2rad(1.0) if name == "rotation" else 10.0
+        half = max(4 * (error.get(name) or 0.0), floor)  # None: not determined, the floor's range
+        if name == "rotation":  # one top-hat band per rotation: fewer points, each a band of its own
+            xs = params[name] + np.linspace(-half, half, 9)
+            ys = np.array([float(band_at(float(x)).evaluate(fixed, order=0)) for x in xs])
+        else:
+            xs = params[name] + np.linspace(-half, half, 25)
+            ys = band.evaluate_batch([{**fixed, name: float(x)} for x in xs])
+        curves[name] = (xs, ys)
+    return curves
+
+
 def plot_fit(path, session, result: dict) -> None:
     """PNG of a fit (:func:`qora.ssb.fit`'s result): the image of each branch,
     the fitted aberration function chi over the aperture (the better branch), and the agreement
@@ -400,11 +442,9 @@ def plot_fit(path, session, result: dict) -> None:
     +-10 A, +-1 mrad or +-1 degree for a fitted scan rotation), the others held."""
     from qora.plot import save_png, subplots
 
-    from qora.ssb.band import Band
+    from qora.ssb.depth import depth_sections
     from qora.ssb.model import parameters_to_aberrations
     from qora.ssb.optics import chi
-
-    from qora.ssb.depth import IncoherentBand, depth_sections
 
     branches = [b for b in ("standard", "thick", "incoherent") if b in result]
     best = result.get("better", branches[0])
@@ -424,17 +464,9 @@ def plot_fit(path, session, result: dict) -> None:
                 continue
             kw = {"thickness": p["thickness"], "tilt": (p["tilt_y"], p["tilt_x"])} if b == "thick" else {}
             images[b] = session.image(parameters_to_aberrations(p), "thick" if b == "thick" else "ssb", **kw)
-        band = (IncoherentBand(session, names, sections=result[best]["sections"], rotation=result["rotation_rad"])
-                if best == "incoherent" else Band(session, names, rotation=result["rotation_rad"]))
-        error = result[best].get("uncertainty", {})
-        curves = {}
-        for name in names:
-            floor = 1e-3 if name.startswith("tilt") else np.deg2rad(1.0) if name == "rotation" else 10.0
-            half = max(4 * error.get(name, 0.0), floor)
-            xs = params[name] + np.linspace(-half, half, 25)
-            curves[name] = (xs, band.evaluate_batch([{**params, name: float(x)} for x in xs]))
     finally:
         session.rotation = saved
+    curves = agreement_curves(session, result)
     cols = max(len(branches) + 1, len(names))
     fig, axes = subplots(2, cols, figsize=(3.6 * cols, 7.0), squeeze=False)
     sy, sx = session.scan_shape

@@ -158,13 +158,30 @@ def _branch_image(session, values, rotation):
     return session.preview({**values, "rotation": rotation})
 
 
+# A richer model (thick, incoherent) is the better one only when its agreement exceeds the standard model's by more
+# than this (0.1% of the signal): below it the extra parameters explain noise, and the simpler model is kept.
+BETTER_MARGIN = 1e-3
+
+
+def better_rule(model: str, richer: float, standard: float) -> str:
+    """The sentence that says why ``better`` is what it is, with both agreements and the margin."""
+    diff = richer - standard
+    verdict = "more than" if diff > BETTER_MARGIN else "not more than"
+    return (f"{model} {richer:.4f} against standard {standard:.4f}: {diff:+.4f}, {verdict} the margin "
+            f"{BETTER_MARGIN:g} a richer model must gain")
+
+
 def _report(session, band, values, agreement, hessian, basins, names):
     scales = quarter_wave(wavelength=session.wavelength, alpha_mrad=session.alpha_mrad,
                           thickness=float(values.get("thickness", 0.0)))
+    ident = identifiability(band, basins, scales=scales)
+    # one standard error per parameter, the identifiability report's: none (None) where it finds the parameter
+    # not determined, so no file or printout gives an error bar for a value the data do not fix
+    noise = band.uncertainties(agreement, hessian)
+    sigma = {n: (ident["parameters"][n]["sigma"] if n in ident["parameters"] else noise.get(n)) for n in noise}
     return {"parameters": {k: float(values[k]) for k in values if k in names or k in band.parameters},
             "agreement": float(agreement), "hessian": np.asarray(hessian).tolist(),
-            "parameter_order": list(band.parameters), "uncertainty": band.uncertainties(agreement, hessian),
-            "identifiability": identifiability(band, basins, scales=scales)}
+            "parameter_order": list(band.parameters), "uncertainty": sigma, "identifiability": ident}
 
 
 def _choose_depth_model(out: dict, requested: str, standard: float, columnar: float, incoherent: float,
@@ -184,7 +201,8 @@ def _choose_depth_model(out: dict, requested: str, standard: float, columnar: fl
     out["depth_model"] = {"chosen": chosen, "requested": requested, "why": why, "depth_coherence": coherence,
                           "agreement": {"standard": standard, "columnar": columnar, "incoherent": incoherent}}
     if chosen == "incoherent":
-        out["better"] = "incoherent" if incoherent > standard + 1e-3 else "standard"
+        out["better"] = "incoherent" if incoherent > standard + BETTER_MARGIN else "standard"
+        out["better_rule"] = better_rule("incoherent", incoherent, standard)
 
 
 def fit_session(session, *, rotation: float | None = None, orientation: str = "auto", branch: str = "auto",
@@ -350,7 +368,8 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
             passes["thick_coarse"] = {**coarse.passes, "stride": coarse.stride}
         out["thick"] = _report(work, b, tvalues, tagreement, thessian, tbasins, tnames)
         # the simpler model unless the thick one explains measurably more (0.1% of the signal)
-        out["better"] = "thick" if tagreement > agreement + 1e-3 else "standard"
+        out["better"] = "thick" if tagreement > agreement + BETTER_MARGIN else "standard"
+        out["better_rule"] = better_rule("thick", tagreement, agreement)
         thin = (incoherent and depth_model == "auto" and sections is None
                 and auto_sections(tvalues["thickness"], work.wavelength, work.alpha_mrad) == 1)
         if incoherent and thin:  # one section: the incoherent model is the columnar one without tilt
