@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from qora.ssb.band import make_band
-from qora.ssb.fit import ROTATION_NEWTON, STANDARD_NEWTON, fit_session
+from qora.ssb.fit import BETTER_MARGIN, ROTATION_NEWTON, STANDARD_NEWTON, better_rule, fit_session
 from qora.ssb.optimize import newton
 
 __all__ = ["cold_fit", "warm_fit"]
@@ -54,6 +54,7 @@ def warm_fit(session, previous: dict, *, fit_rotation: bool, tilt: bool, band) -
         out["thick"] = {"parameters": {k: float(v) for k, v in tv.items()}, "agreement": float(ta),
                         "hessian": np.asarray(th).tolist(), "parameter_order": list(thick_names),
                         "uncertainty": tb.uncertainties(ta, th)}
-        out["better"] = "thick" if ta > agreement + 1e-3 else "standard"
+        out["better"] = "thick" if ta > agreement + BETTER_MARGIN else "standard"
+        out["better_rule"] = better_rule("thick", float(ta), float(agreement))
     out["timings_s"] = {"total_s": time.perf_counter() - t0}
     return out
