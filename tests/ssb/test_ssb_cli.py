@@ -364,3 +364,48 @@ def test_one_truthful_report_of_a_fit(tmp_path):
     for name, (xs, ys) in curves.items():
         centre = len(xs) // 2
         assert ys[centre] == pytest.approx(result[best]["agreement"], abs=1e-6), name
+
+
+def test_image_from_a_fit_that_chose_a_transposed_detector(tmp_path):
+    """`qora ssb image --fit FIT.json`: the detector orientation, rotation and aberrations come from the fit,
+    unrounded. On data whose detector axes are transposed, the fit chooses "transpose" and the image from the
+    fit matches the simulated phase; the same image by hand needs --detector-orientation, and without it the
+    image is wrong. Options the fit provides are refused beside it."""
+    import json
+
+    from qora.ssb import load_data, write_dataset
+
+    runner = CliRunner()
+    plain = tmp_path / "film.h5"
+    out = runner.invoke(cli, ["ssb", "simulate", "--scan", "32", "--step", "0.5", "--window", "32", "--semiangle",
+                              "25", "--c10", "-120", "--c12", "20", "--c12-angle", "30", "--quiet", "--out", str(plain)])
+    assert out.exit_code == 0, out.output
+    stack, meta = load_data(plain)
+    turned = tmp_path / "turned.h5"
+    write_dataset(turned, np.ascontiguousarray(stack.transpose(0, 1, 3, 2)), kv=meta["kv"], alpha_mrad=meta["alpha_mrad"],
+                  scan_step=meta["scan_step_a"], detector_pixel=meta["detector_pixel_inv_a"], truth=meta["truth"])
+    fit = tmp_path / "fit.json"
+    out = runner.invoke(cli, ["ssb", "fit", str(turned), "--no-tilt", "--trials", "64", "--backend", "cpu", "--quiet",
+                              "--out", str(fit)])
+    assert out.exit_code == 0, out.output
+    result = json.loads(fit.read_text())
+    assert result["orientation"]["orientation"] == "transpose"
+
+    def correlation(*args):
+        image = tmp_path / "image.h5"
+        got = runner.invoke(cli, ["ssb", "image", str(turned), "--backend", "cpu", "--out", str(image), *args])
+        assert got.exit_code == 0, got.output
+        return float(got.output.split("correlation with the simulated phase: ")[1].split()[0])
+
+    from_fit = correlation("--fit", str(fit))
+    p = result["standard"]["parameters"]
+    c12 = float(np.hypot(p["C12a"], p["C12b"]))
+    angle = float(np.rad2deg(np.arctan2(p["C12b"], p["C12a"]) / 2))
+    by_hand = ["--c10", str(p["C10"]), "--c12", str(c12), "--c12-angle", str(angle), "--rotation",
+               str(result["rotation_deg"])]
+    assert from_fit > 0.9
+    assert correlation(*by_hand, "--detector-orientation", "transpose") == pytest.approx(from_fit, abs=2e-3)
+    assert correlation(*by_hand) < from_fit - 0.2  # the detector left as read: the wrong frame
+    bad = runner.invoke(cli, ["ssb", "image", str(turned), "--fit", str(fit), "--c10", "5", "--out",
+                              str(tmp_path / "x.h5")])
+    assert bad.exit_code == 2 and "--c10 comes from --fit" in bad.output

@@ -14,7 +14,7 @@ import click
 import numpy as np
 
 from qora.cli.options import FINITE, NONNEGATIVE, POSITIVE, backend_option, scale_out_client, scale_out_options
-from qora.cli.ssb_data import data_options, load_for_session
+from qora.cli.ssb_data import data_options, load_for_session, read_fit
 
 
 @click.group("ssb")
@@ -207,27 +207,55 @@ def simulate_cmd(scan, step, window, kv, semiangle, c10, c12, c12_angle, c30, sl
 @click.option("--scan-step", type=POSITIVE, default=None, help="Scan step (A); default from the file.")
 @click.option("--rotation", type=FINITE, default=0.0, show_default=True, help="Scan rotation (degrees).")
 @aberration_options
-@click.option("--method", type=click.Choice(["ssb", "parallax"]), default="ssb", show_default=True)
+@click.option("--method", type=click.Choice(["ssb", "parallax"]), default=None,
+              help="Imaging method [default: ssb; with --fit, the fit's better branch: ssb, the thick model, or the "
+              "sum of the incoherent model's depth sections].")
+@click.option("--fit", "fit_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="A fit .json of `qora ssb fit` on this DATA: its detector orientation, scan rotation and the "
+              "better branch's aberrations (thickness and tilt too) are used, unrounded; the aberration, "
+              "rotation and orientation options are then not given.")
+@click.option("--detector-orientation", "orientation", default="identity", show_default=True,
+              type=click.Choice(["identity", "rot90", "rot180", "rot270", "transpose", "flip-rows", "antitranspose",
+                                 "flip-cols"]),
+              help="The detector orientation against the scan (the numpy operation on the detector axes), as "
+              "`qora ssb fit` reports it.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Image .h5 file.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="PNG figure.")
 @backend_option(help="Where G is prepared and the image made (auto: the GPU where there is one).")
 @data_options
-def image_cmd(data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle, c30, method, out, plot,
-              backend, source) -> None:
-    """The phase image of a 4D-STEM dataset for given aberrations.
+@click.pass_context
+def image_cmd(ctx, data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle, c30, method, fit_file, orientation,
+              out, plot, backend, source) -> None:
+    """The phase image of a 4D-STEM dataset for given aberrations, or for a fit's (--fit).
 
     The data's layout (--axis-order, --transpose-detector, --flip-*) and calibration (--scan-step-y/-x,
     --detector-pixel-mrad, --descan) are applied as the file is read; the values used are printed."""
-    from qora.ssb import Session, chi, plot_image, write_image
+    from qora.ssb import Session, chi, parameters_to_aberrations, plot_image, write_image
+    from qora.ssb.orientation import reorient
 
     _outputs(data, {"--out": (out, (".h5", ".hdf5")), "--plot": (plot, (".png",))})
+    fit = read_fit(ctx, fit_file) if fit_file is not None else None
     stack, meta, kv, semiangle, scan_step, detector = load_for_session(data, kv=kv, semiangle=semiangle,
                                                                        scan_step=scan_step, source=source)
-    ab = _aberrations(c10, c12, c12_angle, c30)
     with _naming(data):
         session = Session(stack, kv=kv, alpha_mrad=semiangle, scan_step=scan_step, rotation=np.deg2rad(rotation),
                           detector=detector, backend=backend)
-    phase = session.image(ab, method)
+    if fit is not None and method != "parallax":
+        from qora.ssb.fit import fitted_image
+
+        phase, method, values = fitted_image(session, fit)
+        ab = parameters_to_aberrations(values)
+        click.echo(f"from {fit_file}: the {fit.get('better', 'standard')} branch, detector orientation "
+                   f"{fit['orientation']['orientation']}, rotation {fit['rotation_deg']:.3f} deg")
+    else:
+        if fit is not None:
+            session.rotation = float(fit["rotation_rad"])
+            orientation = fit["orientation"]["orientation"]
+            ab = parameters_to_aberrations(fit[fit.get("better", "standard")]["parameters"])
+        else:
+            ab = _aberrations(c10, c12, c12_angle, c30)
+        method = method or "ssb"
+        phase = reorient(session, orientation).image(ab, method)
     write_image(out, phase, method=method, scan_step=scan_step, kv=kv, alpha_mrad=semiangle, aberrations=ab)
     click.echo(f"{method}: {session.detector.radius:.2f} px bright-field radius, {len(session.bf_index)} pixels; "
                f"phase std {phase.std():.3e} rad; wrote {out}")

@@ -15,7 +15,7 @@ import numpy as np
 
 from qora.cli.options import POSITIVE
 
-__all__ = ["data_options", "DataOptions", "load_for_session"]
+__all__ = ["data_options", "DataOptions", "load_for_session", "read_fit"]
 
 
 def _scan_shape(ctx, param, value):
@@ -198,3 +198,21 @@ def load_for_session(path: Path, *, kv, semiangle, scan_step, source: DataOption
                + f"; {kv:g} kV, {semiangle:g} mrad, scan step {step_text}; detector {detector.mrad_per_pixel:.4g} "
                  f"mrad per pixel ({origin}), disk centre ({detector.center[0]:.2f}, {detector.center[1]:.2f}) px")
     return stack, meta, kv, semiangle, steps, detector
+
+
+def read_fit(ctx, path):
+    """A fit JSON for `image --fit`, refusing options that would contradict it (they come from the fit)."""
+    import json
+
+    clash = [f"--{name.replace('_', '-')}" for name in ("rotation", "c10", "c12", "c12_angle", "c30", "orientation")
+             if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
+    if clash:
+        raise click.UsageError(f"{', '.join(clash).replace('--orientation', '--detector-orientation')} "
+                               f"{'comes' if len(clash) == 1 else 'come'} from --fit: give one or the other")
+    try:
+        fit = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise click.UsageError(f"--fit {path}: not a readable fit JSON ({exc})") from None
+    if not isinstance(fit, dict) or "rotation_rad" not in fit or "orientation" not in fit:
+        raise click.UsageError(f"--fit {path}: not a result of `qora ssb fit` (no rotation_rad or orientation)")
+    return fit

@@ -404,3 +404,40 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
     out["timings_s"] = timings
     out["passes"] = {k: dict(v) for k, v in passes.items() if v is not None}  # over G, per branch's band
     return out
+
+
+def fitted_image(session, result: dict, *, branch: str | None = None):
+    """The phase image (rad, scan grid) a fit's result describes, on ``session`` (the data the fit was made on):
+    its detector orientation and scan rotation applied, and the aberrations of ``branch`` (default: the result's
+    ``better`` one) imaged by that branch's model: SSB for "standard", the thick model with the fitted
+    thickness and tilt for "thick", the sum of the depth sections for "incoherent".
+
+    Returns ``(phase, method, values)``: the image, the method's name ("ssb", "thick", "depth-sections") and the
+    branch's parameters (cartesian, A and rad). A result without that branch is refused (ValueError).
+    """
+    from qora.ssb.depth import depth_sections
+    from qora.ssb.model import parameters_to_aberrations
+    from qora.ssb.orientation import reorient
+
+    branch = branch or result.get("better") or "standard"
+    if branch not in result or "parameters" not in result.get(branch, {}):
+        have = [b for b in ("standard", "thick", "incoherent") if b in result]
+        raise ValueError(f"the fit has no {branch!r} branch (it has {have})")
+    if "rotation_rad" not in result or "orientation" not in result:
+        raise ValueError("the fit lacks its rotation_rad or orientation: not a result of qora ssb fit")
+    values = dict(result[branch]["parameters"])
+    work = reorient(session, result["orientation"]["orientation"])
+    rotation = float(result["rotation_rad"])
+    if branch == "incoherent":
+        return depth_sections(work, values, sections=result[branch]["sections"], rotation=rotation).sum(0), \
+            "depth-sections", values
+    saved = work.rotation
+    work.rotation = rotation
+    try:
+        if branch == "thick":
+            phase = work.image(parameters_to_aberrations(values), "thick", thickness=values["thickness"],
+                               tilt=(values["tilt_y"], values["tilt_x"]))
+            return phase, "thick", values
+        return work.image(parameters_to_aberrations(values), "ssb"), "ssb", values
+    finally:
+        work.rotation = saved
