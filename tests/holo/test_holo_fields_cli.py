@@ -50,7 +50,7 @@ def test_phase_refocus_and_option_errors(tmp_path, shared_data):
     assert out.exit_code == 0 and "refocused by 1.500 um" in out.output
     for args, message in ((["--filter-radius", "0.5", "--filter-fraction", "0.3"], "one filter radius"),
                           (["--autofocus"], "need --wavelength and --medium-index"),
-                          (["--background-border", "4"], "--background"),
+                          (["--background", "none", "--background-border", "4"], "--background none fits nothing"),
                           (["--filter", "hann"], "hann")):
         out = _invoke("holo", "phase", h, b, *args, "--out", tmp_path / "x.h5")
         assert out.exit_code != 0 and message in out.output, out.output

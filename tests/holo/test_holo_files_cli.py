@@ -75,8 +75,13 @@ def test_phase_command(simulated):
     out = CliRunner().invoke(cli, ["holo", "phase", str(d / "one.npy"), str(d / "bg.npy"), "--pixel", str(hp),
                                    "--out", str(d / "p.h5"), "--plot", str(d / "p.png")])
     assert out.exit_code == 0, out.output
+    half = CliRunner().invoke(cli, ["holo", "phase", str(d / "one.npy"), str(d / "bg.npy"), "--pixel", str(hp),
+                                    "--half-sampling", "--out", str(d / "half.h5")])
+    assert half.exit_code == 0, half.output
+    with h5py.File(d / "half.h5") as f:
+        assert f["phase"].shape == (48, 48)
     with h5py.File(d / "p.h5") as f:
-        assert f["phase"].shape == (48, 48) and f["phase"][()].max() > 0.3
+        assert f["phase"].shape == (96, 96) and f["phase"][()].max() > 0.3  # the hologram's own sampling
 
 
 def test_volume_tiff_and_round_trip(tmp_path):

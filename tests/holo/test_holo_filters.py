@@ -86,7 +86,9 @@ def test_quantitative_phase_of_a_rectangular_hologram():
     assert out["phase"].shape == (m, n)
     inner = (slice(10, -10), slice(10, -10))
     assert np.abs(out["phase"] - phase)[inner].max() < 0.02
-    half = F.quantitative_phase(holo, bg)  # the default window: half the padded square
+    full = F.quantitative_phase(holo, bg)  # the default window: the whole padded square, the hologram's sampling
+    assert full["pixel"] == 1.0 and full["phase"].shape == (m, n)
+    half = F.quantitative_phase(holo, bg, n=fast(m, n) // 2)
     assert half["pixel"] == 2.0 and half["phase"].shape == (m // 2, n // 2)
 
 

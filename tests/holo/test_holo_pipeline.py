@@ -54,11 +54,12 @@ def test_quantitative_phase_of_one_hologram():
     # a band-limited field (1 + phi: the pupil keeps all of it), so the extraction is exact
     holo = P.holograms(1 + phi, g1, carrier, hologram_pixel=hp)[0]
     bg = P.holograms(np.ones_like(phi), g1, carrier, hologram_pixel=hp)[0]
-    out = F.quantitative_phase(holo, bg, hologram_pixel=hp, pupil_frequency=g.pupil_frequency)
+    out = F.quantitative_phase(holo, bg, hologram_pixel=hp, pupil_frequency=g.pupil_frequency, n=g.n,
+                               background_profile=None)  # the field itself: no background fitted
     truth = 1 + P.born_ratio([P.Sphere(radius=1.5, index=1.36)], g1)[0]
     np.testing.assert_allclose(out["ratio"], truth, atol=1e-9)
     np.testing.assert_allclose(out["phase"], np.angle(truth), atol=1e-9)
     np.testing.assert_allclose(out["amplitude"], np.abs(truth), atol=1e-9)
     assert out["pixel"] == pytest.approx(g.pixel)
-    auto = F.quantitative_phase(holo, bg)  # pixel units, automatic pupil
-    assert auto["phase"].shape == (64, 64) and np.abs(auto["phase"]).max() > 0.5
+    auto = F.quantitative_phase(holo, bg)  # pixel units, automatic pupil, the hologram's sampling
+    assert auto["phase"].shape == (128, 128) and np.abs(auto["phase"]).max() > 0.5

@@ -471,12 +471,14 @@ def _series_on_cluster(stack, backgrounds, geometry, out, cluster, *, quiet, **o
               help="Filter radius in cycles per unit of --pixel (cycles/um with --pixel in um).")
 @click.option("--filter-fraction", type=Finite(min=0, max=1, min_open=True, max_open=True), default=None,
               help="Filter radius as a fraction of the sideband's distance from zero frequency [default 1/3].")
-@click.option("--full-sampling", is_flag=True, help="Keep the hologram's sampling (default: fields at half of it).")
+@click.option("--full-sampling/--half-sampling", default=True, show_default=True,
+              help="The image at the hologram's sampling, or at half of it (fields at twice the pixel).")
 @refocus_options
-@click.option("--background", "background_profile", type=click.Choice(["offset", "tilt", "poly2"]), default=None,
-              help="Fit this phase background where there is no object and remove it.")
+@click.option("--background", "background_profile", type=click.Choice(["offset", "tilt", "poly2", "none"]),
+              default="tilt", show_default=True,
+              help="Fit this phase background where there is no object and remove it (qpimage's pipeline: tilt).")
 @click.option("--background-border", type=click.IntRange(1, 100000), default=None,
-              help="Fit on a frame this many pixels wide [default: a tenth of the smaller edge].")
+              help="Fit on a frame this many hologram pixels wide [default: 5, qpimage's].")
 @click.option("--background-threshold", type=POSITIVE, default=None,
               help="Fit outside the object: where |phase - median| stays below this, rad.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Output .h5.")
@@ -505,8 +507,9 @@ def phase_cmd(hologram, background, pixel, na_detection, wavelength, medium_inde
         raise click.BadParameter(f"give one filter radius, not {' and '.join(radii)}", param_hint=radii[1])
     if (distance is not None or autofocus) and (wavelength is None or medium_index is None):
         raise click.UsageError("--refocus and --autofocus need --wavelength and --medium-index")
+    background_profile = None if background_profile == "none" else background_profile
     if (background_border is not None or background_threshold is not None) and background_profile is None:
-        raise click.BadParameter("give the profile to fit with --background", param_hint="--background")
+        raise click.BadParameter("--background none fits nothing: give a profile", param_hint="--background")
     h, b = H.load_stack(hologram), H.load_stack(background)
     for name, image in (("HOLOGRAM", h), ("BACKGROUND", b)):
         if image.ndim not in (2, 3) or (image.ndim == 3 and image.shape[0] != 1):
@@ -516,13 +519,18 @@ def phase_cmd(hologram, background, pixel, na_detection, wavelength, medium_inde
     try:
         from qora.backend.fft import fast_length
 
+        big = fast_length(max(h.shape))
+        n = big if full_sampling else big // 2
+        # the background is fitted after the refocus (phase_image), on the border in the field's pixels
         res = H.quantitative_phase(h, b, hologram_pixel=pixel, pupil_frequency=pupil, filter=filter_name,
-                                   filter_fraction=filter_fraction,
-                                   n=fast_length(max(h.shape)) if full_sampling else None)
+                                   filter_fraction=filter_fraction, n=n, background_profile=None)
+        border = None
+        if background_profile is not None and background_threshold is None:
+            border = max(1, round((background_border or H.BACKGROUND_BORDER) * n / big))
         done = H.phase_image(res["ratio"], pixel=res["pixel"], distance=distance, autofocus=autofocus,
                              wavelength=wavelength, medium_index=medium_index, interval=_interval(focus_range),
-                             metric=focus_metric.replace("-", " "), background=background_profile, background_border=background_border,
-                             background_threshold=background_threshold)
+                             metric=focus_metric.replace("-", " "), background=background_profile,
+                             background_border=border, background_threshold=background_threshold)
     except InputError as exc:
         raise click.UsageError(str(exc)) from None
     res.update(done)
@@ -535,6 +543,7 @@ def phase_cmd(hologram, background, pixel, na_detection, wavelength, medium_inde
         f.attrs["filter_radius"] = res["filter_radius"]
         f.attrs["refocus_distance"] = res["distance"]
         f.attrs["background"] = background_profile or "none"
+        f.attrs["offset"] = np.asarray(res["offset"])  # the hologram's first pixel in the padded square
         f.create_dataset("phase", data=res["phase"].astype(np.float32))
         f.create_dataset("amplitude", data=res["amplitude"].astype(np.float32))
         f.create_dataset("field_ratio", data=res["ratio"].astype(np.complex64))

@@ -24,8 +24,8 @@ from qora.holo.refocus import autofocus, propagate, refocused
 from qora.holo.series_files import (FieldSeries, read_angles, read_field_series, read_odtbrain_archive,
                                     read_phase_amplitude, read_qpimage_series)
 from qora.holo.bpm import bpm_forward, bpm_gradient, simulate_bpm_holograms
-from qora.holo.fields import (field_ratio, find_sideband, illumination_frequencies, quantitative_phase,
-                              ratio_from_holograms, ratio_from_rectangular, square_fields)
+from qora.holo.fields import (BACKGROUND_BORDER, field_ratio, find_sideband, illumination_frequencies,
+                              quantitative_phase, ratio_from_holograms, ratio_from_rectangular, square_fields)
 from qora.holo.files import (load_stack, plot_phase, plot_volume, read_holograms, read_volume, write_holograms,
                              write_volume, write_volume_tiff)
 from qora.holo.display import volume_widget
@@ -45,6 +45,7 @@ __all__ = [
     "simulation_geometry",
     # holograms to fields
     "extract_fields", "find_sideband", "field_ratio", "illumination_frequencies", "quantitative_phase",
+    "BACKGROUND_BORDER",
     "ratio_from_holograms", "ratio_from_rectangular", "rytov", "FILTERS", "square_fields",
     # fields: refocus, background, series of complex fields
     "propagate", "autofocus", "refocused", "correct_background", "object_mask", "phase_image", "field_series_volume", "prepare_field_series",

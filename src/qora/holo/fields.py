@@ -191,38 +191,58 @@ def square_fields(fields, size: int | None = None) -> np.ndarray:
     return out[0] if single else out
 
 
-def padded_square(image, size: int) -> np.ndarray:
-    """``image`` (M, N) minus its mean, centred in a ``size`` x ``size`` square of zeros (size >= M, N).
+def square_offsets(shape, size: int, step: int = 1) -> tuple[int, ...]:
+    """Where an image of ``shape`` (M, N) starts in a ``size`` square: centred, each offset rounded down to a
+    multiple of ``step``, so that on a grid ``step`` times coarser the image still starts on a whole pixel."""
+    return tuple(((size - m) // 2) // step * step for m in shape)
+
+
+def padded_square(image, size: int, step: int = 1) -> np.ndarray:
+    """``image`` (M, N) minus its mean, centred in a ``size`` x ``size`` square of zeros (size >= M, N), at the
+    offsets of :func:`square_offsets` (multiples of ``step``).
 
     Subtracting the mean first keeps the zero-frequency term out of the sideband: padding the raw
     intensities would add the step at the data's edge, whose spectrum is a sinc streak through zero."""
     m, n = image.shape
     out = np.zeros((size, size))
-    o0, o1 = (size - m) // 2, (size - n) // 2
+    o0, o1 = square_offsets(image.shape, size, step)
     out[o0:o0 + m, o1:o1 + n] = image - image.mean()
     return out
 
 
+# qpimage's example pipeline for this kind of data fits a tilted plane on a frame of 5 hologram pixels and removes it
+# (compute_bg(fit_profile="tilt", border_px=5)): the default here, in hologram pixels (docs/holo.md, "Quantitative
+# phase of one hologram of any shape").
+BACKGROUND_PROFILE = "tilt"
+BACKGROUND_BORDER = 5
+
+
 def quantitative_phase(hologram, background, *, hologram_pixel: float = 1.0, n: int | None = None,
                        pupil_frequency: float | None = None, sideband=None, filter: str = "disk",
-                       filter_fraction: float | None = None) -> dict:
+                       filter_fraction: float | None = None, background_profile: str | int | None = BACKGROUND_PROFILE,
+                       background_border: int = BACKGROUND_BORDER) -> dict:
     """Field, unwrapped phase and amplitude of one hologram against its background (QPI).
 
-    Holograms (M, N), camera intensities, of any shape: each is made zero-mean and centred in a
+    Holograms (M, N), camera intensities, of any shape: each is made zero-mean and placed in a
     square of the smallest fast FFT length P >= M, N (a square hologram of fast length is used as it
     is); the field is extracted on that square, cropped back to the data's region and divided by the
     background's. The sideband is found in the background automatically (or given, cycles per unit
     of ``hologram_pixel``). The filter (``filter``, a shape of :data:`qora.holo.filters.FILTERS`) has
     the radius ``pupil_frequency`` (cycles per unit, e.g. the detection NA / wavelength) or
     ``filter_fraction`` of the sideband's distance from zero frequency; neither: a third of that
-    distance, the usual choice for off-axis setups (the autocorrelation term then stays out).
-    ``n``: the crop window on the P x P spectrum (default P // 2; n = P keeps the full sampling):
-    the field's pixel is ``hologram_pixel`` P / n and it covers the hologram's area.
+    distance, the usual choice for off-axis setups (the autocorrelation term then stays out; qpretrieve's).
+    ``n``: the crop window on the P x P spectrum (default P: the hologram's own sampling, the image the size of
+    the hologram; P // 2 gives fields at twice the pixel). The data are placed in the square at offsets that are
+    whole pixels of the field's grid too, so a coarser field is not shifted against the hologram.
+    ``background_profile`` ("offset", "tilt", "poly2", an order, or None for none): the phase background fitted
+    on a frame of ``background_border`` hologram pixels and removed (default a tilt on 5 pixels, qpimage's
+    pipeline; :func:`qora.holo.background.correct_background`).
 
-    Returns ``{"ratio", "phase" (rad, border mean near 0), "amplitude", "sideband", "pixel",
-    "filter_radius" (cycles per unit)}``.
+    Returns ``{"ratio", "phase" (rad), "amplitude", "sideband", "pixel", "filter_radius" (cycles per unit),
+    "offset" (the data's first pixel in the P square, hologram pixels), "background"}``.
     """
     from qora.backend.fft import fast_length
+    from qora.holo.background import correct_background
     from qora.holo.filters import filter_radius
 
     hologram = intensities("hologram", hologram)
@@ -232,22 +252,28 @@ def quantitative_phase(hologram, background, *, hologram_pixel: float = 1.0, n: 
     hologram_pixel = positive("hologram_pixel", hologram_pixel)
     shape = hologram.shape
     big = fast_length(max(shape))
+    n = big if n is None else integer("n (the field size)", n, low=2, high=big)
+    step = big // math.gcd(big, n)  # offsets in multiples of this are whole pixels of the n-grid
+    offsets = square_offsets(shape, big, step)
     if hologram.shape != (big, big):
-        hologram, background = padded_square(hologram, big), padded_square(background, big)
+        hologram, background = padded_square(hologram, big, step), padded_square(background, big, step)
     if sideband is None:
         sideband = find_sideband(background, hologram_pixel)
     sideband = finite_pair("sideband", sideband)
-    n = big // 2 if n is None else integer("n (the field size)", n, low=2, high=big)
     radius = filter_radius(sideband, radius=pupil_frequency, fraction=filter_fraction)
     kw = dict(hologram_pixel=hologram_pixel, n=n, pupil_frequency=radius, filter=filter)
-    scale = n / big
-    starts = [math.floor((big - m) // 2 * scale) for m in shape]  # the data's region on the field's grid
-    region = tuple(slice(s0, s0 + round(m * scale)) for s0, m in zip(starts, shape))
+    region = tuple(slice(o * n // big, o * n // big + round(m * n / big)) for o, m in zip(offsets, shape))
     ratio = field_ratio(extract_fields(hologram, sideband, **kw)[region],
                         extract_fields(background, sideband, **kw)[region])
     r = rytov(ratio)
-    return {"ratio": ratio, "phase": r.imag, "amplitude": np.exp(r.real), "sideband": sideband,
-            "pixel": hologram_pixel / scale, "filter_radius": radius}
+    phase = r.imag
+    if background_profile is not None:
+        border = max(1, round(integer("background_border", background_border, low=1) * n / big))
+        phase = correct_background(phase, profile=background_profile, border=border)
+    return {"ratio": ratio, "phase": phase, "amplitude": np.exp(r.real), "sideband": sideband,
+            "pixel": hologram_pixel * big / n, "filter_radius": radius, "offset": offsets,
+            "background": "none" if background_profile is None else
+            f"{background_profile} on a {background_border}-pixel frame"}
 
 
 def ratio_from_rectangular(holograms, backgrounds, *, hologram_pixel: float, pixel: float,
