@@ -36,3 +36,14 @@ def counted_plans(monkeypatch):
 
     monkeypatch.setattr(MappingPlan, "__init__", counting)
     return made
+
+
+@pytest.fixture(scope="module")
+def cell(shared_data):
+    """The real HL60 off-axis hologram and its background (../shared/data/holo/hologram_cell.npz, 200 x 210),
+    as float; skipped where the shared data are absent."""
+    path = shared_data / "holo" / "hologram_cell.npz"
+    if not path.exists():
+        pytest.skip(f"no {path}")
+    with np.load(path) as z:
+        return z["data"].astype(float), z["bg_data"].astype(float)

@@ -15,15 +15,6 @@ REFERENCE = Path(__file__).with_name("fixtures") / "qpimage_pipeline.npz"
 
 
 @pytest.fixture(scope="module")
-def cell(shared_data):
-    path = shared_data / "holo" / "hologram_cell.npz"
-    if not path.exists():
-        pytest.skip(f"no {path}")
-    with np.load(path) as z:
-        return z["data"], z["bg_data"]
-
-
-@pytest.fixture(scope="module")
 def theirs():
     with np.load(REFERENCE) as z:
         return z["phase"].astype(float)

@@ -14,15 +14,6 @@ REFERENCE = Path(__file__).with_name("fixtures") / "qpretrieve_phase.npz"
 
 
 @pytest.fixture(scope="module")
-def cell(shared_data):
-    path = shared_data / "holo" / "hologram_cell.npz"
-    if not path.exists():
-        pytest.skip(f"no {path}")
-    with np.load(path) as z:
-        return z["data"].astype(float), z["bg_data"].astype(float)
-
-
-@pytest.fixture(scope="module")
 def reference():
     with np.load(REFERENCE) as z:
         return {k: z[k] for k in z.files}

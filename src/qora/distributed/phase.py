@@ -83,7 +83,7 @@ def reconstruct_many(datasets, *, client, starts: int = 1, starts_per_task: int 
         As in :func:`qora.phase.reconstruct`, for every pattern.
     starts_per_task : int, optional
         Split each pattern's starts into tasks of this many (default: all starts in one task); the
-        merged result equals a single run's (:func:`qora.phase.solver.merge_results`).
+        merged result equals a single run's (:func:`qora.phase.result.merge_results`).
     out_dir : path, optional
         Write each pattern's merged result to ``out_dir/NAME.cxi`` as soon as its last part is in
         (atomically: a file is complete or absent).
@@ -95,7 +95,7 @@ def reconstruct_many(datasets, *, client, starts: int = 1, starts_per_task: int 
     PhaseCampaign
         ``done`` holds the merged result of every pattern that finished.
     """
-    from qora.phase.solver import merge_results
+    from qora.phase.result import merge_results
 
     if isinstance(datasets, dict):
         named = dict(datasets)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["PhaseResult"]
+__all__ = ["PhaseResult", "merge_results"]
 
 
 @dataclass
@@ -100,3 +100,39 @@ class PhaseResult:
         from qora.phase.display import result_widget
 
         return result_widget(self)
+
+
+def merge_results(parts) -> PhaseResult:
+    """One result from runs of the same pattern over consecutive ranges of starts (``first_start``):
+    the result a single run of all the starts gives, with the best chosen the same way (the first
+    of the lowest scores). Objects of every start are kept only if every part kept them."""
+    parts = sorted(parts, key=lambda r: r.first_start)
+    if not parts:
+        raise ValueError("no results to merge")
+    first = parts[0]
+    for r in parts[1:]:
+        if (r.rank, r.recipe, r.seed, r.object.shape) != (first.rank, first.recipe, first.seed, first.object.shape):
+            raise ValueError("results of different runs (rank, recipe, seed or shape differ) cannot be merged")
+    final_errors = np.concatenate([r.final_errors for r in parts])
+    free_llk = np.concatenate([r.free_llk for r in parts])
+    scores = final_errors if first.rank == "fourier" else free_llk
+    best = int(np.nanargmin(scores))
+    offsets = np.cumsum([0] + [r.starts for r in parts])
+    owner = int(np.searchsorted(offsets, best, side="right") - 1)
+    keep_all = all(r.objects is not None for r in parts)
+    objects = np.concatenate([r.objects for r in parts]) if keep_all else None
+    supports = np.concatenate([r.supports for r in parts]) if keep_all else None
+    agreed = None
+    if keep_all:  # without every start's object the parts' own reports cannot be joined
+        from qora.phase.analysis import agreement
+
+        agreed = agreement(objects, supports, scores)
+    return PhaseResult(
+        object=parts[owner].object, support=parts[owner].support,
+        errors=np.concatenate([r.errors for r in parts], axis=1), final_errors=final_errors,
+        llk=np.concatenate([r.llk for r in parts]), free_llk=free_llk, best=best, rank=first.rank,
+        recipe=first.recipe, seed=first.seed, starts=int(offsets[-1]), backend=first.backend, variant=first.variant,
+        timings={"run_s": float(sum(r.timings.get("run_s", 0.0) for r in parts)), "parts": len(parts)},
+        versions=first.versions,
+        objects=objects, supports=supports, agreement=agreed, convergence=parts[owner].convergence,
+        stopped_early=any(r.stopped_early for r in parts), first_start=first.first_start)
