@@ -68,10 +68,10 @@ def test_logo_case_runs_on_files_in_the_data_folder(tmp_path, monkeypatch):
         phase_measured.run_logo_case(starts=1, backend="cpu")
 
 
-def test_the_real_logo_files_when_present():
-    folder = phase_measured.cdi_data_folder()
+def test_the_real_logo_files_when_present(shared_data):
+    folder = shared_data / "cdi"
     if not (folder / phase_measured.LOGO_FILES[0]).exists():
         pytest.skip(f"the ESRF logo files are not in {folder}")
-    intensity, mask, support = phase_measured.load_logo()
+    intensity, mask, support = phase_measured.load_logo(folder)
     assert intensity.shape == (512, 512) and mask.sum() == 2720 and support.sum() == 7577
     assert np.all(intensity[mask] == 0)

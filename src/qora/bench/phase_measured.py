@@ -11,7 +11,8 @@ fits the counts as well as a known-support run nearly does and its support is th
   below it, and the R-factor alone does not tell them apart (a blob fits the counts to R 0.12; docs/phase.md,
   "The ESRF logo").
 
-The data are read from the folder ``QORA_CDI_DATA`` (default: ``shared/data/cdi`` beside the checkout), with the
+The data are read from the folder ``QORA_CDI_DATA`` (else ``QORA_SHARED_DATA``/cdi, else ``shared/data/cdi`` beside
+the checkout), with the
 default options a user's ``qora phase run`` takes: the pattern, its unmeasured mask, nothing else.
 """
 
@@ -35,9 +36,12 @@ LOGO_FILES = ("esrf_logo_id10.edf", "esrf_logo_id10_unmeasured.npy", "esrf_logo_
 
 
 def cdi_data_folder() -> Path:
-    """Where the measured CDI files are: ``QORA_CDI_DATA``, else ``shared/data/cdi`` next to the checkout."""
+    """Where the measured CDI files are: ``QORA_CDI_DATA``, else ``QORA_SHARED_DATA``/cdi, else ``shared/data/cdi``
+    next to the checkout."""
     if os.environ.get("QORA_CDI_DATA"):
         return Path(os.environ["QORA_CDI_DATA"])
+    if os.environ.get("QORA_SHARED_DATA"):
+        return Path(os.environ["QORA_SHARED_DATA"]) / "cdi"
     return Path(__file__).resolve().parents[4] / "shared" / "data" / "cdi"
 
 
