@@ -108,3 +108,15 @@ def test_stage_iterations_are_bounded():
     Recipe.parse(f"ER**{MAX_STAGE_ITERATIONS}")
     with pytest.raises(RecipeError, match="more than the 1,000,000"):
         Recipe.parse("HIO**10000000000")
+
+
+def test_boolean_and_out_of_range_patterns_are_refused():
+    from qora.io.errors import InputError
+
+    obj, intensity = objects.simulate("triangle", 32)
+    with pytest.raises(InputError, match="boolean"):
+        reconstruct(intensity > intensity.mean(), recipe="ER**5", backend="cpu")
+    with pytest.raises(InputError, match="multiply the pattern by a constant"):
+        reconstruct(intensity * 1e-300, recipe="ER**5", backend="cpu")
+    scaled = reconstruct(intensity * 1e-20, support=objects.support_of(obj), recipe="ER**50", backend="cpu")
+    assert np.isfinite(scaled.fourier_error)  # a small scale inside the range is fine

@@ -25,6 +25,9 @@ __all__ = ["check_intensity", "check_bool_array", "check_choice", "run_bytes", "
 BYTES_PER_START = {"graph": 17, "batched": 17, "fused": 17, "callback": 19, "half": 29, "mixed": 29, "naive": 48,
                    "cpu": 17}
 SHARED_BYTES = 12.5
+# The measured peak a pattern may have: its square root, the amplitude, must stay well inside float32 (1e-38 to
+# 3e38) through transforms that sum over the array (a 1e-300 scale underflowed to 0 and divided by zero).
+PEAK_RANGE = (1e-30, 1e30)
 # The default support (the autocorrelation) is computed in float64/complex128 before the engine is made.
 AUTOCORRELATION_BYTES = 48
 
@@ -52,6 +55,8 @@ def check_bool_array(name: str, a, shape, *, what: str) -> np.ndarray:
 def check_intensity(intensity, mask=None):
     """Validate a pattern and its mask; returns ``(intensity float64, mask bool or None)``."""
     intensity = np.asarray(intensity)
+    if intensity.dtype == bool:
+        raise InputError("intensity is boolean (a mask or a support?): give the measured intensities (counts)")
     if intensity.ndim not in (2, 3):
         raise InputError(f"intensity must be a 2D or 3D array, got {intensity.ndim} dimensions "
                          f"(shape {intensity.shape})")
@@ -64,6 +69,11 @@ def check_intensity(intensity, mask=None):
     measured = ~mask if mask is not None else np.ones(intensity.shape, bool)
     if not (intensity[measured] > 0).any():
         raise InputError("intensity is zero everywhere it was measured")
+    peak = float(intensity[measured].max())
+    if not PEAK_RANGE[0] <= peak <= PEAK_RANGE[1]:
+        raise InputError(f"intensity peaks at {peak:.3g}, outside {PEAK_RANGE[0]:g} to {PEAK_RANGE[1]:g}: the float32 "
+                         "transforms would lose it; multiply the pattern by a constant (any scale is accepted: the "
+                         "object's amplitude scales with its square root)")
     if mask is not None:
         intensity = np.where(mask, 0.0, intensity)
     return intensity, mask
