@@ -114,3 +114,48 @@ def test_memory_needed_says_how_much_and_what_to_change():
     with pytest.raises(MemoryNeeded, match=r"needs 512\.0 GiB of host memory, 2\.0 GiB available; use --size"):
         V.memory_needed(512 * 2**30, "the simulation", available=2 * 2**30, hint="use --size")
     assert issubclass(MemoryNeeded, MemoryError) and issubclass(MemoryNeeded, QoraError)
+
+
+def test_an_output_folder_that_takes_no_file_is_refused_before_any_work(tmp_path, monkeypatch):
+    """The folder of every output is tried with a temporary file first: a parent that is a file, and an
+    injected write error (a read-only mount, a full quota), are one OutputError naming the folder; the check
+    leaves nothing behind."""
+    import tempfile
+
+    from qora.io.errors import OutputError
+    from qora.io.validate import outputs_apart
+
+    outputs_apart([tmp_path / "ok.h5"], [])
+    assert list(tmp_path.iterdir()) == []
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    outputs_apart([tmp_path / "new" / "out.h5"], [])  # a folder not there yet: the command's own to make
+    with pytest.raises(OutputError, match="does not take new files"):
+        outputs_apart([blocker / "out.h5"], [])  # the "folder" is a file
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", refuse)
+    with pytest.raises(OutputError, match=r"its folder .* does not take new files \(Permission denied\)"):
+        outputs_apart([tmp_path / "out.h5"], [])
+
+
+def test_cli_refuses_an_unwritable_output_folder_before_the_work(tmp_path, monkeypatch):
+    """`qora phase simulate` and `qora ssb live` (whose result was lost after a whole scan) stop at once."""
+    import tempfile
+
+    from click.testing import CliRunner
+
+    from qora.cli.main import cli
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", refuse)
+    runner = CliRunner()
+    out = runner.invoke(cli, ["phase", "simulate", "--size", "32", "--out", str(tmp_path / "p.cxi")])
+    assert out.exit_code != 0 and "does not take new files" in out.output
+    out = runner.invoke(cli, ["ssb", "live", "tcp://127.0.0.1:9", "--scan-shape", "4", "4", "--kv", "300",
+                              "--semiangle", "20", "--scan-step", "0.5", "--out", str(tmp_path / "live.h5")])
+    assert out.exit_code != 0 and "does not take new files" in out.output, out.output

@@ -174,6 +174,26 @@ def outputs_apart(outputs, inputs, *, folder_ok: bool = False) -> None:
                               "choose another output name")
         if out.is_dir() and not folder_ok:
             raise OutputError(f"the output {out} is a folder; give a file name")
+        folder_writable(out if out.is_dir() else out.parent, out)
+
+
+def folder_writable(folder, output) -> None:
+    """Refuse, before any work, an output whose folder cannot take a file: a temporary file is made there and
+    removed (a permission bit is not enough: root ignores it, a read-only mount or a full quota does not), so a
+    run that would end in a write error stops at once instead of after the work (a live scan's result was lost
+    that way)."""
+    import tempfile
+
+    folder = Path(folder)
+    if not folder.exists():
+        return  # a folder the command makes itself (a results directory), or one the writer names in its error
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".qora-write-check-"):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise OutputError(f"cannot write {output}: its folder {folder} does not take new files ({reason}); "
+                          "choose a writable folder") from None
 
 
 def memory_needed(nbytes: float, what: str, *, available: float | None, where: str = "host",
