@@ -108,3 +108,25 @@ def test_the_qora_command_reports_a_missing_gpu_in_one_line():
         pytest.skip("this machine has a GPU")
     res = CliRunner().invoke(cli, ["info", "--backend", "cuda"])
     assert res.exit_code == 2 and res.output.startswith("Error: backend='cuda' was requested but")
+
+
+def test_help_texts_say_what_a_user_needs(tmp_path):
+    """No option's help shows click's "x<=None" for an unbounded number; `phase run --recipe` shows the default
+    recipe; `holo phase --plot` has help; a disk check prints sizes in a unit that shows them."""
+    from click.testing import CliRunner
+
+    from qora.cli.main import cli
+    from qora.io.validate import byte_size
+    from qora.phase.recipe import DEFAULT_RECIPE
+
+    runner = CliRunner()
+    for command in (["ssb", "image"], ["ssb", "fit"], ["ssb", "simulate"], ["phase", "run"], ["holo", "phase"],
+                    ["holo", "reconstruct"]):
+        out = runner.invoke(cli, [*command, "--help"], terminal_width=400)
+        assert out.exit_code == 0 and "None]" not in out.output, command
+    assert DEFAULT_RECIPE in runner.invoke(cli, ["phase", "run", "--help"], terminal_width=1000).output
+    holo_help = runner.invoke(cli, ["holo", "phase", "--help"], terminal_width=400).output
+    assert "PNG of the phase and amplitude" in holo_help
+    assert (byte_size(5e4), byte_size(3 * 2**30), byte_size(100)) == ("48.8 KiB", "3 GiB", "100 bytes")
+    out = runner.invoke(cli, ["ssb", "simulate", "--semiangle", "1e6", "--out", str(tmp_path / "x.h5")])
+    assert out.exit_code != 0 and "--step / 2" in out.output and "use a smaller pixel" not in out.output

@@ -137,7 +137,8 @@ def test_simulate_refuses_an_output_larger_than_the_free_disk(tmp_path, monkeypa
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**6, 10**6 - 1000, 1000))
     result = CliRunner().invoke(cli, ["ssb", "simulate", "--scan", "8", "--window", "16", "--out",
                                       str(tmp_path / "x.h5")])
-    _one_error_line(result, r"needs up to 0\.0 GiB of disk in .*, 0\.0 GiB available; a smaller scan \(--scan\)")
+    # in the unit that shows the sizes (it printed "0.0 GiB ..., 0.0 GiB available")
+    _one_error_line(result, r"needs up to 64 KiB of disk in .*, 1000 bytes available; a smaller scan \(--scan\)")
     assert not list(tmp_path.iterdir())
 
 

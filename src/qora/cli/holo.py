@@ -482,7 +482,8 @@ def _series_on_cluster(stack, backgrounds, geometry, out, cluster, *, quiet, **o
 @click.option("--background-threshold", type=POSITIVE, default=None,
               help="Fit outside the object: where |phase - median| stays below this, rad.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Output .h5.")
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="PNG of the phase and amplitude images.")
 def phase_cmd(hologram, background, pixel, na_detection, wavelength, medium_index, filter_name, filter_radius,
               filter_fraction, full_sampling, distance, autofocus, focus_range, focus_metric, background_profile,
               background_border, background_threshold, out, plot) -> None:

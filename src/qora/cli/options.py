@@ -36,6 +36,12 @@ class Finite(click.FloatRange):
                       f"{self._describe_range()})", param, ctx)
         return x
 
+    def _describe_range(self) -> str:
+        # click's own text for a range without bounds is "x<=None", shown in every such option's help
+        if self.min is None and self.max is None:
+            return "finite"
+        return super()._describe_range()
+
 
 FINITE = Finite()
 POSITIVE = Finite(min=0, min_open=True)

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from qora.cli.options import backend_option, exit_on_failures, scale_out_client, scale_out_options
+from qora.phase.recipe import DEFAULT_RECIPE
 
 
 @click.group("phase")
@@ -51,8 +52,9 @@ def simulate_cmd(name, size, photons, seed, out) -> None:
 @click.option("--recipe", default=None, help='E.g. "HIO**400 ER**100", or a name: default, pynx-rule (PyNX\'s '
               'support rule as a recipe of ours), few-photons, partial-coherence (psf model on the ER stages); '
               'stage options as in docs/phase.md, e.g. ER(band=1)**300 for the noise-aware modulus; '
-              'default: the documented default recipe (few-photons for counts below 1000 per speckle; run again '
-              'with the psf model when the counts prove blurred by a partially coherent beam).')
+              'default: the documented default recipe, ' + DEFAULT_RECIPE + ' (few-photons for counts below '
+              '1000 per speckle; run again with the psf model when the counts prove blurred by a partially '
+              'coherent beam).')
 @click.option("--starts", type=click.IntRange(1, 10000), default=4, show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--rank", type=click.Choice(["fourier", "free_llk"]), default="fourier", show_default=True)

@@ -208,3 +208,13 @@ def memory_needed(nbytes: float, what: str, *, available: float | None, where: s
     tail = f"; {hint}" if hint else ""
     raise MemoryNeeded(f"{what} needs {nbytes / GIB:.1f} GiB of {where} memory, {available / GIB:.1f} GiB "
                        f"available{tail}")
+
+
+def byte_size(nbytes: float) -> str:
+    """A byte count for a message, in the unit that shows it: "3.2 GiB", "180 MiB", "12 KiB", "512 bytes" (a disk
+    check once said "needs up to 0.0 GiB, 0.0 GiB available")."""
+    nbytes = float(nbytes)
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(nbytes) >= size:
+            return f"{nbytes / size:.3g} {unit}"
+    return f"{nbytes:.0f} bytes"

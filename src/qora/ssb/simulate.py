@@ -60,7 +60,9 @@ def check_disk(path, nbytes: int, what: str, hint: str) -> None:
         folder = folder.parent
     free = shutil.disk_usage(folder).free
     if nbytes > free:
-        raise MemoryNeeded(f"{what} needs up to {nbytes / GIB:.1f} GiB of disk in {folder}, {free / GIB:.1f} GiB "
+        from qora.io.validate import byte_size
+
+        raise MemoryNeeded(f"{what} needs up to {byte_size(nbytes)} of disk in {folder}, {byte_size(free)} "
                            f"available; {hint}")
 
 
@@ -186,8 +188,12 @@ class _Multislice:
         if window > min(ny, nx):
             raise InputError(f"the probe window {window} exceeds the field ({ny}, {nx})")
         lam = wavelength(kv)
-        if alpha_mrad * 1e-3 / lam >= 0.5 / pixel * 2 / 3:
-            raise InputError("the aperture reaches beyond 2/3 of the window's Nyquist frequency: use a smaller pixel")
+        reach, limit = alpha_mrad * 1e-3 / lam, 0.5 / pixel * 2 / 3
+        if reach >= limit:
+            raise InputError(f"the aperture (alpha / lambda = {reach:.3g} 1/A at {kv:g} kV, {alpha_mrad:g} mrad) reaches "
+                             f"beyond 2/3 of the sampling's Nyquist frequency ({limit:.3g} 1/A for a {pixel:g} A pixel): "
+                             "a smaller semi-angle (--semiangle), a lower voltage (--kv: a longer wavelength) or a "
+                             "finer pixel (the CLI's is --step / 2) brings it inside")
         self.xp, self.shape, self.window, self.count, self.slices = xp, (ny, nx), window, count, slices
         k = np.fft.fftfreq(window, pixel)
         kx, ky = k[None, :], k[:, None]
