@@ -120,3 +120,17 @@ def test_boolean_and_out_of_range_patterns_are_refused():
         reconstruct(intensity * 1e-300, recipe="ER**5", backend="cpu")
     scaled = reconstruct(intensity * 1e-20, support=objects.support_of(obj), recipe="ER**50", backend="cpu")
     assert np.isfinite(scaled.fourier_error)  # a small scale inside the range is fine
+
+
+def test_large_objects_are_compared_at_a_coarser_sampling(monkeypatch):
+    """Above AGREE_MOST_VOXELS the starts are compared with their spectra cropped about q = 0: the same verdicts
+    as in full (the triangle moved and twinned agrees, the box does not), and the factor is reported; the PRTF
+    then reaches only the coarse Nyquist period (2 x the factor)."""
+    objs, sups = _starts(["same", "same", "other"])
+    intensity = np.abs(np.fft.fftshift(np.fft.fftn(np.fft.ifftshift(objs[0]), norm="ortho"))) ** 2
+    full = analysis.agreement(objs, sups, np.array([0.1, 0.2, 0.3]), intensity=intensity)
+    monkeypatch.setattr(analysis, "AGREE_MOST_VOXELS", 32 * 32)
+    coarse = analysis.agreement(objs, sups, np.array([0.1, 0.2, 0.3]), intensity=intensity)
+    assert full["coarsened"] == 1 and coarse["coarsened"] == 2
+    assert coarse["agree"] == full["agree"] == 2 and coarse["object_error"][1] < 0.05 < 0.5 < coarse["object_error"][2]
+    assert coarse["resolution_px"] >= 4.0 - 1e-9

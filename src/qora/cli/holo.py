@@ -519,6 +519,7 @@ def phase_cmd(hologram, background, pixel, na_detection, wavelength, medium_inde
     pupil = na_detection / wavelength if na_detection is not None else filter_radius
     try:
         from qora.backend.fft import fast_length
+        from qora.holo.fields import border_on_field
 
         big = fast_length(max(h.shape))
         n = big if full_sampling else big // 2
@@ -527,7 +528,7 @@ def phase_cmd(hologram, background, pixel, na_detection, wavelength, medium_inde
                                    filter_fraction=filter_fraction, n=n, background_profile=None)
         border = None
         if background_profile is not None and background_threshold is None:
-            border = max(1, round((background_border or H.BACKGROUND_BORDER) * n / big))
+            border = border_on_field(background_border or H.BACKGROUND_BORDER, n, big)
         done = H.phase_image(res["ratio"], pixel=res["pixel"], distance=distance, autofocus=autofocus,
                              wavelength=wavelength, medium_index=medium_index, interval=_interval(focus_range),
                              metric=focus_metric.replace("-", " "), background=background_profile,

@@ -217,6 +217,11 @@ BACKGROUND_PROFILE = "tilt"
 BACKGROUND_BORDER = 5
 
 
+def border_on_field(border: int, n: int, padded: int) -> int:
+    """A frame of ``border`` hologram pixels on a field of ``n`` pixels cut from a ``padded`` square: at least 1."""
+    return max(1, round(integer("background_border", border, low=1) * n / padded))
+
+
 def quantitative_phase(hologram, background, *, hologram_pixel: float = 1.0, n: int | None = None,
                        pupil_frequency: float | None = None, sideband=None, filter: str = "disk",
                        filter_fraction: float | None = None, background_profile: str | int | None = BACKGROUND_PROFILE,
@@ -268,8 +273,7 @@ def quantitative_phase(hologram, background, *, hologram_pixel: float = 1.0, n: 
     r = rytov(ratio)
     phase = r.imag
     if background_profile is not None:
-        border = max(1, round(integer("background_border", background_border, low=1) * n / big))
-        phase = correct_background(phase, profile=background_profile, border=border)
+        phase = correct_background(phase, profile=background_profile, border=border_on_field(background_border, n, big))
     return {"ratio": ratio, "phase": phase, "amplitude": np.exp(r.real), "sideband": sideband,
             "pixel": hologram_pixel * big / n, "filter_radius": radius, "offset": offsets,
             "background": "none" if background_profile is None else

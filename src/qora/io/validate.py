@@ -188,8 +188,7 @@ def folder_writable(folder, output) -> None:
     if not folder.exists():
         return  # a folder the command makes itself (a results directory), or one the writer names in its error
     try:
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".qora-write-check-"):
-            pass
+        tempfile.NamedTemporaryFile(dir=folder, prefix=".qora-write-check-").close()  # made, then removed
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise OutputError(f"cannot write {output}: its folder {folder} does not take new files ({reason}); "

@@ -255,6 +255,7 @@ def agreement(objects, supports, scores, *, intensity=None, bound: float = AGREE
     if not (len(objects) == len(supports) == len(scores)):
         raise ValueError(f"{len(objects)} objects, {len(supports)} supports and {len(scores)} scores")
     order = [int(i) for i in np.argsort(np.where(np.isfinite(scores), scores, np.inf), kind="stable")]
+    objects, supports, intensity, factor = _coarse(objects, supports, intensity)
     best = order[0]
     ref = objects[best] / max(np.linalg.norm(objects[best]), 1e-30)
     errors, overlaps = [0.0], [1.0]
@@ -273,13 +274,47 @@ def agreement(objects, supports, scores, *, intensity=None, bound: float = AGREE
                    f"agree with the best (aligned object error <= {bound:g})")
     out = {"best": best, "starts": order, "object_error": errors, "support_overlap": overlaps,
            "agree": len(agreeing), "total": total, "bound": float(bound), "reproducible": reproducible,
-           "message": message}
+           "message": message, "coarsened": factor}
     if intensity is not None and len(agreeing) >= 2:
         q, curve = prtf(objects[agreeing], intensity)
         cutoff = prtf_resolution(q, curve)
-        out.update(prtf_q=q.tolist(), prtf=[None if not np.isfinite(v) else float(v) for v in curve],
-                   resolution_px=float(1.0 / cutoff) if cutoff > 0 else None)
+        out.update(prtf_q=(q / factor).tolist(), prtf=[None if not np.isfinite(v) else float(v) for v in curve],
+                   resolution_px=float(factor / cutoff) if cutoff > 0 else None)
     return out
+
+
+# The agreement report compares objects of at most this many voxels (128^3): about 1 s a start on two cores. Larger
+# ones are compared at a coarser sampling (their spectra cropped about q = 0): whether two starts found the same
+# object shows at low resolution, and a 512^3 start aligned in full took over a minute and 2 GiB of the host's
+# memory per copy, more than the run itself on the GPU.
+AGREE_MOST_VOXELS = 2**21
+
+
+def _coarse(objects, supports, intensity):
+    """Objects, supports and pattern at a sampling ``factor`` times coarser where the objects exceed
+    :data:`AGREE_MOST_VOXELS`: each object's unitary spectrum cropped to the central n // factor per axis (so its
+    transform there equals the original's, and the cropped pattern is its intensity), each support pooled over
+    factor^d blocks (a block is in where any of its pixels is). Factor 1 returns them as they are."""
+    objects = np.asarray(objects)
+    shape = objects.shape[1:]
+    factor = 1
+    while np.prod([n // factor for n in shape]) > AGREE_MOST_VOXELS:
+        factor *= 2
+    if factor == 1:
+        return objects, np.asarray(supports), intensity, 1
+    small = tuple(n // factor for n in shape)
+    box = tuple(slice(n // 2 - m // 2, n // 2 - m // 2 + m) for n, m in zip(shape, small))
+    axes = tuple(range(len(shape)))
+    coarse = []
+    for x in objects:
+        spec = np.fft.fftshift(fft.fftn(np.fft.ifftshift(x, axes=axes), norm="ortho"), axes=axes)[box]
+        coarse.append(np.fft.fftshift(fft.ifftn(np.fft.ifftshift(spec, axes=axes), norm="ortho"), axes=axes))
+    pooled = []
+    for sup in np.asarray(supports, bool):
+        trimmed = sup[tuple(slice(0, m * factor) for m in small)]
+        pooled.append(trimmed.reshape([v for m in small for v in (m, factor)]).any(axis=tuple(range(1, 2 * len(small), 2))))
+    pattern = None if intensity is None else np.asarray(intensity)[box]
+    return np.stack(coarse).astype(np.complex64), np.stack(pooled), pattern, factor
 
 
 def convergence(errors, *, window: int = CONVERGENCE_WINDOW, fall: float = CONVERGED_FALL) -> dict:

@@ -409,7 +409,7 @@ def agreement_curves(session, result: dict) -> dict:
     if "rotation" in names:
         params["rotation"] = float(result["rotation_rad"])
     # the fit's own band of |Q| with top-hat apertures, the agreement the fit reports, so that each curve peaks
-    # at the printed number (a band fitting the rotation has soft edges: 0.9503 against the printed 0.9456)
+    # at the printed number (a band fitting the rotation has soft edges and reads higher than the printed value)
     fitted = tuple(result.get("band_inv_a", (0.2, 0.9)))
     held = [n for n in names if n != "rotation"]
     fixed = {n: params[n] for n in held}
