@@ -205,6 +205,89 @@ def _choose_depth_model(out: dict, requested: str, standard: float, columnar: fl
         out["better_rule"] = better_rule("incoherent", incoherent, standard)
 
 
+def _branch_rule(work, values, rotation, branch: str, open_branch: bool):
+    """Whether to take the other of the two equally good fits (rotation + 180 deg, -C), and the rule's report:
+    "flipped" always applies (the other branch is as good a fit, whatever was given), the skewness rule only where
+    the branch is open (the rotation fitted or the orientation searched)."""
+    image = _branch_image(work, values, rotation)
+    skew = None if image is None else phase_skewness(image)
+    flip = branch == "flipped" or (open_branch and branch == "auto" and skew is not None and skew < 0)
+    rule = {"rule": "the SSB image's skewness is positive (atoms are positive phase)",
+            "skewness": None if skew is None else (-skew if flip else skew),
+            "choice": branch if open_branch or branch != "auto" else "given", "flipped": flip}
+    if open_branch and branch == "auto" and skew is None:
+        rule["note"] = "not applied: the session cannot make images"
+    return flip, rule
+
+
+def _standard_report(work, names, values, rotation, band, basins, searched_band):
+    """The standard branch's report and agreement. With the rotation fitted (``searched_band`` None): the Hessian in
+    the rotation too, from the soft-edged band it was fitted on, and the agreement the top-hat one, comparable
+    with the thick branch's; else the search's band and basins."""
+    if searched_band is None:
+        std_band = make_band(work, names + ("rotation",), band=band, rotation=rotation)
+        point = {**values, "rotation": rotation}
+        soft_agreement, _, hessian = std_band.evaluate(point)
+        std = _report(work, std_band, point, soft_agreement, hessian, [(point, soft_agreement, hessian)], names)
+        std["parameters"].pop("rotation", None)
+        agreement = make_band(work, names, band=band, rotation=rotation).evaluate(values, order=0)
+        std["agreement"] = float(agreement)
+        return std, agreement
+    agreement = basins[0][1]
+    return _report(work, searched_band, values, agreement, basins[0][2], basins, names), agreement
+
+
+def _thick_branches(out, work, *, names, values, agreement, band, rotation, coarse_rows, thick_starts, incoherent,
+                    depth_model, sections, progress, standard, total, timings, passes) -> None:
+    """The thick fit (thickness and tilt, from the standard values) and, where asked, the depth-incoherent one, into
+    ``out`` (``thick``, ``better``, ``better_rule``, ``incoherent``, ``depth_model``): :func:`fit_session`'s second
+    part. ``standard`` is the progress count where it starts, ``total`` the whole fit's."""
+    report(progress, "newton (thick)", standard, total)
+    t1 = time.perf_counter()
+    tnames = names + ("thickness", "tilt_y", "tilt_x")
+    b = make_band(work, tnames, band=band, rotation=rotation)
+    coarse = _thinned(b, coarse_rows)
+    tstarts = [{**values, "thickness": 60.0, "tilt_y": ty, "tilt_x": tx} for ty, tx in THICK_TILT_STARTS[:thick_starts]]
+    tbasins = multi_start(b, tstarts, tnames, iterations=ROTATION_NEWTON, coarse=coarse, callback=lambda i, state:
+                          report(progress, "newton (thick)", standard + i * ROTATION_NEWTON + state.step, total))
+    tvalues, tagreement, thessian = tbasins[0]
+    timings["thick_s"] = time.perf_counter() - t1
+    passes["thick"] = getattr(b, "passes", None)
+    if coarse is not b:
+        passes["thick_coarse"] = {**coarse.passes, "stride": coarse.stride}
+    out["thick"] = _report(work, b, tvalues, tagreement, thessian, tbasins, tnames)
+    # the simpler model unless the thick one explains measurably more (0.1% of the signal)
+    out["better"] = "thick" if tagreement > agreement + BETTER_MARGIN else "standard"
+    out["better_rule"] = better_rule("thick", tagreement, agreement)
+    thin = (incoherent and depth_model == "auto" and sections is None
+            and auto_sections(tvalues["thickness"], work.wavelength, work.alpha_mrad) == 1)
+    if incoherent and thin:  # one section: the incoherent model is the columnar one without tilt
+        dof = depth_of_field(work.wavelength, work.alpha_mrad)
+        out["depth_model"] = {"chosen": "columnar", "requested": depth_model,
+                              "why": f"thinner than the depth of field lambda/alpha^2 = {dof:.0f} A: one depth "
+                                     "section, where the incoherent model is the columnar one"}
+    elif incoherent:
+        offset = standard + ROTATION_NEWTON * thick_starts
+        t2 = time.perf_counter()
+        ivalues, iagreement, ihessian, ib, coherence = fit_incoherent(
+            work, {**{n: tvalues[n] for n in names}, "thickness": tvalues["thickness"]}, sections=sections,
+            band=band, rotation=rotation, iterations=ROTATION_NEWTON, callback=lambda state: report(
+                progress, "newton (incoherent)", offset + state.step, total))
+        timings["incoherent_s"] = time.perf_counter() - t2
+        passes["incoherent"] = ib.passes
+        out["incoherent"] = _report(work, ib, ivalues, iagreement, ihessian, [(ivalues, iagreement, ihessian)],
+                                    names + ("thickness",))
+        out["incoherent"].update(sections=ib.sections, coupling=ib.coupling, depth_coherence=coherence,
+                                 section_depths_a=section_depths(ivalues["thickness"], ib.sections).tolist(),
+                                 tilt="not a parameter: it shifts each independent section sideways, which its "
+                                      "free object absorbs (not observable)")
+        _choose_depth_model(out, depth_model, agreement, tagreement, iagreement, coherence)
+    else:
+        out["depth_model"] = {"chosen": "columnar", "requested": depth_model,
+                              "why": "given" if depth_model == "columnar" else
+                              "the incoherent model needs the whole of G on one session (not split over workers)"}
+
+
 def fit_session(session, *, rotation: float | None = None, orientation: str = "auto", branch: str = "auto",
                 tilt: bool = True, band=(0.2, 0.9), progress=None, trials: int = 200, batch: int = 8, seed: int = 0,
                 starts: int = STARTS, thick_starts: int = len(THICK_TILT_STARTS), compare_standard: bool = True,
@@ -312,18 +395,9 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
     report(progress, "newton (standard)", standard, total)
     # the 180-degree branch: open where the rotation was fitted or the orientation searched
     open_branch = fitted_rotation or orient.get("searched", False)
-    image = _branch_image(work, values, rotation)
-    skew = None if image is None else phase_skewness(image)
-    # "flipped" always applies (the other branch is as good a fit, whatever was given); the rule only
-    # where the branch is open
-    flip = branch == "flipped" or (open_branch and branch == "auto" and skew is not None and skew < 0)
-    rule = {"rule": "the SSB image's skewness is positive (atoms are positive phase)", "skewness": skew,
-            "choice": branch if open_branch or branch != "auto" else "given", "flipped": flip}
-    if open_branch and branch == "auto" and skew is None:
-        rule["note"] = "not applied: the session cannot make images"
+    flip, rule = _branch_rule(work, values, rotation, branch, open_branch)
     if flip:
         values = flip_branch(values)
-        rule["skewness"] = None if skew is None else -skew
         if fitted_rotation:
             rotation = rotation + np.pi
         else:
@@ -333,19 +407,7 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
     rotation = wrap_angle(rotation)
     orient["orientation"] = name
     timings["standard_s"] = time.perf_counter() - t0
-    if fitted_rotation:
-        # the Hessian in the rotation too, from the soft-edged band the rotation was fitted on; the
-        # agreement reported is the top-hat one, comparable with the thick branch's
-        std_band = make_band(work, names + ("rotation",), band=band, rotation=rotation)
-        soft_agreement, _, hessian = std_band.evaluate({**values, "rotation": rotation})
-        std = _report(work, std_band, {**values, "rotation": rotation}, soft_agreement, hessian,
-                      [({**values, "rotation": rotation}, soft_agreement, hessian)], names)
-        std["parameters"].pop("rotation", None)
-        agreement = make_band(work, names, band=band, rotation=rotation).evaluate(values, order=0)
-        std["agreement"] = float(agreement)
-    else:
-        agreement = basins[0][1]
-        std = _report(work, b, values, agreement, basins[0][2], basins, names)
+    std, agreement = _standard_report(work, names, values, rotation, band, basins, None if fitted_rotation else b)
     out = {"rotation_rad": float(rotation), "rotation_deg": float(np.rad2deg(rotation)), "orientation": orient,
            "branch": rule, "standard": std,
            "conventions": "Krivanek chi, defocus = -C10, cartesian C_nm,a = C cos(m phi), C_nm,b = C sin(m phi); "
@@ -353,50 +415,10 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
                           "(qora.ssb.orientation); docs/ssb.md",
            "band_inv_a": list(band)}
     if tilt:
-        report(progress, "newton (thick)", standard, total)
-        t1 = time.perf_counter()
-        tnames = names + ("thickness", "tilt_y", "tilt_x")
-        b = make_band(work, tnames, band=band, rotation=rotation)
-        coarse = _thinned(b, coarse_rows)
-        tstarts = [{**values, "thickness": 60.0, "tilt_y": ty, "tilt_x": tx} for ty, tx in THICK_TILT_STARTS[:thick_starts]]
-        tbasins = multi_start(b, tstarts, tnames, iterations=ROTATION_NEWTON, coarse=coarse, callback=lambda i, state:
-                              report(progress, "newton (thick)", standard + i * ROTATION_NEWTON + state.step, total))
-        tvalues, tagreement, thessian = tbasins[0]
-        timings["thick_s"] = time.perf_counter() - t1
-        passes["thick"] = getattr(b, "passes", None)
-        if coarse is not b:
-            passes["thick_coarse"] = {**coarse.passes, "stride": coarse.stride}
-        out["thick"] = _report(work, b, tvalues, tagreement, thessian, tbasins, tnames)
-        # the simpler model unless the thick one explains measurably more (0.1% of the signal)
-        out["better"] = "thick" if tagreement > agreement + BETTER_MARGIN else "standard"
-        out["better_rule"] = better_rule("thick", tagreement, agreement)
-        thin = (incoherent and depth_model == "auto" and sections is None
-                and auto_sections(tvalues["thickness"], work.wavelength, work.alpha_mrad) == 1)
-        if incoherent and thin:  # one section: the incoherent model is the columnar one without tilt
-            dof = depth_of_field(work.wavelength, work.alpha_mrad)
-            out["depth_model"] = {"chosen": "columnar", "requested": depth_model,
-                                  "why": f"thinner than the depth of field lambda/alpha^2 = {dof:.0f} A: one depth "
-                                         "section, where the incoherent model is the columnar one"}
-        elif incoherent:
-            offset = standard + ROTATION_NEWTON * thick_starts
-            t2 = time.perf_counter()
-            ivalues, iagreement, ihessian, ib, coherence = fit_incoherent(
-                work, {**{n: tvalues[n] for n in names}, "thickness": tvalues["thickness"]}, sections=sections,
-                band=band, rotation=rotation, iterations=ROTATION_NEWTON, callback=lambda state: report(
-                    progress, "newton (incoherent)", offset + state.step, total))
-            timings["incoherent_s"] = time.perf_counter() - t2
-            passes["incoherent"] = ib.passes
-            out["incoherent"] = _report(work, ib, ivalues, iagreement, ihessian, [(ivalues, iagreement, ihessian)],
-                                        names + ("thickness",))
-            out["incoherent"].update(sections=ib.sections, coupling=ib.coupling, depth_coherence=coherence,
-                                     section_depths_a=section_depths(ivalues["thickness"], ib.sections).tolist(),
-                                     tilt="not a parameter: it shifts each independent section sideways, which its "
-                                          "free object absorbs (not observable)")
-            _choose_depth_model(out, depth_model, agreement, tagreement, iagreement, coherence)
-        elif tilt:
-            out["depth_model"] = {"chosen": "columnar", "requested": depth_model,
-                                  "why": "given" if depth_model == "columnar" else
-                                  "the incoherent model needs the whole of G on one session (not split over workers)"}
+        _thick_branches(out, work, names=names, values=values, agreement=agreement, band=band, rotation=rotation,
+                        coarse_rows=coarse_rows, thick_starts=thick_starts, incoherent=incoherent,
+                        depth_model=depth_model, sections=sections, progress=progress, standard=standard,
+                        total=total, timings=timings, passes=passes)
         if not compare_standard:
             out.pop("standard")
     report(progress, "done", total, total)
