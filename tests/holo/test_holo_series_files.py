@@ -83,8 +83,10 @@ def test_odtbrain_fdtd_archive(tmp_path):
     for i, f in enumerate(fields):
         members[f"field_{i:03d}_real.txt"] = _text(f.real)
         members[f"field_{i:03d}_imag.txt"] = _text(f.imag)
-    for i, sl in enumerate(phantom):
-        members[f"phantom_{i:03d}.txt"] = _text(sl)
+    for i, sl in enumerate(phantom):  # named as in ODTbrain's FDTD archives: "real" too, yet not a field
+        members[f"phantom_{i}_real.txt"] = _text(sl)
+    members["field_10_real.txt"], members["field_10_imag.txt"] = _text(fields[2].real), _text(fields[2].imag)
+    del members["field_002_real.txt"], members["field_002_imag.txt"]  # unpadded numbers sort as numbers
     _tar_lzma(tmp_path / "fdtd_3d_sino_A3.tar.lzma", members)
     series = S.read_field_series(tmp_path / "fdtd_3d_sino_A3.tar.lzma", wavelength=0.5)
     np.testing.assert_allclose(series.fields, fields)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import io
 import lzma
+import re
 import tarfile
 import zipfile
 from dataclasses import dataclass, field
@@ -198,6 +199,11 @@ def _archive(path: Path) -> dict:
         return {m.name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
 
 
+def _numbered(name: str) -> tuple:
+    """Sort key: the numbers in a name compared as numbers (field_9 before field_10)."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
 def _text_array(data: bytes) -> np.ndarray:
     return np.loadtxt(io.BytesIO(data), ndmin=2)
 
@@ -221,13 +227,15 @@ def read_odtbrain_archive(path, *, wavelength: float | None = None) -> FieldSeri
             return series
         info_name = next((k for k in sorted(base) if k.endswith("info.txt")), None)
         info = _info(base[info_name]) if info_name else {}
-        real = sorted(k for k in base if k.endswith("real.txt"))
-        imag = sorted(k for k in base if k.endswith("imag.txt"))
+        # the phantom's slices are "phantom_NNN_real.txt" in the FDTD archives: not fields
+        fields_only = [k for k in base if not k.startswith("phantom")]
+        real = sorted((k for k in fields_only if k.endswith("real.txt")), key=_numbered)
+        imag = sorted((k for k in fields_only if k.endswith("imag.txt")), key=_numbered)
         if not real or len(real) != len(imag):
             raise FileFormatError(f"{path}: expected pairs of *real.txt and *imag.txt fields, found {len(real)} and "
                                   f"{len(imag)}")
         fields = np.stack([_text_array(base[r]) + 1j * _text_array(base[i]) for r, i in zip(real, imag)])
-        phantom_names = sorted(k for k in base if k.startswith("phantom"))
+        phantom_names = sorted((k for k in base if k.startswith("phantom")), key=_numbered)
         phantom = np.stack([_text_array(base[k]) for k in phantom_names]) if phantom_names else None
     angles = np.linspace(0, 2 * np.pi, len(fields), endpoint=False) if len(fields) > 1 else None
     pixel, distance = None, 0.0
