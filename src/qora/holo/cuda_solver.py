@@ -198,7 +198,7 @@ class SpectrumSolver:
         if self.auto:
             k02 = self.geometry.k0**2
             weight, best, record = discrepancy_search(
-                lambda w, start: self._fista(w * k02, start, copy=True), self._misfit, self.noise_energy,
+                lambda w, start, _part: self._fista(w * k02, start, copy=True), self._misfit, self.noise_energy,
                 complex_index=self.complex)
             for part, x in zip(self.x_prevs, best):
                 cp.cuda.runtime.memcpyAsync(part.data.ptr, x.data.ptr, 4 * nb3, MEMCPY_DEFAULT, stream.ptr)

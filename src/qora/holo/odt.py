@@ -33,7 +33,8 @@ from qora.io.errors import InputError
 from qora.progress import report
 
 __all__ = ["map_spectrum", "reconstruct", "index_from_potential", "potential_from_index", "OdtResult",
-           "gerchberg_papoulis", "gerchberg_papoulis_r2c", "solve", "invert", "first_order", "pad_fields",
+           "gerchberg_papoulis", "gerchberg_papoulis_r2c", "restore_coefficients", "solve", "invert", "first_order",
+           "pad_fields",
            "crop_volume", "FieldOfView", "fista_tv", "check_ratio", "potential_bounds", "constrain", "result_of"]
 
 
@@ -116,14 +117,27 @@ class FieldOfView:
         self.big, self.n = big, n
         self.index = np.concatenate([np.arange(big - n // 2, big), np.arange(0, n - n // 2)])  # centre-origin order
 
+    def _blocks(self):
+        """(grid slice, box slice) per axis: the box's two runs in FFT layout."""
+        lo = self.n // 2
+        return ((slice(0, self.n - lo), slice(lo, self.n)), (slice(self.big - lo, self.big), slice(0, lo)))
+
     def crop(self, v):
         """The box of a big FFT-layout volume, as a centre-origin n^3 array."""
-        return v[np.ix_(self.index, self.index, self.index)]
+        out = np.empty((self.n,) * 3, v.dtype)
+        for gz, bz in self._blocks():  # eight block copies: fancy indexing by np.ix_ was 10x slower
+            for gy, by in self._blocks():
+                for gx, bx in self._blocks():
+                    out[bz, by, bx] = v[gz, gy, gx]
+        return out
 
     def expand(self, c):
         """A centre-origin n^3 array placed in a zero big^3 volume in FFT layout."""
         out = np.zeros((self.big,) * 3, c.dtype)
-        out[np.ix_(self.index, self.index, self.index)] = c
+        for gz, bz in self._blocks():
+            for gy, by in self._blocks():
+                for gx, bx in self._blocks():
+                    out[gz, gy, gx] = c[bz, by, bx]
         return out
 
 
@@ -151,7 +165,7 @@ def _mirror(a):
     return out
 
 
-def _restore_coefficients(data, measured):
+def restore_coefficients(data, measured):
     """(a, b) of the half-spectrum restore step H(Y) = a + b E (see :func:`gerchberg_papoulis_r2c`)."""
     half = data.shape[-1] // 2 + 1
     m = measured.astype(np.float64)
@@ -169,7 +183,7 @@ def gerchberg_papoulis_r2c(data, measured, iterations: int, progress=None, *, bo
     """
     n = data.shape
     axes = tuple(range(len(n)))
-    a, b = _restore_coefficients(data, measured)
+    a, b = restore_coefficients(data, measured)
     estimate = a.copy()
     for it in range(iterations):
         v = np.clip(_fft.irfftn(estimate, s=n, axes=axes), bounds[0], bounds[1])
@@ -189,13 +203,13 @@ def _gp_threaded(data, measured, iterations: int, r2c: bool, progress=None, *, b
 
     low, high = float(bounds[0]), float(bounds[1])
     if r2c:
-        a, b = _restore_coefficients(data, measured)
+        a, b = restore_coefficients(data, measured)
         return np.fft.fftshift(gp_cpu.gp_r2c(a, b, data.shape, iterations, progress, low=low, high=high))
     return np.fft.fftshift(gp_cpu.gp_c2c(data, measured, iterations, progress, low=low, high=high))
 
 
 def fista_tv(data, measured, iterations: int, lam: float, inner: int, fov: FieldOfView | None = None,
-             progress=None, *, bounds=(0.0, math.inf), start=None, box: bool = False):
+             progress=None, *, bounds=(0.0, math.inf), start=None, box: bool = False, restore=None):
     """FISTA with step 1 on f(x) = 1/2 ||M (F x - P)||^2 plus lam TV(x), x >= 0 (real potential).
 
     The gradient step y - grad f(y) is the half-spectrum restore step of
@@ -204,28 +218,34 @@ def fista_tv(data, measured, iterations: int, lam: float, inner: int, fov: Field
     With ``fov`` the unknown x is the box alone (zero outside): the iterates and the prox
     live on n^3, centre-origin, and only the transforms see the big grid. ``bounds`` replaces
     x >= 0 by a box; ``start`` (a previous call's ``box=True`` answer) warm-starts x.
+    ``restore``: :func:`restore_coefficients` of the data, when a caller solving several times made them.
     Returns the real volume, centre-origin; with ``box`` the iterate itself (the box, or the grid in FFT layout).
     """
+    from qora.holo.box_fft import BoxSpectrum
     from qora.holo.tv_cpu import fgp_prox_fused  # numba, loaded on first use; tv.fgp_prox is the reference
 
     n = data.shape
     axes = tuple(range(len(n)))
-    a, b = _restore_coefficients(data, measured)
+    a, b = restore_coefficients(data, measured) if restore is None else restore
     if fov is None:
-        restrict = expand = lambda v: v  # noqa: E731
-    else:
-        restrict, expand = fov.crop, fov.expand
-    x_prev = y = restrict(_fft.irfftn(a, s=n, axes=axes)) if start is None else start
+        forward = lambda v: _fft.rfftn(v, axes=axes)  # noqa: E731
+        inverse = lambda s: _fft.irfftn(s, s=n, axes=axes)  # noqa: E731
+    else:  # the box's pruned transforms: 58% of the work at oversampling 2, no padded copy (box_fft)
+        pruned = BoxSpectrum(fov.big, fov.n)
+        forward, inverse = pruned.forward, pruned.inverse
+    x_prev = y = inverse(a) if start is None else start
     t = 1.0
     dual = None
     for it in range(iterations):
-        v = restrict(_fft.irfftn(a + b * _fft.rfftn(expand(y), axes=axes), s=n, axes=axes))
+        v = inverse(a + b * forward(y))
         x, dual = fgp_prox_fused(np.ascontiguousarray(v), lam, inner, dual=dual, bounds=bounds)
         t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
         y = x + ((t - 1) / t_new) * (x - x_prev)
         x_prev, t = x, t_new
         report(progress, "tv", it + 1, iterations)
-    return x_prev if box else np.fft.fftshift(expand(x_prev))
+    if box:
+        return x_prev
+    return np.fft.fftshift(x_prev if fov is None else fov.expand(x_prev))
 
 
 def solve(spectrum, measured, geometry: Geometry, *, method: str = "gp", iterations: int = 50, r2c: bool = False,
@@ -281,7 +301,7 @@ def _tv(spectrum, measured, geometry, fov, *, iterations, tv_weight, tv_inner, b
         solver = reg.fista_tv_complex if complex_index else fista_tv
         tv_weight, x, record = reg.select_tv_weight(spectrum, measured, geometry, noise_energy, solver=solver,
                                                     iterations=iterations, inner=tv_inner, fov=fov, bounds=bounds,
-                                                    complex_index=complex_index)
+                                                    complex_index=complex_index, progress=progress)
         potential = np.fft.fftshift(fov.expand(x))
     elif complex_index:
         potential = reg.fista_tv_complex(spectrum, measured, iterations, tv_weight * geometry.k0**2, tv_inner, fov,

@@ -13,8 +13,14 @@ __all__ = ["solve_units", "stack_units", "Span", "span"]
 
 
 def solve_units(options) -> int:
-    """Units of the solver: its iterations ("gp", "tv"), none for "plain"."""
-    return 0 if options.method == "plain" else int(options.iterations)
+    """Units of the solver: its iterations ("gp", "tv"), those of every solve of the TV weight's search
+    (``tv_weight="auto"``: :data:`qora.holo.regularisation.SOLVES` solves), none for "plain"."""
+    if options.method == "plain":
+        return 0
+    from qora.holo.regularisation import SOLVES
+
+    solves = SOLVES if options.method == "tv" and options.tv_weight == "auto" else 1
+    return solves * int(options.iterations)
 
 
 def stack_units(options) -> int:

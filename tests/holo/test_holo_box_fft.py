@@ -1,0 +1,28 @@
+"""The pruned box transforms against the full transforms of the zero-padded grid (float64 reference)."""
+
+import numpy as np
+import pytest
+
+from qora.holo import box_fft
+from qora.holo.box_fft import BoxSpectrum
+from qora.holo.odt import FieldOfView
+
+
+@pytest.mark.parametrize("big,n", [(16, 8), (15, 7), (12, 12), (20, 9)])
+@pytest.mark.parametrize("library", ["ducc0", "scipy"])
+def test_box_spectrum_matches_the_padded_transforms(big, n, library, monkeypatch):
+    if library == "scipy":
+        monkeypatch.setattr(box_fft, "_ducc0", lambda: None)
+    rng = np.random.default_rng(big + n)
+    fov, plan = FieldOfView(big, n), BoxSpectrum(big, n)
+    box = rng.normal(size=(n,) * 3)
+    full = np.fft.rfftn(fov.expand(box))
+    np.testing.assert_allclose(plan.forward(box), full, atol=1e-11 * np.abs(full).max())
+    spectrum = rng.normal(size=full.shape) + 1j * rng.normal(size=full.shape)  # not Hermitian on its edge planes
+    want = fov.crop(np.fft.irfftn(spectrum, s=(big,) * 3, axes=(0, 1, 2)))
+    np.testing.assert_allclose(plan.inverse(spectrum), want, atol=1e-12 * np.abs(want).max())
+
+
+def test_box_must_fit():
+    with pytest.raises(ValueError, match="fit"):
+        BoxSpectrum(8, 9)
