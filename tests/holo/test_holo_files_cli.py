@@ -138,3 +138,23 @@ def test_exact_model_through_the_cli(tmp_path):
     out = CliRunner().invoke(cli, ["holo", "simulate", "--size", "32", "--model", "exact",
                                    "--spheres", "0,0,0,0.8,1.34;1,0,0,0.3,1.35", "--out", str(tmp_path / "x.h5")])
     assert out.exit_code != 0 and "one sphere" in out.output
+
+
+def test_fit_axis_through_the_cli(tmp_path, simulated):
+    runner = CliRunner()
+    path = tmp_path / "rot.h5"
+    out = runner.invoke(cli, ["holo", "simulate", "--size", "32", "--angles", "36", "--geometry", "rotation",
+                              "--spheres", "0.8,0.5,-1,1,1.36;-0.7,-0.6,0.9,0.8,1.35", "--out", str(path)])
+    assert out.exit_code == 0, out.output
+    out = runner.invoke(cli, ["holo", "reconstruct", str(path), "--fit-axis", "--method", "plain", "--quiet",
+                              "--out", str(tmp_path / "v.h5")])
+    assert out.exit_code == 0, out.output
+    line = next(s for s in out.output.splitlines() if s.startswith("axis fitted to the data"))
+    tilt = float(line.split("(")[1].split(" rad")[0])
+    assert abs(tilt) <= 0.05  # made about the y axis; either determined there or reported as not determined
+    out = runner.invoke(cli, ["holo", "reconstruct", str(path), "--fit-axis", "--axis-tilt", "5", "--out",
+                              str(tmp_path / "w.h5")])
+    assert out.exit_code == 2 and "not both" in out.output
+    _, scan = simulated  # the scanning geometry has no axis to fit
+    out = runner.invoke(cli, ["holo", "reconstruct", str(scan), "--fit-axis", "--out", str(tmp_path / "s.h5")])
+    assert out.exit_code == 2 and "--geometry rotation" in out.output

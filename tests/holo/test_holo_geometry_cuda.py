@@ -97,21 +97,24 @@ def test_complex_index_matches_cpu(absorbing_case, options):
 
 
 def _search_agrees(cpu, gpu):
-    """The device's discrepancy search against the CPU's: the same noise, the same excess at the weights both
-    tried (the device's real-index misfit leaves out a constant, so floors are not compared), the chosen weight
-    within two bisection steps (a decision can flip only where the excess equals the allowed one to rounding)."""
-    from qora.holo.regularisation import HIGH, LOW, STEPS
+    """The device's discrepancy search against the CPU's: the same noise, the same excess at the start weight
+    (the device's real-index misfit leaves out a constant, so floors are not compared), the predicted weight
+    within 5% (it follows that excess, summed in float32 on the device), and the same choice of the two unless
+    one of them sits at the acceptance limit. True when both chose the predicted or both the start weight."""
+    from qora.holo.regularisation import ACCEPT, W_START
 
     c, d = cpu.info["tv_selection"], gpu.info["tv_selection"]
     assert d["noise_energy"] == pytest.approx(c["noise_energy"], rel=1e-3)
     assert d["allowed_excess"] == pytest.approx(c["allowed_excess"], rel=1e-3)
-    for (wc, ec), (wd, ed) in zip(c["tried"], d["tried"]):
-        if not math.isclose(wc, wd, rel_tol=1e-9):
-            break  # the paths parted: past here the weights differ
-        assert abs(ed - ec) < 2e-2 * max(abs(ec), c["allowed_excess"]), (c["tried"], d["tried"])
-    step = (math.log(HIGH) - math.log(LOW)) / 2**STEPS
-    assert abs(math.log(gpu.info["tv_weight"] / cpu.info["tv_weight"])) <= 2 * step + 1e-9
-    return math.isclose(gpu.info["tv_weight"], cpu.info["tv_weight"], rel_tol=1e-9)
+    (w1c, e1c), (w2c, e2c) = c["tried"]
+    (w1d, e1d), (w2d, e2d) = d["tried"]
+    assert w1c == w1d == W_START
+    assert abs(e1d - e1c) < 2e-2 * max(abs(e1c), c["allowed_excess"]), (c["tried"], d["tried"])
+    assert w2d == pytest.approx(w2c, rel=0.05)
+    limit = ACCEPT * c["allowed_excess"]
+    same = (cpu.info["tv_weight"] == w2c) == (gpu.info["tv_weight"] == w2d)
+    assert same or min(abs(e2c - limit), abs(e2d - limit)) < 0.05 * limit, (c, d)
+    return same
 
 
 @pytest.mark.parametrize("complex_index", [False, True], ids=["real", "complex"])
@@ -124,7 +127,7 @@ def test_tv_weight_from_the_data_matches_cpu(tilted_case, absorbing_case, comple
     gpu = holo.reconstruct(noisy, g, backend="cuda", **kw)
     assert gpu.info["backend"] == "cuda" and gpu.info["tv_weight"] > 0 and gpu.info["tv_selection"]["noise_energy"] > 0
     if _search_agrees(cpu, gpu):
-        assert _relative(gpu.index, cpu.index) < 1e-3  # ten FISTA runs of float32 behind it
+        assert _relative(gpu.index, cpu.index) < 1e-2  # three float32 FISTA runs, the last at a weight up to 5% apart
 
 
 def test_pipeline_takes_complex_index_and_the_weight_from_the_data(absorbing_case):
@@ -146,7 +149,7 @@ def test_pipeline_takes_complex_index_and_the_weight_from_the_data(absorbing_cas
     cpu, gpu = results["cpu"], results["cuda"]
     assert gpu.absorption is not None and gpu.info["tv_selection"]["noise_energy"] > 0
     if _search_agrees(cpu, gpu):
-        assert _relative(gpu.index, cpu.index) < 1e-3
+        assert _relative(gpu.index, cpu.index) < 1e-2
         assert np.linalg.norm(gpu.absorption - cpu.absorption) < 1e-2 * np.linalg.norm(cpu.absorption)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from click.core import ParameterSource
 
 from qora.cli.holo_fields import (FILTER_CHOICES, _interval, _reconstruct_fields, _reconstruct_series, bpm_of_ratio,
-                                 refocus_options, write_absorption)
+                                 fitted_geometry, refocus_options, write_absorption)
 from qora.cli.options import (NONNEGATIVE, POSITIVE, Finite, backend_option, exit_on_failures, scale_out_client,
                               scale_out_options)
 
@@ -193,6 +193,9 @@ def _file_geometry(ctx, path, g, hp, *, wavelength, pixel, hologram_pixel, mediu
               help="Rotation geometry: the axis tilted out of the detector plane toward the optical axis, degrees.")
 @click.option("--axis-angle", type=Finite(), default=0.0, show_default=True,
               help="Rotation geometry: the axis turned in the detector plane from y toward x, degrees.")
+@click.option("--fit-axis", is_flag=True, help="Rotation geometry: fit the axis's tilt and in-plane angle to the "
+              "data (the agreement of the angles' mapped spectra; docs/holo.md) and use them where the data "
+              "determine them (printed either way); not with --axis-tilt/--axis-angle.")
 @click.option("--rotation-sense", type=click.Choice(["qora", "odtbrain"]), default="qora", show_default=True,
               help="Rotation geometry: qora (+x turns toward +z for positive angles) or odtbrain (the opposite; "
               "docs/holo.md).")
@@ -242,7 +245,7 @@ def _file_geometry(ctx, path, g, hp, *, wavelength, pixel, hologram_pixel, mediu
 @click.option("--quiet", is_flag=True, help=QUIET_HELP)
 @scale_out_options
 def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, medium_index, na_detection,
-                    geometry_kind, angle_range, axis_tilt, axis_angle, rotation_sense, method, approximation,
+                    geometry_kind, angle_range, axis_tilt, axis_angle, fit_axis, rotation_sense, method, approximation,
                     iterations, tv_weight, index_min, index_max, complex_index, batch, bpm_variant, oversample,
                     input_kind, amplitude, angles_file, angle_unit, distance, autofocus, focus_range, focus_metric,
                     backend, out, plot, quiet, scheduler, workers, gpus) -> None:
@@ -269,8 +272,11 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
                                  param_hint="--angles")
     if angles_file is not None and angle_range is not None:
         raise click.BadParameter("give the angles as --angles or --angles-file, not both", param_hint="--angles-file")
+    if fit_axis and (_given(ctx, "axis_tilt") or _given(ctx, "axis_angle")):
+        raise click.BadParameter("--fit-axis finds the axis: give it or --axis-tilt/--axis-angle, not both",
+                                 param_hint="--fit-axis")
     # what every rotation path reads: the pose of the axis and the solver's options
-    solver = dict(axis=H.rotation_axis(math.radians(axis_tilt), math.radians(axis_angle)),
+    solver = dict(axis=H.rotation_axis(math.radians(axis_tilt), math.radians(axis_angle)), fit_axis=fit_axis,
                   rotation_sense=1 if rotation_sense == "qora" else -1, method=method, approximation=approximation,
                   iterations=iterations, tv_weight=tv_weight, oversample=oversample, index_min=index_min,
                   index_max=index_max, complex_index=complex_index, batch=batch)
@@ -342,9 +348,12 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
             click.echo(f"Warning: --axis-tilt/--axis-angle/--rotation-sense override the file's rotation axis "
                        f"{tuple(round(v, 6) for v in g.axis)} (z, y, x), sense {g.rotation_sense:+d}", err=True)
         g = replace(g, **pose)
-    elif g.angles is None and pose_given:
-        raise click.BadParameter("--axis-tilt, --axis-angle and --rotation-sense are for --geometry rotation",
-                                 param_hint="--axis-tilt")
+    elif g.angles is None and (pose_given or fit_axis):
+        raise click.BadParameter("--axis-tilt, --axis-angle, --fit-axis and --rotation-sense are for --geometry "
+                                 "rotation", param_hint="--fit-axis" if fit_axis else "--axis-tilt")
+    if fit_axis:
+        first = stack if stack.ndim == 3 else stack[0]  # a series: the first time point's stack
+        g = fitted_geometry(H, H.ratio_from_holograms(first, bgs, g, hp), g, approximation, quiet)
     sideband = H.find_sideband(bgs[0], hp)
     options = None
     if method != "bpm":

@@ -129,8 +129,22 @@ def write_absorption(out, result) -> None:
             f.create_dataset("absorption", data=result.absorption)
 
 
-def _reconstruct_series(fields, angles, *, wavelength, medium_index, pixel, na_detection, axis, rotation_sense, method,
-                        approximation, iterations, tv_weight, oversample, index_min, index_max, complex_index, batch,
+def fitted_geometry(H, ratio, g, approximation: str, quiet: bool):
+    """``g`` with the axis fitted to ``ratio`` where the data determine it (:func:`qora.holo.fit_axis`); the fit
+    is printed either way, with a bar while it runs."""
+    from dataclasses import replace
+
+    from qora.holo.axis_fit import describe
+    from qora.progress import tqdm_progress
+
+    with tqdm_progress(disable=quiet) as bar:
+        fit = H.fit_axis(ratio, g, approximation=approximation, progress=bar)
+    click.echo(describe(fit))
+    return replace(g, axis=fit.axis) if fit.determined else g
+
+
+def _reconstruct_series(fields, angles, *, wavelength, medium_index, pixel, na_detection, axis, fit_axis,
+                        rotation_sense, method, approximation, iterations, tv_weight, oversample, index_min, index_max, complex_index, batch,
                         distance, autofocus, focus_range, focus_metric, backend, out, suffix, plot, quiet,
                         truth) -> None:
     """A rotation series of field ratios (any shape) to one volume about ``axis`` (z, y, x) in ``rotation_sense``:
@@ -145,6 +159,8 @@ def _reconstruct_series(fields, angles, *, wavelength, medium_index, pixel, na_d
             fields, angles, wavelength=wavelength, medium_index=medium_index, pixel=pixel, na_detection=na_detection,
             distance=distance, autofocus=autofocus, interval=_interval(focus_range),
             metric=focus_metric.replace("-", " "), axis=axis, rotation_sense=rotation_sense)
+        if fit_axis:
+            g = fitted_geometry(H, ratio, g, approximation, quiet)
         if method == "bpm":
             result = bpm_of_ratio(H, ratio, g, iterations=iterations, tv_weight=tv_weight, batch=batch,
                                   backend=backend, quiet=quiet)

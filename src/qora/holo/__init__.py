@@ -18,6 +18,7 @@ from qora.holo import phantoms, reference
 from qora.holo.api import (Pipeline, bpm_reconstruct, extract_fields, field_series_volume, field_size,
                            geometry_from_backgrounds, parse_angles, phase_image, prepare_field_series, reconstruct,
                            reconstruct_holograms, rotation_geometry, simulation_geometry)
+from qora.holo.axis_fit import AxisFit, fit_axis_to_ratio as fit_axis
 from qora.holo.background import correct_background, object_mask
 from qora.holo.filters import FILTERS
 from qora.holo.refocus import autofocus, propagate, refocused
@@ -42,7 +43,7 @@ __all__ = [
     "bpm_forward", "bpm_gradient", "index_from_potential", "potential_from_index",
     # geometry
     "Geometry", "cone_illuminations", "rotation_axis", "odtbrain_axis", "geometry_from_backgrounds", "rotation_geometry", "parse_angles", "field_size",
-    "simulation_geometry",
+    "simulation_geometry", "fit_axis", "AxisFit",
     # holograms to fields
     "extract_fields", "find_sideband", "field_ratio", "illumination_frequencies", "quantitative_phase",
     "BACKGROUND_BORDER",
