@@ -183,3 +183,14 @@ def test_chunked_reverse_pass_changes_nothing(monkeypatch):
     whole = bpm_gradient(x, data, g)
     monkeypatch.setattr(B, "CHUNK_BYTES", 2 * 32**3 * 16)  # two illuminations per chunk
     np.testing.assert_allclose(bpm_gradient(x, data, g), whole, rtol=1e-12, atol=1e-12 * np.abs(whole).max())
+
+
+def test_a_pupil_as_wide_as_the_medium_is_accepted():
+    """NA = n_m (FDTD sets record fields to grazing angles) used to divide by zero in the obliquity's cap."""
+    from qora.holo.plans import OBLIQUITY_EDGE, bpm_tables
+
+    g = Geometry(wavelength=0.65, medium_index=1.333, pixel=0.1, n=16, na_detection=1.333, angles=np.zeros(1))
+    t = bpm_tables(g, 8)
+    assert np.all(np.isfinite(t.obliquity)) and t.obliquity.max() == pytest.approx(1 / np.sqrt(1 - OBLIQUITY_EDGE**2))
+    w = np.asarray(bpm_forward(np.full((8, 16, 16), 0.01), g))
+    assert np.all(np.isfinite(w))

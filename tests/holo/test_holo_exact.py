@@ -65,3 +65,21 @@ def test_rytov_gp_recovers_the_contrast_from_exact_data():
     truth = P.render_spheres([sphere], g.n, g.pixel, g.medium_index, supersample=4)
     ratio_of_integrals = (index[ball] - R.MEDIUM_INDEX).sum() / (truth - R.MEDIUM_INDEX).sum()
     assert ratio_of_integrals == pytest.approx(1.0, abs=0.03)
+
+
+def test_no_index_bias_inside_an_exact_sphere_at_the_fdtd_cells_contrast():
+    """Issue 39's bias check at its source: the default reconstruction (Rytov, GP, oversample 2) of the exact
+    field of a sphere of the FDTD cell's contrast (n_m 1.333, n 1.365, 6.5 px per wavelength) reads its
+    interior within 1e-3 of the truth (measured +5.8e-4 at this size, +3.9e-4 at R = 3 um). The FDTD set's
+    +1.57e-3 is in its fields (docs/holo.md, "Index bias"), not in the inversion."""
+    n, radius, count = 64, 2.0, 60
+    angles = np.linspace(0, 2 * np.pi, count, endpoint=False)
+    g = holo.Geometry(wavelength=0.65, medium_index=1.333, pixel=0.1, n=n, na_detection=1.333, angles=angles)
+    one = holo.Geometry(wavelength=0.65, medium_index=1.333, pixel=0.1, n=n, na_detection=1.333, angles=angles[:1])
+    ratio = 1 + P.partial_wave_ratio(P.Sphere((0, 0, 0), radius, 1.365), one)[0]  # a centred sphere: one field
+    index = holo.reconstruct(np.repeat(ratio[None], count, axis=0), g).index
+    c = (np.arange(n) - n // 2) * 0.1
+    z, y, x = np.meshgrid(c, c, c, indexing="ij")
+    interior = np.sqrt(z**2 + y**2 + x**2) <= radius - 0.3  # away from the edge's blur
+    assert abs(float(index[interior].mean()) - 1.365) < 1e-3
+    assert abs(float(index[np.sqrt(z**2 + y**2 + x**2) > radius + 0.5].mean()) - 1.333) < 2e-4

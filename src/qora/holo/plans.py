@@ -311,6 +311,9 @@ def lab_geometry(geometry: Geometry) -> Geometry:
     return Geometry(geometry.wavelength, geometry.medium_index, geometry.pixel, geometry.n, geometry.na_detection)
 
 
+OBLIQUITY_EDGE = 0.99  # the largest NA / n_m the obliquity weight is evaluated at (bpm_tables)
+
+
 def bpm_tables(geometry: Geometry, n_z: int | None = None, obliquity: bool = True) -> BpmTables:
     """The propagation, last-step and obliquity tables of ``geometry`` for ``n_z`` slices (default n): one per
     illumination, or in the rotation geometry the one table of normal incidence (count 1, shared by every angle)."""
@@ -323,7 +326,11 @@ def bpm_tables(geometry: Geometry, n_z: int | None = None, obliquity: bool = Tru
     ky, kx = np.meshgrid(f, f, indexing="ij")
     km = geometry.medium_frequency
     nu_in_z = geometry.nu_z_in()
-    q_max = km / math.sqrt(km**2 - geometry.pupil_frequency**2)  # NA < n_m is checked by Geometry
+    # the obliquity's cap, its value at the pupil's edge; a pupil of NA = n_m (fields recorded to grazing angles,
+    # as FDTD sets are) would make it infinite: capped there at NA 0.99 n_m (82 degrees), beyond which grazing
+    # waves carry nothing a camera records
+    edge = min(geometry.pupil_frequency, OBLIQUITY_EDGE * km)
+    q_max = km / math.sqrt(km**2 - edge**2)
     z_last = (n_z - 1 - n_z // 2) * d
     shape = (geometry.count, n, n)
     prop, last, q = np.zeros(shape, np.complex128), np.zeros(shape, np.complex128), np.ones(shape, np.float64)
