@@ -77,6 +77,27 @@ def _stages(result, n: int, echo, *, tv: bool) -> None:
     echo(f"  stages {label}: " + ", ".join(f"{k} {v:.0f} ms" for k, v in times.items()))
 
 
+def _readme_tv(result, n: int, echo) -> None:
+    """The README's line ``qora holo simulate && qora holo reconstruct holos.h5 --method tv`` as a user runs it:
+    the simulated bead's holograms, the default options of --method tv (the TV weight from the data, oversample
+    2), timed end to end, its RMSE against the truth beside the time (issue 39: at most 2 minutes on two cores)."""
+    from qora import holo
+    from qora.holo.api import simulation_geometry
+    from qora.holo.phantoms import Sphere, render_spheres, simulate_holograms
+
+    g = simulation_geometry(n)
+    holos, bgs, hp = simulate_holograms([Sphere()], g)
+    sideband = holo.find_sideband(bgs[0], hp)
+    options = holo.ReconstructionOptions(method="tv", tv_weight="auto")
+    res, ms = _timed(lambda: holo.reconstruct_holograms(holos, bgs, g, sideband=sideband, hologram_pixel=hp,
+                                                        options=options))
+    truth = render_spheres([Sphere()], n, g.pixel, g.medium_index, supersample=3)  # as qora holo simulate writes it
+    rmse = float(np.sqrt(np.mean((res.index - truth) ** 2)))
+    label = shape_label((n, n, n))
+    result.add(f"readme/{label}/tv_auto", ms=ms, rmse=rmse, tv_weight=res.info.get("tv_weight"))
+    echo(f"  README's TV line {label}: {ms / 1e3:.1f} s, weight {res.info.get('tv_weight'):.3g}, RMSE {rmse:.2e}")
+
+
 def _odtbrain(ratio, angles, g) -> tuple[np.ndarray, dict]:
     py = peers_python()
     if not py.exists():
@@ -250,6 +271,7 @@ def run(*, backend="auto", write=True, echo=print, quick: bool = False, threads=
     result = BenchResult("holo-cpu", "cpu", be.device_facts().as_dict(), columns=("ms", "rmse"))
     echo(f"CPU: {result.device['name']}, {result.device['cpu_cores']} cores")
     _stages(result, 64 if quick else 128, echo, tv=True)
+    _readme_tv(result, 64 if quick else 128, echo)
     if not quick:
         _stages(result, 256, echo, tv=False)
     for n, count in (((48, 36),) if quick else ((128, 120), (188, 180))):
