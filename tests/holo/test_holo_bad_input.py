@@ -457,3 +457,14 @@ def test_damaged_files_are_named_or_read(tmp_path, valid_bytes, suffix, cut, gar
             read(path)
         except (FileFormatError, InputError) as exc:
             assert str(path) in str(exc), exc
+
+
+def test_a_ratio_of_the_wrong_size_is_refused_before_padding():
+    """A 24^2 ratio for a 32^2 geometry was padded onto the solver's grid and reconstructed without a word."""
+    from qora.holo import odt
+
+    g = holo.Geometry(wavelength=0.65, medium_index=1.333, pixel=0.2, n=32, na_detection=1.2,
+                      angles=np.linspace(0, 6, 8))
+    for call in (lambda r: odt.reconstruct(r, g), lambda r: holo.reconstruct(r, g, method="plain")):
+        with pytest.raises(InputError, match=r"shape \(8, 32, 32\)"):
+            call(np.ones((8, 24, 24), complex))

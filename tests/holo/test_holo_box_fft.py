@@ -26,3 +26,17 @@ def test_box_spectrum_matches_the_padded_transforms(big, n, library, monkeypatch
 def test_box_must_fit():
     with pytest.raises(ValueError, match="fit"):
         BoxSpectrum(8, 9)
+
+
+def test_fista_momenta_follow_beck_and_teboulle():
+    from itertools import islice
+
+    from qora.holo.fista import momenta
+
+    t, want = 1.0, []
+    for _ in range(6):  # t_{k+1} = (1 + sqrt(1 + 4 t_k^2)) / 2, weight (t_k - 1) / t_{k+1}
+        t_next = (1 + np.sqrt(1 + 4 * t * t)) / 2
+        want.append((t - 1) / t_next)
+        t = t_next
+    np.testing.assert_allclose(list(islice(momenta(), 6)), want, rtol=1e-15)
+    assert want[0] == 0 and 0 < want[1] < want[-1] < 1

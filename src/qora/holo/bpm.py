@@ -36,12 +36,12 @@ See docs/holo.md, "Beam propagation".
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
 
 from qora.backend import fft as backend_fft
+from qora.holo.fista import momenta
 from qora.holo.geometry import Geometry
 from qora.holo.odt import OdtResult, check_ratio
 from qora.holo.odt import reconstruct as odt_reconstruct
@@ -359,7 +359,7 @@ def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, 
     lips = [bpm_lipschitz(tables, b) for b in batches]
     momentum = len(batches) == 1
     dual = None
-    x_prev, y, t = x, x, 1.0
+    x_prev, y, weights = x, x, momenta()
     losses = []
     for it in range(iterations):
         j = it % len(batches)
@@ -371,9 +371,7 @@ def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, 
         else:
             x_new = np.maximum(v, 0.0)
         if momentum:
-            t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
-            y = x_new + ((t - 1) / t_new) * (x_new - x_prev)
-            t = t_new
+            y = x_new + next(weights) * (x_new - x_prev)
         else:
             y = x_new
         x_prev = x_new

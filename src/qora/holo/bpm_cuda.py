@@ -17,7 +17,6 @@ illumination in one thread-block cluster that keeps the field on chip ("The fiel
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
@@ -27,6 +26,7 @@ from qora.holo import kernels as K
 from qora.holo.bpm import bpm_lipschitz, inversion_inputs
 from qora.holo.cuda_pipeline import reconstruct as cuda_reconstruct
 from qora.holo.cuda_stages import FgpProx, WorkArea, cupy
+from qora.holo.fista import momenta
 from qora.holo.geometry import Geometry
 from qora.holo.odt import OdtResult
 from qora.holo.plans import BpmTables, bpm_tables, check_scan, lab_geometry
@@ -282,7 +282,7 @@ def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, 
     x_prev = cp.asarray(x0, cp.float32)
     y = x_prev.copy()
     x_new = cp.empty_like(y)
-    t = 1.0
+    weights = momenta()
     losses = []
     for it in range(iterations):
         j = it % len(batches)
@@ -297,9 +297,7 @@ def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, 
         else:
             cp.maximum(v, 0, out=x_new)
         if momentum:
-            t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
-            y = x_new + cp.float32((t - 1) / t_new) * (x_new - x_prev)
-            t = t_new
+            y = x_new + cp.float32(next(weights)) * (x_new - x_prev)
         else:
             y = x_new.copy()
         x_prev, x_new = x_new, x_prev

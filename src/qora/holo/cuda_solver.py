@@ -20,6 +20,7 @@ import numpy as np
 from qora.backend.fft import C2C, C2R, FORWARD, INVERSE, R2C
 from qora.holo import kernels as K
 from qora.holo.cuda_stages import MEMCPY_DEFAULT, FgpProx, Mapper, WorkArea, check_even, copy_box, cupy
+from qora.holo.fista import momenta
 from qora.holo.geometry import Geometry
 from qora.holo.odt import potential_bounds
 from qora.holo.options import ReconstructionOptions
@@ -277,16 +278,14 @@ class SpectrumSolver:
         for prox in self.proxes:
             prox.set_weight(lam)
             prox.reset()
-        t = 1.0
+        weights = momenta()
         for _ in range(self.iterations):
             self._gradient_step()
-            t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
-            momentum = np.float32((t - 1) / t_new)
+            momentum = np.float32(next(weights))
             for v, prox, bounds, x_prev, y in zip(self.vs, self.proxes, self.part_bounds, self.x_prevs, self.ys):
                 prox.steps(v, self.tv_inner)
                 K.fista_step(v=v, p=prox.p, nz=nb, ny=nb, nx=nb, lam=np.float32(lam), bounds=bounds, momentum=momentum,
                              x_prev=x_prev, y=y)
-            t = t_new
         return [x.copy() for x in self.x_prevs] if copy else None
 
     def _misfit(self, parts) -> float:

@@ -21,13 +21,13 @@ A leaf: it imports the host tables (:mod:`qora.holo.plans`), never the other way
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
 from qora.backend import require_cupy
 from qora.backend.fft import C2C, FORWARD, INVERSE, R2C, RawPlan, WorkArea as _WorkArea
 from qora.holo import kernels as K
+from qora.holo.fista import momenta
 from qora.holo.options import FGP_VARIANTS, MAPPINGS
 from qora.holo.plans import CropPlan, MappingPlan
 
@@ -265,19 +265,17 @@ class FgpProx:
         lam = np.float32(self.lam)
         step = np.float32(1.0 / (12.0 * self.lam))
         bounds = self.bounds
-        t = 1.0
         r, r_next = self.r, self.r_next
         launch = _FGP_STEPS.get(self.variant)
+        weights = momenta()
         for _ in range(count):
-            t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
-            m = np.float32((t - 1) / t_new)
+            m = np.float32(next(weights))
             if launch is not None:
                 launch(v=v, r=r, p=self.p, r_next=r_next, **dims, lam=lam, bounds=bounds, step=step, momentum=m)
             else:  # "separate": the primal point into z, then the dual step
                 K.fgp_primal(v=v, r=r, **dims, lam=lam, bounds=bounds, out=self.z)
                 K.fgp_dual(z=self.z, r=r, p=self.p, r_next=r_next, **dims, step=step, momentum=m)
             r, r_next = r_next, r
-            t = t_new
         self.r, self.r_next = r, r_next
 
     def primal(self, v, out) -> None:

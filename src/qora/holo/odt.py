@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qora.backend import fft as backend_fft
+from qora.holo.fista import momenta
 from qora.holo.geometry import Geometry
 from qora.holo.options import CUDA_ONLY, ReconstructionOptions
 from qora.holo.plans import MappingPlan, solver_grid
@@ -234,14 +235,13 @@ def fista_tv(data, measured, iterations: int, lam: float, inner: int, fov: Field
         pruned = BoxSpectrum(fov.big, fov.n)
         forward, inverse = pruned.forward, pruned.inverse
     x_prev = y = inverse(a) if start is None else start
-    t = 1.0
     dual = None
+    weights = momenta()
     for it in range(iterations):
         v = inverse(a + b * forward(y))
         x, dual = fgp_prox_fused(np.ascontiguousarray(v), lam, inner, dual=dual, bounds=bounds)
-        t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
-        y = x + ((t - 1) / t_new) * (x - x_prev)
-        x_prev, t = x, t_new
+        y = x + next(weights) * (x - x_prev)
+        x_prev = x
         report(progress, "tv", it + 1, iterations)
     if box:
         return x_prev
@@ -299,9 +299,11 @@ def _tv(spectrum, measured, geometry, fov, *, iterations, tv_weight, tv_inner, b
         if noise_energy is None:
             raise InputError("tv_weight='auto' needs the noise energy of the mapped spectrum (noise_energy)")
         solver = reg.fista_tv_complex if complex_index else fista_tv
+        shared = {} if complex_index else {"restore": restore_coefficients(spectrum, measured)}  # once, not per solve
         tv_weight, x, record = reg.select_tv_weight(spectrum, measured, geometry, noise_energy, solver=solver,
                                                     iterations=iterations, inner=tv_inner, fov=fov, bounds=bounds,
-                                                    complex_index=complex_index, progress=progress)
+                                                    complex_index=complex_index, progress=progress,
+                                                    solver_options=shared)
         potential = np.fft.fftshift(fov.expand(x))
     elif complex_index:
         potential = reg.fista_tv_complex(spectrum, measured, iterations, tv_weight * geometry.k0**2, tv_inner, fov,
@@ -398,7 +400,7 @@ def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None
     total = 1 + the solver's iterations.
     """
     o = options if options is not None else ReconstructionOptions()
-    ratio = check_ratio("ratio", ratio, geometry, shape=False)  # the mapping checks the shape ("phi must be")
+    ratio = check_ratio("ratio", ratio, geometry)  # before padding onto the solver grid, which takes any size
     total = 1 + solve_units(o)
     phi = first_order(ratio, o.approximation)
     report(progress, o.approximation, 1, total)

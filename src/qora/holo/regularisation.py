@@ -27,13 +27,15 @@ import math
 import numpy as np
 
 from qora.backend import fft as backend_fft
+from qora.holo.fista import momenta
+from qora.holo.steps import TV_SEARCH_SOLVES as SOLVES  # the floor, the start weight, the predicted weight
+from qora.holo.steps import span
 from qora.progress import report
 
 __all__ = ["fista_tv_complex", "misfit", "select_tv_weight", "discrepancy_search", "LOW", "HIGH", "SOLVES",
            "W_START", "EXPONENT_UP", "EXPONENT_DOWN", "ACCEPT"]
 
 LOW, HIGH = 1e-6, 1.0
-SOLVES = 3  # the floor, the start weight, the predicted weight
 W_START = 1e-4  # between the weights the former bisection chose (1.3e-5 bead, 2.6e-4 FDTD cell at half sampling)
 # excess ~ weight^p with p measured 0.72 (FDTD cell) to 0.88 (bead, cell phantom) between 3e-5 and 1e-2: the
 # prediction takes the end of that range that errs toward a smaller weight (p = 1 going up, 0.7 going down)
@@ -56,7 +58,7 @@ def fista_tv_complex(data, measured, iterations: int, lam: float, inner: int, fo
 
     restrict, expand = fov.crop, fov.expand
     x_prev = y = restrict(backend_fft.ifftn(data)) if start is None else start
-    t = 1.0
+    weights = momenta()
     duals = [None, None]
     boxes = (bounds, (0.0, math.inf))
     for it in range(iterations):
@@ -68,9 +70,8 @@ def fista_tv_complex(data, measured, iterations: int, lam: float, inner: int, fo
             xp_, duals[j] = fgp_prox_fused(np.ascontiguousarray(part), lam, inner, dual=duals[j], bounds=boxes[j])
             parts.append(xp_)
         x = parts[0] + 1j * parts[1]
-        t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
-        y = x + ((t - 1) / t_new) * (x - x_prev)
-        x_prev, t = x, t_new
+        y = x + next(weights) * (x - x_prev)
+        x_prev = x
         report(progress, "tv", it + 1, iterations)
     return x_prev if box else np.fft.fftshift(expand(x_prev))
 
@@ -82,7 +83,7 @@ def misfit(x_box, data, measured, fov) -> float:
 
 
 def select_tv_weight(data, measured, geometry, noise_energy: float, *, solver, iterations: int, inner: int, fov,
-                     bounds=(0.0, math.inf), complex_index: bool = False, progress=None):
+                     bounds=(0.0, math.inf), complex_index: bool = False, progress=None, solver_options=None):
     """The discrepancy principle's TV weight (dimensionless) and the box iterate it gives.
 
     ``solver`` is :func:`qora.holo.odt.fista_tv` (real index) or :func:`fista_tv_complex`.
@@ -90,11 +91,10 @@ def select_tv_weight(data, measured, geometry, noise_energy: float, *, solver, i
     allowed excess, every (tv_weight, excess) tried, whether the rule was met and how. Each of the
     :data:`SOLVES` solves runs ``iterations`` FISTA steps, each reported to ``progress`` (one bar over
     the whole search). The search itself is :func:`discrepancy_search` (the CUDA solver's too).
+    ``solver_options``: keywords every solve passes on (the real solver's ``restore`` coefficients, made once).
     """
-    from qora.holo.odt import restore_coefficients
-
     k02 = geometry.k0**2
-    shared = {} if complex_index else {"restore": restore_coefficients(data, measured)}  # made once, not per solve
+    shared = dict(solver_options or {})
 
     def run(weight, start, part):
         return solver(data, measured, iterations, weight * k02, inner, fov, part, bounds=bounds, start=start,
@@ -114,8 +114,6 @@ def discrepancy_search(run, misfit_of, noise_energy: float, *, complex_index: bo
     Returns ``(tv_weight, x, record)``; ``record["met"]`` says whether the chosen weight's excess is within
     ``ACCEPT`` x the allowed one (False: the smallest weight tried, the data fit best), ``record["rule"]`` how.
     """
-    from qora.holo.steps import span
-
     allowed = noise_energy if complex_index else noise_energy / 2
 
     def solve(k, weight, start):

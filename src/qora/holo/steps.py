@@ -9,17 +9,17 @@ by what came before and names it in the stage text ("stack 3 of 8: gp").
 
 from __future__ import annotations
 
-__all__ = ["solve_units", "stack_units", "Span", "span"]
+__all__ = ["solve_units", "stack_units", "Span", "span", "TV_SEARCH_SOLVES"]
+
+TV_SEARCH_SOLVES = 3  # FISTA solves of the TV weight's search (qora.holo.regularisation: floor, start, predicted)
 
 
 def solve_units(options) -> int:
     """Units of the solver: its iterations ("gp", "tv"), those of every solve of the TV weight's search
-    (``tv_weight="auto"``: :data:`qora.holo.regularisation.SOLVES` solves), none for "plain"."""
+    (``tv_weight="auto"``: :data:`TV_SEARCH_SOLVES` solves), none for "plain"."""
     if options.method == "plain":
         return 0
-    from qora.holo.regularisation import SOLVES
-
-    solves = SOLVES if options.method == "tv" and options.tv_weight == "auto" else 1
+    solves = TV_SEARCH_SOLVES if options.method == "tv" and options.tv_weight == "auto" else 1
     return solves * int(options.iterations)
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from qora.holo.fista import momenta
+
 __all__ = ["gradient", "gradient_adjoint", "fgp_prox", "tv"]
 
 
@@ -58,7 +60,7 @@ def fgp_prox(v, lam: float, iterations: int, *, dual=None, nonnegative: bool = T
         return np.clip(v, lower, upper), dual
     p = np.zeros((3,) + v.shape, v.dtype) if dual is None else dual
     r = p.copy()
-    t = 1.0
+    weights = momenta()
     step = 1.0 / (12.0 * lam)
 
     def primal(q):
@@ -69,7 +71,6 @@ def fgp_prox(v, lam: float, iterations: int, *, dual=None, nonnegative: bool = T
         q = r + step * gradient(x)
         norm = np.sqrt((q**2).sum(axis=0))
         p_new = q / np.maximum(norm, 1.0)
-        t_new = (1 + np.sqrt(1 + 4 * t * t)) / 2
-        r = p_new + ((t - 1) / t_new) * (p_new - p)
-        p, t = p_new, t_new
+        r = p_new + next(weights) * (p_new - p)
+        p = p_new
     return primal(p), p

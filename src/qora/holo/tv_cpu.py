@@ -17,6 +17,8 @@ openmp_passive()  # before Numba loads its OpenMP runtime
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
+from qora.holo.fista import momenta  # noqa: E402
+
 __all__ = ["fgp_prox_fused"]
 
 
@@ -84,13 +86,11 @@ def fgp_prox_fused(v, lam: float, iterations: int, *, dual=None, nonnegative: bo
     p = np.zeros((3,) + v.shape) if dual is None else np.ascontiguousarray(dual, dtype=np.float64)
     r = p.copy()
     x = np.empty_like(v)
-    t = 1.0
+    weights = momenta()
     step = 1.0 / (12.0 * lam)
     numba_threads()  # both loops split the volume's planes over the setting's threads
     for _ in range(iterations):
         _primal(v, r, lam, lower, upper, x)
-        t_new = (1 + math.sqrt(1 + 4 * t * t)) / 2
-        _dual(x, p, r, step, (t - 1) / t_new)
-        t = t_new
+        _dual(x, p, r, step, next(weights))
     _primal(v, p, lam, lower, upper, x)
     return x, p
