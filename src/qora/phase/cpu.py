@@ -27,11 +27,11 @@ import numpy as np
 
 from qora.backend import resolve
 from qora.backend.fft import cpu_threads
+from qora.phase.physics import CONSTRAINT_CODES
 from qora.phase.support import shrinkwrap_starts
 
 __all__ = ["CpuEngine", "modulus_step", "modulus_steps", "update_step", "CONSTRAINT_CODES"]
 
-CONSTRAINT_CODES = {None: 0, "real": 1, "positive": 2}
 
 
 def _modulus_loop(y, amp, scale):

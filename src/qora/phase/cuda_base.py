@@ -9,10 +9,10 @@ import numpy as np
 
 from qora.backend import is_device_array, resolve
 from qora.backend.kernels import load_module
+from qora.phase.physics import CONSTRAINT_CODES
 from qora.phase.support import shrinkwrap_starts
 
 THREADS = 256
-CONSTRAINT_CODES = {None: 0, "real": 1, "positive": 2}
 
 
 class _DeviceState:

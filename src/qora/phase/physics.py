@@ -27,13 +27,14 @@ import numpy as np
 from qora.backend import fft, xp_of
 
 __all__ = [
-    "ALGORITHMS", "CONSTRAINTS", "update_coefficients", "native_amplitude", "modulus_project",
+    "ALGORITHMS", "CONSTRAINTS", "CONSTRAINT_CODES", "update_coefficients", "native_amplitude", "modulus_project",
     "support_update", "fourier_error", "gaussian_blur", "shrinkwrap", "autocorrelation_support",
     "detector_intensity",
 ]
 
 ALGORITHMS = ("ER", "HIO", "RAAR")
 CONSTRAINTS = (None, "real", "positive")
+CONSTRAINT_CODES = {c: i for i, c in enumerate(CONSTRAINTS)}  # the kernels' and the Numba loops' constraint codes
 MASKED = -1.0
 
 

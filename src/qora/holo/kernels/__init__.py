@@ -12,14 +12,16 @@ Nothing here allocates or synchronises; the stages of :mod:`qora.holo.cuda_stage
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from qora.backend.kernels import get_kernel
 
 THREADS = 256
 FUSED_PLANES = 4  # planes per thread of the fused FGP kernel (its #define in holo.cu)
-ELEMENTWISE_BLOCKS = 132 * 16  # grid-stride kernels: at most this many blocks
-FLAG_BLOCKS = 132 * 8  # the non-finite flag's grid-stride blocks
+ELEMENTWISE_PER_SM = 16  # grid-stride kernels: at most this many blocks per multiprocessor (2,112 on an H200)
+FLAG_PER_SM = 8  # the non-finite flag's grid-stride blocks per multiprocessor
 
 _NULL = np.uint64(0)
 
@@ -34,8 +36,23 @@ def blocks(total: int, threads: int = THREADS) -> int:
     return max(1, -(-int(total) // threads))
 
 
+@functools.lru_cache(maxsize=None)
+def _multiprocessors(device: int) -> int:
+    from qora.backend import require_cupy
+
+    return int(require_cupy().cuda.Device(device).attributes["MultiProcessorCount"])
+
+
+def grid_limit(per_sm: int = ELEMENTWISE_PER_SM) -> int:
+    """The most blocks a grid-stride kernel launches on the current device: ``per_sm`` per multiprocessor (the
+    device's own count, read once per device: 132 on an H200, 108 on an A100)."""
+    from qora.backend import require_cupy
+
+    return per_sm * _multiprocessors(int(require_cupy().cuda.runtime.getDevice()))
+
+
 def _elementwise(total: int):
-    return (min(blocks(total), ELEMENTWISE_BLOCKS),)
+    return (min(blocks(total), grid_limit()),)
 
 
 def _or_null(a):
@@ -64,7 +81,7 @@ def crop_window(*, spectra, big, rows, cols, pupil, n, count, sign, out) -> None
 def flag_nonfinite(*, x, quads, flag) -> None:
     """flag = 1 where a float4 quad of ``x`` holds a non-finite value. Reference: the finiteness check of
     :func:`qora.holo.plans.stack_holograms`."""
-    kernel("flag_nonfinite")((min(blocks(quads), FLAG_BLOCKS),), (THREADS,), (x, np.int64(quads), flag))
+    kernel("flag_nonfinite")((min(blocks(quads), grid_limit(FLAG_PER_SM)),), (THREADS,), (x, np.int64(quads), flag))
 
 
 # -- first order --------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from qora.backend.kernels import get_kernel
-from qora.holo.kernels import ELEMENTWISE_BLOCKS, THREADS, blocks
+from qora.holo.kernels import THREADS, blocks, grid_limit
 from qora.holo.rotate import pose_map
 
 __all__ = ["rotate", "rotate_adjoint"]
@@ -19,7 +19,7 @@ def _launch(name: str, src, rotation, out) -> None:
     nz, ny, nx = (int(s) for s in src.shape)
     m, c = pose_map(rotation, src.shape)
     pose = tuple(np.float64(v) for v in (*m.ravel(), *c))
-    grid = (min(blocks(src.size), ELEMENTWISE_BLOCKS),)
+    grid = (min(blocks(src.size), grid_limit()),)
     get_kernel("qora.holo", "rotate.cu", name)(grid, (THREADS,), (src, np.int32(nz), np.int32(ny), np.int32(nx),
                                                                    *pose, out))
 
