@@ -10,16 +10,22 @@ from contextlib import nullcontext
 import click
 
 __all__ = ["backend_option", "scale_out_options", "scale_out_client", "exit_on_failures", "Finite", "FINITE", "POSITIVE",
-           "NONNEGATIVE"]
+           "NONNEGATIVE", "ANGLE_DEG", "ABERRATION_A", "NONNEGATIVE_ABERRATION_A", "SCAN_STEP_A"]
 
 BACKENDS = ("auto", "cpu", "cuda")
 
 
 class Finite(click.FloatRange):
     """A float option that must be finite (click's FloatRange lets NaN and Inf through) and within the
-    range given, with messages a user reads at once ("-1 is not > 0")."""
+    range given, with messages a user reads at once ("-1 is not > 0"). ``why``: the reason for the
+    range (from the physics), said after a value outside it."""
 
     name = "float"
+
+    def __init__(self, min=None, max=None, min_open: bool = False, max_open: bool = False, clamp: bool = False,
+                 why: str | None = None) -> None:
+        super().__init__(min, max, min_open=min_open, max_open=max_open, clamp=clamp)
+        self.why = why
 
     def convert(self, value, param, ctx):
         try:
@@ -28,24 +34,37 @@ class Finite(click.FloatRange):
             self.fail(f"{value!r} is not a number", param, ctx)
         if not math.isfinite(x):
             self.fail(f"{value!r} is not a finite number", param, ctx)
+        why = f": {self.why}" if self.why else ""
         if self.min is not None and (x <= self.min if self.min_open else x < self.min):
             self.fail(f"{x:g} is not {'>' if self.min_open else '>='} {self.min:g} (the range is "
-                      f"{self._describe_range()})", param, ctx)
+                      f"{self._describe_range()}){why}", param, ctx)
         if self.max is not None and (x >= self.max if self.max_open else x > self.max):
             self.fail(f"{x:g} is not {'<' if self.max_open else '<='} {self.max:g} (the range is "
-                      f"{self._describe_range()})", param, ctx)
+                      f"{self._describe_range()}){why}", param, ctx)
         return x
 
     def _describe_range(self) -> str:
         # click's own text for a range without bounds is "x<=None", shown in every such option's help
         if self.min is None and self.max is None:
             return "finite"
+        if self.why and self.min is not None and self.max is not None:  # the physical ranges: 1e+10, not 10000000000.0
+            return f"{self.min:g}{'<' if self.min_open else '<='}x{'<' if self.max_open else '<='}{self.max:g}"
         return super()._describe_range()
 
 
 FINITE = Finite()
 POSITIVE = Finite(min=0, min_open=True)
 NONNEGATIVE = Finite(min=0)
+# physical ranges (the reason is said with a value outside them)
+ANGLE_DEG = Finite(min=-1e6, max=1e6, why="an angle counts modulo 360 deg; beyond 1e6 deg it is no angle anyone "
+                   "means, and far beyond a float keeps none of it (at 1e308 deg the nearest floats are 2e292 deg "
+                   "apart); give the angle reduced to -360..360 deg")
+_LENS = ("an aberration beyond 1e10 A (1 m) is no electron lens's (an uncorrected objective's C30 is about 1 mm, "
+         "1e7 A); the values are in A")
+ABERRATION_A = Finite(min=-1e10, max=1e10, why=_LENS)
+NONNEGATIVE_ABERRATION_A = Finite(min=0, max=1e10, why=_LENS)
+SCAN_STEP_A = Finite(min=0.01, max=1e7, why="a scan step below 0.01 A is far below any probe's size (the smallest "
+                     "are ~0.5 A), above 1e7 A (1 mm) beyond any STEM scan; the step is in A")
 
 
 def backend_option(default: str = "auto", help: str | None = None):

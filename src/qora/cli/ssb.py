@@ -13,7 +13,8 @@ from pathlib import Path
 import click
 import numpy as np
 
-from qora.cli.options import FINITE, NONNEGATIVE, POSITIVE, backend_option, scale_out_client, scale_out_options
+from qora.cli.options import (ABERRATION_A, ANGLE_DEG, NONNEGATIVE, NONNEGATIVE_ABERRATION_A, POSITIVE, SCAN_STEP_A,
+                              backend_option, scale_out_client, scale_out_options)
 from qora.cli.ssb_data import data_options, load_for_session, read_fit
 
 
@@ -109,10 +110,11 @@ def fit_summary(result: dict) -> list:
 
 
 _aberration_options = [
-    click.option("--c10", type=FINITE, default=0.0, show_default=True, help="C10 (A); the defocus is -C10."),
-    click.option("--c12", type=NONNEGATIVE, default=0.0, show_default=True, help="Twofold astigmatism C12 (A)."),
-    click.option("--c12-angle", type=FINITE, default=0.0, show_default=True, help="Its azimuth (degrees)."),
-    click.option("--c30", type=FINITE, default=0.0, show_default=True, help="Spherical aberration C30 (A)."),
+    click.option("--c10", type=ABERRATION_A, default=0.0, show_default=True, help="C10 (A); the defocus is -C10."),
+    click.option("--c12", type=NONNEGATIVE_ABERRATION_A, default=0.0, show_default=True,
+                 help="Twofold astigmatism C12 (A)."),
+    click.option("--c12-angle", type=ANGLE_DEG, default=0.0, show_default=True, help="Its azimuth (degrees)."),
+    click.option("--c30", type=ABERRATION_A, default=0.0, show_default=True, help="Spherical aberration C30 (A)."),
 ]
 
 
@@ -155,7 +157,7 @@ def aberration_options(f):
 
 @ssb.command("simulate")
 @click.option("--scan", type=click.IntRange(8, 1024), default=64, show_default=True, help="Scan positions per side.")
-@click.option("--step", type=POSITIVE, default=0.4, show_default=True, help="Scan step (A).")
+@click.option("--step", type=SCAN_STEP_A, default=0.4, show_default=True, help="Scan step (A).")
 @click.option("--window", "--detector", "window", type=click.IntRange(16, 1024), default=64, show_default=True,
               help="Probe window and detector size (pixels).")
 @click.option("--kv", type=POSITIVE, default=300.0, show_default=True, help="Accelerating voltage (kV).")
@@ -204,8 +206,8 @@ def simulate_cmd(scan, step, window, kv, semiangle, c10, c12, c12_angle, c30, sl
 @click.argument("data", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--kv", type=POSITIVE, default=None, help="Accelerating voltage (kV); default from the file.")
 @click.option("--semiangle", type=POSITIVE, default=None, help="Convergence semi-angle (mrad); default from the file.")
-@click.option("--scan-step", type=POSITIVE, default=None, help="Scan step (A); default from the file.")
-@click.option("--rotation", type=FINITE, default=0.0, show_default=True, help="Scan rotation (degrees).")
+@click.option("--scan-step", type=SCAN_STEP_A, default=None, help="Scan step (A); default from the file.")
+@click.option("--rotation", type=ANGLE_DEG, default=0.0, show_default=True, help="Scan rotation (degrees).")
 @aberration_options
 @click.option("--method", type=click.Choice(["ssb", "parallax"]), default=None,
               help="Imaging method [default: ssb; with --fit, the fit's better branch: ssb, the thick model, or the "
@@ -277,8 +279,8 @@ def image_cmd(ctx, data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle
 @click.argument("data", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--kv", type=POSITIVE, default=None, help="Accelerating voltage (kV); default from the file.")
 @click.option("--semiangle", type=POSITIVE, default=None, help="Convergence semi-angle (mrad); default from the file.")
-@click.option("--scan-step", type=POSITIVE, default=None, help="Scan step (A); default from the file.")
-@click.option("--rotation", type=FINITE, default=None, help="Scan rotation (degrees); fitted when not given.")
+@click.option("--scan-step", type=SCAN_STEP_A, default=None, help="Scan step (A); default from the file.")
+@click.option("--rotation", type=ANGLE_DEG, default=None, help="Scan rotation (degrees); fitted when not given.")
 @click.option("--detector-orientation", "orientation", default="auto", show_default=True,
               type=click.Choice(["auto", "identity", "rot90", "rot180", "rot270", "transpose", "flip-rows",
                                  "antitranspose", "flip-cols"]),
@@ -463,13 +465,14 @@ def serve_cmd(data, protocol, port, fps, timeout, stream, counter_depth, raw, as
 @click.argument("source")
 @click.option("--kv", type=POSITIVE, required=True, help="Accelerating voltage (kV).")
 @click.option("--semiangle", type=POSITIVE, required=True, help="Convergence semi-angle (mrad).")
-@click.option("--scan-step", type=POSITIVE, required=True, help="Scan step (A).")
+@click.option("--scan-step", type=SCAN_STEP_A, required=True, help="Scan step (A).")
 @click.option("--scan-shape", type=click.IntRange(1), nargs=2, default=None, metavar="ROWS COLS",
-              help="The scan's rows and columns; default from the stream's header.")
+              help="The scan's rows and columns; default from the stream's header. Given, they must make the "
+              "header's number of frames (there is no crop: a shape that disagrees is an error).")
 @click.option("--protocol", type=click.Choice(["merlin", "dectris"]), default=None,
               help="For tcp://HOST:PORT: a Merlin (default) or a DECTRIS stream; zmq://HOST:PORT is DECTRIS.")
 @click.option("--follow", is_flag=True, help="SOURCE is a .mib file being written: read it as it grows.")
-@click.option("--rotation", type=FINITE, default=None, help="Scan rotation (degrees); fitted when not given.")
+@click.option("--rotation", type=ANGLE_DEG, default=None, help="Scan rotation (degrees); fitted when not given.")
 @aberration_options
 @click.option("--method", type=click.Choice(["ssb", "parallax"]), default="ssb", show_default=True)
 @click.option("--refresh", type=NONNEGATIVE, default=1.0, show_default=True,

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from qora.cli.options import POSITIVE
+from qora.cli.options import POSITIVE, SCAN_STEP_A
 
 __all__ = ["data_options", "DataOptions", "load_for_session", "read_fit"]
 
@@ -75,9 +75,9 @@ _OPTIONS = [
     click.option("--flip-detector-cols", is_flag=True, help="Reverse the detector's columns."),
     click.option("--flip-scan-rows", is_flag=True, help="Reverse the scan's rows."),
     click.option("--flip-scan-cols", is_flag=True, help="Reverse the scan's columns."),
-    click.option("--scan-step-y", type=POSITIVE, default=None,
+    click.option("--scan-step-y", type=SCAN_STEP_A, default=None,
                  help="Scan step along the scan's rows (A); default --scan-step, else the file's."),
-    click.option("--scan-step-x", type=POSITIVE, default=None,
+    click.option("--scan-step-x", type=SCAN_STEP_A, default=None,
                  help="Scan step along the scan's columns (A); default --scan-step, else the file's."),
     click.option("--detector-pixel-mrad", type=POSITIVE, default=None,
                  help="Scattering angle per detector pixel (mrad); default the file's calibration, else "

@@ -151,6 +151,9 @@ def _load_format(path: Path, suffix: str, dataset, mask_file: bool):
             if f.read(len(magic)) != magic:
                 raise FileFormatError(f"{path}: not {what} (it does not start as one)")
     if suffix == ".npy":
+        from qora.io.npy import check_npy
+
+        check_npy(path)  # the array its header declares is in the file: nothing allocated on a header's word
         return np.load(path, allow_pickle=False), None
     if suffix == ".npz":
         # our own handle: NumPy leaves its file open when a damaged archive fails to open
@@ -161,6 +164,11 @@ def _load_format(path: Path, suffix: str, dataset, mask_file: bool):
             if key is None or key not in z.files:
                 wanted = repr(dataset) if dataset else "intensity, data or pattern"
                 raise FileFormatError(f"{path}: expected an array named {wanted}; found {z.files}")
+            from qora.io.npy import check_npz_member
+
+            for name in (key, "mask"):  # what each member's header declares is in the archive
+                if name in z.files:
+                    check_npz_member(path, z, name)
             mask = None
             if "mask" in z.files:
                 mask = z["mask"]

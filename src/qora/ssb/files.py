@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from qora.io.atomic import atomic_path
-from qora.io.errors import FileFormatError, InputError, MissingExtra, naming_file
+from qora.io.errors import FileFormatError, InputError, MissingExtra, QoraError, naming_file
 from qora.progress import report
 from qora.ssb.detector import scan_steps
 from qora.ssb.optics import Aberrations
@@ -158,6 +158,9 @@ def load_data(path, *, scan_shape=None, layout=None):
     elif suffix in (".h5", ".hdf5", ".nxs"):
         return read_dataset(path)  # not one of ours: its refusal names what the file holds
     elif suffix == ".npy":
+        from qora.io.npy import check_npy
+
+        check_npy(path)  # the size its header declares is in the file: nothing mapped on a header's word
         with naming_file(path):
             data = np.load(path, mmap_mode="r", allow_pickle=False)
         meta = {}
@@ -283,13 +286,24 @@ def _read_rsciio(path: Path, scan_shape=None):
     if name is None:
         known = [".h5", ".hdf5", ".npy", ".zarr", ".mib", *_RSCIIO]
         raise FileFormatError(f"{path}: unknown 4D-STEM format {path.suffix!r} (known: {', '.join(known)})")
-    reader = importlib.import_module(name)
+    try:
+        reader = importlib.import_module(name)
+    except ImportError as exc:  # a reader's own dependency (the blockfile reader's scikit-image)
+        raise MissingExtra(f"{path}: rosettasciio's {suffix} reader needs {exc.name or exc} (pip install "
+                           f"{exc.name or 'it'})") from None
     options = {}
     if suffix == ".raw":  # EMPAD: the .xml beside the .raw holds the shape
         path = path.with_suffix(".xml")
     if suffix == ".tvips" and scan_shape is not None:
         options["scan_shape"] = (int(scan_shape[0]), int(scan_shape[1]))  # rosettasciio's TVIPS order: (y, x)
-    items = reader.file_reader(str(path), lazy=True, **options)
+    try:
+        items = reader.file_reader(str(path), lazy=True, **options)
+    except (QoraError, FileNotFoundError, MemoryError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - on damaged bytes rosettasciio raises anything (NotImplementedError,
+        # struct.error, IndexError, ...): one FileFormatError naming the file, the format and what the reader said
+        raise FileFormatError(f"{path}: cannot be read as {suffix} ({name.split('.')[-1]}): damaged, or not a "
+                              f"{suffix} file ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from exc
     item = next((i for i in items if np.ndim(i["data"]) == 4), None)
     if item is None:
         item = next((i for i in items if np.ndim(i["data"]) == 3), None) if scan_shape is not None else None

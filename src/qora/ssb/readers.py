@@ -20,12 +20,19 @@ import numpy as np
 
 from qora.io.errors import FileFormatError
 
-__all__ = ["read_mib", "read_fpd", "is_fpd", "MERLIN_DTYPES", "merlin_frame_header", "decode_raw_1bit", "decode_raw",
-           "RAW_BITS", "header_fields", "check_raw", "Layout", "parse_axis_order", "lazy_array", "AXIS_ORDERS",
-           "read_dectris"]
+__all__ = ["read_mib", "read_fpd", "is_fpd", "MERLIN_DTYPES", "MAX_FRAME_HEADER", "MAX_FRAME_BYTES",
+           "merlin_frame_header", "decode_raw_1bit", "decode_raw", "RAW_BITS", "header_fields", "header_number",
+           "check_raw", "Layout", "parse_axis_order", "lazy_array", "AXIS_ORDERS", "read_dectris"]
 
 MERLIN_DTYPES = {"U08": ">u1", "U16": ">u2", "U32": ">u4"}  # normal frames: counter depths 1 and 6, 12, 24
 
+
+# what a Merlin's frame header may declare: a frame header is 384 bytes (single chip) or 768 (quad), a frame's
+# pixels 1 MiB at most (a 512 x 512 quad of 32-bit counts); the bounds leave room and stop a damaged header
+# (or a peer on the network) from making a reader allocate or map what no Merlin sends
+MAX_FRAME_HEADER = 1 << 20
+MAX_FRAME_BYTES = 64 << 20
+MAX_FRAME_SIDE = 8192
 
 RAW_BITS = {1: 1, 6: 8, 12: 16, 24: 32}  # RAW (R64) bits a pixel by counter depth; 24: two 12-bit counters
 EXTENDED = "MQ1A"  # the extended frame header's marker: its time stamp, the exposure in ns, the counter depth follow
@@ -41,28 +48,43 @@ def merlin_frame_header(head: list[str], *, counter_depth: int | None = None) ->
     sent, :func:`decode_raw`), ``rows`` and ``cols`` here are the assembled frame's (512 x 512).
     The same header starts each frame of a ``.mib`` file and each frame message of the TCP stream."""
     if not head or head[0] != "MQ1" or len(head) < 8:
-        raise FileFormatError(f"not a Merlin frame header (it does not start with MQ1): {','.join(head[:8])!r}")
-    try:
-        number, header_size, cols, rows = int(head[1]), int(head[2]), int(head[4]), int(head[5])
-    except ValueError:
-        raise FileFormatError(f"a Merlin frame header with non-numeric fields: {','.join(head[:8])!r}") from None
+        raise FileFormatError(f"not a Merlin frame header (it does not start with MQ1): {','.join(head[:8])[:120]!r}")
+    fields = [head[i].strip() for i in (1, 2, 4, 5)]
+    if not all(f.isdigit() and f.isascii() and len(f) <= 12 for f in fields):
+        raise FileFormatError(f"a Merlin frame header with non-numeric fields: {','.join(head[:8])[:120]!r}")
+    number, header_size, cols, rows = (int(f) for f in fields)
+    if not (len(",".join(head[:8])) < header_size <= MAX_FRAME_HEADER):
+        raise FileFormatError(f"a Merlin frame header that declares itself {header_size} bytes long (its fields take "
+                              f"{len(','.join(head[:8])) + 1}, a Merlin's is 384 or 768, at most {MAX_FRAME_HEADER}): "
+                              f"{','.join(head[:8])[:120]!r}")
+    if not (1 <= rows <= MAX_FRAME_SIDE and 1 <= cols <= MAX_FRAME_SIDE):
+        raise FileFormatError(f"a Merlin frame header that declares {rows} x {cols} pixels (each side 1 to "
+                              f"{MAX_FRAME_SIDE}): {','.join(head[:8])[:120]!r}")
     # the extended header (MerlinEM 0.7x and later; the DAC values before it vary in number with the
     # chip type): its marker, time stamp, exposure in ns, then the counter depth
     marker = head.index(EXTENDED) if EXTENDED in head else -1
     depth = head[marker + 3].strip() if 0 <= marker < len(head) - 3 else ""
-    depth = int(depth) if depth.isdigit() else counter_depth
+    depth = int(depth) if depth.isdigit() and depth.isascii() and len(depth) <= 3 else counter_depth
     fmt = head[6]
     if fmt == "R64":
         if depth not in RAW_BITS:
             raise FileFormatError(f"a RAW Merlin frame of counter depth {depth if depth is not None else 'unknown'}: "
                                   f"neither its header nor the acquisition header gives one of 1, 6, 12, 24")
         payload = rows * cols * RAW_BITS[depth] // 8
-        if head[7].replace(" ", "").upper() == "2X2":  # the chips side by side: the frame they make
+        quad = head[7].replace(" ", "").upper() == "2X2"
+        if (rows * cols * RAW_BITS[depth]) % 64 or (quad and cols % 4):  # whole 64-bit words; four chips a row
+            raise FileFormatError(f"a RAW Merlin frame header that declares {rows} x {cols} pixels of {depth} bits "
+                                  f"({'a 2x2 quad, ' if quad else ''}not a whole number of 64-bit words"
+                                  f"{' of four chips' if quad else ''})")
+        if quad:  # the chips side by side: the frame they make
             rows, cols = 2 * rows, cols // 2
     elif fmt in MERLIN_DTYPES:
         payload = rows * cols * np.dtype(MERLIN_DTYPES[fmt]).itemsize
     else:
-        raise FileFormatError(f"unknown Merlin pixel format {fmt!r}")
+        raise FileFormatError(f"unknown Merlin pixel format {fmt[:16]!r}")
+    if payload > MAX_FRAME_BYTES:
+        raise FileFormatError(f"a Merlin frame header that declares {rows} x {cols} {fmt} pixels, {payload} bytes: "
+                              f"more than a Merlin frame holds (at most {MAX_FRAME_BYTES} bytes)")
     return {"number": number, "header_size": header_size, "payload": payload, "rows": rows, "cols": cols,
             "pixel_format": fmt, "assembly": head[7].strip(), "counter_depth": depth}
 
@@ -140,6 +162,15 @@ def header_fields(text: str) -> dict:
     return fields
 
 
+def header_number(header: dict, key: str, where: str) -> int:
+    """A whole number of a Merlin acquisition header (``.hdr`` or the stream's ``HDR``; 0 where it
+    does not give it); a value that is not one is a FileFormatError naming the field."""
+    text = str(header.get(key, "") or "0").strip()
+    if not (text.isdigit() and text.isascii()) or len(text) > 12:
+        raise FileFormatError(f"{where}: the acquisition header's {key!r} is {text[:40]!r}, not a whole number")
+    return int(text)
+
+
 def _frame_header(path: Path) -> list[str]:
     with open(path, "rb") as f:
         head = f.read(768).decode("latin-1").split(",")
@@ -152,8 +183,12 @@ def _detector(path: Path, head: list[str], hdr: dict) -> dict:
     """The detector metadata: what the frame header and the .hdr say about the Merlin."""
     depth = hdr.get("Counter Depth (number)")
     det = {"name": "Quantum Detectors Merlin", "assembly": head[7].strip(), "raw": head[6] == "R64",
-           "pixel_format": head[6], "exposure_s": float(head[10]) * 1e-3}
-    if depth:
+           "pixel_format": head[6]}
+    try:
+        det["exposure_s"] = float(head[10]) * 1e-3
+    except (IndexError, ValueError):
+        pass  # a header without its exposure: not needed to read the frames
+    if depth and depth.strip().isdigit() and depth.strip().isascii():
         det["counter_depth"] = int(depth)
     for key, name in (("Chip Type (Medipix 3.0, Medipix 3.1, Medipix 3RX)", "chip"),
                       ("Chip Mode  (SPM, CSM, CM, CSCM)", "chip_mode"), ("Gain", "gain"),
@@ -161,7 +196,10 @@ def _detector(path: Path, head: list[str], hdr: dict) -> dict:
         if hdr.get(key):
             det[name] = hdr[key]
     if hdr.get("Thresholds (keV)"):
-        det["thresholds_kev"] = [float(v) for v in hdr["Thresholds (keV)"].split(",")][:2]
+        try:
+            det["thresholds_kev"] = [float(v) for v in hdr["Thresholds (keV)"].split(",")][:2]
+        except ValueError:
+            pass  # damaged thresholds: metadata only
     return det
 
 
@@ -177,7 +215,7 @@ def _scan_shape(path: Path, frames: int, frame: tuple, hdr: dict, scan_shape):
         return rows, cols
     if frames == 1:
         raise FileFormatError(f"{path}: holds {what}: a single diffraction pattern, not a 4D-STEM scan")
-    per_trigger = int(hdr.get("Frames per Trigger (Number)", "0") or 0)
+    per_trigger = header_number(hdr, "Frames per Trigger (Number)", str(path.with_suffix(".hdr")))
     if 1 < per_trigger < frames and frames % per_trigger == 0:
         return frames // per_trigger, per_trigger
     if per_trigger == 1 and hdr.get("Trigger Start (Positive, Negative, Internal)", "Internal") != "Internal":
@@ -192,7 +230,7 @@ def read_mib(path, scan_shape=None):
     path = Path(path)
     head = _frame_header(path)
     hdr = _hdr(path)
-    depth = int(hdr.get("Counter Depth (number)", "0") or 0) or None
+    depth = header_number(hdr, "Counter Depth (number)", str(path.with_suffix(".hdr"))) or None
     try:
         frame = merlin_frame_header(head, counter_depth=depth)
     except FileFormatError as error:
@@ -217,7 +255,13 @@ def read_mib(path, scan_shape=None):
         from rsciio.quantumdetector import file_reader
 
         nav = None if shape is None else (shape[1], shape[0])  # rosettasciio's order: (cols, rows)
-        data = file_reader(str(path), lazy=True, navigation_shape=nav)[0]["data"]
+        try:
+            data = file_reader(str(path), lazy=True, navigation_shape=nav)[0]["data"]
+        except MemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a damaged file makes rosettasciio raise anything
+            raise FileFormatError(f"{path}: cannot be read as Merlin frames of {rows}x{cols} {head[6]} "
+                                  f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from exc
         if data.ndim != 4 or min(data.shape[:2]) < 2:
             raise FileFormatError(f"{path}: holds {frames} frames of {rows}x{cols}, triggered a pixel at a time, "
                                   f"whose time stamps show no scan rows; give the scan shape: "
@@ -228,7 +272,7 @@ def read_mib(path, scan_shape=None):
 def check_raw(hdr: dict, assembly: str, where: str, *, counter_depth: int | None = None) -> int:
     """The counter depth of RAW frames (the frame header's ``counter_depth``, else the ``.hdr``'s);
     refused unless 1, 6, 12 or 24 on a single chip or a quad (the layouts :func:`decode_raw` knows)."""
-    depth = counter_depth or int(hdr.get("Counter Depth (number)", "0") or 0)
+    depth = counter_depth or header_number(hdr, "Counter Depth (number)", where)
     if depth not in RAW_BITS or assembly.replace(" ", "").upper() not in ("1X1", "2X2"):
         raise FileFormatError(f"{where}: RAW Merlin frames of counter depth {depth or '?'} on a "
                               f"{assembly} assembly are not supported (RAW: depths 1, 6, 12, 24, single chip or 2x2)")

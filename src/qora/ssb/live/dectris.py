@@ -44,7 +44,8 @@ import numpy as np
 from qora.io.errors import FileFormatError, InputError, MissingExtra
 from qora.ssb.live import bslz4, cbor
 from qora.ssb.live.bslz4_batch import CompressedFrames
-from qora.ssb.live.frames import Frames, Source
+from qora.ssb.live.frames import (Frames, Source, bound_detector, bound_scan, check_declared_frames,
+                                  check_header_scan)
 
 __all__ = ["DectrisZMQSource", "receive_parts", "v1_image", "decode_frame", "decode_frames", "encode_frame", "decode_stream2_frames",
            "encode_stream2_frame", "stream2_message", "DATA_PORT", "STREAM2_PORT"]
@@ -405,22 +406,24 @@ class DectrisZMQSource(Source):
         self.series = head.get("series")
         config = json.loads(bytes(parts[1].buffer)) if len(parts) > 1 else {}
         self.metadata = {"detector": {"name": config.get("description", "DECTRIS"), "config": config, "stream": "v1"}}
+        check_header_scan(self, self.scan_shape, config.get("ntrigger"), config.get("nimages"))
         if self.scan_shape is None:
             self.scan_shape = self._scan_from(config.get("ntrigger"), config.get("nimages"))
         if "y_pixels_in_detector" in config:
-            self.detector_shape = (int(config["y_pixels_in_detector"]), int(config["x_pixels_in_detector"]))
+            self.detector_shape = bound_detector(self, config.get("y_pixels_in_detector"),
+                                                  config.get("x_pixels_in_detector"))
         else:  # no configuration part: the first image tells
             self._first = self._recv()
             if self._first[0].get("htype") == "dimage-1.0":
                 cols, rows = json.loads(bytes(self._first[1][1].buffer))["shape"]
-                self.detector_shape = (int(rows), int(cols))
+                self.detector_shape = bound_detector(self, rows, cols)
 
     def _scan_from(self, ntrigger, nimages) -> tuple:
         ntrigger, nimages = int(ntrigger or 0), int(nimages or 0)
         if ntrigger < 2 or nimages < 2:
             raise InputError(f"{self!r}: the header's ntrigger {ntrigger} x nimages {nimages} is no scan shape; "
                              "give it (scan_shape=(rows, cols), --scan-shape ROWS COLS)")
-        return ntrigger, nimages
+        return bound_scan(repr(self), (ntrigger, nimages), "stream's header")
 
     def _open_v2(self, head: dict) -> None:
         while head.get("type") != "start":  # images of a series already running: wait for the next
@@ -434,17 +437,25 @@ class DectrisZMQSource(Source):
         channels = head.get("channels") or []
         self.channel = channels[0] if channels else None
         self._channel_bytes = None if self.channel is None else np.frombuffer(str(self.channel).encode(), np.uint8)
+        user = head.get("user_data")
+        shape = user.get("scan_shape") if isinstance(user, dict) else None
+        check_header_scan(self, self.scan_shape, head.get("ntrigger"), head.get("nimages"),
+                          shape if isinstance(shape, (list, tuple)) and len(shape) == 2 else None)
         if self.scan_shape is None:
-            user = head.get("user_data")
-            shape = user.get("scan_shape") if isinstance(user, dict) else None
             if shape is not None:
-                self.scan_shape = tuple(int(v) for v in shape)
+                try:
+                    shape = tuple(int(v) for v in shape)
+                except (TypeError, ValueError):
+                    shape = ()
+                if len(shape) != 2:
+                    raise FileFormatError(f"{self!r}: the start message's user_data scan_shape "
+                                          f"{user.get('scan_shape')!r} is not (rows, cols)")
+                self.scan_shape = bound_scan(repr(self), shape, "start message's user_data")
             else:
                 self.scan_shape = self._scan_from(head.get("ntrigger"), head.get("nimages"))
-        try:
-            self.detector_shape = (int(head["image_size_y"]), int(head["image_size_x"]))
-        except (KeyError, TypeError, ValueError):
-            raise FileFormatError(f"{self!r}: a stream2 start message without image_size_x / image_size_y") from None
+        if "image_size_y" not in head or "image_size_x" not in head:
+            raise FileFormatError(f"{self!r}: a stream2 start message without image_size_x / image_size_y")
+        self.detector_shape = bound_detector(self, head["image_size_y"], head["image_size_x"])
 
     def __iter__(self):
         self.open()
@@ -486,6 +497,15 @@ class DectrisZMQSource(Source):
             yield self._batch_v1(index, infos, blobs)
 
     def _batch_v1(self, index, infos, blobs):
+        declared = set()
+        for info in infos:
+            try:
+                cols, rows = (int(v) for v in info["shape"])
+                declared.add(((rows, cols), np.dtype(info["type"])))
+            except (KeyError, TypeError, ValueError) as error:
+                raise FileFormatError(f"{self!r}: an image part without a valid shape or type: {str(info)[:200]} "
+                                      f"({error})") from None
+        check_declared_frames(self, declared, self.detector_shape)
         if self.decode == "device":
             compressed = _compressed_v1(index, infos, blobs)
             if compressed is not None:
@@ -538,6 +558,8 @@ class DectrisZMQSource(Source):
             yield self._batch_v2(index, parts)
 
     def _batch_v2(self, index, parts):
+        check_declared_frames(self, {(tuple(int(v) for v in shape), np.dtype(dtype)) for dtype, shape, _ in parts},
+                              self.detector_shape)
         if self.decode == "device":
             compressed = _compressed_parts(index, parts)
             if compressed is not None:

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from qora.io.errors import FileFormatError, InputError
-from qora.ssb.live.frames import Frames, Source
-from qora.ssb.live.merlin import decode_frame
+from qora.ssb.live.frames import Frames, Source, bound_scan, check_scan_shape
+from qora.ssb.live.merlin import decode_frame, header_number
 from qora.ssb.readers import check_raw, header_fields, merlin_frame_header
 
 __all__ = ["FollowMibSource"]
@@ -55,20 +55,25 @@ class FollowMibSource(Source):
         hdr_path = self.path.with_suffix(".hdr")
         hdr = header_fields(hdr_path.read_bytes().decode("latin-1")) if hdr_path.is_file() else {}
         self.metadata = {"detector": {"name": "Quantum Detectors Merlin", "header": hdr}}
-        self.counter_depth = int(hdr.get("Counter Depth (number)", "0") or 0) or None
+        self.counter_depth = header_number(hdr, "Counter Depth (number)", str(hdr_path)) or None
         with open(self.path, "rb") as f:
-            head = merlin_frame_header(f.read(768).decode("latin-1").split(","), counter_depth=self.counter_depth)
+            try:
+                head = merlin_frame_header(f.read(768).decode("latin-1").split(","), counter_depth=self.counter_depth)
+            except FileFormatError as error:
+                raise FileFormatError(f"{self.path}: {error}") from None
         self.frame_bytes = head["header_size"] + head["payload"]
         self.detector_shape = (head["rows"], head["cols"])
         if head["pixel_format"] == "R64":
             check_raw(hdr, head["assembly"], str(self.path), counter_depth=head["counter_depth"])
+        frames = header_number(hdr, "Frames in Acquisition (Number)", str(hdr_path))
+        per_trigger = header_number(hdr, "Frames per Trigger (Number)", str(hdr_path))
+        shape = (frames // per_trigger, per_trigger) if 1 < per_trigger < frames and frames % per_trigger == 0 else None
+        check_scan_shape(str(self.path), self.scan_shape, frames, header=hdr_path.name, shape=shape)
         if self.scan_shape is None:
-            frames = int(hdr.get("Frames in Acquisition (Number)", "0") or 0)
-            per_trigger = int(hdr.get("Frames per Trigger (Number)", "0") or 0)
-            if not (1 < per_trigger < frames and frames % per_trigger == 0):
+            if shape is None:
                 raise InputError(f"{self.path}: no scan shape in its .hdr; give it (scan_shape=(rows, cols), "
                                  "--scan-shape ROWS COLS)")
-            self.scan_shape = (frames // per_trigger, per_trigger)
+            self.scan_shape = bound_scan(str(self.path), shape, hdr_path.name)
         self._file = open(self.path, "rb")
 
     def __iter__(self):

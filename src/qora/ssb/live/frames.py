@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from qora.io.errors import InputError
+from qora.io.errors import FileFormatError, InputError
 
-__all__ = ["Frames", "Source", "MemorySource", "Placement", "FrameReport"]
+__all__ = ["Frames", "Source", "MemorySource", "Placement", "FrameReport", "check_scan_shape", "bound_scan",
+           "MAX_SCAN_FRAMES", "bound_detector", "check_declared_frames", "check_header_scan", "MAX_FRAME_PIXELS"]
 
 
 @dataclass
@@ -37,6 +38,36 @@ class Frames:
         if self.data.ndim != 3 or self.data.shape[0] != len(self.index):
             raise InputError(f"Frames: data must be (frames, det_row, det_col) with one index per frame, got data "
                              f"{self.data.shape} and {len(self.index)} indices")
+
+
+def check_scan_shape(where: str, given, frames: int, *, header: str = "acquisition header", shape=None) -> None:
+    """Refuse a scan shape ``given`` (rows, cols) that disagrees with the ``frames`` a stream's
+    header (or a file) says the scan has: its frames would be placed on the wrong grid and the rest
+    dropped without a word (there is no crop option: a scan shape must cover the whole acquisition).
+    ``frames`` 0 or None: the header does not say (nothing to check); ``shape``: the header's own
+    (rows, cols), named in the message where known."""
+    if given is None or not frames or int(frames) <= 0:
+        return
+    rows, cols = (int(v) for v in given)
+    if rows * cols != int(frames):
+        own = f" ({int(shape[0])} x {int(shape[1])})" if shape is not None else ""
+        raise InputError(f"{where}: the scan shape given, {rows} x {cols} = {rows * cols} frames, disagrees with the "
+                         f"{header}'s {int(frames)} frames{own}; give a scan shape of {int(frames)} frames "
+                         "(--scan-shape ROWS COLS), or none to take the header's")
+
+
+MAX_SCAN_FRAMES = 1 << 26  # an 8192 x 8192 scan: four times the largest 4D-STEM scans recorded (4096 x 4096)
+
+
+def bound_scan(where: str, shape, header: str = "acquisition header") -> tuple:
+    """``shape`` (rows, cols) from a stream's header (a peer on the network declares it), refused
+    beyond :data:`MAX_SCAN_FRAMES` frames before the scan's bookkeeping is allocated for it."""
+    rows, cols = (int(v) for v in shape)
+    if rows < 1 or cols < 1 or rows * cols > MAX_SCAN_FRAMES:
+        raise InputError(f"{where}: the {header} declares a scan of {rows} x {cols} frames; a scan is 1 to "
+                         f"{MAX_SCAN_FRAMES} frames (8192 x 8192): a damaged header, or give the scan shape "
+                         "(--scan-shape ROWS COLS)")
+    return rows, cols
 
 
 class Source:
@@ -259,3 +290,46 @@ class Placement:
     def complete_rows(self) -> int:
         """Rows closed from the first on, with no gap: the partial scan a refresh can show."""
         return self.next_open
+
+
+MAX_FRAME_PIXELS = 1 << 25  # the largest DECTRIS detector (EIGER2 16M, 4148 x 4362 = 18.1 Mpixel), with room
+
+
+def bound_detector(source, rows, cols) -> tuple:
+    """The detector's (rows, cols) a stream's header declares, refused unless 1 to
+    :data:`MAX_FRAME_PIXELS` pixels (a peer's word is not allocated on)."""
+    try:
+        rows, cols = int(rows), int(cols)
+    except (TypeError, ValueError):
+        raise FileFormatError(f"{source!r}: the header's detector size {rows!r} x {cols!r} is not two whole "
+                              "numbers") from None
+    if rows < 1 or cols < 1 or rows * cols > MAX_FRAME_PIXELS:
+        raise FileFormatError(f"{source!r}: the header declares a detector of {rows} x {cols} pixels; a DECTRIS "
+                              f"detector has 1 to {MAX_FRAME_PIXELS} (a damaged header, or not a DECTRIS stream)")
+    return rows, cols
+
+
+def check_declared_frames(source, declared, detector_shape) -> None:
+    """Refuse frames whose declared shape (rows, cols) and type (a peer says them: ``declared``, a set of
+    ((rows, cols), numpy dtype)) are not the stream's detector's, before anything is allocated or decoded."""
+    for (rows, cols), dtype in declared:
+        if (rows, cols) != tuple(detector_shape):
+            raise FileFormatError(f"{source!r}: a frame declares {rows} x {cols} pixels, the stream's detector is "
+                                  f"{detector_shape[0]} x {detector_shape[1]}: the stream is ended")
+        if dtype.kind not in "uif" or dtype.itemsize > 8:
+            raise FileFormatError(f"{source!r}: a frame declares pixels of type {dtype}, not counts (unsigned or "
+                                  "signed integers, or floats, of 1 to 8 bytes): the stream is ended")
+
+
+def check_header_scan(source, scan_shape, ntrigger, nimages, user_shape=None) -> None:
+    """A scan shape given that disagrees with a DECTRIS header's frames (ntrigger x nimages, or stream v2's
+    ``user_data`` scan shape) is refused (:func:`check_scan_shape`); nothing to check where none is given or
+    the header does not say."""
+    if scan_shape is None:
+        return
+    try:
+        shape = tuple(int(v) for v in user_shape) if user_shape is not None else (int(ntrigger or 0), int(nimages or 0))
+    except (TypeError, ValueError):
+        return
+    if len(shape) == 2 and min(shape) > 0:
+        check_scan_shape(repr(source), scan_shape, shape[0] * shape[1], header="stream's header", shape=shape)

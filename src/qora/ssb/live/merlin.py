@@ -21,8 +21,9 @@ import time
 import numpy as np
 
 from qora.io.errors import FileFormatError, InputError
-from qora.ssb.live.frames import Frames, Source
-from qora.ssb.readers import (MERLIN_DTYPES, check_raw, decode_raw, header_fields, merlin_frame_header)
+from qora.ssb.live.frames import Frames, Source, bound_scan, check_scan_shape
+from qora.ssb.readers import (MAX_FRAME_BYTES, MAX_FRAME_HEADER, MERLIN_DTYPES, check_raw, decode_raw, header_fields,
+                               header_number, merlin_frame_header)
 
 __all__ = ["MerlinTCPSource", "decode_frame", "decode_pixels", "frame_numbers", "encode_pixels", "encode_raw",
            "frame_header", "frame_message", "frame_messages", "number_messages", "acquisition_header", "message",
@@ -31,6 +32,7 @@ __all__ = ["MerlinTCPSource", "decode_frame", "decode_pixels", "frame_numbers", 
 DATA_PORT = 6342
 PREFIX = 15  # b"MPX," + 10 digits + b","
 BATCH_BYTES = 8 << 20  # a receive batch's bytes at most
+MAX_HEADER_BYTES = 1 << 20  # an acquisition header (HDR): the .hdr text, 2 KB from a Merlin
 FORMATS = {1: "U08", 6: "U08", 12: "U16", 24: "U32"}  # counter depth -> normal frame pixel format
 
 
@@ -183,7 +185,14 @@ def decode_frame(body, detector_shape, *, where: str = "Merlin", counter_depth: 
     """``(index, frame)`` of a frame's bytes (its MQ1 header and pixels, from a message or a
     ``.mib`` file): the scan index (frame number - 1) and the pixels (det_row, det_col).
     ``counter_depth``: the acquisition header's, for RAW frames whose header does not say."""
-    head = merlin_frame_header(bytes(body[:768]).decode("latin-1").split(","), counter_depth=counter_depth)
+    try:
+        head = merlin_frame_header(bytes(body[:768]).decode("latin-1").split(","), counter_depth=counter_depth)
+    except FileFormatError as error:
+        raise FileFormatError(f"{where}: {error}") from None
+    if head["header_size"] + head["payload"] > len(body):
+        raise FileFormatError(f"{where}: frame {head['number']} declares {head['header_size']} bytes of header and "
+                              f"{head['payload']} of pixels ({head['rows']}x{head['cols']} {head['pixel_format']}), "
+                              f"its {'message' if where.startswith('Merlin') else 'record'} holds {len(body)} bytes")
     if (head["rows"], head["cols"]) != tuple(detector_shape):
         raise FileFormatError(f"{where}: frame {head['number']} is {head['rows']}x{head['cols']}, the stream's "
                               f"frames are {detector_shape[0]}x{detector_shape[1]}")
@@ -228,6 +237,9 @@ class MerlinTCPSource(Source):
         self._sock = None
         self._buf = np.empty(1 << 22, np.uint8)  # received bytes not yet taken: _buf[:_end]
         self._end = 0
+        # the most bytes a frame message may declare: any Merlin frame until the first has come, then
+        # one of the stream's detector (its pixels, with room for a frame header)
+        self._frame_limit = MAX_FRAME_HEADER + MAX_FRAME_BYTES
 
     def __repr__(self) -> str:
         return f"MerlinTCPSource(tcp://{self.address[0]}:{self.address[1]})"
@@ -240,24 +252,39 @@ class MerlinTCPSource(Source):
         except OSError as error:
             raise InputError(f"cannot connect to the Merlin data port tcp://{self.address[0]}:{self.address[1]}: "
                              f"{error}") from None
-        body = self._message()
+        try:
+            self._read_header()
+        except BaseException:
+            self.close()  # a refused or damaged header leaves no connection open
+            raise
+
+    def _read_header(self) -> None:
+        """The acquisition header and the first frame (the detector's shape), from the connection."""
+        body = self._message(MAX_HEADER_BYTES, "an acquisition header (HDR)")
         if body is None or not body.startswith(b"HDR,"):
             raise FileFormatError(f"{self!r}: the stream does not start with an acquisition header (HDR)")
         self.header = header_fields(body[4:].decode("latin-1"))
         self.metadata = {"detector": {"name": "Quantum Detectors Merlin", "header": self.header}}
-        frames = int(self.header.get("Frames in Acquisition (Number)", "0") or 0)
-        per_trigger = int(self.header.get("Frames per Trigger (Number)", "0") or 0)
+        frames = header_number(self.header, "Frames in Acquisition (Number)", repr(self))
+        per_trigger = header_number(self.header, "Frames per Trigger (Number)", repr(self))
+        shape = (frames // per_trigger, per_trigger) if 1 < per_trigger < frames and frames % per_trigger == 0 else None
+        check_scan_shape(repr(self), self.scan_shape, frames, shape=shape)
         if self.scan_shape is None:
             if not (1 < per_trigger < frames and frames % per_trigger == 0):
                 raise InputError(f"{self!r}: the acquisition header gives {frames} frames, {per_trigger} per trigger: "
                                  "no scan shape; give it (scan_shape=(rows, cols), --scan-shape ROWS COLS)")
-            self.scan_shape = (frames // per_trigger, per_trigger)
+            self.scan_shape = bound_scan(repr(self), (frames // per_trigger, per_trigger))
         self._first = self._message()  # the first frame tells the detector's shape
         if self._first is None:
             raise FileFormatError(f"{self!r}: the stream ended after its acquisition header")
-        self.counter_depth = int(self.header.get("Counter Depth (number)", "0") or 0) or None
-        head = merlin_frame_header(self._first[:768].decode("latin-1").split(","), counter_depth=self.counter_depth)
+        self.counter_depth = header_number(self.header, "Counter Depth (number)", repr(self)) or None
+        try:
+            head = merlin_frame_header(self._first[:768].decode("latin-1").split(","),
+                                       counter_depth=self.counter_depth)
+        except FileFormatError as error:
+            raise FileFormatError(f"{self!r}: the first frame: {error}") from None
         self.detector_shape = (head["rows"], head["cols"])
+        self._frame_limit = MAX_FRAME_HEADER + head["payload"]
         if head["pixel_format"] == "R64":
             check_raw(self.header, head["assembly"], repr(self), counter_depth=head["counter_depth"])
 
@@ -291,8 +318,11 @@ class MerlinTCPSource(Source):
         self._buf[:self._end - n] = self._buf[n:self._end].copy()
         self._end -= n
 
-    def _message(self):
-        """The next message's body, or None when the connection has closed."""
+    def _message(self, limit: int | None = None, what: str = "a frame"):
+        """The next message's body, or None when the connection has closed. ``limit``: the most
+        bytes its body may have (what the peer declares is checked before anything is received
+        or allocated for it); default: a frame of the stream's detector, once the first frame has
+        told its size, else :data:`MAX_FRAME_HEADER` + :data:`MAX_FRAME_BYTES`."""
         if not self._fill(PREFIX):
             if self._end:
                 raise FileFormatError(f"{self!r}: the connection closed inside a message")
@@ -300,7 +330,13 @@ class MerlinTCPSource(Source):
         prefix = self._buf[:PREFIX].tobytes()
         if prefix[:4] != b"MPX," or prefix[14:15] != b"," or not prefix[4:14].isdigit():
             raise FileFormatError(f"{self!r}: lost the message framing (expected MPX,<10 digits>, got {prefix!r})")
-        size = PREFIX + int(prefix[4:14]) - 1
+        length = int(prefix[4:14])
+        if limit is None:
+            limit = self._frame_limit
+        if not 2 <= length <= limit + 1:
+            raise FileFormatError(f"{self!r}: a message declares {length - 1} bytes, {what} is 1 to {limit} bytes "
+                                  "(a damaged stream, or not a Merlin's): the stream is ended")
+        size = PREFIX + length - 1
         if not self._fill(size):
             raise FileFormatError(f"{self!r}: the connection closed inside a message")
         return self._take(size)[PREFIX:]
@@ -320,7 +356,8 @@ class MerlinTCPSource(Source):
         numbers = frame_numbers(rows, template)
         if numbers is None:
             return None
-        frames = decode_pixels(rows[:len(numbers), PREFIX + head["header_size"]:], head)  # a copy: the buffer is reused
+        start = PREFIX + head["header_size"]
+        frames = decode_pixels(rows[:len(numbers), start:start + head["payload"]], head)  # a copy: the buffer is reused
         self._consume(len(numbers) * size)
         return numbers, frames
 
@@ -389,3 +426,4 @@ class MerlinTCPSource(Source):
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+        self._end = 0  # what was received on the closed connection is not part of another

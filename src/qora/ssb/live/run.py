@@ -155,9 +155,13 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
         raise InputError(f"method must be 'ssb' or 'parallax', got {options.method!r}")
     if options.final_fit not in ("auto", "cold", "warm"):
         raise InputError(f"final_fit must be 'auto', 'cold' or 'warm', got {options.final_fit!r}")
-    source.open()
-    if source.scan_shape is None or source.detector_shape is None:
-        raise InputError(f"{source!r}: no scan or detector shape after its header")
+    try:
+        source.open()
+        if source.scan_shape is None or source.detector_shape is None:
+            raise InputError(f"{source!r}: no scan or detector shape after its header")
+    except BaseException:
+        source.close()  # a refused header (a scan shape that disagrees, a damaged stream) leaves no connection open
+        raise
     # several receiving processes: their batches interleave; a receiver scheduled late can be behind
     # the others by its batches in flight (its slots' worth), which the row buffers must span
     receivers = int(getattr(source, "processes", 1))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from qora.io.errors import InputError
-from qora.ssb.live.frames import MemorySource
+from qora.ssb.live.frames import MemorySource, check_scan_shape
 
 __all__ = ["open_source"]
 
@@ -20,7 +20,8 @@ def open_source(text: str, *, protocol: str | None = None, scan_shape=None, time
     - a path: with ``follow``, a ``.mib`` file being written; else a finished file
       (:func:`qora.ssb.load_data`) sent from memory, for trying the live path on a recording.
 
-    ``scan_shape`` (rows, cols) overrides the header's; ``timeout`` (s) bounds each wait.
+    ``scan_shape`` (rows, cols) where the header does not say it, or agreeing with the frames it says
+    (another grid of as many frames; one that disagrees is an InputError); ``timeout`` (s) bounds each wait.
     ``processes``: receiving processes on a DECTRIS stream (its PUSH socket deals the frames among
     them, :class:`qora.ssb.live.receivers.ParallelDectrisSource`); a Merlin's TCP stream is one
     connection, read by one.
@@ -64,7 +65,9 @@ def open_source(text: str, *, protocol: str | None = None, scan_shape=None, time
         raise InputError(f"{text}: no such file, and not tcp://HOST:PORT (Merlin) or zmq://HOST:PORT (DECTRIS)")
     from qora.ssb import load_data
 
-    data, _ = load_data(path)
+    data, _ = load_data(path, scan_shape=scan_shape)
     if scan_shape is not None:
-        data = data.reshape(tuple(scan_shape) + tuple(data.shape[-2:]))
+        check_scan_shape(text, scan_shape, data.shape[0] * data.shape[1], header="file",
+                         shape=tuple(data.shape[:2]))
+        data = data.reshape(tuple(int(v) for v in scan_shape) + tuple(data.shape[-2:]))
     return MemorySource(data, batch=batch)
