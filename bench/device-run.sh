@@ -34,6 +34,9 @@ for b in ${BENCH:-}; do
                  cuda gp tv plain tv:0.08 ;;
     phase-logo) QORA_CDI_DATA=${QORA_CDI_DATA:-.cdi-data} timeout 300 $Q bench --out "$OUT/results" phase-success \
                   --backend cuda --cases esrf_logo,lithograph_256_box,lithograph_512_box --starts 10 ;;
+    phase-logo-envelope) QORA_CDI_DATA=${QORA_CDI_DATA:-.cdi-data} timeout 300 $Q bench --out "$OUT/results" \
+                           phase-success --backend cuda --cases esrf_logo,lithograph_256_box,lithograph_512_box \
+                           --starts 10 --recipe real-envelope ;;
     phase-success) timeout 300 $Q bench --out "$OUT/results" phase-success --backend cuda --cases all --starts 10 ;;
     phase-success-cohere) QORA_COHERE_PYTHON=$(command -v python3) PYTHONPATH=$PYTHONPATH:.peers timeout 400 $Q bench \
                             --out "$OUT/results" phase-success --backend cuda --cases all --starts 10 --peer cohere ;;

@@ -94,7 +94,7 @@ def _shapes(text):
 @click.option("--starts", type=click.IntRange(1, 1000), default=3, show_default=True, help="Random starts per case.")
 @click.option("--recipe", default="default", show_default=True,
               help="A recipe's notation, or a name: default, pynx-rule (PyNX's support rule as our recipe), "
-              "few-photons, partial-coherence.")
+              "few-photons, partial-coherence, real-envelope (the real-object support search).")
 @click.option("--peer", type=click.Choice(["cohere"]), default=None,
               help="Run cohere-core's reconstruction instead (its interpreter from QORA_COHERE_PYTHON).")
 @click.option("--consensus", type=click.IntRange(0, 1000), default=0, show_default=True,
@@ -119,9 +119,9 @@ def bench_phase_success(backend: str, cases, starts: int, recipe: str, peer, con
         names = tuple(phase_success.CASES)
     else:
         names = tuple(c.strip() for c in cases.split(",") if c.strip())
-    from qora.phase.recipe import NAMED_RECIPES
+    from qora.phase.recipe import NAMED_RECIPES, is_envelope
 
-    label = recipe if recipe in NAMED_RECIPES else "custom"
+    label = recipe if recipe in NAMED_RECIPES or is_envelope(recipe) else "custom"
     if figures is not None:
         Path(figures).mkdir(parents=True, exist_ok=True)
     phase_success.run(cases=names, starts=starts, recipe=recipe, backend=backend, write=not no_write,

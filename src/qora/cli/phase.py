@@ -50,7 +50,9 @@ def simulate_cmd(name, size, photons, seed, out) -> None:
 @click.option("--support", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Support file (.npy or the like; boolean, or 0 and 1 alone); default: from the autocorrelation.")
 @click.option("--recipe", default=None, help='E.g. "HIO**400 ER**100", or a name: default, pynx-rule (PyNX\'s '
-              'support rule as a recipe of ours), few-photons, partial-coherence (psf model on the ER stages); '
+              'support rule as a recipe of ours), few-photons, partial-coherence (psf model on the ER stages), '
+              'real-envelope (the support of a real, non-negative object found from the pattern alone, where '
+              'the default collapses: a complex envelope, then positivity; docs/phase.md); '
               'stage options as in docs/phase.md, e.g. ER(band=1)**300 for the noise-aware modulus; '
               'default: the documented default recipe, ' + DEFAULT_RECIPE + ' (few-photons for counts below '
               '1000 per speckle; run again with the psf model when the counts prove blurred by a partially '
@@ -201,8 +203,12 @@ def _echo_trust(result) -> None:
 
 
 def _iterations(recipe) -> int:
-    from qora.phase.recipe import named_recipe
+    from qora.phase.recipe import is_envelope, named_recipe
 
+    if is_envelope(recipe):
+        from qora.phase.envelope import ITERATIONS
+
+        return ITERATIONS
     return named_recipe(recipe).iterations
 
 

@@ -39,6 +39,7 @@ MAX_STAGE_ITERATIONS = 1_000_000
 MASKED_RULES = ("free", "fill")
 
 __all__ = ["Stage", "Recipe", "RecipeError", "default_recipe", "DEFAULT_RECIPE", "PYNX_RULE_RECIPE", "NAMED_RECIPES",
+           "ENVELOPE_RECIPE", "is_envelope",
            "named_recipe", "FEW_PHOTONS_RECIPE", "PARTIAL_COHERENCE_RECIPE", "FEW_PHOTONS_PER_SPECKLE", "photons_per_speckle", "is_default",
            "looks_like_counts", "partial_coherence_recipe",
            "SHARPENED_SEARCH_RECIPE", "SHARPEN_MARGIN"]
@@ -511,6 +512,15 @@ def partial_coherence_recipe(width: float | None = None) -> Recipe:
 
 NAMED_RECIPES = {"default": DEFAULT_RECIPE, "pynx-rule": PYNX_RULE_RECIPE, "few-photons": FEW_PHOTONS_RECIPE,
                  "partial-coherence": PARTIAL_COHERENCE_RECIPE}
+
+
+ENVELOPE_RECIPE = "real-envelope"  # a search of its own for real, non-negative objects (qora.phase.envelope)
+
+
+def is_envelope(text) -> bool:
+    """Whether ``text`` names the real-object envelope search (:mod:`qora.phase.envelope`), which is not a
+    list of stages."""
+    return isinstance(text, str) and text.strip().lower() == ENVELOPE_RECIPE
 
 
 def named_recipe(text: "str | Recipe | None") -> Recipe:

@@ -14,7 +14,8 @@ from qora.provenance import versions as software_versions
 from qora.phase.checks import check_bool_array, check_choice, check_intensity, check_run_memory
 from qora.phase.physics import native_amplitude
 from qora.phase.result import PhaseResult
-from qora.phase.recipe import default_recipe, is_default, looks_like_counts, named_recipe, photons_per_speckle
+from qora.phase.recipe import (default_recipe, is_default, is_envelope, looks_like_counts, named_recipe,
+                               photons_per_speckle)
 from qora.phase.support import autocorrelation_estimate, halve_supports, size_range_for
 
 __all__ = ["reconstruct", "Solver", "PhaseResult", "random_start", "check_intensity"]
@@ -562,6 +563,12 @@ def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int 
     """
     check_choice("rank", rank, ("fourier", "free_llk"))
     starts = validate.integer("starts", starts, low=1)
+    if is_envelope(recipe):  # a search of its own (qora.phase.envelope), not a stage list
+        from qora.phase import envelope
+
+        intensity, mask = check_intensity(intensity, mask)
+        return envelope.reconstruct(intensity, mask=mask, starts=starts, seed=seed, backend=backend,
+                                    progress=progress, keep_all=keep_all)
     if free_fraction is None:
         free_fraction = 0.05 if rank == "free_llk" or named_recipe(recipe).needs_free_pixels else 0.0
     from qora.backend import resolve
