@@ -31,3 +31,14 @@ def test_the_envelope_search_finds_a_lithograph_behind_a_beamstop_box():
     error, _ = analysis.scaled_error(result.object, truth.astype(np.complex64))  # the photon scale removed
     assert error < 0.05, error  # measured 0.0049 (seeds 0 and 1); the support is larger than the thin strokes
     assert seen and seen[-1][1] == ITERATIONS and result.agreement is not None
+
+
+def test_holes_are_filled_as_scipy_fills_them():
+    import scipy.ndimage as ndi
+
+    from qora.phase.envelope import _filled
+
+    rng = np.random.default_rng(0)
+    for _ in range(10):
+        s = ndi.binary_opening(rng.random((40, 30)) > 0.4)
+        np.testing.assert_array_equal(_filled(s, np, ndi), ndi.binary_fill_holes(s))

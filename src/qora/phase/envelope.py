@@ -146,8 +146,23 @@ def _autocorrelation(problem, level=0.01):
     return ac > level * ac.max()
 
 
-def _grown(support, ndi, px):
-    return ndi.binary_dilation(ndi.binary_fill_holes(support), iterations=px)
+def _filled(support, xp, ndi):
+    """The support with its holes filled: every background region that does not touch the array's edge.
+    (Written with ``label`` because CuPy's ``binary_fill_holes`` needs the iterated dilation it lacks.)"""
+    labels, _ = ndi.label(~support)
+    edge = xp.zeros(support.shape, bool)
+    for ax in range(support.ndim):
+        index = [slice(None)] * support.ndim
+        for end in (0, -1):
+            index[ax] = end
+            edge[tuple(index)] = True
+    outside = xp.unique(labels[edge & ~support])
+    return support | ~xp.isin(labels, outside)
+
+
+def _grown(support, xp, ndi, px):
+    """The support, holes filled, grown by ``px`` pixels (``brute_force``: CuPy iterates no other way)."""
+    return ndi.binary_dilation(_filled(support, xp, ndi), iterations=px, brute_force=True)
 
 
 def search(problem, rng, run):
@@ -158,7 +173,7 @@ def search(problem, rng, run):
     x = xp.asarray((rng.random(shape) * np.exp(2j * np.pi * rng.random(shape))).astype(np.complex64)) * support
     first, cycles, hio, er = ENVELOPE
     x = run.complex(x, support, first, 0)
-    centre = float(ndi.center_of_mass(support)[0])
+    centre = float(ndi.center_of_mass(support.astype(xp.float32))[0])  # CuPy sums bool slowly (and warns)
     rows = xp.arange(shape[0]).reshape((-1,) + (1,) * (len(shape) - 1))
     support = support & (rows < centre)  # the twin is the other half: keep one
     x = x * support
@@ -167,13 +182,13 @@ def search(problem, rng, run):
         support = run.shrinkwrap(x, support, sigma, 0.25)
     first, cycles, hio, er = POSITIVE
     for _ in range(2):
-        support = _grown(support, ndi, GROW)
+        support = _grown(support, xp, ndi, GROW)
         x = xp.asarray(rng.random(shape).astype(np.float32)) * support
         x = run.positive(x, support, first, 0, DAMPING)
         for sigma in _sigmas(1.0, 0.5, cycles):
             x = run.positive(x, support, hio, er, DAMPING)
             support = run.shrinkwrap(x, support, sigma, 0.15)
-    support = _grown(support, ndi, 1)
+    support = _grown(support, xp, ndi, 1)
     x = run.positive(x * support, support, REFINE[0], REFINE[1], 1.0)
     return x, support
 

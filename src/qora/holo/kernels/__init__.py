@@ -40,7 +40,7 @@ def blocks(total: int, threads: int = THREADS) -> int:
 def _multiprocessors(device: int) -> int:
     from qora.backend import require_cupy
 
-    return int(require_cupy().cuda.Device(device).attributes["MultiProcessorCount"])
+    return int(require_cupy("the holo kernels").cuda.Device(device).attributes["MultiProcessorCount"])
 
 
 def grid_limit(per_sm: int = ELEMENTWISE_PER_SM) -> int:
@@ -48,7 +48,7 @@ def grid_limit(per_sm: int = ELEMENTWISE_PER_SM) -> int:
     device's own count, read once per device: 132 on an H200, 108 on an A100)."""
     from qora.backend import require_cupy
 
-    return per_sm * _multiprocessors(int(require_cupy().cuda.runtime.getDevice()))
+    return per_sm * _multiprocessors(int(require_cupy("the holo kernels").cuda.runtime.getDevice()))
 
 
 def _elementwise(total: int):
