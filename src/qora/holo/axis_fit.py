@@ -74,14 +74,7 @@ def _cropped(phi, geometry: Geometry, size: int):
 def inconsistency(phi, geometry: Geometry) -> float:
     """The power-weighted within-bin spread of the mapped estimates (module docstring) for ``geometry``'s axis."""
     plan = MappingPlan(geometry)
-    n = geometry.n
-    total = np.zeros(n**3, np.complex128)
-    power = np.zeros(n**3, np.float64)
-    for a in range(geometry.count):
-        spec2 = np.fft.fft2(np.fft.ifftshift(phi[a])).reshape(-1)
-        v = plan.factors[a] * spec2[plan.lateral[a]]
-        np.add.at(total, plan.targets[a], v)
-        np.add.at(power, plan.targets[a], np.abs(v) ** 2)
+    total, power = plan.bin_sums(phi)
     h = plan.hits.astype(np.float64)
     multi = h >= 2
     if not multi.any():

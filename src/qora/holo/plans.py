@@ -168,6 +168,20 @@ class MappingPlan:
         spectrum[hit] /= self.hits[hit]
         return spectrum.reshape(n, n, n)
 
+    def bin_sums(self, phi):
+        """Per volume bin (flat, FFT order): the sum of its hits' mapped values and the sum of their squared
+        moduli, ``(total complex128, power float64)``; what the spread of repeated estimates is read from."""
+        n = self.geometry.n
+        phi = np.asarray(phi)
+        total = np.zeros(n**3, np.complex128)
+        power = np.zeros(n**3, np.float64)
+        for a in range(self.geometry.count):
+            spec2 = np.fft.fft2(np.fft.ifftshift(phi[a])).reshape(-1)
+            v = self.factors[a] * spec2[self.lateral[a]]
+            np.add.at(total, self.targets[a], v)
+            np.add.at(power, self.targets[a], np.abs(v) ** 2)
+        return total, power
+
     def noise_energy(self, phi) -> float:
         """The expected noise energy sum |noise|^2 of the mapped spectrum over the measured bins (the DFT
         values :meth:`__call__` returns), measured from the data's own redundancy.
@@ -179,16 +193,7 @@ class MappingPlan:
         hits, has variance sigma^2 / h: the energy is sigma^2 * sum over measured bins of 1 / h.
         Zero when no bin is hit twice (nothing to measure the noise from).
         """
-        g = self.geometry
-        n = g.n
-        phi = np.asarray(phi)
-        total = np.zeros(n**3, np.complex128)
-        power = np.zeros(n**3, np.float64)
-        for a in range(g.count):
-            spec2 = np.fft.fft2(np.fft.ifftshift(phi[a])).reshape(-1)
-            v = self.factors[a] * spec2[self.lateral[a]]
-            np.add.at(total, self.targets[a], v)
-            np.add.at(power, self.targets[a], np.abs(v) ** 2)
+        total, power = self.bin_sums(phi)
         h = self.hits.astype(np.float64)
         multi = h >= 2
         if not multi.any():
