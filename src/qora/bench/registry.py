@@ -53,7 +53,7 @@ REQUIRED_CASES: dict[str, list[str]] = {
               + [f"starts8/{shape_label(s)}/{k}" for s in PHASE_STARTS_SHAPES
                  for k in ("looped", "batched_all", "batched_2")]
               + [f"progress/256x256/every_{n}" for n in (1, 10, 100)]),
-    "holo-cpu": ([f"stage/128x128x128/{s}" for s in HOLO_STAGES + ("tv30x5",)] + ["readme/128x128x128/tv_auto"]
+    "holo-cpu": ([f"stage/128x128x128/{s}" for s in HOLO_STAGES + ("tv30x5",)]
                  + [f"stage/256x256x256/{s}" for s in HOLO_STAGES]
                  + [f"odtbrain/{label}/{c}" for label in ("128x128x128x120", "188x188x188x180")
                     for c in HOLO_PEER_CASES]),
