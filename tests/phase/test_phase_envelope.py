@@ -42,3 +42,24 @@ def test_holes_are_filled_as_scipy_fills_them():
     for _ in range(10):
         s = ndi.binary_opening(rng.random((40, 30)) > 0.4)
         np.testing.assert_array_equal(_filled(s, np, ndi), ndi.binary_fill_holes(s))
+
+
+def test_the_cpu_fast_path_equals_the_array_code():
+    import scipy.ndimage as ndi
+
+    from qora.phase import envelope_cpu
+    from qora.phase.envelope import _Problem
+
+    if not envelope_cpu.available():
+        pytest.skip("ducc0 is not installed: the array code runs")
+    truth = lithograph(128)
+    counts, mask = record(truth, Detector(photons=1e8, beamstop=0, gap=0, boxes=BEAMLINE_BOXES))
+    fast, ref = _Problem(counts, mask, np, ndi), _Problem(counts, mask, np, ndi, reference=True)
+    assert fast.fast is not None and ref.fast is None
+    rng = np.random.default_rng(1)
+    z = (rng.random((128, 128)) * np.exp(2j * np.pi * rng.random((128, 128)))).astype(np.complex64)
+    r = rng.random((128, 128)).astype(np.float32)
+    for (a, ea), (b, eb) in ((ref.project_complex(z), fast.project_complex(z)),
+                             (ref.project_real(r, 0.99), fast.project_real(r, 0.99))):
+        assert np.linalg.norm(b - a) < 1e-5 * np.linalg.norm(a)
+        assert float(eb) == pytest.approx(float(ea), rel=1e-4)

@@ -65,7 +65,7 @@ def friedel_complete(amplitude, measured, xp=np):
 class _Problem:
     """The pattern on one backend: amplitudes and the measured mask in FFT layout (full and half spectra)."""
 
-    def __init__(self, intensity, mask, xp, ndi):
+    def __init__(self, intensity, mask, xp, ndi, *, reference: bool = False):
         self.xp, self.ndi = xp, ndi
         intensity = xp.asarray(intensity, dtype=xp.float64)
         measured = ~xp.asarray(mask, dtype=bool) if mask is not None else xp.ones(intensity.shape, bool)
@@ -77,6 +77,11 @@ class _Problem:
         self.amp_r, self.meas_r = self.amp[..., :half], self.meas[..., :half]
         self.intensity, self.measured = intensity, measured
         self.norm = float(xp.sum(self.amp[self.meas].astype(xp.float64) ** 2))
+        self.fast = None  # the CPU's fused path (envelope_cpu); ``reference``: the array code, as on the GPU
+        if xp is np and not reference:
+            from qora.phase import envelope_cpu
+
+            self.fast = envelope_cpu.Projections(self) if envelope_cpu.available() else None
 
     def _fit(self, spectrum, amp, meas, damp):
         """The modulus step on a spectrum, and the Fourier error of the spectrum it was given."""
@@ -87,10 +92,14 @@ class _Problem:
         return out, err
 
     def project_complex(self, x):
+        if self.fast is not None:
+            return self.fast.complex(x)
         spectrum, err = self._fit(backend_fft.fftn(x, norm="ortho"), self.amp, self.meas, 1.0)
         return backend_fft.ifftn(spectrum, norm="ortho").astype(self.xp.complex64), err
 
     def project_real(self, x, damp):
+        if self.fast is not None:
+            return self.fast.real(x, damp)
         spectrum, err = self._fit(backend_fft.rfftn(x, norm="ortho"), self.amp_r, self.meas_r, damp)
         return backend_fft.irfftn(spectrum, s=self.shape, norm="ortho").astype(self.xp.float32), err
 

@@ -1,0 +1,69 @@
+"""The CPU fast path of the envelope search's projections (:mod:`qora.phase.envelope`): ducc0's transforms in
+place and the modulus step with its error sum as one Numba loop over the spectrum, where the array code of
+:class:`qora.phase.envelope._Problem` (the reference, and the GPU's path) makes five NumPy passes and pocketfft's
+copies. ``tests/phase/test_phase_envelope.py`` compares the two; docs/phase-performance.md has the times.
+"""
+
+from __future__ import annotations
+
+import math
+
+from qora.backend.host import numba_threads, openmp_passive
+
+openmp_passive()  # before Numba loads its OpenMP runtime
+
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
+
+from qora.backend.fft_host import _ducc0, cpu_threads  # noqa: E402
+
+__all__ = ["available", "Projections"]
+
+
+def available() -> bool:
+    """Whether the fast path can run (ducc0 installed)."""
+    return _ducc0() is not None
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True)
+def _fit(spec, amp, meas, damp):
+    """In place: measured bins take the measured modulus (phase kept), the others are scaled by ``damp``.
+    Returns the sum of (|spec| - amp)^2 over the measured bins of the spectrum as given."""
+    total = 0.0
+    for i in numba.prange(spec.size):
+        v = spec[i]
+        m = abs(v)
+        if meas[i]:
+            d = m - amp[i]
+            total += d * d
+            spec[i] = v * (amp[i] / max(m, 1e-12))
+        else:
+            spec[i] = v * damp
+    return total
+
+
+class Projections:
+    """The complex and the real projection of one pattern (the ``_Problem``'s amplitudes and mask)."""
+
+    def __init__(self, problem) -> None:
+        self.ducc0 = _ducc0()
+        self.shape, self.axes, self.norm = problem.shape, problem.axes, problem.norm
+        self.amp, self.meas = (np.ascontiguousarray(a).reshape(-1) for a in (problem.amp, problem.meas))
+        self.amp_r, self.meas_r = (np.ascontiguousarray(a).reshape(-1) for a in (problem.amp_r, problem.meas_r))
+        self.threads = cpu_threads(int(np.prod(self.shape)))
+
+    def complex(self, x):
+        fft = self.ducc0.fft
+        numba_threads()
+        spec = fft.c2c(np.asarray(x, np.complex64), axes=self.axes, forward=True, inorm=1, nthreads=self.threads)
+        err = _fit(spec.reshape(-1), self.amp, self.meas, np.float32(1.0))
+        fft.c2c(spec, axes=self.axes, forward=False, inorm=1, out=spec, nthreads=self.threads)
+        return spec, math.sqrt(err / self.norm)
+
+    def real(self, x, damp):
+        fft = self.ducc0.fft
+        numba_threads()
+        spec = fft.r2c(np.asarray(x, np.float32), axes=self.axes, forward=True, inorm=1, nthreads=self.threads)
+        err = _fit(spec.reshape(-1), self.amp_r, self.meas_r, np.float32(damp))
+        out = fft.c2r(spec, axes=self.axes, lastsize=self.shape[-1], forward=False, inorm=1, nthreads=self.threads)
+        return out, math.sqrt(err / self.norm)
