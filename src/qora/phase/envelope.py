@@ -215,7 +215,9 @@ def reconstruct(intensity, *, mask=None, starts: int = 1, seed: int = 0, backend
     be = resolve(backend)
     xp = be.xp
     if be.is_cuda:
-        import cupyx.scipy.ndimage as ndi
+        from qora.backend import cupy_submodule
+
+        ndi = cupy_submodule("cupyx.scipy.ndimage")
     else:
         import scipy.ndimage as ndi
     t0 = time.perf_counter()
