@@ -63,3 +63,9 @@ def test_the_cpu_fast_path_equals_the_array_code():
                              (ref.project_real(r, 0.99), fast.project_real(r, 0.99))):
         assert np.linalg.norm(b - a) < 1e-5 * np.linalg.norm(a)
         assert float(eb) == pytest.approx(float(ea), rel=1e-4)
+    support = rng.random((128, 128)) > 0.5
+    for x, p, positive in ((z, z[::-1].copy(), False), (r, r[::-1].copy() - 0.3, True)):
+        for hio in (True, False):
+            want = ref.update(x.copy(), p, support, hio=hio, positive=positive)
+            np.testing.assert_allclose(fast.update(x.copy(), p, support, hio=hio, positive=positive), want,
+                                       rtol=1e-6, atol=1e-7)

@@ -97,6 +97,17 @@ class _Problem:
         spectrum, err = self._fit(backend_fft.fftn(x, norm="ortho"), self.amp, self.meas, 1.0)
         return backend_fft.ifftn(spectrum, norm="ortho").astype(self.xp.complex64), err
 
+    def update(self, x, p, support, *, hio: bool, positive: bool):
+        """HIO's (``hio``) or ER's update of ``x`` from its projection ``p`` on ``support`` (with ``positive``, the
+        object's negative values are treated as outside it: Fienup's feedback there)."""
+        if self.fast is not None:
+            from qora.phase.envelope_cpu import update
+
+            return update(x, p, support, BETA, hio=hio, positive=positive)
+        xp = self.xp
+        keep = support & (p > 0) if positive else support
+        return xp.where(keep, p, x - BETA * p if hio else 0).astype(p.dtype)
+
     def project_real(self, x, damp):
         if self.fast is not None:
             return self.fast.real(x, damp)
@@ -122,20 +133,17 @@ class _Run:
                           dtype=np.float64)
 
     def complex(self, x, support, hio, er):
-        xp = self.p.xp
         for k in range(hio + er):
             p, err = self.p.project_complex(x)
             self._tick(err)
-            x = xp.where(support, p, x - BETA * p if k < hio else 0).astype(xp.complex64)
+            x = self.p.update(x, p, support, hio=k < hio, positive=False)
         return x
 
     def positive(self, x, support, hio, er, damp):
-        xp = self.p.xp
         for k in range(hio + er):
             p, err = self.p.project_real(x, damp)
             self._tick(err)
-            keep = support & (p > 0)
-            x = xp.where(keep, p, x - BETA * p if k < hio else 0).astype(xp.float32)
+            x = self.p.update(x, p, support, hio=k < hio, positive=True)
         return x
 
     def shrinkwrap(self, x, support, sigma, threshold):

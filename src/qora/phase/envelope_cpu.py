@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 
 from qora.backend.fft_host import _ducc0, cpu_threads  # noqa: E402
 
-__all__ = ["available", "Projections"]
+__all__ = ["available", "Projections", "update"]
 
 
 def available() -> bool:
@@ -40,6 +40,40 @@ def _fit(spec, amp, meas, damp):
         else:
             spec[i] = v * damp
     return total
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True)
+def _update_real(x, p, support, beta, hio, positive):
+    for i in numba.prange(x.size):
+        if support[i] and (p[i] > 0 or not positive):
+            x[i] = p[i]
+        elif hio:
+            x[i] = x[i] - beta * p[i]
+        else:
+            x[i] = 0
+
+
+@numba.njit(parallel=True, fastmath=True, cache=True)
+def _update_complex(x, p, support, beta, hio):
+    for i in numba.prange(x.size):
+        if support[i]:
+            x[i] = p[i]
+        elif hio:
+            x[i] = x[i] - beta * p[i]
+        else:
+            x[i] = 0
+
+
+def update(x, p, support, beta: float, *, hio: bool, positive: bool):
+    """In place on ``x`` (C-contiguous): ``p`` inside the support (and, with ``positive``, where p > 0), else HIO's
+    x - beta p or ER's 0; the array code's ``where`` in one pass. Returns ``x``."""
+    numba_threads()
+    flat = (x.reshape(-1), p.reshape(-1), support.reshape(-1))
+    if np.iscomplexobj(x):
+        _update_complex(*flat, np.float32(beta), hio)
+    else:
+        _update_real(*flat, np.float32(beta), hio, positive)
+    return x
 
 
 class Projections:
