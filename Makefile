@@ -1,7 +1,8 @@
 # Two commands do all set-up on a fresh machine:
 #   make demo   - runs the main jobs on built-in example data and writes their images to demo-output/
 #   make test   - runs the whole CPU test suite (installs Debian's chromium for the viewer's tests)
-#   make docs   - runs the tutorial notebooks and builds the documentation site into site/ (offline)
+#   make docs   - runs the tutorial notebooks into build/docs and builds the documentation site into site/
+#                 (offline; no tracked file changes)
 # Each makes a virtual environment in .venv and installs Qora with every extra but CUDA.
 
 PYTHON ?= python3
@@ -36,8 +37,8 @@ test: $(STAMP) $(CHROMIUM)
 	$(PY) -m pytest -q -n auto --dist worksteal
 
 docs: $(STAMP)
-	$(PY) docs/tutorials/build_notebooks.py --execute
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+	$(PY) docs/tutorials/build_notebooks.py --execute --site build/docs
+	QORA_DOCS_DIR=build/docs NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf $(VENV) demo-output build dist site src/*.egg-info

@@ -36,3 +36,23 @@ def test_every_public_name_has_a_docstring(face):
             if not (inspect.getdoc(obj) or "").strip():
                 missing.append(name)
     assert not missing, f"{face}: no docstring for {missing}"
+
+
+def test_building_the_site_copy_leaves_the_tracked_docs_alone(tmp_path):
+    """`make docs` writes the (executed) notebooks into a copy of docs/ under build/, never over the tracked ones
+    (issue 40: a clean checkout stayed dirty after make docs). Here without executing them, into tmp_path."""
+    import hashlib
+
+    def digest():
+        return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted((ROOT / "docs").rglob("*")) if p.is_file()}
+
+    before = digest()
+    proc = subprocess.run([sys.executable, str(ROOT / "docs" / "tutorials" / "build_notebooks.py"), "--site",
+                           str(tmp_path / "docs")], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert digest() == before
+    for name in ("phase", "holo", "ssb", "scale-out"):
+        assert (tmp_path / "docs" / "tutorials" / f"{name}.ipynb").is_file()
+    assert (tmp_path / "docs" / "index.md").read_bytes() == (ROOT / "docs" / "index.md").read_bytes()
+    text = (ROOT / "mkdocs.yml").read_text()
+    assert "!ENV [QORA_DOCS_DIR, docs]" in text and "--site build/docs" in (ROOT / "Makefile").read_text()

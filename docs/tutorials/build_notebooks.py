@@ -1,7 +1,8 @@
 """Writes the tutorial notebooks from the cells below. Edit the cells here, then run
-`python docs/tutorials/build_notebooks.py --execute` (what `make docs` does): each notebook is run
-in a temporary folder (its files go there, not into the checkout) and written here with its outputs,
-which the documentation site renders. `tests/test_tutorials.py` runs them again in `make test`."""
+`python docs/tutorials/build_notebooks.py` to rewrite the tracked notebooks from them. `make docs` runs
+`build_notebooks.py --execute --site build/docs`: a copy of docs/ in build/ (git-ignored) with each notebook
+run in a temporary folder (its files go there, not into the checkout) and written with its outputs, which the
+documentation site is built from; no tracked file changes. `tests/test_tutorials.py` runs them in `make test`."""
 
 from pathlib import Path
 
@@ -281,9 +282,20 @@ for (n, t), p in zip(zip(sorted(report.done), truths), patterns):
 NOTEBOOKS = {"phase": PHASE, "holo": HOLO, "ssb": SSB, "scale-out": SCALE}
 
 
-def build(execute: bool) -> None:
+def build(execute: bool, site: Path | None = None) -> None:
+    """Write the notebooks from the cells: into this folder (the tracked sources, as they are on GitHub), or,
+    with ``site``, into ``site``/tutorials inside a copy of the docs folder that the site is built from, so that
+    executing them (``make docs``) never rewrites a tracked file (a clean checkout stays clean)."""
+    import shutil
     import tempfile
 
+    target = HERE
+    if site is not None:
+        site = Path(site)
+        if site.exists():
+            shutil.rmtree(site)
+        shutil.copytree(HERE.parent, site, ignore=shutil.ignore_patterns("__pycache__"))
+        target = site / HERE.name
     for name, cells in NOTEBOOKS.items():
         nb = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                                 "language": "python"}})
@@ -293,11 +305,16 @@ def build(execute: bool) -> None:
             with tempfile.TemporaryDirectory() as where:
                 NotebookClient(nb, timeout=600, kernel_name="python3",
                                resources={"metadata": {"path": where}}).execute()
-        nbformat.write(nb, HERE / f"{name}.ipynb")
-        print("wrote", HERE / f"{name}.ipynb", "(executed)" if execute else "")
+        nbformat.write(nb, target / f"{name}.ipynb")
+        print("wrote", target / f"{name}.ipynb", "(executed)" if execute else "")
 
 
 if __name__ == "__main__":
-    import sys
+    import argparse
 
-    build(execute="--execute" in sys.argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--execute", action="store_true", help="run each notebook (in a temporary folder)")
+    parser.add_argument("--site", type=Path, default=None,
+                        help="write a copy of docs/ with the notebooks into this folder (make docs: build/docs)")
+    args = parser.parse_args()
+    build(execute=args.execute, site=args.site)
