@@ -159,3 +159,24 @@ def test_cli_refuses_an_unwritable_output_folder_before_the_work(tmp_path, monke
     out = runner.invoke(cli, ["ssb", "live", "tcp://127.0.0.1:9", "--scan-shape", "4", "4", "--kv", "300",
                               "--semiangle", "20", "--scan-step", "0.5", "--out", str(tmp_path / "live.h5")])
     assert out.exit_code != 0 and "does not take new files" in out.output, out.output
+
+
+def test_a_dead_writers_temporary_is_removed_by_the_next_write(tmp_path):
+    """SIGTERM/SIGKILL mid-write left .NAME.PID.tmp that no later run removed (issue 40); a live process's stays."""
+    import os
+    import subprocess
+    import sys
+
+    from qora.io.atomic import atomic_path
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    stale = tmp_path / f".out.h5.{dead_pid}.tmp"
+    live = tmp_path / f".out.h5.{os.getppid()}.tmp"  # the parent process runs
+    other = tmp_path / f".other.h5.{dead_pid}.tmp"  # another target's: not this write's business
+    for p in (stale, live, other):
+        p.write_bytes(b"partial")
+    with atomic_path(tmp_path / "out.h5") as tmp:
+        tmp.write_bytes(b"done")
+    assert (tmp_path / "out.h5").read_bytes() == b"done"
+    assert not stale.exists() and live.exists() and other.exists()
