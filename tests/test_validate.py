@@ -180,3 +180,22 @@ def test_a_dead_writers_temporary_is_removed_by_the_next_write(tmp_path):
         tmp.write_bytes(b"done")
     assert (tmp_path / "out.h5").read_bytes() == b"done"
     assert not stale.exists() and live.exists() and other.exists()
+
+
+def test_sigterm_mid_write_removes_the_temporary_and_exits_143(tmp_path):
+    """Issue 40: SIGTERM mid-write left a hidden temporary and the process died without cleaning up."""
+    import subprocess
+    import sys
+
+    script = ("import os, signal\n"
+              "from qora.cli.main import stop_on_sigterm\n"
+              "from qora.io.atomic import atomic_path\n"
+              "stop_on_sigterm()\n"
+              "with atomic_path('out.h5') as tmp:\n"
+              "    tmp.write_bytes(b'half')\n"
+              "    os.kill(os.getpid(), signal.SIGTERM)\n"
+              "    tmp.write_bytes(b'never')\n")
+    (tmp_path / "out.h5.keep").write_bytes(b"")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 143, proc.stderr
+    assert not (tmp_path / "out.h5").exists() and not list(tmp_path.glob(".*.tmp"))

@@ -170,7 +170,20 @@ for _group in (phase, holo, ssb, bench):
     cli.add_command(_group)
 
 
+def stop_on_sigterm() -> None:
+    """SIGTERM (a job scheduler's or ``kill``'s stop) ends the command as Ctrl-C does, through Python: every
+    ``finally`` runs, so a half-written output's temporary is removed (:func:`qora.io.atomic.atomic_path`) and
+    nothing existing is replaced; the exit status is 143 (128 + 15). Python's default let the process die at once."""
+    import signal
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def main(argv=None) -> None:
+    stop_on_sigterm()
     try:
         cli.main(args=argv, prog_name="qora", standalone_mode=True)
     except KeyboardInterrupt:  # pragma: no cover - interactive
