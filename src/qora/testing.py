@@ -303,3 +303,13 @@ class DeviceXp:
             return _wrap(attr(*_unwrap(args), **{k: _unwrap(v) for k, v in kwargs.items()}))
 
         return call
+
+
+def error_line(result) -> str:
+    """The one ``Error:`` line of a refused command-line run (a click ``Result``), after checking the refusal's
+    shape: exit status 2, exactly one such line, no traceback. Tests match its text themselves."""
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(lines) == 1, result.output
+    assert "Traceback" not in result.output
+    return lines[0]

@@ -16,6 +16,7 @@ from qora.cli import cli
 from qora.io.errors import FileFormatError, InputError, MemoryNeeded, OutputError
 from qora.ssb import (Aberrations, DetectorFit, Session, amorphous_slices, fit, load_data, plot_fit, read_dataset,
                       simulate, wavelength, write_dataset)
+from qora.testing import error_line
 
 
 @pytest.fixture(scope="module")
@@ -125,11 +126,8 @@ def _fill(args, folder):
 
 
 def _one_error_line(result, pattern):
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.startswith("Error:")]
-    assert len(lines) == 1, result.output
-    assert "Traceback" not in result.output
-    assert re.search(pattern, lines[0]), lines[0]
+    line = error_line(result)
+    assert re.search(pattern, line), line
 
 
 @pytest.mark.parametrize("args, pattern", CLI_ROWS, ids=[" ".join(r[0][:2] + r[0][2:3]) for r in CLI_ROWS])

@@ -20,17 +20,25 @@ from qora.ssb import load_data, write_dataset
 from qora.ssb.live import MerlinSimulator, open_source
 from qora.ssb.live.merlin import acquisition_header, decode_frame, frame_message, message
 from qora.ssb.readers import merlin_frame_header
+from qora.testing import error_line
 
 LIVE = ["--kv", "300", "--semiangle", "25", "--scan-step", "0.4", "--rotation", "0", "--no-fit", "--backend", "cpu",
         "--timeout", "3"]
 
 
 def _one_error_line(result, pattern):
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.startswith("Error:")]
-    assert len(lines) == 1, result.output
-    assert "Traceback" not in result.output
-    assert re.search(pattern, lines[0]), lines[0]
+    line = error_line(result)
+    assert re.search(pattern, line), line
+
+
+def _peak_bytes(call):
+    """Run ``call`` under tracemalloc; its peak of traced memory is kept in ``_peak_bytes.last`` even when it raises."""
+    tracemalloc.start()
+    try:
+        return call()
+    finally:
+        _peak_bytes.last = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
 
 
 def _counts(scan=(16, 16), det=16, seed=0):
@@ -77,8 +85,9 @@ def test_cli_live_refuses_a_scan_shape_that_disagrees_with_the_stream_header():
             sim.join()
         except Exception:  # noqa: BLE001 - the simulator's client left: not what is tested
             pass
-    _one_error_line(out, r"scan shape given, 8 x 8 = 64 frames, disagrees with the acquisition header's 256 frames "
-                         r"\(16 x 16\); give a scan shape of 256 frames \(--scan-shape ROWS COLS\)")
+    line = error_line(out)
+    assert re.search(r"scan shape given, 8 x 8 = 64 frames, disagrees with the acquisition header's 256 frames "
+                     r"\(16 x 16\); give a scan shape of 256 frames \(--scan-shape ROWS COLS\)", line), line
 
 
 def test_a_scan_shape_that_agrees_with_the_header_is_taken():
@@ -146,15 +155,10 @@ def test_load_pattern_refuses_a_npy_whose_header_claims_more_without_allocating_
     from qora.io.patterns import load_pattern
 
     path = _lying_npy(tmp_path / "lie.npy", shape=(40000, 40000))  # 6.4 GB declared
-    tracemalloc.start()
-    try:
-        with pytest.raises(FileFormatError, match=r"lie\.npy: .*declares a 40000x40000 float32 array of 6400000000 "
-                                                  r"bytes .*the file holds 72 bytes"):
-            load_pattern(path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < 50 << 20
+    with pytest.raises(FileFormatError, match=r"lie\.npy: .*declares a 40000x40000 float32 array of 6400000000 "
+                                              r"bytes .*the file holds 72 bytes"):
+        _peak_bytes(lambda: load_pattern(path))
+    assert _peak_bytes.last < 50 << 20
 
 
 @pytest.mark.parametrize("version", [(1, 0), (2, 0), (3, 0)])
@@ -185,15 +189,10 @@ def test_load_pattern_refuses_an_npz_member_whose_header_claims_more(tmp_path):
     path = tmp_path / "lie.npz"
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("intensity.npy", member.getvalue())
-    tracemalloc.start()
-    try:
-        with pytest.raises(FileFormatError, match=r"lie\.npz \(its array 'intensity'\): .*6400000000 bytes .*member "
-                                                  r"holds 72 bytes"):
-            load_pattern(path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < 50 << 20
+    with pytest.raises(FileFormatError, match=r"lie\.npz \(its array 'intensity'\): .*6400000000 bytes .*member "
+                                              r"holds 72 bytes"):
+        _peak_bytes(lambda: load_pattern(path))
+    assert _peak_bytes.last < 50 << 20
 
 
 def test_cli_refuses_a_lying_npy_with_one_line(tmp_path, monkeypatch):
@@ -201,7 +200,8 @@ def test_cli_refuses_a_lying_npy_with_one_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     out = CliRunner().invoke(cli, ["ssb", "image", str(path), "--out", "x.h5", "--kv", "300", "--semiangle", "20",
                                    "--scan-step", "0.4"])
-    _one_error_line(out, r"lie\.npy: .*80000000000 bytes .*72 bytes")
+    line = error_line(out)
+    assert re.search(r"lie\.npy: .*80000000000 bytes .*72 bytes", line), line
 
 
 def test_npy_header_against_file_size_property(tmp_path_factory):
@@ -332,18 +332,13 @@ def test_merlin_frame_header_and_decode_of_any_bytes_raise_only_file_format_erro
 # -- 5. lengths a Merlin peer declares -------------------------------------------------------------
 
 def test_a_merlin_peer_declaring_a_9_gib_header_is_refused_without_allocating_it():
-    tracemalloc.start()
-    try:
-        with merlin_peer(b"MPX,9999999999,HDR,") as address:
-            src = open_source(address, timeout=3)
-            with pytest.raises(FileFormatError, match=r"a message declares 9999999998 bytes, an acquisition header "
-                                                      r"\(HDR\) is 1 to 1048576 bytes .*the stream is ended"):
-                src.open()
-            src.close()
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < 100 << 20
+    with merlin_peer(b"MPX,9999999999,HDR,") as address:
+        src = open_source(address, timeout=3)
+        with pytest.raises(FileFormatError, match=r"a message declares 9999999998 bytes, an acquisition header "
+                                                  r"\(HDR\) is 1 to 1048576 bytes .*the stream is ended"):
+            _peak_bytes(src.open)
+        src.close()
+    assert _peak_bytes.last < 100 << 20
 
 
 def test_a_merlin_frame_message_longer_than_the_detector_sends_is_refused():
@@ -381,7 +376,8 @@ def test_a_merlin_header_declaring_an_absurd_scan_is_refused():
 def test_cli_live_against_a_lying_merlin_peer_is_one_error_line():
     with merlin_peer(b"MPX,9999999999,HDR,") as address:
         out = CliRunner().invoke(cli, ["ssb", "live", address, *LIVE])
-    _one_error_line(out, r"a message declares 9999999998 bytes.*the stream is ended")
+    line = error_line(out)
+    assert re.search(r"a message declares 9999999998 bytes.*the stream is ended", line), line
 
 
 def test_a_merlin_stream_of_random_bytes_ends_with_a_file_format_or_input_error():
@@ -421,15 +417,10 @@ def test_dectris_frames_declaring_another_size_are_refused_before_decoding():
     src._open_v2({"type": "start", "ntrigger": 4, "nimages": 4, "image_size_x": 16, "image_size_y": 16})
     info, blob = encode_frame(np.zeros((16, 16), np.uint16))
     assert src._batch_v1([0], [info], [blob]).data.shape == (1, 16, 16)
-    tracemalloc.start()
-    try:
-        with pytest.raises(FileFormatError, match=r"a frame declares 100000 x 100000 pixels, the stream's detector is "
-                                                  r"16 x 16: the stream is ended"):
-            src._batch_v1([1], [{**info, "shape": [100000, 100000]}], [blob])
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert peak < 50 << 20
+    with pytest.raises(FileFormatError, match=r"a frame declares 100000 x 100000 pixels, the stream's detector is "
+                                              r"16 x 16: the stream is ended"):
+        _peak_bytes(lambda: src._batch_v1([1], [{**info, "shape": [100000, 100000]}], [blob]))
+    assert _peak_bytes.last < 50 << 20
     with pytest.raises(FileFormatError, match=r"pixels of type object"):
         src._batch_v1([1], [{**info, "type": "object"}], [blob])
     src = DectrisZMQSource("tcp://127.0.0.1:9", scan_shape=(4, 4))
