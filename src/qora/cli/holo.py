@@ -16,7 +16,7 @@ import numpy as np
 from click.core import ParameterSource
 
 from qora.cli.holo_fields import (FILTER_CHOICES, _interval, _reconstruct_fields, _reconstruct_series, bpm_of_ratio,
-                                 fitted_geometry, refocus_options, write_absorption)
+                                 fitted_geometry, refocus_options, write_absorption, written_line)
 from qora.cli.options import (NONNEGATIVE, POSITIVE, Finite, backend_option, exit_on_failures, scale_out_client,
                               scale_out_options)
 
@@ -303,54 +303,19 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
                            medium_index=medium_index, na_detection=na_detection, geometry_kind=geometry_kind,
                            angle_range=angle_range)
     else:
-        if backgrounds is None:
-            raise click.UsageError("BACKGROUNDS is required unless HOLOS is a qora hologram file")
-        missing = [k for k, v in (("--wavelength", wavelength), ("--pixel", pixel),
-                                  ("--medium-index", medium_index), ("--na", na_detection)) if v is None]
-        if missing:
-            raise click.UsageError(f"stacks without metadata need {', '.join(missing)}")
-        if na_detection > medium_index:
-            raise click.BadParameter(f"the detection NA {na_detection:g} exceeds --medium-index {medium_index:g} "
-                                     "(unphysical)", param_hint="--na")
-        stack, bgs = H.load_stack(holos), H.load_stack(backgrounds)
-        if bgs.ndim != 3 or stack.shape[-3:] != bgs.shape or stack.ndim not in (3, 4):
-            raise click.UsageError(f"holograms {stack.shape} must be (A, N, N), or a series (T, A, N, N), of "
-                                   f"the backgrounds' shape {bgs.shape}")
-        hp = pixel / 2 if hologram_pixel is None else hologram_pixel
-        optics = dict(wavelength=wavelength, medium_index=medium_index, pixel=pixel, na_detection=na_detection)
-        if geometry_kind == "rotation" or angles_file is not None:
-            if angle_range is None:
-                raise click.UsageError("the rotation geometry needs --angles START:STOP:COUNT or --angles-file")
-            angles = H.parse_angles(angle_range) if isinstance(angle_range, str) else angle_range
-            if len(angles) != stack.shape[-3]:
-                raise click.UsageError(f"{len(angles)} angles for {stack.shape[-3]} holograms")
-            if stack.shape[-1] != stack.shape[-2]:  # rectangular holograms: fields on their grid, padded square
-                fields = H.ratio_from_rectangular(stack, bgs, hologram_pixel=hp, pixel=pixel,
-                                                  pupil_frequency=na_detection / wavelength)
-                _reconstruct_series(fields, angles, wavelength=wavelength, medium_index=medium_index, pixel=pixel,
-                                    na_detection=na_detection, **solver, distance=None, autofocus=False,
-                                    focus_range=focus_range, focus_metric=focus_metric, backend=backend, out=out,
-                                    suffix=suffix, plot=plot, quiet=quiet, truth=None)
-                return
-            g = H.rotation_geometry(angles, stack.shape[-3], n=H.field_size(stack.shape[-1], hp, pixel), **optics)
-        else:
-            if stack.shape[-1] != stack.shape[-2]:
-                raise click.UsageError(f"holograms {stack.shape[-2:]} are not square: the scanning geometry measures "
-                                       "its illuminations from square backgrounds (crop them square), while the "
-                                       "rotation geometry (--geometry rotation) takes any shape")
-            g, _ = H.geometry_from_backgrounds(bgs, hologram_pixel=hp, **optics)
-    pose_given = any(_given(ctx, k) for k in ("axis_tilt", "axis_angle", "rotation_sense"))
-    if g.angles is not None and (pose_given or backgrounds is not None):
-        pose = dict(axis=solver["axis"], rotation_sense=solver["rotation_sense"])
-        if backgrounds is None and (not np.allclose(g.axis, pose["axis"], atol=1e-9)
-                                    or g.rotation_sense != pose["rotation_sense"]):
-            # files written before the pose was recorded read as the y axis, sense +1: the options may correct them
-            click.echo(f"Warning: --axis-tilt/--axis-angle/--rotation-sense override the file's rotation axis "
-                       f"{tuple(round(v, 6) for v in g.axis)} (z, y, x), sense {g.rotation_sense:+d}", err=True)
-        g = replace(g, **pose)
-    elif g.angles is None and (pose_given or fit_axis):
-        raise click.BadParameter("--axis-tilt, --axis-angle, --fit-axis and --rotation-sense are for --geometry "
-                                 "rotation", param_hint="--fit-axis" if fit_axis else "--axis-tilt")
+        def rectangular(fields, angles):  # rotation holograms that are not square: fields on their grid, a series
+            _reconstruct_series(fields, angles, wavelength=wavelength, medium_index=medium_index, pixel=pixel,
+                                na_detection=na_detection, **solver, distance=None, autofocus=False,
+                                focus_range=focus_range, focus_metric=focus_metric, backend=backend, out=out,
+                                suffix=suffix, plot=plot, quiet=quiet, truth=None)
+
+        read = _plain_stacks(H, holos, backgrounds, wavelength=wavelength, pixel=pixel, hologram_pixel=hologram_pixel,
+                             medium_index=medium_index, na_detection=na_detection, geometry_kind=geometry_kind,
+                             angle_range=angle_range, angles_file=angles_file, rectangular=rectangular)
+        if read is None:
+            return
+        stack, bgs, g, hp = read
+    g = _posed(ctx, g, solver, from_file=backgrounds is None, fit_axis=fit_axis)
     if fit_axis:
         first = stack if stack.ndim == 3 else stack[0]  # a series: the first time point's stack
         g = fitted_geometry(H, H.ratio_from_holograms(first, bgs, g, hp), g, approximation, quiet)
@@ -384,10 +349,12 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
                                              backend=backend, progress=bar)
     _write_result(H, out, suffix, result, g, method=method, approximation=result.approximation, iterations=iterations,
                   recorded=recorded)
-    msg = f"wrote {out}: {result.index.shape}, index {result.index.min():.4f} to {result.index.max():.4f}"
-    if method == "tv" and result.info.get("tv_weight") is not None:
-        msg += f"; TV weight {result.info['tv_weight']:.3g}" + (" (chosen from the data)" if tv_weight in (None, "auto")
-                                                                  else "")
+    _report(H, out, result, g, method=method, tv_weight=tv_weight, truth=truth, plot=plot)
+
+
+def _report(H, out, result, g, *, method, tv_weight, truth, plot) -> None:
+    """The written line (with the RMSE against a simulated truth) and the slices' PNG."""
+    msg = written_line(out, result, method, tv_weight)
     if truth is not None and truth.shape == result.index.shape[-3:]:
         msg += f"; RMSE against the simulated truth {np.sqrt(np.mean((result.index - truth) ** 2)):.2e}"
     click.echo(msg)
@@ -395,6 +362,63 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
         H.plot_volume(plot, result.index if result.index.ndim == 3 else result.index[-1], g, truth=truth,
                       title=f"{method.upper()}, {result.approximation}, {g.count} angles")
         click.echo(f"wrote {plot}")
+
+
+def _plain_stacks(H, holos, backgrounds, *, wavelength, pixel, hologram_pixel, medium_index, na_detection,
+                  geometry_kind, angle_range, angles_file, rectangular):
+    """Hologram and background stacks without metadata: ``(stack, backgrounds, geometry, hologram pixel)`` from the
+    options, or None after ``rectangular(fields, angles)`` reconstructed non-square rotation holograms itself."""
+    if backgrounds is None:
+        raise click.UsageError("BACKGROUNDS is required unless HOLOS is a qora hologram file")
+    missing = [k for k, v in (("--wavelength", wavelength), ("--pixel", pixel),
+                              ("--medium-index", medium_index), ("--na", na_detection)) if v is None]
+    if missing:
+        raise click.UsageError(f"stacks without metadata need {', '.join(missing)}")
+    if na_detection > medium_index:
+        raise click.BadParameter(f"the detection NA {na_detection:g} exceeds --medium-index {medium_index:g} "
+                                 "(unphysical)", param_hint="--na")
+    stack, bgs = H.load_stack(holos), H.load_stack(backgrounds)
+    if bgs.ndim != 3 or stack.shape[-3:] != bgs.shape or stack.ndim not in (3, 4):
+        raise click.UsageError(f"holograms {stack.shape} must be (A, N, N), or a series (T, A, N, N), of "
+                               f"the backgrounds' shape {bgs.shape}")
+    hp = pixel / 2 if hologram_pixel is None else hologram_pixel
+    optics = dict(wavelength=wavelength, medium_index=medium_index, pixel=pixel, na_detection=na_detection)
+    if geometry_kind == "rotation" or angles_file is not None:
+        if angle_range is None:
+            raise click.UsageError("the rotation geometry needs --angles START:STOP:COUNT or --angles-file")
+        angles = H.parse_angles(angle_range) if isinstance(angle_range, str) else angle_range
+        if len(angles) != stack.shape[-3]:
+            raise click.UsageError(f"{len(angles)} angles for {stack.shape[-3]} holograms")
+        if stack.shape[-1] != stack.shape[-2]:  # rectangular holograms: fields on their grid, padded square
+            rectangular(H.ratio_from_rectangular(stack, bgs, hologram_pixel=hp, pixel=pixel,
+                                                 pupil_frequency=na_detection / wavelength), angles)
+            return None
+        g = H.rotation_geometry(angles, stack.shape[-3], n=H.field_size(stack.shape[-1], hp, pixel), **optics)
+    else:
+        if stack.shape[-1] != stack.shape[-2]:
+            raise click.UsageError(f"holograms {stack.shape[-2:]} are not square: the scanning geometry measures "
+                                   "its illuminations from square backgrounds (crop them square), while the "
+                                   "rotation geometry (--geometry rotation) takes any shape")
+        g, _ = H.geometry_from_backgrounds(bgs, hologram_pixel=hp, **optics)
+    return stack, bgs, g, hp
+
+
+def _posed(ctx, g, solver, *, from_file: bool, fit_axis: bool):
+    """``g`` with the rotation axis and sense the options give (over a hologram file's own, with a warning when
+    they differ); the pose options and --fit-axis are refused for the scanning geometry."""
+    pose_given = any(_given(ctx, k) for k in ("axis_tilt", "axis_angle", "rotation_sense"))
+    if g.angles is not None and (pose_given or not from_file):
+        pose = dict(axis=solver["axis"], rotation_sense=solver["rotation_sense"])
+        differs = not np.allclose(g.axis, pose["axis"], atol=1e-9) or g.rotation_sense != pose["rotation_sense"]
+        if from_file and differs:
+            # files written before the pose was recorded read as the y axis, sense +1: the options may correct them
+            click.echo(f"Warning: --axis-tilt/--axis-angle/--rotation-sense override the file's rotation axis "
+                       f"{tuple(round(v, 6) for v in g.axis)} (z, y, x), sense {g.rotation_sense:+d}", err=True)
+        return replace(g, **pose)
+    if g.angles is None and (pose_given or fit_axis):
+        raise click.BadParameter("--axis-tilt, --axis-angle, --fit-axis and --rotation-sense are for --geometry "
+                                 "rotation", param_hint="--fit-axis" if fit_axis else "--axis-tilt")
+    return g
 
 
 def _check_method_options(ctx, method: str, cluster: bool) -> None:

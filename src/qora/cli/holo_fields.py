@@ -129,6 +129,16 @@ def write_absorption(out, result) -> None:
             f.create_dataset("absorption", data=result.absorption)
 
 
+def written_line(out, result, method: str, tv_weight) -> str:
+    """The line that says what a reconstruction wrote: shape, index range, and the TV weight (chosen from the data
+    where none was given)."""
+    msg = f"wrote {out}: {result.index.shape}, index {result.index.min():.4f} to {result.index.max():.4f}"
+    if method == "tv" and result.info.get("tv_weight") is not None:
+        msg += f"; TV weight {result.info['tv_weight']:.3g}" + (" (chosen from the data)" if tv_weight in (None, "auto")
+                                                                  else "")
+    return msg
+
+
 def fitted_geometry(H, ratio, g, approximation: str, quiet: bool):
     """``g`` with the axis fitted to ``ratio`` where the data determine it (:func:`qora.holo.fit_axis`); the fit
     is printed either way, with a bar while it runs."""
@@ -181,10 +191,7 @@ def _reconstruct_series(fields, angles, *, wavelength, medium_index, pixel, na_d
         H.write_volume(out, result.index, g, method=method, approximation=result.approximation, iterations=iterations,
                        extra={"refocus_distance_um": moved})
         write_absorption(out, result)
-    msg = f"wrote {out}: {result.index.shape}, index {result.index.min():.4f} to {result.index.max():.4f}"
-    if method == "tv" and result.info.get("tv_weight") is not None:
-        msg += f"; TV weight {result.info['tv_weight']:.3g}" + (" (chosen from the data)" if tv_weight in (None, "auto")
-                                                                  else "")
+    msg = written_line(out, result, method, tv_weight)
     if distance is not None or autofocus:
         msg += f"; fields refocused by {moved:.3f} um"
     if truth is not None and truth.shape == result.index.shape:
