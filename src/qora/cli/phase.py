@@ -158,6 +158,8 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
                              keep_all=keep_all or consensus is not None, progress=bar)
     from qora.phase.recipe import FEW_PHOTONS_RECIPE, Recipe, is_default
 
+    if result.choice:  # the default chose the recipe by the pattern (e.g. a real object's search)
+        click.echo(result.choice)
     if is_default(recipe) and result.recipe == str(Recipe.parse(FEW_PHOTONS_RECIPE)):
         click.echo("few counts (below 1000 photons per speckle): ran the few-photons recipe")
     if result.coherence_width is not None:

@@ -38,13 +38,17 @@ def twin(x: np.ndarray) -> np.ndarray:
     return out
 
 
+def _ramp(spec, delta):
+    """A spectrum times the phase ramp that translates its object by ``delta`` pixels."""
+    for ax, (n, d) in enumerate(zip(spec.shape, delta)):
+        f = np.fft.fftfreq(n).reshape([-1 if i == ax else 1 for i in range(spec.ndim)])
+        spec = spec * np.exp(-2j * np.pi * f * d)
+    return spec
+
+
 def shift(x: np.ndarray, delta) -> np.ndarray:
     """Translate ``x`` by ``delta`` pixels (sub-pixel allowed) with a Fourier phase ramp."""
-    spec = fft.fftn(x)
-    for ax, (n, d) in enumerate(zip(x.shape, delta)):
-        f = np.fft.fftfreq(n).reshape([-1 if i == ax else 1 for i in range(x.ndim)])
-        spec = spec * np.exp(-2j * np.pi * f * d)
-    return fft.ifftn(spec)
+    return fft.ifftn(_ramp(fft.fftn(x), delta))
 
 
 def _overlap_at(cross, freqs, d) -> float:
@@ -63,13 +67,17 @@ def _overlap_at(cross, freqs, d) -> float:
     return abs(complex(out[0]))
 
 
-def _best_shift(x, ref):
-    """The translation maximising |<shift(x), ref>|: integer peak, then sub-pixel refinement."""
-    cross = np.conj(fft.fftn(x)) * fft.fftn(ref)
+def _best_shift(spec_x, spec_ref, *, subpixel: bool = True):
+    """The translation maximising |<shift(x), ref>| from the objects' spectra: the integer peak of the
+    cross-correlation, then (``subpixel``) its refinement."""
+    cross = np.conj(spec_x) * spec_ref
     xc = fft.ifftn(cross)
-    peak = np.array(np.unravel_index(int(np.argmax(np.abs(xc))), x.shape), float)
-    peak = np.where(peak > np.array(x.shape) / 2, peak - np.array(x.shape), peak)
-    freqs = [np.fft.fftfreq(n) for n in x.shape]
+    shape = spec_x.shape
+    peak = np.array(np.unravel_index(int(np.argmax(np.abs(xc))), shape), float)
+    peak = np.where(peak > np.array(shape) / 2, peak - np.array(shape), peak)
+    if not subpixel:
+        return peak
+    freqs = [np.fft.fftfreq(n) for n in shape]
 
     def overlap(d):
         return -_overlap_at(cross, freqs, d)
@@ -88,14 +96,12 @@ def align(x: np.ndarray, reference: np.ndarray, *, allow_twin: bool = True, subp
     ref = np.asarray(reference, np.complex128)
     if x.shape != ref.shape:
         raise ValueError(f"shapes differ: {x.shape} and {ref.shape}")
+    spec_ref = fft.fftn(ref)
     best = None
     for is_twin in ((False, True) if allow_twin else (False,)):
-        cand = twin(x) if is_twin else x
-        d = _best_shift(cand, ref) if subpixel else np.zeros(x.ndim)
-        if not subpixel:
-            xc = fft.ifftn(fft.fftn(ref) * np.conj(fft.fftn(cand)))
-            d = np.array(np.unravel_index(int(np.argmax(np.abs(xc))), x.shape), float)
-        moved = shift(cand, d) if np.any(d != 0) else cand
+        spec = fft.fftn(twin(x) if is_twin else x)
+        d = _best_shift(spec, spec_ref, subpixel=subpixel)
+        moved = fft.ifftn(_ramp(spec, d))
         c = np.vdot(moved, ref)
         phase = float(np.angle(c))
         moved = moved * np.exp(1j * phase)
@@ -128,15 +134,15 @@ def scaled_error(x: np.ndarray, reference: np.ndarray) -> tuple[float, dict]:
     return float(np.linalg.norm(scale * aligned - ref) / np.linalg.norm(ref)), info
 
 
-def prtf(objects, intensity, *, nbins: int | None = None):
+def prtf(objects, intensity, *, nbins: int | None = None, aligned: bool = False):
     """Phase-retrieval transfer function over starts, radially averaged.
 
-    ``objects`` (K, *shape) are aligned to the first; PRTF(q) = |<F x_k>| / sqrt(I)
+    ``objects`` (K, *shape) are aligned to the first (``aligned``: they already are); PRTF(q) = |<F x_k>| / sqrt(I)
     in shells of |q|. Returns ``(q, prtf)`` with q in cycles per pixel.
     """
     objects = np.asarray(objects)
     ref = objects[0]
-    aligned = np.stack([ref] + [align(o, ref)[0] for o in objects[1:]])
+    aligned = objects if aligned else np.stack([ref] + [align(o, ref)[0] for o in objects[1:]])
     axes = tuple(range(1, objects.ndim))
     spec = np.fft.fftshift(fft.fftn(np.fft.ifftshift(aligned, axes=axes), axes=axes, norm="ortho"), axes=axes)
     mean = np.abs(spec.mean(axis=0))
@@ -258,12 +264,14 @@ def agreement(objects, supports, scores, *, intensity=None, bound: float = AGREE
     objects, supports, intensity, factor = _coarse(objects, supports, intensity)
     best = order[0]
     ref = objects[best] / max(np.linalg.norm(objects[best]), 1e-30)
-    errors, overlaps = [0.0], [1.0]
+    errors, overlaps, moved = [0.0], [1.0], {best: objects[best]}
     for i in order[1:]:
-        unit = objects[i] / max(np.linalg.norm(objects[i]), 1e-30)
-        aligned, info = align(unit, ref)
+        norm = max(np.linalg.norm(objects[i]), 1e-30)
+        aligned, info = align(objects[i] / norm, ref)
         errors.append(float(np.linalg.norm(aligned - ref)))
         overlaps.append(_support_overlap(supports[i], supports[best], info))
+        if errors[-1] <= bound:  # kept for the PRTF (alignment is linear: the start's own scale restored)
+            moved[i] = aligned * norm
     agreeing = [i for i, e in zip(order, errors) if e <= bound]
     total = len(order)
     reproducible = None if total < 2 else 2 * len(agreeing) >= total
@@ -276,7 +284,7 @@ def agreement(objects, supports, scores, *, intensity=None, bound: float = AGREE
            "agree": len(agreeing), "total": total, "bound": float(bound), "reproducible": reproducible,
            "message": message, "coarsened": factor}
     if intensity is not None and len(agreeing) >= 2:
-        q, curve = prtf(objects[agreeing], intensity)
+        q, curve = prtf(np.stack([moved[i] for i in agreeing]), intensity, aligned=True)
         cutoff = prtf_resolution(q, curve)
         out.update(prtf_q=(q / factor).tolist(), prtf=[None if not np.isfinite(v) else float(v) for v in curve],
                    resolution_px=float(factor / cutoff) if cutoff > 0 else None)

@@ -70,23 +70,13 @@ class _DeviceState:
                                  xp=self.xp, **options)
 
 
-class _KernelEngine(_DeviceState):
-    """Iterations of hand-written kernels, either read back every iteration or as CUDA graphs.
+class _GraphLoop:
+    """Iterations of a ``_step(a, b, code)`` (queued on the current stream, allocation-free), either read back
+    every iteration or captured as CUDA graphs, with the Fourier error of each start and iteration in a device
+    history indexed by a device-side counter. Users set ``batch``, ``denominator`` and call :meth:`_init_loop`."""
 
-    Subclasses provide ``_step(a, b, code)`` (one iteration, queued on the current
-    stream, allocation-free) and may convert ``x`` on the way in and out.
-    """
-
-    def __init__(self, amp, support, batch: int, *, graph: bool) -> None:
-        super().__init__(amp, support, batch)
+    def _init_loop(self, graph: bool) -> None:
         self.use_graph = graph
-        module = load_module("qora.phase", "phase.cu")
-        self._kernels = {name: module.get_function(name) for name in (
-            "modulus_step", "update_step", "modulus_half", "update_half", "update_mixed", "to_half", "from_half")}
-        work = self.n // 2 if self.n % 2 == 0 else self.n
-        sms = self.backend.device_facts().sm_count
-        self.grid = (max(1, min(-(-work // THREADS), max(1, 8 * sms // self.batch))), self.batch)
-        self.flat_grid = (max(1, min(-(-(self.n * self.batch) // THREADS), 16 * sms)),)
         self.counter = self.xp.zeros(1, np.int32)
         self.history = self.xp.zeros(0, np.float64)
         self._graphs: dict = {}
@@ -137,6 +127,32 @@ class _KernelEngine(_DeviceState):
         """A run of iterations, queued (captured into the graph)."""
         for _ in range(iterations):
             self._step(a, b, code)
+
+
+def grid_blocks(backend, work: int, batch: int) -> tuple[int, int]:
+    """The launch grid of the element-wise kernels: blocks of :data:`THREADS` over ``work`` items per start (at
+    most 8 per multiprocessor over all starts, each looping grid-stride), the start on the grid's y index."""
+    sms = backend.device_facts().sm_count
+    return (max(1, min(-(-work // THREADS), max(1, 8 * sms // batch))), batch)
+
+
+class _KernelEngine(_GraphLoop, _DeviceState):
+    """Iterations of hand-written kernels, either read back every iteration or as CUDA graphs.
+
+    Subclasses provide ``_step(a, b, code)`` (one iteration, queued on the current
+    stream, allocation-free) and may convert ``x`` on the way in and out.
+    """
+
+    def __init__(self, amp, support, batch: int, *, graph: bool) -> None:
+        super().__init__(amp, support, batch)
+        self._init_loop(graph)
+        module = load_module("qora.phase", "phase.cu")
+        self._kernels = {name: module.get_function(name) for name in (
+            "modulus_step", "update_step", "modulus_half", "update_half", "update_mixed", "to_half", "from_half")}
+        work = self.n // 2 if self.n % 2 == 0 else self.n
+        self.grid = grid_blocks(self.backend, work, self.batch)
+        sms = self.backend.device_facts().sm_count
+        self.flat_grid = (max(1, min(-(-(self.n * self.batch) // THREADS), 16 * sms)),)
 
     def _launch_fp32(self, y, plan, a, b, code) -> None:
         k = self._kernels

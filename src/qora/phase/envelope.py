@@ -20,8 +20,10 @@ and the default's shrinkwrap collapses (docs/phase.md, "The ESRF logo"). Why eac
 5. *Ranking:* the smallest support among the starts within 5% of the lowest amplitude R-factor (a swollen
    support fits a noisy pattern's inconsistencies slightly better; the object does not).
 
-Only for real, non-negative objects (the logo's symmetrized pattern says so); arrays follow the backend
-(NumPy or CuPy), so both backends run these same lines. Measured: docs/phase.md.
+Only for real, non-negative objects (a centrosymmetric pattern says the object is real: :mod:`qora.phase.symmetry`).
+Every start is iterated at once, arrays (starts, *shape) on the backend (NumPy or CuPy): the support steps below
+are the same lines on both; the iterations run as array code, the CPU's fused loops or the GPU's kernels and
+graphs (:mod:`qora.phase.envelope_iterate`). Measured: docs/phase.md, docs/phase-performance.md.
 """
 
 from __future__ import annotations
@@ -29,14 +31,14 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import scipy.ndimage
 
 from qora.backend import fft as backend_fft
-from qora.progress import report
+from qora.phase.envelope_iterate import STAGE, ArrayIterations, FastCpuIterations, Pattern, friedel_complete
 
 __all__ = ["NAME", "GROW", "DAMPING", "ITERATIONS", "friedel_complete", "search", "reconstruct"]
 
-NAME = "real-envelope"  # recipe.ENVELOPE_RECIPE
-BETA = 0.9
+NAME = STAGE  # recipe.ENVELOPE_RECIPE
 GROW = 10  # px the envelope is grown by before each positivity pass (7-10 px worked on the logo; 6 and 14 did not)
 DAMPING = 0.99  # factor on the unmeasured Fourier values at each projection of the positivity passes
 ENVELOPE = (200, 20, 40, 5)  # first HIO, then cycles of (HIO, ER) each followed by a shrinkwrap
@@ -47,211 +49,158 @@ ITERATIONS = (ENVELOPE[0] + ENVELOPE[1] * (ENVELOPE[2] + ENVELOPE[3])
               + 2 * (POSITIVE[0] + POSITIVE[1] * (POSITIVE[2] + POSITIVE[3])) + sum(REFINE))
 
 
-def _mirror(a, xp):
-    """a(-q) about index n//2 on every axis (detector layout)."""
-    out = a
-    for ax in range(a.ndim):
-        out = xp.roll(xp.flip(out, axis=ax), 1 - a.shape[ax] % 2, axis=ax)
-    return out
+class _Supports:
+    """The support steps on a batch of starts (arrays (starts, *shape)): no step couples two starts."""
 
-
-def friedel_complete(amplitude, measured, xp=np):
-    """Amplitudes and measured pixels completed by Friedel's law (detector layout, q = 0 at n//2): a pixel
-    unmeasured whose mirror was measured takes the mirror's amplitude."""
-    mirrored = _mirror(measured, xp)
-    return xp.where(measured, amplitude, _mirror(amplitude, xp)), measured | mirrored
-
-
-class _Problem:
-    """The pattern on one backend: amplitudes and the measured mask in FFT layout (full and half spectra)."""
-
-    def __init__(self, intensity, mask, xp, ndi, *, reference: bool = False):
+    def __init__(self, xp, ndi, ndim: int) -> None:
         self.xp, self.ndi = xp, ndi
-        intensity = xp.asarray(intensity, dtype=xp.float64)
-        measured = ~xp.asarray(mask, dtype=bool) if mask is not None else xp.ones(intensity.shape, bool)
-        amp, meas = friedel_complete(xp.sqrt(xp.maximum(intensity, 0)), measured, xp)
-        self.shape, self.axes = intensity.shape, tuple(range(intensity.ndim))
-        self.amp = xp.fft.ifftshift(amp).astype(xp.float32)
-        self.meas = xp.fft.ifftshift(meas)
-        half = self.shape[-1] // 2 + 1
-        self.amp_r, self.meas_r = self.amp[..., :half], self.meas[..., :half]
-        self.intensity, self.measured = intensity, measured
-        self.norm = float(xp.sum(self.amp[self.meas].astype(xp.float64) ** 2))
-        self.fast = None  # the CPU's fused path (envelope_cpu); ``reference``: the array code, as on the GPU
-        if xp is np and not reference:
-            from qora.phase import envelope_cpu
+        self.spatial = tuple(range(1, ndim + 1))
+        cross = np.zeros((3,) * (ndim + 1), bool)  # nearest neighbours within a start, none across starts
+        cross[1] = scipy.ndimage.generate_binary_structure(ndim, 1)
+        self.cross = xp.asarray(cross)
 
-            self.fast = envelope_cpu.Projections(self) if envelope_cpu.available() else None
-
-    def _fit(self, spectrum, amp, meas, damp):
-        """The modulus step on a spectrum, and the Fourier error of the spectrum it was given."""
+    def shrinkwrap(self, x, support, sigma: float, threshold: float):
+        """PyNX's rule per start: blurred |x| above ``threshold`` times its rms over that start's support."""
         xp = self.xp
-        modulus = xp.abs(spectrum)
-        err = xp.sqrt(xp.sum(xp.where(meas, (modulus - amp) ** 2, 0)) / self.norm)  # on the device: no sync
-        out = xp.where(meas, amp * spectrum / xp.maximum(modulus, 1e-12), spectrum * damp)
-        return out, err
+        blurred = xp.abs(x).astype(xp.float32)
+        for ax in self.spatial:  # gaussian_filter's passes, none along the starts
+            blurred = self.ndi.gaussian_filter1d(blurred, sigma, axis=ax)
+        inside = support.astype(xp.float32)
+        rms = xp.sqrt(xp.sum(blurred**2 * inside, axis=self.spatial) / xp.maximum(xp.sum(inside, axis=self.spatial), 1))
+        return blurred > threshold * rms.reshape((-1,) + (1,) * len(self.spatial))
 
-    def project_complex(self, x):
-        if self.fast is not None:
-            return self.fast.complex(x)
-        spectrum, err = self._fit(backend_fft.fftn(x, norm="ortho"), self.amp, self.meas, 1.0)
-        return backend_fft.ifftn(spectrum, norm="ortho").astype(self.xp.complex64), err
-
-    def update(self, x, p, support, *, hio: bool, positive: bool):
-        """HIO's (``hio``) or ER's update of ``x`` from its projection ``p`` on ``support`` (with ``positive``, the
-        object's negative values are treated as outside it: Fienup's feedback there)."""
-        if self.fast is not None:
-            from qora.phase.envelope_cpu import update
-
-            return update(x, p, support, BETA, hio=hio, positive=positive)
+    def filled(self, support):
+        """Each start's support with its holes filled: every background region that does not touch the array's
+        edge. (Written with ``label`` because CuPy's ``binary_fill_holes`` needs the iterated dilation it lacks.)"""
         xp = self.xp
-        keep = support & (p > 0) if positive else support
-        return xp.where(keep, p, x - BETA * p if hio else 0).astype(p.dtype)
+        labels, _ = self.ndi.label(~support, structure=self.cross)
+        edge = xp.zeros(support.shape, bool)
+        for ax in self.spatial:
+            index = [slice(None)] * support.ndim
+            for end in (0, -1):
+                index[ax] = end
+                edge[tuple(index)] = True
+        outside = xp.unique(labels[edge & ~support])
+        return support | ~xp.isin(labels, outside)
 
-    def project_real(self, x, damp):
-        if self.fast is not None:
-            return self.fast.real(x, damp)
-        spectrum, err = self._fit(backend_fft.rfftn(x, norm="ortho"), self.amp_r, self.meas_r, damp)
-        return backend_fft.irfftn(spectrum, s=self.shape, norm="ortho").astype(self.xp.float32), err
+    def grown(self, support, px: int):
+        """The supports, holes filled, grown by ``px`` pixels (``brute_force``: CuPy iterates no other way)."""
+        return self.ndi.binary_dilation(self.filled(support), structure=self.cross, iterations=px, brute_force=True)
 
 
-class _Run:
-    """One start's iterations, with its error history and progress."""
-
-    def __init__(self, problem, progress, done, total):
-        self.p, self.progress, self.done, self.total, self.errors = problem, progress, done, total, []
-
-    def _tick(self, err):
-        self.errors.append(err)
-        if len(self.errors) % 50 == 0:
-            report(self.progress, NAME, self.done + len(self.errors), self.total)
-
-    def history(self) -> np.ndarray:
-        """The Fourier error of every iteration (dimensionless, as PhaseResult.errors), on the host."""
-        xp = self.p.xp
-        return np.asarray(xp.asnumpy(xp.stack(self.errors)) if hasattr(xp, "asnumpy") else np.stack(self.errors),
-                          dtype=np.float64)
-
-    def complex(self, x, support, hio, er):
-        for k in range(hio + er):
-            p, err = self.p.project_complex(x)
-            self._tick(err)
-            x = self.p.update(x, p, support, hio=k < hio, positive=False)
-        return x
-
-    def positive(self, x, support, hio, er, damp):
-        for k in range(hio + er):
-            p, err = self.p.project_real(x, damp)
-            self._tick(err)
-            x = self.p.update(x, p, support, hio=k < hio, positive=True)
-        return x
-
-    def shrinkwrap(self, x, support, sigma, threshold):
-        """PyNX's rule: blurred |x| above ``threshold`` times its rms over the current support."""
-        xp = self.p.xp
-        blurred = self.p.ndi.gaussian_filter(xp.abs(x).astype(xp.float32), sigma)
-        return blurred > threshold * xp.sqrt(xp.mean(blurred[support] ** 2))
+def _filled(support, xp, ndi):
+    """One support with its holes filled (:meth:`_Supports.filled` on a batch of one)."""
+    return _Supports(xp, ndi, support.ndim).filled(support[None])[0]
 
 
 def _sigmas(first, last, count):
     return [first * (last / first) ** (k / max(count - 1, 1)) for k in range(count)]
 
 
-def _autocorrelation(problem, level=0.01):
-    xp = problem.xp
-    ac = xp.abs(xp.fft.fftshift(backend_fft.ifftn(xp.fft.ifftshift(xp.where(problem.measured, problem.intensity, 0)))))
+def _autocorrelation(pattern, level=0.01):
+    xp = pattern.xp
+    measured = xp.where(pattern.measured, pattern.intensity, 0)
+    ac = xp.abs(xp.fft.fftshift(backend_fft.ifftn(xp.fft.ifftshift(measured))))
     return ac > level * ac.max()
 
 
-def _filled(support, xp, ndi):
-    """The support with its holes filled: every background region that does not touch the array's edge.
-    (Written with ``label`` because CuPy's ``binary_fill_holes`` needs the iterated dilation it lacks.)"""
-    labels, _ = ndi.label(~support)
-    edge = xp.zeros(support.shape, bool)
-    for ax in range(support.ndim):
-        index = [slice(None)] * support.ndim
-        for end in (0, -1):
-            index[ax] = end
-            edge[tuple(index)] = True
-    outside = xp.unique(labels[edge & ~support])
-    return support | ~xp.isin(labels, outside)
-
-
-def _grown(support, xp, ndi, px):
-    """The support, holes filled, grown by ``px`` pixels (``brute_force``: CuPy iterates no other way)."""
-    return ndi.binary_dilation(_filled(support, xp, ndi), iterations=px, brute_force=True)
-
-
-def search(problem, rng, run):
-    """One start: the envelope, two positivity passes, the refinement. Returns (object, support)."""
-    xp, ndi = problem.xp, problem.ndi
-    shape = problem.shape
-    support = _autocorrelation(problem)
-    x = xp.asarray((rng.random(shape) * np.exp(2j * np.pi * rng.random(shape))).astype(np.complex64)) * support
-    first, cycles, hio, er = ENVELOPE
-    x = run.complex(x, support, first, 0)
+def _twin_half(support, xp, ndi):
+    """The part of the autocorrelation support above its centre of mass along the first axis: the object and its
+    twin are the two halves, so keeping one removes the twin."""
     centre = float(ndi.center_of_mass(support.astype(xp.float32))[0])  # CuPy sums bool slowly (and warns)
-    rows = xp.arange(shape[0]).reshape((-1,) + (1,) * (len(shape) - 1))
-    support = support & (rows < centre)  # the twin is the other half: keep one
+    rows = xp.arange(support.shape[0]).reshape((-1,) + (1,) * (support.ndim - 1))
+    return support & (rows < centre)
+
+
+def search(pattern, rngs, run, ndi):
+    """Every start at once (start k draws from ``rngs[k]``): the envelope, two positivity passes, the refinement.
+    Returns (objects, supports), arrays (starts, *shape)."""
+    xp, shape = pattern.xp, pattern.shape
+    steps = _Supports(xp, ndi, len(shape))
+    draw = lambda make: xp.asarray(np.stack([make(r) for r in rngs]))  # noqa: E731
+    start = _autocorrelation(pattern)
+    x = draw(lambda r: (r.random(shape) * np.exp(2j * np.pi * r.random(shape))).astype(np.complex64)) * start
+    support = xp.broadcast_to(start, x.shape)
+    first, cycles, hio, er = ENVELOPE
+    x = run.complex(x, support, first, hio=True)
+    support = xp.broadcast_to(_twin_half(start, xp, ndi), x.shape)
     x = x * support
     for sigma in _sigmas(2.0, 0.5, cycles):
-        x = run.complex(x, support, hio, er)
-        support = run.shrinkwrap(x, support, sigma, 0.25)
+        x = run.complex(run.complex(x, support, hio, hio=True), support, er, hio=False)
+        support = steps.shrinkwrap(x, support, sigma, 0.25)
     first, cycles, hio, er = POSITIVE
     for _ in range(2):
-        support = _grown(support, xp, ndi, GROW)
-        x = xp.asarray(rng.random(shape).astype(np.float32)) * support
-        x = run.positive(x, support, first, 0, DAMPING)
+        support = steps.grown(support, GROW)
+        x = draw(lambda r: r.random(shape).astype(np.float32)) * support
+        x = run.positive(x, support, first, hio=True, damp=DAMPING)
         for sigma in _sigmas(1.0, 0.5, cycles):
-            x = run.positive(x, support, hio, er, DAMPING)
-            support = run.shrinkwrap(x, support, sigma, 0.15)
-    support = _grown(support, xp, ndi, 1)
-    x = run.positive(x * support, support, REFINE[0], REFINE[1], 1.0)
-    return x, support
+            x = run.positive(run.positive(x, support, hio, hio=True, damp=DAMPING), support, er, hio=False,
+                             damp=DAMPING)
+            support = steps.shrinkwrap(x, support, sigma, 0.15)
+    support = steps.grown(support, 1)
+    x = run.positive(x * support, support, REFINE[0], hio=True, damp=1.0)
+    return run.positive(x, support, REFINE[1], hio=False, damp=1.0), support
+
+
+def iterations_for(pattern: Pattern, backend, starts: int, *, progress=None, total: int = 0, reference=False):
+    """The fastest provider on ``backend`` (``reference``: the array code)."""
+    if reference:
+        return ArrayIterations(pattern, starts, progress, total)
+    if backend.is_cuda:
+        from qora.phase.envelope_cuda import CudaIterations
+
+        return CudaIterations(pattern, starts, progress, total)
+    from qora.phase import envelope_cpu
+
+    cls = FastCpuIterations if envelope_cpu.available() else ArrayIterations
+    return cls(pattern, starts, progress, total)
+
+
+def _ndimage(be):
+    if be.is_cuda:
+        from qora.backend import cupy_submodule
+
+        return cupy_submodule("cupyx.scipy.ndimage")
+    import scipy.ndimage
+
+    return scipy.ndimage
 
 
 def reconstruct(intensity, *, mask=None, starts: int = 1, seed: int = 0, backend="auto", progress=None,
-                keep_all: bool = False):
-    """The ``real-envelope`` recipe on ``starts`` starts (start k from ``PCG64(seed + k)``); a
-    :class:`~qora.phase.result.PhaseResult` ranked as the module says (``rank`` "fourier" names the score
-    reported per start; the choice among near-equal ones is the smallest support)."""
+                keep_all: bool = False, reference: bool = False, reason: str = ""):
+    """The ``real-envelope`` recipe on ``starts`` starts (start k from ``PCG64(seed + k)``), all iterated at once;
+    a :class:`~qora.phase.result.PhaseResult` ranked as the module says (``rank`` "fourier" names the score
+    reported per start; the choice among near-equal ones is the smallest support). ``reference``: the array
+    code's iterations (the fused paths' reference). ``reason``: why the recipe was chosen (the result's
+    ``choice``, printed by the CLI)."""
     from qora.backend import resolve
     from qora.phase import analysis
     from qora.phase.result import PhaseResult
     from qora.provenance import versions
 
     be = resolve(backend)
-    xp = be.xp
-    if be.is_cuda:
-        from qora.backend import cupy_submodule
-
-        ndi = cupy_submodule("cupyx.scipy.ndimage")
-    else:
-        import scipy.ndimage as ndi
     t0 = time.perf_counter()
-    problem = _Problem(intensity, mask, xp, ndi)
-    objects, supports, histories = [], [], []
-    for k in range(starts):
-        run = _Run(problem, progress, k * ITERATIONS, starts * ITERATIONS)
-        x, s = search(problem, np.random.default_rng(seed + k), run)
-        objects.append(be.to_host(x).astype(np.complex64))
-        supports.append(be.to_host(s))
-        histories.append(run.history())
+    pattern = Pattern(intensity, mask, be.xp)
+    run = iterations_for(pattern, be, starts, progress=progress, total=starts * ITERATIONS, reference=reference)
+    x, s = search(pattern, [np.random.default_rng(seed + k) for k in range(starts)], run, _ndimage(be))
+    stack_o, stack_s = be.to_host(x).astype(np.complex64), be.to_host(s).astype(bool)
+    t_search = time.perf_counter() - t0
     unmeasured = None if mask is None else np.asarray(mask, bool)
-    pattern = np.asarray(be.to_host(problem.intensity))
-    r = np.array([analysis.amplitude_rfactor(o, pattern, unmeasured) for o in objects])
+    pattern_host = np.asarray(be.to_host(pattern.intensity))
+    r = np.array([analysis.amplitude_rfactor(o, pattern_host, unmeasured) for o in stack_o])
     near = [k for k in range(starts) if r[k] <= NEAR * r.min()]
-    best = min(near, key=lambda k: int(supports[k].sum()))
-    errors = np.array(histories, dtype=np.float64).T
-    final = errors[-1].copy()
-    stack_o, stack_s = np.stack(objects), np.stack(supports)
+    best = min(near, key=lambda k: int(stack_s[k].sum()))
+    errors = run.history()
     result = PhaseResult(
-        object=objects[best], support=supports[best], errors=errors, final_errors=final,
+        object=stack_o[best], support=stack_s[best], errors=errors, final_errors=errors[-1].copy(),
         llk=np.full(starts, np.nan), free_llk=np.full(starts, np.nan), best=best, rank="fourier", recipe=NAME,
-        seed=seed, starts=starts, backend=be.name, variant="array", timings={"run_s": time.perf_counter() - t0},
-        versions=versions(), objects=stack_o if keep_all else None, supports=stack_s if keep_all else None)
+        seed=seed, starts=starts, backend=be.name, variant="array" if reference else "fused",
+        timings={"run_s": time.perf_counter() - t0}, versions=versions(),
+        objects=stack_o if keep_all else None, supports=stack_s if keep_all else None)
     first = np.where(np.arange(starts) == best, -np.inf, r)  # the report aligns every start to the one ranked first
-    result.agreement = analysis.agreement(stack_o, stack_s, first, intensity=pattern)
+    result.agreement = analysis.agreement(stack_o, stack_s, first, intensity=pattern_host)
     result.convergence = analysis.convergence(errors[:, best])
     result.timings["rfactor"] = [float(v) for v in r]
+    result.timings.update(search_s=t_search, report_s=time.perf_counter() - t0 - t_search)
+    result.choice = reason
     return result

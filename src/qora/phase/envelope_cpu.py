@@ -1,6 +1,6 @@
 """The CPU fast path of the envelope search's projections (:mod:`qora.phase.envelope`): ducc0's transforms in
-place and the modulus step with its error sum as one Numba loop over the spectrum, where the array code of
-:class:`qora.phase.envelope._Problem` (the reference, and the GPU's path) makes five NumPy passes and pocketfft's
+place and the modulus step with its error sum as one Numba loop over each start's spectrum, where the array code
+of :class:`qora.phase.envelope_iterate.ArrayIterations` (the reference) makes five NumPy passes and pocketfft's
 copies. ``tests/phase/test_phase_envelope.py`` compares the two; docs/phase-performance.md has the times.
 """
 
@@ -45,7 +45,7 @@ def _fit(spec, amp, meas, damp):
 @numba.njit(parallel=True, fastmath=True, cache=True)
 def _update_real(x, p, support, beta, hio, positive):
     for i in numba.prange(x.size):
-        if support[i] and (p[i] > 0 or not positive):
+        if support[i] and (p[i] >= 0 or not positive):
             x[i] = p[i]
         elif hio:
             x[i] = x[i] - beta * p[i]
@@ -77,27 +77,33 @@ def update(x, p, support, beta: float, *, hio: bool, positive: bool):
 
 
 class Projections:
-    """The complex and the real projection of one pattern (the ``_Problem``'s amplitudes and mask)."""
+    """The complex and the real projection of a batch of starts (arrays (starts, *shape)) of one pattern
+    (:class:`qora.phase.envelope_iterate.Pattern`). Each returns the projection and each start's Fourier error."""
 
-    def __init__(self, problem) -> None:
+    def __init__(self, pattern) -> None:
         self.ducc0 = _ducc0()
-        self.shape, self.axes, self.norm = problem.shape, problem.axes, problem.norm
-        self.amp, self.meas = (np.ascontiguousarray(a).reshape(-1) for a in (problem.amp, problem.meas))
-        self.amp_r, self.meas_r = (np.ascontiguousarray(a).reshape(-1) for a in (problem.amp_r, problem.meas_r))
+        self.shape, self.axes = pattern.shape, pattern.axes
+        self.norm, self.norm_r = pattern.norm, pattern.norm_r
+        self.amp, self.meas = (np.ascontiguousarray(a).reshape(-1) for a in (pattern.amp, pattern.meas))
+        self.amp_r, self.meas_r = (np.ascontiguousarray(a).reshape(-1) for a in (pattern.amp_r, pattern.meas_r))
         self.threads = cpu_threads(int(np.prod(self.shape)))
+
+    @staticmethod
+    def _fit_each(spec, amp, meas, damp, norm) -> np.ndarray:
+        return np.array([math.sqrt(_fit(s.reshape(-1), amp, meas, np.float32(damp)) / norm) for s in spec])
 
     def complex(self, x):
         fft = self.ducc0.fft
         numba_threads()
         spec = fft.c2c(np.asarray(x, np.complex64), axes=self.axes, forward=True, inorm=1, nthreads=self.threads)
-        err = _fit(spec.reshape(-1), self.amp, self.meas, np.float32(1.0))
+        err = self._fit_each(spec, self.amp, self.meas, 1.0, self.norm)
         fft.c2c(spec, axes=self.axes, forward=False, inorm=1, out=spec, nthreads=self.threads)
-        return spec, math.sqrt(err / self.norm)
+        return spec, err
 
     def real(self, x, damp):
         fft = self.ducc0.fft
         numba_threads()
         spec = fft.r2c(np.asarray(x, np.float32), axes=self.axes, forward=True, inorm=1, nthreads=self.threads)
-        err = _fit(spec.reshape(-1), self.amp_r, self.meas_r, np.float32(damp))
+        err = self._fit_each(spec, self.amp_r, self.meas_r, damp, self.norm_r)
         out = fft.c2r(spec, axes=self.axes, lastsize=self.shape[-1], forward=False, inorm=1, nthreads=self.threads)
-        return out, math.sqrt(err / self.norm)
+        return out, err

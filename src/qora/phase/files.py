@@ -86,6 +86,8 @@ def write_result(path, result) -> None:
         for name in ("agreement", "convergence"):  # the starts' agreement and the best start's convergence
             if getattr(result, name) is not None:
                 proc.attrs[name] = json.dumps(getattr(result, name))
+        if result.choice:  # why the default ran the recipe it ran
+            proc.attrs["choice"] = str(result.choice)
         if result.pixel_size is not None:
             img.attrs["pixel_size_m"] = np.asarray(result.pixel_size, float)
         if result.objects is not None:
@@ -121,6 +123,7 @@ def read_result(path):
             coherence_width=float(a["coherence_width"]) if "coherence_width" in a else None,
             agreement=json.loads(a["agreement"]) if "agreement" in a else None,
             convergence=json.loads(a["convergence"]) if "convergence" in a else None,
+            choice=str(a.get("choice", "")),
         )
 
 

@@ -61,6 +61,9 @@ class PhaseResult:
     convergence : dict or None
         Was the best start still improving when the recipe ended? (:func:`qora.phase.analysis.convergence`):
         the relative fall of its Fourier error over the last iterations, ``converged`` and a ``message``.
+    choice : str
+        Why the default took the recipe it ran, when it chose one by the pattern (e.g. the real-object search for
+        a centrosymmetric pattern, :func:`qora.phase.symmetry.centrosymmetry`); "" when the recipe was given.
     """
 
     object: np.ndarray
@@ -89,6 +92,7 @@ class PhaseResult:
     coherence_width: float | None = None
     agreement: dict | None = None
     convergence: dict | None = None
+    choice: str = ""
 
     @property
     def fourier_error(self) -> float:

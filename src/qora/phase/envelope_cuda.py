@@ -1,0 +1,97 @@
+"""The envelope search's iterations on the GPU: every start at once, each block of iterations one CUDA graph.
+
+The complex passes are the ``batched`` variant's engine (:class:`qora.phase.cuda.CudaEngine`: batched cuFFT,
+``phase.cu``'s modulus step and update). The positivity passes iterate real starts through R2C / C2R transforms
+with ``envelope.cu``'s damped modulus step and positive update (:class:`PositiveEngine`). Both keep each
+start's error in a device history read once per block. The array code (:class:`ArrayIterations` on CuPy) is the
+reference they are tested against (tests/phase/test_phase_envelope_gpu.py); docs/phase-performance.md has the
+times.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from qora.backend import resolve
+from qora.backend.kernels import load_module
+from qora.phase.cuda_base import THREADS, _GraphLoop, grid_blocks
+from qora.phase.envelope_iterate import BETA, ArrayIterations, Pattern
+
+__all__ = ["PositiveEngine", "CudaIterations"]
+
+
+def _coefficients(hio: bool) -> tuple[float, float]:
+    return (1.0, -BETA) if hio else (0.0, 0.0)
+
+
+class PositiveEngine(_GraphLoop):
+    """HIO and ER with positivity on ``batch`` real starts of ``shape``; the unmeasured Fourier values (``amp_half``
+    -1, FFT layout, half spectrum) are multiplied by the damping set with :meth:`iterate`'s ``damp``."""
+
+    def __init__(self, amp_half: np.ndarray, shape, batch: int, *, graph: bool = True) -> None:
+        self.backend = resolve("cuda")
+        xp = self.xp = self.backend.xp
+        self.batch, self.shape = int(batch), tuple(shape)
+        full = (self.batch,) + self.shape
+        self.plan = self.backend.fft.r2c(full, np.float32, axes=tuple(range(1, len(full))), norm=None)
+        self.x, self.p = xp.zeros(full, np.float32), xp.zeros(full, np.float32)
+        self.y = xp.empty(self.plan.spectrum_shape, np.complex64)
+        self.support = xp.zeros(full, np.uint8)
+        self.amp = xp.asarray(np.ascontiguousarray(amp_half, np.float32))
+        self.denominator = float(np.sum(np.where(amp_half >= 0, np.asarray(amp_half, np.float64) ** 2, 0.0)))
+        self.n, self.n_half = int(np.prod(self.shape)), int(amp_half.size)
+        self.scale = 1.0 / math.sqrt(self.n)
+        self.damp = xp.ones(1, np.float32)  # read by the kernel: one captured graph serves every damping
+        module = load_module("qora.phase", "envelope.cu")
+        self._modulus, self._update = (module.get_function(k) for k in ("modulus_damped", "update_positive"))
+        self.grid_half = grid_blocks(self.backend, self.n_half, self.batch)
+        self.grid = grid_blocks(self.backend, self.n, self.batch)
+        self._init_loop(graph)
+        self.plan.forward(self.x, out=self.y)  # cuFFT kernels resident before any capture
+        xp.cuda.get_current_stream().synchronize()
+
+    def _step(self, a, b, code) -> None:
+        self.plan.forward(self.x, out=self.y)
+        self._modulus(self.grid_half, (THREADS,), (self.y, self.amp, np.float32(self.scale), np.int64(self.n_half),
+                                                   self.damp, self.history, self.counter))
+        self.plan.inverse(self.y, out=self.p)  # C2R may overwrite y: it is scratch
+        self._update(self.grid, (THREADS,), (self.x, self.p, self.support, np.float32(a), np.float32(b),
+                                             np.int64(self.n), self.counter))
+
+    def run(self, count: int, *, hio: bool, damp: float) -> np.ndarray:
+        """``count`` iterations; each start's Fourier error per iteration (count, batch), on the host."""
+        self.damp.fill(np.float32(damp))
+        a, b = _coefficients(hio)
+        return self.iterate(count, a, b, "positive")
+
+
+class CudaIterations(ArrayIterations):
+    """:class:`ArrayIterations`' interface on the GPU's engines; the blocks' errors recorded per block."""
+
+    def __init__(self, pattern: Pattern, starts: int, progress=None, total: int = 0) -> None:
+        from qora.phase.cuda import CudaEngine
+
+        super().__init__(pattern, starts, progress, total)
+        full = np.ones(pattern.shape, bool)
+        self.complex_engine = CudaEngine(pattern.native(half=False), full, batch=starts, graph=True)
+        self.positive_engine = PositiveEngine(pattern.native(half=True), pattern.shape, starts)
+
+    @staticmethod
+    def _load(engine, x, support):
+        engine.x[...] = x
+        engine.support[...] = support.astype(np.uint8)
+
+    def complex(self, x, support, count: int, *, hio: bool):
+        engine = self.complex_engine
+        self._load(engine, x, support)
+        a, b = _coefficients(hio)
+        self.record(engine.iterate(count, a, b, None))
+        return engine.x.copy()
+
+    def positive(self, x, support, count: int, *, hio: bool, damp: float):
+        engine = self.positive_engine
+        self._load(engine, x, support)
+        self.record(engine.run(count, hio=hio, damp=damp))
+        return engine.x.copy()
