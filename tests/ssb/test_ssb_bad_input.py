@@ -333,7 +333,7 @@ def test_a_fit_with_the_rotation_fitted_plots(session, monkeypatch, tmp_path):
     stubbed (its cost is the core tests')."""
     import sys
 
-    monkeypatch.setattr(sys.modules["qora.ssb.fit"], "fit_rotation",
+    monkeypatch.setattr(sys.modules["qora.ssb.fitting"], "fit_rotation",
                         lambda s, names, **kw: (0.0, {"C10": 100.0, "C12a": 5.0, "C12b": 18.0}, 0.5))
     result = fit(session, tilt=False)
     assert result["standard"]["parameter_order"][-1] == "rotation"

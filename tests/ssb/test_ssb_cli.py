@@ -335,7 +335,7 @@ def test_one_truthful_report_of_a_fit(tmp_path):
 
     from qora.ssb import Session
     from qora.ssb.files import agreement_curves
-    from qora.ssb.fit import BETTER_MARGIN
+    from qora.ssb.fitting import BETTER_MARGIN
 
     runner = CliRunner()
     data = tmp_path / "thin.h5"

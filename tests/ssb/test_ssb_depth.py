@@ -148,7 +148,7 @@ def test_depth_coherence_of_one_object_and_of_independent_ones(small):
 
 
 def test_the_depth_model_rule():
-    from qora.ssb.fit import _choose_depth_model
+    from qora.ssb.fitting import _choose_depth_model
 
     out = {"better": "thick"}
     _choose_depth_model(out, "auto", 0.56, 0.60, 0.96, 0.22)

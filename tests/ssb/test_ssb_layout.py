@@ -111,7 +111,7 @@ def test_the_seam_picks_the_array_code_on_the_cpu(session):
 
 def test_the_face():
     assert ssb.fit is ssb.fit_session
-    from qora.ssb.fit import fit_rotation, fit_session
+    from qora.ssb.fitting import fit_rotation, fit_session
 
     assert fit_session is ssb.fit and fit_rotation is ssb.fit_rotation
     assert callable(ssb.simulate) and ssb.Session is Session
@@ -127,3 +127,17 @@ def test_each_launcher_names_its_reference():
     assert compiled == set(launchers) - {"agreement_sum"}  # one launcher per compiled kernel (and the reduction)
     for name in launchers:
         assert "Reference:" in getattr(kernels, name).__doc__, name
+
+
+def test_no_module_of_the_face_shares_a_functions_name():
+    """``import qora.ssb.fit`` must not hand back a function: the face's functions and its modules differ in name."""
+    import importlib
+    import pkgutil
+
+    import qora.ssb as face
+
+    modules = {m.name for m in pkgutil.iter_modules(face.__path__)}
+    functions = {name for name in dir(face) if callable(getattr(face, name)) and not isinstance(getattr(face, name), type)}
+    assert not modules & functions, modules & functions
+    assert importlib.import_module("qora.ssb.fitting").fit_session is face.fit
+    assert importlib.import_module("qora.ssb.simulation").simulate is face.simulate

@@ -8,7 +8,7 @@ import pytest
 
 from qora.io.errors import FileFormatError, InputError
 from qora.ssb import Aberrations, Session, amorphous_slices, crystal_slices, load_data, simulate
-from qora.ssb.simulate import film_counts
+from qora.ssb.simulation import film_counts
 from qora.ssb.live import (DectrisSimulator, FellBehind, Frames, LiveG, LiveOptions, MemorySource, MerlinSimulator,
                            MibWriter, Placement, open_source, run_live)
 from qora.ssb.live import bslz4

@@ -7,7 +7,7 @@ import pytest
 
 from qora.io.errors import FileFormatError, InputError
 from qora.ssb import Aberrations, Session, load_data
-from qora.ssb.simulate import film_counts
+from qora.ssb.simulation import film_counts
 from qora.ssb.live import (DectrisSimulator, Frames, LiveG, LiveOptions, MerlinSimulator, MibWriter, cbor, open_source,
                            run_live)
 from qora.ssb.live.ingest import Staging, ingest

@@ -372,7 +372,7 @@ def test_device_decoder_takes_the_receivers_table_and_copies_from_a_registered_s
 @pytest.fixture(scope="module")
 def counts():
     from qora.ssb import Aberrations
-    from qora.ssb.simulate import film_counts
+    from qora.ssb.simulation import film_counts
 
     return film_counts(64, aberrations=Aberrations(C10=-100.0), window=24, alpha_mrad=ALPHA)
 

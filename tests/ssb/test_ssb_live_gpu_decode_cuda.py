@@ -80,7 +80,7 @@ def test_a_damaged_block_on_the_device_is_named(rng):
 @pytest.fixture(scope="module")
 def counts(gpu_module):
     from qora.ssb import Aberrations
-    from qora.ssb.simulate import film_counts
+    from qora.ssb.simulation import film_counts
 
     return film_counts(96, aberrations=Aberrations(C10=-120.0), alpha_mrad=ALPHA)
 

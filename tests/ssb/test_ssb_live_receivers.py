@@ -9,7 +9,7 @@ import pytest
 
 from qora.io.errors import InputError
 from qora.ssb import Aberrations
-from qora.ssb.simulate import film_counts
+from qora.ssb.simulation import film_counts
 from qora.ssb.live import (DectrisSimulator, FellBehind, LiveOptions, MerlinSimulator, Placement, open_source,
                            run_live)
 from qora.ssb.live.bslz4 import compress

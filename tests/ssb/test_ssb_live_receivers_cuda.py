@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from qora.ssb import Aberrations
-from qora.ssb.simulate import film_counts
+from qora.ssb.simulation import film_counts
 from qora.ssb.live import DectrisSimulator, LiveG, LiveOptions, open_source, run_live
 from qora.ssb.live import bslz4
 from qora.ssb.live.bslz4_batch import CompressedFrames

@@ -177,7 +177,7 @@ def simulate_cmd(scan, step, window, kv, semiangle, c10, c12, c12_angle, c30, sl
     are checked first; Ctrl-C stops it, removes the partial file and exits with status 130."""
     from qora.progress import tqdm_progress
     from qora.ssb import amorphous_slices, scan_truth, simulate, write_dataset
-    from qora.ssb.simulate import check_disk, check_simulation_memory
+    from qora.ssb.simulation import check_disk, check_simulation_memory
 
     _outputs(None, {"--out": (out, (".h5", ".hdf5"))})
     positions = scan * scan
@@ -243,7 +243,7 @@ def image_cmd(ctx, data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle
         session = Session(stack, kv=kv, alpha_mrad=semiangle, scan_step=scan_step, rotation=np.deg2rad(rotation),
                           detector=detector, backend=backend)
     if fit is not None and method != "parallax":
-        from qora.ssb.fit import fitted_image
+        from qora.ssb.fitting import fitted_image
 
         phase, method, values = fitted_image(session, fit)
         ab = parameters_to_aberrations(values)

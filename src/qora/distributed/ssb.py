@@ -5,7 +5,7 @@ shard of G (a :class:`qora.ssb.Session` made with ``pixels=``), on its GPU where
 one. The agreement of a parameter set is sum_Q |S(Q)|^2 / N(Q) / T with S, N and T sums over k
 (:meth:`qora.ssb.Band.moments`): each shard returns its partial sums for a batch of
 sets (and for Newton their first and second derivatives), the client adds them up and finishes
-the agreement (:func:`qora.ssb.combine_moments`). The fits of :mod:`qora.ssb.fit` and
+the agreement (:func:`qora.ssb.combine_moments`). The fits of :mod:`qora.ssb.fitting` and
 :mod:`qora.ssb.optimize` run unchanged on a :class:`ShardedSession`: it makes :class:`ShardedBand`
 where they make a Band.
 
@@ -101,7 +101,7 @@ class ShardedSession:
 
     Notes
     -----
-    The fits of :mod:`qora.ssb.fit` (``qora.ssb.fit``, ``fit_rotation``) accept it as their
+    The fits of :mod:`qora.ssb.fitting` (``qora.ssb.fit``, ``fit_rotation``) accept it as their
     session; images need the whole bright field in one :class:`Session`.
     """
 

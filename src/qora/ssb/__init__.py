@@ -10,7 +10,7 @@ The modules, by layer (each imports only those below it; docs/ssb.md):
 
 - :mod:`~qora.ssb.session`: :class:`Session`, G(Q, k) prepared once and its images; its
   ``fit``/``reconstruct`` methods call the fit workflow.
-- :mod:`~qora.ssb.fit`: the workflows (:func:`fit`, :func:`fit_rotation`) and their JSON result.
+- :mod:`qora.ssb.fitting`: the workflows (:func:`fit`, :func:`fit_rotation`) and their JSON result.
 - :mod:`~qora.ssb.orientation`: the detector's orientation against the scan (centre-of-mass
   curl), the 180-degree branch rule.
 - :mod:`~qora.ssb.identify`: multi-start fits and the identifiability report.
@@ -21,9 +21,9 @@ The modules, by layer (each imports only those below it; docs/ssb.md):
   parametrisation, the electron optics.
 - :mod:`~qora.ssb.kernels`: the CUDA sources and one launcher per kernel.
 
-Files (:mod:`~qora.ssb.files`) and simulated data (:mod:`~qora.ssb.simulate`) beside them.
-Note that ``qora.ssb.fit`` and ``qora.ssb.simulate`` name the functions here; their modules'
-other names import as ``from qora.ssb.fit import ...``.
+Files (:mod:`~qora.ssb.files`) and simulated data (:mod:`qora.ssb.simulation`) beside them.
+``qora.ssb.fit`` and ``qora.ssb.simulate`` are the functions here; their modules are :mod:`qora.ssb.fitting` and
+:mod:`qora.ssb.simulation` (no module shares a function's name).
 """
 
 from qora.ssb.band import Band, combine_batch_moments, combine_moments, make_band, uncertainties
@@ -32,17 +32,17 @@ from qora.ssb.detector import (DetectorFit, bright_field_pixels, fit_detector, f
                                scan_steps, virtual_bright_field)
 from qora.ssb.files import load_data, plot_fit, plot_image, read_dataset, write_dataset, write_image
 from qora.ssb.readers import Layout
-from qora.ssb.fit import fit_rotation, fit_session
+from qora.ssb.fitting import fit_rotation, fit_session
 from qora.ssb.model import ABERRATION_PARAMETERS, QUADRATIC_PARAMETERS, THICK_PARAMETERS, parameters_to_aberrations
 from qora.ssb.optics import KNOWN_ABERRATIONS, Aberrations, aperture, chi, chi_gradient, probe_spectrum, wavelength
 from qora.ssb.optimize import (BOUNDS, SEARCH_BOUNDS, TILT_LIMIT, BatchObjective, NewtonState, Objective,
                                defocus_search, newton, tpe_search)
 from qora.ssb.session import Session
-from qora.ssb.simulate import (Scan4D, amorphous_slices, atoms_slice, crystal_slices, rotate_detector, scan_truth,
+from qora.ssb.simulation import (Scan4D, amorphous_slices, atoms_slice, crystal_slices, rotate_detector, scan_truth,
                                simulate_to_npy)
-from qora.ssb.simulate import simulate  # noqa: E402  (the function; the module stays qora.ssb.simulate in sys.modules)
+from qora.ssb.simulation import simulate
 
-fit = fit_session  # the session fit workflow (qora.ssb.fit.fit_session)
+fit = fit_session  # the session fit workflow (qora.ssb.fitting.fit_session)
 
 __all__ = ["Session", "fit", "fit_session", "fit_rotation", "Band", "make_band", "combine_moments",
            "combine_batch_moments", "uncertainties", "newton", "NewtonState", "Objective", "BatchObjective",

@@ -343,7 +343,7 @@ def depth_sections(session, values: dict, *, sections: int = SECTIONS, coupling:
     """The optical sections of a fitted incoherent thick model: the phase image (rad, scan grid) of
     each depth section's object, (M, scan rows, scan columns), the entrance surface (z < 0) first.
 
-    ``values``: C10, C12a, C12b (A) and thickness (A), as :func:`qora.ssb.fit.fit_session`'s
+    ``values``: C10, C12a, C12b (A) and thickness (A), as :func:`qora.ssb.fitting.fit_session`'s
     incoherent branch returns them; ``rotation`` the scan's (rad; the session's by default). Every
     scan frequency the disks reach (0 < |Q| < 2 alpha / lambda) is fitted, with the objects of the
     model (:class:`IncoherentBand`); Q = 0 and the scan's Nyquist row and column are left out, as in

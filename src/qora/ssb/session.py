@@ -444,7 +444,7 @@ class Session:
         compare_standard, band, trials, batch, seed, starts, thick_starts, depth_model, sections, progress);
         the result dict, JSON-ready. The scan rotation is fitted, the detector orientation searched and
         the 180-degree branch chosen by the phase-skewness rule unless given."""
-        from qora.ssb.fit import fit_session
+        from qora.ssb.fitting import fit_session
 
         return fit_session(self, **options)
 

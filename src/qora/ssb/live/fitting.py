@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from qora.ssb.band import make_band
-from qora.ssb.fit import BETTER_MARGIN, ROTATION_NEWTON, STANDARD_NEWTON, better_rule, fit_session
+from qora.ssb.fitting import BETTER_MARGIN, ROTATION_NEWTON, STANDARD_NEWTON, better_rule, fit_session
 from qora.ssb.optimize import newton
 
 __all__ = ["cold_fit", "warm_fit"]

@@ -1,8 +1,7 @@
 """The fit workflows: the scan rotation from a cold start, and a session's standard and thick-sample
 fits with their JSON-ready result.
 
-:func:`fit_session` is the face's ``qora.ssb.fit`` (a function of the same name as this module:
-import this module's other names with ``from qora.ssb.fit import ...``).
+:func:`fit_session` is the face's ``qora.ssb.fit``.
 """
 
 from __future__ import annotations
