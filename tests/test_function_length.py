@@ -15,7 +15,6 @@ ALLOWED = {
     "qora/bench/ssb_live.py:run": 178,
     "qora/ssb/live/run.py:run_live": 160,
     "qora/bench/ssb_live.py:stages": 141,
-    "qora/ssb/fitting.py:fit_session": 138,
     "qora/holo/mie.py:vector_mie_ratio": 115,
     "qora/bench/phase.py:run_cuda_extras": 114,
     "qora/bench/ssb_full.py:run": 111,

@@ -287,6 +287,74 @@ def _thick_branches(out, work, *, names, values, agreement, band, rotation, coar
                               "the incoherent model needs the whole of G on one session (not split over workers)"}
 
 
+CONVENTIONS = ("Krivanek chi, defocus = -C10, cartesian C_nm,a = C cos(m phi), C_nm,b = C sin(m phi); C10 at the "
+               "mid-plane; tilt (y, x) in rad; the detector relabelled by 'orientation' (qora.ssb.orientation); "
+               "docs/ssb.md")  # the fit result's "conventions"
+
+
+def _chosen_branch(session, work, name, values, rotation, basins, branch, fitted_rotation, orient):
+    """The 180-degree branch (open where the rotation was fitted or the orientation searched) by ``branch``'s rule:
+    the flipped branch moves the rotation (fitted) or the orientation by "rot180" (given). Returns (values,
+    rotation wrapped to [-pi, pi), orientation name, reoriented session, basins, the rule's record)."""
+    open_branch = fitted_rotation or orient.get("searched", False)
+    flip, rule = _branch_rule(work, values, rotation, branch, open_branch)
+    if flip:
+        values = flip_branch(values)
+        if fitted_rotation:
+            rotation = rotation + np.pi
+        else:
+            name = compose(name, "rot180")
+            work = reorient(session, name)
+            basins = [(flip_branch(v), a, h) for v, a, h in basins]  # the Hessian in C alone is unchanged
+    return values, wrap_angle(rotation), name, work, basins, rule
+
+
+def _checked_options(*, rotation, orientation, branch, batch, trials, seed, starts, thick_starts, coarse_rows, band,
+                     depth_model, sections, tilt):
+    """:func:`fit_session`'s options checked (an InputError naming the first that is not valid) and normalised:
+    (rotation, orientation, batch, trials, seed, starts, thick_starts, coarse_rows, band, sections)."""
+    if rotation is not None:
+        rotation = number("rotation", rotation, unit="rad")
+    orientation = check_orientation(orientation)
+    if branch not in BRANCHES:
+        raise InputError(f"branch must be one of {', '.join(BRANCHES)}; got {branch!r}")
+    batch = integer("batch", batch, low=1)
+    trials = integer("trials", trials, low=batch)
+    seed = integer("seed", seed, low=0)
+    starts = integer("starts", starts, low=1)
+    thick_starts = integer("thick_starts", thick_starts, low=1, high=len(THICK_TILT_STARTS))
+    coarse_rows = integer("coarse_rows", coarse_rows, low=1)
+    band = _check_band(band)
+    if depth_model not in DEPTH_MODELS:
+        raise InputError(f"depth_model must be one of {', '.join(DEPTH_MODELS)}; got {depth_model!r}")
+    if sections is not None:
+        sections = integer("sections", sections, low=1, high=MOST_SECTIONS)
+        if depth_model == "columnar" or not tilt:
+            raise InputError("sections belongs to the incoherent depth model: give tilt=True and depth_model "
+                             "'auto' or 'incoherent' with it")
+    return rotation, orientation, batch, trials, seed, starts, thick_starts, coarse_rows, band, sections
+
+
+def _standard_starts(b, names, *, trials, batch, seed, starts, coarse_rows, progress, searched, total, timings,
+                     passes, t0):
+    """The standard branch with the rotation given: the cold start's search (:func:`tpe_search`) and the C10 grid's
+    best on the band thinned to ``coarse_rows``, Newton from the ``starts`` best distinct trials and that one,
+    finished on the whole band. Returns the basins, best first; records the search's time and the passes over G."""
+    coarse = _thinned(b, coarse_rows)  # the search and the starts on 1 / stride of G, finished on all of it
+    _, _, points, agreements = tpe_search(coarse, trials=trials, batch=batch, seed=seed,
+                                          callback=lambda done: report(progress, "search", done, total))
+    first = distinct_trials(points, agreements, names, starts, spread={"C10": 40.0, "C12a": 20.0, "C12b": 20.0})
+    c10, _ = defocus_search(coarse)  # a start no seed moves
+    first.append({"C10": c10, "C12a": 0.0, "C12b": 0.0})
+    timings["search_s"] = time.perf_counter() - t0
+    basins = multi_start(b, first, names, iterations=STANDARD_NEWTON, coarse=coarse, callback=lambda i, state:
+                         report(progress, "newton (standard)", searched + i * STANDARD_NEWTON + state.step, total))
+    passes["standard"] = getattr(b, "passes", None)  # a band split over workers does not count
+    if coarse is not b:
+        passes["standard_coarse"] = {**coarse.passes, "stride": coarse.stride}
+    return basins
+
+
 def fit_session(session, *, rotation: float | None = None, orientation: str = "auto", branch: str = "auto",
                 tilt: bool = True, band=(0.2, 0.9), progress=None, trials: int = 200, batch: int = 8, seed: int = 0,
                 starts: int = STARTS, thick_starts: int = len(THICK_TILT_STARTS), compare_standard: bool = True,
@@ -336,25 +404,10 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
     :data:`qora.ssb.depth.COHERENT`) and it explains more (``depth_model`` in the result says
     which, and why). ``better`` is then "standard", "thick" (columnar) or "incoherent".
     """
-    if rotation is not None:
-        rotation = number("rotation", rotation, unit="rad")
-    orientation = check_orientation(orientation)
-    if branch not in BRANCHES:
-        raise InputError(f"branch must be one of {', '.join(BRANCHES)}; got {branch!r}")
-    batch = integer("batch", batch, low=1)
-    trials = integer("trials", trials, low=batch)
-    seed = integer("seed", seed, low=0)
-    starts = integer("starts", starts, low=1)
-    thick_starts = integer("thick_starts", thick_starts, low=1, high=len(THICK_TILT_STARTS))
-    coarse_rows = integer("coarse_rows", coarse_rows, low=1)
-    band = _check_band(band)
-    if depth_model not in DEPTH_MODELS:
-        raise InputError(f"depth_model must be one of {', '.join(DEPTH_MODELS)}; got {depth_model!r}")
-    if sections is not None:
-        sections = integer("sections", sections, low=1, high=MOST_SECTIONS)
-        if depth_model == "columnar" or not tilt:
-            raise InputError("sections belongs to the incoherent depth model: give tilt=True and depth_model "
-                             "'auto' or 'incoherent' with it")
+    checked = _checked_options(rotation=rotation, orientation=orientation, branch=branch, batch=batch, trials=trials,
+                               seed=seed, starts=starts, thick_starts=thick_starts, coarse_rows=coarse_rows, band=band,
+                               depth_model=depth_model, sections=sections, tilt=tilt)
+    rotation, orientation, batch, trials, seed, starts, thick_starts, coarse_rows, band, sections = checked
     incoherent = tilt and depth_model != "columnar" and hasattr(session, "band_rows")
     timings, passes = {}, {}
     t0 = time.perf_counter()
@@ -372,47 +425,24 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
     standard = searched + (ROTATION_NEWTON if fitted_rotation else STANDARD_NEWTON * (starts + 1))
     total = standard + (ROTATION_NEWTON * thick_starts if tilt else 0) + (ROTATION_NEWTON if incoherent else 0)
     report(progress, "search", 0, total)
+    b = basins = None
     if fitted_rotation:
         rotation, values, _ = fit_rotation(work, names, band=band, angles=angles, progress=progress, total=total,
                                            coarse_rows=coarse_rows)
-        basins = None
     else:
         b = make_band(work, names, band=band, rotation=rotation)
-        coarse = _thinned(b, coarse_rows)  # the search and the starts on 1 / stride of G, finished on all of it
-        _, _, points, agreements = tpe_search(coarse, trials=trials, batch=batch, seed=seed,
-                                              callback=lambda done: report(progress, "search", done, total))
-        first = distinct_trials(points, agreements, names, starts, spread={"C10": 40.0, "C12a": 20.0, "C12b": 20.0})
-        c10, _ = defocus_search(coarse)  # a start no seed moves
-        first.append({"C10": c10, "C12a": 0.0, "C12b": 0.0})
-        timings["search_s"] = time.perf_counter() - t0
-        basins = multi_start(b, first, names, iterations=STANDARD_NEWTON, coarse=coarse, callback=lambda i, state:
-                             report(progress, "newton (standard)", searched + i * STANDARD_NEWTON + state.step, total))
+        basins = _standard_starts(b, names, trials=trials, batch=batch, seed=seed, starts=starts,
+                                  coarse_rows=coarse_rows, progress=progress, searched=searched, total=total,
+                                  timings=timings, passes=passes, t0=t0)
         values = dict(basins[0][0])
-        passes["standard"] = getattr(b, "passes", None)  # a band split over workers does not count
-        if coarse is not b:
-            passes["standard_coarse"] = {**coarse.passes, "stride": coarse.stride}
     report(progress, "newton (standard)", standard, total)
-    # the 180-degree branch: open where the rotation was fitted or the orientation searched
-    open_branch = fitted_rotation or orient.get("searched", False)
-    flip, rule = _branch_rule(work, values, rotation, branch, open_branch)
-    if flip:
-        values = flip_branch(values)
-        if fitted_rotation:
-            rotation = rotation + np.pi
-        else:
-            name = compose(name, "rot180")
-            work = reorient(session, name)
-            basins = [(flip_branch(v), a, h) for v, a, h in basins]  # the Hessian in C alone is unchanged
-    rotation = wrap_angle(rotation)
+    values, rotation, name, work, basins, rule = _chosen_branch(session, work, name, values, rotation, basins,
+                                                                branch, fitted_rotation, orient)
     orient["orientation"] = name
     timings["standard_s"] = time.perf_counter() - t0
     std, agreement = _standard_report(work, names, values, rotation, band, basins, None if fitted_rotation else b)
     out = {"rotation_rad": float(rotation), "rotation_deg": float(np.rad2deg(rotation)), "orientation": orient,
-           "branch": rule, "standard": std,
-           "conventions": "Krivanek chi, defocus = -C10, cartesian C_nm,a = C cos(m phi), C_nm,b = C sin(m phi); "
-                          "C10 at the mid-plane; tilt (y, x) in rad; the detector relabelled by 'orientation' "
-                          "(qora.ssb.orientation); docs/ssb.md",
-           "band_inv_a": list(band)}
+           "branch": rule, "standard": std, "conventions": CONVENTIONS, "band_inv_a": list(band)}
     if tilt:
         _thick_branches(out, work, names=names, values=values, agreement=agreement, band=band, rotation=rotation,
                         coarse_rows=coarse_rows, thick_starts=thick_starts, incoherent=incoherent,
