@@ -27,6 +27,25 @@ _SW = "sw=1, sigma=1, sigma_min=1, threshold=0.1"
 COHERE = " ".join([f"ER({_SW})**20 HIO({_SW})**180"] * 3 + [f"ER({_SW})**20"])
 
 
+def named(recipe: str):
+    """A recipe by a short name: "default" (None: the default as a user runs it, with its coherence check),
+    "cohere", "stages" (the default's stage list alone), "stages-T" (that list with the shrinkwrap threshold T),
+    "stages-rms-T" (with PyNX's rms rule at T), else the recipe itself."""
+    from qora.phase.recipe import DEFAULT_RECIPE
+
+    if recipe == "default":
+        return None
+    if recipe == "cohere":
+        return COHERE
+    if recipe.startswith("stages"):
+        rest = recipe[len("stages"):].lstrip("-")
+        rule = ""  # the maximum (the default statistic)
+        if rest.startswith("rms-"):
+            rule, rest = ", stat=rms", rest[4:]
+        return DEFAULT_RECIPE.replace("threshold=0.25", f"threshold={rest or '0.25'}{rule}")
+    return recipe
+
+
 def load_crop(path) -> np.ndarray:
     path = Path(path)
     if path.suffix == ".npy":
@@ -53,7 +72,7 @@ def main(argv):
           flush=True)
     for recipe in recipes:
         t0 = time.perf_counter()
-        given = {"default": None, "cohere": COHERE}.get(recipe, recipe)
+        given = named(recipe)
         result = reconstruct(counts, recipe=given, starts=starts, backend=backend)
         seconds = time.perf_counter() - t0
         print(f"{recipe}: ran {result.recipe}{' (' + result.choice + ')' if result.choice else ''}; final errors "
