@@ -525,10 +525,8 @@ def phase_cmd(hologram, background, pixel, na_detection, wavelength, medium_inde
     The sideband is found automatically; the filter's shape and radius, a refocus and a phase
     background correction are options (docs/holo.md, "Quantitative phase").
     """
-    import h5py
-
     from qora import holo as H
-    from qora.io.atomic import atomic_path
+    from qora.io.atomic import hdf5_output
     from qora.io.errors import InputError
 
     _apart([out, plot], [hologram, background])
@@ -569,7 +567,7 @@ def phase_cmd(hologram, background, pixel, na_detection, wavelength, medium_inde
     except InputError as exc:
         raise click.UsageError(str(exc)) from None
     res.update(done)
-    with atomic_path(out) as tmp, h5py.File(tmp, "w") as f:
+    with hdf5_output(out) as f:
         f.attrs["qora_kind"] = "holo_phase"
         f.attrs["units"] = "phase in rad; pixel in the unit of --pixel"
         f.attrs["pixel"] = res["pixel"]

@@ -21,7 +21,7 @@ import numpy as np
 
 from qora import __version__
 from qora.holo.geometry import Geometry
-from qora.io.atomic import atomic_path
+from qora.io.atomic import atomic_path, hdf5_output
 from qora.io.errors import FileFormatError, InputError, naming_file
 from qora.io.validate import positive
 
@@ -91,9 +91,7 @@ def write_holograms(path, holograms, backgrounds, geometry: Geometry, *, hologra
     ``holograms`` (A, N, N) or (T, A, N, N) and ``backgrounds`` (A, N, N), intensities (any linear scale);
     ``hologram_pixel`` in um; ``truth`` an optional refractive-index volume (dimensionless).
     """
-    import h5py
-
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+    with hdf5_output(path) as f:
         f.attrs["qora_kind"] = "holo_holograms"
         _geometry_attrs(f, geometry)
         f.attrs["hologram_pixel_um"] = hologram_pixel
@@ -197,9 +195,7 @@ def write_volume(path, index, geometry: Geometry, *, method: str = "", approxima
                  extra: dict | None = None) -> None:
     """Write an index volume (n, n, n), refractive index (dimensionless), with its geometry (um) as HDF5,
     atomically."""
-    import h5py
-
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+    with hdf5_output(path) as f:
         f.attrs["qora_kind"] = "holo_volume"
         _geometry_attrs(f, geometry)
         f.attrs["method"] = method

@@ -21,7 +21,7 @@ import json
 import numpy as np
 
 from qora import __version__
-from qora.io.atomic import atomic_path
+from qora.io.atomic import hdf5_output
 from qora.io.errors import FileFormatError, naming_file
 
 __all__ = ["write_result", "read_result", "write_pattern", "read_truth", "plot_result"]
@@ -36,9 +36,7 @@ def _root_attrs(f, kind: str) -> None:
 
 def write_pattern(path, intensity, *, mask=None, truth=None) -> None:
     """Write a pattern (and optional mask and true object) as a CXI file, atomically."""
-    import h5py
-
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+    with hdf5_output(path) as f:
         _root_attrs(f, "phase_pattern")
         f.create_dataset("entry_1/data_1/data", data=np.asarray(intensity, np.float32), compression="gzip")
         if mask is not None:
@@ -60,9 +58,7 @@ def read_truth(path) -> np.ndarray:
 
 def write_result(path, result) -> None:
     """Write a :class:`~qora.phase.solver.PhaseResult` as CXI/HDF5, atomically."""
-    import h5py
-
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+    with hdf5_output(path) as f:
         _root_attrs(f, "phase_result")
         img = f.create_group("entry_1/image_1")
         img.create_dataset("data", data=result.object)

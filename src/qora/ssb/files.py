@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qora.io.atomic import atomic_path
+from qora.io.atomic import hdf5_output
 from qora.io.errors import FileFormatError, InputError, MissingExtra, QoraError, naming_file
 from qora.progress import report
 from qora.ssb.detector import scan_steps
@@ -38,14 +38,12 @@ def write_dataset(path, data, *, kv: float, alpha_mrad: float, scan_step: float,
     (step_y, step_x) where they differ),
     ``detector_pixel`` 1/A per detector pixel (optional), ``aberrations`` C_nm (A) and azimuths (rad).
     """
-    import h5py
-
     data = np.asarray(data)
     if data.ndim != 4:
         raise InputError(f"4D-STEM data must be (scan_row, scan_col, det_row, det_col), got shape {data.shape}")
     sy, sx = data.shape[:2]
     rows = max(1, (64 << 20) // max(1, 4 * int(np.prod(data.shape[1:]))))  # ~64 MB of float32 per block
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+    with hdf5_output(path, nbytes=4 * data.size) as f:
         f.attrs["qora_kind"] = "ssb_dataset"
         f.attrs["kv"] = kv
         f.attrs["alpha_mrad"] = alpha_mrad
@@ -370,9 +368,7 @@ def write_image(path, phase, *, method: str, scan_step: float, kv: float, alpha_
     (:func:`qora.ssb.depth.depth_sections`) are a stack (section, scan_row, scan_col) with their
     centres ``depths`` (A from the mid-plane, along the beam) as the dataset ``depth_a``.
     Layout: docs/formats.md."""
-    import h5py
-
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+    with hdf5_output(path) as f:
         f.attrs["qora_kind"] = "ssb_image"
         f.attrs["method"] = method
         steps = scan_steps(scan_step)
