@@ -21,7 +21,7 @@ import types
 from qora.backend.errors import InputError
 
 __all__ = ["cpu_count", "num_threads", "threads", "numba_threads", "parallel_and_serial", "openmp_passive", "available_memory",
-           "cgroup_cpu_limit"]
+           "cgroup_cpu_limit", "address_space_room"]
 
 ENV_THREADS = "QORA_NUM_THREADS"
 
@@ -160,10 +160,38 @@ def openmp_passive() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
+def address_space_room() -> int | None:
+    """Bytes of address space left under ``ulimit -v`` (RLIMIT_AS): the limit less the process's virtual size
+    (VmSize); None where no limit is set or it cannot be read. Under such a limit an allocation fails long before
+    the machine's memory is used (NumPy's "Unable to allocate"), so the memory estimates count it."""
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    if limit == resource.RLIM_INFINITY or limit <= 0:
+        return None
+    size = 0
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    size = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError):
+        pass
+    return max(0, int(limit) - size)
+
+
 def available_memory() -> int | None:
-    """Bytes of host memory this process can still allocate: the smaller of the kernel's
-    MemAvailable and the room left under a cgroup (container) limit; None where neither is known."""
+    """Bytes of host memory this process can still allocate: the smallest of the kernel's
+    MemAvailable, the room left under a cgroup (container) limit and the address space left under
+    ``ulimit -v`` (:func:`address_space_room`); None where none is known."""
     found = []
+    room = address_space_room()
+    if room is not None:
+        found.append(room)
     try:
         with open("/proc/meminfo") as f:
             for line in f:
