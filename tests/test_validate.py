@@ -199,3 +199,32 @@ def test_sigterm_mid_write_removes_the_temporary_and_exits_143(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 143, proc.stderr
     assert not (tmp_path / "out.h5").exists() and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_ctrl_c_on_a_live_scan_waiting_for_a_silent_detector_exits_130_at_once(tmp_path):
+    """Issue 40: Ctrl-C on `ssb live` waiting for a silent detector took 24 s and ended with click's "Aborted!"
+    and status 1; now it stops within a second with 130 (128 + SIGINT) and one line."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        port = server.getsockname()[1]
+        proc = subprocess.Popen([sys.executable, "-m", "qora", "ssb", "live", f"tcp://127.0.0.1:{port}", "--kv", "300",
+                                 "--semiangle", "20", "--scan-step", "0.4", "--scan-shape", "16", "16", "--out",
+                                 str(tmp_path / "live.h5")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        peer, _ = server.accept()  # connected, and silent
+        with peer:
+            time.sleep(1.0)
+            sent = time.perf_counter()
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=30)
+            stopped = time.perf_counter() - sent
+    assert proc.returncode == 130, err
+    assert stopped < 2.0, stopped
+    assert err.strip().splitlines()[-1].startswith("Interrupted") and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []

@@ -38,8 +38,11 @@ class QoraCommands(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.Abort, click.UsageError, KeyboardInterrupt):
+        except (click.exceptions.Exit, click.Abort, click.UsageError):
             raise
+        except KeyboardInterrupt:  # Ctrl-C: the shell's status (128 + SIGINT), not click's "Aborted!" and 1
+            click.echo("Interrupted: stopped (outputs being written were removed, existing files kept)", err=True)
+            raise click.exceptions.Exit(130) from None
         except click.ClickException as exc:
             if exc.exit_code == 1:
                 exc.exit_code = 2  # a command's own clear error is a user error too
