@@ -51,10 +51,11 @@ def simulate_cmd(name, size, photons, seed, out) -> None:
               help="Support file (.npy or the like; boolean, or 0 and 1 alone); default: from the autocorrelation.")
 @click.option("--recipe", default=None, help='E.g. "HIO**400 ER**100", or a name: default, pynx-rule (PyNX\'s '
               'support rule as a recipe of ours), few-photons, partial-coherence (psf model on the ER stages), '
-              'real-envelope (the support of a real, non-negative object found from the pattern alone, where '
-              'the default collapses: a complex envelope, then positivity; docs/phase.md); '
+              'real-envelope (the support of a real, non-negative object found from the pattern alone: a complex '
+              'envelope, then positivity; docs/phase.md); '
               'stage options as in docs/phase.md, e.g. ER(band=1)**300 for the noise-aware modulus; '
-              'default: the documented default recipe, ' + DEFAULT_RECIPE + ' (few-photons for counts below '
+              'default: real-envelope where the pattern is centrosymmetric (a real object: the choice is printed), '
+              'else the documented stage recipe ' + DEFAULT_RECIPE + ' (few-photons for counts below '
               '1000 per speckle; run again with the psf model when the counts prove blurred by a partially '
               'coherent beam).')
 @click.option("--starts", type=click.IntRange(1, 10000), default=4, show_default=True)
