@@ -371,7 +371,7 @@ def run_cuda_extras(*, shapes=CUDA_SHAPES, write=True, echo=print) -> BenchResul
     from qora.backend.graph import StepGraph
     from qora.bench.common import fft_pair_floor
     from qora.phase import objects
-    from qora.phase.cuda import THREADS
+    from qora.phase import kernels as K
     from qora.phase.solver import Solver
 
     be = resolve("cuda")
@@ -394,13 +394,11 @@ def run_cuda_extras(*, shapes=CUDA_SHAPES, write=True, echo=print) -> BenchResul
                 reps = 20
 
                 def kernels_only(engine=engine):
-                    k = engine._kernels
                     for _ in range(reps):
-                        k["modulus_step"](engine.grid, (THREADS,), (engine.y, engine.amp, np.float32(engine.scale),
-                                                                     np.int64(engine.n), engine.history, engine.counter))
-                        k["update_step"](engine.grid, (THREADS,), (engine.x, engine.y, engine.support,
-                                                                    np.float32(1), np.float32(-BETA), np.int32(0),
-                                                                    np.int64(engine.n), engine.counter))
+                        K.modulus_step(y=engine.y, amp=engine.amp, scale=engine.scale, n=engine.n,
+                                       batch=engine.batch, err_sums=engine.history, counter=engine.counter)
+                        K.update_step(x=engine.x, p=engine.y, support=engine.support, a=1.0, b=-BETA, constraint=0,
+                                      n=engine.n, batch=engine.batch, counter=engine.counter)
 
                 engine._ensure_history(1024)
                 engine.counter.fill(0)

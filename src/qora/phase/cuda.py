@@ -33,8 +33,8 @@ from __future__ import annotations
 import numpy as np
 
 from qora.backend import fft
-from qora.backend.kernels import load_module
-from qora.phase.cuda_base import CONSTRAINT_CODES, THREADS, _DeviceState, _KernelEngine
+from qora.phase import kernels as K
+from qora.phase.cuda_base import CONSTRAINT_CODES, _DeviceState, _KernelEngine
 from qora.phase.cuda_fused import FusedFFTEngine
 
 __all__ = ["CudaEngine", "NaiveCudaEngine", "CUDA_VARIANTS", "make_engine"]
@@ -117,12 +117,11 @@ class _HalfBuffers:
         self.amp_unit[...] = xp.where(amp >= 0, amp / np.float32(self.amax), np.float32(-1))
 
     def _to_half(self, x, xh, scale) -> None:
-        self._kernels["to_half"](self.flat_grid, (THREADS,), (x, xh, np.float32(scale),
-                                                              np.int64(self.n * self.batch)))
+        K.to_half(x=x, xh=xh, scale=scale, total=self.n * self.batch)
 
     def _modulus_half(self, yh) -> None:
-        self._kernels["modulus_half"](self.grid, (THREADS,), (yh, self.amp_unit, np.float32(self.scale),
-                                                             np.int64(self.n), self.history, self.counter))
+        K.modulus_half(y=yh, amp_unit=self.amp_unit, scale=self.scale, n=self.n, batch=self.batch,
+                       err_sums=self.history, counter=self.counter)
 
 
 class HalfEngine(_HalfBuffers, _KernelEngine):
@@ -140,8 +139,7 @@ class HalfEngine(_HalfBuffers, _KernelEngine):
         self._to_half(self.x, self.xh, 1.0 / self.amax)
 
     def _sync_x(self) -> None:
-        self._kernels["from_half"](self.flat_grid, (THREADS,), (self.xh, self.x, np.float32(self.amax),
-                                                                np.int64(self.n * self.batch)))
+        K.from_half(xh=self.xh, x=self.x, scale=self.amax, total=self.n * self.batch)
 
     def get_x(self) -> np.ndarray:
         self._sync_x()
@@ -155,9 +153,8 @@ class HalfEngine(_HalfBuffers, _KernelEngine):
         self.plan16.forward(self.xh, out=self.yh)
         self._modulus_half(self.yh)
         self.plan16.inverse(self.yh, out=self.yh)
-        self._kernels["update_half"](self.grid, (THREADS,), (
-            self.xh, self.yh, self.support, np.float32(a), np.float32(b), np.int32(code), np.float32(self.scale),
-            np.int64(self.n), self.counter))
+        K.update_half(x=self.xh, p=self.yh, support=self.support, a=a, b=b, constraint=code, pscale=self.scale,
+                      n=self.n, batch=self.batch, counter=self.counter)
 
     def iterate(self, iterations, a, b, constraint=None):
         # the fp16 kernels sum (|F x| - a)^2 / max(a)^2: scale back to the measured amplitude
@@ -196,9 +193,9 @@ class MixedEngine(_HalfBuffers, CudaEngine):
         self.plan16.forward(self.xh, out=self.yh)
         self._modulus_half(self.yh)
         self.plan16.inverse(self.yh, out=self.yh)
-        self._kernels["update_mixed"](self.grid, (THREADS,), (
-            self.x, self.xh, self.yh, self.support, np.float32(a), np.float32(b), np.int32(code),
-            np.float32(self.scale * self.amax), np.float32(1.0 / self.amax), np.int64(self.n), self.counter))
+        K.update_mixed(x=self.x, xh=self.xh, p=self.yh, support=self.support, a=a, b=b, constraint=code,
+                       pscale=self.scale * self.amax, xh_scale=1.0 / self.amax, n=self.n, batch=self.batch,
+                       counter=self.counter)
 
     def iterate(self, iterations, a, b, constraint=None):
         errors = super().iterate(iterations, a, b, constraint)
@@ -233,7 +230,6 @@ class CallbackEngine(_KernelEngine):
 
         xp = self.xp
         self.mode = mode
-        self._kernels["reduce_slots"] = load_module("qora.phase", "phase.cu").get_function("reduce_slots")
         self.y = xp.empty(self.full, np.complex64)
         self.slots = xp.zeros(self.batch * self.SLOTS, np.float32)
         self.state = xp.zeros(2, np.int32)
@@ -283,7 +279,7 @@ class CallbackEngine(_KernelEngine):
             self.__dict__["x"] = value
 
     def _reduce(self) -> None:
-        self._kernels["reduce_slots"]((1,), (1024,), (self.slots, np.int32(self.batch), self.history, self.state))
+        K.reduce_slots(slots=self.slots, batch=self.batch, err_sums=self.history, state=self.state)
 
     def _capture_store(self, iterations: int) -> None:
         half = self.half
@@ -301,9 +297,8 @@ class CallbackEngine(_KernelEngine):
                 self.plan_forward.forward(self.y, out=self.y)  # the update of iteration k - 1, then F
             self.plan_inverse.inverse(self.y, out=self.y)  # the modulus step, then F^-1: y = P_M x
             self._reduce()
-        self._kernels["update_step"](self.grid, (THREADS,), (self.x, self.y, self.support, np.float32(a),
-                                                              np.float32(b), np.int32(code), np.int64(self.n),
-                                                              self.counter))
+        K.update_step(x=self.x, p=self.y, support=self.support, a=a, b=b, constraint=code, n=self.n,
+                      batch=self.batch, counter=self.counter)
 
     def iterate(self, iterations: int, a: float, b: float, constraint=None) -> np.ndarray:
         code = CONSTRAINT_CODES[constraint]

@@ -8,11 +8,10 @@ import math
 import numpy as np
 
 from qora.backend import is_device_array, resolve
-from qora.backend.kernels import load_module
+from qora.phase import kernels as K
 from qora.phase.physics import CONSTRAINT_CODES
 from qora.phase.support import shrinkwrap_starts
 
-THREADS = 256
 
 
 class _DeviceState:
@@ -129,13 +128,6 @@ class _GraphLoop:
             self._step(a, b, code)
 
 
-def grid_blocks(backend, work: int, batch: int) -> tuple[int, int]:
-    """The launch grid of the element-wise kernels: blocks of :data:`THREADS` over ``work`` items per start (at
-    most 8 per multiprocessor over all starts, each looping grid-stride), the start on the grid's y index."""
-    sms = backend.device_facts().sm_count
-    return (max(1, min(-(-work // THREADS), max(1, 8 * sms // batch))), batch)
-
-
 class _KernelEngine(_GraphLoop, _DeviceState):
     """Iterations of hand-written kernels, either read back every iteration or as CUDA graphs.
 
@@ -146,19 +138,11 @@ class _KernelEngine(_GraphLoop, _DeviceState):
     def __init__(self, amp, support, batch: int, *, graph: bool) -> None:
         super().__init__(amp, support, batch)
         self._init_loop(graph)
-        module = load_module("qora.phase", "phase.cu")
-        self._kernels = {name: module.get_function(name) for name in (
-            "modulus_step", "update_step", "modulus_half", "update_half", "update_mixed", "to_half", "from_half")}
-        work = self.n // 2 if self.n % 2 == 0 else self.n
-        self.grid = grid_blocks(self.backend, work, self.batch)
-        sms = self.backend.device_facts().sm_count
-        self.flat_grid = (max(1, min(-(-(self.n * self.batch) // THREADS), 16 * sms)),)
 
     def _launch_fp32(self, y, plan, a, b, code) -> None:
-        k = self._kernels
         plan.forward(self.x, out=y)
-        k["modulus_step"](self.grid, (THREADS,), (y, self.amp, np.float32(self.scale), np.int64(self.n),
-                                                   self.history, self.counter))
+        K.modulus_step(y=y, amp=self.amp, scale=self.scale, n=self.n, batch=self.batch, err_sums=self.history,
+                       counter=self.counter)
         plan.inverse(y, out=y)
-        k["update_step"](self.grid, (THREADS,), (self.x, y, self.support, np.float32(a), np.float32(b),
-                                                  np.int32(code), np.int64(self.n), self.counter))
+        K.update_step(x=self.x, p=y, support=self.support, a=a, b=b, constraint=code, n=self.n, batch=self.batch,
+                      counter=self.counter)

@@ -15,8 +15,8 @@ import math
 import numpy as np
 
 from qora.backend import resolve
-from qora.backend.kernels import load_module
-from qora.phase.cuda_base import THREADS, _GraphLoop, grid_blocks
+from qora.phase import kernels as K
+from qora.phase.cuda_base import _GraphLoop
 from qora.phase.envelope_iterate import BETA, ArrayIterations, Pattern
 
 __all__ = ["PositiveEngine", "CudaIterations"]
@@ -44,21 +44,17 @@ class PositiveEngine(_GraphLoop):
         self.n, self.n_half = int(np.prod(self.shape)), int(amp_half.size)
         self.scale = 1.0 / math.sqrt(self.n)
         self.damp = xp.ones(1, np.float32)  # read by the kernel: one captured graph serves every damping
-        module = load_module("qora.phase", "envelope.cu")
-        self._modulus, self._update = (module.get_function(k) for k in ("modulus_damped", "update_positive"))
-        self.grid_half = grid_blocks(self.backend, self.n_half, self.batch)
-        self.grid = grid_blocks(self.backend, self.n, self.batch)
         self._init_loop(graph)
         self.plan.forward(self.x, out=self.y)  # cuFFT kernels resident before any capture
         xp.cuda.get_current_stream().synchronize()
 
     def _step(self, a, b, code) -> None:
         self.plan.forward(self.x, out=self.y)
-        self._modulus(self.grid_half, (THREADS,), (self.y, self.amp, np.float32(self.scale), np.int64(self.n_half),
-                                                   self.damp, self.history, self.counter))
+        K.modulus_damped(y=self.y, amp=self.amp, scale=self.scale, n=self.n_half, batch=self.batch, damp=self.damp,
+                         err_sums=self.history, counter=self.counter)
         self.plan.inverse(self.y, out=self.p)  # C2R may overwrite y: it is scratch
-        self._update(self.grid, (THREADS,), (self.x, self.p, self.support, np.float32(a), np.float32(b),
-                                             np.int64(self.n), self.counter))
+        K.update_positive(x=self.x, p=self.p, support=self.support, a=a, b=b, n=self.n, batch=self.batch,
+                          counter=self.counter)
 
     def run(self, count: int, *, hio: bool, damp: float) -> np.ndarray:
         """``count`` iterations; each start's Fourier error per iteration (count, batch), on the host."""
