@@ -65,3 +65,26 @@ def test_the_search_finds_the_lithograph_on_the_gpu():
     for obj in result.objects:
         error, _ = analysis.scaled_error(obj, truth.astype(np.complex64))
         assert error < 0.05, error  # the CPU: 0.0049 from both seeds
+
+
+def test_a_chunked_graph_replayed_equals_one_graph_of_the_whole_run():
+    """_GraphLoop.iterate(chunk=5): one 5-step graph replayed four times is the 20-step graph, errors included."""
+    import cupy as cp
+
+    from qora.phase.cuda import CudaEngine
+    from qora.phase.envelope_iterate import Pattern
+
+    _, counts, mask = _case()
+    pattern = Pattern(counts, mask, np)
+    rng = np.random.default_rng(2)
+    x0 = (rng.random((2, 256, 256)) * np.exp(2j * np.pi * rng.random((2, 256, 256)))).astype(np.complex64)
+    support = rng.random((256, 256)) > 0.5
+    runs = []
+    for chunk in (None, 5):
+        engine = CudaEngine(pattern.native(half=False), support, batch=2, graph=True)
+        engine.set_x(x0)
+        errors = engine.iterate(20, 1.0, -0.9, None, chunk=chunk)
+        runs.append((cp.asnumpy(engine.x), errors))
+    np.testing.assert_array_equal(runs[1][0], runs[0][0])
+    np.testing.assert_array_equal(runs[1][1], runs[0][1])
+    assert runs[1][1].shape == (20, 2) and np.all(runs[1][1] > 0)

@@ -97,10 +97,15 @@ class _GraphLoop:
     def _before(self, a: float, b: float) -> None:
         """Work outside the graph before a run of iterations (e.g. refreshing a copy)."""
 
-    def iterate(self, iterations: int, a: float, b: float, constraint=None) -> np.ndarray:
+    def iterate(self, iterations: int, a: float, b: float, constraint=None, *, chunk: int | None = None) -> np.ndarray:
+        """``iterations`` steps; each start's Fourier error per step (iterations, batch). With ``chunk`` dividing
+        ``iterations``, one graph of ``chunk`` steps is captured (once per coefficients) and replayed, instead of a
+        graph of every run length: capturing a 1,000-step graph cost more than running it."""
         code = CONSTRAINT_CODES[constraint]
         self._ensure_history(iterations)
         self._before(a, b)
+        if self.use_graph and chunk and iterations > chunk and iterations % chunk == 0:
+            return self._replayed(iterations, a, b, code, chunk)
         if not self.use_graph:
             self._reset()
             errors = np.empty((iterations, self.batch))
@@ -119,6 +124,18 @@ class _GraphLoop:
 
             graph = self._graphs[key] = StepGraph(captured)
         graph.replay()  # ordered with the current stream, so the read below waits for it
+        errors = self.history[: iterations * self.batch].get().reshape(iterations, self.batch)
+        return np.sqrt(errors / self.denominator)
+
+    def _replayed(self, iterations: int, a: float, b: float, code: int, chunk: int) -> np.ndarray:
+        key = ("chunk", chunk, float(a), float(b), code)
+        graph = self._graphs.get(key)
+        if graph is None:
+            from qora.backend.graph import StepGraph
+
+            graph = self._graphs[key] = StepGraph(lambda: self._steps(chunk, a, b, code))
+        self._reset()  # on the current stream: the replays wait for it, and the counter runs on through them
+        graph.replay(iterations // chunk)
         errors = self.history[: iterations * self.batch].get().reshape(iterations, self.batch)
         return np.sqrt(errors / self.denominator)
 

@@ -19,7 +19,9 @@ from qora.phase import kernels as K
 from qora.phase.cuda_base import _GraphLoop
 from qora.phase.envelope_iterate import BETA, ArrayIterations, Pattern
 
-__all__ = ["PositiveEngine", "CudaIterations"]
+__all__ = ["PositiveEngine", "CudaIterations", "CHUNK"]
+
+CHUNK = 5  # iterations per captured graph, replayed: every block of the search's schedule is a multiple
 
 
 def _coefficients(hio: bool) -> tuple[float, float]:
@@ -60,7 +62,7 @@ class PositiveEngine(_GraphLoop):
         """``count`` iterations; each start's Fourier error per iteration (count, batch), on the host."""
         self.damp.fill(np.float32(damp))
         a, b = _coefficients(hio)
-        return self.iterate(count, a, b, "positive")
+        return self.iterate(count, a, b, "positive", chunk=CHUNK)
 
 
 class CudaIterations(ArrayIterations):
@@ -83,7 +85,7 @@ class CudaIterations(ArrayIterations):
         engine = self.complex_engine
         self._load(engine, x, support)
         a, b = _coefficients(hio)
-        self.record(engine.iterate(count, a, b, None))
+        self.record(engine.iterate(count, a, b, None, chunk=CHUNK))
         return engine.x.copy()
 
     def positive(self, x, support, count: int, *, hio: bool, damp: float):
