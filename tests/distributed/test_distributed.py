@@ -272,3 +272,20 @@ def test_sharded_session_refuses_bad_settings_before_asking_the_cluster(kwargs, 
     options = {"kv": 300.0, "alpha_mrad": 20.0, "scan_step": 0.4, **kwargs}
     with pytest.raises(InputError, match=pattern):
         ShardedSession("absent.h5", client=None, **options)
+
+
+def test_a_real_objects_pattern_runs_the_real_object_search_split_over_workers(client):
+    """The default's choice holds on the workers too (issue 37): a centrosymmetric pattern runs real-envelope, its
+    starts split over workers keep their numbers, and the merged result ranks them by the search's own rule."""
+    from qora.phase import analysis, envelope
+    from qora.phase.detector import Detector, lithograph, record
+
+    counts, mask = record(lithograph(128), Detector(photons=1e8, beamstop=0, gap=0))  # nothing masked
+    report = reconstruct_many(counts, client=client, starts=2, starts_per_task=1, backend="cpu", keep_all=True)
+    got = report.done["pattern0000"]
+    assert got.recipe == "real-envelope" and got.choice.startswith("the pattern is centrosymmetric")
+    assert got.starts == 2 and got.timings["parts"] == 2
+    assert got.best == analysis.compact_best(got.timings["rfactor"], got.timings["support_px"])
+    second = envelope.reconstruct(counts, mask=mask, starts=1, seed=1, backend="cpu", keep_all=True)
+    iou = analysis.support_iou(got.supports[1], second.supports[0])
+    assert iou > 0.95, iou  # start 1 is PCG64(seed + 1) on the worker as here

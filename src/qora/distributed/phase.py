@@ -53,8 +53,20 @@ def _load(source, mask):
 
 
 def _run_part(source, mask, first_start: int, count: int, solver_options: dict, run_options: dict):
-    """One item on a worker: ``count`` starts from ``first_start`` of one pattern."""
+    """One item on a worker: ``count`` starts from ``first_start`` of one pattern; what the default runs is chosen as
+    :func:`qora.phase.reconstruct` chooses it (the real-object search for a centrosymmetric pattern)."""
+    from qora.phase.recipe import is_envelope
+    from qora.phase.symmetry import choose_recipe
+
     intensity, file_mask = _load(source, mask)
+    recipe, reason = choose_recipe(intensity, file_mask, recipe=run_options["recipe"], support=run_options["support"],
+                                   variant=solver_options["variant"], rank=run_options["rank"])
+    if is_envelope(recipe):
+        from qora.phase import envelope
+
+        return envelope.reconstruct(intensity, mask=file_mask, starts=count, seed=run_options["seed"],
+                                    first_start=first_start, backend=solver_options["backend"],
+                                    keep_all=run_options["keep_all"], reason=reason)
     with _SOLVERS_LOCK:
         solver = _worker_solver(intensity, file_mask, solver_options)
         return solver.run(first_start=first_start, starts=count, **run_options)

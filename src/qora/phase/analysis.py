@@ -234,6 +234,18 @@ def _support_overlap(support, reference, info) -> float:
     return float(np.count_nonzero(s & ref) / union) if union else 1.0
 
 
+COMPACT_NEAR = 1.05  # compact_best: the starts within 5% of the lowest R-factor compete on support size
+
+
+def compact_best(rfactors, support_px, near: float = COMPACT_NEAR) -> int:
+    """The real-object search's ranking (:mod:`qora.phase.envelope`): among the starts whose amplitude R-factor is
+    within ``near`` times the lowest, the one with the smallest support (a swollen support fits a noisy pattern's
+    inconsistencies slightly better; the object does not). Ties go to the earlier start."""
+    r = np.asarray(rfactors, float)
+    candidates = [k for k in range(len(r)) if r[k] <= near * np.nanmin(r)]
+    return min(candidates, key=lambda k: (int(support_px[k]), k))
+
+
 # The agreement's alignments stop at a thousandth of a pixel: a shift error of 1e-3 px moves an object's aligned error
 # by under 1e-3 (its gradient is at most pi per pixel of shift for a unit-norm object sampled at Nyquist), far inside
 # the agreement bound; the search to 1e-6 px spent its last iterations on digits the report does not use.

@@ -34,6 +34,7 @@ import numpy as np
 import scipy.ndimage
 
 from qora.backend import fft as backend_fft
+from qora.phase.analysis import COMPACT_NEAR
 from qora.phase.envelope_iterate import STAGE, ArrayIterations, FastCpuIterations, Pattern, friedel_complete
 
 __all__ = ["NAME", "GROW", "DAMPING", "ITERATIONS", "friedel_complete", "search", "reconstruct"]
@@ -44,7 +45,7 @@ DAMPING = 0.99  # factor on the unmeasured Fourier values at each projection of 
 ENVELOPE = (200, 20, 40, 5)  # first HIO, then cycles of (HIO, ER) each followed by a shrinkwrap
 POSITIVE = (1000, 10, 40, 5)
 REFINE = (500, 200)  # HIO and ER with positivity on the final support
-NEAR = 1.05  # ranking: starts within 5% of the lowest R-factor compete on support size
+NEAR = COMPACT_NEAR  # ranking: starts within 5% of the lowest R-factor compete on support size (analysis.compact_best)
 ITERATIONS = (ENVELOPE[0] + ENVELOPE[1] * (ENVELOPE[2] + ENVELOPE[3])
               + 2 * (POSITIVE[0] + POSITIVE[1] * (POSITIVE[2] + POSITIVE[3])) + sum(REFINE))
 
@@ -167,8 +168,9 @@ def _ndimage(be):
 
 
 def reconstruct(intensity, *, mask=None, starts: int = 1, seed: int = 0, backend="auto", progress=None,
-                keep_all: bool = False, reference: bool = False, reason: str = ""):
-    """The ``real-envelope`` recipe on ``starts`` starts (start k from ``PCG64(seed + k)``), all iterated at once;
+                keep_all: bool = False, reference: bool = False, reason: str = "", first_start: int = 0):
+    """The ``real-envelope`` recipe on ``starts`` starts (start k from ``PCG64(seed + first_start + k)``: starts split
+    over workers keep their numbers), all iterated at once;
     a :class:`~qora.phase.result.PhaseResult` ranked as the module says (``rank`` "fourier" names the score
     reported per start; the choice among near-equal ones is the smallest support). ``reference``: the array
     code's iterations (the fused paths' reference). ``reason``: why the recipe was chosen (the result's
@@ -182,25 +184,25 @@ def reconstruct(intensity, *, mask=None, starts: int = 1, seed: int = 0, backend
     t0 = time.perf_counter()
     pattern = Pattern(intensity, mask, be.xp)
     run = iterations_for(pattern, be, starts, progress=progress, total=starts * ITERATIONS, reference=reference)
-    x, s = search(pattern, [np.random.default_rng(seed + k) for k in range(starts)], run, _ndimage(be))
+    x, s = search(pattern, [np.random.default_rng(seed + first_start + k) for k in range(starts)], run, _ndimage(be))
     stack_o, stack_s = be.to_host(x).astype(np.complex64), be.to_host(s).astype(bool)
     t_search = time.perf_counter() - t0
     unmeasured = None if mask is None else np.asarray(mask, bool)
     pattern_host = np.asarray(be.to_host(pattern.intensity))
     r = np.array([analysis.amplitude_rfactor(o, pattern_host, unmeasured) for o in stack_o])
-    near = [k for k in range(starts) if r[k] <= NEAR * r.min()]
-    best = min(near, key=lambda k: int(stack_s[k].sum()))
+    support_px = [int(v.sum()) for v in stack_s]
+    best = analysis.compact_best(r, support_px, NEAR)
     errors = run.history()
     result = PhaseResult(
         object=stack_o[best], support=stack_s[best], errors=errors, final_errors=errors[-1].copy(),
         llk=np.full(starts, np.nan), free_llk=np.full(starts, np.nan), best=best, rank="fourier", recipe=NAME,
-        seed=seed, starts=starts, backend=be.name, variant="array" if reference else "fused",
+        seed=seed, starts=starts, backend=be.name, variant="array" if reference else "fused", first_start=first_start,
         timings={"run_s": time.perf_counter() - t0}, versions=versions(),
         objects=stack_o if keep_all else None, supports=stack_s if keep_all else None)
     first = np.where(np.arange(starts) == best, -np.inf, r)  # the report aligns every start to the one ranked first
     result.agreement = analysis.agreement(stack_o, stack_s, first, intensity=pattern_host)
     result.convergence = analysis.convergence(errors[:, best])
-    result.timings["rfactor"] = [float(v) for v in r]
+    result.timings.update(rfactor=[float(v) for v in r], support_px=support_px)  # what merge_results ranks by
     result.timings.update(search_s=t_search, report_s=time.perf_counter() - t0 - t_search)
     result.choice = reason
     return result

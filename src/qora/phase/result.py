@@ -121,6 +121,14 @@ def merge_results(parts) -> PhaseResult:
     free_llk = np.concatenate([r.free_llk for r in parts])
     scores = final_errors if first.rank == "fourier" else free_llk
     best = int(np.nanargmin(scores))
+    timings = {"run_s": float(sum(r.timings.get("run_s", 0.0) for r in parts)), "parts": len(parts)}
+    if all("support_px" in r.timings for r in parts):  # the real-object search's parts: its own ranking
+        from qora.phase.analysis import compact_best
+
+        timings.update(rfactor=[v for r in parts for v in r.timings["rfactor"]],
+                       support_px=[v for r in parts for v in r.timings["support_px"]])
+        best = compact_best(timings["rfactor"], timings["support_px"])
+        scores = np.where(np.arange(len(scores)) == best, -np.inf, np.asarray(timings["rfactor"]))
     offsets = np.cumsum([0] + [r.starts for r in parts])
     owner = int(np.searchsorted(offsets, best, side="right") - 1)
     keep_all = all(r.objects is not None for r in parts)
@@ -136,7 +144,6 @@ def merge_results(parts) -> PhaseResult:
         errors=np.concatenate([r.errors for r in parts], axis=1), final_errors=final_errors,
         llk=np.concatenate([r.llk for r in parts]), free_llk=free_llk, best=best, rank=first.rank,
         recipe=first.recipe, seed=first.seed, starts=int(offsets[-1]), backend=first.backend, variant=first.variant,
-        timings={"run_s": float(sum(r.timings.get("run_s", 0.0) for r in parts)), "parts": len(parts)},
-        versions=first.versions,
+        timings=timings, versions=first.versions, choice=first.choice,
         objects=objects, supports=supports, agreement=agreed, convergence=parts[owner].convergence,
         stopped_early=any(r.stopped_early for r in parts), first_start=first.first_start)

@@ -14,7 +14,8 @@ from qora.provenance import versions as software_versions
 from qora.phase.checks import check_bool_array, check_choice, check_intensity, check_run_memory
 from qora.phase.physics import native_amplitude
 from qora.phase.result import PhaseResult
-from qora.phase.recipe import (ENVELOPE_RECIPE, default_recipe, is_default, is_envelope, looks_like_counts, named_recipe,
+from qora.phase.symmetry import choose_recipe
+from qora.phase.recipe import (default_recipe, is_default, is_envelope, looks_like_counts, named_recipe,
                                photons_per_speckle)
 from qora.phase.support import autocorrelation_estimate, halve_supports, size_range_for
 
@@ -563,14 +564,7 @@ def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int 
     """
     check_choice("rank", rank, ("fourier", "free_llk"))
     starts = validate.integer("starts", starts, low=1)
-    reason = ""
-    if is_default(recipe) and support is None and variant == "auto" and rank == "fourier":
-        from qora.phase.symmetry import centrosymmetry
-
-        intensity, mask = check_intensity(intensity, mask)
-        symmetry = centrosymmetry(intensity, mask)
-        if symmetry["real"]:  # a real object: the search made for one (docs/phase.md, "The ESRF logo")
-            recipe, reason = ENVELOPE_RECIPE, symmetry["message"] + ": ran the real-envelope recipe"
+    recipe, reason = choose_recipe(intensity, mask, recipe=recipe, support=support, variant=variant, rank=rank)
     if is_envelope(recipe):  # a search of its own (qora.phase.envelope), not a stage list
         from qora.phase import envelope
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from qora.phase.recipe import looks_like_counts
+from qora.phase.recipe import ENVELOPE_RECIPE, is_default, looks_like_counts
 
-__all__ = ["CHI2_REAL", "ASYMMETRY_REAL", "MIN_PAIRS", "mirror", "centrosymmetry"]
+__all__ = ["CHI2_REAL", "ASYMMETRY_REAL", "MIN_PAIRS", "mirror", "centrosymmetry", "choose_recipe"]
 
 CHI2_REAL = 1.5  # counts: chi^2 per pair at most this is noise (Poisson alone gives <= 1)
 ASYMMETRY_REAL = 1e-3  # any scale: an asymmetric share of the power at most this is a real object's
@@ -63,3 +63,20 @@ def centrosymmetry(intensity, mask=None) -> dict:
     else:
         message = f"the pattern is not centrosymmetric ({numbers} over {count} pairs): a complex object"
     return {"pairs": count, "chi2": chi2, "asymmetry": asymmetry, "real": bool(real), "message": message}
+
+
+def choose_recipe(intensity, mask=None, *, recipe=None, support=None, variant="auto", rank="fourier"):
+    """What the default runs on this pattern: ``(recipe, reason)``. Where the default was asked for (no recipe, no
+    support, the automatic variant and the Fourier ranking) and the pattern is centrosymmetric
+    (:func:`qora.phase.symmetry.centrosymmetry`: a real object), the real-object search ``"real-envelope"`` with
+    the reason in one line; else ``recipe`` as given and "". One place for :func:`reconstruct` and the Dask
+    campaigns (:func:`qora.distributed.reconstruct_many`)."""
+    if not (is_default(recipe) and support is None and variant == "auto" and rank == "fourier"):
+        return recipe, ""
+    from qora.phase.checks import check_intensity
+
+    intensity, mask = check_intensity(intensity, mask)
+    symmetry = centrosymmetry(intensity, mask)
+    if symmetry["real"]:  # a real object: the search made for one (docs/phase.md, "The ESRF logo")
+        return ENVELOPE_RECIPE, symmetry["message"] + ": ran the real-envelope recipe"
+    return recipe, ""
