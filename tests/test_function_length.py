@@ -16,10 +16,8 @@ ALLOWED = {
     "qora/ssb/live/run.py:run_live": 160,
     "qora/bench/ssb_live.py:stages": 141,
     "qora/holo/mie.py:vector_mie_ratio": 115,
-    "qora/bench/phase.py:run_cuda_extras": 114,
+    "qora/bench/phase.py:run_cuda_extras": 112,
     "qora/bench/ssb_full.py:run": 111,
-    "qora/cli/holo.py:reconstruct_cmd": 106,
-    "qora/bench/ssb.py:run": 101,
 }
 
 

@@ -80,19 +80,7 @@ def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int 
                          ("mean_phase", lambda: session.mean_phase(ab))):
             fn()
             _, times[name] = _median_ms(fn, repeats)
-    # previews as a slider moves them: C10 changes on every call (median of 20)
-    previews = (("preview_1x", {}), ("preview_3x", {"upsample": 3}), ("preview_tilt_1x", {"thickness": 100.0}),
-                ("preview_loss_1x", {"loss": True}))
-    for name, opts in previews:
-        opts = dict(opts)
-        extra = {"thickness": opts.pop("thickness")} if "thickness" in opts else {}
-        session.preview({"C10": 150.0, **extra}, **opts)
-        samples = []
-        for i in range(20):
-            t0 = time.perf_counter()
-            session.preview({"C10": 150.0 + 0.5 * i, **extra}, **opts)
-            samples.append((time.perf_counter() - t0) * 1e3)
-        times[name] = float(np.median(samples))
+    times.update(_preview_times(session))
     if be.is_cuda:  # one pass of the agreement over the band's G for B sets: the fused kernel and the array code
         from qora.ssb import Band, combine_batch_moments
 
@@ -133,6 +121,24 @@ def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int 
         out = result.write()
         echo(f"result written to {out}")
     return result
+
+
+def _preview_times(session) -> dict:
+    """The previews as a slider moves them, C10 changing on every call: the median of 20 (ms) per kind."""
+    previews = (("preview_1x", {}), ("preview_3x", {"upsample": 3}), ("preview_tilt_1x", {"thickness": 100.0}),
+                ("preview_loss_1x", {"loss": True}))
+    times = {}
+    for name, opts in previews:
+        opts = dict(opts)
+        extra = {"thickness": opts.pop("thickness")} if "thickness" in opts else {}
+        session.preview({"C10": 150.0, **extra}, **opts)
+        samples = []
+        for i in range(20):
+            t0 = time.perf_counter()
+            session.preview({"C10": 150.0 + 0.5 * i, **extra}, **opts)
+            samples.append((time.perf_counter() - t0) * 1e3)
+        times[name] = float(np.median(samples))
+    return times
 
 
 BATCH_SETS = 8  # parameter sets per batch pass, as the fit's search evaluates them

@@ -260,21 +260,8 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
     from qora import holo as H
 
     ctx = click.get_current_context()
-    _apart([out, plot], [holos, backgrounds], folder_ok=out.suffix.lower() == ".zarr")
-    suffix = _suffix(out, VOLUME_SUFFIXES, "--out")
-    if complex_index and suffix not in (".h5", ".hdf5"):
-        raise click.BadParameter("--complex-index writes the absorption beside the index: give a .h5 --out",
-                                 param_hint="--complex-index")
     cluster = bool(scheduler or workers or gpus)
-    _check_method_options(ctx, method, cluster)
-    if angle_range is not None and geometry_kind != "rotation" and backgrounds is not None and input_kind == "holograms":
-        raise click.BadParameter("--angles gives the rotation geometry's angles: add --geometry rotation",
-                                 param_hint="--angles")
-    if angles_file is not None and angle_range is not None:
-        raise click.BadParameter("give the angles as --angles or --angles-file, not both", param_hint="--angles-file")
-    if fit_axis and (_given(ctx, "axis_tilt") or _given(ctx, "axis_angle")):
-        raise click.BadParameter("--fit-axis finds the axis: give it or --axis-tilt/--axis-angle, not both",
-                                 param_hint="--fit-axis")
+    suffix = _checked_reconstruct_options(ctx, holos, backgrounds, out, plot, cluster=cluster)
     # what every rotation path reads: the pose of the axis and the solver's options
     solver = dict(axis=H.rotation_axis(math.radians(axis_tilt), math.radians(axis_angle)), fit_axis=fit_axis,
                   rotation_sense=1 if rotation_sense == "qora" else -1, method=method, approximation=approximation,
@@ -350,6 +337,28 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
     _write_result(H, out, suffix, result, g, method=method, approximation=result.approximation, iterations=iterations,
                   recorded=recorded)
     _report(H, out, result, g, method=method, tv_weight=tv_weight, truth=truth, plot=plot)
+
+
+def _checked_reconstruct_options(ctx, holos, backgrounds, out, plot, *, cluster: bool) -> str:
+    """``reconstruct_cmd``'s options that contradict each other or the outputs, refused before any work (one
+    BadParameter naming the option); returns the output's suffix."""
+    p = ctx.params
+    _apart([out, plot], [holos, backgrounds], folder_ok=out.suffix.lower() == ".zarr")
+    suffix = _suffix(out, VOLUME_SUFFIXES, "--out")
+    if p["complex_index"] and suffix not in (".h5", ".hdf5"):
+        raise click.BadParameter("--complex-index writes the absorption beside the index: give a .h5 --out",
+                                 param_hint="--complex-index")
+    _check_method_options(ctx, p["method"], cluster)
+    if (p["angle_range"] is not None and p["geometry_kind"] != "rotation" and backgrounds is not None
+            and p["input_kind"] == "holograms"):
+        raise click.BadParameter("--angles gives the rotation geometry's angles: add --geometry rotation",
+                                 param_hint="--angles")
+    if p["angles_file"] is not None and p["angle_range"] is not None:
+        raise click.BadParameter("give the angles as --angles or --angles-file, not both", param_hint="--angles-file")
+    if p["fit_axis"] and (_given(ctx, "axis_tilt") or _given(ctx, "axis_angle")):
+        raise click.BadParameter("--fit-axis finds the axis: give it or --axis-tilt/--axis-angle, not both",
+                                 param_hint="--fit-axis")
+    return suffix
 
 
 def _report(H, out, result, g, *, method, tv_weight, truth, plot) -> None:
