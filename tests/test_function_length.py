@@ -13,7 +13,6 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 ALLOWED = {
     "qora/ssb/live/receiving.py:_receive": 266,
     "qora/bench/ssb_live.py:run": 178,
-    "qora/ssb/live/run.py:run_live": 160,
     "qora/bench/ssb_live.py:stages": 141,
     "qora/holo/mie.py:vector_mie_ratio": 115,
     "qora/bench/phase.py:run_cuda_extras": 112,

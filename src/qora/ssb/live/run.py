@@ -141,20 +141,10 @@ def warm_final(final_fit: str, fit_rows: int, rows: int) -> bool:
     return fit_rows >= max(WARM_MIN_ROWS, rows / 2)
 
 
-def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation: float | None = None,
-             aberrations: Aberrations | None = None, detector: DetectorFit | None = None, backend="cpu",
-             precision: str = "auto", options: LiveOptions = LiveOptions(), on_update=None) -> LiveResult:
-    """Reconstruct a scan while it arrives from ``source`` (a :class:`qora.ssb.live.Source`).
-
-    ``rotation`` (rad): the scan rotation, fitted when None (and the fit on). ``aberrations``: those
-    the image is made with while no fit is available (default none; the fitted ones after).
-    ``on_update(LiveUpdate)`` is called at each refresh (in this thread). Returns a
-    :class:`LiveResult`; raises :class:`FellBehind` when processing cannot keep up.
-    """
-    if options.method not in ("ssb", "parallax"):
-        raise InputError(f"method must be 'ssb' or 'parallax', got {options.method!r}")
-    if options.final_fit not in ("auto", "cold", "warm"):
-        raise InputError(f"final_fit must be 'auto', 'cold' or 'warm', got {options.final_fit!r}")
+def _opened(source, options, *, kv, alpha_mrad, scan_step, rotation, detector, backend, precision) -> LiveG:
+    """The source opened (its header read and checked) and the LiveG that takes its frames, the source's decode and
+    waits set to match; on any failure the source is closed (no connection left open by a refused header or a bad
+    setting)."""
     try:
         source.open()
         if source.scan_shape is None or source.detector_shape is None:
@@ -181,41 +171,85 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
         source.register_slots(live.backend)  # receivers' slots copied to the device from where they are
     if hasattr(source, "max_wait_s"):  # receiving processes wait as long for a free slot
         source.max_wait_s = options.max_wait_s
+    return live
+
+
+def _receive(source, options, q, counter, stop, failure: list, end) -> None:
+    """The receiver thread: the source's batches into the bounded queue ``q``, then ``end``; a full queue for
+    ``options.max_wait_s`` is :class:`FellBehind`, any error goes to ``failure`` (the caller's thread raises it)."""
+    try:
+        for frames in source:
+            counter.t_last = time.perf_counter()
+            counter.received += len(frames.index)
+            counter.backlog_at_end = counter.received - counter.processed
+            try:
+                q.put(frames, timeout=options.max_wait_s)
+            except queue.Full:
+                failure.append(FellBehind(
+                    f"processing fell behind the detector: the receive buffer of {options.queue_frames} frames "
+                    f"stayed full for {options.max_wait_s:g} s (received {counter.received}, processed "
+                    f"{counter.processed}); use a faster backend (--backend cuda), a larger buffer, or a "
+                    "slower scan"))
+                return
+            counter.queue_peak = max(counter.queue_peak, q.qsize())
+            if stop.is_set():
+                return
+    except Exception as error:  # the caller's thread raises it
+        failure.append(error)
+    finally:
+        while not stop.is_set():
+            try:
+                q.put(end, timeout=0.1)
+                break
+            except queue.Full:
+                continue
+
+
+def _finish(source, live, counter, fitted, image):
+    """After the last frame: the last rows closed, the final fit and image, each step timed from the last frame's
+    arrival. Returns (session, fit, image, the steps' times, the latency from the last frame, s)."""
+    # the last frame's arrival: a receiving process's own time where it tells it (perf_counter is
+    # CLOCK_MONOTONIC on Linux, one clock for all processes), else the receiver thread's
+    last_frame = getattr(source, "last_received", None) or counter.t_last or time.perf_counter()
+    ends = {"queue_s": time.perf_counter() - last_frame,  # frames still queued when the last one came
+            "backlog_frames": counter.backlog_at_end}
+    t = time.perf_counter()
+    live.finish()
+    session = live.session()
+    ends["rows_and_slow_axis_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    fit = fitted(session, final=True)
+    ends["fit_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    final = image(session, fit)
+    live.backend.synchronize()
+    ends["image_s"] = time.perf_counter() - t
+    return session, fit, final, ends, time.perf_counter() - last_frame
+
+
+def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation: float | None = None,
+             aberrations: Aberrations | None = None, detector: DetectorFit | None = None, backend="cpu",
+             precision: str = "auto", options: LiveOptions = LiveOptions(), on_update=None) -> LiveResult:
+    """Reconstruct a scan while it arrives from ``source`` (a :class:`qora.ssb.live.Source`).
+
+    ``rotation`` (rad): the scan rotation, fitted when None (and the fit on). ``aberrations``: those
+    the image is made with while no fit is available (default none; the fitted ones after).
+    ``on_update(LiveUpdate)`` is called at each refresh (in this thread). Returns a
+    :class:`LiveResult`; raises :class:`FellBehind` when processing cannot keep up.
+    """
+    if options.method not in ("ssb", "parallax"):
+        raise InputError(f"method must be 'ssb' or 'parallax', got {options.method!r}")
+    if options.final_fit not in ("auto", "cold", "warm"):
+        raise InputError(f"final_fit must be 'auto', 'cold' or 'warm', got {options.final_fit!r}")
+    live = _opened(source, options, kv=kv, alpha_mrad=alpha_mrad, scan_step=scan_step, rotation=rotation,
+                   detector=detector, backend=backend, precision=precision)
     batch = max(1, int(getattr(source, "batch", 256)))
     q: queue.Queue = queue.Queue(maxsize=max(2, options.queue_frames // batch))
     counter, stop = _Counter(), threading.Event()
     failure: list = []
     end = object()
-
-    def receive() -> None:
-        try:
-            for frames in source:
-                counter.t_last = time.perf_counter()
-                counter.received += len(frames.index)
-                counter.backlog_at_end = counter.received - counter.processed
-                try:
-                    q.put(frames, timeout=options.max_wait_s)
-                except queue.Full:
-                    failure.append(FellBehind(
-                        f"processing fell behind the detector: the receive buffer of {options.queue_frames} frames "
-                        f"stayed full for {options.max_wait_s:g} s (received {counter.received}, processed "
-                        f"{counter.processed}); use a faster backend (--backend cuda), a larger buffer, or a "
-                        "slower scan"))
-                    return
-                counter.queue_peak = max(counter.queue_peak, q.qsize())
-                if stop.is_set():
-                    return
-        except Exception as error:  # the caller's thread raises it
-            failure.append(error)
-        finally:
-            while not stop.is_set():
-                try:
-                    q.put(end, timeout=0.1)
-                    break
-                except queue.Full:
-                    continue
-
-    thread = threading.Thread(target=receive, daemon=True, name="qora-live-receiver")
+    thread = threading.Thread(target=_receive, args=(source, options, q, counter, stop, failure, end), daemon=True,
+                              name="qora-live-receiver")
     counter.t0 = time.perf_counter()
     thread.start()
     state = {"fit": None, "last": time.perf_counter(), "rows": 0, "fit_rows": 0}  # fit_rows: the last fit's rows
@@ -271,23 +305,7 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
                 if on_update is not None:
                     on_update(updates[-1])
                 state["last"], state["rows"] = time.perf_counter(), live.rows_done
-        # the last frame's arrival: a receiving process's own time where it tells it (perf_counter is
-        # CLOCK_MONOTONIC on Linux, one clock for all processes), else the receiver thread's
-        last_frame = getattr(source, "last_received", None) or counter.t_last or time.perf_counter()
-        ends = {"queue_s": time.perf_counter() - last_frame,  # frames still queued when the last one came
-                "backlog_frames": counter.backlog_at_end}
-        t = time.perf_counter()
-        live.finish()
-        session = live.session()
-        ends["rows_and_slow_axis_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        fit = fitted(session, final=True)
-        ends["fit_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        final = image(session, fit)
-        live.backend.synchronize()
-        ends["image_s"] = time.perf_counter() - t
-        latency = time.perf_counter() - last_frame
+        session, fit, final, ends, latency = _finish(source, live, counter, fitted, image)
     finally:
         stop.set()
         source.close()
