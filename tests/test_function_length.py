@@ -14,7 +14,6 @@ ALLOWED = {
     "qora/ssb/live/receiving.py:_receive": 266,
     "qora/bench/ssb_live.py:run": 178,
     "qora/bench/ssb_live.py:stages": 141,
-    "qora/holo/mie.py:vector_mie_ratio": 115,
     "qora/bench/phase.py:run_cuda_extras": 112,
     "qora/bench/ssb_full.py:run": 111,
 }

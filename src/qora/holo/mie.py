@@ -139,6 +139,29 @@ def dipole_factor(geometry: Geometry, a: int, *, n: int | None = None, pixel: fl
     return np.where(inside, np.sum(transverse * v, axis=0) / norm, 0.0)
 
 
+def _plane_sampling(geometry: Geometry, cz: float, radius: float, *, plane_z, plane_pixel, plane_half_width):
+    """The plane :func:`vector_mie_ratio` samples E on, for a sphere centred at height ``cz`` (um): its height, pixel,
+    and the half-widths where its taper starts and ends (um), each the documented default unless given."""
+    km = geometry.medium_frequency
+    zp = cz + radius + 2.0 if plane_z is None else float(plane_z)
+    gap = zp - cz - radius
+    if gap <= 0:
+        raise ValueError(f"plane_z ({zp} um) must lie past the sphere (its top is at z = {cz + radius} um)")
+    if plane_pixel is None:
+        alias = math.hypot(km, math.log(1 / _EVANESCENT_DECAY) / (2 * math.pi * gap))
+        pp = 1.0 / (geometry.pupil_frequency + alias)
+    else:
+        pp = float(plane_pixel)
+    if plane_half_width is None:
+        s = 0.5 * (geometry.pupil_frequency / km + 1.0)
+        inner = radius + (zp - cz + radius) * s / math.sqrt(1 - s**2)
+        outer = inner + _TAPER
+    else:
+        outer = float(plane_half_width)
+        inner = max(outer - _TAPER, 0.5 * outer)
+    return zp, pp, inner, outer
+
+
 def vector_mie_ratio(sphere: Sphere, geometry: Geometry, *, n: int | None = None, pixel: float | None = None,
                      plane_z: float | None = None, illuminations=None, polarization: str = "projected",
                      detection: str = "lab", method: str = "plane", plane_pixel: float | None = None,
@@ -186,8 +209,7 @@ def vector_mie_ratio(sphere: Sphere, geometry: Geometry, *, n: int | None = None
         raise ValueError(f"method must be 'plane' or 'far', got {method!r}")
     _detector(np.zeros((3, 1)), detection)  # validates the name
 
-    n = n or geometry.n
-    pixel = pixel or geometry.pixel
+    n, pixel = n or geometry.n, pixel or geometry.pixel
     indices = np.arange(geometry.count) if illuminations is None else np.atleast_1d(np.asarray(illuminations, int))
     km = geometry.medium_frequency
     radius = float(sphere.radius)
@@ -224,22 +246,8 @@ def vector_mie_ratio(sphere: Sphere, geometry: Geometry, *, n: int | None = None
             spec = np.zeros((n, n), np.complex128)
             spec[inside] = 1j * amp / nz[inside] * shift * phase_c / norm
         else:
-            zp = c[0] + radius + 2.0 if plane_z is None else float(plane_z)
-            gap = zp - c[0] - radius
-            if gap <= 0:
-                raise ValueError(f"plane_z ({zp} um) must lie past the sphere (its top is at z = {c[0] + radius} um)")
-            if plane_pixel is None:
-                alias = math.hypot(km, math.log(1 / _EVANESCENT_DECAY) / (2 * math.pi * gap))
-                pp = 1.0 / (geometry.pupil_frequency + alias)
-            else:
-                pp = float(plane_pixel)
-            if plane_half_width is None:
-                s = 0.5 * (geometry.pupil_frequency / km + 1.0)
-                inner = radius + (zp - c[0] + radius) * s / math.sqrt(1 - s**2)
-                outer = inner + _TAPER
-            else:
-                outer = float(plane_half_width)
-                inner = max(outer - _TAPER, 0.5 * outer)
+            zp, pp, inner, outer = _plane_sampling(geometry, c[0], radius, plane_z=plane_z, plane_pixel=plane_pixel,
+                                                   plane_half_width=plane_half_width)
             m = int(math.ceil(outer / pp))
             t = np.arange(-m, m + 1) * pp  # lateral offsets from the sphere's axis, um
             dy, dx = np.meshgrid(t, t, indexing="ij")
