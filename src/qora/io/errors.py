@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from qora.backend.errors import InputError, QoraError
 
 __all__ = ["QoraError", "InputError", "FileFormatError", "OutputError", "MemoryNeeded", "MissingExtra",
-           "naming_file"]
+           "naming_file", "NamedReads"]
 
 
 class FileFormatError(QoraError, ValueError):
@@ -34,18 +34,46 @@ class MissingExtra(QoraError, ImportError):
     """An optional package a feature needs is not installed (the message names the extra)."""
 
 
+def _raised_in(exc: BaseException, packages) -> bool:
+    """Whether ``exc`` was raised inside one of ``packages`` (its innermost frame is theirs)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    name = tb.tb_frame.f_globals.get("__name__", "") if tb is not None else ""
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+# Libraries that report a damaged file's structure as a RuntimeError (HDF5's "Object visitation failed (bad local heap
+# signature)", "Link iteration failed (...)"); a RuntimeError raised elsewhere stays what it is (a bug of ours).
+FILE_LIBRARIES = ("h5py",)
+
+
 @contextmanager
 def naming_file(path):
     """Turn what a reader raises on a damaged or truncated file (OSError, EOFError, a format's
-    ValueError) into a :class:`FileFormatError` that names ``path``: in a batch of many files (the
-    scale-out report, a CLI loop) the message has to say which one."""
+    ValueError, HDF5's RuntimeError) into a :class:`FileFormatError` that names ``path``: in a batch of many files
+    (the scale-out report, a CLI loop) the message has to say which one."""
     try:
         yield
     except QoraError:
         raise
-    except (OSError, EOFError, ValueError, KeyError) as exc:
-        if isinstance(exc, FileNotFoundError):
+    except (OSError, EOFError, ValueError, KeyError, RuntimeError) as exc:
+        if isinstance(exc, FileNotFoundError) or (type(exc) is RuntimeError and not _raised_in(exc, FILE_LIBRARIES)):
             raise
         if str(path) in str(exc):
             raise FileFormatError(str(exc)) from exc
         raise FileFormatError(f"{path}: cannot be read ({type(exc).__name__}: {exc})") from exc
+
+
+class NamedReads:
+    """An array (an HDF5 dataset) whose reads name ``path`` when they fail: a lazy array's chunks are read long after
+    the file was opened (a damaged data file shows only then), so its errors get the name there. Has ``shape``,
+    ``dtype``, ``ndim`` and ``__getitem__``, what ``dask.array.from_array`` reads through."""
+
+    def __init__(self, array, path) -> None:
+        self.array, self.path = array, path
+        self.shape, self.dtype, self.ndim = array.shape, array.dtype, array.ndim
+
+    def __getitem__(self, key):
+        with naming_file(self.path):
+            return self.array[key]

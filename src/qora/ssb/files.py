@@ -117,6 +117,12 @@ def _dataset_contents(path: Path, f, lazy: bool):
     return array, meta
 
 
+def _named_kind(path):
+    """:func:`_hdf5_kind`, a damaged file's error naming it (HDF5 reports a broken group as a RuntimeError)."""
+    with naming_file(path):
+        return _hdf5_kind(path)
+
+
 def load_data(path, *, scan_shape=None, layout=None):
     """4D data and what the file says about them, read lazily (nothing but headers and metadata is
     read here: the data stay a memory map, a dask array or an HDF5/Zarr array read in chunks).
@@ -144,8 +150,8 @@ def load_data(path, *, scan_shape=None, layout=None):
     if path.is_dir() or suffix in (".zarr", ".zspy"):
         with naming_file(path):
             data, meta = _read_zarr(path)
-    elif suffix in (".h5", ".hdf5", ".emd", ".nxs") and _hdf5_kind(path) is not None:
-        kind = _hdf5_kind(path)
+    elif suffix in (".h5", ".hdf5", ".emd", ".nxs") and _named_kind(path) is not None:
+        kind = _named_kind(path)
         with naming_file(path):
             if kind == "fpd":
                 data, meta = read_fpd(path)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qora.io.errors import FileFormatError
+from qora.io.errors import FileFormatError, NamedReads
 
 __all__ = ["read_mib", "read_fpd", "is_fpd", "MERLIN_DTYPES", "MAX_FRAME_HEADER", "MAX_FRAME_BYTES",
            "merlin_frame_header", "decode_raw_1bit", "decode_raw", "RAW_BITS", "header_fields", "header_number",
@@ -511,8 +511,9 @@ def read_dectris(path, *, scan_shape=None):
             f.close()
             raise FileFormatError(f"{path}: entry/data/{name} must be a stack of frames (frames, det_row, det_col), "
                                   f"it is {shape}")
-        stacks.append(da.from_array(dset, chunks=(max(1, min(dset.shape[0], (64 << 20) // max(1, dset[0].nbytes))),
-                                                  -1, -1), lock=True, asarray=True))
+        frames = max(1, min(dset.shape[0], (64 << 20) // max(1, int(np.prod(dset.shape[1:])) * dset.dtype.itemsize)))
+        target = Path(path).parent / getattr(group.get(name, getlink=True), "filename", path.name)
+        stacks.append(da.from_array(NamedReads(dset, target), chunks=(frames, -1, -1), lock=True, asarray=True))
     if not stacks:
         f.close()
         raise FileFormatError(f"{path}: a DECTRIS master with no data_ links in entry/data")
