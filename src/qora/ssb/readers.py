@@ -457,7 +457,9 @@ def lazy_array(data, *, required: bool = False):
 
     row = int(np.prod(data.shape[1:])) * np.dtype(data.dtype).itemsize
     rows = max(1, min(data.shape[0], (64 << 20) // max(1, row)))
-    return da.from_array(data, chunks=(rows,) + tuple(data.shape[1:]), lock=True, asarray=True)
+    filename = getattr(getattr(data, "file", None), "filename", None)  # an HDF5 dataset: its reads name the file
+    source = NamedReads(data, filename) if filename else data
+    return da.from_array(source, chunks=(rows,) + tuple(data.shape[1:]), lock=True, asarray=True)
 
 
 # -- DECTRIS (Arina, Quadro, ...) NeXus masters ----------------------------------------------------
