@@ -307,3 +307,19 @@ def test_quiet_is_documented_in_the_long_commands():
     for command in (["phase", "run"],):
         out = CliRunner().invoke(cli, [*command, "--help"])
         assert "--quiet" in out.output and "No progress bar" in out.output
+
+
+def test_what_the_starts_keep_is_checked_against_the_memory_before_any_work(monkeypatch):
+    """Issue 40: 10,000 kept 256^2 starts (about 6 GB) ran until an allocation inside FFTW aborted the process; the
+    real-object search holds all its starts at once. Both are refused first, saying what to change."""
+    from qora.phase import checks, reconstruct
+    from qora.phase.detector import Detector, lithograph, record
+
+    monkeypatch.setattr(checks, "available_memory", lambda: 2**27)  # 128 MiB
+    _, intensity = objects.simulate("triangle", 64, photons=1e8, seed=0)
+    with pytest.raises(MemoryNeeded, match=r"keeping 5000 starts of a 64x64 pattern .*no --keep-all"):
+        reconstruct(intensity, starts=5000, keep_all=True, recipe="HIO**2", backend="cpu")
+    counts, mask = record(lithograph(128), Detector(photons=1e8))
+    with pytest.raises(MemoryNeeded, match=r"4000 starts of a 128x128 pattern .*fewer starts"):
+        reconstruct(counts, mask=mask, starts=4000, backend="cpu", progress=lambda *a: pytest.fail("it ran"))
+    assert reconstruct(intensity, starts=2, keep_all=True, recipe="HIO**2", backend="cpu").objects.shape[0] == 2

@@ -12,10 +12,11 @@ from __future__ import annotations
 import numpy as np
 
 from qora.backend.device import free_memory
+from qora.backend.host import available_memory
 from qora.io import validate
 from qora.io.errors import InputError
 
-__all__ = ["check_intensity", "check_bool_array", "check_choice", "run_bytes", "check_run_memory",
+__all__ = ["check_intensity", "check_bool_array", "check_choice", "run_bytes", "check_run_memory", "check_starts_memory",
            "BYTES_PER_START", "SHARED_BYTES", "AUTOCORRELATION_BYTES"]
 
 # Memory per pixel (voxel) of a run, from the measurements in docs/phase-performance.md ("Device
@@ -105,3 +106,30 @@ def check_run_memory(backend, variant: str, shape, batch: int, *, default_suppor
             ", or use --backend cpu" if backend.is_cuda else "")
     validate.memory_needed(nbytes, f"the {variant} reconstruction of a {dims} pattern ({batch} start"
                            f"{'s' if batch != 1 else ''} at a time)", available=available, where=where, hint=hint)
+
+
+KEPT_BYTES_PER_PIXEL = 9  # a start kept whole: its object (complex64) and its support (bool)
+# The real-object search holds every start at once: the iterate and its projection (complex64), the spectrum, the
+# support with its labels (int32) and blur (float32), the host's copy of the result: about this many bytes a pixel
+ENVELOPE_BYTES_PER_PIXEL = 48
+
+
+def check_starts_memory(backend, shape, starts: int, *, keep_all: bool, iterations: int, envelope: bool = False,
+                        available=None) -> None:
+    """Refuse, before any work, what the starts keep: every start's object and support (``keep_all``, or the
+    real-object search, which holds all its starts at once on ``backend`` and hands them to the host) and every
+    start's error per iteration. A campaign of 10,000 kept 256^2 starts (6 GB) otherwise ran until an allocation
+    deep in FFTW aborted the process."""
+    pixels = float(np.prod(shape))
+    host = starts * (iterations * 8.0 + (KEPT_BYTES_PER_PIXEL * pixels if keep_all or envelope else 0.0))
+    what = f"{starts} starts of a {'x'.join(map(str, shape))} pattern"
+    hint = "fewer starts (--starts)" + ("" if envelope or not keep_all else
+                                        ", or no --keep-all (the best start alone is kept)")
+    validate.memory_needed(host, f"keeping {what}", available=available_memory() if available is None else available,
+                           where="host", hint=hint)
+    if envelope:
+        where = "device" if backend.is_cuda else "host"
+        validate.memory_needed(starts * ENVELOPE_BYTES_PER_PIXEL * pixels, f"the real-object search of {what} (all at "
+                               "once)", available=free_memory(backend) if available is None else available, where=where,
+                               hint="fewer starts (--starts)")
+

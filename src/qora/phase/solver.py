@@ -11,7 +11,8 @@ from qora.io import validate
 from qora.io.errors import InputError
 from qora.progress import report
 from qora.provenance import versions as software_versions
-from qora.phase.checks import check_bool_array, check_choice, check_intensity, check_run_memory
+from qora.phase.checks import (check_bool_array, check_choice, check_intensity, check_run_memory,
+                               check_starts_memory)
 from qora.phase.physics import native_amplitude
 from qora.phase.result import PhaseResult
 from qora.phase.symmetry import choose_recipe
@@ -565,15 +566,20 @@ def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int 
     check_choice("rank", rank, ("fourier", "free_llk"))
     starts = validate.integer("starts", starts, low=1)
     recipe, reason = choose_recipe(intensity, mask, recipe=recipe, support=support, variant=variant, rank=rank)
+    from qora.backend import resolve
+
     if is_envelope(recipe):  # a search of its own (qora.phase.envelope), not a stage list
         from qora.phase import envelope
 
         intensity, mask = check_intensity(intensity, mask)
+        check_starts_memory(resolve(backend), np.shape(intensity), starts, keep_all=keep_all,
+                            iterations=envelope.ITERATIONS, envelope=True)
         return envelope.reconstruct(intensity, mask=mask, starts=starts, seed=seed, backend=backend,
                                     progress=progress, keep_all=keep_all, reason=reason)
     if free_fraction is None:
         free_fraction = 0.05 if rank == "free_llk" or named_recipe(recipe).needs_free_pixels else 0.0
-    from qora.backend import resolve
+    check_starts_memory(resolve(backend), np.shape(intensity), starts, keep_all=keep_all,
+                        iterations=named_recipe(recipe).iterations)
 
     if batch == "auto":
         batch = starts if variant == "batched" else auto_batch(resolve(backend), variant, np.shape(intensity), starts)
