@@ -21,7 +21,7 @@ import numpy as np
 
 from qora.backend.fft import fftn, ifftn
 from qora.io.errors import InputError
-from qora.io.validate import GIB, integer, memory_needed, nonnegative, number, positive
+from qora.io.validate import integer, memory_needed, nonnegative, number, positive
 from qora.progress import report
 from qora.ssb.optics import Aberrations, probe_spectrum, wavelength
 
