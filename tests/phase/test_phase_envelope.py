@@ -111,3 +111,35 @@ def test_the_batched_support_steps_equal_scipy_per_start():
         np.testing.assert_array_equal(grown[k], ndi.binary_dilation(filled, iterations=2))
         blurred = ndi.gaussian_filter(x[k], 1.0)
         np.testing.assert_array_equal(wrapped[k], blurred > 0.5 * np.sqrt(np.mean(blurred[supports[k]] ** 2)))
+
+
+def test_starts_beyond_the_memory_run_in_groups_with_their_numbers_and_one_progress(monkeypatch):
+    """Where all starts do not fit (envelope.group_size), they run in groups: start k is still PCG64(seed + k), and
+    the progress counts the whole run without going back."""
+    from qora.phase import envelope
+
+    truth = lithograph(128)
+    counts, mask = record(truth, Detector(photons=1e8, beamstop=0, gap=0, boxes=BEAMLINE_BOXES))
+    monkeypatch.setattr(envelope, "group_size", lambda backend, shape, starts: 1)
+    seen = []
+    grouped = envelope.reconstruct(counts, mask=mask, starts=2, seed=5, backend="cpu", keep_all=True,
+                                   progress=lambda stage, done, total, m: seen.append((done, total)))
+    alone = envelope.reconstruct(counts, mask=mask, starts=1, seed=6, backend="cpu", keep_all=True)
+    np.testing.assert_array_equal(grouped.objects[1], alone.objects[0])
+    np.testing.assert_array_equal(grouped.errors[:, 1], alone.errors[:, 0])
+    assert grouped.errors.shape == (ITERATIONS, 2)
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and done[-1] == 2 * ITERATIONS and {t for _, t in seen} == {2 * ITERATIONS}
+
+
+def test_the_group_size_follows_the_free_memory(monkeypatch):
+    from qora.backend import resolve
+    from qora.backend import device
+    from qora.phase import envelope
+    from qora.phase.checks import ENVELOPE_BYTES_PER_PIXEL
+
+    per_start = ENVELOPE_BYTES_PER_PIXEL * 512 * 512
+    monkeypatch.setattr(device, "free_memory", lambda backend: 6.5 * per_start)
+    assert envelope.group_size(resolve("cpu"), (512, 512), 10) == 3  # half the free memory: 3 starts
+    monkeypatch.setattr(device, "free_memory", lambda backend: None)
+    assert envelope.group_size(resolve("cpu"), (512, 512), 10) == 10

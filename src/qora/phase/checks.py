@@ -109,16 +109,16 @@ def check_run_memory(backend, variant: str, shape, batch: int, *, default_suppor
 
 
 KEPT_BYTES_PER_PIXEL = 9  # a start kept whole: its object (complex64) and its support (bool)
-# The real-object search holds every start at once: the iterate and its projection (complex64), the spectrum, the
-# support with its labels (int32) and blur (float32), the host's copy of the result: about this many bytes a pixel
+# The real-object search's arrays per start and pixel: the iterate and its projection (complex64), the spectrum, the
+# support with its labels (int32) and blur (float32), the host's copy of the result: about this many bytes
 ENVELOPE_BYTES_PER_PIXEL = 48
 
 
 def check_starts_memory(backend, shape, starts: int, *, keep_all: bool, iterations: int, envelope: bool = False,
                         available=None) -> None:
     """Refuse, before any work, what the starts keep: every start's object and support (``keep_all``, or the
-    real-object search, which holds all its starts at once on ``backend`` and hands them to the host) and every
-    start's error per iteration. A campaign of 10,000 kept 256^2 starts (6 GB) otherwise ran until an allocation
+    real-object search, which hands every start to the host; on ``backend`` it needs one start's arrays at least)
+    and every start's error per iteration. A campaign of 10,000 kept 256^2 starts (6 GB) otherwise ran until an allocation
     deep in FFTW aborted the process."""
     pixels = float(np.prod(shape))
     host = starts * (iterations * 8.0 + (KEPT_BYTES_PER_PIXEL * pixels if keep_all or envelope else 0.0))
@@ -127,9 +127,10 @@ def check_starts_memory(backend, shape, starts: int, *, keep_all: bool, iteratio
                                         ", or no --keep-all (the best start alone is kept)")
     validate.memory_needed(host, f"keeping {what}", available=available_memory() if available is None else available,
                            where="host", hint=hint)
-    if envelope:
+    if envelope:  # it iterates as many starts together as fit (envelope.group_size): one must
         where = "device" if backend.is_cuda else "host"
-        validate.memory_needed(starts * ENVELOPE_BYTES_PER_PIXEL * pixels, f"the real-object search of {what} (all at "
-                               "once)", available=free_memory(backend) if available is None else available, where=where,
-                               hint="fewer starts (--starts)")
+        validate.memory_needed(ENVELOPE_BYTES_PER_PIXEL * pixels, f"one start of the real-object search of a "
+                               f"{'x'.join(map(str, shape))} pattern", available=free_memory(backend)
+                               if available is None else available, where=where, hint="a smaller (cropped or binned) "
+                               "pattern" + (", or --backend cpu" if backend.is_cuda else ""))
 

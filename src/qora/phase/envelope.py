@@ -143,18 +143,34 @@ def search(pattern, rngs, run, ndi):
     return run.positive(x, support, REFINE[1], hio=False, damp=1.0), support
 
 
-def iterations_for(pattern: Pattern, backend, starts: int, *, progress=None, total: int = 0, reference=False):
-    """The fastest provider on ``backend`` (``reference``: the array code)."""
+def iterations_for(pattern: Pattern, backend, starts: int, *, progress=None, total: int = 0, reference=False,
+                   offset: int = 0):
+    """The fastest provider on ``backend`` (``reference``: the array code); ``offset`` iterations times starts done
+    before it (earlier groups), for the progress."""
     if reference:
-        return ArrayIterations(pattern, starts, progress, total)
-    if backend.is_cuda:
+        cls = ArrayIterations
+    elif backend.is_cuda:
         from qora.phase.envelope_cuda import CudaIterations
 
-        return CudaIterations(pattern, starts, progress, total)
-    from qora.phase import envelope_cpu
+        cls = CudaIterations
+    else:
+        from qora.phase import envelope_cpu
 
-    cls = FastCpuIterations if envelope_cpu.available() else ArrayIterations
-    return cls(pattern, starts, progress, total)
+        cls = FastCpuIterations if envelope_cpu.available() else ArrayIterations
+    return cls(pattern, starts, progress, total, offset)
+
+
+def group_size(backend, shape, starts: int) -> int:
+    """How many starts are iterated together: all of them where they fit in half the memory the backend has free
+    (:data:`qora.phase.checks.ENVELOPE_BYTES_PER_PIXEL` a pixel and start), else as many as do (at least one)."""
+    from qora.backend.device import free_memory
+    from qora.phase.checks import ENVELOPE_BYTES_PER_PIXEL
+
+    free = free_memory(backend)
+    if free is None:
+        return starts
+    per_start = ENVELOPE_BYTES_PER_PIXEL * float(np.prod(shape))
+    return max(1, min(starts, int(0.5 * free // per_start)))
 
 
 def _ndimage(be):
@@ -183,16 +199,26 @@ def reconstruct(intensity, *, mask=None, starts: int = 1, seed: int = 0, backend
     be = resolve(backend)
     t0 = time.perf_counter()
     pattern = Pattern(intensity, mask, be.xp)
-    run = iterations_for(pattern, be, starts, progress=progress, total=starts * ITERATIONS, reference=reference)
-    x, s = search(pattern, [np.random.default_rng(seed + first_start + k) for k in range(starts)], run, _ndimage(be))
-    stack_o, stack_s = be.to_host(x).astype(np.complex64), be.to_host(s).astype(bool)
+    objects, supports, histories = [], [], []
+    group = group_size(be, pattern.shape, starts)
+    for first in range(0, starts, group):  # the starts that fit in memory at once, iterated together
+        count = min(group, starts - first)
+        run = iterations_for(pattern, be, count, progress=progress, total=starts * ITERATIONS, reference=reference,
+                             offset=first * ITERATIONS)
+        rngs = [np.random.default_rng(seed + first_start + first + k) for k in range(count)]
+        x, s = search(pattern, rngs, run, _ndimage(be))
+        objects.append(be.to_host(x).astype(np.complex64))
+        supports.append(be.to_host(s).astype(bool))
+        histories.append(run.history())
+        del x, s, run  # the group's arrays freed before the next group's
+    stack_o, stack_s = np.concatenate(objects), np.concatenate(supports)
     t_search = time.perf_counter() - t0
     unmeasured = None if mask is None else np.asarray(mask, bool)
     pattern_host = np.asarray(be.to_host(pattern.intensity))
     r = np.array([analysis.amplitude_rfactor(o, pattern_host, unmeasured) for o in stack_o])
     support_px = [int(v.sum()) for v in stack_s]
     best = analysis.compact_best(r, support_px, NEAR)
-    errors = run.history()
+    errors = np.concatenate(histories, axis=1)
     result = PhaseResult(
         object=stack_o[best], support=stack_s[best], errors=errors, final_errors=errors[-1].copy(),
         llk=np.full(starts, np.nan), free_llk=np.full(starts, np.nan), best=best, rank="fourier", recipe=NAME,

@@ -68,10 +68,10 @@ class PositiveEngine(_GraphLoop):
 class CudaIterations(ArrayIterations):
     """:class:`ArrayIterations`' interface on the GPU's engines; the blocks' errors recorded per block."""
 
-    def __init__(self, pattern: Pattern, starts: int, progress=None, total: int = 0) -> None:
+    def __init__(self, pattern: Pattern, starts: int, progress=None, total: int = 0, offset: int = 0) -> None:
         from qora.phase.cuda import CudaEngine
 
-        super().__init__(pattern, starts, progress, total)
+        super().__init__(pattern, starts, progress, total, offset)
         full = np.ones(pattern.shape, bool)
         self.complex_engine = CudaEngine(pattern.native(half=False), full, batch=starts, graph=True)
         self.positive_engine = PositiveEngine(pattern.native(half=True), pattern.shape, starts)

@@ -65,8 +65,9 @@ class ArrayIterations:
     ``progress`` is reported every :data:`REPORT_EVERY` iterations, as iterations times starts done of
     ``total``."""
 
-    def __init__(self, pattern: Pattern, starts: int, progress=None, total: int = 0) -> None:
+    def __init__(self, pattern: Pattern, starts: int, progress=None, total: int = 0, offset: int = 0) -> None:
         self.p, self.starts, self.progress, self.total = pattern, int(starts), progress, int(total)
+        self.offset = int(offset)  # iterations times starts done before this batch (an earlier group's)
         self.errors: list = []  # per iteration: each start's Fourier error (device arrays on the GPU)
         self.done = 0
 
@@ -77,7 +78,7 @@ class ArrayIterations:
         self.errors.extend(block)
         before, self.done = self.done, self.done + len(block)
         if self.done // REPORT_EVERY > before // REPORT_EVERY:
-            report(self.progress, STAGE, self.done * self.starts, self.total)
+            report(self.progress, STAGE, self.offset + self.done * self.starts, self.total)
 
     def history(self) -> np.ndarray:
         """The Fourier error of every iteration and start, (iterations, starts) float64 on the host."""
@@ -133,10 +134,10 @@ class ArrayIterations:
 class FastCpuIterations(ArrayIterations):
     """The array code's loop with the CPU's fused projections and updates (:mod:`qora.phase.envelope_cpu`)."""
 
-    def __init__(self, pattern: Pattern, starts: int, progress=None, total: int = 0) -> None:
+    def __init__(self, pattern: Pattern, starts: int, progress=None, total: int = 0, offset: int = 0) -> None:
         from qora.phase import envelope_cpu
 
-        super().__init__(pattern, starts, progress, total)
+        super().__init__(pattern, starts, progress, total, offset)
         self.fast = envelope_cpu.Projections(pattern)
 
     def project_complex(self, x):
