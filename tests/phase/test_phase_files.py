@@ -86,6 +86,19 @@ def test_result_round_trip_and_plot(tmp_path):
     assert back.psf is None
 
 
+def test_result_keeps_why_the_default_chose_its_recipe(tmp_path):
+    from qora.phase.detector import Detector, lithograph, record
+
+    counts, mask = record(lithograph(128), Detector(photons=1e8))
+    r = reconstruct(counts, mask=mask, starts=1, backend="cpu")
+    assert r.choice.startswith("the pattern is centrosymmetric")
+    write_result(tmp_path / "r.cxi", r)
+    back = read_result(tmp_path / "r.cxi")
+    assert back.choice == r.choice and back.recipe == "real-envelope"
+    write_result(tmp_path / "given.cxi", reconstruct(counts, mask=mask, recipe="HIO**4", backend="cpu"))
+    assert read_result(tmp_path / "given.cxi").choice == ""
+
+
 def test_result_keeps_the_partial_coherence_kernel(tmp_path):
     obj, intensity, _ = _pattern()
     r = reconstruct(intensity, support=objects.support_of(obj), recipe="HIO**10 ER(psf=gaussian, psf_every=2)**6",
