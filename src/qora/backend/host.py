@@ -172,15 +172,9 @@ def address_space_room() -> int | None:
         return None
     if limit == resource.RLIM_INFINITY or limit <= 0:
         return None
-    size = 0
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmSize:"):
-                    size = int(line.split()[1]) * 1024
-                    break
-    except (OSError, ValueError):
-        pass
+    size = 0  # where /proc cannot tell the process's size (not Linux), the limit alone
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as f:
+        size = next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:")), 0)
     return max(0, int(limit) - size)
 
 

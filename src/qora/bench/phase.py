@@ -362,85 +362,43 @@ def run_callback_probe(*, shapes=PROBE_SHAPES, write=True, echo=print) -> BenchR
     return result
 
 
-def run_cuda_extras(*, shapes=CUDA_SHAPES, write=True, echo=print) -> BenchResult:
-    """The seed's other GPU tables: callback against graph (with plan creation time), the
-    split of an iteration into cuFFT and element-wise time, solver construction, whole
-    recipes at 256^3 and device memory per voxel at 512^3."""
-    from qora.backend.device import PeakMemory
+def _split_rows(result, be, engine, shape, label: str, iteration_ms: float) -> None:
+    """The split of a graph iteration: the two element-wise kernels alone, replayed from a graph, against the FFT
+    pair's floor."""
     from qora.backend.graph import StepGraph
     from qora.bench.common import fft_pair_floor
-    from qora.phase import objects
     from qora.phase import kernels as K
+
+    reps = 20
+
+    def kernels_only():
+        for _ in range(reps):
+            K.modulus_step(y=engine.y, amp=engine.amp, scale=engine.scale, n=engine.n, batch=engine.batch,
+                           err_sums=engine.history, counter=engine.counter)
+            K.update_step(x=engine.x, p=engine.y, support=engine.support, a=1.0, b=-BETA, constraint=0, n=engine.n,
+                          batch=engine.batch, counter=engine.counter)
+
+    engine._ensure_history(1024)
+    engine.counter.fill(0)
+    g = StepGraph(lambda: (engine.counter.fill(0), kernels_only()))
+    samples = []
+    for _ in range(10):
+        with be.timer() as t:
+            g.replay()
+        samples.append(t.ms / reps)
+    elementwise = float(np.median(samples))
+    pair = fft_pair_floor(be, shape, "fp32", repeats=10)["ms"]
+    result.add(f"split/{label}/fft_pair", ms=pair)
+    result.add(f"split/{label}/elementwise", ms=elementwise, gbs=45 * int(np.prod(shape)) / (elementwise * 1e-3) / 1e9)
+    result.add(f"split/{label}/iteration", ms=iteration_ms, ratio=iteration_ms / (pair + elementwise))
+
+
+def _memory_rows(result, be, echo) -> None:
+    """Device memory of one graph start at 512^3: the engine's steady state (graph and mixed) and a whole run."""
+    from qora.backend.device import PeakMemory
     from qora.phase.solver import Solver
 
-    be = resolve("cuda")
-    xp = be.xp
-    result = BenchResult("phase-extras", "cuda", be.device_facts().as_dict(), columns=("ms", "ratio"))
-    pool = xp.get_default_memory_pool()
-    for shape in shapes:
-        label = shape_label(shape)
-        row = {}
-        for variant in ("graph", "callback"):
-            engine, it = _cuda_engine_runner(variant, shape)
-            t0 = time.perf_counter()
-            it(2)
-            n = _iterations_for((time.perf_counter() - t0) * 1e3 / 2, 0.2)
-            row[variant] = time_peer(it, n)
-            if variant == "callback":
-                result.add(f"callback/{label}/plan_creation", ms=engine.plan_created_s * 1e3)
-            # split: the two element-wise kernels alone, replayed from a graph, against the pair
-            if variant == "graph":
-                reps = 20
-
-                def kernels_only(engine=engine):
-                    for _ in range(reps):
-                        K.modulus_step(y=engine.y, amp=engine.amp, scale=engine.scale, n=engine.n,
-                                       batch=engine.batch, err_sums=engine.history, counter=engine.counter)
-                        K.update_step(x=engine.x, p=engine.y, support=engine.support, a=1.0, b=-BETA, constraint=0,
-                                      n=engine.n, batch=engine.batch, counter=engine.counter)
-
-                engine._ensure_history(1024)
-                engine.counter.fill(0)
-                g = StepGraph(lambda: (engine.counter.fill(0), kernels_only()))
-                samples = []
-                for _ in range(10):
-                    with be.timer() as t:
-                        g.replay()
-                    samples.append(t.ms / reps)
-                elementwise = float(np.median(samples))
-                pair = fft_pair_floor(be, shape, "fp32", repeats=10)["ms"]
-                result.add(f"split/{label}/fft_pair", ms=pair)
-                result.add(f"split/{label}/elementwise", ms=elementwise,
-                           gbs=45 * int(np.prod(shape)) / (elementwise * 1e-3) / 1e9)
-                result.add(f"split/{label}/iteration", ms=row["graph"], ratio=row["graph"] / (pair + elementwise))
-            del engine, it
-            pool.free_all_blocks()
-        result.add(f"callback/{label}/graph", ms=row["graph"])
-        result.add(f"callback/{label}/callback", ms=row["callback"], ratio=row["callback"] / row["graph"])
-        echo(f"  {label:>12}: graph {row['graph']:.4f}, callback {row['callback']:.4f} ms")
-
-    # solver construction and whole recipes at 256^3: a prism with its known support, and the
-    # default recipe from the autocorrelation support; wall time of the second run
-    obj, intensity = objects.simulate("prism", 256)
-    support = objects.support_of(obj)
-    for variant in ("graph", "half", "mixed", "callback"):
-        t0 = time.perf_counter()
-        solver = Solver(intensity, backend="cuda", variant=variant)
-        solver.run(support=support, recipe="ER**1", starts=1)
-        be.synchronize()
-        result.add(f"construct/256x256x256/{variant}", ms=(time.perf_counter() - t0) * 1e3)
-        recipes = {"known": ("HIO**400 ER**100", support), "default": (None, None)}
-        for name, (recipe, sup) in recipes.items():
-            for attempt in range(2):
-                t0 = time.perf_counter()
-                r = solver.run(support=sup, recipe=recipe, starts=1)
-                wall = time.perf_counter() - t0
-            result.add(f"recipe/256x256x256/{name}/{variant}", ms=wall * 1e3, fourier_error=r.fourier_error)
-            echo(f"  recipe {name} {variant}: {wall:.2f} s (Fourier error {r.fourier_error:.1e})")
-        del solver
-        pool.free_all_blocks()
-
-    # device memory of one graph start at 512^3
+    pool = be.xp.get_default_memory_pool()
     rng = np.random.default_rng(0)
     big = (512, 512, 512)
     intensity = rng.random(big, dtype=np.float32)
@@ -470,6 +428,60 @@ def run_cuda_extras(*, shapes=CUDA_SHAPES, write=True, echo=print) -> BenchResul
                peak_gib=pm.peak_bytes / 2**30)
     echo(f"  memory at 512^3, whole graph run: {pm.peak_bytes / intensity.size:.1f} bytes per voxel "
          f"({pm.peak_bytes / 2**30:.2f} GiB)")
+
+
+def run_cuda_extras(*, shapes=CUDA_SHAPES, write=True, echo=print) -> BenchResult:
+    """The seed's other GPU tables: callback against graph (with plan creation time), the
+    split of an iteration into cuFFT and element-wise time, solver construction, whole
+    recipes at 256^3 and device memory per voxel at 512^3."""
+    from qora.phase import objects
+    from qora.phase.solver import Solver
+
+    be = resolve("cuda")
+    xp = be.xp
+    result = BenchResult("phase-extras", "cuda", be.device_facts().as_dict(), columns=("ms", "ratio"))
+    pool = xp.get_default_memory_pool()
+    for shape in shapes:
+        label = shape_label(shape)
+        row = {}
+        for variant in ("graph", "callback"):
+            engine, it = _cuda_engine_runner(variant, shape)
+            t0 = time.perf_counter()
+            it(2)
+            n = _iterations_for((time.perf_counter() - t0) * 1e3 / 2, 0.2)
+            row[variant] = time_peer(it, n)
+            if variant == "callback":
+                result.add(f"callback/{label}/plan_creation", ms=engine.plan_created_s * 1e3)
+            if variant == "graph":
+                _split_rows(result, be, engine, shape, label, row["graph"])
+            del engine, it
+            pool.free_all_blocks()
+        result.add(f"callback/{label}/graph", ms=row["graph"])
+        result.add(f"callback/{label}/callback", ms=row["callback"], ratio=row["callback"] / row["graph"])
+        echo(f"  {label:>12}: graph {row['graph']:.4f}, callback {row['callback']:.4f} ms")
+
+    # solver construction and whole recipes at 256^3: a prism with its known support, and the
+    # default recipe from the autocorrelation support; wall time of the second run
+    obj, intensity = objects.simulate("prism", 256)
+    support = objects.support_of(obj)
+    for variant in ("graph", "half", "mixed", "callback"):
+        t0 = time.perf_counter()
+        solver = Solver(intensity, backend="cuda", variant=variant)
+        solver.run(support=support, recipe="ER**1", starts=1)
+        be.synchronize()
+        result.add(f"construct/256x256x256/{variant}", ms=(time.perf_counter() - t0) * 1e3)
+        recipes = {"known": ("HIO**400 ER**100", support), "default": (None, None)}
+        for name, (recipe, sup) in recipes.items():
+            for attempt in range(2):
+                t0 = time.perf_counter()
+                r = solver.run(support=sup, recipe=recipe, starts=1)
+                wall = time.perf_counter() - t0
+            result.add(f"recipe/256x256x256/{name}/{variant}", ms=wall * 1e3, fourier_error=r.fourier_error)
+            echo(f"  recipe {name} {variant}: {wall:.2f} s (Fourier error {r.fourier_error:.1e})")
+        del solver
+        pool.free_all_blocks()
+
+    _memory_rows(result, be, echo)
     if write:
         path = result.write()
         echo(f"result written to {path}")

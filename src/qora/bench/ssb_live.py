@@ -51,18 +51,9 @@ import numpy as np
 from qora.backend import resolve
 from qora.bench.common import BenchResult
 from qora.bench.ssb_live_parity import ParityError, offline_parity, parity_breaches
+from qora.bench.ssb_live_stages import pool_frames, stages
 
 __all__ = ["run"]
-
-
-def _pool(detector: int, count: int, seed: int = 0) -> np.ndarray:
-    """Frames like a 4D-STEM scan's (a bright disk of ~8,800 pixels at 192^2, Poisson counts, a sparse
-    dark field), uint16."""
-    rng = np.random.default_rng(seed)
-    yy, xx = np.indices((detector, detector))
-    disk = np.hypot(yy - detector / 2, xx - detector / 2) < detector * 53 / 192
-    frames = rng.poisson(30.0, (count, detector, detector)) * disk + rng.poisson(0.02, (count, detector, detector))
-    return frames.astype(np.uint16)
 
 
 def _host_copy_gbs(nbytes: int = 256 << 20) -> float:
@@ -102,12 +93,11 @@ def _receivers_line(stats: dict) -> str:
 def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("merlin", "dectris", "dectris2"),
         pool: int = 256, dataset_dir=None, stages_only: bool = False, receivers=(1,), senders: int = 1,
         batch: int = 2048, final_fps: float | None = None, write: bool = True, echo=print) -> BenchResult:
-    from qora.ssb.live import Frames, LiveG, LiveOptions, MemorySource, open_source, run_live
+    from qora.ssb.live import LiveOptions, open_source, run_live
 
     be = resolve(backend)
     result = BenchResult(f"ssb-live-{be.name}", be.name, be.device_facts().as_dict(), columns=("frames_per_s", "s"))
-    frames = _pool(detector, pool)
-    total = scan * scan
+    frames = pool_frames(detector, pool)
     frame_bytes = detector * detector * 2
     for row in stages(detector=detector, cols=scan):
         name, rate = row.pop("stage"), row.pop("frames_per_s")
@@ -141,26 +131,8 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
                     src.decode = "device" if be.is_cuda else "host"
                 return src
 
-            sim = _SimulatorProcess(protocol, detector, pool, scan, clients=n_recv, senders=senders)
-            with sim as address:
-                n = 0
-                with source(address) as src:
-                    t0 = time.perf_counter()  # the header is in: the frames follow
-                    for frames_in in src:
-                        n += len(frames_in.index)
-                        if frames_in.release is not None:
-                            frames_in.release()
-                seconds = time.perf_counter() - t0
-            cpu = getattr(src, "statistics", {}).get("cpu_s")
-            # frames per CPU second of one receiving process: the rate it reaches with a core of its own
-            per_core = None if not cpu or not sum(cpu) else n / sum(cpu)
-            result.add(f"receive/{protocol}/{detector}{tag}", frames_per_s=n / seconds, s=seconds, receivers=n_recv,
-                       senders=sim.senders,
-                       simulator_fps=sim.send_fps, receiver_frames_per_cpu_s=per_core,
-                       simulator_cpu_us_per_frame=None if sim.cpu_s_per_frame is None else sim.cpu_s_per_frame * 1e6)
-            echo(f"receive {protocol} x{n_recv}: {n / seconds:,.0f} frames/s (the simulator sent at "
-                 f"{sim.send_fps or 0:,.0f} frames/s" + (f"; {per_core:,.0f} frames per CPU second a receiver"
-                                                         if per_core else "") + ")")
+            _receive_rate(result, source, protocol, detector, pool, scan, n_recv=n_recv, senders=senders, tag=tag,
+                          echo=echo)
             sim = _SimulatorProcess(protocol, detector, pool, scan, clients=n_recv, senders=senders)
             with sim as address:
                 out = run_live(source(address), **settings, rotation=0.0, backend=be,
@@ -184,7 +156,61 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
                  f"{s['gather_s']:.2f} s, row FFTs {s['row_fft_s']:.2f} s; building thread waiting {s['wait_s']:.2f} s, "
                  f"adding {s['add_s']:.2f} s; {s['late']} frames late (added to their rows' transforms), {s['dropped']} "
                  "dropped" + _receivers_line(s.get("receivers", {})))
-    # the processing's own rate, from memory (a pool-backed scan: frames[i % pool])
+    _memory_to_g(result, be, frames, scan=scan, detector=detector, pool=pool, settings=settings, echo=echo)
+    if be.is_cuda:
+        batch = min(1024, 2 * scan)  # the batches the final fits and the parity ran with (as measured before)
+    data, meta = _film(dataset_dir, scan, be, echo)
+    _final_fits(result, be, data, meta, batch=batch, final_fps=final_fps, echo=echo)
+    # the issue's end-to-end parity: the simulators serve the same film over each protocol (several
+    # receiving processes on DECTRIS, as the throughput cases), the live end against the offline session
+    for protocol in protocols:
+        n_recv = 1 if protocol == "merlin" else max(receivers)
+        t = time.perf_counter()
+        parity = _parity_over_the_wire(protocol, data, meta, be, receivers=n_recv, senders=senders, batch=batch)
+        tag = f"/x{n_recv}" if n_recv > 1 else ""
+        result.add(f"parity_wire/{protocol}/{data.shape[0]}x{data.shape[2]}{tag}", frames_per_s=None,
+                   s=time.perf_counter() - t, **parity)
+        echo(f"over {protocol} x{n_recv}, live against offline: G {parity['G_rel']:.1e}, image "
+             f"{parity['image_rel']:.1e} relative; agreement {parity['agreement_rel']:.1e}; C10, C12a, C12b "
+             f"{parity['C10_A']:.3f}, {parity['C12a_A']:.3f}, {parity['C12b_A']:.3f} A apart; {parity['report']}")
+    if write:
+        echo(f"result written to {result.write()}")
+    broken = parity_breaches(result.cases)
+    if broken:  # written first, so that the numbers stay; then the run fails like a test
+        raise ParityError("live against offline out of bounds: " + "; ".join(broken))
+    return result
+
+
+def _receive_rate(result, source, protocol: str, detector: int, pool: int, scan: int, *, n_recv: int, senders: int,
+                  tag: str, echo) -> None:
+    """Frames per second a protocol's stream is received at (nothing done with them), with the receivers' CPU."""
+    sim = _SimulatorProcess(protocol, detector, pool, scan, clients=n_recv, senders=senders)
+    with sim as address:
+        n = 0
+        with source(address) as src:
+            t0 = time.perf_counter()  # the header is in: the frames follow
+            for frames_in in src:
+                n += len(frames_in.index)
+                if frames_in.release is not None:
+                    frames_in.release()
+        seconds = time.perf_counter() - t0
+    cpu = getattr(src, "statistics", {}).get("cpu_s")
+    # frames per CPU second of one receiving process: the rate it reaches with a core of its own
+    per_core = None if not cpu or not sum(cpu) else n / sum(cpu)
+    result.add(f"receive/{protocol}/{detector}{tag}", frames_per_s=n / seconds, s=seconds, receivers=n_recv,
+               senders=sim.senders, simulator_fps=sim.send_fps, receiver_frames_per_cpu_s=per_core,
+               simulator_cpu_us_per_frame=None if sim.cpu_s_per_frame is None else sim.cpu_s_per_frame * 1e6)
+    echo(f"receive {protocol} x{n_recv}: {n / seconds:,.0f} frames/s (the simulator sent at "
+         f"{sim.send_fps or 0:,.0f} frames/s" + (f"; {per_core:,.0f} frames per CPU second a receiver"
+                                                 if per_core else "") + ")")
+
+
+def _memory_to_g(result, be, frames, *, scan: int, detector: int, pool: int, settings: dict, echo) -> None:
+    """The processing's own rate from memory (a pool-backed scan: frames[i % pool]), and on the GPU the DECTRIS path
+    with the frames decoded on the device, from blobs in memory; the G stages per frame."""
+    from qora.ssb.live import Frames, LiveG
+
+    total = scan * scan
     live = LiveG((scan, scan), (detector, detector), rotation=0.0, backend=be, **settings)
     t = time.perf_counter()
     for start in range(0, total, 1024):
@@ -226,8 +252,13 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
         parts = ", ".join(f"{k} {v:.2f} s" for k, v in live.timings.items())
         echo(f"memory to G, decoded on the device: {total / seconds:,.0f} frames/s ({parts})")
         del live
-    # the final image and fit after the last frame, on a simulated film
-    data, meta = _film(dataset_dir, scan, be, echo)
+
+
+def _final_fits(result, be, data, meta: dict, *, batch: int, final_fps, echo) -> None:
+    """The final image and fit after the last frame, on a simulated film: the offline fit of the whole scan ("cold")
+    and the default's refreshes with the warm end ("auto"); the live end against the offline session (parity)."""
+    from qora.ssb.live import LiveOptions, MemorySource, run_live
+
     # "cold": the offline fit of the whole scan after the last frame; "auto" (the default): refreshes every
     # second with fits of the rows so far, and at the end Newton from the last of them if it saw half the rows
     for final_fit, refresh_s in (("cold", 0.0), ("auto", 1.0)):
@@ -259,24 +290,6 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
                  "1e-6); agreement {agreement_rel:.1e} relative (1e-5); C10, C12a, C12b {C10_A:.3f}, {C12a_A:.3f}, "
                  "{C12b_A:.3f} A apart (0.1)".format(**parity))
         del out
-    # the issue's end-to-end parity: the simulators serve the same film over each protocol (several
-    # receiving processes on DECTRIS, as the throughput cases), the live end against the offline session
-    for protocol in protocols:
-        n_recv = 1 if protocol == "merlin" else max(receivers)
-        t = time.perf_counter()
-        parity = _parity_over_the_wire(protocol, data, meta, be, receivers=n_recv, senders=senders, batch=batch)
-        tag = f"/x{n_recv}" if n_recv > 1 else ""
-        result.add(f"parity_wire/{protocol}/{data.shape[0]}x{data.shape[2]}{tag}", frames_per_s=None,
-                   s=time.perf_counter() - t, **parity)
-        echo(f"over {protocol} x{n_recv}, live against offline: G {parity['G_rel']:.1e}, image "
-             f"{parity['image_rel']:.1e} relative; agreement {parity['agreement_rel']:.1e}; C10, C12a, C12b "
-             f"{parity['C10_A']:.3f}, {parity['C12a_A']:.3f}, {parity['C12b_A']:.3f} A apart; {parity['report']}")
-    if write:
-        echo(f"result written to {result.write()}")
-    broken = parity_breaches(result.cases)
-    if broken:  # written first, so that the numbers stay; then the run fails like a test
-        raise ParityError("live against offline out of bounds: " + "; ".join(broken))
-    return result
 
 
 def _parity_over_the_wire(protocol: str, data, meta: dict, be, *, receivers: int, senders: int, batch: int) -> dict:
@@ -315,149 +328,6 @@ def _parity_over_the_wire(protocol: str, data, meta: dict, be, *, receivers: int
     return parity
 
 
-def stages(*, detector: int = 192, batch: int = 512, cols: int = 128, repeats: int = 3) -> list[dict]:
-    """The host's receive path stage by stage, each timed alone on a batch of ``batch`` frames of
-    ``detector``^2 uint16 (the pool's scan-like frames) and given per frame, against the floor
-    measured in the same run: a memcpy of the frame's bytes (``x_floor``: the stage's time over it).
-    Each stage's best of ``repeats`` (the least disturbed by other work on the machine)."""
-    import json
-    import queue
-    import socket
-    import threading
-
-    from qora.backend import resolve
-    from qora.ssb.live import Frames, LiveG, cbor, merlin
-    from qora.ssb.live.bslz4_batch import CompressedFrames, block_table
-    from qora.ssb.live.bslz4_numba import decode_batch
-    from qora.ssb.live.dectris import encode_frame, encode_stream2_frame, stream2_message
-    from qora.ssb.live.ingest import Staging, ingest
-    from qora.ssb.live.stream2 import scan_image
-    from qora.ssb.readers import decode_raw
-
-    frames = _pool(detector, batch)
-    n = len(frames)
-    frame_bytes = frames[0].nbytes
-    rows = []
-
-    def best(fn) -> float:
-        fn()  # compiles, warms the caches
-        times = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-        return min(times) / n
-
-    src = frames.view(np.uint8).reshape(n, -1)
-    dst = np.empty_like(src)
-    floor = best(lambda: np.copyto(dst, src))
-
-    def add(name: str, seconds: float, **extra) -> None:
-        rows.append({"stage": name, "us_per_frame": seconds * 1e6, "x_floor": seconds / floor,
-                     "frames_per_s": 1 / seconds, **extra})
-
-    add("floor/memcpy", floor, bytes_per_frame=frame_bytes)
-    # Merlin: the socket (loopback: the sender's and the receiver's kernel copies), the headers, the pixels
-    messages = merlin.frame_messages(np.arange(1, n + 1), frames)
-    wire = messages.reshape(-1)
-    a, b = socket.socketpair()
-    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 22)
-    b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
-    into = np.empty_like(wire)
-
-    def socket_read():
-        sender = threading.Thread(target=a.sendall, args=(wire,))
-        sender.start()
-        view, got = memoryview(into), 0
-        while got < len(into):
-            got += b.recv_into(view[got:])
-        sender.join()
-
-    add("merlin/socket_read", best(socket_read), bytes_per_frame=messages.shape[1])
-    a.close()
-    b.close()
-    template = messages[0]
-    add("merlin/headers", best(lambda: merlin.frame_numbers(messages, template)))
-    head = merlin.merlin_frame_header(bytes(template[merlin.PREFIX:merlin.PREFIX + 384]).decode("latin-1").split(","))
-    payload = messages[:, merlin.PREFIX + head["header_size"]:]
-    add("merlin/decode_U16", best(lambda: merlin.decode_pixels(payload, head)))
-    for depth, assembly in ((1, "1x1"), (6, "1x1"), (12, "1x1"), (24, "1x1"), (12, "2x2")):
-        top = {1: 2, 6: 64, 12: 4096, 24: 1 << 24}[depth]
-        raw = merlin.encode_raw(np.minimum(frames.astype(np.uint32), top - 1), counter_depth=depth, assembly=assembly)
-        add(f"merlin/decode_raw{depth}_{assembly}",
-            best(lambda: decode_raw(raw, detector, detector, counter_depth=depth, assembly=assembly)))
-    # DECTRIS: the per-frame parse of the message (v1 two JSON parts, v2 one CBOR map), the decoding
-    info, blob = encode_frame(frames[0])
-    v1_head = json.dumps({"htype": "dimage-1.0", "series": 1, "frame": 12345, "hash": ""}).encode()
-    v1_info = json.dumps(info).encode()
-    add("dectris/v1_json_parse", best(lambda: [(json.loads(v1_head), json.loads(v1_info)) for _ in range(n)]))
-    import zmq
-
-    from qora.ssb.live.dectris import v1_image
-
-    v1_frames = [zmq.Frame(v1_head), zmq.Frame(v1_info), zmq.Frame(b"")]
-    known: dict = {}
-    add("dectris/v1_pattern_parse", best(lambda: [v1_image(v1_frames, known) for _ in range(n)]))
-    v2 = stream2_message("image", 1, image_id=12345, real_time=[1, 1000], start_time=[0, 1000],
-                         stop_time=[1, 1000], data={"threshold_1": encode_stream2_frame(frames[0])})
-    add("dectris/v2_cbor_parse", best(lambda: [cbor.loads(v2) for _ in range(n)]))
-    scratch, channel = np.empty(11, np.int64), np.frombuffer(b"threshold_1", np.uint8)
-    add("dectris/v2_compiled_walk", best(lambda: [scan_image(v2, channel, scratch) for _ in range(n)]))
-    blobs = [encode_frame(f)[1] for f in frames]
-    # the receiver's read of each message from ZeroMQ (loopback, the messages queued before the clock
-    # starts: the receiving call's own cost, not the sender's), stream2's one part and v1's four
-    from qora.ssb.live.dectris import receive_parts
-
-    context = zmq.Context()
-    v1_parts = [v1_head, v1_info, blobs[0], b'{"htype": "dconfig-1.0", "start_time": 1, "stop_time": 2}']
-    for name, message in (("dectris/zmq_receive_v2", [v2]), ("dectris/zmq_receive_v1", v1_parts)):
-        push, pull = context.socket(zmq.PUSH), context.socket(zmq.PULL)
-        push.setsockopt(zmq.SNDHWM, 4 * n)
-        pull.setsockopt(zmq.RCVHWM, 4 * n)
-        port = push.bind_to_random_port("tcp://127.0.0.1")
-        pull.connect(f"tcp://127.0.0.1:{port}")
-
-        def queue_and_read(push=push, pull=pull, message=message):
-            for _ in range(n):
-                push.send_multipart(message, copy=False)
-            time.sleep(0.2 + n * 2e-6)  # on their way to the receiving socket
-            t = time.perf_counter()
-            for _ in range(n):
-                receive_parts(pull, 10.0)
-            return time.perf_counter() - t
-
-        queue_and_read()
-        add(name, min(queue_and_read() for _ in range(repeats)) / n)
-        push.close(0)
-        pull.close(0)
-    context.term()
-    add("dectris/bslz4_decode", best(lambda: decode_batch(blobs, np.uint16, detector * detector)),
-        compressed_bytes_per_frame=float(np.mean([len(x) for x in blobs])))
-    # what is left on the host when the device decodes: the blobs packed (page-locked memory on CUDA)
-    # and the scan of their block sizes
-    batch = CompressedFrames(np.arange(n), blobs, np.uint16, (detector, detector))
-    packed = np.empty(batch.nbytes, np.uint8)
-    add("dectris/device_decode_host_part", best(lambda: block_table(*batch.pack(into=packed), dtype=np.uint16,
-                                                                    count=detector * detector)))
-    # the hand-off and the host's pass: the queue, the mean pattern and the bright-field gather
-    q: queue.Queue = queue.Queue()
-    add("queue/put_get_batch", best(lambda: (q.put(frames), q.get())))
-    live = LiveG((8, cols), (detector, detector), kv=300.0, alpha_mrad=30.0, scan_step=0.373, rotation=0.0)
-    live.add(Frames(np.arange(4 * cols), frames[np.arange(4 * cols) % n]))  # the disk fitted: the pixels known
-    gathered = live._flat_index
-    mean_sum = np.zeros((detector, detector))
-    out = Staging(resolve("cpu")).array(n, len(gathered), frames.dtype)
-    add("ingest/mean_and_gather", best(lambda: ingest(frames, gathered, mean_sum, out)), gathered=len(gathered))
-    # what it replaces (LiveG before issue 25's host work): a float64 sum, the disk's bounding box, an
-    # index gather and a conversion, four NumPy passes
-    r, c = np.unravel_index(gathered, (detector, detector))
-    r0, r1, c0, c1 = r.min(), r.max() + 1, c.min(), c.max() + 1
-    in_box = (r - r0) * (c1 - c0) + (c - c0)
-    add("ingest/numpy_four_passes_before", best(lambda: (
-        frames.sum(0, dtype=np.float64), frames[:, r0:r1, c0:c1].reshape(n, -1)[:, in_box].astype(np.float64))))
-    return rows
-
-
 def _serve_pool(protocol: str, detector: int, pool: int, scan: int, clients: int, share: tuple, ports,
                 dataset=None) -> None:
     """A simulator's process: the pool of frames made here (no array crosses the process
@@ -467,7 +337,7 @@ def _serve_pool(protocol: str, detector: int, pool: int, scan: int, clients: int
     seconds sent back, and exit."""
     from qora.ssb.live import DectrisSimulator, MerlinSimulator
 
-    frames = _pool(detector, pool) if dataset is None else np.load(dataset, mmap_mode="r")
+    frames = pool_frames(detector, pool) if dataset is None else np.load(dataset, mmap_mode="r")
     options = dict(scan_shape=(scan, scan), timeout=60, time_limit=600)
     if protocol == "merlin":
         sim = MerlinSimulator(frames, **options)

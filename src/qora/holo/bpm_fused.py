@@ -18,7 +18,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from qora.backend.kernels import load_cubin, resident_blocks
+from qora.backend.kernels import load_cubin, multiprocessors, resident_blocks
 from qora.holo.cuda_stages import cupy
 from qora.io.errors import InputError
 
@@ -148,7 +148,7 @@ class _Pass:
         # a persistent grid ("pipe"): as many blocks as fit on the GPU at once, each walking the tiles
         self.grid = None
         if load == "pipe":
-            sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+            sms = multiprocessors()
             self.grid = {kind: sms * resident_blocks(k, bx * by, self.smem[kind]) for kind, k in self.kernels.items()}
 
     def __call__(self, kind: str, blocks: int, *args) -> None:

@@ -12,11 +12,9 @@ Nothing here allocates or synchronises; the stages of :mod:`qora.holo.cuda_stage
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
-from qora.backend.kernels import get_kernel
+from qora.backend.kernels import get_kernel, multiprocessors
 
 THREADS = 256
 FUSED_PLANES = 4  # planes per thread of the fused FGP kernel (its #define in holo.cu)
@@ -36,19 +34,10 @@ def blocks(total: int, threads: int = THREADS) -> int:
     return max(1, -(-int(total) // threads))
 
 
-@functools.lru_cache(maxsize=None)
-def _multiprocessors(device: int) -> int:
-    from qora.backend import require_cupy
-
-    return int(require_cupy("the holo kernels").cuda.Device(device).attributes["MultiProcessorCount"])
-
-
 def grid_limit(per_sm: int = ELEMENTWISE_PER_SM) -> int:
     """The most blocks a grid-stride kernel launches on the current device: ``per_sm`` per multiprocessor (the
     device's own count, read once per device: 132 on an H200, 108 on an A100)."""
-    from qora.backend import require_cupy
-
-    return per_sm * _multiprocessors(int(require_cupy("the holo kernels").cuda.runtime.getDevice()))
+    return per_sm * multiprocessors()
 
 
 def _elementwise(total: int):

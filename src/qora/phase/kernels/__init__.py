@@ -12,11 +12,9 @@ index. Each docstring names the array code it reproduces (``tests/phase/test_pha
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
-from qora.backend.kernels import get_kernel
+from qora.backend.kernels import get_kernel, multiprocessors
 
 THREADS = 256
 PER_SM = 8  # per-start kernels: at most this many blocks per multiprocessor over all starts, each grid-stride
@@ -30,28 +28,15 @@ def kernel(name: str):
     return get_kernel("qora.phase", _FILES.get(name, "phase.cu"), name)
 
 
-@functools.lru_cache(maxsize=None)
-def _multiprocessors(device: int) -> int:
-    from qora.backend import require_cupy
-
-    return int(require_cupy("the phase kernels").cuda.Device(device).attributes["MultiProcessorCount"])
-
-
-def _sms() -> int:
-    from qora.backend import require_cupy
-
-    return _multiprocessors(int(require_cupy("the phase kernels").cuda.runtime.getDevice()))
-
-
 def per_start_grid(work: int, batch: int) -> tuple[int, int]:
     """Blocks over ``work`` items of each of ``batch`` starts: at most :data:`PER_SM` per multiprocessor over all
     starts (the device's own count), the start on the grid's y index."""
-    return (max(1, min(-(-int(work) // THREADS), max(1, PER_SM * _sms() // int(batch)))), int(batch))
+    return (max(1, min(-(-int(work) // THREADS), max(1, PER_SM * multiprocessors() // int(batch)))), int(batch))
 
 
 def flat_grid(total: int) -> tuple[int]:
     """Blocks over ``total`` items of one flat array: at most :data:`FLAT_PER_SM` per multiprocessor."""
-    return (max(1, min(-(-int(total) // THREADS), FLAT_PER_SM * _sms())),)
+    return (max(1, min(-(-int(total) // THREADS), FLAT_PER_SM * multiprocessors())),)
 
 
 def _pairs(n: int) -> int:
