@@ -101,7 +101,8 @@ class _GraphLoop:
         """``iterations`` steps; each start's Fourier error per step (iterations, batch). With ``chunk`` dividing
         ``iterations``, one graph of ``chunk`` steps is captured (once per coefficients) and replayed, instead of a
         graph of every run length (the envelope search's logo run in a fresh process: 2.25 s with graphs of up to
-        1,000 steps, 1.76 s with one 5-step graph replayed; docs/phase-performance.md)."""
+        1,000 steps, 1.76 s with one 5-step graph replayed and, in the same change, the report's alignments at 1e-3 px;
+        docs/phase-performance.md)."""
         code = CONSTRAINT_CODES[constraint]
         self._ensure_history(iterations)
         self._before(a, b)
