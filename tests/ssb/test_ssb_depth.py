@@ -260,7 +260,7 @@ def test_the_memory_model_bounds_what_a_block_allocates(small):
     size is held: the peak stays below what the band's geometry alone would take."""
     import tracemalloc
 
-    from qora.ssb.depth import bytes_per_row
+    from qora.ssb.depth import bytes_per_row, sums_bytes
 
     names = ("C10", "C12a", "C12b", "thickness")
     v = {"C10": -75.0, "C12a": 6.0, "C12b": 2.0, "thickness": 50.0}
@@ -276,4 +276,6 @@ def test_the_memory_model_bounds_what_a_block_allocates(small):
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
-        assert peak <= budget < band._geometry_bytes, (sections, rows, peak, budget)  # measured 0.81 and 0.80
+        # the block's budget, and the band's per-Q sums (a few kB a frequency) joined after the blocks
+        bound = budget + band.shape[0] * sums_bytes(sections, 4)
+        assert peak <= bound and budget < band._geometry_bytes, (sections, rows, peak, bound)  # measured 0.73

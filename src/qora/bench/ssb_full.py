@@ -10,7 +10,10 @@ Steps, warm (each run once before it is timed), median of 3 fits or 20 previews;
 C10 on every call and return host arrays:
  1. open the file memory-mapped and fit the detector sampling on 32 summed scan rows (s);
  2. prepare the session: bright field and G(Q, k) on the device, complex64 (s);
- 3. one tilt fit with the rotation given (s); 3b. the same with ``compare_standard=False``;
+ 3. the default tilt fit with the rotation given (``depth_model="auto"``, the path a user's defaults
+    take: here the depth-incoherent model), its error against the truth beside it; the columnar
+    model's fit as the named row ``3_columnar_tilt_fit_s`` (the seed's step 3); 3b. the columnar fit
+    with ``compare_standard=False``;
  4. ``reconstruct()``, both branches fitted and imaged (s);
  5. a ``tilt=False`` fit (s);
  6. the drag preview, tilt-corrected, 1x (ms), split into the sums, the FFT and the host copy;
@@ -36,9 +39,13 @@ from qora.bench.common import BenchResult, median_wall, time_device
 
 __all__ = ["run", "dataset", "STEPS"]
 
-STEPS = ("1_load_and_detector_fit_s", "2_prepare_s", "3_tilt_fit_s", "3b_tilt_fit_no_standard_s", "4_reconstruct_s",
-         "5_standard_fit_s", "6_preview_tilt_1x_ms", "7_preview_3x_ms", "8_release_loss_1x_ms", "9_peak_gib")
+STEPS = ("1_load_and_detector_fit_s", "2_prepare_s", "3_tilt_fit_s", "3_columnar_tilt_fit_s", "3b_tilt_fit_no_standard_s",
+         "4_reconstruct_s", "5_standard_fit_s", "6_preview_tilt_1x_ms", "7_preview_3x_ms", "8_release_loss_1x_ms",
+         "9_peak_gib")
+# step 3 is the default fit (depth_model "auto": on this amorphous film the depth-incoherent model); the seed's
+# step 3, the columnar model's, is the named row 3_columnar_tilt_fit_s; 3b keeps the columnar model
 SEED_CUDA_AFTER = {"1_load_and_detector_fit_s": 0.44, "2_prepare_s": 0.17, "3_tilt_fit_s": 0.67,
+                   "3_columnar_tilt_fit_s": 0.67,
                    "3b_tilt_fit_no_standard_s": 0.53, "4_reconstruct_s": 1.51, "5_standard_fit_s": 0.25,
                    "6_preview_tilt_1x_ms": 23.6, "7_preview_3x_ms": 36.1, "8_release_loss_1x_ms": 116.0,
                    "9_peak_gib": 16.6}
@@ -97,43 +104,28 @@ def _preview_split(session, params: dict, timings: dict, upsample: int) -> None:
                       tilt=(extra.get("tilt_y", 0.0), extra.get("tilt_x", 0.0)), timings=timings)
 
 
-def _incoherent_note(result, session, peak, echo) -> None:
-    """The depth-incoherent thick fit of the film (issue 23: C10 within 2 A of the mid-plane's), once:
-    its parameters, sections, depth coherence and stage timings, and the pool's peak over it (from the
-    running ``peak``, a :class:`PeakPoolUse` already open: CuPy takes one hook of a name at a time), as
-    a note (no seed target)."""
-    from qora.ssb import Band
-    from qora.ssb.band_arrays import block_budget
-    from qora.ssb.depth import bytes_per_row
-
-    be = session.backend
-    be.synchronize()
-    before = int(be.xp.get_default_memory_pool().used_bytes())
-    running, peak.peak_bytes = peak.peak_bytes, before  # the fit's own peak, then the running one again
-    out = session.fit(rotation=0.0, depth_model="incoherent")
-    be.synchronize()
-    fit_peak, peak.peak_bytes = peak.peak_bytes, max(running, peak.peak_bytes)
-    p, inc = out["incoherent"]["parameters"], out["incoherent"]
-    # the memory model (docs/ssb-performance.md, section 13) against the pool's peak over the whole fit
-    nq, nbf = Band(session, ("C10",)).shape  # the band's rows of G are the session's cached ones
-    per_row = bytes_per_row(nbf, inc["sections"], 4, 3)
-    budget = block_budget(be.xp)
-    result.notes["incoherent_memory"] = {"pool_in_use_before_gib": before / 2**30,
-                                         "pool_peak_gib": fit_peak / 2**30,
-                                         "rise_gib": (fit_peak - before) / 2**30,
-                                         "model_bytes_per_row": per_row, "budget_gib_after": budget / 2**30,
-                                         "rows_per_block_after": min(nq, budget // per_row), "frequencies": nq}
-    result.notes["incoherent_fit"] = {"parameters": p, "sections": inc["sections"], "agreement": inc["agreement"],
-                                      "columnar_agreement": out["thick"]["agreement"],
-                                      "depth_coherence": inc["depth_coherence"], "depth_model": out["depth_model"],
-                                      "abs_C10_error_a": abs(p["C10"] - TRUTH["C10"]),
-                                      "stage_timings_s": out["timings_s"]}
-    echo(f"  incoherent fit ({inc['sections']} sections): C10 {p['C10']:.2f} A (truth {TRUTH['C10']}), thickness "
-         f"{p['thickness']:.1f} A, agreement {inc['agreement']:.4f} (columnar {out['thick']['agreement']:.4f}), "
-         f"depth coherence {inc['depth_coherence']:.2f}, {out['timings_s']['incoherent_s']:.2f} s, "
-         f"{out['passes']['incoherent']} passes; pool peak {fit_peak / 2**30:.1f} GiB "
-         f"({(fit_peak - before) / 2**30:.1f} GiB above the {before / 2**30:.1f} in use; model "
-         f"{per_row / 2**20:.1f} MiB a frequency)")
+def _default_fit_note(result, fit, echo) -> dict:
+    """What the default fit (``depth_model="auto"``, step 3) chose and how far its values are from the
+    film's truth (issue 38: C10 within 2 A, thickness within 15%, the tilt within 0.5 mrad or reported
+    not determined), as the note ``default_fit``; returns the chosen branch's parameters."""
+    chosen = fit["depth_model"]["chosen"]
+    branch = fit["incoherent" if chosen == "incoherent" else "thick"]
+    p = branch["parameters"]
+    note = {"depth_model": fit["depth_model"], "parameters": p, "agreement": branch["agreement"],
+            "abs_C10_error_a": abs(p["C10"] - TRUTH["C10"]),
+            "thickness_error": p["thickness"] / TRUTH["thickness"] - 1, "stage_timings_s": fit["timings_s"],
+            "passes": fit.get("passes")}
+    if chosen == "incoherent":
+        note.update(sections=branch["sections"], depth_coherence=branch["depth_coherence"], tilt=branch["tilt"])
+        tilt = "not a parameter (not observable)"
+    else:
+        note["tilt_error_mrad"] = float(np.hypot(p["tilt_y"] - TRUTH["tilt"][0], p["tilt_x"] - TRUTH["tilt"][1]) * 1e3)
+        tilt = f"({p['tilt_y'] * 1e3:.2f}, {p['tilt_x'] * 1e3:.2f}) mrad"
+    result.notes["default_fit"] = note
+    echo(f"  default fit ({chosen}): C10 {p['C10']:.2f} A (truth {TRUTH['C10']}), thickness {p['thickness']:.1f} A "
+         f"(truth {TRUTH['thickness']}), tilt {tilt}; agreement {branch['agreement']:.4f}; stages "
+         + ", ".join(f"{k} {v:.3f}" for k, v in fit["timings_s"].items()))
+    return p
 
 
 def _band_terms(band) -> int:
@@ -251,13 +243,13 @@ def run(*, directory: Path, scan: int = 512, repeats: int = 3, previews: int = 2
         echo(f"{label}: {len(session.bf_index)} bright-field pixels, G {session.nbytes / 1e9:.2f} GB; "
              f"load {times['1_load_and_detector_fit_s']:.2f} s, prepare {times['2_prepare_s']:.2f} s")
         fits = {}
-        for step, opts in (("3_tilt_fit_s", dict(tilt=True)), ("3b_tilt_fit_no_standard_s",
-                                                                dict(tilt=True, compare_standard=False)),
+        for step, opts in (("3_tilt_fit_s", dict(tilt=True, depth_model="auto")),
+                           ("3_columnar_tilt_fit_s", dict(tilt=True, depth_model="columnar")),
+                           ("3b_tilt_fit_no_standard_s", dict(tilt=True, compare_standard=False,
+                                                              depth_model="columnar")),
                            ("5_standard_fit_s", dict(tilt=False))):
             seeds = iter(range(100))
-            # the columnar thick model, the seed's (the depth-incoherent fit is timed once, below)
-            fits[step], times[step] = median_wall(lambda: session.fit(rotation=0.0, seed=next(seeds),
-                                                                      depth_model="columnar", **opts), repeats,
+            fits[step], times[step] = median_wall(lambda: session.fit(rotation=0.0, seed=next(seeds), **opts), repeats,
                                                   warmup=1)
             echo(f"  {step}: {times[step]:.3f} s")
             peaks[step] = peak.peak_bytes / 2**30
@@ -274,10 +266,9 @@ def run(*, directory: Path, scan: int = 512, repeats: int = 3, previews: int = 2
                                                     repeats, warmup=1)
         peaks["4_reconstruct_s"] = peak.peak_bytes / 2**30
         echo(f"  4_reconstruct_s: {times['4_reconstruct_s']:.3f} s")
-        fit = fits["3_tilt_fit_s"]
+        _default_fit_note(result, fits["3_tilt_fit_s"], echo)
+        fit = fits["3_columnar_tilt_fit_s"]
         params = dict(fit["thick"]["parameters"])
-        _incoherent_note(result, session, peak, echo)
-        peaks["3c_incoherent_fit"] = peak.peak_bytes / 2**30
         few = previews
         times["6_preview_tilt_1x_ms"], split6 = _previews(session, params, few)
         peaks["6_preview_tilt_1x_ms"] = peak.peak_bytes / 2**30
@@ -303,13 +294,13 @@ def run(*, directory: Path, scan: int = 512, repeats: int = 3, previews: int = 2
     result.add(f"split/{label}/6_preview_tilt_1x_ms", value=None, **split6)
     result.add(f"split/{label}/7_preview_3x_ms", value=None, **split7)
     std = fits["5_standard_fit_s"]["standard"]["parameters"]
-    result.notes["fit"] = {"thick": fit["thick"]["parameters"], "standard": std, "better": fit["better"],
+    result.notes["fit"] = {"model": "columnar (3_columnar_tilt_fit_s)", "thick": fit["thick"]["parameters"], "standard": std, "better": fit["better"],
                            "stage_timings_s": fit["timings_s"], "passes": fit.get("passes"),
                            "standard_fit_stage_timings_s": fits["5_standard_fit_s"]["timings_s"],
                            "reconstruct_better": rec["better"],
                            "abs_C10_error_a": abs(params["C10"] - TRUTH["C10"]),
                            "thickness_a": params["thickness"], "tilt_rad": [params["tilt_y"], params["tilt_x"]]}
-    echo(f"  fit: C10 {params['C10']:.2f} A (truth {TRUTH['C10']}), thickness {params['thickness']:.1f} A, "
+    echo(f"  columnar fit: C10 {params['C10']:.2f} A (truth {TRUTH['C10']}), thickness {params['thickness']:.1f} A, "
          f"tilt ({params['tilt_y'] * 1e3:.2f}, {params['tilt_x'] * 1e3:.2f}) mrad; better: {fit['better']}")
     _agreement_rows(result, session, be, echo)
     if write:

@@ -39,11 +39,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from qora.ssb import kernels
 from qora.ssb.band import Band
 from qora.ssb.band_arrays import block_budget
+from qora.ssb.cpu_kernels import aperture_limit
 from qora.ssb.model import sinc_derivatives
 
-__all__ = ["IncoherentBand", "bytes_per_row", "DEPTH_MODELS", "SECTIONS", "MOST_SECTIONS", "COUPLING", "COHERENT",
+__all__ = ["IncoherentBand", "bytes_per_row", "kernel_bytes_per_row", "sums_bytes", "KERNEL_BLOCK_BYTES", "DEPTH_MODELS", "SECTIONS", "MOST_SECTIONS", "COUPLING", "COHERENT",
            "section_depths", "depth_of_field", "auto_sections", "depth_coherence", "fit_incoherent", "depth_sections"]
 
 DEPTH_MODELS = ("auto", "columnar", "incoherent")  # fit_session's depth_model
@@ -55,6 +57,9 @@ COUPLING = 1e-3  # the default penalty on the sections' spread, per double-overl
 # independent sections; measured 0.97-0.99 and 0.15-0.24)
 COHERENT = 0.5
 INCOHERENT_PARAMETERS = ("C10", "C12a", "C12b", "thickness")
+# the most a block of the CUDA transfers may hold: the full-scale fit's pool (G 8.6 GiB, the band's rows
+# 2.9 GiB, the thinned band) must stay within the 16 GiB of issue 38 (docs/ssb-performance.md)
+KERNEL_BLOCK_BYTES = 2 << 30
 
 
 def bytes_per_row(pixels: int, sections: int, parameters: int, aberrations: int, *, geometry: bool = True) -> int:
@@ -75,6 +80,24 @@ def bytes_per_row(pixels: int, sections: int, parameters: int, aberrations: int,
     complex_arrays = sections * L + 2 * sections * parameters + sections + 2 + parameters + 9
     float_arrays = 14 + (2 * (2 + aberrations) + 8 if geometry else 0)
     return int(pixels) * (16 * complex_arrays + 8 * float_arrays)
+
+
+def kernel_bytes_per_row(pixels: int, sections: int, parameters: int, itemsize: int) -> int:
+    """Bytes a block of the CUDA transfers (``IncoherentBand(transfers="kernel")``) holds per frequency:
+    ``itemsize`` (8 for complex64, 16 for complex128) per pixel for the transfers X (M L), G's row and
+    the sections' transfers beside it with their conjugate and CuPy's contiguous copy of it (3 (1 + M)),
+    and the first derivatives' conjugate and copy (2 M P)."""
+    L = 1 + parameters + parameters * (parameters + 1) // 2
+    return int(pixels) * int(itemsize) * (sections * L + 3 * (1 + sections) + 2 * sections * parameters)
+
+
+def sums_bytes(sections: int, parameters: int) -> int:
+    """Bytes per frequency of the whole band an evaluation with derivatives holds besides its block: the
+    sums over k of every block (complex128: sX, AX, B; :meth:`IncoherentBand._products`) and the per-Q
+    solve's temporaries (a few M^2 P), an upper bound."""
+    L = 1 + parameters + parameters * (parameters + 1) // 2
+    m, p = int(sections), int(parameters)
+    return 16 * (L * m * (m + 1) + 2 * (p * m) ** 2 + 6 * p * m * m + 4 * m * m)
 
 
 def section_depths(thickness: float, sections: int) -> np.ndarray:
@@ -123,31 +146,49 @@ def depth_coherence(band, objects, *, upsample: int = 4) -> float:
 
 
 def fit_incoherent(session, start: dict, *, sections: int | None = None, coupling: float = COUPLING,
-                   band=(0.2, 0.9), rotation: float | None = None, iterations: int = 60, callback=None):
+                   band=(0.2, 0.9), rotation: float | None = None, iterations: int = 60, callback=None,
+                   coarse_rows: int | None = None, precision: str | None = None):
     """Newton (:func:`qora.ssb.optimize.newton`) on the incoherent model from ``start`` (C10, C12a,
-    C12b, thickness; A). ``sections`` default :func:`auto_sections` of the start's thickness.
-    Returns ``(values, agreement, hessian, band, depth_coherence)``."""
+    C12b, thickness; A). ``sections`` default :func:`auto_sections` of the start's thickness. Newton
+    runs first on the band thinned to ``coarse_rows`` frequencies (default
+    :data:`qora.ssb.identify.COARSE_ROWS`; the whole band where it has fewer than twice that) and
+    finishes on the whole band, from the thinned band's maximum (one or two steps), as the columnar
+    fit's starts do. ``precision``: of the device's transfers (:class:`IncoherentBand`). Returns
+    ``(values, agreement, hessian, band, depth_coherence)``."""
+    from qora.ssb.identify import COARSE_ROWS, coarse_stride
     from qora.ssb.optimize import newton
 
     t0 = float(start.get("thickness", 0.0))
     m = auto_sections(t0, session.wavelength, session.alpha_mrad) if sections is None else sections
     names = tuple(p for p in INCOHERENT_PARAMETERS if p in start)
-    b = IncoherentBand(session, names, sections=m, coupling=coupling, band=band, rotation=rotation)
-    values, agreement, hessian = newton(b, {p: float(start[p]) for p in names}, iterations=iterations,
-                                        callback=callback)
+    b = IncoherentBand(session, names, sections=m, coupling=coupling, band=band, rotation=rotation,
+                       precision=precision)
+    values = {p: float(start[p]) for p in names}
+    stride = coarse_stride(b, COARSE_ROWS if coarse_rows is None else coarse_rows)
+    if stride > 1:
+        values, _, _ = newton(b.thinned(stride), values, iterations=iterations, callback=callback)
+    values, agreement, hessian = newton(b, values, iterations=iterations, callback=callback)
     return values, agreement, hessian, b, depth_coherence(b, b.section_objects(values))
 
 
 class IncoherentBand(Band):
     """A :class:`Band` of the depth-incoherent thick model (module docstring): ``sections`` depth
     sections with their own objects, coupled by ``coupling``. Parameters among C10, C12a, C12b and
-    thickness (A); it evaluates by the array code, the Q in blocks of ``block_bytes`` at most
-    (:func:`bytes_per_row`; default :func:`qora.ssb.band_arrays.block_budget`, 64 MiB on the host), the
-    geometry (apertures, phase differences, depth phases) made per block, or once for the band
-    where it fits the budget."""
+    thickness (A). An evaluation runs over blocks of Q: each block's section transfers X (Q, L, M, k)
+    (:meth:`_transfers`), their products with G and with each other (:meth:`_products`, matrix
+    products), and once for the band the per-Q solve (:meth:`_combine`).
+
+    The transfers come from the CUDA kernel ``incoherent_transfers`` for a band on the device
+    (``transfers`` "kernel", stored in ``precision`` "single" (complex64, the default) or "double"),
+    else from the array code (``transfers`` "arrays", the reference: the geometry of apertures, phase
+    differences and depth phases, made per block, or once for the band where it fits the budget). The
+    blocks stay within ``block_bytes`` (:func:`bytes_per_row`; default
+    :func:`qora.ssb.band_arrays.block_budget`, 64 MiB on the host, at most :data:`KERNEL_BLOCK_BYTES`
+    for the kernel)."""
 
     def __init__(self, session, parameters, *, sections: int = SECTIONS, coupling: float = COUPLING,
-                 band=(0.2, 0.9), rotation: float | None = None, block_bytes: int | None = None) -> None:
+                 band=(0.2, 0.9), rotation: float | None = None, block_bytes: int | None = None,
+                 transfers: str | None = None, precision: str | None = None) -> None:
         unknown = [p for p in parameters if p not in INCOHERENT_PARAMETERS]
         if unknown:
             raise ValueError(f"the incoherent depth model fits {INCOHERENT_PARAMETERS}, not {unknown} (the tilt is "
@@ -160,26 +201,59 @@ class IncoherentBand(Band):
         self.sections, self.coupling = int(sections), float(coupling)
         self.scan_shape = tuple(session.scan_shape)
         self.thick = True
-        self.quadratic_kernels = self.rotation_kernel = False  # the array code only
+        self.quadratic_kernels = self.rotation_kernel = False
         self.sets_per_pass = 8
         xp = self.xp
+        on_cuda = getattr(xp, "__name__", "") == "cupy"
+        self.transfers = ("kernel" if on_cuda else "arrays") if transfers is None else transfers
+        if self.transfers not in ("kernel", "arrays") or (self.transfers == "kernel" and not on_cuda):
+            raise ValueError(f"transfers must be 'arrays', or 'kernel' for a band on a CUDA device; got {transfers!r}")
+        precision = ("single" if self.transfers == "kernel" else "double") if precision is None else precision
+        if precision not in ("single", "double") or (precision == "single" and self.transfers == "arrays"):
+            raise ValueError(f"precision must be 'double', or 'single' with the kernel's transfers; got {precision!r}")
+        self.precision = precision
+        self._complex = np.complex64 if precision == "single" else np.complex128
         m = self.sections
         nq, nbf = self.G.shape
-        self.block_bytes = block_budget(xp) if block_bytes is None else int(block_bytes)
         P, A = len(self.parameters), len(self.aberration_names)
-        # the band's geometry is kept whole where it fits the budget (small bands: made once), else
-        # made per block on each evaluation (at full scale it would be 2 (2 + A) x 3 GB)
+        kernel = self.transfers == "kernel"
+        budget = block_budget(xp) if block_bytes is None else int(block_bytes)
+        self.block_bytes = min(budget, KERNEL_BLOCK_BYTES) if kernel and block_bytes is None else budget
+        self._limit = aperture_limit(self.alpha, self.lam)
+        # the array code's geometry is kept whole where it fits the budget (small bands: made once), else
+        # made per block on each evaluation (at full scale it would be 2 (2 + A) x 3 GB); the kernel needs none
         self._geometry_bytes = 16 * (2 + A) * nq * nbf
-        keep_geometry = self._geometry_bytes <= self.block_bytes
-        self.block = min(nq, max(1, int(self.block_bytes // bytes_per_row(nbf, m, P, A, geometry=not keep_geometry))))
-        self._whole_geometry = None if not keep_geometry else False  # False: to be made on first use
-        overlap = xp.concatenate([xp.sum(t[0]["a"] ** 2 + t[1]["a"] ** 2, -1) for t in
-                                  (self._geometry(slice(i, i + self.block)) for i in range(0, nq, self.block))])
-        self.eps = self.coupling * overlap  # (nq,) per double-overlap pixel
+        keep_geometry = not kernel and self._geometry_bytes <= self.block_bytes
+        row = (kernel_bytes_per_row(nbf, m, P, np.dtype(self._complex).itemsize) if kernel else
+               bytes_per_row(nbf, m, P, A, geometry=not keep_geometry))
+        self.block = min(nq, max(1, int(self.block_bytes // row)))
+        self._whole_geometry = False if keep_geometry else None  # False: to be made on first use
+        self.eps = self.coupling * self._double_overlap()  # (nq,) per double-overlap pixel
         # a Q beyond the disks' reach (no overlap: N = 0) gets K = I, and so objects 0
-        self._empty = (overlap == 0).astype(np.float64)
+        self._empty = (self.eps == 0).astype(np.float64)
         self._centring = xp.asarray(np.eye(m) - 1.0 / m)
         self._c = section_depths(1.0, m)  # z_m / t
+
+    def _blocks(self):
+        return [slice(i, i + self.block) for i in range(0, self.G.shape[0], self.block)]
+
+    def _double_overlap(self):
+        """sum_k (A1^2 + A2^2) per Q of the band (top-hat apertures: the pixels of both terms)."""
+        xp = self.xp
+        if self.transfers == "kernel":
+            out = xp.empty(self.G.shape[0], np.float64)
+            kernels.double_overlap(k=self._k_pairs, qy=self._qy_flat, qx=self._qx_flat, limit=self._limit, out=out)
+            return out
+        return xp.concatenate([xp.sum(t[0]["a"] ** 2 + t[1]["a"] ** 2, -1) for t in
+                               (self._geometry(rows) for rows in self._blocks())])
+
+    def thinned(self, stride: int) -> "IncoherentBand":
+        """:meth:`Band.thinned`, with the per-Q coupling and the array code's geometry of the kept rows."""
+        out = super().thinned(stride)
+        if out is not self:
+            out.eps, out._empty = self.eps[::stride], self._empty[::stride]
+            out._whole_geometry = None if self._whole_geometry is None else False
+        return out
 
     def _geometry(self, rows: slice) -> list:
         """Per term of Gamma, the apertures ``a``, phase differences ``d`` and depth phase ``depth``
@@ -197,14 +271,33 @@ class IncoherentBand(Band):
         return N + self.eps[rows, None, None] * self._centring + self._empty[rows, None, None] * eye
 
     # -- the sections' transfers and their derivatives, one block of Q -------------------------
+    def _pairs(self):
+        n = len(self.parameters)
+        return [(i, j) for i in range(n) for j in range(i, n)]
+
     def _transfers(self, values: dict, rows: slice, order: int):
-        """(b, M, L, nbf) transfers of the sections: L = 1 (T_m), then for ``order`` 2 the first
-        derivatives in self.parameters and the second of each pair i <= j."""
+        """(b, L, M, nbf) transfers of the sections: L = 1 (T_m), then for ``order`` 2 the first
+        derivatives in self.parameters and the second of each pair i <= j (:meth:`_pairs`)."""
+        if self.transfers == "arrays":
+            return self._array_transfers(values, rows, order)
+        xp = self.xp
+        qy, qx = self._qy_flat[rows], self._qx_flat[rows]
+        nl = 1 if order == 0 else 1 + len(self.parameters) + len(self._pairs())
+        out = xp.empty((int(qy.size), nl, self.sections, self.G.shape[1]), self._complex)
+        fitted = {p: float(values.get(p, 0.0)) for p in self.aberration_names}
+        kernels.incoherent_transfers(k=self._k_pairs, qy=qy, qx=qx, wavelength=self.lam, limit=self._limit,
+                                     coefficients=[fitted.get(p, 0.0) for p in ("C10", "C12a", "C12b")],
+                                     thickness=float(values.get("thickness", 0.0)), parameters=self.parameters,
+                                     sections=self.sections, order=0 if order == 0 else 2, out=out)
+        return out
+
+    def _array_transfers(self, values: dict, rows: slice, order: int):
+        """:meth:`_transfers` by the array code (the kernel's reference)."""
         xp = self.xp
         names = self.parameters
         t = float(values.get("thickness", 0.0))
         c = [float(values.get(p, 0.0)) for p in self.aberration_names]
-        pairs = [(i, j) for i in range(len(names)) for j in range(i, len(names))]
+        pairs = self._pairs()
         nl = 1 if order == 0 else 1 + len(names) + len(pairs)
         m = self.sections
         out = None
@@ -218,56 +311,62 @@ class IncoherentBand(Band):
             v = u / (2 * m)
             h, h1, h2 = sinc_derivatives(v)
             h1, h2 = h1 / (2 * m), h2 / (4 * m * m)
-            if out is None:  # (b, M, L, nbf): the products below read it as (b, M L, nbf) without a copy
-                out = xp.zeros((base.shape[0], m, nl, base.shape[1]), np.complex128)
+            if out is None:
+                out = xp.zeros((base.shape[0], nl, m, base.shape[1]), np.complex128)
             # the derivative of each parameter's phase factor: -i d_p for an aberration
             dphase = {p: -1j * d[j] for j, p in enumerate(self.aberration_names)}
             for k in range(m):
                 g = xp.exp(1j * self._c[k] * u)
                 f = g * h
-                out[:, k, 0] += base * f
+                out[:, 0, k] += base * f
                 if order == 0:
                     continue
                 f1 = (1j * self._c[k] * h + h1) * g  # df/du
                 f2 = (-self._c[k] ** 2 * h + 2j * self._c[k] * h1 + h2) * g
-                first = {}
                 for i, p in enumerate(names):
-                    first[p] = base * (dphase[p] * f if p in dphase else f1 * a)
-                    out[:, k, 1 + i] += first[p]
+                    out[:, 1 + i, k] += base * (dphase[p] * f if p in dphase else f1 * a)
                 for n, (i, j) in enumerate(pairs):
                     p, q = names[i], names[j]
                     if p in dphase and q in dphase:
                         second = dphase[p] * dphase[q] * base * f
-                    elif p in dphase:
-                        second = dphase[p] * base * f1 * a
-                    elif q in dphase:
-                        second = dphase[q] * base * f1 * a
+                    elif p in dphase or q in dphase:
+                        second = dphase[p if p in dphase else q] * base * f1 * a
                     else:
                         second = base * f2 * a * a
-                    out[:, k, 1 + len(names) + n] += second
-        return out, pairs
+                    out[:, 1 + len(names) + n, k] += second
+        return out
 
-    def _block_moments(self, values: dict, rows: slice, order: int):
-        """E(Q) of a block of Q and, for ``order`` 2, its gradient (P, b) and Hessian (P, P, b)."""
+    def _products(self, X, rows: slice, order: int):
+        """The sums over k of one block's transfers X (b, L, M, nbf) (:meth:`_transfers`), in
+        complex128: sX (b, L, M) = sum_k conj(X) G, AX (b, L, M, M) = sum_k conj(X_lm) T_n and, for
+        ``order`` 2, B (b, P, M, P, M) = sum_k conj(T_pm) T_qn (T_p the first derivatives). Each is a
+        matrix product that reads X once; sum_k conj(X) Y is taken as conj(X @ conj(Y)), so no
+        conjugate of X (the block's largest array) is made."""
         xp = self.xp
-        X, pairs = self._transfers(values, rows, order)
-        b, m, nl, nbf = X.shape
-        G = self.G[rows].astype(np.complex128, copy=False)  # complex64 G on the device: the sums in float64
-        Xq = X.reshape(b, m * nl, nbf)  # (b, M L, nbf), a view
-        T = X[:, :, 0]  # (b, M, nbf)
-        # sum_k conj(X) Y as conj(X @ conj(Y)): the conjugates of G and T, never of X (the block's largest)
-        sX = xp.conj((Xq @ xp.conj(G)[:, :, None])[..., 0]).reshape(b, m, nl)  # sum_k conj(X) G
-        AX = xp.conj(Xq @ xp.swapaxes(xp.conj(T), 1, 2)).reshape(b, m, nl, m)  # sum_k conj(X_ml) T_n
-        N = AX[:, :, 0]
-        K = self._regularised(N, rows)
-        s = sX[:, :, 0]
+        b, nl, m, nbf = X.shape
+        Y = xp.concatenate([self.G[rows].astype(X.dtype, copy=False)[:, None, :], X[:, 0]], axis=1)  # (b, 1 + M, k)
+        Z = xp.conj(X.reshape(b, nl * m, nbf) @ xp.swapaxes(xp.conj(Y), 1, 2)).astype(np.complex128)
+        Z = Z.reshape(b, nl, m, 1 + m)
+        B = None
+        if order:
+            P = len(self.parameters)
+            Tp = X[:, 1:1 + P].reshape(b, P * m, nbf)
+            B = xp.conj(Tp @ xp.swapaxes(xp.conj(Tp), 1, 2)).astype(np.complex128).reshape(b, P, m, P, m)
+        return Z[..., 0], Z[..., 1:], B
+
+    def _combine(self, sX, AX, B, rows: slice, order: int):
+        """E(Q) of the frequencies ``rows`` from their sums (:meth:`_products`) and, for ``order`` 2,
+        its gradient (P, b) and Hessian (P, P, b) (module docstring)."""
+        xp = self.xp
+        K = self._regularised(AX[:, 0], rows)  # N = AX[:, 0]
+        s = sX[:, 0]
         x = xp.linalg.solve(K, s[..., None])[..., 0]  # the section objects (b, M)
         E = xp.real(xp.sum(xp.conj(x) * s, -1))
         if order == 0:
             return E, None, None
         P = len(self.parameters)
-        sp = xp.moveaxis(sX[:, :, 1:1 + P], 2, 0)  # (P, b, M)
-        Ap = xp.moveaxis(AX[:, :, 1:1 + P], 2, 0)  # (P, b, M, M)
+        sp = xp.moveaxis(sX[:, 1:1 + P], 1, 0)  # (P, b, M)
+        Ap = xp.moveaxis(AX[:, 1:1 + P], 1, 0)  # (P, b, M, M)
         Np = Ap + xp.conj(xp.swapaxes(Ap, -1, -2))
         # r_p = s_p - N_p x: E_p = 2 Re(x^H s_p) - x^H N_p x, E_pq = 2 Re(r_q^H K^-1 r_p) + 2 Re(x^H s_pq) - x^H N_pq x
         Npx = (Np @ x[None, :, :, None])[..., 0]  # (P, b, M)
@@ -275,48 +374,39 @@ class IncoherentBand(Band):
         r = sp - Npx
         z = xp.linalg.solve(K, xp.moveaxis(r, 0, -1))  # (b, M, P): K^-1 r_p
         rz = xp.real(xp.einsum("bmq,bmp->pqb", xp.conj(xp.moveaxis(r, 0, -1)), z))  # Re(r_q^H K^-1 r_p)
-        Tp = X[:, :, 1:1 + P].reshape(b, m * P, nbf)
-        B = xp.conj(Tp @ xp.swapaxes(xp.conj(Tp), 1, 2)).reshape(b, m, P, m, P)  # sum_k conj(T_m,p) T_n,q
-        hess = xp.empty((P, P, b))
-        for n, (i, j) in enumerate(pairs):
-            spq = sX[:, :, 1 + P + n]
-            Apq = AX[:, :, 1 + P + n]
-            Npq = Apq + xp.conj(xp.swapaxes(Apq, -1, -2)) + B[:, :, i, :, j] + B[:, :, j, :, i]
+        hess = xp.empty((P, P, x.shape[0]))
+        for n, (i, j) in enumerate(self._pairs()):
+            spq = sX[:, 1 + P + n]
+            Apq = AX[:, 1 + P + n]
+            Npq = Apq + xp.conj(xp.swapaxes(Apq, -1, -2)) + B[:, i, :, j] + B[:, j, :, i]
             xNx = xp.real(xp.einsum("bm,bmn,bn->b", xp.conj(x), Npq, x))
             h = 2 * rz[i, j] + 2 * xp.real(xp.sum(xp.conj(x) * spq, -1)) - xNx
             hess[i, j] = hess[j, i] = h
         return E, grad, hess
 
+    def _sums(self, values: dict, order: int):
+        """:meth:`_products` of every block, joined over the band's Q."""
+        parts = [self._products(self._transfers(values, rows, order), rows, order) for rows in self._blocks()]
+        xp = self.xp
+        return tuple(None if parts[0][i] is None else xp.concatenate([p[i] for p in parts]) for i in range(3))
+
     def section_objects(self, values: dict):
         """The fitted objects of the sections, (nq, M): x = K^-1 s (G = i Phi Gamma: Phi_m = -i x_m)."""
-        xp = self.xp
-        out = []
-        for start in range(0, self.G.shape[0], self.block):
-            rows = slice(start, start + self.block)
-            X, _ = self._transfers(values, rows, 0)
-            T = X[:, :, 0]  # (b, M, nbf)
-            s = (xp.conj(T) @ self.G[rows].astype(np.complex128, copy=False)[:, :, None])[..., 0]
-            N = xp.conj(T) @ xp.swapaxes(T, 1, 2)
-            K = self._regularised(N, rows)
-            out.append(xp.linalg.solve(K, s[..., None])[..., 0])
-        return xp.concatenate(out, 0)
+        sX, AX, _ = self._sums(values, 0)
+        K = self._regularised(AX[:, 0], slice(None))
+        return self.xp.linalg.solve(K, sX[:, 0][..., None])[..., 0]
 
     # -- the Band interface ------------------------------------------------------------------------
     def evaluate(self, values: dict, *, order: int = 2):
         """Agreement (and with ``order`` 1 or 2 its gradient and Hessian in ``self.parameters``)."""
         self.passes["derivatives" if order else "value"] += 1
-        xp, P = self.xp, len(self.parameters)
-        value, grad, hess = 0.0, np.zeros(P), np.zeros((P, P))
-        for start in range(0, self.G.shape[0], self.block):
-            E, g, h = self._block_moments(values, slice(start, start + self.block), 2 if order else 0)
-            value += float(xp.sum(E))
-            if order:
-                grad += np.asarray(_to_host(xp.sum(g, -1)))
-                hess += np.asarray(_to_host(xp.sum(h, -1)))
-        value /= self.total
+        full = 2 if order else 0
+        E, g, h = self._combine(*self._sums(values, full), slice(None), full)
+        value = float(self.xp.sum(E)) / self.total
         if order == 0:
             return value
-        grad, hess = grad / self.total, hess / self.total
+        grad = np.asarray(_to_host(self.xp.sum(g, -1))) / self.total
+        hess = np.asarray(_to_host(self.xp.sum(h, -1))) / self.total
         return (value, grad) if order == 1 else (value, grad, (hess + hess.T) / 2)
 
     def evaluate_batch(self, sets) -> np.ndarray:

@@ -1,7 +1,8 @@
 """The CUDA kernels of qora.ssb and one launcher per kernel.
 
 The sources are ``ssb.cu`` (the image sums, the mean-phase planes, the upsampled parallax, the
-general band batch), ``band.cu`` (the quadratic-chi band kernels of the fits) and ``bslz4.cu``
+general band batch), ``band.cu`` (the quadratic-chi band kernels of the fits), ``depth.cu`` (the
+depth-incoherent model's section transfers) and ``bslz4.cu``
 (DECTRIS frames decoded from bitshuffle-LZ4 into the gathered pixels, live), compiled on first
 use by :func:`qora.backend.kernels.get_kernel`, the one loader. Each launcher takes keyword
 arguments, computes its launch configuration (grid, block, shared memory) itself and names in
@@ -21,7 +22,8 @@ from qora.backend.kernels import get_kernel
 
 __all__ = ["ssb_sums", "chi_pixels", "loss_half", "loss_moments", "parallax_fine", "band_batch",
            "band_quad_batch", "band_quad_standard", "band_quad_derivatives", "agreement_sum",
-           "bslz4_gather", "bslz4_shared_bytes", "kernel", "complex_tag", "most_sets", "batch_size",
+           "incoherent_transfers", "double_overlap", "INCOHERENT_KINDS", "bslz4_gather", "bslz4_shared_bytes",
+           "kernel", "complex_tag", "most_sets", "batch_size",
            "batch_kernel_name", "table_bytes", "sets_per_launch", "FINE_FACTORS", "BLOCK", "SHARED_BYTES"]
 
 # the most parameter sets one launch takes: the thick kernel 4 (8 held one block per SM at 178 registers
@@ -48,12 +50,14 @@ _MODULES = {
               + ("loss_moments<float>", "loss_moments<double>", "chi_pixels"),
     "band.cu": _batch_names("band_quad_batch") + _batch_names("band_quad_standard")
                + ("band_quad_derivatives<3>", "band_quad_derivatives<6>"),
+    "depth.cu": ("incoherent_transfers<float2>", "incoherent_transfers<double2>", "double_overlap"),
     "bslz4.cu": tuple(f"bslz4_gather<{t}, {o}>" for t in ("unsigned char", "unsigned short", "unsigned int")
                       for o in ("float", "double")),
 }
 
-# threads per block: THREADS in ssb.cu, BAND_THREADS in band.cu, 32 WARPS in bslz4.cu (4 warps)
-BLOCK = {"ssb.cu": 128, "band.cu": 256, "bslz4.cu": 128}
+# threads per block: THREADS in ssb.cu, BAND_THREADS in band.cu, the launch bounds of depth.cu's transfers,
+# 32 WARPS in bslz4.cu (4 warps)
+BLOCK = {"ssb.cu": 128, "band.cu": 256, "depth.cu": 128, "bslz4.cu": 128}
 _COUNT_TYPE = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int"}
 
 
@@ -270,6 +274,42 @@ def agreement_sum(*, raw):
                                                "(re * re + im * im) / max(n, 1e-300)", "a + b", "total = a", "0",
                                                "qora_ssb_agreement_sum")
     return _AGREEMENT_SUM(raw[..., 0], raw[..., 1], raw[..., 2], axis=1)
+
+
+# -- depth.cu -------------------------------------------------------------------------------------
+INCOHERENT_KINDS = {"C10": 0, "C12a": 1, "C12b": 2, "thickness": 3}  # depth.cu's parameter codes
+
+
+def incoherent_transfers(*, k, qy, qx, wavelength: float, limit: float, coefficients, thickness: float, parameters,
+                         sections: int, order: int, out) -> None:
+    """The depth sections' transfers X (rows, L, M, nbf) into ``out`` (complex64 or complex128) for
+    the frequencies ``qy``, ``qx`` (rows,) (contiguous float64, the detector frame) and the pixels
+    ``k`` (nbf, 2) float64: L = 1 for ``order`` 0, else the transfer, its first derivatives in
+    ``parameters`` (names of :data:`INCOHERENT_KINDS`) and the second of each pair i <= j.
+    ``coefficients``: C10, C12a, C12b (A; 0 where not fitted); ``limit`` the aperture (1/A, as
+    :func:`qora.ssb.cpu_kernels.aperture_limit`); ``thickness`` (A).
+
+    Reference: ``qora.ssb.depth.IncoherentBand._array_transfers``."""
+    from qora.backend.kernels import multiprocessors
+
+    xp = _xp()
+    rows, nbf = int(qy.size), len(k)
+    threads = BLOCK["depth.cu"]
+    grid = max(1, min(-(-rows * nbf // threads), 16 * multiprocessors()))
+    kinds = xp.asarray([INCOHERENT_KINDS[p] for p in parameters], np.int32)
+    kernel(f"incoherent_transfers<{complex_tag(out)}>")(
+        (grid,), (threads,), (k, qy, qx, np.int32(rows), np.int32(nbf), np.float64(wavelength), np.float64(limit),
+                              xp.asarray(coefficients, np.float64), np.float64(thickness), kinds,
+                              np.int32(len(parameters)), np.int32(sections), np.int32(order), out))
+
+
+def double_overlap(*, k, qy, qx, limit: float, out) -> None:
+    """Per frequency of ``qy``, ``qx`` (contiguous float64), the pixels of ``k`` (nbf, 2) inside the
+    aperture (radius ``limit`` 1/A) whose k - Q and k + Q are inside too, counted once per term of
+    Gamma, into ``out`` (rows,) float64.
+
+    Reference: the sum over k of A1^2 + A2^2 in ``qora.ssb.depth.IncoherentBand``."""
+    kernel("double_overlap")((int(qy.size),), (256,), (k, qy, qx, np.int32(len(k)), np.float64(limit), out))
 
 
 # -- bslz4.cu -------------------------------------------------------------------------------------

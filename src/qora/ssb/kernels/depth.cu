@@ -1,0 +1,188 @@
+// qora.ssb: the depth-incoherent thick model's section transfers (qora.ssb.depth.IncoherentBand).
+//
+// One thread per (band frequency Q of a block, bright-field pixel k) writes, for each of the M depth
+// sections m and each of the L columns l (the transfer, its first derivatives in the fitted parameters,
+// the second of each pair i <= j), X[q][l][m][k] of
+//
+//     T_m(Q, k) = sum over Gamma's two terms of  s A1 A2 e^{-i sum_p c_p d_p} f_m(a t),
+//     f_m(u) = e^{i c_m u} sinc(u / 2M),   c_m = (m + 1/2) / M - 1/2,
+//
+// s = +1 for term 1 (k - Q), -1 for term 2 (k + Q); d_p the term's basis difference of C10, C12a or
+// C12b (B(k - Q) - B(k), B(k) - B(k + Q)); a the term's depth phase pi lambda (|k|^2 - |k - Q|^2) or
+// pi lambda (|k + Q|^2 - |k|^2). The layout (q, l, m, k) lets the products that follow (cuBLAS, in
+// qora.ssb.depth) read the transfers, the sections' T and the first derivatives as contiguous
+// matrices. Everything is computed in float64 and stored in the output's precision: the work per pair
+// is a few dozen complex products and 2 M + 2 sincos, against L M stores of 8 or 16 B, so the kernel is
+// a stream of stores (docs/ssb-performance.md, "The incoherent fit at the columnar cost").
+
+#define QPI 3.141592653589793238462643383279502884
+#define MOST_PARAMETERS 4
+#define MOST_COLUMNS (1 + MOST_PARAMETERS + MOST_PARAMETERS * (MOST_PARAMETERS + 1) / 2)
+
+namespace {
+
+template <typename T> struct Store;
+template <> struct Store<float2> {
+    static __device__ __forceinline__ float2 make(double re, double im) { return make_float2((float)re, (float)im); }
+};
+template <> struct Store<double2> {
+    static __device__ __forceinline__ double2 make(double re, double im) { return make_double2(re, im); }
+};
+
+struct Z {  // a complex float64 in registers
+    double re, im;
+    __device__ __forceinline__ Z operator*(Z b) const { return {re * b.re - im * b.im, re * b.im + im * b.re}; }
+    __device__ __forceinline__ Z operator*(double b) const { return {re * b, im * b}; }
+    __device__ __forceinline__ Z operator+(Z b) const { return {re + b.re, im + b.im}; }
+};
+
+__device__ __forceinline__ Z minus_i(Z a) { return {a.im, -a.re}; }  // -i a
+
+// sinc(v) and its first two derivatives in v (a series near 0, as qora.ssb.model.sinc_derivatives)
+__device__ __forceinline__ void sinc3(double v, double& h, double& h1, double& h2) {
+    if (fabs(v) < 1e-4) {
+        h = 1.0 - v * v / 6.0;
+        h1 = -v / 3.0;
+        h2 = -1.0 / 3.0 + v * v / 10.0;
+        return;
+    }
+    double s, c;
+    sincos(v, &s, &c);
+    h = s / v;
+    h1 = (v * c - s) / (v * v);
+    h2 = -s / v - 2.0 * c / (v * v) + 2.0 * s / (v * v * v);
+}
+
+// One term of Gamma at (Q, k): whether it is present, its base s e^{-i phase}, depth phase a and basis
+// differences d[C10, C12a, C12b]
+struct Term {
+    bool on;
+    Z base;
+    double a, d[3];
+};
+
+__device__ __forceinline__ Term term_at(double ky, double kx, double qy, double qx, double sign, double lam,
+                                        double limit, const double* c) {
+    Term t;
+    const double sy = ky + sign * qy, sx = kx + sign * qx;  // k - Q (term 1) or k + Q (term 2)
+    t.on = hypot(sx, sy) <= limit;  // k itself is a bright-field pixel; the array code tests both
+    t.on = t.on && hypot(kx, ky) <= limit;
+    const double pl = QPI * lam;
+    // B(k +- Q) - B(k) for C10, C12a, C12b (basis of qora.ssb.model: pi lambda |k|^2, (kx^2 - ky^2), 2 ky kx)
+    const double b10 = pl * ((sy * sy + sx * sx) - (ky * ky + kx * kx));
+    const double b12a = pl * ((sx * sx - sy * sy) - (kx * kx - ky * ky));
+    const double b12b = 2.0 * pl * (sy * sx - ky * kx);
+    const double o = sign < 0 ? 1.0 : -1.0;  // term 1: B(k - Q) - B(k); term 2: B(k) - B(k + Q)
+    t.d[0] = o * b10;
+    t.d[1] = o * b12a;
+    t.d[2] = o * b12b;
+    t.a = -o * b10;  // pi lambda (|k|^2 - |k - Q|^2), pi lambda (|k + Q|^2 - |k|^2)
+    const double phase = c[0] * t.d[0] + c[1] * t.d[1] + c[2] * t.d[2];
+    double s, co;
+    sincos(phase, &s, &co);
+    const double amp = t.on ? (sign < 0 ? 1.0 : -1.0) : 0.0;
+    t.base = {amp * co, -amp * s};
+    return t;
+}
+
+}  // namespace
+
+// X (rows, L, M, nbf) of the block's frequencies qy, qx (rows); kinds[i]: 0, 1, 2 for C10, C12a, C12b,
+// 3 for the thickness, of the P fitted parameters; coefficients: C10, C12a, C12b (A; 0 where not
+// fitted); order 0 writes L = 1 (the transfers), order 2 L = 1 + P + P (P + 1) / 2.
+template <typename T>
+__global__ void __launch_bounds__(128) incoherent_transfers(
+    const double* __restrict__ k, const double* __restrict__ qy, const double* __restrict__ qx, int rows, int nbf,
+    double lam, double limit, const double* __restrict__ coefficients, double thickness,
+    const int* __restrict__ kinds, int P, int M, int order, T* __restrict__ X) {
+    const int L = order == 0 ? 1 : 1 + P + P * (P + 1) / 2;
+    double c[3] = {coefficients[0], coefficients[1], coefficients[2]};
+    int kind[MOST_PARAMETERS];
+#pragma unroll
+    for (int i = 0; i < MOST_PARAMETERS; ++i) kind[i] = i < P ? kinds[i] : 3;
+    const long long total = (long long)rows * nbf;
+    for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < total;
+         idx += (long long)gridDim.x * blockDim.x) {
+        const int q = (int)(idx / nbf), j = (int)(idx - (long long)q * nbf);
+        const double ky = k[2 * j], kx = k[2 * j + 1];
+        Term terms[2] = {term_at(ky, kx, qy[q], qx[q], -1.0, lam, limit, c),
+                         term_at(ky, kx, qy[q], qx[q], 1.0, lam, limit, c)};
+        double h[2], h1[2], h2[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            sinc3(terms[e].a * thickness / (2.0 * M), h[e], h1[e], h2[e]);
+            h1[e] /= 2.0 * M;
+            h2[e] /= 4.0 * M * M;
+        }
+        T* out = X + (long long)q * L * M * nbf + j;
+        for (int m = 0; m < M; ++m) {
+            const double cm = (m + 0.5) / M - 0.5;
+            Z col[MOST_COLUMNS];
+#pragma unroll
+            for (int l = 0; l < MOST_COLUMNS; ++l) col[l] = {0.0, 0.0};
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const Term& t = terms[e];
+                if (!t.on) continue;
+                double dp[MOST_PARAMETERS];  // the fitted aberrations' d by selects (no indexed local array)
+#pragma unroll
+                for (int i = 0; i < MOST_PARAMETERS; ++i)
+                    dp[i] = kind[i] == 0 ? t.d[0] : kind[i] == 1 ? t.d[1] : kind[i] == 2 ? t.d[2] : 0.0;
+                double s, co;
+                sincos(cm * t.a * thickness, &s, &co);
+                const Z g = {co, s};
+                const Z f = g * h[e];
+                col[0] = col[0] + t.base * f;
+                if (order == 0) continue;
+                const Z f1 = Z{h1[e], cm * h[e]} * g;  // df/du = (i c h + h1) g
+                const Z f2 = Z{h2[e] - cm * cm * h[e], 2.0 * cm * h1[e]} * g;
+                // the loops unrolled to their bounds, so that col's indices are constants (registers)
+#pragma unroll
+                for (int i = 0; i < MOST_PARAMETERS; ++i) {
+                    if (i >= P) continue;
+                    const bool ai = kind[i] < 3;
+                    col[1 + i] = col[1 + i] + (ai ? minus_i(t.base * f) * dp[i] : t.base * f1 * t.a);
+#pragma unroll
+                    for (int jj = i; jj < MOST_PARAMETERS; ++jj) {
+                        if (jj >= P) continue;
+                        const int n = 1 + P + i * P - i * (i - 1) / 2 + (jj - i);
+                        const bool aj = kind[jj] < 3;
+                        Z second;
+                        if (ai && aj) second = t.base * f * (-dp[i] * dp[jj]);
+                        else if (ai || aj) second = minus_i(t.base * f1) * ((ai ? dp[i] : dp[jj]) * t.a);
+                        else second = t.base * f2 * (t.a * t.a);
+#pragma unroll
+                        for (int l = 2; l < MOST_COLUMNS; ++l)  // n >= 1 + P >= 2
+                            if (l == n) col[l] = col[l] + second;
+                    }
+                }
+            }
+#pragma unroll
+            for (int l = 0; l < MOST_COLUMNS; ++l)
+                if (l < L) out[((long long)l * M + m) * nbf] = Store<T>::make(col[l].re, col[l].im);
+        }
+    }
+}
+
+// overlap[q] = sum over the bright-field pixels of the apertures of Gamma's two terms (A1^2 + A2^2 for
+// top-hat apertures), one block of 256 threads per frequency
+__global__ void __launch_bounds__(256) double_overlap(const double* __restrict__ k, const double* __restrict__ qy,
+                                                      const double* __restrict__ qx, int nbf, double limit,
+                                                      double* __restrict__ overlap) {
+    __shared__ double part[8];
+    const int q = blockIdx.x;
+    double count = 0.0;
+    for (int j = threadIdx.x; j < nbf; j += blockDim.x) {
+        const double ky = k[2 * j], kx = k[2 * j + 1];
+        if (!(hypot(kx, ky) <= limit)) continue;
+        count += (hypot(kx - qx[q], ky - qy[q]) <= limit) + (hypot(kx + qx[q], ky + qy[q]) <= limit);
+    }
+    for (int off = 16; off > 0; off >>= 1) count += __shfl_down_sync(0xffffffffu, count, off);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = count;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double total = 0.0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); ++w) total += part[w];
+        overlap[q] = total;
+    }
+}
