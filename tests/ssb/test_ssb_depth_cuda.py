@@ -67,13 +67,12 @@ def test_depth_sections_and_the_fit_on_the_device(sessions):
     cpu, gpu = sessions
     a = depth_sections(cpu, VALUES, sections=4)
     b = depth_sections(gpu, VALUES, sections=4)
-    # the device's default: the kernel's transfers in complex64 (float32 rounding in the sums over k)
-    np.testing.assert_allclose(b, a, atol=1e-4 * np.abs(a).max())
+    np.testing.assert_allclose(b, a, atol=1e-9 * np.abs(a).max())
     start = {"C10": -110.0, "thickness": 100.0}
     v0, a0, _, _, c0 = fit_incoherent(cpu, start)
     v1, a1, _, _, c1 = fit_incoherent(gpu, start)
-    assert abs(v1["C10"] - v0["C10"]) < 0.05 and abs(v1["thickness"] - v0["thickness"]) < 0.5
-    assert a1 == pytest.approx(a0, rel=1e-5) and c1 == pytest.approx(c0, abs=1e-3)
+    assert abs(v1["C10"] - v0["C10"]) < 1e-3 and abs(v1["thickness"] - v0["thickness"]) < 1e-2
+    assert a1 == pytest.approx(a0, rel=1e-9) and c1 == pytest.approx(c0, abs=1e-6)
     assert abs(v1["C10"] + 100.0) < 2.0  # the film's mid-plane C10 (CPU: test_ssb_depth.py)
 
 

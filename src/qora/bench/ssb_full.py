@@ -39,9 +39,9 @@ from qora.bench.common import BenchResult, median_wall, time_device
 
 __all__ = ["run", "dataset", "STEPS"]
 
-STEPS = ("1_load_and_detector_fit_s", "2_prepare_s", "3_tilt_fit_s", "3_columnar_tilt_fit_s", "3b_tilt_fit_no_standard_s",
-         "4_reconstruct_s", "5_standard_fit_s", "6_preview_tilt_1x_ms", "7_preview_3x_ms", "8_release_loss_1x_ms",
-         "9_peak_gib")
+STEPS = ("1_load_and_detector_fit_s", "2_prepare_s", "3_tilt_fit_s", "3_columnar_tilt_fit_s",
+         "3b_tilt_fit_no_standard_s", "4_reconstruct_s", "5_standard_fit_s", "6_preview_tilt_1x_ms",
+         "7_preview_3x_ms", "8_release_loss_1x_ms", "9_peak_gib")
 # step 3 is the default fit (depth_model "auto": on this amorphous film the depth-incoherent model); the seed's
 # step 3, the columnar model's, is the named row 3_columnar_tilt_fit_s; 3b keeps the columnar model
 SEED_CUDA_AFTER = {"1_load_and_detector_fit_s": 0.44, "2_prepare_s": 0.17, "3_tilt_fit_s": 0.67,
@@ -294,7 +294,8 @@ def run(*, directory: Path, scan: int = 512, repeats: int = 3, previews: int = 2
     result.add(f"split/{label}/6_preview_tilt_1x_ms", value=None, **split6)
     result.add(f"split/{label}/7_preview_3x_ms", value=None, **split7)
     std = fits["5_standard_fit_s"]["standard"]["parameters"]
-    result.notes["fit"] = {"model": "columnar (3_columnar_tilt_fit_s)", "thick": fit["thick"]["parameters"], "standard": std, "better": fit["better"],
+    result.notes["fit"] = {"model": "columnar (3_columnar_tilt_fit_s)", "thick": fit["thick"]["parameters"],
+                           "standard": std, "better": fit["better"],
                            "stage_timings_s": fit["timings_s"], "passes": fit.get("passes"),
                            "standard_fit_stage_timings_s": fits["5_standard_fit_s"]["timings_s"],
                            "reconstruct_better": rec["better"],

@@ -45,7 +45,9 @@ from qora.ssb.band_arrays import block_budget
 from qora.ssb.cpu_kernels import aperture_limit
 from qora.ssb.model import sinc_derivatives
 
-__all__ = ["IncoherentBand", "bytes_per_row", "kernel_bytes_per_row", "sums_bytes", "KERNEL_BLOCK_BYTES", "DEPTH_MODELS", "SECTIONS", "MOST_SECTIONS", "COUPLING", "COHERENT",
+__all__ = ["IncoherentBand", "bytes_per_row", "kernel_bytes_per_row", "sums_bytes", "KERNEL_BLOCK_BYTES",
+           "INCOHERENT_COARSE_ROWS", "FINISH_TOLERANCE", "DEPTH_MODELS", "SECTIONS", "MOST_SECTIONS", "COUPLING",
+           "COHERENT",
            "section_depths", "depth_of_field", "auto_sections", "depth_coherence", "fit_incoherent", "depth_sections"]
 
 DEPTH_MODELS = ("auto", "columnar", "incoherent")  # fit_session's depth_model
@@ -60,6 +62,12 @@ INCOHERENT_PARAMETERS = ("C10", "C12a", "C12b", "thickness")
 # the most a block of the CUDA transfers may hold: the full-scale fit's pool (G 8.6 GiB, the band's rows
 # 2.9 GiB, the thinned band) must stay within the 16 GiB of issue 38 (docs/ssb-performance.md)
 KERNEL_BLOCK_BYTES = 2 << 30
+# fit_incoherent: Newton on the band thinned to this many frequencies, then on the whole band until a step
+# predicts less than FINISH_TOLERANCE of the agreement. H200, the ssb-full film: 8192 rows and Newton's
+# 1e-10 took 4.71 s, 4096 rows and 1e-8 2.57 s, C10 100.089 and 100.087 A, thickness 123.49 A both, the
+# agreement equal to 7 digits (docs/ssb-performance.md)
+INCOHERENT_COARSE_ROWS = 4096
+FINISH_TOLERANCE = 1e-8
 
 
 def bytes_per_row(pixels: int, sections: int, parameters: int, aberrations: int, *, geometry: bool = True) -> int:
@@ -151,11 +159,12 @@ def fit_incoherent(session, start: dict, *, sections: int | None = None, couplin
     """Newton (:func:`qora.ssb.optimize.newton`) on the incoherent model from ``start`` (C10, C12a,
     C12b, thickness; A). ``sections`` default :func:`auto_sections` of the start's thickness. Newton
     runs first on the band thinned to ``coarse_rows`` frequencies (default
-    :data:`qora.ssb.identify.COARSE_ROWS`; the whole band where it has fewer than twice that) and
-    finishes on the whole band, from the thinned band's maximum (one or two steps), as the columnar
-    fit's starts do. ``precision``: of the device's transfers (:class:`IncoherentBand`). Returns
+    :data:`INCOHERENT_COARSE_ROWS`; the whole band where it has fewer than twice that) and finishes
+    on the whole band from the thinned band's maximum, until a step predicts a gain below
+    :data:`FINISH_TOLERANCE` of the agreement (one or two steps), as the columnar fit's starts do.
+    ``precision``: of the device's transfers (:class:`IncoherentBand`). Returns
     ``(values, agreement, hessian, band, depth_coherence)``."""
-    from qora.ssb.identify import COARSE_ROWS, coarse_stride
+    from qora.ssb.identify import coarse_stride
     from qora.ssb.optimize import newton
 
     t0 = float(start.get("thickness", 0.0))
@@ -164,10 +173,12 @@ def fit_incoherent(session, start: dict, *, sections: int | None = None, couplin
     b = IncoherentBand(session, names, sections=m, coupling=coupling, band=band, rotation=rotation,
                        precision=precision)
     values = {p: float(start[p]) for p in names}
-    stride = coarse_stride(b, COARSE_ROWS if coarse_rows is None else coarse_rows)
+    stride = coarse_stride(b, INCOHERENT_COARSE_ROWS if coarse_rows is None else coarse_rows)
+    finish = {}
     if stride > 1:
         values, _, _ = newton(b.thinned(stride), values, iterations=iterations, callback=callback)
-    values, agreement, hessian = newton(b, values, iterations=iterations, callback=callback)
+        finish = {"tolerance": FINISH_TOLERANCE}
+    values, agreement, hessian = newton(b, values, iterations=iterations, callback=callback, **finish)
     return values, agreement, hessian, b, depth_coherence(b, b.section_objects(values))
 
 
@@ -179,7 +190,8 @@ class IncoherentBand(Band):
     products), and once for the band the per-Q solve (:meth:`_combine`).
 
     The transfers come from the CUDA kernel ``incoherent_transfers`` for a band on the device
-    (``transfers`` "kernel", stored in ``precision`` "single" (complex64, the default) or "double"),
+    (``transfers`` "kernel", stored in ``precision`` "double" (complex128, the default: as fast as
+    complex64 on the H200, where the kernel and the products run at 1-2 TB/s either way) or "single"),
     else from the array code (``transfers`` "arrays", the reference: the geometry of apertures, phase
     differences and depth phases, made per block, or once for the band where it fits the budget). The
     blocks stay within ``block_bytes`` (:func:`bytes_per_row`; default
@@ -208,7 +220,7 @@ class IncoherentBand(Band):
         self.transfers = ("kernel" if on_cuda else "arrays") if transfers is None else transfers
         if self.transfers not in ("kernel", "arrays") or (self.transfers == "kernel" and not on_cuda):
             raise ValueError(f"transfers must be 'arrays', or 'kernel' for a band on a CUDA device; got {transfers!r}")
-        precision = ("single" if self.transfers == "kernel" else "double") if precision is None else precision
+        precision = "double" if precision is None else precision
         if precision not in ("single", "double") or (precision == "single" and self.transfers == "arrays"):
             raise ValueError(f"precision must be 'double', or 'single' with the kernel's transfers; got {precision!r}")
         self.precision = precision
