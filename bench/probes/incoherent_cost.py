@@ -44,59 +44,54 @@ def main(directory: str, sections: int = 5) -> None:
     names = ("C10", "C12a", "C12b", "thickness")
     start = {"C10": 110.6, "C12a": 0.0, "C12b": 0.0, "thickness": 100.6}  # the columnar fit's (ssb-full log)
     pool = be.xp.get_default_memory_pool()
-    for transfers, precision in (("kernel", "single"), ("kernel", "double")):
+    for transfers, precision in (("fused", "double"), ("kernel", "double"), ("kernel", "single")):
         pool.free_all_blocks()
         t0 = time.perf_counter()
         band = IncoherentBand(session, names, sections=sections, rotation=0.0, transfers=transfers,
                               precision=precision)
         be.synchronize()
         built = time.perf_counter() - t0
-        rows = band._blocks()[0]
-        X = band._transfers(start, rows, 2)
-        sums = band._products(X, rows, 2)
-        tx = timed(be, lambda: band._transfers(start, rows, 2))
-        tp = timed(be, lambda: band._products(X, rows, 2))
+        nq, nbf = band.shape
+        line = f"{transfers}/{precision}: {nq} Q x {nbf} k; built {built:.3f} s"
+        if transfers == "kernel":
+            rows = band._blocks()[0]
+            X = band._transfers(start, rows, 2)
+            tx = timed(be, lambda: band._transfers(start, rows, 2))
+            tp = timed(be, lambda: band._products(X, rows, 2))
+            X_bytes = X.nbytes
+            del X
+            line += (f"; block {band.block} Q ({len(band._blocks())} blocks): transfers {tx * 1e3:.2f} ms "
+                     f"({X_bytes / tx / 1e9:.0f} GB/s stored), products {tp * 1e3:.2f} ms")
+        ts = timed(be, lambda: band._sums(start, 2))
         whole = band._sums(start, 2)
         tc = timed(be, lambda: band._combine(*whole, slice(None), 2))
-        del X, sums, whole
+        del whole
         te = timed(be, lambda: band.evaluate(start))
         tv = timed(be, lambda: band.evaluate(start, order=0))
-        nq, nbf = band.shape
-        X_bytes = band.block * 15 * sections * nbf * np.dtype(band._complex).itemsize
-        print(f"{transfers}/{precision}: {nq} Q x {nbf} k, block {band.block} Q ({len(band._blocks())} blocks); "
-              f"built {built:.3f} s; one block: transfers {tx * 1e3:.2f} ms ({X_bytes / tx / 1e9:.0f} GB/s stored), "
-              f"products {tp * 1e3:.2f} ms; combine (all Q) {tc * 1e3:.1f} ms; evaluation with derivatives "
-              f"{te * 1e3:.1f} ms, value {tv * 1e3:.1f} ms; pool peak so far {pool.total_bytes() / 2**30:.1f} GiB",
-              flush=True)
-    for precision, coarse in (("single", None), ("single", 10**9), ("double", None)):
+        print(line + f"; sums (all Q) {ts * 1e3:.1f} ms, combine {tc * 1e3:.1f} ms; evaluation with derivatives "
+              f"{te * 1e3:.1f} ms, value {tv * 1e3:.1f} ms; pool total {pool.total_bytes() / 2**30:.1f} GiB", flush=True)
+    for transfers in ("fused", "kernel"):
         pool.free_all_blocks()
         t0 = time.perf_counter()
-        v, a, h, b, coherence = fit_incoherent(session, start, rotation=0.0, coarse_rows=coarse, precision=precision)
+        b0 = IncoherentBand(session, names, sections=sections, rotation=0.0, transfers=transfers)
+        v, a, h, b, coherence = fit_incoherent(session, start, rotation=0.0) if transfers == "fused" else \
+            _fit_with(b0, start)
         be.synchronize()
         took = time.perf_counter() - t0
-        print(f"fit_incoherent ({precision}, {'thinned then whole' if coarse is None else 'whole band'}): "
-              f"{took:.3f} s; C10 {v['C10']:.2f} A (truth {TRUTH['C10']}), thickness {v['thickness']:.1f} A, "
-              f"C12 ({v['C12a']:.2f}, {v['C12b']:.2f}); agreement {a:.6f}; depth coherence {coherence:.3f}; "
-              f"passes {b.passes}", flush=True)
+        print(f"fit_incoherent ({transfers}): {took:.3f} s; C10 {v['C10']:.3f} A (truth {TRUTH['C10']}), thickness "
+              f"{v['thickness']:.2f} A, C12 ({v['C12a']:.3f}, {v['C12b']:.3f}); agreement {a:.7f}; depth coherence "
+              f"{coherence:.3f}; passes {b.passes}", flush=True)
 
 
-    # the finish on the whole band: Newton's default tolerance (1e-10 of the agreement) against looser ones, and
-    # a band thinned twice as far; the values must not move by more than a small part of their standard errors
+def _fit_with(b, start):
+    """fit_incoherent's steps on a given band (its thinned twin, then the whole band)."""
+    from qora.ssb.depth import FINISH_TOLERANCE, INCOHERENT_COARSE_ROWS, depth_coherence
     from qora.ssb.identify import coarse_stride
     from qora.ssb.optimize import newton
 
-    for rows, tolerance in ((8192, 1e-8), (8192, 1e-7), (4096, 1e-10), (4096, 1e-8)):
-        pool.free_all_blocks()
-        t0 = time.perf_counter()
-        b = IncoherentBand(session, names, sections=sections, rotation=0.0)
-        coarse = b.thinned(coarse_stride(b, rows))
-        v, _, _ = newton(coarse, dict(start), iterations=60)
-        t1 = time.perf_counter()
-        v, a, h = newton(b, v, iterations=60, tolerance=tolerance)
-        be.synchronize()
-        print(f"thinned to {rows} rows then the whole band at tolerance {tolerance:g}: {time.perf_counter() - t0:.3f} s "
-              f"(thinned {t1 - t0:.3f} s, passes {coarse.passes}; whole {b.passes}); C10 {v['C10']:.3f} A, thickness "
-              f"{v['thickness']:.2f} A, C12 ({v['C12a']:.3f}, {v['C12b']:.3f}); agreement {a:.7f}", flush=True)
+    v, _, _ = newton(b.thinned(coarse_stride(b, INCOHERENT_COARSE_ROWS)), dict(start), iterations=60)
+    v, a, h = newton(b, v, iterations=60, tolerance=FINISH_TOLERANCE)
+    return v, a, h, b, depth_coherence(b, b.section_objects(v))
 
 
 if __name__ == "__main__":

@@ -62,6 +62,11 @@ INCOHERENT_PARAMETERS = ("C10", "C12a", "C12b", "thickness")
 # the most a block of the CUDA transfers may hold: the full-scale fit's pool (G 8.6 GiB, the band's rows
 # 2.9 GiB, the thinned band) must stay within the 16 GiB of issue 38 (docs/ssb-performance.md)
 KERNEL_BLOCK_BYTES = 2 << 30
+# IncoherentBand's routes to the sums over k: the array code (the reference, host or device); on CUDA the
+# transfers by a kernel into global memory, then matrix products ("kernel", the device's default); or made
+# and summed in shared memory by one kernel ("fused": exact, but 2.7 times slower on the H200 as written,
+# one 246-register block per SM; docs/ssb-performance.md, "The incoherent fit on the device")
+TRANSFERS = ("arrays", "kernel", "fused")
 # fit_incoherent: Newton on the band thinned to this many frequencies, then on the whole band until a step
 # predicts less than FINISH_TOLERANCE of the agreement. H200, the ssb-full film: 8192 rows and Newton's
 # 1e-10 took 4.71 s, 4096 rows and 1e-8 2.57 s, C10 100.089 and 100.087 A, thickness 123.49 A both, the
@@ -189,10 +194,12 @@ class IncoherentBand(Band):
     (:meth:`_transfers`), their products with G and with each other (:meth:`_products`, matrix
     products), and once for the band the per-Q solve (:meth:`_combine`).
 
-    The transfers come from the CUDA kernel ``incoherent_transfers`` for a band on the device
-    (``transfers`` "kernel", stored in ``precision`` "double" (complex128, the default: as fast as
-    complex64 on the H200, where the kernel and the products run at 1-2 TB/s either way) or "single"),
-    else from the array code (``transfers`` "arrays", the reference: the geometry of apertures, phase
+    On the device the default (``transfers`` "kernel") makes the transfers by the CUDA kernel
+    ``incoherent_transfers``, stored in ``precision`` "double" (complex128, the default: as fast as
+    complex64 on the H200, where the kernel and the products run at 1-2 TB/s either way) or "single";
+    ``transfers`` "fused" makes them and their sums over k in one kernel (``incoherent_sums``: a tile of
+    pixels' transfers in shared memory, never stored; measured slower, :data:`TRANSFERS`); elsewhere
+    they come from the array code (``transfers`` "arrays", the reference: the geometry of apertures, phase
     differences and depth phases, made per block, or once for the band where it fits the budget). The
     blocks stay within ``block_bytes`` (:func:`bytes_per_row`; default
     :func:`qora.ssb.band_arrays.block_budget`, 64 MiB on the host, at most :data:`KERNEL_BLOCK_BYTES`
@@ -218,8 +225,9 @@ class IncoherentBand(Band):
         xp = self.xp
         on_cuda = getattr(xp, "__name__", "") == "cupy"
         self.transfers = ("kernel" if on_cuda else "arrays") if transfers is None else transfers
-        if self.transfers not in ("kernel", "arrays") or (self.transfers == "kernel" and not on_cuda):
-            raise ValueError(f"transfers must be 'arrays', or 'kernel' for a band on a CUDA device; got {transfers!r}")
+        if self.transfers not in TRANSFERS or (self.transfers != "arrays" and not on_cuda):
+            raise ValueError(f"transfers must be 'arrays', or 'kernel' or 'fused' for a band on a CUDA device; got "
+                             f"{transfers!r}")
         precision = "double" if precision is None else precision
         if precision not in ("single", "double") or (precision == "single" and self.transfers == "arrays"):
             raise ValueError(f"precision must be 'double', or 'single' with the kernel's transfers; got {precision!r}")
@@ -228,7 +236,7 @@ class IncoherentBand(Band):
         m = self.sections
         nq, nbf = self.G.shape
         P, A = len(self.parameters), len(self.aberration_names)
-        kernel = self.transfers == "kernel"
+        kernel = self.transfers != "arrays"
         budget = block_budget(xp) if block_bytes is None else int(block_bytes)
         self.block_bytes = min(budget, KERNEL_BLOCK_BYTES) if kernel and block_bytes is None else budget
         self._limit = aperture_limit(self.alpha, self.lam)
@@ -238,7 +246,7 @@ class IncoherentBand(Band):
         keep_geometry = not kernel and self._geometry_bytes <= self.block_bytes
         row = (kernel_bytes_per_row(nbf, m, P, np.dtype(self._complex).itemsize) if kernel else
                bytes_per_row(nbf, m, P, A, geometry=not keep_geometry))
-        self.block = min(nq, max(1, int(self.block_bytes // row)))
+        self.block = nq if self.transfers == "fused" else min(nq, max(1, int(self.block_bytes // row)))
         self._whole_geometry = False if keep_geometry else None  # False: to be made on first use
         self.eps = self.coupling * self._double_overlap()  # (nq,) per double-overlap pixel
         # a Q beyond the disks' reach (no overlap: N = 0) gets K = I, and so objects 0
@@ -252,7 +260,7 @@ class IncoherentBand(Band):
     def _double_overlap(self):
         """sum_k (A1^2 + A2^2) per Q of the band (top-hat apertures: the pixels of both terms)."""
         xp = self.xp
-        if self.transfers == "kernel":
+        if self.transfers != "arrays":
             out = xp.empty(self.G.shape[0], np.float64)
             kernels.double_overlap(k=self._k_pairs, qy=self._qy_flat, qx=self._qx_flat, limit=self._limit, out=out)
             return out
@@ -287,6 +295,12 @@ class IncoherentBand(Band):
         n = len(self.parameters)
         return [(i, j) for i in range(n) for j in range(i, n)]
 
+    def _kernel_arguments(self, values: dict) -> dict:
+        fitted = {p: float(values.get(p, 0.0)) for p in self.aberration_names}
+        return dict(k=self._k_pairs, wavelength=self.lam, limit=self._limit,
+                    coefficients=[fitted.get(p, 0.0) for p in ("C10", "C12a", "C12b")],
+                    thickness=float(values.get("thickness", 0.0)), parameters=self.parameters, sections=self.sections)
+
     def _transfers(self, values: dict, rows: slice, order: int):
         """(b, L, M, nbf) transfers of the sections: L = 1 (T_m), then for ``order`` 2 the first
         derivatives in self.parameters and the second of each pair i <= j (:meth:`_pairs`)."""
@@ -296,11 +310,8 @@ class IncoherentBand(Band):
         qy, qx = self._qy_flat[rows], self._qx_flat[rows]
         nl = 1 if order == 0 else 1 + len(self.parameters) + len(self._pairs())
         out = xp.empty((int(qy.size), nl, self.sections, self.G.shape[1]), self._complex)
-        fitted = {p: float(values.get(p, 0.0)) for p in self.aberration_names}
-        kernels.incoherent_transfers(k=self._k_pairs, qy=qy, qx=qx, wavelength=self.lam, limit=self._limit,
-                                     coefficients=[fitted.get(p, 0.0) for p in ("C10", "C12a", "C12b")],
-                                     thickness=float(values.get("thickness", 0.0)), parameters=self.parameters,
-                                     sections=self.sections, order=0 if order == 0 else 2, out=out)
+        kernels.incoherent_transfers(qy=qy, qx=qx, order=0 if order == 0 else 2, out=out,
+                                     **self._kernel_arguments(values))
         return out
 
     def _array_transfers(self, values: dict, rows: slice, order: int):
@@ -397,10 +408,26 @@ class IncoherentBand(Band):
         return E, grad, hess
 
     def _sums(self, values: dict, order: int):
-        """:meth:`_products` of every block, joined over the band's Q."""
+        """:meth:`_products` of every block, joined over the band's Q (for ``transfers`` "fused" the
+        kernel's sums over the whole band at once)."""
+        if self.transfers == "fused":
+            return self._fused_sums(values, order)
         parts = [self._products(self._transfers(values, rows, order), rows, order) for rows in self._blocks()]
         xp = self.xp
         return tuple(None if parts[0][i] is None else xp.concatenate([p[i] for p in parts]) for i in range(3))
+
+    def _fused_sums(self, values: dict, order: int):
+        """sX, AX, B of :meth:`_products` for the whole band by the kernel ``incoherent_sums`` (the transfers
+        made in shared memory, tile by tile, never stored)."""
+        xp = self.xp
+        nq, m, P = self.G.shape[0], self.sections, len(self.parameters)
+        nl = 1 if order == 0 else 1 + P + len(self._pairs())
+        sX = xp.empty((nq, nl, m), np.complex128)
+        AX = xp.empty((nq, nl, m, m), np.complex128)
+        B = xp.empty((nq, P, m, P, m), np.complex128) if order else None
+        kernels.incoherent_sums(G=self.G, qy=self._qy_flat, qx=self._qx_flat, order=0 if order == 0 else 2, sX=sX,
+                                AX=AX, B=B, **self._kernel_arguments(values))
+        return sX, AX, B
 
     def section_objects(self, values: dict):
         """The fitted objects of the sections, (nq, M): x = K^-1 s (G = i Phi Gamma: Phi_m = -i x_m)."""

@@ -22,7 +22,8 @@ from qora.backend.kernels import get_kernel
 
 __all__ = ["ssb_sums", "chi_pixels", "loss_half", "loss_moments", "parallax_fine", "band_batch",
            "band_quad_batch", "band_quad_standard", "band_quad_derivatives", "agreement_sum",
-           "incoherent_transfers", "double_overlap", "INCOHERENT_KINDS", "bslz4_gather", "bslz4_shared_bytes",
+           "incoherent_transfers", "incoherent_sums", "incoherent_tasks", "double_overlap",
+           "INCOHERENT_KINDS", "bslz4_gather", "bslz4_shared_bytes",
            "kernel", "complex_tag", "most_sets", "batch_size",
            "batch_kernel_name", "table_bytes", "sets_per_launch", "FINE_FACTORS", "BLOCK", "SHARED_BYTES"]
 
@@ -50,7 +51,8 @@ _MODULES = {
               + ("loss_moments<float>", "loss_moments<double>", "chi_pixels"),
     "band.cu": _batch_names("band_quad_batch") + _batch_names("band_quad_standard")
                + ("band_quad_derivatives<3>", "band_quad_derivatives<6>"),
-    "depth.cu": ("incoherent_transfers<float2>", "incoherent_transfers<double2>", "double_overlap"),
+    "depth.cu": ("incoherent_transfers<float2>", "incoherent_transfers<double2>", "incoherent_sums<float2>",
+                 "incoherent_sums<double2>", "double_overlap"),
     "bslz4.cu": tuple(f"bslz4_gather<{t}, {o}>" for t in ("unsigned char", "unsigned short", "unsigned int")
                       for o in ("float", "double")),
 }
@@ -301,6 +303,52 @@ def incoherent_transfers(*, k, qy, qx, wavelength: float, limit: float, coeffici
         (grid,), (threads,), (k, qy, qx, np.int32(rows), np.int32(nbf), np.float64(wavelength), np.float64(limit),
                               xp.asarray(coefficients, np.float64), np.float64(thickness), kinds,
                               np.int32(len(parameters)), np.int32(sections), np.int32(order), out))
+
+
+SUMS_TILE, TASK_WIDTH, SUMS_THREADS, TASKS_PER_THREAD = 32, 9, 256, 2  # depth.cu's constants
+
+
+@functools.lru_cache(maxsize=32)
+def incoherent_tasks(columns: int, sections: int, parameters: int) -> np.ndarray:
+    """The task table of ``incoherent_sums`` (n, 4) int32 (kind, tile row, first column, columns): each
+    of the ``columns`` x ``sections`` rows (l, m) of the transfers against G and the sections' T; with
+    derivatives (``columns`` > 1) each row a = (p, m) of the first derivatives against the derivative rows
+    b >= a, :data:`TASK_WIDTH` at a time."""
+    m, pm = int(sections), int(parameters) * int(sections)
+    tasks = [(0, r, 0, 1 + m) for r in range(columns * m)]
+    if columns > 1:
+        tasks += [(1, m + a, b0, min(TASK_WIDTH, pm - b0)) for a in range(pm) for b0 in range(a, pm, TASK_WIDTH)]
+    if len(tasks) > SUMS_THREADS * TASKS_PER_THREAD or 1 + m > TASK_WIDTH:
+        raise ValueError(f"incoherent_sums takes at most {TASK_WIDTH - 1} sections and "
+                         f"{SUMS_THREADS * TASKS_PER_THREAD} tasks; {sections} sections and {parameters} parameters need {len(tasks)}")
+    return np.asarray(tasks, np.int32)
+
+
+def incoherent_sums(*, G, k, qy, qx, wavelength: float, limit: float, coefficients, thickness: float, parameters,
+                    sections: int, order: int, sX, AX, B) -> None:
+    """The incoherent model's sums over k for every frequency of ``qy``, ``qx`` (the band's, contiguous
+    float64) without the transfers in global memory: sX (nq, L M) = sum_k conj(X) G, AX (nq, L M, M) =
+    sum_k conj(X_lm) T_n and, for ``order`` 2, B (nq, P M, P M) = sum_k conj(T_pm) T_qn, complex128;
+    G (nq, nbf) complex64 or complex128; the rest as :func:`incoherent_transfers`.
+
+    Reference: ``qora.ssb.depth.IncoherentBand._products`` of the array code's transfers."""
+    xp = _xp()
+    nq, nbf = G.shape
+    if not G.flags.c_contiguous:
+        raise ValueError("incoherent_sums reads G row by row: give a C-contiguous array")
+    P, m = len(parameters), int(sections)
+    columns = 1 if order == 0 else 1 + P + P * (P + 1) // 2
+    tasks = xp.asarray(incoherent_tasks(columns, m, P))
+    shared = (columns * m + 1) * SUMS_TILE * 16
+    function = kernel(f"incoherent_sums<{complex_tag(G)}>")
+    if shared > 48 * 1024 and function.max_dynamic_shared_size_bytes < shared:
+        function.max_dynamic_shared_size_bytes = shared  # past the default 48 KiB: an opt-in per kernel
+    kinds = xp.asarray([INCOHERENT_KINDS[p] for p in parameters], np.int32)
+    function((nq,), (SUMS_THREADS,),
+             (G, k, qy, qx, np.int32(nbf), np.float64(wavelength), np.float64(limit),
+              xp.asarray(coefficients, np.float64), np.float64(thickness), kinds, np.int32(P), np.int32(m),
+              np.int32(0 if order == 0 else 2), tasks, np.int32(len(tasks)), sX, AX, sX if B is None else B),
+             shared_mem=shared)
 
 
 def double_overlap(*, k, qy, qx, limit: float, out) -> None:

@@ -85,6 +85,76 @@ __device__ __forceinline__ Term term_at(double ky, double kx, double qy, double 
     return t;
 }
 
+// The L columns of section m's transfer at one (Q, k) from its two terms (the transfer, its first
+// derivatives in the P fitted parameters of kind[], the second of each pair i <= j), into col
+__device__ __forceinline__ void section_columns(const Term (&terms)[2], const double (&h)[2], const double (&h1)[2],
+                                                const double (&h2)[2], double thickness, double cm,
+                                                const int (&kind)[MOST_PARAMETERS], int P, int order,
+                                                Z (&col)[MOST_COLUMNS]) {
+#pragma unroll
+    for (int l = 0; l < MOST_COLUMNS; ++l) col[l] = {0.0, 0.0};
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        const Term& t = terms[e];
+        if (!t.on) continue;
+        double dp[MOST_PARAMETERS];  // the fitted aberrations' d by selects (no indexed local array)
+#pragma unroll
+        for (int i = 0; i < MOST_PARAMETERS; ++i)
+            dp[i] = kind[i] == 0 ? t.d[0] : kind[i] == 1 ? t.d[1] : kind[i] == 2 ? t.d[2] : 0.0;
+        double s, co;
+        sincos(cm * t.a * thickness, &s, &co);
+        const Z g = {co, s};
+        const Z f = g * h[e];
+        col[0] = col[0] + t.base * f;
+        if (order == 0) continue;
+        const Z f1 = Z{h1[e], cm * h[e]} * g;  // df/du = (i c h + h1) g
+        const Z f2 = Z{h2[e] - cm * cm * h[e], 2.0 * cm * h1[e]} * g;
+        // the loops unrolled to their bounds, so that col's indices are constants (registers)
+#pragma unroll
+        for (int i = 0; i < MOST_PARAMETERS; ++i) {
+            if (i >= P) continue;
+            const bool ai = kind[i] < 3;
+            col[1 + i] = col[1 + i] + (ai ? minus_i(t.base * f) * dp[i] : t.base * f1 * t.a);
+#pragma unroll
+            for (int jj = i; jj < MOST_PARAMETERS; ++jj) {
+                if (jj >= P) continue;
+                const int n = 1 + P + i * P - i * (i - 1) / 2 + (jj - i);
+                const bool aj = kind[jj] < 3;
+                Z second;
+                if (ai && aj) second = t.base * f * (-dp[i] * dp[jj]);
+                else if (ai || aj) second = minus_i(t.base * f1) * ((ai ? dp[i] : dp[jj]) * t.a);
+                else second = t.base * f2 * (t.a * t.a);
+#pragma unroll
+                for (int l = 2; l < MOST_COLUMNS; ++l)  // n >= 1 + P >= 2
+                    if (l == n) col[l] = col[l] + second;
+            }
+        }
+    }
+}
+
+// Both terms of Gamma at (Q, k) and their sinc factors sinc(a t / 2M) with its first two derivatives
+// (scaled to derivatives in u = a t)
+struct PixelTerms {
+    Term terms[2];
+    double h[2], h1[2], h2[2];
+    __device__ __forceinline__ PixelTerms(double ky, double kx, double qy, double qx, double lam, double limit,
+                                          const double* c, double thickness, int M) {
+        terms[0] = term_at(ky, kx, qy, qx, -1.0, lam, limit, c);
+        terms[1] = term_at(ky, kx, qy, qx, 1.0, lam, limit, c);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            sinc3(terms[e].a * thickness / (2.0 * M), h[e], h1[e], h2[e]);
+            h1[e] /= 2.0 * M;
+            h2[e] /= 4.0 * M * M;
+        }
+    }
+};
+
+__device__ __forceinline__ void load_kinds(const int* __restrict__ kinds, int P, int (&kind)[MOST_PARAMETERS]) {
+#pragma unroll
+    for (int i = 0; i < MOST_PARAMETERS; ++i) kind[i] = i < P ? kinds[i] : 3;
+}
+
 }  // namespace
 
 // X (rows, L, M, nbf) of the block's frequencies qy, qx (rows); kinds[i]: 0, 1, 2 for C10, C12a, C12b,
@@ -96,70 +166,126 @@ __global__ void __launch_bounds__(128) incoherent_transfers(
     double lam, double limit, const double* __restrict__ coefficients, double thickness,
     const int* __restrict__ kinds, int P, int M, int order, T* __restrict__ X) {
     const int L = order == 0 ? 1 : 1 + P + P * (P + 1) / 2;
-    double c[3] = {coefficients[0], coefficients[1], coefficients[2]};
+    const double c[3] = {coefficients[0], coefficients[1], coefficients[2]};
     int kind[MOST_PARAMETERS];
-#pragma unroll
-    for (int i = 0; i < MOST_PARAMETERS; ++i) kind[i] = i < P ? kinds[i] : 3;
+    load_kinds(kinds, P, kind);
     const long long total = (long long)rows * nbf;
     for (long long idx = blockIdx.x * (long long)blockDim.x + threadIdx.x; idx < total;
          idx += (long long)gridDim.x * blockDim.x) {
         const int q = (int)(idx / nbf), j = (int)(idx - (long long)q * nbf);
-        const double ky = k[2 * j], kx = k[2 * j + 1];
-        Term terms[2] = {term_at(ky, kx, qy[q], qx[q], -1.0, lam, limit, c),
-                         term_at(ky, kx, qy[q], qx[q], 1.0, lam, limit, c)};
-        double h[2], h1[2], h2[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            sinc3(terms[e].a * thickness / (2.0 * M), h[e], h1[e], h2[e]);
-            h1[e] /= 2.0 * M;
-            h2[e] /= 4.0 * M * M;
-        }
+        const PixelTerms pt(k[2 * j], k[2 * j + 1], qy[q], qx[q], lam, limit, c, thickness, M);
         T* out = X + (long long)q * L * M * nbf + j;
         for (int m = 0; m < M; ++m) {
-            const double cm = (m + 0.5) / M - 0.5;
             Z col[MOST_COLUMNS];
-#pragma unroll
-            for (int l = 0; l < MOST_COLUMNS; ++l) col[l] = {0.0, 0.0};
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const Term& t = terms[e];
-                if (!t.on) continue;
-                double dp[MOST_PARAMETERS];  // the fitted aberrations' d by selects (no indexed local array)
-#pragma unroll
-                for (int i = 0; i < MOST_PARAMETERS; ++i)
-                    dp[i] = kind[i] == 0 ? t.d[0] : kind[i] == 1 ? t.d[1] : kind[i] == 2 ? t.d[2] : 0.0;
-                double s, co;
-                sincos(cm * t.a * thickness, &s, &co);
-                const Z g = {co, s};
-                const Z f = g * h[e];
-                col[0] = col[0] + t.base * f;
-                if (order == 0) continue;
-                const Z f1 = Z{h1[e], cm * h[e]} * g;  // df/du = (i c h + h1) g
-                const Z f2 = Z{h2[e] - cm * cm * h[e], 2.0 * cm * h1[e]} * g;
-                // the loops unrolled to their bounds, so that col's indices are constants (registers)
-#pragma unroll
-                for (int i = 0; i < MOST_PARAMETERS; ++i) {
-                    if (i >= P) continue;
-                    const bool ai = kind[i] < 3;
-                    col[1 + i] = col[1 + i] + (ai ? minus_i(t.base * f) * dp[i] : t.base * f1 * t.a);
-#pragma unroll
-                    for (int jj = i; jj < MOST_PARAMETERS; ++jj) {
-                        if (jj >= P) continue;
-                        const int n = 1 + P + i * P - i * (i - 1) / 2 + (jj - i);
-                        const bool aj = kind[jj] < 3;
-                        Z second;
-                        if (ai && aj) second = t.base * f * (-dp[i] * dp[jj]);
-                        else if (ai || aj) second = minus_i(t.base * f1) * ((ai ? dp[i] : dp[jj]) * t.a);
-                        else second = t.base * f2 * (t.a * t.a);
-#pragma unroll
-                        for (int l = 2; l < MOST_COLUMNS; ++l)  // n >= 1 + P >= 2
-                            if (l == n) col[l] = col[l] + second;
-                    }
-                }
-            }
+            section_columns(pt.terms, pt.h, pt.h1, pt.h2, thickness, (m + 0.5) / M - 0.5, kind, P, order, col);
 #pragma unroll
             for (int l = 0; l < MOST_COLUMNS; ++l)
                 if (l < L) out[((long long)l * M + m) * nbf] = Store<T>::make(col[l].re, col[l].im);
+        }
+    }
+}
+
+// The sums over k of the incoherent model without the transfers in global memory: one block of
+// SUMS_THREADS per frequency Q; per tile of SUMS_TILE pixels the threads (pixel, section) write the
+// tile's transfers (L M rows) and G (one more row) into shared memory, then each thread adds its tasks'
+// products over the tile. A task is a row of the tile times up to TASK_WIDTH columns:
+//   kind 0: row (l, m) against [G, T_0 .. T_{M-1}]: sX[q][l][m] and AX[q][l][m][0 .. M-1];
+//   kind 1: row (p, m) of the first derivatives against the columns b0 .. b0 + count - 1 of them
+//           (flattened (p', n), b0 >= the row's own index): B[q][a][b] and its mirror conj.
+// tasks: (kind, row, b0, count) per task, the host's table (qora.ssb.kernels.incoherent_sums).
+#define SUMS_THREADS 256
+#define SUMS_TILE 32
+#define TASK_WIDTH 9
+#define MOST_TASKS_PER_THREAD 2
+
+template <typename G_T>
+__global__ void __launch_bounds__(SUMS_THREADS) incoherent_sums(
+    const G_T* __restrict__ G, const double* __restrict__ k, const double* __restrict__ qy,
+    const double* __restrict__ qx, int nbf, double lam, double limit, const double* __restrict__ coefficients,
+    double thickness, const int* __restrict__ kinds, int P, int M, int order, const int4* __restrict__ tasks,
+    int ntasks, double2* __restrict__ sX, double2* __restrict__ AX, double2* __restrict__ B) {
+    extern __shared__ double2 tile[];  // (L M + 1) rows of SUMS_TILE: the transfers, then G
+    const int q = blockIdx.x;
+    const int L = order == 0 ? 1 : 1 + P + P * (P + 1) / 2;
+    const int LM = L * M, PM = P * M;
+    const double c[3] = {coefficients[0], coefficients[1], coefficients[2]};
+    int kind[MOST_PARAMETERS];
+    load_kinds(kinds, P, kind);
+    const double Qy = qy[q], Qx = qx[q];
+    Z acc[MOST_TASKS_PER_THREAD][TASK_WIDTH];
+    int4 mine[MOST_TASKS_PER_THREAD];
+#pragma unroll
+    for (int t = 0; t < MOST_TASKS_PER_THREAD; ++t) {
+        const int id = threadIdx.x + t * SUMS_THREADS;
+        mine[t] = id < ntasks ? tasks[id] : make_int4(-1, 0, 0, 0);
+#pragma unroll
+        for (int w = 0; w < TASK_WIDTH; ++w) acc[t][w] = {0.0, 0.0};
+    }
+    const int lane = threadIdx.x & 31;
+    for (int p0 = 0; p0 < nbf; p0 += SUMS_TILE) {
+        __syncthreads();  // the previous tile's products are done
+        const int p = threadIdx.x % SUMS_TILE, j = p0 + p;
+        for (int m = threadIdx.x / SUMS_TILE; m < M; m += SUMS_THREADS / SUMS_TILE) {
+            Z col[MOST_COLUMNS];
+            if (j < nbf) {
+                const PixelTerms pt(k[2 * j], k[2 * j + 1], Qy, Qx, lam, limit, c, thickness, M);
+                section_columns(pt.terms, pt.h, pt.h1, pt.h2, thickness, (m + 0.5) / M - 0.5, kind, P, order, col);
+            } else {
+#pragma unroll
+                for (int l = 0; l < MOST_COLUMNS; ++l) col[l] = {0.0, 0.0};
+            }
+#pragma unroll
+            for (int l = 0; l < MOST_COLUMNS; ++l)
+                if (l < L) tile[(l * M + m) * SUMS_TILE + p] = make_double2(col[l].re, col[l].im);
+        }
+        if (threadIdx.x < SUMS_TILE) {
+            const int jj = p0 + threadIdx.x;
+            double2 g = make_double2(0.0, 0.0);
+            if (jj < nbf) {
+                const G_T v = G[(long long)q * nbf + jj];
+                g = make_double2((double)v.x, (double)v.y);
+            }
+            tile[LM * SUMS_TILE + threadIdx.x] = g;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int t = 0; t < MOST_TASKS_PER_THREAD; ++t) {
+            const int4 task = mine[t];
+            if (task.x < 0) continue;
+            for (int i = 0; i < SUMS_TILE; ++i) {
+                const int pp = (i + lane) % SUMS_TILE;  // staggered: a warp's loads fall in distinct banks
+                const double2 x = tile[task.y * SUMS_TILE + pp];
+#pragma unroll
+                for (int w = 0; w < TASK_WIDTH; ++w) {
+                    if (w >= task.w) break;
+                    // kind 0: column 0 is G, column w the section w - 1's transfer; kind 1: first derivative b0 + w
+                    const int row = task.x == 0 ? (w == 0 ? LM : w - 1) : M + task.z + w;
+                    const double2 y = tile[row * SUMS_TILE + pp];
+                    acc[t][w].re += x.x * y.x + x.y * y.y;  // conj(x) y
+                    acc[t][w].im += x.x * y.y - x.y * y.x;
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < MOST_TASKS_PER_THREAD; ++t) {
+        const int4 task = mine[t];
+        if (task.x < 0) continue;
+        if (task.x == 0) {
+            sX[(long long)q * LM + task.y] = make_double2(acc[t][0].re, acc[t][0].im);
+#pragma unroll
+            for (int w = 1; w < TASK_WIDTH; ++w)
+                if (w < task.w)
+                    AX[((long long)q * LM + task.y) * M + (w - 1)] = make_double2(acc[t][w].re, acc[t][w].im);
+        } else {
+            const int a = task.y - M;  // the row's flattened (p, m)
+#pragma unroll
+            for (int w = 0; w < TASK_WIDTH; ++w) {
+                if (w >= task.w) break;
+                const int b = task.z + w;
+                B[((long long)q * PM + a) * PM + b] = make_double2(acc[t][w].re, acc[t][w].im);
+                B[((long long)q * PM + b) * PM + a] = make_double2(acc[t][w].re, -acc[t][w].im);
+            }
         }
     }
 }
