@@ -47,8 +47,31 @@ def test_derivatives_are_exact(small):
         np.testing.assert_allclose(hess[i], (up[1] - down[1]) / (2 * h), rtol=1e-5, atol=1e-6 * np.abs(hess).max())
     sets = [v, {**v, "thickness": 20.0}]
     np.testing.assert_allclose(band.evaluate_batch(sets), [band.evaluate(x, order=0) for x in sets], rtol=1e-12)
-    small_blocks = IncoherentBand(small, names, sections=3, block_bytes=1)  # one Q per block: the same sums
+    small_blocks = IncoherentBand(small, names, sections=3, block_bytes=1, transfers="arrays")  # one Q a block
     np.testing.assert_allclose(small_blocks.evaluate(v)[2], hess, rtol=1e-10)
+
+
+@pytest.mark.parametrize("sections", [1, 3, 8])
+def test_the_host_loops_equal_the_array_code(small, sections):
+    """depth_loops (the host's default: the transfers made per pixel and summed, never stored) against the
+    array code's transfers and products, every sum for parameter subsets; and the evaluations they give."""
+    v = {"C10": -75.0, "C12a": 6.0, "C12b": 2.0, "thickness": 50.0}
+    for names in (("C10", "C12a", "C12b", "thickness"), ("C10", "thickness"), ("C12b",)):
+        arrays = IncoherentBand(small, names, sections=sections, transfers="arrays")
+        loops = IncoherentBand(small, names, sections=sections)
+        assert loops.transfers == "loops"
+        np.testing.assert_array_equal(loops.eps, arrays.eps)  # the same pixels counted
+        for order in (0, 2):
+            want = arrays._products(arrays._transfers(v, slice(None), order), slice(None), order)
+            for a, b in zip(want, loops._sums(v, order)):
+                if a is None:
+                    assert b is None
+                    continue
+                np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12 * np.abs(a).max())
+        f0, g0, h0 = arrays.evaluate(v)
+        f1, g1, h1 = loops.evaluate(v)
+        assert f1 == pytest.approx(f0, rel=1e-12)
+        np.testing.assert_allclose(h1, h0, rtol=1e-9, atol=1e-12 * np.abs(h0).max())
 
 
 def test_one_section_is_the_columnar_model_and_no_thickness_the_standard(small):
@@ -218,7 +241,7 @@ def test_the_incoherent_band_keeps_to_array_code_cupy_runs(small, monkeypatch):
     names = ("C10", "C12a", "C12b", "thickness")
     v = {"C10": -75.0, "C12a": 6.0, "C12b": 2.0, "thickness": 50.0}
     host = IncoherentBand(small, names, sections=3)
-    device = _on_the_device(IncoherentBand(small, names, sections=3, block_bytes=1 << 16))
+    device = _on_the_device(IncoherentBand(small, names, sections=3, block_bytes=1 << 16, transfers="arrays"))
     with pytest.raises(TypeError):
         np.asarray(device.G)  # the emulation refuses what CuPy refuses
     f0, g0, h0 = host.evaluate(v)
@@ -241,8 +264,8 @@ def test_blocked_evaluation_equals_the_unblocked_one(small):
     """One Q per block, the geometry made per block, against one block with the band's geometry kept whole."""
     names = ("C10", "C12a", "C12b", "thickness")
     v = {"C10": -75.0, "C12a": 6.0, "C12b": 2.0, "thickness": 50.0}
-    whole = IncoherentBand(small, names, sections=4, block_bytes=1 << 40)
-    tiny = IncoherentBand(small, names, sections=4, block_bytes=1)
+    whole = IncoherentBand(small, names, sections=4, block_bytes=1 << 40, transfers="arrays")
+    tiny = IncoherentBand(small, names, sections=4, block_bytes=1, transfers="arrays")
     assert whole.block == whole.shape[0] and whole._whole_geometry is not None
     assert tiny.block == 1 and tiny._whole_geometry is None  # the geometry did not fit: made per block
     f0, g0, h0 = whole.evaluate(v)
@@ -264,10 +287,10 @@ def test_the_memory_model_bounds_what_a_block_allocates(small):
 
     names = ("C10", "C12a", "C12b", "thickness")
     v = {"C10": -75.0, "C12a": 6.0, "C12b": 2.0, "thickness": 50.0}
-    nbf = IncoherentBand(small, names, sections=1).shape[1]
+    nbf = IncoherentBand(small, names, sections=1, transfers="arrays").shape[1]
     for sections, rows in ((3, 1), (5, 2)):
         budget = rows * bytes_per_row(nbf, sections, 4, 3)
-        band = IncoherentBand(small, names, sections=sections, block_bytes=budget)
+        band = IncoherentBand(small, names, sections=sections, block_bytes=budget, transfers="arrays")
         assert band.block == rows and band._whole_geometry is None
         band.evaluate(v)
         tracemalloc.start()

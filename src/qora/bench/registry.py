@@ -75,8 +75,8 @@ REQUIRED_CASES: dict[str, list[str]] = {
                                                         "image_parallax") + SSB_FIT_STEPS]
                + [f"memory/{SSB_BENCH_LABEL}/prepare"]
                + [f"peer/{d}/{w}" for d in ("film", "crystal_3.2A_rot7") for w in ("qora", "py4dstem")],
-    "ssb-cpu-fit": [f"fit_cpu/{d}_64/{w}" for d in ("film", "crystal_3.2A_rot7")
-                    for w in ("qora_cold", "qora_rotation_given", "py4dstem")]
+    "ssb-cpu-fit": [f"fit_cpu/{d}_64/{w}" for d in ("film", "thick_film", "crystal_3.2A_rot7")
+                    for w in ("qora_default", "qora_cold", "qora_rotation_given", "py4dstem")]
                    + ["agreement_cpu/64x64/81_sets/threads_1", "agreement_cpu/64x64/rotation_grid_30x41"],
     "ssb-cuda": [f"step/{SSB_BENCH_LABEL}/{s}" for s in ("load", "detector_fit", "prepare", "image_ssb", "image_thick",
                                                          "image_parallax", "image_parallax_up3", "mean_phase")

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from qora.ssb import kernels
+from qora.ssb import depth_loops, kernels
 from qora.ssb.band import Band
 from qora.ssb.band_arrays import block_budget
 from qora.ssb.cpu_kernels import aperture_limit
@@ -66,7 +66,7 @@ KERNEL_BLOCK_BYTES = 2 << 30
 # transfers by a kernel into global memory, then matrix products ("kernel", the device's default); or made
 # and summed in shared memory by one kernel ("fused": exact, but 2.7 times slower on the H200 as written,
 # one 246-register block per SM; docs/ssb-performance.md, "The incoherent fit on the device")
-TRANSFERS = ("arrays", "kernel", "fused")
+TRANSFERS = ("arrays", "loops", "kernel", "fused")  # "loops": the host's Numba twin of "fused" (its default)
 # fit_incoherent: Newton on the band thinned to this many frequencies, then on the whole band until a step
 # predicts less than FINISH_TOLERANCE of the agreement. H200, the ssb-full film: 8192 rows and Newton's
 # 1e-10 took 4.71 s, 4096 rows and 1e-8 2.57 s, C10 100.089 and 100.087 A, thickness 123.49 A both, the
@@ -198,10 +198,11 @@ class IncoherentBand(Band):
     ``incoherent_transfers``, stored in ``precision`` "double" (complex128, the default: as fast as
     complex64 on the H200, where the kernel and the products run at 1-2 TB/s either way) or "single";
     ``transfers`` "fused" makes them and their sums over k in one kernel (``incoherent_sums``: a tile of
-    pixels' transfers in shared memory, never stored; measured slower, :data:`TRANSFERS`); elsewhere
-    they come from the array code (``transfers`` "arrays", the reference: the geometry of apertures, phase
-    differences and depth phases, made per block, or once for the band where it fits the budget). The
-    blocks stay within ``block_bytes`` (:func:`bytes_per_row`; default
+    pixels' transfers in shared memory, never stored; measured slower, :data:`TRANSFERS`). On the host
+    the default (``transfers`` "loops") is that route's Numba twin (:mod:`qora.ssb.depth_loops`); with
+    ``transfers`` "arrays" they come from the array code (the reference, on either: the geometry of
+    apertures, phase differences and depth phases, made per block, or once for the band where it fits
+    the budget). The blocks stay within ``block_bytes`` (:func:`bytes_per_row`; default
     :func:`qora.ssb.band_arrays.block_budget`, 64 MiB on the host, at most :data:`KERNEL_BLOCK_BYTES`
     for the kernel)."""
 
@@ -224,10 +225,12 @@ class IncoherentBand(Band):
         self.sets_per_pass = 8
         xp = self.xp
         on_cuda = getattr(xp, "__name__", "") == "cupy"
-        self.transfers = ("kernel" if on_cuda else "arrays") if transfers is None else transfers
-        if self.transfers not in TRANSFERS or (self.transfers != "arrays" and not on_cuda):
-            raise ValueError(f"transfers must be 'arrays', or 'kernel' or 'fused' for a band on a CUDA device; got "
-                             f"{transfers!r}")
+        on_host = xp is np
+        self.transfers = ("kernel" if on_cuda else "loops" if on_host else "arrays") if transfers is None else transfers
+        if (self.transfers not in TRANSFERS or (self.transfers in ("kernel", "fused") and not on_cuda)
+                or (self.transfers == "loops" and not on_host)):
+            raise ValueError(f"transfers must be 'arrays', 'loops' for a band on the host, or 'kernel' or 'fused' for "
+                             f"a band on a CUDA device; got {transfers!r}")
         precision = "double" if precision is None else precision
         if precision not in ("single", "double") or (precision == "single" and self.transfers == "arrays"):
             raise ValueError(f"precision must be 'double', or 'single' with the kernel's transfers; got {precision!r}")
@@ -246,7 +249,8 @@ class IncoherentBand(Band):
         keep_geometry = not kernel and self._geometry_bytes <= self.block_bytes
         row = (kernel_bytes_per_row(nbf, m, P, np.dtype(self._complex).itemsize) if kernel else
                bytes_per_row(nbf, m, P, A, geometry=not keep_geometry))
-        self.block = nq if self.transfers == "fused" else min(nq, max(1, int(self.block_bytes // row)))
+        whole_band = self.transfers in ("fused", "loops")  # no (Q, k) array: the whole band at once
+        self.block = nq if whole_band else min(nq, max(1, int(self.block_bytes // row)))
         self._whole_geometry = False if keep_geometry else None  # False: to be made on first use
         self.eps = self.coupling * self._double_overlap()  # (nq,) per double-overlap pixel
         # a Q beyond the disks' reach (no overlap: N = 0) gets K = I, and so objects 0
@@ -262,7 +266,8 @@ class IncoherentBand(Band):
         xp = self.xp
         if self.transfers != "arrays":
             out = xp.empty(self.G.shape[0], np.float64)
-            kernels.double_overlap(k=self._k_pairs, qy=self._qy_flat, qx=self._qx_flat, limit=self._limit, out=out)
+            count = depth_loops.double_overlap if self.transfers == "loops" else kernels.double_overlap
+            count(k=self._k_pairs, qy=self._qy_flat, qx=self._qx_flat, limit=self._limit, out=out)
             return out
         return xp.concatenate([xp.sum(t[0]["a"] ** 2 + t[1]["a"] ** 2, -1) for t in
                                (self._geometry(rows) for rows in self._blocks())])
@@ -410,23 +415,25 @@ class IncoherentBand(Band):
     def _sums(self, values: dict, order: int):
         """:meth:`_products` of every block, joined over the band's Q (for ``transfers`` "fused" the
         kernel's sums over the whole band at once)."""
-        if self.transfers == "fused":
-            return self._fused_sums(values, order)
+        if self.transfers in ("fused", "loops"):
+            return self._whole_band_sums(values, order)
         parts = [self._products(self._transfers(values, rows, order), rows, order) for rows in self._blocks()]
         xp = self.xp
         return tuple(None if parts[0][i] is None else xp.concatenate([p[i] for p in parts]) for i in range(3))
 
-    def _fused_sums(self, values: dict, order: int):
-        """sX, AX, B of :meth:`_products` for the whole band by the kernel ``incoherent_sums`` (the transfers
-        made in shared memory, tile by tile, never stored)."""
+    def _whole_band_sums(self, values: dict, order: int):
+        """sX, AX, B of :meth:`_products` for the whole band at once, the transfers never stored: by the
+        kernel ``incoherent_sums`` (``transfers`` "fused": made in shared memory, tile by tile) or its
+        Numba twin on the host (:func:`qora.ssb.depth_loops.incoherent_sums`, "loops")."""
         xp = self.xp
         nq, m, P = self.G.shape[0], self.sections, len(self.parameters)
         nl = 1 if order == 0 else 1 + P + len(self._pairs())
         sX = xp.empty((nq, nl, m), np.complex128)
         AX = xp.empty((nq, nl, m, m), np.complex128)
         B = xp.empty((nq, P, m, P, m), np.complex128) if order else None
-        kernels.incoherent_sums(G=self.G, qy=self._qy_flat, qx=self._qx_flat, order=0 if order == 0 else 2, sX=sX,
-                                AX=AX, B=B, **self._kernel_arguments(values))
+        sums = depth_loops.incoherent_sums if self.transfers == "loops" else kernels.incoherent_sums
+        sums(G=self.G, qy=self._qy_flat, qx=self._qx_flat, order=0 if order == 0 else 2, sX=sX, AX=AX, B=B,
+             **self._kernel_arguments(values))
         return sX, AX, B
 
     def section_objects(self, values: dict):

@@ -1,0 +1,174 @@
+"""The depth-incoherent model's sums over k on the CPU: one Numba loop over the band's frequencies, the
+host twin of ``kernels/depth.cu`` (``incoherent_sums``).
+
+For each frequency Q (a thread takes whole rows of G) and each bright-field pixel k with a term of
+Gamma, the loop makes both terms once (apertures, aberration phase, depth phase and the sinc of the
+section width), then every section's transfer with its first and second derivatives (the columns of
+:meth:`qora.ssb.depth.IncoherentBand._transfers`), and adds their products into the per-Q sums
+
+    sX[l, m] = sum_k conj(X_lm) G,   AX[l, m, n] = sum_k conj(X_lm) T_n,   B[a, b] = sum_k conj(T_a) T_b
+
+(a, b over the first derivatives' (p, m)), the outputs of :meth:`IncoherentBand._products`. Nothing of
+the band's (Q, k) size is made: a pixel's transfers live in a (L, M) scratch array of the thread. Every
+number is float64 and the apertures are decided as the array code decides them, so the two agree to
+rounding (tests/ssb/test_ssb_depth.py). Thread count: :func:`qora.backend.host.num_threads`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from qora.backend.host import numba_threads, openmp_passive
+
+openmp_passive()  # before Numba loads its OpenMP runtime
+
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
+
+__all__ = ["incoherent_sums", "double_overlap", "KINDS"]
+
+KINDS = {"C10": 0, "C12a": 1, "C12b": 2, "thickness": 3}  # the parameter codes, as depth.cu's
+_jit = dict(cache=True, nogil=True)
+
+
+@numba.njit(inline="always", **_jit)
+def _sinc3(v):
+    """sinc(v) and its first two derivatives (a series near 0, as qora.ssb.model.sinc_derivatives)."""
+    if abs(v) < 1e-4:
+        return 1.0 - v * v / 6.0, -v / 3.0, -1.0 / 3.0 + v * v / 10.0
+    s, c = math.sin(v), math.cos(v)
+    return s / v, (v * c - s) / (v * v), -s / v - 2.0 * c / (v * v) + 2.0 * s / (v * v * v)
+
+
+@numba.njit(inline="always", **_jit)
+def _term(ky, kx, qy, qx, sign, lam, limit, c, d):
+    """One term of Gamma at (Q, k) (term 1 at k - Q for ``sign`` -1, term 2 at k + Q): its base s e^{-i phase}
+    (0 where an aperture cuts it) and depth phase a; its basis differences of C10, C12a, C12b into ``d``."""
+    sy, sx = ky + sign * qy, kx + sign * qx
+    if not (math.hypot(sx, sy) <= limit and math.hypot(kx, ky) <= limit):
+        return 0j, 0.0
+    pl = math.pi * lam
+    b10 = pl * ((sy * sy + sx * sx) - (ky * ky + kx * kx))
+    o = 1.0 if sign < 0 else -1.0  # term 1: B(k - Q) - B(k); term 2: B(k) - B(k + Q)
+    d[0] = o * b10
+    d[1] = o * pl * ((sx * sx - sy * sy) - (kx * kx - ky * ky))
+    d[2] = o * 2.0 * pl * (sy * sx - ky * kx)
+    phase = c[0] * d[0] + c[1] * d[1] + c[2] * d[2]
+    amp = 1.0 if sign < 0 else -1.0
+    return amp * complex(math.cos(phase), -math.sin(phase)), -o * b10
+
+
+@numba.njit(**_jit)
+def _pixel_columns(base, a, d, t, M, kinds, order, X):
+    """Add one term's contribution to every section's columns X (L, M) at this pixel."""
+    P = kinds.size
+    h, h1, h2 = _sinc3(a * t / (2.0 * M))
+    h1 /= 2.0 * M
+    h2 /= 4.0 * M * M
+    for m in range(M):
+        cm = (m + 0.5) / M - 0.5
+        g = complex(math.cos(cm * a * t), math.sin(cm * a * t))
+        f = g * h
+        X[0, m] += base * f
+        if order == 0:
+            continue
+        f1 = complex(h1, cm * h) * g  # df/du = (i c h + h1) g
+        f2 = complex(h2 - cm * cm * h, 2.0 * cm * h1) * g
+        n = 1 + P
+        for i in range(P):
+            ai = kinds[i] < 3
+            di = d[kinds[i]] if ai else 0.0
+            X[1 + i, m] += (-1j * di) * base * f if ai else base * f1 * a
+            for j in range(i, P):
+                aj = kinds[j] < 3
+                dj = d[kinds[j]] if aj else 0.0
+                if ai and aj:
+                    X[n, m] += -di * dj * base * f
+                elif ai or aj:
+                    X[n, m] += (-1j * (di if ai else dj)) * base * f1 * a
+                else:
+                    X[n, m] += base * f2 * a * a
+                n += 1
+
+
+@numba.njit(parallel=True, **_jit)
+def _sums_loop(G, k, qy, qx, lam, limit, c, t, kinds, M, order, sX, AX, B):
+    nq, nbf = G.shape
+    P = kinds.size
+    L = 1 if order == 0 else 1 + P + P * (P + 1) // 2
+    PM = P * M
+    for q in numba.prange(nq):
+        X = np.empty((L, M), np.complex128)
+        s = np.zeros((L, M), np.complex128)
+        A = np.zeros((L, M, M), np.complex128)
+        Bq = np.zeros((PM, PM), np.complex128)
+        d1 = np.empty(3)
+        d2 = np.empty(3)
+        for j in range(nbf):
+            ky, kx = k[j, 0], k[j, 1]
+            base1, a1 = _term(ky, kx, qy[q], qx[q], -1.0, lam, limit, c, d1)
+            base2, a2 = _term(ky, kx, qy[q], qx[q], 1.0, lam, limit, c, d2)
+            if base1 == 0 and base2 == 0:
+                continue
+            X[:] = 0
+            if base1 != 0:
+                _pixel_columns(base1, a1, d1, t, M, kinds, order, X)
+            if base2 != 0:
+                _pixel_columns(base2, a2, d2, t, M, kinds, order, X)
+            g = G[q, j]
+            for l in range(L):
+                for m in range(M):
+                    cx = X[l, m].conjugate()
+                    s[l, m] += cx * g
+                    for n in range(M):
+                        A[l, m, n] += cx * X[0, n]
+            if order:
+                for a in range(PM):
+                    xa = X[1 + a // M, a % M].conjugate()
+                    for b in range(a, PM):
+                        Bq[a, b] += xa * X[1 + b // M, b % M]
+        sX[q] = s
+        AX[q] = A
+        if order:
+            for a in range(PM):
+                for b in range(a, PM):
+                    B[q, a // M, a % M, b // M, b % M] = Bq[a, b]
+                    B[q, b // M, b % M, a // M, a % M] = Bq[a, b].conjugate()
+
+
+@numba.njit(parallel=True, **_jit)
+def _overlap_loop(k, qy, qx, limit, out):
+    for q in numba.prange(qy.size):
+        count = 0.0
+        for j in range(k.shape[0]):
+            ky, kx = k[j, 0], k[j, 1]
+            if not math.hypot(kx, ky) <= limit:
+                continue
+            count += (math.hypot(kx - qx[q], ky - qy[q]) <= limit) + (math.hypot(kx + qx[q], ky + qy[q]) <= limit)
+        out[q] = count
+
+
+def double_overlap(*, k, qy, qx, limit: float, out) -> None:
+    """Per frequency, the bright-field pixels whose k - Q and k + Q are inside the aperture too, counted
+    once per term of Gamma, into ``out`` (nq,) float64.
+
+    Reference: the sum over k of A1^2 + A2^2 in ``qora.ssb.depth.IncoherentBand``."""
+    numba_threads()
+    _overlap_loop(np.ascontiguousarray(k, np.float64), np.ascontiguousarray(qy, np.float64),
+                  np.ascontiguousarray(qx, np.float64), float(limit), out)
+
+
+def incoherent_sums(*, G, k, qy, qx, wavelength: float, limit: float, coefficients, thickness: float, parameters,
+                    sections: int, order: int, sX, AX, B) -> None:
+    """sX (nq, L, M), AX (nq, L, M, M) and, for ``order`` 2, B (nq, P, M, P, M), complex128, of the band's
+    rows of G (nq, nbf) at the frequencies ``qy``, ``qx`` (nq,) (the detector frame, 1/A); the arguments as
+    :func:`qora.ssb.kernels.incoherent_sums`.
+
+    Reference: ``qora.ssb.depth.IncoherentBand._products`` of the array code's transfers."""
+    numba_threads()
+    kinds = np.asarray([KINDS[p] for p in parameters], np.int64)
+    dummy = np.empty((1, 1, 1, 1, 1), np.complex128)
+    _sums_loop(np.ascontiguousarray(G), np.ascontiguousarray(k, np.float64), np.ascontiguousarray(qy, np.float64),
+               np.ascontiguousarray(qx, np.float64), float(wavelength), float(limit),
+               np.asarray(coefficients, np.float64), float(thickness), kinds, int(sections), 0 if order == 0 else 2,
+               sX, AX, dummy if B is None else B)
