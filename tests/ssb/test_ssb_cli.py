@@ -196,6 +196,23 @@ def test_layout_options_undo_the_files_layout(tmp_path, film_h5, options, rearra
         assert abs(np.corrcoef(plain.ravel(), ref.ravel())[0, 1]) < 0.9
 
 
+def test_a_file_without_axis_labels_says_which_order_it_assumed(tmp_path, film_h5):
+    """A .npy records no axes, and the data cannot tell an abTEM-ordered array from its mirror image
+    (test_ssb_abtem.py): the command names the order it read and the option; given the order, or for a
+    file that records it, it says nothing."""
+    from qora.ssb import read_dataset
+
+    data, _ = read_dataset(film_h5)
+    np.save(tmp_path / "d.npy", data)
+    runner = CliRunner()
+    _, output = _image(runner, tmp_path / "d.npy", tmp_path / "a.h5")
+    assert "d.npy does not record its axes: read as (scan_y, scan_x, k_y, k_x)" in output
+    assert "--axis-order x,y" in output
+    for source, options in ((tmp_path / "d.npy", ("--axis-order", "scan_y,scan_x,det_y,det_x")), (film_h5, ())):
+        _, output = _image(runner, source, tmp_path / "b.h5", *options)
+        assert "does not record its axes" not in output
+
+
 def test_settings_and_calibration_printed_and_taken_from_the_file(tmp_path, film_h5):
     runner = CliRunner()
     out = runner.invoke(cli, ["ssb", "image", str(film_h5), "--c10", "120", "--backend", "cpu",

@@ -197,7 +197,20 @@ def load_for_session(path: Path, *, kv, semiangle, scan_step, source: DataOption
                + ("" if layout.identity else f" ({layout.describe()})")
                + f"; {kv:g} kV, {semiangle:g} mrad, scan step {step_text}; detector {detector.mrad_per_pixel:.4g} "
                  f"mrad per pixel ({origin}), disk centre ({detector.center[0]:.2f}, {detector.center[1]:.2f}) px")
+    if path.suffix.lower() in UNLABELLED_AXES and source.axis_order == DataOptions.axis_order:
+        click.echo(AXIS_ORDER_NOTE.format(name=name), err=True)
     return stack, meta, kv, semiangle, steps, detector
+
+
+# Files that do not record which axis is which. Their axes are read as Qora's (scan_y, scan_x, k_y, k_x); the
+# data cannot check it: an array in the order (scan_x, scan_y, k_x, k_y) (abTEM's) is the data's mirror image,
+# which the fit explains as well (tests/ssb/test_ssb_abtem.py: agreement 0.98939 against 0.98892, C12's angle
+# 90 deg - phi, the image transposed), so the command says what it assumed.
+UNLABELLED_AXES = (".npy",)
+AXIS_ORDER_NOTE = ("note: {name} does not record its axes: read as (scan_y, scan_x, k_y, k_x). An array in the order "
+                   "(scan_x, scan_y, k_x, k_y), abTEM's, fits as well as its mirror image (C12's angle 90 deg - phi, "
+                   "the image transposed): the data cannot tell the two apart. Give --axis-order x,y for such a file "
+                   "(--axis-order scan_y,scan_x,det_y,det_x states this one).")
 
 
 def read_fit(ctx, path):
