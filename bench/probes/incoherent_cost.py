@@ -44,7 +44,7 @@ def main(directory: str, sections: int = 5) -> None:
     names = ("C10", "C12a", "C12b", "thickness")
     start = {"C10": 110.6, "C12a": 0.0, "C12b": 0.0, "thickness": 100.6}  # the columnar fit's (ssb-full log)
     pool = be.xp.get_default_memory_pool()
-    for transfers, precision in (("fused", "double"), ("kernel", "double"), ("kernel", "single")):
+    for transfers, precision in (("kernel", "double"),):
         pool.free_all_blocks()
         t0 = time.perf_counter()
         band = IncoherentBand(session, names, sections=sections, rotation=0.0, transfers=transfers,
@@ -52,7 +52,8 @@ def main(directory: str, sections: int = 5) -> None:
         be.synchronize()
         built = time.perf_counter() - t0
         nq, nbf = band.shape
-        line = f"{transfers}/{precision}: {nq} Q x {nbf} k; built {built:.3f} s"
+        line = (f"{transfers}/{precision}: {nq} Q x {nbf} k; built {built:.3f} s; value blocks of "
+                f"{band.value_block} Q")
         if transfers == "kernel":
             rows = band._blocks()[0]
             X = band._transfers(start, rows, 2)
@@ -69,29 +70,18 @@ def main(directory: str, sections: int = 5) -> None:
         te = timed(be, lambda: band.evaluate(start))
         tv = timed(be, lambda: band.evaluate(start, order=0))
         print(line + f"; sums (all Q) {ts * 1e3:.1f} ms, combine {tc * 1e3:.1f} ms; evaluation with derivatives "
-              f"{te * 1e3:.1f} ms, value {tv * 1e3:.1f} ms; pool total {pool.total_bytes() / 2**30:.1f} GiB", flush=True)
-    for transfers in ("fused", "kernel"):
+              f"{te * 1e3:.1f} ms, value {tv * 1e3:.1f} ms; pool total {pool.total_bytes() / 2**30:.1f} GiB",
+              flush=True)
+    for rows in (4096, 2048):
         pool.free_all_blocks()
         t0 = time.perf_counter()
-        b0 = IncoherentBand(session, names, sections=sections, rotation=0.0, transfers=transfers)
-        v, a, h, b, coherence = fit_incoherent(session, start, rotation=0.0) if transfers == "fused" else \
-            _fit_with(b0, start)
+        v, a, h, b, coherence = fit_incoherent(session, start, rotation=0.0, coarse_rows=rows)
         be.synchronize()
         took = time.perf_counter() - t0
-        print(f"fit_incoherent ({transfers}): {took:.3f} s; C10 {v['C10']:.3f} A (truth {TRUTH['C10']}), thickness "
-              f"{v['thickness']:.2f} A, C12 ({v['C12a']:.3f}, {v['C12b']:.3f}); agreement {a:.7f}; depth coherence "
+        ts = timed(be, lambda: b.section_objects(v), repeats=1)
+        print(f"fit_incoherent (thinned to {rows} rows): {took:.3f} s (section objects {ts * 1e3:.0f} ms); C10 "
+              f"{v['C10']:.3f} A (truth {TRUTH['C10']}), thickness {v['thickness']:.2f} A, C12 ({v['C12a']:.3f}, {v['C12b']:.3f}); agreement {a:.7f}; depth coherence "
               f"{coherence:.3f}; passes {b.passes}", flush=True)
-
-
-def _fit_with(b, start):
-    """fit_incoherent's steps on a given band (its thinned twin, then the whole band)."""
-    from qora.ssb.depth import FINISH_TOLERANCE, INCOHERENT_COARSE_ROWS, depth_coherence
-    from qora.ssb.identify import coarse_stride
-    from qora.ssb.optimize import newton
-
-    v, _, _ = newton(b.thinned(coarse_stride(b, INCOHERENT_COARSE_ROWS)), dict(start), iterations=60)
-    v, a, h = newton(b, v, iterations=60, tolerance=FINISH_TOLERANCE)
-    return v, a, h, b, depth_coherence(b, b.section_objects(v))
 
 
 if __name__ == "__main__":

@@ -251,6 +251,11 @@ class IncoherentBand(Band):
                bytes_per_row(nbf, m, P, A, geometry=not keep_geometry))
         whole_band = self.transfers in ("fused", "loops")  # no (Q, k) array: the whole band at once
         self.block = nq if whole_band else min(nq, max(1, int(self.block_bytes // row)))
+        # a value (the transfers alone, L = 1) holds a fifteenth of a derivative pass's block per Q: the kernel's
+        # value passes take blocks that much larger (H200: 385 blocks of 115 Q made a value pass 170-190 ms of
+        # launches, 0.45 ms a block)
+        value_row = kernel_bytes_per_row(nbf, m, 0, np.dtype(self._complex).itemsize) if kernel else row
+        self.value_block = self.block if whole_band else min(nq, max(1, int(self.block_bytes // value_row)))
         self._whole_geometry = False if keep_geometry else None  # False: to be made on first use
         self.eps = self.coupling * self._double_overlap()  # (nq,) per double-overlap pixel
         # a Q beyond the disks' reach (no overlap: N = 0) gets K = I, and so objects 0
@@ -258,8 +263,10 @@ class IncoherentBand(Band):
         self._centring = xp.asarray(np.eye(m) - 1.0 / m)
         self._c = section_depths(1.0, m)  # z_m / t
 
-    def _blocks(self):
-        return [slice(i, i + self.block) for i in range(0, self.G.shape[0], self.block)]
+    def _blocks(self, order: int = 2):
+        """The slices of Q an evaluation of ``order`` runs in (:attr:`block` Q, :attr:`value_block` for values)."""
+        size = self.block if order else self.value_block
+        return [slice(i, i + size) for i in range(0, self.G.shape[0], size)]
 
     def _double_overlap(self):
         """sum_k (A1^2 + A2^2) per Q of the band (top-hat apertures: the pixels of both terms)."""
@@ -417,7 +424,7 @@ class IncoherentBand(Band):
         kernel's sums over the whole band at once)."""
         if self.transfers in ("fused", "loops"):
             return self._whole_band_sums(values, order)
-        parts = [self._products(self._transfers(values, rows, order), rows, order) for rows in self._blocks()]
+        parts = [self._products(self._transfers(values, rows, order), rows, order) for rows in self._blocks(order)]
         xp = self.xp
         return tuple(None if parts[0][i] is None else xp.concatenate([p[i] for p in parts]) for i in range(3))
 
