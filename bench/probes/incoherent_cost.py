@@ -80,7 +80,8 @@ def main(directory: str, sections: int = 5) -> None:
         took = time.perf_counter() - t0
         ts = timed(be, lambda: b.section_objects(v), repeats=1)
         print(f"fit_incoherent (thinned to {rows} rows): {took:.3f} s (section objects {ts * 1e3:.0f} ms); C10 "
-              f"{v['C10']:.3f} A (truth {TRUTH['C10']}), thickness {v['thickness']:.2f} A, C12 ({v['C12a']:.3f}, {v['C12b']:.3f}); agreement {a:.7f}; depth coherence "
+              f"{v['C10']:.3f} A (truth {TRUTH['C10']}), thickness {v['thickness']:.2f} A, C12 ({v['C12a']:.3f}, "
+              f"{v['C12b']:.3f}); agreement {a:.7f}; depth coherence "
               f"{coherence:.3f}; passes {b.passes}", flush=True)
 
 
