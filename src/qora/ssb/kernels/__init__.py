@@ -51,8 +51,8 @@ _MODULES = {
               + ("loss_moments<float>", "loss_moments<double>", "chi_pixels"),
     "band.cu": _batch_names("band_quad_batch") + _batch_names("band_quad_standard")
                + ("band_quad_derivatives<3>", "band_quad_derivatives<6>"),
-    "depth.cu": tuple(f"{k}<{c}, {o}>" for k in ("incoherent_transfers", "incoherent_sums")
-                      for c in ("float2", "double2") for o in (0, 2)) + ("double_overlap",),
+    "depth.cu": ("incoherent_transfers<float2>", "incoherent_transfers<double2>", "incoherent_sums<float2>",
+                 "incoherent_sums<double2>", "double_overlap"),
     "bslz4.cu": tuple(f"bslz4_gather<{t}, {o}>" for t in ("unsigned char", "unsigned short", "unsigned int")
                       for o in ("float", "double")),
 }
@@ -299,10 +299,10 @@ def incoherent_transfers(*, k, qy, qx, wavelength: float, limit: float, coeffici
     threads = BLOCK["depth.cu"]
     grid = max(1, min(-(-rows * nbf // threads), 16 * multiprocessors()))
     kinds = xp.asarray([INCOHERENT_KINDS[p] for p in parameters], np.int32)
-    kernel(f"incoherent_transfers<{complex_tag(out)}, {0 if order == 0 else 2}>")(
+    kernel(f"incoherent_transfers<{complex_tag(out)}>")(
         (grid,), (threads,), (k, qy, qx, np.int32(rows), np.int32(nbf), np.float64(wavelength), np.float64(limit),
                               xp.asarray(coefficients, np.float64), np.float64(thickness), kinds,
-                              np.int32(len(parameters)), np.int32(sections), out))
+                              np.int32(len(parameters)), np.int32(sections), np.int32(order), out))
 
 
 SUMS_TILE, TASK_WIDTH, SUMS_THREADS, TASKS_PER_THREAD = 32, 9, 256, 2  # depth.cu's constants
@@ -340,14 +340,14 @@ def incoherent_sums(*, G, k, qy, qx, wavelength: float, limit: float, coefficien
     columns = 1 if order == 0 else 1 + P + P * (P + 1) // 2
     tasks = xp.asarray(incoherent_tasks(columns, m, P))
     shared = (columns * m + 1) * SUMS_TILE * 16
-    function = kernel(f"incoherent_sums<{complex_tag(G)}, {0 if order == 0 else 2}>")
+    function = kernel(f"incoherent_sums<{complex_tag(G)}>")
     if shared > 48 * 1024 and function.max_dynamic_shared_size_bytes < shared:
         function.max_dynamic_shared_size_bytes = shared  # past the default 48 KiB: an opt-in per kernel
     kinds = xp.asarray([INCOHERENT_KINDS[p] for p in parameters], np.int32)
     function((nq,), (SUMS_THREADS,),
              (G, k, qy, qx, np.int32(nbf), np.float64(wavelength), np.float64(limit),
-              xp.asarray(coefficients, np.float64), np.float64(thickness), kinds, np.int32(P), np.int32(m), tasks,
-              np.int32(len(tasks)), sX, AX, sX if B is None else B),
+              xp.asarray(coefficients, np.float64), np.float64(thickness), kinds, np.int32(P), np.int32(m),
+              np.int32(0 if order == 0 else 2), tasks, np.int32(len(tasks)), sX, AX, sX if B is None else B),
              shared_mem=shared)
 
 
