@@ -120,7 +120,7 @@ def test_starts_beyond_the_memory_run_in_groups_with_their_numbers_and_one_progr
 
     truth = lithograph(128)
     counts, mask = record(truth, Detector(photons=1e8, beamstop=0, gap=0, boxes=BEAMLINE_BOXES))
-    monkeypatch.setattr(envelope, "group_size", lambda backend, shape, starts: 1)
+    monkeypatch.setattr(envelope, "group_size", lambda backend, shape, starts, reserved=0.0: 1)
     seen = []
     grouped = envelope.reconstruct(counts, mask=mask, starts=2, seed=5, backend="cpu", keep_all=True,
                                    progress=lambda stage, done, total, m: seen.append((done, total)))
@@ -141,5 +141,7 @@ def test_the_group_size_follows_the_free_memory(monkeypatch):
     per_start = ENVELOPE_BYTES_PER_PIXEL * 512 * 512
     monkeypatch.setattr(device, "free_memory", lambda backend: 6.5 * per_start)
     assert envelope.group_size(resolve("cpu"), (512, 512), 10) == 3  # half the free memory: 3 starts
+    # the starts' results kept on the host leave less for the groups there (4.5 of 6.5 starts' worth: one)
+    assert envelope.group_size(resolve("cpu"), (512, 512), 10, reserved=4.5 * per_start) == 1
     monkeypatch.setattr(device, "free_memory", lambda backend: None)
     assert envelope.group_size(resolve("cpu"), (512, 512), 10) == 10

@@ -206,12 +206,15 @@ def load_pattern(path, *, mask=None, dataset: str | None = None):
         The file is empty, truncated, not of its format, holds no pattern (the
         message lists what it holds), or the pattern is not a 2D or 3D array of numbers.
     InputError
-        The pattern is complex (pass ``abs(x)**2``), or the mask's shape differs.
+        The pattern is complex (pass ``abs(x)**2``) or boolean, or the mask's shape differs.
     """
     path = Path(path)
     data, file_mask = _load(path, dataset)
     data = np.asarray(data)
     _check_numbers(path, data, "the pattern")
+    if data.dtype == bool:  # refused here: the float64 returned below would pass any later check
+        raise InputError(f"{path}: the pattern is boolean (a mask or a support?): give the measured intensities "
+                         "(counts)")
     if data.ndim == 3 and data.shape[0] == 1:
         data = data[0]
     if data.ndim not in (2, 3):

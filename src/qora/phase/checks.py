@@ -122,6 +122,8 @@ def check_starts_memory(backend, shape, starts: int, *, keep_all: bool, iteratio
     deep in FFTW aborted the process."""
     pixels = float(np.prod(shape))
     host = starts * (iterations * 8.0 + (KEPT_BYTES_PER_PIXEL * pixels if keep_all or envelope else 0.0))
+    if envelope and not backend.is_cuda:  # and beside them, on the host, at least one start's search
+        host += ENVELOPE_BYTES_PER_PIXEL * pixels
     what = f"{starts} starts of a {'x'.join(map(str, shape))} pattern"
     hint = "fewer starts (--starts)" + ("" if envelope or not keep_all else
                                         ", or no --keep-all (the best start alone is kept)")

@@ -160,9 +160,10 @@ def iterations_for(pattern: Pattern, backend, starts: int, *, progress=None, tot
     return cls(pattern, starts, progress, total, offset)
 
 
-def group_size(backend, shape, starts: int) -> int:
+def group_size(backend, shape, starts: int, *, reserved: float = 0.0) -> int:
     """How many starts are iterated together: all of them where they fit in half the memory the backend has free
-    (:data:`qora.phase.checks.ENVELOPE_BYTES_PER_PIXEL` a pixel and start), else as many as do (at least one)."""
+    (:data:`qora.phase.checks.ENVELOPE_BYTES_PER_PIXEL` a pixel and start) less ``reserved`` bytes (on the host,
+    every start's result kept there), else as many as do (at least one)."""
     from qora.backend.device import free_memory
     from qora.phase.checks import ENVELOPE_BYTES_PER_PIXEL
 
@@ -170,7 +171,7 @@ def group_size(backend, shape, starts: int) -> int:
     if free is None:
         return starts
     per_start = ENVELOPE_BYTES_PER_PIXEL * float(np.prod(shape))
-    return max(1, min(starts, int(0.5 * free // per_start)))
+    return max(1, min(starts, int(0.5 * max(free - reserved, 0.0) // per_start)))
 
 
 def _ndimage(be):
@@ -199,19 +200,22 @@ def reconstruct(intensity, *, mask=None, starts: int = 1, seed: int = 0, backend
     be = resolve(backend)
     t0 = time.perf_counter()
     pattern = Pattern(intensity, mask, be.xp)
-    objects, supports, histories = [], [], []
-    group = group_size(be, pattern.shape, starts)
+    # every start's object and support, filled group by group (no joined copy: at 10,000 starts they are most of
+    # the memory), on the host, where a CPU backend's groups must leave room for them
+    stack_o = np.empty((starts,) + tuple(pattern.shape), np.complex64)
+    stack_s = np.empty((starts,) + tuple(pattern.shape), bool)
+    histories = []
+    group = group_size(be, pattern.shape, starts, reserved=0.0 if be.is_cuda else stack_o.nbytes + stack_s.nbytes)
     for first in range(0, starts, group):  # the starts that fit in memory at once, iterated together
         count = min(group, starts - first)
         run = iterations_for(pattern, be, count, progress=progress, total=starts * ITERATIONS, reference=reference,
                              offset=first * ITERATIONS)
         rngs = [np.random.default_rng(seed + first_start + first + k) for k in range(count)]
         x, s = search(pattern, rngs, run, _ndimage(be))
-        objects.append(be.to_host(x).astype(np.complex64))
-        supports.append(be.to_host(s).astype(bool))
+        stack_o[first:first + count] = be.to_host(x)
+        stack_s[first:first + count] = be.to_host(s)
         histories.append(run.history())
         del x, s, run  # the group's arrays freed before the next group's
-    stack_o, stack_s = np.concatenate(objects), np.concatenate(supports)
     t_search = time.perf_counter() - t0
     unmeasured = None if mask is None else np.asarray(mask, bool)
     pattern_host = np.asarray(be.to_host(pattern.intensity))
