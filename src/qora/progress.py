@@ -10,6 +10,8 @@ this into a progress bar for the command line.
 
 from __future__ import annotations
 
+import time
+
 from typing import Callable, Mapping, Optional
 
 __all__ = ["Progress", "report", "tqdm_progress"]
@@ -37,6 +39,8 @@ class tqdm_progress:
     ----------
     disable : bool
         No bar at all (for scripts and logs; the commands' ``--quiet``).
+    **tqdm_kwargs
+        Passed to tqdm; ``delay=s`` draws the bar only once the work has run ``s`` seconds.
     """
 
     def __init__(self, *, disable: bool = False, **tqdm_kwargs) -> None:
@@ -50,6 +54,7 @@ class tqdm_progress:
 
         if self._bar is None:
             self._bar = tqdm(total=total, desc=stage, disable=self.disable, **self.kwargs)
+            self._start = time.monotonic()
         elif total != self._bar.total:
             self._bar.reset(total=total)
         if stage != self._stage:
@@ -60,7 +65,10 @@ class tqdm_progress:
             self._bar.n = done
         if metrics:
             self._bar.set_postfix({k: f"{v:.3g}" for k, v in metrics.items()}, refresh=False)
-        self._bar.refresh()
+        # with tqdm's delay (a bar shown only for work longer than that) nothing is drawn before it has passed
+        delay = self.kwargs.get("delay", 0.0)
+        if not delay or time.monotonic() - self._start >= delay:
+            self._bar.refresh()
         return True
 
     def close(self) -> None:

@@ -132,6 +132,30 @@ def test_incoherent_fit_of_the_simulators_amorphous_film(amorphous):
     assert coherence < 0.5  # measured 0.24: the sections hold different objects
 
 
+def test_the_incoherent_curves_on_a_thinned_band_pass_through_the_printed_agreement(amorphous, monkeypatch):
+    """Issue 38: `ssb fit --plot` took longer than the fit (a hundred solves per Q for the incoherent branch's
+    curves). They are the thinned band's shape, scaled to the printed agreement: at the fit exactly that number,
+    near the maximum (a thinned band's maximum moves by its own noise: up to two of the 13 points at a 2-fold
+    thinning here), and within a few percent of the whole band's curve everywhere."""
+    from qora.ssb import files
+    from qora.ssb import fit as fit_session
+
+    result = fit_session(amorphous, rotation=0.0, depth_model="incoherent", thick_starts=1)
+    assert result["better"] == "incoherent"
+    monkeypatch.setattr(files, "CURVE_ROWS_INCOHERENT", 80)  # this band's ~160 frequencies thinned 2-fold
+    calls = []
+    curves = files.agreement_curves(amorphous, result, progress=lambda *a: calls.append(a))
+    assert [c[1] for c in calls] == list(range(len(curves) + 1))  # one step per parameter
+    whole = IncoherentBand(amorphous, tuple(curves), sections=result["incoherent"]["sections"], rotation=0.0)
+    fixed = {n: result["incoherent"]["parameters"][n] for n in curves}
+    for name, (xs, ys) in curves.items():
+        centre = len(xs) // 2
+        assert ys[centre] == pytest.approx(result["incoherent"]["agreement"], rel=1e-9), name
+        assert abs(int(np.argmax(ys)) - centre) <= 2, name
+        exact = [whole.evaluate({**fixed, name: float(x)}, order=0) for x in xs[::4]]
+        np.testing.assert_allclose(ys[::4], exact, rtol=0.05, err_msg=name)
+
+
 def test_columnar_slab_keeps_its_fit_and_shows_coherent_sections():
     """A tilted columnar slab (one layer in 12 slices, sheared by the tilt): the incoherent model
     finds C10 too, and its sections hold one object shifted, so "auto" keeps the columnar model."""

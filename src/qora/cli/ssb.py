@@ -378,7 +378,8 @@ def fit_cmd(data, kv, semiangle, scan_step, rotation, orientation, branch, start
     if plot is not None:
         from qora.ssb.orientation import reorient
 
-        plot_fit(plot, reorient(session, result["orientation"]["orientation"]), result)
+        with tqdm_progress(disable=quiet, delay=1.0) as bar:  # shown when the plot takes more than a second
+            plot_fit(plot, reorient(session, result["orientation"]["orientation"]), result, progress=bar)
         click.echo(f"wrote {plot}")
     if sections_out is not None:
         _write_sections(sections_out, session, result, scan_step=scan_step, kv=kv, alpha_mrad=semiangle)
