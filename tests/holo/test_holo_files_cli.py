@@ -129,6 +129,14 @@ def test_rotation_geometry_through_the_cli(tmp_path):
     np.testing.assert_allclose(read_volume(tmp_path / "v2.h5")[0], read_volume(tmp_path / "v.h5")[0], atol=1e-5)
     out = runner.invoke(cli, base + ["--angles", "0:360:35"])
     assert out.exit_code != 0 and "35 angles for 36 holograms" in out.output
+    # the specimen turns in a fixed beam: one background hologram serves every angle
+    np.testing.assert_array_equal(bgs, np.broadcast_to(bgs[0], bgs.shape))
+    np.save(tmp_path / "b1.npy", bgs[0])
+    one = [str(tmp_path / "b1.npy") if a == str(tmp_path / "b.npy") else a for a in base]
+    out = runner.invoke(cli, [*one[:-3], "--out", str(tmp_path / "v3.h5"), "--quiet", "--angles", "0:360:36",
+                              "--iterations", "10"])
+    assert out.exit_code == 0, out.output
+    np.testing.assert_allclose(read_volume(tmp_path / "v3.h5")[0], read_volume(tmp_path / "v2.h5")[0], atol=1e-6)
 
 
 def test_exact_model_through_the_cli(tmp_path):

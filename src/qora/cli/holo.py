@@ -387,12 +387,16 @@ def _plain_stacks(H, holos, backgrounds, *, wavelength, pixel, hologram_pixel, m
         raise click.BadParameter(f"the detection NA {na_detection:g} exceeds --medium-index {medium_index:g} "
                                  "(unphysical)", param_hint="--na")
     stack, bgs = H.load_stack(holos), H.load_stack(backgrounds)
+    rotation = geometry_kind == "rotation" or angles_file is not None
+    if rotation and stack.ndim in (3, 4) and bgs.shape in (stack.shape[-2:], (1,) + stack.shape[-2:]):
+        # the specimen turns in a fixed beam: one background hologram serves every angle
+        bgs = np.repeat(bgs.reshape((1,) + stack.shape[-2:]), stack.shape[-3], axis=0)
     if bgs.ndim != 3 or stack.shape[-3:] != bgs.shape or stack.ndim not in (3, 4):
         raise click.UsageError(f"holograms {stack.shape} must be (A, N, N), or a series (T, A, N, N), of "
                                f"the backgrounds' shape {bgs.shape}")
     hp = pixel / 2 if hologram_pixel is None else hologram_pixel
     optics = dict(wavelength=wavelength, medium_index=medium_index, pixel=pixel, na_detection=na_detection)
-    if geometry_kind == "rotation" or angles_file is not None:
+    if rotation:
         if angle_range is None:
             raise click.UsageError("the rotation geometry needs --angles START:STOP:COUNT or --angles-file")
         angles = H.parse_angles(angle_range) if isinstance(angle_range, str) else angle_range
