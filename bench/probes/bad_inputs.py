@@ -106,9 +106,37 @@ def cases(folder: Path) -> list:
          "refuse", None),
         ("input", "ssb image on a 2D array", ["ssb", "image", _npy(f, "two.npy", np.ones((16, 16))), *img], "refuse",
          None),
+        *holo_cases(f),
         ("input", "holo reconstruct on a missing file", ["holo", "reconstruct", str(f / "missing.h5"), "--out", str(f / "v.h5")],
          "refuse",
          None),
+    ]
+
+
+def holo_cases(f: Path) -> list:
+    """Hologram stacks without metadata: NaN, shapes that do not match, unphysical optics, angles miscounted."""
+    rng = np.random.default_rng(0)
+    stack = _npy(f, "holos.npy", rng.random((8, 64, 64)) + 1)
+    nan = rng.random((8, 64, 64)) + 1
+    nan[2, 3, 4] = np.nan
+    optics = ["--wavelength", "0.5", "--pixel", "0.1", "--medium-index", "1.33", "--na", "1.2", "--geometry",
+              "rotation", "--angles", "0:360:8", "--out", str(f / "v.h5")]
+    return [
+        ("input", "holo reconstruct on NaN holograms", ["holo", "reconstruct", _npy(f, "nan_holos.npy", nan), stack,
+                                                         *optics], "refuse", None),
+        ("input", "holo reconstruct, one 2D hologram for a stack", ["holo", "reconstruct",
+                                                                   _npy(f, "one.npy", np.ones((64, 64))), stack,
+                                                                   *optics], "refuse", None),
+        ("silent", "holo reconstruct --na 5 (above the medium's index)", ["holo", "reconstruct", stack, stack,
+                                                                          *optics, "--na", "5"], "refuse", None),
+        ("silent", "holo reconstruct, 5 angles for 8 holograms", ["holo", "reconstruct", stack, stack, *optics,
+                                                                  "--angles", "0:360:5"], "refuse", None),
+        ("input", "holo reconstruct on noise without a sideband", ["holo", "reconstruct", stack,
+                                                                   _npy(f, "noise.npy", rng.random((8, 64, 64))),
+                                                                   *optics], "refuse", None),
+        ("internal", "holo phase on random bytes named .h5", ["holo", "phase", _random(f, "rh.h5"),
+                                                              _random(f, "rb.h5"), "--out", str(f / "p.h5")],
+         "refuse", None),
     ]
 
 

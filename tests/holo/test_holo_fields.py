@@ -87,3 +87,17 @@ def test_bad_inputs():
         F.extract_fields(np.ones((8, 8)), (0, 0), hologram_pixel=0.05, n=16, pupil_frequency=1.0)
     with pytest.raises(ValueError, match="zero"):
         F.field_ratio(np.ones((4, 4)), np.zeros((4, 4)))
+
+
+def test_a_background_without_a_sideband_is_refused(cell):
+    """Noise has no carrier: its strongest bin stands 3-5 times above the spectrum's median, where an off-axis
+    hologram's stands hundreds of times (the HL60 cell's background 779). A search used to pick a random bin and
+    reconstruct garbage with exit 0 (found by bench/probes/bad_inputs.py)."""
+    from qora.io.errors import InputError
+
+    rng = np.random.default_rng(0)
+    for noise in (rng.random((64, 64)), rng.poisson(1000.0, (256, 256)).astype(float)):
+        with pytest.raises(InputError, match="no sideband found"):
+            F.find_sideband(noise, 0.1)
+    background = cell[1]
+    assert np.all(np.isfinite(F.find_sideband(background, 0.107)))  # the real background: found
