@@ -379,18 +379,14 @@ def _plain_stacks(H, holos, backgrounds, *, wavelength, pixel, hologram_pixel, m
     options, or None after ``rectangular(fields, angles)`` reconstructed non-square rotation holograms itself."""
     if backgrounds is None:
         raise click.UsageError("BACKGROUNDS is required unless HOLOS is a qora hologram file")
-    missing = [k for k, v in (("--wavelength", wavelength), ("--pixel", pixel),
-                              ("--medium-index", medium_index), ("--na", na_detection)) if v is None]
-    if missing:
+    named = (("--wavelength", wavelength), ("--pixel", pixel), ("--medium-index", medium_index), ("--na", na_detection))
+    if missing := [k for k, v in named if v is None]:
         raise click.UsageError(f"stacks without metadata need {', '.join(missing)}")
     if na_detection > medium_index:
         raise click.BadParameter(f"the detection NA {na_detection:g} exceeds --medium-index {medium_index:g} "
                                  "(unphysical)", param_hint="--na")
-    stack, bgs = H.load_stack(holos), H.load_stack(backgrounds)
-    rotation = geometry_kind == "rotation" or angles_file is not None
-    if rotation and stack.ndim in (3, 4) and bgs.shape in (stack.shape[-2:], (1,) + stack.shape[-2:]):
-        # the specimen turns in a fixed beam: one background hologram serves every angle
-        bgs = np.repeat(bgs.reshape((1,) + stack.shape[-2:]), stack.shape[-3], axis=0)
+    rotation, stack = geometry_kind == "rotation" or angles_file is not None, H.load_stack(holos)
+    bgs = H.backgrounds_for(stack, H.load_stack(backgrounds), rotation=rotation)  # one may serve every angle
     if bgs.ndim != 3 or stack.shape[-3:] != bgs.shape or stack.ndim not in (3, 4):
         raise click.UsageError(f"holograms {stack.shape} must be (A, N, N), or a series (T, A, N, N), of "
                                f"the backgrounds' shape {bgs.shape}")

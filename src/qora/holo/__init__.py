@@ -27,8 +27,8 @@ from qora.holo.series_files import (FieldSeries, read_angles, read_field_series,
 from qora.holo.bpm import bpm_forward, bpm_gradient, simulate_bpm_holograms
 from qora.holo.fields import (BACKGROUND_BORDER, field_ratio, find_sideband, illumination_frequencies,
                               quantitative_phase, ratio_from_holograms, ratio_from_rectangular, square_fields)
-from qora.holo.files import (load_stack, plot_phase, plot_volume, read_holograms, read_volume, write_holograms,
-                             write_volume, write_volume_tiff)
+from qora.holo.files import (backgrounds_for, load_stack, plot_phase, plot_volume, read_holograms, read_volume,
+                             write_holograms, write_volume, write_volume_tiff)
 from qora.holo.display import volume_widget
 from qora.holo.geometry import Geometry, cone_illuminations, odtbrain_axis, rotation_axis
 from qora.holo.mie import vector_mie_ratio
@@ -55,6 +55,6 @@ __all__ = [
     "simulate_bpm_holograms", "vector_mie_ratio", "phantoms", "reference",
     # files
     "read_holograms", "write_holograms", "FieldSeries", "read_field_series", "read_qpimage_series",
-    "read_phase_amplitude", "read_odtbrain_archive", "read_angles", "read_volume", "write_volume", "write_volume_tiff", "load_stack",
+    "read_phase_amplitude", "read_odtbrain_archive", "read_angles", "read_volume", "write_volume", "write_volume_tiff", "load_stack", "backgrounds_for",
     "plot_volume", "plot_phase", "volume_widget",
 ]

@@ -26,7 +26,7 @@ from qora.io.errors import FileFormatError, InputError, naming_file
 from qora.io.validate import positive
 
 __all__ = ["write_holograms", "read_holograms", "write_volume", "read_volume", "write_volume_tiff",
-           "load_stack", "plot_volume", "plot_phase"]
+           "load_stack", "backgrounds_for", "plot_volume", "plot_phase"]
 
 UNITS = "refractive index; lengths in um; frequencies in cycles/um"
 
@@ -134,6 +134,15 @@ def read_holograms(path):
                                   f"recorded geometry ({g.count} illuminations, square holograms)")
         truth = f["truth"][()] if "truth" in f else None
         return holos, bgs, g, hp, truth
+
+
+def backgrounds_for(stack: np.ndarray, backgrounds: np.ndarray, *, rotation: bool) -> np.ndarray:
+    """The backgrounds of a hologram ``stack`` (A, N, N) or series (T, A, N, N): as given, or, in the rotation
+    geometry (the specimen turns in a fixed beam), one background (N, N) or (1, N, N) repeated for every angle."""
+    one = backgrounds.shape in (stack.shape[-2:], (1,) + stack.shape[-2:])
+    if rotation and stack.ndim in (3, 4) and one:
+        return np.repeat(backgrounds.reshape((1,) + stack.shape[-2:]), stack.shape[-3], axis=0)
+    return backgrounds
 
 
 def load_stack(path, *, dtype=np.float64) -> np.ndarray:

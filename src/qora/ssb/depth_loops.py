@@ -25,19 +25,12 @@ openmp_passive()  # before Numba loads its OpenMP runtime
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
+from qora.ssb.cpu_kernels import _sinc3  # noqa: E402  (the band loops' sinc and its derivatives)
+
 __all__ = ["incoherent_sums", "double_overlap", "KINDS"]
 
 KINDS = {"C10": 0, "C12a": 1, "C12b": 2, "thickness": 3}  # the parameter codes, as depth.cu's
 _jit = dict(cache=True, nogil=True)
-
-
-@numba.njit(inline="always", **_jit)
-def _sinc3(v):
-    """sinc(v) and its first two derivatives (a series near 0, as qora.ssb.model.sinc_derivatives)."""
-    if abs(v) < 1e-4:
-        return 1.0 - v * v / 6.0, -v / 3.0, -1.0 / 3.0 + v * v / 10.0
-    s, c = math.sin(v), math.cos(v)
-    return s / v, (v * c - s) / (v * v), -s / v - 2.0 * c / (v * v) + 2.0 * s / (v * v * v)
 
 
 @numba.njit(inline="always", **_jit)
