@@ -197,6 +197,43 @@ def _agreement_rows(result, session, be, echo) -> None:
                                  "sms": sms, "clock_hz": clock_hz, "sfu_rate_per_s": sfu_rate}
 
 
+def _kernel_passes(session, be) -> None:
+    """``--kernels-only``: one batch pass of each model and one derivative pass (for Nsight Compute)."""
+    from qora.ssb import QUADRATIC_PARAMETERS, Band
+
+    band = Band(session, QUADRATIC_PARAMETERS)
+    base = {"C10": 100.0, "C12a": 10.0, "C12b": 5.0, "thickness": 120.0, "tilt_y": 1e-3, "tilt_x": 0.0}
+    band._quadratic_batch([{**base, "C10": 100.0 + 5 * i} for i in range(8)])
+    band._quadratic_batch([{**base, "C10": 100.0 + 5 * i, "thickness": 0.0} for i in range(8)])
+    band.moments(base, order=2)
+    be.synchronize()
+
+
+def _timed_fits(result, session, repeats, times, peaks, peak, echo) -> dict:
+    """Steps 3, 3b and 5 (median of ``repeats`` after a warm-up each) into ``times`` with the running pool peak
+    after each into ``peaks``, and the standard fit on the whole band (before issue 23's thinned multi-start) as
+    a note; returns the fits by step."""
+    fits = {}
+    for step, opts in (("3_tilt_fit_s", dict(tilt=True, depth_model="auto")),
+                       ("3_columnar_tilt_fit_s", dict(tilt=True, depth_model="columnar")),
+                       ("3b_tilt_fit_no_standard_s", dict(tilt=True, compare_standard=False, depth_model="columnar")),
+                       ("5_standard_fit_s", dict(tilt=False))):
+        seeds = iter(range(100))
+        fits[step], times[step] = median_wall(lambda: session.fit(rotation=0.0, seed=next(seeds), **opts), repeats,
+                                              warmup=1)
+        echo(f"  {step}: {times[step]:.3f} s")
+        peaks[step] = peak.peak_bytes / 2**30
+    whole, whole_s = median_wall(lambda: session.fit(rotation=0.0, seed=next(seeds), depth_model="columnar",
+                                                     tilt=False, coarse_rows=10**9), repeats, warmup=1)
+    result.notes["standard_fit_whole_band"] = {"s": whole_s, "passes": whole["passes"],
+                                               "thinned_s": times["5_standard_fit_s"],
+                                               "thinned_passes": fits["5_standard_fit_s"]["passes"],
+                                               "stage_timings_s": whole["timings_s"]}
+    echo(f"  5_standard_fit_s with the search and starts on the whole band (before): {whole_s:.3f} s, passes "
+         f"{whole['passes']}; thinned {fits['5_standard_fit_s']['passes']}")
+    return fits
+
+
 def run(*, directory: Path, scan: int = 512, repeats: int = 3, previews: int = 20, write: bool = True, echo=print,
         kernels_only: bool = False) -> BenchResult | None:
     from qora.backend.device import PeakPoolUse
@@ -219,15 +256,7 @@ def run(*, directory: Path, scan: int = 512, repeats: int = 3, previews: int = 2
     (data, detector), times["1_load_and_detector_fit_s"] = median_wall(load, repeats, warmup=1)
     kw = dict(kv=KV, alpha_mrad=ALPHA, scan_step=meta["scan_step_a"], detector=detector, backend=be)
     if kernels_only:
-        from qora.ssb import QUADRATIC_PARAMETERS, Band
-
-        session = Session(data, **kw)
-        band = Band(session, QUADRATIC_PARAMETERS)
-        base = {"C10": 100.0, "C12a": 10.0, "C12b": 5.0, "thickness": 120.0, "tilt_y": 1e-3, "tilt_x": 0.0}
-        band._quadratic_batch([{**base, "C10": 100.0 + 5 * i} for i in range(8)])
-        band._quadratic_batch([{**base, "C10": 100.0 + 5 * i, "thickness": 0.0} for i in range(8)])
-        band.moments(base, order=2)
-        be.synchronize()
+        _kernel_passes(Session(data, **kw), be)
         return None
     Session(data, **kw)  # warm: kernels compiled, FFT plans made, the file in the page cache
     be.xp.get_default_memory_pool().free_all_blocks()
@@ -242,26 +271,7 @@ def run(*, directory: Path, scan: int = 512, repeats: int = 3, previews: int = 2
         peaks = {"2_prepare_s": peak.peak_bytes / 2**30}  # the running peak after each step (GiB)
         echo(f"{label}: {len(session.bf_index)} bright-field pixels, G {session.nbytes / 1e9:.2f} GB; "
              f"load {times['1_load_and_detector_fit_s']:.2f} s, prepare {times['2_prepare_s']:.2f} s")
-        fits = {}
-        for step, opts in (("3_tilt_fit_s", dict(tilt=True, depth_model="auto")),
-                           ("3_columnar_tilt_fit_s", dict(tilt=True, depth_model="columnar")),
-                           ("3b_tilt_fit_no_standard_s", dict(tilt=True, compare_standard=False,
-                                                              depth_model="columnar")),
-                           ("5_standard_fit_s", dict(tilt=False))):
-            seeds = iter(range(100))
-            fits[step], times[step] = median_wall(lambda: session.fit(rotation=0.0, seed=next(seeds), **opts), repeats,
-                                                  warmup=1)
-            echo(f"  {step}: {times[step]:.3f} s")
-            peaks[step] = peak.peak_bytes / 2**30
-        # the standard fit before issue 23's thinned-band multi-start: the search and the starts on the whole band
-        whole, whole_s = median_wall(lambda: session.fit(rotation=0.0, seed=next(seeds), depth_model="columnar",
-                                                         tilt=False, coarse_rows=10**9), repeats, warmup=1)
-        result.notes["standard_fit_whole_band"] = {"s": whole_s, "passes": whole["passes"],
-                                                   "thinned_s": times["5_standard_fit_s"],
-                                                   "thinned_passes": fits["5_standard_fit_s"]["passes"],
-                                                   "stage_timings_s": whole["timings_s"]}
-        echo(f"  5_standard_fit_s with the search and starts on the whole band (before): {whole_s:.3f} s, passes "
-             f"{whole['passes']}; thinned {fits['5_standard_fit_s']['passes']}")
+        fits = _timed_fits(result, session, repeats, times, peaks, peak, echo)
         rec, times["4_reconstruct_s"] = median_wall(lambda: session.reconstruct(rotation=0.0, depth_model="columnar"),
                                                     repeats, warmup=1)
         peaks["4_reconstruct_s"] = peak.peak_bytes / 2**30
