@@ -498,3 +498,21 @@ def test_every_batch_launch_names_a_compiled_kernel():
             assert batch_kernel_name(sets, standard=standard) in _MODULES["band.cu"]
         with pytest.raises(ValueError, match="sets"):
             batch_kernel_name(most_sets(standard=standard) + 1, standard=standard)
+
+
+def test_mean_pattern_on_threads_equals_numpy_mean(tmp_path):
+    from qora.backend.host import threads
+    from qora.ssb.detector import mean_pattern
+
+    rng = np.random.default_rng(1)
+    data = rng.integers(0, 60000, (13, 7, 9, 11)).astype(np.uint16)
+    np.save(tmp_path / "d.npy", data)
+    mapped = np.load(tmp_path / "d.npy", mmap_mode="r")
+    rows = [0, 4, 12]
+    with threads(3):  # more threads than one part's rows: every row summed once
+        np.testing.assert_array_equal(mean_pattern(mapped), data.mean(axis=(0, 1), dtype=np.float64))
+        np.testing.assert_array_equal(mean_pattern(mapped, rows), data[rows].mean(axis=(0, 1), dtype=np.float64))
+    nan = data.astype(np.float32)
+    nan[5, 3, 2, 2] = np.nan
+    with pytest.raises(ValueError, match="non-finite"):
+        fit_detector(nan, 20.0)

@@ -134,3 +134,37 @@ def test_defocus_search_gives_the_host_loops_the_whole_grid_in_one_pass(session)
     c10_8, values_8 = defocus_search(eight, low=-400.0, high=400.0, step=20.0, batch=8)
     assert eight.passes["batch"] == 6 and c10_8 == c10
     np.testing.assert_allclose(values_8, values, rtol=1e-12)
+
+
+@pytest.mark.parametrize("names", [QUADRATIC, THICK, ("C12b", "thickness", "C10")])
+def test_sums_over_q_give_combine_moments(session, names):
+    """The device's route (kernels.derivative_sums: each Q's terms of the agreement, its gradient and
+    the Hessian's pairs, summed over Q; moments.agreement_from_sums) written here in NumPy on the
+    host loops' kernel output, against combine_moments of the same moments, in the band's order."""
+    from qora.ssb.moments import agreement_from_sums
+
+    band = Band(session, names, rotation=0.3)
+    nk = 6 if band.thick else 3
+    v = _sets(band.thick)[2]
+    r = band._derivative_raw(v)
+    S, N = r[:, 0] + 1j * r[:, 1], np.maximum(r[:, 2], 1e-300)
+    Sp = np.stack([r[:, 3 + 3 * a] + 1j * r[:, 4 + 3 * a] for a in range(nk)])
+    Np = np.stack([r[:, 5 + 3 * a] for a in range(nk)])
+    P, Pp = np.abs(S) ** 2, 2 * np.real(np.conj(S) * Sp)
+    terms = [P / N] + list(Pp / N - P * Np / N**2)
+    m = 0
+    for a in range(nk):
+        for b in range(a, nk):
+            Sab = r[:, 3 + 3 * nk + 3 * m] + 1j * r[:, 4 + 3 * nk + 3 * m]
+            Pab = 2 * np.real(np.conj(Sp[b]) * Sp[a] + np.conj(S) * Sab)
+            Nab = r[:, 5 + 3 * nk + 3 * m]
+            terms.append(Pab / N - (Pp[a] * Np[b] + Pp[b] * Np[a]) / N**2 - P * Nab / N**2
+                         + 2 * P * Np[a] * Np[b] / N**3)
+            m += 1
+    sums = np.array([t.sum() for t in terms])
+    value, grad, hess = agreement_from_sums(sums, THICK[:nk], band.parameters, band.total)
+    ref = combine_moments(band.moments(v, order=2), band.total, 2)
+    assert value == pytest.approx(ref[0], rel=1e-12)
+    np.testing.assert_allclose(grad, ref[1], rtol=1e-10, atol=1e-12 * np.abs(ref[1]).max())
+    np.testing.assert_allclose(hess, ref[2], rtol=1e-10, atol=1e-12 * np.abs(ref[2]).max())
+    assert agreement_from_sums(sums, THICK[:nk], band.parameters, band.total, 0) == value

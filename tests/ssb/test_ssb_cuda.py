@@ -189,6 +189,23 @@ def test_streamed_complex64_g_matches_the_cpu(single):
     np.testing.assert_allclose(gpu.bright_field, cpu.bright_field, rtol=1e-12)
 
 
+def test_g_from_the_run_reader_equals_the_box_reader(counts, single):
+    """A NumPy array's bright-field pixels are copied run by run on the host (qora.ssb.bright_runs);
+    a lazy array (here a dask array, as a detector file's reader gives) by the bright field's bounding
+    boxes, gathered on the device. The same counts give the same G and bright field either way, bit
+    for bit."""
+    da = pytest.importorskip("dask.array")
+    from qora.ssb import stream
+
+    data, step = counts
+    _, gpu = single
+    lazy = da.from_array(data, chunks=(8, data.shape[1], data.shape[2], data.shape[3]))
+    assert stream._RunReader.takes(data) and not stream._RunReader.takes(lazy)
+    boxed = Session(lazy, backend="cuda", kv=KV, alpha_mrad=ALPHA, scan_step=step, rotation=0.1, detector=gpu.detector)
+    assert np.array_equal(boxed.host_G(), gpu.host_G())
+    np.testing.assert_array_equal(boxed.bright_field, gpu.bright_field)
+
+
 @pytest.mark.parametrize("names", [("C10",), ("C10", "C12a", "C12b"), THICK])
 def test_quadratic_batch_kernel_matches_the_cpu(single, names):
     """Sets with thickness 0, a thin slab (|u| < 0.5: the series) and a thick one (the quotient);
@@ -239,6 +256,32 @@ def test_quadratic_derivative_kernel_matches_the_cpu(single, names, values):
     scale[scale == 0] = 1.0  # the tilts at zero thickness: no curvature, and no derivative either
     np.testing.assert_allclose(gb / scale, ga / scale, atol=2e-5 * max(1.0, np.abs(ga / scale).max()))
     np.testing.assert_allclose(hb / np.outer(scale, scale), ha / np.outer(scale, scale), atol=2e-5)
+
+
+@pytest.mark.parametrize("names,values", [
+    (("C10", "C12a", "C12b"), {"C10": 115.0, "C12a": 8.0, "C12b": -6.0}),
+    (THICK, {"C10": 115.0, "C12a": 8.0, "C12b": -6.0, "thickness": 70.0, "tilt_y": 0.003, "tilt_x": -0.001}),
+    (("C12b", "thickness", "C10"), {"C10": 90.0, "C12b": 3.0, "thickness": 30.0})],
+    ids=["standard", "thick", "subset-reordered"])
+def test_device_reduction_of_the_derivatives_equals_the_moments_route(single, names, values):
+    """Band.evaluate on the device reduces the derivative kernel's output in one launch
+    (kernels.derivative_sums); the same kernel output through the moments and combine_moments
+    (the route a band split over workers takes) gives the same value, gradient and Hessian, in
+    the band's parameter order, to rounding."""
+    from qora.ssb import Band, combine_moments
+
+    _, gpu = single
+    b = Band(gpu, names)
+    ref = combine_moments(b.moments(values, order=2), b.total, 2)
+    got = b.evaluate(values)
+    assert got[0] == pytest.approx(ref[0], rel=1e-12)
+    scale = np.sqrt(np.abs(np.diag(ref[2])))
+    np.testing.assert_allclose(got[1] / scale, ref[1] / scale, atol=1e-11 * max(1.0, np.abs(ref[1] / scale).max()))
+    np.testing.assert_allclose(got[2] / np.outer(scale, scale), ref[2] / np.outer(scale, scale), atol=1e-11)
+    assert b.evaluate(values, order=0) == pytest.approx(combine_moments(b.moments(values, order=0), b.total, 0),
+                                                        rel=1e-12)
+    v1, g1 = b.evaluate(values, order=1)
+    np.testing.assert_allclose(g1, got[1], rtol=1e-13)
 
 
 def test_quadratic_kernels_on_a_shard_match_the_cpu(single, counts):

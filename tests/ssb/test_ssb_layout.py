@@ -142,3 +142,19 @@ def test_no_module_of_the_face_shares_a_functions_name():
     assert not modules & functions, modules & functions
     assert importlib.import_module("qora.ssb.fitting").fit_session is face.fit
     assert importlib.import_module("qora.ssb.simulation").simulate is face.simulate
+
+
+def test_reoriented_copies_share_the_band_cache(session):
+    """A fit's orientation check and its work session are reoriented copies: they gather no band of
+    their own (at full scale 2.9 GiB more in the pool), and a new band replaces the old one."""
+    from qora.ssb.orientation import reorient
+
+    session.clear_band_cache()
+    turned = reorient(session, "transpose")
+    band = Band(turned, ("C10",))
+    assert session.band_cache_bytes == band.G.nbytes > 0
+    assert Band(session, ("C10",)).G is band.G  # the copy's gather is the session's
+    Band(session, ("C10",), band=(0.3, 0.8))
+    assert session.band_cache_bytes == turned.band_cache_bytes < band.G.nbytes  # one band held, not two
+    turned.clear_band_cache()
+    assert session.band_cache_bytes == 0

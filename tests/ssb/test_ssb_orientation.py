@@ -298,3 +298,27 @@ def test_search_orientation_on_the_simulator_with_a_turned_and_mirrored_detector
         degrees = math.degrees(found["rotation_rad"])
         off = (degrees - 17.0 + 45.0) % 90.0 - 45.0
         assert abs(off) < 1.0, (name, degrees)
+
+
+def test_com_curl_from_the_gram_equals_the_direct_form():
+    """The eight orientations' curl forms from one 4 x 4 Gram matrix equal the form built from each
+    relabelled spectrum directly (a = qy c'_x - qx c'_y, b = qx c'_x + qy c'_y)."""
+    import math
+
+    from qora.ssb.orientation import _MATRIX, ORIENTATIONS, com_curl, curl_gram
+
+    rng = np.random.default_rng(4)
+    n = 3000
+    qy, qx = rng.normal(size=n), rng.normal(size=n)
+    c = rng.normal(size=(n, 2)) + 1j * rng.normal(size=(n, 2))
+    c += 2.0 * np.stack([qy, qx], 1) * (1 + 0.5j)  # a gradient part, so the forms differ
+    gram = curl_gram(qy, qx, c)
+    for name in ORIENTATIONS:
+        m = _MATRIX[name]
+        cy, cx = m[0, 0] * c[:, 0] + m[0, 1] * c[:, 1], m[1, 0] * c[:, 0] + m[1, 1] * c[:, 1]
+        a, b = qy * cx - qx * cy, qx * cx + qy * cy
+        form = np.array([[np.vdot(a, a).real, np.vdot(a, b).real], [np.vdot(b, a).real, np.vdot(b, b).real]])
+        v = np.array([math.cos(0.4), math.sin(0.4)])
+        assert com_curl(qy, qx, c, name, 0.4, gram=gram)[0] == pytest.approx(v @ form @ v / np.trace(form), rel=1e-12)
+        least = np.linalg.eigvalsh(form)[0] / np.trace(form)
+        assert com_curl(qy, qx, c, name, gram=gram)[0] == pytest.approx(least, rel=1e-12)

@@ -39,7 +39,7 @@ from qora.ssb import cpu_kernels, kernels
 from qora.ssb.band_arrays import ArrayCode, array_pair_bytes, batch_pair_bytes, block_budget
 from qora.ssb.model import (ABERRATION_PARAMETERS, KERNEL_COEFFICIENTS, QUADRATIC_PARAMETERS, THICK_PARAMETERS,
                             soft_aperture)
-from qora.ssb.moments import combine_batch_moments, combine_moments, uncertainties
+from qora.ssb.moments import agreement_from_sums, combine_batch_moments, combine_moments, uncertainties
 
 __all__ = ["Band", "make_band", "combine_moments", "combine_batch_moments", "uncertainties"]
 
@@ -218,6 +218,14 @@ class Band(ArrayCode):
     def evaluate(self, values: dict, *, order: int = 2):
         """Agreement (and with ``order`` 1 or 2 its gradient and Hessian in ``self.parameters``)."""
         self.passes["derivatives" if order else "value"] += 1
+        if self.quadratic_kernels and self.xp is not np:
+            # on the device, reduced where the kernels leave their sums: one launch and one small copy
+            # to the host for the value, two for the derivatives (the Newton steps' fixed cost)
+            if order == 0:
+                return float(self._agreement_of_raw(self._quadratic_raw([values]))[0])
+            sums = kernels.derivative_sums(raw=self._derivative_raw(values), parameters=6 if self.thick else 3)
+            return agreement_from_sums(sums, QUADRATIC_PARAMETERS[:6 if self.thick else 3], self.parameters,
+                                       self.total, order)
         return combine_moments(self.moments(values, order=order), self.total, order)
 
     def evaluate_batch(self, sets) -> np.ndarray:
@@ -352,18 +360,20 @@ class Band(ArrayCode):
     def _kernel_moments(self, values: dict, order: int) -> dict:
         """:meth:`moments` by the quadratic kernels: order 0 one set of the batch kernel, else every
         first and second derivative in one pass (``band_quad_derivatives``)."""
-        xp = self.xp
         if order == 0:
             m = self._quadratic_batch([values])
             return {"S": m["S"][0], "N": m["N"][0]}
+        return self._unpack_derivatives(self._derivative_raw(values), QUADRATIC_PARAMETERS[:6 if self.thick else 3])
+
+    def _derivative_raw(self, values: dict):
+        """The derivative kernel's (nq, 3 + 3 n + 3 n (n + 1) / 2) output at ``values``, n = 3 or 6."""
+        xp = self.xp
         nk = 6 if self.thick else 3
-        pairs = [(i, j) for i in range(nk) for j in range(i, nk)]
-        nq = self.G.shape[0]
-        out = xp.empty((nq, 3 + 3 * nk + 3 * len(pairs)))
+        out = xp.empty((self.G.shape[0], 3 + 3 * nk + 3 * (nk * (nk + 1) // 2)))
         launcher = cpu_kernels if xp is np else kernels
         launcher.band_quad_derivatives(row=self._quadratic_row(values), thick=self.thick, out=out,
                                        **self._quadratic_arrays())
-        return self._unpack_derivatives(out, QUADRATIC_PARAMETERS[:nk])
+        return out
 
     def _unpack_derivatives(self, out, names) -> dict:
         """The moments of :meth:`moments` from a derivative kernel's (nq, 3 + 3 n + 3 n (n + 1) / 2)

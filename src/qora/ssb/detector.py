@@ -17,7 +17,7 @@ from qora.io.validate import number, positive
 from qora.ssb.optics import wavelength
 
 __all__ = ["DetectorFit", "fit_detector", "fit_detector_from_mean", "bright_field_pixels", "scan_frequencies",
-           "check_level", "check_data", "check_settings", "count_nonfinite", "array_like", "gather",
+           "check_level", "check_data", "mean_pattern", "check_settings", "count_nonfinite", "array_like", "gather",
            "virtual_bright_field", "scan_steps"]
 
 
@@ -70,13 +70,39 @@ def fit_detector(data, alpha_mrad: float, *, threshold: float = 0.5, rows: int |
         from qora.io.validate import integer
 
         rows = integer("rows", rows, low=1)
-        data = data[np.unique(np.linspace(0, data.shape[0] - 1, min(rows, data.shape[0])).round().astype(int))]
-    mean = np.asarray(data.mean(axis=(0, 1), dtype=np.float64))
+        rows = np.unique(np.linspace(0, data.shape[0] - 1, min(rows, data.shape[0])).round().astype(int))
+    mean = mean_pattern(data, rows)
     if not np.all(np.isfinite(mean)):
         count, size = count_nonfinite(data)
         raise InputError(f"data has {count} non-finite (NaN or Inf) values of {size}; mask them (set them to 0) "
                          "or correct the data")
     return fit_detector_from_mean(mean, alpha_mrad, threshold=threshold, edge=edge, mrad_per_pixel=mrad_per_pixel)
+
+
+def mean_pattern(data, rows=None) -> np.ndarray:
+    """The mean diffraction pattern (det_row, det_col), float64, over the scan rows ``rows``
+    (indices; every row when None). A NumPy array (a memory map too) is summed row by row on the
+    host's threads (:func:`qora.backend.host.num_threads`): NumPy's sums release the GIL, so a
+    file in the page cache is read at memory speed, not one core's (issue 38: 32 rows of the
+    512 x 512 x 192^2 scan, 1.2 GB, took ~0.6 s on one thread). A lazy array (dask, a reader's
+    view) computes its own mean."""
+    rows = np.arange(data.shape[0]) if rows is None else np.asarray(rows)
+    if not isinstance(data, np.ndarray):
+        return np.asarray(data[rows].mean(axis=(0, 1), dtype=np.float64))
+    from concurrent.futures import ThreadPoolExecutor
+
+    from qora.backend.host import num_threads
+
+    def part_sum(part):  # one pattern-sized float64 sum per thread
+        total = np.zeros(data.shape[2:], np.float64)
+        for r in part:
+            total += np.add.reduce(data[int(r)], axis=0, dtype=np.float64)
+        return total
+
+    parts = [p for p in np.array_split(rows, max(1, min(num_threads(), len(rows)))) if len(p)]
+    with ThreadPoolExecutor(len(parts)) as pool:
+        total = sum(pool.map(part_sum, parts))
+    return total / (len(rows) * data.shape[1])
 
 
 EDGES = ("intensity", "amplitude")

@@ -10,7 +10,7 @@ import numpy as np
 
 from qora.backend.core import xp_of
 
-__all__ = ["combine_moments", "combine_batch_moments", "uncertainties"]
+__all__ = ["combine_moments", "combine_batch_moments", "agreement_from_sums", "uncertainties"]
 
 
 def _to_host(a):
@@ -37,6 +37,25 @@ def combine_moments(m: dict, total: float, order: int = 2):
     h = Pij / N - outer_p / N**2 - P * m["Nij"] / N**2 + 2 * P * Np[:, None] * Np[None] / N**3
     hessian = np.asarray(_to_host(xp.sum(h, -1)), float) / total
     return value, grad, (hessian + hessian.T) / 2
+
+
+def agreement_from_sums(sums, names, parameters, total: float, order: int = 2):
+    """:func:`combine_moments`' result from the sums over Q that
+    :func:`qora.ssb.kernels.derivative_sums` makes on the device (value, the first derivatives in
+    ``names``, the second of the pairs i <= j), taken in the order of ``parameters``."""
+    sums = np.asarray(_to_host(sums), float) / total
+    n = len(names)
+    value = float(sums[0])
+    idx = np.array([names.index(p) for p in parameters])
+    grad = sums[1:1 + n][idx]
+    if order == 0:
+        return value
+    if order == 1:
+        return value, grad
+    hessian = np.empty((n, n))
+    i, j = np.triu_indices(n)
+    hessian[i, j] = hessian[j, i] = sums[1 + n:]
+    return value, grad, hessian[np.ix_(idx, idx)]
 
 
 def combine_batch_moments(m: dict, total: float) -> np.ndarray:

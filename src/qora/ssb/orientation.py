@@ -34,7 +34,7 @@ import numpy as np
 
 from qora.io.errors import InputError
 
-__all__ = ["ORIENTATIONS", "check_orientation", "compose", "reorient", "com_spectrum", "com_curl",
+__all__ = ["ORIENTATIONS", "check_orientation", "compose", "reorient", "com_spectrum", "com_curl", "curl_gram",
            "search_orientation", "phase_skewness", "flip_branch", "wrap_angle"]
 
 # name -> the 2 x 2 matrix M taking a recorded pixel's (ky, kx) to its k in the fits' frame. Each is
@@ -88,6 +88,9 @@ def reorient(session, orientation: str):
     if not hasattr(session, "_k"):
         raise InputError(f"a {type(session).__name__} cannot be reoriented: give its data in the fits' "
                          "orientation, or the orientation 'identity'")
+    holder = getattr(session, "_band_holder", None)
+    if holder is not None:
+        holder()  # made before the copy, so the copy shares it
     out = copy.copy(session)
     out.k = np.ascontiguousarray(np.asarray(session.k) @ _MATRIX[orientation].T)
     out._k = session.xp.asarray(out.k)
@@ -123,18 +126,28 @@ def com_spectrum(session, *, band=None):
     return qy[keep], qx[keep], np.asarray(c, np.complex128)
 
 
-def com_curl(qy, qx, c, orientation: str, rotation: float | None = None):
+def curl_gram(qy, qx, c) -> np.ndarray:
+    """The 4 x 4 real Gram matrix Re(V^H V) of the products V = (qy c_y, qy c_x, qx c_y, qx c_x) of the
+    COM spectrum ``c`` (recorded axes): every orientation's curl form (:func:`com_curl`) is a
+    quadratic form of it, so the eight orientations take one pass over the spectrum, not eight."""
+    v = np.stack([qy * c[:, 0], qy * c[:, 1], qx * c[:, 0], qx * c[:, 1]], 1)
+    return (v.conj().T @ v).real
+
+
+def com_curl(qy, qx, c, orientation: str, rotation: float | None = None, *, gram=None):
     """The curl fraction (0: a gradient field, 1: all curl) of the COM spectrum ``c`` (recorded
     axes) relabelled by ``orientation``, for the scan ``rotation`` (rad) or, when None, at the
     rotation that makes it least: ``(fraction, rotation)``, that rotation in [-pi/2, pi/2) (the
     fraction has period pi). Q x c in the detector frame is cos(theta) a + sin(theta) b with
-    a = qy c_x - qx c_y and b = qx c_x + qy c_y, so the curl energy is a 2 x 2 quadratic form."""
+    a = qy c_x - qx c_y and b = qx c_x + qy c_y, so the curl energy is a 2 x 2 quadratic form;
+    a and b are linear in the products of :func:`curl_gram` (``gram``, made here when None)."""
     m = _MATRIX[orientation]
-    cy = m[0, 0] * c[:, 0] + m[0, 1] * c[:, 1]
-    cx = m[1, 0] * c[:, 0] + m[1, 1] * c[:, 1]
-    a = qy * cx - qx * cy
-    b = qx * cx + qy * cy
-    form = np.array([[np.vdot(a, a).real, np.vdot(a, b).real], [np.vdot(a, b).real, np.vdot(b, b).real]])
+    gram = curl_gram(qy, qx, c) if gram is None else gram
+    # c' = m c: a = qy c'_x - qx c'_y, b = qx c'_x + qy c'_y in the products (qy cy, qy cx, qx cy, qx cx)
+    ua = np.array([m[1, 0], m[1, 1], -m[0, 0], -m[0, 1]], float)
+    ub = np.array([m[0, 0], m[0, 1], m[1, 0], m[1, 1]], float)
+    form = np.array([[ua @ gram @ ua, ua @ gram @ ub], [ub @ gram @ ua, ub @ gram @ ub]])
+    form = (form + form.T) / 2
     trace = form[0, 0] + form[1, 1]
     if trace <= 0:
         raise InputError("the bright field's centre of mass does not vary over the scan: no orientation can be told")
@@ -164,15 +177,16 @@ def search_orientation(session, *, rotation: float | None = None, band=None) -> 
     "method"}``.
     """
     qy, qx, c = com_spectrum(session, band=band)
+    gram = curl_gram(qy, qx, c)
     if rotation is None:
         scores, angles = {}, {}
         for name in ("identity", "transpose"):
-            scores[name], angles[name] = com_curl(qy, qx, c, name)
+            scores[name], angles[name] = com_curl(qy, qx, c, name, gram=gram)
         ranked = sorted(scores, key=scores.get)
         best, other = ranked
         return {"orientation": best, "score": scores[best], "runner_up": other, "runner_up_score": scores[other],
                 "scores": scores, "rotation_rad": angles[best], "method": "bright-field centre-of-mass curl"}
-    scores = {name: com_curl(qy, qx, c, name, rotation)[0] for name in ORIENTATIONS}
+    scores = {name: com_curl(qy, qx, c, name, rotation, gram=gram)[0] for name in ORIENTATIONS}
     ranked = sorted(scores, key=lambda n: (scores[n], list(ORIENTATIONS).index(n)))
     best = ranked[0]
     partner = compose(best, "rot180")

@@ -25,6 +25,7 @@ from qora.backend.fft import fftn, ifftn, irfftn, rfftn
 from qora.io.errors import InputError
 from qora.io.validate import integer, positive
 from qora.ssb import kernels
+from qora.ssb.band_cache import BandCache
 from qora.ssb.detector import (DetectorFit, bright_field_pixels, check_data, check_level, check_settings,
                                fit_detector, gather, scan_frequencies, scan_steps)
 from qora.ssb.model import chi_coefficients, parameters_to_aberrations, quadratic_tag
@@ -35,7 +36,7 @@ from qora.ssb.timing import Clock as _Clock
 __all__ = ["Session"]
 
 
-class Session:
+class Session(BandCache):
     """The bright field and its half-plane G(Q, k), prepared once for many images.
 
     Parameters
@@ -154,6 +155,14 @@ class Session:
             ks = slice(start, start + size)
             yield ks, self.xp.asarray(self.G[..., ks])
 
+    def __copy__(self) -> "Session":
+        # a shallow copy shares everything, the band cache included (copy.copy would go through
+        # __getstate__, which leaves the cache behind for pickling: every reoriented copy a fit made
+        # gathered its own 2.9 GiB band at full scale)
+        out = object.__new__(type(self))
+        out.__dict__.update(self.__dict__)
+        return out
+
     def __getstate__(self) -> dict:
         # the backend (a module and its locks) travels by name: a session can move between Dask
         # workers; its arrays are copied as they are (CuPy's pickle goes through the host)
@@ -170,36 +179,6 @@ class Session:
         self.backend = resolve(state["backend"])
         self.xp = self.backend.xp
 
-    # -- the fits' band of G, cached ---------------------------------------------------------
-    def band_rows(self, keep, *, on_device: bool):
-        """The rows of G at the half-plane frequencies ``keep`` (a boolean mask of :meth:`q_half`'s
-        shape) and sum |G|^2 over them: ``(rows (nq, nbf), total)``, on the device with
-        ``on_device`` (G held there), else host arrays. What a :class:`qora.ssb.band.Band` is made
-        of: the fits make several bands of one band of frequencies (standard, thick, the Hessian's),
-        and at full scale each gather is 3 GB, so the last one is kept (the memory of one more band
-        is all it costs; :attr:`band_cache_bytes`, :meth:`clear_band_cache`). A pickled session
-        leaves it behind."""
-        key = keep.tobytes()
-        cached = self._band_cache
-        if cached is not None and cached[0] == key:
-            return cached[1], cached[2]
-        xp = self.xp if on_device else np
-        G = self.G[xp.asarray(keep)] if on_device else self.host_G()[keep]
-        # a float64 sum in blocks of rows, with no G-sized temporary
-        total = float(sum(float(xp.sum(xp.abs(G[i:i + 4096]) ** 2, dtype=np.float64)) for i in range(0, G.shape[0], 4096)))
-        self._band_cache = (key, G, total)
-        return G, total
-
-    @property
-    def band_cache_bytes(self) -> int:
-        """Bytes of the cached band of G (:meth:`band_rows`), 0 when none is cached."""
-        return 0 if self._band_cache is None else int(self._band_cache[1].nbytes)
-
-    def clear_band_cache(self) -> None:
-        """Drop the cached band of G (:meth:`band_rows` makes it again when needed)."""
-        self._band_cache = None
-
-    _band_cache = None  # (mask bytes, rows of G, total) of band_rows; per instance once set
     orientation = "identity"  # the detector's relabelling (qora.ssb.orientation.reorient: copies with another)
 
     def _whole(self, what: str) -> None:

@@ -2,11 +2,14 @@
 
 A 512 x 512 scan with a 192 x 192 uint16 detector is 19 GB on disk, and reading its ~8,800
 bright-field pixels pixel by pixel would touch every frame once per chunk of pixels. Here the
-scan is read once, in blocks of scan rows: the bright-field disk's bounding box of each frame is
-copied by a few host threads into one of two pinned buffers, sent to the device on a copy stream
-while the device transforms the block before it, gathered to the bright-field pixels and
-transformed along the scan columns (a real FFT) into its rows of G. When every row is in, G is
-transformed along the scan rows, a slab of columns at a time, and scaled by the bright-field level.
+scan is read once, in blocks of scan rows: each frame's bright-field pixels are copied, one
+detector row's run at a time, by the host's threads (a Numba loop; a lazy array that is not a
+NumPy array is read by its bounding box and gathered on the device) into one of two pinned
+buffers, sent to the device on a copy stream while the device transforms the block before it,
+and transformed along the scan columns (a real FFT) into its rows of G. When every row is in, G
+is transformed along the scan rows, a slab of columns at a time, and scaled by the bright-field
+level. (issue 38: the boxes copied by NumPy on 8 threads read 16 GB/s, the prepare step 0.60 s
+against the H2D floor of 0.11 s.)
 Peak device memory: G plus a few blocks, no copy of the data.
 """
 
@@ -24,6 +27,7 @@ __all__ = ["g_on_device"]
 
 BLOCK_BYTES = 64 << 20  # host bytes per block of scan rows (the bounding boxes' raw data)
 SLAB_BYTES = 128 << 20  # device bytes per slab of the column transform (each holds ~4 such temporaries)
+READ_THREADS = 16  # host threads copying frames' boxes into the pinned buffers, at most (16: 0.44 s, 8: 0.60 s, H200 host)
 
 
 def g_on_device(data, pixels, dtype, level: float | None = None):
@@ -34,36 +38,32 @@ def g_on_device(data, pixels, dtype, level: float | None = None):
     ``pixels``: (rows, cols) of the bright-field pixels on the detector.
     """
     cp = require_cupy("G made on the device (qora.ssb.stream)")
-    rows, cols = (np.asarray(p) for p in pixels)
     sy, sx = data.shape[:2]
-    r0, r1, c0, c1 = int(rows.min()), int(rows.max()) + 1, int(cols.min()), int(cols.max()) + 1
-    box = (r1 - r0, c1 - c0)
-    nbf = len(rows)
+    nbf = len(np.asarray(pixels[0]))
     real = np.float32 if dtype == np.complex64 else np.float64
-    index = cp.asarray((rows - r0) * box[1] + (cols - c0))
-    frame_bytes = box[0] * box[1] * np.dtype(data.dtype).itemsize
+    reader = _RunReader(data, pixels) if _RunReader.takes(data) else _BoxReader(data, pixels, cp)
+    frame_bytes = int(np.prod(reader.frame)) * np.dtype(data.dtype).itemsize
     block = max(1, min(sy, BLOCK_BYTES // max(1, sx * frame_bytes)))
     G = cp.empty((sy, sx // 2 + 1, nbf), dtype)
     bright = cp.empty((sy, sx), np.float64)
-    pinned = [_pinned(cp, (block, sx) + box, data.dtype) for _ in range(2)]
-    staged = [cp.empty((block, sx) + box, data.dtype) for _ in range(2)]
+    pinned = [_pinned(cp, (block, sx) + reader.frame, data.dtype) for _ in range(2)]
+    staged = [cp.empty((block, sx) + reader.frame, data.dtype) for _ in range(2)]
     copied = [cp.cuda.Event() for _ in range(2)]  # the H2D copy out of pinned[i] is done
     used = [cp.cuda.Event() for _ in range(2)]  # the device is done with staged[i]
     copy_stream = cp.cuda.Stream(non_blocking=True)
     compute = cp.cuda.get_current_stream()
-    threads = max(1, min(8, cpu_count()))
-    with ThreadPoolExecutor(threads) as pool:
+    with reader:
         for i, s0 in enumerate(range(0, sy, block)):
             s1 = min(sy, s0 + block)
             n, b = s1 - s0, i % 2
             copied[b].synchronize()  # pinned[b] may be overwritten
-            _read_rows(pool, threads, data, s0, s1, (r0, r1, c0, c1), pinned[b][:n])
+            reader.read(s0, s1, pinned[b][:n])
             with copy_stream:
                 copy_stream.wait_event(used[b])
                 staged[b][:n].set(pinned[b][:n], stream=copy_stream)
                 copied[b].record(copy_stream)
             compute.wait_event(copied[b])
-            x = staged[b][:n].reshape(n, sx, -1)[:, :, index].astype(real)  # (n, sx, nbf)
+            x = reader.pixels(staged[b][:n]).astype(real)  # (n, sx, nbf)
             used[b].record(compute)
             bright[s0:s1] = x.sum(-1, dtype=np.float64)
             G[s0:s1] = rfft(x, axis=1)
@@ -79,6 +79,64 @@ def g_on_device(data, pixels, dtype, level: float | None = None):
         part = G[:, j0:j0 + slab]
         G[:, j0:j0 + slab] = fft(part, axis=0) * real(scale)
     return G, float(level), bright_host
+
+
+class _RunReader:
+    """Frames' bright-field pixels copied run by run into the pinned buffer by a Numba loop on the
+    host's threads (:mod:`qora.ssb.bright_runs`): for data held as a NumPy array or memory map."""
+
+    @staticmethod
+    def takes(data) -> bool:
+        return isinstance(data, np.ndarray) and data.ndim == 4 and data.dtype.isnative
+
+    def __init__(self, data, pixels):
+        from qora.ssb.bright_runs import pixel_runs
+
+        self.data = np.asarray(data)  # a memory map as a plain array view (Numba types it)
+        self.runs = pixel_runs(*pixels)
+        self.frame = (len(np.asarray(pixels[0])),)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def read(self, s0: int, s1: int, out: np.ndarray) -> None:
+        from qora.ssb.bright_runs import gather_runs
+
+        gather_runs(self.data, s0, self.runs, out)
+
+    @staticmethod
+    def pixels(staged):
+        return staged
+
+
+class _BoxReader:
+    """Frames' bounding boxes of the bright field copied by NumPy on a pool of threads (any array
+    that reads by slicing: a lazy reader's view), gathered to the bright-field pixels on the device."""
+
+    def __init__(self, data, pixels, cp):
+        rows, cols = (np.asarray(p) for p in pixels)
+        r0, r1, c0, c1 = int(rows.min()), int(rows.max()) + 1, int(cols.min()), int(cols.max()) + 1
+        self.data, self.box, self.frame = data, (r0, r1, c0, c1), (r1 - r0, c1 - c0)
+        self.index = cp.asarray((rows - r0) * (c1 - c0) + (cols - c0))
+        self.threads = max(1, min(READ_THREADS, cpu_count()))
+
+    def __enter__(self):
+        self.pool = ThreadPoolExecutor(self.threads)
+        return self
+
+    def __exit__(self, *exc):
+        self.pool.shutdown()
+        return False
+
+    def read(self, s0: int, s1: int, out: np.ndarray) -> None:
+        _read_rows(self.pool, self.threads, self.data, s0, s1, self.box, out)
+
+    def pixels(self, staged):
+        n, sx = staged.shape[:2]
+        return staged.reshape(n, sx, -1)[:, :, self.index]
 
 
 def _pinned(cp, shape, dtype) -> np.ndarray:

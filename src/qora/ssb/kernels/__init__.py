@@ -21,7 +21,7 @@ from qora.backend import require_cupy
 from qora.backend.kernels import get_kernel
 
 __all__ = ["ssb_sums", "chi_pixels", "loss_half", "loss_moments", "parallax_fine", "band_batch",
-           "band_quad_batch", "band_quad_standard", "band_quad_derivatives", "agreement_sum",
+           "band_quad_batch", "band_quad_standard", "band_quad_derivatives", "agreement_sum", "derivative_sums",
            "incoherent_transfers", "incoherent_sums", "incoherent_tasks", "double_overlap",
            "INCOHERENT_KINDS", "bslz4_gather", "bslz4_shared_bytes",
            "kernel", "complex_tag", "most_sets", "batch_size",
@@ -51,8 +51,8 @@ _MODULES = {
               + ("loss_moments<float>", "loss_moments<double>", "chi_pixels"),
     "band.cu": _batch_names("band_quad_batch") + _batch_names("band_quad_standard")
                + ("band_quad_derivatives<3>", "band_quad_derivatives<6>"),
-    "depth.cu": ("incoherent_transfers<float2>", "incoherent_transfers<double2>", "incoherent_sums<float2>",
-                 "incoherent_sums<double2>", "double_overlap"),
+    "depth.cu": tuple(f"{k}<{c}, {o}>" for k in ("incoherent_transfers", "incoherent_sums")
+                      for c in ("float2", "double2") for o in (0, 2)) + ("double_overlap",),
     "bslz4.cu": tuple(f"bslz4_gather<{t}, {o}>" for t in ("unsigned char", "unsigned short", "unsigned int")
                       for o in ("float", "double")),
 }
@@ -278,6 +278,57 @@ def agreement_sum(*, raw):
     return _AGREEMENT_SUM(raw[..., 0], raw[..., 1], raw[..., 2], axis=1)
 
 
+_DERIVATIVE_TERMS = None
+_DERIVATIVE_TERMS_OP = r"""
+const double* r = &moments[(long long)i * ncols];
+double* o = &terms[(long long)i * nout];
+const double sr = r[0], si = r[1], n = fmax(r[2], 1e-300);
+const double p = sr * sr + si * si, in = 1.0 / n, in2 = in * in;
+double pp[6], np_[6];
+o[0] = p * in;
+for (int a = 0; a < nk; ++a) {
+    pp[a] = 2.0 * (sr * r[3 + 3 * a] + si * r[4 + 3 * a]);
+    np_[a] = r[5 + 3 * a];
+    o[1 + a] = pp[a] * in - p * np_[a] * in2;
+}
+int m = 0;
+for (int a = 0; a < nk; ++a) {
+    for (int b = a; b < nk; ++b, ++m) {
+        const double* s = &r[3 + 3 * nk + 3 * m];
+        const double pab = 2.0 * (r[3 + 3 * a] * r[3 + 3 * b] + r[4 + 3 * a] * r[4 + 3 * b] + sr * s[0] + si * s[1]);
+        o[1 + nk + m] = pab * in - (pp[a] * np_[b] + pp[b] * np_[a]) * in2 - p * s[2] * in2
+                        + 2.0 * p * np_[a] * np_[b] * in2 * in;
+    }
+}
+"""
+
+
+def derivative_sums(*, raw, parameters: int):
+    """The agreement's sums over Q from ``band_quad_derivatives``' (nq, 3 + 3 n + 3 n (n + 1) / 2)
+    output for n = ``parameters`` (3 or 6): sum_Q |S|^2 / N, its n first derivatives and the
+    n (n + 1) / 2 second derivatives of the pairs i <= j (the kernel's order), float64 on the
+    device, from one elementwise launch (each Q's terms) and one sum: no complex arrays, no
+    launch per parameter (the array route took ~40 small launches and three copies to the host a
+    Newton step, ~1.5 ms at full scale where the kernel takes 1 ms on a thinned band).
+
+    Reference: :func:`qora.ssb.moments.combine_moments` (before its division by the total)."""
+    global _DERIVATIVE_TERMS
+    cp = _xp()
+    if _DERIVATIVE_TERMS is None:
+        _DERIVATIVE_TERMS = cp.ElementwiseKernel("raw float64 moments, int32 ncols, int32 nk, int32 nout",
+                                                 "raw float64 terms", _DERIVATIVE_TERMS_OP,
+                                                 "qora_ssb_derivative_terms")
+    n = int(parameters)
+    if n > 6 or raw.ndim != 2 or raw.shape[1] != 3 + 3 * n + 3 * n * (n + 1) // 2 or raw.dtype != np.float64:
+        raise ValueError(f"raw must be (nq, {3 + 3 * n + 3 * n * (n + 1) // 2}) float64 for {n} parameters, got "
+                         f"{raw.shape} {raw.dtype}")
+    nout = 1 + n + n * (n + 1) // 2
+    terms = cp.empty((raw.shape[0], nout))
+    _DERIVATIVE_TERMS(cp.ascontiguousarray(raw), np.int32(raw.shape[1]), np.int32(n), np.int32(nout), terms,
+                      size=raw.shape[0])
+    return terms.sum(axis=0)
+
+
 # -- depth.cu -------------------------------------------------------------------------------------
 INCOHERENT_KINDS = {"C10": 0, "C12a": 1, "C12b": 2, "thickness": 3}  # depth.cu's parameter codes
 
@@ -299,10 +350,10 @@ def incoherent_transfers(*, k, qy, qx, wavelength: float, limit: float, coeffici
     threads = BLOCK["depth.cu"]
     grid = max(1, min(-(-rows * nbf // threads), 16 * multiprocessors()))
     kinds = xp.asarray([INCOHERENT_KINDS[p] for p in parameters], np.int32)
-    kernel(f"incoherent_transfers<{complex_tag(out)}>")(
+    kernel(f"incoherent_transfers<{complex_tag(out)}, {0 if order == 0 else 2}>")(
         (grid,), (threads,), (k, qy, qx, np.int32(rows), np.int32(nbf), np.float64(wavelength), np.float64(limit),
                               xp.asarray(coefficients, np.float64), np.float64(thickness), kinds,
-                              np.int32(len(parameters)), np.int32(sections), np.int32(order), out))
+                              np.int32(len(parameters)), np.int32(sections), out))
 
 
 SUMS_TILE, TASK_WIDTH, SUMS_THREADS, TASKS_PER_THREAD = 32, 9, 256, 2  # depth.cu's constants
@@ -340,14 +391,14 @@ def incoherent_sums(*, G, k, qy, qx, wavelength: float, limit: float, coefficien
     columns = 1 if order == 0 else 1 + P + P * (P + 1) // 2
     tasks = xp.asarray(incoherent_tasks(columns, m, P))
     shared = (columns * m + 1) * SUMS_TILE * 16
-    function = kernel(f"incoherent_sums<{complex_tag(G)}>")
+    function = kernel(f"incoherent_sums<{complex_tag(G)}, {0 if order == 0 else 2}>")
     if shared > 48 * 1024 and function.max_dynamic_shared_size_bytes < shared:
         function.max_dynamic_shared_size_bytes = shared  # past the default 48 KiB: an opt-in per kernel
     kinds = xp.asarray([INCOHERENT_KINDS[p] for p in parameters], np.int32)
     function((nq,), (SUMS_THREADS,),
              (G, k, qy, qx, np.int32(nbf), np.float64(wavelength), np.float64(limit),
-              xp.asarray(coefficients, np.float64), np.float64(thickness), kinds, np.int32(P), np.int32(m),
-              np.int32(0 if order == 0 else 2), tasks, np.int32(len(tasks)), sX, AX, sX if B is None else B),
+              xp.asarray(coefficients, np.float64), np.float64(thickness), kinds, np.int32(P), np.int32(m), tasks,
+              np.int32(len(tasks)), sX, AX, sX if B is None else B),
              shared_mem=shared)
 
 

@@ -38,16 +38,15 @@ struct Z {  // a complex float64 in registers
 
 __device__ __forceinline__ Z minus_i(Z a) { return {a.im, -a.re}; }  // -i a
 
-// sinc(v) and its first two derivatives in v (a series near 0, as qora.ssb.model.sinc_derivatives)
-__device__ __forceinline__ void sinc3(double v, double& h, double& h1, double& h2) {
+// sinc(v) and its first two derivatives in v from s, c = sin v, cos v (a series near 0, as
+// qora.ssb.model.sinc_derivatives)
+__device__ __forceinline__ void sinc3(double v, double s, double c, double& h, double& h1, double& h2) {
     if (fabs(v) < 1e-4) {
         h = 1.0 - v * v / 6.0;
         h1 = -v / 3.0;
         h2 = -1.0 / 3.0 + v * v / 10.0;
         return;
     }
-    double s, c;
-    sincos(v, &s, &c);
     h = s / v;
     h1 = (v * c - s) / (v * v);
     h2 = -s / v - 2.0 * c / (v * v) + 2.0 * s / (v * v * v);
@@ -87,8 +86,9 @@ __device__ __forceinline__ Term term_at(double ky, double kx, double qy, double 
 
 // The L columns of section m's transfer at one (Q, k) from its two terms (the transfer, its first
 // derivatives in the P fitted parameters of kind[], the second of each pair i <= j), into col
+// g[e]: the section's depth phasor e^{i c_m a t} of each term
 __device__ __forceinline__ void section_columns(const Term (&terms)[2], const double (&h)[2], const double (&h1)[2],
-                                                const double (&h2)[2], double thickness, double cm,
+                                                const double (&h2)[2], const Z (&g)[2], double cm,
                                                 const int (&kind)[MOST_PARAMETERS], int P, int order,
                                                 Z (&col)[MOST_COLUMNS]) {
 #pragma unroll
@@ -101,14 +101,11 @@ __device__ __forceinline__ void section_columns(const Term (&terms)[2], const do
 #pragma unroll
         for (int i = 0; i < MOST_PARAMETERS; ++i)
             dp[i] = kind[i] == 0 ? t.d[0] : kind[i] == 1 ? t.d[1] : kind[i] == 2 ? t.d[2] : 0.0;
-        double s, co;
-        sincos(cm * t.a * thickness, &s, &co);
-        const Z g = {co, s};
-        const Z f = g * h[e];
+        const Z f = g[e] * h[e];
         col[0] = col[0] + t.base * f;
         if (order == 0) continue;
-        const Z f1 = Z{h1[e], cm * h[e]} * g;  // df/du = (i c h + h1) g
-        const Z f2 = Z{h2[e] - cm * cm * h[e], 2.0 * cm * h1[e]} * g;
+        const Z f1 = Z{h1[e], cm * h[e]} * g[e];  // df/du = (i c h + h1) g
+        const Z f2 = Z{h2[e] - cm * cm * h[e], 2.0 * cm * h1[e]} * g[e];
         // the loops unrolled to their bounds, so that col's indices are constants (registers)
 #pragma unroll
         for (int i = 0; i < MOST_PARAMETERS; ++i) {
@@ -132,20 +129,40 @@ __device__ __forceinline__ void section_columns(const Term (&terms)[2], const do
     }
 }
 
-// Both terms of Gamma at (Q, k) and their sinc factors sinc(a t / 2M) with its first two derivatives
-// (scaled to derivatives in u = a t)
+// Both terms of Gamma at (Q, k), their sinc factors sinc(a t / 2M) with its first two derivatives
+// (scaled to derivatives in u = a t), and the first section's depth phasor g0 = e^{i c_0 u} with the
+// step r = e^{i u / M} to the next: section m's is g0 r^m (c_m = c_0 + m / M), so one sincos of
+// v = u / 2M per term gives the sinc and every section's phasor (was M + 1 sincos a term)
 struct PixelTerms {
     Term terms[2];
     double h[2], h1[2], h2[2];
+    Z g0[2], r[2];
     __device__ __forceinline__ PixelTerms(double ky, double kx, double qy, double qx, double lam, double limit,
                                           const double* c, double thickness, int M) {
         terms[0] = term_at(ky, kx, qy, qx, -1.0, lam, limit, c);
         terms[1] = term_at(ky, kx, qy, qx, 1.0, lam, limit, c);
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-            sinc3(terms[e].a * thickness / (2.0 * M), h[e], h1[e], h2[e]);
+            const double v = terms[e].a * thickness / (2.0 * M);
+            double sv, cv;
+            sincos(v, &sv, &cv);
+            sinc3(v, sv, cv, h[e], h1[e], h2[e]);
             h1[e] /= 2.0 * M;
             h2[e] /= 4.0 * M * M;
+            const Z half = {cv, -sv};  // e^{-i v}: c_0 u = -(M - 1) v
+            Z g = {1.0, 0.0};
+            for (int i = 1; i < M; ++i) g = g * half;
+            g0[e] = g;
+            r[e] = Z{cv * cv - sv * sv, 2.0 * sv * cv};  // e^{2 i v}
+        }
+    }
+    // section m's phasors of both terms, from g0 and r
+    __device__ __forceinline__ void phasors(int m, Z (&g)[2]) const {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            Z x = g0[e];
+            for (int i = 0; i < m; ++i) x = x * r[e];
+            g[e] = x;
         }
     }
 };
@@ -160,12 +177,12 @@ __device__ __forceinline__ void load_kinds(const int* __restrict__ kinds, int P,
 // X (rows, L, M, nbf) of the block's frequencies qy, qx (rows); kinds[i]: 0, 1, 2 for C10, C12a, C12b,
 // 3 for the thickness, of the P fitted parameters; coefficients: C10, C12a, C12b (A; 0 where not
 // fitted); order 0 writes L = 1 (the transfers), order 2 L = 1 + P + P (P + 1) / 2.
-template <typename T>
+template <typename T, int ORDER>
 __global__ void __launch_bounds__(128) incoherent_transfers(
     const double* __restrict__ k, const double* __restrict__ qy, const double* __restrict__ qx, int rows, int nbf,
     double lam, double limit, const double* __restrict__ coefficients, double thickness,
-    const int* __restrict__ kinds, int P, int M, int order, T* __restrict__ X) {
-    const int L = order == 0 ? 1 : 1 + P + P * (P + 1) / 2;
+    const int* __restrict__ kinds, int P, int M, T* __restrict__ X) {
+    const int L = ORDER == 0 ? 1 : 1 + P + P * (P + 1) / 2;
     const double c[3] = {coefficients[0], coefficients[1], coefficients[2]};
     int kind[MOST_PARAMETERS];
     load_kinds(kinds, P, kind);
@@ -175,9 +192,12 @@ __global__ void __launch_bounds__(128) incoherent_transfers(
         const int q = (int)(idx / nbf), j = (int)(idx - (long long)q * nbf);
         const PixelTerms pt(k[2 * j], k[2 * j + 1], qy[q], qx[q], lam, limit, c, thickness, M);
         T* out = X + (long long)q * L * M * nbf + j;
+        Z g[2] = {pt.g0[0], pt.g0[1]};
         for (int m = 0; m < M; ++m) {
             Z col[MOST_COLUMNS];
-            section_columns(pt.terms, pt.h, pt.h1, pt.h2, thickness, (m + 0.5) / M - 0.5, kind, P, order, col);
+            section_columns(pt.terms, pt.h, pt.h1, pt.h2, g, (m + 0.5) / M - 0.5, kind, P, ORDER, col);
+            g[0] = g[0] * pt.r[0];
+            g[1] = g[1] * pt.r[1];
 #pragma unroll
             for (int l = 0; l < MOST_COLUMNS; ++l)
                 if (l < L) out[((long long)l * M + m) * nbf] = Store<T>::make(col[l].re, col[l].im);
@@ -198,15 +218,15 @@ __global__ void __launch_bounds__(128) incoherent_transfers(
 #define TASK_WIDTH 9
 #define MOST_TASKS_PER_THREAD 2
 
-template <typename G_T>
+template <typename G_T, int ORDER>
 __global__ void __launch_bounds__(SUMS_THREADS) incoherent_sums(
     const G_T* __restrict__ G, const double* __restrict__ k, const double* __restrict__ qy,
     const double* __restrict__ qx, int nbf, double lam, double limit, const double* __restrict__ coefficients,
-    double thickness, const int* __restrict__ kinds, int P, int M, int order, const int4* __restrict__ tasks,
+    double thickness, const int* __restrict__ kinds, int P, int M, const int4* __restrict__ tasks,
     int ntasks, double2* __restrict__ sX, double2* __restrict__ AX, double2* __restrict__ B) {
     extern __shared__ double2 tile[];  // (L M + 1) rows of SUMS_TILE: the transfers, then G
     const int q = blockIdx.x;
-    const int L = order == 0 ? 1 : 1 + P + P * (P + 1) / 2;
+    const int L = ORDER == 0 ? 1 : 1 + P + P * (P + 1) / 2;
     const int LM = L * M, PM = P * M;
     const double c[3] = {coefficients[0], coefficients[1], coefficients[2]};
     int kind[MOST_PARAMETERS];
@@ -229,7 +249,9 @@ __global__ void __launch_bounds__(SUMS_THREADS) incoherent_sums(
             Z col[MOST_COLUMNS];
             if (j < nbf) {
                 const PixelTerms pt(k[2 * j], k[2 * j + 1], Qy, Qx, lam, limit, c, thickness, M);
-                section_columns(pt.terms, pt.h, pt.h1, pt.h2, thickness, (m + 0.5) / M - 0.5, kind, P, order, col);
+                Z g[2];
+                pt.phasors(m, g);
+                section_columns(pt.terms, pt.h, pt.h1, pt.h2, g, (m + 0.5) / M - 0.5, kind, P, ORDER, col);
             } else {
 #pragma unroll
                 for (int l = 0; l < MOST_COLUMNS; ++l) col[l] = {0.0, 0.0};
