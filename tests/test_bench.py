@@ -101,8 +101,13 @@ def test_ssb_live_bench_measures_every_case_on_a_small_scan():
     simulator runs in a process of its own; the DECTRIS cases take the same path)."""
     from qora.bench import ssb_live
 
+    lines = []
     r = ssb_live.run(backend="cpu", scan=8, detector=32, pool=8, protocols=("merlin",), write=False,
-                     echo=lambda *_: None)
+                     echo=lines.append)
+    # the final fit's C10 is printed with what the fit says of it (the 16-row film cannot tell it) and the truth's plane
+    final = [line for line in lines if line.startswith("final image + cold fit")]
+    assert final and "not determined" in final[0] and "the same plane" in final[0]
+    assert r.cases["final/16x32"]["C10_determined"] is False
     assert {"floor/host_copy", "receive/merlin/32", "to_G/merlin/8x32", "memory_to_G/8x32",
             "final/16x32", "final/16x32/auto", "stage/dectris/device_decode_host_part",
             "stage/dectris/zmq_receive_v2", "stage/dectris/v1_pattern_parse", "parity/16x32"} <= set(r.cases)

@@ -322,3 +322,11 @@ def test_com_curl_from_the_gram_equals_the_direct_form():
         assert com_curl(qy, qx, c, name, 0.4, gram=gram)[0] == pytest.approx(v @ form @ v / np.trace(form), rel=1e-12)
         least = np.linalg.eigvalsh(form)[0] / np.trace(form)
         assert com_curl(qy, qx, c, name, gram=gram)[0] == pytest.approx(least, rel=1e-12)
+
+
+def test_phase_skewness_is_the_third_standardised_moment():
+    from scipy.stats import skew
+
+    x = np.random.default_rng(2).gamma(2.0, size=(64, 48)).astype(np.float32)
+    assert phase_skewness(x) == pytest.approx(skew(x.ravel().astype(np.float64)), rel=1e-10)
+    assert phase_skewness(np.full((5, 5), 0.3)) == 0.0

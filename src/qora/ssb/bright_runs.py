@@ -35,10 +35,10 @@ def _gather(data, s0, runs, out):
     n, sx = out.shape[0], out.shape[1]
     for f in numba.prange(n * sx):
         i, c = f // sx, f % sx
-        for r in range(runs.shape[0]):
-            row, col, length, first = runs[r, 0], runs[r, 1], runs[r, 2], runs[r, 3]
-            for j in range(length):
-                out[i, c, first + j] = data[s0 + i, c, row, col + j]
+        dst = out[i, c]
+        for r in range(runs.shape[0]):  # a slice copy a run: element by element with 4D indices ran at 10 GB/s
+            src = data[s0 + i, c, runs[r, 0]]
+            dst[runs[r, 3]:runs[r, 3] + runs[r, 2]] = src[runs[r, 1]:runs[r, 1] + runs[r, 2]]
 
 
 def gather_runs(data: np.ndarray, s0: int, runs: np.ndarray, out: np.ndarray) -> None:

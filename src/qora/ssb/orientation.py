@@ -119,9 +119,15 @@ def com_spectrum(session, *, band=None):
     # host): no G-sized temporary, the sum (sy, sx/2 + 1, 2) in float64
     xp = session.xp
     k = xp.asarray(np.asarray(session.k, np.float64))
-    total = xp.zeros(tuple(session.scan_shape[:1]) + (keep.shape[1], 2), np.complex128)
-    for ks, block in session._chunks():
-        total += block @ k[ks].astype(block.dtype)
+    G = getattr(session, "G", None)
+    if getattr(session, "memory", {}).get("G_on") == "device" and G is not None and G.ndim == 3:
+        # G in one piece on the device: one matrix product reads it once (the chunks below copied a
+        # strided slab of it per 512 pixels: ~20 ms at full scale, against ~3 ms)
+        total = (G.reshape(-1, G.shape[-1]) @ k.astype(G.dtype)).reshape(G.shape[:2] + (2,))
+    else:
+        total = xp.zeros(tuple(session.scan_shape[:1]) + (keep.shape[1], 2), np.complex128)
+        for ks, block in session._chunks():
+            total += block @ k[ks].astype(block.dtype)
     c = session.backend.to_host(total)[keep]
     return qy[keep], qx[keep], np.asarray(c, np.complex128)
 
@@ -203,8 +209,8 @@ def phase_skewness(image) -> float:
     positive skewness is the physical one; the other is the same image negated."""
     x = np.asarray(image, np.float64).ravel()
     x = x - x.mean()
-    s = x.std()
-    return float((x**3).mean() / s**3) if s > 0 else 0.0
+    var = float(np.dot(x, x)) / x.size  # dot products: x**3 took 13 ms of a 512^2 image (a pow per pixel)
+    return float(np.dot(x * x, x)) / x.size / var**1.5 if var > 0 else 0.0
 
 
 def flip_branch(values: dict) -> dict:

@@ -52,12 +52,23 @@ def g_on_device(data, pixels, dtype, level: float | None = None):
     used = [cp.cuda.Event() for _ in range(2)]  # the device is done with staged[i]
     copy_stream = cp.cuda.Stream(non_blocking=True)
     compute = cp.cuda.get_current_stream()
-    with reader:
-        for i, s0 in enumerate(range(0, sy, block)):
+    starts = list(range(0, sy, block))
+
+    def read(i: int) -> None:  # on the read-ahead thread: block i into pinned[i % 2]
+        s0, b = starts[i], i % 2
+        copied[b].synchronize()  # the copy out of pinned[b] two blocks ago is done: it may be overwritten
+        reader.read(s0, min(sy, s0 + block), pinned[b][:min(sy, s0 + block) - s0])
+
+    # the host reads block i + 1 while this thread sends block i and queues its transforms: the read, the
+    # slowest part (issue 38), is never waiting on the launches
+    with reader, ThreadPoolExecutor(1, thread_name_prefix="qora-g-read") as ahead:
+        pending = ahead.submit(read, 0)
+        for i, s0 in enumerate(starts):
             s1 = min(sy, s0 + block)
             n, b = s1 - s0, i % 2
-            copied[b].synchronize()  # pinned[b] may be overwritten
-            reader.read(s0, s1, pinned[b][:n])
+            pending.result()  # block i is in pinned[b] (a reader's error is raised here)
+            if i + 1 < len(starts):
+                pending = ahead.submit(read, i + 1)
             with copy_stream:
                 copy_stream.wait_event(used[b])
                 staged[b][:n].set(pinned[b][:n], stream=copy_stream)
