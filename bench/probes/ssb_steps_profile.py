@@ -266,6 +266,46 @@ def fits(session, cp):
         print(f"--- cProfile, fit {label} ---\n" + out.getvalue()[-7000:], flush=True)
 
 
+def derivative_blocks(session, cp):
+    """The derivative kernel at the blocks per SM its launch bounds ask for (band.cu's QORA_DERIVATIVE_BLOCKS_3/6:
+    0 the compiler's choice, 249 and 98 registers), on the whole and the thinned band, by CUDA events."""
+    from qora.backend.kernels import DEFAULT_OPTIONS, get_kernel
+    from qora.ssb import Band, kernels
+
+    values = {"C10": 100.0, "C12a": 10.0, "C12b": 5.0, "thickness": 120.0, "tilt_y": 1e-3, "tilt_x": 0.0}
+    thick = Band(session, ("C10", "C12a", "C12b", "thickness", "tilt_y", "tilt_x"))
+    standard = Band(session, ("C10", "C12a", "C12b"))
+    original = kernels.kernel
+    for np_, blocks_list in ((6, (0, 2)), (3, (0, 3, 4))):
+        name = f"band_quad_derivatives<{np_}>"
+        reference = None
+        for blocks in blocks_list:
+            fn = get_kernel("qora.ssb", "band.cu", name, name_expressions=kernels._MODULES["band.cu"],
+                            options=tuple(DEFAULT_OPTIONS) + (f"-DQORA_DERIVATIVE_BLOCKS_{np_}={blocks}",))
+            kernels.kernel = lambda n, fn=fn, name=name: fn if n == name else original(n)
+            for label, band in (("whole", thick if np_ == 6 else standard),
+                                ("thinned 5", (thick if np_ == 6 else standard).thinned(5))):
+                band._derivative_raw(values)
+                start, end = cp.cuda.Event(), cp.cuda.Event()
+                times = []
+                for _ in range(10):
+                    start.record()
+                    out = band._derivative_raw(values)
+                    end.record()
+                    end.synchronize()
+                    times.append(cp.cuda.get_elapsed_time(start, end))
+                if label == "whole":
+                    host = out.get()
+                    reference = host if reference is None else reference
+                    diff = float(np.abs(host - reference).max() / np.abs(reference).max())
+                else:
+                    diff = float("nan")
+                print(f"derivatives, {np_} parameters, blocks {blocks}, {label}: {np.median(times):.2f} ms "
+                      f"(registers {fn.num_regs}, local {fn.local_size_bytes} B; max difference {diff:.1e})",
+                      flush=True)
+    kernels.kernel = original
+
+
 def main(directory: str) -> None:
     from qora.backend import resolve
     from qora.bench.ssb_full import ALPHA, KV, dataset
@@ -281,6 +321,7 @@ def main(directory: str) -> None:
     detector = fit_detector(data, ALPHA, rows=32)
     kw = dict(kv=KV, alpha_mrad=ALPHA, scan_step=meta["scan_step_a"], detector=detector, backend=be)
     session = step2(data, kw, cp)
+    derivative_blocks(session, cp)
     fits(session, cp)
 
 

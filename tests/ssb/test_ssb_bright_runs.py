@@ -37,3 +37,10 @@ def test_pixel_runs_refuse_what_is_not_a_list_of_pixels():
         pixel_runs([], [])
     with pytest.raises(ValueError, match="pixels"):
         pixel_runs([1, 2], [3])
+
+
+def test_gather_runs_refuses_a_strided_view():
+    data = np.zeros((4, 4, 8, 8), np.uint16)
+    runs = pixel_runs([1, 1], [2, 3])
+    with pytest.raises(ValueError, match="C-contiguous"):
+        gather_runs(data[:, :, ::-1], 0, runs, np.empty((2, 4, 2), np.uint16))

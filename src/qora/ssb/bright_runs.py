@@ -32,17 +32,29 @@ def pixel_runs(rows, cols) -> np.ndarray:
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _gather(data, s0, runs, out):
-    n, sx = out.shape[0], out.shape[1]
+    # flat views and unsigned offsets: no negative-index wraparound test per element, so each run's copy
+    # is a plain vectorised loop (H200 host, 4.6 GB of ssb-full's pixels: 38.5 GB/s, where slices of
+    # 4D views ran at 28 GB/s and element-wise 4D indexing at 10.5 GB/s)
+    n, sx, npix = out.shape[0], out.shape[1], out.shape[2]
+    frame = data.shape[2] * data.shape[3]
+    width = data.shape[3]
+    src = data.reshape(-1)
+    dst = out.reshape(-1)
     for f in numba.prange(n * sx):
-        i, c = f // sx, f % sx
-        dst = out[i, c]
-        for r in range(runs.shape[0]):  # a slice copy a run: element by element with 4D indices ran at 10 GB/s
-            src = data[s0 + i, c, runs[r, 0]]
-            dst[runs[r, 3]:runs[r, 3] + runs[r, 2]] = src[runs[r, 1]:runs[r, 1] + runs[r, 2]]
+        base = numba.uint64((s0 * sx + f) * frame)
+        obase = numba.uint64(f * npix)
+        for r in range(runs.shape[0]):
+            a = base + numba.uint64(runs[r, 0] * width + runs[r, 1])
+            b = obase + numba.uint64(runs[r, 3])
+            for j in range(numba.uint64(runs[r, 2])):
+                dst[b + j] = src[a + j]
 
 
 def gather_runs(data: np.ndarray, s0: int, runs: np.ndarray, out: np.ndarray) -> None:
     """``out[i, c, :] = the pixels of data[s0 + i, c]`` for ``out`` (n, scan_col, pixels) of the
-    data's dtype, the pixels given by their :func:`pixel_runs`; in parallel over frames."""
+    data's dtype, the pixels given by their :func:`pixel_runs`; in parallel over frames. ``data``
+    and ``out`` C-contiguous."""
+    if not (data.flags.c_contiguous and out.flags.c_contiguous):
+        raise ValueError("gather_runs needs C-contiguous data and output")
     numba_threads()
     _gather(data, int(s0), runs, out)

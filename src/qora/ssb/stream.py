@@ -25,7 +25,7 @@ from qora.ssb.detector import check_level
 
 __all__ = ["g_on_device"]
 
-BLOCK_BYTES = 64 << 20  # host bytes per block of scan rows (the bounding boxes' raw data)
+BLOCK_BYTES = 256 << 20  # host bytes per block of scan rows read (H200, ssb-full: 0.28 s against 0.33 at 64 MB)
 SLAB_BYTES = 128 << 20  # device bytes per slab of the column transform (each holds ~4 such temporaries)
 READ_THREADS = 16  # host threads copying frames' boxes into the pinned buffers, at most (16: 0.44 s, 8: 0.60 s, H200 host)
 
@@ -98,7 +98,8 @@ class _RunReader:
 
     @staticmethod
     def takes(data) -> bool:
-        return isinstance(data, np.ndarray) and data.ndim == 4 and data.dtype.isnative
+        return (isinstance(data, np.ndarray) and data.ndim == 4 and data.dtype.isnative
+                and data.flags.c_contiguous)
 
     def __init__(self, data, pixels):
         from qora.ssb.bright_runs import pixel_runs

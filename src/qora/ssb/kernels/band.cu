@@ -377,8 +377,15 @@ band_quad_standard(BAND_BATCH_ARGS) {
 // i <= j (row by row) Re Sij, Im Sij, Nij. Every derivative of a term A e^{-i phi} s(u) is the
 // term's phasor times a real or imaginary number: -i d_p s (aberration p, d_p = d phi / d c_p),
 // s' u_p (depth parameter p), -d_p d_q s, -i d_p s' u_q, s'' u_p u_q + s' u_pq.
+// the blocks of BAND_THREADS an SM must hold (the register cap follows): a probe's compile option
+#ifndef QORA_DERIVATIVE_BLOCKS_6
+#define QORA_DERIVATIVE_BLOCKS_6 0  // 0: no minimum (the compiler's choice)
+#endif
+#ifndef QORA_DERIVATIVE_BLOCKS_3
+#define QORA_DERIVATIVE_BLOCKS_3 0
+#endif
 template <int NP>
-__global__ void __launch_bounds__(BAND_THREADS)
+__global__ void __launch_bounds__(BAND_THREADS, NP == 6 ? QORA_DERIVATIVE_BLOCKS_6 : QORA_DERIVATIVE_BLOCKS_3)
 band_quad_derivatives(const float2* __restrict__ G, const double* __restrict__ k, const float2* __restrict__ k32,
                       const int* __restrict__ cell,
                       const double* __restrict__ krow, int nrow, const double* __restrict__ kcol, int ncol,
