@@ -136,8 +136,15 @@ def curl_gram(qy, qx, c) -> np.ndarray:
     """The 4 x 4 real Gram matrix Re(V^H V) of the products V = (qy c_y, qy c_x, qx c_y, qx c_x) of the
     COM spectrum ``c`` (recorded axes): every orientation's curl form (:func:`com_curl`) is a
     quadratic form of it, so the eight orientations take one pass over the spectrum, not eight."""
-    v = np.stack([qy * c[:, 0], qy * c[:, 1], qx * c[:, 0], qx * c[:, 1]], 1)
-    return (v.conj().T @ v).real
+    # entry ((i, j), (k, l)) = sum q_i q_k Re(conj(c_j) c_l): one real (3, n) @ (n, 3) product of the
+    # q products and the c products (the complex (n, 4) stack and its Gram took 10 ms at 512^2)
+    q = np.stack([qy * qy, qy * qx, qx * qx])
+    cy, cx = c[:, 0], c[:, 1]
+    r = np.stack([cy.real**2 + cy.imag**2, cy.real * cx.real + cy.imag * cx.imag, cx.real**2 + cx.imag**2], 1)
+    m = q @ r  # m[a, b]: a indexes (yy, yx, xx) of q_i q_k, b (yy, yx, xx) of Re conj(c_j) c_l
+    pair = {(0, 0): 0, (0, 1): 1, (1, 0): 1, (1, 1): 2}
+    index = [(0, 0), (0, 1), (1, 0), (1, 1)]  # (i, j) of (qy cy, qy cx, qx cy, qx cx)
+    return np.array([[m[pair[i, k], pair[j, l]] for (k, l) in index] for (i, j) in index])
 
 
 def com_curl(qy, qx, c, orientation: str, rotation: float | None = None, *, gram=None):

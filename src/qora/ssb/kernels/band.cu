@@ -379,10 +379,10 @@ band_quad_standard(BAND_BATCH_ARGS) {
 // s' u_p (depth parameter p), -d_p d_q s, -i d_p s' u_q, s'' u_p u_q + s' u_pq.
 // the blocks of BAND_THREADS an SM must hold (the register cap follows): a probe's compile option
 #ifndef QORA_DERIVATIVE_BLOCKS_6
-#define QORA_DERIVATIVE_BLOCKS_6 0  // 0: no minimum (the compiler's choice)
+#define QORA_DERIVATIVE_BLOCKS_6 2  // 128 registers, 168 B local: 15.1 ms a whole-band pass against 16.0 at 249 (H200)
 #endif
 #ifndef QORA_DERIVATIVE_BLOCKS_3
-#define QORA_DERIVATIVE_BLOCKS_3 0
+#define QORA_DERIVATIVE_BLOCKS_3 3  // 80 registers: 4.60 ms against 5.23 at 98 (0: the compiler's choice)
 #endif
 template <int NP>
 __global__ void __launch_bounds__(BAND_THREADS, NP == 6 ? QORA_DERIVATIVE_BLOCKS_6 : QORA_DERIVATIVE_BLOCKS_3)
