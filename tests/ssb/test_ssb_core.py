@@ -516,3 +516,41 @@ def test_mean_pattern_on_threads_equals_numpy_mean(tmp_path):
     nan[5, 3, 2, 2] = np.nan
     with pytest.raises(ValueError, match="non-finite"):
         fit_detector(nan, 20.0)
+
+
+def test_newton_ends_on_a_last_step_its_model_predicted():
+    """Near the maximum (the full step's predicted gain within LAST_STEP_GAIN tolerances, as from a thinned
+    band's maximum) a step that realises what its quadratic model predicted ends the fit with no pass
+    with derivatives after it, within the tolerance of the maximum; far from it, or where the model errs
+    (a quartic hill, whose step realises 1.2 times its prediction and stops short), Newton goes on."""
+    from qora.ssb import newton
+
+    class Hill:
+        parameters = ("C10", "C12a")
+
+        def __init__(self, quartic):
+            self.quartic, self.counts = quartic, {0: 0, 2: 0}
+
+        def evaluate(self, values, *, order=2):
+            self.counts[order] += 1
+            x = np.array([values["C10"] - 100.0, values["C12a"] - 5.0])
+            value = 0.5 - 1e-3 * x @ x - self.quartic * (x @ x) ** 2
+            if order == 0:
+                return value
+            grad = -2e-3 * x - 4 * self.quartic * (x @ x) * x
+            hess = -2e-3 * np.eye(2) - self.quartic * (8 * np.outer(x, x) + 4 * (x @ x) * np.eye(2))
+            return value, grad, hess
+
+    tolerance = 1e-10  # of the agreement 0.5: 5e-11
+    near = {"C10": 100.001, "C12a": 5.0}  # the full step's predicted gain 1e-9: 20 tolerances
+    quadratic = Hill(0.0)
+    values, value, hess = newton(quadratic, near, tolerance=tolerance)
+    assert quadratic.counts == {0: 1, 2: 1}  # one pass with derivatives, one value
+    assert 0.5 - value <= tolerance * 0.5 and abs(values["C10"] - 100.0) < 1e-5 and hess.shape == (2, 2)
+    far = Hill(0.0)
+    values, _, _ = newton(far, {"C10": 101.0, "C12a": 5.0}, tolerance=tolerance)  # 1e-3: 2e7 tolerances
+    assert far.counts[2] >= 2 and abs(values["C10"] - 100.0) < 1e-5
+    quartic = Hill(1e3)
+    values, value, _ = newton(quartic, near, tolerance=tolerance)
+    assert quartic.counts[2] >= 2  # the first step left 4.3e-10 (9 tolerances): it went on
+    assert 0.5 - value <= tolerance * 0.5

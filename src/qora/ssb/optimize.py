@@ -53,6 +53,15 @@ class NewtonState:
 
 
 RHO = 0.1  # the least fraction of the quadratic model's predicted gain a Newton step must realise
+# The last step near the maximum needs no pass of its own: where the full Newton step's predicted gain P
+# is within LAST_STEP_GAIN times the tolerance and the accepted step realised its model's gain to within
+# LAST_STEP_MATCH of it, the fit ends there. The model's error over the step (a cubic term) leaves a
+# gradient of about 3 (realised - P) / step, so a gain of about 9 (realised - P)^2 / 4 P is left: at
+# most 0.6% of P, 0.6 tolerances. The Hessian of the point a step back serves (the step is a small
+# fraction of the hill's width). A fit finishing from a thinned band's maximum then takes one pass with
+# derivatives and one value, not two and one (issue 38: 0.74 s a pass of the incoherent model).
+LAST_STEP_GAIN = 100.0
+LAST_STEP_MATCH = 0.05
 # The largest specimen tilt (rad) a fit may reach. The depth phases are paraxial, and as the thickness
 # goes to zero the tilt stops acting on the agreement at all: without a bound Newton then wanders
 # along that flat direction to radians (seen on a film whose unmodelled C30 drove the thickness to
@@ -75,7 +84,9 @@ def newton(band: Objective, start: dict, *, iterations: int = 20, tolerance: flo
     passes over G. Thickness and tilt keep to :data:`BOUNDS`; one held at a bound that the gradient
     pushes against leaves the step (a projected Newton step). The fit stops when the full Newton
     step predicts a gain below ``tolerance`` (relative), so converged fits spend no pass on a step
-    whose change is rounding.
+    whose change is rounding, or after a last step near the maximum that realised what its model
+    predicted (:data:`LAST_STEP_GAIN`): the Hessian returned is then the one a step back, and the
+    callback's gradient the quadratic model's.
 
     ``start`` may hold values the band does not fit (they are passed along to ``evaluate``).
     ``callback(state)``, when given, is called once after each accepted step with a
@@ -93,7 +104,8 @@ def newton(band: Objective, start: dict, *, iterations: int = 20, tolerance: flo
         x = np.array([values.get(n, 0.0) for n in names], float)
         free = np.flatnonzero(~(((x <= lower) & (grad < 0)) | ((x >= upper) & (grad > 0))))
         g, h = grad[free], hess[np.ix_(free, free)]
-        if not len(free) or _newton_gain(g, h) <= tolerance * max(abs(current), 1e-30):
+        gain = _newton_gain(g, h) if len(free) else 0.0
+        if gain <= tolerance * max(abs(current), 1e-30):
             break
         scale = np.maximum(np.abs(np.diag(h)), 1e-12 * max(np.abs(np.diag(h)).max(), 1e-300))
         improved = False
@@ -116,6 +128,13 @@ def newton(band: Objective, start: dict, *, iterations: int = 20, tolerance: flo
                 break
             mu *= 10
         if not improved:
+            break
+        if gain <= LAST_STEP_GAIN * tolerance * max(abs(current), 1e-30) and \
+                abs(value - current - predicted) <= LAST_STEP_MATCH * predicted:
+            current, grad = value, grad + hess @ step  # the model's gradient there
+            accepted += 1
+            if callback is not None:
+                callback(NewtonState(accepted, dict(values), current, grad, hess, mu))
             break
         previous = current
         current, grad, hess = band.evaluate(values)
