@@ -132,6 +132,17 @@ def test_incoherent_fit_of_the_simulators_amorphous_film(amorphous):
     assert coherence < 0.5  # measured 0.24: the sections hold different objects
 
 
+def test_the_staged_incoherent_fit_ends_where_the_whole_band_fit_does(amorphous):
+    """fit_incoherent's thinned stages (a quarter of coarse_rows, then coarse_rows) and the last-step rule
+    finish at the whole band's maximum: the values and the agreement of Newton on the whole band alone."""
+    start = {"C10": -114.0, "thickness": 106.0}
+    whole = fit_incoherent(amorphous, start, coarse_rows=10**9)
+    staged = fit_incoherent(amorphous, start, coarse_rows=128)  # stages of every 10th and every 2nd frequency
+    assert whole[3].shape[0] >= 256  # the band (321 frequencies) is large enough for both stages
+    assert staged[1] == pytest.approx(whole[1], rel=1e-7)
+    assert abs(staged[0]["C10"] - whole[0]["C10"]) < 0.05 and abs(staged[0]["thickness"] - whole[0]["thickness"]) < 0.5
+
+
 def test_the_incoherent_curves_on_a_thinned_band_pass_through_the_printed_agreement(amorphous, monkeypatch):
     """Issue 38: `ssb fit --plot` took longer than the fit (a hundred solves per Q for the incoherent branch's
     curves). They are the thinned band's shape, scaled to the printed agreement: at the fit exactly that number,

@@ -46,7 +46,7 @@ from qora.ssb.cpu_kernels import aperture_limit
 from qora.ssb.model import sinc_derivatives
 
 __all__ = ["IncoherentBand", "bytes_per_row", "kernel_bytes_per_row", "sums_bytes", "KERNEL_BLOCK_BYTES",
-           "INCOHERENT_COARSE_ROWS", "FINISH_TOLERANCE", "DEPTH_MODELS", "SECTIONS", "MOST_SECTIONS", "COUPLING",
+           "INCOHERENT_COARSE_ROWS", "FIRST_STAGE", "FINISH_TOLERANCE", "DEPTH_MODELS", "SECTIONS", "MOST_SECTIONS", "COUPLING",
            "COHERENT",
            "section_depths", "depth_of_field", "auto_sections", "depth_coherence", "fit_incoherent", "depth_sections"]
 
@@ -74,6 +74,7 @@ TRANSFERS = ("arrays", "loops", "kernel", "fused")  # "loops": the host's Numba 
 # 1e-10 took 4.71 s, 4096 rows and 1e-8 2.57 s, C10 100.089 and 100.087 A, thickness 123.49 A both, the
 # agreement equal to 7 digits (docs/ssb-performance.md)
 INCOHERENT_COARSE_ROWS = 4096
+FIRST_STAGE = 4  # fit_incoherent's first stage: the band thinned to INCOHERENT_COARSE_ROWS / FIRST_STAGE
 FINISH_TOLERANCE = 1e-8
 
 
@@ -165,8 +166,9 @@ def fit_incoherent(session, start: dict, *, sections: int | None = None, couplin
                    coarse_rows: int | None = None, precision: str | None = None):
     """Newton (:func:`qora.ssb.optimize.newton`) on the incoherent model from ``start`` (C10, C12a,
     C12b, thickness; A). ``sections`` default :func:`auto_sections` of the start's thickness. Newton
-    runs first on the band thinned to ``coarse_rows`` frequencies (default
-    :data:`INCOHERENT_COARSE_ROWS`; the whole band where it has fewer than twice that) and finishes
+    runs first on the band thinned to ``coarse_rows`` / :data:`FIRST_STAGE` frequencies, then to
+    ``coarse_rows`` (default :data:`INCOHERENT_COARSE_ROWS`; a stage is skipped where the band has fewer
+    than twice its rows) and finishes
     on the whole band from the thinned band's maximum, until a step predicts a gain below
     :data:`FINISH_TOLERANCE` of the agreement (one or two steps), as the columnar fit's starts do.
     ``precision``: of the device's transfers (:class:`IncoherentBand`). Returns
@@ -180,11 +182,16 @@ def fit_incoherent(session, start: dict, *, sections: int | None = None, couplin
     b = IncoherentBand(session, names, sections=m, coupling=coupling, band=band, rotation=rotation,
                        precision=precision)
     values = {p: float(start[p]) for p in names}
-    stride = coarse_stride(b, INCOHERENT_COARSE_ROWS if coarse_rows is None else coarse_rows)
+    rows = INCOHERENT_COARSE_ROWS if coarse_rows is None else coarse_rows
     finish = {}
-    if stride > 1:
-        values, _, _ = newton(b.thinned(stride), values, iterations=iterations, callback=callback)
-        finish = {"tolerance": FINISH_TOLERANCE}
+    # the band thinned to rows / FIRST_STAGE first (the steps from the columnar fit's values at a quarter of
+    # the cost), then to rows, each stage from the one before; a stage the band is too small for is skipped
+    strides = [coarse_stride(b, max(1, rows // FIRST_STAGE)), coarse_stride(b, rows)]
+    for i, stride in enumerate(strides):
+        if stride > 1 and (i == 0 or stride != strides[0]):
+            first = {"tolerance": FINISH_TOLERANCE} if i == 0 and strides[1] > 1 else {}
+            values, _, _ = newton(b.thinned(stride), values, iterations=iterations, callback=callback, **first)
+            finish = {"tolerance": FINISH_TOLERANCE}
     values, agreement, hessian = newton(b, values, iterations=iterations, callback=callback, **finish)
     return values, agreement, hessian, b, depth_coherence(b, b.section_objects(values))
 
