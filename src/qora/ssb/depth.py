@@ -187,10 +187,13 @@ def fit_incoherent(session, start: dict, *, sections: int | None = None, couplin
     # the band thinned to rows / FIRST_STAGE first (the steps from the columnar fit's values at a quarter of
     # the cost), then to rows, each stage from the one before; a stage the band is too small for is skipped
     strides = [coarse_stride(b, max(1, rows // FIRST_STAGE)), coarse_stride(b, rows)]
+    b.stage_passes = []  # each thinned stage's passes over its rows, for the fit's report
     for i, stride in enumerate(strides):
         if stride > 1 and (i == 0 or stride != strides[0]):
             first = {"tolerance": FINISH_TOLERANCE} if i == 0 and strides[1] > 1 else {}
-            values, _, _ = newton(b.thinned(stride), values, iterations=iterations, callback=callback, **first)
+            thin = b.thinned(stride)
+            values, _, _ = newton(thin, values, iterations=iterations, callback=callback, **first)
+            b.stage_passes.append({**thin.passes, "stride": stride})
             finish = {"tolerance": FINISH_TOLERANCE}
     values, agreement, hessian = newton(b, values, iterations=iterations, callback=callback, **finish)
     return values, agreement, hessian, b, depth_coherence(b, b.section_objects(values))

@@ -274,6 +274,8 @@ def _thick_branches(out, work, *, names, values, agreement, band, rotation, coar
                 progress, "newton (incoherent)", offset + state.step, total))
         timings["incoherent_s"] = time.perf_counter() - t2
         passes["incoherent"] = ib.passes
+        for i, stage in enumerate(getattr(ib, "stage_passes", [])):
+            passes[f"incoherent_stage{i + 1}"] = stage
         out["incoherent"] = _report(work, ib, ivalues, iagreement, ihessian, [(ivalues, iagreement, ihessian)],
                                     names + ("thickness",))
         out["incoherent"].update(sections=ib.sections, coupling=ib.coupling, depth_coherence=coherence,
