@@ -74,7 +74,11 @@ TRANSFERS = ("arrays", "loops", "kernel", "fused")  # "loops": the host's Numba 
 # 1e-10 took 4.71 s, 4096 rows and 1e-8 2.57 s, C10 100.089 and 100.087 A, thickness 123.49 A both, the
 # agreement equal to 7 digits (docs/ssb-performance.md)
 INCOHERENT_COARSE_ROWS = 4096
-FIRST_STAGE = 4  # fit_incoherent's first stage: the band thinned to INCOHERENT_COARSE_ROWS / FIRST_STAGE
+# fit_incoherent's first stage: the band thinned to INCOHERENT_COARSE_ROWS / FIRST_STAGE. H200, the ssb-full
+# film from the columnar values: 512 then 4096 rows 1.84 s, 1024 then 4096 1.95 s, 4096 alone 2.06 s, 512 then
+# 2048 2.42 s and 1024 then 8192 2.81 s (the last two finish with two whole-band passes); every split ends at
+# C10 100.087-100.095 A, thickness 123.49 A, the agreement to 8 digits (bench/probes/incoherent_stages.py)
+FIRST_STAGE = 8
 FINISH_TOLERANCE = 1e-8
 
 
@@ -184,7 +188,7 @@ def fit_incoherent(session, start: dict, *, sections: int | None = None, couplin
     values = {p: float(start[p]) for p in names}
     rows = INCOHERENT_COARSE_ROWS if coarse_rows is None else coarse_rows
     finish = {}
-    # the band thinned to rows / FIRST_STAGE first (the steps from the columnar fit's values at a quarter of
+    # the band thinned to rows / FIRST_STAGE first (the steps from the columnar fit's values at an eighth of
     # the cost), then to rows, each stage from the one before; a stage the band is too small for is skipped
     strides = [coarse_stride(b, max(1, rows // FIRST_STAGE)), coarse_stride(b, rows)]
     b.stage_passes = []  # each thinned stage's passes over its rows, for the fit's report
