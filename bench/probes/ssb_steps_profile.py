@@ -138,7 +138,7 @@ def step2(data, kw, cp):
 
 
 def _gather_variants() -> dict:
-    """Candidate Numba loops for the run gather (issue 38, step 2)."""
+    """The run gather's other candidate Numba loops (issue 38, step 2), beside gather_runs' flat views."""
     import numba
 
     @numba.njit(parallel=True, nogil=True)
@@ -161,24 +161,7 @@ def _gather_variants() -> dict:
                     src = data[s0 + i, c, runs[r, 0]]
                     dst[runs[r, 3]:runs[r, 3] + runs[r, 2]] = src[runs[r, 1]:runs[r, 1] + runs[r, 2]]
 
-    @numba.njit(parallel=True, nogil=True)
-    def flat_index(data, s0, runs, out):  # unsigned offsets on flat views: no wraparound checks
-        n, sx = out.shape[0], out.shape[1]
-        frame = data.shape[2] * data.shape[3]
-        width = data.shape[3]
-        flat = data.reshape(-1)
-        dst_all = out.reshape(-1)
-        npix = out.shape[2]
-        for f in numba.prange(n * sx):
-            base = numba.uint64((s0 * sx + f) * frame)
-            obase = numba.uint64(f * npix)
-            for r in range(runs.shape[0]):
-                a = base + numba.uint64(runs[r, 0] * width + runs[r, 1])
-                b = obase + numba.uint64(runs[r, 3])
-                for j in range(numba.uint64(runs[r, 2])):
-                    dst_all[b + j] = flat[a + j]
-
-    return {"slices": slices, "rows_outer": rows_outer, "flat_index": flat_index}
+    return {"slices": slices, "rows_outer": rows_outer}  # the flat-view loop is gather_runs' now
 
 
 class _PeakWhere:
