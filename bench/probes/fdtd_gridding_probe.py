@@ -9,8 +9,12 @@ docs/holo.md, "The index bias on the FDTD set"), plain Rytov on the CPU:
   window's transform) from 1 / the nearest-bin hit count); ``QORA_ROUND=1`` rounds the frequencies to bins,
   which must give ``nearest``'s volume (the check of the NUFFT's conventions).
 
-    PYTHONPATH=src python bench/probes/fdtd_gridding_probe.py nearest|tri|nufft [THRESH|ITER] [ARCHIVE]
+    PYTHONPATH=src python bench/probes/fdtd_gridding_probe.py nearest|tri|nufft [THRESH|ITER] [ARCHIVE [METHOD ...]]
     QORA_OVERSAMPLE=3 PYTHONPATH=src python bench/probes/fdtd_gridding_probe.py tri 0.1
+    QORA_OVERSAMPLE=1.5 PYTHONPATH=src python bench/probes/fdtd_gridding_probe.py nufft 6 ARCHIVE gp tv
+
+METHOD: plain (default), gp, tv (fdtd_cell_probe.py's); GP and TV take the exact spectrum on the nearest-bin
+measured bins.
 
 The CUDA mapper keeps nearest-bin tables: this runs on the CPU only.
 """
@@ -133,7 +137,7 @@ class Nufft(plans.MappingPlan):
 
 
 def main(mode: str = "nearest", setting: str | None = None,
-         archive: str = "../shared/data/odt/fdtd_3d_sino_A220_R6.500_tiltyz0.2.tar.lzma") -> None:
+         archive: str = "../shared/data/odt/fdtd_3d_sino_A220_R6.500_tiltyz0.2.tar.lzma", *methods) -> None:
     import qora.holo.api as api
     import qora.holo.odt as odt
 
@@ -147,7 +151,7 @@ def main(mode: str = "nearest", setting: str | None = None,
     sys.path.insert(0, str(Path(__file__).parent))
     import fdtd_cell_probe
 
-    fdtd_cell_probe.main(archive, "cpu", "plain")
+    fdtd_cell_probe.main(archive, "cpu", *(methods or ("plain",)))
 
 
 if __name__ == "__main__":
