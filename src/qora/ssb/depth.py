@@ -187,18 +187,18 @@ def fit_incoherent(session, start: dict, *, sections: int | None = None, couplin
                        precision=precision)
     values = {p: float(start[p]) for p in names}
     rows = INCOHERENT_COARSE_ROWS if coarse_rows is None else coarse_rows
-    finish = {}
     # the band thinned to rows / FIRST_STAGE first (the steps from the columnar fit's values at an eighth of
     # the cost), then to rows, each stage from the one before; a stage the band is too small for is skipped
-    strides = [coarse_stride(b, max(1, rows // FIRST_STAGE)), coarse_stride(b, rows)]
+    strides = sorted({s for s in (coarse_stride(b, max(1, rows // FIRST_STAGE)), coarse_stride(b, rows)) if s > 1},
+                     reverse=True)
     b.stage_passes = []  # each thinned stage's passes over its rows, for the fit's report
     for i, stride in enumerate(strides):
-        if stride > 1 and (i == 0 or stride != strides[0]):
-            first = {"tolerance": FINISH_TOLERANCE} if i == 0 and strides[1] > 1 else {}
-            thin = b.thinned(stride)
-            values, _, _ = newton(thin, values, iterations=iterations, callback=callback, **first)
-            b.stage_passes.append({**thin.passes, "stride": stride})
-            finish = {"tolerance": FINISH_TOLERANCE}
+        # a stage a finer one follows stops at the finish's tolerance: the next starts from where it ends
+        early = {"tolerance": FINISH_TOLERANCE} if i + 1 < len(strides) else {}
+        thin = b.thinned(stride)
+        values, _, _ = newton(thin, values, iterations=iterations, callback=callback, **early)
+        b.stage_passes.append({**thin.passes, "stride": stride})
+    finish = {"tolerance": FINISH_TOLERANCE} if strides else {}
     values, agreement, hessian = newton(b, values, iterations=iterations, callback=callback, **finish)
     return values, agreement, hessian, b, depth_coherence(b, b.section_objects(values))
 

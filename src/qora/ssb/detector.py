@@ -85,7 +85,7 @@ def mean_pattern(data, rows=None) -> np.ndarray:
     (indices; every row when None). A NumPy array (a memory map too) is summed row by row on the
     host's threads (:func:`qora.backend.host.num_threads`): NumPy's sums release the GIL, so a
     file in the page cache is read at memory speed, not one core's (issue 38: 32 rows of the
-    512 x 512 x 192^2 scan, 1.2 GB, took ~0.6 s on one thread). A lazy array (dask, a reader's
+    512 x 512 x 192^2 scan, 1.2 GB, took 0.7-1.1 s on one thread of the H200 host, 0.04-0.06 s on 16). A lazy array (dask, a reader's
     view) computes its own mean."""
     rows = np.arange(data.shape[0]) if rows is None else np.asarray(rows)
     if not isinstance(data, np.ndarray):

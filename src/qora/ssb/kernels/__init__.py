@@ -309,7 +309,8 @@ def derivative_sums(*, raw, parameters: int):
     n (n + 1) / 2 second derivatives of the pairs i <= j (the kernel's order), float64 on the
     device, from one elementwise launch (each Q's terms) and one sum: no complex arrays, no
     launch per parameter (the array route took ~40 small launches and three copies to the host a
-    Newton step, ~1.5 ms at full scale where the kernel takes 1 ms on a thinned band).
+    Newton step: cProfile at full scale, 1.6 ms of host time a step where the kernel takes 1 ms on a
+    thinned band).
 
     Reference: :func:`qora.ssb.moments.combine_moments` (before its division by the total)."""
     global _DERIVATIVE_TERMS
