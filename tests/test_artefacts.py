@@ -1,6 +1,6 @@
 """The artefact policy (docs/architecture.md, "Results and artefacts"): main keeps under bench/results/
 the newest result of each (benchmark, device, backend) and the older ones a doc cites by file name;
-logs, profiler dumps and probe outputs live on the results branch."""
+logs, profiler dumps and probe outputs are kept in main's history, out of its tree (bench/archive.sh)."""
 
 import json
 import subprocess
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-OUTSIDE = ("logs", "profiles", "probes")  # on the results branch
+OUTSIDE = ("logs", "profiles", "probes")  # kept in history, out of the tree
 
 
 def _tracked() -> list:
@@ -51,13 +51,13 @@ def _cited_text() -> str:
 
 def test_logs_profiles_and_probe_outputs_are_not_on_main():
     stray = [str(p) for p in _tracked() if len(p.parts) > 2 and p.parts[2] in OUTSIDE]
-    assert not stray, f"these belong on the results branch (git show results:...): {stray[:10]}"
+    assert not stray, f"these belong in history, out of the tree (bash bench/archive.sh PATH): {stray[:10]}"
 
 
 def test_every_kept_result_is_the_newest_or_cited():
     loose = [str(p) for p in _loose([p for p in _tracked() if len(p.parts) > 3], _cited_text())]
     assert not loose, (f"{len(loose)} results neither the newest of their benchmark and device nor cited by a doc "
-                       f"(move them to the results branch's superseded/): {loose[:10]}")
+                       f"(git rm them: history keeps them): {loose[:10]}")
 
 
 def test_the_rule_keeps_the_newest_and_the_cited_result(tmp_path):
@@ -75,3 +75,34 @@ def test_the_rule_keeps_the_newest_and_the_cited_result(tmp_path):
     (folder / "notes.txt").write_text("x")
     paths.append(Path("bench/results/b/notes.txt"))
     assert _loose(paths, "see bench/results/b/a.json", tmp_path) == [paths[1], paths[4]]
+
+
+def _git(*args):
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def test_every_history_citation_resolves():
+    """Docs cite logs kept in main's history as SHA:bench/results/PATH (bench/archive.sh); each must name a file or
+    folder of that commit (a glob or {a,b} form: some file under its fixed prefix)."""
+    import re
+
+    if _git("rev-parse", "--is-shallow-repository").stdout.strip() != "false":
+        pytest.skip("not a full git checkout")
+    cited = set(re.findall(r"\b([0-9a-f]{7,40}):(bench/results/[A-Za-z0-9_.*{},/-]*[A-Za-z0-9_*}/-])", _cited_text()))
+    assert len(cited) > 50  # the docs' evidence is cited this way (85 citations at 2026-12-04)
+    missing = []
+    for sha, path in sorted(cited):
+        prefix = re.split(r"[*{]", path)[0]
+        folder = prefix.rstrip("/").rsplit("/", 1)[0]
+        listed = _git("ls-tree", "-r", "--name-only", sha, "--", folder).stdout.split()
+        if not any(name.startswith(prefix) for name in listed):
+            missing.append(f"{sha}:{path}")
+    assert not missing, f"citations that name nothing in main's history: {missing[:10]}"
+
+
+def test_the_branch_citations_are_gone():
+    """The old form results:PATH named a branch that does not land with main."""
+    import re
+
+    old = re.findall(r"(?<![\w/])results:(?:logs|probes|profiles|superseded)/\S*", _cited_text())
+    assert not old, f"citations of the results branch (use SHA:PATH, bench/archive.sh): {old[:10]}"
