@@ -291,8 +291,8 @@ class DeviceXp:
 
     def __getattr__(self, name):
         attr = getattr(self._module, name)
-        if name == "linalg" and self._module is np:
-            return DeviceXp(np.linalg)
+        if name in ("linalg", "fft") and self._module is np:
+            return DeviceXp(getattr(np, name))
         if isinstance(attr, type) or not callable(attr):
             return attr
         strict = name not in self._ENTRIES
