@@ -37,7 +37,7 @@ def main(directory: str) -> None:
     from qora.bench.ssb_full import ALPHA, KV, dataset
     from qora.ssb import Session, depth, fit_detector
     from qora.ssb.identify import coarse_stride
-    from qora.ssb.optimize import newton
+    from qora.ssb.optimize import newton, newton_with_hessian
 
     be = resolve("cuda")
     path, meta = dataset(Path(directory), backend=be)
@@ -70,16 +70,28 @@ def main(directory: str) -> None:
         thin = timed(f"thinned({stride})", lambda: band.thinned(stride))
         early = {"tolerance": depth.FINISH_TOLERANCE} if i + 1 < len(strides) else {}
         stage_start = dict(values)
-        values, _, _ = timed(f"stage {i + 1} Newton ({thin.G.shape[0]} rows)",
-                             lambda: newton(thin, stage_start, iterations=60, **early))
+        values, _, hessian = timed(f"stage {i + 1} Newton ({thin.G.shape[0]} rows)",
+                                   lambda: newton(thin, stage_start, iterations=60, **early))
         timed(f"  one evaluation with derivatives ({thin.G.shape[0]} rows)", lambda: thin.evaluate(values))
         timed(f"  one value ({thin.G.shape[0]} rows)", lambda: thin.evaluate(values, order=0))
     finish_start = dict(values)
-    values, agreement, _ = timed("the finish's Newton (whole band)",
-                                 lambda: newton(band, finish_start, iterations=60, tolerance=depth.FINISH_TOLERANCE))
+    newton_values, newton_agreement, newton_hessian = timed(
+        "the finish by Newton (whole band, before)",
+        lambda: newton(band, finish_start, iterations=60, tolerance=depth.FINISH_TOLERANCE))
+    counted = depth.IncoherentBand(session, tuple(start), sections=m, rotation=0.0)
+    values, agreement, _ = timed("the finish by gradients and the thinned Hessian (now)",
+                                 lambda: newton_with_hessian(counted, finish_start, hessian, iterations=60,
+                                                             tolerance=depth.FINISH_TOLERANCE))
+    print(f"  its passes (4 runs): {counted.passes}; against Newton's: C10 {values['C10'] - newton_values['C10']:+.2e} A,"
+          f" thickness {values['thickness'] - newton_values['thickness']:+.2e} A, agreement "
+          f"{agreement / newton_agreement - 1:+.2e} relative; the thinned Hessian against the whole band's: "
+          f"{np.round(np.diag(hessian) / np.diag(newton_hessian) - 1, 4).tolist()} (diagonal, relative)", flush=True)
     timed("  one evaluation with derivatives (whole band)", lambda: band.evaluate(values))
+    timed("  one evaluation with first derivatives (whole band)", lambda: band.evaluate(values, order=1))
     timed("  one value (whole band)", lambda: band.evaluate(values, order=0))
-    objects = timed("section_objects", lambda: band.section_objects(values))
+    band._last_sums = None
+    objects = timed("section_objects (a pass of its own)", lambda: band.section_objects({**values, "C10": values["C10"]
+                                                                                         + 1e-9}))
     device = timed("depth_coherence (device, batched)", lambda: depth.depth_coherence(band, objects))
     host = timed("depth_coherence (host loop, before)", lambda: _host_coherence(band, objects))
     print(f"coherence {device:.6f} (device) {host:.6f} (host); C10 {values['C10']:.3f} A, thickness "

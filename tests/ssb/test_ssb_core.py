@@ -554,3 +554,40 @@ def test_newton_ends_on_a_last_step_its_model_predicted():
     values, value, _ = newton(quartic, near, tolerance=tolerance)
     assert quartic.counts[2] >= 2  # the first step left 4.3e-10 (9 tolerances): it went on
     assert 0.5 - value <= tolerance * 0.5
+
+
+def test_newton_with_a_borrowed_hessian_ends_at_the_maximum_by_gradient_passes():
+    """newton_with_hessian (the incoherent fit's whole-band finish: the band's gradient, a thinned band's Hessian):
+    with the true Hessian one gradient pass and one value reach the peak; with one 15% off it steps on, each step
+    leaving about 0.15^2 of the gain, and ends within the tolerance without any pass of second derivatives; with a
+    Hessian of the wrong sign it falls back to Newton, still at the peak. The Hessian returned is the one given."""
+    from qora.ssb.optimize import newton_with_hessian
+
+    true = np.array([[-2e-3, 3e-4], [3e-4, -1e-3]])
+
+    class Quadratic:
+        parameters = ("C10", "thickness")
+
+        def __init__(self):
+            self.counts = {0: 0, 1: 0, 2: 0}
+
+        def evaluate(self, values, *, order=2):
+            self.counts[order] += 1
+            d = np.array([values["C10"] + 100.0, values["thickness"] - 120.0])
+            value = 0.5 + 0.5 * d @ true @ d
+            return (value, (true @ d)) if order == 1 else value if order == 0 else (value, true @ d, true)
+
+    start, tolerance = {"C10": -99.0, "thickness": 121.0}, 1e-10
+    exact = Quadratic()
+    values, value, hess = newton_with_hessian(exact, start, true, tolerance=tolerance)
+    assert exact.counts == {0: 1, 1: 1, 2: 0} and np.array_equal(hess, true)
+    assert 0.5 - value <= tolerance * 0.5 and abs(values["C10"] + 100.0) < 1e-6
+    off = Quadratic()
+    values, value, hess = newton_with_hessian(off, start, true * np.array([[1.15, 1.0], [1.0, 0.85]]),
+                                              tolerance=tolerance)
+    assert off.counts[2] == 0 and off.counts[1] >= 2  # stepped on by gradients alone
+    assert 0.5 - value <= tolerance * 0.5 and abs(values["thickness"] - 120.0) < 1e-3
+    wrong = Quadratic()
+    values, value, _ = newton_with_hessian(wrong, start, -true, tolerance=tolerance)
+    assert wrong.counts[2] >= 1  # Newton took over
+    assert 0.5 - value <= tolerance * 0.5

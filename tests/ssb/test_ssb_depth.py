@@ -49,6 +49,25 @@ def test_derivatives_are_exact(small):
     np.testing.assert_allclose(band.evaluate_batch(sets), [band.evaluate(x, order=0) for x in sets], rtol=1e-12)
     small_blocks = IncoherentBand(small, names, sections=3, block_bytes=1, transfers="arrays")  # one Q a block
     np.testing.assert_allclose(small_blocks.evaluate(v)[2], hess, rtol=1e-10)
+    for route in (small_blocks, band):  # the pass without second derivatives: the same value and gradient
+        value, gradient = route.evaluate(v, order=1)
+        assert value == pytest.approx(f, rel=1e-12)
+        np.testing.assert_allclose(gradient, grad, rtol=1e-10, atol=1e-12 * np.abs(grad).max())
+    assert small_blocks._transfers(v, slice(0, 5), 1).shape[1] == 1 + len(names)
+
+
+def test_section_objects_reuse_the_last_evaluations_sums(small):
+    """The objects at the values evaluated last come from that pass's sums, with no pass of their own; at other
+    values they take one; either way they equal a fresh band's."""
+    names = ("C10", "thickness")
+    v = {"C10": -75.0, "thickness": 50.0}
+    band, fresh = IncoherentBand(small, names, sections=3), IncoherentBand(small, names, sections=3)
+    band.evaluate(v, order=0)
+    before = dict(band.passes)
+    np.testing.assert_allclose(band.section_objects(v), fresh.section_objects(v), rtol=1e-12)
+    assert band.passes == before
+    other = {**v, "C10": -70.0}
+    np.testing.assert_allclose(band.section_objects(other), fresh.section_objects(other), rtol=1e-12)
 
 
 @pytest.mark.parametrize("sections", [1, 3, 8])

@@ -43,6 +43,9 @@ def test_incoherent_band_on_the_device_equals_the_host(sessions, transfers, prec
     assert f1 == pytest.approx(f0, rel=rtol / 100)
     np.testing.assert_allclose(g1, g0, rtol=rtol, atol=rtol * np.abs(g0).max())
     np.testing.assert_allclose(h1, h0, rtol=rtol, atol=rtol * np.abs(h0).max())
+    f2, g2 = device.evaluate(VALUES, order=1)  # the pass without second derivatives
+    assert f2 == pytest.approx(f0, rel=rtol / 100)
+    np.testing.assert_allclose(g2, g0, rtol=rtol, atol=rtol * np.abs(g0).max())
     sets = [VALUES, {**VALUES, "thickness": 40.0}]
     np.testing.assert_allclose(device.evaluate_batch(sets), host.evaluate_batch(sets), rtol=rtol / 100)
     x0, x1 = host.section_objects(VALUES), device.section_objects(VALUES).get()
@@ -85,7 +88,7 @@ def test_the_kernels_transfers_equal_the_array_code(sessions):
         arrays = IncoherentBand(gpu, names, sections=3, transfers="arrays")
         kernel = IncoherentBand(gpu, names, sections=3, transfers="kernel", precision="double")
         rows = slice(3, 40)
-        for order in (0, 2):
+        for order in (0, 1, 2):
             a = arrays._transfers(VALUES, rows, order).get()
             b = kernel._transfers(VALUES, rows, order).get()
             assert b.shape == a.shape

@@ -182,7 +182,7 @@ def fit_incoherent(session, start: dict, *, sections: int | None = None, couplin
     ``precision``: of the device's transfers (:class:`IncoherentBand`). Returns
     ``(values, agreement, hessian, band, depth_coherence)``."""
     from qora.ssb.identify import coarse_stride
-    from qora.ssb.optimize import newton
+    from qora.ssb.optimize import newton, newton_with_hessian
 
     t0 = float(start.get("thickness", 0.0))
     m = auto_sections(t0, session.wavelength, session.alpha_mrad) if sections is None else sections
@@ -196,14 +196,21 @@ def fit_incoherent(session, start: dict, *, sections: int | None = None, couplin
     strides = sorted({s for s in (coarse_stride(b, max(1, rows // FIRST_STAGE)), coarse_stride(b, rows)) if s > 1},
                      reverse=True)
     b.stage_passes = []  # each thinned stage's passes over its rows, for the fit's report
+    hessian = None
     for i, stride in enumerate(strides):
         # a stage a finer one follows stops at the finish's tolerance: the next starts from where it ends
         early = {"tolerance": FINISH_TOLERANCE} if i + 1 < len(strides) else {}
         thin = b.thinned(stride)
-        values, _, _ = newton(thin, values, iterations=iterations, callback=callback, **early)
+        values, _, hessian = newton(thin, values, iterations=iterations, callback=callback, **early)
         b.stage_passes.append({**thin.passes, "stride": stride})
-    finish = {"tolerance": FINISH_TOLERANCE} if strides else {}
-    values, agreement, hessian = newton(b, values, iterations=iterations, callback=callback, **finish)
+    if hessian is None:
+        values, agreement, hessian = newton(b, values, iterations=iterations, callback=callback)
+    else:
+        # the whole band from the thinned maximum: its gradient (no second derivatives: a third of the pass) and
+        # the thinned band's Hessian, the same normalised agreement's curvature sampled on every stride-th
+        # frequency (docs/ssb-performance.md, section 16)
+        values, agreement, hessian = newton_with_hessian(b, values, hessian, tolerance=FINISH_TOLERANCE,
+                                                         iterations=iterations, callback=callback)
     return values, agreement, hessian, b, depth_coherence(b, b.section_objects(values))
 
 
@@ -283,6 +290,11 @@ class IncoherentBand(Band):
         self._centring = xp.asarray(np.eye(m) - 1.0 / m)
         self._c = section_depths(1.0, m)  # z_m / t
 
+    _last_sums = None  # (values, s, N) of the last evaluation: section_objects' sums there
+
+    def __getstate__(self) -> dict:
+        return {**super().__getstate__(), "_last_sums": None}
+
     def _blocks(self, order: int = 2):
         """The slices of Q an evaluation of ``order`` runs in (:attr:`block` Q, :attr:`value_block` for values)."""
         size = self.block if order else self.value_block
@@ -304,6 +316,7 @@ class IncoherentBand(Band):
         out = super().thinned(stride)
         if out is not self:
             out.eps, out._empty = self.eps[::stride], self._empty[::stride]
+            out._last_sums = None
             out._whole_geometry = None if self._whole_geometry is None else False
         return out
 
@@ -333,16 +346,20 @@ class IncoherentBand(Band):
                     coefficients=[fitted.get(p, 0.0) for p in ("C10", "C12a", "C12b")],
                     thickness=float(values.get("thickness", 0.0)), parameters=self.parameters, sections=self.sections)
 
+    def _columns(self, order: int) -> int:
+        """L: the transfer, then for ``order`` 1 or 2 its first derivatives, for ``order`` 2 the second."""
+        P = len(self.parameters)
+        return 1 if order == 0 else 1 + P if order == 1 else 1 + P + len(self._pairs())
+
     def _transfers(self, values: dict, rows: slice, order: int):
-        """(b, L, M, nbf) transfers of the sections: L = 1 (T_m), then for ``order`` 2 the first
-        derivatives in self.parameters and the second of each pair i <= j (:meth:`_pairs`)."""
+        """(b, L, M, nbf) transfers of the sections: L = 1 (T_m), then for ``order`` 1 or 2 the first
+        derivatives in self.parameters and for ``order`` 2 the second of each pair i <= j (:meth:`_pairs`)."""
         if self.transfers == "arrays":
             return self._array_transfers(values, rows, order)
         xp = self.xp
         qy, qx = self._qy_flat[rows], self._qx_flat[rows]
-        nl = 1 if order == 0 else 1 + len(self.parameters) + len(self._pairs())
-        out = xp.empty((int(qy.size), nl, self.sections, self.G.shape[1]), self._complex)
-        kernels.incoherent_transfers(qy=qy, qx=qx, order=0 if order == 0 else 2, out=out,
+        out = xp.empty((int(qy.size), self._columns(order), self.sections, self.G.shape[1]), self._complex)
+        kernels.incoherent_transfers(qy=qy, qx=qx, order=order, out=out,
                                      **self._kernel_arguments(values))
         return out
 
@@ -352,8 +369,8 @@ class IncoherentBand(Band):
         names = self.parameters
         t = float(values.get("thickness", 0.0))
         c = [float(values.get(p, 0.0)) for p in self.aberration_names]
-        pairs = self._pairs()
-        nl = 1 if order == 0 else 1 + len(names) + len(pairs)
+        pairs = self._pairs() if order == 2 else []
+        nl = self._columns(order)
         m = self.sections
         out = None
         for sign, term in zip((1.0, -1.0), self._geometry(rows)):
@@ -394,7 +411,7 @@ class IncoherentBand(Band):
     def _products(self, X, rows: slice, order: int):
         """The sums over k of one block's transfers X (b, L, M, nbf) (:meth:`_transfers`), in
         complex128: sX (b, L, M) = sum_k conj(X) G, AX (b, L, M, M) = sum_k conj(X_lm) T_n and, for
-        ``order`` 2, B (b, P, M, P, M) = sum_k conj(T_pm) T_qn (T_p the first derivatives). Each is a
+        ``order`` 2, B (b, P, M, P, M) = sum_k conj(T_pm) T_qn (T_p the first derivatives; the Hessian's). Each is a
         matrix product that reads X once; sum_k conj(X) Y is taken as conj(X @ conj(Y)), so no
         conjugate of X (the block's largest array) is made."""
         xp = self.xp
@@ -403,15 +420,15 @@ class IncoherentBand(Band):
         Z = xp.conj(X.reshape(b, nl * m, nbf) @ xp.swapaxes(xp.conj(Y), 1, 2)).astype(np.complex128)
         Z = Z.reshape(b, nl, m, 1 + m)
         B = None
-        if order:
+        if order == 2:
             P = len(self.parameters)
             Tp = X[:, 1:1 + P].reshape(b, P * m, nbf)
             B = xp.conj(Tp @ xp.swapaxes(xp.conj(Tp), 1, 2)).astype(np.complex128).reshape(b, P, m, P, m)
         return Z[..., 0], Z[..., 1:], B
 
     def _combine(self, sX, AX, B, rows: slice, order: int):
-        """E(Q) of the frequencies ``rows`` from their sums (:meth:`_products`) and, for ``order`` 2,
-        its gradient (P, b) and Hessian (P, P, b) (module docstring)."""
+        """E(Q) of the frequencies ``rows`` from their sums (:meth:`_products`) and, for ``order`` 1 or 2,
+        its gradient (P, b), for ``order`` 2 its Hessian (P, P, b) (module docstring)."""
         xp = self.xp
         K = self._regularised(AX[:, 0], rows)  # N = AX[:, 0]
         s = sX[:, 0]
@@ -426,6 +443,8 @@ class IncoherentBand(Band):
         # r_p = s_p - N_p x: E_p = 2 Re(x^H s_p) - x^H N_p x, E_pq = 2 Re(r_q^H K^-1 r_p) + 2 Re(x^H s_pq) - x^H N_pq x
         Npx = (Np @ x[None, :, :, None])[..., 0]  # (P, b, M)
         grad = 2 * xp.real(xp.sum(xp.conj(x)[None] * sp, -1)) - xp.real(xp.sum(xp.conj(x)[None] * Npx, -1))
+        if order == 1:
+            return E, grad, None
         r = sp - Npx
         z = xp.linalg.solve(K, xp.moveaxis(r, 0, -1))  # (b, M, P): K^-1 r_p
         rz = xp.real(xp.einsum("bmq,bmp->pqb", xp.conj(xp.moveaxis(r, 0, -1)), z))  # Re(r_q^H K^-1 r_p)
@@ -452,9 +471,13 @@ class IncoherentBand(Band):
         """sX, AX, B of :meth:`_products` for the whole band at once, the transfers never stored: by the
         kernel ``incoherent_sums`` (``transfers`` "fused": made in shared memory, tile by tile) or its
         Numba twin on the host (:func:`qora.ssb.depth_loops.incoherent_sums`, "loops")."""
+        if order == 1:  # these routes make every column: the first derivatives are a slice of them
+            sX, AX, _ = self._whole_band_sums(values, 2)
+            P = len(self.parameters)
+            return sX[:, :1 + P], AX[:, :1 + P], None
         xp = self.xp
         nq, m, P = self.G.shape[0], self.sections, len(self.parameters)
-        nl = 1 if order == 0 else 1 + P + len(self._pairs())
+        nl = self._columns(order)
         sX = xp.empty((nq, nl, m), np.complex128)
         AX = xp.empty((nq, nl, m, m), np.complex128)
         B = xp.empty((nq, P, m, P, m), np.complex128) if order else None
@@ -464,23 +487,34 @@ class IncoherentBand(Band):
         return sX, AX, B
 
     def section_objects(self, values: dict):
-        """The fitted objects of the sections, (nq, M): x = K^-1 s (G = i Phi Gamma: Phi_m = -i x_m)."""
-        sX, AX, _ = self._sums(values, 0)
-        K = self._regularised(AX[:, 0], slice(None))
-        return self.xp.linalg.solve(K, sX[:, 0][..., None])[..., 0]
+        """The fitted objects of the sections, (nq, M): x = K^-1 s (G = i Phi Gamma: Phi_m = -i x_m); from the
+        sums of the last evaluation where it was at ``values``, else by a pass of its own."""
+        last = self._last_sums
+        if last is not None and last[0] == dict(values):
+            s, N = last[1], last[2]
+        else:
+            sX, AX, _ = self._sums(values, 0)
+            s, N = sX[:, 0], AX[:, 0]
+        K = self._regularised(N, slice(None))
+        return self.xp.linalg.solve(K, s[..., None])[..., 0]
 
     # -- the Band interface ------------------------------------------------------------------------
     def evaluate(self, values: dict, *, order: int = 2):
         """Agreement (and with ``order`` 1 or 2 its gradient and Hessian in ``self.parameters``)."""
-        self.passes["derivatives" if order else "value"] += 1
-        full = 2 if order else 0
-        E, g, h = self._combine(*self._sums(values, full), slice(None), full)
+        kind = ("value", "gradient", "derivatives")[order]
+        self.passes[kind] = self.passes.get(kind, 0) + 1
+        sX, AX, B = self._sums(values, order)
+        # the objects' sums at the values evaluated last: section_objects there needs no pass of its own
+        self._last_sums = (dict(values), sX[:, 0].copy(), AX[:, 0].copy())  # copies: the pass's sums are freed
+        E, g, h = self._combine(sX, AX, B, slice(None), order)
         value = float(self.xp.sum(E)) / self.total
         if order == 0:
             return value
         grad = np.asarray(_to_host(self.xp.sum(g, -1))) / self.total
+        if order == 1:
+            return value, grad
         hess = np.asarray(_to_host(self.xp.sum(h, -1))) / self.total
-        return (value, grad) if order == 1 else (value, grad, (hess + hess.T) / 2)
+        return value, grad, (hess + hess.T) / 2
 
     def evaluate_batch(self, sets) -> np.ndarray:
         """The agreement of each set (a list of dicts), one pass over G each."""

@@ -51,8 +51,8 @@ _MODULES = {
               + ("loss_moments<float>", "loss_moments<double>", "chi_pixels"),
     "band.cu": _batch_names("band_quad_batch") + _batch_names("band_quad_standard")
                + ("band_quad_derivatives<3>", "band_quad_derivatives<6>"),
-    "depth.cu": tuple(f"{k}<{c}, {o}>" for k in ("incoherent_transfers", "incoherent_sums")
-                      for c in ("float2", "double2") for o in (0, 2)) + ("double_overlap",),
+    "depth.cu": tuple(f"incoherent_transfers<{c}, {o}>" for c in ("float2", "double2") for o in (0, 1, 2))
+                + tuple(f"incoherent_sums<{c}, {o}>" for c in ("float2", "double2") for o in (0, 2)) + ("double_overlap",),
     "bslz4.cu": tuple(f"bslz4_gather<{t}, {o}>" for t in ("unsigned char", "unsigned short", "unsigned int")
                       for o in ("float", "double")),
 }
@@ -338,8 +338,9 @@ def incoherent_transfers(*, k, qy, qx, wavelength: float, limit: float, coeffici
                          sections: int, order: int, out) -> None:
     """The depth sections' transfers X (rows, L, M, nbf) into ``out`` (complex64 or complex128) for
     the frequencies ``qy``, ``qx`` (rows,) (contiguous float64, the detector frame) and the pixels
-    ``k`` (nbf, 2) float64: L = 1 for ``order`` 0, else the transfer, its first derivatives in
-    ``parameters`` (names of :data:`INCOHERENT_KINDS`) and the second of each pair i <= j.
+    ``k`` (nbf, 2) float64: L = 1 for ``order`` 0; the transfer and its first derivatives in
+    ``parameters`` (names of :data:`INCOHERENT_KINDS`) for ``order`` 1, L = 1 + P; for ``order`` 2 also
+    the second of each pair i <= j.
     ``coefficients``: C10, C12a, C12b (A; 0 where not fitted); ``limit`` the aperture (1/A, as
     :func:`qora.ssb.cpu_kernels.aperture_limit`); ``thickness`` (A).
 
@@ -351,7 +352,9 @@ def incoherent_transfers(*, k, qy, qx, wavelength: float, limit: float, coeffici
     threads = BLOCK["depth.cu"]
     grid = max(1, min(-(-rows * nbf // threads), 16 * multiprocessors()))
     kinds = xp.asarray([INCOHERENT_KINDS[p] for p in parameters], np.int32)
-    kernel(f"incoherent_transfers<{complex_tag(out)}, {0 if order == 0 else 2}>")(
+    if order not in (0, 1, 2):
+        raise ValueError(f"order must be 0, 1 or 2, got {order!r}")
+    kernel(f"incoherent_transfers<{complex_tag(out)}, {order}>")(
         (grid,), (threads,), (k, qy, qx, np.int32(rows), np.int32(nbf), np.float64(wavelength), np.float64(limit),
                               xp.asarray(coefficients, np.float64), np.float64(thickness), kinds,
                               np.int32(len(parameters)), np.int32(sections), out))

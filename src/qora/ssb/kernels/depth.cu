@@ -87,12 +87,14 @@ __device__ __forceinline__ Term term_at(double ky, double kx, double qy, double 
 // The L columns of section m's transfer at one (Q, k) from its two terms (the transfer, its first
 // derivatives in the P fitted parameters of kind[], the second of each pair i <= j), into col
 // g[e]: the section's depth phasor e^{i c_m a t} of each term
+// (COLS: the columns the caller holds, so that a pass without second derivatives keeps fewer registers)
+template <int COLS>
 __device__ __forceinline__ void section_columns(const Term (&terms)[2], const double (&h)[2], const double (&h1)[2],
                                                 const double (&h2)[2], const Z (&g)[2], double cm,
                                                 const int (&kind)[MOST_PARAMETERS], int P, int order,
-                                                Z (&col)[MOST_COLUMNS]) {
+                                                Z (&col)[COLS]) {
 #pragma unroll
-    for (int l = 0; l < MOST_COLUMNS; ++l) col[l] = {0.0, 0.0};
+    for (int l = 0; l < COLS; ++l) col[l] = {0.0, 0.0};
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
         const Term& t = terms[e];
@@ -103,18 +105,18 @@ __device__ __forceinline__ void section_columns(const Term (&terms)[2], const do
             dp[i] = kind[i] == 0 ? t.d[0] : kind[i] == 1 ? t.d[1] : kind[i] == 2 ? t.d[2] : 0.0;
         const Z f = g[e] * h[e];
         col[0] = col[0] + t.base * f;
-        if (order == 0) continue;
+        if (order == 0 || COLS == 1) continue;
         const Z f1 = Z{h1[e], cm * h[e]} * g[e];  // df/du = (i c h + h1) g
         const Z f2 = Z{h2[e] - cm * cm * h[e], 2.0 * cm * h1[e]} * g[e];
         // the loops unrolled to their bounds, so that col's indices are constants (registers)
 #pragma unroll
         for (int i = 0; i < MOST_PARAMETERS; ++i) {
-            if (i >= P) continue;
+            if (i >= P || 1 + i >= COLS) continue;
             const bool ai = kind[i] < 3;
             col[1 + i] = col[1 + i] + (ai ? minus_i(t.base * f) * dp[i] : t.base * f1 * t.a);
 #pragma unroll
             for (int jj = i; jj < MOST_PARAMETERS; ++jj) {
-                if (jj >= P) continue;
+                if (jj >= P || COLS < MOST_COLUMNS) continue;  // second derivatives: order 2 only
                 const int n = 1 + P + i * P - i * (i - 1) / 2 + (jj - i);
                 const bool aj = kind[jj] < 3;
                 Z second;
@@ -122,7 +124,7 @@ __device__ __forceinline__ void section_columns(const Term (&terms)[2], const do
                 else if (ai || aj) second = minus_i(t.base * f1) * ((ai ? dp[i] : dp[jj]) * t.a);
                 else second = t.base * f2 * (t.a * t.a);
 #pragma unroll
-                for (int l = 2; l < MOST_COLUMNS; ++l)  // n >= 1 + P >= 2
+                for (int l = 2; l < COLS; ++l)  // n >= 1 + P >= 2
                     if (l == n) col[l] = col[l] + second;
             }
         }
@@ -176,13 +178,14 @@ __device__ __forceinline__ void load_kinds(const int* __restrict__ kinds, int P,
 
 // X (rows, L, M, nbf) of the block's frequencies qy, qx (rows); kinds[i]: 0, 1, 2 for C10, C12a, C12b,
 // 3 for the thickness, of the P fitted parameters; coefficients: C10, C12a, C12b (A; 0 where not
-// fitted); order 0 writes L = 1 (the transfers), order 2 L = 1 + P + P (P + 1) / 2.
+// fitted); order 0 writes L = 1 (the transfers), order 1 L = 1 + P (and the first derivatives), order 2
+// L = 1 + P + P (P + 1) / 2.
 template <typename T, int ORDER>
 __global__ void __launch_bounds__(128) incoherent_transfers(
     const double* __restrict__ k, const double* __restrict__ qy, const double* __restrict__ qx, int rows, int nbf,
     double lam, double limit, const double* __restrict__ coefficients, double thickness,
     const int* __restrict__ kinds, int P, int M, T* __restrict__ X) {
-    const int L = ORDER == 0 ? 1 : 1 + P + P * (P + 1) / 2;
+    const int L = ORDER == 0 ? 1 : ORDER == 1 ? 1 + P : 1 + P + P * (P + 1) / 2;
     const double c[3] = {coefficients[0], coefficients[1], coefficients[2]};
     int kind[MOST_PARAMETERS];
     load_kinds(kinds, P, kind);
@@ -194,12 +197,13 @@ __global__ void __launch_bounds__(128) incoherent_transfers(
         T* out = X + (long long)q * L * M * nbf + j;
         Z g[2] = {pt.g0[0], pt.g0[1]};
         for (int m = 0; m < M; ++m) {
-            Z col[MOST_COLUMNS];
+            constexpr int COLS = ORDER == 0 ? 1 : ORDER == 1 ? 1 + MOST_PARAMETERS : MOST_COLUMNS;
+            Z col[COLS];
             section_columns(pt.terms, pt.h, pt.h1, pt.h2, g, (m + 0.5) / M - 0.5, kind, P, ORDER, col);
             g[0] = g[0] * pt.r[0];
             g[1] = g[1] * pt.r[1];
 #pragma unroll
-            for (int l = 0; l < MOST_COLUMNS; ++l)
+            for (int l = 0; l < COLS; ++l)
                 if (l < L) out[((long long)l * M + m) * nbf] = Store<T>::make(col[l].re, col[l].im);
         }
     }
