@@ -23,7 +23,8 @@ __all__ = ["Objective", "BatchObjective", "NewtonState", "newton", "newton_with_
 @runtime_checkable
 class Objective(Protocol):
     """What :func:`newton` needs: the parameters' names (the order of the gradient and Hessian) and
-    the agreement of a dict of values, with its gradient and Hessian for ``order`` 2."""
+    the agreement of a dict of values, with its gradient for ``order`` 1 (``(agreement, gradient)``:
+    :func:`newton_with_hessian`) and its gradient and Hessian for ``order`` 2."""
 
     parameters: tuple
 
