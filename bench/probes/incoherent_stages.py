@@ -14,15 +14,10 @@ import numpy as np
 
 
 def main(directory: str) -> None:
-    from qora.backend import resolve
-    from qora.bench.ssb_full import ALPHA, KV, dataset
-    from qora.ssb import Session, depth, fit_detector
+    from qora.bench.ssb_full import full_session
+    from qora.ssb import depth
 
-    be = resolve("cuda")
-    path, meta = dataset(Path(directory), backend=be)
-    data = np.load(path, mmap_mode="r")
-    session = Session(data, kv=KV, alpha_mrad=ALPHA, scan_step=meta["scan_step_a"],
-                      detector=fit_detector(data, ALPHA, rows=32), backend=be)
+    session = full_session(Path(directory))
     columnar = session.fit(rotation=0.0, depth_model="columnar")["thick"]["parameters"]
     start = {n: columnar[n] for n in ("C10", "C12a", "C12b", "thickness")}
     print(f"start (the columnar fit): {start}", flush=True)

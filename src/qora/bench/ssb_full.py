@@ -74,6 +74,19 @@ def dataset(directory: Path, *, scan: int = 512, backend="cuda", echo=print) -> 
     return path, meta
 
 
+def full_session(directory: Path, *, backend="cuda"):
+    """A :class:`qora.ssb.Session` on the full-scale dataset (made into ``directory`` when missing), its detector
+    fitted on 32 scan rows as the benchmark's step 1 does: the probes' starting point."""
+    from qora.backend import resolve
+    from qora.ssb import Session, fit_detector
+
+    be = resolve(backend)
+    path, meta = dataset(Path(directory), backend=be)
+    data = np.load(path, mmap_mode="r")
+    return Session(data, kv=KV, alpha_mrad=ALPHA, scan_step=meta["scan_step_a"],
+                   detector=fit_detector(data, ALPHA, rows=32), backend=be)
+
+
 def _previews(session, params: dict, count: int, **opts) -> tuple[float, dict]:
     """Median ms of ``count`` previews moving C10 by 0.5 A each call, and the median split."""
     session.preview({**params, "C10": params["C10"] - 1.0}, **opts)  # warm
