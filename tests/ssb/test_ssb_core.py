@@ -558,9 +558,9 @@ def test_newton_ends_on_a_last_step_its_model_predicted():
 
 def test_newton_with_a_borrowed_hessian_ends_at_the_maximum_by_gradient_passes():
     """newton_with_hessian (the incoherent fit's whole-band finish: the band's gradient, a thinned band's Hessian):
-    with the true Hessian one gradient pass and one value reach the peak; with one 15% off it steps on, each step
-    leaving about 0.15^2 of the gain, and ends within the tolerance without any pass of second derivatives; with a
-    Hessian of the wrong sign it falls back to Newton, still at the peak. The Hessian returned is the one given."""
+    with the true Hessian one gradient pass and one value reach the peak; with one 15% off it steps on, the
+    gradients' changes correcting it, and ends within the tolerance without any pass of second derivatives; with a
+    Hessian of the wrong sign it falls back to Newton, still at the peak."""
     from qora.ssb.optimize import newton_with_hessian
 
     true = np.array([[-2e-3, 3e-4], [3e-4, -1e-3]])
@@ -583,10 +583,12 @@ def test_newton_with_a_borrowed_hessian_ends_at_the_maximum_by_gradient_passes()
     assert exact.counts == {0: 1, 1: 1, 2: 0} and np.array_equal(hess, true)
     assert 0.5 - value <= tolerance * 0.5 and abs(values["C10"] + 100.0) < 1e-6
     off = Quadratic()
-    values, value, hess = newton_with_hessian(off, start, true * np.array([[1.15, 1.0], [1.0, 0.85]]),
-                                              tolerance=tolerance)
-    assert off.counts[2] == 0 and off.counts[1] >= 2  # stepped on by gradients alone
+    borrowed = true * np.array([[1.15, 1.0], [1.0, 0.85]])
+    values, value, hess = newton_with_hessian(off, start, borrowed, tolerance=tolerance)
+    assert off.counts[2] == 0 and 2 <= off.counts[1] <= 4  # stepped on by gradients alone (measured 3)
     assert 0.5 - value <= tolerance * 0.5 and abs(values["thickness"] - 120.0) < 1e-3
+    # the steps' gradients corrected the Hessian toward the band's own (BFGS along the steps)
+    assert np.abs(hess - true).max() < 0.2 * np.abs(borrowed - true).max()
     wrong = Quadratic()
     values, value, _ = newton_with_hessian(wrong, start, -true, tolerance=tolerance)
     assert wrong.counts[2] >= 1  # Newton took over

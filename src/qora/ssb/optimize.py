@@ -96,14 +96,13 @@ def newton(band: Objective, start: dict, *, iterations: int = 20, tolerance: flo
     """
     values = dict(start)
     names = band.parameters
-    lower = np.array([BOUNDS.get(n, (-math.inf, math.inf))[0] for n in names])
-    upper = np.array([BOUNDS.get(n, (-math.inf, math.inf))[1] for n in names])
+    lower, upper = _box(names)
     current, grad, hess = band.evaluate(values)
     mu = 1e-3
     accepted = 0
     for _ in range(iterations):
         x = np.array([values.get(n, 0.0) for n in names], float)
-        free = np.flatnonzero(~(((x <= lower) & (grad < 0)) | ((x >= upper) & (grad > 0))))
+        free = _free(x, grad, lower, upper)
         g, h = grad[free], hess[np.ix_(free, free)]
         gain = _newton_gain(g, h) if len(free) else 0.0
         if gain <= tolerance * max(abs(current), 1e-30):
@@ -151,25 +150,28 @@ def newton_with_hessian(band: Objective, start: dict, hessian, *, tolerance: flo
                         callback: Callable[[NewtonState], None] | None = None):
     """Newton steps on ``band`` with its gradient (``evaluate(order=1)``: a pass without second derivatives) and
     ``hessian`` taken from elsewhere: the same agreement's, estimated where it is cheaper (a thinned band's, at or
-    near ``start``). Returns ``(values, agreement, hessian)`` as :func:`newton` does, the Hessian being the one
-    given.
+    near ``start``). Returns ``(values, agreement, hessian)`` as :func:`newton` does.
 
     Each step's agreement is measured (a pass without derivatives). For a quadratic hill a borrowed Hessian with a
     relative error e makes the step realise its predicted gain P to within about e P and leaves about e^2 P to
     gain; the fit ends where that estimate, (realised - P)^2 / P, or the next gradient's predicted gain is below
-    ``tolerance`` (relative), and goes on by :func:`newton` from the last point where a step fails to raise the
-    agreement by a tenth of its prediction or ``iterations`` steps did not end it: a poor borrowed Hessian costs
-    time, not accuracy. Bounds as :func:`newton`'s."""
+    ``tolerance`` (relative). Where it goes on, the change of the gradient over the step corrects the Hessian along
+    it (a BFGS update of -H, kept positive definite), so a rough borrowed Hessian costs a few gradient passes, and
+    the Hessian returned is the corrected one. The fit goes on by :func:`newton` from the last point where a step
+    fails to raise the agreement by a tenth of its prediction or ``iterations`` steps did not end it: a poor
+    borrowed Hessian costs time, not accuracy. Bounds as :func:`newton`'s."""
     values = dict(start)
     names = band.parameters
-    hess = np.asarray(hessian, float)
-    lower = np.array([BOUNDS.get(n, (-math.inf, math.inf))[0] for n in names])
-    upper = np.array([BOUNDS.get(n, (-math.inf, math.inf))[1] for n in names])
+    hess = np.array(hessian, float)
+    lower, upper = _box(names)
+    last = None  # the previous step and the gradient it started from
     for step_number in range(1, iterations + 1):
         current, grad = band.evaluate(values, order=1)
+        if last is not None:
+            hess = _secant(hess, *last, grad)
         floor = tolerance * max(abs(current), 1e-30)
         x = np.array([values.get(n, 0.0) for n in names], float)
-        free = np.flatnonzero(~(((x <= lower) & (grad < 0)) | ((x >= upper) & (grad > 0))))
+        free = _free(x, grad, lower, upper)
         g, h = grad[free], hess[np.ix_(free, free)]
         gain = _newton_gain(g, h) if len(free) else 0.0
         if gain <= floor:
@@ -184,12 +186,36 @@ def newton_with_hessian(band: Objective, start: dict, hessian, *, tolerance: flo
         value = band.evaluate(trial, order=0)
         if not (value > current and value - current >= RHO * predicted):
             break
-        values = trial
+        values, last = trial, (step, grad)
         if callback is not None:
             callback(NewtonState(step_number, dict(values), value, grad + hess @ step, hess, 0.0))
         if (value - current - predicted) ** 2 <= floor * predicted:  # what is left to gain, estimated
             return values, value, hess
     return newton(band, values, iterations=iterations, tolerance=tolerance, callback=callback)
+
+
+def _secant(hess, step, before, after):
+    """The Hessian corrected along ``step`` by the gradient's change over it (``before`` -> ``after``): BFGS on
+    B = -H, skipped where the change does not show a positive curvature (B stays positive definite)."""
+    b = -hess
+    y = before - after  # = B step for a quadratic
+    ys = float(y @ step)
+    bs = b @ step
+    sbs = float(step @ bs)
+    if not (ys > 0 and sbs > 0):
+        return hess
+    return -(b + np.outer(y, y) / ys - np.outer(bs, bs) / sbs)
+
+
+def _box(names):
+    """The lower and upper bounds (:data:`BOUNDS`) of the parameters ``names``."""
+    return (np.array([BOUNDS.get(n, (-math.inf, math.inf))[0] for n in names]),
+            np.array([BOUNDS.get(n, (-math.inf, math.inf))[1] for n in names]))
+
+
+def _free(x, grad, lower, upper):
+    """The parameters a step may move: all but those at a bound the gradient pushes against."""
+    return np.flatnonzero(~(((x <= lower) & (grad < 0)) | ((x >= upper) & (grad > 0))))
 
 
 def _newton_gain(grad, hess) -> float:
