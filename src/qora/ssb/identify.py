@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from qora.ssb.band import uncertainties
-from qora.ssb.optimize import newton, newton_with_hessian
+from qora.ssb.optimize import newton
 
 __all__ = ["quarter_wave", "CONDITIONING", "SIGMAS", "SAME_BASIN", "GAP_FRACTION", "POLISH_GAPS", "COARSE_ROWS",
            "run_starts", "multi_start", "coarse_stride", "distinct_basins", "distinct_trials", "gap_needed",
@@ -90,9 +90,8 @@ def multi_start(band, starts, names, *, iterations: int, coarse=None, callback=N
 
     With a ``coarse`` band (``band.thinned(stride)``) the starts' Newton runs on it (1 / stride
     of G per pass); the basins it finds are evaluated on ``band`` in one batch, and those within
-    :data:`POLISH_GAPS` gaps needed (:func:`gap_needed`) of the best are finished on ``band`` by
-    :func:`qora.ssb.optimize.newton_with_hessian` (its gradient and the thinned band's Hessian, corrected along
-    the steps; from a maximum of the thinned band one to three steps). The others keep their
+    :data:`POLISH_GAPS` gaps needed (:func:`gap_needed`) of the best are finished by Newton on
+    ``band`` (from a maximum of the thinned band: two or three steps). The others keep their
     thinned-band values with their agreement on ``band`` and no Hessian (None): clearly worse
     basins, which the report only names. ``callback(i, state)`` is told start ``i``'s steps on the
     coarse band (not the finishing ones). docs/ssb-performance.md, "The standard fit's cost".
@@ -103,12 +102,9 @@ def multi_start(band, starts, names, *, iterations: int, coarse=None, callback=N
     full = np.asarray(band.evaluate_batch([v for v, _, _ in found]), float)
     best = float(full.max())
     floor = best - POLISH_GAPS * gap_needed(best, degrees_of_freedom(band, len(names)))
-    finish = [found[i] for i in range(len(found)) if full[i] >= floor]
+    finish = [found[i][0] for i in range(len(found)) if full[i] >= floor]
     rest = [(found[i][0], float(full[i]), None) for i in range(len(found)) if full[i] < floor]
-    # each from its thinned maximum by the band's gradient and the thinned band's Hessian, corrected along the
-    # steps (docs/ssb-performance.md, section 16)
-    finished = sorted((newton_with_hessian(band, values, hessian, iterations=iterations)
-                       for values, _, hessian in finish), key=lambda r: -r[1])
+    finished = run_starts(band, finish, iterations=iterations)
     return distinct_basins(sorted(finished + rest, key=lambda r: -r[1]), names)
 
 
