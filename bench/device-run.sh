@@ -82,6 +82,7 @@ for b in ${BENCH:-}; do
     ssb-profile) timeout 400 python3 bench/probes/ssb_steps_profile.py /tmp/qora-ssb-full ;;
     incoherent-stages) timeout 300 python3 bench/probes/incoherent_stages.py /tmp/qora-ssb-full ;;
     incoherent-parts) timeout 300 python3 bench/probes/incoherent_parts.py /tmp/qora-ssb-full ;;
+    coarse-rows) timeout 400 python3 bench/probes/coarse_rows_probe.py /tmp/qora-ssb-full ;;
     ssb-live-512) timeout 580 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 512 --detector 192 \
                     --dataset-dir /tmp/qora-ssb-full --receivers 4 --senders 2 --final-fps 40000 ;;
     ssb-live-512-final) timeout 300 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 512 --detector 192 \
