@@ -27,7 +27,7 @@ def main(directory: str) -> None:
                 t0 = time.perf_counter()
                 r = session.fit(rotation=0.0, coarse_rows=rows, seed=seed, **opts)
                 times.append(time.perf_counter() - t0)
-            best = r["better"]
+            best = r.get("better", "standard")
             p = r[best]["parameters"]
             print(f"coarse_rows {rows}, {label}: {np.median(times):.3f} s ({', '.join(f'{t:.3f}' for t in times)}); "
                   f"{best}: " + ", ".join(f"{k} {v:.3f}" for k, v in p.items()) +
