@@ -312,7 +312,7 @@ def image_cmd(ctx, data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True, help="Seed of the search.")
 @click.option("--coarse-rows", type=click.IntRange(1), default=None,
               help="The search and the starts' Newton run on every n-th frequency of the band, n = its "
-                   "frequencies // this (default 8192; n = 1 below twice it), the best basins finished on the "
+                   "frequencies // this (default 4096; n = 1 below twice it), the best basins finished on the "
                    "whole band (docs/ssb-performance.md, The full-scale fit's cost and memory).")
 @backend_option(help="Where G is held and the fit runs (on a cluster: on each worker).")
 @click.option("--quiet", is_flag=True, help="No progress bar (for scripts and logs).")

@@ -51,8 +51,11 @@ GAP_FRACTION = 0.05
 # from the thinned band's maximum to the full band's is at the noise's scale, its gain second order)
 POLISH_GAPS = 2.0
 # the searches and the starts' Newton run on a band thinned to at least this many frequencies
-# (coarse_stride): at full scale (44,000) every 5th, below 16,384 the whole band
-COARSE_ROWS = 8192
+# (coarse_stride): at full scale (44,000) every 10th, below 8,192 the whole band. H200, ssb-full's film
+# (bench/probes/coarse_rows_probe.py): 8,192 / 4,096 / 2,048 rows gave the default fit 0.855 / 0.753 / 0.698 s,
+# the columnar 0.349 / 0.260 / 0.201 s, tilt=False 0.221 / 0.162 / 0.136 s, every fit the same values to 3
+# decimals (docs/ssb-performance.md, section 16); 4,096 keeps twice the rows 2,048 showed enough
+COARSE_ROWS = 4096
 
 
 def _tolerance(name: str) -> float:
