@@ -7,11 +7,14 @@ detector and the frames' region of it is not recorded: not applied), the 128^3 b
 
     PYTHONPATH=src python bench/probes/bragg_crop_probe.py (SCAN.tar.xz | CROP.npy) [BACKEND] [STARTS] [RECIPE ...]
 
+With QORA_BRAGG_PREP=cohere the crop is cohere's own preparation of the scan (:func:`cohere_prepared`).
+
 RECIPE "default" is the default as a user runs it, "cohere" cohere's example recipe (:data:`COHERE`); anything
 else a recipe string or name. Prints, per recipe, each
 start's final Fourier error, the best's, its support size, the coherence check's width and the starts' agreement.
 """
 
+import os
 import sys
 import tarfile
 import tempfile
@@ -46,7 +49,44 @@ def named(recipe: str):
     return recipe
 
 
-def load_crop(path) -> np.ndarray:
+# cohere's own preparation of this scan (cohere-ui, example_workspace/scan_54/conf: config_prep's roi [0, 256, 0,
+# 256] of the 512^2 detector, config_data's intensity_threshold 2 and adjust_dimensions [-60, -60, -60, -60, -30,
+# -30]; its 34idcTIM2 detector correction: frame / whitefield * 1e5 with the whitefield's pixels under 100 made
+# 1e20, the darkfield's pixels above 1 zeroed), then each side padded to the next 2-3-5 smooth even size and the
+# brightest voxel moved to the centre, as cohere's standard preprocessing does
+COHERE_ROI = (slice(0, 256), slice(0, 256))
+COHERE_CROP = ((60, 60), (60, 60), (30, 30))  # voxels cut from each end of (row, column, frame)
+COHERE_THRESHOLD = 2.0
+
+
+def _smooth_even(n: int) -> int:
+    m = n + (n % 2)
+    while True:
+        k = m
+        for f in (2, 3, 5):
+            while k % f == 0:
+                k //= f
+        if k == 1:
+            return m
+        m += 2
+
+
+def cohere_prepared(stack, dark, white) -> np.ndarray:
+    """``stack`` (row, column, frame) as cohere prepares it for phasing (the constants above)."""
+    white = np.where(white < 100, 1e20, white)[COHERE_ROI]
+    frames = stack / white[..., None] * 1e5
+    frames = np.where((dark[COHERE_ROI] > 1)[..., None], 0.0, frames)
+    frames = np.where(np.isfinite(frames) & (frames >= COHERE_THRESHOLD), frames, 0.0)
+    frames = frames[tuple(slice(a, n - b) for (a, b), n in zip(COHERE_CROP, frames.shape))]
+    padded = np.zeros(tuple(_smooth_even(n) for n in frames.shape))
+    padded[tuple(slice(0, n) for n in frames.shape)] = frames
+    peak = np.unravel_index(int(padded.argmax()), padded.shape)
+    return np.roll(padded, [n // 2 - p for n, p in zip(padded.shape, peak)], axis=(0, 1, 2))
+
+
+def load_crop(path, prep: str = "raw") -> np.ndarray:
+    """The crop from the scan's archive (or a saved .npy): ``prep`` "raw" the raw frames' 128^3 box about the
+    brightest voxel; "cohere" cohere's own preparation (:func:`cohere_prepared`)."""
     path = Path(path)
     if path.suffix == ".npy":
         return np.load(path).astype(np.float64)
@@ -55,7 +95,12 @@ def load_crop(path) -> np.ndarray:
     with tempfile.TemporaryDirectory() as tmp, tarfile.open(path) as tar:
         tar.extractall(tmp, filter="data")
         frames = sorted(Path(tmp).glob("*_S0054/*.tif"))
-        stack = np.stack([tifffile.imread(f) for f in frames]).astype(np.float64)
+        stack = np.stack([tifffile.imread(f) for f in frames], axis=-1).astype(np.float64)  # (row, column, frame)
+        dark, white = (tifffile.imread(next(Path(tmp).rglob(n))).astype(np.float64) for n in ("dark.tif",
+                                                                                             "whitefield.tif"))
+    if prep == "cohere":
+        return cohere_prepared(stack, dark, white)
+    stack = np.moveaxis(stack, -1, 0)  # (frame, row, column): the raw crop's order
     peak = np.unravel_index(int(stack.argmax()), stack.shape)
     box = tuple(slice(p - SIDE // 2, p + SIDE // 2) for p in peak)
     return stack[box]
@@ -64,7 +109,7 @@ def load_crop(path) -> np.ndarray:
 def main(argv):
     from qora.phase import reconstruct
 
-    counts = load_crop(argv[0])
+    counts = load_crop(argv[0], os.environ.get("QORA_BRAGG_PREP", "raw"))
     backend = argv[1] if len(argv) > 1 else "auto"
     starts = int(argv[2]) if len(argv) > 2 else 4
     recipes = argv[3:] or ["default"]
