@@ -102,6 +102,10 @@ def cases(folder: Path) -> list:
         ("misleading", "ssb simulate --semiangle 1e6", [*small, "--semiangle", "1e6", "--out", str(f / "a.h5")],
          "refuse", None),
         ("misleading", "ssb simulate --kv 1e9", [*small, "--kv", "1e9", "--out", str(f / "k.h5")], "refuse", None),
+        # found 2026-12-04 by a run of the classes as a new user: simulated, then imaged blank with exit 0
+        ("silent", "ssb simulate --kv 1e-9", [*small, "--kv", "1e-9", "--out", str(f / "k9.h5")], "refuse", None),
+        ("unbounded", "ssb simulate --step 1e4", [*small, "--step", "1e4", "--out", str(f / "s4.h5")], "refuse",
+         None),
         ("input", "phase run on a missing file", ["phase", "run", str(f / "missing.npy"), *run], "refuse", None),
         ("input", "phase run on a 3-pixel pattern", ["phase", "run", _npy(f, "tiny.npy", np.ones((3, 3))), *run],
          "refuse", None),

@@ -84,15 +84,15 @@ CLI_ROWS = [
     (["ssb", "fit", "{nan.npy}", "--out", "x.json", *SETTINGS], r"nan\.npy: data has 3 non-finite .* of 262144"),
     (["ssb", "image", "{badkv.h5}", "--out", "x.h5"], r"kv recorded in .*badkv\.h5.* must be positive kV"),
     # options out of their physical range, NaN, Inf
-    (["ssb", "image", "{good.h5}", "--out", "x.h5", "--kv", "0"], r"--kv.*0 is not > 0"),
-    (["ssb", "image", "{good.h5}", "--out", "x.h5", "--kv", "-300"], r"--kv.*is not > 0"),
+    (["ssb", "image", "{good.h5}", "--out", "x.h5", "--kv", "0"], r"--kv.*0 is not >= 1 .*accelerate"),
+    (["ssb", "image", "{good.h5}", "--out", "x.h5", "--kv", "-300"], r"--kv.*-300 is not >= 1 "),
     (["ssb", "image", "{good.h5}", "--out", "x.h5", "--semiangle", "nan"], r"--semiangle.*not a finite number"),
     (["ssb", "image", "{good.h5}", "--out", "x.h5", "--scan-step", "0"], r"--scan-step.*0 is not >= 0\.01"),
     (["ssb", "fit", "{good.h5}", "--out", "x.json", "--scan-step", "-1"], r"--scan-step.*-1 is not >= 0\.01"),
     (["ssb", "image", "{good.h5}", "--out", "x.h5", "--c10", "inf"], r"--c10.*not a finite number"),
     (["ssb", "image", "{good.h5}", "--out", "x.h5", "--rotation", "nan"], r"--rotation.*not a finite number"),
     (["ssb", "fit", "{good.h5}", "--out", "x.json", "--rotation", "inf"], r"--rotation.*not a finite number"),
-    (["ssb", "simulate", "--kv", "0", "--out", "x.h5"], r"--kv.*not > 0"),
+    (["ssb", "simulate", "--kv", "0", "--out", "x.h5"], r"--kv.*0 is not >= 1 "),
     (["ssb", "simulate", "--step", "nan", "--out", "x.h5"], r"--step.*not a finite number"),
     (["ssb", "simulate", "--dose", "-1", "--out", "x.h5"], r"--dose.*not > 0"),
     (["ssb", "simulate", "--thickness", "-5", "--out", "x.h5"], r"--thickness.*not >= 0"),
@@ -111,6 +111,17 @@ CLI_ROWS = [
       "1e308"], r"--rotation.*modulo 360 deg"),
     (["ssb", "live", "tcp://127.0.0.1:9", "--kv", "300", "--semiangle", "25", "--scan-step", "0.4", "--c30",
       "1e30"], r"--c30.*no electron lens"),
+    # the electron optics' physical ranges (issue 40: --kv 1e-9 was simulated at 1.9e6 mrad per pixel)
+    (["ssb", "simulate", "--kv", "1e-9", "--out", "x.h5"], r"--kv.*1e-09 is not >= 1 .*accelerate from ~1 kV"),
+    (["ssb", "simulate", "--semiangle", "1e-9", "--out", "x.h5"], r"--semiangle.*is not >= 0\.1 .*microns wide"),
+    (["ssb", "image", "{good.h5}", "--out", "x.h5", "--kv", "1e6"], r"--kv.*is not <= 5000"),
+    (["ssb", "fit", "{good.h5}", "--out", "x.json", "--semiangle", "1e4"], r"--semiangle.*is not <= 500"),
+    # a coarse step: the sampling refused before the slices (it was numpy's "Unable to allocate 610 GiB")
+    (["ssb", "simulate", "--scan", "16", "--window", "32", "--step", "1e4", "--out", "x.h5"],
+     r"the aperture .* reaches beyond 2/3 of the sampling's Nyquist frequency .*--semiangle"),
+    # a step too coarse for any double-overlap pixel: the image would be 0 (it was a blank image and exit 0)
+    (["ssb", "image", "{good.h5}", "--out", "x.h5", "--scan-step", "1e7"],
+     r"no scan frequency has a detector pixel where the two disks overlap singly.*--scan-step"),
     # too large: said before any work, with the option that shrinks it
     (["ssb", "simulate", "--scan", "1024", "--detector", "1024", "--out", "x.h5"],
      r"needs 8192\.0 GiB of host memory, [0-9.]+ GiB available; a smaller scan \(--scan\) or window \(--window\)"),
@@ -388,3 +399,24 @@ def test_read_dataset_gives_back_what_was_written(case):
     data, meta = read_dataset(folder / "good.h5")
     np.testing.assert_array_equal(data, sim.data.astype(np.float32))
     assert meta["aberrations"].values["C12"][0] == pytest.approx(20.0)
+
+
+def test_the_electron_optics_ranges_hold_in_the_library_too():
+    """The library refuses what the CLI's options refuse (a script, or a file recording kv 1e-9), with the reason;
+    a pixel too coarse for the aperture is refused before any atom is placed, and a field that would need more
+    atoms than memory holds is a MemoryNeeded, not numpy's allocation error."""
+    from qora.io.errors import InputError, MemoryNeeded
+    from qora.ssb import amorphous_slices, wavelength
+    from qora.ssb.optics import semiangle
+    from qora.ssb.simulation import check_sampling
+
+    with pytest.raises(InputError, match=r"kv \(the accelerating voltage\) 1e-09 kV is outside 1-5000 kV: electron"):
+        wavelength(1e-9)
+    with pytest.raises(InputError, match=r"outside 0\.1-500 mrad"):
+        semiangle(1e-9)
+    assert wavelength(300.0) == pytest.approx(0.019687, rel=1e-4)  # 300 kV: 1.9687 pm
+    with pytest.raises(InputError, match="Nyquist"):
+        check_sampling(5000.0, 300.0, 20.0)
+    assert check_sampling(0.2, 300.0, 20.0) == pytest.approx(wavelength(300.0))
+    with pytest.raises(MemoryNeeded, match="atoms a slice"):
+        amorphous_slices((32, 32), 5e6)  # 1.3e15 atoms

@@ -459,6 +459,10 @@ def test_cli_serve_refuses_intensities_and_live_refuses_bad_sources(tmp_path):
     write_dataset(path, np.full((4, 4, 16, 16), 0.5), kv=KV, alpha_mrad=ALPHA, scan_step=0.4)
     out = CliRunner().invoke(cli, ["ssb", "serve", str(path), "--timeout", "1"])
     assert out.exit_code == 2 and "not counts" in out.output
+    counts = tmp_path / "counts.h5"
+    write_dataset(counts, np.ones((4, 4, 16, 16)), kv=KV, alpha_mrad=ALPHA, scan_step=0.4)
+    out = CliRunner().invoke(cli, ["ssb", "serve", str(counts), "--timeout", "0.5"])  # no client comes
+    assert out.exit_code == 1 and "Error: no client read a frame within --timeout 0.5 s: nothing sent" in out.output
     out = CliRunner().invoke(cli, ["ssb", "live", "tcp://127.0.0.1", "--kv", "300", "--semiangle", "25",
                                    "--scan-step", "0.4"])
     assert out.exit_code == 2 and "HOST:PORT" in out.output

@@ -9,6 +9,8 @@ from contextlib import nullcontext
 
 import click
 
+from qora.io import validate
+
 __all__ = ["backend_option", "scale_out_options", "scale_out_client", "exit_on_failures", "Finite", "FINITE", "POSITIVE",
            "NONNEGATIVE", "ANGLE_DEG", "ABERRATION_A", "NONNEGATIVE_ABERRATION_A", "SCAN_STEP_A"]
 
@@ -63,6 +65,8 @@ _LENS = ("an aberration beyond 1e10 A (1 m) is no electron lens's (an uncorrecte
          "1e7 A); the values are in A")
 ABERRATION_A = Finite(min=-1e10, max=1e10, why=_LENS)
 NONNEGATIVE_ABERRATION_A = Finite(min=0, max=1e10, why=_LENS)
+VOLTAGE_KV, SEMIANGLE_MRAD = (Finite(min=low, max=high, why=why) for low, high, why in (validate.VOLTAGE_KV,
+                                                                                       validate.SEMIANGLE_MRAD))
 SCAN_STEP_A = Finite(min=0.01, max=1e7, why="a scan step below 0.01 A is far below any probe's size (the smallest "
                      "are ~0.5 A), above 1e7 A (1 mm) beyond any STEM scan; the step is in A")
 

@@ -14,6 +14,7 @@ import click
 import numpy as np
 
 from qora.cli.options import (ABERRATION_A, ANGLE_DEG, NONNEGATIVE, NONNEGATIVE_ABERRATION_A, POSITIVE, SCAN_STEP_A,
+                              SEMIANGLE_MRAD, VOLTAGE_KV,
                               backend_option, scale_out_client, scale_out_options)
 from qora.cli.ssb_data import data_options, load_for_session, read_fit
 
@@ -160,8 +161,8 @@ def aberration_options(f):
 @click.option("--step", type=SCAN_STEP_A, default=0.4, show_default=True, help="Scan step (A).")
 @click.option("--window", "--detector", "window", type=click.IntRange(16, 1024), default=64, show_default=True,
               help="Probe window and detector size (pixels).")
-@click.option("--kv", type=POSITIVE, default=300.0, show_default=True, help="Accelerating voltage (kV).")
-@click.option("--semiangle", type=POSITIVE, default=20.0, show_default=True, help="Convergence semi-angle (mrad).")
+@click.option("--kv", type=VOLTAGE_KV, default=300.0, show_default=True, help="Accelerating voltage (kV).")
+@click.option("--semiangle", type=SEMIANGLE_MRAD, default=20.0, show_default=True, help="Convergence semi-angle (mrad).")
 @aberration_options
 @click.option("--slices", type=click.IntRange(1, 1000), default=1, show_default=True)
 @click.option("--thickness", type=NONNEGATIVE, default=0.0, show_default=True, help="Specimen thickness (A).")
@@ -177,7 +178,7 @@ def simulate_cmd(scan, step, window, kv, semiangle, c10, c12, c12_angle, c30, sl
     are checked first; Ctrl-C stops it, removes the partial file and exits with status 130."""
     from qora.progress import tqdm_progress
     from qora.ssb import amorphous_slices, scan_truth, simulate, write_dataset
-    from qora.ssb.simulation import check_disk, check_simulation_memory
+    from qora.ssb.simulation import check_disk, check_sampling, check_simulation_memory
 
     _outputs(None, {"--out": (out, (".h5", ".hdf5"))})
     positions = scan * scan
@@ -185,6 +186,7 @@ def simulate_cmd(scan, step, window, kv, semiangle, c10, c12, c12_angle, c30, sl
     check_disk(out, positions * window**2 * 4, f"the dataset ({scan} x {scan} scan, {window} x {window} detector)",
                "a smaller scan (--scan) or window (--window) shrinks it")
     pixel = step / 2
+    check_sampling(pixel, kv, semiangle)  # before the slices: a coarse pixel places atoms by the billion
     ab = _aberrations(c10, c12, c12_angle, c30)
     try:
         with tqdm_progress(disable=quiet, unit="position") as bar:
@@ -204,8 +206,8 @@ def simulate_cmd(scan, step, window, kv, semiangle, c10, c12, c12_angle, c30, sl
 
 @ssb.command("image")
 @click.argument("data", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--kv", type=POSITIVE, default=None, help="Accelerating voltage (kV); default from the file.")
-@click.option("--semiangle", type=POSITIVE, default=None, help="Convergence semi-angle (mrad); default from the file.")
+@click.option("--kv", type=VOLTAGE_KV, default=None, help="Accelerating voltage (kV); default from the file.")
+@click.option("--semiangle", type=SEMIANGLE_MRAD, default=None, help="Convergence semi-angle (mrad); default from the file.")
 @click.option("--scan-step", type=SCAN_STEP_A, default=None, help="Scan step (A); default from the file.")
 @click.option("--rotation", type=ANGLE_DEG, default=0.0, show_default=True, help="Scan rotation (degrees).")
 @aberration_options
@@ -277,8 +279,8 @@ def image_cmd(ctx, data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle
 
 @ssb.command("fit")
 @click.argument("data", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--kv", type=POSITIVE, default=None, help="Accelerating voltage (kV); default from the file.")
-@click.option("--semiangle", type=POSITIVE, default=None, help="Convergence semi-angle (mrad); default from the file.")
+@click.option("--kv", type=VOLTAGE_KV, default=None, help="Accelerating voltage (kV); default from the file.")
+@click.option("--semiangle", type=SEMIANGLE_MRAD, default=None, help="Convergence semi-angle (mrad); default from the file.")
 @click.option("--scan-step", type=SCAN_STEP_A, default=None, help="Scan step (A); default from the file.")
 @click.option("--rotation", type=ANGLE_DEG, default=None, help="Scan rotation (degrees); fitted when not given.")
 @click.option("--detector-orientation", "orientation", default="auto", show_default=True,
@@ -458,14 +460,22 @@ def serve_cmd(data, protocol, port, fps, timeout, stream, counter_depth, raw, as
     click.echo(f"serving {total} frames of {counts.shape[2]}x{counts.shape[3]} ({counts.shape[0]}x{counts.shape[1]} "
                f"scan) at {fps:g} frames/s on {scheme}://127.0.0.1:{sim.port}", err=True)
     sim.start()
-    sim.join()
+    try:
+        sim.join()
+    except (BrokenPipeError, ConnectionResetError) as error:  # the client went away: say so, not the errno
+        click.echo(f"Error: the client closed the connection after {sim.sent} of {total} frames ({error.strerror})",
+                   err=True)
+        raise click.exceptions.Exit(1) from None
+    if sim.sent == 0:
+        click.echo(f"Error: no client read a frame within --timeout {timeout:g} s: nothing sent", err=True)
+        raise click.exceptions.Exit(1)
     click.echo(f"sent {sim.sent} frames", err=True)
 
 
 @ssb.command("live")
 @click.argument("source")
-@click.option("--kv", type=POSITIVE, required=True, help="Accelerating voltage (kV).")
-@click.option("--semiangle", type=POSITIVE, required=True, help="Convergence semi-angle (mrad).")
+@click.option("--kv", type=VOLTAGE_KV, required=True, help="Accelerating voltage (kV).")
+@click.option("--semiangle", type=SEMIANGLE_MRAD, required=True, help="Convergence semi-angle (mrad).")
 @click.option("--scan-step", type=SCAN_STEP_A, required=True, help="Scan step (A).")
 @click.option("--scan-shape", type=click.IntRange(1), nargs=2, default=None, metavar="ROWS COLS",
               help="The scan's rows and columns; default from the stream's header. Given, they must make the "

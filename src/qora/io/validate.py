@@ -64,6 +64,23 @@ def nonnegative(name: str, value, *, unit: str = "") -> float:
     return value
 
 
+# physical ranges (low, high, the reason said with a value outside), for the library and the CLI's options alike
+VOLTAGE_KV = (1.0, 5000.0, "electron microscopes accelerate from ~1 kV (low-voltage SEM-STEM) to 3,000 kV (the "
+                           "highest-voltage TEMs); the value is in kV")
+SEMIANGLE_MRAD = (0.1, 500.0, "a convergence semi-angle below 0.1 mrad makes a probe microns wide (no ptychographic "
+                              "scan), above 500 mrad beyond any condenser and the paraxial optics used here; the value "
+                              "is in mrad")
+
+
+def physical(name: str, value, unit: str, bounds) -> float:
+    """``value`` as a positive float within ``bounds`` (low, high, reason), else InputError with the reason."""
+    low, high, why = bounds
+    value = positive(name, value, unit=unit)
+    if not low <= value <= high:
+        raise InputError(f"{name} {value:g} {unit} is outside {low:g}-{high:g} {unit}: {why}")
+    return value
+
+
 def in_range(name: str, value, low: float, high: float, *, unit: str = "", inclusive: bool = True) -> float:
     """``value`` as a finite float within [low, high] (or (low, high) with ``inclusive=False``)."""
     value = number(name, value, unit=unit)

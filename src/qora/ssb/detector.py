@@ -15,7 +15,7 @@ import numpy as np
 
 from qora.io.errors import InputError
 from qora.io.validate import number, positive
-from qora.ssb.optics import wavelength
+from qora.ssb.optics import semiangle, voltage, wavelength
 
 __all__ = ["DetectorFit", "fit_detector", "fit_detector_from_mean", "bright_field_pixels", "scan_frequencies",
            "check_level", "check_data", "mean_pattern", "check_settings", "count_nonfinite", "array_like", "gather",
@@ -42,6 +42,12 @@ class DetectorFit:
         object.__setattr__(self, "radius", positive("detector.radius", self.radius, unit="pixels"))
         object.__setattr__(self, "mrad_per_pixel", positive("detector.mrad_per_pixel", self.mrad_per_pixel,
                                                             unit="mrad"))
+
+    def described(self) -> str:
+        """The fit in one phrase for messages: centre (row, column) and radius in px, mrad per px."""
+        cy, cx = self.center
+        return (f"centre ({cy:.2f}, {cx:.2f}) px, radius {self.radius:.3g} px, {self.mrad_per_pixel:.4g} mrad per "
+                "pixel")
 
     def check_frame(self, detector_shape) -> None:
         """Refuse a disk whose centre lies outside the detector's frame (det_row, det_col)."""
@@ -126,7 +132,7 @@ def fit_detector_from_mean(mean, alpha_mrad: float, *, threshold: float = 0.5, e
     would add a ring of area)."""
     if edge not in EDGES:
         raise InputError(f"edge must be one of {', '.join(EDGES)}, got {edge!r}")
-    alpha_mrad = positive("alpha_mrad (the convergence semi-angle)", alpha_mrad, unit="mrad")
+    alpha_mrad = semiangle(alpha_mrad)
     mean = np.asarray(mean)
     if np.iscomplexobj(mean) or mean.ndim != 2 or not mean.size:
         raise InputError(f"the mean pattern must be a real 2D array (det_row, det_col), got {mean.dtype} of shape "
@@ -228,8 +234,7 @@ def check_settings(kv, alpha_mrad, scan_step, rotation=0.0):
     positive number (the rotation: any finite number); the scan step a float, or a (step_y,
     step_x) pair of floats where the two differ (:func:`scan_steps`)."""
     steps = scan_steps(scan_step)
-    return (positive("kv (the accelerating voltage)", kv, unit="kV"),
-            positive("alpha_mrad (the convergence semi-angle)", alpha_mrad, unit="mrad"),
+    return (voltage(kv), semiangle(alpha_mrad),
             steps[0] if steps[0] == steps[1] else steps, number("rotation", rotation, unit="rad"))
 
 

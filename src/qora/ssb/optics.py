@@ -25,9 +25,12 @@ import numpy as np
 
 from qora.backend import xp_of
 from qora.io.errors import InputError
-from qora.io.validate import positive
+from qora.io.validate import SEMIANGLE_MRAD, VOLTAGE_KV, physical, positive
 
-__all__ = ["wavelength", "Aberrations", "chi", "chi_gradient", "aperture", "probe_spectrum", "KNOWN_ABERRATIONS"]
+__all__ = ["wavelength", "voltage", "semiangle", "Aberrations", "chi", "chi_gradient",
+           "aperture", "probe_spectrum", "KNOWN_ABERRATIONS"]
+
+# the physical ranges of the two numbers every 4D-STEM dataset needs: qora.io.validate's (the CLI's too)
 
 # (n, m) of the supported coefficients: C10 defocus, C12 twofold astigmatism, C21 axial coma,
 # C23 threefold astigmatism, C30 spherical aberration, and more as listed (coefficients in A, azimuths in rad)
@@ -38,9 +41,20 @@ _ELECTRON_REST_ENERGY_KEV = 510.99895  # m_e c^2
 _HC_KEV_A = 12.398419843  # h c in keV * A
 
 
+def voltage(kv, what: str = "kv (the accelerating voltage)") -> float:
+    """``kv`` as a float (kV), refused (InputError, with the reason) outside :data:`qora.io.validate.VOLTAGE_KV`."""
+    return physical(what, kv, "kV", VOLTAGE_KV)
+
+
+def semiangle(alpha_mrad, what: str = "alpha_mrad (the convergence semi-angle)") -> float:
+    """``alpha_mrad`` as a float (mrad), refused (InputError, with the reason) outside
+    :data:`qora.io.validate.SEMIANGLE_MRAD`."""
+    return physical(what, alpha_mrad, "mrad", SEMIANGLE_MRAD)
+
+
 def wavelength(kv: float) -> float:
-    """Relativistic electron wavelength (A) at an accelerating voltage of ``kv`` kV."""
-    e = positive("kv (the accelerating voltage)", kv, unit="kV")
+    """Relativistic electron wavelength (A) at an accelerating voltage of ``kv`` kV (:func:`voltage`'s range)."""
+    e = voltage(kv)
     return _HC_KEV_A / math.sqrt(e * (2 * _ELECTRON_REST_ENERGY_KEV + e))
 
 
@@ -161,7 +175,7 @@ def aperture(kx, ky, alpha_mrad: float, lam: float):
     ndarray
         0 or 1, float64, the broadcast shape of ``kx`` and ``ky``.
     """
-    alpha_mrad = positive("alpha_mrad (the convergence semi-angle)", alpha_mrad, unit="mrad")
+    alpha_mrad = semiangle(alpha_mrad)
     xp = xp_of(kx, ky)
     return (xp.hypot(kx, ky) <= alpha_mrad * 1e-3 / lam).astype(np.float64)
 

@@ -97,8 +97,7 @@ class Session(BandCache):
         self.chunk = int(chunk)
         self.bf_index, self.k = bright_field_pixels(data.shape[2:], self.detector, self.alpha_mrad, self.kv)
         if not len(self.bf_index):
-            raise InputError(f"no detector pixel lies inside the bright-field disk (centre {self.detector.center}, "
-                             f"radius {self.detector.radius:g} px, {self.detector.mrad_per_pixel:g} mrad/px, "
+            raise InputError(f"no detector pixel lies inside the bright-field disk ({self.detector.described()}, "
                              f"alpha_mrad {alpha_mrad:g})")
         self.bf_count = len(self.bf_index)  # of the whole bright field, also in a shard
         if pixels is not None:
@@ -273,6 +272,11 @@ class Session(BandCache):
         sums(aberrations, method, qy, qx, thickness, tilt, rows, numerator, norm)
         if method == "parallax":
             spectrum = flip * numerator / (2 * len(self.bf_index))
+        elif not bool(xp.any(norm > 0)):  # every Q's sum empty: the image would be 0 everywhere
+            raise InputError("no scan frequency has a detector pixel where the two disks overlap singly, so SSB has "
+                             f"nothing to image: the scan's frequencies (1 / (scan step x scan size), step "
+                             f"{self.scan_step} A) are too fine for the detector's pixels; check the scan step "
+                             "(--scan-step) and the calibration")
         else:
             spectrum = xp.where(norm > 0, numerator / (1j * xp.where(norm > 0, norm, 1)), 0)
         spectrum[0, 0] = 0

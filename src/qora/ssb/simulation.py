@@ -23,9 +23,9 @@ from qora.backend.fft import fftn, ifftn
 from qora.io.errors import InputError
 from qora.io.validate import integer, memory_needed, nonnegative, number, positive
 from qora.progress import report
-from qora.ssb.optics import Aberrations, probe_spectrum, wavelength
+from qora.ssb.optics import Aberrations, probe_spectrum, semiangle, voltage, wavelength
 
-__all__ = ["amorphous_slices", "atoms_slice", "crystal_slices", "film_counts", "rotate_detector", "Scan4D",
+__all__ = ["check_sampling", "amorphous_slices", "atoms_slice", "crystal_slices", "film_counts", "rotate_detector", "Scan4D",
            "simulate", "simulate_to_npy", "scan_truth", "simulation_bytes", "check_simulation_memory", "check_disk"]
 
 
@@ -66,12 +66,25 @@ def check_disk(path, nbytes: int, what: str, hint: str) -> None:
                            f"available; {hint}")
 
 
+def check_sampling(pixel: float, kv: float, alpha_mrad: float) -> float:
+    """Refuse (InputError) a pixel (A) too coarse for the aperture: alpha / lambda must stay within 2/3 of the
+    sampling's Nyquist frequency. Returns the wavelength (A). Checked before any slice is made (a coarse pixel
+    also makes :func:`amorphous_slices` place atoms by the billion)."""
+    lam = wavelength(kv)
+    reach, limit = semiangle(alpha_mrad) * 1e-3 / lam, 0.5 / positive("pixel", pixel, unit="A") * 2 / 3
+    if reach >= limit:
+        raise InputError(f"the aperture (alpha / lambda = {reach:.3g} 1/A at {kv:g} kV, {alpha_mrad:g} mrad) reaches "
+                         f"beyond 2/3 of the sampling's Nyquist frequency ({limit:.3g} 1/A for a {pixel:g} A pixel): "
+                         "a smaller semi-angle (--semiangle), a lower voltage (--kv: a longer wavelength) or a "
+                         "finer pixel (the CLI's is --step / 2) brings it inside")
+    return lam
+
+
 def _check_geometry(pixel, stride, window, kv, alpha_mrad, thickness, tilt):
     pixel = positive("pixel", pixel, unit="A")
     stride = integer("stride", stride, low=1)
     window = integer("window", window, low=2)
-    kv = positive("kv (the accelerating voltage)", kv, unit="kV")
-    alpha_mrad = positive("alpha_mrad (the convergence semi-angle)", alpha_mrad, unit="mrad")
+    kv, alpha_mrad = voltage(kv), semiangle(alpha_mrad)
     thickness = nonnegative("thickness", thickness, unit="A")
     try:
         tilt = tuple(number(f"tilt[{i}]", t, unit="rad") for i, t in enumerate(tilt))
@@ -97,6 +110,12 @@ def amorphous_slices(shape, pixel: float, *, slices: int = 1, atoms_per_a2: floa
     ny, nx = shape
     rng = np.random.default_rng(seed)
     count = max(1, int(round(atoms_per_a2 * ny * nx * pixel**2)))
+    from qora.backend import host
+
+    # each slice's spectrum is a product of (ny, atoms) and (atoms, nx) complex matrices
+    memory_needed(16 * count * (ny + nx) + 8 * slices * ny * nx, f"{count} atoms a slice over a {ny} x {nx} field of "
+                  f"{pixel:g} A pixels", available=host.available_memory(), hint="a finer pixel (fewer atoms a pixel) "
+                  "or a smaller field shrinks it")
     out = np.empty((slices, ny, nx))
     for s in range(slices):
         ry = rng.uniform(0, ny * pixel, count)
@@ -187,13 +206,7 @@ class _Multislice:
             raise InputError(f"the field ({ny}, {nx}) must be a whole number of scan steps of {stride} pixels")
         if window > min(ny, nx):
             raise InputError(f"the probe window {window} exceeds the field ({ny}, {nx})")
-        lam = wavelength(kv)
-        reach, limit = alpha_mrad * 1e-3 / lam, 0.5 / pixel * 2 / 3
-        if reach >= limit:
-            raise InputError(f"the aperture (alpha / lambda = {reach:.3g} 1/A at {kv:g} kV, {alpha_mrad:g} mrad) reaches "
-                             f"beyond 2/3 of the sampling's Nyquist frequency ({limit:.3g} 1/A for a {pixel:g} A pixel): "
-                             "a smaller semi-angle (--semiangle), a lower voltage (--kv: a longer wavelength) or a "
-                             "finer pixel (the CLI's is --step / 2) brings it inside")
+        lam = check_sampling(pixel, kv, alpha_mrad)
         self.xp, self.shape, self.window, self.count, self.slices = xp, (ny, nx), window, count, slices
         k = np.fft.fftfreq(window, pixel)
         kx, ky = k[None, :], k[:, None]

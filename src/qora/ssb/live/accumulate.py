@@ -243,8 +243,7 @@ class LiveG:
         grown = detector.mrad_per_pixel * margin
         index, _ = bright_field_pixels(self.detector_shape, detector, s["alpha_mrad"] + grown, s["kv"])
         if not len(index):
-            raise InputError(f"no detector pixel lies inside the bright-field disk (centre {detector.center}, radius "
-                             f"{detector.radius:g} px)")
+            raise InputError(f"no detector pixel lies inside the bright-field disk ({detector.described()})")
         return index
 
     def _place_compressed(self, frames: CompressedFrames) -> list[int]:
