@@ -81,3 +81,31 @@ def test_plotting_leaves_the_plotting_backend_alone(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "svg"
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+TOP_LAYERS = ("cli", "viewer", "distributed")  # they reach the engines through their faces only (issue 41)
+FACES = ("qora.phase", "qora.holo", "qora.ssb", "qora.ssb.live")
+
+
+def _inner_imports(source: str) -> list:
+    """The engine modules other than the faces that ``source`` imports from (``from qora.ssb.depth import x``)."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module else
+                 [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+        found += [n for n in names if n.split(".")[:2] in (["qora", e] for e in ("phase", "holo", "ssb"))
+                  and n not in FACES]
+    return found
+
+
+def test_the_top_layers_import_the_engines_through_their_faces():
+    root = Path(__file__).resolve().parents[1] / "src" / "qora"
+    inner = {f"{path.relative_to(root)}: {module}" for layer in TOP_LAYERS for path in (root / layer).rglob("*.py")
+             for module in _inner_imports(path.read_text())}
+    assert not inner, f"import these from the engine's face (add the name to its __init__): {sorted(inner)}"
+    # the check sees a planted inner import, in either form, and lets the faces through
+    assert _inner_imports("from qora.ssb.depth import depth_sections\nimport qora.phase.files\n"
+                          "from qora.ssb.live import run_live\nfrom qora.holo import span") == ["qora.ssb.depth",
+                                                                                              "qora.phase.files"]

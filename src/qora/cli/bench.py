@@ -119,7 +119,7 @@ def bench_phase_success(backend: str, cases, starts: int, recipe: str, peer, con
         names = tuple(phase_success.CASES)
     else:
         names = tuple(c.strip() for c in cases.split(",") if c.strip())
-    from qora.phase.recipe import NAMED_RECIPES, is_envelope
+    from qora.phase import NAMED_RECIPES, is_envelope
 
     label = recipe if recipe in NAMED_RECIPES or is_envelope(recipe) else "custom"
     if figures is not None:

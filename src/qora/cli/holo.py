@@ -43,7 +43,7 @@ def holo() -> None:
 
 
 def _parse_spheres(text: str):
-    from qora.holo.phantoms import Sphere
+    from qora.holo import Sphere
     from qora.io.errors import InputError
 
     spheres = []
@@ -104,7 +104,7 @@ def _apart(outputs, inputs, *, folder_ok=False) -> None:
 def simulate_cmd(n, spheres, angles, na_illumination, noise, geometry_kind, model, seed, out) -> None:
     """Holograms and backgrounds of spheres (analytic first-order fields) in the reference geometry."""
     from qora import holo as H
-    from qora.holo.phantoms import check_simulation_memory
+    from qora.holo import check_simulation_memory
 
     _suffix(out, (".h5", ".hdf5"), "--out")
     _apart([out], [])
@@ -280,7 +280,7 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
     if amplitude is not None:
         raise click.BadParameter("--amplitude goes with --input phase-amplitude", param_hint="--amplitude")
     if angles_file is not None:
-        from qora.holo.series_files import read_angles
+        from qora.holo import read_angles
 
         angle_range = read_angles(angles_file, unit=angle_unit)
     truth = None
@@ -559,7 +559,7 @@ def phase_cmd(hologram, background, pixel, na_detection, wavelength, medium_inde
     pupil = na_detection / wavelength if na_detection is not None else filter_radius
     try:
         from qora.backend.fft import fast_length
-        from qora.holo.fields import border_on_field
+        from qora.holo import border_on_field
 
         big = fast_length(max(h.shape))
         n = big if full_sampling else big // 2

@@ -105,7 +105,7 @@ def bpm_of_ratio(H, ratio, g, *, iterations, tv_weight, batch, backend, quiet, *
     """The BPM inversion of field ratios with its Rytov + GP start, on one progress bar (the start's GP
     iterations, then the BPM steps); ``cuda_options`` (``variant``) go to the device's BPM."""
     from qora.holo import bpm as B
-    from qora.holo.steps import span
+    from qora.holo import span
     from qora.progress import tqdm_progress
 
     if tv_weight == "auto":
@@ -144,7 +144,7 @@ def fitted_geometry(H, ratio, g, approximation: str, quiet: bool):
     is printed either way, with a bar while it runs."""
     from dataclasses import replace
 
-    from qora.holo.axis_fit import describe
+    from qora.holo import describe_axis_fit as describe
     from qora.progress import tqdm_progress
 
     with tqdm_progress(disable=quiet) as bar:

@@ -132,7 +132,7 @@ def _demo_holo(out: Path) -> None:
 def _demo_phase(out: Path, backend: str) -> None:
     """CDI: the 64^2 triangle from its pattern alone (autocorrelation support, default recipe)."""
     from qora.phase import analysis, objects, reconstruct
-    from qora.phase.files import plot_result, write_pattern, write_result
+    from qora.phase import plot_result, write_pattern, write_result
 
     obj, intensity = objects.simulate("triangle", 64)
     write_pattern(out / "phase-pattern.cxi", intensity, truth=obj)

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from qora.cli.options import backend_option, exit_on_failures, scale_out_client, scale_out_options
-from qora.phase.recipe import DEFAULT_RECIPE
+from qora.phase import DEFAULT_RECIPE
 
 
 @click.group("phase")
@@ -34,7 +34,7 @@ def simulate_cmd(name, size, photons, seed, out) -> None:
     """Write a test object's diffraction pattern (and the true object) to a CXI file."""
     from qora.io.validate import outputs_apart
     from qora.phase import objects
-    from qora.phase.files import write_pattern
+    from qora.phase import write_pattern
 
     _result_name(out, "--out")
     outputs_apart([out], [])
@@ -112,7 +112,7 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
     """
     from qora.io.patterns import load_pattern, load_support
     from qora.phase import reconstruct
-    from qora.phase.files import plot_result, write_result
+    from qora.phase import plot_result, write_result
     from qora.progress import tqdm_progress
 
     batch = batch if batch == "auto" else _positive_int(batch, "--batch")
@@ -133,7 +133,7 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
                       seed=seed, rank=rank, backend=backend, variant=variant, batch=batch, keep_all=keep_all,
                       total=total)
             if plot is not None:
-                from qora.phase.files import read_result
+                from qora.phase import read_result
 
                 plot_result(plot, read_result(out))
                 click.echo(f"wrote {plot}")
@@ -142,7 +142,7 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
     intensity, file_mask = load_pattern(data[0], mask=mask)
     steps = None
     if preprocessing:
-        from qora.phase.preprocess import preprocess
+        from qora.phase import preprocess
 
         prepared = preprocess(intensity, mask=file_mask, dark=load_pattern(dark)[0] if dark else None,
                               flat=load_pattern(flat)[0] if flat else None, saturation=saturation,
@@ -157,7 +157,7 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
         result = reconstruct(intensity, mask=file_mask, support=sup, recipe=recipe, starts=starts, seed=seed,
                              rank=rank, backend=backend, variant=variant, batch=batch,
                              keep_all=keep_all or consensus is not None, progress=bar)
-    from qora.phase.recipe import FEW_PHOTONS_RECIPE, Recipe, is_default
+    from qora.phase import FEW_PHOTONS_RECIPE, Recipe, is_default
 
     if result.choice:  # the default chose the recipe by the pattern (e.g. a real object's search)
         click.echo(result.choice)
@@ -170,7 +170,7 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
     if result.psf is not None:
         click.echo(f"partial coherence: the kernel found has a peak of {float(result.psf.max()):.3g} (sum 1)")
     if consensus is not None:
-        from qora.phase.analysis import consensus as agreement
+        from qora.phase import consensus as agreement
 
         scores = result.final_errors if rank == "fourier" else result.free_llk
         c = agreement(result.objects, scores, keep=consensus)
@@ -179,7 +179,7 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
         if not keep_all:
             result.objects = result.supports = None
     if all(geometry):
-        from qora.phase.preprocess import object_pixel_size
+        from qora.phase import object_pixel_size
 
         result.pixel_size = object_pixel_size(wavelength=wavelength, distance=distance, pixel_size=pixel_size,
                                               shape=intensity.shape, bin=binning)
@@ -206,10 +206,10 @@ def _echo_trust(result) -> None:
 
 
 def _iterations(recipe) -> int:
-    from qora.phase.recipe import is_envelope, named_recipe
+    from qora.phase import is_envelope, named_recipe
 
     if is_envelope(recipe):
-        from qora.phase.envelope import ITERATIONS
+        from qora.phase import ENVELOPE_ITERATIONS as ITERATIONS
 
         return ITERATIONS
     return named_recipe(recipe).iterations
@@ -257,7 +257,7 @@ def _run_many(client, data, out, *, quiet, mask, support, starts, batch, total, 
     import time
 
     from qora.io.patterns import load_support
-    from qora.phase.files import write_result
+    from qora.phase import write_result
     from qora.progress import tqdm_progress
 
     if mask is not None:
@@ -316,8 +316,7 @@ def compare_cmd(result, reference) -> None:
     The scale is removed because a reconstruction's amplitude is in sqrt(counts) of its pattern while the
     reference may be in any unit (a simulated object before its photon scaling); the factor is printed.
     """
-    from qora.phase.analysis import scaled_error
-    from qora.phase.files import read_result, read_truth
+    from qora.phase import read_result, read_truth, scaled_error
 
     obj = read_result(result).object
     ref = read_truth(reference)

@@ -178,7 +178,7 @@ def simulate_cmd(scan, step, window, kv, semiangle, c10, c12, c12_angle, c30, sl
     are checked first; Ctrl-C stops it, removes the partial file and exits with status 130."""
     from qora.progress import tqdm_progress
     from qora.ssb import amorphous_slices, scan_truth, simulate, write_dataset
-    from qora.ssb.simulation import check_disk, check_sampling, check_simulation_memory
+    from qora.ssb import check_disk, check_sampling, check_simulation_memory
 
     _outputs(None, {"--out": (out, (".h5", ".hdf5"))})
     positions = scan * scan
@@ -235,7 +235,7 @@ def image_cmd(ctx, data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle
     The data's layout (--axis-order, --transpose-detector, --flip-*) and calibration (--scan-step-y/-x,
     --detector-pixel-mrad, --descan) are applied as the file is read; the values used are printed."""
     from qora.ssb import Session, chi, parameters_to_aberrations, plot_image, write_image
-    from qora.ssb.orientation import reorient
+    from qora.ssb import reorient
 
     _outputs(data, {"--out": (out, (".h5", ".hdf5")), "--plot": (plot, (".png",))})
     fit = read_fit(ctx, fit_file) if fit_file is not None else None
@@ -245,7 +245,7 @@ def image_cmd(ctx, data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle
         session = Session(stack, kv=kv, alpha_mrad=semiangle, scan_step=scan_step, rotation=np.deg2rad(rotation),
                           detector=detector, backend=backend)
     if fit is not None and method != "parallax":
-        from qora.ssb.fitting import fitted_image
+        from qora.ssb import fitted_image
 
         phase, method, values = fitted_image(session, fit)
         ab = parameters_to_aberrations(values)
@@ -378,7 +378,7 @@ def fit_cmd(data, kv, semiangle, scan_step, rotation, orientation, branch, start
         click.echo(line)
     click.echo(f"wrote {out}")
     if plot is not None:
-        from qora.ssb.orientation import reorient
+        from qora.ssb import reorient
 
         with tqdm_progress(disable=quiet, delay=1.0) as bar:  # shown when the plot takes more than a second
             plot_fit(plot, reorient(session, result["orientation"]["orientation"]), result, progress=bar)
@@ -390,8 +390,7 @@ def fit_cmd(data, kv, semiangle, scan_step, rotation, orientation, branch, start
 def _write_sections(path, session, result: dict, **settings) -> None:
     """The incoherent fit's depth sections as an image stack (:func:`qora.ssb.depth.depth_sections`)."""
     from qora.ssb import parameters_to_aberrations, write_image
-    from qora.ssb.depth import depth_sections
-    from qora.ssb.orientation import reorient
+    from qora.ssb import depth_sections, reorient
 
     fit = result.get("incoherent")
     if fit is None:
@@ -521,7 +520,7 @@ def live_cmd(source, kv, semiangle, scan_step, scan_shape, protocol, follow, rot
     Each refresh prints the rows so far, the fitted C10 and C12 and the frame rates; the end prints
     the frames dropped or out of order and the time from the last frame to the final image and fit."""
     from qora.ssb.live import LiveOptions, open_source, run_live
-    from qora.ssb.live.receivers import RECEIVER_BATCH
+    from qora.ssb.live import RECEIVER_BATCH
 
     _outputs(None, {"--out": (out, (".h5", ".hdf5")), "--fit-out": (fit_out, (".json",))})
     src = open_source(source, protocol=protocol, scan_shape=scan_shape, timeout=timeout, follow=follow,

@@ -50,7 +50,7 @@ class DataOptions:
 
     def layout(self):
         from qora.io.errors import InputError
-        from qora.ssb.readers import Layout
+        from qora.ssb import Layout
 
         try:
             return Layout(axis_order=self.axis_order, transpose_detector=self.transpose_detector,
@@ -126,7 +126,7 @@ def load_for_session(path: Path, *, kv, semiangle, scan_step, source: DataOption
     from qora.io.errors import InputError
     from qora.io.validate import positive
     from qora.ssb import load_data, wavelength
-    from qora.ssb.detector import fit_detector
+    from qora.ssb import fit_detector
 
     stack, meta = load_data(path, scan_shape=source.scan_shape, layout=source.layout())
     name = path.name
@@ -162,7 +162,7 @@ def load_for_session(path: Path, *, kv, semiangle, scan_step, source: DataOption
     steps = step_y if step_y == step_x else (step_y, step_x)
 
     if source.descan != "none":
-        from qora.ssb.descan import correct_descan, fit_descan
+        from qora.ssb import correct_descan, fit_descan
 
         try:
             descan = fit_descan(stack, model=source.descan)

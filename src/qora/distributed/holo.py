@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from qora.distributed.items import ItemReport, run_items
-from qora.holo.plans import intensities
+from qora.holo import intensities
 from qora.io.errors import InputError, MissingExtra, OutputError
 
 __all__ = ["reconstruct_series", "SeriesStore", "write_series", "series_options"]

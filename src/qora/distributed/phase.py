@@ -55,8 +55,7 @@ def _load(source, mask):
 def _run_part(source, mask, first_start: int, count: int, solver_options: dict, run_options: dict):
     """One item on a worker: ``count`` starts from ``first_start`` of one pattern; what the default runs is chosen as
     :func:`qora.phase.reconstruct` chooses it (the real-object search for a centrosymmetric pattern)."""
-    from qora.phase.recipe import is_envelope
-    from qora.phase.symmetry import choose_recipe
+    from qora.phase import choose_recipe, is_envelope
 
     intensity, file_mask = _load(source, mask)
     recipe, reason = choose_recipe(intensity, file_mask, recipe=run_options["recipe"], support=run_options["support"],
@@ -107,7 +106,7 @@ def reconstruct_many(datasets, *, client, starts: int = 1, starts_per_task: int 
     PhaseCampaign
         ``done`` holds the merged result of every pattern that finished.
     """
-    from qora.phase.result import merge_results
+    from qora.phase import merge_results
 
     if isinstance(datasets, dict):
         named = dict(datasets)
@@ -139,7 +138,7 @@ def reconstruct_many(datasets, *, client, starts: int = 1, starts_per_task: int 
         if len(parts[name]) == expected[name]:
             results[name] = merge_results(parts.pop(name))
             if out_dir is not None:
-                from qora.phase.files import write_result
+                from qora.phase import write_result
 
                 Path(out_dir).mkdir(parents=True, exist_ok=True)
                 write_result(Path(out_dir) / f"{name}.cxi", results[name])

@@ -37,7 +37,7 @@ def _open(data):
 
 def _mean_pattern_part(data, rows: slice):
     """The sum of the frames of the scan rows ``rows`` (float64) and their count."""
-    from qora.ssb.detector import array_like
+    from qora.ssb import array_like
 
     frames = array_like(_open(data))[rows]
     return np.asarray(frames, np.float64).sum((0, 1)), frames.shape[0] * frames.shape[1]
@@ -110,7 +110,7 @@ class ShardedSession:
         from qora.io.errors import InputError
         from qora.io.validate import integer
         from qora.ssb import bright_field_pixels, fit_detector_from_mean, wavelength
-        from qora.ssb.detector import check_data, check_settings
+        from qora.ssb import check_data, check_settings
 
         # the settings are checked here, before the cluster is asked for anything
         kv, alpha_mrad, scan_step, rotation = check_settings(kv, alpha_mrad, scan_step, rotation)

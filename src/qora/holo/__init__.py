@@ -14,27 +14,29 @@ CUDA modules (``cuda_stages``, ``cuda_solver``, ``cuda_pipeline``, ``bpm_cuda``,
 leaves that only the api reaches, so importing this package needs no GPU.
 """
 
-from qora.holo import phantoms, reference
+from qora.holo import display, phantoms, reference
 from qora.holo.api import (Pipeline, bpm_reconstruct, extract_fields, field_series_volume, field_size,
                            geometry_from_backgrounds, parse_angles, phase_image, prepare_field_series, reconstruct,
                            reconstruct_holograms, rotation_geometry, simulation_geometry)
-from qora.holo.axis_fit import AxisFit, fit_axis_to_ratio as fit_axis
+from qora.holo.axis_fit import AxisFit, describe as describe_axis_fit, fit_axis_to_ratio as fit_axis
 from qora.holo.background import correct_background, object_mask
 from qora.holo.filters import FILTERS
 from qora.holo.refocus import autofocus, propagate, refocused
 from qora.holo.series_files import (FieldSeries, read_angles, read_field_series, read_odtbrain_archive,
                                     read_phase_amplitude, read_qpimage_series)
 from qora.holo.bpm import bpm_forward, bpm_gradient, simulate_bpm_holograms
-from qora.holo.fields import (BACKGROUND_BORDER, field_ratio, find_sideband, illumination_frequencies,
+from qora.holo.fields import (BACKGROUND_BORDER, border_on_field, field_ratio, find_sideband, illumination_frequencies,
                               quantitative_phase, ratio_from_holograms, ratio_from_rectangular, square_fields)
 from qora.holo.files import (backgrounds_for, load_stack, plot_phase, plot_volume, read_holograms, read_volume,
                              write_holograms, write_volume, write_volume_tiff)
-from qora.holo.display import volume_widget
+from qora.holo.display import plane_png, volume_plane, volume_widget
 from qora.holo.geometry import Geometry, cone_illuminations, odtbrain_axis, rotation_axis
 from qora.holo.mie import vector_mie_ratio
 from qora.holo.odt import OdtResult, index_from_potential, potential_from_index
 from qora.holo.options import ReconstructionOptions
-from qora.holo.phantoms import Sphere, born_ratio, holograms_from_fields, render_spheres, simulate_holograms
+from qora.holo.phantoms import Sphere, born_ratio, check_simulation_memory, holograms_from_fields, render_spheres, simulate_holograms
+from qora.holo.plans import intensities
+from qora.holo.steps import span
 from qora.holo.unwrap import rytov
 
 __all__ = [
@@ -56,5 +58,6 @@ __all__ = [
     # files
     "read_holograms", "write_holograms", "FieldSeries", "read_field_series", "read_qpimage_series",
     "read_phase_amplitude", "read_odtbrain_archive", "read_angles", "read_volume", "write_volume", "write_volume_tiff", "load_stack", "backgrounds_for",
-    "plot_volume", "plot_phase", "volume_widget",
+    "plot_volume", "plot_phase", "volume_widget", "display", "describe_axis_fit", "border_on_field", "intensities",
+    "span", "plane_png", "volume_plane", "check_simulation_memory",
 ]

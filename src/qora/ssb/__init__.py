@@ -28,17 +28,21 @@ Files (:mod:`~qora.ssb.files`) and simulated data (:mod:`qora.ssb.simulation`) b
 
 from qora.ssb.band import Band, combine_batch_moments, combine_moments, make_band, uncertainties
 from qora.ssb.descan import Descan, correct_descan, disk_centers, fit_descan
-from qora.ssb.detector import (DetectorFit, bright_field_pixels, fit_detector, fit_detector_from_mean, scan_frequencies,
-                               scan_steps, virtual_bright_field)
+from qora.ssb.detector import (DetectorFit, array_like, bright_field_pixels, check_data, check_settings, fit_detector,
+                               fit_detector_from_mean, scan_frequencies, scan_steps, virtual_bright_field)
 from qora.ssb.files import load_data, plot_fit, plot_image, read_dataset, write_dataset, write_image
 from qora.ssb.readers import Layout
-from qora.ssb.fitting import fit_rotation, fit_session
+from qora.ssb.depth import depth_sections
+from qora.ssb.fitting import fit_rotation, fit_session, fitted_image
+from qora.ssb.orientation import reorient
+from qora.ssb.sliders import SSB_SLIDERS, slider_parameters, slider_start
 from qora.ssb.model import ABERRATION_PARAMETERS, QUADRATIC_PARAMETERS, THICK_PARAMETERS, parameters_to_aberrations
 from qora.ssb.optics import KNOWN_ABERRATIONS, Aberrations, aperture, chi, chi_gradient, probe_spectrum, wavelength
 from qora.ssb.optimize import (BOUNDS, SEARCH_BOUNDS, TILT_LIMIT, BatchObjective, NewtonState, Objective,
                                defocus_search, newton, tpe_search)
 from qora.ssb.session import Session
-from qora.ssb.simulation import (Scan4D, amorphous_slices, atoms_slice, crystal_slices, rotate_detector, scan_truth,
+from qora.ssb.simulation import (Scan4D, amorphous_slices, atoms_slice, check_disk, check_sampling,
+                                check_simulation_memory, crystal_slices, rotate_detector, scan_truth,
                                simulate_to_npy)
 from qora.ssb.simulation import simulate
 
@@ -52,4 +56,6 @@ __all__ = ["Session", "fit", "fit_session", "fit_rotation", "Band", "make_band",
            "fit_detector", "fit_detector_from_mean", "bright_field_pixels", "scan_frequencies", "simulate",
            "simulate_to_npy", "Scan4D", "amorphous_slices", "atoms_slice", "crystal_slices", "rotate_detector",
            "scan_truth", "read_dataset", "write_dataset", "load_data", "write_image", "plot_image", "plot_fit",
-           "Layout", "Descan", "fit_descan", "correct_descan", "disk_centers", "scan_steps", "virtual_bright_field"]
+           "Layout", "Descan", "fit_descan", "correct_descan", "disk_centers", "scan_steps", "virtual_bright_field",
+           "depth_sections", "fitted_image", "reorient", "SSB_SLIDERS", "slider_parameters", "slider_start",
+           "array_like", "check_data", "check_settings", "check_disk", "check_sampling", "check_simulation_memory"]

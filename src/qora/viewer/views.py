@@ -13,7 +13,7 @@ import numpy as np
 
 from qora.io.errors import InputError
 from qora.plot import png
-from qora.ssb.sliders import SSB_SLIDERS, slider_parameters, slider_start
+from qora.ssb import SSB_SLIDERS, slider_parameters, slider_start
 
 __all__ = ["BadRequest", "open_view", "SsbView", "PhaseView", "HoloView", "SSB_SLIDERS"]
 
@@ -306,14 +306,14 @@ class PhaseView:
     kind = "phase"
 
     def __init__(self, path, *, pattern=None) -> None:
-        from qora.phase.files import read_result
+        from qora.phase import read_result
 
         self.path = Path(path)
         self.result = read_result(path)
         self.prtf = self._prtf(pattern)
 
     def _prtf(self, pattern):
-        from qora.phase.analysis import prtf
+        from qora.phase import prtf
 
         objects = self.result.objects
         if objects is None or len(objects) < 2:
@@ -338,7 +338,7 @@ class PhaseView:
 
     def image(self, what: str) -> tuple[bytes, dict]:
         """The central plane's amplitude, phase or support (:mod:`qora.phase.display`, the widget's too)."""
-        from qora.phase.display import PLANES, result_png
+        from qora.phase import PLANES, result_png
 
         if what not in PLANES:
             raise BadRequest(f"image must be one of {sorted(PLANES)}, got {what!r}")
@@ -391,7 +391,7 @@ class HoloView:
                 "pixel_um": self.pixel, "medium_index": self.medium, "range": list(self.range)}
 
     def _plane(self, query) -> tuple[np.ndarray, int, int]:
-        from qora.holo.display import volume_plane
+        from qora.holo import volume_plane
 
         axis = integer(query.get("axis", "0"), "axis", 0, 2)
         index = integer(query.get("index", str(self.shape[axis] // 2)), "index", 0, self.shape[axis] - 1)
@@ -400,7 +400,7 @@ class HoloView:
 
     def slice_png(self, query) -> tuple[bytes, dict]:
         """A plane on a fixed scale (:mod:`qora.holo.display`, the widget's too)."""
-        from qora.holo.display import plane_png
+        from qora.holo import plane_png
 
         plane, _, _ = self._plane(query)
         lo = query_number(query, "lo", -10.0, 10.0, self.range[0])

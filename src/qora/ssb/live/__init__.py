@@ -30,11 +30,11 @@ from qora.ssb.live.dectris import DectrisZMQSource
 from qora.ssb.live.follow import FollowMibSource
 from qora.ssb.live.frames import FrameReport, Frames, MemorySource, Placement, Source
 from qora.ssb.live.merlin import MerlinTCPSource
-from qora.ssb.live.receivers import ParallelDectrisSource
+from qora.ssb.live.receivers import RECEIVER_BATCH, ParallelDectrisSource
 from qora.ssb.live.run import FellBehind, LiveOptions, LiveResult, LiveUpdate, run_live
 from qora.ssb.live.simulate import DectrisSimulator, MerlinSimulator, MibWriter
 from qora.ssb.live.sources import open_source
 
 __all__ = ["LiveG", "CompressedFrames", "Frames", "Source", "MemorySource", "Placement", "FrameReport",
            "MerlinTCPSource", "DectrisZMQSource", "ParallelDectrisSource", "FollowMibSource", "open_source", "run_live", "LiveOptions", "LiveResult",
-           "LiveUpdate", "FellBehind", "MerlinSimulator", "DectrisSimulator", "MibWriter"]
+           "LiveUpdate", "FellBehind", "MerlinSimulator", "DectrisSimulator", "MibWriter", "RECEIVER_BATCH"]
