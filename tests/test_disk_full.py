@@ -62,13 +62,44 @@ def test_the_process_ends_cleanly_after_a_full_disk(tiny_disk, in_place):
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr[-2000:]
 
 
-def test_the_cli_says_the_disk_is_full_in_one_line(tiny_disk):
+def test_the_cli_refuses_an_output_without_room_before_the_work(tiny_disk):
     proc = subprocess.run([sys.executable, "-m", "qora", "phase", "simulate", "--size", "256", "--out",
                            str(tiny_disk / "kept.h5")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "the disk is full" in lines[0] and "kept.h5" in lines[0], proc.stderr
+    assert len(lines) == 1 and "of disk in" in lines[0] and "KiB available" in lines[0], proc.stderr
     assert (tiny_disk / "kept.h5").read_bytes() == b"k" * 40_000
+
+
+@pytest.mark.parametrize("argv", [
+    ["phase", "simulate", "--size", "256", "--out", "{out}/p.cxi"],
+    ["phase", "run", "{pattern}", "--starts", "2", "--keep-all", "--out", "{out}/r.cxi"],
+    ["holo", "reconstruct", "{holograms}", "--out", "{out}/v.h5"],
+])
+def test_each_writer_checks_its_disk_before_the_work(tmp_path, monkeypatch, argv):
+    """Issue 40: `holo reconstruct` computed the volumes and then met the full disk; every command now compares
+    its output's size with the folder's free space first (here a folder reported nearly full, any user)."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from qora.cli import cli
+
+    pattern = tmp_path / "pattern.npy"
+    np.save(pattern, np.abs(np.fft.fft2(np.pad(np.ones((8, 8)), 28))) ** 2)
+    holograms = tmp_path / "holos.h5"
+    assert CliRunner().invoke(cli, ["holo", "simulate", "--size", "16", "--angles", "2", "--out",
+                                    str(holograms)]).exit_code == 0
+    out = tmp_path / "nearly_full"
+    out.mkdir()
+    usage = shutil.disk_usage(out)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=1000))
+    args = [a.format(out=out, pattern=pattern, holograms=holograms) for a in argv]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    # the estimate's words ("needs up to ... available"), not the writer's ("the disk is full") after the work
+    assert "needs up to" in result.output and "1000 bytes available" in result.output, result.output
+    assert list(out.iterdir()) == []
 
 
 def _no_space(*args, **kwargs):

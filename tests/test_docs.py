@@ -56,3 +56,14 @@ def test_building_the_site_copy_leaves_the_tracked_docs_alone(tmp_path):
     assert (tmp_path / "docs" / "index.md").read_bytes() == (ROOT / "docs" / "index.md").read_bytes()
     text = (ROOT / "mkdocs.yml").read_text()
     assert "!ENV [QORA_DOCS_DIR, docs]" in text and "--site build/docs" in (ROOT / "Makefile").read_text()
+
+
+def test_what_make_demo_docs_and_test_write_is_ignored_by_git():
+    """`make demo` writes demo-output/, `make docs` build/ and site/, `make install` .venv/: a clean clone stays
+    clean after them (issue 40; .ci/run checks `git status --porcelain` after `make test` itself)."""
+    written = ["demo-output/phase.png", "build/docs/tutorials/phase.ipynb", "site/index.html", ".venv/bin/python",
+               "bench/results/logs/x.log"]
+    proc = subprocess.run(["git", "check-ignore", "--no-index", *written], cwd=ROOT, capture_output=True, text=True)
+    assert sorted(proc.stdout.split()) == sorted(written), proc.stdout
+    make = (ROOT / "Makefile").read_text()
+    assert "--out demo-output" in make and "--site build/docs" in make and "--site-dir site" in make

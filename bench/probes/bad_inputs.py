@@ -147,6 +147,47 @@ def holo_cases(f: Path) -> list:
     ]
 
 
+def silent_detector() -> int:
+    """A Merlin-like peer that accepts and sends nothing; its port."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    held = []  # the accepted connections stay open, silent
+    threading.Thread(target=lambda: [held.append(server.accept()) for _ in range(100)], daemon=True).start()
+    return server.getsockname()[1]
+
+
+def live_cases(f: Path) -> list:
+    """`ssb live` against a detector that never sends: Ctrl-C while it waits (24 s to stop once), and an
+    output that cannot be written, refused before the scan (the scan's result was lost after it)."""
+    source = f"tcp://127.0.0.1:{silent_detector()}"
+    live = ["ssb", "live", source, "--kv", "300", "--semiangle", "20", "--scan-step", "0.5"]
+    cases = [("signal", "ssb live, Ctrl-C while the detector is silent", [*live, "--out", str(f / "live.h5")],
+              "interrupt", 2.0)]
+    ro = f / "ro_mount"
+    ro.mkdir()
+    if os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(ro)],
+                                            capture_output=True).returncode == 0:
+        cases.append(("checked late", "ssb live --out on a read-only file system", [*live, "--out", str(ro / "x.h5")],
+                      "refuse", None))
+    return cases
+
+
+def stale_case(f: Path) -> list:
+    """A temporary left by a killed run (SIGKILL: no handler runs) in the output's folder: the next run removes it."""
+    folder = f / "stale"
+    folder.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a PID no process holds now
+    (folder / f".s.h5.{dead.pid}.tmp").write_bytes(b"partial")
+    return [("signal", "ssb simulate after a killed run's temporary", ["ssb", "simulate", "--scan", "16", "--window",
+                                                                      "16", "--out", str(folder / "s.h5")],
+             "write", None)]
+
+
 def disk_full_cases(folder: Path) -> list:
     full = folder / "full"
     full.mkdir()
@@ -160,7 +201,16 @@ def disk_full_cases(folder: Path) -> list:
                                                            str(full / "p.cxi")], "refuse", None),
         ("disk full", "phase run onto a full disk", ["phase", "run", _pattern(folder), "--starts", "2", "--out",
                                                       str(full / "r.cxi")], "refuse", None),
+        ("disk full", "holo reconstruct onto a full disk", ["holo", "reconstruct", _holograms(folder), "--out",
+                                                             str(full / "v.h5")], "refuse", None),
     ]
+
+
+def _holograms(folder: Path) -> str:
+    path = folder / "sim_holos.h5"
+    subprocess.run(QORA + ["holo", "simulate", "--size", "48", "--angles", "4", "--out", str(path)], check=True,
+                   capture_output=True)
+    return str(path)
 
 
 def run_case(argv, expected, delay, cwd):
@@ -184,14 +234,18 @@ def run_case(argv, expected, delay, cwd):
     seconds = time.perf_counter() - t0
     lines = [ln for ln in out.replace("\r", "\n").splitlines() if ln.strip() and "|" not in ln]
     left = sorted(set(os.listdir(cwd)) - before)
-    hidden = [n for n in os.listdir(cwd) if n.startswith(".") and n.endswith(".tmp")]
+    out_path = Path(argv[argv.index("--out") + 1]) if "--out" in argv else None
+    folders = {Path(cwd)} | ({out_path.parent} if out_path is not None and out_path.parent.is_dir() else set())
+    hidden = [n for d in folders for n in os.listdir(d) if n.startswith(".") and n.endswith(".tmp")]
+    if expected == "write" and (out_path is None or not out_path.exists()):
+        hidden.append("no output written")
     kept = keep.read_text() == "an existing result" if keep.exists() and keep.stat().st_size < 100 else None
     return dict(code=proc.returncode, seconds=seconds, traceback="Traceback" in out,
                 internal="internal error" in out.lower(), lines=lines, hang=hang, left=left + hidden, kept=kept)
 
 
 def verdict(expected, r) -> str:
-    want = {"refuse": 2, "interrupt": 130, "term": 143}[expected]
+    want = {"refuse": 2, "interrupt": 130, "term": 143, "write": 0}[expected]
     problems = []
     if r["hang"]:
         problems.append("hang")
@@ -199,7 +253,7 @@ def verdict(expected, r) -> str:
         problems.append("traceback")
     if r["internal"]:
         problems.append("internal error")
-    if r["code"] == 0:
+    if r["code"] == 0 and expected != "write":
         problems.append("silent")
     elif r["code"] != want:
         problems.append(f"exit {r['code']}")
@@ -210,7 +264,7 @@ def verdict(expected, r) -> str:
         problems.append("left " + ", ".join(r["left"]))
     if r["kept"] is False:
         problems.append("existing file replaced")
-    if expected != "refuse" and r["seconds"] > STOP:
+    if expected in ("interrupt", "term") and r["seconds"] > STOP:
         problems.append(f"stopped after {r['seconds']:.1f} s")
     return "ok" if not problems else "; ".join(problems)
 
@@ -219,7 +273,7 @@ def main(out: str | None = None) -> int:
     rows, failures = [], 0
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
-        for i, (kind, name, argv, expected, delay) in enumerate(cases(base) + disk_full_cases(base)):
+        for i, (kind, name, argv, expected, delay) in enumerate(cases(base) + live_cases(base) + stale_case(base) + disk_full_cases(base)):
             cwd = base / f"case{i}"
             cwd.mkdir()
             r = run_case(argv, expected, delay, cwd)
@@ -228,8 +282,9 @@ def main(out: str | None = None) -> int:
             message = next((ln for ln in r["lines"] if ln.startswith("Error:")), r["lines"][-1] if r["lines"] else "")
             rows.append(f"| {kind} | {name} | {r['code']} | {r['seconds']:.1f} | {v} | {message[:150]} |")
             print(rows[-1], flush=True)
-        if (base / "full").is_mount():
-            subprocess.run(["umount", str(base / "full")])
+        for mount in (base / "full", base / "ro_mount"):
+            if mount.is_mount():
+                subprocess.run(["umount", str(mount)])
     table = ["| class | case | exit | s | verdict | last line |", "|---|---|---|---|---|---|", *rows,
              f"\n{len(rows)} cases, {failures} with a problem"]
     print(table[-1])

@@ -16,9 +16,9 @@ import numpy as np
 from click.core import ParameterSource
 
 from qora.cli.holo_fields import (FILTER_CHOICES, _interval, _reconstruct_fields, _reconstruct_series, bpm_of_ratio,
-                                 fitted_geometry, refocus_options, write_absorption, written_line)
-from qora.cli.options import (NONNEGATIVE, POSITIVE, Finite, backend_option, exit_on_failures, scale_out_client,
-                              scale_out_options)
+                                 fitted_geometry, refocus_options)
+from qora.cli.holo_output import before_work, recorded_options, report, series_on_cluster, write_result
+from qora.cli.options import NONNEGATIVE, POSITIVE, Finite, backend_option, scale_out_options
 
 VOLUME_SUFFIXES = (".h5", ".hdf5", ".tif", ".tiff", ".zarr")
 
@@ -312,12 +312,9 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
         options = H.ReconstructionOptions(method=method, approximation=approximation, iterations=iterations,
                                           tv_weight="auto" if tv_weight is None else tv_weight, oversample=oversample,
                                           index_min=index_min, index_max=index_max, complex_index=complex_index)
-    recorded = _recorded(sideband, hp, bgs.shape[-1], options, iterations=iterations, tv_weight=tv_weight,
+    recorded = recorded_options(sideband, hp, bgs.shape[-1], options, iterations=iterations, tv_weight=tv_weight,
                          batch=batch)
-    if suffix == ".zarr":
-        from qora.distributed.holo import SeriesStore
-
-        SeriesStore(out).check(g, recorded)  # before any work
+    before_work(out, suffix, g, stack, recorded)
     if method == "bpm":
         result = _bpm(H, stack, bgs, g, hp, iterations=iterations, tv_weight=tv_weight, batch=batch, backend=backend,
                       quiet=quiet, variant=bpm_variant)
@@ -326,7 +323,7 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
             if stack.ndim != 4 or suffix != ".zarr":
                 raise click.UsageError("on a Dask cluster, give a time series (T, A, N, N) and a .zarr store as "
                                        "--out")
-            _series_on_cluster(stack, bgs, g, out, (scheduler, workers, gpus), quiet=quiet, sideband=sideband,
+            series_on_cluster(stack, bgs, g, out, (scheduler, workers, gpus), quiet=quiet, sideband=sideband,
                                hologram_pixel=hp, options=options, backend=backend)
             return
         from qora.progress import tqdm_progress
@@ -334,9 +331,9 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
         with tqdm_progress(disable=quiet) as bar:
             result = H.reconstruct_holograms(stack, bgs, g, sideband=sideband, hologram_pixel=hp, options=options,
                                              backend=backend, progress=bar)
-    _write_result(H, out, suffix, result, g, method=method, approximation=result.approximation, iterations=iterations,
+    write_result(H, out, suffix, result, g, method=method, approximation=result.approximation, iterations=iterations,
                   recorded=recorded)
-    _report(H, out, result, g, method=method, tv_weight=tv_weight, truth=truth, plot=plot)
+    report(H, out, result, g, method=method, tv_weight=tv_weight, truth=truth, plot=plot)
 
 
 def _checked_reconstruct_options(ctx, holos, backgrounds, out, plot, *, cluster: bool) -> str:
@@ -359,18 +356,6 @@ def _checked_reconstruct_options(ctx, holos, backgrounds, out, plot, *, cluster:
         raise click.BadParameter("--fit-axis finds the axis: give it or --axis-tilt/--axis-angle, not both",
                                  param_hint="--fit-axis")
     return suffix
-
-
-def _report(H, out, result, g, *, method, tv_weight, truth, plot) -> None:
-    """The written line (with the RMSE against a simulated truth) and the slices' PNG."""
-    msg = written_line(out, result, method, tv_weight)
-    if truth is not None and truth.shape == result.index.shape[-3:]:
-        msg += f"; RMSE against the simulated truth {np.sqrt(np.mean((result.index - truth) ** 2)):.2e}"
-    click.echo(msg)
-    if plot is not None:
-        H.plot_volume(plot, result.index if result.index.ndim == 3 else result.index[-1], g, truth=truth,
-                      title=f"{method.upper()}, {result.approximation}, {g.count} angles")
-        click.echo(f"wrote {plot}")
 
 
 def _plain_stacks(H, holos, backgrounds, *, wavelength, pixel, hologram_pixel, medium_index, na_detection,
@@ -460,43 +445,6 @@ def _bpm(H, stack, bgs, g, hp, *, iterations, tv_weight, batch, backend, quiet, 
     ratio = H.ratio_from_holograms(stack, bgs, g, hp)
     return bpm_of_ratio(H, ratio, g, iterations=iterations, tv_weight=tv_weight, batch=batch, backend=backend,
                         quiet=quiet, **cuda_options)
-
-
-def _recorded(sideband, hp, hologram_n, options, *, iterations, tv_weight, batch) -> dict:
-    """How the volumes are made, as a series store records it (the cluster's record for the Fourier methods)."""
-    from qora.distributed.holo import series_options
-
-    if options is not None:
-        made = options.to_dict()
-    else:
-        made = {"method": "bpm", "iterations": int(iterations), "tv_weight": tv_weight, "batch": batch}
-    return series_options(sideband, hp, hologram_n, made)
-
-
-def _write_result(H, out, suffix, result, g, *, method, approximation, iterations, recorded) -> None:
-    if suffix in (".tif", ".tiff"):
-        if result.index.ndim != 3:
-            raise click.UsageError("a series of volumes goes to .h5 or .zarr, not .tif")
-        H.write_volume_tiff(out, result.index, g)
-    elif suffix == ".zarr":
-        from qora.distributed.holo import write_series
-
-        volumes = result.index if result.index.ndim == 4 else result.index[None]
-        write_series(out, volumes, g, recorded)
-    else:
-        H.write_volume(out, result.index, g, method=method, approximation=approximation, iterations=iterations)
-        write_absorption(out, result)
-
-
-def _series_on_cluster(stack, backgrounds, geometry, out, cluster, *, quiet, **options) -> None:
-    from qora.distributed.holo import SeriesStore, reconstruct_series
-    from qora.progress import tqdm_progress
-
-    with scale_out_client(*cluster) as client, tqdm_progress(disable=quiet) as bar:
-        report = reconstruct_series(stack, backgrounds, geometry, store=out, client=client, progress=bar, **options)
-    click.echo(report.summary().split("\n")[0])
-    click.echo(f"{len(SeriesStore(out).index())} of {len(stack)} time points in {out}")
-    exit_on_failures(report.failed, "time point ")
 
 
 @holo.command("phase")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import click
@@ -32,12 +33,15 @@ QUIET_HELP = "No progress bar (for scripts and logs); errors and the summary are
               help="Output .cxi file (CXI/HDF5).")
 def simulate_cmd(name, size, photons, seed, out) -> None:
     """Write a test object's diffraction pattern (and the true object) to a CXI file."""
-    from qora.io.validate import outputs_apart
+    from qora.io.validate import disk_needed, outputs_apart
     from qora.phase import objects
     from qora.phase import write_pattern
 
     _result_name(out, "--out")
     outputs_apart([out], [])
+    objects.check_memory(name, size)
+    disk_needed(out, PATTERN_BYTES_PER_PIXEL * size ** objects.NDIM[name], f"the {name} pattern at {size} pixels "
+                "per axis", "write it elsewhere, free some space, or a smaller size (--size)")
     obj, intensity = objects.simulate(name, size, photons=photons, seed=seed)
     write_pattern(out, intensity, truth=obj)
     click.echo(f"wrote {out}: {name}, {intensity.shape}, total {intensity.sum():.4g} counts")
@@ -152,6 +156,7 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
                    f"dead pixels masked, bin {binning}, centred on {[round(c, 1) for c in steps['centre']]}, "
                    f"cropped to {tuple(steps['crop']['size'])}")
     sup = load_support(support) if support is not None else None
+    _room_for_result(out, intensity.shape, starts if keep_all else 1)
     with tqdm_progress(disable=quiet) as bar:
         bar("preparing", 0, total, {})  # the bar (and its average rate) starts with the run
         result = reconstruct(intensity, mask=file_mask, support=sup, recipe=recipe, starts=starts, seed=seed,
@@ -192,6 +197,21 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
     if plot is not None:
         plot_result(plot, result)
         click.echo(f"wrote {plot}")
+
+
+# what the files hold per pixel, as written (gzip only shrinks them): a pattern (float32) with its true object
+# (complex64); a result's object (complex64) and support (uint8) per start kept
+PATTERN_BYTES_PER_PIXEL = 12
+RESULT_BYTES_PER_PIXEL = 9
+
+
+def _room_for_result(out, shape, kept: int) -> None:
+    """Refuse, before the run, a result file its folder has no disk for (it used to be found after the run)."""
+    from qora.io.validate import disk_needed
+
+    disk_needed(out, RESULT_BYTES_PER_PIXEL * math.prod(shape) * kept + 2**20,
+                f"the result ({kept} start{'s' if kept > 1 else ''} of a {'x'.join(map(str, shape))} pattern)",
+                "write it elsewhere or free some space" + (", or no --keep-all" if kept > 1 else ""))
 
 
 def _echo_trust(result) -> None:

@@ -212,6 +212,21 @@ def folder_writable(folder, output) -> None:
                           "choose a writable folder") from None
 
 
+def disk_needed(path, nbytes: float, what: str, hint: str = "write it elsewhere or free some space") -> None:
+    """Refuse (MemoryNeeded, about disk), before any work, an output of up to ``nbytes`` bytes where the folder
+    that will hold ``path`` (its nearest existing ancestor) has less free: a full disk found at the end of the work
+    costs the work."""
+    import shutil
+
+    folder = Path(path).resolve().parent
+    while not folder.exists():
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    if nbytes > free:
+        raise MemoryNeeded(f"{what} needs up to {byte_size(nbytes)} of disk in {folder}, {byte_size(free)} "
+                           f"available; {hint}")
+
+
 def memory_needed(nbytes: float, what: str, *, available: float | None, where: str = "host",
                   hint: str = "") -> None:
     """Refuse, before allocating, a computation that needs more memory than is available.

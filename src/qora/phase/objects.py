@@ -107,6 +107,13 @@ def simulate_bytes(name: str, n: int) -> float:
     return float(SIMULATE_BYTES[name]) * float(n) ** NDIM[name]
 
 
+def check_memory(name: str, n: int) -> None:
+    """Refuse (MemoryNeeded), before any work, a simulation the host's memory cannot hold."""
+    validate.memory_needed(simulate_bytes(name, n), f"simulating the {name} at {n} pixels per axis",
+                           available=host.available_memory(), where="host",
+                           hint="a smaller size (--size, or n=) shrinks it")
+
+
 def simulate(name: str = "triangle", n: int = 64, *, photons: float | None = None, seed: int = 0):
     """A test object and its pattern (detector layout), optionally with Poisson noise.
 
@@ -120,9 +127,7 @@ def simulate(name: str = "triangle", n: int = 64, *, photons: float | None = Non
     if photons is not None:
         photons = validate.positive("photons", photons, unit="counts")
     seed = validate.integer("seed", seed, low=0)
-    validate.memory_needed(simulate_bytes(name, n), f"simulating the {name} at {n} pixels per axis",
-                           available=host.available_memory(), where="host",
-                           hint="a smaller size (--size, or n=) shrinks it")
+    check_memory(name, n)
     obj = OBJECTS[name](n)
     intensity = detector_intensity(obj)
     if photons is not None:

@@ -21,6 +21,7 @@ import numpy as np
 
 from qora.backend.fft import fftn, ifftn
 from qora.io.errors import InputError
+from qora.io.validate import disk_needed as check_disk  # noqa: F401  (qora.ssb's name for it)
 from qora.io.validate import integer, memory_needed, nonnegative, number, positive
 from qora.progress import report
 from qora.ssb.optics import Aberrations, probe_spectrum, semiangle, voltage, wavelength
@@ -46,24 +47,6 @@ def check_simulation_memory(positions: int, window: int, *, dose: float | None =
     memory_needed(simulation_bytes(positions, window, dose=dose),
                   f"the simulation of {positions} scan positions of {window} x {window} pixels",
                   available=available, hint="a smaller scan (--scan) or window (--window) shrinks it")
-
-
-def check_disk(path, nbytes: int, what: str, hint: str) -> None:
-    """Refuse (MemoryNeeded, about disk) an output of up to ``nbytes`` where its folder has less free."""
-    import shutil
-    from pathlib import Path
-
-    from qora.io.errors import MemoryNeeded
-
-    folder = Path(path).resolve().parent
-    while not folder.exists():
-        folder = folder.parent
-    free = shutil.disk_usage(folder).free
-    if nbytes > free:
-        from qora.io.validate import byte_size
-
-        raise MemoryNeeded(f"{what} needs up to {byte_size(nbytes)} of disk in {folder}, {byte_size(free)} "
-                           f"available; {hint}")
 
 
 def check_sampling(pixel: float, kv: float, alpha_mrad: float) -> float:
