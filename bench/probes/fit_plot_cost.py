@@ -33,12 +33,24 @@ def main() -> None:
         return out
 
     files.agreement_curves = timed_curves
+    import qora.plot
+    import qora.ssb.depth
+
+    for module, name in ((qora.plot, "save_png"), (qora.ssb.depth, "depth_sections")):
+        def timed(*a, _f=getattr(module, name), _name=name, **k):
+            t = time.perf_counter()
+            out = _f(*a, **k)
+            parts[_name] = time.perf_counter() - t
+            return out
+        setattr(module, name, timed)
+    import shutil
     with tempfile.TemporaryDirectory() as tmp:
         for run in range(2):
             t = time.perf_counter()
             files.plot_fit(Path(tmp) / "fit.png", session, result)
             total = time.perf_counter() - t
-            print(f"plot run {run}: {total:.2f} s ({total / fit_s:.0%} of the fit), curves {parts['curves']:.2f} s")
+            print(f"plot run {run}: {total:.2f} s ({total / fit_s:.0%} of the fit), " + ", ".join(f"{k} {v:.2f} s" for k, v in parts.items()))
+        shutil.copy(Path(tmp) / "fit.png", "/tmp/fit_plot_cost.png")
     if len(sys.argv) > 1:
         import cProfile
         import pstats

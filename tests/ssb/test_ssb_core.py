@@ -126,6 +126,26 @@ def test_ssb_from_the_half_plane_equals_an_independent_full_plane_ssb():
     np.testing.assert_allclose(ours, ref, atol=1e-9 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("method, kw", [("ssb", {}), ("thick", {"thickness": 120.0, "tilt": (1e-3, -2e-3)})])
+def test_the_host_loops_equal_the_array_code(defocused, method, kw):
+    """Session.image's sums on the host (qora.ssb.image_loops, one sincos a pixel) against the array code they
+    replaced (both terms of Gamma made whole), with every order of chi the polynomial holds."""
+    scan, _ = defocused
+    s = Session(scan.data, kv=KV, alpha_mrad=ALPHA, scan_step=scan.scan_step)
+    ab = Aberrations(C10=80.0, C12=(30.0, 0.4), C21=(2e3, 1.0), C23=(1e3, -0.5), C30=5e5, C32=(3e4, 0.2),
+                     C34=(2e4, -0.7))
+    qy, qx = s._q(half=True)
+    sums = {}
+    for route in (s._sums_arrays, s._sums_loops):
+        numerator, norm = np.zeros(qy.shape, complex), np.zeros(qy.shape)
+        route(ab, method, qy, qx, kw.get("thickness", 0.0), kw.get("tilt", (0.0, 0.0)), 16, numerator, norm)
+        sums[route.__name__] = numerator, norm
+    (n_arrays, w_arrays), (n_loops, w_loops) = sums["_sums_arrays"], sums["_sums_loops"]
+    assert w_arrays.max() > 0 and np.count_nonzero(w_arrays) > 0.5 * w_arrays.size
+    np.testing.assert_allclose(n_loops, n_arrays, rtol=0, atol=1e-12 * np.abs(n_arrays).max())
+    np.testing.assert_allclose(w_loops, w_arrays, rtol=0, atol=1e-12 * w_arrays.max())
+
+
 def test_images_correlate_with_the_projected_phase(defocused):
     scan, ab = defocused
     s = Session(scan.data, kv=KV, alpha_mrad=ALPHA, scan_step=scan.scan_step)

@@ -338,7 +338,7 @@ def fit_cmd(data, kv, semiangle, scan_step, rotation, orientation, branch, start
 
     from qora.io.atomic import atomic_path
     from qora.progress import tqdm_progress
-    from qora.ssb import Session, plot_fit
+    from qora.ssb import Session, plot_fit, reorient
     from qora.ssb import fit as fit_session
 
     cluster = bool(scheduler or workers or gpus)
@@ -378,8 +378,6 @@ def fit_cmd(data, kv, semiangle, scan_step, rotation, orientation, branch, start
         click.echo(line)
     click.echo(f"wrote {out}")
     if plot is not None:
-        from qora.ssb import reorient
-
         with tqdm_progress(disable=quiet, delay=1.0) as bar:  # shown when the plot takes more than a second
             plot_fit(plot, reorient(session, result["orientation"]["orientation"]), result, progress=bar)
         click.echo(f"wrote {plot}")
@@ -389,8 +387,7 @@ def fit_cmd(data, kv, semiangle, scan_step, rotation, orientation, branch, start
 
 def _write_sections(path, session, result: dict, **settings) -> None:
     """The incoherent fit's depth sections as an image stack (:func:`qora.ssb.depth.depth_sections`)."""
-    from qora.ssb import parameters_to_aberrations, write_image
-    from qora.ssb import depth_sections, reorient
+    from qora.ssb import depth_sections, parameters_to_aberrations, reorient, write_image
 
     fit = result.get("incoherent")
     if fit is None:

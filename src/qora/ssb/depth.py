@@ -471,6 +471,9 @@ class IncoherentBand(Band):
         """sX, AX, B of :meth:`_products` for the whole band at once, the transfers never stored: by the
         kernel ``incoherent_sums`` (``transfers`` "fused": made in shared memory, tile by tile) or its
         Numba twin on the host (:func:`qora.ssb.depth_loops.incoherent_sums`, "loops")."""
+        if order == 0 and self.transfers == "loops":  # a value: the loop of values, one sincos for the sections
+            sX, AX = self._values_sums([values])
+            return sX[0][:, None], AX[0][:, None], None
         if order == 1:  # these routes make every column: the first derivatives are a slice of them
             sX, AX, _ = self._whole_band_sums(values, 2)
             P = len(self.parameters)
@@ -517,11 +520,29 @@ class IncoherentBand(Band):
         return value, grad, (hess + hess.T) / 2
 
     def evaluate_batch(self, sets) -> np.ndarray:
-        """The agreement of each set (a list of dicts), one pass over G each."""
-        out = np.array([self.evaluate(v, order=0) for v in sets])
-        self.passes["value"] -= len(out)
+        """The agreement of each set (a list of dicts): on the host's loops one pass over G for all
+        (:func:`qora.ssb.depth_loops.incoherent_values`), elsewhere one pass each."""
         self.passes["batch"] += 1
-        return out
+        if self.transfers != "loops" or not sets:
+            out = np.array([self.evaluate(v, order=0) for v in sets])
+            self.passes["value"] -= len(out)
+            return out
+        sX, AX = self._values_sums(sets)
+        return np.array([float(np.sum(self._combine(sX[i][:, None], AX[i][:, None], None, slice(None), 0)[0]))
+                         for i in range(len(sets))]) / self.total
+
+    def _values_sums(self, sets):
+        """sX (S, nq, M) and AX (S, nq, M, M) of the value (order 0) of each set, one pass of the host's loops
+        over G for all (:func:`qora.ssb.depth_loops.incoherent_values`)."""
+        arguments = [self._kernel_arguments(v) for v in sets]
+        nq, m = self.G.shape[0], self.sections
+        sX = np.empty((len(sets), nq, m), np.complex128)
+        AX = np.empty((len(sets), nq, m, m), np.complex128)
+        depth_loops.incoherent_values(G=self.G, k=self._k_pairs, qy=self._qy_flat, qx=self._qx_flat,
+                                      wavelength=self.lam, limit=self._limit, sections=m, sX=sX, AX=AX,
+                                      coefficients=[a["coefficients"] for a in arguments],
+                                      thicknesses=[a["thickness"] for a in arguments])
+        return sX, AX
 
     def moments(self, values: dict, *, order: int = 2) -> dict:
         raise TypeError("the incoherent depth model's agreement is not a sum of per-Q moments over k (a solve per "

@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 
 from qora.ssb.cpu_kernels import _sinc3  # noqa: E402  (the band loops' sinc and its derivatives)
 
-__all__ = ["incoherent_sums", "double_overlap", "KINDS"]
+__all__ = ["incoherent_sums", "incoherent_values", "double_overlap", "KINDS"]
 
 KINDS = {"C10": 0, "C12a": 1, "C12b": 2, "thickness": 3}  # the parameter codes, as depth.cu's
 _jit = dict(cache=True, nogil=True)
@@ -129,6 +129,70 @@ def _sums_loop(G, k, qy, qx, lam, limit, c, t, kinds, M, order, sX, AX, B):
                     B[q, b // M, b % M, a // M, a % M] = Bq[a, b].conjugate()
 
 
+@numba.njit(inline="always", **_jit)
+def _section_factors(a, t, M, F):
+    """Each section's weight of a term of depth phase ``a`` in a film of thickness ``t``: e^{i c_m a t}
+    sinc(u), u = a t / 2M, c_m = (m + 1/2) / M - 1/2 the section's centre (the m loop of :func:`_pixel_columns`).
+    The phases step by 2u from -(M - 1) u: one sincos for all M (a recurrence of M products, ~M ulp)."""
+    u = a * t / (2.0 * M)
+    su, cu = math.sin(u), math.cos(u)
+    h = 1.0 - u * u / 6.0 if abs(u) < 1e-4 else su / u  # as _sinc3's value
+    half = complex(cu, su)
+    step = half * half
+    first = 1.0 + 0j
+    for _ in range(M - 1):
+        first *= half
+    F[0] = first.conjugate() * h
+    for m in range(1, M):
+        F[m] = F[m - 1] * step
+
+
+@numba.njit(parallel=True, **_jit)
+def _values_loop(G, k, qy, qx, lam, limit, coefs, thick, M, sX, AX):
+    nq, nbf = G.shape
+    S = coefs.shape[0]
+    zero = np.zeros(3)
+    for q in numba.prange(nq):
+        s = np.zeros((S, M), np.complex128)
+        A = np.zeros((S, M, M), np.complex128)
+        F1 = np.empty(M, np.complex128)
+        F2 = np.empty(M, np.complex128)
+        X = np.empty(M, np.complex128)
+        d1 = np.empty(3)
+        d2 = np.empty(3)
+        for j in range(nbf):
+            # the geometry once a pixel: each term's aperture sign, depth phase and basis differences
+            amp1, a1 = _term(k[j, 0], k[j, 1], qy[q], qx[q], -1.0, lam, limit, zero, d1)
+            amp2, a2 = _term(k[j, 0], k[j, 1], qy[q], qx[q], 1.0, lam, limit, zero, d2)
+            if amp1 == 0 and amp2 == 0:
+                continue
+            g = G[q, j]
+            for i in range(S):
+                if i == 0 or thick[i] != thick[i - 1]:  # the sections' weights change with the thickness alone
+                    _section_factors(a1, thick[i], M, F1)
+                    _section_factors(a2, thick[i], M, F2)
+                b1 = b2 = 0j
+                if amp1 != 0:
+                    phase = coefs[i, 0] * d1[0] + coefs[i, 1] * d1[1] + coefs[i, 2] * d1[2]
+                    b1 = amp1 * complex(math.cos(phase), -math.sin(phase))
+                if amp2 != 0:
+                    phase = coefs[i, 0] * d2[0] + coefs[i, 1] * d2[1] + coefs[i, 2] * d2[2]
+                    b2 = amp2 * complex(math.cos(phase), -math.sin(phase))
+                for m in range(M):
+                    X[m] = b1 * F1[m] + b2 * F2[m]
+                for m in range(M):
+                    cx = X[m].conjugate()
+                    s[i, m] += cx * g
+                    for n in range(m, M):  # A is Hermitian: its upper triangle, the rest below
+                        A[i, m, n] += cx * X[n]
+        for i in range(S):
+            for m in range(M):
+                for n in range(m):
+                    A[i, m, n] = A[i, n, m].conjugate()
+            sX[i, q] = s[i]
+            AX[i, q] = A[i]
+
+
 @numba.njit(parallel=True, **_jit)
 def _overlap_loop(k, qy, qx, limit, out):
     for q in numba.prange(qy.size):
@@ -165,3 +229,19 @@ def incoherent_sums(*, G, k, qy, qx, wavelength: float, limit: float, coefficien
                np.ascontiguousarray(qx, np.float64), float(wavelength), float(limit),
                np.asarray(coefficients, np.float64), float(thickness), kinds, int(sections), 0 if order == 0 else 2,
                sX, AX, dummy if B is None else B)
+
+
+def incoherent_values(*, G, k, qy, qx, wavelength: float, limit: float, coefficients, thicknesses, sections: int,
+                      sX, AX) -> None:
+    """The value sums of :func:`incoherent_sums` (``order`` 0: sX (S, nq, M), AX (S, nq, M, M), complex128) of S
+    parameter sets in one pass over G: ``coefficients`` (S, 3) C10, C12a, C12b (A) and ``thicknesses`` (S,) (A).
+    Each pixel's geometry is made once for all sets, and the sections' weights once for each run of consecutive
+    sets of one thickness (the curves along C10 or C12): one sincos a term and set where :func:`incoherent_sums`
+    takes 2 + M.
+
+    Reference: :func:`incoherent_sums` of each set."""
+    numba_threads()
+    _values_loop(np.ascontiguousarray(G), np.ascontiguousarray(k, np.float64), np.ascontiguousarray(qy, np.float64),
+                 np.ascontiguousarray(qx, np.float64), float(wavelength), float(limit),
+                 np.ascontiguousarray(coefficients, np.float64).reshape(-1, 3),
+                 np.ascontiguousarray(thicknesses, np.float64).ravel(), int(sections), sX, AX)

@@ -24,7 +24,7 @@ from qora.backend.device import PeakMemory
 from qora.backend.fft import fftn, ifftn, irfftn, rfftn
 from qora.io.errors import InputError
 from qora.io.validate import integer, positive
-from qora.ssb import kernels
+from qora.ssb import image_loops, kernels
 from qora.ssb.band_cache import BandCache
 from qora.ssb.detector import (DetectorFit, bright_field_pixels, check_data, check_level, check_settings,
                                fit_detector, gather, scan_frequencies, scan_steps)
@@ -267,8 +267,11 @@ class Session(BandCache):
         numerator = xp.zeros(qy.shape, np.complex128)
         norm = xp.zeros(qy.shape)
         flip = xp.sign(xp.sin(chi(qx, qy, aberrations, self.wavelength)))
-        # the sums over the bright field: one kernel for SSB (G on the device), else the array code
+        # the sums over the bright field: one kernel for SSB (G on the device), its Numba twin on the host, the
+        # array code for parallax
         sums = self._pick(self._sums_arrays, self._sums_kernel, fits=method != "parallax")
+        if sums == self._sums_arrays and method != "parallax" and xp is np:
+            sums = self._sums_loops
         sums(aberrations, method, qy, qx, thickness, tilt, rows, numerator, norm)
         if method == "parallax":
             spectrum = flip * numerator / (2 * len(self.bf_index))
@@ -332,6 +335,17 @@ class Session(BandCache):
                          coefficients=chi_coefficients(aberrations), quadratic=quadratic_tag(aberrations) == "true",
                          wavelength=self.wavelength, alpha=self.alpha_mrad * 1e-3 / self.wavelength,
                          thickness=thickness if method == "thick" else 0.0, tilt=tilt, numerator=numerator, norm=norm)
+
+    def _sums_loops(self, aberrations: Aberrations, method: str, qy, qx, thickness: float, tilt, rows: int,
+                    numerator, norm) -> None:
+        """:meth:`_sums_kernel` on the host (:func:`qora.ssb.image_loops.ssb_sums`): 0.43 -> 0.01 s an image of the
+        64 x 64 thick film (docs/ssb-performance.md, section 17). ``rows`` is the array code's and unused here."""
+        image_loops.ssb_sums(G=self.G.reshape(-1, self.G.shape[-1]), k=self._k,
+                             coefficients=chi_coefficients(aberrations),
+                             qy=np.broadcast_to(qy, numerator.shape), qx=np.broadcast_to(qx, numerator.shape),
+                             wavelength=self.wavelength, alpha=self.alpha_mrad * 1e-3 / self.wavelength,
+                             thickness=thickness if method == "thick" else 0.0, tilt=tilt,
+                             numerator=numerator.reshape(-1), norm=norm.reshape(-1))
 
     _quadratic_tag = staticmethod(quadratic_tag)  # "true" when chi has only C10 and C12 (qora.ssb.model)
 
