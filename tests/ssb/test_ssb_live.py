@@ -621,3 +621,16 @@ def test_memory_source_paced_at_a_frame_rate(counts):
     assert got == n and time.perf_counter() - t0 >= 0.2 * (1 - 1e-6)
     with pytest.raises(InputError, match="fps must be positive"):
         MemorySource(data, fps=0)
+
+
+def test_the_rehearsal_runs_the_live_path_and_its_fits():
+    """What run_live does before a CUDA scan's header (qora.ssb.live.rehearsal), on the CPU backend here: the small
+    film's frames placed, its session made and fitted cold then warm; the fit finds the film's C10 (-100 A)."""
+    from qora.backend import resolve
+    from qora.ssb.live.rehearsal import rehearse
+
+    fit = rehearse(resolve("cpu"), fit=True, fit_rotation=False, tilt=False, band=(0.2, 0.9), trials=64,
+                   device_decode=False)
+    assert abs(fit["standard"]["parameters"]["C10"] + 100.0) < 10.0  # measured -95.2 A (noise, a 16 x 16 scan)
+    assert rehearse(resolve("cpu"), fit=False, fit_rotation=False, tilt=False, band=(0.2, 0.9), trials=64,
+                    device_decode=False) is None

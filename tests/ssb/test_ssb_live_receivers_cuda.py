@@ -153,3 +153,33 @@ def test_run_live_registers_the_receivers_slots(counts, monkeypatch):
     assert "register_s" not in results["cpu"].statistics["receivers"]
     ref = results["cpu"].session.G
     np.testing.assert_allclose(results["cuda"].session.G.get(), ref, rtol=0, atol=1e-5 * np.abs(ref).max())
+
+
+def test_the_modules_and_the_slots_are_ready_before_the_header(counts):
+    """Issue 38: a fresh machine's first scan paid NVRTC's compiles and the slots' page-locking after its first
+    frame. run_live compiles the live path's modules and pins the receivers' slots before it awaits the header:
+    the kernels are fetched (memoized) and register_s is recorded by open(), before the LiveG exists."""
+    pytest.importorskip("zmq")
+    pytest.importorskip("numcodecs")
+    from qora.backend import kernels as loader
+    from qora.ssb import kernels
+
+    data, step = counts
+    opened = {}
+    with DectrisSimulator(data, stream="v2", clients=2, timeout=20, time_limit=60) as sim:
+        src = open_source(sim.address, protocol="dectris", timeout=20, processes=2, batch=24)
+        original = src.open
+
+        def open_and_look():
+            original()
+            opened["registered"] = bool(src._registered)
+            opened["fetched"] = {key[3] for key in loader._functions}
+
+        src.open = open_and_look
+        out = run_live(src, backend="cuda", options=LiveOptions(refresh_s=0, fit=False), kv=KV, alpha_mrad=ALPHA,
+                       scan_step=step, rotation=0.0)
+        sim.join()
+    assert opened["registered"] and out.statistics["prepare_s"] > 0
+    for filename in ("ssb.cu", "band.cu", "bslz4.cu"):
+        assert set(kernels._MODULES[filename]) <= opened["fetched"], filename
+    assert out.report.placed == data.shape[0] * data.shape[1]

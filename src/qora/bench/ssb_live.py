@@ -147,7 +147,8 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
                        queue_peak_batches=s["queue_peak_batches"], simulator_fps=sim.send_fps,
                        wait_s=s["wait_s"], add_s=s["add_s"], receiver_cpu_s=s.get("receivers", {}).get("cpu_s"),
                        receiver_slot_wait_s=s.get("receivers", {}).get("slot_wait_s"), late=s["late"],
-                       dropped=s["dropped"])
+                       dropped=s["dropped"], prepare_s=s.get("prepare_s"),
+                       register_s=s.get("receivers", {}).get("register_s"), decoder_s=s.get("decoder_s"))
             echo(f"to G {protocol} x{n_recv}: {s['processed_fps']:,.0f} frames/s processed ({s['received_fps']:,.0f} "
                  f"received, the simulator sent at {sim.send_fps or 0:,.0f}); backlog at the last frame "
                  f"{ends['backlog_frames']} frames, last frame to G "
@@ -155,7 +156,8 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
                  f" ({ends['queue_s']:.3f} s queue, {ends['rows_and_slow_axis_s']:.3f} s rows and slow axis); gather "
                  f"{s['gather_s']:.2f} s, row FFTs {s['row_fft_s']:.2f} s; building thread waiting {s['wait_s']:.2f} s, "
                  f"adding {s['add_s']:.2f} s; {s['late']} frames late (added to their rows' transforms), {s['dropped']} "
-                 "dropped" + _receivers_line(s.get("receivers", {})))
+                 f"dropped; before the header {s.get('prepare_s', 0.0):.2f} s (modules, cuFFT), slots pinned in "
+                 f"{s.get('receivers', {}).get('register_s') or 0.0:.2f} s" + _receivers_line(s.get("receivers", {})))
     _memory_to_g(result, be, frames, scan=scan, detector=detector, pool=pool, settings=settings, echo=echo)
     if be.is_cuda:
         batch = min(1024, 2 * scan)  # the batches the final fits and the parity ran with (as measured before)

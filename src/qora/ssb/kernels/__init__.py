@@ -24,7 +24,7 @@ __all__ = ["ssb_sums", "chi_pixels", "loss_half", "loss_moments", "parallax_fine
            "band_quad_batch", "band_quad_standard", "band_quad_derivatives", "agreement_sum", "derivative_sums",
            "incoherent_transfers", "incoherent_sums", "incoherent_tasks", "double_overlap",
            "INCOHERENT_KINDS", "bslz4_gather", "bslz4_shared_bytes",
-           "kernel", "complex_tag", "most_sets", "batch_size",
+           "kernel", "compile_modules", "complex_tag", "most_sets", "batch_size",
            "batch_kernel_name", "table_bytes", "sets_per_launch", "FINE_FACTORS", "BLOCK", "SHARED_BYTES"]
 
 # the most parameter sets one launch takes: the thick kernel 4 (8 held one block per SM at 178 registers
@@ -119,6 +119,20 @@ def kernel(name: str):
     if filename is None:
         raise KeyError(f"no qora.ssb kernel {name!r}; known: {list(_FILE_OF)}")
     return get_kernel("qora.ssb", filename, name, name_expressions=_MODULES[filename])
+
+
+def compile_modules(files=None) -> float:
+    """Compile now (or load from CuPy's disk cache) every instantiation of the modules ``files`` (default all of
+    :data:`_MODULES`): on a fresh machine NVRTC takes seconds a module, which a live scan must pay before its
+    header, not after its first frame (issue 38: a cold final fit 14.6 s after the last frame). Returns the
+    seconds it took."""
+    import time
+
+    t0 = time.perf_counter()
+    for filename in _MODULES if files is None else files:
+        for name in _MODULES[filename]:
+            kernel(name)
+    return time.perf_counter() - t0
 
 
 def _xp():

@@ -58,3 +58,4 @@ def warm_fit(session, previous: dict, *, fit_rotation: bool, tilt: bool, band) -
         out["better_rule"] = better_rule("thick", float(ta), float(agreement))
     out["timings_s"] = {"total_s": time.perf_counter() - t0}
     return out
+

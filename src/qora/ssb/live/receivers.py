@@ -95,6 +95,7 @@ class ParallelDectrisSource(DectrisZMQSource):
         self._control: list = []  # messages of the stream forwarded before open() read the header
         self._early_batches: list = []  # batches announced before it
         self._registered: list = []  # (backend, array): slots page-locked for the device's copies
+        self.pin_for = None  # a CUDA backend: open() page-locks the slots for it before the header (run_live sets it)
         self.last_received = None  # perf_counter (CLOCK_MONOTONIC: one clock for all processes) of the last frame
         self.statistics = {"batches": 0, "per_process": [0] * self.processes,
                            # each receiver's CPU seconds since it was ready, and its seconds waiting for a free slot
@@ -149,6 +150,8 @@ class ParallelDectrisSource(DectrisZMQSource):
                     ready += 1
                 else:
                     self._early(kind, rest)
+            if self.pin_for is not None:  # page-locked now, before the scan's header, not during the scan
+                self.register_slots(self.pin_for)
             self._context = self._socket = None
             head, parts = self._recv()
             if self.stream == "v2":
@@ -166,7 +169,8 @@ class ParallelDectrisSource(DectrisZMQSource):
             raise
 
     def register_slots(self, backend) -> bool:
-        """Page-lock the receivers' slots for ``backend``'s device (after :meth:`open`): the device
+        """Page-lock the receivers' slots for ``backend``'s device (once they exist: in :meth:`open`, before the
+        header, where :attr:`pin_for` is set, else after it): the device
         decode copies each batch from its slot, with no copy into a pinned buffer first. True if
         done (False on the CPU, or where the driver refuses: batches are copied as before); the
         seconds it took in ``statistics["register_s"]`` (the slots' pages are faulted in and pinned)."""

@@ -21,6 +21,7 @@ from qora.io.errors import InputError
 from qora.ssb.detector import DetectorFit
 from qora.ssb.live.accumulate import LiveG
 from qora.ssb.live.fitting import cold_fit, warm_fit
+from qora.ssb.live.rehearsal import rehearse
 from qora.ssb.model import parameters_to_aberrations
 from qora.ssb.optics import Aberrations
 
@@ -145,6 +146,10 @@ def _opened(source, options, *, kv, alpha_mrad, scan_step, rotation, detector, b
     """The source opened (its header read and checked) and the LiveG that takes its frames, the source's decode and
     waits set to match; on any failure the source is closed (no connection left open by a refused header or a bad
     setting)."""
+    from qora.backend import resolve
+
+    backend = resolve(backend)
+    prepare_s = _before_the_scan(source, options, backend, rotation)
     try:
         source.open()
         if source.scan_shape is None or source.detector_shape is None:
@@ -171,7 +176,29 @@ def _opened(source, options, *, kv, alpha_mrad, scan_step, rotation, detector, b
         source.register_slots(live.backend)  # receivers' slots copied to the device from where they are
     if hasattr(source, "max_wait_s"):  # receiving processes wait as long for a free slot
         source.max_wait_s = options.max_wait_s
+    live.timings["prepare_s"] = prepare_s
     return live
+
+
+def _before_the_scan(source, options, backend, rotation) -> float:
+    """What a fresh process (on a fresh machine) would otherwise pay during the scan, paid before the series'
+    header is awaited: Qora's CUDA modules compiled (NVRTC: seconds a module where CuPy's disk cache is empty),
+    the live path and its fits rehearsed on a small film (:func:`qora.ssb.live.fitting.rehearse`: CuPy's own
+    kernels, cuFFT's library and plans), and, where the GPU decodes from the receivers' slots, their
+    page-locking asked for before the header (:attr:`ParallelDectrisSource.pin_for`). Seconds taken."""
+    if not backend.is_cuda:
+        return 0.0
+    from qora.ssb import kernels
+
+    t0 = time.perf_counter()
+    device_decode = options.decode != "host"
+    kernels.compile_modules(["ssb.cu", "band.cu"] + (["bslz4.cu"] if device_decode else [])
+                            + (["depth.cu"] if options.tilt else []))
+    rehearse(backend, fit=options.fit, fit_rotation=rotation is None, tilt=options.tilt, band=options.band,
+             trials=options.trials, device_decode=device_decode)
+    if device_decode and hasattr(source, "pin_for"):
+        source.pin_for = backend
+    return time.perf_counter() - t0
 
 
 def _receive(source, options, q, counter, stop, failure: list, end) -> None:

@@ -1,0 +1,45 @@
+"""A live run's path rehearsed before its scan (issue 38: what a fresh process on a fresh machine paid during
+its first scan, paid before the series' header instead)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qora.ssb.live.fitting import cold_fit, warm_fit
+
+__all__ = ["rehearse"]
+
+
+def rehearse(backend, *, fit: bool, fit_rotation: bool, tilt: bool, band, trials: int,
+             device_decode: bool) -> dict | None:
+    """A live run's path done once, before its scan, on a small simulated film (16 x 16 positions, 32^2 frames) on
+    ``backend``: the frames placed (decoded on the device where ``device_decode``), rows transformed, the session
+    made, its image, and with ``fit`` the cold and the warm fit. CuPy compiles each of its element-wise, reduction
+    and indexing kernels at first use (NVRTC; seconds in all where its disk cache is empty, a fresh machine's
+    case), which the scan's first frames and its final fit paid otherwise (issue 38: a cold final fit 14.6 s
+    after the last frame on a fresh machine). Returns the cold fit (None without ``fit``)."""
+    from qora.ssb import Aberrations, parameters_to_aberrations
+    from qora.ssb.live import bslz4
+    from qora.ssb.live.accumulate import LiveG
+    from qora.ssb.live.bslz4_batch import CompressedFrames
+    from qora.ssb.live.frames import Frames
+    from qora.ssb.simulation import film_counts
+
+    data, step = film_counts(64, aberrations=Aberrations(C10=-100.0), alpha_mrad=25.0, film_seed=5, noise_seed=6)
+    flat = data.reshape((-1,) + data.shape[2:])
+    live = LiveG(data.shape[:2], data.shape[2:], kv=300.0, alpha_mrad=25.0, scan_step=step, backend=backend,
+                 calibration_rows=2, decode="device" if device_decode else "host")
+    for start in range(0, len(flat), 64):
+        index = np.arange(start, min(len(flat), start + 64))
+        live.add(CompressedFrames(index, [bslz4.compress(f) for f in flat[index]], flat.dtype, data.shape[2:])
+                 if device_decode else Frames(index, flat[index]))
+    live.finish()
+    session = live.session()
+    result = None
+    if fit:
+        result = cold_fit(session, rotation=None if fit_rotation else 0.0, tilt=tilt, band=band, trials=trials)
+        warm_fit(session, result, fit_rotation=fit_rotation, tilt=tilt, band=band)
+    fitted = None if result is None else parameters_to_aberrations(result["standard"]["parameters"])
+    session.image(Aberrations(C10=-100.0) if fitted is None else fitted)
+    backend.synchronize()
+    return result
