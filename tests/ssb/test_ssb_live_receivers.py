@@ -289,3 +289,19 @@ def test_a_stored_block_table_and_when_a_receiver_leaves_it_to_the_consumer():
     assert store_block_table(damaged, head, blob.size, offsets, np.uint16, 40 * 37) is None
     with pytest.raises(InputError, match="needs"):
         BlockTable.stored(row[:need - 1], stored[1:])
+
+
+def test_a_receiver_that_cannot_connect_is_an_error_at_once():
+    """An endpoint the receivers cannot connect to (zmq:// is open_source's scheme, not ZeroMQ's) stopped them with a
+    traceback each and left open() waiting 120 s; now each says why and open() raises within seconds."""
+    import time
+
+    pytest.importorskip("zmq")
+    from qora.ssb.live.receivers import ParallelDectrisSource
+
+    src = ParallelDectrisSource("zmq://127.0.0.1:9", processes=2, timeout=5)
+    t0 = time.perf_counter()
+    with pytest.raises(InputError, match="cannot connect to zmq://127.0.0.1:9"):
+        src.open()
+    assert time.perf_counter() - t0 < 30
+    src.close()

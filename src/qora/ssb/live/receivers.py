@@ -200,12 +200,17 @@ class ParallelDectrisSource(DectrisZMQSource):
             raise FileFormatError(f"{self!r}: a receiver sent {kind!r} before the stream's header")
 
     def _next(self, timeout: float):
-        try:
-            return self._outbox.get(timeout=timeout)
-        except queue.Empty:
-            dead = [p.name for p, _, _ in self._workers if not p.is_alive()]
-            raise InputError(f"{self!r}: no message for {timeout:g} s"
-                             + (f" (receivers {dead} have stopped)" if dead else SILENT_HINT)) from None
+        """The receivers' next message; an error once ``timeout`` s pass without one, or at once (within half a
+        second) when a receiver has stopped without one: a receiver that died waited out the whole timeout."""
+        deadline = time.perf_counter() + timeout
+        while True:
+            try:
+                return self._outbox.get(timeout=min(0.5, max(1e-3, deadline - time.perf_counter())))
+            except queue.Empty:
+                dead = [p.name for p, _, _ in self._workers if not p.is_alive()]
+                if dead or time.perf_counter() >= deadline:
+                    raise InputError(f"{self!r}: no message for {timeout:g} s{SILENT_HINT}" if not dead else
+                                     f"{self!r}: receivers {dead} have stopped") from None
 
     def _raise(self, rest) -> None:
         from qora.ssb.live.run import FellBehind

@@ -63,7 +63,14 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
     sock = context.socket(zmq.PULL)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.RCVHWM, hwm)
-    sock.connect(endpoint)
+    try:
+        sock.connect(endpoint)
+    except zmq.ZMQError as error:  # told to the building process at once, not a traceback here and its long wait
+        outbox.put(("error", worker, "InputError", f"cannot connect to {endpoint}: {error}"))
+        sock.close(0)
+        context.term()
+        shm.close()
+        return
     memory = np.ndarray((slots, slot_bytes), np.uint8, shm.buf)
     head = _header_bytes(batch)
     from qora.ssb.live.stream2 import _scan as walk
