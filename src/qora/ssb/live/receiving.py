@@ -44,6 +44,23 @@ class _Staged:
         return len(self.index)
 
 
+def _pull_socket(context, endpoint: str, hwm: int, worker: int, outbox):
+    """A receiver's PULL socket connected to ``endpoint``; None where it cannot connect, the reason put on
+    ``outbox`` (the building process raises it at once: the receiver died with a traceback and left it waiting)."""
+    import zmq
+
+    sock = context.socket(zmq.PULL)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVHWM, hwm)
+    try:
+        sock.connect(endpoint)
+    except zmq.ZMQError as error:
+        outbox.put(("error", worker, "InputError", f"cannot connect to {endpoint}: {error}"))
+        sock.close(0)
+        return None
+    return sock
+
+
 def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: int, batch: int, threads: int,
              hwm: int, inbox, outbox, free) -> None:
     """A receiving process: PULL from ``endpoint``, stage batches into the slots of ``shm_name``,
@@ -58,19 +75,11 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
         numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
     except (ImportError, ValueError):  # no Numba, or a count it refuses: the host decoder runs with what it has
         pass
-    shm = shared_memory.SharedMemory(name=shm_name)
     context = zmq.Context()
-    sock = context.socket(zmq.PULL)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.RCVHWM, hwm)
-    try:
-        sock.connect(endpoint)
-    except zmq.ZMQError as error:  # told to the building process at once, not a traceback here and its long wait
-        outbox.put(("error", worker, "InputError", f"cannot connect to {endpoint}: {error}"))
-        sock.close(0)
-        context.term()
-        shm.close()
-        return
+    sock = _pull_socket(context, endpoint, hwm, worker, outbox)
+    if sock is None:  # it could not connect, and said so
+        return context.term()
+    shm = shared_memory.SharedMemory(name=shm_name)
     memory = np.ndarray((slots, slot_bytes), np.uint8, shm.buf)
     head = _header_bytes(batch)
     from qora.ssb.live.stream2 import _scan as walk
