@@ -52,3 +52,21 @@ def test_templated_kernel(rng, ctype, dtype):
     x = cp.asarray(host)
     k((4,), (64,), (x, dtype(3.0), cp.int64(x.size)))
     np.testing.assert_allclose(x.get(), 3.0 * host, rtol=1e-6)
+
+
+def test_the_shared_device_header_is_written_into_each_source_that_includes_it():
+    """qora_device.cuh (qora/backend/kernels) is found for an engine that has no header of that name and written in
+    place once: cmul, which holo.cu and band.cu each defined, is now defined once in each source's text and
+    nowhere else in the engines' files."""
+    from pathlib import Path
+
+    import qora
+
+    for package, filename in (("qora.holo", "holo.cu"), ("qora.ssb", "band.cu"), ("qora.ssb", "depth.cu")):
+        text = kernel_source(package, filename)
+        assert '#include "qora_device.cuh"' not in text
+        assert text.count("__device__ __forceinline__ T warp_sum(T v)") == 1, filename
+    root = Path(qora.__file__).parent
+    defining = [p.relative_to(root).as_posix() for p in root.rglob("*.cu*") if p.suffix in (".cu", ".cuh")
+                if "float2 cmul(float2 a, float2 b)" in p.read_text()]
+    assert defining == ["backend/kernels/qora_device.cuh"], defining

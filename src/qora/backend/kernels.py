@@ -29,7 +29,9 @@ _cuda: list = []  # the cupy module, once a kernel has been fetched (the fast pa
 
 @functools.lru_cache(maxsize=None)
 def kernel_source(package: str, filename: str) -> str:
-    """The text of ``<package>/kernels/<filename>``.
+    """The text of ``<package>/kernels/<filename>`` (or, for a header the package does not have, of
+    ``qora/backend/kernels/<filename>``: the device helpers shared by the engines, ``qora_device.cuh``), its
+    local includes written in place.
 
     Raises
     ------
@@ -37,6 +39,9 @@ def kernel_source(package: str, filename: str) -> str:
         The file is not installed with the package (a packaging error).
     """
     path = importlib.resources.files(package).joinpath("kernels", filename)
+    if not path.is_file() and package != "qora.backend":  # a shared header (qora_device.cuh): the backend's
+        shared = importlib.resources.files("qora.backend").joinpath("kernels", filename)
+        path = shared if shared.is_file() else path
     if not path.is_file():
         raise FileNotFoundError(f"CUDA source {filename!r} not found in {package}/kernels (is it package data?)")
     # a header beside the file (#include "x.cuh") is written in place: NVRTC is given source text, not a

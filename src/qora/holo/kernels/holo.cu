@@ -13,28 +13,8 @@
 #define QH_PI 3.14159265358979323846f
 #define QH_TWO_PI 6.28318530717958647692f
 
-__device__ __forceinline__ float2 cmul(float2 a, float2 b) {
-    return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
-}
-
-__device__ __forceinline__ float2 cconj(float2 a) { return make_float2(a.x, -a.y); }
-
-// Sum of v over the block (any blockDim up to 1024), added once to *target.
-__device__ __forceinline__ void block_add(float v, double* target) {
-    __shared__ float warp_sums[32];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-    const int tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-    const int threads = blockDim.x * blockDim.y * blockDim.z;
-    const int lane = tid & 31, warp = tid >> 5;
-    if (lane == 0) warp_sums[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        float s = lane < ((threads + 31) >> 5) ? warp_sums[lane] : 0.0f;
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
-        if (lane == 0) atomicAdd(target, (double)s);
-    }
-    __syncthreads();  // warp_sums is reused by the next call in the same kernel
-}
+// cmul, cconj, block_add (qora/backend/kernels)
+#include "qora_device.cuh"
 
 // ------------------------------------------------------------------------------------------
 // Field extraction. The hologram's R2C spectrum holds k_x >= 0; a window bin with k_x > n/2

@@ -21,11 +21,10 @@
 #define BAND_THREADS 256
 #define BAND_WARPS (BAND_THREADS / 32)
 
-namespace {
+// cmul, warp_sum (qora/backend/kernels)
+#include "qora_device.cuh"
 
-__device__ __forceinline__ float2 cmul(float2 a, float2 b) {
-    return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
-}
+namespace {
 
 // e^{i phase} as float2: the phase reduced to [-pi, pi] in float64, then the float32 sincos (its
 // fast path, ~1e-7 absolute, the rounding a float2 table entry has anyway): the FP64 sincos it
@@ -214,8 +213,7 @@ __device__ __forceinline__ void each_pixel(const float2* __restrict__ G, const P
 template <int N, typename T>
 __device__ __forceinline__ void warp_sum(T (&v)[N]) {
 #pragma unroll
-    for (int i = 0; i < N; ++i)
-        for (int off = 16; off > 0; off >>= 1) v[i] += __shfl_down_sync(0xffffffffu, v[i], off);
+    for (int i = 0; i < N; ++i) v[i] = ::warp_sum(v[i]);
 }
 
 }  // namespace

@@ -19,6 +19,9 @@
 #define MOST_PARAMETERS 4
 #define MOST_COLUMNS (1 + MOST_PARAMETERS + MOST_PARAMETERS * (MOST_PARAMETERS + 1) / 2)
 
+// warp_sum (qora/backend/kernels)
+#include "qora_device.cuh"
+
 namespace {
 
 template <typename T> struct Store;
@@ -329,7 +332,7 @@ __global__ void __launch_bounds__(256) double_overlap(const double* __restrict__
         if (!(hypot(kx, ky) <= limit)) continue;
         count += (hypot(kx - qx[q], ky - qy[q]) <= limit) + (hypot(kx + qx[q], ky + qy[q]) <= limit);
     }
-    for (int off = 16; off > 0; off >>= 1) count += __shfl_down_sync(0xffffffffu, count, off);
+    count = warp_sum(count);
     if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = count;
     __syncthreads();
     if (threadIdx.x == 0) {
