@@ -634,3 +634,25 @@ def test_the_rehearsal_runs_the_live_path_and_its_fits():
     assert abs(fit["standard"]["parameters"]["C10"] + 100.0) < 10.0  # measured -95.2 A (noise, a 16 x 16 scan)
     assert rehearse(resolve("cpu"), fit=False, fit_rotation=False, tilt=False, band=(0.2, 0.9), trials=64,
                     device_decode=False) is None
+
+
+@pytest.mark.parametrize("protocol", ["merlin", "dectris"])
+def test_the_source_is_connected_before_the_device_is_prepared(counts, monkeypatch, protocol):
+    """run_live prepares the device before the header (13 s on a fresh machine's first run): it connects first, so
+    that a stream waiting for its receivers (the simulators wait `timeout` s for one) sees them meanwhile; before,
+    a simulator with a 10 s timeout gave up and the run waited for a header that never came."""
+    import time
+
+    from qora.ssb.live import run as live_run
+
+    if protocol == "dectris":
+        _needs_the_live_extra()
+    data, step = counts
+    monkeypatch.setattr(live_run, "_before_the_scan", lambda *args: time.sleep(2.5) or 2.5)
+    Sim = MerlinSimulator if protocol == "merlin" else DectrisSimulator
+    with Sim(data, timeout=1.5) as sim:
+        result = run_live(open_source(sim.address, protocol=protocol, timeout=10), kv=KV, alpha_mrad=ALPHA,
+                          scan_step=step, rotation=0.0, options=LiveOptions(refresh_s=0, fit=False))
+        sim.join()
+    assert result.report.placed == data.shape[0] * data.shape[1]
+    assert result.statistics["prepare_s"] == 2.5

@@ -380,7 +380,9 @@ class DectrisZMQSource(Source):
             raise FileFormatError(f"{self!r}: a message that is not a map ({type(head).__name__})")
         return head
 
-    def open(self) -> None:
+    def connect(self) -> None:
+        """The PULL socket connected, no message read: a stream that waits for its receivers (a detector's, a
+        simulator's) sees this one from here, while :func:`qora.ssb.live.run_live` prepares the device."""
         if self._socket is not None:
             return
         try:
@@ -392,6 +394,13 @@ class DectrisZMQSource(Source):
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.RCVHWM, 10000)
         self._socket.connect(self.endpoint)
+        self._headless = True
+
+    def open(self) -> None:
+        if self._socket is not None and not getattr(self, "_headless", False):
+            return
+        self.connect()
+        self._headless = False
         head, parts = self._recv()
         if self.stream == "v2":
             self._open_v2(head)

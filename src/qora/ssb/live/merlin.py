@@ -244,7 +244,8 @@ class MerlinTCPSource(Source):
     def __repr__(self) -> str:
         return f"MerlinTCPSource(tcp://{self.address[0]}:{self.address[1]})"
 
-    def open(self) -> None:
+    def connect(self) -> None:
+        """Connected to the detector's data port, nothing read (the detector sees its client from here)."""
         if self._sock is not None:
             return
         try:
@@ -252,6 +253,13 @@ class MerlinTCPSource(Source):
         except OSError as error:
             raise InputError(f"cannot connect to the Merlin data port tcp://{self.address[0]}:{self.address[1]}: "
                              f"{error}") from None
+        self._headless = True
+
+    def open(self) -> None:
+        if self._sock is not None and not getattr(self, "_headless", False):
+            return
+        self.connect()
+        self._headless = False
         try:
             self._read_header()
         except BaseException:

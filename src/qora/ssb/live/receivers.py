@@ -104,7 +104,8 @@ class ParallelDectrisSource(DectrisZMQSource):
     def __repr__(self) -> str:
         return f"ParallelDectrisSource({','.join(self.endpoints)}, processes={self.processes})"
 
-    def open(self) -> None:
+    def connect(self) -> None:
+        """The receiving processes started and their sockets connected (each said "ready"), no message read."""
         if self._workers:
             return
         import importlib.util
@@ -150,9 +151,20 @@ class ParallelDectrisSource(DectrisZMQSource):
                     ready += 1
                 else:
                     self._early(kind, rest)
+            self._context = self._socket = None
+            self._headless = True
+        except BaseException:
+            self.close()
+            raise
+
+    def open(self) -> None:
+        if self._workers and not getattr(self, "_headless", False):
+            return
+        self.connect()
+        self._headless = False
+        try:
             if self.pin_for is not None:  # page-locked now, before the scan's header, not during the scan
                 self.register_slots(self.pin_for)
-            self._context = self._socket = None
             head, parts = self._recv()
             if self.stream == "v2":
                 self._open_v2(head)

@@ -149,8 +149,10 @@ def _opened(source, options, *, kv, alpha_mrad, scan_step, rotation, detector, b
     from qora.backend import resolve
 
     backend = resolve(backend)
-    prepare_s = _before_the_scan(source, options, backend, rotation)
     try:
+        if hasattr(source, "connect"):  # connected first: a stream waiting for its receivers sees them meanwhile
+            source.connect()
+        prepare_s = _before_the_scan(source, options, backend, rotation)
         source.open()
         if source.scan_shape is None or source.detector_shape is None:
             raise InputError(f"{source!r}: no scan or detector shape after its header")
