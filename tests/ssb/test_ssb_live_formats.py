@@ -205,7 +205,7 @@ def test_the_receivers_warm_up_compiles_what_the_stream_runs(decode):
     frames/s where 54k came warm. After the warm-up a real stream adds no compiled signature."""
     _zmq()
     from qora.ssb.live import stream2
-    from qora.ssb.live.dectris import _warm_receiver
+    from qora.ssb.live.receiving import _warm_receiver
 
     _warm_receiver()
     compiled = [stream2._scan]  # the scanner (its helpers are compiled into it)

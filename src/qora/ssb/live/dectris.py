@@ -581,27 +581,3 @@ class DectrisZMQSource(Source):
             self._context.term()
             self._socket = self._context = None
 
-
-def _warm_receiver() -> None:
-    """The compiled stages loaded before the receiver says it is ready: a receiver still loading
-    them while the others take frames would fall a second behind them (its frames late). Used by
-    :mod:`qora.ssb.live.receivers`."""
-    from qora.ssb.live.bslz4_batch import store_block_table
-    from qora.ssb.live.stream2 import scan_image
-
-    frame = np.arange(64, dtype=np.uint16).reshape(8, 8)
-    message = stream2_message("image", 1, image_id=0, data={"c": encode_stream2_frame(frame)})
-    cbor.loads(message)
-    packed = np.zeros(1 << 12, np.uint8)
-    # Numba compiles a function once per argument type, and a read-only buffer (bytes) is another type than a
-    # writable one (a ZeroMQ frame's): warmed with bytes alone, a fresh machine's receivers compiled the stream's
-    # scanners again at their first frames (1.3 CPU s each; 10k frames/s where 54k came warm, 2-core machine)
-    for buffer in (message, bytearray(message)):
-        for channel in (b"c", np.frombuffer(b"c", np.uint8).copy()):
-            fields = scan_image(memoryview(buffer), channel)
-            parts = [_scanned_part(fields)] * 2
-            _decode_parts(parts)
-            item = _compressed_parts([0, 1], parts)
-            if item is not None:  # the block table's compiled scan, as a device-bound batch runs it
-                blob, offsets = item.pack(into=packed)
-                store_block_table(packed, 0, blob.size, offsets, item.dtype, frame.size)
