@@ -80,132 +80,170 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
     if sock is None:  # it could not connect, and said so
         return context.term()
     shm = shared_memory.SharedMemory(name=shm_name)
-    memory = np.ndarray((slots, slot_bytes), np.uint8, shm.buf)
-    head = _header_bytes(batch)
-    from qora.ssb.live.stream2 import _scan as walk
+    receiver = _Receiver(worker, sock, np.ndarray((slots, slot_bytes), np.uint8, shm.buf), inbox, outbox, free,
+                         batch=batch)
+    try:
+        _warm_receiver()
+        receiver.cpu0 = time.process_time()  # the batches report the CPU seconds from here
+        outbox.put(("ready", worker))
+        receiver.run()
+    except Exception as error:  # the consumer raises it
+        outbox.put(("error", worker, type(error).__name__, f"{error}\n{traceback.format_exc(limit=4)}"))
+    finally:
+        sock.close(0)
+        context.term()
+        receiver.release()  # the mapping's views dropped before it is closed
+        try:
+            shm.close()
+        except BufferError:  # a view still held (a failed batch): the process exits and unmaps it anyway
+            pass
 
-    state = {"channel": None, "series": None, "mode": None, "max_wait_s": 10.0, "ending": False, "stop": False}
-    held: list = []  # v2 images that came before the channel was known
-    staged = _Staged()
-    known: dict = {}
-    scratch = np.empty(11, np.int64)
-    received = 0
 
-    def orders(block: float = 0.0) -> None:
+class _Receiver:
+    """One receiving process's work: the consumer's orders (:meth:`orders`), the slots (:meth:`free_slot`), the
+    image messages (:meth:`image`) staged by one of two paths (the device's walk straight into a slot,
+    :meth:`fast_take`; the general one, :meth:`take`, packed or decoded by :meth:`flush`), and the loop over
+    the socket (:meth:`run`). ``memory``: the (slots, slot_bytes) shared slots."""
+
+    def __init__(self, worker: int, sock, memory: np.ndarray, inbox, outbox, free, *, batch: int) -> None:
+        from qora.ssb.live.stream2 import _scan
+
+        self.worker, self.sock, self.memory = worker, sock, memory
+        self.inbox, self.outbox, self.free = inbox, outbox, free
+        self.slots, self.slot_bytes = memory.shape
+        self.batch, self.head = batch, _header_bytes(batch)
+        self.walk = _scan
+        self.channel = self.series = self.mode = None
+        self.max_wait_s = 10.0
+        self.ending = self.stop = False
+        self.held: list = []  # v2 images that came before the channel was known
+        self.staged = _Staged()
+        self.known: dict = {}
+        self.scratch = np.empty(11, np.int64)
+        self.received = 0
+        self.waited = 0.0  # seconds spent waiting for a free slot: the consumer's back-pressure on this receiver
+        self.cpu0 = time.process_time()
+        # the device's path for stream v2 (the one that must take ~30,000 frames/s a process): each
+        # bitshuffle-LZ4 frame's bytes copied from the message straight into the slot as it comes, by
+        # the compiled walk's offsets, with no object made per frame (ImageFields, the part tuples and
+        # the later pack cost 3 times the walk itself: docs/ssb-performance.md)
+        self.fast: dict = {"slot": None}
+
+    def release(self) -> None:
+        self.memory = None
+        self.fast.clear()
+
+    def orders(self, block: float = 0.0) -> None:
         try:
             while True:
-                order = inbox.get(timeout=block) if block else inbox.get_nowait()
+                order = self.inbox.get(timeout=block) if block else self.inbox.get_nowait()
                 block = 0.0
                 kind = order[0]
                 if kind == "channel":
-                    state["channel"], state["series"] = np.frombuffer(order[1], np.uint8), order[2]
+                    self.channel, self.series = np.frombuffer(order[1], np.uint8), order[2]
                 elif kind == "mode":
-                    state["mode"], state["max_wait_s"] = order[1], order[2]
+                    self.mode, self.max_wait_s = order[1], order[2]
                 elif kind == "end":
-                    state["ending"] = True
+                    self.ending = True
                 elif kind == "stop":
-                    state["stop"] = True
+                    self.stop = True
         except queue.Empty:  # no more orders now: back to the stream
             pass
 
-    waited = [0.0]  # seconds spent waiting for a free slot: the consumer's back-pressure on this receiver
-
-    def free_slot():
+    def free_slot(self):
         """A free slot (None after a stop): waited for ``max_wait_s``, then FellBehind."""
         t = time.perf_counter()
         try:
-            return free.get(timeout=state["max_wait_s"])
+            return self.free.get(timeout=self.max_wait_s)
         except queue.Empty:
-            outbox.put(("error", worker, "FellBehind",
-                        f"processing fell behind the detector: receiver {worker}'s {slots} slots stayed full for "
-                        f"{state['max_wait_s']:g} s; use a faster backend (--backend cuda), more slots, or a "
-                        "slower scan"))
-            state["stop"] = True
+            self.outbox.put(("error", self.worker, "FellBehind",
+                             f"processing fell behind the detector: receiver {self.worker}'s {self.slots} slots stayed "
+                             f"full for {self.max_wait_s:g} s; use a faster backend (--backend cuda), more slots, or "
+                             "a slower scan"))
+            self.stop = True
             return None
         finally:
-            waited[0] += time.perf_counter() - t
+            self.waited += time.perf_counter() - t
 
-    # the device's path for stream v2 (the one that must take ~30,000 frames/s a process): each
-    # bitshuffle-LZ4 frame's bytes copied from the message straight into the slot as it comes, by
-    # the compiled walk's offsets, with no object made per frame (ImageFields, the part tuples and
-    # the later pack cost 3 times the walk itself: docs/ssb-performance.md)
-    fast = {"slot": None}
+    def _announce(self, slot: int, n: int, announce: tuple, t_first: float, t_last: float, table) -> None:
+        # the process's CPU seconds so far (all its threads: ZeroMQ's I/O, Numba's): its cost per
+        # frame, whatever share of the cores it was given
+        self.outbox.put(("batch", self.worker, slot, n) + announce
+                        + (t_first, t_last, time.process_time() - self.cpu0, self.waited, table))
 
-    def fast_flush() -> None:
-        f = fast
+    def fast_flush(self) -> None:
+        f = self.fast
         if f["slot"] is None:
             return
         n, nbytes = f["n"], int(f["offsets"][f["n"]])
-        table = store_block_table(memory[f["slot"]], head, nbytes, f["offsets"][:n + 1], f["dtype"],
-                             f["shape"][0] * f["shape"][1])
-        outbox.put(("batch", worker, f["slot"], n, "compressed", f["dtype"], f["shape"], nbytes,
-                    f["t_first"], f["t_last"], time.process_time() - cpu0, waited[0], table))
-        fast["slot"] = None
+        table = store_block_table(self.memory[f["slot"]], self.head, nbytes, f["offsets"][:n + 1], f["dtype"],
+                                  f["shape"][0] * f["shape"][1])
+        self._announce(f["slot"], n, ("compressed", f["dtype"], f["shape"], nbytes), f["t_first"], f["t_last"], table)
+        f["slot"] = None
 
-    def fast_take(buf, out) -> bool:
+    def fast_take(self, buf, out) -> bool:
         """Stage the image ``out`` describes (the walk's fields of ``buf``); False when it is not a
         bitshuffle-LZ4 frame of unsigned counts (the general path takes it)."""
-        nonlocal received
         key = (out[3], out[4], out[5], out[7])
-        f = fast
+        f = self.fast
         if f["slot"] is not None and key != f["key"]:
-            fast_flush()
+            self.fast_flush()
         if f["slot"] is None:
             from qora.ssb.live import cbor
 
             dtype = cbor.typed_array_dtype(int(out[5]))
             if out[6] != 1 or dtype.kind != "u" or dtype.itemsize != out[7]:
                 return False
-            flush()  # a batch of the general path goes first: batches keep their frames' order
-            slot = free_slot()
+            self.flush()  # a batch of the general path goes first: batches keep their frames' order
+            slot = self.free_slot()
             if slot is None:
                 return True
+            row = self.memory[slot]
             f.update(slot=slot, n=0, key=key, dtype=dtype.str, shape=(int(out[3]), int(out[4])),
-                     index=np.ndarray(batch, np.int64, memory[slot], 0),
-                     offsets=np.ndarray(batch + 1, np.int64, memory[slot], 8 * batch),
-                     payload=memory[slot, head:], t_first=time.perf_counter())
+                     index=np.ndarray(self.batch, np.int64, row, 0),
+                     offsets=np.ndarray(self.batch + 1, np.int64, row, 8 * self.batch),
+                     payload=row[self.head:], t_first=time.perf_counter())
             f["offsets"][0] = 0
         n, lo, size = f["n"], f["offsets"][f["n"]], out[9]
         if lo + size > f["payload"].size:
             if n == 0:
                 raise InputError(f"a frame of {size} bytes is larger than a shared-memory slot ({f['payload'].size})")
-            fast_flush()
-            return fast_take(buf, out)
+            self.fast_flush()
+            return self.fast_take(buf, out)
         f["payload"][lo:lo + size] = buf[out[8]:out[8] + size]
         f["index"][n] = out[2]
         f["offsets"][n + 1] = lo + size
         f["n"] = n + 1
         f["t_last"] = time.perf_counter()
-        received += 1
-        if n + 1 == batch:
-            fast_flush()
+        self.received += 1
+        if n + 1 == self.batch:
+            self.fast_flush()
         return True
 
-    def flush() -> None:
-        nonlocal staged
-        fast_flush()
+    def flush(self) -> None:
+        self.fast_flush()
+        staged = self.staged
         if not len(staged):
             return
-        while state["mode"] is None and not state["stop"]:  # the consumer says where frames are decoded
-            orders(block=0.05)
-        if state["stop"]:
+        while self.mode is None and not self.stop:  # the consumer says where frames are decoded
+            self.orders(block=0.05)
+        if self.stop:
             return
-        slot = free_slot()
+        slot = self.free_slot()
         if slot is None:
             return
-        n = len(staged)
-        index = np.ndarray(n, np.int64, memory[slot], 0)
-        index[:] = staged.index
-        payload = memory[slot, head:]
+        n, row = len(staged), self.memory[slot]
+        np.ndarray(n, np.int64, row, 0)[:] = staged.index
+        payload = row[self.head:]
         item = None
-        if state["mode"] == "device":
+        if self.mode == "device":
             item = (_compressed_v1(staged.index, staged.v1_infos, staged.blobs) if staged.version == 1
                     else _compressed_parts(staged.index, staged.blobs))
         if item is not None:
             blob, offsets = item.pack(into=payload)
-            np.ndarray(n + 1, np.int64, memory[slot], 8 * batch)[:] = offsets
+            np.ndarray(n + 1, np.int64, row, 8 * self.batch)[:] = offsets
             nbytes = int(offsets[-1])
-            table = store_block_table(memory[slot], head, nbytes, offsets, item.dtype, item.shape[0] * item.shape[1])
+            table = store_block_table(row, self.head, nbytes, offsets, item.dtype, item.shape[0] * item.shape[1])
             announce = ("compressed", item.dtype.str, item.shape, nbytes)
         else:
             frames = (decode_frames(staged.v1_infos, staged.blobs) if staged.version == 1
@@ -215,17 +253,15 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
             np.ndarray(frames.shape, frames.dtype, payload).reshape(frames.shape)[...] = frames
             announce = ("frames", frames.dtype.str, frames.shape[1:], frames.nbytes)
             table = None
-        # the process's CPU seconds so far (all its threads: ZeroMQ's I/O, Numba's): its cost per
-        # frame, whatever share of the cores it was given
-        outbox.put(("batch", worker, slot, n) + announce
-                   + (staged.t_first, staged.t_last, time.process_time() - cpu0, waited[0], table))
-        staged = _Staged()
+        self._announce(slot, n, announce, staged.t_first, staged.t_last, table)
+        self.staged = _Staged()
 
-    def take(message_index: int, version: int, info, blob, frame_bytes: int) -> None:
-        nonlocal received
-        if len(staged) and (staged.version != version or len(staged) >= batch
-                            or staged.nbytes + frame_bytes > slot_bytes - head):
-            flush()
+    def take(self, message_index: int, version: int, info, blob, frame_bytes: int) -> None:
+        staged = self.staged
+        if len(staged) and (staged.version != version or len(staged) >= self.batch
+                            or staged.nbytes + frame_bytes > self.slot_bytes - self.head):
+            self.flush()
+            staged = self.staged
         now = time.perf_counter()
         if not len(staged):
             staged.t_first, staged.version = now, version
@@ -234,32 +270,13 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
         staged.v1_infos.append(info)
         staged.blobs.append(blob)
         staged.nbytes += frame_bytes
-        received += 1
+        self.received += 1
 
-    def image(parts) -> bool:
+    def image(self, parts) -> bool:
         """Take an image message; False for any other message (forwarded to the consumer)."""
         if len(parts) == 1:  # stream v2: one CBOR part
-            if state["channel"] is None:
-                return False
-            if state["mode"] == "device":
-                buf = np.frombuffer(parts[0].buffer, np.uint8)
-                walk(buf, state["channel"], scratch)
-                if scratch[10]:
-                    if scratch[1] != state["series"]:
-                        raise FileFormatError(f"an image of series {scratch[1]} inside series {state['series']}")
-                    if not len(staged) and fast_take(buf, scratch):
-                        return True
-            from qora.ssb.live.stream2 import scan_image
-
-            fields = scan_image(parts[0].buffer, state["channel"], scratch)
-            if fields is None:
-                return False
-            part = _scanned_part(fields)
-            dtype, shape = part[0], part[1]
-            # what the slot holds: the blob (device) or the decoded frame (host), whichever is larger
-            take(fields.image_id, 2, None, part, max(len(fields.payload), dtype.itemsize * shape[0] * shape[1]))
-            return True
-        fast = v1_image(parts, known)
+            return self._image_v2(parts[0].buffer)
+        fast = v1_image(parts, self.known)
         if fast is None:
             return False
         frame, info = fast
@@ -268,64 +285,91 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
             size = rows * cols * np.dtype(info["type"]).itemsize
         except (KeyError, TypeError, ValueError):
             return False  # the consumer's parser says what is wrong
-        take(frame, 1, info, parts[2].buffer, max(size, len(parts[2].buffer)))
+        self.take(frame, 1, info, parts[2].buffer, max(size, len(parts[2].buffer)))
         return True
 
-    try:
-        _warm_receiver()
-        cpu0 = time.process_time()  # the staging functions above report the CPU seconds from here
-        outbox.put(("ready", worker))
-        idle_since = None
+    def _image_v2(self, buffer) -> bool:
+        if self.channel is None:
+            return False
+        scratch = self.scratch
+        if self.mode == "device":
+            buf = np.frombuffer(buffer, np.uint8)
+            self.walk(buf, self.channel, scratch)
+            if scratch[10]:
+                if scratch[1] != self.series:
+                    raise FileFormatError(f"an image of series {scratch[1]} inside series {self.series}")
+                if not len(self.staged) and self.fast_take(buf, scratch):
+                    return True
+        from qora.ssb.live.stream2 import scan_image
+
+        fields = scan_image(buffer, self.channel, scratch)
+        if fields is None:
+            return False
+        part = _scanned_part(fields)
+        dtype, shape = part[0], part[1]
+        # what the slot holds: the blob (device) or the decoded frame (host), whichever is larger
+        self.take(fields.image_id, 2, None, part, max(len(fields.payload), dtype.itemsize * shape[0] * shape[1]))
+        return True
+
+    def _forward(self, parts) -> None:
+        self.outbox.put(("message", self.worker, [(bytes(p.buffer), p.more) for p in parts]))
+
+    def _idle(self) -> str:
+        """The stream idle here: what is staged goes now (the end's latency), then the orders, the held images.
+        Returns "stop" when drained after the end, "again" when held images were taken, else "poll"."""
+        self.flush()
+        self.orders()
+        if self.ending:
+            self.idle_since = self.idle_since or time.perf_counter()
+            # drained: the end was sent after every frame, those dealt to this receiver are
+            # in its socket by now (the consumer stops sooner when the whole scan has come)
+            if time.perf_counter() - self.idle_since > DRAIN_S:
+                return "stop"
+        if self.held and self.channel is not None:
+            pending, self.held[:] = list(self.held), []
+            for p in pending:
+                if not self.image(p):
+                    self._forward(p)
+            return "again"
+        return "poll"
+
+    def _message(self) -> list | None:
+        import zmq
+
+        try:
+            parts = [self.sock.recv(zmq.NOBLOCK, copy=False)]
+            while parts[-1].more:
+                parts.append(self.sock.recv(copy=False))
+        except zmq.Again:
+            return None
+        return parts
+
+    def run(self) -> None:
+        """Receive until stopped or drained after the end; then the last batch and "done"."""
+        self.idle_since = None
         count = 0
-        while not state["stop"]:
-            try:
-                parts = [sock.recv(zmq.NOBLOCK, copy=False)]
-                while parts[-1].more:
-                    parts.append(sock.recv(copy=False))
-            except zmq.Again:
-                parts = None
+        while not self.stop:
+            parts = self._message()
             if parts is None:
-                # the stream is idle here: what is staged goes now (the end's latency), then the orders
-                flush()
-                orders()
-                if state["ending"]:
-                    idle_since = idle_since or time.perf_counter()
-                    # drained: the end was sent after every frame, those dealt to this receiver are
-                    # in its socket by now (the consumer stops sooner when the whole scan has come)
-                    if time.perf_counter() - idle_since > DRAIN_S:
-                        break
-                if held and state["channel"] is not None:
-                    pending, held[:] = list(held), []
-                    for p in pending:
-                        if not image(p):
-                            outbox.put(("message", worker, [(bytes(x.buffer), x.more) for x in p]))
-                    continue
-                sock.poll(5)
+                step = self._idle()
+                if step == "stop":
+                    break
+                if step == "poll":
+                    self.sock.poll(5)
                 continue
-            idle_since = None
+            self.idle_since = None
             count += 1
             if count % 256 == 0:
-                orders()  # a stop while the stream is busy
-            if image(parts):
+                self.orders()  # a stop while the stream is busy
+            if self.image(parts):
                 continue
-            if len(parts) == 1 and state["channel"] is None and parts[0].buffer[:1] != b"{" and _is_v2_image(parts):
-                held.append(parts)  # the start went to another receiver: its channel will come
+            if len(parts) == 1 and self.channel is None and parts[0].buffer[:1] != b"{" and _is_v2_image(parts):
+                self.held.append(parts)  # the start went to another receiver: its channel will come
                 continue
-            flush()  # the messages around the images keep their place after them
-            outbox.put(("message", worker, [(bytes(p.buffer), p.more) for p in parts]))
-        flush()
-        outbox.put(("done", worker, received))
-    except Exception as error:  # the consumer raises it
-        outbox.put(("error", worker, type(error).__name__, f"{error}\n{traceback.format_exc(limit=4)}"))
-    finally:
-        sock.close(0)
-        context.term()
-        memory = None  # the mapping's views dropped before it is closed
-        fast.clear()
-        try:
-            shm.close()
-        except BufferError:  # a view still held (a failed batch): the process exits and unmaps it anyway
-            pass
+            self.flush()  # the messages around the images keep their place after them
+            self._forward(parts)
+        self.flush()
+        self.outbox.put(("done", self.worker, self.received))
 
 
 def _is_v2_image(parts) -> bool:
