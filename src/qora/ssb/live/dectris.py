@@ -397,10 +397,8 @@ class DectrisZMQSource(Source):
         self._headless = True
 
     def open(self) -> None:
-        if self._socket is not None and not getattr(self, "_headless", False):
+        if not self._header_to_read(self._socket is not None):
             return
-        self.connect()
-        self._headless = False
         head, parts = self._recv()
         if self.stream == "v2":
             self._open_v2(head)

@@ -85,6 +85,16 @@ class Source:
     def open(self) -> None:
         """Connect and read the stream's header (scan and detector shape)."""
 
+    def _header_to_read(self, connected: bool) -> bool:
+        """:meth:`open`'s first step for a source with a ``connect()`` (the connection made apart from the
+        header: :func:`qora.ssb.live.run_live` connects, prepares the device, then opens): False when the source
+        is open already, else connected now if it was not and True (its header is to be read)."""
+        if connected and not getattr(self, "_headless", False):
+            return False
+        self.connect()
+        self._headless = False
+        return True
+
     def __iter__(self):
         raise NotImplementedError(f"{type(self).__name__} must yield Frames batches (each source does)")
 

@@ -256,10 +256,8 @@ class MerlinTCPSource(Source):
         self._headless = True
 
     def open(self) -> None:
-        if self._sock is not None and not getattr(self, "_headless", False):
+        if not self._header_to_read(self._sock is not None):
             return
-        self.connect()
-        self._headless = False
         try:
             self._read_header()
         except BaseException:

@@ -158,10 +158,8 @@ class ParallelDectrisSource(DectrisZMQSource):
             raise
 
     def open(self) -> None:
-        if self._workers and not getattr(self, "_headless", False):
+        if not self._header_to_read(bool(self._workers)):
             return
-        self.connect()
-        self._headless = False
         try:
             if self.pin_for is not None:  # page-locked now, before the scan's header, not during the scan
                 self.register_slots(self.pin_for)
