@@ -536,6 +536,8 @@ def live_cmd(source, kv, semiangle, scan_step, scan_shape, protocol, follow, rot
 
     settings = dict(kv=kv, alpha_mrad=semiangle, scan_step=scan_step,
                     rotation=None if rotation is None else np.deg2rad(rotation), backend=backend, options=options)
+    click.echo(f"waiting for the scan's header from {source} (on a GPU its kernels are made first: ~15 s the first "
+               "time on a machine)")
     if view:
         _live_view(src, settings, port, lambda result: _live_report(result, method, settings, out, fit_out,
                                                                     _aberrations(c10, c12, c12_angle, c30)))

@@ -52,15 +52,17 @@ def _term(ky, kx, qy, qx, sign, lam, limit, c, d):
 
 
 @numba.njit(**_jit)
-def _pixel_columns(base, a, d, t, M, kinds, order, X):
-    """Add one term's contribution to every section's columns X (L, M) at this pixel."""
+def _pixel_columns(base, a, d, t, M, kinds, order, X, E):
+    """Add one term's contribution to every section's columns X (L, M) at this pixel (``E``: an (M,) scratch for
+    the sections' phasors)."""
     P = kinds.size
     h, h1, h2 = _sinc3(a * t / (2.0 * M))
     h1 /= 2.0 * M
     h2 /= 4.0 * M * M
+    _section_phasors(a, t, M, E)
     for m in range(M):
         cm = (m + 0.5) / M - 0.5
-        g = complex(math.cos(cm * a * t), math.sin(cm * a * t))
+        g = E[m]
         f = g * h
         X[0, m] += base * f
         if order == 0:
@@ -97,6 +99,7 @@ def _sums_loop(G, k, qy, qx, lam, limit, c, t, kinds, M, order, sX, AX, B):
         Bq = np.zeros((PM, PM), np.complex128)
         d1 = np.empty(3)
         d2 = np.empty(3)
+        E = np.empty(M, np.complex128)
         for j in range(nbf):
             ky, kx = k[j, 0], k[j, 1]
             base1, a1 = _term(ky, kx, qy[q], qx[q], -1.0, lam, limit, c, d1)
@@ -105,9 +108,9 @@ def _sums_loop(G, k, qy, qx, lam, limit, c, t, kinds, M, order, sX, AX, B):
                 continue
             X[:] = 0
             if base1 != 0:
-                _pixel_columns(base1, a1, d1, t, M, kinds, order, X)
+                _pixel_columns(base1, a1, d1, t, M, kinds, order, X, E)
             if base2 != 0:
-                _pixel_columns(base2, a2, d2, t, M, kinds, order, X)
+                _pixel_columns(base2, a2, d2, t, M, kinds, order, X, E)
             g = G[q, j]
             for l in range(L):
                 for m in range(M):
@@ -130,21 +133,28 @@ def _sums_loop(G, k, qy, qx, lam, limit, c, t, kinds, M, order, sX, AX, B):
 
 
 @numba.njit(inline="always", **_jit)
-def _section_factors(a, t, M, F):
-    """Each section's weight of a term of depth phase ``a`` in a film of thickness ``t``: e^{i c_m a t}
-    sinc(u), u = a t / 2M, c_m = (m + 1/2) / M - 1/2 the section's centre (the m loop of :func:`_pixel_columns`).
-    The phases step by 2u from -(M - 1) u: one sincos for all M (a recurrence of M products, ~M ulp)."""
+def _section_phasors(a, t, M, E):
+    """E[m] = e^{i c_m a t} for the M sections of a film of thickness ``t`` and a term of depth phase ``a``,
+    c_m = (m + 1/2) / M - 1/2 the section's centre: the phases step by a t / M from -(M - 1) a t / 2M, so one
+    sincos makes all M (a recurrence of M products, ~M ulp)."""
     u = a * t / (2.0 * M)
-    su, cu = math.sin(u), math.cos(u)
-    h = 1.0 - u * u / 6.0 if abs(u) < 1e-4 else su / u  # as _sinc3's value
-    half = complex(cu, su)
+    half = complex(math.cos(u), math.sin(u))
     step = half * half
     first = 1.0 + 0j
     for _ in range(M - 1):
         first *= half
-    F[0] = first.conjugate() * h
+    E[0] = first.conjugate()
     for m in range(1, M):
-        F[m] = F[m - 1] * step
+        E[m] = E[m - 1] * step
+
+
+@numba.njit(inline="always", **_jit)
+def _section_factors(a, t, M, F):
+    """Each section's weight of a term: e^{i c_m a t} sinc(a t / 2M) (:func:`_section_phasors`)."""
+    _section_phasors(a, t, M, F)
+    h = _sinc3(a * t / (2.0 * M))[0]
+    for m in range(M):
+        F[m] *= h
 
 
 @numba.njit(parallel=True, **_jit)
@@ -236,8 +246,8 @@ def incoherent_values(*, G, k, qy, qx, wavelength: float, limit: float, coeffici
     """The value sums of :func:`incoherent_sums` (``order`` 0: sX (S, nq, M), AX (S, nq, M, M), complex128) of S
     parameter sets in one pass over G: ``coefficients`` (S, 3) C10, C12a, C12b (A) and ``thicknesses`` (S,) (A).
     Each pixel's geometry is made once for all sets, and the sections' weights once for each run of consecutive
-    sets of one thickness (the curves along C10 or C12): one sincos a term and set where :func:`incoherent_sums`
-    takes 2 + M.
+    sets of one thickness (the curves along C10 or C12): one sincos a term and set, for its phase
+    (:func:`incoherent_sums` makes each term's derivative columns as well).
 
     Reference: :func:`incoherent_sums` of each set."""
     numba_threads()

@@ -269,9 +269,7 @@ class Session(BandCache):
         flip = xp.sign(xp.sin(chi(qx, qy, aberrations, self.wavelength)))
         # the sums over the bright field: one kernel for SSB (G on the device), its Numba twin on the host, the
         # array code for parallax
-        sums = self._pick(self._sums_arrays, self._sums_kernel, fits=method != "parallax")
-        if sums == self._sums_arrays and method != "parallax" and xp is np:
-            sums = self._sums_loops
+        sums = self._pick(self._sums_arrays, self._sums_kernel, fits=method != "parallax", host=self._sums_loops)
         sums(aberrations, method, qy, qx, thickness, tilt, rows, numerator, norm)
         if method == "parallax":
             spectrum = flip * numerator / (2 * len(self.bf_index))
@@ -297,12 +295,15 @@ class Session(BandCache):
         clock.lap("copy")
         return image
 
-    def _pick(self, arrays, kernel, *, fits: bool = True):
+    def _pick(self, arrays, kernel, *, fits: bool = True, host=None):
         """The one seam between the array code and the kernels: ``kernel`` (a method that calls the
         launchers of :mod:`qora.ssb.kernels`) where G is on the device and the kernel covers the
-        case (``fits``), else ``arrays`` (the array code on the session's xp, the reference the
-        launchers' docstrings name). Both take the same arguments."""
-        return kernel if (fits and self._fused) else arrays
+        case (``fits``); ``host`` (its Numba twin, where there is one) where G is on the host and it covers
+        the case; else ``arrays`` (the array code on the session's xp, the reference the launchers' and the
+        twins' docstrings name). All take the same arguments."""
+        if fits and self._fused:
+            return kernel
+        return host if (fits and host is not None and self.xp is np) else arrays
 
     def _sums_arrays(self, aberrations: Aberrations, method: str, qy, qx, thickness: float, tilt, rows: int,
                      numerator, norm) -> None:

@@ -8,6 +8,7 @@ Works with the ``spawn`` start method: the process imports only this module's de
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import time
 import traceback
@@ -93,10 +94,8 @@ def _receive(worker: int, endpoint: str, shm_name: str, slots: int, slot_bytes: 
         sock.close(0)
         context.term()
         receiver.release()  # the mapping's views dropped before it is closed
-        try:
+        with contextlib.suppress(BufferError):  # a view still held (a failed batch): the exit unmaps it anyway
             shm.close()
-        except BufferError:  # a view still held (a failed batch): the process exits and unmaps it anyway
-            pass
 
 
 class _Receiver:
