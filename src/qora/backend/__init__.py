@@ -9,6 +9,7 @@ works where CuPy is absent; ``QORA_DISABLE_CUDA=1`` forces it.
 from __future__ import annotations
 
 from qora.backend.core import (
+    DEFAULT_BACKEND,
     Backend,
     BackendUnavailable,
     has_cuda,
@@ -21,5 +22,5 @@ from qora.backend._cupy import require as require_cupy
 from qora.backend._cupy import submodule as cupy_submodule
 from qora.backend.host import cpu_count
 
-__all__ = ["Backend", "BackendUnavailable", "has_cuda", "resolve", "xp_of", "is_device_array", "require_cupy",
+__all__ = ["DEFAULT_BACKEND", "Backend", "BackendUnavailable", "has_cuda", "resolve", "xp_of", "is_device_array", "require_cupy",
            "cupy_submodule", "cuda_note", "cpu_count"]

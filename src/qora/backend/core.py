@@ -17,6 +17,9 @@ from qora.backend.timing import CudaEventTimer, HostTimer
 __all__ = ["Backend", "BackendUnavailable", "has_cuda", "resolve", "xp_of", "is_device_array"]
 
 BACKEND_NAMES = ("auto", "cpu", "cuda")
+#: Every ``backend=`` in Qora defaults to this (or has no default): CUDA where CuPy sees a GPU, else the CPU
+#: (docs/architecture.md, "One backend rule"; tests/test_backend_rule.py checks the source).
+DEFAULT_BACKEND = "auto"
 
 
 class BackendUnavailable(RuntimeError):
@@ -112,7 +115,7 @@ class Backend:
 _backends: dict[str, Backend] = {}
 
 
-def resolve(backend: "str | Backend" = "auto") -> Backend:
+def resolve(backend: "str | Backend" = DEFAULT_BACKEND) -> Backend:
     """Turn a backend name into a :class:`Backend`.
 
     Parameters

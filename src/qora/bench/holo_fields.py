@@ -54,7 +54,7 @@ def _series(count, n, rng):
     return np.exp(1j * (2.0 + 0.1 * rng.random((count, 1, 1))) * bump)
 
 
-def run(*, backend="cpu", write=True, echo=print) -> BenchResult:
+def run(*, backend="auto", write=True, echo=print) -> BenchResult:
     from qora import holo
     from qora.holo import background as B
     from qora.holo import fields as F

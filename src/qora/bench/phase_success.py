@@ -59,7 +59,7 @@ def success_bound(reference: float | None) -> float:
     return max(SUCCESS_BOUND, REFERENCE_FACTOR * float(reference))
 
 
-def known_support_er(truth, counts, mask, *, iterations: int = REFERENCE_ITERATIONS, backend="cpu") -> np.ndarray:
+def known_support_er(truth, counts, mask, *, iterations: int = REFERENCE_ITERATIONS, backend="auto") -> np.ndarray:
     """Error reduction in float64 from the true object ``truth`` (centre-origin) on its support |truth| > 0.
 
     The start is ``truth`` scaled to the measured counts; each iteration replaces the modulus of the
@@ -96,7 +96,7 @@ def known_support_er(truth, counts, mask, *, iterations: int = REFERENCE_ITERATI
     return np.fft.fftshift(be.to_host(x), axes=axes)
 
 
-def reference_error(truth, counts, mask, *, backend="cpu") -> float:
+def reference_error(truth, counts, mask, *, backend="auto") -> float:
     """The object error of :func:`known_support_er` (:data:`REFERENCE_ITERATIONS` iterations from the truth on
     the true support, on ``backend``) on these counts: the data's own floor, what a search that found the
     support and the object ends near. Stable by construction (no random start)."""

@@ -23,7 +23,7 @@ from qora.bench.common import BenchResult, median_wall
 __all__ = ["run"]
 
 
-def run(*, backend="cpu", write=True, echo=print, scan: int = 64, window: int = 64, repeats: int = 3) -> BenchResult:
+def run(*, backend="auto", write=True, echo=print, scan: int = 64, window: int = 64, repeats: int = 3) -> BenchResult:
     from qora.ssb import (Aberrations, Layout, Session, amorphous_slices, correct_descan, fit_descan, load_data,
                           read_dataset, simulate, write_dataset)
 

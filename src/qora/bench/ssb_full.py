@@ -53,7 +53,7 @@ KV, ALPHA, STEP, WINDOW, DETECTOR = 300.0, 30.0, 0.373, 186, 192
 TRUTH = {"C10": 100.0, "C12": (20.0, 0.6), "thickness": 120.0, "tilt": (2e-3, -1e-3)}
 
 
-def dataset(directory: Path, *, scan: int = 512, backend="cuda", echo=print) -> tuple[Path, dict]:
+def dataset(directory: Path, *, scan: int = 512, backend="auto", echo=print) -> tuple[Path, dict]:
     """The full-scale dataset's path and metadata, simulated into ``directory`` when missing."""
     from qora.ssb import Aberrations, amorphous_slices, simulate_to_npy
 
@@ -74,7 +74,7 @@ def dataset(directory: Path, *, scan: int = 512, backend="cuda", echo=print) -> 
     return path, meta
 
 
-def full_session(directory: Path, *, backend="cuda"):
+def full_session(directory: Path, *, backend="auto"):
     """A :class:`qora.ssb.Session` on the full-scale dataset (made into ``directory`` when missing), its detector
     fitted on 32 scan rows as the benchmark's step 1 does: the probes' starting point."""
     from qora.backend import resolve

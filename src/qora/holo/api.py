@@ -61,7 +61,16 @@ def _geometry(geometry) -> Geometry:
 ONE_SHOT_DEFAULTS = ReconstructionOptions(r2c=False)
 
 
-def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None = None, *, backend="cpu",
+def _backend(backend, *sizes: int):
+    """The backend rule (:data:`qora.backend.DEFAULT_BACKEND`) with holo's one exception: "auto" stays on the
+    CPU where a size the CUDA stages need even (centre-origin signs) is odd, so a GPU machine runs what the CPU
+    would rather than refuse it; "cuda" asked for by name is checked (and refused) by the CUDA stages."""
+    if backend == "auto" and any(int(size) % 2 for size in sizes):
+        backend = "cpu"
+    return resolve(backend)
+
+
+def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None = None, *, backend="auto",
                 progress=None, **changes) -> OdtResult:
     """Refractive-index volume (dimensionless, (n, n, n)) from field ratios u / u_in (A, n, n) at z = 0.
 
@@ -69,19 +78,21 @@ def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None
     centre-origin); the result's ``index`` is the refractive index n (not the contrast n - n_m).
 
     ``options``: a :class:`ReconstructionOptions`, default :data:`ONE_SHOT_DEFAULTS` (the defaults
-    with ``r2c=False``); keyword ``changes`` override its fields, e.g. ``method="tv"``; ``backend``: "cpu", "cuda" or "auto". On the CPU, CUDA-only fields given as
-    keywords are an OptionError, a TypeError (as a field of ``options`` they are ignored there).
+    with ``r2c=False``); keyword ``changes`` override its fields, e.g. ``method="tv"``. ``backend``: "auto"
+    (the default: CUDA where there is a GPU and the sizes are even, else the CPU), "cpu" or "cuda". On the
+    CPU, CUDA-only fields given as keywords are an OptionError, a TypeError (as a field of ``options`` they are
+    ignored there).
     ``progress`` gets done of 1 + the solver's iterations (on CUDA the solve reports once, at its end).
     """
     options = options_with(options if options is not None else ONE_SHOT_DEFAULTS,
                            {k: v for k, v in changes.items() if k not in CUDA_ONLY})
-    be = resolve(backend)
+    geometry = _geometry(geometry)
+    be = _backend(backend, geometry.n, solver_grid(geometry, options.oversample).n)
     if not be.is_cuda:
         cuda_only = sorted(set(changes) & set(CUDA_ONLY))
         if cuda_only:
             raise OptionError(f"options {cuda_only} apply to the CUDA backend only")
     options = options_with(options, changes)
-    geometry = _geometry(geometry)
     if be.is_cuda:
         from qora.holo import cuda_pipeline
 
@@ -95,7 +106,7 @@ def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None
 
 
 def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_frequency: float,
-                   filter: str = "disk", backend="cpu") -> np.ndarray:
+                   filter: str = "disk", backend="auto") -> np.ndarray:
     """Complex fields (A, n, n) from holograms (A, N, N) or (N, N): :func:`qora.holo.fields.extract_fields`,
     or on ``backend="cuda"`` its CUDA twin (complex64 out; even N and n, square). ``sideband`` (nu_y, nu_x)
     and ``pupil_frequency`` (the filter's radius, for the pupil NA / wavelength) in cycles/um,
@@ -104,7 +115,8 @@ def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_
     hologram_pixel, n, pupil_frequency, sideband = _fields.crop_parameters(hologram_pixel, n, pupil_frequency,
                                                                             sideband)
     kw = dict(hologram_pixel=hologram_pixel, n=n, pupil_frequency=pupil_frequency, filter=filter)
-    if resolve(backend).is_cuda:
+    shape = np.shape(holograms)
+    if _backend(backend, n, *shape[-2:], shape[-1] - shape[-2]).is_cuda:  # square: a zero difference
         from qora.holo import cuda_pipeline
 
         return cuda_pipeline.extract_fields(holograms, sideband, **kw)
@@ -113,7 +125,7 @@ def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_
 
 def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, tv_weight: float | None = None,
                     tv_inner: int = 20, batch: int | None = None, step: float = 1.0, progress=None, *,
-                    n_z: int | None = None, obliquity: bool = True, backend="cpu", **cuda_options) -> OdtResult:
+                    n_z: int | None = None, obliquity: bool = True, backend="auto", **cuda_options) -> OdtResult:
     """The inversion of the beam propagation model: :func:`qora.holo.bpm.bpm_reconstruct`, or on
     ``backend="cuda"`` (or "auto" where a GPU is) :func:`qora.holo.bpm_cuda.bpm_reconstruct`, which
     also takes ``chunk`` and ``fgp``. ``data``: measured field ratios u / u_in (A, n, n), dimensionless,
@@ -206,7 +218,7 @@ def prepare_field_series(fields, angles, *, wavelength: float, medium_index: flo
 def field_series_volume(fields, angles, *, wavelength: float, medium_index: float, pixel: float,
                         na_detection: float, options: ReconstructionOptions | None = None, distance=None,
                         autofocus: bool = False, interval=(-10.0, 10.0), metric: str = "amplitude variance",
-                        axis=(0.0, 1.0, 0.0), rotation_sense: int = 1, backend="cpu", progress=None):
+                        axis=(0.0, 1.0, 0.0), rotation_sense: int = 1, backend="auto", progress=None):
     """The index volume of a rotation series of field ratios (A, M, N) of any shape: :func:`prepare_field_series`
     (same arguments) then :func:`reconstruct` with ``options``. Returns ``(OdtResult, Geometry, distance um)``."""
     ratio, g, moved = prepare_field_series(fields, angles, wavelength=wavelength, medium_index=medium_index,
@@ -266,9 +278,7 @@ class Pipeline:
             raise InputError(f"{hologram_n} x {hologram_n} holograms at hologram_pixel {hologram_pixel:g} um give "
                              f"fields of {n} pixels of {geometry.pixel:g} um, the geometry has n = {geometry.n}: "
                              "check hologram_pixel, hologram_n and the geometry's pixel")
-        if backend == "auto" and (geometry.n % 2 or hologram_n % 2):
-            backend = "cpu"  # the CUDA stages need even sizes (centre-origin signs)
-        self.backend = resolve(backend)
+        self.backend = _backend(backend, geometry.n, hologram_n)
         self.geometry, self.options, self.approximation = geometry, options, options.approximation
         self.crop, self.mapping = pipeline_tables(geometry, sideband=sideband, hologram_pixel=hologram_pixel,
                                                   hologram_n=hologram_n, options=options)

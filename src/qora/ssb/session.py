@@ -56,8 +56,9 @@ class Session(BandCache):
         The bright-field disk; fitted from the data when not given.
     chunk : int
         Bright-field pixels transformed (and, where G does not fit the device, streamed) at a time.
-    backend : {"cpu", "cuda", "auto"}
-        Where G is computed and the images are made.
+    backend : {"auto", "cpu", "cuda"}
+        Where G is computed and the images are made; "auto" (the default, as everywhere in Qora) is CUDA
+        where CuPy sees a GPU, else the CPU.
     precision : {"auto", "single", "double"}
         G as complex64 or complex128; "auto" takes complex64 on CUDA (half the memory and reads:
         G of a 512^2 scan with 8,800 bright-field pixels is 9.3 GB) and complex128 on the CPU.
@@ -74,7 +75,7 @@ class Session(BandCache):
     """
 
     def __init__(self, data, *, kv: float, alpha_mrad: float, scan_step, rotation: float = 0.0,
-                 detector: DetectorFit | None = None, chunk: int = 512, backend="cpu",
+                 detector: DetectorFit | None = None, chunk: int = 512, backend="auto",
                  max_bytes: int | None = None, pixels: slice | None = None, level: float | None = None,
                  precision: str = "auto") -> None:
         from qora.backend import resolve

@@ -35,7 +35,7 @@ __all__ = ["LiveG", "session_from_spectrum"]
 
 
 def session_from_spectrum(G, *, bf_index, k, level: float, bright_field, detector: DetectorFit, kv: float,
-                          alpha_mrad: float, scan_step: float, rotation: float = 0.0, backend="cpu",
+                          alpha_mrad: float, scan_step: float, rotation: float = 0.0, backend="auto",
                           chunk: int = 512) -> Session:
     """A :class:`qora.ssb.Session` of a G(Q, k) made here rather than from the data: the attributes
     ``Session.__init__`` sets, each from what :class:`LiveG` has (a test holds the set of attributes
@@ -119,7 +119,7 @@ class LiveG:
     def __init__(self, scan_shape, detector_shape, *, kv: float, alpha_mrad: float, scan_step: float,
                  rotation: float = 0.0, detector: DetectorFit | None = None, calibration_rows: int = 4,
                  margin: float = 3.0, lag_rows: int = 2, receivers: int = 1, reorder_frames: int = 0,
-                 backend="cpu", precision: str = "auto", decode: str = "auto") -> None:
+                 backend="auto", precision: str = "auto", decode: str = "auto") -> None:
         from qora.backend import resolve
 
         self.settings = dict(zip(("kv", "alpha_mrad", "scan_step", "rotation"),

@@ -257,7 +257,7 @@ def _finish(source, live, counter, fitted, image):
 
 
 def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation: float | None = None,
-             aberrations: Aberrations | None = None, detector: DetectorFit | None = None, backend="cpu",
+             aberrations: Aberrations | None = None, detector: DetectorFit | None = None, backend="auto",
              precision: str = "auto", options: LiveOptions = LiveOptions(), on_update=None) -> LiveResult:
     """Reconstruct a scan while it arrives from ``source`` (a :class:`qora.ssb.live.Source`).
 
