@@ -334,9 +334,6 @@ def fit_cmd(data, kv, semiangle, scan_step, rotation, orientation, branch, start
     The data's layout (--axis-order, --transpose-detector, --flip-*) and calibration (--scan-step-y/-x,
     --detector-pixel-mrad, --descan) are applied as the file is read; the values used are printed.
     """
-    import json
-
-    from qora.io.atomic import atomic_path
     from qora.progress import tqdm_progress
     from qora.ssb import Session, plot_fit, reorient
     from qora.ssb import fit as fit_session
@@ -372,8 +369,7 @@ def fit_cmd(data, kv, semiangle, scan_step, rotation, orientation, branch, start
                                  orientation=orientation, branch=branch, starts=starts, thick_starts=thick_starts,
                                  tilt=tilt, progress=bar, trials=trials, seed=seed, depth_model=depth_model,
                                  sections=sections, **({} if coarse_rows is None else {"coarse_rows": coarse_rows}))
-    with atomic_path(out) as tmp:
-        tmp.write_text(json.dumps(result, indent=2) + "\n")
+    result.save(out)
     for line in fit_summary(result):
         click.echo(line)
     click.echo(f"wrote {out}")
@@ -593,7 +589,7 @@ def _live_report(result, method, settings, out, fit_out, aberrations) -> None:
                     aberrations=used)
         click.echo(f"wrote {out}")
     if fit_out is not None:
-        record = {"fit": result.fit, "statistics": s, "frames": result.report.as_dict(), "latency_s": result.latency_s}
+        record = {"fit": None if result.fit is None else result.fit.to_dict(), "statistics": s, "frames": result.report.as_dict(), "latency_s": result.latency_s}
         with atomic_path(fit_out) as tmp:
             tmp.write_text(json.dumps(record, indent=2, default=float) + "\n")
         click.echo(f"wrote {fit_out}")

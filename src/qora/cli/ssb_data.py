@@ -215,17 +215,18 @@ AXIS_ORDER_NOTE = ("note: {name} does not record its axes: read as (scan_y, scan
 
 def read_fit(ctx, path):
     """A fit JSON for `image --fit`, refusing options that would contradict it (they come from the fit)."""
-    import json
-
     clash = [f"--{name.replace('_', '-')}" for name in ("rotation", "c10", "c12", "c12_angle", "c30", "orientation")
              if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
     if clash:
         raise click.UsageError(f"{', '.join(clash).replace('--orientation', '--detector-orientation')} "
                                f"{'comes' if len(clash) == 1 else 'come'} from --fit: give one or the other")
+    from qora.io.errors import InputError
+    from qora.ssb import FitResult
+
     try:
-        fit = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
+        fit = FitResult.load(path)
+    except (OSError, InputError) as exc:
         raise click.UsageError(f"--fit {path}: not a readable fit JSON ({exc})") from None
-    if not isinstance(fit, dict) or "rotation_rad" not in fit or "orientation" not in fit:
+    if "orientation" not in fit:
         raise click.UsageError(f"--fit {path}: not a result of `qora ssb fit` (no rotation_rad or orientation)")
     return fit

@@ -10,30 +10,25 @@ import time
 
 import numpy as np
 
-from qora.io.errors import InputError
-from qora.io.validate import in_range, integer, nonnegative, number, positive
+from qora.io.validate import in_range
 from qora.progress import report
 from qora.ssb.band import make_band
-from qora.ssb.depth import (COHERENT, DEPTH_MODELS, MOST_SECTIONS, auto_sections, depth_of_field, fit_incoherent,
+from qora.ssb.fit_types import BRANCHES, THICK_TILT_STARTS, FitOptions, FitResult
+from qora.ssb.depth import (COHERENT, auto_sections, depth_of_field, fit_incoherent,
                             section_depths)
 from qora.ssb.identify import (COARSE_ROWS, coarse_stride, distinct_trials, identifiability, multi_start,
                                quarter_wave)
 from qora.ssb.optimize import defocus_search, newton, tpe_search
-from qora.ssb.orientation import (check_orientation, com_curl, com_spectrum, compose, flip_branch, phase_skewness,
+from qora.ssb.orientation import (com_curl, com_spectrum, compose, flip_branch, phase_skewness,
                                   reorient, search_orientation, wrap_angle)
 
-__all__ = ["fit_rotation", "fit_session", "BRANCHES"]
+__all__ = ["fit_rotation", "fit_session", "BRANCHES", "FitOptions", "FitResult"]
 
 
 ROTATION_NEWTON = 60  # Newton's iterations in the rotation fit, and in the thick fit
 STANDARD_NEWTON = 20  # ... in the standard fit with the rotation given (newton's default)
 
 
-BRANCHES = ("auto", "as-fitted", "flipped")  # fit_session's branch: the rule, or either branch by hand
-STARTS = 4  # Newton's starts in the standard fit with the rotation given (the search's distinct best trials)
-# the thick fit's starts: the standard fit's values with these tilts (rad), so that a second tilt
-# basin as good as the first is found and the tilt reported as not determined
-THICK_TILT_STARTS = ((0.0, 0.0), (0.01, 0.01), (-0.01, -0.01))
 # the centre-of-mass rotation is trusted as the coarse grid's centre where its curl fraction is below
 # this (measured 0.016 on a thin amorphous film, 0.12 on SrTiO3 two cells thick); else the full grid
 COM_TRUSTED = 0.3
@@ -92,17 +87,6 @@ def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9)
     if round((theta - wrapped) / np.pi) % 2:  # an odd number of half turns: the aberrations go with it
         values = flip_branch(values)
     return wrapped, values, agreement
-
-
-def _check_band(band):
-    try:
-        low, high = band
-    except (TypeError, ValueError):
-        raise InputError(f"band must be (low, high) in 1/A, got {band!r}") from None
-    low, high = nonnegative("band low", low, unit="1/A"), positive("band high", high, unit="1/A")
-    if not low < high:
-        raise InputError(f"band must be (low, high) with low < high (1/A), got {band!r}")
-    return (low, high)
 
 
 def com_curl_rotation(session, orientation: str) -> float:
@@ -311,32 +295,6 @@ def _chosen_branch(session, work, name, values, rotation, basins, branch, fitted
     return values, wrap_angle(rotation), name, work, basins, rule
 
 
-def _checked_options(*, rotation, orientation, branch, batch, trials, seed, starts, thick_starts, coarse_rows, band,
-                     depth_model, sections, tilt):
-    """:func:`fit_session`'s options checked (an InputError naming the first that is not valid) and normalised:
-    (rotation, orientation, batch, trials, seed, starts, thick_starts, coarse_rows, band, sections)."""
-    if rotation is not None:
-        rotation = number("rotation", rotation, unit="rad")
-    orientation = check_orientation(orientation)
-    if branch not in BRANCHES:
-        raise InputError(f"branch must be one of {', '.join(BRANCHES)}; got {branch!r}")
-    batch = integer("batch", batch, low=1)
-    trials = integer("trials", trials, low=batch)
-    seed = integer("seed", seed, low=0)
-    starts = integer("starts", starts, low=1)
-    thick_starts = integer("thick_starts", thick_starts, low=1, high=len(THICK_TILT_STARTS))
-    coarse_rows = integer("coarse_rows", coarse_rows, low=1)
-    band = _check_band(band)
-    if depth_model not in DEPTH_MODELS:
-        raise InputError(f"depth_model must be one of {', '.join(DEPTH_MODELS)}; got {depth_model!r}")
-    if sections is not None:
-        sections = integer("sections", sections, low=1, high=MOST_SECTIONS)
-        if depth_model == "columnar" or not tilt:
-            raise InputError("sections belongs to the incoherent depth model: give tilt=True and depth_model "
-                             "'auto' or 'incoherent' with it")
-    return rotation, orientation, batch, trials, seed, starts, thick_starts, coarse_rows, band, sections
-
-
 def _standard_starts(b, names, *, trials, batch, seed, starts, coarse_rows, progress, searched, total, timings,
                      passes, t0):
     """The standard branch with the rotation given: the cold start's search (:func:`tpe_search`) and the C10 grid's
@@ -357,11 +315,11 @@ def _standard_starts(b, names, *, trials, batch, seed, starts, coarse_rows, prog
     return basins
 
 
-def fit_session(session, *, rotation: float | None = None, orientation: str = "auto", branch: str = "auto",
-                tilt: bool = True, band=(0.2, 0.9), progress=None, trials: int = 200, batch: int = 8, seed: int = 0,
-                starts: int = STARTS, thick_starts: int = len(THICK_TILT_STARTS), compare_standard: bool = True,
-                depth_model: str = "auto", sections: int | None = None, coarse_rows: int = COARSE_ROWS):
+def fit_session(session, options: FitOptions | None = None, *, progress=None, **changes) -> FitResult:
     """The standard fit (C10, C12) and, with ``tilt``, the thick-sample fit beside it.
+
+    ``options``: a :class:`~qora.ssb.fit_types.FitOptions` (default: its defaults); keyword ``changes``
+    override its fields (``fit_session(session, rotation=0.0, tilt=False)``). The fields:
 
     ``orientation`` is the detector's against the scan (:data:`qora.ssb.orientation.ORIENTATIONS`):
     "auto" finds it by the bright-field centre-of-mass curl (:func:`search_orientation`; with the
@@ -388,7 +346,7 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
     (by "rot180"). Rotation and aberrations are always a consistent pair, the rotation in
     [-180, 180) degrees.
 
-    Returns a dict (JSON-ready): per branch its parameters (A, rad), agreement, Hessian,
+    Returns a :class:`~qora.ssb.fit_types.FitResult` (read like its JSON object): per branch its parameters (A, rad), agreement, Hessian,
     standard errors (:meth:`Band.uncertainties`) and identifiability report
     (:func:`qora.ssb.identify.identifiability`: sigma only for determined parameters); the
     rotation; the orientation (with the runner-up's score) and the branch with the rule's
@@ -406,10 +364,11 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
     :data:`qora.ssb.depth.COHERENT`) and it explains more (``depth_model`` in the result says
     which, and why). ``better`` is then "standard", "thick" (columnar) or "incoherent".
     """
-    checked = _checked_options(rotation=rotation, orientation=orientation, branch=branch, batch=batch, trials=trials,
-                               seed=seed, starts=starts, thick_starts=thick_starts, coarse_rows=coarse_rows, band=band,
-                               depth_model=depth_model, sections=sections, tilt=tilt)
-    rotation, orientation, batch, trials, seed, starts, thick_starts, coarse_rows, band, sections = checked
+    o = FitOptions.made(options, **changes)
+    rotation, orientation, branch, tilt, band, depth_model, sections = (o.rotation, o.orientation, o.branch, o.tilt,
+                                                                         o.band, o.depth_model, o.sections)
+    trials, batch, seed, starts, thick_starts, coarse_rows = (o.trials, o.batch, o.seed, o.starts, o.thick_starts,
+                                                              o.coarse_rows)
     incoherent = tilt and depth_model != "columnar" and hasattr(session, "band_rows")
     timings, passes = {}, {}
     t0 = time.perf_counter()
@@ -443,20 +402,20 @@ def fit_session(session, *, rotation: float | None = None, orientation: str = "a
     orient["orientation"] = name
     timings["standard_s"] = time.perf_counter() - t0
     std, agreement = _standard_report(work, names, values, rotation, band, basins, None if fitted_rotation else b)
-    out = {"rotation_rad": float(rotation), "rotation_deg": float(np.rad2deg(rotation)), "orientation": orient,
+    out = {"rotation_rad": float(rotation), "orientation": orient,
            "branch": rule, "standard": std, "conventions": CONVENTIONS, "band_inv_a": list(band)}
     if tilt:
         _thick_branches(out, work, names=names, values=values, agreement=agreement, band=band, rotation=rotation,
                         coarse_rows=coarse_rows, thick_starts=thick_starts, incoherent=incoherent,
                         depth_model=depth_model, sections=sections, progress=progress, standard=standard,
                         total=total, timings=timings, passes=passes)
-        if not compare_standard:
+        if not o.compare_standard:
             out.pop("standard")
     report(progress, "done", total, total)
     timings["total_s"] = time.perf_counter() - t0
     out["timings_s"] = timings
     out["passes"] = {k: dict(v) for k, v in passes.items() if v is not None}  # over G, per branch's band
-    return out
+    return FitResult.from_dict(out)
 
 
 def fitted_image(session, result: dict, *, branch: str | None = None):

@@ -437,15 +437,16 @@ class Session(BandCache):
         return self.backend.to_host(xp.angle(phasor)), float(1.0 - xp.abs(phasor).mean())
 
     # -- fits, previews ------------------------------------------------------------------
-    def fit(self, **options) -> dict:
+    def fit(self, options=None, *, progress=None, **changes):
         """Fit the aberrations (and with ``tilt`` the thick-sample model's thickness and tilt) from a
-        cold start: :func:`qora.ssb.fit` with its keyword ``options`` (rotation, orientation, branch, tilt,
-        compare_standard, band, trials, batch, seed, starts, thick_starts, depth_model, sections, progress);
-        the result dict, JSON-ready. The scan rotation is fitted, the detector orientation searched and
-        the 180-degree branch chosen by the phase-skewness rule unless given."""
+        cold start: :func:`qora.ssb.fit` with a :class:`~qora.ssb.FitOptions` and keyword ``changes`` to its
+        fields (rotation, orientation, branch, tilt, compare_standard, band, trials, batch, seed, starts,
+        thick_starts, depth_model, sections, coarse_rows); a :class:`~qora.ssb.FitResult`. The scan rotation
+        is fitted, the detector orientation searched and the 180-degree branch chosen by the
+        phase-skewness rule unless given."""
         from qora.ssb.fitting import fit_session
 
-        return fit_session(self, **options)
+        return fit_session(self, options, progress=progress, **changes)
 
     def reconstruct(self, *, progress=None, **fit_options) -> dict:
         """Both branches fitted and imaged (the seed's default): ``{"fit", "images", "better"}``, images

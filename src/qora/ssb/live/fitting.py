@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 from qora.ssb.band import make_band
+from qora.ssb.fit_types import FitResult
 from qora.ssb.fitting import BETTER_MARGIN, ROTATION_NEWTON, STANDARD_NEWTON, better_rule, fit_session
 from qora.ssb.optimize import newton
 
@@ -24,7 +25,7 @@ def cold_fit(session, *, rotation: float | None, tilt: bool, band, trials: int) 
     return fit_session(session, rotation=rotation, tilt=tilt, band=band, trials=trials, batch=8)
 
 
-def warm_fit(session, previous: dict, *, fit_rotation: bool, tilt: bool, band) -> dict:
+def warm_fit(session, previous, *, fit_rotation: bool, tilt: bool, band) -> FitResult:
     """Newton from ``previous`` (a fit result) on ``session``: C10, C12 (and the scan rotation with
     ``fit_rotation``), then with ``tilt`` the thick-sample branch from it, as :func:`fit_session`
     does after its search."""
@@ -57,5 +58,5 @@ def warm_fit(session, previous: dict, *, fit_rotation: bool, tilt: bool, band) -
         out["better"] = "thick" if ta > agreement + BETTER_MARGIN else "standard"
         out["better_rule"] = better_rule("thick", float(ta), float(agreement))
     out["timings_s"] = {"total_s": time.perf_counter() - t0}
-    return out
+    return FitResult.from_dict(out)
 
