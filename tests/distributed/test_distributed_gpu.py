@@ -82,7 +82,7 @@ def test_sharded_fit_on_gpu_workers_matches_the_cpu(client, tmp_path):
     sharded = ShardedSession(str(path), client=client, kv=300.0, alpha_mrad=20.0, scan_step=sim.scan_step,
                              backend="cuda", shards=2)
     single = Session(read_dataset(path)[0], kv=300.0, alpha_mrad=20.0, scan_step=sim.scan_step,
-                     detector=sharded.detector, level=sharded.level)
+                     detector=sharded.detector, level=sharded.level, backend="cpu")
     a = fit_session(single, rotation=0.0, tilt=True, trials=32)
     b = fit_session(sharded, rotation=0.0, tilt=True, trials=32)
     for branch in ("standard", "thick"):  # the GPU parity bounds (part 2)

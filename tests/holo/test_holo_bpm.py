@@ -7,6 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from qora import holo
+from qora.io.errors import InputError
 from qora.holo import phantoms as P
 from qora.holo import reference as R
 from qora.holo.bpm import (bpm_forward, bpm_gradient, bpm_jvp, bpm_reconstruct, bpm_tables, bpm_vjp,
@@ -142,6 +143,31 @@ def test_batches_and_stopping():
     assert calls == [1, 2, 3, 4] and res.iterations == 4
     res = bpm_reconstruct(data, g, start=np.zeros_like(x), iterations=15, tv_weight=1e-4)
     assert res.info["loss"][-1] < 0.1 * res.info["loss"][0] and res.index.min() >= R.MEDIUM_INDEX - 1e-6
+
+
+def test_the_api_takes_bpm_options_or_keywords_alike():
+    from qora.holo import BpmOptions
+    from qora.holo.options import OptionError
+
+    g = _geometry(32, per_cone=4)
+    x = _contrast([P.Sphere(radius=0.8, index=1.36)], 32)
+    data = bpm_forward(x, g)
+    start = np.zeros_like(x)
+    options = BpmOptions(iterations=4, batch=2)
+    by_options = holo.bpm_reconstruct(data, g, options, start=start, backend="cpu")
+    by_keywords = holo.bpm_reconstruct(data, g, start=start, iterations=4, batch=2, backend="cpu")
+    direct = bpm_reconstruct(data, g, start, 4, batch=2)  # the CPU solver itself
+    np.testing.assert_array_equal(by_options.index, by_keywords.index)
+    np.testing.assert_array_equal(by_options.index, direct.index)
+    assert by_options.info["options"] == options.to_dict() and by_options.info["options"]["batch"] == 2
+    with pytest.raises(OptionError, match=r"\['chunk'\] apply to the CUDA backend only"):
+        holo.bpm_reconstruct(data, g, start=start, iterations=1, chunk=2, backend="cpu")
+    with pytest.raises(OptionError, match=r"unknown BPM options \['iteration'\]"):
+        holo.bpm_reconstruct(data, g, start=start, iteration=1, backend="cpu")
+    with pytest.raises(InputError, match="options must be a BpmOptions"):
+        holo.bpm_reconstruct(data, g, start)
+    with pytest.raises(InputError, match="step must be positive"):
+        BpmOptions(step=0.0)
 
 
 def test_cli_bpm_simulate_and_reconstruct(tmp_path):

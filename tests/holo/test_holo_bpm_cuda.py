@@ -74,7 +74,7 @@ def test_inversion_matches_cpu(case, options):
     g, x = case
     data = bpm_forward(x, g)
     start = np.zeros_like(x)
-    cpu = bpm_reconstruct(data, g, start=start, iterations=6, **options)
+    cpu = bpm_reconstruct(data, g, start=start, iterations=6, backend="cpu", **options)
     gpu = bpm_reconstruct(data, g, start=start, iterations=6, backend="cuda", **options)
     assert gpu.info["backend"] == "cuda"
     assert _rel(gpu.index - R.MEDIUM_INDEX, cpu.index - R.MEDIUM_INDEX) < 1e-3
@@ -88,7 +88,7 @@ def test_default_start_and_errors(case):
     assert res.index.shape == (g.n,) * 3 and res.info["chunk"] == 4
     assert res.info["loss"][-1] < res.info["loss"][0]
     with pytest.raises(TypeError, match="CUDA backend only"):
-        bpm_reconstruct(data, g, iterations=1, start=np.zeros_like(x), chunk=2)
+        bpm_reconstruct(data, g, iterations=1, start=np.zeros_like(x), chunk=2, backend="cpu")
     with pytest.raises(ValueError, match="contrast"):
         from qora.holo import bpm_cuda
 

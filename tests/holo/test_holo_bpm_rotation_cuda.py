@@ -71,7 +71,7 @@ def test_inversion_matches_cpu(case, options):
     g, x = case
     data = bpm_forward(x, g)
     start = np.zeros_like(x)
-    cpu = bpm_reconstruct(data, g, start=start, iterations=6, **options)
+    cpu = bpm_reconstruct(data, g, start=start, iterations=6, backend="cpu", **options)
     gpu = bpm_reconstruct(data, g, start=start, iterations=6, backend="cuda", **options)
     assert gpu.info["backend"] == "cuda" and gpu.info["chunk"] == 1
     assert _rel(gpu.index - g.medium_index, cpu.index - g.medium_index) < 1e-3

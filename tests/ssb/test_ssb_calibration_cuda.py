@@ -17,7 +17,7 @@ def anisotropic(gpu_module):
     sim = simulate(amorphous_slices((48, 48), 0.2, seed=3), pixel=0.2, stride=1, window=48, alpha_mrad=20.0,
                    aberrations=AB)
     kw = dict(kv=300.0, alpha_mrad=20.0, scan_step=(0.4, 0.2), rotation=0.2, chunk=100)
-    cpu = Session(sim.data[::2], **kw)
+    cpu = Session(sim.data[::2], backend="cpu", **kw)
     gpu = Session(sim.data[::2], backend="cuda", detector=cpu.detector, precision="double", **kw)
     return cpu, gpu
 
@@ -57,7 +57,7 @@ def test_descan_corrected_data_stream_to_the_device(gpu_module):
     drifted = np.fft.ifft2(np.fft.fft2(sim.data, axes=(2, 3)) * ramp, axes=(2, 3)).real
     corrected = correct_descan(drifted, fit_descan(drifted))
     kw = dict(kv=300.0, alpha_mrad=20.0, scan_step=sim.scan_step)
-    cpu = Session(corrected, **kw)
+    cpu = Session(corrected, backend="cpu", **kw)
     gpu = Session(corrected, backend="cuda", detector=cpu.detector, precision="double", **kw)
     assert _rel(gpu.host_G(), cpu.G) < 1e-12
     assert _rel(gpu.image(Aberrations(C10=80.0)), cpu.image(Aberrations(C10=80.0))) < 1e-6

@@ -16,7 +16,7 @@ def sessions(gpu_module):
     sim = simulate(amorphous_slices((96, 96), PIXEL, seed=4), pixel=PIXEL, stride=STRIDE, window=WINDOW, kv=KV,
                    alpha_mrad=ALPHA, aberrations=AB)
     kw = dict(kv=KV, alpha_mrad=ALPHA, scan_step=sim.scan_step, rotation=0.1, chunk=100)
-    cpu = Session(sim.data, **kw)
+    cpu = Session(sim.data, backend="cpu", **kw)
     # complex128 G on the device: the float64 kernels are held to the CPU's rounding
     gpu = Session(sim.data, backend="cuda", detector=cpu.detector, precision="double", **kw)
     streamed = Session(sim.data, backend="cuda", detector=cpu.detector, max_bytes=1, precision="double", **kw)
@@ -318,7 +318,7 @@ def well_posed(gpu_module):
                    alpha_mrad=ALPHA, aberrations=Aberrations(C10=120.0, C12=(15.0, 0.4)), thickness=60.0,
                    tilt=(0.003, -0.002), dose=5e4)
     data = sim.data.astype(np.uint16)
-    cpu = Session(data, kv=KV, alpha_mrad=ALPHA, scan_step=sim.scan_step, rotation=0.1)
+    cpu = Session(data, kv=KV, alpha_mrad=ALPHA, scan_step=sim.scan_step, rotation=0.1, backend="cpu")
     return cpu, Session(data, kv=KV, alpha_mrad=ALPHA, scan_step=sim.scan_step, rotation=0.1, detector=cpu.detector,
                         backend="cuda")
 

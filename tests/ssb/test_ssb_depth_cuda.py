@@ -19,7 +19,7 @@ def sessions(gpu_module):
     sim = simulate(amorphous_slices((64, 64), PIXEL, slices=12, atoms_per_a2=0.02, seed=5), pixel=PIXEL, stride=2,
                    window=32, alpha_mrad=ALPHA, aberrations=Aberrations(C10=-100.0), thickness=120.0)
     kw = dict(kv=KV, alpha_mrad=ALPHA, scan_step=sim.scan_step)
-    cpu = Session(sim.data, **kw)
+    cpu = Session(sim.data, backend="cpu", **kw)
     gpu = Session(sim.data, backend="cuda", detector=cpu.detector, precision="double", **kw)
     return cpu, gpu
 

@@ -33,7 +33,7 @@ from qora.holo.display import plane_png, volume_plane, volume_widget
 from qora.holo.geometry import Geometry, cone_illuminations, odtbrain_axis, rotation_axis
 from qora.holo.mie import vector_mie_ratio
 from qora.holo.odt import OdtResult, index_from_potential, potential_from_index
-from qora.holo.options import ReconstructionOptions
+from qora.holo.options import BpmOptions, ReconstructionOptions
 from qora.holo.phantoms import Sphere, born_ratio, check_simulation_memory, holograms_from_fields, render_spheres, simulate_holograms
 from qora.holo.plans import intensities
 from qora.holo.steps import span
@@ -41,7 +41,7 @@ from qora.holo.unwrap import rytov
 
 __all__ = [
     # reconstruction
-    "reconstruct", "Pipeline", "ReconstructionOptions", "OdtResult", "reconstruct_holograms", "bpm_reconstruct",
+    "reconstruct", "Pipeline", "ReconstructionOptions", "BpmOptions", "OdtResult", "reconstruct_holograms", "bpm_reconstruct",
     "bpm_forward", "bpm_gradient", "index_from_potential", "potential_from_index",
     # geometry
     "Geometry", "cone_illuminations", "rotation_axis", "odtbrain_axis", "geometry_from_backgrounds", "rotation_geometry", "parse_angles", "field_size",

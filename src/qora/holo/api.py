@@ -24,7 +24,7 @@ from qora.holo import fields as _fields
 from qora.holo import odt as _odt
 from qora.holo.geometry import Geometry, cone_illuminations
 from qora.holo.odt import OdtResult
-from qora.holo.options import CUDA_ONLY, OptionError, ReconstructionOptions
+from qora.holo.options import BPM_CUDA_ONLY, CUDA_ONLY, BpmOptions, OptionError, ReconstructionOptions
 from qora.holo.pipeline import CpuPipeline
 from qora.holo.plans import CropPlan, MappingPlan, solver_grid
 from qora.holo.plans import cuda_pipeline_bytes, intensities
@@ -123,22 +123,30 @@ def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_
     return _fields.extract_fields(holograms, sideband, **kw)
 
 
-def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, tv_weight: float | None = None,
-                    tv_inner: int = 20, batch: int | None = None, step: float = 1.0, progress=None, *,
-                    n_z: int | None = None, obliquity: bool = True, backend="auto", **cuda_options) -> OdtResult:
-    """The inversion of the beam propagation model: :func:`qora.holo.bpm.bpm_reconstruct`, or on
-    ``backend="cuda"`` (or "auto" where a GPU is) :func:`qora.holo.bpm_cuda.bpm_reconstruct`, which
-    also takes ``chunk`` and ``fgp``. ``data``: measured field ratios u / u_in (A, n, n), dimensionless,
-    centre-origin; ``start``: an index contrast n - n_m (n_z, n, n), dimensionless; the result's
-    ``index`` is the refractive index n."""
-    args = (data, geometry, start, iterations, tv_weight, tv_inner, batch, step, progress)
-    if resolve(backend).is_cuda:
-        from qora.holo import bpm_cuda
+def bpm_reconstruct(data, geometry: Geometry, options: BpmOptions | None = None, *, start=None, progress=None,
+                    backend="auto", **changes) -> OdtResult:
+    """The inversion of the beam propagation model: :func:`qora.holo.bpm.bpm_reconstruct`, or where the backend
+    is CUDA :func:`qora.holo.bpm_cuda.bpm_reconstruct`.
 
-        return bpm_cuda.bpm_reconstruct(*args, n_z=n_z, obliquity=obliquity, **cuda_options)
-    if cuda_options:
-        raise OptionError(f"options {sorted(cuda_options)} apply to the CUDA backend only")
-    return _bpm.bpm_reconstruct(*args, n_z=n_z, obliquity=obliquity)
+    ``data``: measured field ratios u / u_in (A, n, n), dimensionless, centre-origin. ``options``: a
+    :class:`~qora.holo.options.BpmOptions` (default: its defaults); keyword ``changes`` override its fields
+    (``iterations=20, tv_weight=1e-3``); the CUDA-only fields (chunk, fgp, variant) given by name to the CPU
+    are an OptionError. ``start``: an index contrast n - n_m (n_z, n, n), dimensionless (default: Rytov with 20
+    GP iterations). ``progress`` gets ("bpm", step, iterations, {"loss": f}). The result's ``index`` is the
+    refractive index n; ``info["options"]`` the options it ran with.
+    """
+    if options is not None and not isinstance(options, BpmOptions):
+        raise InputError(f"options must be a BpmOptions, got {type(options).__name__} (the start is start=...)")
+    options = (options or BpmOptions()).replace(**changes)
+    cuda = resolve(backend).is_cuda
+    if not cuda and set(changes) & set(BPM_CUDA_ONLY):
+        raise OptionError(f"options {sorted(set(changes) & set(BPM_CUDA_ONLY))} apply to the CUDA backend only")
+    solve = _bpm.bpm_reconstruct
+    if cuda:
+        from qora.holo.bpm_cuda import bpm_reconstruct as solve
+    result = solve(data, geometry, start, progress=progress, **options.solver_keywords(cuda=cuda))
+    result.info["options"] = options.to_dict()
+    return result
 
 
 # -- fields: refocus, background, series of complex fields -----------------------------------------------

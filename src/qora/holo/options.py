@@ -15,7 +15,7 @@ import numpy as np
 
 from qora.io.errors import InputError
 
-__all__ = ["ReconstructionOptions", "OptionError", "APPROXIMATIONS", "METHODS", "MAPPINGS", "FGP_VARIANTS", "CUDA_ONLY"]
+__all__ = ["ReconstructionOptions", "BpmOptions", "BPM_CUDA_ONLY", "OptionError", "APPROXIMATIONS", "METHODS", "MAPPINGS", "FGP_VARIANTS", "CUDA_ONLY"]
 
 APPROXIMATIONS = ("rytov", "born")
 METHODS = ("plain", "gp", "tv")
@@ -117,3 +117,68 @@ class ReconstructionOptions:
     def to_dict(self) -> dict:
         """The fields as a plain dict (JSON-ready: str, int, float, bool)."""
         return {k: (v.item() if hasattr(v, "item") else v) for k, v in asdict(self).items()}
+
+
+#: the BPM inversion's fields that only the CUDA backend reads (given to the CPU by name: an OptionError)
+BPM_CUDA_ONLY = ("chunk", "fgp", "variant")
+
+
+@dataclass(frozen=True)
+class BpmOptions:
+    """How the beam propagation model is inverted (:func:`qora.holo.bpm_reconstruct`; docs/holo.md, "The
+    beam propagation model"). The values are checked where they meet the data (the batch against the
+    illuminations, the variant against the device), the rest here."""
+
+    iterations: int = 20
+    """Proximal-gradient steps (count; 0 returns the start)."""
+    tv_weight: float | None = None
+    """TV weight on n^2 - n_m^2 (dimensionless, as :attr:`ReconstructionOptions.tv_weight`); None: only x >= 0."""
+    tv_inner: int = 20
+    """FGP iterations per step of the TV prox (count)."""
+    batch: int | None = None
+    """Illuminations per step (None: all, with FISTA momentum; a count: cycling batches, no momentum)."""
+    step: float = 1.0
+    """The step length over the Lipschitz constant (dimensionless, > 0)."""
+    n_z: int | None = None
+    """Slices along z (None: the field size n)."""
+    obliquity: bool = True
+    """The wide-angle (obliquity) factor of the slice step's propagator."""
+    chunk: int | None = None
+    """CUDA only: illuminations propagated together (None: as many as fit)."""
+    fgp: str = "fused"
+    """CUDA only: the TV prox's FGP kernel (:data:`FGP_VARIANTS`)."""
+    variant: str = "auto"
+    """CUDA only: the slice step's implementation (:data:`qora.holo.bpm_cuda.VARIANTS`)."""
+
+    def __post_init__(self) -> None:
+        from qora.io.validate import integer, nonnegative, positive
+
+        put = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen: set once here)
+        put("iterations", integer("iterations", self.iterations, low=0))
+        put("tv_inner", integer("tv_inner", self.tv_inner, low=1))
+        for name in ("batch", "n_z", "chunk"):  # None: the default the field's docstring names
+            if getattr(self, name) is not None:
+                put(name, integer(name, getattr(self, name), low=1))
+        if self.tv_weight is not None:
+            put("tv_weight", nonnegative("tv_weight", self.tv_weight))
+        put("step", positive("step", self.step))
+        if self.fgp not in FGP_VARIANTS:
+            raise InputError(f"fgp must be one of {FGP_VARIANTS}, got {self.fgp!r}")
+        if not isinstance(self.obliquity, (bool, np.bool_)):
+            raise InputError(f"obliquity must be True or False, got {self.obliquity!r}")
+
+    def replace(self, **changes) -> "BpmOptions":
+        """A copy with ``changes`` (validated); an unknown name is an OptionError naming it."""
+        unknown = sorted(set(changes) - {f.name for f in fields(self)})
+        if unknown:
+            raise OptionError(f"unknown BPM options {unknown}; known: {[f.name for f in fields(self)]}")
+        return replace(self, **changes)
+
+    def solver_keywords(self, *, cuda: bool) -> dict:
+        """The keywords of :func:`qora.holo.bpm.bpm_reconstruct` (``cuda``: and of its CUDA twin)."""
+        keys = [f.name for f in fields(self) if cuda or f.name not in BPM_CUDA_ONLY]
+        return {k: getattr(self, k) for k in keys}
+
+    def to_dict(self) -> dict:
+        """The fields as a plain dict (JSON-ready)."""
+        return asdict(self)
