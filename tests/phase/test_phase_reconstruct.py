@@ -165,3 +165,22 @@ def test_auto_batch_policy():
     assert auto_batch(resolve("cpu"), "auto", (256, 256), 8) == 1
     with pytest.raises(ValueError):
         reconstruct(np.ones((8, 8)), support=np.ones((8, 8), bool), recipe="ER**1", batch=0, backend="cpu")
+
+
+def test_an_options_object_and_keywords_run_the_same_reconstruction():
+    from qora.io.errors import InputError
+    from qora.phase import PhaseOptions
+
+    intensity = objects.box_intensity((32, 32), 8)
+    options = PhaseOptions(recipe="HIO**20 ER**10", starts=2, seed=5)
+    by_options = reconstruct(intensity, options, backend="cpu")
+    by_keywords = reconstruct(intensity, recipe="HIO**20 ER**10", starts=2, seed=5, backend="cpu")
+    np.testing.assert_array_equal(by_options.object, by_keywords.object)
+    np.testing.assert_array_equal(by_options.final_errors, by_keywords.final_errors)
+    assert options.to_dict()["recipe"] == "HIO**20 ER**10"
+    with pytest.raises(InputError, match=r"unknown phase option\(s\) \['start'\]"):
+        reconstruct(intensity, start=2)
+    with pytest.raises(InputError, match="rank must be one of"):
+        PhaseOptions(rank="best")
+    with pytest.raises(InputError, match="options must be a PhaseOptions"):
+        reconstruct(intensity, np.ones((32, 32), bool))  # a support given where the options go

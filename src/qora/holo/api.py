@@ -226,7 +226,8 @@ def prepare_field_series(fields, angles, *, wavelength: float, medium_index: flo
 def field_series_volume(fields, angles, *, wavelength: float, medium_index: float, pixel: float,
                         na_detection: float, options: ReconstructionOptions | None = None, distance=None,
                         autofocus: bool = False, interval=(-10.0, 10.0), metric: str = "amplitude variance",
-                        axis=(0.0, 1.0, 0.0), rotation_sense: int = 1, backend="auto", progress=None):
+                        axis=(0.0, 1.0, 0.0), rotation_sense: int = 1, backend="auto",
+                        progress=None) -> tuple[OdtResult, Geometry, float]:
     """The index volume of a rotation series of field ratios (A, M, N) of any shape: :func:`prepare_field_series`
     (same arguments) then :func:`reconstruct` with ``options``. Returns ``(OdtResult, Geometry, distance um)``."""
     ratio, g, moved = prepare_field_series(fields, angles, wavelength=wavelength, medium_index=medium_index,

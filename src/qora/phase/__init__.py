@@ -14,11 +14,12 @@ from qora.phase.preprocess import object_pixel_size, preprocess
 from qora.phase.recipe import (DEFAULT_RECIPE, FEW_PHOTONS_RECIPE, NAMED_RECIPES, Recipe, RecipeError, Stage,
                                default_recipe, is_default, is_envelope, named_recipe)
 from qora.phase.result import merge_results
+from qora.phase.options import PhaseOptions
 from qora.phase.solver import PhaseResult, Solver, reconstruct
 from qora.phase.symmetry import choose_recipe
 
 # the face the top layers (cli, viewer, distributed) import from (tests/test_layers.py)
-__all__ = ["reconstruct", "Solver", "PhaseResult", "Recipe", "RecipeError", "Stage", "default_recipe",
+__all__ = ["reconstruct", "PhaseOptions", "Solver", "PhaseResult", "Recipe", "RecipeError", "Stage", "default_recipe",
            "objects", "analysis", "display", "envelope", "read_result", "write_result", "plot_result", "read_truth",
            "write_pattern", "preprocess", "object_pixel_size", "DEFAULT_RECIPE", "FEW_PHOTONS_RECIPE",
            "NAMED_RECIPES", "is_default", "is_envelope", "named_recipe", "merge_results", "choose_recipe", "consensus",

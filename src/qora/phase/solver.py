@@ -14,6 +14,7 @@ from qora.provenance import versions as software_versions
 from qora.phase.checks import (check_bool_array, check_choice, check_intensity, check_run_memory,
                                check_starts_memory)
 from qora.phase.physics import native_amplitude
+from qora.phase.options import PhaseOptions
 from qora.phase.result import PhaseResult
 from qora.phase.symmetry import choose_recipe
 from qora.phase.recipe import (default_recipe, is_default, is_envelope, looks_like_counts, named_recipe,
@@ -509,10 +510,8 @@ class Solver:
         return np.array(errors), llk, free_llk
 
 
-def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int = 1, backend="auto",
-                variant="auto", seed: int = 0, rank: str = "fourier", progress=None, sync_every: int = 50,
-                batch: int | str = "auto", keep_all: bool = False,
-                free_fraction: float | None = None) -> PhaseResult:
+def reconstruct(intensity, options: PhaseOptions | None = None, *, support=None, mask=None, backend="auto",
+                progress=None, **changes) -> PhaseResult:
     """Reconstruct a complex object from a far-field diffraction pattern.
 
     Parameters
@@ -520,6 +519,9 @@ def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int 
     intensity : ndarray (N1, N2) or (N1, N2, N3)
         Measured intensities (photon counts; any non-negative scale is accepted), detector layout:
         q = 0 at index n//2 on every axis.
+    options : PhaseOptions, optional
+        The choices below (default: :class:`~qora.phase.options.PhaseOptions`'s defaults); keyword
+        ``changes`` override its fields (``reconstruct(intensity, recipe="HIO**400 ER**100", starts=4)``).
     support : bool ndarray, optional
         Centre-origin support; by default the thresholded autocorrelation.
     mask : bool ndarray, optional
@@ -563,8 +565,9 @@ def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int 
     reconstruction from a diffraction pattern alone", Phys. Rev. B 68, 140101
     (2003), doi:10.1103/PhysRevB.68.140101.
     """
-    check_choice("rank", rank, ("fourier", "free_llk"))
-    starts = validate.integer("starts", starts, low=1)
+    o = PhaseOptions.made(options, **changes)
+    recipe, starts, variant, seed, rank, batch = o.recipe, o.starts, o.variant, o.seed, o.rank, o.batch
+    keep_all, free_fraction, sync_every = o.keep_all, o.free_fraction, o.sync_every
     recipe, reason = choose_recipe(intensity, mask, recipe=recipe, support=support, variant=variant, rank=rank)
     from qora.backend import resolve
 
@@ -585,8 +588,6 @@ def reconstruct(intensity, *, support=None, mask=None, recipe=None, starts: int 
         batch = starts if variant == "batched" else auto_batch(resolve(backend), variant, np.shape(intensity), starts)
     elif variant == "batched" and batch == 1:
         batch = starts  # all starts in one batched plan unless told otherwise
-    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
-        raise InputError(f"batch must be 'auto' or a positive integer, got {batch!r}")
     solver = Solver(intensity, mask=mask, backend=backend, variant=variant, batch=min(batch, starts),
                     free_fraction=free_fraction, seed=seed)
     return solver.run(support=support, recipe=recipe, starts=starts, seed=seed, rank=rank, keep_all=keep_all,

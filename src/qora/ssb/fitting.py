@@ -318,8 +318,7 @@ def _standard_starts(b, names, *, trials, batch, seed, starts, coarse_rows, prog
 def fit_session(session, options: FitOptions | None = None, *, progress=None, **changes) -> FitResult:
     """The standard fit (C10, C12) and, with ``tilt``, the thick-sample fit beside it.
 
-    ``options``: a :class:`~qora.ssb.fit_types.FitOptions` (default: its defaults); keyword ``changes``
-    override its fields (``fit_session(session, rotation=0.0, tilt=False)``). The fields:
+    ``options``: a :class:`~qora.ssb.fit_types.FitOptions`; keyword ``changes`` override its fields:
 
     ``orientation`` is the detector's against the scan (:data:`qora.ssb.orientation.ORIENTATIONS`):
     "auto" finds it by the bright-field centre-of-mass curl (:func:`search_orientation`; with the
