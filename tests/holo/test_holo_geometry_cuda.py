@@ -41,7 +41,7 @@ CASES = [
 @pytest.mark.parametrize("options", CASES, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
 def test_tilted_axis_and_bounds_match_cpu(tilted_case, options):
     g, ratio = tilted_case
-    cpu = holo.reconstruct(ratio, g, **options).index
+    cpu = holo.reconstruct(ratio, g, backend="cpu", **options).index
     gpu = holo.reconstruct(ratio, g, backend="cuda", **options)
     assert gpu.info["backend"] == "cuda"
     assert _relative(gpu.index, cpu) < 1e-4
@@ -51,7 +51,7 @@ def test_tilted_axis_and_bounds_match_cpu(tilted_case, options):
 def test_every_fgp_variant_keeps_the_box(tilted_case, fgp):
     g, ratio = tilted_case
     kw = dict(method="tv", iterations=6, tv_inner=10, tv_weight=3e-3, index_min=1.325, index_max=1.34)
-    cpu = holo.reconstruct(ratio, g, **kw).index
+    cpu = holo.reconstruct(ratio, g, backend="cpu", **kw).index
     gpu = holo.reconstruct(ratio, g, backend="cuda", fgp=fgp, **kw).index
     assert _relative(gpu, cpu) < 1e-4
     assert gpu.min() >= 1.325 - 1e-6 and gpu.max() <= 1.34 + 1e-6
@@ -85,7 +85,7 @@ COMPLEX_CASES = [
 @pytest.mark.parametrize("options", COMPLEX_CASES, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
 def test_complex_index_matches_cpu(absorbing_case, options):
     g, ratio = absorbing_case
-    cpu = holo.reconstruct(ratio, g, complex_index=True, **options)
+    cpu = holo.reconstruct(ratio, g, backend="cpu", complex_index=True, **options)
     gpu = holo.reconstruct(ratio, g, complex_index=True, backend="cuda", **options)
     assert gpu.info["backend"] == "cuda" and gpu.absorption is not None and gpu.absorption.shape == cpu.absorption.shape
     assert _relative(gpu.index, cpu.index) < 1e-4
@@ -123,7 +123,7 @@ def test_tv_weight_from_the_data_matches_cpu(tilted_case, absorbing_case, comple
     rng = np.random.default_rng(5)
     noisy = ratio * (1 + 0.02 * (rng.standard_normal(ratio.shape) + 1j * rng.standard_normal(ratio.shape)))
     kw = dict(method="tv", tv_weight="auto", iterations=6, tv_inner=5, complex_index=complex_index)
-    cpu = holo.reconstruct(noisy, g, **kw)
+    cpu = holo.reconstruct(noisy, g, backend="cpu", **kw)
     gpu = holo.reconstruct(noisy, g, backend="cuda", **kw)
     assert gpu.info["backend"] == "cuda" and gpu.info["tv_weight"] > 0 and gpu.info["tv_selection"]["noise_energy"] > 0
     if _search_agrees(cpu, gpu):

@@ -38,7 +38,7 @@ def single(sessions, counts):
     cpu, _, _ = sessions
     data, step = counts
     kw = dict(kv=KV, alpha_mrad=ALPHA, scan_step=step, rotation=0.1, detector=cpu.detector)
-    return Session(data, **kw), Session(data, backend="cuda", **kw)
+    return Session(data, backend="cpu", **kw), Session(data, backend="cuda", **kw)
 
 
 def _rel(a, b):
@@ -295,7 +295,7 @@ def test_quadratic_kernels_on_a_shard_match_the_cpu(single, counts):
     kw = dict(kv=KV, alpha_mrad=ALPHA, scan_step=cpu.scan_step, rotation=0.1, detector=cpu.detector, level=cpu.level,
               pixels=part)
     data = counts[0]
-    a, b = Band(Session(data, **kw), THICK), Band(Session(data, backend="cuda", **kw), THICK)
+    a, b = Band(Session(data, backend="cpu", **kw), THICK), Band(Session(data, backend="cuda", **kw), THICK)
     rows, cols = (len(g) for g in b._grid[:2])
     assert rows < cols
     values = {"C10": 115.0, "C12a": 8.0, "C12b": -6.0, "thickness": 70.0, "tilt_y": 0.003, "tilt_x": -0.001}

@@ -33,7 +33,8 @@ def _needs_the_live_extra():
 
 
 def _offline(data, step, **kw):
-    return Session(data, kv=KV, alpha_mrad=ALPHA, scan_step=step, **kw)
+    """The offline session of the same counts, on the CPU unless told (the reference the live G is held to)."""
+    return Session(data, kv=KV, alpha_mrad=ALPHA, scan_step=step, **{"backend": "cpu", **kw})
 
 
 # -- wire formats -----------------------------------------------------------------------------
