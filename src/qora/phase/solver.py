@@ -514,36 +514,33 @@ def reconstruct(intensity, options: PhaseOptions | None = None, *, support=None,
                 progress=None, **changes) -> PhaseResult:
     """Reconstruct a complex object from a far-field diffraction pattern.
 
+    The options' fields (:class:`~qora.phase.options.PhaseOptions`): ``recipe``, e.g. ``"HIO**400 ER**100"``, or a
+    name (``"default"``, ``"few-photons"``, ``"pynx-rule"``); by default (None or ``"default"``)
+    :func:`default_recipe`, which for count data (whole numbers) below 1000 photons per speckle is the
+    few-photon recipe (``Solver.photons_per_speckle``). ``starts``: random starts, the best by ``rank`` returned.
+    ``rank``: "fourier" (final Fourier error) or "free_llk" (Poisson deviance on held-out pixels: 5% of the
+    measured pixels unless ``free_fraction`` says otherwise). ``sync_every``: iterations between progress
+    reports (and, on the GPU, host reads). ``batch``: starts iterated together in one batched transform; "auto"
+    batches up to 8 on the GPU for patterns of at most 2^20 pixels, where that was measured faster, else 1.
+    ``keep_all``: every start's object and support kept in the result. ``variant``, ``seed``.
+
     Parameters
     ----------
     intensity : ndarray (N1, N2) or (N1, N2, N3)
         Measured intensities (photon counts; any non-negative scale is accepted), detector layout:
         q = 0 at index n//2 on every axis.
     options : PhaseOptions, optional
-        The choices below (default: :class:`~qora.phase.options.PhaseOptions`'s defaults); keyword
-        ``changes`` override its fields (``reconstruct(intensity, recipe="HIO**400 ER**100", starts=4)``).
+        The choices above (default: their defaults).
     support : bool ndarray, optional
         Centre-origin support; by default the thresholded autocorrelation.
     mask : bool ndarray, optional
         True where a pixel was not measured (its modulus is left free).
-    recipe : str or Recipe, optional
-        E.g. ``"HIO**400 ER**100"``, or a name (``"default"``, ``"few-photons"``, ``"pynx-rule"``); by
-        default (None or ``"default"``) :func:`default_recipe`, which for count data (whole numbers) below
-        1000 photons per speckle is the few-photon recipe (``Solver.photons_per_speckle``).
-    starts : int
-        Random starts; the best by ``rank`` is returned.
-    rank : {"fourier", "free_llk"}
-        Final Fourier error, or Poisson deviance on held-out pixels (5% of the
-        measured pixels are held out unless ``free_fraction`` says otherwise).
+    backend : {"auto", "cpu", "cuda"}
+        Where it runs ("auto": the GPU where CuPy sees one).
     progress : callable, optional
         ``progress(stage, done, total, metrics)``; return False to stop early.
-    sync_every : int
-        Iterations between progress reports (and, on the GPU, host reads).
-    batch : int or "auto"
-        Starts iterated together in one batched transform; "auto" batches up to 8 on the
-        GPU for patterns of at most 2^20 pixels, where that was measured faster, else 1.
-    keep_all : bool
-        Keep every start's object and support in the result.
+    **changes
+        Fields of ``options`` to override (``reconstruct(intensity, recipe="HIO**400 ER**100", starts=4)``).
 
     Returns
     -------
