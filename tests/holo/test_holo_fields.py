@@ -101,3 +101,20 @@ def test_a_background_without_a_sideband_is_refused(cell):
             F.find_sideband(noise, 0.1)
     background = cell[1]
     assert np.all(np.isfinite(F.find_sideband(background, 0.107)))  # the real background: found
+
+
+def test_auto_keeps_what_the_cuda_stages_cannot_take_on_the_cpu(monkeypatch):
+    """The backend rule's holo exception, seen without a GPU: what "auto" asks ``resolve`` for."""
+    from types import SimpleNamespace
+
+    from qora.holo import api
+
+    asked = []
+    monkeypatch.setattr(api, "resolve", lambda name: asked.append(name) or SimpleNamespace(is_cuda=False))
+    assert api._backend("auto", 64, 128).is_cuda is False and asked[-1] == "auto"
+    api._backend("auto", 64, 129)
+    assert asked[-1] == "cpu"  # an odd size
+    api._backend("cuda", 63)
+    assert asked[-1] == "cuda"  # by name: the CUDA stages refuse it themselves
+    fields = api.extract_fields(np.ones((2, 200, 210)), (1.0, 1.0), hologram_pixel=0.1, n=64, pupil_frequency=1.0)
+    assert asked[-1] == "cpu" and fields.shape[0] == 2  # not square: the CUDA twin needs square holograms

@@ -116,7 +116,8 @@ def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_
                                                                             sideband)
     kw = dict(hologram_pixel=hologram_pixel, n=n, pupil_frequency=pupil_frequency, filter=filter)
     shape = np.shape(holograms)
-    if _backend(backend, n, *shape[-2:], shape[-1] - shape[-2]).is_cuda:  # square: a zero difference
+    square = len(shape) >= 2 and shape[-1] == shape[-2]  # the CUDA twin's other condition
+    if _backend("cpu" if backend == "auto" and not square else backend, n, *shape[-2:]).is_cuda:
         from qora.holo import cuda_pipeline
 
         return cuda_pipeline.extract_fields(holograms, sideband, **kw)
