@@ -41,7 +41,7 @@ import time
 import numpy as np
 
 from qora.backend import fft as backend_fft
-from qora.holo.fista import momenta
+from qora.holo.fista import proximal_gradient
 from qora.holo.geometry import Geometry
 from qora.holo.odt import OdtResult, check_ratio
 from qora.holo.odt import reconstruct as odt_reconstruct
@@ -357,26 +357,25 @@ def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, 
     tables = bpm_tables(geometry, x.shape[0], obliquity)
     lam = 0.0 if not tv_weight else step * tv_weight / (2 * geometry.medium_index)
     lips = [bpm_lipschitz(tables, b) for b in batches]
-    momentum = len(batches) == 1
     dual = None
-    x_prev, y, weights = x, x, momenta()
     losses = []
-    for it in range(iterations):
-        j = it % len(batches)
+
+    def gradient_step(y, k):
+        j = k % len(batches)
         grad, loss = bpm_gradient(y, data, geometry, tables, index=batches[j], return_loss=True)
         losses.append(loss)
-        v = y - (step / lips[j]) * grad
-        if lam > 0:
-            x_new, dual = fgp_prox_fused(np.ascontiguousarray(v), lam, tv_inner, dual=dual)
-        else:
-            x_new = np.maximum(v, 0.0)
-        if momentum:
-            y = x_new + next(weights) * (x_new - x_prev)
-        else:
-            y = x_new
-        x_prev = x_new
-        if not report(progress, "bpm", it + 1, iterations, {"loss": loss}):
-            break
+        return y - (step / lips[j]) * grad
+
+    def prox(v):
+        nonlocal dual
+        if lam == 0:
+            return np.maximum(v, 0.0)
+        x_new, dual = fgp_prox_fused(np.ascontiguousarray(v), lam, tv_inner, dual=dual)
+        return x_new
+
+    # FISTA's momentum with every illumination per step; cycling batches go without it
+    x_prev, _ = proximal_gradient(x, gradient_step, prox, iterations, momentum=len(batches) == 1,
+                                  after_step=lambda k, _x: report(progress, "bpm", k, iterations, {"loss": losses[-1]}))
     index = (x_prev + geometry.medium_index).astype(np.float32)
     return OdtResult(index, geometry, "bpm", "bpm", len(losses),
                      info={"loss": losses, "n_z": x.shape[0], "batch": batch, "tv_weight": tv_weight,

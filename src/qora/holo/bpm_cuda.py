@@ -26,7 +26,7 @@ from qora.holo import kernels as K
 from qora.holo.bpm import bpm_lipschitz, inversion_inputs
 from qora.holo.cuda_pipeline import reconstruct as cuda_reconstruct
 from qora.holo.cuda_stages import FgpProx, WorkArea, cupy
-from qora.holo.fista import momenta
+from qora.holo.fista import proximal_gradient
 from qora.holo.geometry import Geometry
 from qora.holo.odt import OdtResult
 from qora.holo.plans import BpmTables, bpm_tables, check_scan, lab_geometry
@@ -276,33 +276,30 @@ def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, 
     dev = _model(geometry, tables, chunk, variant)
     d = cp.asarray(data, cp.complex64)
     lam = 0.0 if not tv_weight else step * tv_weight / (2 * geometry.medium_index)
-    prox = FgpProx(x0.shape, lam, fgp) if lam > 0 else None
+    prox_tv = FgpProx(x0.shape, lam, fgp) if lam > 0 else None
     lips = [bpm_lipschitz(tables, b) for b in batches]
-    momentum = len(batches) == 1
-    x_prev = cp.asarray(x0, cp.float32)
-    y = x_prev.copy()
-    x_new = cp.empty_like(y)
-    weights = momenta()
     losses = []
-    for it in range(iterations):
-        j = it % len(batches)
+
+    def gradient_step(y, k):
+        j = k % len(batches)
         count = len(range(*batches[j].indices(geometry.count)))
         dev.set_contrast(y)
         grad, loss = dev.reverse(d, batches[j])
-        loss /= 2 * count
-        losses.append(loss)
-        v = y - cp.float32(step / lips[j] / count) * grad
-        if prox is not None:
-            prox(v, tv_inner, x_new)
+        losses.append(loss / (2 * count))
+        return y - cp.float32(step / lips[j] / count) * grad
+
+    def prox(v):
+        x = cp.empty_like(v)  # a new iterate each step (the pool's): x_prev and y stay as they are
+        if prox_tv is not None:
+            prox_tv(v, tv_inner, x)
         else:
-            cp.maximum(v, 0, out=x_new)
-        if momentum:
-            y = x_new + cp.float32(next(weights)) * (x_new - x_prev)
-        else:
-            y = x_new.copy()
-        x_prev, x_new = x_new, x_prev
-        if not report(progress, "bpm", it + 1, iterations, {"loss": loss}):
-            break
+            cp.maximum(v, 0, out=x)
+        return x
+
+    # FISTA's momentum with every illumination per step; cycling batches go without it
+    x_prev, _ = proximal_gradient(cp.asarray(x0, cp.float32), gradient_step, prox, iterations,
+                                  momentum=len(batches) == 1, extrapolate=lambda x, xp, w: x + cp.float32(w) * (x - xp),
+                                  after_step=lambda k, _x: report(progress, "bpm", k, iterations, {"loss": losses[-1]}))
     index = (x_prev.get() + np.float32(geometry.medium_index)).astype(np.float32)
     return OdtResult(index, geometry, "bpm", "bpm", len(losses),
                      info={"loss": losses, "n_z": x0.shape[0], "batch": batch, "tv_weight": tv_weight, "step": step,

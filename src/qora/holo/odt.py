@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qora.backend import fft as backend_fft
-from qora.holo.fista import momenta
+from qora.holo.fista import proximal_gradient
 from qora.holo.geometry import Geometry
 from qora.holo.options import CUDA_ONLY, ReconstructionOptions
 from qora.holo.plans import MappingPlan, solver_grid
@@ -234,15 +234,16 @@ def fista_tv(data, measured, iterations: int, lam: float, inner: int, fov: Field
     else:  # the box's pruned transforms: 58% of the work at oversampling 2, no padded copy (box_fft)
         pruned = BoxSpectrum(fov.big, fov.n)
         forward, inverse = pruned.forward, pruned.inverse
-    x_prev = y = inverse(a) if start is None else start
     dual = None
-    weights = momenta()
-    for it in range(iterations):
-        v = inverse(a + b * forward(y))
+
+    def prox(v):
+        nonlocal dual  # the FGP dual, warm-started between outer iterations
         x, dual = fgp_prox_fused(np.ascontiguousarray(v), lam, inner, dual=dual, bounds=bounds)
-        y = x + next(weights) * (x - x_prev)
-        x_prev = x
-        report(progress, "tv", it + 1, iterations)
+        return x
+
+    shown = lambda k, _x: report(progress, "tv", k, iterations) or None  # noqa: E731 (shown, never stopped)
+    x_prev, _ = proximal_gradient(inverse(a) if start is None else start, lambda y, _k: inverse(a + b * forward(y)),
+                                  prox, iterations, after_step=shown)
     if box:
         return x_prev
     return np.fft.fftshift(x_prev if fov is None else fov.expand(x_prev))

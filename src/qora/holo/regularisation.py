@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from qora.backend import fft as backend_fft
-from qora.holo.fista import momenta
+from qora.holo.fista import proximal_gradient
 from qora.holo.steps import TV_SEARCH_SOLVES as SOLVES  # the floor, the start weight, the predicted weight
 from qora.holo.steps import span
 from qora.progress import report
@@ -57,22 +57,24 @@ def fista_tv_complex(data, measured, iterations: int, lam: float, inner: int, fo
     from qora.holo.tv_cpu import fgp_prox_fused
 
     restrict, expand = fov.crop, fov.expand
-    x_prev = y = restrict(backend_fft.ifftn(data)) if start is None else start
-    weights = momenta()
-    duals = [None, None]
+    duals = [None, None]  # each part's FGP dual, warm-started between outer iterations
     boxes = (bounds, (0.0, math.inf))
-    for it in range(iterations):
+
+    def restore(y, _k):
         e = backend_fft.fftn(expand(y))
         e[measured] = data[measured]
-        v = restrict(backend_fft.ifftn(e))
+        return restrict(backend_fft.ifftn(e))
+
+    def prox(v):
         parts = []
         for j, part in enumerate((v.real, v.imag)):
-            xp_, duals[j] = fgp_prox_fused(np.ascontiguousarray(part), lam, inner, dual=duals[j], bounds=boxes[j])
-            parts.append(xp_)
-        x = parts[0] + 1j * parts[1]
-        y = x + next(weights) * (x - x_prev)
-        x_prev = x
-        report(progress, "tv", it + 1, iterations)
+            x_part, duals[j] = fgp_prox_fused(np.ascontiguousarray(part), lam, inner, dual=duals[j], bounds=boxes[j])
+            parts.append(x_part)
+        return parts[0] + 1j * parts[1]
+
+    start = restrict(backend_fft.ifftn(data)) if start is None else start
+    shown = lambda k, _x: report(progress, "tv", k, iterations) or None  # noqa: E731 (shown, never stopped)
+    x_prev, _ = proximal_gradient(start, restore, prox, iterations, after_step=shown)
     return x_prev if box else np.fft.fftshift(expand(x_prev))
 
 
