@@ -101,3 +101,13 @@ def test_settle_is_checked(bad, match):
     with pytest.raises(RecipeError, match=match):
         Recipe.parse(bad)
     assert str(Recipe.parse("HIO(sw=10, settle=3)**20")) == "HIO(sw=10, settle=3)**20"
+
+
+def test_every_stage_kind_has_its_iteration_in_the_table():
+    from qora.phase.recipe import Stage
+    from qora.phase.stage_kinds import STAGE_KINDS
+
+    stages = {"projection": Stage("HIO", 10), "ml": Stage("ML", 10),
+              "partial-coherence": Stage("ER", 10, psf="gaussian"), "band": Stage("RAAR", 10, band=1.0)}
+    assert {name: stage.kind for name, stage in stages.items()} == {name: name for name in stages}
+    assert set(STAGE_KINDS) == set(stages)  # no kind without its iteration, no iteration without its kind

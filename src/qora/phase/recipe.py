@@ -278,6 +278,16 @@ class Stage:
             raise RecipeError(f"{where}: psf_every must be an integer >= 0, got {self.psf_every!r}")
 
     @property
+    def kind(self) -> str:
+        """How the stage's iterations run (:data:`qora.phase.solver.STAGE_KINDS` maps each to its iteration):
+        "ml" (Poisson-likelihood refinement), "partial-coherence" (``psf``), "band" (the noise-aware modulus) or
+        "projection" (ER, HIO, RAAR with the exact modulus). The last ``average`` iterations of a stage are
+        averaged whatever its kind."""
+        if self.algorithm == "ML":
+            return "ml"
+        return "partial-coherence" if self.psf else "band" if self.band else "projection"
+
+    @property
     def coefficients(self) -> tuple[float, float]:
         """(a, b) of the outside-support update (ML: (0, 0), the object is kept on the support)."""
         if self.algorithm == "ML":

@@ -16,6 +16,7 @@ from qora.phase.checks import (check_bool_array, check_choice, check_intensity, 
 from qora.phase.physics import native_amplitude
 from qora.phase.options import PhaseOptions
 from qora.phase.result import PhaseResult
+from qora.phase.stage_kinds import STAGE_KINDS
 from qora.phase.symmetry import choose_recipe
 from qora.phase.recipe import (default_recipe, is_default, is_envelope, looks_like_counts, named_recipe,
                                photons_per_speckle)
@@ -372,21 +373,8 @@ class Solver:
 
                     mean = mean or IterateMean(engine)
                     history.append(average_iterate(engine, mean, chunk, a, b, stage.constraint))
-                elif stage.algorithm == "ML":
-                    from qora.phase.ml import ml_iterate
-
-                    history.append(ml_iterate(engine, chunk))
-                elif stage.psf:
-                    from qora.phase.coherence import coherence_iterate
-
-                    history.append(coherence_iterate(engine, self._coherence_for(engine, stage), chunk, a, b,
-                                                     stage.constraint))
-                elif stage.band:
-                    from qora.phase.band import band_iterate
-
-                    history.append(band_iterate(engine, stage.band, chunk, a, b, stage.constraint))
                 else:
-                    history.append(engine.iterate(chunk, a, b, stage.constraint))
+                    history.append(STAGE_KINDS[stage.kind](self, engine, stage, chunk, a, b))
                 k += chunk
                 done += chunk * count
                 if stage.sw and k % stage.sw == 0 and update < updates:
