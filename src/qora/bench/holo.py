@@ -33,7 +33,7 @@ __all__ = ["run", "cell_phantom"]
 
 def cell_phantom(n: int, pixel: float):
     """A cell-like phantom scaled to the field of view: cell, nucleus, three organelles (um, index)."""
-    from qora.holo.phantoms import Sphere
+    from qora.holo import Sphere
 
     s = n * pixel / 12.8  # 1 at 128 x 0.1 um
     return [Sphere((0.0, 0.0, 0.0), 4.0 * s, 1.345), Sphere((0.5 * s, -0.8 * s, 0.6 * s), 2.0 * s, 1.355),
@@ -51,9 +51,9 @@ def _stages(result, n: int, echo, *, tv: bool) -> None:
     from qora.holo import fields as F
     from qora.holo import odt
     from qora.holo import reference as R
-    from qora.holo.phantoms import Sphere, simulate_holograms
-    from qora.holo.plans import MappingPlan
-    from qora.holo.unwrap import rytov
+    from qora.holo import Sphere, simulate_holograms
+    from qora.holo import MappingPlan
+    from qora.holo import rytov
 
     g = R.geometry(n)
     holos, bgs, hp = simulate_holograms([Sphere(radius=1.5, index=1.36)], g)
@@ -82,8 +82,8 @@ def _readme_tv(result, n: int, echo) -> None:
     the simulated bead's holograms, the default options of --method tv (the TV weight from the data, oversample
     2), timed end to end, its RMSE against the truth beside the time (issue 39: at most 2 minutes on two cores)."""
     from qora import holo
-    from qora.holo.api import simulation_geometry
-    from qora.holo.phantoms import Sphere, render_spheres, simulate_holograms
+    from qora.holo import simulation_geometry
+    from qora.holo import Sphere, render_spheres, simulate_holograms
 
     g = simulation_geometry(n)
     holos, bgs, hp = simulate_holograms([Sphere()], g)
@@ -145,7 +145,7 @@ def _against_odtbrain(result, n: int, count: int, echo) -> None:
     from qora.holo import Geometry, reconstruct
     from qora.holo import fields as F
     from qora.holo import reference as R
-    from qora.holo.phantoms import render_spheres, simulate_holograms
+    from qora.holo import render_spheres, simulate_holograms
 
     g = Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, n, R.NA_DETECTION,
                  angles=np.linspace(0, 2 * np.pi, count, endpoint=False))
@@ -186,7 +186,7 @@ def rotation_case(n: int, count: int, seed: int = 0):
 def _rotation_gp_stages(ratio, g, iterations: int) -> dict:
     """ms of each CPU stage of ``reconstruct(ratio, g, method="gp", r2c=True)``, in its order."""
     from qora.holo import odt
-    from qora.holo.plans import MappingPlan, solver_grid
+    from qora.holo import MappingPlan, solver_grid
 
     times = {}
     phi, times["rytov"] = _timed(lambda: odt.first_order(ratio, "rytov"))
@@ -208,7 +208,7 @@ def run_cpu_threads(counts, *, size: int = 188, angles: int = 180, iterations: i
     other load only ever adds time)."""
     from qora.backend.host import threads
     from qora.bench.threads import add_scaling, new_result, pair_floor, run_peer
-    from qora.holo.plans import solver_grid
+    from qora.holo import solver_grid
 
     result, counts = new_result("holo-cpu", counts, echo)
     ratio, g = rotation_case(size, angles)

@@ -70,8 +70,8 @@ def target(kind: str, n: int) -> None:
     from qora.holo import reference as R
     from qora.holo.cuda_pipeline import Reconstruction
     from qora.holo.cuda_stages import Mapper, WorkArea
-    from qora.holo.options import FGP_VARIANTS, ReconstructionOptions
-    from qora.holo.plans import MappingPlan, solver_grid
+    from qora.holo import FGP_VARIANTS, ReconstructionOptions
+    from qora.holo import MappingPlan, solver_grid
 
     cp = resolve("cuda").xp
     g = R.geometry(n)
@@ -110,7 +110,7 @@ def target(kind: str, n: int) -> None:
 def _bpm_target(kind: str, g, cp) -> None:
     from qora.holo.bpm_cuda import BpmDevice
     from qora.holo.bpm_fused import FusedSteps
-    from qora.holo.plans import bpm_tables
+    from qora.holo import bpm_tables
 
     n = g.n
     dev = BpmDevice(g, bpm_tables(g, BPM_SLICES), variant="fused_fft")

@@ -32,7 +32,7 @@ FGP_STEPS = (20, 10)  # outer x inner iterations of the FGP-step measurement (se
 
 
 def bump_holograms(g):
-    from qora.holo.phantoms import holograms_from_fields
+    from qora.holo import holograms_from_fields
 
     big, hp = 2 * g.n, g.pixel / 2
     y = (np.arange(big) - big // 2) * hp
@@ -190,8 +190,8 @@ def _solvers(result, be, g, label, echo, *, memory: bool, peak_pipe: int) -> Non
     from qora.backend.device import PeakMemory
     from qora.holo.cuda_pipeline import Reconstruction
     from qora.holo.cuda_stages import WorkArea
-    from qora.holo.options import FGP_VARIANTS, ReconstructionOptions
-    from qora.holo.plans import MappingPlan, solver_grid
+    from qora.holo import FGP_VARIANTS, ReconstructionOptions
+    from qora.holo import MappingPlan, solver_grid
 
     cp = be.xp
     n = g.n
@@ -277,7 +277,7 @@ def _bpm(result, be, n: int, copy_gbs: float, echo) -> None:
     from qora.holo import kernels as K
     from qora.holo import phantoms as P
     from qora.holo import reference as R
-    from qora.holo.plans import bpm_tables
+    from qora.holo import bpm_tables
 
     cp = be.xp
     g = R.geometry(n)
@@ -339,7 +339,7 @@ def _bpm_fused(result, be, g, n: int, chunk: int, x, d, copy_gbs: float, cufft_m
     not run (another size, another architecture)."""
     from qora.holo import bpm_fused, bpm_resident
     from qora.holo.bpm_cuda import BpmDevice
-    from qora.holo.plans import bpm_tables
+    from qora.holo import bpm_tables
 
     if n not in bpm_fused.SIZES or not be.device_facts().compute_capability.startswith("9"):
         return False

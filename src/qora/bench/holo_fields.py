@@ -59,7 +59,7 @@ def run(*, backend="auto", write=True, echo=print) -> BenchResult:
     from qora.holo import background as B
     from qora.holo import fields as F
     from qora.holo import refocus as RF
-    from qora.holo.filters import FILTERS
+    from qora.holo import FILTERS
 
     be = resolve(backend)
     xp = be.xp

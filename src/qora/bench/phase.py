@@ -396,7 +396,7 @@ def _split_rows(result, be, engine, shape, label: str, iteration_ms: float) -> N
 def _memory_rows(result, be, echo) -> None:
     """Device memory of one graph start at 512^3: the engine's steady state (graph and mixed) and a whole run."""
     from qora.backend.device import PeakMemory
-    from qora.phase.solver import Solver
+    from qora.phase import Solver
 
     pool = be.xp.get_default_memory_pool()
     rng = np.random.default_rng(0)
@@ -405,7 +405,7 @@ def _memory_rows(result, be, echo) -> None:
     support = np.zeros(big, bool)
     support[192:320, 192:320, 192:320] = True
     from qora.phase.cuda import make_engine
-    from qora.phase.physics import native_amplitude
+    from qora.phase import native_amplitude
 
     amp = native_amplitude(intensity)
     for variant in ("graph", "mixed"):
@@ -435,7 +435,7 @@ def run_cuda_extras(*, shapes=CUDA_SHAPES, write=True, echo=print) -> BenchResul
     split of an iteration into cuFFT and element-wise time, solver construction, whole
     recipes at 256^3 and device memory per voxel at 512^3."""
     from qora.phase import objects
-    from qora.phase.solver import Solver
+    from qora.phase import Solver
 
     be = resolve("cuda")
     xp = be.xp

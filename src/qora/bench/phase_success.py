@@ -38,7 +38,10 @@ from qora.backend import resolve
 from qora.bench.common import BenchResult
 from qora.io.errors import InputError
 from qora.phase import analysis, objects
-from qora.phase.detector import BEAMLINE_BOXES, Detector, crystal, featured, lithograph, record
+from qora.phase import detector as beamline
+
+BEAMLINE_BOXES, Detector, record = beamline.BEAMLINE_BOXES, beamline.Detector, beamline.record
+crystal, featured, lithograph = beamline.crystal, beamline.featured, beamline.lithograph
 
 __all__ = ["CASES", "QUICK", "SUCCESS_BOUND", "REFERENCE_FACTOR", "REFERENCE_ITERATIONS", "Case", "aligned_error",
            "success_bound", "known_support_er", "reference_error", "run_case", "run"]

@@ -34,7 +34,7 @@ PHASE_RECIPE = "HIO**400 ER**100"
 
 def _phase_files(directory: Path, count: int) -> list:
     from qora.phase import objects
-    from qora.phase.files import write_pattern
+    from qora.phase import write_pattern
 
     paths = []
     for i in range(count):  # the same object under independent Poisson noise

@@ -450,7 +450,7 @@ def _film(dataset_dir, scan: int, be, echo):
         return data, {"kv": ssb_full.KV, "alpha_mrad": ssb_full.ALPHA, "scan_step": ssb_full.STEP,
                       "C10": ssb_full.TRUTH["C10"]}
     from qora.ssb import Aberrations
-    from qora.ssb.simulation import film_counts
+    from qora.ssb import film_counts
 
     side = max(16, min(scan, 64))
     data, step = film_counts(4 * side, aberrations=Aberrations(C10=-120.0), dose=1e5, noise_seed=1)

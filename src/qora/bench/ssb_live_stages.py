@@ -28,7 +28,7 @@ def _merlin_stages(add, best, frames) -> None:
     import threading
 
     from qora.ssb.live import merlin
-    from qora.ssb.readers import decode_raw
+    from qora.ssb import decode_raw
 
     n, detector = len(frames), frames.shape[-1]
     messages = merlin.frame_messages(np.arange(1, n + 1), frames)

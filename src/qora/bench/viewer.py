@@ -212,7 +212,7 @@ def _screenshots(directory: Path, session, echo) -> None:
     from qora.holo import reference as R
     from qora.holo import write_volume
     from qora.phase import objects, reconstruct
-    from qora.phase.files import write_result
+    from qora.phase import write_result
     from qora.viewer import BackgroundServer
     from qora.viewer.app import make_app
     from qora.viewer.views import SsbView, open_view

@@ -5,7 +5,7 @@
 >>> result = reconstruct(intensity, recipe="HIO**400 ER**100", starts=4, backend="cpu")  # doctest: +SKIP
 """
 
-from qora.phase import analysis, display, envelope, objects
+from qora.phase import analysis, detector, display, envelope, objects
 from qora.phase.analysis import consensus, prtf, scaled_error
 from qora.phase.display import PLANES, result_png
 from qora.phase.envelope import ITERATIONS as ENVELOPE_ITERATIONS
@@ -15,12 +15,13 @@ from qora.phase.recipe import (DEFAULT_RECIPE, FEW_PHOTONS_RECIPE, NAMED_RECIPES
                                default_recipe, is_default, is_envelope, named_recipe)
 from qora.phase.result import merge_results
 from qora.phase.options import PhaseOptions
+from qora.phase.physics import native_amplitude
 from qora.phase.solver import PhaseResult, Solver, reconstruct
 from qora.phase.symmetry import choose_recipe
 
 # the face the top layers (cli, viewer, distributed) import from (tests/test_layers.py)
 __all__ = ["reconstruct", "PhaseOptions", "Solver", "PhaseResult", "Recipe", "RecipeError", "Stage", "default_recipe",
-           "objects", "analysis", "display", "envelope", "read_result", "write_result", "plot_result", "read_truth",
+           "objects", "analysis", "detector", "display", "envelope", "native_amplitude", "read_result", "write_result", "plot_result", "read_truth",
            "write_pattern", "preprocess", "object_pixel_size", "DEFAULT_RECIPE", "FEW_PHOTONS_RECIPE",
            "NAMED_RECIPES", "is_default", "is_envelope", "named_recipe", "merge_results", "choose_recipe", "consensus",
            "prtf", "scaled_error", "PLANES", "result_png", "ENVELOPE_ITERATIONS"]

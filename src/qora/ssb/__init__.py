@@ -31,7 +31,7 @@ from qora.ssb.descan import Descan, correct_descan, disk_centers, fit_descan
 from qora.ssb.detector import (DetectorFit, array_like, bright_field_pixels, check_data, check_settings, fit_detector,
                                fit_detector_from_mean, scan_frequencies, scan_steps, virtual_bright_field)
 from qora.ssb.files import load_data, plot_fit, plot_image, read_dataset, write_dataset, write_image
-from qora.ssb.readers import Layout
+from qora.ssb.readers import Layout, decode_raw
 from qora.ssb.depth import depth_sections
 from qora.ssb.fit_types import FitOptions, FitResult
 from qora.ssb.fitting import fit_rotation, fit_session, fitted_image
@@ -45,11 +45,11 @@ from qora.ssb.session import Session
 from qora.ssb.simulation import (Scan4D, amorphous_slices, atoms_slice, check_disk, check_sampling,
                                 check_simulation_memory, crystal_slices, rotate_detector, scan_truth,
                                simulate_to_npy)
-from qora.ssb.simulation import simulate
+from qora.ssb.simulation import film_counts, simulate
 
 fit = fit_session  # the session fit workflow (qora.ssb.fitting.fit_session)
 
-__all__ = ["Session", "fit", "fit_session", "FitOptions", "FitResult", "fit_rotation", "Band", "make_band", "combine_moments",
+__all__ = ["decode_raw", "film_counts", "Session", "fit", "fit_session", "FitOptions", "FitResult", "fit_rotation", "Band", "make_band", "combine_moments",
            "combine_batch_moments", "uncertainties", "newton", "NewtonState", "Objective", "BatchObjective",
            "defocus_search", "tpe_search", "BOUNDS", "SEARCH_BOUNDS", "TILT_LIMIT", "ABERRATION_PARAMETERS",
            "THICK_PARAMETERS", "QUADRATIC_PARAMETERS", "parameters_to_aberrations", "Aberrations",
