@@ -26,6 +26,7 @@ ENTRY_POINTS = [
     ("holo", holo.Pipeline.process, None, holo.OdtResult),
     ("ssb", ssb.fit, ssb.FitOptions, ssb.FitResult),
     ("ssb", ssb.Session.fit, None, None),  # the method forwards to ssb.fit: checked below
+    ("ssb", ssb.Session.reconstruct, None, None),  # its types in the docstring: checked below
     ("ssb", live.run_live, live.LiveOptions, live.LiveResult),
 ]
 
@@ -53,8 +54,10 @@ def test_each_entry_point_has_an_options_and_a_result_type(engine, function, opt
             assert f"`{kind.__name__}`" in page, f"docs/api/{engine}.md does not list {kind.__name__}"
 
 
-def test_the_session_method_forwards_the_same_options():
-    assert "options" in inspect.signature(ssb.Session.fit).parameters
+def test_the_session_methods_take_the_fit_options():
+    for method in (ssb.Session.fit, ssb.Session.reconstruct):
+        assert "options" in inspect.signature(method).parameters
+    assert "FitImages" in ssb.Session.reconstruct.__doc__ and "`FitImages`" in (DOCS / "ssb.md").read_text()
 
 
 def test_the_check_fails_on_a_bare_signature():

@@ -33,7 +33,7 @@ from qora.ssb.detector import (DetectorFit, array_like, bright_field_pixels, che
 from qora.ssb.files import load_data, plot_fit, plot_image, read_dataset, write_dataset, write_image
 from qora.ssb.readers import Layout, decode_raw
 from qora.ssb.depth import depth_sections
-from qora.ssb.fit_types import FitOptions, FitResult
+from qora.ssb.fit_types import FitImages, FitOptions, FitResult
 from qora.ssb.fitting import fit_rotation, fit_session, fitted_image
 from qora.ssb.orientation import reorient
 from qora.ssb.sliders import SSB_SLIDERS, slider_parameters, slider_start
@@ -49,7 +49,7 @@ from qora.ssb.simulation import film_counts, simulate
 
 fit = fit_session  # the session fit workflow (qora.ssb.fitting.fit_session)
 
-__all__ = ["decode_raw", "film_counts", "Session", "fit", "fit_session", "FitOptions", "FitResult", "fit_rotation", "Band", "make_band", "combine_moments",
+__all__ = ["decode_raw", "film_counts", "Session", "fit", "fit_session", "FitOptions", "FitResult", "FitImages", "fit_rotation", "Band", "make_band", "combine_moments",
            "combine_batch_moments", "uncertainties", "newton", "NewtonState", "Objective", "BatchObjective",
            "defocus_search", "tpe_search", "BOUNDS", "SEARCH_BOUNDS", "TILT_LIMIT", "ABERRATION_PARAMETERS",
            "THICK_PARAMETERS", "QUADRATIC_PARAMETERS", "parameters_to_aberrations", "Aberrations",

@@ -21,7 +21,7 @@ from qora.ssb.depth import DEPTH_MODELS, MOST_SECTIONS
 from qora.ssb.identify import COARSE_ROWS
 from qora.ssb.orientation import check_orientation
 
-__all__ = ["FitOptions", "FitResult", "BRANCHES", "STARTS", "THICK_TILT_STARTS"]
+__all__ = ["FitOptions", "FitResult", "FitImages", "BRANCHES", "STARTS", "THICK_TILT_STARTS"]
 
 BRANCHES = ("auto", "as-fitted", "flipped")  # the branch: the rule, or either branch by hand
 STARTS = 4  # Newton's starts in the standard fit with the rotation given (the search's distinct best trials)
@@ -226,3 +226,36 @@ class FitResult(Mapping):
         if not isinstance(data, dict):
             raise InputError(f"{path} is not a fit file: its JSON is not an object")
         return cls.from_dict(data)
+
+
+@dataclass(eq=False)
+class FitImages(Mapping):
+    """What :meth:`qora.ssb.Session.reconstruct` returns: the fit (both branches) and each branch's phase image.
+
+    fit : FitResult
+    images : dict of str to ndarray
+        "standard" (SSB) and "thick" (tilt-corrected) phase images, rad, on the scan grid, in the fitted frame.
+    better : str
+        The branch that explains the data better (``fit.better``); ``image`` is its image.
+
+    Reads like the dict it replaces (``out["images"][out["better"]]``).
+    """
+
+    fit: FitResult
+    images: dict
+    better: str
+
+    @property
+    def image(self) -> np.ndarray:
+        return self.images[self.better]
+
+    def __getitem__(self, key: str):
+        if key not in ("fit", "images", "better"):
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("fit", "images", "better"))
+
+    def __len__(self) -> int:
+        return 3

@@ -448,10 +448,15 @@ class Session(BandCache):
 
         return fit_session(self, options, progress=progress, **changes)
 
-    def reconstruct(self, *, progress=None, **fit_options) -> dict:
-        """Both branches fitted and imaged (the seed's default): ``{"fit", "images", "better"}``, images
-        by name "standard" (SSB) and "thick" (tilt-corrected), rad on the scan grid, fitted frame."""
-        result = self.fit(tilt=True, compare_standard=True, progress=progress, **fit_options)
+    def reconstruct(self, options=None, *, progress=None, **changes):
+        """Both branches fitted and imaged (the seed's default): a :class:`~qora.ssb.FitImages` (the
+        :class:`~qora.ssb.FitResult`, the images by name "standard" (SSB) and "thick" (tilt-corrected), rad on the
+        scan grid, fitted frame, and which is better). ``options`` a :class:`~qora.ssb.FitOptions` with keyword
+        ``changes``; ``tilt`` and ``compare_standard`` are on whatever they say."""
+        from qora.ssb.fit_types import FitImages, FitOptions
+
+        options = FitOptions.made(options, **changes)
+        result = self.fit(options, tilt=True, compare_standard=True, progress=progress)
         oriented = reorient(self, result["orientation"]["orientation"])  # a relabelled copy, or self
         saved = oriented.rotation
         try:
@@ -463,7 +468,7 @@ class Session(BandCache):
                                               thickness=thick["thickness"], tilt=(thick["tilt_y"], thick["tilt_x"]))}
         finally:
             oriented.rotation = saved
-        return {"fit": result, "images": images, "better": result["better"]}
+        return FitImages(result, images, result["better"])
 
     def widget(self, aberrations: Aberrations | None = None, *, upsample: int = 1):
         """A notebook widget: the viewer's aberration sliders (starting at ``aberrations``) and the
