@@ -20,6 +20,7 @@ ENTRY_POINTS = [
     ("phase", phase.reconstruct, phase.PhaseOptions, phase.PhaseResult),
     ("holo", holo.reconstruct, holo.ReconstructionOptions, holo.OdtResult),
     ("holo", holo.reconstruct_holograms, holo.ReconstructionOptions, holo.OdtResult),
+    ("holo", holo.reconstruct_stack, holo.ReconstructionOptions, holo.OdtResult),  # or a BpmOptions
     ("holo", holo.field_series_volume, holo.ReconstructionOptions, holo.OdtResult),
     ("holo", holo.bpm_reconstruct, holo.BpmOptions, holo.OdtResult),
     ("holo", holo.Pipeline.__init__, holo.ReconstructionOptions, None),

@@ -468,3 +468,21 @@ def test_a_ratio_of_the_wrong_size_is_refused_before_padding():
     for call in (lambda r: odt.reconstruct(r, g), lambda r: holo.reconstruct(r, g, method="plain")):
         with pytest.raises(InputError, match=r"shape \(8, 32, 32\)"):
             call(np.ones((8, 24, 24), complex))
+
+
+def test_reconstruct_stack_makes_the_commands_choices_in_one_call(case):
+    """The API call a script makes for what `qora holo reconstruct` runs: the same volume as the chain it wraps
+    (the sideband from the first background, one Pipeline; the BPM of the stack's ratios), and what it chose."""
+    options = holo.ReconstructionOptions(iterations=4)
+    one_call = holo.reconstruct_stack(case.holos, case.bgs, case.g, hologram_pixel=case.hp, options=options,
+                                      backend="cpu")
+    chain = holo.reconstruct_holograms(case.holos, case.bgs, case.g, sideband=case.sideband, hologram_pixel=case.hp,
+                                       options=options, backend="cpu")
+    np.testing.assert_array_equal(one_call.index, chain.index)
+    assert one_call.info["sideband"] == [float(v) for v in case.sideband] and one_call.geometry == case.g
+    bpm = holo.BpmOptions(iterations=2)
+    by_stack = holo.reconstruct_stack(case.holos, case.bgs, case.g, hologram_pixel=case.hp, options=bpm, backend="cpu")
+    by_ratio = holo.bpm_reconstruct(case.ratio, case.g, bpm, backend="cpu")
+    np.testing.assert_array_equal(by_stack.index, by_ratio.index)
+    with pytest.raises(InputError, match="the BPM inversion takes one stack"):
+        holo.reconstruct_stack(case.holos[None], case.bgs, case.g, hologram_pixel=case.hp, options=bpm, backend="cpu")

@@ -15,7 +15,7 @@ import click
 import numpy as np
 from click.core import ParameterSource
 
-from qora.cli.holo_fields import (FILTER_CHOICES, _interval, _reconstruct_fields, _reconstruct_series, bpm_of_ratio,
+from qora.cli.holo_fields import (FILTER_CHOICES, _interval, _reconstruct_fields, _reconstruct_series,
                                  fitted_geometry, refocus_options)
 from qora.cli.holo_output import before_work, recorded_options, report, series_on_cluster, write_result
 from qora.cli.options import NONNEGATIVE, POSITIVE, Finite, backend_option, scale_out_options
@@ -303,34 +303,32 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
             return
         stack, bgs, g, hp = read
     g = _posed(ctx, g, solver, from_file=backgrounds is None, fit_axis=fit_axis)
-    if fit_axis:
-        first = stack if stack.ndim == 3 else stack[0]  # a series: the first time point's stack
-        g = fitted_geometry(H, H.ratio_from_holograms(first, bgs, g, hp), g, approximation, quiet)
-    sideband = H.find_sideband(bgs[0], hp)
-    options = None
-    if method != "bpm":
-        options = H.ReconstructionOptions(method=method, approximation=approximation, iterations=iterations,
-                                          tv_weight="auto" if tv_weight is None else tv_weight, oversample=oversample,
-                                          index_min=index_min, index_max=index_max, complex_index=complex_index)
-    recorded = recorded_options(sideband, hp, bgs.shape[-1], options, iterations=iterations, tv_weight=tv_weight,
-                         batch=batch)
+    options = _stack_options(H, method, approximation=approximation, iterations=iterations, tv_weight=tv_weight,
+                             oversample=oversample, index_min=index_min, index_max=index_max,
+                             complex_index=complex_index, batch=batch, bpm_variant=bpm_variant, backend=backend)
+    sideband = H.find_sideband(bgs[0], hp)  # for the record made before the work (the API finds it again: one FFT)
+    fourier = None if method == "bpm" else options
+    recorded = recorded_options(sideband, hp, bgs.shape[-1], fourier, iterations=iterations, tv_weight=tv_weight,
+                                batch=batch)
     before_work(out, suffix, g, stack, recorded)
-    if method == "bpm":
-        result = _bpm(H, stack, bgs, g, hp, iterations=iterations, tv_weight=tv_weight, batch=batch, backend=backend,
-                      quiet=quiet, variant=bpm_variant)
-    else:
-        if cluster:
-            if stack.ndim != 4 or suffix != ".zarr":
-                raise click.UsageError("on a Dask cluster, give a time series (T, A, N, N) and a .zarr store as "
-                                       "--out")
-            series_on_cluster(stack, bgs, g, out, (scheduler, workers, gpus), quiet=quiet, sideband=sideband,
-                               hologram_pixel=hp, options=options, backend=backend)
-            return
-        from qora.progress import tqdm_progress
+    if cluster:
+        if method == "bpm" or stack.ndim != 4 or suffix != ".zarr":
+            raise click.UsageError("on a Dask cluster, give a time series (T, A, N, N) and a .zarr store as --out")
+        if fit_axis:
+            g = fitted_geometry(H, H.ratio_from_holograms(stack[0], bgs, g, hp), g, approximation, quiet)
+        series_on_cluster(stack, bgs, g, out, (scheduler, workers, gpus), quiet=quiet, sideband=sideband,
+                           hologram_pixel=hp, options=options, backend=backend)
+        return
+    if method == "bpm" and stack.ndim != 3:
+        raise click.UsageError("--method bpm takes one stack (A, N, N), not a series")
+    from qora.progress import tqdm_progress
 
-        with tqdm_progress(disable=quiet) as bar:
-            result = H.reconstruct_holograms(stack, bgs, g, sideband=sideband, hologram_pixel=hp, options=options,
-                                             backend=backend, progress=bar)
+    with tqdm_progress(disable=quiet) as bar:
+        result = H.reconstruct_stack(stack, bgs, g, hologram_pixel=hp, options=options, fit_axis=fit_axis,
+                                     backend=backend, progress=bar)
+    if fit_axis:
+        click.echo(result.info["axis_fit"])
+    g = result.geometry
     write_result(H, out, suffix, result, g, method=method, approximation=result.approximation, iterations=iterations,
                   recorded=recorded)
     report(H, out, result, g, method=method, tv_weight=tv_weight, truth=truth, plot=plot)
@@ -429,22 +427,25 @@ def _check_method_options(ctx, method: str, cluster: bool) -> None:
                                "the Fourier methods")
 
 
-def _bpm(H, stack, bgs, g, hp, *, iterations, tv_weight, batch, backend, quiet, variant=None):
-    """The BPM inversion of a hologram stack (scanning or rotation geometry): :func:`bpm_of_ratio`;
-    ``variant``: the CUDA slice step (None: the default)."""
-    if stack.ndim != 3:
-        raise click.UsageError("--method bpm takes one stack (A, N, N), not a series")
-    cuda_options = {}
-    if variant is not None:
+def _stack_options(H, method, *, approximation, iterations, tv_weight, oversample, index_min, index_max,
+                   complex_index, batch, bpm_variant, backend):
+    """The reconstruction's options from the command's: a ReconstructionOptions, or for --method bpm a BpmOptions
+    (its GPU slice step only where the run is on the GPU)."""
+    if method != "bpm":
+        return H.ReconstructionOptions(method=method, approximation=approximation, iterations=iterations,
+                                       tv_weight="auto" if tv_weight is None else tv_weight, oversample=oversample,
+                                       index_min=index_min, index_max=index_max, complex_index=complex_index)
+    if tv_weight == "auto":
+        raise click.BadParameter("bpm takes a numeric --tv-weight ('auto' is for --method tv)", param_hint="--tv-weight")
+    variant = {}
+    if bpm_variant is not None:
         from qora.backend import resolve
 
         if not resolve(backend).is_cuda:
             raise click.BadParameter("--bpm-variant chooses the GPU's slice step; this run is on the CPU",
                                      param_hint="--bpm-variant")
-        cuda_options["variant"] = variant
-    ratio = H.ratio_from_holograms(stack, bgs, g, hp)
-    return bpm_of_ratio(H, ratio, g, iterations=iterations, tv_weight=tv_weight, batch=batch, backend=backend,
-                        quiet=quiet, **cuda_options)
+        variant["variant"] = bpm_variant
+    return H.BpmOptions(iterations=iterations, tv_weight=tv_weight, batch=batch, **variant)
 
 
 @holo.command("phase")

@@ -102,21 +102,15 @@ def _reconstruct_fields(ctx, holos, backgrounds, *, input_kind, amplitude, wavel
 
 
 def bpm_of_ratio(H, ratio, g, *, iterations, tv_weight, batch, backend, quiet, **cuda_options):
-    """The BPM inversion of field ratios with its Rytov + GP start, on one progress bar (the start's GP
-    iterations, then the BPM steps); ``cuda_options`` (``variant``) go to the device's BPM."""
-    from qora.holo import bpm as B
-    from qora.holo import span
+    """The BPM inversion of field ratios (:func:`qora.holo.bpm_reconstruct`, its Rytov + GP start and its steps on
+    one progress bar); ``cuda_options`` (``variant``) go to the device's BPM."""
     from qora.progress import tqdm_progress
 
     if tv_weight == "auto":
         raise click.BadParameter("bpm takes a numeric --tv-weight ('auto' is for --method tv)", param_hint="--tv-weight")
-    start_units = 1 + B.START_OPTIONS.iterations
-    total = start_units + iterations
     with tqdm_progress(disable=quiet) as bar:
-        start = B.rytov_start(ratio, g, g.n, reconstruct=lambda d, geo, o: H.reconstruct(
-            d, geo, o, backend=backend, progress=span(bar, 0, total, "start (Rytov + GP): ")))
-        return H.bpm_reconstruct(ratio, g, start=start, iterations=iterations, tv_weight=tv_weight, batch=batch,
-                                 progress=span(bar, start_units, total), backend=backend, **cuda_options)
+        return H.bpm_reconstruct(ratio, g, iterations=iterations, tv_weight=tv_weight, batch=batch, progress=bar,
+                                 backend=backend, **cuda_options)
 
 
 def write_absorption(out, result) -> None:

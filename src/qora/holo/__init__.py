@@ -17,7 +17,7 @@ leaves that only the api reaches, so importing this package needs no GPU.
 from qora.holo import display, phantoms, reference
 from qora.holo.api import (Pipeline, bpm_reconstruct, extract_fields, field_series_volume, field_size,
                            geometry_from_backgrounds, parse_angles, phase_image, prepare_field_series, reconstruct,
-                           reconstruct_holograms, rotation_geometry, simulation_geometry)
+                           reconstruct_holograms, reconstruct_stack, rotation_geometry, simulation_geometry)
 from qora.holo.axis_fit import AxisFit, describe as describe_axis_fit, fit_axis_to_ratio as fit_axis
 from qora.holo.background import correct_background, object_mask
 from qora.holo.filters import FILTERS
@@ -41,7 +41,7 @@ from qora.holo.unwrap import rytov
 
 __all__ = [
     # reconstruction
-    "reconstruct", "Pipeline", "ReconstructionOptions", "BpmOptions", "OdtResult", "reconstruct_holograms", "bpm_reconstruct",
+    "reconstruct", "Pipeline", "ReconstructionOptions", "BpmOptions", "OdtResult", "reconstruct_holograms", "reconstruct_stack", "bpm_reconstruct",
     "bpm_forward", "bpm_gradient", "index_from_potential", "potential_from_index",
     # geometry
     "Geometry", "cone_illuminations", "rotation_axis", "odtbrain_axis", "geometry_from_backgrounds", "rotation_geometry", "parse_angles", "field_size",

@@ -15,6 +15,8 @@ parses options and calls these functions.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from qora.backend import resolve
@@ -133,8 +135,10 @@ def bpm_reconstruct(data, geometry: Geometry, options: BpmOptions | None = None,
     :class:`~qora.holo.options.BpmOptions` (default: its defaults); keyword ``changes`` override its fields
     (``iterations=20, tv_weight=1e-3``); the CUDA-only fields (chunk, fgp, variant) given by name to the CPU
     are an OptionError. ``start``: an index contrast n - n_m (n_z, n, n), dimensionless (default: Rytov with 20
-    GP iterations). ``progress`` gets ("bpm", step, iterations, {"loss": f}). The result's ``index`` is the
-    refractive index n; ``info["options"]`` the options it ran with.
+    GP iterations on the same backend, :data:`qora.holo.bpm.START_OPTIONS`). ``progress`` gets ("bpm", step,
+    iterations, {"loss": f}); with the default start one count covers both, the start's ("start (Rytov + GP):
+    gp", ...) first. The result's ``index`` is the refractive index n; ``info["options"]`` the options it ran
+    with.
     """
     if options is not None and not isinstance(options, BpmOptions):
         raise InputError(f"options must be a BpmOptions, got {type(options).__name__} (the start is start=...)")
@@ -142,6 +146,15 @@ def bpm_reconstruct(data, geometry: Geometry, options: BpmOptions | None = None,
     cuda = resolve(backend).is_cuda
     if not cuda and set(changes) & set(BPM_CUDA_ONLY):
         raise OptionError(f"options {sorted(set(changes) & set(BPM_CUDA_ONLY))} apply to the CUDA backend only")
+    if start is None:  # the default start, made here so that one progress count covers it and the steps
+        geometry = _geometry(geometry)
+        data = _odt.check_ratio("data", data, geometry)
+        units = 1 + _bpm.START_OPTIONS.iterations
+        total = units + options.iterations
+        start = _bpm.rytov_start(data, geometry, int(options.n_z or geometry.n),
+                                 reconstruct=lambda d, g, o: reconstruct(d, g, o, backend=backend, progress=span(
+                                     progress, 0, total, "start (Rytov + GP): ")))
+        progress = span(progress, units, total)
     solve = _bpm.bpm_reconstruct
     if cuda:
         from qora.holo.bpm_cuda import bpm_reconstruct as solve
@@ -367,6 +380,47 @@ def reconstruct_holograms(holograms, backgrounds, geometry: Geometry, *, sideban
         volumes = [r.index for r in pipe.process_series(holograms, progress=progress)]
         return OdtResult(np.stack(volumes), geometry, options.method, options.approximation, options.iterations)
     return pipe.process(holograms, progress=progress)
+
+
+def reconstruct_stack(holograms, backgrounds, geometry: Geometry, *, hologram_pixel: float,
+                      options: ReconstructionOptions | BpmOptions | None = None, fit_axis: bool = False,
+                      backend="auto", progress=None) -> OdtResult:
+    """The index volume(s) of a hologram stack (A, N, N), or a time series (T, A, N, N), with the workflow's
+    choices made here (what ``qora holo reconstruct`` runs for holograms in one process): the sideband found in
+    the first (normal-incidence) background; with ``fit_axis`` a rotation geometry's axis fitted to the
+    (first) stack's ratios and used where the data determine it (:func:`qora.holo.fit_axis`); then the Fourier
+    methods through one :class:`Pipeline` (``options`` a :class:`ReconstructionOptions`, the default) or the
+    BPM inversion of one stack (a :class:`BpmOptions`).
+
+    Holograms and backgrounds are camera intensities (counts, or any linear scale), ``hologram_pixel`` in um.
+    The result's ``geometry`` is the one used (the fitted axis in it), ``info["sideband"]`` (cycles/um) and,
+    with ``fit_axis``, ``info["axis_fit"]`` say what was chosen. ``progress`` counts the axis fit, then the
+    reconstruction."""
+    from qora.holo.axis_fit import describe, fit_axis_to_ratio
+
+    holograms, backgrounds = np.asarray(holograms), np.asarray(backgrounds)
+    geometry = _geometry(geometry)
+    sideband = _fields.find_sideband(backgrounds[0], hologram_pixel)
+    chosen = {"sideband": [float(v) for v in sideband]}
+    if fit_axis:
+        first = holograms if holograms.ndim == 3 else holograms[0]  # a series: its first time point
+        approximation = options.approximation if isinstance(options, ReconstructionOptions) else "rytov"
+        fit = fit_axis_to_ratio(_fields.ratio_from_holograms(first, backgrounds, geometry, hologram_pixel), geometry,
+                                approximation=approximation, progress=span(progress, 0, 1, "axis: "))
+        chosen["axis_fit"] = describe(fit)
+        if fit.determined:
+            geometry = replace(geometry, axis=fit.axis)
+    if isinstance(options, BpmOptions):
+        if holograms.ndim != 3:
+            raise InputError(f"the BPM inversion takes one stack (A, N, N), got shape {holograms.shape}")
+        ratio = _fields.ratio_from_holograms(holograms, backgrounds, geometry, hologram_pixel)
+        result = bpm_reconstruct(ratio, geometry, options, progress=progress, backend=backend)
+    else:
+        result = reconstruct_holograms(holograms, backgrounds, geometry, sideband=sideband,
+                                       hologram_pixel=hologram_pixel, options=options, backend=backend,
+                                       progress=progress)
+    result.info.update(chosen)
+    return result
 
 
 # -- geometry ----------------------------------------------------------------------------------------------

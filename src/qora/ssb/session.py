@@ -438,21 +438,16 @@ class Session(BandCache):
 
     # -- fits, previews ------------------------------------------------------------------
     def fit(self, options=None, *, progress=None, **changes):
-        """Fit the aberrations (and with ``tilt`` the thick-sample model's thickness and tilt) from a
-        cold start: :func:`qora.ssb.fit` with a :class:`~qora.ssb.FitOptions` and keyword ``changes`` to its
-        fields (rotation, orientation, branch, tilt, compare_standard, band, trials, batch, seed, starts,
-        thick_starts, depth_model, sections, coarse_rows); a :class:`~qora.ssb.FitResult`. The scan rotation
-        is fitted, the detector orientation searched and the 180-degree branch chosen by the
-        phase-skewness rule unless given."""
+        """:func:`qora.ssb.fit` on this session (:class:`~qora.ssb.FitOptions` and keyword ``changes`` in,
+        :class:`~qora.ssb.FitResult` out; rotation, orientation and branch found unless given)."""
         from qora.ssb.fitting import fit_session
 
         return fit_session(self, options, progress=progress, **changes)
 
     def reconstruct(self, options=None, *, progress=None, **changes):
-        """Both branches fitted and imaged (the seed's default): a :class:`~qora.ssb.FitImages` (the
-        :class:`~qora.ssb.FitResult`, the images by name "standard" (SSB) and "thick" (tilt-corrected), rad on the
-        scan grid, fitted frame, and which is better). ``options`` a :class:`~qora.ssb.FitOptions` with keyword
-        ``changes``; ``tilt`` and ``compare_standard`` are on whatever they say."""
+        """Both branches fitted and imaged (the seed's default): a :class:`~qora.ssb.FitImages` (the fit, the
+        images "standard" (SSB) and "thick" (tilt-corrected), rad on the scan grid, fitted frame). ``options``, a
+        :class:`~qora.ssb.FitOptions` with keyword ``changes``; ``tilt`` and ``compare_standard`` are on."""
         from qora.ssb.fit_types import FitImages, FitOptions
 
         options = FitOptions.made(options, **changes)
