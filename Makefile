@@ -16,7 +16,7 @@ EXTRAS := test,dask,formats,viewer,fftw,docs,notebook
 CHROMIUM := /usr/bin/chromium
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: demo test docs install clean
+.PHONY: demo test docs install clean cubins
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,16 @@ test: $(STAMP) $(CHROMIUM)
 docs: $(STAMP)
 	$(PY) docs/tutorials/build_notebooks.py --execute --site build/docs
 	QORA_DOCS_DIR=build/docs NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+# The prebuilt CUDA modules (phase's fused_fft, holo's fused and resident BPM) from their sources: nvcc and the
+# cuFFTDx headers of the nvidia-mathdx wheel. Not part of test: the cubins ship built, and a test fails when
+# their sources change without a rebuild (the digest beside each). Check a rebuilt cubin on a GPU before
+# committing it (tests/phase/test_phase_fused*.py, tests/holo/test_bpm_*_cuda.py).
+MATHDX_VERSION := 25.6.0
+cubins: $(STAMP)
+	$(PY) -m pip install -q --no-deps --target build/mathdx nvidia-mathdx==$(MATHDX_VERSION)
+	$(PY) -m qora.phase.build_fused --mathdx build/mathdx/nvidia/mathdx
+	$(PY) -m qora.holo.build_fused --mathdx build/mathdx/nvidia/mathdx
 
 clean:
 	rm -rf $(VENV) demo-output build dist site src/*.egg-info
