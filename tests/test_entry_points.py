@@ -66,3 +66,27 @@ def test_the_check_fails_on_a_bare_signature():
         return {}
 
     assert shape_of(bare) == (None, "_empty")
+
+
+def test_every_result_type_saves_and_loads_itself(tmp_path):
+    """One protocol for the three engines' results: ``result.save(path)`` and ``type(result).load(path)``."""
+    import numpy as np
+
+    from qora.holo import reference as R
+
+    intensity = phase.objects.box_intensity((32, 32), 8)
+    p = phase.reconstruct(intensity, recipe="HIO**10 ER**5", backend="cpu")
+    back = phase.PhaseResult.load(p.save(tmp_path / "p.cxi"))
+    np.testing.assert_array_equal(back.object, p.object)
+    g = R.geometry(16)
+    ratio = 1 + holo.born_ratio([holo.Sphere(radius=0.6, index=1.36)], g)
+    h = holo.reconstruct(ratio, g, iterations=3, complex_index=True, backend="cpu")
+    h.info["loss"] = list(np.linspace(0, 1, 5000))  # a long record: past an HDF5 attribute's 64 KiB
+    loaded = holo.OdtResult.load(h.save(tmp_path / "h.h5"))
+    np.testing.assert_array_equal(loaded.index, h.index)
+    np.testing.assert_array_equal(loaded.absorption, h.absorption.astype(np.float32))
+    np.testing.assert_array_equal(loaded.geometry.illuminations, h.geometry.illuminations)
+    assert (loaded.geometry.n, loaded.geometry.pixel, loaded.geometry.axis) == (g.n, g.pixel, g.axis)
+    assert loaded.method == h.method and len(loaded.info["loss"]) == 5000
+    for result_type in (phase.PhaseResult, holo.OdtResult, ssb.FitResult):
+        assert callable(getattr(result_type, "load")) and callable(getattr(result_type, "save"))

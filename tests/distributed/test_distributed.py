@@ -11,7 +11,7 @@ import pytest
 
 from qora.distributed import SeriesStore, ShardedSession, connect, reconstruct_many, reconstruct_series
 from qora.phase import objects, reconstruct
-from qora.phase.files import read_result, write_pattern
+from qora.phase import read_result, write_pattern
 
 RECIPE = "HIO**40 ER**20"
 

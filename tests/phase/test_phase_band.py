@@ -138,7 +138,7 @@ def test_band_stage_from_the_cli(tmp_path):
     from click.testing import CliRunner
 
     from qora.cli import cli
-    from qora.phase.files import read_result, write_pattern
+    from qora.phase import read_result, write_pattern
 
     obj = objects.triangle(32)
     counts, mask = record(obj, Detector(photons=1e6, beamstop=1, gap=0), seed=0)

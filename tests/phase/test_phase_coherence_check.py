@@ -105,7 +105,7 @@ def test_cli_reports_the_check_and_the_file_keeps_the_width(tmp_path):
     from click.testing import CliRunner
 
     from qora.cli import cli
-    from qora.phase.files import read_result, write_pattern
+    from qora.phase import read_result, write_pattern
 
     obj = objects.triangle(32)
     counts, _ = record(obj, Detector(photons=1e8, beamstop=0, gap=0, coherence_sigma=0.8), seed=0)

@@ -6,7 +6,7 @@ from click.testing import CliRunner
 from qora.cli import cli
 from qora.io.patterns import load_pattern
 from qora.phase import objects, reconstruct
-from qora.phase.files import plot_result, read_result, read_truth, write_pattern, write_result
+from qora.phase import plot_result, read_result, read_truth, write_pattern, write_result
 
 
 def _pattern():

@@ -105,7 +105,7 @@ def test_cli_runs_a_raw_stack_with_dark_and_flat(tmp_path):
 
     from qora.cli import cli
     from qora.phase import objects
-    from qora.phase.files import read_result
+    from qora.phase import read_result
     from qora.phase.physics import detector_intensity
 
     # a real object: its pattern is centrosymmetric, so the centre of mass is q = 0 exactly

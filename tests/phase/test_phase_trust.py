@@ -48,7 +48,7 @@ def test_a_run_whose_starts_disagree_is_flagged():
 def test_reconstruct_reports_agreement_and_keeps_it_in_the_file(tmp_path):
     """Too few iterations from random starts (HIO**5 on a loose support): the starts land on different objects,
     and the result says so; with a recipe that converges they agree, with a PRTF."""
-    from qora.phase.files import read_result, write_result
+    from qora.phase import read_result, write_result
 
     obj, intensity = objects.simulate("triangle", 64)
     loose = np.zeros((64, 64), bool)

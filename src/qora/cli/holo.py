@@ -329,8 +329,7 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
     if fit_axis:
         click.echo(result.info["axis_fit"])
     g = result.geometry
-    write_result(H, out, suffix, result, g, method=method, approximation=result.approximation, iterations=iterations,
-                  recorded=recorded)
+    write_result(H, out, suffix, result, g, recorded=recorded)
     report(H, out, result, g, method=method, tv_weight=tv_weight, truth=truth, plot=plot)
 
 

@@ -11,7 +11,7 @@ from click.core import ParameterSource
 
 from qora.cli.options import Finite
 
-__all__ = ["FILTER_CHOICES", "refocus_options", "bpm_of_ratio", "write_absorption"]
+__all__ = ["FILTER_CHOICES", "refocus_options", "bpm_of_ratio"]
 
 
 def _given(ctx, name: str) -> bool:
@@ -113,16 +113,6 @@ def bpm_of_ratio(H, ratio, g, *, iterations, tv_weight, batch, backend, quiet, *
                                  backend=backend, **cuda_options)
 
 
-def write_absorption(out, result) -> None:
-    """The imaginary index kappa of a complex-index result into the volume file ``out`` (.h5), beside the
-    index as 'absorption' (same shape and grid); nothing for a real index."""
-    if result.absorption is not None:
-        import h5py
-
-        with h5py.File(out, "a") as f:
-            f.create_dataset("absorption", data=result.absorption)
-
-
 def written_line(out, result, method: str, tv_weight) -> str:
     """The line that says what a reconstruction wrote: shape, index range, and the TV weight (chosen from the data
     where none was given)."""
@@ -182,9 +172,8 @@ def _reconstruct_series(fields, angles, *, wavelength, medium_index, pixel, na_d
     if suffix in (".tif", ".tiff"):
         H.write_volume_tiff(out, result.index, g)
     else:
-        H.write_volume(out, result.index, g, method=method, approximation=result.approximation, iterations=iterations,
-                       extra={"refocus_distance_um": moved})
-        write_absorption(out, result)
+        result.info["refocus_distance_um"] = moved
+        result.save(out)
     msg = written_line(out, result, method, tv_weight)
     if distance is not None or autofocus:
         msg += f"; fields refocused by {moved:.3f} um"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 import numpy as np
 
-from qora.cli.holo_fields import write_absorption, written_line
+from qora.cli.holo_fields import written_line
 from qora.cli.options import exit_on_failures, scale_out_client
 
 # an index volume's bytes per voxel as written (float32; the absorption beside it where the index is complex,
@@ -40,7 +40,8 @@ def recorded_options(sideband, hp, hologram_n, options, *, iterations, tv_weight
     return series_options(sideband, hp, hologram_n, made)
 
 
-def write_result(H, out, suffix, result, g, *, method, approximation, iterations, recorded) -> None:
+def write_result(H, out, suffix, result, g, *, recorded) -> None:
+    """The volume(s) into ``out`` by its suffix: a TIFF stack, a series store, or the result's own HDF5 file."""
     if suffix in (".tif", ".tiff"):
         if result.index.ndim != 3:
             raise click.UsageError("a series of volumes goes to .h5 or .zarr, not .tif")
@@ -51,8 +52,7 @@ def write_result(H, out, suffix, result, g, *, method, approximation, iterations
         volumes = result.index if result.index.ndim == 4 else result.index[None]
         write_series(out, volumes, g, recorded)
     else:
-        H.write_volume(out, result.index, g, method=method, approximation=approximation, iterations=iterations)
-        write_absorption(out, result)
+        result.save(out)  # the index, its geometry, method and info, the absorption beside it
 
 
 def series_on_cluster(stack, backgrounds, geometry, out, cluster, *, quiet, **options) -> None:

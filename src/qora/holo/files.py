@@ -200,17 +200,28 @@ def _read_stack_format(path: Path):
     return data
 
 
+def _plain(value):
+    """A JSON value for what a result's info holds (NumPy scalars and arrays)."""
+    return value.tolist() if hasattr(value, "tolist") else str(value)
+
+
 def write_volume(path, index, geometry: Geometry, *, method: str = "", approximation: str = "", iterations: int = 0,
-                 extra: dict | None = None) -> None:
+                 extra: dict | None = None, absorption=None) -> None:
     """Write an index volume (n, n, n), refractive index (dimensionless), with its geometry (um) as HDF5,
-    atomically."""
+    atomically; ``absorption`` (the imaginary index kappa, same shape) beside it when given."""
     with hdf5_output(path) as f:
+        if absorption is not None:
+            f.create_dataset("absorption", data=np.asarray(absorption, np.float32), compression="gzip")
         f.attrs["qora_kind"] = "holo_volume"
         _geometry_attrs(f, geometry)
         f.attrs["method"] = method
         f.attrs["approximation"] = approximation
         f.attrs["iterations"] = iterations
-        f.attrs["extra"] = json.dumps(extra or {})
+        text = json.dumps(extra or {}, default=_plain)
+        if len(text) > 60_000:  # an HDF5 attribute holds 64 KiB at most: a long record goes into a dataset
+            f.create_dataset("extra", data=text)
+            text = '"dataset extra"'
+        f.attrs["extra"] = text
         f.attrs["voxel_size_um"] = (geometry.pixel,) * 3
         d = f.create_dataset("index", data=np.asarray(index, np.float32), compression="gzip")
         d.attrs["element_size_um"] = (geometry.pixel,) * 3  # (z, y, x), the name Fiji's HDF5 reader takes
@@ -230,6 +241,28 @@ def read_volume(path):
         if "index" not in f:
             raise FileFormatError(f"{path}: no dataset 'index'")
         return f["index"][()], _geometry_from(f, path), dict(f.attrs)
+
+
+def save_result(path, result) -> Path:
+    """An :class:`~qora.holo.odt.OdtResult` as a volume file (:func:`write_volume`, its info as ``extra`` and the
+    absorption beside the index); ``OdtResult.load`` reads it back (:func:`result_fields`)."""
+    write_volume(path, result.index, result.geometry, method=result.method, approximation=result.approximation,
+                 iterations=result.iterations, extra=result.info, absorption=result.absorption)
+    return Path(path)
+
+
+def result_fields(path) -> dict:
+    """The fields of the :class:`~qora.holo.odt.OdtResult` a volume file holds (:func:`save_result`, ``qora holo
+    reconstruct --out F.h5``); ``OdtResult.load`` makes the result (this module knows the file, not the type)."""
+    import h5py
+
+    index, geometry, attrs = read_volume(path)
+    with h5py.File(path, "r") as f:
+        absorption = f["absorption"][()] if "absorption" in f else None
+        extra = f["extra"][()].decode() if "extra" in f else attrs.get("extra", "{}")
+    return dict(index=index, geometry=geometry, method=str(attrs.get("method", "")),
+                approximation=str(attrs.get("approximation", "")), iterations=int(attrs.get("iterations", 0)),
+                info=json.loads(extra), absorption=absorption)
 
 
 def write_volume_tiff(path, index, geometry: Geometry) -> None:

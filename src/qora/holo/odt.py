@@ -358,6 +358,19 @@ class OdtResult:
     info: dict = field(default_factory=dict)
     absorption: np.ndarray | None = None
 
+    def save(self, path):
+        """Write the volume file (HDF5: the index, its geometry, method and info, the absorption beside it)."""
+        from qora.holo.files import save_result
+
+        return save_result(path, self)
+
+    @classmethod
+    def load(cls, path) -> "OdtResult":
+        """The result a volume file holds (:meth:`save`, ``qora holo reconstruct --out F.h5``)."""
+        from qora.holo.files import result_fields
+
+        return cls(**result_fields(path))
+
 
 def invert(phi, geometry: Geometry, plan: "MappingPlan", progress=None, **options) -> np.ndarray:
     """Index volume (n^3 of ``geometry``) from first-order fields (A, n, n): padded onto the

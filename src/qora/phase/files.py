@@ -91,11 +91,10 @@ def write_result(path, result) -> None:
             img.create_dataset("all_supports", data=result.supports.astype(np.uint8), compression="gzip")
 
 
-def read_result(path):
-    """Read a result file back into a :class:`~qora.phase.solver.PhaseResult`."""
+def result_fields(path) -> dict:
+    """The fields of the :class:`~qora.phase.result.PhaseResult` a result file holds (``PhaseResult.load`` and
+    :func:`qora.phase.result.read_result` make it; this module knows the file, not the type)."""
     import h5py
-
-    from qora.phase.solver import PhaseResult
 
     with naming_file(path), h5py.File(path, "r") as f:
         if f.attrs.get("qora_kind") != "phase_result":
@@ -103,7 +102,7 @@ def read_result(path):
         img = f["entry_1/image_1"]
         proc = img["process_1"]
         a = proc.attrs
-        return PhaseResult(
+        return dict(
             object=img["data"][()], support=img["support"][()].astype(bool), errors=proc["errors"][()],
             final_errors=proc["final_errors"][()], llk=proc["llk"][()], free_llk=proc["free_llk"][()],
             best=int(a["best"]), rank=str(a["rank"]), recipe=str(a["recipe"]), seed=int(a["seed"]),

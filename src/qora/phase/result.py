@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["PhaseResult", "merge_results"]
+__all__ = ["PhaseResult", "merge_results", "read_result"]
 
 
 @dataclass
@@ -105,6 +105,20 @@ class PhaseResult:
 
         return result_widget(self)
 
+    def save(self, path):
+        """Write the result file (CXI/HDF5, :func:`qora.phase.files.write_result`); :meth:`load` reads it."""
+        from qora.phase.files import write_result
+
+        write_result(path, self)
+        return path
+
+    @classmethod
+    def load(cls, path) -> "PhaseResult":
+        """The result a result file holds (:meth:`save`, ``qora phase run --out F.cxi``)."""
+        from qora.phase.files import result_fields
+
+        return cls(**result_fields(path))
+
 
 def merge_results(parts) -> PhaseResult:
     """One result from runs of the same pattern over consecutive ranges of starts (``first_start``):
@@ -147,3 +161,8 @@ def merge_results(parts) -> PhaseResult:
         timings=timings, versions=first.versions, choice=first.choice,
         objects=objects, supports=supports, agreement=agreed, convergence=parts[owner].convergence,
         stopped_early=any(r.stopped_early for r in parts), first_start=first.first_start)
+
+
+def read_result(path) -> PhaseResult:
+    """Read a result file back into a :class:`PhaseResult` (:meth:`PhaseResult.load`)."""
+    return PhaseResult.load(path)
