@@ -68,17 +68,8 @@ def gp_r2c(a, b, shape, iterations: int, progress=None, *, low: float = 0.0, hig
     estimate.reshape(-1)[...] = a
     volume = np.empty(shape, np.float64)
     scale = 1.0 / plan.n
-    flat_e, flat_v = estimate.reshape(-1), volume.reshape(-1)
-    for it in range(iterations):
-        numba_threads()
-        plan.inverse(estimate, out=volume)
-        _clip_scaled(flat_v, scale, low, high)
-        plan.forward(volume, out=estimate)
-        _restore_half(flat_e, a, b)
-        report(progress, "gp", it + 1, iterations)
-    plan.inverse(estimate, out=volume)
-    volume *= scale
-    return volume
+    return _gp_loop(plan, estimate, volume, lambda v: _clip_scaled(v, scale, low, high),
+                    lambda e: _restore_half(e, a, b), iterations, progress)
 
 
 def gp_c2c(data, measured, iterations: int, progress=None, *, low: float = 0.0, high: float = np.inf) -> np.ndarray:
@@ -95,14 +86,23 @@ def gp_c2c(data, measured, iterations: int, progress=None, *, low: float = 0.0, 
     estimate.reshape(-1)[...] = data_flat
     work = plan.empty()
     scale = 1.0 / plan.n
-    flat_e, flat_w = estimate.reshape(-1), work.reshape(-1)
+    return _gp_loop(plan, estimate, work, lambda w: _clip_scaled_complex(w, scale, low, high),
+                    lambda e: _restore_measured(e, data_flat, mask), iterations, progress)
+
+
+def _gp_loop(plan, estimate, volume, constrain, restore, iterations: int, progress):
+    """Gerchberg-Papoulis, written once for the half (R2C) and full (C2C) spectra: ``iterations`` times the
+    volume from the estimate (unnormalised inverse), ``constrain`` on its flat view (scaled and clipped), the
+    estimate from it, ``restore`` on the estimate's flat view (the measured bins put back); returns the
+    final volume, normalised."""
+    flat_e, flat_v = estimate.reshape(-1), volume.reshape(-1)
     for it in range(iterations):
         numba_threads()
-        plan.inverse(estimate, out=work)
-        _clip_scaled_complex(flat_w, scale, low, high)
-        plan.forward(work, out=estimate)
-        _restore_measured(flat_e, data_flat, mask)
+        plan.inverse(estimate, out=volume)
+        constrain(flat_v)
+        plan.forward(volume, out=estimate)
+        restore(flat_e)
         report(progress, "gp", it + 1, iterations)
-    plan.inverse(estimate, out=work)
-    work *= scale
-    return work
+    plan.inverse(estimate, out=volume)
+    volume *= 1.0 / plan.n
+    return volume
