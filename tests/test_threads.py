@@ -254,3 +254,18 @@ def test_no_function_is_jitted_twice_by_hand():
             jitted.setdefault((path.name, name), 0)
             jitted[(path.name, name)] += 1
     assert jitted and not [k for k, n in jitted.items() if n > 1]
+
+
+def test_map_parts_covers_the_range_once_in_order_on_as_many_threads():
+    import threading
+
+    from qora.backend.host import map_parts, threads
+
+    seen = []
+    with threads(3):
+        parts = map_parts(lambda lo, hi: seen.append(threading.get_ident()) or (lo, hi), 10)
+        assert parts == [(0, 3), (3, 6), (6, 10)]
+        assert map_parts(lambda lo, hi: (lo, hi), 10, least=4) == [(0, 5), (5, 10)]  # parts of at least 4
+        assert map_parts(lambda lo, hi: threading.get_ident(), 2, least=4) == [threading.get_ident()]  # inline
+    with threads(1):
+        assert map_parts(lambda lo, hi: (lo, hi), 10) == [(0, 10)]

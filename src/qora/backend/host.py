@@ -20,7 +20,7 @@ import types
 
 from qora.backend.errors import InputError
 
-__all__ = ["cpu_count", "num_threads", "threads", "numba_threads", "parallel_and_serial", "openmp_passive", "available_memory",
+__all__ = ["cpu_count", "num_threads", "threads", "numba_threads", "map_parts", "parallel_and_serial", "openmp_passive", "available_memory",
            "cgroup_cpu_limit", "address_space_room"]
 
 ENV_THREADS = "QORA_NUM_THREADS"
@@ -114,6 +114,24 @@ def threads(n: int):
         yield n
     finally:
         stack.pop()
+
+
+def map_parts(fn, count: int, *, least: int = 1, pool=None) -> list:
+    """``[fn(lo, hi), ...]`` over contiguous parts of ``range(count)``, one part per thread: at most
+    :func:`num_threads` parts of at least ``least`` items each, run on a pool of that many threads (NumPy's
+    copies, sums, FFTs and ufuncs release the GIL); one part runs on the calling thread. ``pool``: an executor
+    the caller keeps (the live path's, made once) instead of one made for the call (a call's own pool cannot
+    deadlock when ``fn`` itself splits its work)."""
+    parts = max(1, min(num_threads(), count // max(1, least)))
+    bounds = [count * k // parts for k in range(parts + 1)]
+    if parts == 1:
+        return [fn(0, count)]
+    if pool is not None:
+        return list(pool.map(lambda k: fn(bounds[k], bounds[k + 1]), range(parts)))
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(parts, thread_name_prefix="qora-host") as own:
+        return list(own.map(lambda k: fn(bounds[k], bounds[k + 1]), range(parts)))
 
 
 def numba_threads() -> int:

@@ -206,15 +206,9 @@ class MappingPlan:
 def _per_illumination(fn, count: int) -> list:
     """``[fn(0), ..., fn(count - 1)]``, on :func:`qora.backend.host.num_threads` threads (NumPy's work on
     each cap's n^2 arrays releases the GIL)."""
-    from concurrent.futures import ThreadPoolExecutor
+    from qora.backend.host import map_parts
 
-    from qora.backend.host import num_threads
-
-    workers = min(num_threads(), count)
-    if workers < 2:
-        return [fn(a) for a in range(count)]
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(fn, range(count)))
+    return [value for part in map_parts(lambda lo, hi: [fn(a) for a in range(lo, hi)], count) for value in part]
 
 
 def solver_grid(geometry: Geometry, oversample: float = 1.0) -> Geometry:

@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from qora.backend import xp_of
-from qora.backend.host import num_threads
+from qora.backend.host import map_parts
 
 __all__ = ["dct2", "idct2", "dct", "idct", "unwrap", "rytov", "wrap"]
 
@@ -115,15 +115,8 @@ _THREADED_FROM = 2**18
 def _by_images(fn, stack):
     """``fn`` of a NumPy stack (A, ...), its images split into :func:`num_threads` contiguous parts run on
     as many threads: NumPy's FFTs and ufuncs release the GIL, and each image is independent."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    parts = min(num_threads(), stack.shape[0])
-    if parts < 2:
-        return fn(stack)
-    bounds = np.linspace(0, stack.shape[0], parts + 1).astype(int)
-    with ThreadPoolExecutor(parts) as pool:
-        pieces = list(pool.map(lambda i: fn(stack[bounds[i]:bounds[i + 1]]), range(parts)))
-    return np.concatenate(pieces, axis=0)
+    pieces = map_parts(lambda lo, hi: fn(stack[lo:hi]), stack.shape[0])
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces, axis=0)
 
 
 def rytov(ratio):

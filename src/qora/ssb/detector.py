@@ -96,20 +96,15 @@ def mean_pattern(data, rows=None) -> np.ndarray:
     rows = np.arange(data.shape[0]) if rows is None else np.asarray(rows)
     if not isinstance(data, np.ndarray):
         return np.asarray(data[rows].mean(axis=(0, 1), dtype=np.float64))
-    from concurrent.futures import ThreadPoolExecutor
+    from qora.backend.host import map_parts
 
-    from qora.backend.host import num_threads
-
-    def part_sum(part):  # one pattern-sized float64 sum per thread
+    def part_sum(lo, hi):  # one pattern-sized float64 sum per thread
         total = np.zeros(data.shape[2:], np.float64)
-        for r in part:
+        for r in rows[lo:hi]:
             total += np.add.reduce(data[int(r)], axis=0, dtype=np.float64)
         return total
 
-    parts = [p for p in np.array_split(rows, max(1, min(num_threads(), len(rows)))) if len(p)]
-    with ThreadPoolExecutor(len(parts)) as pool:
-        total = sum(pool.map(part_sum, parts))
-    return total / (len(rows) * data.shape[1])
+    return sum(map_parts(part_sum, len(rows))) / (len(rows) * data.shape[1])
 
 
 EDGES = ("intensity", "amplitude")

@@ -153,19 +153,14 @@ _POOL = None  # threads for the byte swap of large batches (NumPy's copy release
 
 def _copy_parallel(out: np.ndarray, view: np.ndarray) -> None:
     """``out[...] = view`` (a cast: byte swap and row flip) split over the host's threads by frames."""
-    from qora.backend.host import num_threads
+    from qora.backend.host import map_parts, num_threads
 
     global _POOL
-    parts = min(num_threads(), len(out) // 32)
-    if parts < 2:
-        np.copyto(out, view)
-        return
-    if _POOL is None or _POOL._max_workers < parts:
+    if _POOL is None or _POOL._max_workers < num_threads():  # kept: the frames arrive batch after batch
         from concurrent.futures import ThreadPoolExecutor
 
-        _POOL = ThreadPoolExecutor(parts, thread_name_prefix="qora-merlin-decode")
-    bounds = np.linspace(0, len(out), parts + 1).astype(int)
-    list(_POOL.map(lambda k: np.copyto(out[bounds[k]:bounds[k + 1]], view[bounds[k]:bounds[k + 1]]), range(parts)))
+        _POOL = ThreadPoolExecutor(num_threads(), thread_name_prefix="qora-merlin-decode")
+    map_parts(lambda lo, hi: np.copyto(out[lo:hi], view[lo:hi]), len(out), least=32, pool=_POOL)
 
 
 def decode_pixels(pixels: np.ndarray, head: dict) -> np.ndarray:
