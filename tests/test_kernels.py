@@ -70,3 +70,14 @@ def test_the_shared_device_header_is_written_into_each_source_that_includes_it()
     defining = [p.relative_to(root).as_posix() for p in root.rglob("*.cu*") if p.suffix in (".cu", ".cuh")
                 if "float2 cmul(float2 a, float2 b)" in p.read_text()]
     assert defining == ["backend/kernels/qora_device.cuh"], defining
+
+
+def test_ssb_launchers_read_their_block_sizes_from_the_kernel_sources():
+    """One definition of each block size: the .cu file's; a source without it is refused at import."""
+    import pytest
+
+    from qora.ssb import kernels as K
+
+    assert K.BLOCK == {"ssb.cu": 128, "band.cu": 256, "depth.cu": 128, "bslz4.cu": 128}
+    with pytest.raises(RuntimeError, match="block size is read from the source"):
+        K._source_number("ssb.cu", r"#define NO_SUCH_THING (\d+)")

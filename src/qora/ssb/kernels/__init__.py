@@ -57,9 +57,24 @@ _MODULES = {
                       for o in ("float", "double")),
 }
 
-# threads per block: THREADS in ssb.cu, BAND_THREADS in band.cu, the launch bounds of depth.cu's transfers,
-# 32 WARPS in bslz4.cu (4 warps)
-BLOCK = {"ssb.cu": 128, "band.cu": 256, "depth.cu": 128, "bslz4.cu": 128}
+def _source_number(file: str, pattern: str) -> int:
+    """The number ``pattern`` (a regular expression with one group) finds in the kernel source ``file``."""
+    import re
+    from pathlib import Path
+
+    found = re.search(pattern, (Path(__file__).parent / file).read_text())
+    if found is None:
+        raise RuntimeError(f"{file}: no {pattern!r}: the launchers' block size is read from the source")
+    return int(found.group(1))
+
+
+# threads per block, read from the sources they are written in once (the launchers must agree with the kernels'
+# shared arrays and launch bounds): THREADS in ssb.cu, BAND_THREADS in band.cu, the launch bounds of depth.cu's
+# transfers, 32 x WARPS in bslz4.cu
+BLOCK = {"ssb.cu": _source_number("ssb.cu", r"#define THREADS (\d+)"),
+         "band.cu": _source_number("band.cu", r"#define BAND_THREADS (\d+)"),
+         "depth.cu": _source_number("depth.cu", r"__launch_bounds__\((\d+)\) incoherent_transfers"),
+         "bslz4.cu": 32 * _source_number("bslz4.cu", r"#define WARPS (\d+)")}
 _COUNT_TYPE = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int"}
 
 
