@@ -39,7 +39,7 @@ result can be compared with the truth. With your own data, start at step 2 with 
     code('''
 import numpy as np
 from qora.phase import analysis, objects, reconstruct
-from qora.phase.files import plot_result, read_result, write_pattern, write_result
+from qora.phase import plot_result, read_result, write_pattern, write_result
 from qora.io.patterns import load_pattern
 ''' + SHOW),
     md("""
