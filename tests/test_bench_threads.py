@@ -55,7 +55,7 @@ def test_holo_sweep_times_every_stage(tmp_path, monkeypatch):
 
 
 def test_cli_threads_options(tmp_path, monkeypatch):
-    from qora.cli.main import cli
+    from qora.cli.root import cli
 
     monkeypatch.setenv("QORA_PEERS_PYTHON", str(tmp_path / "absent"))
     out = CliRunner().invoke(cli, ["bench", "--out", str(tmp_path), "phase", "--backend", "cpu", "--threads", "1",
@@ -73,7 +73,7 @@ def test_cli_threads_options(tmp_path, monkeypatch):
 
 def test_info_names_the_host_fft_and_the_threads(monkeypatch):
     from qora.backend import fft_host
-    from qora.cli.main import cli
+    from qora.cli.root import cli
 
     monkeypatch.setenv("QORA_NUM_THREADS", "3")
     monkeypatch.setattr(fft_host, "_ducc0", lambda: None)

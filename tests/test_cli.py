@@ -115,7 +115,7 @@ def test_help_texts_say_what_a_user_needs(tmp_path):
     recipe; `holo phase --plot` has help; a disk check prints sizes in a unit that shows them."""
     from click.testing import CliRunner
 
-    from qora.cli.main import cli
+    from qora.cli.root import cli
     from qora.io.validate import byte_size
     from qora.phase.recipe import DEFAULT_RECIPE
 

@@ -127,3 +127,19 @@ def test_the_benchmarks_import_the_engines_through_their_faces_or_the_timed_stag
     past_the_faces = {f"{name}: {module}" for module, name in used.items() if module not in TIMED_INTERNALS}
     assert not past_the_faces, f"import these from the engine's face (add the name to its __init__): {past_the_faces}"
     assert set(used) == TIMED_INTERNALS, f"no benchmark times these any more: drop them {TIMED_INTERNALS - set(used)}"
+
+
+@pytest.mark.parametrize("package", ["qora", "qora.phase", "qora.holo", "qora.ssb", "qora.ssb.live", "qora.backend",
+                                     "qora.io", "qora.distributed", "qora.bench", "qora.cli", "qora.viewer"])
+def test_no_name_of_a_package_hides_one_of_its_modules(package):
+    """``import qora.ssb.fit as m`` once gave the function: a package attribute named like one of its modules
+    must be that module (issue 41)."""
+    import importlib
+    import pkgutil
+    import types
+
+    face = importlib.import_module(package)
+    names = [sub.name for sub in pkgutil.iter_modules(face.__path__)]
+    hidden = [n for n in names if hasattr(face, n) and not isinstance(getattr(face, n), types.ModuleType)]
+    assert names  # the walk found the modules
+    assert hidden == [], f"{package}: these names are not their modules: {hidden}"

@@ -147,7 +147,7 @@ def test_cli_refuses_an_unwritable_output_folder_before_the_work(tmp_path, monke
 
     from click.testing import CliRunner
 
-    from qora.cli.main import cli
+    from qora.cli.root import cli
 
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
@@ -188,7 +188,7 @@ def test_sigterm_mid_write_removes_the_temporary_and_exits_143(tmp_path):
     import sys
 
     script = ("import os, signal\n"
-              "from qora.cli.main import stop_on_sigterm\n"
+              "from qora.cli.root import stop_on_sigterm\n"
               "from qora.io.atomic import atomic_path\n"
               "stop_on_sigterm()\n"
               "with atomic_path('out.h5') as tmp:\n"

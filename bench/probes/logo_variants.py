@@ -20,7 +20,7 @@ import numpy as np
 def main(starts=3):
     from qora.bench.phase_measured import LOGO_IOU_BOUND, LOGO_R_BOUND, load_logo
     from qora.phase import analysis, reconstruct
-    from qora.phase.preprocess import preprocess
+    from qora.phase.raw_frames import preprocess
 
     intensity, mask, truth = load_logo()
     rng = np.random.default_rng(7)

@@ -14,7 +14,7 @@ def main(argv=None) -> None:
     pressed = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
     try:
-        from qora.cli.main import main as run
+        from qora.cli.root import main as run
     finally:
         signal.signal(signal.SIGINT, previous)
     if pressed:

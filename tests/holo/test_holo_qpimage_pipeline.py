@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from qora import holo
-from qora.cli.main import cli
+from qora.cli.root import cli
 
 REFERENCE = Path(__file__).with_name("fixtures") / "qpimage_pipeline.npz"
 

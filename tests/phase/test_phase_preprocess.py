@@ -1,10 +1,10 @@
-"""Raw frames to a pattern (qora.phase.preprocess) against hand-written references."""
+"""Raw frames to a pattern (qora.phase.raw_frames) against hand-written references."""
 
 import numpy as np
 import pytest
 
 from qora.io.errors import InputError
-from qora.phase.preprocess import centre_of_mass, fast_size_below, object_pixel_size, preprocess
+from qora.phase.raw_frames import centre_of_mass, fast_size_below, object_pixel_size, preprocess
 
 
 def _speckles(shape, centre, seed=0):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from qora.cli.main import cli
+from qora.cli.root import cli
 from qora.phase import analysis, objects, reconstruct
 from qora.phase.recipe import MAX_STAGE_ITERATIONS, Recipe, RecipeError
 

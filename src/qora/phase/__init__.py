@@ -10,7 +10,7 @@ from qora.phase.analysis import consensus, prtf, scaled_error
 from qora.phase.display import PLANES, result_png
 from qora.phase.envelope import ITERATIONS as ENVELOPE_ITERATIONS
 from qora.phase.files import plot_result, read_truth, write_pattern, write_result
-from qora.phase.preprocess import object_pixel_size, preprocess
+from qora.phase.raw_frames import object_pixel_size, preprocess
 from qora.phase.recipe import (DEFAULT_RECIPE, FEW_PHOTONS_RECIPE, NAMED_RECIPES, Recipe, RecipeError, Stage,
                                default_recipe, is_default, is_envelope, named_recipe)
 from qora.phase.result import merge_results, read_result

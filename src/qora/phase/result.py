@@ -39,10 +39,10 @@ class PhaseResult:
         "kept" (a collapse refused), "retuned_small" or "retuned_large" (the size guard moved the
         threshold so the support has the allowed size), in the order they happened.
     pixel_size : tuple of float or None
-        The object's pixel size per axis, m (:func:`qora.phase.preprocess.object_pixel_size`), when the
+        The object's pixel size per axis, m (:func:`qora.phase.raw_frames.object_pixel_size`), when the
         geometry was given.
     preprocessing : dict or None
-        What :func:`qora.phase.preprocess.preprocess` did to the raw frames, when it ran.
+        What :func:`qora.phase.raw_frames.preprocess` did to the raw frames, when it ran.
     psf : ndarray or None
         The best start's partial-coherence kernel (detector layout: origin at n//2, sum 1), when the
         recipe has ``psf`` stages (:mod:`qora.phase.coherence`).
