@@ -178,7 +178,7 @@ def test_an_options_object_and_keywords_run_the_same_reconstruction():
     np.testing.assert_array_equal(by_options.object, by_keywords.object)
     np.testing.assert_array_equal(by_options.final_errors, by_keywords.final_errors)
     assert options.to_dict()["recipe"] == "HIO**20 ER**10"
-    with pytest.raises(InputError, match=r"unknown phase option\(s\) \['start'\]"):
+    with pytest.raises(InputError, match=r"unknown phase options \['start'\]"):
         reconstruct(intensity, start=2)
     with pytest.raises(InputError, match="rank must be one of"):
         PhaseOptions(rank="best")

@@ -23,7 +23,7 @@ def test_options_are_checked_when_made():
         FitOptions(trials=4)
     with pytest.raises(InputError, match="sections belongs to the incoherent depth model"):
         FitOptions(tilt=False, sections=2)
-    with pytest.raises(InputError, match=r"unknown fit option\(s\) \['trails'\]"):
+    with pytest.raises(InputError, match=r"unknown fit options \['trails'\]"):
         FitOptions.made(trails=50)
     assert FitOptions(band=[0.1, 0.8]).band == (0.1, 0.8)  # normalised
     assert FitOptions.made(FitOptions(seed=3), trials=16) == FitOptions(seed=3, trials=16)

@@ -306,7 +306,7 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
     options = _stack_options(H, method, approximation=approximation, iterations=iterations, tv_weight=tv_weight,
                              oversample=oversample, index_min=index_min, index_max=index_max,
                              complex_index=complex_index, batch=batch, bpm_variant=bpm_variant, backend=backend)
-    sideband = H.find_sideband(bgs[0], hp)  # for the record made before the work (the API finds it again: one FFT)
+    sideband = H.find_sideband(bgs[0], hp)  # recorded before the work, and given to the reconstruction
     fourier = None if method == "bpm" else options
     recorded = recorded_options(sideband, hp, bgs.shape[-1], fourier, iterations=iterations, tv_weight=tv_weight,
                                 batch=batch)
@@ -325,7 +325,7 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
 
     with tqdm_progress(disable=quiet) as bar:
         result = H.reconstruct_stack(stack, bgs, g, hologram_pixel=hp, options=options, fit_axis=fit_axis,
-                                     backend=backend, progress=bar)
+                                     sideband=sideband, backend=backend, progress=bar)
     if fit_axis:
         click.echo(result.info["axis_fit"])
     g = result.geometry

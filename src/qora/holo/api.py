@@ -32,6 +32,7 @@ from qora.holo.plans import CropPlan, MappingPlan, solver_grid
 from qora.holo.plans import cuda_pipeline_bytes, intensities
 from qora.holo.steps import solve_units, span, stack_units
 from qora.io.errors import InputError
+from qora.io.options import with_changes
 from qora.io.validate import integer, memory_needed, number, positive
 from qora.progress import report
 
@@ -43,10 +44,7 @@ __all__ = ["phase_image", "field_series_volume", "prepare_field_series", "recons
 def options_with(options: ReconstructionOptions | None, changes: dict) -> ReconstructionOptions:
     """``options`` (default: the defaults) with the keyword ``changes`` (validated; unknown names: an
     :class:`~qora.holo.options.OptionError`, a TypeError too)."""
-    base = options if options is not None else ReconstructionOptions()
-    if not isinstance(base, ReconstructionOptions):
-        raise InputError(f"options must be a qora.holo.ReconstructionOptions, got {type(base).__name__}")
-    return base.replace(**changes) if changes else base
+    return with_changes(options, changes, kind=ReconstructionOptions, what="reconstruction")
 
 
 def _geometry(geometry) -> Geometry:
@@ -63,11 +61,12 @@ def _geometry(geometry) -> Geometry:
 ONE_SHOT_DEFAULTS = ReconstructionOptions(r2c=False)
 
 
-def _backend(backend, *sizes: int):
+def _backend(backend, *sizes: int, square: bool = True):
     """The backend rule (:data:`qora.backend.DEFAULT_BACKEND`) with holo's one exception: "auto" stays on the
-    CPU where a size the CUDA stages need even (centre-origin signs) is odd, so a GPU machine runs what the CPU
-    would rather than refuse it; "cuda" asked for by name is checked (and refused) by the CUDA stages."""
-    if backend == "auto" and any(int(size) % 2 for size in sizes):
+    CPU where the CUDA stages cannot take the case (a size they need even, for the centre-origin signs, is odd;
+    images they need square are not), so a GPU machine runs what the CPU would rather than refuse it; "cuda"
+    asked for by name is checked (and refused) by the CUDA stages."""
+    if backend == "auto" and (not square or any(int(size) % 2 for size in sizes)):
         backend = "cpu"
     return resolve(backend)
 
@@ -118,8 +117,7 @@ def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_
                                                                             sideband)
     kw = dict(hologram_pixel=hologram_pixel, n=n, pupil_frequency=pupil_frequency, filter=filter)
     shape = np.shape(holograms)
-    square = len(shape) >= 2 and shape[-1] == shape[-2]  # the CUDA twin's other condition
-    if _backend("cpu" if backend == "auto" and not square else backend, n, *shape[-2:]).is_cuda:
+    if _backend(backend, n, *shape[-2:], square=len(shape) >= 2 and shape[-1] == shape[-2]).is_cuda:
         from qora.holo import cuda_pipeline
 
         return cuda_pipeline.extract_fields(holograms, sideband, **kw)
@@ -140,9 +138,7 @@ def bpm_reconstruct(data, geometry: Geometry, options: BpmOptions | None = None,
     gp", ...) first. The result's ``index`` is the refractive index n; ``info["options"]`` the options it ran
     with.
     """
-    if options is not None and not isinstance(options, BpmOptions):
-        raise InputError(f"options must be a BpmOptions, got {type(options).__name__} (the start is start=...)")
-    options = (options or BpmOptions()).replace(**changes)
+    options = with_changes(options, changes, kind=BpmOptions, what="BPM")
     cuda = resolve(backend).is_cuda
     if not cuda and set(changes) & set(BPM_CUDA_ONLY):
         raise OptionError(f"options {sorted(set(changes) & set(BPM_CUDA_ONLY))} apply to the CUDA backend only")
@@ -384,10 +380,10 @@ def reconstruct_holograms(holograms, backgrounds, geometry: Geometry, *, sideban
 
 def reconstruct_stack(holograms, backgrounds, geometry: Geometry, *, hologram_pixel: float,
                       options: ReconstructionOptions | BpmOptions | None = None, fit_axis: bool = False,
-                      backend="auto", progress=None) -> OdtResult:
+                      sideband=None, backend="auto", progress=None) -> OdtResult:
     """The index volume(s) of a hologram stack (A, N, N), or a time series (T, A, N, N), with the workflow's
     choices made here (what ``qora holo reconstruct`` runs for holograms in one process): the sideband found in
-    the first (normal-incidence) background; with ``fit_axis`` a rotation geometry's axis fitted to the
+    the first (normal-incidence) background unless given (cycles/um); with ``fit_axis`` a rotation geometry's axis fitted to the
     (first) stack's ratios and used where the data determine it (:func:`qora.holo.fit_axis`); then the Fourier
     methods through one :class:`Pipeline` (``options`` a :class:`ReconstructionOptions`, the default) or the
     BPM inversion of one stack (a :class:`BpmOptions`).
@@ -400,20 +396,24 @@ def reconstruct_stack(holograms, backgrounds, geometry: Geometry, *, hologram_pi
 
     holograms, backgrounds = np.asarray(holograms), np.asarray(backgrounds)
     geometry = _geometry(geometry)
-    sideband = _fields.find_sideband(backgrounds[0], hologram_pixel)
+    if sideband is None:
+        sideband = _fields.find_sideband(backgrounds[0], hologram_pixel)
     chosen = {"sideband": [float(v) for v in sideband]}
+    bpm = isinstance(options, BpmOptions)
+    if bpm and holograms.ndim != 3:
+        raise InputError(f"the BPM inversion takes one stack (A, N, N), got shape {holograms.shape}")
+    ratio = None  # the first stack's ratios, made once for the axis fit and the BPM (they do not depend on the axis)
     if fit_axis:
         first = holograms if holograms.ndim == 3 else holograms[0]  # a series: its first time point
-        approximation = options.approximation if isinstance(options, ReconstructionOptions) else "rytov"
-        fit = fit_axis_to_ratio(_fields.ratio_from_holograms(first, backgrounds, geometry, hologram_pixel), geometry,
-                                approximation=approximation, progress=span(progress, 0, 1, "axis: "))
+        ratio = _fields.ratio_from_holograms(first, backgrounds, geometry, hologram_pixel)
+        approximation = "rytov" if bpm else options_with(options, {}).approximation
+        fit = fit_axis_to_ratio(ratio, geometry, approximation=approximation, progress=span(progress, 0, 1, "axis: "))
         chosen["axis_fit"] = describe(fit)
         if fit.determined:
             geometry = replace(geometry, axis=fit.axis)
-    if isinstance(options, BpmOptions):
-        if holograms.ndim != 3:
-            raise InputError(f"the BPM inversion takes one stack (A, N, N), got shape {holograms.shape}")
-        ratio = _fields.ratio_from_holograms(holograms, backgrounds, geometry, hologram_pixel)
+    if bpm:
+        if ratio is None:
+            ratio = _fields.ratio_from_holograms(holograms, backgrounds, geometry, hologram_pixel)
         result = bpm_reconstruct(ratio, geometry, options, progress=progress, backend=backend)
     else:
         result = reconstruct_holograms(holograms, backgrounds, geometry, sideband=sideband,

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
 from qora.io.errors import InputError
+from qora.io.options import OptionError, with_changes
 
 __all__ = ["ReconstructionOptions", "BpmOptions", "BPM_CUDA_ONLY", "OptionError", "APPROXIMATIONS", "METHODS", "MAPPINGS", "FGP_VARIANTS", "CUDA_ONLY"]
 
@@ -27,9 +28,6 @@ CUDA_ONLY = ("mapping", "fgp", "upload_parts")
 _WHAT = {"tv_inner": " (FGP steps per TV iteration)", "upload_parts": " (upload parts of the hologram stack)"}
 
 
-class OptionError(InputError, TypeError):
-    """An option that does not exist, or that the chosen backend does not read (a TypeError too, as
-    for an unknown keyword)."""
 
 
 @dataclass(frozen=True)
@@ -104,11 +102,8 @@ class ReconstructionOptions:
             raise InputError(f"oversample must be at least 1, got {self.oversample!r}")
 
     def replace(self, **changes) -> "ReconstructionOptions":
-        """A copy with ``changes`` (validated); an unknown name is an InputError naming it (a TypeError too)."""
-        unknown = sorted(set(changes) - set(self.names()))
-        if unknown:
-            raise OptionError(f"unknown reconstruction options {unknown}; known: {list(self.names())}")
-        return replace(self, **changes)
+        """A copy with ``changes`` (validated); an unknown name is an OptionError naming it (a TypeError too)."""
+        return with_changes(self, changes, kind=ReconstructionOptions, what="reconstruction")
 
     @classmethod
     def names(cls) -> tuple:
@@ -169,10 +164,7 @@ class BpmOptions:
 
     def replace(self, **changes) -> "BpmOptions":
         """A copy with ``changes`` (validated); an unknown name is an OptionError naming it."""
-        unknown = sorted(set(changes) - {f.name for f in fields(self)})
-        if unknown:
-            raise OptionError(f"unknown BPM options {unknown}; known: {[f.name for f in fields(self)]}")
-        return replace(self, **changes)
+        return with_changes(self, changes, kind=BpmOptions, what="BPM")
 
     def solver_keywords(self, *, cuda: bool) -> dict:
         """The keywords of :func:`qora.holo.bpm.bpm_reconstruct` (``cuda``: and of its CUDA twin)."""

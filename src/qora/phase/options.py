@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from qora.io import validate
 from qora.io.errors import InputError
+from qora.io.options import with_changes
 from qora.phase.checks import check_choice
 
 __all__ = ["PhaseOptions", "RANKS"]
@@ -68,15 +69,8 @@ class PhaseOptions:
 
     @classmethod
     def made(cls, options: PhaseOptions | None = None, **changes) -> PhaseOptions:
-        """``options`` (default: the defaults) with ``changes``; an unknown name is an :class:`InputError`."""
-        if options is not None and not isinstance(options, cls):
-            raise InputError(f"options must be a PhaseOptions, got {type(options).__name__}")
-        names = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(changes) - set(names))
-        if unknown:
-            raise InputError(f"unknown phase option(s) {unknown}; the options are {', '.join(names)}")
-        base = options if options is not None else cls()
-        return dataclasses.replace(base, **changes) if changes else base
+        """``options`` (default: the defaults) with ``changes``; an unknown name is an OptionError."""
+        return with_changes(options, changes, kind=cls, what="phase")
 
     def to_dict(self) -> dict:
         """The fields, JSON-ready (a Recipe as its text)."""

@@ -7,7 +7,6 @@ a script that loaded a fit file with ``json.load`` and one that holds the result
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from qora.io.errors import InputError
+from qora.io.options import with_changes
 from qora.io.validate import integer, nonnegative, number, positive
 from qora.ssb.depth import DEPTH_MODELS, MOST_SECTIONS
 from qora.ssb.identify import COARSE_ROWS
@@ -110,13 +110,8 @@ class FitOptions:
 
     @classmethod
     def made(cls, options: FitOptions | None = None, **changes) -> FitOptions:
-        """``options`` (default: the defaults) with ``changes``; an unknown name is an :class:`InputError`."""
-        base = options if options is not None else cls()
-        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise InputError(f"unknown fit option(s) {unknown}; the options are "
-                             f"{', '.join(f.name for f in dataclasses.fields(cls))}")
-        return dataclasses.replace(base, **changes) if changes else base
+        """``options`` (default: the defaults) with ``changes``; an unknown name is an OptionError."""
+        return with_changes(options, changes, kind=cls, what="fit")
 
 
 # the result's keys in the order its JSON file lists them; each a field of FitResult
