@@ -93,3 +93,32 @@ def test_default_start_and_errors(case):
         from qora.holo import bpm_cuda
 
         bpm_cuda.bpm_forward(x[:, :5], g)
+
+
+@pytest.mark.parametrize("entry", ["api", "bpm_cuda"])
+def test_default_start_stays_on_the_device(case, monkeypatch, entry):
+    """The default start (Rytov + GP on CUDA) reaches the CUDA BPM as a device array, and the inversion from it
+    is the one from the same start passed through the host."""
+    from qora.holo import bpm as B
+    from qora.holo import bpm_cuda, cuda_pipeline, reconstruct
+
+    g, x = case
+    data = bpm_forward(x, g)
+    host_start = B.rytov_start(data, g, g.n, reconstruct=lambda d, gg, o: reconstruct(d, gg, o, backend="cuda"))
+    assert isinstance(host_start, np.ndarray)
+    explicit = bpm_reconstruct(data, g, start=host_start, iterations=3, backend="cuda")
+    seen, solve = [], cuda_pipeline.reconstruct
+
+    def spy(*args, **kw):
+        result = solve(*args, **kw)
+        seen.append(type(result.index).__module__.split(".")[0])
+        return result
+
+    monkeypatch.setattr(cuda_pipeline, "reconstruct", spy)
+    monkeypatch.setattr(bpm_cuda, "cuda_reconstruct", spy)
+    if entry == "api":
+        default = bpm_reconstruct(data, g, iterations=3, backend="cuda")
+    else:
+        default = bpm_cuda.bpm_reconstruct(data, g, iterations=3)
+    assert seen == ["cupy"]
+    assert _rel(default.index - g.medium_index, explicit.index - g.medium_index) < 1e-6

@@ -95,15 +95,22 @@ def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None
             raise OptionError(f"options {cuda_only} apply to the CUDA backend only")
     options = options_with(options, changes)
     if be.is_cuda:
-        from qora.holo import cuda_pipeline
-
-        ratio = _odt.check_ratio("ratio", ratio, geometry)
-        total = 1 + solve_units(options)
-        report(progress, options.method, 0, total)
-        result = cuda_pipeline.reconstruct(ratio, geometry, options)
-        report(progress, "done", total, total)
-        return result
+        return _cuda_reconstruct(ratio, geometry, options, progress)
     return _odt.reconstruct(ratio, geometry, options, progress=progress)
+
+
+def _cuda_reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions, progress, *,
+                      on_device: bool = False) -> OdtResult:
+    """The CUDA solve with its progress (the solve reports once, at its end); ``on_device`` leaves the
+    index on the GPU (the CUDA BPM's start)."""
+    from qora.holo import cuda_pipeline
+
+    ratio = _odt.check_ratio("ratio", ratio, geometry)
+    total = 1 + solve_units(options)
+    report(progress, options.method, 0, total)
+    result = cuda_pipeline.reconstruct(ratio, geometry, options, on_device=on_device)
+    report(progress, "done", total, total)
+    return result
 
 
 def extract_fields(holograms, sideband, *, hologram_pixel: float, n: int, pupil_frequency: float,
@@ -147,9 +154,14 @@ def bpm_reconstruct(data, geometry: Geometry, options: BpmOptions | None = None,
         data = _odt.check_ratio("data", data, geometry)
         units = 1 + _bpm.START_OPTIONS.iterations
         total = units + options.iterations
-        start = _bpm.rytov_start(data, geometry, int(options.n_z or geometry.n),
-                                 reconstruct=lambda d, g, o: reconstruct(d, g, o, backend=backend, progress=span(
-                                     progress, 0, total, "start (Rytov + GP): ")))
+        start_progress = span(progress, 0, total, "start (Rytov + GP): ")
+        if cuda and _backend(backend, geometry.n, solver_grid(geometry, _bpm.START_OPTIONS.oversample).n).is_cuda:
+            def solve_start(d, g, o):  # kept on the device: the CUDA BPM takes it there
+                return _cuda_reconstruct(d, g, o, start_progress, on_device=True)
+        else:
+            def solve_start(d, g, o):
+                return reconstruct(d, g, o, backend=backend, progress=start_progress)
+        start = _bpm.rytov_start(data, geometry, int(options.n_z or geometry.n), reconstruct=solve_start)
         progress = span(progress, units, total)
     solve = _bpm.bpm_reconstruct
     if cuda:

@@ -41,6 +41,7 @@ import time
 import numpy as np
 
 from qora.backend import fft as backend_fft
+from qora.backend import xp_of
 from qora.holo.fista import proximal_gradient
 from qora.holo.geometry import Geometry
 from qora.holo.odt import OdtResult, check_ratio
@@ -284,16 +285,19 @@ START_OPTIONS = ReconstructionOptions(method="gp", iterations=20, r2c=True)
 
 def rytov_start(data, geometry: Geometry, n_z: int, reconstruct=odt_reconstruct):
     """The default start (float64 index contrast, >= 0): ``reconstruct(data, geometry, START_OPTIONS)``
-    (the CPU ODT by default; the CUDA BPM passes the CUDA one), on n_z planes."""
+    (the CPU ODT by default; the CUDA BPM passes the CUDA one), on n_z planes. Where ``reconstruct`` leaves
+    its index on the GPU (:func:`qora.holo.cuda_pipeline.reconstruct` with ``on_device``) the start stays
+    there: the CUDA BPM takes it without a round trip through the host."""
     index = reconstruct(data, geometry, START_OPTIONS).index
-    x = index.astype(np.float64) - geometry.medium_index
+    xp = xp_of(index)
+    x = index.astype(xp.float64) - geometry.medium_index
     if n_z != geometry.n:  # the central n_z planes (or zero planes around the n^3 volume)
-        out = np.zeros((n_z, geometry.n, geometry.n))
+        out = xp.zeros((n_z, geometry.n, geometry.n))
         lo_out, lo_in = max(0, n_z // 2 - geometry.n // 2), max(0, geometry.n // 2 - n_z // 2)
         m = min(n_z, geometry.n)
         out[lo_out:lo_out + m] = x[lo_in:lo_in + m]
         x = out
-    return np.maximum(x, 0.0)
+    return xp.maximum(x, 0.0)
 
 
 def inversion_inputs(data, geometry: Geometry, start, iterations: int, tv_weight, tv_inner: int, batch, n_z,
@@ -312,10 +316,11 @@ def inversion_inputs(data, geometry: Geometry, start, iterations: int, tv_weight
     if start is None:
         x = rytov_start(data, geometry, int(n_z or geometry.n), reconstruct)
     else:
-        if np.iscomplexobj(start):
+        xp = xp_of(start)  # a start already on the GPU (the CUDA API's default) is checked there
+        if xp.iscomplexobj(start):
             raise InputError("start must be a real index contrast n - n_m, got complex values")
-        x = np.array(start, np.float64)
-        if x.ndim != 3 or x.shape[1:] != (geometry.n, geometry.n) or not np.all(np.isfinite(x)):
+        x = xp.array(start, xp.float64)
+        if x.ndim != 3 or x.shape[1:] != (geometry.n, geometry.n) or not bool(xp.all(xp.isfinite(x))):
             raise InputError(f"start must be a finite index contrast (n_z, {geometry.n}, {geometry.n}), got {x.shape}")
     if batch is None or batch >= geometry.count:
         batches = [slice(None)]

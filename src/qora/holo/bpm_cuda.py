@@ -18,6 +18,7 @@ illumination in one thread-block cluster that keeps the field on chip ("The fiel
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import numpy as np
 
@@ -271,7 +272,7 @@ def bpm_reconstruct(data, geometry: Geometry, start=None, iterations: int = 20, 
     step = positive("step", step)
     check_variant(variant)  # before the start is computed
     data, x0, batches = inversion_inputs(data, geometry, start, iterations, tv_weight, tv_inner, batch, n_z,
-                                         reconstruct=cuda_reconstruct)
+                                         reconstruct=partial(cuda_reconstruct, on_device=True))
     tables = bpm_tables(geometry, x0.shape[0], obliquity)
     dev = _model(geometry, tables, chunk, variant)
     d = cp.asarray(data, cp.complex64)

@@ -113,8 +113,10 @@ def first_order(ratio, approximation: str = "rytov", background=None) -> np.ndar
     return host[0] if single else host
 
 
-def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None = None) -> OdtResult:
-    """The CUDA twin of :func:`qora.holo.odt.reconstruct`: the same options, and ``mapping`` and ``fgp`` read."""
+def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None = None, *,
+                on_device: bool = False) -> OdtResult:
+    """The CUDA twin of :func:`qora.holo.odt.reconstruct`: the same options, and ``mapping`` and ``fgp`` read.
+    With ``on_device`` the result's index (and absorption) stay CuPy arrays: the CUDA BPM's start."""
     cp = cupy()
     o = options if options is not None else ReconstructionOptions()
     ratio = check_ratio("ratio", ratio, geometry)
@@ -128,13 +130,14 @@ def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None
     out = cp.empty((geometry.n,) * 3, cp.float32)
     kappa = cp.empty((geometry.n,) * 3, cp.float32) if o.complex_index else None
     recon(phi, out.data.ptr, None if kappa is None else kappa.data.ptr)
-    index = out.get()
     info = {"measured_fraction": recon.measured_fraction, "r2c": bool(recon.solver.real),
             "oversample": o.oversample, "grid": recon.big, "backend": "cuda", "mapping": o.mapping,
             "fgp": o.fgp if o.method == "tv" else None, "tv_weight": o.tv_weight if o.method == "tv" else None}
     info.update(recon.solver.info)  # "auto": the weight chosen and the search
-    return OdtResult(index, geometry, o.method, o.approximation, 0 if o.method == "plain" else o.iterations,
-                     info=info, absorption=None if kappa is None else kappa.get())
+    if not on_device:
+        out, kappa = out.get(), None if kappa is None else kappa.get()
+    return OdtResult(out, geometry, o.method, o.approximation, 0 if o.method == "plain" else o.iterations,
+                     info=info, absorption=kappa)
 
 
 # ---------------------------------------------------------------------------------------------
