@@ -7,13 +7,16 @@ anything down). Run once per checkout, the checkout's ``src`` first on PYTHONPAT
   8-start and progress rows), with their fp32 cuFFT-pair floors;
 - ``holo``: ``qora bench holo``'s stage and Pipeline rows at 256^3 and 512^3 and the BPM rows at
   256^3 (the 188^3 rotation case is left out: its CPU half takes minutes);
+- ``holo-host``: the Pipeline's upload and per-stack rows, and their host-copy and host-to-device parts bare;
 - ``bpm``: the BPM rows at 128^3 and 256^3, or the sizes in ``QORA_PROBE_SIZES`` (forward, gradient, kernels,
   accuracy);
 - ``bpm-launches``: one BPM kernel through its launcher and raw (this checkout only).
 
 Only functions that exist unchanged in both checkouts are called. ``compare`` prints the ratios:
 
-    python3 bench/probes/before_after.py compare BEFORE.json AFTER.json [PREFIX ...]
+    python3 bench/probes/before_after.py compare BEFORE.json[,...] AFTER.json[,...] [PREFIX ...]
+
+(several files a side: the medians, their ratio and each side's max/min spread).
 """
 
 from __future__ import annotations
@@ -44,6 +47,45 @@ def _holo() -> dict:
         hc._stages(result, be, n, copy, print, memory=False)
     hc._bpm(result, be, 256, copy, print)
     return result.cases
+
+
+def _holo_host() -> dict:
+    """The host-side rows of ``holo`` alone (the Pipeline's upload and per-stack wall times at 256^3 and
+    512^3), beside their two parts measured bare: the host copy into the page-locked buffer (``np.copyto``)
+    and the page-locked host-to-device copy. Tells a change of the code from a change of the host's memory."""
+    import time
+
+    import cupy
+    import numpy as np
+
+    from qora.bench import holo_cuda as hc
+    from qora.holo import Pipeline
+    from qora.holo import fields as F
+    from qora.holo import reference as R
+
+    rows = {}
+    for n in (256, 512):
+        g = R.geometry(n)
+        holos, bgs, hp = hc.bump_holograms(g)
+        pipe = Pipeline(g, sideband=F.find_sideband(bgs[0], hp), hologram_pixel=hp, hologram_n=2 * n,
+                        backend="cuda", oversample=1).cuda
+        pipe.set_background(bgs)
+        pipe.process(holos)
+        dev = pipe.fields.holograms
+        sync = pipe.copy_stream.synchronize
+        label = f"{n}x{n}x{n}"
+        rows[f"host/{label}/upload"] = {"ms": hc._wall_ms(lambda: pipe._upload(holos), sync, repeats=10)}
+        rows[f"host/{label}/copyto_pinned"] = {"ms": hc._wall_ms(lambda: np.copyto(pipe.host_in, holos), lambda: None,
+                                                                 repeats=10)}
+        rows[f"host/{label}/h2d_pinned"] = {"ms": hc._wall_ms(lambda: dev.set(pipe.host_in),
+                                                              cupy.cuda.runtime.deviceSynchronize, repeats=10)}
+        rows[f"host/{label}/per_stack"] = {"ms": hc._wall_ms(lambda: pipe.process(holos), lambda: None, repeats=5)}
+        for name, row in rows.items():
+            if label in name:
+                print(name, f"{row['ms']:.3f} ms")
+        del pipe
+        time.sleep(0.1)
+    return rows
 
 
 def _bpm() -> dict:
@@ -121,14 +163,19 @@ def _bpm_launches() -> dict:
 
 
 def _compare(before: str, after: str, prefixes) -> None:
-    a, b = json.load(open(before)), json.load(open(after))
-    print(f"{'case':58} {'before':>10} {'after':>10} {'after/before':>12}")
-    for name in sorted(set(a) & set(b)):
+    """Medians over the comma-separated files of each side, their ratio, and each side's spread (max/min)."""
+    import statistics
+
+    sides = [[json.load(open(f)) for f in files.split(",")] for files in (before, after)]
+    names = set.intersection(*(set(d) for side in sides for d in side))
+    print(f"{'case':58} {'before':>10} {'after':>10} {'after/before':>12} {'spread b/a':>12}")
+    for name in sorted(names):
         if prefixes and not name.startswith(tuple(prefixes)):
             continue
-        ms_a, ms_b = a[name].get("ms"), b[name].get("ms")
-        if ms_a and ms_b:
-            print(f"{name:58} {ms_a:10.4f} {ms_b:10.4f} {ms_b / ms_a:12.3f}")
+        ms = [[d[name].get("ms") for d in side] for side in sides]
+        if all(all(side) for side in ms):
+            (mb, ma), (sb, sa) = ([statistics.median(v) for v in ms], [max(v) / min(v) for v in ms])
+            print(f"{name:58} {mb:10.4f} {ma:10.4f} {ma / mb:12.3f} {sb:6.3f}/{sa:5.3f}")
 
 
 if __name__ == "__main__":
@@ -136,7 +183,7 @@ if __name__ == "__main__":
     if mode == "compare":
         _compare(sys.argv[2], sys.argv[3], sys.argv[4:])
     else:
-        cases = {"phase": _phase, "holo": _holo, "bpm": _bpm, "bpm-device": _bpm_device,
+        cases = {"phase": _phase, "holo": _holo, "holo-host": _holo_host, "bpm": _bpm, "bpm-device": _bpm_device,
                  "bpm-launches": _bpm_launches}[mode]()
         with open(sys.argv[3], "w") as f:
             json.dump({k: v for k, v in cases.items()}, f, indent=1, default=float)
