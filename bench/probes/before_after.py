@@ -4,7 +4,8 @@ anything down). Run once per checkout, the checkout's ``src`` first on PYTHONPAT
     PYTHONPATH=<tree>/src python3 bench/probes/before_after.py phase|holo LABEL OUT.json
 
 - ``phase``: ``qora bench phase``'s HIO rows of the graph variant at every CUDA size (no peers, no
-  8-start and progress rows), with their fp32 cuFFT-pair floors;
+  8-start and progress rows), with their fp32 cuFFT-pair floors (other variants and sizes: ``QORA_PROBE_VARIANTS``
+  like half,mixed and ``QORA_PROBE_SHAPES`` like 1024x1024,256x256x256);
 - ``holo``: ``qora bench holo``'s stage and Pipeline rows at 256^3 and 512^3 and the BPM rows at
   256^3 (the 188^3 rotation case is left out: its CPU half takes minutes);
 - ``holo-host``: the Pipeline's upload and per-stack rows, and their host-copy and host-to-device parts bare;
@@ -29,10 +30,12 @@ import sys
 def _phase() -> dict:
     from qora.bench import phase as pb
 
-    pb.CUDA_VARIANTS = ("graph",)
+    pb.CUDA_VARIANTS = tuple(os.environ.get("QORA_PROBE_VARIANTS", "graph").split(","))
     pb._eight_starts = lambda *a, **k: None
     pb._progress_cost = lambda *a, **k: None
-    return pb.run_cuda(write=False, peers=False, echo=print).cases
+    shapes = os.environ.get("QORA_PROBE_SHAPES")
+    shapes = pb.CUDA_SHAPES if not shapes else [tuple(int(v) for v in s.split("x")) for s in shapes.split(",")]
+    return pb.run_cuda(shapes=shapes, write=False, peers=False, echo=print).cases
 
 
 def _holo() -> dict:

@@ -281,7 +281,7 @@ API_ROWS = [
     ("Pipeline background shape", lambda c: _pipe(c).set_background(c.bgs[:2]), InputError,
      r"expected holograms of shape .* as the backgrounds"),
     ("Pipeline complex stack", lambda c: _background_set(c).process(c.holos * 1j), InputError,
-     r"holograms must be real intensities"),
+     r"holograms must be real, got complex.*holograms are real intensities"),
     ("Pipeline nan stack", lambda c: _background_set(c).process(_with(c.holos, (0, 0, 0), -np.inf)), InputError,
      r"holograms: 1 non-finite"),
     ("reconstruct_holograms shapes", lambda c: holo.reconstruct_holograms(

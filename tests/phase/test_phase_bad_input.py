@@ -100,7 +100,7 @@ CLI_ROWS = [
     ("no dataset", RUN + ["{nodata}", "--out", "{out}.cxi"], r"nodata\.h5: no pattern found.*holds foo/bar"),
     ("wrong rank", RUN + ["{rank1}", "--out", "{out}.cxi"], r"rank1\.h5: the pattern has shape \(16,\).*2D or 3D"),
     ("complex pattern", RUN + ["{complex}", "--out", "{out}.cxi"], r"complex\.npy: .*complex.*abs\(x\)\*\*2"),
-    ("text pattern", RUN + ["{text}", "--out", "{out}.cxi"], r"text\.npy: .*does not hold numbers"),
+    ("text pattern", RUN + ["{text}", "--out", "{out}.cxi"], r"text\.npy: .*must hold numbers"),
     ("boolean pattern", RUN + ["{boolean}", "--out", "{out}.cxi"], r"boolean\.npy: the pattern is boolean"),
     ("garbage npz", RUN + ["{garbage_npz}", "--out", "{out}.cxi"], r"garbage\.npz: not an \.npz archive"),
     ("garbage tif", RUN + ["{garbage_tif}", "--out", "{out}.cxi"], r"garbage\.tif: cannot be read"),

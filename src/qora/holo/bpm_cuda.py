@@ -160,6 +160,14 @@ class BpmDevice:
             self.plans[b].execute(w.data.ptr, w.data.ptr, INVERSE)
             K.bpm_output(w=w, total=b * n * n, n=n, scale=np.float32(1.0 / (n * n)), out=out[sl])
 
+    def reverse_chunks(self, index) -> list:
+        """The chunks (slices) of the illuminations ``index`` a reverse pass runs over, the sums it adds into
+        (``grad``, ``loss``) zeroed first (this model's and the fused step's passes)."""
+        start, stop, _ = index.indices(self.count)
+        self.grad.fill(0)
+        self.loss.fill(0)
+        return [slice(first, min(first + self.chunk, stop)) for first in range(start, stop, self.chunk)]
+
     def reverse(self, data, index=slice(None), *, residual: bool = False):
         """Re(J^H r) summed over the illuminations ``index`` (nz, n, n) float32 centre-origin, and sum |r|^2.
 
@@ -170,12 +178,8 @@ class BpmDevice:
             return self.fused.reverse(data, index, residual=residual)
         cp = cupy()
         n, nz = self.n, self.nz
-        start, stop, _ = index.indices(self.count)
-        self.grad.fill(0)
-        self.loss.fill(0)
         scale = np.float32(1.0 / (n * n))
-        for first in range(start, stop, self.chunk):
-            sl = slice(first, min(first + self.chunk, stop))
+        for sl in self.reverse_chunks(index):
             b = sl.stop - sl.start
             if b not in self.plans:  # a batch's last chunk: a plan made once for its size
                 self.plans[b] = self.work.plan(C2C, (n, n), batch=b)

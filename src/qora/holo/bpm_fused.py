@@ -321,12 +321,8 @@ class FusedSteps:
         and ``loss`` hold the sums when it has run (so that it can be captured into a CUDA graph)."""
         dev = self.dev
         n = dev.n
-        start, stop, _ = index.indices(dev.count)
-        dev.grad.fill(0)
-        dev.loss.fill(0)
         scale = np.float32(1.0 / (n * n))
-        for first in range(start, stop, dev.chunk):
-            sl = slice(first, min(first + dev.chunk, stop))
+        for sl in dev.reverse_chunks(index):
             b = sl.stop - sl.start
             self.run_forward(sl, True)
             g, h = dev.s[:b], dev.w[:b]

@@ -96,15 +96,12 @@ class ResidentSteps:
         centre-origin, and sum |r|^2."""
         cp, dev = cupy(), self.dev
         n, nz = dev.n, dev.nz
-        start, stop, _ = index.indices(dev.count)
-        if dev.stored is None or dev.stored.shape[1] < min(dev.chunk, stop - start):
+        chunks = dev.reverse_chunks(index)
+        if dev.stored is None or dev.stored.shape[1] < max((sl.stop - sl.start for sl in chunks), default=0):
             dev.stored = cp.empty((nz, dev.chunk, n, n), cp.complex64)
-        dev.grad.fill(0)
-        dev.loss.fill(0)
         scale = np.float32(1.0 / (n * n))
         stored_slice = np.int64(dev.stored.shape[1] * n * n)  # complex values from one slice's w_k to the next
-        for first in range(start, stop, dev.chunk):
-            sl = slice(first, min(first + dev.chunk, stop))
+        for sl in chunks:
             b = sl.stop - sl.start
             self._launch("gradient", b, self._start(b), *self._tables(sl), scale, dev.stored, stored_slice,
                          data[sl], np.float32(0) if residual else scale, dev.loss, dev.kd, dev.grad)

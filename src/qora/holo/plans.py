@@ -21,6 +21,7 @@ from qora.backend.fft import fast_length
 from qora.holo.filters import check_filter, filter_weights
 from qora.holo.geometry import Geometry, frequencies, nu_z
 from qora.io.errors import InputError
+from qora.io.validate import numbers_only
 
 __all__ = ["CropPlan", "stack_holograms", "intensities", "cuda_pipeline_bytes", "MappingPlan", "solver_grid", "BpmTables", "bpm_tables", "check_scan",
            "lab_geometry"]
@@ -89,13 +90,7 @@ def intensities(name: str, values, dtype=np.float64) -> np.ndarray:
     """``values`` as a real ``dtype`` array of finite intensities: complex values (a field passed for its
     hologram) and NaN/Inf are refused with an InputError naming ``name`` and saying how many."""
     a = np.asarray(values)
-    if np.iscomplexobj(a):
-        raise InputError(f"{name} must be real intensities, got complex values ({a.dtype}); holograms are "
-                         "intensities |u_ref + u|^2 (pass abs(x)**2 if x is a field)")
-    if not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
-        raise InputError(f"{name} must hold numbers, got dtype {a.dtype}")
-    if a.size == 0:
-        raise InputError(f"{name} is empty (shape {a.shape})")
+    numbers_only(name, a, hint="holograms are real intensities |u_ref + u|^2 (pass abs(x)**2 if x is a field)")
     a = np.asarray(a, dtype)
     if np.issubdtype(a.dtype, np.floating):
         bad = a.size - int(np.count_nonzero(np.isfinite(a)))

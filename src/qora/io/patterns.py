@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from qora.io.errors import FileFormatError, InputError, MissingExtra, QoraError
+from qora.io.validate import numbers_only
 
 __all__ = ["load_pattern", "load_mask", "load_support", "CXI_DATA_PATHS", "CXI_MASK_PATHS", "PATTERN_SUFFIXES"]
 
@@ -71,14 +72,8 @@ def _read_hdf5(path: Path, dataset: str | None, names=None):
 
 
 def _check_numbers(path: Path, data, what: str) -> None:
-    data = np.asarray(data)
-    if np.iscomplexobj(data):
-        raise InputError(f"{path}: {what} is complex ({data.dtype}); a pattern is measured intensities: "
-                         "store abs(x)**2")
-    if not (np.issubdtype(data.dtype, np.number) or data.dtype == bool):
-        raise FileFormatError(f"{path}: {what} does not hold numbers (dtype {data.dtype})")
-    if data.size == 0:
-        raise FileFormatError(f"{path}: {what} is empty (shape {data.shape})")
+    numbers_only(f"{path}: {what}", np.asarray(data), hint="a pattern is measured intensities: store abs(x)**2",
+                 error=FileFormatError)
 
 
 def load_mask(path) -> np.ndarray:

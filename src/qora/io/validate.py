@@ -106,6 +106,18 @@ def integer(name: str, value, *, low: int | None = None, high: int | None = None
     return value
 
 
+def numbers_only(name: str, a, *, hint: str = "for intensities pass abs(x)**2", error=InputError) -> None:
+    """Refuse an empty array, complex values (an InputError, with ``hint``: a complex array of intensities is
+    usually a field passed by mistake) and anything that is not numbers or booleans (``error``: a file's
+    reader passes FileFormatError), each message naming ``name``."""
+    if a.size == 0:
+        raise error(f"{name} is empty (shape {a.shape})")
+    if np.iscomplexobj(a):
+        raise InputError(f"{name} must be real, got complex values ({a.dtype}); {hint}")
+    if not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
+        raise error(f"{name} must hold numbers, got dtype {a.dtype}")
+
+
 def real_array(name: str, a, *, ndim=None, dtype=np.float64, nonfinite: str = "refuse", negative: str = "allow",
                allow_complex: bool = False, mask=None):
     """``a`` as a real array of ``dtype``, with the engine's policy for bad values.
@@ -136,12 +148,10 @@ def real_array(name: str, a, *, ndim=None, dtype=np.float64, nonfinite: str = "r
         if a.ndim not in allowed:
             shapes = " or ".join(f"{d}D" for d in allowed)
             raise InputError(f"{name} must be a {shapes} array, got shape {a.shape}")
-    if a.size == 0:
-        raise InputError(f"{name} is empty (shape {a.shape})")
-    if np.iscomplexobj(a) and not allow_complex:
-        raise InputError(f"{name} must be real, got complex values ({a.dtype}); for intensities pass abs(x)**2")
-    if not (np.issubdtype(a.dtype, np.number) or a.dtype == bool):
-        raise InputError(f"{name} must hold numbers, got dtype {a.dtype}")
+    if allow_complex and np.iscomplexobj(a):
+        numbers_only(name, a.real)
+    else:
+        numbers_only(name, a)
     if mask is not None:
         mask = np.asarray(mask)
         if mask.shape != a.shape:

@@ -39,33 +39,38 @@ __device__ __forceinline__ void qr_corners(long long t, int nz, int ny, int nx, 
 }
 
 // The pose comes as twelve doubles (m row-major, then the centre): plain scalars for any launcher.
+#define QR_POSE_PARAMS double m00, double m01, double m02, double m10, double m11, double m12, \
+                       double m20, double m21, double m22, double cz, double cy, double cx
+#define QR_POSE {m00, m01, m02, m10, m11, m12, m20, m21, m22, cz, cy, cx}
 
-// out[p] = sum_corners w vol[corner]  (qora.holo.rotate.rotate)
-extern "C" __global__ void rotate_gather(const float* __restrict__ vol, int nz, int ny, int nx,
-                                         double m00, double m01, double m02, double m10, double m11, double m12,
-                                         double m20, double m21, double m22, double cz, double cy, double cx,
+// Every lab voxel t of the grid-stride loop, with its corners: gather reads them into out[t], the adjoint
+// (Adjoint) adds in[t] into them.
+template <bool Adjoint>
+__device__ __forceinline__ void qr_apply(const float* __restrict__ in, int nz, int ny, int nx, const qr_pose& pose,
                                          float* __restrict__ out) {
-    const qr_pose pose = {m00, m01, m02, m10, m11, m12, m20, m21, m22, cz, cy, cx};
     const long long total = (long long)nz * ny * nx;
     for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < total;
          t += (long long)gridDim.x * blockDim.x) {
-        double acc = 0.0;
-        qr_corners(t, nz, ny, nx, pose, [&](long long c, double w) { acc += w * (double)vol[c]; });
-        out[t] = (float)acc;
+        if (Adjoint) {
+            const float v = in[t];
+            if (v == 0.0f) continue;
+            qr_corners(t, nz, ny, nx, pose, [&](long long c, double w) { atomicAdd(&out[c], (float)(w * v)); });
+        } else {
+            double acc = 0.0;
+            qr_corners(t, nz, ny, nx, pose, [&](long long c, double w) { acc += w * (double)in[c]; });
+            out[t] = (float)acc;
+        }
     }
 }
 
+// out[p] = sum_corners w vol[corner]  (qora.holo.rotate.rotate)
+extern "C" __global__ void rotate_gather(const float* __restrict__ vol, int nz, int ny, int nx, QR_POSE_PARAMS,
+                                         float* __restrict__ out) {
+    qr_apply<false>(vol, nz, ny, nx, QR_POSE, out);
+}
+
 // out[corner] += w lab[p]  (qora.holo.rotate.rotate_adjoint; out is accumulated into, not cleared)
-extern "C" __global__ void rotate_scatter(const float* __restrict__ lab, int nz, int ny, int nx,
-                                         double m00, double m01, double m02, double m10, double m11, double m12,
-                                         double m20, double m21, double m22, double cz, double cy, double cx,
+extern "C" __global__ void rotate_scatter(const float* __restrict__ lab, int nz, int ny, int nx, QR_POSE_PARAMS,
                                           float* __restrict__ out) {
-    const qr_pose pose = {m00, m01, m02, m10, m11, m12, m20, m21, m22, cz, cy, cx};
-    const long long total = (long long)nz * ny * nx;
-    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < total;
-         t += (long long)gridDim.x * blockDim.x) {
-        const float v = lab[t];
-        if (v == 0.0f) continue;
-        qr_corners(t, nz, ny, nx, pose, [&](long long c, double w) { atomicAdd(&out[c], (float)(w * v)); });
-    }
+    qr_apply<true>(lab, nz, ny, nx, QR_POSE, out);
 }

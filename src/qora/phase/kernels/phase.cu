@@ -15,32 +15,40 @@
 
 #include "phase_ops.cuh"
 
-// y <- w of the modulus projection (in place); err_sums[slot * B + b] += sum (|F x| - a)^2.
-// slot = *counter when counter is given (graph variant: a device-side iteration index),
-// else 0.
-extern "C" __global__ void modulus_step(float2* __restrict__ y, const float* __restrict__ amp, float scale,
-                                        long long n, double* __restrict__ err_sums,
-                                        const int* __restrict__ counter) {
-    const int b = blockIdx.y;
-    float2* yb = y + (long long)b * n;
+// The walk of a modulus kernel over batch item blockIdx.y: with n even, pairs of values through
+// pair(i, a2[i], err) (one 8- or 16-byte load each), else single values through one(i, amp[i], err); then the
+// block's Fourier-error sum into err_sums[slot * B + b], slot = *counter when counter is given (the graph
+// variant's device-side iteration index), else 0.
+template <class Pair, class One>
+__device__ __forceinline__ void modulus_walk(const float* __restrict__ amp, long long n, double* __restrict__ err_sums,
+                                             const int* __restrict__ counter, Pair pair, One one) {
     float err = 0.0f;
     const long long stride = (long long)gridDim.x * blockDim.x;
     const long long t0 = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if ((n & 1) == 0) {
-        float4* y4 = reinterpret_cast<float4*>(yb);
         const float2* a2 = reinterpret_cast<const float2*>(amp);
-        for (long long i = t0; i < n / 2; i += stride) {
+        for (long long i = t0; i < n / 2; i += stride) pair(i, a2[i], err);
+    } else {
+        for (long long i = t0; i < n; i += stride) one(i, amp[i], err);
+    }
+    const int slot = counter ? *counter : 0;
+    block_add(err, err_sums + (long long)slot * gridDim.y + blockIdx.y);
+}
+
+// y <- w of the modulus projection (in place); err_sums[slot * B + b] += sum (|F x| - a)^2.
+extern "C" __global__ void modulus_step(float2* __restrict__ y, const float* __restrict__ amp, float scale,
+                                        long long n, double* __restrict__ err_sums,
+                                        const int* __restrict__ counter) {
+    float2* yb = y + (long long)blockIdx.y * n;
+    modulus_walk(amp, n, err_sums, counter,
+        [&](long long i, float2 a, float& err) {
+            float4* y4 = reinterpret_cast<float4*>(yb);
             float4 v = y4[i];
-            float2 a = a2[i];
             float2 w0 = modulus_one(make_float2(v.x, v.y), a.x, scale, err);
             float2 w1 = modulus_one(make_float2(v.z, v.w), a.y, scale, err);
             y4[i] = make_float4(w0.x, w0.y, w1.x, w1.y);
-        }
-    } else {
-        for (long long i = t0; i < n; i += stride) yb[i] = modulus_one(yb[i], amp[i], scale, err);
-    }
-    const int slot = counter ? *counter : 0;
-    block_add(err, err_sums + (long long)slot * gridDim.y + b);
+        },
+        [&](long long i, float a, float& err) { yb[i] = modulus_one(yb[i], a, scale, err); });
 }
 
 // x <- p inside the support (and constraint), a x + b p outside. Skips the load of x
@@ -87,70 +95,60 @@ extern "C" __global__ void update_step(float2* __restrict__ x, const float2* __r
 // scale, and the inverse transform's 1/sqrt(n) is applied in the update (pscale), where it
 // cannot push weak values into fp16 subnormals.
 
+// The unit-scale projection of the fp16 kernels: modulus_one of the value at true scale, s v, left unscaled
+// (measured values to amplitude a, free ones s v; the error of s |v| against a).
 __device__ __forceinline__ float2 modulus_unit(float2 v, float a, float s, float& err) {
-    float mag = sqrtf(v.x * v.x + v.y * v.y);
-    if (a >= 0.0f) {
-        float d = s * mag - a;
-        err += d * d;
-        if (mag > 0.0f) {
-            float f = a / mag;
-            return make_float2(v.x * f, v.y * f);
-        }
-        return make_float2(a, 0.0f);
-    }
-    return make_float2(v.x * s, v.y * s);
+    return modulus_one(make_float2(s * v.x, s * v.y), a, 1.0f, err);
 }
 
 // y (fp16, unscaled transform) <- the unit-scale projection; error sums as modulus_step.
 extern "C" __global__ void modulus_half(__half2* __restrict__ y, const float* __restrict__ amp, float s,
                                         long long n, double* __restrict__ err_sums,
                                         const int* __restrict__ counter) {
-    const int b = blockIdx.y;
-    __half2* yb = y + (long long)b * n;
-    float err = 0.0f;
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    const long long t0 = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if ((n & 1) == 0) {
-        uint2* y2 = reinterpret_cast<uint2*>(yb);  // two __half2 per 8-byte load
-        const float2* a2 = reinterpret_cast<const float2*>(amp);
-        for (long long i = t0; i < n / 2; i += stride) {
+    __half2* yb = y + (long long)blockIdx.y * n;
+    modulus_walk(amp, n, err_sums, counter,
+        [&](long long i, float2 a, float& err) {
+            uint2* y2 = reinterpret_cast<uint2*>(yb);  // two __half2 per 8-byte load
             uint2 raw = y2[i];
-            float2 a = a2[i];
-            float2 v0 = __half22float2(*reinterpret_cast<__half2*>(&raw.x));
-            float2 v1 = __half22float2(*reinterpret_cast<__half2*>(&raw.y));
-            __half2 w0 = __float22half2_rn(modulus_unit(v0, a.x, s, err));
-            __half2 w1 = __float22half2_rn(modulus_unit(v1, a.y, s, err));
+            __half2 w0 = __float22half2_rn(modulus_unit(__half22float2(*reinterpret_cast<__half2*>(&raw.x)), a.x, s, err));
+            __half2 w1 = __float22half2_rn(modulus_unit(__half22float2(*reinterpret_cast<__half2*>(&raw.y)), a.y, s, err));
             uint2 out;
             out.x = *reinterpret_cast<unsigned int*>(&w0);
             out.y = *reinterpret_cast<unsigned int*>(&w1);
             y2[i] = out;
-        }
-    } else {
-        for (long long i = t0; i < n; i += stride)
-            yb[i] = __float22half2_rn(modulus_unit(__half22float2(yb[i]), amp[i], s, err));
-    }
-    const int slot = counter ? *counter : 0;
-    block_add(err, err_sums + (long long)slot * gridDim.y + b);
+        },
+        [&](long long i, float a, float& err) { yb[i] = __float22half2_rn(modulus_unit(__half22float2(yb[i]), a, s, err)); });
 }
 
-// half: x (fp16) <- update with p = pscale * (fp16 inverse transform).
-extern "C" __global__ void update_half(__half2* __restrict__ x, const __half2* __restrict__ p,
-                                       const unsigned char* __restrict__ support, float a, float b,
-                                       int constraint, float pscale, long long n, int* __restrict__ counter) {
-    const int bi = blockIdx.y;
-    __half2* xb = x + (long long)bi * n;
-    const __half2* pb = p + (long long)bi * n;
-    const unsigned char* sb = support + (long long)bi * n;
+// The walk of the fp16 updates over batch item blockIdx.y: p = pscale * (fp16 inverse transform), each new
+// value (the old one read through old(i) only where the support or the constraint needs it) stored by
+// store(i, value); with counter given, one thread advances the device iteration index.
+template <class Old, class Store>
+__device__ __forceinline__ void update_walk_half(const __half2* __restrict__ p,
+                                                 const unsigned char* __restrict__ support, float a, float b,
+                                                 int constraint, float pscale, long long n,
+                                                 int* __restrict__ counter, Old old, Store store) {
+    const __half2* pb = p + (long long)blockIdx.y * n;
+    const unsigned char* sb = support + (long long)blockIdx.y * n;
     const long long stride = (long long)gridDim.x * blockDim.x;
     const long long t0 = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     for (long long i = t0; i < n; i += stride) {
         float2 pv = __half22float2(pb[i]);
         pv.x *= pscale;
         pv.y *= pscale;
-        float2 xv = (sb[i] && constraint == 0) ? pv : update_one(__half22float2(xb[i]), pv, sb[i], a, b, constraint);
-        xb[i] = __float22half2_rn(xv);
+        store(i, (sb[i] && constraint == 0) ? pv : update_one(old(i), pv, sb[i], a, b, constraint));
     }
     if (counter && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *counter += 1;
+}
+
+// half: x (fp16) <- update with p = pscale * (fp16 inverse transform).
+extern "C" __global__ void update_half(__half2* __restrict__ x, const __half2* __restrict__ p,
+                                       const unsigned char* __restrict__ support, float a, float b,
+                                       int constraint, float pscale, long long n, int* __restrict__ counter) {
+    __half2* xb = x + (long long)blockIdx.y * n;
+    update_walk_half(p, support, a, b, constraint, pscale, n, counter,
+                     [&](long long i) { return __half22float2(xb[i]); },
+                     [&](long long i, float2 v) { xb[i] = __float22half2_rn(v); });
 }
 
 // mixed: x (fp32, true scale) <- update with p = pscale * (fp16 inverse transform); also writes
@@ -159,22 +157,13 @@ extern "C" __global__ void update_mixed(float2* __restrict__ x, __half2* __restr
                                         const __half2* __restrict__ p, const unsigned char* __restrict__ support,
                                         float a, float b, int constraint, float pscale, float xh_scale,
                                         long long n, int* __restrict__ counter) {
-    const int bi = blockIdx.y;
-    float2* xb = x + (long long)bi * n;
-    __half2* hb = xh + (long long)bi * n;
-    const __half2* pb = p + (long long)bi * n;
-    const unsigned char* sb = support + (long long)bi * n;
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    const long long t0 = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    for (long long i = t0; i < n; i += stride) {
-        float2 pv = __half22float2(pb[i]);
-        pv.x *= pscale;
-        pv.y *= pscale;
-        float2 xv = (sb[i] && constraint == 0) ? pv : update_one(xb[i], pv, sb[i], a, b, constraint);
-        xb[i] = xv;
-        hb[i] = __float22half2_rn(make_float2(xv.x * xh_scale, xv.y * xh_scale));
-    }
-    if (counter && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *counter += 1;
+    float2* xb = x + (long long)blockIdx.y * n;
+    __half2* hb = xh + (long long)blockIdx.y * n;
+    update_walk_half(p, support, a, b, constraint, pscale, n, counter, [&](long long i) { return xb[i]; },
+                     [&](long long i, float2 v) {
+                         xb[i] = v;
+                         hb[i] = __float22half2_rn(make_float2(v.x * xh_scale, v.y * xh_scale));
+                     });
 }
 
 // xh = x * scale in fp16 (entering an fp16 stage, or loading a start).
