@@ -58,6 +58,22 @@ def _pm(report: dict, name: str, scale: float = 1.0, digits: int = 1) -> str:
     return f"+- {entry['sigma'] * scale:.{max(digits, 2) if entry['sigma'] * scale < 0.1 else digits}f}"
 
 
+def _thick_line(t: dict, label: str, *, tilt: bool) -> str:
+    """A thick-film branch's line: C10 and C12, the thickness, the tilt (``tilt`` False: the incoherent model,
+    whose independent sections do not determine one) and the agreement."""
+    from qora.ssb import parameters_to_aberrations
+
+    p = t["parameters"]
+    ab = parameters_to_aberrations(p)
+    if tilt:
+        tilt_text = (f"tilt ({p['tilt_y'] * 1e3:.2f} {_pm(t, 'tilt_y', 1e3, 2)}, {p['tilt_x'] * 1e3:.2f} "
+                     f"{_pm(t, 'tilt_x', 1e3, 2)}) mrad")
+    else:
+        tilt_text = "tilt not determined (independent sections)"
+    return (f"{label}: C10 {ab.get('C10'):.1f} {_pm(t, 'C10')} A, {c12_text(ab)}, thickness {p['thickness']:.0f} "
+            f"{_pm(t, 'thickness', digits=0)} A, {tilt_text}, agreement {t['agreement']:.4f}")
+
+
 def fit_summary(result: dict) -> list:
     """The lines `qora ssb fit` prints of a fit's result: the orientation with its runner-up, the
     branch and its rule's statistic, the rotation, then per branch the parameters with their
@@ -83,20 +99,10 @@ def fit_summary(result: dict) -> list:
     else:
         lines.append(rotation)
     if "thick" in result:
-        t = result["thick"]
-        p = t["parameters"]
-        thick = parameters_to_aberrations(p)
-        lines.append(f"thick: C10 {thick.get('C10'):.1f} {_pm(t, 'C10')} A, {c12_text(thick)}, thickness "
-                     f"{p['thickness']:.0f} {_pm(t, 'thickness', digits=0)} A, tilt ({p['tilt_y'] * 1e3:.2f} "
-                     f"{_pm(t, 'tilt_y', 1e3, 2)}, {p['tilt_x'] * 1e3:.2f} {_pm(t, 'tilt_x', 1e3, 2)}) mrad, "
-                     f"agreement {t['agreement']:.4f}")
+        lines.append(_thick_line(result["thick"], "thick", tilt=True))
     if "incoherent" in result:
         t = result["incoherent"]
-        p = t["parameters"]
-        inc = parameters_to_aberrations(p)
-        lines.append(f"incoherent ({t['sections']} depth sections): C10 {inc.get('C10'):.1f} {_pm(t, 'C10')} A, "
-                     f"{c12_text(inc)}, thickness {p['thickness']:.0f} {_pm(t, 'thickness', digits=0)} A, tilt not "
-                     f"determined (independent sections), agreement {t['agreement']:.4f}")
+        lines.append(_thick_line(t, f"incoherent ({t['sections']} depth sections)", tilt=False))
     if "depth_model" in result:
         lines.append(f"depth model: {result['depth_model']['chosen']} ({result['depth_model']['why']})")
     if "better" in result:
