@@ -289,3 +289,36 @@ def test_a_real_objects_pattern_runs_the_real_object_search_split_over_workers(c
     second = envelope.reconstruct(counts, mask=mask, starts=1, seed=1, backend="cpu", keep_all=True)
     iou = analysis.support_iou(got.supports[1], second.supports[0])
     assert iou > 0.95, iou  # start 1 is PCG64(seed + 1) on the worker as here
+
+
+def test_a_series_fits_the_rotation_axis_once_before_its_stacks(client, tmp_path):
+    """``fit_axis``: the axis fitted to the first stack in this process (as ``qora.holo.fitted_axis``), every
+    volume made with it (as one Pipeline of that geometry), and the fit reported."""
+    from click.testing import CliRunner
+
+    from qora import holo as H
+    from qora.cli import cli
+
+    path = tmp_path / "rot.h5"
+    out = CliRunner().invoke(cli, ["holo", "simulate", "--size", "32", "--angles", "24", "--geometry", "rotation",
+                                   "--spheres", "0.8,0.5,-1,1,1.36;-0.7,-0.6,0.9,0.8,1.35", "--out", str(path)])
+    assert out.exit_code == 0, out.output
+    stack, bgs, g, hp, _ = H.read_holograms(path)
+    options = dict(sideband=H.find_sideband(bgs[0], hp), hologram_pixel=hp, backend="cpu",
+                   options=H.ReconstructionOptions(method="plain"))
+    fitted, text = H.fitted_axis(H.ratio_from_holograms(stack, bgs, g, hp), g, options["options"])
+    report = reconstruct_series(np.stack([stack, stack]), bgs, g, store=tmp_path / "s.zarr", client=client,
+                                fit_axis=True, **options)
+    assert report.info["axis_fit"] == text and sorted(report.done) == [0, 1]
+    assert np.array_equal(report.info["geometry"].axis, fitted.axis)
+    pipe = H.Pipeline(fitted, hologram_n=bgs.shape[-1], **options)
+    pipe.set_background(bgs)
+    np.testing.assert_array_equal(SeriesStore(tmp_path / "s.zarr").volume(1), pipe.process(stack).index)
+    # the command: the same call, the fit printed
+    H.write_holograms(tmp_path / "series.h5", np.stack([stack, stack]), bgs, g, hologram_pixel=hp)
+    out = CliRunner().invoke(cli, ["holo", "reconstruct", str(tmp_path / "series.h5"), "--fit-axis", "--method", "plain",
+                                   "--backend", "cpu", "--quiet", "--scheduler", client.scheduler.address, "--out",
+                                   str(tmp_path / "cli.zarr")])
+    assert out.exit_code == 0, out.output
+    assert text in out.output and "2 of 2 time points" in out.output
+    np.testing.assert_array_equal(SeriesStore(tmp_path / "cli.zarr").volume(0), pipe.process(stack).index)

@@ -190,3 +190,35 @@ def test_cli_field_series_takes_the_axis_and_sense_to_every_method(tmp_path):
     out = runner.invoke(cli, [*args, "--method", "gp", "--iterations", "5", "--out", str(tmp_path / "y.h5")])
     assert out.exit_code == 0, out.output
     assert np.abs(read_volume(tmp_path / "y.h5")[0] - read_volume(tmp_path / "gp.h5")[0]).max() > 1e-3
+
+
+def test_the_field_series_call_fits_the_axis_and_runs_the_bpm(tmp_path):
+    """``qora.holo.field_series_volume`` with ``fit_axis`` and a BpmOptions is the same as its steps called one by
+    one (prepare, fitted_axis, bpm_reconstruct), says what the fit found, and is what ``qora holo reconstruct
+    --input fields --fit-axis --method bpm`` runs."""
+    from click.testing import CliRunner
+
+    from qora.cli import cli
+    from qora.holo.files import read_volume
+
+    degrees = np.linspace(0.0, 360.0, 12, endpoint=False)
+    g = Geometry(0.532, 1.333, PIXEL, 16, 1.2, angles=np.radians(degrees), axis=rotation_axis(math.radians(8.0)))
+    ratio = 1 + P.partial_wave_ratio(P.Sphere((0.6, -0.3, 0.4), 0.5, 1.35), g)
+    optics = dict(wavelength=0.532, medium_index=1.333, pixel=PIXEL, na_detection=1.2)
+    options = holo.BpmOptions(iterations=2)
+    result, used, moved = holo.field_series_volume(ratio, g.angles, **optics, options=options, fit_axis=True)
+    prepared, g0, _ = holo.prepare_field_series(ratio, g.angles, **optics)
+    fitted, text = holo.fitted_axis(prepared, g0, options)
+    assert moved == 0.0 and result.info["axis_fit"] == text and text.startswith("axis fitted to the data")
+    np.testing.assert_allclose(used.axis, fitted.axis, atol=0)
+    np.testing.assert_allclose(result.index, holo.bpm_reconstruct(prepared, fitted, options).index, atol=1e-6)
+    np.save(tmp_path / "f.npy", ratio)
+    out = CliRunner().invoke(cli, ["holo", "reconstruct", str(tmp_path / "f.npy"), "--input", "fields",
+                                   "--wavelength", "0.532", "--pixel", str(PIXEL), "--medium-index", "1.333", "--na",
+                                   "1.2", "--angles", ",".join(map(str, degrees)), "--quiet", "--fit-axis", "--method",
+                                   "bpm", "--iterations", "2", "--out", str(tmp_path / "v.h5")])
+    assert out.exit_code == 0, out.output
+    assert text in out.output
+    index, recorded, _ = read_volume(tmp_path / "v.h5")
+    np.testing.assert_allclose(recorded.axis, fitted.axis, atol=1e-12)
+    np.testing.assert_allclose(index, result.index, atol=1e-6)

@@ -16,7 +16,7 @@ import numpy as np
 from click.core import ParameterSource
 
 from qora.cli.holo_fields import (FILTER_CHOICES, _interval, _reconstruct_fields, _reconstruct_series,
-                                 fitted_geometry, refocus_options)
+                                 refocus_options, stack_options)
 from qora.cli.holo_output import before_work, recorded_options, report, series_on_cluster, write_result
 from qora.cli.options import NONNEGATIVE, POSITIVE, Finite, backend_option, scale_out_options
 
@@ -303,9 +303,9 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
             return
         stack, bgs, g, hp = read
     g = _posed(ctx, g, solver, from_file=backgrounds is None, fit_axis=fit_axis)
-    options = _stack_options(H, method, approximation=approximation, iterations=iterations, tv_weight=tv_weight,
-                             oversample=oversample, index_min=index_min, index_max=index_max,
-                             complex_index=complex_index, batch=batch, bpm_variant=bpm_variant, backend=backend)
+    options = stack_options(H, method, approximation=approximation, iterations=iterations, tv_weight=tv_weight,
+                            oversample=oversample, index_min=index_min, index_max=index_max,
+                            complex_index=complex_index, batch=batch, bpm_variant=bpm_variant, backend=backend)
     sideband = H.find_sideband(bgs[0], hp)  # recorded before the work, and given to the reconstruction
     fourier = None if method == "bpm" else options
     recorded = recorded_options(sideband, hp, bgs.shape[-1], fourier, iterations=iterations, tv_weight=tv_weight,
@@ -314,10 +314,8 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
     if cluster:
         if method == "bpm" or stack.ndim != 4 or suffix != ".zarr":
             raise click.UsageError("on a Dask cluster, give a time series (T, A, N, N) and a .zarr store as --out")
-        if fit_axis:
-            g = fitted_geometry(H, H.ratio_from_holograms(stack[0], bgs, g, hp), g, approximation, quiet)
         series_on_cluster(stack, bgs, g, out, (scheduler, workers, gpus), quiet=quiet, sideband=sideband,
-                           hologram_pixel=hp, options=options, backend=backend)
+                           hologram_pixel=hp, options=options, fit_axis=fit_axis, backend=backend)
         return
     if method == "bpm" and stack.ndim != 3:
         raise click.UsageError("--method bpm takes one stack (A, N, N), not a series")
@@ -424,27 +422,6 @@ def _check_method_options(ctx, method: str, cluster: bool) -> None:
     if cluster and method == "bpm":
         raise click.UsageError("--method bpm takes one stack here; the cluster options are for a time series of "
                                "the Fourier methods")
-
-
-def _stack_options(H, method, *, approximation, iterations, tv_weight, oversample, index_min, index_max,
-                   complex_index, batch, bpm_variant, backend):
-    """The reconstruction's options from the command's: a ReconstructionOptions, or for --method bpm a BpmOptions
-    (its GPU slice step only where the run is on the GPU)."""
-    if method != "bpm":
-        return H.ReconstructionOptions(method=method, approximation=approximation, iterations=iterations,
-                                       tv_weight="auto" if tv_weight is None else tv_weight, oversample=oversample,
-                                       index_min=index_min, index_max=index_max, complex_index=complex_index)
-    if tv_weight == "auto":
-        raise click.BadParameter("bpm takes a numeric --tv-weight ('auto' is for --method tv)", param_hint="--tv-weight")
-    variant = {}
-    if bpm_variant is not None:
-        from qora.backend import resolve
-
-        if not resolve(backend).is_cuda:
-            raise click.BadParameter("--bpm-variant chooses the GPU's slice step; this run is on the CPU",
-                                     param_hint="--bpm-variant")
-        variant["variant"] = bpm_variant
-    return H.BpmOptions(iterations=iterations, tv_weight=tv_weight, batch=batch, **variant)
 
 
 @holo.command("phase")

@@ -11,7 +11,7 @@ from click.core import ParameterSource
 
 from qora.cli.options import Finite
 
-__all__ = ["FILTER_CHOICES", "refocus_options", "bpm_of_ratio"]
+__all__ = ["FILTER_CHOICES", "refocus_options", "stack_options"]
 
 
 def _given(ctx, name: str) -> bool:
@@ -101,16 +101,25 @@ def _reconstruct_fields(ctx, holos, backgrounds, *, input_kind, amplitude, wavel
     _reconstruct_series(series.fields, angles, na_detection=na_detection, truth=series.phantom, **optics, **rest)
 
 
-def bpm_of_ratio(H, ratio, g, *, iterations, tv_weight, batch, backend, quiet, **cuda_options):
-    """The BPM inversion of field ratios (:func:`qora.holo.bpm_reconstruct`, its Rytov + GP start and its steps on
-    one progress bar); ``cuda_options`` (``variant``) go to the device's BPM."""
-    from qora.progress import tqdm_progress
-
+def stack_options(H, method, *, approximation, iterations, tv_weight, oversample, index_min, index_max,
+                  complex_index, batch, bpm_variant, backend):
+    """The reconstruction's options from the command's: a ReconstructionOptions, or for --method bpm a BpmOptions
+    (its GPU slice step only where the run is on the GPU)."""
+    if method != "bpm":
+        return H.ReconstructionOptions(method=method, approximation=approximation, iterations=iterations,
+                                       tv_weight="auto" if tv_weight is None else tv_weight, oversample=oversample,
+                                       index_min=index_min, index_max=index_max, complex_index=complex_index)
     if tv_weight == "auto":
         raise click.BadParameter("bpm takes a numeric --tv-weight ('auto' is for --method tv)", param_hint="--tv-weight")
-    with tqdm_progress(disable=quiet) as bar:
-        return H.bpm_reconstruct(ratio, g, iterations=iterations, tv_weight=tv_weight, batch=batch, progress=bar,
-                                 backend=backend, **cuda_options)
+    variant = {}
+    if bpm_variant is not None:
+        from qora.backend import resolve
+
+        if not resolve(backend).is_cuda:
+            raise click.BadParameter("--bpm-variant chooses the GPU's slice step; this run is on the CPU",
+                                     param_hint="--bpm-variant")
+        variant["variant"] = bpm_variant
+    return H.BpmOptions(iterations=iterations, tv_weight=tv_weight, batch=batch, **variant)
 
 
 def written_line(out, result, method: str, tv_weight) -> str:
@@ -123,56 +132,36 @@ def written_line(out, result, method: str, tv_weight) -> str:
     return msg
 
 
-def fitted_geometry(H, ratio, g, approximation: str, quiet: bool):
-    """``g`` with the axis fitted to ``ratio`` where the data determine it (:func:`qora.holo.fit_axis`); the fit
-    is printed either way, with a bar while it runs."""
-    from dataclasses import replace
-
-    from qora.holo import describe_axis_fit as describe
-    from qora.progress import tqdm_progress
-
-    with tqdm_progress(disable=quiet) as bar:
-        fit = H.fit_axis(ratio, g, approximation=approximation, progress=bar)
-    click.echo(describe(fit))
-    return replace(g, axis=fit.axis) if fit.determined else g
-
-
 def _reconstruct_series(fields, angles, *, wavelength, medium_index, pixel, na_detection, axis, fit_axis,
                         rotation_sense, method, approximation, iterations, tv_weight, oversample, index_min, index_max, complex_index, batch,
                         distance, autofocus, focus_range, focus_metric, backend, out, suffix, plot, quiet,
                         truth) -> None:
     """A rotation series of field ratios (any shape) to one volume about ``axis`` (z, y, x) in ``rotation_sense``:
-    the Fourier methods with the options of the hologram path, or the BPM (:func:`bpm_of_ratio`)."""
+    the Fourier methods with the options of the hologram path, or the BPM: one call of
+    :func:`qora.holo.field_series_volume`."""
     from qora import holo as H
     from qora.io.errors import InputError
+    from qora.progress import tqdm_progress
 
     if suffix == ".zarr":
         raise click.UsageError("a field series gives one volume: write .h5 or .tif")
+    options = stack_options(H, method, approximation=approximation, iterations=iterations, tv_weight=tv_weight,
+                            oversample=oversample, index_min=index_min, index_max=index_max,
+                            complex_index=complex_index, batch=batch, bpm_variant=None, backend=backend)
     try:
-        ratio, g, moved = H.prepare_field_series(
-            fields, angles, wavelength=wavelength, medium_index=medium_index, pixel=pixel, na_detection=na_detection,
-            distance=distance, autofocus=autofocus, interval=_interval(focus_range),
-            metric=focus_metric.replace("-", " "), axis=axis, rotation_sense=rotation_sense)
-        if fit_axis:
-            g = fitted_geometry(H, ratio, g, approximation, quiet)
-        if method == "bpm":
-            result = bpm_of_ratio(H, ratio, g, iterations=iterations, tv_weight=tv_weight, batch=batch,
-                                  backend=backend, quiet=quiet)
-        else:
-            options = H.ReconstructionOptions(method=method, approximation=approximation, iterations=iterations,
-                                              tv_weight="auto" if tv_weight is None else tv_weight,
-                                              oversample=oversample, index_min=index_min, index_max=index_max,
-                                              complex_index=complex_index)
-            from qora.progress import tqdm_progress
-
-            with tqdm_progress(disable=quiet) as bar:
-                result = H.reconstruct(ratio, g, options, backend=backend, progress=bar)
+        with tqdm_progress(disable=quiet) as bar:
+            result, g, moved = H.field_series_volume(
+                fields, angles, wavelength=wavelength, medium_index=medium_index, pixel=pixel,
+                na_detection=na_detection, options=options, fit_axis=fit_axis, distance=distance, autofocus=autofocus,
+                interval=_interval(focus_range), metric=focus_metric.replace("-", " "), axis=axis,
+                rotation_sense=rotation_sense, backend=backend, progress=bar)
     except InputError as exc:
         raise click.UsageError(str(exc)) from None
+    if "axis_fit" in result.info:
+        click.echo(result.info["axis_fit"])
     if suffix in (".tif", ".tiff"):
         H.write_volume_tiff(out, result.index, g)
     else:
-        result.info["refocus_distance_um"] = moved
         result.save(out)
     msg = written_line(out, result, method, tv_weight)
     if distance is not None or autofocus:

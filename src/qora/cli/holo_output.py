@@ -61,6 +61,8 @@ def series_on_cluster(stack, backgrounds, geometry, out, cluster, *, quiet, **op
 
     with scale_out_client(*cluster) as client, tqdm_progress(disable=quiet) as bar:
         report = reconstruct_series(stack, backgrounds, geometry, store=out, client=client, progress=bar, **options)
+    if "axis_fit" in report.info:
+        click.echo(report.info["axis_fit"])
     click.echo(report.summary().split("\n")[0])
     click.echo(f"{len(SeriesStore(out).index())} of {len(stack)} time points in {out}")
     exit_on_failures(report.failed, "time point ")

@@ -65,11 +65,8 @@ def _thick_line(t: dict, label: str, *, tilt: bool) -> str:
 
     p = t["parameters"]
     ab = parameters_to_aberrations(p)
-    if tilt:
-        tilt_text = (f"tilt ({p['tilt_y'] * 1e3:.2f} {_pm(t, 'tilt_y', 1e3, 2)}, {p['tilt_x'] * 1e3:.2f} "
-                     f"{_pm(t, 'tilt_x', 1e3, 2)}) mrad")
-    else:
-        tilt_text = "tilt not determined (independent sections)"
+    tilt_text = (f"tilt ({p['tilt_y'] * 1e3:.2f} {_pm(t, 'tilt_y', 1e3, 2)}, {p['tilt_x'] * 1e3:.2f} "
+                 f"{_pm(t, 'tilt_x', 1e3, 2)}) mrad" if tilt else "tilt not determined (independent sections)")
     return (f"{label}: C10 {ab.get('C10'):.1f} {_pm(t, 'C10')} A, {c12_text(ab)}, thickness {p['thickness']:.0f} "
             f"{_pm(t, 'thickness', digits=0)} A, {tilt_text}, agreement {t['agreement']:.4f}")
 

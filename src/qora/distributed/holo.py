@@ -174,7 +174,7 @@ def _process_time_point(t: int, source, store: str, token: str, geometry, backgr
 
 
 def reconstruct_series(stacks, backgrounds, geometry, *, store, client, sideband, hologram_pixel: float,
-                       options=None, backend="auto", progress=None, times=None) -> ItemReport:
+                       options=None, fit_axis: bool = False, backend="auto", progress=None, times=None) -> ItemReport:
     """Reconstruct every stack of a time series on the client's workers into a Zarr store.
 
     Parameters
@@ -192,6 +192,10 @@ def reconstruct_series(stacks, backgrounds, geometry, *, store, client, sideband
         As for :class:`qora.holo.Pipeline`: ``sideband`` (nu_y, nu_x) in cycles/um, ``hologram_pixel`` in
         um (``hologram_n`` from the backgrounds); ``options`` a
         :class:`qora.holo.ReconstructionOptions` (default: its defaults), recorded in the store.
+    fit_axis : bool
+        Fit a rotation geometry's axis to the first stack's ratios (in this process, before the series) and use
+        it where the data determine it (:func:`qora.holo.fitted_axis`); the report's ``info["axis_fit"]`` says
+        what was found, ``info["geometry"]`` is the geometry the volumes were made with.
     times : sequence of int, optional
         The time point of each stack (default 0, 1, ...): the arrays' names.
     progress : callable, optional
@@ -216,6 +220,13 @@ def reconstruct_series(stacks, backgrounds, geometry, *, store, client, sideband
         raise InputError(f"backgrounds must be (A, N, N), got shape {backgrounds.shape}")
     count = len(stacks)
     times = _times(times, count)
+    chosen = {}
+    if fit_axis:
+        from qora.holo import fitted_axis, ratio_from_holograms
+
+        ratio = ratio_from_holograms(_read_stack(stacks[0], np.float64), backgrounds, geometry, hologram_pixel)
+        geometry, chosen["axis_fit"] = fitted_axis(ratio, geometry, options)
+        chosen["geometry"] = geometry
     recorded = series_options(sideband, hologram_pixel, backgrounds.shape[-1], options.to_dict())
     series = SeriesStore(store)
     series.create(geometry, recorded)
@@ -233,6 +244,7 @@ def reconstruct_series(stacks, backgrounds, geometry, *, store, client, sideband
 
     out = run_items(client, _process_time_point, items, stage="stacks", progress=progress, on_result=land)
     out.skipped = sorted(t for t in times if t not in items)
+    out.info.update(chosen)
     return out
 
 

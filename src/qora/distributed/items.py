@@ -32,6 +32,7 @@ class ItemReport:
     workers: int = 0
     cancelled: bool = False
     where: str = ""
+    info: dict = field(default_factory=dict)  # what the run chose before the items (e.g. a fitted axis)
 
     def summary(self) -> str:
         text = f"{len(self.done)} done, {len(self.failed)} failed"

@@ -15,7 +15,7 @@ leaves that only the api reaches, so importing this package needs no GPU.
 """
 
 from qora.holo import display, phantoms, reference
-from qora.holo.api import (Pipeline, bpm_reconstruct, extract_fields, field_series_volume, field_size,
+from qora.holo.api import (Pipeline, bpm_reconstruct, extract_fields, field_series_volume, field_size, fitted_axis,
                            geometry_from_backgrounds, parse_angles, phase_image, prepare_field_series, reconstruct,
                            reconstruct_holograms, reconstruct_stack, rotation_geometry, simulation_geometry)
 from qora.holo.axis_fit import AxisFit, describe as describe_axis_fit, fit_axis_to_ratio as fit_axis
@@ -51,7 +51,7 @@ __all__ = [
     "BACKGROUND_BORDER",
     "ratio_from_holograms", "ratio_from_rectangular", "rytov", "FILTERS", "square_fields",
     # fields: refocus, background, series of complex fields
-    "propagate", "autofocus", "refocused", "correct_background", "object_mask", "phase_image", "field_series_volume", "prepare_field_series",
+    "propagate", "autofocus", "refocused", "correct_background", "object_mask", "phase_image", "field_series_volume", "fitted_axis", "prepare_field_series",
     # phantoms and Mie
     "Sphere", "render_spheres", "born_ratio", "holograms_from_fields", "simulate_holograms",
     "simulate_bpm_holograms", "vector_mie_ratio", "phantoms", "reference",

@@ -36,7 +36,7 @@ from qora.io.options import with_changes
 from qora.io.validate import integer, memory_needed, number, positive
 from qora.progress import report
 
-__all__ = ["phase_image", "field_series_volume", "prepare_field_series", "reconstruct", "extract_fields", "bpm_reconstruct", "Pipeline", "pipeline_tables", "reconstruct_holograms",
+__all__ = ["phase_image", "field_series_volume", "fitted_axis", "prepare_field_series", "reconstruct", "extract_fields", "bpm_reconstruct", "Pipeline", "pipeline_tables", "reconstruct_holograms",
            "field_size", "geometry_from_backgrounds", "parse_angles", "rotation_geometry", "simulation_geometry",
            "options_with"]
 
@@ -246,20 +246,43 @@ def prepare_field_series(fields, angles, *, wavelength: float, medium_index: flo
 
 
 def field_series_volume(fields, angles, *, wavelength: float, medium_index: float, pixel: float,
-                        na_detection: float, options: ReconstructionOptions | None = None, distance=None,
-                        autofocus: bool = False, interval=(-10.0, 10.0), metric: str = "amplitude variance",
-                        axis=(0.0, 1.0, 0.0), rotation_sense: int = 1, backend="auto",
-                        progress=None) -> tuple[OdtResult, Geometry, float]:
-    """The index volume of a rotation series of field ratios (A, M, N) of any shape: :func:`prepare_field_series`
-    (same arguments) then :func:`reconstruct` with ``options``. Returns ``(OdtResult, Geometry, distance um)``."""
+                        na_detection: float, options: ReconstructionOptions | BpmOptions | None = None,
+                        fit_axis: bool = False, distance=None, autofocus: bool = False, interval=(-10.0, 10.0),
+                        metric: str = "amplitude variance", axis=(0.0, 1.0, 0.0), rotation_sense: int = 1,
+                        backend="auto", progress=None) -> tuple[OdtResult, Geometry, float]:
+    """The index volume of a rotation series of field ratios (A, M, N) of any shape (what ``qora holo reconstruct
+    --input fields`` runs): :func:`prepare_field_series` (same arguments); with ``fit_axis`` the rotation axis
+    fitted to the ratios and used where the data determine it (:func:`qora.holo.fit_axis`); then
+    :func:`reconstruct` with ``options`` (a :class:`ReconstructionOptions`, the default) or :func:`bpm_reconstruct`
+    (a :class:`BpmOptions`). ``progress`` counts the axis fit, then the reconstruction. Returns ``(OdtResult,
+    Geometry, distance um)``: the geometry used (the fitted axis in it); the result's ``info`` says the refocus
+    distance (``refocus_distance_um``) and, with ``fit_axis``, what the fit found (``axis_fit``)."""
     ratio, g, moved = prepare_field_series(fields, angles, wavelength=wavelength, medium_index=medium_index,
                                            pixel=pixel, na_detection=na_detection, distance=distance,
                                            autofocus=autofocus, interval=interval, metric=metric, axis=axis,
                                            rotation_sense=rotation_sense)
-    return reconstruct(ratio, g, options, backend=backend, progress=progress), g, moved
+    chosen = {"refocus_distance_um": moved}
+    if fit_axis:
+        g, chosen["axis_fit"] = fitted_axis(ratio, g, options, progress)
+    if isinstance(options, BpmOptions):
+        result = bpm_reconstruct(ratio, g, options, backend=backend, progress=progress)
+    else:
+        result = reconstruct(ratio, g, options, backend=backend, progress=progress)
+    result.info.update(chosen)
+    return result, g, moved
 
 
-# -- the Pipeline ---------------------------------------------------------------------------------------
+def fitted_axis(ratio, geometry: Geometry, options: ReconstructionOptions | BpmOptions | None = None,
+                progress=None) -> tuple[Geometry, str]:
+    """``geometry`` (a rotation geometry) with its rotation axis fitted to the field ratios ``ratio`` (A, n, n)
+    where the data determine it, unchanged where they do not (:func:`qora.holo.fit_axis`), and the fit's one-line
+    description. The fit models the ratios with the approximation of ``options`` (Rytov for a
+    :class:`BpmOptions`, whose start is Rytov); it takes the first count of ``progress``."""
+    from qora.holo.axis_fit import describe, fit_axis_to_ratio
+
+    approximation = "rytov" if isinstance(options, BpmOptions) else options_with(options, {}).approximation
+    fit = fit_axis_to_ratio(ratio, geometry, approximation=approximation, progress=span(progress, 0, 1, "axis: "))
+    return (replace(geometry, axis=fit.axis) if fit.determined else geometry), describe(fit)
 
 
 def pipeline_tables(geometry: Geometry, *, sideband, hologram_pixel: float, hologram_n: int,
@@ -404,8 +427,6 @@ def reconstruct_stack(holograms, backgrounds, geometry: Geometry, *, hologram_pi
     The result's ``geometry`` is the one used (the fitted axis in it), ``info["sideband"]`` (cycles/um) and,
     with ``fit_axis``, ``info["axis_fit"]`` say what was chosen. ``progress`` counts the axis fit, then the
     reconstruction."""
-    from qora.holo.axis_fit import describe, fit_axis_to_ratio
-
     holograms, backgrounds = np.asarray(holograms), np.asarray(backgrounds)
     geometry = _geometry(geometry)
     if sideband is None:
@@ -418,11 +439,7 @@ def reconstruct_stack(holograms, backgrounds, geometry: Geometry, *, hologram_pi
     if fit_axis:
         first = holograms if holograms.ndim == 3 else holograms[0]  # a series: its first time point
         ratio = _fields.ratio_from_holograms(first, backgrounds, geometry, hologram_pixel)
-        approximation = "rytov" if bpm else options_with(options, {}).approximation
-        fit = fit_axis_to_ratio(ratio, geometry, approximation=approximation, progress=span(progress, 0, 1, "axis: "))
-        chosen["axis_fit"] = describe(fit)
-        if fit.determined:
-            geometry = replace(geometry, axis=fit.axis)
+        geometry, chosen["axis_fit"] = fitted_axis(ratio, geometry, options, progress)
     if bpm:
         if ratio is None:
             ratio = _fields.ratio_from_holograms(holograms, backgrounds, geometry, hologram_pixel)
