@@ -23,6 +23,11 @@ def backend_defaults(source: str) -> list[tuple[str, int, object]]:
         for arg, default in pairs:
             if arg.arg == "backend" and isinstance(default, ast.Constant):
                 found.append((node.name, node.lineno, default.value))
+        for decorator in node.decorator_list:  # the commands' --backend: backend_option(default)
+            if isinstance(decorator, ast.Call) and getattr(decorator.func, "id", None) == "backend_option":
+                given = decorator.args[:1] + [k.value for k in decorator.keywords if k.arg == "default"]
+                if given and isinstance(given[0], ast.Constant):
+                    found.append((node.name, node.lineno, given[0].value))
     return found
 
 
@@ -38,3 +43,5 @@ def test_every_backend_default_is_the_one_rule():
 def test_the_rule_finds_a_planted_default():
     planted = "def f(x, *, backend='cpu'):\n    pass\ndef g(x, backend='auto'):\n    pass\ndef h(backend=None):\n    pass\n"
     assert backend_defaults(planted) == [("f", 1, "cpu"), ("g", 3, "auto"), ("h", 5, None)]
+    command = "@backend_option('cpu')\ndef c(backend):\n    pass\n@backend_option()\ndef d(backend):\n    pass\n"
+    assert backend_defaults(command) == [("c", 2, "cpu")]

@@ -258,10 +258,9 @@ def run(*, backend="auto", write=True, echo=print, quick: bool = False, threads=
 
         raise InputError("--parts selects parts of the CUDA benchmark: use it with --backend cuda")
     if threads is not None:
-        if be.is_cuda:
-            from qora.io.errors import InputError
+        from qora.bench.threads import check_sweep_backend
 
-            raise InputError("--threads sweeps the CPU path: use it with --backend cpu")
+        check_sweep_backend(backend)
         return run_cpu_threads(threads, size=size, angles=angles, rounds=rounds, write=write, echo=echo)
     if be.is_cuda:
         from qora.bench import holo_cuda

@@ -302,10 +302,9 @@ def run(*, backend="auto", shapes=None, write=True, echo=print, threads=None) ->
     """The benchmark of ``backend``; on the CPU with ``threads`` (counts) the thread-scaling sweep instead."""
     be = resolve(backend)
     if threads is not None:
-        if be.is_cuda:
-            from qora.io.errors import InputError
+        from qora.bench.threads import check_sweep_backend
 
-            raise InputError("--threads sweeps the CPU path: use it with --backend cpu")
+        check_sweep_backend(backend)
         return run_cpu_threads(threads, shapes=shapes or CPU_SHAPES, write=write, echo=echo)
     if be.is_cuda:
         return run_cuda(shapes=shapes or CUDA_SHAPES, write=write, echo=echo)

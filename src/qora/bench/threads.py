@@ -31,6 +31,13 @@ __all__ = ["parse_counts", "split_counts", "new_result", "pair_floor", "run_peer
 DEFAULT_COUNTS = (1, 2, 4, 8, 16)
 
 
+def check_sweep_backend(backend) -> None:
+    """A thread sweep measures the host's threads: it runs on the CPU for "cpu" and for the default "auto" (a GPU
+    machine's CPU included); "cuda" asked for by name is refused."""
+    if getattr(backend, "name", backend) == "cuda":
+        raise InputError("--threads sweeps the CPU path: leave --backend at auto or give cpu")
+
+
 def parse_counts(text) -> list[int]:
     """``"1,2,4"`` (or an iterable of ints) -> ``[1, 2, 4]``, sorted, distinct; InputError otherwise."""
     items = text.split(",") if isinstance(text, str) else list(text)

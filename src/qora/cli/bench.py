@@ -130,7 +130,7 @@ def bench_phase_success(backend: str, cases, starts: int, recipe: str, peer, con
 
 
 @bench.command("holo")
-@backend_option("cpu")
+@backend_option()
 @threads_option()
 @click.option("--size", type=click.IntRange(16, 1024), default=188, show_default=True,
               help="With --threads: the rotation case's field of view (voxels per edge).")
@@ -161,7 +161,7 @@ def bench_holo(backend: str, thread_counts, size: int, angles: int, rounds: int,
 
 
 @bench.command("holo-fields")
-@backend_option("cpu")
+@backend_option()
 @click.option("--no-write", is_flag=True, help="Print only; write no result file.")
 def bench_holo_fields(backend: str, no_write: bool) -> None:
     """Field stages: QPI per filter, sideband crop per filter, refocus, autofocus, background fit."""
@@ -171,7 +171,7 @@ def bench_holo_fields(backend: str, no_write: bool) -> None:
 
 
 @bench.command("ssb")
-@backend_option("cpu")
+@backend_option()
 @threads_option()
 @click.option("--scan", type=click.IntRange(16, 1024), default=128, show_default=True,
               help="With --threads: the scan's side (the detector window is 64).")
@@ -184,19 +184,19 @@ def bench_ssb(backend: str, thread_counts, scan: int, fit_only: bool, repeats: i
     the CPU also the cold-start and rotation-given fits at 64 x 64 beside py4DSTEM (interleaved); with
     --threads the band agreement's batch pass at each thread count."""
     from qora.bench import ssb as ssb_bench
-    from qora.io.errors import InputError
 
     counts = _counts(thread_counts)
     if counts is not None:
-        if backend == "cuda":
-            raise InputError("--threads sweeps the CPU path: use it with --backend cpu")
+        from qora.bench.threads import check_sweep_backend
+
+        check_sweep_backend(backend)
         ssb_bench.run_cpu_threads(counts, scan=scan, write=not no_write, echo=click.echo)
         return
     ssb_bench.run(backend=backend, write=not no_write, echo=click.echo, fit_only=fit_only, repeats=repeats)
 
 
 @bench.command("ssb-files")
-@backend_option("cpu")
+@backend_option()
 @click.option("--scan", type=click.IntRange(8, 1024), default=64, show_default=True, help="Scan positions per side.")
 @click.option("--no-write", is_flag=True, help="Print only; write no result file.")
 def bench_ssb_files(backend: str, scan: int, no_write: bool) -> None:
