@@ -500,3 +500,14 @@ def test_the_array_code_in_blocks_on_cuda_equals_one_block_and_the_cpu(sessions)
     np.testing.assert_allclose(h1, h2, rtol=1e-7, atol=1e-9 * np.abs(h2).max())
     sets = [v, {**v, "rotation": 0.09}]
     np.testing.assert_allclose(blocks.evaluate_batch(sets), one.evaluate_batch(sets), rtol=1e-12)
+
+
+def test_icom_on_the_device_equals_the_cpu(sessions, single):
+    """The integrated centre of mass (qora.ssb.com: array code on the session's backend) from G on the device,
+    G streamed from the host, and the complex64 G of counts, against the CPU's."""
+    cpu, gpu, streamed = sessions
+    reference = cpu.image(method="icom")
+    for session in (gpu, streamed):
+        assert _rel(session.image(method="icom"), reference) < 1e-10
+    cpu_counts, gpu_counts = single
+    assert _rel(gpu_counts.image(method="icom"), cpu_counts.image(method="icom")) < 1e-5

@@ -195,6 +195,16 @@ def scan_frequencies(scan_shape, scan_step, rotation: float, *, half: bool, xp=n
     return c * qy + s * qx, -s * qy + c * qx
 
 
+def unresolved_out(spectrum, scan_shape) -> None:
+    """Zero, in place, the bins of a half-plane image spectrum that the scan does not resolve: at an even
+    side's Nyquist frequency +Q and -Q are one bin, so G there mixes Phi(Q) Gamma(Q) with Phi(-Q) Gamma(-Q)."""
+    sy, sx = scan_shape
+    if sy % 2 == 0:
+        spectrum[sy // 2] = 0
+    if sx % 2 == 0:
+        spectrum[:, sx // 2] = 0
+
+
 @functools.lru_cache(maxsize=8)
 def _host_frequencies(scan_shape: tuple, steps: tuple, rotation: float, half: bool):
     """:func:`scan_frequencies` on the host, kept for reuse: read-only arrays."""

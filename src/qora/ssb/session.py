@@ -25,15 +25,18 @@ from qora.backend.fft import fftn, ifftn, irfftn, rfftn
 from qora.io.errors import InputError
 from qora.io.validate import integer, positive
 from qora.ssb import image_loops, kernels
+from qora.ssb.com import icom_image
 from qora.ssb.band_cache import BandCache
 from qora.ssb.detector import (DetectorFit, bright_field_pixels, check_data, check_level, check_settings,
-                               fit_detector, gather, scan_frequencies, scan_steps)
+                               fit_detector, gather, scan_frequencies, scan_steps, unresolved_out)
 from qora.ssb.model import chi_coefficients, parameters_to_aberrations, quadratic_tag
 from qora.ssb.optics import Aberrations, aperture, chi, chi_gradient, wavelength
 from qora.ssb.orientation import reorient
 from qora.ssb.timing import Clock as _Clock
 
-__all__ = ["Session"]
+__all__ = ["Session", "IMAGE_METHODS"]
+
+IMAGE_METHODS = ("ssb", "thick", "parallax", "icom")  # Session.image's methods
 
 
 class Session(BandCache):
@@ -241,23 +244,25 @@ class Session(BandCache):
     def image(self, aberrations: Aberrations | None = None, method: str = "ssb", *, thickness: float = 0.0,
               tilt=(0.0, 0.0), upsample: int = 1, rows: int = 16, timings: dict | None = None) -> np.ndarray:
         """The phase image (rad, scan grid; a host array) for the given aberrations by ``method``:
-        "ssb" (single side band over the double-overlap pixels), "thick" (SSB with the
-        thick-sample Gamma of ``thickness`` (A) and specimen ``tilt`` (tau_y, tau_x) rad; C10 is
-        the mid-plane's), or "parallax" (tcBF: the bright-field images shifted by grad chi /
-        2 pi, summed, and phase-flipped by sign(sin chi(Q))). Q = 0 and the scan's Nyquist row
-        and column are left out. ``upsample`` (parallax only) returns the image on a grid that
+        "ssb" (single side band over the double-overlap pixels), "thick" (SSB with the thick-sample Gamma of
+        ``thickness`` (A) and specimen ``tilt`` (tau_y, tau_x) rad; C10 is the mid-plane's), "parallax" (tcBF:
+        the bright-field images shifted by grad chi / 2 pi, summed, and phase-flipped by sign(sin chi(Q))) or
+        "icom" (the integrated centre of mass, :mod:`qora.ssb.com`: no aberrations). Q = 0 and the scan's
+        Nyquist row and column are left out. ``upsample`` (parallax only) returns the image on a grid that
         many times finer, from the bright-field images' sub-pixel shifts (:meth:`_parallax_upsampled`).
         ``timings``: a dict that receives the time (ms) of the sums over the bright field ("sums"),
         the inverse FFT ("fft") and the copy to the host ("copy"), each waited for on the device
         (for profiling: the waits cost a little)."""
         self._whole("images")
         aberrations = aberrations or Aberrations()
-        if method not in ("ssb", "thick", "parallax"):
-            raise ValueError(f"method must be 'ssb', 'thick' or 'parallax', got {method!r}")
+        if method not in IMAGE_METHODS:
+            raise ValueError(f"method must be one of {', '.join(map(repr, IMAGE_METHODS))}, got {method!r}")
         if method == "thick" and not thickness >= 0:
             raise ValueError(f"thickness must be non-negative (A), got {thickness}")
         if method != "thick" and (thickness or any(tilt)):
             raise ValueError("thickness and tilt belong to method='thick'")
+        if method == "icom" and upsample == 1:
+            return icom_image(self)
         if upsample != 1:
             if method != "parallax" or int(upsample) != upsample or upsample < 1:
                 raise ValueError(f"upsample must be a positive integer, and above 1 only for parallax, got {upsample}")
@@ -282,13 +287,7 @@ class Session(BandCache):
         else:
             spectrum = xp.where(norm > 0, numerator / (1j * xp.where(norm > 0, norm, 1)), 0)
         spectrum[0, 0] = 0
-        # at the Nyquist frequency +Q and -Q are one bin, so G there mixes Phi(Q) Gamma(Q) with
-        # Phi(-Q) Gamma(-Q): the scan does not resolve it, and the bin is left out
-        sy, sx = self.scan_shape
-        if sy % 2 == 0:
-            spectrum[sy // 2] = 0
-        if sx % 2 == 0:
-            spectrum[:, sx // 2] = 0
+        unresolved_out(spectrum, self.scan_shape)
         clock.lap("sums")
         image = irfftn(spectrum, s=self.scan_shape, axes=(-2, -1))
         clock.lap("fft")
