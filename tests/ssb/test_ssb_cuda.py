@@ -502,12 +502,14 @@ def test_the_array_code_in_blocks_on_cuda_equals_one_block_and_the_cpu(sessions)
     np.testing.assert_allclose(blocks.evaluate_batch(sets), one.evaluate_batch(sets), rtol=1e-12)
 
 
-def test_icom_on_the_device_equals_the_cpu(sessions, single):
-    """The integrated centre of mass (qora.ssb.com: array code on the session's backend) from G on the device,
-    G streamed from the host, and the complex64 G of counts, against the CPU's."""
+@pytest.mark.parametrize("method", ["icom", "obf"])
+def test_icom_and_obf_on_the_device_equal_the_cpu(sessions, single, method):
+    """The integrated centre of mass (qora.ssb.com) and optimum bright field (qora.ssb.obf), array code on the
+    session's backend, from G on the device, G streamed from the host, and the complex64 G of counts, against
+    the CPU's."""
     cpu, gpu, streamed = sessions
-    reference = cpu.image(method="icom")
+    reference = cpu.image(AB, method)
     for session in (gpu, streamed):
-        assert _rel(session.image(method="icom"), reference) < 1e-10
+        assert _rel(session.image(AB, method), reference) < 1e-10
     cpu_counts, gpu_counts = single
-    assert _rel(gpu_counts.image(method="icom"), cpu_counts.image(method="icom")) < 1e-5
+    assert _rel(gpu_counts.image(AB, method), cpu_counts.image(AB, method)) < 1e-5

@@ -3,7 +3,7 @@ on the CPU or the GPU (``--backend``; the GPU adds the 3x parallax and the mean-
 
 Steps timed (warm; the median of ``repeats`` runs each): load the dataset file, fit the
 detector, prepare the session (bright field and half-plane G), one image per method (SSB, the
-thick model, parallax, iCoM) at fixed parameters; the previews as a slider moves them (C10 changes on
+thick model, parallax, iCoM, OBF) at fixed parameters; the previews as a slider moves them (C10 changes on
 every call; median of 20): 1x, 3x, tilt-corrected 1x, and 1x with the loss; the fit from a cold
 start with the rotation given (median of 3 seeds): its search, standard and thick stages. The dataset is
 our simulator's (amorphous film, 300 kV, 20 mrad, a 64 x 64 detector), written once to a
@@ -23,8 +23,9 @@ from qora.bench.common import BenchResult, median_wall
 
 __all__ = ["run", "SSB_STEPS"]
 
-SSB_STEPS = ("load", "detector_fit", "prepare", "image_ssb", "image_thick", "image_parallax", "image_icom", "preview_1x",
-             "preview_3x", "preview_tilt_1x", "preview_loss_1x", "fit_search", "fit_standard", "fit_thick")
+SSB_STEPS = ("load", "detector_fit", "prepare", "image_ssb", "image_thick", "image_parallax", "image_icom",
+             "image_obf", "preview_1x", "preview_3x", "preview_tilt_1x", "preview_loss_1x", "fit_search",
+             "fit_standard", "fit_thick")
 
 
 def _median_ms(fn, repeats: int):
@@ -76,6 +77,7 @@ def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int 
                                          repeats)
     _, times["image_parallax"] = _median_ms(lambda: session.image(ab, "parallax"), repeats)
     _, times["image_icom"] = _median_ms(lambda: session.image(method="icom"), repeats)
+    _, times["image_obf"] = _median_ms(lambda: session.image(ab, "obf"), repeats)
     if be.is_cuda:
         for name, fn in (("image_parallax_up3", lambda: session.image(ab, "parallax", upsample=3)),
                          ("mean_phase", lambda: session.mean_phase(ab))):

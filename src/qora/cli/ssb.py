@@ -214,9 +214,9 @@ def simulate_cmd(scan, step, window, kv, semiangle, c10, c12, c12_angle, c30, sl
 @click.option("--scan-step", type=SCAN_STEP_A, default=None, help="Scan step (A); default from the file.")
 @click.option("--rotation", type=ANGLE_DEG, default=0.0, show_default=True, help="Scan rotation (degrees).")
 @aberration_options
-@click.option("--method", type=click.Choice(["ssb", "parallax", "icom"]), default=None,
+@click.option("--method", type=click.Choice(["ssb", "parallax", "obf", "icom"]), default=None,
               help="Imaging method [default: ssb; with --fit, its better branch: ssb, the thick model or the sum of "
-              "the incoherent model's depth sections]; icom (integrated centre of mass) takes no aberrations.")
+              "the incoherent model's depth sections]; obf: optimum bright field; icom: no aberrations.")
 @click.option("--fit", "fit_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="A fit .json of `qora ssb fit` on this DATA: its detector orientation, scan rotation and the "
               "better branch's aberrations (thickness and tilt too) are used, unrounded; the aberration, "
@@ -249,7 +249,7 @@ def image_cmd(ctx, data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle
                           detector=detector, backend=backend)
     if method == "icom" and any(c != 0 for c in (c10, c12, c30)):
         raise click.BadParameter("the integrated centre of mass takes no aberrations", param_hint="--c10/--c12/--c30")
-    if fit is not None and method not in ("parallax", "icom"):
+    if fit is not None and method in (None, "ssb"):
         from qora.ssb import fitted_image
 
         phase, method, values = fitted_image(session, fit)

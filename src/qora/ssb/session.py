@@ -26,6 +26,7 @@ from qora.io.errors import InputError
 from qora.io.validate import integer, positive
 from qora.ssb import image_loops, kernels
 from qora.ssb.com import icom_image
+from qora.ssb.obf import obf_image
 from qora.ssb.band_cache import BandCache
 from qora.ssb.detector import (DetectorFit, bright_field_pixels, check_data, check_level, check_settings,
                                fit_detector, gather, scan_frequencies, scan_steps, unresolved_out)
@@ -36,7 +37,7 @@ from qora.ssb.timing import Clock as _Clock
 
 __all__ = ["Session", "IMAGE_METHODS"]
 
-IMAGE_METHODS = ("ssb", "thick", "parallax", "icom")  # Session.image's methods
+IMAGE_METHODS = ("ssb", "thick", "parallax", "icom", "obf")  # Session.image's methods
 
 
 class Session(BandCache):
@@ -246,10 +247,10 @@ class Session(BandCache):
         """The phase image (rad, scan grid; a host array) for the given aberrations by ``method``:
         "ssb" (single side band over the double-overlap pixels), "thick" (SSB with the thick-sample Gamma of
         ``thickness`` (A) and specimen ``tilt`` (tau_y, tau_x) rad; C10 is the mid-plane's), "parallax" (tcBF:
-        the bright-field images shifted by grad chi / 2 pi, summed, and phase-flipped by sign(sin chi(Q))) or
-        "icom" (the integrated centre of mass, :mod:`qora.ssb.com`: no aberrations). Q = 0 and the scan's
-        Nyquist row and column are left out. ``upsample`` (parallax only) returns the image on a grid that
-        many times finer, from the bright-field images' sub-pixel shifts (:meth:`_parallax_upsampled`).
+        the bright-field images shifted by grad chi / 2 pi, summed, and phase-flipped by sign(sin chi(Q))),
+        "icom" (the integrated centre of mass, :mod:`qora.ssb.com`: no aberrations) or "obf" (optimum bright
+        field, :mod:`qora.ssb.obf`). Q = 0 and the scan's Nyquist row and column are left out. ``upsample``
+        (parallax only): the image on a grid that many times finer (:meth:`_parallax_upsampled`).
         ``timings``: a dict that receives the time (ms) of the sums over the bright field ("sums"),
         the inverse FFT ("fft") and the copy to the host ("copy"), each waited for on the device
         (for profiling: the waits cost a little)."""
@@ -261,8 +262,8 @@ class Session(BandCache):
             raise ValueError(f"thickness must be non-negative (A), got {thickness}")
         if method != "thick" and (thickness or any(tilt)):
             raise ValueError("thickness and tilt belong to method='thick'")
-        if method == "icom" and upsample == 1:
-            return icom_image(self)
+        if method in ("icom", "obf") and upsample == 1:  # each its own module
+            return icom_image(self) if method == "icom" else obf_image(self, aberrations)
         if upsample != 1:
             if method != "parallax" or int(upsample) != upsample or upsample < 1:
                 raise ValueError(f"upsample must be a positive integer, and above 1 only for parallax, got {upsample}")
