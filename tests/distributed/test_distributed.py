@@ -314,6 +314,15 @@ def test_a_series_fits_the_rotation_axis_once_before_its_stacks(client, tmp_path
     pipe = H.Pipeline(fitted, hologram_n=bgs.shape[-1], **options)
     pipe.set_background(bgs)
     np.testing.assert_array_equal(SeriesStore(tmp_path / "s.zarr").volume(1), pipe.process(stack).index)
+    # another axis on the same workers: their Pipeline is made again for it (the pose is in the plans' token)
+    from dataclasses import replace as _replace
+
+    tilted = _replace(fitted, axis=H.rotation_axis(0.15))
+    other = reconstruct_series(np.stack([stack]), bgs, tilted, store=tmp_path / "t.zarr", client=client, **options)
+    assert sorted(other.done) == [0]
+    pipe_tilted = H.Pipeline(tilted, hologram_n=bgs.shape[-1], **options)
+    pipe_tilted.set_background(bgs)
+    np.testing.assert_array_equal(SeriesStore(tmp_path / "t.zarr").volume(0), pipe_tilted.process(stack).index)
     # the command: the same call, the fit printed
     H.write_holograms(tmp_path / "series.h5", np.stack([stack, stack]), bgs, g, hologram_pixel=hp)
     out = CliRunner().invoke(cli, ["holo", "reconstruct", str(tmp_path / "series.h5"), "--fit-axis", "--method", "plain",

@@ -206,7 +206,12 @@ def test_the_field_series_call_fits_the_axis_and_runs_the_bpm(tmp_path):
     ratio = 1 + P.partial_wave_ratio(P.Sphere((0.6, -0.3, 0.4), 0.5, 1.35), g)
     optics = dict(wavelength=0.532, medium_index=1.333, pixel=PIXEL, na_detection=1.2)
     options = holo.BpmOptions(iterations=2)
-    result, used, moved = holo.field_series_volume(ratio, g.angles, **optics, options=options, fit_axis=True)
+    calls = []
+    result, used, moved = holo.field_series_volume(ratio, g.angles, **optics, options=options, fit_axis=True,
+                                                   progress=lambda stage, done, total, m=None: calls.append(
+                                                       (stage, done, total)))
+    assert calls and all(0 <= done <= total for _, done, total in calls)
+    assert calls[0][0].startswith("axis: ") and not calls[-1][0].startswith("axis: ")
     prepared, g0, _ = holo.prepare_field_series(ratio, g.angles, **optics)
     fitted, text = holo.fitted_axis(prepared, g0, options)
     assert moved == 0.0 and result.info["axis_fit"] == text and text.startswith("axis fitted to the data")
@@ -222,3 +227,9 @@ def test_the_field_series_call_fits_the_axis_and_runs_the_bpm(tmp_path):
     index, recorded, _ = read_volume(tmp_path / "v.h5")
     np.testing.assert_allclose(recorded.axis, fitted.axis, atol=1e-12)
     np.testing.assert_allclose(index, result.index, atol=1e-6)
+    # the GPU's slice-step option reaches this path too: on the CPU it is refused, not ignored
+    out = CliRunner().invoke(cli, ["holo", "reconstruct", str(tmp_path / "f.npy"), "--input", "fields",
+                                   "--wavelength", "0.532", "--pixel", str(PIXEL), "--medium-index", "1.333", "--na",
+                                   "1.2", "--angles", ",".join(map(str, degrees)), "--quiet", "--method", "bpm",
+                                   "--bpm-variant", "fused_fft", "--backend", "cpu", "--out", str(tmp_path / "x.h5")])
+    assert out.exit_code == 2 and "--bpm-variant" in out.output

@@ -507,9 +507,10 @@ def test_icom_and_obf_on_the_device_equal_the_cpu(sessions, single, method):
     """The integrated centre of mass (qora.ssb.com) and optimum bright field (qora.ssb.obf), array code on the
     session's backend, from G on the device, G streamed from the host, and the complex64 G of counts, against
     the CPU's."""
+    ab = AB if method == "obf" else None  # iCoM takes no aberrations
     cpu, gpu, streamed = sessions
-    reference = cpu.image(AB, method)
+    reference = cpu.image(ab, method)
     for session in (gpu, streamed):
-        assert _rel(session.image(AB, method), reference) < 1e-10
+        assert _rel(session.image(ab, method), reference) < 1e-10
     cpu_counts, gpu_counts = single
-    assert _rel(gpu_counts.image(AB, method), cpu_counts.image(AB, method)) < 1e-5
+    assert _rel(gpu_counts.image(ab, method), cpu_counts.image(ab, method)) < 1e-5

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from qora.ssb import Session, amorphous_slices, rotate_detector, scan_truth, simulate
+from qora.ssb import Aberrations, Session, amorphous_slices, rotate_detector, scan_truth, simulate
 
 PIXEL, KV, ALPHA = 0.2, 300.0, 20.0
 
@@ -73,6 +73,8 @@ def test_icom_sees_the_phase_through_the_probe_and_the_rotation_scales_it(focuse
         s.image(method="wdd")
     with pytest.raises(ValueError, match="upsample"):
         s.image(method="icom", upsample=2)
+    with pytest.raises(ValueError, match="no aberrations"):
+        s.image(Aberrations(C10=50.0), "icom")
 
 
 def test_icom_through_the_cli(tmp_path, focused):

@@ -16,13 +16,12 @@ AB = Aberrations(C10=150.0, C12=(20.0, 0.5))
 
 def _reference_obf(data, bf_index, k, level, scan_step, rotation, aberrations):
     """Float64 NumPy, on the full FFT plane: each bright-field pixel's spectrum G(Q, k) of I / level, Gamma from
-    the documented formula, the matched filter conj(Gamma) / w (w the pixel's mean intensity), its noise
-    normalised by T = sqrt(sum |Gamma|^2 / w), the image scaled by 1 / max T."""
+    the documented formula, the matched filter conj(Gamma), its noise normalised by T = sqrt(sum |Gamma|^2), the
+    image scaled by 1 / max T."""
     sy, sx = data.shape[:2]
     lam = wavelength(KV)
     bright = data.reshape(sy, sx, -1)[..., bf_index].astype(np.float64) / level
     g = np.fft.fft2(bright, axes=(0, 1))
-    w = g[0, 0].real / (sy * sx)
     fy = np.fft.fftfreq(sy, scan_step)[:, None, None] * np.ones((1, sx, 1))
     fx = np.fft.fftfreq(sx, scan_step)[None, :, None] * np.ones((sy, 1, 1))
     c, s = math.cos(rotation), math.sin(rotation)
@@ -33,8 +32,8 @@ def _reference_obf(data, bf_index, k, level, scan_step, rotation, aberrations):
         return aperture(x, y, ALPHA, lam) * np.exp(-1j * chi(x, y, aberrations, lam))
 
     gamma = np.conj(psi(ky, kx)) * psi(ky - qy, kx - qx) - psi(ky, kx) * np.conj(psi(ky + qy, kx + qx))
-    transfer = np.sqrt((np.abs(gamma) ** 2 / w).sum(-1))
-    spectrum = np.where(transfer > 0, (np.conj(gamma) * g / w).sum(-1) / (1j * np.where(transfer > 0, transfer, 1)),
+    transfer = np.sqrt((np.abs(gamma) ** 2).sum(-1))
+    spectrum = np.where(transfer > 0, (np.conj(gamma) * g).sum(-1) / (1j * np.where(transfer > 0, transfer, 1)),
                         0)
     spectrum[0, 0] = 0
     spectrum[sy // 2] = 0  # even sides: the Nyquist bins out
@@ -49,6 +48,14 @@ def test_obf_equals_a_float64_transcription_of_the_filter():
     image = s.image(AB, "obf")
     reference = _reference_obf(scan.data, s.bf_index, s.k, s.level, scan.scan_step, 0.2, AB)
     np.testing.assert_allclose(image, reference, rtol=0, atol=1e-10 * np.abs(reference).max())
+    # a dead bright-field pixel takes its share of the signal away, and nothing more (the weights are the model's)
+    dead = scan.data.copy()
+    row, col = np.unravel_index(s.bf_index[len(s.bf_index) // 2], dead.shape[2:])
+    dead[..., row, col] = 0
+    s_dead = Session(dead, kv=KV, alpha_mrad=ALPHA, scan_step=scan.scan_step, rotation=0.2, detector=s.detector,
+                     backend="cpu")
+    assert np.corrcoef(s_dead.image(AB, "obf").ravel(), image.ravel())[0, 1] > 0.99
+    assert 0.9 < s_dead.image(AB, "obf").std() / image.std() < 1.1
 
 
 @pytest.fixture(scope="module")

@@ -271,8 +271,9 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
         _reconstruct_fields(ctx, holos, backgrounds, input_kind=input_kind, amplitude=amplitude, wavelength=wavelength,
                             pixel=pixel, medium_index=medium_index, na_detection=na_detection,
                             angle_range=angle_range, angles_file=angles_file, angle_unit=angle_unit, cluster=cluster,
-                            **solver, distance=distance, autofocus=autofocus, focus_range=focus_range,
-                            focus_metric=focus_metric, backend=backend, out=out, suffix=suffix, plot=plot, quiet=quiet)
+                            **solver, bpm_variant=bpm_variant, distance=distance, autofocus=autofocus,
+                            focus_range=focus_range, focus_metric=focus_metric, backend=backend, out=out, suffix=suffix,
+                            plot=plot, quiet=quiet)
         return
     if distance is not None or autofocus:
         raise click.BadParameter("holograms are refocused as fields: use qora holo phase, or --input fields",
@@ -292,7 +293,8 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
     else:
         def rectangular(fields, angles):  # rotation holograms that are not square: fields on their grid, a series
             _reconstruct_series(fields, angles, wavelength=wavelength, medium_index=medium_index, pixel=pixel,
-                                na_detection=na_detection, **solver, distance=None, autofocus=False,
+                                na_detection=na_detection, **solver, bpm_variant=bpm_variant, distance=None,
+                                autofocus=False,
                                 focus_range=focus_range, focus_metric=focus_metric, backend=backend, out=out,
                                 suffix=suffix, plot=plot, quiet=quiet, truth=None)
 
@@ -310,7 +312,7 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
     fourier = None if method == "bpm" else options
     recorded = recorded_options(sideband, hp, bgs.shape[-1], fourier, iterations=iterations, tv_weight=tv_weight,
                                 batch=batch)
-    before_work(out, suffix, g, stack, recorded)
+    before_work(out, suffix, g, stack, recorded, pose_known=not fit_axis)
     if cluster:
         if method == "bpm" or stack.ndim != 4 or suffix != ".zarr":
             raise click.UsageError("on a Dask cluster, give a time series (T, A, N, N) and a .zarr store as --out")

@@ -134,7 +134,7 @@ def written_line(out, result, method: str, tv_weight) -> str:
 
 def _reconstruct_series(fields, angles, *, wavelength, medium_index, pixel, na_detection, axis, fit_axis,
                         rotation_sense, method, approximation, iterations, tv_weight, oversample, index_min, index_max, complex_index, batch,
-                        distance, autofocus, focus_range, focus_metric, backend, out, suffix, plot, quiet,
+                        bpm_variant, distance, autofocus, focus_range, focus_metric, backend, out, suffix, plot, quiet,
                         truth) -> None:
     """A rotation series of field ratios (any shape) to one volume about ``axis`` (z, y, x) in ``rotation_sense``:
     the Fourier methods with the options of the hologram path, or the BPM: one call of
@@ -147,7 +147,7 @@ def _reconstruct_series(fields, angles, *, wavelength, medium_index, pixel, na_d
         raise click.UsageError("a field series gives one volume: write .h5 or .tif")
     options = stack_options(H, method, approximation=approximation, iterations=iterations, tv_weight=tv_weight,
                             oversample=oversample, index_min=index_min, index_max=index_max,
-                            complex_index=complex_index, batch=batch, bpm_variant=None, backend=backend)
+                            complex_index=complex_index, batch=batch, bpm_variant=bpm_variant, backend=backend)
     try:
         with tqdm_progress(disable=quiet) as bar:
             result, g, moved = H.field_series_volume(

@@ -14,12 +14,13 @@ from qora.cli.options import exit_on_failures, scale_out_client
 VOLUME_BYTES_PER_VOXEL = 8
 
 
-def before_work(out, suffix: str, geometry, stack, recorded: dict) -> None:
+def before_work(out, suffix: str, geometry, stack, recorded: dict, *, pose_known: bool = True) -> None:
     """Refuse, before any work, an output that cannot take the volumes: a series store made another way, or a
-    folder without the disk for them (the volumes were computed, then lost to a full disk)."""
+    folder without the disk for them (the volumes were computed, then lost to a full disk). Without
+    ``pose_known`` (the axis is still to be fitted) the store is checked when it is written, with the fitted pose."""
     from qora.io.validate import disk_needed
 
-    if suffix == ".zarr":
+    if suffix == ".zarr" and pose_known:
         from qora.distributed.holo import SeriesStore
 
         SeriesStore(out).check(geometry, recorded)

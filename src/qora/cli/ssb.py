@@ -241,14 +241,14 @@ def image_cmd(ctx, data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle
     from qora.ssb import reorient
 
     _outputs(data, {"--out": (out, (".h5", ".hdf5")), "--plot": (plot, (".png",))})
+    if method == "icom" and any(c != 0 for c in (c10, c12, c30)):  # refused before G is prepared
+        raise click.BadParameter("the integrated centre of mass takes no aberrations", param_hint="--c10/--c12/--c30")
     fit = read_fit(ctx, fit_file) if fit_file is not None else None
     stack, meta, kv, semiangle, scan_step, detector = load_for_session(data, kv=kv, semiangle=semiangle,
                                                                        scan_step=scan_step, source=source)
     with _naming(data):
         session = Session(stack, kv=kv, alpha_mrad=semiangle, scan_step=scan_step, rotation=np.deg2rad(rotation),
                           detector=detector, backend=backend)
-    if method == "icom" and any(c != 0 for c in (c10, c12, c30)):
-        raise click.BadParameter("the integrated centre of mass takes no aberrations", param_hint="--c10/--c12/--c30")
     if fit is not None and method in (None, "ssb"):
         from qora.ssb import fitted_image
 

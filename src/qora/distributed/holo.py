@@ -132,8 +132,10 @@ def _geometry_json(geometry) -> dict:
     out = {"wavelength_um": float(geometry.wavelength), "medium_index": float(geometry.medium_index),
            "pixel_um": float(geometry.pixel), "n": int(geometry.n), "na_detection": float(geometry.na_detection),
            "geometry": geometry.geometry}
-    if geometry.geometry == "rotation":
+    if geometry.geometry == "rotation":  # the pose too: a fitted axis makes other volumes (and other workers' plans)
         out["angles_rad"] = np.asarray(geometry.angles, float).tolist()
+        out["axis_zyx"] = np.asarray(geometry.axis, float).tolist()
+        out["rotation_sense"] = int(geometry.rotation_sense)
     else:
         out["illuminations"] = np.asarray(geometry.illuminations, float).tolist()
     return out
@@ -224,7 +226,8 @@ def reconstruct_series(stacks, backgrounds, geometry, *, store, client, sideband
     if fit_axis:
         from qora.holo import fitted_axis, ratio_from_holograms
 
-        ratio = ratio_from_holograms(_read_stack(stacks[0], np.float64), backgrounds, geometry, hologram_pixel)
+        ratio = ratio_from_holograms(_read_stack(stacks[0], np.float64), backgrounds, geometry, hologram_pixel,
+                                     sideband)
         geometry, chosen["axis_fit"] = fitted_axis(ratio, geometry, options)
         chosen["geometry"] = geometry
     recorded = series_options(sideband, hologram_pixel, backgrounds.shape[-1], options.to_dict())

@@ -16,6 +16,7 @@ parses options and calls these functions.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from qora.holo.options import BPM_CUDA_ONLY, CUDA_ONLY, BpmOptions, OptionError,
 from qora.holo.pipeline import CpuPipeline
 from qora.holo.plans import CropPlan, MappingPlan, solver_grid
 from qora.holo.plans import cuda_pipeline_bytes, intensities
-from qora.holo.steps import solve_units, span, stack_units
+from qora.holo.steps import prefixed, solve_units, span, stack_units
 from qora.io.errors import InputError
 from qora.io.options import with_changes
 from qora.io.validate import integer, memory_needed, number, positive
@@ -149,6 +150,10 @@ def bpm_reconstruct(data, geometry: Geometry, options: BpmOptions | None = None,
     cuda = resolve(backend).is_cuda
     if not cuda and set(changes) & set(BPM_CUDA_ONLY):
         raise OptionError(f"options {sorted(set(changes) & set(BPM_CUDA_ONLY))} apply to the CUDA backend only")
+    if cuda:  # the slice step's variant checked before the start is spent on it
+        from qora.holo.bpm_cuda import check_variant
+
+        check_variant(options.variant)
     if start is None:  # the default start, made here so that one progress count covers it and the steps
         geometry = _geometry(geometry)
         data = _odt.check_ratio("data", data, geometry)
@@ -156,11 +161,9 @@ def bpm_reconstruct(data, geometry: Geometry, options: BpmOptions | None = None,
         total = units + options.iterations
         start_progress = span(progress, 0, total, "start (Rytov + GP): ")
         if cuda and _backend(backend, geometry.n, solver_grid(geometry, _bpm.START_OPTIONS.oversample).n).is_cuda:
-            def solve_start(d, g, o):  # kept on the device: the CUDA BPM takes it there
-                return _cuda_reconstruct(d, g, o, start_progress, on_device=True)
+            solve_start = partial(_cuda_reconstruct, progress=start_progress, on_device=True)  # the BPM takes it there
         else:
-            def solve_start(d, g, o):
-                return reconstruct(d, g, o, backend=backend, progress=start_progress)
+            solve_start = partial(reconstruct, backend=backend, progress=start_progress)
         start = _bpm.rytov_start(data, geometry, int(options.n_z or geometry.n), reconstruct=solve_start)
         progress = span(progress, units, total)
     solve = _bpm.bpm_reconstruct
@@ -254,8 +257,8 @@ def field_series_volume(fields, angles, *, wavelength: float, medium_index: floa
     --input fields`` runs): :func:`prepare_field_series` (same arguments); with ``fit_axis`` the rotation axis
     fitted to the ratios and used where the data determine it (:func:`qora.holo.fit_axis`); then
     :func:`reconstruct` with ``options`` (a :class:`ReconstructionOptions`, the default) or :func:`bpm_reconstruct`
-    (a :class:`BpmOptions`). ``progress`` counts the axis fit, then the reconstruction. Returns ``(OdtResult,
-    Geometry, distance um)``: the geometry used (the fitted axis in it); the result's ``info`` says the refocus
+    (a :class:`BpmOptions`). ``progress`` gets the axis fit's own count ("axis: ..."), then the reconstruction's.
+    Returns ``(OdtResult, Geometry, distance um)``: the geometry used (the fitted axis in it); the result's ``info`` says the refocus
     distance (``refocus_distance_um``) and, with ``fit_axis``, what the fit found (``axis_fit``)."""
     ratio, g, moved = prepare_field_series(fields, angles, wavelength=wavelength, medium_index=medium_index,
                                            pixel=pixel, na_detection=na_detection, distance=distance,
@@ -277,11 +280,11 @@ def fitted_axis(ratio, geometry: Geometry, options: ReconstructionOptions | BpmO
     """``geometry`` (a rotation geometry) with its rotation axis fitted to the field ratios ``ratio`` (A, n, n)
     where the data determine it, unchanged where they do not (:func:`qora.holo.fit_axis`), and the fit's one-line
     description. The fit models the ratios with the approximation of ``options`` (Rytov for a
-    :class:`BpmOptions`, whose start is Rytov); it takes the first count of ``progress``."""
+    :class:`BpmOptions`, whose start is Rytov); ``progress`` gets the fit's own count, its stages named "axis: ..."."""
     from qora.holo.axis_fit import describe, fit_axis_to_ratio
 
     approximation = "rytov" if isinstance(options, BpmOptions) else options_with(options, {}).approximation
-    fit = fit_axis_to_ratio(ratio, geometry, approximation=approximation, progress=span(progress, 0, 1, "axis: "))
+    fit = fit_axis_to_ratio(ratio, geometry, approximation=approximation, progress=prefixed(progress, "axis: "))
     return (replace(geometry, axis=fit.axis) if fit.determined else geometry), describe(fit)
 
 
@@ -425,8 +428,8 @@ def reconstruct_stack(holograms, backgrounds, geometry: Geometry, *, hologram_pi
 
     Holograms and backgrounds are camera intensities (counts, or any linear scale), ``hologram_pixel`` in um.
     The result's ``geometry`` is the one used (the fitted axis in it), ``info["sideband"]`` (cycles/um) and,
-    with ``fit_axis``, ``info["axis_fit"]`` say what was chosen. ``progress`` counts the axis fit, then the
-    reconstruction."""
+    with ``fit_axis``, ``info["axis_fit"]`` say what was chosen. ``progress`` gets the axis fit's own count
+    ("axis: ..."), then the reconstruction's."""
     holograms, backgrounds = np.asarray(holograms), np.asarray(backgrounds)
     geometry = _geometry(geometry)
     if sideband is None:
@@ -438,11 +441,11 @@ def reconstruct_stack(holograms, backgrounds, geometry: Geometry, *, hologram_pi
     ratio = None  # the first stack's ratios, made once for the axis fit and the BPM (they do not depend on the axis)
     if fit_axis:
         first = holograms if holograms.ndim == 3 else holograms[0]  # a series: its first time point
-        ratio = _fields.ratio_from_holograms(first, backgrounds, geometry, hologram_pixel)
+        ratio = _fields.ratio_from_holograms(first, backgrounds, geometry, hologram_pixel, sideband)
         geometry, chosen["axis_fit"] = fitted_axis(ratio, geometry, options, progress)
     if bpm:
         if ratio is None:
-            ratio = _fields.ratio_from_holograms(holograms, backgrounds, geometry, hologram_pixel)
+            ratio = _fields.ratio_from_holograms(holograms, backgrounds, geometry, hologram_pixel, sideband)
         result = bpm_reconstruct(ratio, geometry, options, progress=progress, backend=backend)
     else:
         result = reconstruct_holograms(holograms, backgrounds, geometry, sideband=sideband,

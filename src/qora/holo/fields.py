@@ -314,17 +314,18 @@ def ratio_from_rectangular(holograms, backgrounds, *, hologram_pixel: float, pix
     return field_ratio(extract_fields(holos, sideband, **kw), extract_fields(bgs, sideband, **kw))
 
 
-def ratio_from_holograms(holograms, backgrounds, geometry, hologram_pixel: float) -> np.ndarray:
+def ratio_from_holograms(holograms, backgrounds, geometry, hologram_pixel: float, sideband=None) -> np.ndarray:
     """Field ratios (A, n, n) of a hologram stack over its backgrounds: the per-call chain in one call.
 
     Holograms and backgrounds (A, N, N) are camera intensities (counts, or any linear scale),
-    ``hologram_pixel`` in um; the ratios are dimensionless, on the geometry's grid. The sideband is
-    found in the first (normal-incidence) background.
+    ``hologram_pixel`` in um; the ratios are dimensionless, on the geometry's grid. The sideband (nu_y, nu_x),
+    cycles/um, is found in the first (normal-incidence) background unless given.
     """
     holograms, backgrounds = np.asarray(holograms), np.asarray(backgrounds)
     if holograms.shape != backgrounds.shape or holograms.ndim != 3:
         raise InputError(f"holograms {holograms.shape} and backgrounds {backgrounds.shape} must be stacks (A, N, N) "
                          "of one shape")
-    sideband = find_sideband(backgrounds[0], hologram_pixel)
+    if sideband is None:
+        sideband = find_sideband(backgrounds[0], hologram_pixel)
     kw = dict(hologram_pixel=hologram_pixel, n=geometry.n, pupil_frequency=geometry.pupil_frequency)
     return field_ratio(extract_fields(holograms, sideband, **kw), extract_fields(backgrounds, sideband, **kw))

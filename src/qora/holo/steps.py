@@ -39,6 +39,14 @@ class Span:
         return self.progress(self.prefix + stage, self.offset + int(done), self.total, dict(metrics or {}))
 
 
+def prefixed(progress, prefix: str):
+    """``progress`` for a part counted apart: its own ``(stage, done, total)``, the stage named ``prefix + stage``;
+    None when there is no progress to report to."""
+    if progress is None:
+        return None
+    return lambda stage, done, total, metrics=None: progress(prefix + stage, done, total, dict(metrics or {}))
+
+
 def span(progress, offset: int, total: int, prefix: str = ""):
     """A :class:`Span` of ``progress``, or None when there is no progress to report to."""
     return None if progress is None else Span(progress, offset, total, prefix)

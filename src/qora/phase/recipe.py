@@ -279,7 +279,7 @@ class Stage:
 
     @property
     def kind(self) -> str:
-        """How the stage's iterations run (:data:`qora.phase.solver.STAGE_KINDS` maps each to its iteration):
+        """How the stage's iterations run (:data:`qora.phase.stage_kinds.STAGE_KINDS` maps each to its iteration):
         "ml" (Poisson-likelihood refinement), "partial-coherence" (``psf``), "band" (the noise-aware modulus) or
         "projection" (ER, HIO, RAAR with the exact modulus). The last ``average`` iterations of a stage are
         averaged whatever its kind."""

@@ -37,6 +37,7 @@ import numpy as np
 
 from qora.ssb import cpu_kernels, kernels
 from qora.ssb.band_arrays import ArrayCode, array_pair_bytes, batch_pair_bytes, block_budget
+from qora.ssb.detector import unresolved_out
 from qora.ssb.model import (ABERRATION_PARAMETERS, KERNEL_COEFFICIENTS, QUADRATIC_PARAMETERS, THICK_PARAMETERS,
                             soft_aperture)
 from qora.ssb.moments import agreement_from_sums, combine_batch_moments, combine_moments, uncertainties
@@ -84,12 +85,8 @@ class Band(ArrayCode):
         self.fits_rotation = "rotation" in self.parameters
         qy, qx = session.q_half(0.0)  # the scan frame; turned for each rotation
         q = np.hypot(qy, qx)
-        sy, sx = session.scan_shape
         keep = (q >= band[0]) & (q <= band[1])
-        if sy % 2 == 0:
-            keep[sy // 2] = False  # Nyquist: +Q and -Q are one bin
-        if sx % 2 == 0:
-            keep[:, sx // 2] = False
+        unresolved_out(keep, session.scan_shape)  # Nyquist: +Q and -Q are one bin
         keep[0, 0] = False
         if not keep.any():
             raise ValueError(f"no scan frequency in the band {band} 1/A")

@@ -23,26 +23,41 @@ import numpy as np
 
 from qora.backend.fft import irfftn, rfftn
 from qora.ssb.detector import unresolved_out
+from qora.ssb.model import chi_coefficients
 
-__all__ = ["centre_of_mass", "icom_image"]
+__all__ = ["first_moments", "centre_of_mass", "icom_image"]
+
+
+def first_moments(session):
+    """sum_k k G(Q, k) over the bright-field pixels, (ky, kx) last: (sy, sx // 2 + 1, 2) on the session's backend,
+    G read once (one matrix product where G is whole on the device, else chunk by chunk, G streamed there when it
+    is held on the host; no G-sized temporary)."""
+    xp = session.xp
+    k = xp.asarray(np.asarray(session.k, np.float64))
+    G = session.G
+    if getattr(session, "memory", {}).get("G_on") == "device" and G.ndim == 3:
+        return (G.reshape(-1, G.shape[-1]) @ k.astype(G.dtype)).reshape(G.shape[:2] + (2,))
+    total = xp.zeros(G.shape[:2] + (2,), np.complex128)
+    for ks, block in session._chunks():
+        total += block @ k[ks].astype(block.dtype)
+    return total
 
 
 def centre_of_mass(session):
     """(<k_y>, <k_x>) (R) (1/A, the detector's axes; arrays of the scan's shape on the session's backend): each
     scan position's centre of mass over the bright-field pixels, from G and the measured bright field."""
     xp = session.xp
-    first = xp.zeros(session.G.shape[:2] + (2,), np.complex128)  # sum_k k G(Q, k), (ky, kx) last
-    for ks, g in session._chunks():
-        first += g @ session._k[ks].astype(np.float64)
-    moments = irfftn(first, s=session.scan_shape, axes=(0, 1))
+    moments = irfftn(first_moments(session), s=session.scan_shape, axes=(0, 1))
     total = xp.asarray(session.bright_field)  # sum_k I(R, k) / level, measured per position
     return moments[..., 0] / total, moments[..., 1] / total
 
 
-def icom_image(session) -> np.ndarray:
+def icom_image(session, aberrations=None) -> np.ndarray:
     """The iCoM phase image (rad, the scan grid, a host array): Phi(Q) A(Q) by the least-squares integral of
     :func:`centre_of_mass`. Q = 0 (the mean phase) and the scan's Nyquist row and column (where +Q and -Q are
-    one bin) are left out, as in the SSB image."""
+    one bin) are left out, as in the SSB image. ``aberrations`` given other than zero are refused: none enter."""
+    if aberrations is not None and any(chi_coefficients(aberrations)):
+        raise ValueError("the integrated centre of mass takes no aberrations (none enter it)")
     xp = session.xp
     com_y, com_x = centre_of_mass(session)
     qy, qx = session._q(half=True)

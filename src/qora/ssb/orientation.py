@@ -33,6 +33,8 @@ import math
 import numpy as np
 
 from qora.io.errors import InputError
+from qora.ssb.com import first_moments
+from qora.ssb.detector import unresolved_out
 
 __all__ = ["ORIENTATIONS", "check_orientation", "compose", "reorient", "com_spectrum", "com_curl", "curl_gram",
            "search_orientation", "phase_skewness", "flip_branch", "wrap_angle"]
@@ -108,27 +110,10 @@ def com_spectrum(session, *, band=None):
     high = 2 * session.alpha_mrad * 1e-3 / session.wavelength if band is None else band[1]
     low = 0.0 if band is None else band[0]
     keep = (q > low) & (q <= high) & (q > 0)
-    sy, sx = session.scan_shape
-    if sy % 2 == 0:
-        keep[sy // 2] = False
-    if sx % 2 == 0:
-        keep[:, sx // 2] = False
+    unresolved_out(keep, session.scan_shape)
     if not keep.any():
         raise InputError(f"no scan frequency lies in the COM band ({low:g}, {high:g}] 1/A")
-    # summed over chunks of pixels where the images are made (G streamed there when it is held on the
-    # host): no G-sized temporary, the sum (sy, sx/2 + 1, 2) in float64
-    xp = session.xp
-    k = xp.asarray(np.asarray(session.k, np.float64))
-    G = getattr(session, "G", None)
-    if getattr(session, "memory", {}).get("G_on") == "device" and G is not None and G.ndim == 3:
-        # G in one piece on the device: one matrix product reads it once (the chunks below copied a
-        # strided slab of it per 512 pixels; cProfile at full scale: 20 ms for com_spectrum before, 15 ms after,
-        # the rest the host's grids and the copy)
-        total = (G.reshape(-1, G.shape[-1]) @ k.astype(G.dtype)).reshape(G.shape[:2] + (2,))
-    else:
-        total = xp.zeros(tuple(session.scan_shape[:1]) + (keep.shape[1], 2), np.complex128)
-        for ks, block in session._chunks():
-            total += block @ k[ks].astype(block.dtype)
+    total = first_moments(session)
     c = session.backend.to_host(total)[keep]
     return qy[keep], qx[keep], np.asarray(c, np.complex128)
 

@@ -26,7 +26,7 @@ from qora.io.errors import InputError
 from qora.io.validate import integer, positive
 from qora.ssb import image_loops, kernels
 from qora.ssb.com import icom_image
-from qora.ssb.obf import obf_image
+from qora.ssb.obf import obf_transfer
 from qora.ssb.band_cache import BandCache
 from qora.ssb.detector import (DetectorFit, bright_field_pixels, check_data, check_level, check_settings,
                                fit_detector, gather, scan_frequencies, scan_steps, unresolved_out)
@@ -262,8 +262,8 @@ class Session(BandCache):
             raise ValueError(f"thickness must be non-negative (A), got {thickness}")
         if method != "thick" and (thickness or any(tilt)):
             raise ValueError("thickness and tilt belong to method='thick'")
-        if method in ("icom", "obf") and upsample == 1:  # each its own module
-            return icom_image(self) if method == "icom" else obf_image(self, aberrations)
+        if method == "icom" and upsample == 1:  # qora.ssb.com: no aberrations enter
+            return icom_image(self, aberrations)
         if upsample != 1:
             if method != "parallax" or int(upsample) != upsample or upsample < 1:
                 raise ValueError(f"upsample must be a positive integer, and above 1 only for parallax, got {upsample}")
@@ -274,10 +274,11 @@ class Session(BandCache):
         numerator = xp.zeros(qy.shape, np.complex128)
         norm = xp.zeros(qy.shape)
         flip = xp.sign(xp.sin(chi(qx, qy, aberrations, self.wavelength)))
-        # the sums over the bright field: one kernel for SSB (G on the device), its Numba twin on the host, the
-        # array code for parallax
-        sums = self._pick(self._sums_arrays, self._sums_kernel, fits=method != "parallax", host=self._sums_loops)
+        # the sums over the bright field: a kernel for SSB (G on the device) or its Numba twin, else the array code
+        sums = self._pick(self._sums_arrays, self._sums_kernel, fits=method not in ("parallax", "obf"),
+                          host=self._sums_loops)
         sums(aberrations, method, qy, qx, thickness, tilt, rows, numerator, norm)
+        norm = obf_transfer(norm) if method == "obf" else norm  # qora.ssb.obf: the transfer T, scaled by max T
         if method == "parallax":
             spectrum = flip * numerator / (2 * len(self.bf_index))
         elif not bool(xp.any(norm > 0)):  # every Q's sum empty: the image would be 0 everywhere
@@ -308,8 +309,7 @@ class Session(BandCache):
 
     def _sums_arrays(self, aberrations: Aberrations, method: str, qy, qx, thickness: float, tilt, rows: int,
                      numerator, norm) -> None:
-        """:meth:`image`'s sums over the bright field by the array code, into ``numerator`` and ``norm``:
-        a chunk of pixels and ``rows`` Q rows at a time."""
+        """:meth:`image`'s sums over the bright field by the array code: chunks of pixels, ``rows`` Q rows each."""
         xp = self.xp
         for ks, g_all in self._chunks():
             if method == "parallax":
@@ -317,8 +317,12 @@ class Session(BandCache):
             for r0 in range(0, qy.shape[0], rows):
                 sl = slice(r0, r0 + rows)
                 g = g_all[sl]
-                if method in ("ssb", "thick"):
+                if method != "parallax":
                     gam = self.gamma(aberrations, qy[sl], qx[sl], thickness=thickness, tilt=tilt, pixels=ks)
+                if method == "obf":
+                    numerator[sl] += (g * xp.conj(gam)).sum(-1)
+                    norm[sl] += (gam.real**2 + gam.imag**2).sum(-1)
+                elif method in ("ssb", "thick"):
                     mag = xp.abs(gam)
                     use = self.double_overlap(qy[sl], qx[sl], ks) & (mag > 1e-12)
                     weight = xp.where(use, xp.conj(gam) / xp.where(use, mag, 1.0), 0)
@@ -330,9 +334,8 @@ class Session(BandCache):
 
     def _sums_kernel(self, aberrations: Aberrations, method: str, qy, qx, thickness: float, tilt, rows: int,
                      numerator, norm) -> None:
-        """The SSB sums per Q of :meth:`image` by the fused kernel (:func:`qora.ssb.kernels.ssb_sums`,
-        G on the device): the array code's chunks of pixels and Q rows made ~40 temporaries of each
-        chunk; this reads G once. ``rows`` is the array code's and unused here."""
+        """The SSB sums per Q of :meth:`image` by the fused kernel (:func:`qora.ssb.kernels.ssb_sums`, G on the
+        device): G read once, not ~40 temporaries of each chunk. ``rows`` is the array code's, unused here."""
         kernels.ssb_sums(G=self.G, k=self._k, chi0=self._chi_pixels(aberrations), qy=qy, qx=qx,
                          coefficients=chi_coefficients(aberrations), quadratic=quadratic_tag(aberrations) == "true",
                          wavelength=self.wavelength, alpha=self.alpha_mrad * 1e-3 / self.wavelength,
@@ -397,10 +400,7 @@ class Session(BandCache):
                 mag = xp.abs(gam)
                 use = self.double_overlap(qy, qx, ks) & (mag > 1e-12)
                 plane = xp.where(use, full * xp.conj(gam) / xp.where(use, mag, 1.0), 0)
-                if sy % 2 == 0:
-                    plane[sy // 2] = 0
-                if sx % 2 == 0:
-                    plane[:, sx // 2] = 0
+                unresolved_out(plane, self.scan_shape)
                 plane[0, 0] = full[0, 0]
                 images = ifftn(plane, axes=(0, 1))
                 phasor += xp.exp(1j * xp.angle(images)).sum(-1)
