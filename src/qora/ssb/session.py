@@ -15,21 +15,22 @@ chooses. The fits' band of G is cached here (:meth:`Session.band_rows`).
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
 
 from qora.backend.device import PeakMemory
-from qora.backend.fft import fftn, ifftn, irfftn, rfftn
+from qora.backend.fft import ifftn, irfftn, rfftn
 from qora.io.errors import InputError
 from qora.io.validate import integer, positive
 from qora.ssb import image_loops, kernels
 from qora.ssb.com import icom_image
 from qora.ssb.obf import obf_transfer
+from qora.ssb.parallax import parallax_upsampled
+from qora.ssb.wdd import wdd_image
 from qora.ssb.band_cache import BandCache
 from qora.ssb.detector import (DetectorFit, bright_field_pixels, check_data, check_level, check_settings,
-                               fit_detector, gather, scan_frequencies, scan_steps, unresolved_out)
+                               fit_detector, gather, scan_frequencies, unresolved_out)
 from qora.ssb.model import chi_coefficients, parameters_to_aberrations, quadratic_tag
 from qora.ssb.optics import Aberrations, aperture, chi, chi_gradient, wavelength
 from qora.ssb.orientation import reorient
@@ -37,7 +38,7 @@ from qora.ssb.timing import Clock as _Clock
 
 __all__ = ["Session", "IMAGE_METHODS"]
 
-IMAGE_METHODS = ("ssb", "thick", "parallax", "icom", "obf")  # Session.image's methods
+IMAGE_METHODS = ("ssb", "thick", "parallax", "icom", "obf", "wdd")  # Session.image's methods
 
 
 class Session(BandCache):
@@ -243,14 +244,16 @@ class Session(BandCache):
 
     # -- images -------------------------------------------------------------------------
     def image(self, aberrations: Aberrations | None = None, method: str = "ssb", *, thickness: float = 0.0,
-              tilt=(0.0, 0.0), upsample: int = 1, rows: int = 16, timings: dict | None = None) -> np.ndarray:
+              tilt=(0.0, 0.0), upsample: int = 1, rows: int = 16, timings: dict | None = None,
+              epsilon: float | None = None) -> np.ndarray:
         """The phase image (rad, scan grid; a host array) for the given aberrations by ``method``:
         "ssb" (single side band over the double-overlap pixels), "thick" (SSB with the thick-sample Gamma of
         ``thickness`` (A) and specimen ``tilt`` (tau_y, tau_x) rad; C10 is the mid-plane's), "parallax" (tcBF:
         the bright-field images shifted by grad chi / 2 pi, summed, and phase-flipped by sign(sin chi(Q))),
-        "icom" (the integrated centre of mass, :mod:`qora.ssb.com`: no aberrations) or "obf" (optimum bright
-        field, :mod:`qora.ssb.obf`). Q = 0 and the scan's Nyquist row and column are left out. ``upsample``
-        (parallax only): the image on a grid that many times finer (:meth:`_parallax_upsampled`).
+        "icom" (the integrated centre of mass, :mod:`qora.ssb.com`: no aberrations), "obf" (optimum bright
+        field, :mod:`qora.ssb.obf`) or "wdd" (Wigner distribution deconvolution, :mod:`qora.ssb.wdd`: the object's
+        phase with no weak-phase assumption; ``epsilon`` its regularisation, by default from the data's dose). Q = 0 and the scan's Nyquist row and column are left out. ``upsample``
+        (parallax only): the image on a grid that many times finer (:func:`qora.ssb.parallax.parallax_upsampled`).
         ``timings``: a dict that receives the time (ms) of the sums over the bright field ("sums"),
         the inverse FFT ("fft") and the copy to the host ("copy"), each waited for on the device
         (for profiling: the waits cost a little)."""
@@ -262,12 +265,14 @@ class Session(BandCache):
             raise ValueError(f"thickness must be non-negative (A), got {thickness}")
         if method != "thick" and (thickness or any(tilt)):
             raise ValueError("thickness and tilt belong to method='thick'")
-        if method == "icom" and upsample == 1:  # qora.ssb.com: no aberrations enter
-            return icom_image(self, aberrations)
+        if epsilon is not None and method != "wdd":
+            raise ValueError("epsilon belongs to method='wdd'")
+        if method in ("icom", "wdd") and upsample == 1:  # sums of their own (qora.ssb.com, qora.ssb.wdd)
+            return icom_image(self, aberrations) if method == "icom" else wdd_image(self, aberrations, epsilon=epsilon)
         if upsample != 1:
             if method != "parallax" or int(upsample) != upsample or upsample < 1:
                 raise ValueError(f"upsample must be a positive integer, and above 1 only for parallax, got {upsample}")
-            return self._parallax_upsampled(aberrations, int(upsample), timings)
+            return parallax_upsampled(self, aberrations, int(upsample), timings)
         clock = _Clock(self.backend, timings)
         xp = self.xp
         qy, qx = self._q(half=True)
@@ -507,94 +512,7 @@ class Session(BandCache):
         finally:
             self.rotation = saved
 
-    def _parallax_upsampled(self, aberrations: Aberrations, factor: int, timings: dict | None = None) -> np.ndarray:
-        """Parallax on a grid ``factor`` times finer: each bright-field image's samples are
-        placed at their shifted positions R + grad chi(k) / 2 pi on the fine grid (bilinear
-        weights; the shifts differ by sub-pixel amounts between pixels, which is what fills
-        the finer grid), the weighted sums divided by the summed weights, and the result
-        phase-flipped by sign(sin chi(Q)) on the fine grid's frequencies."""
-        clock = _Clock(self.backend, timings)
-        xp = self.xp
-        sy, sx = self.scan_shape
-        fy, fx = sy * factor, sx * factor
-        fine_y, fine_x = (step / factor for step in scan_steps(self.scan_step))
-        gx, gy = chi_gradient(self._k[:, 1], self._k[:, 0], aberrations, self.wavelength)
-        c, s = math.cos(self.rotation), math.sin(self.rotation)
-        # G(Q, k) ~ exp(i grad chi(k).Q): the image of pixel k at R shows the specimen at
-        # R + grad chi / 2 pi (scan axes, A), where its samples go
-        shift_y = (c * gy - s * gx) / (2 * np.pi)
-        shift_x = (s * gy + c * gx) / (2 * np.pi)
-        image = self._pick(self._parallax_scatter, self._parallax_fine, fits=factor in kernels.FINE_FACTORS)(
-            shift_y, shift_x, factor)
-        clock.lap("sums")
-        qy = xp.asarray(np.fft.fftfreq(fy, fine_y))[:, None]
-        qx = xp.asarray(np.fft.fftfreq(fx, fine_x))[None, :]
-        qdy, qdx = c * qy + s * qx, -s * qy + c * qx
-        flip = xp.sign(xp.sin(chi(qdx, qdy, aberrations, self.wavelength)))
-        spectrum = fftn(image, axes=(-2, -1)) * flip / 2
-        spectrum[0, 0] = 0
-        image = ifftn(spectrum, axes=(-2, -1)).real
-        clock.lap("fft")
-        image = self.backend.to_host(image)
-        clock.lap("copy")
-        return image
-
     @property
     def _fused(self) -> bool:
         """G on the device, where the fused kernels read it."""
         return self.backend.is_cuda and self.memory["G_on"] == "device"
-
-    def _parallax_scatter(self, shift_y, shift_x, factor: int):
-        """The fine parallax image by scattering each bright-field image's samples with bilinear
-        weights (array code), divided by the summed weights."""
-        xp = self.xp
-        sy, sx = self.scan_shape
-        fy, fx = sy * factor, sx * factor
-        fine_y, fine_x = (step / factor for step in scan_steps(self.scan_step))
-        rows, cols = xp.meshgrid(xp.arange(sy) * factor, xp.arange(sx) * factor, indexing="ij")
-        total = xp.zeros(fy * fx)
-        weight = xp.zeros(fy * fx)
-        # ~10 float64 temporaries per pixel of the scan and of the chunk: chunks of 256 MB each
-        for ks, g in self._chunks(min(self.chunk, max(1, (256 << 20) // (8 * sy * sx)))):
-            bf = irfftn(g, s=self.scan_shape, axes=(0, 1))  # (sy, sx, chunk): the normalised BF images
-            # each pixel's own unscattered level out (edge pixels are partly lit): a level left in
-            # would print the coarse grid onto the fine one
-            values = bf - bf.mean(axis=(0, 1))
-            py = rows[..., None] + shift_y[ks] / fine_y
-            px = cols[..., None] + shift_x[ks] / fine_x
-            y0, x0 = xp.floor(py).astype(np.int64), xp.floor(px).astype(np.int64)
-            wy, wx = py - y0, px - x0
-            for dy, wy_ in ((0, 1 - wy), (1, wy)):
-                for dx, wx_ in ((0, 1 - wx), (1, wx)):
-                    idx = (((y0 + dy) % fy) * fx + (x0 + dx) % fx).ravel()
-                    w = (wy_ * wx_).ravel()
-                    xp.add.at(total, idx, w * values.ravel())  # repeated indices summed
-                    xp.add.at(weight, idx, w)
-        return xp.where(weight > 0, total / xp.where(weight > 0, weight, 1), 0).reshape(fy, fx)
-
-    def _parallax_fine(self, shift_y, shift_x, factor: int):
-        """:meth:`_parallax_scatter` by the kernel :func:`qora.ssb.kernels.parallax_fine`: the scattered
-        sum's fine spectrum summed over the bright field straight from G, then one inverse FFT; the
-        summed weights repeat with period ``factor`` (the samples of one image lie ``factor`` fine
-        pixels apart, so each fine pixel takes at most one of them per axis), an F x F table."""
-        xp = self.xp
-        sy, sx = self.scan_shape
-        ny, nx = sy * factor, sx * factor
-        shifts = np.stack([self.backend.to_host(shift_y), self.backend.to_host(shift_x)], 1)
-        sigma = shifts / (np.asarray(scan_steps(self.scan_step)) / factor)
-        whole = np.floor(sigma)
-        frac = sigma - whole
-        spectrum = xp.empty((ny, nx), np.complex64)
-        kernels.parallax_fine(G=self.G, factor=factor, whole=whole, frac=frac, spectrum=spectrum)
-        total = ifftn(spectrum, axes=(-2, -1)).real
-        # per axis, an image's sample lands on (floor(sigma) + R factor) with weight 1 - e and on the
-        # next fine pixel with e: weight by fine row modulo factor, summed over the pixels
-        per_axis = []
-        for axis in (0, 1):
-            a = np.zeros((len(frac), factor))
-            first = np.mod(whole[:, axis], factor).astype(int)
-            np.add.at(a, (np.arange(len(frac)), first), 1 - frac[:, axis])
-            np.add.at(a, (np.arange(len(frac)), (first + 1) % factor), frac[:, axis])
-            per_axis.append(a)
-        weight = xp.asarray(np.tile(per_axis[0].T @ per_axis[1], (sy, sx)), np.float32)
-        return xp.where(weight > 0, total / xp.where(weight > 0, weight, 1), 0)
