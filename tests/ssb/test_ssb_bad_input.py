@@ -276,7 +276,7 @@ SESSION_ROWS = [
     (lambda s: fit(s, rotation=0.0, band=(0.2, float("nan"))), InputError, r"band high must be finite"),
     (lambda s: fit(s, rotation=0.0, band=0.5), InputError, r"band must be \(low, high\)"),
     (lambda s: s.image(Aberrations(), "bad"), ValueError,
-     r"method must be one of 'ssb', 'thick', 'parallax', 'icom', 'obf'"),
+     r"method must be one of 'ssb', 'thick', 'parallax', 'icom', 'obf', 'wdd'"),
     (lambda s: s.image(Aberrations(), "thick", thickness=float("nan")), ValueError, r"thickness must be non-negative"),
 ]
 

@@ -167,7 +167,7 @@ def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="method"):
         slices = amorphous_slices((32, 32), PIXEL, seed=0)
         scan = simulate(slices, pixel=PIXEL, stride=2, window=32, alpha_mrad=15.0)
-        Session(scan.data, kv=KV, alpha_mrad=15.0, scan_step=scan.scan_step).image(method="wdd")  # not (yet) a method
+        Session(scan.data, kv=KV, alpha_mrad=15.0, scan_step=scan.scan_step).image(method="ptycho")  # not a method
 
 
 def test_thick_model_tends_to_the_standard_ssb_and_corrects_a_tilted_slab():

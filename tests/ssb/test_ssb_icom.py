@@ -70,7 +70,7 @@ def test_icom_sees_the_phase_through_the_probe_and_the_rotation_scales_it(focuse
         projection = float((left * given).sum() / (given * given).sum())
         assert projection == pytest.approx(math.cos(theta), abs=0.01)  # measured 0.764 (cos 40 = 0.766), 0.001
     with pytest.raises(ValueError, match="'icom'"):
-        s.image(method="wdd")
+        s.image(method="ptycho")
     with pytest.raises(ValueError, match="upsample"):
         s.image(method="icom", upsample=2)
     with pytest.raises(ValueError, match="no aberrations"):

@@ -108,6 +108,27 @@ def test_ssb_drag_redraws_and_matches_session_preview(browser, ssb_served):
     page.close()
 
 
+def test_ssb_method_switch_shows_each_method(browser, ssb_served):
+    """The method select redraws with that method's image (the session's, at the sliders' values), and the
+    exported phase is the method's too."""
+    served, view = ssb_served
+    page = _open_ssb(browser, served)
+    page.fill("#s-C10", "150")
+    page.dispatch_event("#s-C10", "change")
+    _quiet(page)
+    for method in ("wdd", "obf", "icom"):
+        seq = int(page.get_attribute("#ssb-image", "data-seq"))
+        page.select_option("#ssb-method", method)
+        page.wait_for_function(f"() => Number(document.querySelector('#ssb-image').dataset.seq) > {seq}")
+        _quiet(page)
+        phase = view.session.preview({"C10": 150.0, "rotation": 0.0}, method=method)
+        expected = np.rint((phase - phase.min()) / (phase.max() - phase.min()) * 255)
+        assert np.abs(_pixels(page, "#ssb-image") - expected).max() <= 1, method
+    # the switch changed what is shown: WDD's image is not SSB's
+    assert not np.allclose(view.session.preview({"C10": 150.0}, method="wdd"), view.session.preview({"C10": 150.0}))
+    page.close()
+
+
 def test_ssb_bad_requests_get_clear_errors(browser, ssb_served):
     served, _ = ssb_served
     page = _open_ssb(browser, served)
@@ -117,6 +138,7 @@ def test_ssb_bad_requests_get_clear_errors(browser, ssb_served):
              json.dumps({"params": {"C10": 1e9}}): "C10 must be within",
              json.dumps({"params": {"C99": 1}}): "unknown parameters ['C99']",
              json.dumps({"params": {"C10": 1}, "upsample": 2}): "upsample must be 1 or 3",
+             json.dumps({"params": {"C10": 1}, "method": "ptycho"}): "method must be one of ssb, obf, wdd",
              json.dumps({"params": {"C10": 1}, "loss": "yes"}): "loss must be true or false",
              json.dumps({"params": {"C10": 1}, "seq": 2**60}): "seq must be within",
              "{not json": "not JSON",

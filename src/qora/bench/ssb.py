@@ -24,7 +24,7 @@ from qora.bench.common import BenchResult, median_wall
 __all__ = ["run", "SSB_STEPS"]
 
 SSB_STEPS = ("load", "detector_fit", "prepare", "image_ssb", "image_thick", "image_parallax", "image_icom",
-             "image_obf", "preview_1x", "preview_3x", "preview_tilt_1x", "preview_loss_1x", "fit_search",
+             "image_obf", "image_wdd", "preview_1x", "preview_3x", "preview_tilt_1x", "preview_loss_1x", "fit_search",
              "fit_standard", "fit_thick")
 
 
@@ -78,6 +78,7 @@ def run(*, backend="auto", write=True, echo=print, scan: int = 128, window: int 
     _, times["image_parallax"] = _median_ms(lambda: session.image(ab, "parallax"), repeats)
     _, times["image_icom"] = _median_ms(lambda: session.image(method="icom"), repeats)
     _, times["image_obf"] = _median_ms(lambda: session.image(ab, "obf"), repeats)
+    _, times["image_wdd"] = _median_ms(lambda: session.image(ab, "wdd"), repeats)
     if be.is_cuda:
         for name, fn in (("image_parallax_up3", lambda: session.image(ab, "parallax", upsample=3)),
                          ("mean_phase", lambda: session.mean_phase(ab))):

@@ -206,6 +206,20 @@ def bench_ssb_files(backend: str, scan: int, no_write: bool) -> None:
     ssb_files.run(backend=backend, scan=scan, write=not no_write, echo=click.echo)
 
 
+@bench.command("ssb-methods")
+@backend_option()
+@click.option("--data", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="An abTEM set (.npz of tests/ssb/fixtures/make_abtem_srtio3_wdd.py); default: our simulator's "
+              "crystal.")
+@click.option("--seeds", type=click.IntRange(1, 20), default=3, show_default=True, help="Noise draws per dose.")
+@click.option("--no-write", is_flag=True, help="Print only; write no result file.")
+def bench_ssb_methods(backend: str, data, seeds: int, no_write: bool) -> None:
+    """The dose study: SSB, OBF, WDD, iCoM and parallax against the phase in the 2 alpha band, at 1e3-1e6 e/A^2."""
+    from qora.bench import ssb_methods
+
+    ssb_methods.run(backend=backend, data=data, seeds=seeds, write=not no_write, echo=click.echo)
+
+
 @bench.command("ssb-full")
 @click.option("--dir", "directory", type=click.Path(file_okay=False), default="/tmp/qora-ssb-full", show_default=True,
               help="Where the full-scale dataset is kept (made there on the GPU when missing; 19 GB).")

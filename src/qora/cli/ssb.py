@@ -7,16 +7,17 @@ with a warning on stderr."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from pathlib import Path
 
 import click
 import numpy as np
 
-from qora.cli.options import (ABERRATION_A, ANGLE_DEG, NONNEGATIVE, NONNEGATIVE_ABERRATION_A, POSITIVE, SCAN_STEP_A,
+from qora.cli.options import (ANGLE_DEG, NONNEGATIVE, POSITIVE, SCAN_STEP_A,
                               SEMIANGLE_MRAD, VOLTAGE_KV,
                               backend_option, scale_out_client, scale_out_options)
-from qora.cli.ssb_data import data_options, load_for_session, read_fit
+from qora.cli.ssb_data import data_options, load_for_session
+from qora.cli.ssb_image import image_cmd
+from qora.cli.ssb_options import aberration_options, aberrations_from, c12_text, check_outputs, naming
 
 
 @click.group("ssb")
@@ -24,21 +25,7 @@ def ssb() -> None:
     """4D-STEM direct ptychography: single side band (SSB) and parallax (tcBF) images."""
 
 
-def _aberrations(c10, c12, c12_angle, c30):
-    from qora.ssb import Aberrations
-
-    values = {"C10": c10}
-    if c12:
-        values["C12"] = (c12, np.deg2rad(c12_angle))
-    if c30:
-        values["C30"] = c30
-    return Aberrations(values)
-
-
-def c12_text(aberrations) -> str:
-    """C12 as magnitude and angle: "C12 20.0 A at 25.0 deg"."""
-    mag, angle = aberrations.values.get("C12", (0.0, 0.0))
-    return f"C12 {mag:.1f} A at {np.rad2deg(angle):.1f} deg"
+ssb.add_command(image_cmd)
 
 
 def _pm(report: dict, name: str, scale: float = 1.0, digits: int = 1) -> str:
@@ -113,52 +100,6 @@ def fit_summary(result: dict) -> list:
     return lines
 
 
-_aberration_options = [
-    click.option("--c10", type=ABERRATION_A, default=0.0, show_default=True, help="C10 (A); the defocus is -C10."),
-    click.option("--c12", type=NONNEGATIVE_ABERRATION_A, default=0.0, show_default=True,
-                 help="Twofold astigmatism C12 (A)."),
-    click.option("--c12-angle", type=ANGLE_DEG, default=0.0, show_default=True, help="Its azimuth (degrees)."),
-    click.option("--c30", type=ABERRATION_A, default=0.0, show_default=True, help="Spherical aberration C30 (A)."),
-]
-
-
-def _outputs(data, named: dict) -> None:
-    """Refuse, before any work, an output that is an input (or a folder, or another output), or
-    that names a format it would not be written in."""
-    from qora.io.errors import OutputError
-    from qora.io.validate import outputs_apart
-
-    given = {option: path for option, (path, _) in named.items() if path is not None}
-    outputs_apart(list(given.values()), [data] if data is not None else [])
-    seen = {}
-    for option, path in given.items():
-        other = seen.get(Path(path).resolve())
-        if other:
-            raise OutputError(f"{option} and {other} are the same file {path}: give each its own name")
-        seen[Path(path).resolve()] = option
-        suffixes = named[option][1]
-        if Path(path).suffix.lower() not in suffixes:
-            raise OutputError(f"{option} {path}: this output is written as {suffixes[0]} "
-                              f"(give a name ending in {' or '.join(suffixes)})")
-
-
-@contextmanager
-def _naming(path):
-    """An InputError about the data (NaN, all zero, no bright field) names the file it came from."""
-    from qora.io.errors import InputError
-
-    try:
-        yield
-    except InputError as exc:
-        raise InputError(f"{path}: {exc}") from exc
-
-
-def aberration_options(f):
-    for option in reversed(_aberration_options):
-        f = option(f)
-    return f
-
-
 @ssb.command("simulate")
 @click.option("--scan", type=click.IntRange(8, 1024), default=64, show_default=True, help="Scan positions per side.")
 @click.option("--step", type=SCAN_STEP_A, default=0.4, show_default=True, help="Scan step (A).")
@@ -183,14 +124,14 @@ def simulate_cmd(scan, step, window, kv, semiangle, c10, c12, c12_angle, c30, sl
     from qora.ssb import amorphous_slices, scan_truth, simulate, write_dataset
     from qora.ssb import check_disk, check_sampling, check_simulation_memory
 
-    _outputs(None, {"--out": (out, (".h5", ".hdf5"))})
+    check_outputs(None, {"--out": (out, (".h5", ".hdf5"))})
     positions = scan * scan
     check_simulation_memory(positions, window, dose=dose)
     check_disk(out, positions * window**2 * 4, f"the dataset ({scan} x {scan} scan, {window} x {window} detector)",
                "a smaller scan (--scan) or window (--window) shrinks it")
     pixel = step / 2
     check_sampling(pixel, kv, semiangle)  # before the slices: a coarse pixel places atoms by the billion
-    ab = _aberrations(c10, c12, c12_angle, c30)
+    ab = aberrations_from(c10, c12, c12_angle, c30)
     try:
         with tqdm_progress(disable=quiet, unit="position") as bar:
             phase = amorphous_slices((2 * scan, 2 * scan), pixel, slices=slices, seed=seed)
@@ -205,81 +146,6 @@ def simulate_cmd(scan, step, window, kv, semiangle, c10, c12, c12_angle, c30, sl
         raise click.exceptions.Exit(130) from None
     click.echo(f"wrote {out}: scan {data.data.shape[:2]}, detector {data.data.shape[2:]}, step {data.scan_step} A, "
                f"{data.mrad_per_pixel:.3f} mrad/px")
-
-
-@ssb.command("image")
-@click.argument("data", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--kv", type=VOLTAGE_KV, default=None, help="Accelerating voltage (kV); default from the file.")
-@click.option("--semiangle", type=SEMIANGLE_MRAD, default=None, help="Convergence semi-angle (mrad); default from the file.")
-@click.option("--scan-step", type=SCAN_STEP_A, default=None, help="Scan step (A); default from the file.")
-@click.option("--rotation", type=ANGLE_DEG, default=0.0, show_default=True, help="Scan rotation (degrees).")
-@aberration_options
-@click.option("--method", type=click.Choice(["ssb", "parallax", "obf", "icom"]), default=None,
-              help="Imaging method [default: ssb; with --fit, its better branch: ssb, the thick model or the sum of "
-              "the incoherent model's depth sections]; obf: optimum bright field; icom: no aberrations.")
-@click.option("--fit", "fit_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="A fit .json of `qora ssb fit` on this DATA: its detector orientation, scan rotation and the "
-              "better branch's aberrations (thickness and tilt too) are used, unrounded; the aberration, "
-              "rotation and orientation options are then not given.")
-@click.option("--detector-orientation", "orientation", default="identity", show_default=True,
-              type=click.Choice(["identity", "rot90", "rot180", "rot270", "transpose", "flip-rows", "antitranspose",
-                                 "flip-cols"]),
-              help="The detector orientation against the scan (the numpy operation on the detector axes), as "
-              "`qora ssb fit` reports it.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Image .h5 file.")
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None, help="PNG figure.")
-@backend_option(help="Where G is prepared and the image made (auto: the GPU where there is one).")
-@data_options
-@click.pass_context
-def image_cmd(ctx, data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle, c30, method, fit_file, orientation,
-              out, plot, backend, source) -> None:
-    """The phase image of a 4D-STEM dataset for given aberrations, or for a fit's (--fit).
-
-    The data's layout (--axis-order, --transpose-detector, --flip-*) and calibration (--scan-step-y/-x,
-    --detector-pixel-mrad, --descan) are applied as the file is read; the values used are printed."""
-    from qora.ssb import Session, chi, parameters_to_aberrations, plot_image, write_image
-    from qora.ssb import reorient
-
-    _outputs(data, {"--out": (out, (".h5", ".hdf5")), "--plot": (plot, (".png",))})
-    if method == "icom" and any(c != 0 for c in (c10, c12, c30)):  # refused before G is prepared
-        raise click.BadParameter("the integrated centre of mass takes no aberrations", param_hint="--c10/--c12/--c30")
-    fit = read_fit(ctx, fit_file) if fit_file is not None else None
-    stack, meta, kv, semiangle, scan_step, detector = load_for_session(data, kv=kv, semiangle=semiangle,
-                                                                       scan_step=scan_step, source=source)
-    with _naming(data):
-        session = Session(stack, kv=kv, alpha_mrad=semiangle, scan_step=scan_step, rotation=np.deg2rad(rotation),
-                          detector=detector, backend=backend)
-    if fit is not None and method in (None, "ssb"):
-        from qora.ssb import fitted_image
-
-        phase, method, values = fitted_image(session, fit)
-        ab = parameters_to_aberrations(values)
-        click.echo(f"from {fit_file}: the {fit.get('better', 'standard')} branch, detector orientation "
-                   f"{fit['orientation']['orientation']}, rotation {fit['rotation_deg']:.3f} deg")
-    else:
-        if fit is not None:
-            session.rotation = float(fit["rotation_rad"])
-            orientation = fit["orientation"]["orientation"]
-            ab = parameters_to_aberrations(fit[fit.get("better", "standard")]["parameters"])
-        else:
-            ab = _aberrations(c10, c12, c12_angle, c30)
-        method = method or "ssb"
-        phase = reorient(session, orientation).image(ab, method)
-    write_image(out, phase, method=method, scan_step=scan_step, kv=kv, alpha_mrad=semiangle, aberrations=ab)
-    click.echo(f"{method}: {session.detector.radius:.2f} px bright-field radius, {len(session.bf_index)} pixels; "
-               f"phase std {phase.std():.3e} rad; wrote {out}")
-    if "truth" in meta:
-        r = np.corrcoef(phase.ravel(), np.asarray(meta["truth"]).ravel())[0, 1]
-        click.echo(f"correlation with the simulated phase: {r:.3f}")
-    if plot is not None:
-        a = semiangle
-        grid = np.linspace(-a, a, 129)
-        kx, ky = np.meshgrid(grid * 1e-3 / session.wavelength, grid * 1e-3 / session.wavelength)
-        values = np.where(np.hypot(kx, ky) <= a * 1e-3 / session.wavelength, chi(kx, ky, ab, session.wavelength),
-                          np.nan)
-        plot_image(plot, phase, scan_step=scan_step, title=f"{method} phase (rad)",
-                   chi_map=((-a, a, -a, a), values))
-        click.echo(f"wrote {plot}")
 
 
 @ssb.command("fit")
@@ -354,13 +220,13 @@ def fit_cmd(data, kv, semiangle, scan_step, rotation, orientation, branch, start
     if sections_out is not None and (cluster or not tilt or depth_model == "columnar"):
         raise click.UsageError("--sections-out images the incoherent thick model: it needs --tilt, a depth model "
                                "other than columnar, and a fit in one process")
-    _outputs(data, {"--out": (out, (".json",)), "--plot": (plot, (".png",)),
+    check_outputs(data, {"--out": (out, (".json",)), "--plot": (plot, (".png",)),
                     "--sections-out": (sections_out, (".h5", ".hdf5"))})
     stack, meta, kv, semiangle, scan_step, detector = load_for_session(data, kv=kv, semiangle=semiangle,
                                                                        scan_step=scan_step, source=source)
     with scale_out_client(scheduler, workers, gpus) as client:
         if client is None:
-            with _naming(data):
+            with naming(data):
                 session = Session(stack, kv=kv, alpha_mrad=semiangle, scan_step=scan_step, detector=detector,
                                   backend=backend)
         else:
@@ -520,7 +386,7 @@ def live_cmd(source, kv, semiangle, scan_step, scan_shape, protocol, follow, rot
     from qora.ssb.live import LiveOptions, open_source, run_live
     from qora.ssb.live import RECEIVER_BATCH
 
-    _outputs(None, {"--out": (out, (".h5", ".hdf5")), "--fit-out": (fit_out, (".json",))})
+    check_outputs(None, {"--out": (out, (".h5", ".hdf5")), "--fit-out": (fit_out, (".json",))})
     src = open_source(source, protocol=protocol, scan_shape=scan_shape, timeout=timeout, follow=follow,
                       processes=receivers, batch=RECEIVER_BATCH if receivers > 1 else 256)
     options = LiveOptions(refresh_s=refresh, method=method, fit=fit, fit_after=fit_after, tilt=tilt,
@@ -541,10 +407,10 @@ def live_cmd(source, kv, semiangle, scan_step, scan_shape, protocol, follow, rot
                "time on a machine)")
     if view:
         _live_view(src, settings, port, lambda result: _live_report(result, method, settings, out, fit_out,
-                                                                    _aberrations(c10, c12, c12_angle, c30)))
+                                                                    aberrations_from(c10, c12, c12_angle, c30)))
         return
-    result = run_live(src, aberrations=_aberrations(c10, c12, c12_angle, c30), on_update=show, **settings)
-    _live_report(result, method, settings, out, fit_out, _aberrations(c10, c12, c12_angle, c30))
+    result = run_live(src, aberrations=aberrations_from(c10, c12, c12_angle, c30), on_update=show, **settings)
+    _live_report(result, method, settings, out, fit_out, aberrations_from(c10, c12, c12_angle, c30))
 
 
 def _live_view(source, settings: dict, port: int, report) -> None:

@@ -8,8 +8,9 @@ bright field, and the fits of the aberrations, scan rotation, thickness and tilt
 
 The modules, by layer (each imports only those below it; docs/ssb.md):
 
-- :mod:`~qora.ssb.session`: :class:`Session`, G(Q, k) prepared once and its images; its
-  ``fit``/``reconstruct`` methods call the fit workflow.
+- :mod:`~qora.ssb.session`: :class:`Session`, G(Q, k) prepared once and its images (SSB, thick, parallax, iCoM,
+  OBF, WDD: :mod:`~qora.ssb.com`, :mod:`~qora.ssb.obf`, :mod:`~qora.ssb.wdd`); its ``fit``/``reconstruct`` methods
+  call the fit workflow.
 - :mod:`qora.ssb.fitting`: the workflows (:func:`fit`, :func:`fit_rotation`) and their JSON result.
 - :mod:`~qora.ssb.orientation`: the detector's orientation against the scan (centre-of-mass
   curl), the 180-degree branch rule.
@@ -41,7 +42,8 @@ from qora.ssb.model import ABERRATION_PARAMETERS, QUADRATIC_PARAMETERS, THICK_PA
 from qora.ssb.optics import KNOWN_ABERRATIONS, Aberrations, aperture, chi, chi_gradient, probe_spectrum, wavelength
 from qora.ssb.optimize import (BOUNDS, SEARCH_BOUNDS, TILT_LIMIT, BatchObjective, NewtonState, Objective,
                                defocus_search, newton, tpe_search)
-from qora.ssb.session import Session
+from qora.ssb.session import IMAGE_METHODS, Session
+from qora.ssb.wdd import dose_from_counts, epsilon_for_dose
 from qora.ssb.simulation import (Scan4D, amorphous_slices, atoms_slice, check_disk, check_sampling,
                                 check_simulation_memory, crystal_slices, rotate_detector, scan_truth,
                                simulate_to_npy)
@@ -49,7 +51,7 @@ from qora.ssb.simulation import film_counts, simulate
 
 fit = fit_session  # the session fit workflow (qora.ssb.fitting.fit_session)
 
-__all__ = ["decode_raw", "film_counts", "Session", "fit", "fit_session", "FitOptions", "FitResult", "FitImages", "fit_rotation", "Band", "make_band", "combine_moments",
+__all__ = ["decode_raw", "film_counts", "Session", "IMAGE_METHODS", "dose_from_counts", "epsilon_for_dose", "fit", "fit_session", "FitOptions", "FitResult", "FitImages", "fit_rotation", "Band", "make_band", "combine_moments",
            "combine_batch_moments", "uncertainties", "newton", "NewtonState", "Objective", "BatchObjective",
            "defocus_search", "tpe_search", "BOUNDS", "SEARCH_BOUNDS", "TILT_LIMIT", "ABERRATION_PARAMETERS",
            "THICK_PARAMETERS", "QUADRATIC_PARAMETERS", "parameters_to_aberrations", "Aberrations",

@@ -478,16 +478,20 @@ class Session(BandCache):
 
         return session_widget(self, aberrations, upsample=upsample)
 
-    def preview(self, params, *, upsample: int = 1, loss: bool = False):
+    def preview(self, params, *, upsample: int = 1, loss: bool = False, method: str = "ssb"):
         """The image for given parameters, cheap enough to follow a slider.
 
         ``params``: :class:`Aberrations` or a dict of cartesian parameters (``C10``, ``C12a``, ...,
         A) with optional ``thickness`` (A) and ``tilt_y``, ``tilt_x`` (rad) and ``rotation`` (rad).
         ``upsample`` 1: the SSB image, tilt-corrected (method "thick") when a thickness or tilt is
         given; 3 (or any integer above 1): the parallax image on the finer grid (sub-pixel
-        shifts; it takes the aberrations, not the thickness and tilt). With ``loss`` also the
-        mean-phase loss for those parameters (the slider's release): returns ``(image, loss)``.
+        shifts; it takes the aberrations, not the thickness and tilt). ``method`` other than "ssb" (upsample 1):
+        that method's image ("obf", "wdd", "icom", "parallax"; the thickness and tilt are the SSB path's alone, and
+        iCoM takes no aberrations). With ``loss`` also the mean-phase loss for those parameters (the slider's
+        release): returns ``(image, loss)``.
         """
+        if method not in ("ssb", "obf", "wdd", "icom", "parallax"):
+            raise ValueError(f"method must be one of ssb, obf, wdd, icom, parallax; got {method!r}")
         if isinstance(params, Aberrations):
             ab, extra = params, {}
         else:
@@ -502,6 +506,8 @@ class Session(BandCache):
                 self.rotation = extra["rotation"]
             if upsample > 1:
                 image = self.image(ab, "parallax", upsample=upsample)
+            elif method != "ssb":
+                image = self.image(None if method == "icom" else ab, method)
             elif thickness or any(tilt):
                 image = self.image(ab, "thick", thickness=thickness, tilt=tilt)
             else:

@@ -187,7 +187,7 @@ def dose_from_counts(session) -> float | None:
     bright-field sum of a pattern over the area of one scan step, or None where the sums are not whole numbers (the
     data are not counts: a simulation without noise, or a detector's gain-scaled values). The dark field's
     electrons are not in it (a few per cent for a thin specimen)."""
-    sums = np.asarray(session.bright_field, np.float64) * session.level
+    sums = np.asarray(session.backend.to_host(session.bright_field), np.float64) * session.level
     if not np.all(np.isfinite(sums)) or sums.mean() < 1 or np.abs(sums - np.rint(sums)).max() > 1e-6 * sums.max():
         return None
     step_y, step_x = scan_steps(session.scan_step)

@@ -79,6 +79,16 @@ def ssb_parameters(values: dict) -> dict:
         raise BadRequest(str(exc)) from None
 
 
+PREVIEW_METHODS = ("ssb", "obf", "wdd", "icom", "parallax")  # the viewer's method switch (Session.preview)
+
+
+def _method(body: dict) -> str:
+    method = body.get("method", "ssb")
+    if method not in PREVIEW_METHODS:
+        raise BadRequest(f"method must be one of {', '.join(PREVIEW_METHODS)}, got {_shown(method)}")
+    return method
+
+
 class SsbView:
     """A 4D-STEM dataset held in a :class:`qora.ssb.Session` (on the GPU where there is one)."""
 
@@ -122,7 +132,7 @@ class SsbView:
                 "start": self.start}
 
     def preview(self, body) -> tuple[bytes | None, dict]:
-        """``{"params", "upsample", "loss", "seq", "client"}`` -> (PNG or None if a newer request
+        """``{"params", "upsample", "method", "loss", "seq", "client"}`` -> (PNG or None if a newer request
         came in, headers). Requests run one at a time; one that waited while a newer one from the
         same page (``client``) arrived is dropped (the newest slider position wins)."""
         if not isinstance(body, dict):
@@ -131,6 +141,7 @@ class SsbView:
         upsample = integer(body.get("upsample", 1), "upsample", 1, 3)
         if upsample == 2:
             raise BadRequest("upsample must be 1 or 3")
+        method = _method(body)
         loss = body.get("loss", False)
         if not isinstance(loss, bool):
             raise BadRequest("loss must be true or false")
@@ -145,7 +156,7 @@ class SsbView:
             if seq < self._latest[client]:
                 return None, {"X-Seq": str(seq), "X-Superseded": "1"}
             t0 = time.perf_counter()
-            out = self.session.preview(params, upsample=upsample, loss=loss)
+            out = self.session.preview(params, upsample=upsample, loss=loss, method=method)
             image, value = out if loss else (out, None)
             data, lo, hi = png(image)
             ms = (time.perf_counter() - t0) * 1e3
@@ -161,7 +172,7 @@ class SsbView:
         params = ssb_parameters((body or {}).get("params", {}))
         upsample = integer((body or {}).get("upsample", 1), "upsample", 1, 3)
         with self._lock:
-            image = self.session.preview(params, upsample=upsample)
+            image = self.session.preview(params, upsample=upsample, method=_method(body or {}))
         out = io.BytesIO()
         np.save(out, np.asarray(image, np.float32))
         return out.getvalue()

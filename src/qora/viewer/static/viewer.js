@@ -79,7 +79,10 @@ function plot(canvas, series, { logY = false, xLabel = "", yLabel = "", highligh
 function buildSsb(info) {
   const image = el("img", { id: "ssb-image", class: "view", alt: "SSB phase" });
   const loss = el("span", { id: "ssb-loss", text: "loss: -" });
-  const upsample = el("select", { id: "ssb-upsample" }, el("option", { value: "1", text: "1x (SSB)" }), el("option", { value: "3", text: "3x (parallax)" }));
+  const upsample = el("select", { id: "ssb-upsample" }, el("option", { value: "1", text: "1x" }), el("option", { value: "3", text: "3x (parallax)" }));
+  // the method switch (Session.preview): thickness and tilt steer SSB alone; iCoM takes no aberrations
+  const method = el("select", { id: "ssb-method" }, ...[["ssb", "SSB"], ["wdd", "WDD"], ["obf", "OBF"], ["parallax", "parallax"], ["icom", "iCoM"]]
+    .map(([value, text]) => el("option", { value, text })));
   const controls = el("div", { class: "panel", id: "ssb-controls" });
   const inputs = {};
   for (const [name, s] of Object.entries(info.sliders)) {
@@ -98,7 +101,7 @@ function buildSsb(info) {
   const exportPng = el("button", { id: "ssb-export-png", text: "image (PNG)" });
   const exportNpy = el("button", { id: "ssb-export-npy", text: "phase (.npy)" });
   const exportJson = el("button", { id: "ssb-export-json", text: "parameters (JSON)" });
-  controls.append(el("div", { class: "row" }, el("span", { text: "preview" }), upsample, loss),
+  controls.append(el("div", { class: "row" }, el("span", { text: "preview" }), method, upsample, loss),
     el("div", { class: "row" }, fitButton, progress),
     el("div", { class: "row" }, el("span", { text: "export" }), exportPng, exportNpy, exportJson));
   main.append(controls, el("div", { class: "panel" }, image,
@@ -110,7 +113,7 @@ function buildSsb(info) {
   const send = coalescer(async (job) => {
     const mine = ++seq;
     const response = await api("/api/ssb/preview", { method: "POST", headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ params: job.params, upsample: Number(upsample.value), loss: job.loss, seq: mine, client }) });
+      body: JSON.stringify({ params: job.params, upsample: Number(upsample.value), method: method.value, loss: job.loss, seq: mine, client }) });
     if (response.status === 204) return;
     const blob = await response.blob();
     const serverMs = Number(response.headers.get("X-Server-Ms"));
@@ -132,6 +135,7 @@ function buildSsb(info) {
   });
   function want(t, withLoss) { send({ params: values(), loss: withLoss, t: t ?? performance.now() }); }
   upsample.addEventListener("change", (e) => want(e.timeStamp, true));
+  method.addEventListener("change", (e) => want(e.timeStamp, true));
 
   // live mode: the scan is still arriving; each new refresh redraws the image at the sliders' values,
   // and the live fit is shown (and put on the sliders by "use the live fit")
@@ -181,7 +185,7 @@ function buildSsb(info) {
   exportJson.addEventListener("click", () => download(new Blob([JSON.stringify({ file: info.file, sliders: values(), units: Object.fromEntries(Object.entries(info.sliders).map(([k, s]) => [k, s.unit])), loss: loss.textContent }, null, 1)], { type: "application/json" }), "ssb-parameters.json"));
   exportNpy.addEventListener("click", async () => {
     try {
-      const r = await api("/api/ssb/image.npy", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ params: values(), upsample: Number(upsample.value) }) });
+      const r = await api("/api/ssb/image.npy", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ params: values(), upsample: Number(upsample.value), method: method.value }) });
       download(await r.blob(), "ssb-phase.npy");
     } catch (e) { showError(e.message); }
   });
