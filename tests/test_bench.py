@@ -96,6 +96,23 @@ def test_ssb_bench_times_every_step_on_a_small_scan():
     assert r.cases["memory/16x16x32x32/prepare"]["g_bytes"] > 0
 
 
+def test_ssb_methods_bench_scores_every_method_at_every_dose():
+    """`qora bench ssb-methods` on the abTEM fixture, one draw per dose: every (dose, method) row, WDD ahead of SSB
+    at every dose and OBF ahead of SSB at 1e3 e/A^2 (what docs/ssb-methods.md's table says)."""
+    from pathlib import Path
+
+    from qora.bench import ssb_methods
+
+    fixture = Path(__file__).parent / "ssb" / "fixtures" / "abtem_srtio3_wdd.npz"
+    r = ssb_methods.run(data=fixture, seeds=1, write=False, echo=lambda *_: None)
+    assert set(r.cases) == {f"{d}/{m}" for d in ("1000", "10000", "100000", "1e+06", "noise-free")
+                            for m in ssb_methods.METHODS}
+    for dose in ("1000", "10000", "100000", "1e+06", "noise-free"):
+        assert r.cases[f"{dose}/wdd"]["r"] > r.cases[f"{dose}/ssb"]["r"]
+    assert r.cases["1000/obf"]["r"] > r.cases["1000/ssb"]["r"] + 0.2
+    assert r.cases["noise-free/wdd"]["r"] > 0.99
+
+
 def test_ssb_live_bench_measures_every_case_on_a_small_scan():
     """`qora bench ssb-live` at a tiny size: every case present with a positive rate or time (the
     simulator runs in a process of its own; the DECTRIS cases take the same path)."""

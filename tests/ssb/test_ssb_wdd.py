@@ -171,9 +171,14 @@ def test_wdd_refuses_what_it_cannot_do():
         s.image(ab, "wdd", epsilon=2.0)
     with pytest.raises(ValueError, match="epsilon belongs to method='wdd'"):
         s.image(ab, "ssb", epsilon=1e-2)
+    calls = []
+    s.image(ab, "wdd", progress=lambda stage, done, total, m: calls.append((stage, done, total)))
+    assert calls and calls[-1] == ("WDD", 40 * 21, 40 * 21) and all(c[0] == "WDD" for c in calls)
+    with pytest.raises(InterruptedError, match="stopped by its progress callback"):
+        wdd_image(s, ab, block=100, progress=lambda *a: False)
     k = np.array([[0.0, 0.0], [0.1, 0.0], [0.0, 0.137]])  # not on one lattice of step 0.1
     with pytest.raises(InputError, match="lattice"):
-        Lattice(k, 0.1)
+        Lattice(k, 0.1, 1.0)
 
 
 def test_cli_ssb_image_method_wdd(tmp_path):

@@ -75,6 +75,9 @@ REQUIRED_CASES: dict[str, list[str]] = {
                                                         "image_parallax") + SSB_FIT_STEPS]
                + [f"memory/{SSB_BENCH_LABEL}/prepare"]
                + [f"peer/{d}/{w}" for d in ("film", "crystal_3.2A_rot7") for w in ("qora", "py4dstem")],
+    "ssb-methods-cpu": [f"{d}/{m}" for d in ("1000", "noise-free") for m in ("ssb", "obf", "wdd")],
+    "ssb-methods-abtem-cpu": [f"{d}/{m}" for d in ("1000", "10000", "100000", "1e+06", "noise-free")
+                              for m in ("ssb", "obf", "wdd", "icom", "parallax")],
     "ssb-cpu-fit": [f"fit_cpu/{d}_64/{w}" for d in ("film", "thick_film", "crystal_3.2A_rot7")
                     for w in ("qora_default", "qora_cold", "qora_rotation_given", "py4dstem")]
                    + ["agreement_cpu/64x64/81_sets/threads_1", "agreement_cpu/64x64/rotation_grid_30x41"],

@@ -47,6 +47,7 @@ def image_cmd(ctx, data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle
     The data's layout (--axis-order, --transpose-detector, --flip-*) and calibration (--scan-step-y/-x,
     --detector-pixel-mrad, --descan) are applied as the file is read; the values used are printed."""
     from qora.ssb import Session, chi, parameters_to_aberrations, plot_image, write_image
+    from qora.progress import tqdm_progress
     from qora.ssb import reorient
 
     check_outputs(data, {"--out": (out, (".h5", ".hdf5")), "--plot": (plot, (".png",))})
@@ -77,7 +78,9 @@ def image_cmd(ctx, data, kv, semiangle, scan_step, rotation, c10, c12, c12_angle
         method = method or "ssb"
         if method == "wdd":
             epsilon = _wdd_epsilon(session, epsilon)
-        phase = reorient(session, orientation).image(ab, method, epsilon=epsilon)
+        with tqdm_progress(delay=2.0) as bar:  # WDD's frequencies, drawn where it takes longer than 2 s
+            phase = reorient(session, orientation).image(ab, method, epsilon=epsilon,
+                                                         progress=bar if method == "wdd" else None)
     write_image(out, phase, method=method, scan_step=scan_step, kv=kv, alpha_mrad=semiangle, aberrations=ab)
     click.echo(f"{method}: {session.detector.radius:.2f} px bright-field radius, {len(session.bf_index)} pixels; "
                f"phase std {phase.std():.3e} rad; wrote {out}")

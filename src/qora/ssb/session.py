@@ -245,14 +245,15 @@ class Session(BandCache):
     # -- images -------------------------------------------------------------------------
     def image(self, aberrations: Aberrations | None = None, method: str = "ssb", *, thickness: float = 0.0,
               tilt=(0.0, 0.0), upsample: int = 1, rows: int = 16, timings: dict | None = None,
-              epsilon: float | None = None) -> np.ndarray:
+              epsilon: float | None = None, progress=None) -> np.ndarray:
         """The phase image (rad, scan grid; a host array) for the given aberrations by ``method``:
         "ssb" (single side band over the double-overlap pixels), "thick" (SSB with the thick-sample Gamma of
         ``thickness`` (A) and specimen ``tilt`` (tau_y, tau_x) rad; C10 is the mid-plane's), "parallax" (tcBF:
         the bright-field images shifted by grad chi / 2 pi, summed, and phase-flipped by sign(sin chi(Q))),
         "icom" (the integrated centre of mass, :mod:`qora.ssb.com`: no aberrations), "obf" (optimum bright
         field, :mod:`qora.ssb.obf`) or "wdd" (Wigner distribution deconvolution, :mod:`qora.ssb.wdd`: the object's
-        phase with no weak-phase assumption; ``epsilon`` its regularisation, by default from the data's dose). Q = 0 and the scan's Nyquist row and column are left out. ``upsample``
+        phase with no weak-phase assumption; ``epsilon`` its regularisation, by default from the data's dose;
+        ``progress`` is told its frequencies done). Q = 0 and the scan's Nyquist row and column are left out. ``upsample``
         (parallax only): the image on a grid that many times finer (:func:`qora.ssb.parallax.parallax_upsampled`).
         ``timings``: a dict that receives the time (ms) of the sums over the bright field ("sums"),
         the inverse FFT ("fft") and the copy to the host ("copy"), each waited for on the device
@@ -267,8 +268,10 @@ class Session(BandCache):
             raise ValueError("thickness and tilt belong to method='thick'")
         if epsilon is not None and method != "wdd":
             raise ValueError("epsilon belongs to method='wdd'")
-        if method in ("icom", "wdd") and upsample == 1:  # sums of their own (qora.ssb.com, qora.ssb.wdd)
-            return icom_image(self, aberrations) if method == "icom" else wdd_image(self, aberrations, epsilon=epsilon)
+        if method == "icom" and upsample == 1:  # sums of their own (qora.ssb.com, qora.ssb.wdd)
+            return icom_image(self, aberrations)
+        if method == "wdd" and upsample == 1:
+            return wdd_image(self, aberrations, epsilon=epsilon, progress=progress)
         if upsample != 1:
             if method != "parallax" or int(upsample) != upsample or upsample < 1:
                 raise ValueError(f"upsample must be a positive integer, and above 1 only for parallax, got {upsample}")

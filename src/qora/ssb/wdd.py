@@ -32,12 +32,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from qora.backend.device import free_memory
 from qora.backend.fft import fast_length, fftn, ifftn
 from qora.io.errors import InputError
 from qora.io.validate import positive
+from qora.progress import report
 from qora.ssb.detector import scan_steps, unresolved_out
 
-__all__ = ["Lattice", "lattice", "wdd_reads", "unmix", "wdd_object", "wdd_image", "wdd_bytes", "dose_from_counts",
+__all__ = ["Lattice", "lattice", "probe_terms", "wdd_reads", "unmix", "wdd_object", "wdd_image", "wdd_bytes", "dose_from_counts",
            "epsilon_for_dose"]
 
 EPSILON_FLOOR, EPSILON_CEILING = 1e-3, 0.3  # the dose rule's range (docs/ssb-methods.md: the dose study)
@@ -46,9 +48,11 @@ EPSILON_FLOOR, EPSILON_CEILING = 1e-3, 0.3  # the dose rule's range (docs/ssb-me
 class Lattice:
     """The bright-field pixels on the detector's lattice: ``n`` (nbf, 2) integer offsets from the pixel ``k0``
     (1/A, the one nearest the disk's centre) in steps of ``dk`` (1/A), the grid side ``size`` (L) and its
-    frequencies ``ky``, ``kx`` (L, L) (1/A, the lattice's points in the FFT's order)."""
+    frequencies ``ky``, ``kx`` (L, L) (1/A, the lattice's points in the FFT's order); ``bright`` the flat grid index
+    of each bright-field pixel and ``disk`` those of the grid's points inside the aperture (|k| <= ``limit``, 1/A),
+    the only ones where the probe's products are not zero."""
 
-    def __init__(self, k: np.ndarray, dk: float):
+    def __init__(self, k: np.ndarray, dk: float, limit: float):
         k = np.asarray(k, np.float64)
         self.k0 = k[np.argmin(np.hypot(k[:, 0], k[:, 1]))]
         steps = (k - self.k0) / dk
@@ -62,15 +66,21 @@ class Lattice:
         m = np.fft.fftfreq(self.size, 1.0 / self.size)  # signed lattice steps in the FFT's order
         self.ky = self.k0[0] + dk * m[:, None] * np.ones((1, self.size))
         self.kx = self.k0[1] + dk * m[None, :] * np.ones((self.size, 1))
+        self.bright = self._flat(self.n)
+        self.disk = np.union1d(np.flatnonzero(np.hypot(self.ky, self.kx) <= limit), self.bright)
+
+    def _flat(self, n) -> np.ndarray:
+        return (n[:, 0] % self.size) * self.size + n[:, 1] % self.size
 
     def flat_reflected(self) -> np.ndarray:
         """The flat index into an L x L grid of -n for each bright-field pixel: where w(k) = f(-k) is read."""
-        return ((-self.n[:, 0]) % self.size) * self.size + (-self.n[:, 1]) % self.size
+        return self._flat(-self.n)
 
 
 def lattice(session) -> Lattice:
     """The session's bright-field pixels on the detector lattice (its k, after any relabelling of the detector)."""
-    return Lattice(session.k, session.detector.mrad_per_pixel * 1e-3 / session.wavelength)
+    lam = session.wavelength
+    return Lattice(session.k, session.detector.mrad_per_pixel * 1e-3 / lam, session.alpha_mrad * 1e-3 / lam)
 
 
 def wigner_max(session, aberrations, grid: Lattice) -> float:
@@ -80,86 +90,97 @@ def wigner_max(session, aberrations, grid: Lattice) -> float:
     return float(xp.sum(xp.abs(probe) ** 2)) ** 2
 
 
-def wdd_reads(session, aberrations, qy, qx, grid: Lattice, eps: float, dtype=np.complex128):
-    """The Wiener filter's read-outs of b_Q at u = 0 and at u = Q, as weights on the bright-field pixels: (w0, wQ),
-    each (nq, nbf) on the session's backend, for the scan frequencies ``qy``, ``qx`` (1/A, flat (nq,), the
-    detector's axes); b_Q(0) = sum_k G(Q, k) w0(k), and likewise wQ. u = Q lies between the lattice's points for
-    most Q: it is read by the filter's band-limited interpolation (a phase ramp over rho). ``eps`` is absolute."""
+def probe_terms(session, aberrations, qy, qx, grid: Lattice, dtype=np.complex128):
+    """For the scan frequencies ``qy``, ``qx`` (1/A, flat (nq,), the detector's axes): a_Q(K) on the L x L grid
+    (nq, L, L), evaluated on the aperture's disk alone (zero elsewhere), and the two terms of a weak object's G at
+    the bright-field pixels, (nq, nbf) each: a_Q(k) (the unscattered wave at k with the wave scattered by -Q) and
+    a_Q(k - Q) (the wave scattered by +Q with the unscattered one). On the session's backend."""
     xp = session.xp
-    ky, kx = xp.asarray(grid.ky), xp.asarray(grid.kx)
-    qy, qx = xp.asarray(qy)[:, None, None], xp.asarray(qx)[:, None, None]
-    a = (session._psi(ky, kx, aberrations) * xp.conj(session._psi(ky + qy, kx + qx, aberrations))).astype(dtype)
+    ky, kx = (xp.asarray(g.ravel()[grid.disk]) for g in (grid.ky, grid.kx))
+    qy, qx = xp.asarray(qy)[:, None], xp.asarray(qx)[:, None]
+    a = xp.zeros((len(qy), grid.size**2), dtype)
+    a[:, xp.asarray(grid.disk)] = session._psi(ky, kx, aberrations) * xp.conj(session._psi(ky + qy, kx + qx,
+                                                                                             aberrations))
+    near = a[:, xp.asarray(grid.bright)]
+    by, bx = session._k[:, 0], session._k[:, 1]
+    far = session._psi(by - qy, bx - qx, aberrations) * xp.conj(session._psi(by, bx, aberrations))
+    return a.reshape(-1, grid.size, grid.size), near, far.astype(dtype)
+
+
+def wdd_reads(a, qy, qx, grid: Lattice, eps: float, xp):
+    """The Wiener filter's read-outs of b_Q at u = 0 and at u = Q, as weights on the bright-field pixels: (w0, wQ),
+    each (nq, nbf), from a_Q on the grid (:func:`probe_terms`); b_Q(0) = sum_k G(Q, k) w0(k), and likewise wQ. u = Q
+    lies between the lattice's points for most Q: it is read by the filter's band-limited interpolation (a phase
+    ramp over rho, separable in its two axes). ``eps`` is absolute."""
     spectrum = fftn(a, axes=(-2, -1))
-    del a
     wiener = xp.conj(spectrum) / (spectrum.real**2 + spectrum.imag**2 + eps)
     del spectrum
-    m = xp.asarray(np.fft.fftfreq(grid.size, 1.0 / grid.size))  # signed rho, in the lattice's units
-    ramp = xp.exp((2j * np.pi / (grid.size * grid.dk)) * (qy * m[:, None] + qx * m[None, :])).astype(dtype)
     read = xp.asarray(grid.flat_reflected())
     w0 = ifftn(wiener, axes=(-2, -1)).reshape(len(wiener), -1)[:, read]
-    wiener *= ramp
+    m = xp.asarray(np.fft.fftfreq(grid.size, 1.0 / grid.size))  # signed rho, in the lattice's units
+    turn = 2j * np.pi / (grid.size * grid.dk)
+    ramp_y = xp.exp(turn * xp.asarray(qy)[:, None] * m).astype(a.dtype)
+    ramp_x = xp.exp(turn * xp.asarray(qx)[:, None] * m).astype(a.dtype)
+    wiener *= ramp_y[:, :, None] * ramp_x[:, None, :]
     wq = ifftn(wiener, axes=(-2, -1)).reshape(len(wiener), -1)[:, read]
     return w0, wq
 
 
-def sidebands(session, aberrations, qy, qx):
-    """The two terms of a weak object's G at the bright-field pixels, (nq, nbf) each: a_Q(k) (the unscattered wave
-    at k with the wave scattered by -Q) and a_Q(k - Q) (the wave scattered by +Q with the unscattered one)."""
-    xp = session.xp
-    ky, kx = session._k[:, 0], session._k[:, 1]
-    qy, qx = xp.asarray(qy)[:, None], xp.asarray(qx)[:, None]
-    psi = session._psi(ky, kx, aberrations)
-    return (psi * xp.conj(session._psi(ky + qy, kx + qx, aberrations)),
-            session._psi(ky - qy, kx - qx, aberrations) * xp.conj(psi))
-
-
-def unmix(session, aberrations, qy, qx, w0, wq, reads, lam: float):
+def unmix(near, far, w0, wq, reads, zero, lam: float, xp):
     """(c1, c2) = (O(0) conj(O(-Q)), O(Q) conj(O(0))) from the reads (b_Q(0), b_Q(Q)), (nq, 2): the filter's response
-    to the two terms (a 2 x 2 matrix per Q: the Wiener gain, and the leak between u = 0 and a u = Q less than a pixel
-    away) inverted with Tikhonov's ``lam`` (where the two cannot be told apart, near Q = 0, both shrink)."""
-    xp = session.xp
-    near, far = sidebands(session, aberrations, qy, qx)
+    to the two terms ``near`` and ``far`` (a 2 x 2 matrix per Q: the Wiener gain, and the leak between u = 0 and a
+    u = Q less than a pixel away) inverted with Tikhonov's ``lam`` (where the two cannot be told apart, near Q = 0,
+    both shrink). Where ``zero`` (Q = 0) the two terms are one, |O(0)|^2 a_0(k): read once, not split in two."""
     response = xp.stack([xp.stack([(near * w0).sum(-1), (far * w0).sum(-1)], -1),
-                         xp.stack([(near * wq).sum(-1), (far * wq).sum(-1)], -1)], -2)  # (nq, 2, 2)
+                         xp.stack([(near * wq).sum(-1), (far * wq).sum(-1)], -1)], -2).astype(np.complex128)
     adjoint = xp.conj(xp.swapaxes(response, 1, 2))
-    normal = adjoint @ response + lam * xp.eye(2)
-    both = xp.linalg.solve(normal, adjoint @ reads[..., None])[..., 0]
-    # at Q = 0 the two terms are one, |O(0)|^2 a_0(k): read once, not split between two equal unknowns
-    zero = (xp.asarray(qy) == 0) & (xp.asarray(qx) == 0)
+    both = xp.linalg.solve(adjoint @ response + lam * xp.eye(2), adjoint @ reads[..., None])[..., 0]
     single = reads[:, 0] / xp.where(zero, response[:, 0, 0], 1)
     return xp.where(zero[:, None], single[:, None], both)
 
 
-def wdd_bytes(session, count: int) -> int:
-    """The working memory (bytes) of one block of ``count`` scan frequencies: the lattice grids (four complex128
-    arrays at a time) and the bright-field arrays (six)."""
-    return count * (4 * lattice(session).size ** 2 + 6 * len(session.k)) * 16
+def wdd_bytes(session, count: int, itemsize: int = 16) -> int:
+    """The working memory (bytes) of one block of ``count`` scan frequencies: the lattice grids (four complex arrays
+    of ``itemsize`` bytes an element at a time) and the bright-field arrays (six)."""
+    return count * (4 * lattice(session).size ** 2 + 6 * len(session.k)) * itemsize
 
 
 def wdd_object(session, aberrations, *, epsilon: float = EPSILON_FLOOR, block: int | None = None,
-               max_bytes: int = 1 << 29):
+               max_bytes: int | None = None, progress=None):
     """o(r) conj(O(0)) on the scan grid (complex, the session's backend): the object's transmission function up to a
     constant factor, by WDD with eps = ``epsilon`` x the probe's Wigner maximum (and the unmixing's Tikhonov term
     ``epsilon`` / 10). ``block`` scan frequencies at a time (default: as many as ``max_bytes`` of working memory
-    allows, :func:`wdd_bytes`)."""
+    allows, :func:`wdd_bytes`; ``max_bytes`` by default a quarter of the free memory, at most 512 MiB on the host and
+    8 GiB on the device). On the device the lattice transforms are complex64 where G is. ``progress`` (the engines'
+    signature, :mod:`qora.progress`) is told the frequencies done ("WDD"); its False stops the work (an
+    InterruptedError: no partial image, whose frequencies would be a strip of the plane)."""
     if not 0 < epsilon < 1:
         raise ValueError(f"epsilon must be a fraction of the probe's Wigner maximum in (0, 1), got {epsilon}")
     xp = session.xp
     grid = lattice(session)
     eps = epsilon * wigner_max(session, aberrations, grid)
-    block = block or max(1, int(max_bytes // wdd_bytes(session, 1)))
+    dtype = np.complex64 if session.G.dtype == np.complex64 else np.complex128
+    if max_bytes is None:
+        free = free_memory(session.backend)
+        cap = (8 << 30) if session.backend.is_cuda else (512 << 20)
+        max_bytes = cap if free is None else min(cap, int(free // 4))
+    block = block or max(1, int(max_bytes // wdd_bytes(session, 1, np.dtype(dtype).itemsize)))
     qy, qx = (q.reshape(-1) for q in session._q(half=True))
     G = session.G.reshape(len(qy), -1)  # the half plane's frequencies in order: blocks are contiguous rows of G
     plus = xp.zeros(len(qy), np.complex128)  # O(Q) conj(O(0)) on the half plane
     minus = xp.zeros(len(qy), np.complex128)  # O(-Q) conj(O(0)), the same Q's mirror
-    dtype = np.complex64 if session.G.dtype == np.complex64 else np.complex128
     for start in range(0, len(qy), block):
         sl = slice(start, start + block)
-        w0, wq = wdd_reads(session, aberrations, qy[sl], qx[sl], grid, eps, dtype)
+        a, near, far = probe_terms(session, aberrations, qy[sl], qx[sl], grid, dtype)
+        w0, wq = wdd_reads(a, qy[sl], qx[sl], grid, eps, xp)
+        del a
         g = xp.asarray(G[sl])
         reads = xp.stack([(g * w0).sum(-1), (g * wq).sum(-1)], -1).astype(np.complex128)
-        c = unmix(session, aberrations, qy[sl], qx[sl], w0, wq, reads, epsilon / 10)
+        c = unmix(near, far, w0, wq, reads, (qy[sl] == 0) & (qx[sl] == 0), epsilon / 10, xp)
         plus[sl], minus[sl] = c[:, 1], xp.conj(c[:, 0])
+        if not report(progress, "WDD", min(start + block, len(qy)), len(qy)):
+            raise InterruptedError(f"WDD stopped by its progress callback after {start + block} of {len(qy)} "
+                                   "frequencies")
     half = (session.scan_shape[0], -1)
     return ifftn(_whole_plane(plus.reshape(half), minus.reshape(half), session.scan_shape, xp), axes=(0, 1))
 
@@ -203,13 +224,14 @@ def epsilon_for_dose(dose: float | None) -> float:
     return float(min(EPSILON_CEILING, max(EPSILON_FLOOR, 3.0 / np.sqrt(positive("dose", dose)))))
 
 
-def wdd_image(session, aberrations, *, epsilon: float | None = None, block: int | None = None) -> np.ndarray:
+def wdd_image(session, aberrations, *, epsilon: float | None = None, block: int | None = None,
+              progress=None) -> np.ndarray:
     """The WDD phase image (rad, the scan grid, a host array): the phase of :func:`wdd_object`, its mean set to 0
     (the constant factor's phase and the mean phase are one). ``epsilon`` by default from the data's dose
     (:func:`epsilon_for_dose` of :func:`dose_from_counts`)."""
     if epsilon is None:
         epsilon = epsilon_for_dose(dose_from_counts(session))
-    obj = wdd_object(session, aberrations, epsilon=epsilon, block=block)
+    obj = wdd_object(session, aberrations, epsilon=epsilon, block=block, progress=progress)
     xp = session.xp
     mean = obj.mean()
     phase = xp.angle(obj * xp.conj(mean) / abs(mean)) if abs(mean) > 0 else xp.angle(obj)
