@@ -286,6 +286,31 @@ def test_dropped_and_reordered_frames_over_the_wire(counts):
     np.testing.assert_allclose(result.session.G, ref.G, atol=1e-9 * np.abs(ref.G).max())
 
 
+@pytest.mark.parametrize("method", ["obf", "icom", "wdd"])
+def test_live_methods_refresh_and_end_as_offline(counts, method):
+    """OBF and iCoM are refreshed from the rows so far and end equal to the offline image; WDD shows SSB while the
+    scan runs (the refreshed images are the partial sessions' SSB images) and WDD of the whole scan at the end."""
+    data, step = counts
+    ab = AB
+    shown = "ssb" if method == "wdd" else method  # what the refreshes show
+    checked = []
+
+    def check(update):  # each refresh's image is its partial session's image by the method shown
+        again = update.session.image(None if shown == "icom" else ab, shown)
+        checked.append(float(np.abs(update.image - again).max() / np.abs(again).max()))
+
+    result = run_live(MemorySource(data, batch=48), kv=KV, alpha_mrad=ALPHA, scan_step=step, rotation=0.0,
+                      aberrations=ab, options=LiveOptions(refresh_s=1e-9, fit=False, method=method), on_update=check)
+    ref = _offline(data, step)
+    expected = ref.image(None if method == "icom" else ab, method)
+    np.testing.assert_allclose(result.image, expected, atol=1e-6 * np.abs(expected).max())
+    assert result.updates and all(u.image.shape == (u.rows, data.shape[1]) for u in result.updates)
+    assert len(checked) == len(result.updates) and max(checked) < 1e-12
+    with pytest.raises(InputError, match="method must be one of"):
+        run_live(MemorySource(data, batch=48), kv=KV, alpha_mrad=ALPHA, scan_step=step, rotation=0.0,
+                 options=LiveOptions(method="ptycho"))
+
+
 def test_a_warm_final_fit_starts_from_the_partial_fit(counts):
     """final_fit "warm": Newton from the last partial-scan fit (no search) - the result is a maximum
     of the whole scan's agreement (Newton from it moves nowhere) and says it was warm-started."""

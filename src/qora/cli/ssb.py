@@ -348,7 +348,9 @@ def serve_cmd(data, protocol, port, fps, timeout, stream, counter_depth, raw, as
 @click.option("--follow", is_flag=True, help="SOURCE is a .mib file being written: read it as it grows.")
 @click.option("--rotation", type=ANGLE_DEG, default=None, help="Scan rotation (degrees); fitted when not given.")
 @aberration_options
-@click.option("--method", type=click.Choice(["ssb", "parallax"]), default="ssb", show_default=True)
+@click.option("--method", type=click.Choice(["ssb", "parallax", "obf", "icom", "wdd"]), default="ssb",
+              show_default=True, help="The image: each refreshed from the rows so far, but wdd (SSB during the scan, "
+              "WDD of the whole scan at the end); icom takes no aberrations.")
 @click.option("--refresh", type=NONNEGATIVE, default=1.0, show_default=True,
               help="Seconds between refreshes of the image and fit of the rows so far (0: only at the end).")
 @click.option("--fit/--no-fit", default=True, show_default=True, help="Fit C10, C12 (and the rotation) live.")

@@ -25,7 +25,10 @@ from qora.ssb.live.rehearsal import rehearse
 from qora.ssb.model import parameters_to_aberrations
 from qora.ssb.optics import Aberrations
 
-__all__ = ["LiveOptions", "LiveResult", "LiveUpdate", "FellBehind", "WARM_MIN_ROWS", "run_live", "warm_final"]
+__all__ = ["LiveOptions", "LiveResult", "LiveUpdate", "FellBehind", "LIVE_METHODS", "WARM_MIN_ROWS", "run_live", "warm_final"]
+
+
+LIVE_METHODS = ("ssb", "parallax", "obf", "icom", "wdd")  # LiveOptions.method
 
 
 class FellBehind(RuntimeError):
@@ -39,7 +42,9 @@ class LiveOptions:
     refresh_s: float = 1.0
     """Seconds between refreshes of the image (and fit) of the rows so far; 0: none before the end."""
     method: str = "ssb"
-    """The refreshed and final image: "ssb" or "parallax"."""
+    """The refreshed and final image: "ssb", "parallax", "obf", "icom" (each accumulates: refreshed from the rows so
+    far) or "wdd" (SSB while the scan runs, WDD on the whole scan at the end: its deconvolution is of the whole
+    scan's spectrum, and it costs more than a refresh should)."""
     fit: bool = True
     """Fit the aberrations (C10, C12; the scan rotation unless given) live and at the end."""
     fit_after: float = 0.25
@@ -250,7 +255,7 @@ def _finish(source, live, counter, fitted, image):
     fit = fitted(session, final=True)
     ends["fit_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    final = image(session, fit)
+    final = image(session, fit, final=True)
     live.backend.synchronize()
     ends["image_s"] = time.perf_counter() - t
     return session, fit, final, ends, time.perf_counter() - last_frame
@@ -266,8 +271,8 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
     ``on_update(LiveUpdate)`` is called at each refresh (in this thread). Returns a
     :class:`LiveResult`; raises :class:`FellBehind` when processing cannot keep up.
     """
-    if options.method not in ("ssb", "parallax"):
-        raise InputError(f"method must be 'ssb' or 'parallax', got {options.method!r}")
+    if options.method not in LIVE_METHODS:
+        raise InputError(f"method must be one of {', '.join(map(repr, LIVE_METHODS))}, got {options.method!r}")
     if options.final_fit not in ("auto", "cold", "warm"):
         raise InputError(f"final_fit must be 'auto', 'cold' or 'warm', got {options.final_fit!r}")
     live = _opened(source, options, kv=kv, alpha_mrad=alpha_mrad, scan_step=scan_step, rotation=rotation,
@@ -298,11 +303,12 @@ def run_live(source, *, kv: float, alpha_mrad: float, scan_step: float, rotation
         state["fit_rows"] = session.scan_shape[0]
         return state["fit"]
 
-    def image(session, fit):
-        if fit is None:
-            return session.image(ab, options.method)
-        session.rotation = fit["rotation_rad"]
-        return session.image(parameters_to_aberrations(fit["standard"]["parameters"]), options.method)
+    def image(session, fit, final: bool = False):
+        method = "ssb" if options.method == "wdd" and not final else options.method
+        used = ab if fit is None else parameters_to_aberrations(fit["standard"]["parameters"])
+        if fit is not None:
+            session.rotation = fit["rotation_rad"]
+        return session.image(None if method == "icom" else used, method)
 
     try:
         while True:
