@@ -104,7 +104,7 @@ def test_ssb_methods_bench_scores_every_method_at_every_dose():
     from qora.bench import ssb_methods
 
     fixture = Path(__file__).parent / "ssb" / "fixtures" / "abtem_srtio3_wdd.npz"
-    r = ssb_methods.run(data=fixture, seeds=1, write=False, echo=lambda *_: None)
+    r = ssb_methods.run(data=fixture, seeds=1, write=False, echo=lambda *_: None, peers=False)
     assert set(r.cases) == {f"{d}/{m}" for d in ("1000", "10000", "100000", "1e+06", "noise-free")
                             for m in ssb_methods.METHODS}
     for dose in ("1000", "10000", "100000", "1e+06", "noise-free"):

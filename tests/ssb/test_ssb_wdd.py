@@ -96,7 +96,8 @@ def _factors(n):
 
 
 def _fixture_session(data=None):
-    f = np.load(FIXTURE)
+    with np.load(FIXTURE) as npz:
+        f = dict(npz)
     det = DetectorFit(center=tuple(f["detector_center"]), radius=float(f["alpha_mrad"] / f["detector_mrad_per_pixel"]),
                       mrad_per_pixel=float(f["detector_mrad_per_pixel"]))
     data = f["data"].astype(np.float64) if data is None else data

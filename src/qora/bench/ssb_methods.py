@@ -10,6 +10,10 @@ our simulator's crystal (a 3.905 A square lattice of strong columns); ``data`` t
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,8 +31,10 @@ METHODS = ("ssb", "obf", "wdd", "icom", "parallax")
 class _Set:
     """A noise-free set: ``intensity`` (scan, scan, det, det), its settings and the band-limited truth."""
 
-    def __init__(self, name, intensity, truth, *, kv, alpha_mrad, scan_step, aberrations, detector=None):
+    def __init__(self, name, intensity, truth, *, kv, alpha_mrad, scan_step, aberrations, mrad_per_pixel,
+                 detector=None):
         self.name, self.intensity, self.kv, self.alpha_mrad = name, intensity, kv, alpha_mrad
+        self.mrad_per_pixel = mrad_per_pixel
         self.scan_step, self.aberrations, self.detector = scan_step, aberrations, detector
         from qora.ssb import wavelength
 
@@ -55,7 +61,7 @@ def simulated_crystal() -> _Set:
                             phase_per_atom=0.8)
     scan = simulate(slices, pixel=pixel, stride=2, window=64, kv=300.0, alpha_mrad=25.0, aberrations=ab)
     return _Set("simulated crystal", scan.data, scan_truth(scan, band_limit=np.inf), kv=300.0, alpha_mrad=25.0,
-                scan_step=scan.scan_step, aberrations=ab)
+                scan_step=scan.scan_step, aberrations=ab, mrad_per_pixel=scan.mrad_per_pixel)
 
 
 def abtem_set(path) -> _Set:
@@ -76,38 +82,84 @@ def abtem_set(path) -> _Set:
                                mrad_per_pixel=per_px)
         return _Set(f"abTEM {path.name}", f["data"].astype(np.float64), f["truth_phase"], kv=float(f["kv"]),
                     alpha_mrad=alpha, scan_step=float(f["scan_step"]), aberrations=Aberrations(C10=float(f["C10"])),
-                    detector=detector)
+                    mrad_per_pixel=per_px, detector=detector)
 
 
-def score(study: _Set, dose, seed: int, backend) -> dict:
-    """{method: (r, seconds)} for one draw of counts."""
+def quantem_python() -> Path:
+    """The interpreter of quantem's environment (bench/quantem-env.sh), or ``QORA_QUANTEM_PYTHON``."""
+    env = os.environ.get("QORA_QUANTEM_PYTHON")
+    return Path(env) if env else Path(__file__).resolve().parents[3] / ".quantem" / "bin" / "python"
+
+
+def _peers() -> dict:
+    """{peer: (its interpreter, its script, the methods it has)} for the peers whose environment exists."""
+    from qora.bench.ssb import py4dstem_python
+
+    found = {"quantem": (quantem_python(), "ssb_quantem.py", METHODS),
+             "py4dstem": (py4dstem_python(), "ssb_py4dstem_direct.py", ("ssb", "obf", "wdd"))}
+    return {name: entry for name, entry in found.items() if entry[0].exists()}
+
+
+def _r(image, study: _Set) -> float:
+    return float(np.corrcoef(np.asarray(image, np.float64).ravel(), study.truth.ravel())[0, 1])
+
+
+def score(study: _Set, dose, seed: int, backend, *, peers: dict | None = None) -> dict:
+    """{method: (r, seconds)} for one draw of counts; with ``peers`` (:func:`_peers`) also theirs on the same counts
+    ("<peer>_<method>")."""
     from qora.ssb import Session
 
-    session = Session(study.counts(dose, seed), kv=study.kv, alpha_mrad=study.alpha_mrad, scan_step=study.scan_step,
+    counts = study.counts(dose, seed)
+    session = Session(counts, kv=study.kv, alpha_mrad=study.alpha_mrad, scan_step=study.scan_step,
                       detector=study.detector, backend=backend)
     out = {}
     for method in METHODS:
         t0 = time.perf_counter()
         image = session.image(None if method == "icom" else study.aberrations, method)
-        seconds = time.perf_counter() - t0
-        out[method] = (float(np.corrcoef(image.ravel(), study.truth.ravel())[0, 1]), seconds)
+        out[method] = (_r(image, study), time.perf_counter() - t0)
+    for name, (python, script, methods) in (peers or {}).items():
+        images, seconds = _peer_images(python, script, counts, study)
+        out.update({f"{name}_{m}": (_r(images[m], study), seconds[m]) for m in methods})
     return out
 
 
-def run(*, backend="cpu", data=None, seeds: int = 3, write: bool = True, echo=print) -> BenchResult:
-    """The study on ``data`` (an abTEM .npz; default: :func:`simulated_crystal`), ``seeds`` draws per dose."""
+def _peer_images(python: Path, script: str, counts, study: _Set):
+    """A peer's images and seconds (its script, in its own environment) for these counts."""
+    script = Path(__file__).with_name("peers") / script
+    with tempfile.TemporaryDirectory() as tmp:
+        data, out = Path(tmp) / "data.npy", Path(tmp) / "images.npz"
+        np.save(data, np.asarray(counts, np.float32))
+        proc = subprocess.run([str(python), str(script), str(data), str(out), str(study.scan_step),
+                               str(study.kv), str(study.alpha_mrad), str(study.mrad_per_pixel), str(study.aberrations.get("C10"))],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the peer {script.name} failed: {proc.stderr.strip()[-2000:]}")
+        with np.load(out) as f:
+            images = {k: f[k] for k in f.files}
+    return images, json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
+
+
+def run(*, backend="auto", data=None, seeds: int = 3, write: bool = True, echo=print, peers: bool = True) -> BenchResult:
+    """The study on ``data`` (an abTEM .npz; default: :func:`simulated_crystal`), ``seeds`` draws per dose; with
+    ``peers``, those of quantem and py4DSTEM whose environments exist on the same counts beside ours."""
     be = resolve(backend)
+    found = _peers() if peers else {}
     study = abtem_set(data) if data is not None else simulated_crystal()
     kind = "abtem-" if data is not None else ""
     result = BenchResult(f"ssb-methods-{kind}{be.name}", be.name, be.device_facts().as_dict(), columns=("r", "r_spread", "ms"))
     result.notes["set"] = study.name
     result.notes["metric"] = "Pearson r with the specimen phase low-passed to |Q| <= 2 alpha / lambda"
+    result.notes["peers"] = sorted(found)
     echo(f"{study.name}: {study.intensity.shape}, step {study.scan_step:.3f} A; r against the phase in the 2 alpha band")
-    echo(f"{'dose e/A^2':>11} " + " ".join(f"{m:>14}" for m in METHODS))
+    if peers and len(found) < 2:
+        echo("peers without an environment (bench/quantem-env.sh, bench/py4dstem-env.sh) skipped: "
+             + ", ".join(sorted({"quantem", "py4dstem"} - set(found))))
+    names = METHODS + tuple(f"{name}_{m}" for name, (_, _, methods) in found.items() for m in methods)
+    echo(f"{'dose e/A^2':>11} " + " ".join(f"{m:>14}" for m in names))
     for dose in DOSES:
-        draws = [score(study, dose, seed, be) for seed in range(seeds if dose is not None else 1)]
+        draws = [score(study, dose, seed, be, peers=found) for seed in range(seeds if dose is not None else 1)]
         cells = []
-        for method in METHODS:
+        for method in names:
             r = np.array([d[method][0] for d in draws])
             ms = 1e3 * float(np.median([d[method][1] for d in draws]))
             label = "noise-free" if dose is None else f"{dose:g}"
