@@ -1,0 +1,140 @@
+"""Readers of raw Bragg rocking scans (qora.phase.spec, qora.phase.bragg_readers): SPEC files and TIFF frames built
+here, a property test of the SPEC reader, and the real 34-ID-C scan of ../shared/data/cdi where it is present."""
+
+import tarfile
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from qora.io.errors import FileFormatError, InputError
+from qora.phase.bragg_readers import geometry_34idc, read_34idc, read_tiff_frames
+from qora.phase.spec import read_spec_scan, scan_numbers
+
+MOTORS = ["Delta", "Theta", "Chi", "Phi", "Mu", "Gamma", "z-sample", "Lab X"]  # a name may hold one space
+POSITIONS = [32.174, 0.22, 90.0, -5.0, 0.0, 12.6346, 10.2, -0.03]
+
+
+def _spec_text(scans, names=MOTORS):
+    """A SPEC file: the file header with #O lines (two spaces between names), then ``scans``: (number, command,
+    positions, labels, rows)."""
+    lines = ["#F test.spec", "#E 1580609738", "#O0 " + "  ".join(names[:4]), "#O1 " + "  ".join(names[4:]), ""]
+    for number, command, positions, labels, rows in scans:
+        lines += [f"#S {number}  {command}", "#D Tue Feb 04 12:28:23 2020",
+                  "#P0 " + " ".join(map(str, positions[:4])), "#P1 " + " ".join(map(str, positions[4:])),
+                  "#UIMDET 34idcTIM2:", f"#N {len(labels)}", "#L " + "  ".join(labels)]
+        lines += [" ".join(repr(float(v)) for v in row) for row in rows] + [""]
+    return "\n".join(lines) + "\n"
+
+
+def _rocking(n=5, start=-0.28, step=0.005, energy=9.0, camdist=500.0):
+    theta = start + step * np.arange(n)
+    rows = np.stack([theta, np.arange(n) * 10.0], 1)
+    labels = ["Theta", "ImageTot"]
+    scans = [(53, "ascan  th -1 1  4 0.25", POSITIONS, labels, rows),
+             (54, f"ascan  th {start} {start + step * (n - 1)}  {n - 1} 0.25", POSITIONS, labels, rows)]
+    text = _spec_text(scans, MOTORS + ["camdist", "Energy"])
+    return text.replace("#O1 " + "  ".join(MOTORS[4:]), "#O1 " + "  ".join(MOTORS[4:] + ["camdist", "Energy"])) \
+        .replace("#P1 " + " ".join(map(str, POSITIONS[4:])), "#P1 " + " ".join(map(str, POSITIONS[4:] +
+                                                                                  [camdist, energy])))
+
+
+def test_spec_scan_header_motors_and_columns(tmp_path):
+    path = tmp_path / "a.spec"
+    path.write_text(_rocking())
+    scan = read_spec_scan(path, 54)
+    assert scan.number == 54 and scan.scan_motor == "th" and scan.scan_range() == (-0.28, -0.26, 4)
+    assert scan.motor("Lab X") == -0.03 and scan.motor("Delta") == 32.174 and scan.motor("Energy") == 9.0
+    np.testing.assert_allclose(scan.columns["Theta"], -0.28 + 0.005 * np.arange(5))
+    assert scan.headers["UIMDET"] == "34idcTIM2:" and scan_numbers(path) == [53, 54]
+    with pytest.raises(InputError, match=r"no scan 7 \(its scans: 53..54, 2 in all\)"):
+        read_spec_scan(path, 7)
+    with pytest.raises(InputError, match="records no motor 'Nu'"):
+        scan.motor("Nu")
+    with pytest.raises(InputError, match="no such SPEC file"):
+        read_spec_scan(tmp_path / "missing.spec", 54)
+
+
+def test_spec_reader_says_what_is_wrong(tmp_path):
+    path = tmp_path / "a.spec"
+    path.write_text(_rocking().replace("#P0 32.174", "#P0 x32.174"))
+    with pytest.raises(FileFormatError, match=r"line \d+: 'x32.174' is not a number"):
+        read_spec_scan(path, 54)
+    path.write_text(_rocking().replace("#L Theta  ImageTot", "#L Theta  ImageTot  Extra"))
+    with pytest.raises(FileFormatError, match="has 3 column labels and rows of \\[2\\] numbers"):
+        read_spec_scan(path, 54)
+    twice = _rocking() + _rocking().split("\n\n", 1)[1].replace("#S 53", "#S 99")
+    path.write_text(twice)
+    assert read_spec_scan(path, 54).notes == ["scan 54 appears 2 times in the file; the last is read"]
+
+
+_name = st.text(alphabet="abcdefghXYZ_-0123456789", min_size=1, max_size=6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(names=st.lists(_name, min_size=2, max_size=8, unique=True),
+       values=st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=8, max_size=8),
+       rows=st.lists(st.lists(st.floats(-1e9, 1e9, allow_nan=False), min_size=2, max_size=2), min_size=1,
+                     max_size=6))
+def test_spec_round_trip_property(tmp_path_factory, names, values, rows):
+    """Any motor names (one word) and positions, any column values: read back as written."""
+    path = tmp_path_factory.mktemp("spec") / "p.spec"
+    names = (names * 8)[:8] if len(names) < 8 else names
+    names = [f"{n}{i}" for i, n in enumerate(names)]
+    path.write_text(_spec_text([(1, "ascan  th 0 1  3 1", values, ["A", "B"], rows)], names))
+    scan = read_spec_scan(path, 1)
+    assert scan.motors == dict(zip(names, values))
+    np.testing.assert_array_equal(scan.columns["A"], [r[0] for r in rows])
+
+
+def test_tiff_frames_in_number_order(tmp_path):
+    import tifffile
+
+    folder = tmp_path / "S0054"
+    folder.mkdir()
+    for n in (10, 2, 1):
+        tifffile.imwrite(folder / f"scan_{n:05d}.tif", np.full((4, 6), n, np.int32))
+    (folder / "notes.txt").write_text("not a frame")
+    frames = read_tiff_frames(folder)
+    assert frames.shape == (3, 4, 6) and list(frames[:, 0, 0]) == [1, 2, 10]
+    tifffile.imwrite(folder / "scan_00011.tif", np.zeros((5, 6), np.int32))
+    with pytest.raises(FileFormatError, match="not all 2D of one shape"):
+        read_tiff_frames(folder)
+    with pytest.raises(InputError, match="no such folder"):
+        read_tiff_frames(tmp_path / "none")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="no TIFF frames"):
+        read_tiff_frames(tmp_path / "empty")
+
+
+def test_34idc_geometry_from_spec(tmp_path):
+    path = tmp_path / "a.spec"
+    path.write_text(_rocking(camdist=600.0, energy=10.0))
+    g = geometry_34idc(path, 54, frames=5, roi=(10, 20))
+    assert g.rocking == "Theta" and g.angles["Theta"] == -0.28 and g.step_deg == pytest.approx(0.005)
+    assert g.energy_ev == 10000.0 and g.distance_m == 0.6 and g.pixel_m == (55e-6, 55e-6)
+    assert g.centre == (256 - 10, 256 - 20) and g.angles["Gamma"] == 12.6346 and g.notes["detector"] == "34idcTIM2"
+    with pytest.raises(InputError, match="has 5 points and the folder 4 frames"):
+        geometry_34idc(path, 54, frames=4)
+    with pytest.raises(InputError, match="detector 'pilatus' is not one of 34idcTIM1, 34idcTIM2"):
+        geometry_34idc(path, 54, frames=5, detector="pilatus")
+    path.write_text(_rocking().replace("ascan  th", "ascan  delta"))
+    with pytest.raises(InputError, match="scans 'delta'; a rocking scan turns one of th, chi, phi"):
+        geometry_34idc(path, 54, frames=5)
+
+
+def test_the_real_34idc_scan(shared_data, tmp_path):
+    archive = shared_data / "cdi" / "cohere_34idc_scan54.tar.xz"
+    if not archive.is_file():
+        pytest.skip(f"the real scan is not here ({archive})")
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp_path, filter="data")
+    frames, g = read_34idc(tmp_path / "Staff20-1a_S0054", tmp_path / "example.spec", 54)
+    assert frames.shape == (201, 256, 256) and g.notes["detector"] == "34idcTIM2"
+    assert g.angles["Theta"] == pytest.approx(-0.28, abs=1e-5) and g.step_deg == pytest.approx(0.005, rel=1e-4)
+    assert g.energy_ev == 9000.0 and g.distance_m == 0.5
+    # the brightest voxel is the gold (111) reflection: d = a / sqrt(3), a = 4.07999 A (the file's #G1 lattice)
+    frame, row, col = np.unravel_index(np.argmax(frames), frames.shape)
+    d = 2 * np.pi / np.linalg.norm(g.q_sample(frame, row, col))
+    assert d == pytest.approx(4.0799905 / np.sqrt(3), rel=0.01)  # measured 2.368 A against 2.356
