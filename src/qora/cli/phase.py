@@ -8,12 +8,16 @@ from pathlib import Path
 import click
 
 from qora.cli.options import backend_option, exit_on_failures, scale_out_client, scale_out_options
+from qora.cli.phase_bragg import bragg_cmd
 from qora.phase import DEFAULT_RECIPE
 
 
 @click.group("phase")
 def phase() -> None:
     """CDI phase retrieval (ER, HIO, RAAR, shrinkwrap, multi-start)."""
+
+
+phase.add_command(bragg_cmd)
 
 
 RESULT_SUFFIXES = (".cxi", ".h5", ".hdf5", ".nxs")

@@ -1,0 +1,212 @@
+"""A Bragg rocking scan from its frames to the strain map in one call: :func:`bragg_strain`.
+
+The steps (docs/phase.md, "Bragg rocking scans"):
+
+1. **Preparation** (:func:`prepare_scan`): pixels the dark frame flags (above ``dark_limit`` counts: hot or
+   broken) and those the white field cannot normalise (under ``white_floor``) masked; the frames divided by the
+   white field normalised to a mean of 1; counts at or under ``threshold`` set to 0 (the detector's noise floor);
+   optional binning per axis (frames, rows, cols); the box around the counts' centre of mass that holds ``keep``
+   of them along each axis, widened to an even 2-3-5 FFT length and kept inside the scan.
+2. **Phasing**: :func:`qora.phase.reconstruct` with the default recipe's stages, complex (a Bragg object has a
+   phase: the recipe choice that takes a centrosymmetric pattern for a real object does not apply), multi-start,
+   with its agreement report.
+3. **Post-processing** (:mod:`qora.phase.bragg`): the ramp and offset removed, the object put on an orthogonal lab
+   grid by the geometry's direct basis at the box's centre, the strain along the reflection G (the lab Q of the
+   box's centre). The twin (conj(o(-r))) is the one phasing returned: a single reflection cannot tell them apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from qora.io.errors import InputError
+from qora.phase.bragg import orthogonal_grid, remove_ramp, strain_along
+from qora.phase.bragg_geometry import BraggGeometry
+from qora.phase.raw_frames import centre_of_mass, fast_size_below
+
+__all__ = ["prepare_scan", "bragg_strain", "BraggResult", "write_vti"]
+
+
+def _even_fast_at_least(n: int) -> int:
+    from qora.backend.fft import fast_length
+
+    return fast_length(max(2, n))
+
+
+def _binned(a, factors, reduce="sum"):
+    shape = tuple(s // f for s, f in zip(a.shape, factors))
+    a = a[tuple(slice(0, s * f) for s, f in zip(shape, factors))]
+    a = a.reshape(shape[0], factors[0], shape[1], factors[1], shape[2], factors[2])
+    return a.sum((1, 3, 5)) if reduce == "sum" else a.any((1, 3, 5))
+
+
+def prepare_scan(frames, *, dark=None, white=None, dark_limit: float = 1.0, white_floor: float = 100.0,
+                 threshold: float = 2.0, keep: float = 0.999, bin=(1, 1, 1)):
+    """The frames (frames, rows, cols) of a rocking scan made ready to phase: (intensity, mask, window, steps), the
+    window the box's first voxel (frame, row, col) in the binned scan, ``steps`` what was done. ``dark`` and
+    ``white`` have the frames' detector shape (rows, cols)."""
+    frames = np.asarray(frames, np.float64)
+    if frames.ndim != 3 or min(frames.shape) < 4:
+        raise InputError(f"a rocking scan is (frames, rows, cols) with at least 4 of each, got {frames.shape}")
+    if not np.all(np.isfinite(frames)):
+        raise InputError("the frames hold NaN or infinite values")
+    if not 0 < keep <= 1:
+        raise InputError(f"keep is a fraction of the counts in (0, 1], got {keep}")
+    bad = np.zeros(frames.shape[1:], bool)
+    steps = {"threshold": threshold, "keep": keep}
+    for name, a in (("dark", dark), ("white", white)):
+        if a is not None and np.shape(a) != frames.shape[1:]:
+            raise InputError(f"{name} has shape {np.shape(a)}; the frames' detector is {frames.shape[1:]}")
+    if dark is not None:
+        hot = np.asarray(dark) > dark_limit
+        steps["dark_masked"] = int(hot.sum())
+        bad |= hot
+    if white is not None:
+        white = np.asarray(white, np.float64)
+        dead = ~(white >= white_floor)
+        steps["white_masked"] = int((dead & ~bad).sum())
+        bad |= dead
+        frames = frames / np.where(dead, 1.0, white / white[~dead].mean())
+    frames = np.where(bad[None] | (frames <= threshold), 0.0, frames)
+    mask = np.broadcast_to(bad, frames.shape)
+    factors = tuple(int(b) for b in np.broadcast_to(bin, (3,)))
+    if any(b < 1 for b in factors):
+        raise InputError(f"bin factors must be positive integers, got {bin}")
+    if factors != (1, 1, 1):
+        frames, mask = _binned(frames, factors), _binned(mask, factors, reduce="any")
+        steps["bin"] = list(factors)
+    if not frames.any():
+        raise InputError(f"no count above the threshold ({threshold}) is left")
+    window, size = _box(frames, keep)
+    box = tuple(slice(w, w + s) for w, s in zip(window, size))
+    steps["box"] = {"start": list(window), "size": list(size)}
+    return frames[box], np.ascontiguousarray(mask[box]), tuple(window), steps
+
+
+def _box(intensity, keep: float):
+    """The per-axis box about the centre of mass holding ``keep`` of the counts, at an even fast size."""
+    centre = centre_of_mass(intensity)
+    total = intensity.sum()
+    window, size = [], []
+    for axis, n in enumerate(intensity.shape):
+        profile = intensity.sum(axis=tuple(i for i in range(3) if i != axis))
+        cumulative = np.cumsum(profile) / total
+        low = int(np.searchsorted(cumulative, (1 - keep) / 2))
+        high = int(np.searchsorted(cumulative, 1 - (1 - keep) / 2)) + 1
+        c = int(round(centre[axis]))
+        half = max(c - low, high - c)
+        s = _even_fast_at_least(2 * half)
+        if s > n:  # the whole axis is needed: its largest fast length
+            s = fast_size_below(n)
+        start = min(max(c - s // 2, 0), n - s)
+        window.append(start)
+        size.append(s)
+    return window, size
+
+
+@dataclass
+class BraggResult:
+    """A rocking scan's reconstruction: ``obj`` and ``support`` in the array's frame (frame, row, col), ``lab`` and
+    ``lab_support`` on the orthogonal lab grid (``voxel`` A, ``origin`` A: the lab position of voxel 0; axes lab x,
+    y, z), ``strain`` along G there (NaN outside), ``g_lab`` (1/A), ``phasing`` (the PhaseResult),
+    ``window`` and ``steps`` of the preparation, and ``geometry``."""
+
+    obj: np.ndarray
+    support: np.ndarray
+    lab: np.ndarray
+    lab_support: np.ndarray
+    voxel: float
+    origin: np.ndarray
+    strain: np.ndarray
+    g_lab: np.ndarray
+    phasing: object
+    window: tuple
+    steps: dict
+    geometry: BraggGeometry
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def d_spacing(self) -> float:
+        """2 pi / |G| (A): the lattice spacing of the reflection at the box's centre."""
+        return float(2 * np.pi / np.linalg.norm(self.g_lab))
+
+    def summary(self) -> dict:
+        inside = self.strain[np.isfinite(self.strain)]
+        return {"d_spacing_a": self.d_spacing, "voxel_nm": self.voxel / 10, "lab_shape": list(self.lab.shape),
+                "support_voxels": int(self.support.sum()), "strain_mean": float(inside.mean()),
+                "strain_std": float(inside.std()), "fourier_error": float(self.phasing.fourier_error)}
+
+    def save(self, path) -> Path:
+        """The result as HDF5: the objects, supports, strain, the grid and the geometry (every number of it)."""
+        import h5py
+
+        from qora.io.atomic import atomic_path
+
+        path = Path(path)
+        with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+            f.attrs["kind"] = "qora.phase.bragg"
+            for name in ("obj", "support", "lab", "lab_support", "strain"):
+                f.create_dataset(name, data=getattr(self, name), compression="gzip")
+            f.attrs["voxel_a"], f.attrs["origin_a"], f.attrs["g_lab"] = self.voxel, self.origin, self.g_lab
+            f.attrs["window"] = np.asarray(self.window)
+            g = f.create_group("geometry")
+            for key in ("energy_ev", "distance_m", "pixel_m", "centre", "rocking", "step_deg"):
+                g.attrs[key] = getattr(self.geometry, key)
+            for name, value in self.geometry.angles.items():
+                g.attrs[f"angle_{name}"] = value
+            for key, value in self.summary().items():
+                f.attrs[key] = value
+        return path
+
+
+def bragg_strain(frames, geometry: BraggGeometry, *, dark=None, white=None, threshold: float = 2.0,
+                 keep: float = 0.999, bin=(1, 1, 1), starts: int = 4, backend="auto", seed: int = 0,
+                 recipe: str | None = None, progress=None) -> BraggResult:
+    """A rocking scan's frames (frames, rows, cols: the geometry's) to the strain along its reflection."""
+    from qora.phase import reconstruct
+    from qora.phase.recipe import DEFAULT_RECIPE
+
+    intensity, mask, window, steps = prepare_scan(frames, dark=dark, white=white, threshold=threshold, keep=keep,
+                                                  bin=bin)
+    factors = np.broadcast_to(np.asarray(bin, np.float64), (3,))
+    # the box's centre in the unbinned scan's (frame, row, col); a binned step spans that many of the scan's
+    centre = [(w + (n - 1) / 2) * f + (f - 1) / 2 for w, n, f in zip(window, intensity.shape, factors)]
+    # a binned step spans f of the scan's: the basis of an array f times longer at the scan's own steps
+    basis = geometry.direct_basis(np.asarray(intensity.shape) * factors, *centre)
+    g_lab = geometry.q_lab(centre[1], centre[2])
+    phasing = reconstruct(intensity, recipe=recipe or DEFAULT_RECIPE, starts=starts, seed=seed,
+                          mask=mask if mask.any() else None, backend=backend, progress=progress)
+    obj = np.asarray(phasing.object)
+    support = np.asarray(phasing.support, bool)
+    flat, ramp = remove_ramp(obj, support)
+    lab, lab_support, voxel, origin = orthogonal_grid(flat, support, basis)
+    strain = strain_along(lab, lab_support, voxel, g_lab)
+    return BraggResult(flat, support, lab, lab_support, voxel, origin, strain, g_lab, phasing, window, steps,
+                       geometry, notes={"ramp_rad_per_voxel": ramp.tolist()})
+
+
+def write_vti(path, arrays: dict, *, voxel: float, origin) -> Path:
+    """Arrays on one orthogonal grid (axes x, y, z; ``voxel`` A, ``origin`` A) as a VTK ImageData file (.vti,
+    ParaView), each as float32 point data in raw little-endian binary."""
+    import base64
+
+    path = Path(path)
+    shape = next(iter(arrays.values())).shape
+    extent = f"0 {shape[0] - 1} 0 {shape[1] - 1} 0 {shape[2] - 1}"
+    parts = []
+    for name, a in arrays.items():
+        if a.shape != shape:
+            raise InputError(f"{name} has shape {a.shape}; the grid is {shape}")
+        raw = np.asarray(a, "<f4").ravel(order="F").tobytes()  # VTK's x-fastest order
+        header = np.array([len(raw)], "<u4").tobytes()
+        parts.append(f'<DataArray type="Float32" Name="{name}" format="binary">'
+                     f"{base64.b64encode(header + raw).decode()}</DataArray>")
+    text = ('<?xml version="1.0"?>\n<VTKFile type="ImageData" version="0.1" byte_order="LittleEndian">\n'
+            f'<ImageData WholeExtent="{extent}" Origin="{" ".join(f"{o / 10:g}" for o in origin)}" '
+            f'Spacing="{voxel / 10:g} {voxel / 10:g} {voxel / 10:g}">\n<Piece Extent="{extent}">\n<PointData>\n'
+            + "\n".join(parts) + "\n</PointData>\n</Piece>\n</ImageData>\n</VTKFile>\n")
+    path.write_text(text)
+    return path
