@@ -12,37 +12,10 @@ from qora.io.errors import FileFormatError, InputError
 from qora.phase.bragg_readers import geometry_34idc, read_34idc, read_tiff_frames
 from qora.phase.spec import read_spec_scan, scan_numbers
 
-MOTORS = ["Delta", "Theta", "Chi", "Phi", "Mu", "Gamma", "z-sample", "Lab X"]  # a name may hold one space
-POSITIONS = [32.174, 0.22, 90.0, -5.0, 0.0, 12.6346, 10.2, -0.03]
-
-
-def _spec_text(scans, names=MOTORS):
-    """A SPEC file: the file header with #O lines (two spaces between names), then ``scans``: (number, command,
-    positions, labels, rows)."""
-    lines = ["#F test.spec", "#E 1580609738", "#O0 " + "  ".join(names[:4]), "#O1 " + "  ".join(names[4:]), ""]
-    for number, command, positions, labels, rows in scans:
-        lines += [f"#S {number}  {command}", "#D Tue Feb 04 12:28:23 2020",
-                  "#P0 " + " ".join(map(str, positions[:4])), "#P1 " + " ".join(map(str, positions[4:])),
-                  "#UIMDET 34idcTIM2:", f"#N {len(labels)}", "#L " + "  ".join(labels)]
-        lines += [" ".join(repr(float(v)) for v in row) for row in rows] + [""]
-    return "\n".join(lines) + "\n"
-
-
-def _rocking(n=5, start=-0.28, step=0.005, energy=9.0, camdist=500.0):
-    theta = start + step * np.arange(n)
-    rows = np.stack([theta, np.arange(n) * 10.0], 1)
-    labels = ["Theta", "ImageTot"]
-    scans = [(53, "ascan  th -1 1  4 0.25", POSITIONS, labels, rows),
-             (54, f"ascan  th {start} {start + step * (n - 1)}  {n - 1} 0.25", POSITIONS, labels, rows)]
-    text = _spec_text(scans, MOTORS + ["camdist", "Energy"])
-    return text.replace("#O1 " + "  ".join(MOTORS[4:]), "#O1 " + "  ".join(MOTORS[4:] + ["camdist", "Energy"])) \
-        .replace("#P1 " + " ".join(map(str, POSITIONS[4:])), "#P1 " + " ".join(map(str, POSITIONS[4:] +
-                                                                                  [camdist, energy])))
-
+from bragg_files import rocking_spec, spec_text
 
 def test_spec_scan_header_motors_and_columns(tmp_path):
-    path = tmp_path / "a.spec"
-    path.write_text(_rocking())
+    path = rocking_spec(tmp_path / "a.spec")
     scan = read_spec_scan(path, 54)
     assert scan.number == 54 and scan.scan_motor == "th" and scan.scan_range() == (-0.28, -0.26, 4)
     assert scan.motor("Lab X") == -0.03 and scan.motor("Delta") == 32.174 and scan.motor("Energy") == 9.0
@@ -57,14 +30,15 @@ def test_spec_scan_header_motors_and_columns(tmp_path):
 
 
 def test_spec_reader_says_what_is_wrong(tmp_path):
+    good = rocking_spec(tmp_path / "good.spec").read_text()
     path = tmp_path / "a.spec"
-    path.write_text(_rocking().replace("#P0 32.174", "#P0 x32.174"))
+    path.write_text(good.replace("#P0 32.174", "#P0 x32.174"))
     with pytest.raises(FileFormatError, match=r"line \d+: 'x32.174' is not a number"):
         read_spec_scan(path, 54)
-    path.write_text(_rocking().replace("#L Theta  ImageTot", "#L Theta  ImageTot  Extra"))
+    path.write_text(good.replace("#L Theta  ImageTot", "#L Theta  ImageTot  Extra"))
     with pytest.raises(FileFormatError, match="has 3 column labels and rows of \\[2\\] numbers"):
         read_spec_scan(path, 54)
-    twice = _rocking() + _rocking().split("\n\n", 1)[1].replace("#S 53", "#S 99")
+    twice = good + good.split("\n\n", 1)[1].replace("#S 53", "#S 99")
     path.write_text(twice)
     assert read_spec_scan(path, 54).notes == ["scan 54 appears 2 times in the file; the last is read"]
 
@@ -82,7 +56,7 @@ def test_spec_round_trip_property(tmp_path_factory, names, values, rows):
     path = tmp_path_factory.mktemp("spec") / "p.spec"
     names = (names * 8)[:8] if len(names) < 8 else names
     names = [f"{n}{i}" for i, n in enumerate(names)]
-    path.write_text(_spec_text([(1, "ascan  th 0 1  3 1", values, ["A", "B"], rows)], names))
+    path.write_text(spec_text([(1, "ascan  th 0 1  3 1", values, ["A", "B"], rows)], names))
     scan = read_spec_scan(path, 1)
     assert scan.motors == dict(zip(names, values))
     np.testing.assert_array_equal(scan.columns["A"], [r[0] for r in rows])
@@ -109,8 +83,7 @@ def test_tiff_frames_in_number_order(tmp_path):
 
 
 def test_34idc_geometry_from_spec(tmp_path):
-    path = tmp_path / "a.spec"
-    path.write_text(_rocking(camdist=600.0, energy=10.0))
+    path = rocking_spec(tmp_path / "a.spec", camdist=600.0, energy=10.0)
     g = geometry_34idc(path, 54, frames=5, roi=(10, 20))
     assert g.rocking == "Theta" and g.angles["Theta"] == -0.28 and g.step_deg == pytest.approx(0.005)
     assert g.energy_ev == 10000.0 and g.distance_m == 0.6 and g.pixel_m == (55e-6, 55e-6)
@@ -119,7 +92,7 @@ def test_34idc_geometry_from_spec(tmp_path):
         geometry_34idc(path, 54, frames=4)
     with pytest.raises(InputError, match="detector 'pilatus' is not one of 34idcTIM1, 34idcTIM2"):
         geometry_34idc(path, 54, frames=5, detector="pilatus")
-    path.write_text(_rocking().replace("ascan  th", "ascan  delta"))
+    path.write_text(path.read_text().replace("ascan  th", "ascan  delta"))
     with pytest.raises(InputError, match="scans 'delta'; a rocking scan turns one of th, chi, phi"):
         geometry_34idc(path, 54, frames=5)
 
