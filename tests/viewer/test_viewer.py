@@ -2,6 +2,7 @@
 (Debian's, through Playwright): each view opens, a dragged slider redraws the image, the final
 image equals Session.preview at the final position, a bad request gets a clear error."""
 
+import io
 import json
 import time
 import urllib.error
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 from qora.viewer import BackgroundServer, check_host
 from qora.viewer.app import make_app
-from qora.viewer.views import open_view
+from qora.viewer.views import open_view, ssb_parameters
 
 CHROMIUM = "/usr/bin/chromium"
 # Chromium's own network chatter is refused on a closed network: turn it off (docs/viewer.md)
@@ -115,17 +116,26 @@ def test_ssb_method_switch_shows_each_method(browser, ssb_served):
     page = _open_ssb(browser, served)
     page.fill("#s-C10", "150")
     page.dispatch_event("#s-C10", "change")
-    _quiet(page)
     for method in ("wdd", "obf", "icom"):
-        seq = int(page.get_attribute("#ssb-image", "data-seq"))
         page.select_option("#ssb-method", method)
-        page.wait_for_function(f"() => Number(document.querySelector('#ssb-image').dataset.seq) > {seq}")
-        _quiet(page)
-        phase = view.session.preview({"C10": 150.0, "rotation": 0.0}, method=method)
+        # the image the page shows once it says so: that method's, with the loss of the release
+        page.wait_for_function(f"() => {{ const i = document.querySelector('#ssb-image'); return i.dataset.method "
+                               f"=== '{method}' && i.dataset.loss === '1' && JSON.parse(i.dataset.params).C10 == 150; }}",
+                               timeout=60000)
+        # the sliders' values as the server reads them (another test's fit may have moved the page's start)
+        shown = ssb_parameters(json.loads(page.get_attribute("#ssb-image", "data-params")))
+        assert shown["C10"] == 150.0
+        phase = view.session.preview(shown, method=method)
         expected = np.rint((phase - phase.min()) / (phase.max() - phase.min()) * 255)
         assert np.abs(_pixels(page, "#ssb-image") - expected).max() <= 1, method
     # the switch changed what is shown: WDD's image is not SSB's
-    assert not np.allclose(view.session.preview({"C10": 150.0}, method="wdd"), view.session.preview({"C10": 150.0}))
+    assert not np.allclose(view.session.preview(shown, method="wdd"), view.session.preview(shown))
+    # the export of the phase takes the method too
+    data = page.evaluate("""async () => { const r = await fetch('/api/ssb/image.npy', {method: 'POST',
+        headers: {'Content-Type': 'application/json'}, body: JSON.stringify({params: {C10: 150}, method: 'wdd'})});
+        return Array.from(new Uint8Array(await r.arrayBuffer())); }""")
+    exported = np.load(io.BytesIO(bytes(data)))
+    np.testing.assert_allclose(exported, view.session.preview(shown, method="wdd"), atol=1e-6)
     page.close()
 
 

@@ -113,7 +113,7 @@ function buildSsb(info) {
   const send = coalescer(async (job) => {
     const mine = ++seq;
     const response = await api("/api/ssb/preview", { method: "POST", headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ params: job.params, upsample: Number(upsample.value), method: method.value, loss: job.loss, seq: mine, client }) });
+      body: JSON.stringify({ params: job.params, upsample: Number(upsample.value), method: job.method, loss: job.loss, seq: mine, client }) });
     if (response.status === 204) return;
     const blob = await response.blob();
     const serverMs = Number(response.headers.get("X-Server-Ms"));
@@ -121,19 +121,21 @@ function buildSsb(info) {
     else if (!job.loss) loss.textContent = "loss: (on release)";
     await new Promise((resolve, reject) => {
       image.onload = () => {
+        // what the image shows is said once it shows it (a reader of these never sees the last image's pixels)
+        image.dataset.params = JSON.stringify(job.params);
+        image.dataset.seq = String(mine);
+        image.dataset.loss = job.loss ? "1" : "0";
+        image.dataset.method = job.method;
         window.qoraLatency.push({ total_ms: performance.now() - job.t, server_ms: serverMs, bytes: blob.size });
         resolve();
       };
       image.onerror = () => reject(new Error("the image did not decode"));
-      image.dataset.params = JSON.stringify(job.params);
-      image.dataset.seq = String(mine);
-      image.dataset.loss = job.loss ? "1" : "0";
       image.src = URL.createObjectURL(blob);
     });
     lastBlob = blob;
     status(`preview ${serverMs.toFixed(1)} ms on the server`);
   });
-  function want(t, withLoss) { send({ params: values(), loss: withLoss, t: t ?? performance.now() }); }
+  function want(t, withLoss) { send({ params: values(), method: method.value, loss: withLoss, t: t ?? performance.now() }); }
   upsample.addEventListener("change", (e) => want(e.timeStamp, true));
   method.addEventListener("change", (e) => want(e.timeStamp, true));
 
