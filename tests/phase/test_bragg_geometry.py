@@ -11,7 +11,8 @@ from qora.io.errors import InputError
 from qora.phase.bragg_geometry import CIRCLES_34IDC, BraggGeometry, Circles, rotation
 
 REFERENCE = Path(__file__).parent / "fixtures" / "xu_bragg_reference.npz"
-CASES = ("34idc_scan54", "34idc_phi_rocking", "34idc_large_angles", "beam_x_3s2d", "beam_y_2s2d")
+CASES = ("34idc_scan54", "34idc_phi_rocking", "34idc_large_angles", "id01_eta_rocking", "id01_phi_rocking",
+         "beam_x_3s2d", "beam_y_2s2d")
 
 
 def _case(ref, name):

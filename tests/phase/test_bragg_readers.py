@@ -111,3 +111,46 @@ def test_the_real_34idc_scan(shared_data, tmp_path):
     frame, row, col = np.unravel_index(np.argmax(frames), frames.shape)
     d = 2 * np.pi / np.linalg.norm(g.q_sample(frame, row, col))
     assert d == pytest.approx(4.0799905 / np.sqrt(3), rel=0.01)  # measured 2.368 A against 2.356
+
+
+def _bliss(path, *, sample="PtNP", scan=12, frames=6, detector="mpx1x4", drop=None, eta_rocks=True):
+    """An ID01 BLISS file in the layout read_id01 reads: one scan group with frames, positioners and the detector's
+    calibration; ``drop`` leaves one entry out."""
+    import h5py
+
+    eta = 18.0 + 0.01 * np.arange(frames) if eta_rocks else 18.0
+    entries = {f"measurement/{detector}": np.arange(frames * 4 * 5, dtype=np.int32).reshape(frames, 4, 5),
+               "instrument/positioners/eta": eta, "instrument/positioners/phi": 2.0,
+               "instrument/positioners/nu": 1.2, "instrument/positioners/delta": 36.0,
+               "instrument/positioners/mononrj": 8.5, f"instrument/{detector}/distance": 1.1,
+               f"instrument/{detector}/x_pixel_size": 55e-6, f"instrument/{detector}/y_pixel_size": 55e-6,
+               f"instrument/{detector}/beam_center_x": 250.8, f"instrument/{detector}/beam_center_y": 257.3}
+    with h5py.File(path, "w") as f:
+        for key, value in entries.items():
+            if key != drop:
+                f[f"{sample}_{scan}.1/{key}"] = value
+    return path
+
+
+def test_id01_bliss_file(tmp_path):
+    from qora.phase import CIRCLES_ID01, read_id01
+
+    frames, g = read_id01(_bliss(tmp_path / "a.h5"), 12)
+    assert frames.shape == (6, 4, 5) and g.circles == CIRCLES_ID01 and g.rocking == "eta"
+    assert g.angles == {"eta": 18.0, "phi": 2.0, "nu": 1.2, "delta": 36.0} and g.step_deg == pytest.approx(0.01)
+    assert g.energy_ev == 8500.0 and g.distance_m == 1.1 and g.centre == (257.3, 250.8) and g.pixel_m == (55e-6,
+                                                                                                          55e-6)
+    assert g.notes == {"detector": "mpx1x4", "scan": "PtNP_12.1"}
+    # at zero detector angles the direct beam's pixel scatters nothing
+    g.angles.update(nu=0.0, delta=0.0)
+    np.testing.assert_allclose(g.q_lab(257.3, 250.8), 0.0, atol=1e-15)
+    with pytest.raises(InputError, match="does not record nu"):
+        read_id01(_bliss(tmp_path / "b.h5", drop="instrument/positioners/nu"), 12)
+    with pytest.raises(InputError, match="no scan 13"):
+        read_id01(tmp_path / "a.h5", 13)
+    with pytest.raises(InputError, match="must rock one of eta and phi"):
+        read_id01(_bliss(tmp_path / "c.h5", eta_rocks=False), 12)
+    with pytest.raises(InputError, match="has detectors none of mpxgaas"):
+        read_id01(_bliss(tmp_path / "d.h5", detector="maxipix"), 12)
+    with pytest.raises(InputError, match="no such BLISS file"):
+        read_id01(tmp_path / "none.h5", 12)

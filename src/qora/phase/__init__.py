@@ -18,8 +18,8 @@ from qora.phase.options import PhaseOptions
 from qora.phase.physics import native_amplitude
 from qora.phase.solver import PhaseResult, Solver, reconstruct
 from qora.phase.symmetry import choose_recipe
-from qora.phase.bragg_geometry import CIRCLES_34IDC, BraggGeometry, Circles
-from qora.phase.bragg_readers import geometry_34idc, read_34idc, read_tiff_frames
+from qora.phase.bragg_geometry import CIRCLES_34IDC, CIRCLES_ID01, BraggGeometry, Circles
+from qora.phase.bragg_readers import geometry_34idc, read_34idc, read_id01, read_tiff_frames
 from qora.phase.bragg_scan import BraggResult, bragg_strain, prepare_scan, write_vti
 from qora.phase.spec import read_spec_scan
 
@@ -28,6 +28,6 @@ __all__ = ["reconstruct", "PhaseOptions", "Solver", "PhaseResult", "Recipe", "Re
            "objects", "analysis", "detector", "display", "envelope", "native_amplitude", "read_result", "write_result", "plot_result", "read_truth",
            "write_pattern", "preprocess", "object_pixel_size", "DEFAULT_RECIPE", "FEW_PHOTONS_RECIPE",
            "NAMED_RECIPES", "is_default", "is_envelope", "named_recipe", "merge_results", "choose_recipe", "consensus",
-           "prtf", "scaled_error", "PLANES", "result_png", "ENVELOPE_ITERATIONS", "CIRCLES_34IDC", "BraggGeometry",
-           "Circles", "geometry_34idc", "read_34idc", "read_tiff_frames", "BraggResult", "bragg_strain", "prepare_scan",
+           "prtf", "scaled_error", "PLANES", "result_png", "ENVELOPE_ITERATIONS", "CIRCLES_34IDC", "CIRCLES_ID01", "BraggGeometry",
+           "Circles", "geometry_34idc", "read_34idc", "read_id01", "read_tiff_frames", "BraggResult", "bragg_strain", "prepare_scan",
            "write_vti", "read_spec_scan"]

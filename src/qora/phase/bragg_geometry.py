@@ -15,8 +15,10 @@ Q in the sample's frame is the inverse of the sample circles' rotation applied t
 with the specimen, where a rocking scan's frames sample one fixed reciprocal-space neighbourhood.
 
 The 34-ID-C six-circle (APS): sample Theta "y+", Chi "z-", Phi "y+"; detector Delta "y+", Gamma "x-"; beam +z; its
-Timepix detectors' rows along +x and columns along -y, 55 um pixels (cohere-ui's description of the beamline,
-checked against xrayutilities' QConversion in tests/phase/test_bragg_geometry.py).
+Timepix detectors' rows along +x and columns along -y, 55 um pixels (cohere-ui's description of the beamline).
+ESRF ID01 (:data:`CIRCLES_ID01`): sample eta "x-", phi "y-"; detector nu "y-", delta "x-"; beam +z; rows along -y
+(cdiutils' description, in the CXI frame). Both checked against xrayutilities' QConversion at several angles
+(tests/phase/test_bragg_geometry.py).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import numpy as np
 
 from qora.io.errors import InputError
 
-__all__ = ["Circles", "BraggGeometry", "CIRCLES_34IDC", "rotation", "HC_EV_A"]
+__all__ = ["Circles", "BraggGeometry", "CIRCLES_34IDC", "CIRCLES_ID01", "rotation", "HC_EV_A"]
 
 HC_EV_A = 12398.419843320026  # h c (eV A): lambda (A) = HC_EV_A / energy (eV)
 _AXES = {"x": 0, "y": 1, "z": 2}
@@ -82,6 +84,10 @@ class Circles:
 
 
 CIRCLES_34IDC = Circles(("Theta", "Chi", "Phi"), ("y+", "z-", "y+"), ("Delta", "Gamma"), ("y+", "x-"))
+# ESRF ID01 in the CXI lab frame (z downstream, y up, x outboard), as cdiutils describes it: sample eta "x-" and phi
+# "y-", detector nu "y-" and delta "x-", the detector's rows along -y and columns along +x
+CIRCLES_ID01 = Circles(("eta", "phi"), ("x-", "y-"), ("nu", "delta"), ("y-", "x-"), beam=(0.0, 0.0, 1.0),
+                       pixel_directions=("y-", "x+"))
 
 
 def _composed(codes, angles) -> np.ndarray:
