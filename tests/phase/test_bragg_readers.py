@@ -154,3 +154,20 @@ def test_id01_bliss_file(tmp_path):
         read_id01(_bliss(tmp_path / "d.h5", detector="maxipix"), 12)
     with pytest.raises(InputError, match="no such BLISS file"):
         read_id01(tmp_path / "none.h5", 12)
+
+
+def test_qora_phase_bragg_reads_an_id01_file_and_says_what_it_needs(tmp_path):
+    from click.testing import CliRunner
+
+    from qora.cli import cli
+
+    path = _bliss(tmp_path / "a.h5", frames=8)
+    run = CliRunner().invoke(cli, ["phase", "bragg", str(path), "--scan", "12", "--spec", str(path),
+                                   "--out", str(tmp_path / "r.h5")])
+    assert run.exit_code == 2 and "holds its own metadata" in run.output
+    (tmp_path / "frames").mkdir()
+    run = CliRunner().invoke(cli, ["phase", "bragg", str(tmp_path / "frames"), "--scan", "12", "--out",
+                                   str(tmp_path / "r.h5")])
+    assert run.exit_code == 2 and "needs its SPEC file" in run.output
+    run = CliRunner().invoke(cli, ["phase", "bragg", str(path), "--scan", "13", "--out", str(tmp_path / "r.h5")])
+    assert run.exit_code != 0 and "no scan 13" in run.output

@@ -20,9 +20,10 @@ def _bin(text: str) -> tuple:
 
 
 @click.command("bragg")
-@click.argument("frames", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--spec", "spec", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
-              help="The beamline's SPEC file (34-ID-C).")
+@click.argument("frames", type=click.Path(exists=True, path_type=Path))
+@click.option("--spec", "spec", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="The beamline's SPEC file (34-ID-C: FRAMES is then the scan's folder of TIFF frames).")
+@click.option("--sample", default=None, help="ID01: the sample's name in the BLISS file (when it holds several).")
 @click.option("--scan", type=click.IntRange(min=0), required=True, help="The scan's number in the SPEC file.")
 @click.option("--dark", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Dark frame (TIFF, the detector's full size): pixels above 1 count are masked.")
@@ -41,19 +42,27 @@ def _bin(text: str) -> tuple:
 @click.option("--vti", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="The modulus, support and strain on the orthogonal grid as a VTK file for ParaView.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def bragg_cmd(frames, spec, scan, dark, white, roi, binning, starts, seed, backend, out, vti, quiet) -> None:
-    """A Bragg rocking scan from its raw frames (a folder of TIFFs) and SPEC file to the strain along its
-    reflection, on an orthogonal lab grid (docs/phase.md, "Bragg rocking scans")."""
+def bragg_cmd(frames, spec, sample, scan, dark, white, roi, binning, starts, seed, backend, out, vti, quiet) -> None:
+    """A Bragg rocking scan from its raw frames to the strain along its reflection, on an orthogonal lab grid
+    (docs/phase.md, "Bragg rocking scans"). FRAMES: an APS 34-ID-C scan's folder of TIFF frames (with --spec), or an
+    ESRF ID01 BLISS file (.h5)."""
     import numpy as np
     import tifffile
 
     from qora.io.validate import outputs_apart
-    from qora.phase import bragg_strain, read_34idc, write_vti
+    from qora.phase import bragg_strain, read_34idc, read_id01, write_vti
     from qora.progress import tqdm_progress
 
     factors = _bin(binning)
-    outputs_apart([p for p in (out, vti) if p is not None], [frames, spec] + [p for p in (dark, white) if p])
-    stack, geometry = read_34idc(frames, spec, scan, roi=roi)
+    outputs_apart([p for p in (out, vti) if p is not None], [p for p in (frames, spec, dark, white) if p])
+    if frames.is_dir():
+        if spec is None:
+            raise click.BadParameter("a folder of frames (34-ID-C) needs its SPEC file", param_hint="--spec")
+        stack, geometry = read_34idc(frames, spec, scan, roi=roi)
+    else:
+        if spec is not None:
+            raise click.BadParameter("an ID01 BLISS file holds its own metadata: no SPEC file", param_hint="--spec")
+        stack, geometry = read_id01(frames, scan, sample=sample)
     window = (slice(roi[0], roi[0] + stack.shape[1]), slice(roi[1], roi[1] + stack.shape[2]))
     dark_frame, white_frame = (None if p is None else tifffile.imread(p)[window] for p in (dark, white))
     click.echo(f"scan {scan}: {stack.shape[0]} frames of {stack.shape[1]} x {stack.shape[2]}, "
