@@ -80,7 +80,8 @@ def bragg_cmd(frames, spec, sample, scan, dark, white, roi, binning, starts, see
     if agreement:
         click.echo(("warning: " if agreement["reproducible"] is False else "") + agreement["message"])
     if vti is not None:
-        strain = np.where(np.isfinite(result.strain), result.strain, 0.0)
-        write_vti(vti, {"modulus": np.abs(result.lab), "support": result.lab_support * 1.0, "strain": strain},
+        finite = {name: np.where(np.isfinite(a), a, 0.0) for name, a in (("strain", result.strain),
+                                                                         ("displacement_a", result.displacement))}
+        write_vti(vti, {"modulus": np.abs(result.lab), "support": result.lab_support * 1.0, **finite},
                   voxel=result.voxel, origin=result.origin)
         click.echo(f"wrote {vti}")

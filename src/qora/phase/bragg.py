@@ -18,7 +18,7 @@ import numpy as np
 from qora.io.errors import InputError
 
 __all__ = ["remove_ramp", "orthogonal_grid", "phase_gradient", "strain_along", "displacement_along",
-           "array_object"]
+           "unwrap_in_support", "array_object"]
 
 
 def _check(obj, support):
@@ -109,6 +109,37 @@ def strain_along(obj, support, voxel: float, g_lab) -> np.ndarray:
         raise InputError("the reflection's vector G must not be zero")
     gradient = phase_gradient(obj, support, voxel)
     return -np.tensordot(g / norm, gradient, axes=(0, 0)) / norm
+
+
+def unwrap_in_support(obj, support) -> np.ndarray:
+    """The phase of ``obj`` unwrapped over the voxels of ``support`` (NaN elsewhere), quality guided: from the
+    voxel of largest modulus, each neighbour inside the support is reached from its brightest reached neighbour by
+    the wrapped difference, brightest first (the weak voxels at the crystal's edge, where noise is, come last).
+    Exact wherever the true phase changes by less than pi between neighbours; a support of several pieces is
+    unwrapped piece by piece, each about its own brightest voxel."""
+    import heapq
+
+    obj, support = _check(obj, support)
+    raw = np.angle(obj)
+    weight = np.abs(obj)
+    out = np.full(obj.shape, np.nan)
+    done = ~support.copy()
+    offsets = [np.array(d) for d in ((1, 0, 0), (-1, 0, 0), (0, 1, 0), (0, -1, 0), (0, 0, 1), (0, 0, -1))]
+    shape = np.array(obj.shape)
+    while not done.all():
+        seed = np.unravel_index(np.argmax(np.where(done, -1.0, weight)), obj.shape)
+        out[seed], done[seed] = raw[seed], True
+        heap = [(-weight[seed], seed)]
+        while heap:
+            _, here = heapq.heappop(heap)
+            for d in offsets:
+                there = tuple(np.asarray(here) + d)
+                if min(there) < 0 or np.any(np.asarray(there) >= shape) or done[there]:
+                    continue
+                step = np.angle(np.exp(1j * (raw[there] - raw[here])))
+                out[there], done[there] = out[here] + step, True
+                heapq.heappush(heap, (-weight[there], there))
+    return out
 
 
 def displacement_along(phase, g_lab) -> np.ndarray:

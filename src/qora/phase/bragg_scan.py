@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from qora.io.errors import InputError
-from qora.phase.bragg import orthogonal_grid, remove_ramp, strain_along
+from qora.phase.bragg import displacement_along, orthogonal_grid, remove_ramp, strain_along, unwrap_in_support
 from qora.phase.bragg_geometry import BraggGeometry
 from qora.phase.raw_frames import centre_of_mass, fast_size_below
 
@@ -111,7 +111,8 @@ def _box(intensity, keep: float):
 class BraggResult:
     """A rocking scan's reconstruction: ``obj`` and ``support`` in the array's frame (frame, row, col), ``lab`` and
     ``lab_support`` on the orthogonal lab grid (``voxel`` A, ``origin`` A: the lab position of voxel 0; axes lab x,
-    y, z), ``strain`` along G there (NaN outside), ``g_lab`` (1/A), ``phasing`` (the PhaseResult),
+    y, z), ``strain`` along G there (NaN outside), ``displacement`` u_G there (A, the phase unwrapped over the
+    support, its mean 0; NaN outside), ``g_lab`` (1/A), ``phasing`` (the PhaseResult),
     ``window`` and ``steps`` of the preparation, and ``geometry``."""
 
     obj: np.ndarray
@@ -121,6 +122,7 @@ class BraggResult:
     voxel: float
     origin: np.ndarray
     strain: np.ndarray
+    displacement: np.ndarray
     g_lab: np.ndarray
     phasing: object
     window: tuple
@@ -148,7 +150,7 @@ class BraggResult:
         path = Path(path)
         with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
             f.attrs["kind"] = "qora.phase.bragg"
-            for name in ("obj", "support", "lab", "lab_support", "strain"):
+            for name in ("obj", "support", "lab", "lab_support", "strain", "displacement"):
                 f.create_dataset(name, data=getattr(self, name), compression="gzip")
             f.attrs["voxel_a"], f.attrs["origin_a"], f.attrs["g_lab"] = self.voxel, self.origin, self.g_lab
             f.attrs["window"] = np.asarray(self.window)
@@ -184,8 +186,10 @@ def bragg_strain(frames, geometry: BraggGeometry, *, dark=None, white=None, thre
     flat, ramp = remove_ramp(obj, support)
     lab, lab_support, voxel, origin = orthogonal_grid(flat, support, basis)
     strain = strain_along(lab, lab_support, voxel, g_lab)
-    return BraggResult(flat, support, lab, lab_support, voxel, origin, strain, g_lab, phasing, window, steps,
-                       geometry, notes={"ramp_rad_per_voxel": ramp.tolist()})
+    displacement = displacement_along(unwrap_in_support(lab, lab_support), g_lab)
+    displacement -= np.nanmean(displacement)
+    return BraggResult(flat, support, lab, lab_support, voxel, origin, strain, displacement, g_lab, phasing, window,
+                       steps, geometry, notes={"ramp_rad_per_voxel": ramp.tolist()})
 
 
 def write_vti(path, arrays: dict, *, voxel: float, origin) -> Path:
