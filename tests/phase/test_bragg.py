@@ -149,9 +149,11 @@ def test_qora_phase_bragg_from_raw_frames_to_strain(tmp_path):
     out = tmp_path / "strain.h5"
     run = CliRunner().invoke(cli, ["phase", "bragg", str(folder), "--spec", str(spec), "--scan", "54", "--roi",
                                    str(roi[0]), str(roi[1]), "--starts", "1", "--backend", "cpu", "--quiet",
-                                   "--out", str(out), "--vti", str(tmp_path / "strain.vti")])
+                                   "--out", str(out), "--vti", str(tmp_path / "strain.vti"),
+                                   "--plot", str(tmp_path / "strain.png")])
     assert run.exit_code == 0, run.output
     assert "d = " in run.output and "strain" in run.output and (tmp_path / "strain.vti").stat().st_size > 0
+    assert (tmp_path / "strain.png").read_bytes()[:4] == b"\x89PNG"
     with h5py.File(out) as f:
         obj, support, eps = f["obj"][...], f["support"][...], f["strain"][...]
         lab_support, voxel, origin = f["lab_support"][...], f.attrs["voxel_a"], f.attrs["origin_a"]

@@ -41,8 +41,11 @@ def _bin(text: str) -> tuple:
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Result .h5 file.")
 @click.option("--vti", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="The modulus, support and strain on the orthogonal grid as a VTK file for ParaView.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="PNG: modulus, strain and displacement on the three central lab planes.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def bragg_cmd(frames, spec, sample, scan, dark, white, roi, binning, starts, seed, backend, out, vti, quiet) -> None:
+def bragg_cmd(frames, spec, sample, scan, dark, white, roi, binning, starts, seed, backend, out, vti, plot,
+              quiet) -> None:
     """A Bragg rocking scan from its raw frames to the strain along its reflection, on an orthogonal lab grid
     (docs/phase.md, "Bragg rocking scans"). FRAMES: an APS 34-ID-C scan's folder of TIFF frames (with --spec), or an
     ESRF ID01 BLISS file (.h5)."""
@@ -50,11 +53,11 @@ def bragg_cmd(frames, spec, sample, scan, dark, white, roi, binning, starts, see
     import tifffile
 
     from qora.io.validate import outputs_apart
-    from qora.phase import bragg_strain, read_34idc, read_id01, write_vti
+    from qora.phase import bragg_strain, plot_bragg, read_34idc, read_id01, write_vti
     from qora.progress import tqdm_progress
 
     factors = _bin(binning)
-    outputs_apart([p for p in (out, vti) if p is not None], [p for p in (frames, spec, dark, white) if p])
+    outputs_apart([p for p in (out, vti, plot) if p is not None], [p for p in (frames, spec, dark, white) if p])
     if frames.is_dir():
         if spec is None:
             raise click.BadParameter("a folder of frames (34-ID-C) needs its SPEC file", param_hint="--spec")
@@ -85,3 +88,5 @@ def bragg_cmd(frames, spec, sample, scan, dark, white, roi, binning, starts, see
         write_vti(vti, {"modulus": np.abs(result.lab), "support": result.lab_support * 1.0, **finite},
                   voxel=result.voxel, origin=result.origin)
         click.echo(f"wrote {vti}")
+    if plot is not None:
+        click.echo(f"wrote {plot_bragg(plot, result)}")

@@ -27,7 +27,7 @@ from qora.phase.bragg import displacement_along, orthogonal_grid, remove_ramp, s
 from qora.phase.bragg_geometry import BraggGeometry
 from qora.phase.raw_frames import centre_of_mass, fast_size_below
 
-__all__ = ["prepare_scan", "bragg_strain", "BraggResult", "write_vti"]
+__all__ = ["prepare_scan", "bragg_strain", "BraggResult", "write_vti", "plot_bragg"]
 
 
 def _even_fast_at_least(n: int) -> int:
@@ -214,3 +214,39 @@ def write_vti(path, arrays: dict, *, voxel: float, origin) -> Path:
             + "\n".join(parts) + "\n</PointData>\n</Piece>\n</ImageData>\n</VTKFile>\n")
     path.write_text(text)
     return path
+
+
+def plot_bragg(path, result: BraggResult) -> Path:
+    """A PNG of the reconstruction: the modulus, the strain along G and the displacement on the three central lab
+    planes (x-y, x-z, y-z; nm axes), the support's outline over each."""
+    from qora.plot import save_png, subplots
+
+    fig, axes = subplots(3, 3, figsize=(11, 10))
+    centre = [n // 2 for n in result.lab.shape]
+    extent_nm = [result.origin[i] / 10 + result.voxel / 10 * np.array([0, n - 1]) for i, n in
+                 enumerate(result.lab.shape)]
+    finite = result.strain[np.isfinite(result.strain)]
+    limit = float(np.percentile(np.abs(finite), 99)) if finite.size else 1.0
+    u = result.displacement[np.isfinite(result.displacement)]
+    shown = (("modulus", np.abs(result.lab), "gray", (0.0, float(np.abs(result.lab).max()))),
+             ("strain along G", result.strain, "coolwarm", (-limit, limit)),
+             ("displacement along G (A)", result.displacement, "viridis",
+              (float(u.min()), float(u.max())) if u.size else None))  # one scale a row: the planes compare
+    planes = ((2, "x", "y", (0, 1)), (1, "x", "z", (0, 2)), (0, "y", "z", (1, 2)))
+    for row, (title, values, cmap, clim) in enumerate(shown):
+        for col, (axis, first, second, (i, j)) in enumerate(planes):
+            ax = axes[row, col]
+            plane = np.take(values, centre[axis], axis=axis)
+            outline = np.take(result.lab_support, centre[axis], axis=axis)
+            extent = (extent_nm[i][0], extent_nm[i][1], extent_nm[j][0], extent_nm[j][1])
+            im = ax.imshow(plane.T, origin="lower", cmap=cmap, extent=extent,
+                           **({"vmin": clim[0], "vmax": clim[1]} if clim else {}))
+            ax.contour(outline.T.astype(float), levels=[0.5], colors="k", linewidths=0.5, extent=extent)
+            ax.set_xlabel(f"{first} (nm)")
+            ax.set_ylabel(f"{second} (nm)")
+            ax.set_title(f"{title}, {first}-{second}", fontsize=9)
+            fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.suptitle(f"d = {result.d_spacing:.4f} A, voxel {result.voxel / 10:.1f} nm", fontsize=10)
+    fig.tight_layout()
+    save_png(fig, path)
+    return Path(path)
