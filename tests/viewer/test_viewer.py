@@ -326,3 +326,37 @@ def test_ssb_live_mode_builds_up_and_takes_the_live_fit(browser):
         finally:
             page.close()
             served.close()
+
+
+def test_bragg_result_opens_as_a_strain_volume(browser, tmp_path):
+    """`qora view` of a `qora phase bragg` result: the strain along G in the volume view's slices, labelled so."""
+    from types import SimpleNamespace
+
+    from qora.phase import CIRCLES_34IDC, BraggGeometry, BraggResult
+
+    geometry = BraggGeometry(CIRCLES_34IDC, dict(Theta=0.0, Chi=90.0, Phi=-5.0, Delta=32.0, Gamma=12.0), 9000.0,
+                             0.5, (55e-6, 55e-6), (256.0, 256.0), "Theta", 0.005)
+    z = np.indices((20, 22, 24))[2].astype(float)
+    support = np.zeros((20, 22, 24), bool)
+    support[4:-4, 4:-4, 4:-4] = True
+    strain = np.where(support, 1e-4 * (z - 12), np.nan)
+    lab = support * (1.0 + 0j)
+    result = BraggResult(lab, support, lab, support, 90.0, np.zeros(3), strain, np.where(support, 0.0, np.nan),
+                         np.array([0.0, 0.0, 2.65]), SimpleNamespace(fourier_error=0.1), (0, 0, 0), {}, geometry)
+    view = open_view(result.save(tmp_path / "bragg.h5"))
+    info = view.info()
+    assert info["quantity"].startswith("strain along G") and info["shape"] == [20, 22, 24]
+    assert info["medium_index"] is None and info["range"][1] == -info["range"][0] > 0
+    plane = view._plane({"axis": "0", "index": "10"})[0]
+    np.testing.assert_allclose(plane[4:-4, 4:-4], strain[10, 4:-4, 4:-4], rtol=1e-6)
+    served = Served(view)
+    try:
+        page = browser.new_page()
+        page.goto(served.url)
+        page.wait_for_function("() => ((document.querySelector('#holo-image') || {dataset: {}}).dataset.query || '')"
+                               ".includes('index=10')")
+        assert "strain along G" in page.text_content("#holo-caption")
+        assert "medium" not in page.text_content("#status")
+        page.close()
+    finally:
+        served.close()

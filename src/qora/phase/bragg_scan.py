@@ -149,7 +149,7 @@ class BraggResult:
 
         path = Path(path)
         with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
-            f.attrs["kind"] = "qora.phase.bragg"
+            f.attrs["qora_kind"] = "bragg_result"  # what `qora view` opens it as
             for name in ("obj", "support", "lab", "lab_support", "strain", "displacement"):
                 f.create_dataset(name, data=getattr(self, name), compression="gzip")
             f.attrs["voxel_a"], f.attrs["origin_a"], f.attrs["g_lab"] = self.voxel, self.origin, self.g_lab

@@ -15,7 +15,7 @@ from qora.io.errors import InputError
 from qora.plot import png
 from qora.ssb import SSB_SLIDERS, slider_parameters, slider_start
 
-__all__ = ["BadRequest", "open_view", "SsbView", "PhaseView", "HoloView", "SSB_SLIDERS"]
+__all__ = ["BadRequest", "open_view", "SsbView", "PhaseView", "HoloView", "BraggView", "SSB_SLIDERS"]
 
 
 class BadRequest(ValueError):
@@ -430,9 +430,33 @@ class HoloView:
         return {"axis": axis, "index": index, "row": row, "x_um": x.tolist(), "index_values": values.tolist()}
 
 
+class BraggView(HoloView):
+    """A Bragg reconstruction (qora.phase.bragg_strain's result file): the strain along G on the orthogonal lab grid,
+    in the volume view's orthogonal slices and line profile (NaN outside the support shown as 0)."""
+
+    def __init__(self, path) -> None:
+        import h5py
+
+        self.path = Path(path)
+        with h5py.File(path, "r") as f:
+            strain = np.asarray(f["strain"][()], np.float32)
+            self.pixel = float(f.attrs["voxel_a"]) * 1e-4  # A -> um, the volume view's unit
+            self.d_spacing = float(f.attrs.get("d_spacing_a", np.nan))
+        self.series, self.times, self._volume = None, [0], np.where(np.isfinite(strain), strain, 0.0)
+        self.medium = None
+        self.shape = self._volume.shape
+        limit = float(np.percentile(np.abs(self._volume[self._volume != 0]), 99)) if self._volume.any() else 1.0
+        self.range = (-limit, limit)
+        self._cache = {}
+
+    def info(self) -> dict:
+        return {**super().info(), "quantity": f"strain along G (d = {self.d_spacing:.4f} A)"}
+
+
 def open_view(path, *, backend="auto", pattern=None):
     """The view for a file: a phase result (.cxi), a holography volume (.h5) or series (.zarr
-    directory), or a 4D-STEM dataset (anything :func:`qora.ssb.files.load_data` reads)."""
+    directory), a Bragg reconstruction (.h5 of ``qora phase bragg``), or a 4D-STEM dataset (anything
+    :func:`qora.ssb.files.load_data` reads)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such file: {path}")
@@ -449,4 +473,6 @@ def open_view(path, *, backend="auto", pattern=None):
             return PhaseView(path, pattern=pattern)
         if kind == "holo_volume":
             return HoloView(path)
+        if kind == "bragg_result":
+            return BraggView(path)
     return SsbView.open(path, backend=backend)

@@ -223,14 +223,14 @@ function buildHolo(info) {
     el("label", { class: "slider" }, el("span", { text: "slice" }), slice, label),
     el("label", { class: "slider" }, el("span", { text: "time point" }), time, el("span", { class: "value", id: "holo-time-value" })),
     el("div", { class: "row" }, el("span", { text: info.range[0].toFixed(4) }), el("div", { class: "colorbar" }), el("span", { text: info.range[1].toFixed(4) })),
-    el("span", { class: "caption", text: "refractive index; profile along the slice's middle row" }), profile),
+    el("span", { class: "caption", id: "holo-caption", text: `${info.quantity || "refractive index"}; profile along the slice's middle row` }), profile),
     el("div", { class: "panel" }, image));
   const send = coalescer(async (q) => {
     const query = `axis=${q.axis}&index=${q.index}&t=${q.t}`;
     const blob = await (await api("/api/holo/slice?" + query)).blob();
     await new Promise((resolve) => { image.onload = resolve; image.dataset.query = query; image.src = URL.createObjectURL(blob); });
     const p = await (await api("/api/holo/profile?" + query)).json();
-    plot(profile, [{ x: p.x_um, y: p.index_values }], { xLabel: "position (um)", yLabel: "index" });
+    plot(profile, [{ x: p.x_um, y: p.index_values }], { xLabel: "position (um)", yLabel: info.quantity ? "strain" : "index" });
   });
   function update() {
     const a = Number(axis.value);
@@ -241,7 +241,7 @@ function buildHolo(info) {
     send({ axis: a, index: Number(slice.value), t });
   }
   for (const c of [axis, slice, time]) c.addEventListener("input", update);
-  status(`${info.file}: ${info.shape.join(" x ")} voxels of ${info.pixel_um} um, medium ${info.medium_index}`);
+  status(`${info.file}: ${info.shape.join(" x ")} voxels of ${info.pixel_um} um` + (info.medium_index == null ? "" : `, medium ${info.medium_index}`));
   update();
 }
 
