@@ -149,6 +149,7 @@ def test_qora_phase_bragg_from_raw_frames_to_strain(tmp_path):
     out = tmp_path / "strain.h5"
     run = CliRunner().invoke(cli, ["phase", "bragg", str(folder), "--spec", str(spec), "--scan", "54", "--roi",
                                    str(roi[0]), str(roi[1]), "--starts", "1", "--backend", "cpu", "--quiet",
+                                   "--keep", "0.999",  # the whole simulated scan in the box: the truth's own grid
                                    "--out", str(out), "--vti", str(tmp_path / "strain.vti"),
                                    "--plot", str(tmp_path / "strain.png")])
     assert run.exit_code == 0, run.output

@@ -35,6 +35,10 @@ def _bin(text: str) -> tuple:
 @click.option("--bin", "binning", default="1,1,1", show_default=True,
               help="Binning of (frames, rows, cols) before phasing; 1,2,2 halves the detector's axes (a quarter of "
               "the voxels: the CPU's choice).")
+@click.option("--threshold", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Counts at or under it are set to 0 (the detector's noise floor; after the white field).")
+@click.option("--keep", type=click.FloatRange(0, 1, min_open=True), default=0.995, show_default=True,
+              help="The box about the counts' centre of mass holds this fraction of them along each axis.")
 @click.option("--starts", type=click.IntRange(1, 1000), default=4, show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @backend_option(help="Where the phasing runs (auto: the GPU where there is one).")
@@ -44,8 +48,8 @@ def _bin(text: str) -> tuple:
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="PNG: modulus, strain and displacement on the three central lab planes.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def bragg_cmd(frames, spec, sample, scan, dark, white, roi, binning, starts, seed, backend, out, vti, plot,
-              quiet) -> None:
+def bragg_cmd(frames, spec, sample, scan, dark, white, roi, binning, threshold, keep, starts, seed, backend, out,
+              vti, plot, quiet) -> None:
     """A Bragg rocking scan from its raw frames to the strain along its reflection, on an orthogonal lab grid
     (docs/phase.md, "Bragg rocking scans"). FRAMES: an APS 34-ID-C scan's folder of TIFF frames (with --spec), or an
     ESRF ID01 BLISS file (.h5)."""
@@ -73,7 +77,7 @@ def bragg_cmd(frames, spec, sample, scan, dark, white, roi, binning, starts, see
                f"{geometry.step_deg:g} deg")
     with tqdm_progress(disable=quiet) as bar:
         result = bragg_strain(stack, geometry, dark=dark_frame, white=white_frame, bin=factors, starts=starts,
-                              seed=seed, backend=backend, progress=bar)
+                              seed=seed, backend=backend, progress=bar, threshold=threshold, keep=keep)
     result.save(out)
     s = result.summary()
     click.echo(f"box {result.steps['box']['size']} at {list(result.window)}; Fourier error {s['fourier_error']:.4f}; "

@@ -4,7 +4,8 @@ The steps (docs/phase.md, "Bragg rocking scans"):
 
 1. **Preparation** (:func:`prepare_scan`): pixels the dark frame flags (above ``dark_limit`` counts: hot or
    broken) and those the white field cannot normalise (under ``white_floor``) masked; the frames divided by the
-   white field normalised to a mean of 1; counts at or under ``threshold`` set to 0 (the detector's noise floor);
+   white field normalised to a mean of 1; counts at or under ``threshold`` set to 0 (the detector's noise floor:
+   1 by default, measured on the real 34-ID-C scan against 0.5 and 2, docs/phase.md);
    optional binning per axis (frames, rows, cols); the box around the counts' centre of mass that holds ``keep``
    of them along each axis, widened to an even 2-3-5 FFT length and kept inside the scan.
 2. **Phasing**: :func:`qora.phase.reconstruct` with the default recipe's stages, complex (a Bragg object has a
@@ -44,7 +45,7 @@ def _binned(a, factors, reduce="sum"):
 
 
 def prepare_scan(frames, *, dark=None, white=None, dark_limit: float = 1.0, white_floor: float = 100.0,
-                 threshold: float = 2.0, keep: float = 0.999, bin=(1, 1, 1)):
+                 threshold: float = 1.0, keep: float = 0.995, bin=(1, 1, 1)):
     """The frames (frames, rows, cols) of a rocking scan made ready to phase: (intensity, mask, window, steps), the
     window the box's first voxel (frame, row, col) in the binned scan, ``steps`` what was done. ``dark`` and
     ``white`` have the frames' detector shape (rows, cols)."""
@@ -164,8 +165,8 @@ class BraggResult:
         return path
 
 
-def bragg_strain(frames, geometry: BraggGeometry, *, dark=None, white=None, threshold: float = 2.0,
-                 keep: float = 0.999, bin=(1, 1, 1), starts: int = 4, backend="auto", seed: int = 0,
+def bragg_strain(frames, geometry: BraggGeometry, *, dark=None, white=None, threshold: float = 1.0,
+                 keep: float = 0.995, bin=(1, 1, 1), starts: int = 4, backend="auto", seed: int = 0,
                  recipe: str | None = None, progress=None) -> BraggResult:
     """A rocking scan's frames (frames, rows, cols: the geometry's) to the strain along its reflection."""
     from qora.phase import reconstruct
