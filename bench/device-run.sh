@@ -77,6 +77,10 @@ for b in ${BENCH:-}; do
     crystal) timeout 400 $Q bench --out "$OUT/results" phase-success --backend cuda --cases crystal_128 --starts 10 \
                --consensus 5 --figures "$OUT/figures" ;;
     ssb-full) timeout 400 $Q bench --out "$OUT/results" ssb-full --dir /tmp/qora-ssb-full ;;
+    ssb-cuda) timeout 300 $Q bench --out "$OUT/results" ssb --backend cuda ;;
+    ssb-methods-cuda) timeout 200 $Q bench --out "$OUT/results" ssb-methods --backend cuda \
+                        --data tests/ssb/fixtures/abtem_srtio3_wdd.npz --seeds 3 ;;
+    ssb-methods-full) timeout 400 python3 bench/probes/ssb_methods_fullscale.py /tmp/qora-ssb-full ;;
     ssb-incoherent) timeout 300 python3 bench/probes/incoherent_cost.py /tmp/qora-ssb-full ;;
     incoherent-kernels) timeout 200 python3 bench/probes/incoherent_kernel_timing.py ;;
     ssb-profile) timeout 400 python3 bench/probes/ssb_steps_profile.py /tmp/qora-ssb-full ;;
