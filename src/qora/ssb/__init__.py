@@ -42,7 +42,7 @@ from qora.ssb.model import ABERRATION_PARAMETERS, QUADRATIC_PARAMETERS, THICK_PA
 from qora.ssb.optics import KNOWN_ABERRATIONS, Aberrations, aperture, chi, chi_gradient, probe_spectrum, wavelength
 from qora.ssb.optimize import (BOUNDS, SEARCH_BOUNDS, TILT_LIMIT, BatchObjective, NewtonState, Objective,
                                defocus_search, newton, tpe_search)
-from qora.ssb.session import IMAGE_METHODS, Session
+from qora.ssb.session import IMAGE_METHODS, PREVIEW_METHODS, Session
 from qora.ssb.wdd import dose_from_counts, epsilon_for_dose
 from qora.ssb.simulation import (Scan4D, amorphous_slices, atoms_slice, check_disk, check_sampling,
                                 check_simulation_memory, crystal_slices, rotate_detector, scan_truth,
@@ -51,7 +51,7 @@ from qora.ssb.simulation import film_counts, simulate
 
 fit = fit_session  # the session fit workflow (qora.ssb.fitting.fit_session)
 
-__all__ = ["decode_raw", "film_counts", "Session", "IMAGE_METHODS", "dose_from_counts", "epsilon_for_dose", "fit", "fit_session", "FitOptions", "FitResult", "FitImages", "fit_rotation", "Band", "make_band", "combine_moments",
+__all__ = ["decode_raw", "film_counts", "Session", "IMAGE_METHODS", "PREVIEW_METHODS", "dose_from_counts", "epsilon_for_dose", "fit", "fit_session", "FitOptions", "FitResult", "FitImages", "fit_rotation", "Band", "make_band", "combine_moments",
            "combine_batch_moments", "uncertainties", "newton", "NewtonState", "Objective", "BatchObjective",
            "defocus_search", "tpe_search", "BOUNDS", "SEARCH_BOUNDS", "TILT_LIMIT", "ABERRATION_PARAMETERS",
            "THICK_PARAMETERS", "QUADRATIC_PARAMETERS", "parameters_to_aberrations", "Aberrations",

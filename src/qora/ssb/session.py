@@ -36,9 +36,10 @@ from qora.ssb.optics import Aberrations, aperture, chi, chi_gradient, wavelength
 from qora.ssb.orientation import reorient
 from qora.ssb.timing import Clock as _Clock
 
-__all__ = ["Session", "IMAGE_METHODS"]
+__all__ = ["Session", "IMAGE_METHODS", "PREVIEW_METHODS"]
 
 IMAGE_METHODS = ("ssb", "thick", "parallax", "icom", "obf", "wdd")  # Session.image's methods
+PREVIEW_METHODS = ("ssb", "obf", "wdd", "icom", "parallax")  # Session.preview's (the viewer's switch, live's methods)
 
 
 class Session(BandCache):
@@ -493,8 +494,8 @@ class Session(BandCache):
         iCoM takes no aberrations). With ``loss`` also the mean-phase loss for those parameters (the slider's
         release): returns ``(image, loss)``.
         """
-        if method not in ("ssb", "obf", "wdd", "icom", "parallax"):
-            raise ValueError(f"method must be one of ssb, obf, wdd, icom, parallax; got {method!r}")
+        if method not in PREVIEW_METHODS:
+            raise ValueError(f"method must be one of {', '.join(PREVIEW_METHODS)}; got {method!r}")
         if isinstance(params, Aberrations):
             ab, extra = params, {}
         else:

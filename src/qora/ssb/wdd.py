@@ -139,10 +139,11 @@ def unmix(near, far, w0, wq, reads, zero, lam: float, xp):
     return xp.where(zero[:, None], single[:, None], both)
 
 
-def wdd_bytes(session, count: int, itemsize: int = 16) -> int:
+def wdd_bytes(session, count: int, itemsize: int = 16, grid: Lattice | None = None) -> int:
     """The working memory (bytes) of one block of ``count`` scan frequencies: the lattice grids (four complex arrays
     of ``itemsize`` bytes an element at a time) and the bright-field arrays (six)."""
-    return count * (4 * lattice(session).size ** 2 + 6 * len(session.k)) * itemsize
+    grid = grid or lattice(session)
+    return count * (4 * grid.size ** 2 + 6 * len(session.k)) * itemsize
 
 
 def wdd_object(session, aberrations, *, epsilon: float = EPSILON_FLOOR, block: int | None = None,
@@ -164,7 +165,7 @@ def wdd_object(session, aberrations, *, epsilon: float = EPSILON_FLOOR, block: i
         free = free_memory(session.backend)
         cap = (8 << 30) if session.backend.is_cuda else (512 << 20)
         max_bytes = cap if free is None else min(cap, int(free // 4))
-    block = block or max(1, int(max_bytes // wdd_bytes(session, 1, np.dtype(dtype).itemsize)))
+    block = block or max(1, int(max_bytes // wdd_bytes(session, 1, np.dtype(dtype).itemsize, grid)))
     qy, qx = (q.reshape(-1) for q in session._q(half=True))
     G = session.G.reshape(len(qy), -1)  # the half plane's frequencies in order: blocks are contiguous rows of G
     plus = xp.zeros(len(qy), np.complex128)  # O(Q) conj(O(0)) on the half plane

@@ -13,7 +13,7 @@ import numpy as np
 
 from qora.io.errors import InputError
 from qora.plot import png
-from qora.ssb import SSB_SLIDERS, slider_parameters, slider_start
+from qora.ssb import PREVIEW_METHODS, SSB_SLIDERS, slider_parameters, slider_start
 
 __all__ = ["BadRequest", "open_view", "SsbView", "PhaseView", "HoloView", "BraggView", "SSB_SLIDERS"]
 
@@ -79,7 +79,6 @@ def ssb_parameters(values: dict) -> dict:
         raise BadRequest(str(exc)) from None
 
 
-PREVIEW_METHODS = ("ssb", "obf", "wdd", "icom", "parallax")  # the viewer's method switch (Session.preview)
 
 
 def _method(body: dict) -> str:

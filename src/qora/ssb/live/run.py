@@ -24,11 +24,12 @@ from qora.ssb.live.fitting import cold_fit, warm_fit
 from qora.ssb.live.rehearsal import rehearse
 from qora.ssb.model import parameters_to_aberrations
 from qora.ssb.optics import Aberrations
+from qora.ssb.session import PREVIEW_METHODS
 
 __all__ = ["LiveOptions", "LiveResult", "LiveUpdate", "FellBehind", "LIVE_METHODS", "WARM_MIN_ROWS", "run_live", "warm_final"]
 
 
-LIVE_METHODS = ("ssb", "parallax", "obf", "icom", "wdd")  # LiveOptions.method
+LIVE_METHODS = PREVIEW_METHODS  # LiveOptions.method: those a refresh can show (not "thick": the fit decides)
 
 
 class FellBehind(RuntimeError):
