@@ -126,10 +126,12 @@ def test_ssb_from_the_half_plane_equals_an_independent_full_plane_ssb():
     np.testing.assert_allclose(ours, ref, atol=1e-9 * np.abs(ref).max())
 
 
-@pytest.mark.parametrize("method, kw", [("ssb", {}), ("thick", {"thickness": 120.0, "tilt": (1e-3, -2e-3)})])
+@pytest.mark.parametrize("method, kw", [("ssb", {}), ("thick", {"thickness": 120.0, "tilt": (1e-3, -2e-3)}),
+                                        ("obf", {})])
 def test_the_host_loops_equal_the_array_code(defocused, method, kw):
-    """Session.image's sums on the host (qora.ssb.image_loops, one sincos a pixel) against the array code they
-    replaced (both terms of Gamma made whole), with every order of chi the polynomial holds."""
+    """Session.image's sums on the host (qora.ssb.image_loops, one sincos a term) against the array code they
+    replaced (both terms of Gamma made whole), with every order of chi the polynomial holds; OBF's sums take
+    both terms where both shifted disks hold a pixel."""
     scan, _ = defocused
     s = Session(scan.data, kv=KV, alpha_mrad=ALPHA, scan_step=scan.scan_step)
     ab = Aberrations(C10=80.0, C12=(30.0, 0.4), C21=(2e3, 1.0), C23=(1e3, -0.5), C30=5e5, C32=(3e4, 0.2),

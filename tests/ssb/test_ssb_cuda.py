@@ -504,8 +504,8 @@ def test_the_array_code_in_blocks_on_cuda_equals_one_block_and_the_cpu(sessions)
 
 @pytest.mark.parametrize("method", ["icom", "obf", "wdd"])
 def test_icom_obf_and_wdd_on_the_device_equal_the_cpu(sessions, single, method):
-    """The integrated centre of mass (qora.ssb.com), optimum bright field (qora.ssb.obf) and WDD (qora.ssb.wdd), array
-    code on the session's backend, from G on the device, G streamed from the host, and the complex64 G of counts
+    """The integrated centre of mass (qora.ssb.com), optimum bright field (qora.ssb.obf: the fused kernel where G is
+    on the device) and WDD (qora.ssb.wdd), from G on the device, G streamed from the host, and the complex64 G of counts
     (WDD's lattice transforms then in complex64 too, its epsilon from the counts' dose), against the CPU's."""
     ab = None if method == "icom" else AB  # iCoM takes no aberrations
     cpu, gpu, streamed = sessions

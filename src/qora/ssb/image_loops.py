@@ -1,4 +1,4 @@
-"""The SSB image sums on the host: the Numba twin of ``kernels/ssb.cu``'s ``ssb_sums`` (methods "ssb" and "thick").
+"""The SSB image sums on the host: the Numba twin of ``kernels/ssb.cu``'s ``ssb_sums`` (methods "ssb", "thick", "obf").
 
 For each half-plane frequency Q (a thread takes whole rows of G) the loop sums, over the bright-field pixels k of
 the double overlap (exactly one of the disks shifted by -Q, +Q holds k), G(Q, k) conj(Gamma) / |Gamma| and |Gamma|,
@@ -41,8 +41,21 @@ def chi_polynomial(c, lam, ky, kx):
     return 2.0 * math.pi / lam * (two + three + four)
 
 
+@numba.njit(inline="always", **_jit)
+def _obf_term(c, lam, c0, my, mx, py, px, minus, plus):
+    """OBF's whole thin-sample Gamma at one (Q, k) (both terms where both shifted disks hold k)."""
+    gr = gi = 0.0
+    if minus:  # e^{i (chi(k) - chi(k - Q))}
+        phase = c0 - chi_polynomial(c, lam, my, mx)
+        gr, gi = math.cos(phase), math.sin(phase)
+    if plus:  # -e^{-i (chi(k) - chi(k + Q))}
+        phase = c0 - chi_polynomial(c, lam, py, px)
+        gr, gi = gr - math.cos(phase), gi + math.sin(phase)
+    return gr, gi
+
+
 @numba.njit(parallel=True, **_jit)
-def _sums_loop(G, k, chi0, qy, qx, c, lam, limit, thickness, tilt_y, tilt_x, numerator, norm):
+def _sums_loop(G, k, chi0, qy, qx, c, lam, limit, thickness, tilt_y, tilt_x, obf, numerator, norm):
     nq, nbf = G.shape
     for q in numba.prange(nq):
         Qy, Qx = qy[q], qx[q]
@@ -52,6 +65,14 @@ def _sums_loop(G, k, chi0, qy, qx, c, lam, limit, thickness, tilt_y, tilt_x, num
             ky, kx = k[j, 0], k[j, 1]
             my, mx, py, px = ky - Qy, kx - Qx, ky + Qy, kx + Qx
             minus, plus = _inside(mx, my, limit), _inside(px, py, limit)
+            if obf:  # G conj(Gamma) and |Gamma|^2 over every pixel one of the shifted disks holds
+                if minus or plus:
+                    gr, gi = _obf_term(c, lam, chi0[j], my, mx, py, px, minus, plus)
+                    g = G[q, j]
+                    sr += g.real * gr + g.imag * gi
+                    si += g.imag * gr - g.real * gi
+                    sn += gr * gr + gi * gi
+                continue
             if minus == plus:
                 continue
             # minus: conj(psi(k)) psi(k - Q) = e^{i (chi(k) - chi(k - Q))}; plus: -e^{-i (chi(k) - chi(k + Q))}
@@ -82,12 +103,13 @@ def _chi_pixels(k, c, lam):
 
 
 def ssb_sums(*, G, k, coefficients, qy, qx, wavelength: float, alpha: float, thickness: float, tilt, numerator,
-             norm) -> None:
+             norm, obf: bool = False) -> None:
     """The arguments and outputs of :func:`qora.ssb.kernels.ssb_sums` on host arrays: ``G`` (nq, nbf) with
     ``qy``, ``qx`` of the same nq half-plane frequencies (1/A), ``k`` (nbf, 2) (1/A), ``coefficients`` the 12 of
     :func:`qora.ssb.model.chi_coefficients` (A), ``alpha`` the aperture (1/A), ``thickness`` (A, 0: the standard
     model) and ``tilt`` (rad); adds into ``numerator`` (nq,) complex128 and ``norm`` (nq,) float64 (views of the
-    image's half plane, raveled).
+    image's half plane, raveled). ``obf``: OBF's sums (G conj(Gamma) and |Gamma|^2 over every bright-field pixel,
+    the thin model).
 
     Reference: ``qora.ssb.session.Session._sums_arrays``."""
     numba_threads()
@@ -96,4 +118,4 @@ def ssb_sums(*, G, k, coefficients, qy, qx, wavelength: float, alpha: float, thi
     lam = float(wavelength)
     chi0 = _chi_pixels(k, c, lam)
     _sums_loop(G, k, chi0, np.ascontiguousarray(qy, np.float64).ravel(), np.ascontiguousarray(qx, np.float64).ravel(),
-               c, lam, float(alpha), float(thickness), float(tilt[0]), float(tilt[1]), numerator, norm)
+               c, lam, float(alpha), float(thickness), float(tilt[0]), float(tilt[1]), bool(obf), numerator, norm)

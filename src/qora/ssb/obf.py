@@ -12,7 +12,8 @@ white,
 whose signal is Phi(Q) T(Q). Where SSB divides each Q by its transfer (an unbiased phase whose noise grows where
 the transfer is weak), OBF leaves weak frequencies weak: the better image at low dose. The image is scaled by
 1 / max T, so that its transfer peaks at 1 and it reads in radians where the transfer is strongest. The sums
-are :meth:`qora.ssb.Session.image`'s (its array code, method "obf"); this module holds the transfer.
+are :meth:`qora.ssb.Session.image`'s (method "obf"): the fused kernel of ``kernels/ssb.cu`` where G is on the
+device, its Numba twin on the host, the array code as their reference; this module holds the transfer.
 
 The pixels are weighted equally, as the model's disk is lit: weights from the measured counts (the published
 filter's 1 / variance for segments of unequal area) would not match Gamma at partly lit edge pixels, and a dead

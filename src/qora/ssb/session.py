@@ -284,8 +284,7 @@ class Session(BandCache):
         norm = xp.zeros(qy.shape)
         flip = xp.sign(xp.sin(chi(qx, qy, aberrations, self.wavelength)))
         # the sums over the bright field: a kernel for SSB (G on the device) or its Numba twin, else the array code
-        sums = self._pick(self._sums_arrays, self._sums_kernel, fits=method not in ("parallax", "obf"),
-                          host=self._sums_loops)
+        sums = self._pick(self._sums_arrays, self._sums_kernel, fits=method != "parallax", host=self._sums_loops)
         sums(aberrations, method, qy, qx, thickness, tilt, rows, numerator, norm)
         norm = obf_transfer(norm) if method == "obf" else norm  # qora.ssb.obf: the transfer T, scaled by max T
         if method == "parallax":
@@ -348,7 +347,8 @@ class Session(BandCache):
         kernels.ssb_sums(G=self.G, k=self._k, chi0=self._chi_pixels(aberrations), qy=qy, qx=qx,
                          coefficients=chi_coefficients(aberrations), quadratic=quadratic_tag(aberrations) == "true",
                          wavelength=self.wavelength, alpha=self.alpha_mrad * 1e-3 / self.wavelength,
-                         thickness=thickness if method == "thick" else 0.0, tilt=tilt, numerator=numerator, norm=norm)
+                         thickness=thickness if method == "thick" else 0.0, tilt=tilt, numerator=numerator, norm=norm,
+                         obf=method == "obf")
 
     def _sums_loops(self, aberrations: Aberrations, method: str, qy, qx, thickness: float, tilt, rows: int,
                     numerator, norm) -> None:
@@ -359,7 +359,7 @@ class Session(BandCache):
                              qy=np.broadcast_to(qy, numerator.shape), qx=np.broadcast_to(qx, numerator.shape),
                              wavelength=self.wavelength, alpha=self.alpha_mrad * 1e-3 / self.wavelength,
                              thickness=thickness if method == "thick" else 0.0, tilt=tilt,
-                             numerator=numerator.reshape(-1), norm=norm.reshape(-1))
+                             numerator=numerator.reshape(-1), norm=norm.reshape(-1), obf=method == "obf")
 
     _quadratic_tag = staticmethod(quadratic_tag)  # "true" when chi has only C10 and C12 (qora.ssb.model)
 

@@ -44,8 +44,9 @@ def _batch_names(kernel_name: str) -> tuple:
 
 
 _MODULES = {
-    "ssb.cu": tuple(f"{k}<{c}, {q}>" for k in ("ssb_sums", "loss_half") for c in ("float2", "double2")
-                    for q in ("true", "false"))
+    "ssb.cu": tuple(f"ssb_sums<{c}, {q}, {o}>" for c in ("float2", "double2") for q in ("true", "false")
+                    for o in ("true", "false"))
+              + tuple(f"loss_half<{c}, {q}>" for c in ("float2", "double2") for q in ("true", "false"))
               + ("band_batch<float2>", "band_batch<double2>")
               + tuple(f"parallax_fine<{c}, {f}>" for c in ("float2", "double2") for f in FINE_FACTORS)
               + ("loss_moments<float>", "loss_moments<double>", "chi_pixels"),
@@ -177,16 +178,19 @@ def chi_pixels(*, coefficients, k, wavelength: float, out):
 
 
 def ssb_sums(*, G, k, chi0, qy, qx, coefficients, quadratic: bool, wavelength: float, alpha: float,
-             thickness: float, tilt, numerator, norm) -> None:
-    """Per half-plane Q (``qy``, ``qx``), the SSB sums over the bright field added into ``numerator``
+             thickness: float, tilt, numerator, norm, obf: bool = False) -> None:
+    """Per half-plane Q (``qy``, ``qx``), the SSB sums over the bright field written into ``numerator``
     (complex128) and ``norm`` (float64): G conj(Gamma) / |Gamma| and |Gamma| over the
-    double-overlap pixels, one block per Q. ``chi0``: :func:`chi_pixels`; ``alpha``: the aperture
-    (1/A); ``quadratic``: chi has only C10 and C12 (:func:`qora.ssb.model.quadratic_tag`).
+    double-overlap pixels, one block per Q; with ``obf``, OBF's G conj(Gamma) and |Gamma|^2 over every
+    bright-field pixel (the thin model: ``thickness`` must be 0). ``chi0``: :func:`chi_pixels`; ``alpha``: the
+    aperture (1/A); ``quadratic``: chi has only C10 and C12 (:func:`qora.ssb.model.quadratic_tag`).
 
-    Reference: ``qora.ssb.session.Session._sums_arrays`` (methods "ssb" and "thick")."""
+    Reference: ``qora.ssb.session.Session._sums_arrays`` (methods "ssb", "thick" and "obf")."""
+    if obf and thickness:
+        raise ValueError("the OBF sums take the thin model (thickness 0)")
     xp = _xp()
     nq, nbf = int(qy.size), len(k)
-    kernel(f"ssb_sums<{complex_tag(G)}, {_tf(quadratic)}>")(
+    kernel(f"ssb_sums<{complex_tag(G)}, {_tf(quadratic)}, {_tf(obf)}>")(
         (nq,), (BLOCK["ssb.cu"],),
         (G, k, chi0, xp.ascontiguousarray(qy.ravel()), xp.ascontiguousarray(qx.ravel()),
          xp.asarray(coefficients, np.float64), np.int32(nq), np.int32(nbf), np.float64(wavelength),

@@ -1,5 +1,6 @@
 #define QORA_PI 3.141592653589793238462643383279502884
-// qora.ssb: the SSB (and thick-model) image sums over the bright field, one block per Q.
+// qora.ssb: the SSB (and thick-model) image sums over the bright field, one block per Q; with
+// OBF, the optimum bright field's sums over every bright-field pixel (qora.ssb.obf).
 //
 // For each half-plane Q the block sums, over the bright-field pixels k where exactly one of the
 // disks shifted by -Q and +Q holds k (the double overlap), G(Q, k) conj(Gamma) / |Gamma| and
@@ -113,7 +114,33 @@ __device__ __forceinline__ bool ssb_gamma(const double* __restrict__ c, double l
     return mag > 1e-12;
 }
 
-template <typename C, bool QUAD>
+// OBF's term at (Q, k): the whole thin-sample Gamma (both terms where both shifted disks hold k),
+// (gr, gi), and |Gamma|^2; false where neither disk holds k (Gamma = 0). One sincos per term, as
+// ssb_gamma; the sums are G conj(Gamma) and |Gamma|^2 (the matched filter and its power).
+template <bool FAST, bool QUAD>
+__device__ __forceinline__ bool obf_gamma(const double* __restrict__ c, double lam, double limit, double ky, double kx,
+                                          double c0, double Qy, double Qx, double& gr, double& gi, double& power) {
+    const double my = ky - Qy, mx = kx - Qx, py = ky + Qy, px = kx + Qx;
+    const bool minus = within(my, mx, limit), plus = within(py, px, limit);
+    if (!minus && !plus) return false;
+    double s, co;
+    gr = 0.0;
+    gi = 0.0;
+    if (minus) {  // conj(psi(k)) psi(k - Q) = e^{i (chi(k) - chi(k - Q))}
+        sincos_of<FAST>(c0 - chi_at<QUAD>(c, lam, my, mx), &s, &co);
+        gr = co;
+        gi = s;
+    }
+    if (plus) {  // - psi(k) conj(psi(k + Q)) = -e^{-i (chi(k) - chi(k + Q))}
+        sincos_of<FAST>(c0 - chi_at<QUAD>(c, lam, py, px), &s, &co);
+        gr -= co;
+        gi += s;
+    }
+    power = gr * gr + gi * gi;
+    return true;
+}
+
+template <typename C, bool QUAD, bool OBF>
 __global__ void __launch_bounds__(THREADS)
 ssb_sums(const C* __restrict__ G, const double* __restrict__ k, const double* __restrict__ chi0,
          const double* __restrict__ qy,
@@ -131,12 +158,13 @@ ssb_sums(const C* __restrict__ G, const double* __restrict__ k, const double* __
     double sr = 0.0, si = 0.0, sn = 0.0;
     for (int j = threadIdx.x; j < nbf; j += THREADS) {
         const double ky = k[2 * j], kx = k[2 * j + 1];
-        double ur, ui, mag;
-        if (!ssb_gamma<Fast<C>::value, QUAD>(c, lam, limit, ky, kx, chi0[j], Qy, Qx, thickness, tilt_phase, ur, ui,
-                                             mag))
-            continue;
+        double ur, ui, mag;  // SSB: Gamma / |Gamma| and |Gamma|; OBF: Gamma and |Gamma|^2
+        const bool use = OBF ? obf_gamma<Fast<C>::value, QUAD>(c, lam, limit, ky, kx, chi0[j], Qy, Qx, ur, ui, mag)
+                             : ssb_gamma<Fast<C>::value, QUAD>(c, lam, limit, ky, kx, chi0[j], Qy, Qx, thickness,
+                                                               tilt_phase, ur, ui, mag);
+        if (!use) continue;
         const double2 g = load2(G[(long long)q * nbf + j]);
-        sr += g.x * ur + g.y * ui;  // G conj(Gamma) / |Gamma|
+        sr += g.x * ur + g.y * ui;  // G times the conjugated weight
         si += g.y * ur - g.x * ui;
         sn += mag;
     }
@@ -248,7 +276,7 @@ band_batch(const C* __restrict__ G, const double* __restrict__ k, const double* 
 }
 
 #ifdef QORA_NVCC_CHECK
-template __global__ void ssb_sums<float2, true>(const float2*, const double*, const double*, const double*,
+template __global__ void ssb_sums<float2, true, true>(const float2*, const double*, const double*, const double*,
                                                 const double*,
                                           const double*, int, int, double, double, double, double, double, double2*,
                                           double*);
