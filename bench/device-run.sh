@@ -92,6 +92,8 @@ for b in ${BENCH:-}; do
     ssb-live-five) for run in 1 2 3 4 5; do  # issue 38's command, each run a fresh process (the first on a fresh machine)
                      echo "== run $run"; timeout 115 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 512 \
                        --detector 192 --protocol dectris2 --receivers 4 --senders 2; echo "== run $run rc=$?"; done ;;
+    ssb-live-methods) timeout 200 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 512 --detector 192 \
+                        --protocol dectris2 --receivers 4 --senders 2 --method obf --method icom --method ssb ;;
     ssb-live-512-final) timeout 300 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 512 --detector 192 \
                           --dataset-dir /tmp/qora-ssb-full --protocol none --final-fps 40000 ;;
     bslz4) timeout 120 python3 bench/probes/bslz4_device_probe.py --detector 192 --repeats 20 ;;

@@ -119,8 +119,12 @@ def test_ssb_live_bench_measures_every_case_on_a_small_scan():
     from qora.bench import ssb_live
 
     lines = []
-    r = ssb_live.run(backend="cpu", scan=8, detector=32, pool=8, protocols=("merlin",), write=False,
-                     echo=lines.append)
+    r = ssb_live.run(backend="cpu", scan=8, detector=32, pool=8, protocols=("merlin",), methods=("obf",),
+                     refresh_s=1e-9, write=False, echo=lines.append)
+    # the stream again with OBF's image of the rows so far made during the scan (--method obf)
+    obf = r.cases["to_G/merlin/8x32/obf"]
+    assert obf["method"] == "obf" and obf["refreshes"] >= 1 and obf["frames_per_s"] > 0
+    assert r.cases["to_G/merlin/8x32"]["refreshes"] == 0
     # the final fit's C10 is printed with what the fit says of it (the 16-row film cannot tell it) and the truth's plane
     final = [line for line in lines if line.startswith("final image + cold fit")]
     assert final and "not determined" in final[0] and "the same plane" in final[0]
@@ -139,6 +143,15 @@ def test_ssb_live_bench_measures_every_case_on_a_small_scan():
     for name, case in r.cases.items():
         value = case.get("frames_per_s") or case.get("s")
         assert value is not None and value > 0, (name, case)
+
+
+def test_the_cli_offers_the_engines_image_methods():
+    """The CLI's choices for ssb image, ssb live and bench ssb-live --method are the engine's preview methods, written
+    out so that the CLI starts without importing the engine."""
+    from qora.cli.options import SSB_IMAGE_CHOICES
+    from qora.ssb import PREVIEW_METHODS
+
+    assert sorted(SSB_IMAGE_CHOICES) == sorted(PREVIEW_METHODS)
 
 
 def test_ssb_live_parity_bounds_fail_the_run():

@@ -17,6 +17,8 @@ Cases (``scan`` x ``scan`` positions, ``detector`` x ``detector`` uint16 frames)
 - ``to_G/<protocol>/<scan>x<detector>``: the live run with the fit off: receiver thread, bounded
   queue, gather, row transforms, and at the end the slow-axis transform; the backlog at the last
   frame (frames received, not yet in G) and the time from the last frame to G complete;
+- ``to_G/<protocol>/<scan>x<detector>[/x<N>]/<method>``: the same with the method's image of the rows so far
+  made every ``refresh_s`` seconds (``--method``; the refreshes in the main thread, as ``qora ssb live`` makes them);
 - ``memory_to_G/<scan>x<detector>``: the same from frames in memory (the processing's own rate);
 - ``memory_to_G_device_decode/<scan>x<detector>`` (CUDA): from bitshuffle-LZ4 blobs in memory (the
   DECTRIS receiver's batches with ``decode="device"``): packed into page-locked memory, copied and
@@ -92,8 +94,11 @@ def _receivers_line(stats: dict) -> str:
 
 def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("merlin", "dectris", "dectris2"),
         pool: int = 256, dataset_dir=None, stages_only: bool = False, receivers=(1,), senders: int = 1,
-        batch: int = 2048, final_fps: float | None = None, write: bool = True, echo=print) -> BenchResult:
-    from qora.ssb.live import LiveOptions, open_source, run_live
+        batch: int = 2048, final_fps: float | None = None, methods=(), refresh_s: float = 0.5, write: bool = True,
+        echo=print) -> BenchResult:
+    """The cases of the module's docstring; ``methods``: live image methods (``qora.ssb.PREVIEW_METHODS``) each
+    measured over the wire with its image refreshed every ``refresh_s`` seconds during the scan."""
+    from qora.ssb.live import open_source
 
     be = resolve(backend)
     result = BenchResult(f"ssb-live-{be.name}", be.name, be.device_facts().as_dict(), columns=("frames_per_s", "s"))
@@ -133,31 +138,9 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
 
             _receive_rate(result, source, protocol, detector, pool, scan, n_recv=n_recv, senders=senders, tag=tag,
                           echo=echo)
-            sim = _SimulatorProcess(protocol, detector, pool, scan, clients=n_recv, senders=senders)
-            with sim as address:
-                out = run_live(source(address), **settings, rotation=0.0, backend=be,
-                               options=LiveOptions(refresh_s=0, fit=False, queue_frames=1 << 18, max_wait_s=60))
-            s = out.statistics
-            ends = s["after_last_frame"]
-            result.add(f"to_G/{protocol}/{scan}x{detector}{tag}", frames_per_s=s["processed_fps"], s=s["elapsed_s"],
-                       received_fps=s["received_fps"], gather_s=s["gather_s"], row_fft_s=s["row_fft_s"],
-                       backlog_frames_at_last_frame=ends["backlog_frames"],
-                       last_frame_to_G_s=ends["queue_s"] + ends["rows_and_slow_axis_s"], after_last_frame=ends,
-                       receivers=n_recv, senders=sim.senders, per_receiver=s.get("receivers", {}).get("per_process"),
-                       queue_peak_batches=s["queue_peak_batches"], simulator_fps=sim.send_fps,
-                       wait_s=s["wait_s"], add_s=s["add_s"], receiver_cpu_s=s.get("receivers", {}).get("cpu_s"),
-                       receiver_slot_wait_s=s.get("receivers", {}).get("slot_wait_s"), late=s["late"],
-                       dropped=s["dropped"], prepare_s=s.get("prepare_s"),
-                       register_s=s.get("receivers", {}).get("register_s"), decoder_s=s.get("decoder_s"))
-            echo(f"to G {protocol} x{n_recv}: {s['processed_fps']:,.0f} frames/s processed ({s['received_fps']:,.0f} "
-                 f"received, the simulator sent at {sim.send_fps or 0:,.0f}); backlog at the last frame "
-                 f"{ends['backlog_frames']} frames, last frame to G "
-                 f"{ends['queue_s'] + ends['rows_and_slow_axis_s']:.3f} s"
-                 f" ({ends['queue_s']:.3f} s queue, {ends['rows_and_slow_axis_s']:.3f} s rows and slow axis); gather "
-                 f"{s['gather_s']:.2f} s, row FFTs {s['row_fft_s']:.2f} s; building thread waiting {s['wait_s']:.2f} s, "
-                 f"adding {s['add_s']:.2f} s; {s['late']} frames late (added to their rows' transforms), {s['dropped']} "
-                 f"dropped; before the header {s.get('prepare_s', 0.0):.2f} s (modules, cuFFT), slots pinned in "
-                 f"{s.get('receivers', {}).get('register_s') or 0.0:.2f} s" + _receivers_line(s.get("receivers", {})))
+            for method in (None,) + tuple(methods):  # None: G alone; a method: its image refreshed during the scan
+                _to_g(result, source, protocol, detector, pool, scan, n_recv=n_recv, senders=senders, tag=tag,
+                      method=method, refresh_s=refresh_s, settings=settings, be=be, echo=echo)
     _memory_to_g(result, be, frames, scan=scan, detector=detector, pool=pool, settings=settings, echo=echo)
     if be.is_cuda:
         batch = min(1024, 2 * scan)  # the batches the final fits and the parity ran with (as measured before)
@@ -181,6 +164,45 @@ def run(*, backend="auto", scan: int = 512, detector: int = 192, protocols=("mer
     if broken:  # written first, so that the numbers stay; then the run fails like a test
         raise ParityError("live against offline out of bounds: " + "; ".join(broken))
     return result
+
+
+def _to_g(result, source, protocol: str, detector: int, pool: int, scan: int, *, n_recv: int, senders: int, tag: str,
+          method, refresh_s: float, settings: dict, be, echo) -> None:
+    """The live run over the wire with the fit off: into G alone (``method`` None), or with ``method``'s image of
+    the rows so far made every ``refresh_s`` seconds (what a user watches during the scan)."""
+    from qora.ssb.live import LiveOptions, run_live
+
+    options = LiveOptions(refresh_s=refresh_s if method else 0, fit=False, queue_frames=1 << 18, max_wait_s=60,
+                          method=method or "ssb")
+    refreshes = []
+    sim = _SimulatorProcess(protocol, detector, pool, scan, clients=n_recv, senders=senders)
+    with sim as address:
+        out = run_live(source(address), **settings, rotation=0.0, backend=be, options=options,
+                       on_update=lambda update: refreshes.append(update.rows))
+    s = out.statistics
+    ends = s["after_last_frame"]
+    name = f"to_G/{protocol}/{scan}x{detector}{tag}" + (f"/{method}" if method else "")
+    result.add(name, frames_per_s=s["processed_fps"], s=s["elapsed_s"], method=method, refreshes=len(refreshes),
+               refresh_s=options.refresh_s,
+               received_fps=s["received_fps"], gather_s=s["gather_s"], row_fft_s=s["row_fft_s"],
+               backlog_frames_at_last_frame=ends["backlog_frames"],
+               last_frame_to_G_s=ends["queue_s"] + ends["rows_and_slow_axis_s"], after_last_frame=ends,
+               receivers=n_recv, senders=sim.senders, per_receiver=s.get("receivers", {}).get("per_process"),
+               queue_peak_batches=s["queue_peak_batches"], simulator_fps=sim.send_fps,
+               wait_s=s["wait_s"], add_s=s["add_s"], receiver_cpu_s=s.get("receivers", {}).get("cpu_s"),
+               receiver_slot_wait_s=s.get("receivers", {}).get("slot_wait_s"), late=s["late"],
+               dropped=s["dropped"], prepare_s=s.get("prepare_s"),
+               register_s=s.get("receivers", {}).get("register_s"), decoder_s=s.get("decoder_s"))
+    shown = f" with {method} refreshed {len(refreshes)} times (every {options.refresh_s} s)" if method else ""
+    echo(f"to G {protocol} x{n_recv}{shown}: {s['processed_fps']:,.0f} frames/s processed ({s['received_fps']:,.0f} "
+         f"received, the simulator sent at {sim.send_fps or 0:,.0f}); backlog at the last frame "
+         f"{ends['backlog_frames']} frames, last frame to G "
+         f"{ends['queue_s'] + ends['rows_and_slow_axis_s']:.3f} s"
+         f" ({ends['queue_s']:.3f} s queue, {ends['rows_and_slow_axis_s']:.3f} s rows and slow axis); gather "
+         f"{s['gather_s']:.2f} s, row FFTs {s['row_fft_s']:.2f} s; building thread waiting {s['wait_s']:.2f} s, "
+         f"adding {s['add_s']:.2f} s; {s['late']} frames late (added to their rows' transforms), {s['dropped']} "
+         f"dropped; before the header {s.get('prepare_s', 0.0):.2f} s (modules, cuFFT), slots pinned in "
+         f"{s.get('receivers', {}).get('register_s') or 0.0:.2f} s" + _receivers_line(s.get("receivers", {})))
 
 
 def _receive_rate(result, source, protocol: str, detector: int, pool: int, scan: int, *, n_recv: int, senders: int,

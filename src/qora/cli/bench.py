@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from qora.cli.options import POSITIVE, backend_option
+from qora.cli.options import POSITIVE, SSB_IMAGE_CHOICES, backend_option
 
 
 @click.group("bench")
@@ -291,13 +291,18 @@ def bench_viewer(part, backend, screenshots, no_write) -> None:
               help="Frames a receiver's batch holds at most.")
 @click.option("--final-fps", type=POSITIVE, default=None,
               help="Frames/s at which the final-latency case's frames come (default: as fast as taken).")
+@click.option("--method", "methods", type=click.Choice(SSB_IMAGE_CHOICES), multiple=True,
+              help="Also measure the stream with this method's live image refreshed during the scan (repeat for "
+                   "several).")
+@click.option("--refresh", type=POSITIVE, default=0.5, show_default=True,
+              help="Seconds between the live images of --method.")
 @click.option("--no-write", is_flag=True, help="Print only; write no result file.")
 def bench_ssb_live(backend, scan, detector, protocol, dataset_dir, stages_only, receivers, senders, batch,
-                   final_fps, no_write) -> None:
+                   final_fps, methods, refresh, no_write) -> None:
     """Live 4D-STEM: frames/s from the Merlin and DECTRIS simulators into G, and the final image + fit latency."""
     from qora.bench import ssb_live
 
     protocols = {"all": ("merlin", "dectris", "dectris2"), "none": ()}.get(protocol, (protocol,))
     ssb_live.run(backend=backend, scan=scan, detector=detector, protocols=protocols, dataset_dir=dataset_dir,
                  stages_only=stages_only, receivers=tuple(receivers), senders=senders, batch=batch, final_fps=final_fps,
-                 write=not no_write, echo=click.echo)
+                 methods=methods, refresh_s=refresh, write=not no_write, echo=click.echo)

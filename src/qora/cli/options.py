@@ -11,10 +11,13 @@ import click
 
 from qora.io import validate
 
-__all__ = ["backend_option", "scale_out_options", "scale_out_client", "exit_on_failures", "Finite", "FINITE", "POSITIVE",
+__all__ = ["SSB_IMAGE_CHOICES", "backend_option", "scale_out_options", "scale_out_client", "exit_on_failures", "Finite", "FINITE", "POSITIVE",
            "NONNEGATIVE", "ANGLE_DEG", "ABERRATION_A", "NONNEGATIVE_ABERRATION_A", "SCAN_STEP_A"]
 
 BACKENDS = ("auto", "cpu", "cuda")
+# qora.ssb.PREVIEW_METHODS written out, so that the CLI need not import the engine to show its options (a test holds
+# the two equal)
+SSB_IMAGE_CHOICES = ("ssb", "parallax", "obf", "icom", "wdd")
 
 
 class Finite(click.FloatRange):

@@ -13,7 +13,7 @@ import click
 import numpy as np
 
 from qora.cli.options import (ANGLE_DEG, NONNEGATIVE, POSITIVE, SCAN_STEP_A,
-                              SEMIANGLE_MRAD, VOLTAGE_KV,
+                              SEMIANGLE_MRAD, SSB_IMAGE_CHOICES, VOLTAGE_KV,
                               backend_option, scale_out_client, scale_out_options)
 from qora.cli.ssb_data import data_options, load_for_session
 from qora.cli.ssb_image import image_cmd
@@ -348,7 +348,7 @@ def serve_cmd(data, protocol, port, fps, timeout, stream, counter_depth, raw, as
 @click.option("--follow", is_flag=True, help="SOURCE is a .mib file being written: read it as it grows.")
 @click.option("--rotation", type=ANGLE_DEG, default=None, help="Scan rotation (degrees); fitted when not given.")
 @aberration_options
-@click.option("--method", type=click.Choice(["ssb", "parallax", "obf", "icom", "wdd"]), default="ssb",
+@click.option("--method", type=click.Choice(SSB_IMAGE_CHOICES), default="ssb",
               show_default=True, help="The image: each refreshed from the rows so far, but wdd (SSB during the scan, "
               "WDD of the whole scan at the end); icom takes no aberrations.")
 @click.option("--refresh", type=NONNEGATIVE, default=1.0, show_default=True,

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from qora.cli.options import ANGLE_DEG, SCAN_STEP_A, SEMIANGLE_MRAD, VOLTAGE_KV, backend_option
+from qora.cli.options import ANGLE_DEG, SCAN_STEP_A, SEMIANGLE_MRAD, SSB_IMAGE_CHOICES, VOLTAGE_KV, backend_option
 from qora.cli.ssb_data import data_options, load_for_session, read_fit
 from qora.cli.ssb_options import aberration_options, aberrations_from, check_outputs, naming
 
@@ -19,7 +19,7 @@ from qora.cli.ssb_options import aberration_options, aberrations_from, check_out
 @click.option("--scan-step", type=SCAN_STEP_A, default=None, help="Scan step (A); default from the file.")
 @click.option("--rotation", type=ANGLE_DEG, default=0.0, show_default=True, help="Scan rotation (degrees).")
 @aberration_options
-@click.option("--method", type=click.Choice(["ssb", "parallax", "obf", "icom", "wdd"]), default=None,
+@click.option("--method", type=click.Choice(SSB_IMAGE_CHOICES), default=None,
               help="Imaging method [default: ssb; with --fit, its better branch: ssb, the thick model or the sum of "
               "the incoherent model's depth sections]; obf: optimum bright field; icom: no aberrations; wdd: Wigner "
               "distribution deconvolution (no weak-phase assumption). docs/ssb-methods.md says which when.")
