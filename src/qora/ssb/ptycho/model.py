@@ -1,0 +1,191 @@
+"""The multislice forward model of ptychography and its exact gradient (NumPy or CuPy arrays alike).
+
+At scan position j the probe's K modes P_m (the window's N x N pixels of ``pixel`` A) are shifted by the position's
+sub-pixel part f_j (a Fourier phase ramp) and pass S object slices O_s (complex transmissions on the object's grid,
+read in the window at the position's whole-pixel corner c_j):
+
+    psi_0 = shift(P_m, f_j),   psi_{s+1} = prop(psi_s O_s[c_j]),   Psi_m = F(psi_{S-1} O_{S-1}[c_j]),
+    I_j(k) = sum_m |Psi_m(k)|^2,
+
+with prop the Fresnel propagator over the slice spacing dz, exp(-i pi lambda dz |k|^2) (the sign of
+qora.ssb.simulation, so that a slice at depth z sees C10 + z), and F the unitary 2D FFT. The patterns are in FFT
+order (q = 0 at pixel 0): the data are ifftshifted once when they are loaded, not the model every step.
+
+The loss is the amplitude misfit L = sum_j sum_k (sqrt(I_j) - sqrt(D_j))^2 (Gaussian in the amplitude: the
+variance of the square root of Poisson counts is 1/4 whatever the count, so the weights are equal). Its gradient
+flows back through every step (Wirtinger derivatives, dL = 2 Re sum conj(g) dz):
+
+    g(Psi_m) = (1 - sqrt(D) / sqrt(I)) Psi_m,  g(exit) = F^H g(Psi),
+    g(O_s[c_j]) += conj(psi_s) g_s,  g(psi_s) = conj(O_s[c_j]) g_s,  g_{s-1} = prop^H g(psi_s),
+    g(P_m) = sum_j shift^H(g(psi_0)),  dL/df = 2 Re sum conj(g(psi_0)) d shift(P_m, f) / df.
+
+The object's gradient is summed over the modes and scattered back to the object's grid. The position derivative
+is the model's own: within a whole pixel the window is fixed and the probe moves by its ramp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from qora.backend.core import xp_of
+from qora.backend.fft import fftn, ifftn
+
+__all__ = ["Grid", "Batch", "forward", "backward", "exit_waves", "loss_and_gradients", "propagator", "window_corners"]
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The model's sampling: ``window`` pixels of ``pixel`` A across the probe (the detector's pixels; the
+    detector pixel is 1 / (window pixel) 1/A), ``wavelength`` (A), ``slice_spacing`` dz (A) between slices, and the
+    propagator's band (1/A; None: the whole grid): frequencies beyond it are cut at every propagation, as
+    multislice codes do against aliasing."""
+
+    window: int
+    pixel: float
+    wavelength: float
+    slice_spacing: float
+    band: float | None = None
+
+    def frequencies(self, xp=np):
+        """ky (N, 1) and kx (1, N), 1/A, in FFT order."""
+        k = xp.asarray(np.fft.fftfreq(self.window, self.pixel))
+        return k[:, None], k[None, :]
+
+
+def propagator(grid: Grid, xp=np, dtype=np.complex128):
+    """exp(-i pi lambda dz |k|^2) on the window's frequencies, zero beyond ``grid.band``."""
+    ky, kx = grid.frequencies(xp)
+    k2 = ky**2 + kx**2
+    h = xp.exp(-1j * np.pi * grid.wavelength * grid.slice_spacing * k2)
+    if grid.band is not None:
+        h = h * (k2 <= grid.band**2)
+    return h.astype(dtype)
+
+
+def window_corners(positions):
+    """Whole-pixel corners (B, 2) int and sub-pixel parts (B, 2) in [0, 1) of window positions (B, 2) (pixels of the
+    object's grid, row and column of the window's first pixel)."""
+    xp = xp_of(positions)
+    corners = xp.floor(positions)
+    return corners.astype(np.int64), positions - corners
+
+
+@dataclass
+class Batch:
+    """What the forward pass of a batch keeps for the backward pass."""
+
+    corners: object  # (B, 2) int
+    ramps: object  # (B, N, N): exp(-2 pi i k.f), the sub-pixel shift in Fourier space
+    probe_k: object  # (K, N, N): F(P)
+    waves: list  # psi_s (B, K, N, N), the wave entering slice s
+    patches: list  # O_s[c_j] (B, N, N)
+    far: object  # Psi (B, K, N, N)
+    intensity: object  # I (B, N, N)
+
+
+def _patches(slice_, corners, n: int):
+    xp = xp_of(slice_)
+    rows = corners[:, 0, None] + xp.arange(n)[None, :]
+    cols = corners[:, 1, None] + xp.arange(n)[None, :]
+    return slice_[rows[:, :, None], cols[:, None, :]]
+
+
+def _ramps(grid: Grid, fractions, dtype):
+    ky, kx = grid.frequencies(xp_of(fractions))
+    xp = xp_of(fractions)
+    phase = (fractions[:, 0, None, None] * ky * grid.pixel + fractions[:, 1, None, None] * kx * grid.pixel)
+    return xp.exp(-2j * np.pi * phase).astype(dtype)
+
+
+def forward(objects, probe, positions, grid: Grid, prop=None) -> Batch:
+    """The patterns I (B, N, N), FFT order, of the probe modes ``probe`` (K, N, N) through the slices ``objects``
+    (S, H, W) at window positions (B, 2) (object pixels; the windows must lie inside the object's grid)."""
+    xp = xp_of(objects, probe)
+    n = grid.window
+    prop = propagator(grid, xp, objects.dtype) if prop is None else prop
+    corners, fractions = window_corners(positions)
+    ramps = _ramps(grid, fractions, objects.dtype)
+    probe_k = fftn(probe, axes=(-2, -1), norm="ortho")
+    wave = ifftn(ramps[:, None] * probe_k[None], axes=(-2, -1), norm="ortho")  # (B, K, N, N)
+    waves, patches = [], []
+    for s in range(objects.shape[0]):
+        patch = _patches(objects[s], corners, n)
+        waves.append(wave)
+        patches.append(patch)
+        wave = wave * patch[:, None]
+        if s + 1 < objects.shape[0]:
+            wave = ifftn(fftn(wave, axes=(-2, -1), norm="ortho") * prop, axes=(-2, -1), norm="ortho")
+    far = fftn(wave, axes=(-2, -1), norm="ortho")
+    intensity = (far.real**2 + far.imag**2).sum(1)
+    return Batch(corners, ramps, probe_k, waves, patches, far, intensity)
+
+
+def loss_and_gradients(objects, probe, positions, amplitudes, grid: Grid, *, prop=None, want_positions: bool = False,
+                       illumination=None, floor: float = 1e-12):
+    """The amplitude misfit L of the batch at ``positions`` against the measured amplitudes sqrt(D) (B, N, N, FFT
+    order) and its Wirtinger gradients: (L, g_objects (S, H, W) with zeros off the windows, g_probe (K, N, N),
+    dL/d positions (B, 2) real or None). ``illumination`` (S, H, W) real, if given, receives the summed intensity
+    of the waves entering each slice (the solver's step scale). ``floor``: I below it counts as that (sqrt(I) has
+    no derivative at 0)."""
+    xp = xp_of(objects, probe)
+    prop = propagator(grid, xp, objects.dtype) if prop is None else prop
+    b = forward(objects, probe, positions, grid, prop)
+    root = xp.sqrt(xp.maximum(b.intensity, floor))
+    loss = float(((root - amplitudes) ** 2).sum())
+    g_exit = ifftn((1.0 - amplitudes / root)[:, None] * b.far, axes=(-2, -1), norm="ortho")
+    g_objects, g_probe, g_positions = backward(b, g_exit, objects, grid, prop=prop, want_positions=want_positions,
+                                               illumination=illumination)
+    return loss, g_objects, g_probe, g_positions
+
+
+def backward(b: Batch, g_exit, objects, grid: Grid, *, prop=None, want_positions: bool = False, illumination=None):
+    """The adjoint of the forward pass's linearisation, applied to ``g_exit`` (B, K, N, N), the gradient with
+    respect to the exit waves: (g_objects, g_probe, dL/d positions or None), as :func:`loss_and_gradients`."""
+    xp = xp_of(objects)
+    n = grid.window
+    prop = propagator(grid, xp, objects.dtype) if prop is None else prop
+    g = g_exit
+    g_objects = xp.zeros_like(objects)
+    for s in range(objects.shape[0] - 1, -1, -1):
+        if s + 1 < objects.shape[0]:
+            g = ifftn(fftn(g, axes=(-2, -1), norm="ortho") * xp.conj(prop), axes=(-2, -1), norm="ortho")
+        _scatter_add(g_objects[s], (xp.conj(b.waves[s]) * g).sum(1), b.corners, n)
+        if illumination is not None:
+            _scatter_add(illumination[s], (b.waves[s].real**2 + b.waves[s].imag**2).sum(1), b.corners, n)
+        g = xp.conj(b.patches[s])[:, None] * g
+    g_k = fftn(g, axes=(-2, -1), norm="ortho")  # (B, K, N, N): the gradient of the shifted probe, in Fourier space
+    g_probe = ifftn((xp.conj(b.ramps)[:, None] * g_k).sum(0), axes=(-2, -1), norm="ortho")
+    if not want_positions:
+        return g_objects, g_probe, None
+    ky, kx = grid.frequencies(xp)
+    # d psi_0 / d f = F^H(-2 pi i k pixel F(psi_0)); dL/df = 2 Re <g, d psi_0>, taken in Fourier space (Parseval)
+    inner = xp.conj(g_k) * (b.ramps[:, None] * b.probe_k[None])
+    dy = (inner * (-2j * np.pi * ky * grid.pixel)).real.sum(axis=(1, 2, 3))
+    dx = (inner * (-2j * np.pi * kx * grid.pixel)).real.sum(axis=(1, 2, 3))
+    return g_objects, g_probe, 2.0 * xp.stack([dy, dx], 1)
+
+
+def exit_waves(objects, probe, positions, grid: Grid, prop=None):
+    """The exit waves (B, K, N, N) before the far-field transform (for the adjoint's dot test and for users)."""
+    b = forward(objects, probe, positions, grid, prop)
+    return ifftn(b.far, axes=(-2, -1), norm="ortho")
+
+
+def _scatter_add(target, patches, corners, n: int) -> None:
+    """target[c_j : c_j + n] += patches[j] for every window (windows may overlap: added one after another)."""
+    xp = xp_of(target)
+    if xp is np:
+        for (r, c), patch in zip(corners.tolist(), patches):
+            target[r:r + n, c:c + n] += patch
+        return
+    rows = corners[:, 0, None] + xp.arange(n)[None, :]
+    cols = corners[:, 1, None] + xp.arange(n)[None, :]
+    flat = (rows[:, :, None] * target.shape[1] + cols[:, None, :]).ravel()
+    if not xp.iscomplexobj(target):
+        xp.add.at(target.reshape(-1), flat, patches.ravel())
+        return
+    parts = target.reshape(-1).view(target.real.dtype)  # real and imaginary parts interleaved
+    xp.add.at(parts, 2 * flat, patches.real.ravel())
+    xp.add.at(parts, 2 * flat + 1, patches.imag.ravel())

@@ -1,0 +1,212 @@
+"""The iterative multislice solver: mini-batch gradient steps on the object slices, the probe modes and the scan
+positions of :mod:`qora.ssb.ptycho.model`, with the constraints and regularisation stated here.
+
+Steps. The gradient of the amplitude misfit with respect to a slice, g_s = conj(psi_s) F^H((1 - sqrt(D / I)) Psi)
+carried back to the slice, is ePIE's update direction (Maiden and Rodenburg 2009) generalised to several slices;
+divided by the intensity that lit each object pixel in the batch it is a Gauss-Newton step, so that one rate
+(``object_rate``, 1 the full step) serves any dose and any probe. Where the batch lit a pixel weakly the step is
+held back by regularising the divisor with a share ``regularization`` of its largest value (rPIE, Maiden, Johnson
+and Li 2017):
+
+    O_s <- O_s - rate g_s / ((1 - r) w_s + r max w_s),   w_s = sum_batch sum_modes |psi_s|^2 on the object's grid.
+
+The probe moves the same way against the batch's object (|O| <= 1, so its divisor is the batch size), the
+positions (px) by Adam's steps (Kingma and Ba 2015; rate in pixels, each position its own clock) from
+``positions_from`` on, their mean shift removed (a common shift of every position is a shift of the object).
+
+Constraints. |O_s| <= 1 (no slice amplifies the wave). The probe's modes are made orthogonal after each pass (a
+mixed state's modes are only defined up to a unitary mixing; the SVD's are ordered by power). Along the beam the
+slices' phases are low-passed after each pass by the kz filter of Chen et al. (2021, Science 372, 826) with
+strength ``kz_filter`` (0: none): in the 3D Fourier transform of the phase, the weight
+1 - (2 / pi) atan(gamma kz^2 / (kx^2 + ky^2)) removes what varies along z faster than the lateral band can tell
+(the missing cone of depth from defocus), which otherwise piles into the slices as noise.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from qora.backend.core import xp_of
+from qora.backend.fft import fftn, ifftn
+from qora.io.errors import InputError
+from qora.io.validate import integer, nonnegative
+from qora.progress import report
+from qora.ssb.ptycho.model import Grid, loss_and_gradients, propagator
+
+__all__ = ["PtychoOptions", "PtychoState", "Problem", "iterate", "orthogonal_modes", "kz_filter", "batch_size"]
+
+
+@dataclass(frozen=True)
+class PtychoOptions:
+    """The solver's settings. ``iterations``: passes over the scan; ``batch``: positions per step (None: from
+    memory, at most 64); ``object_rate`` and ``probe_rate``: the share of the Gauss-Newton step taken (1: whole);
+    ``regularization``: rPIE's share of the largest illumination in the divisor; ``position_rate`` (px): Adam's
+    step for the positions; ``probe_from`` and ``positions_from``: the pass from which the probe and the positions
+    are refined; ``kz_filter``: the strength gamma of the filter along z (0: off); ``seed``: the order of the
+    positions in each pass."""
+
+    iterations: int = 30
+    batch: int | None = None
+    object_rate: float = 1.0
+    probe_rate: float = 1.0
+    regularization: float = 0.1
+    position_rate: float = 0.02
+    probe_from: int = 2
+    positions_from: int = 10
+    kz_filter: float = 0.1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        integer("iterations", self.iterations, low=0, high=100_000)
+        if self.batch is not None:
+            integer("batch", self.batch, low=1)
+        for name in ("object_rate", "probe_rate", "regularization", "position_rate", "kz_filter"):
+            nonnegative(name, getattr(self, name))
+        if not self.regularization <= 1:
+            raise InputError(f"regularization must be within [0, 1], got {self.regularization}")
+        integer("probe_from", self.probe_from, low=0)
+        integer("positions_from", self.positions_from, low=0)
+
+
+@dataclass
+class Problem:
+    """What is measured and the geometry: ``amplitudes`` sqrt(counts) (J, N, N), FFT order (q = 0 at pixel 0);
+    ``positions`` (J, 2) the windows' first pixels on the object's grid (px, float); ``object_shape`` (H, W);
+    ``grid`` the model's sampling; ``scan_shape`` the scan's (rows, cols), positions in row-major order."""
+
+    amplitudes: object
+    positions: object
+    object_shape: tuple
+    grid: Grid
+    scan_shape: tuple = ()  # (rows, cols) of the scan the positions are in the order of, when it is a grid
+
+    def __post_init__(self) -> None:
+        j, n = len(self.amplitudes), self.grid.window
+        if self.amplitudes.ndim != 3 or self.amplitudes.shape[1:] != (n, n):
+            raise InputError(f"amplitudes must be (positions, {n}, {n}), got {self.amplitudes.shape}")
+        if self.positions.shape != (j, 2):
+            raise InputError(f"positions must be ({j}, 2), got {self.positions.shape}")
+
+
+@dataclass
+class PtychoState:
+    """The unknowns and the solver's memory: ``objects`` (S, H, W) complex transmissions, ``probe`` (K, N, N),
+    ``positions`` (J, 2) px; ``iteration`` passes done; ``losses`` the amplitude misfit of each pass (sum over the
+    scan of (sqrt(I) - sqrt(D))^2 over the counts' sum: relative, dimensionless); ``adam`` the positions' moments
+    and their start (kept for a resume)."""
+
+    objects: object
+    probe: object
+    positions: object
+    iteration: int = 0
+    losses: list = field(default_factory=list)
+    adam: dict = field(default_factory=dict)
+
+
+def orthogonal_modes(probe):
+    """The probe's modes made orthogonal (the SVD of the modes as rows), strongest first: the same mixed state."""
+    xp = xp_of(probe)
+    k, n = probe.shape[0], probe.shape[-1]
+    if k == 1:
+        return probe
+    _, s, vh = xp.linalg.svd(probe.reshape(k, n * n), full_matrices=False)
+    return (s[:, None] * vh).reshape(probe.shape).astype(probe.dtype)
+
+
+def kz_filter(objects, gamma: float, pixel: float, spacing: float):
+    """The slices (S, H, W) with their phases low-passed along z: weight 1 - (2 / pi) atan(gamma kz^2 / kr^2) in
+    the phases' 3D Fourier transform (kz in 1/A over the slice ``spacing``, kr over the ``pixel``), the moduli kept;
+    kz = 0 is kept whole."""
+    s = objects.shape[0]
+    if s < 2 or gamma == 0:
+        return objects
+    xp = xp_of(objects)
+    kz = xp.asarray(np.fft.fftfreq(s, spacing))[:, None, None]
+    ky = xp.asarray(np.fft.fftfreq(objects.shape[1], pixel))[None, :, None]
+    kx = xp.asarray(np.fft.fftfreq(objects.shape[2], pixel))[None, None, :]
+    weight = 1 - (2 / np.pi) * xp.arctan2(gamma * kz**2, ky**2 + kx**2)
+    phase = ifftn(fftn(xp.angle(objects), axes=(0, 1, 2)) * weight, axes=(0, 1, 2)).real
+    return (xp.abs(objects) * xp.exp(1j * phase)).astype(objects.dtype)
+
+
+def batch_size(problem: Problem, state: PtychoState, options: PtychoOptions, free_bytes: int) -> int:
+    """Positions per step: what the forward pass keeps (S + 3 complex waves of K x N x N per position, twice for
+    the backward pass's temporaries) within half of ``free_bytes``, at most 64 (smaller steps converge in fewer
+    passes) and at most the positions."""
+    if options.batch is not None:
+        return min(options.batch, len(problem.amplitudes))
+    k, n = state.probe.shape[0], problem.grid.window
+    per_position = 2 * (state.objects.shape[0] + 3) * k * n * n * np.dtype(state.probe.dtype).itemsize
+    return int(max(1, min(64, len(problem.amplitudes), free_bytes // 2 // per_position)))
+
+
+def _position_step(state: PtychoState, grad, index, rate: float):
+    """Adam's step (beta 0.9, 0.999) for the rows ``index`` of the positions, each row its own clock."""
+    xp = xp_of(grad)
+    s = state.adam.setdefault("positions", {"m": xp.zeros_like(state.positions), "v": xp.zeros_like(state.positions),
+                                            "t": xp.zeros(len(state.positions))})
+    s["t"][index] += 1
+    t = s["t"][index][:, None]
+    s["m"][index] = 0.9 * s["m"][index] + 0.1 * grad
+    s["v"][index] = 0.999 * s["v"][index] + 0.001 * grad**2
+    return rate * (s["m"][index] / (1 - 0.9**t)) / (xp.sqrt(s["v"][index] / (1 - 0.999**t)) + 1e-12)
+
+
+def _step(problem: Problem, state: PtychoState, options: PtychoOptions, index, prop, refine_probe: bool,
+          refine_positions: bool) -> float:
+    """One mini-batch step on the positions ``index``; returns the batch's misfit."""
+    xp = xp_of(state.probe)
+    lit = xp.zeros(state.objects.shape, state.objects.real.dtype)
+    loss, g_obj, g_probe, g_pos = loss_and_gradients(state.objects, state.probe, state.positions[index],
+                                                     problem.amplitudes[index], problem.grid, prop=prop,
+                                                     want_positions=refine_positions, illumination=lit)
+    r = options.regularization
+    peak = lit.reshape(lit.shape[0], -1).max(1)[:, None, None]
+    state.objects -= options.object_rate * g_obj / ((1 - r) * lit + r * peak + 1e-30)
+    modulus = xp.abs(state.objects)
+    state.objects /= xp.maximum(modulus, 1)  # |O| <= 1
+    if refine_probe:
+        state.probe -= options.probe_rate * g_probe / len(index)
+    if refine_positions:
+        step = _position_step(state, g_pos, index, options.position_rate)
+        state.positions[index] -= step - step.mean(0)  # a common shift is the object's, not the scan's
+        n = problem.grid.window
+        high = xp.asarray([problem.object_shape[0] - n - 1, problem.object_shape[1] - n - 1], state.positions.dtype)
+        state.positions[index] = xp.clip(state.positions[index], 0, high)
+    return loss
+
+
+def iterate(problem: Problem, state: PtychoState, options: PtychoOptions, *, free_bytes: int, progress=None,
+            checkpoint=None) -> PtychoState:
+    """Run passes ``state.iteration`` .. ``options.iterations`` (a resumed state goes on where it stopped),
+    updating ``state`` in place and returning it. ``progress`` (:mod:`qora.progress`) is told each pass with its
+    misfit ("ptycho", with "loss", "s" and "max_shift_px"); its False stops after the current pass.
+    ``checkpoint(state)`` is called after each pass (to save it)."""
+    xp = xp_of(state.probe)
+    j = len(problem.amplitudes)
+    prop = propagator(problem.grid, xp, state.probe.dtype)
+    batch = batch_size(problem, state, options, free_bytes)
+    total = float(xp.sum(problem.amplitudes.astype(np.float64) ** 2))
+    start = state.adam.setdefault("start_positions", state.positions.copy())
+    while state.iteration < options.iterations:
+        t0, loss = time.perf_counter(), 0.0
+        order = np.random.default_rng(options.seed + state.iteration).permutation(j)
+        for first in range(0, j, batch):
+            loss += _step(problem, state, options, xp.asarray(order[first:first + batch]), prop,
+                          state.iteration >= options.probe_from,
+                          state.iteration >= options.positions_from and options.position_rate > 0)
+        if state.iteration >= options.probe_from:
+            state.probe = orthogonal_modes(state.probe)
+        state.objects = kz_filter(state.objects, options.kz_filter, problem.grid.pixel, problem.grid.slice_spacing)
+        state.iteration += 1
+        state.losses.append(loss / total)
+        if checkpoint is not None:
+            checkpoint(state)
+        shift = float(xp.abs(state.positions - start).max())
+        if not report(progress, "ptycho", state.iteration, options.iterations,
+                      {"loss": loss / total, "s": time.perf_counter() - t0, "max_shift_px": shift}):
+            break
+    return state

@@ -1,0 +1,173 @@
+"""qora.ssb.ptycho: the multislice model against our simulator and its gradient against finite differences and its
+adjoint (dot test), the start's frames, the solver on a simulated scan, the result file, the one-call chain."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from qora.io.errors import InputError
+from qora.ssb.optics import Aberrations, wavelength
+from qora.ssb.ptycho import Grid, PtychoOptions, PtychoResult, forward, initial_state, iterate, measured_problem
+from qora.ssb.ptycho.model import backward, exit_waves, loss_and_gradients
+from qora.ssb.ptycho.run import fit_start, reconstruct
+from qora.ssb.ptycho.start import MARGIN, default_slices, oriented_fft_order
+from qora.ssb.simulation import amorphous_slices, simulate
+
+KV, ALPHA, PIXEL, WINDOW = 300.0, 25.0, 0.15, 32
+
+
+def _random_case(rng, slices=3, modes=2, batch=5, n=16, shape=(40, 44)):
+    grid = Grid(window=n, pixel=0.2, wavelength=0.0197, slice_spacing=5.0, band=2.0)
+    objects = np.exp(1j * 0.3 * rng.standard_normal((slices,) + shape) - 0.05 * rng.random((slices,) + shape))
+    probe = rng.standard_normal((modes, n, n)) + 1j * rng.standard_normal((modes, n, n))
+    positions = rng.random((batch, 2)) * np.array([shape[0] - n - 1, shape[1] - n - 1])
+    return grid, objects, probe, positions
+
+
+def test_the_gradients_equal_finite_differences():
+    """Every Wirtinger gradient (slices, probe modes) and the positions' derivative against central differences of
+    the misfit, float64, along random directions."""
+    rng = np.random.default_rng(0)
+    grid, objects, probe, positions = _random_case(rng)
+    amplitudes = np.sqrt(forward(objects, probe * 1.1, positions + 0.3, grid).intensity)
+    loss, g_obj, g_probe, g_pos = loss_and_gradients(objects, probe, positions, amplitudes, grid,
+                                                     want_positions=True)
+    misfit = lambda o, p, x: loss_and_gradients(o, p, x, amplitudes, grid)[0]  # noqa: E731
+    eps = 1e-6
+    for _ in range(2):
+        d = rng.standard_normal(objects.shape) + 1j * rng.standard_normal(objects.shape)
+        fd = (misfit(objects + eps * d, probe, positions) - misfit(objects - eps * d, probe, positions)) / (2 * eps)
+        assert fd == pytest.approx(2 * np.real(np.vdot(g_obj, d)), rel=1e-7)
+        d = rng.standard_normal(probe.shape) + 1j * rng.standard_normal(probe.shape)
+        fd = (misfit(objects, probe + eps * d, positions) - misfit(objects, probe - eps * d, positions)) / (2 * eps)
+        assert fd == pytest.approx(2 * np.real(np.vdot(g_probe, d)), rel=1e-7)
+    d = 0.1 * rng.standard_normal(positions.shape)
+    fd = (misfit(objects, probe, positions + eps * d) - misfit(objects, probe, positions - eps * d)) / (2 * eps)
+    assert fd == pytest.approx(float((g_pos * d).sum()), rel=1e-6)
+    assert loss > 0
+
+
+def test_the_backward_pass_is_the_adjoint_of_the_linearised_model():
+    """Dot test: the exit wave is holomorphic in each slice and in the probe, so its derivative along dO is the
+    central difference of a complex step, and <J dO, y> = <dO, J^H y> with J^H the backward pass."""
+    rng = np.random.default_rng(1)
+    grid, objects, probe, positions = _random_case(rng)
+    b = forward(objects, probe, positions, grid)
+    y = rng.standard_normal(b.far.shape) + 1j * rng.standard_normal(b.far.shape)
+    g_obj, g_probe, _ = backward(b, y, objects, grid)
+    t = 1e-4
+    d_obj = rng.standard_normal(objects.shape) + 1j * rng.standard_normal(objects.shape)
+    j_obj = (exit_waves(objects + t * d_obj, probe, positions, grid)
+             - exit_waves(objects - t * d_obj, probe, positions, grid)) / (2 * t)
+    # three slices: the exit wave is cubic in t along dO, so the central difference errs by t^2 (1e-8 relative)
+    assert np.vdot(j_obj, y) == pytest.approx(np.vdot(d_obj, g_obj), rel=1e-6)
+    d_probe = rng.standard_normal(probe.shape) + 1j * rng.standard_normal(probe.shape)
+    j_probe = exit_waves(objects, probe + d_probe, positions, grid) - exit_waves(objects, probe, positions, grid)
+    assert np.vdot(j_probe, y) == pytest.approx(np.vdot(d_probe, g_probe), rel=1e-10)  # linear in the probe
+
+
+@pytest.fixture(scope="module")
+def film():
+    """Our simulator's four-slice film, 40 A thick, noise-free."""
+    slices = amorphous_slices((64, 64), PIXEL, slices=4, atoms_per_a2=0.1, seed=3)
+    ab = Aberrations(C10=80.0)
+    sim = simulate(slices, pixel=PIXEL, stride=4, window=WINDOW, kv=KV, alpha_mrad=ALPHA, aberrations=ab,
+                   thickness=40.0)
+    return sim, slices, ab
+
+
+def _truth_on_object_grid(slices, shape, field):
+    y = (np.arange(shape[0]) - MARGIN - WINDOW // 2) % field
+    x = (np.arange(shape[1]) - MARGIN - WINDOW // 2) % field
+    return np.exp(1j * slices[:, y[:, None], x[None, :]])
+
+
+def test_the_model_equals_our_simulator(film):
+    """The forward model with the true slices and the start's probe gives the simulator's patterns (the start's
+    frames: the window about the disk's centre in FFT order, the positions, C10 moved to the first slice)."""
+    sim, slices, ab = film
+    mrad = 1e3 * wavelength(KV) / (WINDOW * PIXEL)
+    problem = measured_problem(sim.data, kv=KV, scan_step=sim.scan_step, rotation=0.0, center=(16, 16),
+                               mrad_per_pixel=mrad, slices=4, thickness=40.0, band=np.inf, dtype=np.float64)
+    assert problem.grid.pixel == pytest.approx(PIXEL) and problem.grid.slice_spacing == 10.0
+    state = initial_state(problem, aberrations=ab, alpha_mrad=ALPHA, thickness=40.0, slices=4, dtype=np.complex128)
+    objects = _truth_on_object_grid(slices, problem.object_shape, 64)
+    ours = forward(objects, state.probe, problem.positions, problem.grid).intensity
+    measured = problem.amplitudes**2
+    np.testing.assert_allclose(ours, measured, rtol=0, atol=1e-10 * measured.max())
+    assert ours.sum() == pytest.approx(measured.sum(), rel=1e-12)
+
+
+def test_the_orientation_is_applied_as_the_fits_frame():
+    """A pattern lit at the recorded k = (3, 5) pixels from the centre lands at M k in FFT order, M of the named
+    orientation; identity is the plain ifftshift."""
+    pattern = np.zeros((16, 16))
+    pattern[8 + 3, 8 + 5] = 1.0
+    for name, m in (("identity", ((1, 0), (0, 1))), ("transpose", ((0, 1), (1, 0))), ("rot90", ((0, -1), (1, 0))),
+                    ("flip-rows", ((-1, 0), (0, 1)))):
+        out = oriented_fft_order(pattern, name)
+        ky, kx = np.array(m) @ np.array([3, 5])
+        assert out[ky % 16, kx % 16] == 1.0 and out.sum() == 1.0, name
+
+
+def test_the_solver_recovers_a_film_from_the_true_probe(film):
+    """From the true probe and a flat start, a few passes bring the summed phase to the film's projected phase."""
+    sim, slices, ab = film
+    mrad = 1e3 * wavelength(KV) / (WINDOW * PIXEL)
+    problem = measured_problem(sim.data, kv=KV, scan_step=sim.scan_step, rotation=0.0, center=(16, 16),
+                               mrad_per_pixel=mrad, slices=1)
+    state = initial_state(problem, aberrations=Aberrations(C10=80.0), alpha_mrad=ALPHA, slices=1)
+    seen = []
+    iterate(problem, state, PtychoOptions(iterations=6, probe_from=100, positions_from=100),
+            free_bytes=1 << 30, progress=lambda stage, done, total, m: seen.append(m["loss"]))
+    truth = np.angle(_truth_on_object_grid(slices, problem.object_shape, 64)).sum(0)
+    inner = (slice(MARGIN + WINDOW // 2, MARGIN + WINDOW // 2 + 56),) * 2
+    r = np.corrcoef(np.angle(state.objects).sum(0)[inner].ravel(), truth[inner].ravel())[0, 1]
+    assert r > 0.9, r
+    assert seen[-1] < 0.5 * seen[0] and len(seen) == 6
+
+
+def test_the_result_file_round_trips(tmp_path, film):
+    sim, slices, ab = film
+    rng = np.random.default_rng(2)
+    grid = Grid(window=8, pixel=0.1, wavelength=0.02, slice_spacing=5.0, band=3.0)
+    result = PtychoResult(objects=np.exp(1j * rng.random((2, 20, 20))), probe=rng.random((2, 8, 8)) + 0j,
+                          positions=rng.random((4, 2)), start_positions=rng.random((4, 2)), losses=[0.2, 0.1],
+                          grid=grid, start={"slices": 2, "branch": "incoherent"}, scan_map=np.eye(2, 3))
+    back = PtychoResult.load(result.save(tmp_path / "r.h5"))
+    np.testing.assert_array_equal(back.objects, result.objects)
+    assert back.grid == grid and back.start == result.start and back.losses == result.losses
+    np.testing.assert_allclose(back.phase, np.angle(result.objects).sum(0))
+
+
+def test_the_chain_takes_everything_from_the_fit(film):
+    """reconstruct() from a fit's JSON object: slices from its thickness, the rotation, the orientation, the
+    aberrations of its better branch (C10 the mid-plane's); the result says what it took."""
+    from qora.ssb import Session
+
+    sim, slices, ab = film
+    session = Session(sim.data, kv=KV, alpha_mrad=ALPHA, scan_step=sim.scan_step)
+    fit = {"rotation_rad": 0.0, "orientation": {"orientation": "identity"}, "better": "standard",
+           "standard": {"parameters": {"C10": 80.0, "C12a": 0.0, "C12b": 0.0}},
+           "incoherent": {"parameters": {"C10": 80.0, "thickness": 40.0}}}
+    start = fit_start(fit)
+    assert start["thickness"] == 40.0 and default_slices(40.0) == 4
+    result = reconstruct(sim.data, session, fit, options=PtychoOptions(iterations=2), modes=2)
+    assert result.objects.shape[0] == 4 and result.probe.shape == (2, WINDOW, WINDOW)
+    assert result.start["slices"] == 4 and result.start["aberration_C10"] == 80.0 and len(result.losses) == 2
+    assert result.phase_on_scan(sim.data.shape[:2]).shape == sim.data.shape[:2]
+
+
+def test_bad_inputs_are_refused(film):
+    sim, _, _ = film
+    with pytest.raises(InputError, match="window must be even"):
+        measured_problem(sim.data, kv=KV, scan_step=1.0, rotation=0.0, center=(16, 16), mrad_per_pixel=1.0, window=31)
+    bad = sim.data.copy()
+    bad[0, 0, 3, 3] = np.nan
+    with pytest.raises(InputError, match="finite"):
+        measured_problem(bad, kv=KV, scan_step=1.0, rotation=0.0, center=(16, 16), mrad_per_pixel=1.0)
+    with pytest.raises(InputError, match="not a result of qora ssb fit"):
+        fit_start({"standard": {}})
+    with pytest.raises(InputError):
+        PtychoOptions(regularization=2.0)
