@@ -111,6 +111,20 @@ def test_the_real_34idc_scan(shared_data, tmp_path):
     frame, row, col = np.unravel_index(np.argmax(frames), frames.shape)
     d = 2 * np.pi / np.linalg.norm(g.q_sample(frame, row, col))
     assert d == pytest.approx(4.0799905 / np.sqrt(3), rel=0.01)  # measured 2.368 A against 2.356
+    # which detector axis is which: as the crystal rocks, the peak moves across the frames where the geometry says a
+    # fixed reciprocal point meets the Ewald sphere (least squares over the two pixel steps: -(J2'J2)^-1 J2' j_frame)
+    w = 12
+    window = frames[:, row - w:row + w + 1, col - w:col + w + 1].astype(float)
+    near = np.arange(frame - 25, frame + 26)
+    total = window[near].sum((1, 2))
+    offsets = np.arange(-w, w + 1)
+    measured = [np.polyfit(near, (window[near].sum(axis) @ offsets) / total, 1, w=np.sqrt(total))[0]
+                for axis in (2, 1)]  # rows: sum over the columns; columns: over the rows
+    jacobian = g.reciprocal_basis(frame, row, col, lab=False)
+    pixels, rocking = jacobian[:, 1:], jacobian[:, 0]
+    predicted = -np.linalg.solve(pixels.T @ pixels, pixels.T @ rocking)
+    # measured (-0.088, +0.092) px a frame; the geometry (-0.096, +0.094); with the axes swapped (+0.094, -0.096)
+    np.testing.assert_allclose(measured, predicted, atol=0.02)
 
 
 def _bliss(path, *, sample="PtNP", scan=12, frames=6, detector="mpx1x4", drop=None, eta_rocks=True):

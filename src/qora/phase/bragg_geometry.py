@@ -14,8 +14,11 @@ circles turn r; the scattered wave vector is k r' / |r'| and Q_lab = k (r' / |r'
 Q in the sample's frame is the inverse of the sample circles' rotation applied to Q_lab: the frame that turns
 with the specimen, where a rocking scan's frames sample one fixed reciprocal-space neighbourhood.
 
-The 34-ID-C six-circle (APS): sample Theta "y+", Chi "z-", Phi "y+"; detector Delta "y+", Gamma "x-"; beam +z; its
-Timepix detectors' rows along +x and columns along -y, 55 um pixels (cohere-ui's description of the beamline).
+The 34-ID-C six-circle (APS): sample Theta "y+", Chi "z-", Phi "y+"; detector Delta "y+", Gamma "x-"; beam +z; 55 um
+pixels; a TIFF frame's rows along -y and its columns along +x. cohere-ui describes the detector as "x+", "y-", but
+for its arrays, which are the TIFF frames transposed (cohere_ui's read_tif): the same directions. The real scan 54
+says so too: as the crystal rocks, its Bragg peak moves by (-0.088, +0.092) px a frame along (row, col), where this
+assignment predicts (-0.096, +0.094) and the transposed one (+0.094, -0.096) (tests/phase/test_bragg_readers.py).
 ESRF ID01 (:data:`CIRCLES_ID01`): sample eta "x-", phi "y-"; detector nu "y-", delta "x-"; beam +z; rows along -y
 (cdiutils' description, in the CXI frame). Both checked against xrayutilities' QConversion at several angles
 (tests/phase/test_bragg_geometry.py).
@@ -83,7 +86,8 @@ class Circles:
             raise InputError("each circle needs one name and one axis")
 
 
-CIRCLES_34IDC = Circles(("Theta", "Chi", "Phi"), ("y+", "z-", "y+"), ("Delta", "Gamma"), ("y+", "x-"))
+CIRCLES_34IDC = Circles(("Theta", "Chi", "Phi"), ("y+", "z-", "y+"), ("Delta", "Gamma"), ("y+", "x-"),
+                        pixel_directions=("y-", "x+"))
 # ESRF ID01 in the CXI lab frame (z downstream, y up, x outboard), as cdiutils describes it: sample eta "x-" and phi
 # "y-", detector nu "y-" and delta "x-", the detector's rows along -y and columns along +x
 CIRCLES_ID01 = Circles(("eta", "phi"), ("x-", "y-"), ("nu", "delta"), ("y-", "x-"), beam=(0.0, 0.0, 1.0),
