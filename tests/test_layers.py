@@ -84,7 +84,7 @@ def test_plotting_leaves_the_plotting_backend_alone(tmp_path):
 
 
 TOP_LAYERS = ("cli", "viewer", "distributed")  # they reach the engines through their faces only (issue 41)
-FACES = ("qora.phase", "qora.holo", "qora.ssb", "qora.ssb.live")
+FACES = ("qora.phase", "qora.holo", "qora.ssb", "qora.ssb.live", "qora.ssb.ptycho")
 
 
 def _inner_imports(source: str) -> list:

@@ -171,3 +171,65 @@ def test_bad_inputs_are_refused(film):
         fit_start({"standard": {}})
     with pytest.raises(InputError):
         PtychoOptions(regularization=2.0)
+
+
+def test_the_model_equals_abtems_multislice():
+    """abTEM 1.0.11's own probe, transmission functions and exit intensities (tests/ssb/fixtures/
+    make_abtem_ptycho.py, 'forward': 4 slices of SrTiO3, probes at 4 positions, three between pixels), through our
+    forward model with abTEM's band-limited propagator: abTEM propagates after the last slice too, which multiplies
+    the far field by its aperture B, so ours times B^2 is compared."""
+    from pathlib import Path
+
+    ref = np.load(Path(__file__).parent / "fixtures" / "abtem_ptycho_forward_reference.npz")
+    n, dx, lam = int(ref["wave_gpts"]), float(ref["wave_sampling"]), float(ref["wavelength"])
+    dz = float(ref["slice_thicknesses"][0])
+    assert np.allclose(ref["slice_thicknesses"], dz)
+    grid = Grid(window=n, pixel=dx, wavelength=lam, slice_spacing=dz)
+    ky, kx = grid.frequencies()
+    k = np.hypot(ky, kx)
+    kc, w = float(ref["antialias_cutoff_per_a"]), float(ref["antialias_taper_per_a"])
+    aperture = np.where(k <= kc - w, 1.0, np.where(k < kc, 0.5 * (1 + np.cos(np.pi * (k - kc + w) / w)), 0.0))
+    prop = np.exp(-1j * np.pi * lam * dz * k**2) * aperture
+    probe = np.fft.ifft2(ref["probe_fft"])[None]
+    objects = np.tile(np.fft.ifft2(ref["transmission_fft"]), (1, 2, 2))  # the periodic cell, twice each way
+    positions = ref["positions_yx"] / dx
+    assert np.any(positions % 1 > 0.01)  # sub-pixel shifts are checked too
+    ours = forward(objects, probe, positions, grid, prop=prop).intensity * n**2 * aperture**2
+    theirs = np.fft.ifftshift(ref["intensities"], axes=(-2, -1))
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-10 * theirs.max())
+
+
+def test_the_command_runs_the_chain_with_checkpoints(tmp_path, film):
+    """`qora ssb ptycho FILE --fit FIT --out --plot --checkpoint`, then `--resume` from the checkpoint: the passes
+    go on where they stopped (the misfit list grows) and the result says what came from the fit."""
+    import json
+
+    from click.testing import CliRunner
+
+    from qora.cli import cli
+    from qora.ssb import write_dataset
+
+    sim, _, _ = film
+    data = tmp_path / "film.h5"
+    write_dataset(data, sim.data, kv=KV, alpha_mrad=ALPHA, scan_step=sim.scan_step)
+    fit = tmp_path / "fit.json"
+    fit.write_text(json.dumps({"rotation_rad": 0.0, "rotation_deg": 0.0, "orientation": {"orientation": "identity"},
+                               "better": "standard", "standard": {"parameters": {"C10": 80.0}},
+                               "incoherent": {"parameters": {"C10": 80.0, "thickness": 20.0}}}))
+    out, plot, state = tmp_path / "r.h5", tmp_path / "r.png", tmp_path / "state.npz"
+    run = CliRunner().invoke(cli, ["ssb", "ptycho", str(data), "--fit", str(fit), "--iterations", "2", "--out",
+                                   str(out), "--plot", str(plot), "--checkpoint", str(state), "--quiet",
+                                   "--backend", "cpu"])
+    assert run.exit_code == 0, run.output
+    assert "2 slice(s) of 10.0 A" in run.output and "in 2 passes" in run.output
+    assert plot.read_bytes()[:4] == b"\x89PNG" and PtychoResult.load(out).start["thickness_a"] == 20.0
+    run = CliRunner().invoke(cli, ["ssb", "ptycho", str(data), "--fit", str(fit), "--iterations", "3", "--resume",
+                                   str(state), "--out", str(out), "--quiet", "--backend", "cpu"])
+    assert run.exit_code == 0, run.output
+    result = PtychoResult.load(out)
+    assert len(result.losses) == 3 and result.start["iterations"] == 3
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x=np.zeros(2))
+    run = CliRunner().invoke(cli, ["ssb", "ptycho", str(data), "--fit", str(fit), "--resume", str(bad), "--out",
+                                   str(out), "--quiet", "--backend", "cpu"])
+    assert run.exit_code != 0 and "not a ptychography checkpoint" in run.output

@@ -17,6 +17,7 @@ from qora.cli.options import (ANGLE_DEG, NONNEGATIVE, POSITIVE, SCAN_STEP_A,
                               backend_option, scale_out_client, scale_out_options)
 from qora.cli.ssb_data import data_options, load_for_session
 from qora.cli.ssb_image import image_cmd
+from qora.cli.ssb_ptycho import ptycho_cmd
 from qora.cli.ssb_options import aberration_options, aberrations_from, c12_text, check_outputs, naming
 
 
@@ -26,6 +27,7 @@ def ssb() -> None:
 
 
 ssb.add_command(image_cmd)
+ssb.add_command(ptycho_cmd)
 
 
 def _pm(report: dict, name: str, scale: float = 1.0, digits: int = 1) -> str:

@@ -216,7 +216,7 @@ AXIS_ORDER_NOTE = ("note: {name} does not record its axes: read as (scan_y, scan
 def read_fit(ctx, path):
     """A fit JSON for `image --fit`, refusing options that would contradict it (they come from the fit)."""
     clash = [f"--{name.replace('_', '-')}" for name in ("rotation", "c10", "c12", "c12_angle", "c30", "orientation")
-             if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
+             if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)]
     if clash:
         raise click.UsageError(f"{', '.join(clash).replace('--orientation', '--detector-orientation')} "
                                f"{'comes' if len(clash) == 1 else 'come'} from --fit: give one or the other")

@@ -8,7 +8,10 @@ divided by the intensity that lit each object pixel in the batch it is a Gauss-N
 held back by regularising the divisor with a share ``regularization`` of its largest value (rPIE, Maiden, Johnson
 and Li 2017):
 
-    O_s <- O_s - rate g_s / ((1 - r) w_s + r max w_s),   w_s = sum_batch sum_modes |psi_s|^2 on the object's grid.
+    O_s <- O_s - (rate / S) g_s / ((1 - r) w_s + r max w_s),   w_s = sum_batch sum_modes |psi_s|^2 on the object's
+    grid,
+
+the whole step shared among the S slices (each slice's derivative moves the exit wave alike).
 
 The probe moves the same way against the batch's object (|O| <= 1, so its divisor is the batch size), the
 positions (px) by Adam's steps (Kingma and Ba 2015; rate in pixels, each position its own clock) from
@@ -36,7 +39,8 @@ from qora.io.validate import integer, nonnegative
 from qora.progress import report
 from qora.ssb.ptycho.model import Grid, loss_and_gradients, propagator
 
-__all__ = ["PtychoOptions", "PtychoState", "Problem", "iterate", "orthogonal_modes", "kz_filter", "batch_size"]
+__all__ = ["PtychoOptions", "PtychoState", "Problem", "iterate", "orthogonal_modes", "kz_filter", "batch_size",
+           "remove_ramp", "lit_region"]
 
 
 @dataclass(frozen=True)
@@ -45,25 +49,27 @@ class PtychoOptions:
     memory, at most 64); ``object_rate`` and ``probe_rate``: the share of the Gauss-Newton step taken (1: whole);
     ``regularization``: rPIE's share of the largest illumination in the divisor; ``position_rate`` (px): Adam's
     step for the positions; ``probe_from`` and ``positions_from``: the pass from which the probe and the positions
-    are refined; ``kz_filter``: the strength gamma of the filter along z (0: off); ``seed``: the order of the
-    positions in each pass."""
+    are refined; ``kz_filter``: the strength gamma of the filter along z (0: off); ``rate_decay``: the object's
+    and the probe's rates at pass k are divided by 1 + rate_decay k (steps that shrink average the counts' noise over passes);
+    ``seed``: the order of the positions in each pass."""
 
-    iterations: int = 30
+    iterations: int = 40
     batch: int | None = None
     object_rate: float = 1.0
     probe_rate: float = 1.0
     regularization: float = 0.1
     position_rate: float = 0.02
     probe_from: int = 2
-    positions_from: int = 10
+    positions_from: int = 20
     kz_filter: float = 0.1
+    rate_decay: float = 0.2
     seed: int = 0
 
     def __post_init__(self) -> None:
         integer("iterations", self.iterations, low=0, high=100_000)
         if self.batch is not None:
             integer("batch", self.batch, low=1)
-        for name in ("object_rate", "probe_rate", "regularization", "position_rate", "kz_filter"):
+        for name in ("object_rate", "probe_rate", "regularization", "position_rate", "kz_filter", "rate_decay"):
             nonnegative(name, getattr(self, name))
         if not self.regularization <= 1:
             raise InputError(f"regularization must be within [0, 1], got {self.regularization}")
@@ -132,6 +138,38 @@ def kz_filter(objects, gamma: float, pixel: float, spacing: float):
     return (xp.abs(objects) * xp.exp(1j * phase)).astype(objects.dtype)
 
 
+def lit_region(problem: Problem, positions=None):
+    """The object pixels the scan's probe centres cover (their bounding box on the object's grid): (rows, cols)
+    slices."""
+    positions = problem.positions if positions is None else positions
+    xp = xp_of(positions)
+    centre = problem.grid.window // 2
+    low = xp.floor(positions.min(0)).astype(int) + centre
+    high = xp.ceil(positions.max(0)).astype(int) + centre + 1
+    return slice(int(low[0]), int(high[0])), slice(int(low[1]), int(high[1]))
+
+
+def remove_ramp(problem: Problem, state: PtychoState) -> None:
+    """Move the linear phase ramp of the summed phase over the scanned region from the first slice into the probe.
+
+    O e^{i q.r} with P e^{-i q.r} gives the same patterns (exactly for one slice; for several, up to the lateral
+    shift lambda dz q / 2 pi of a tilted wave between slices): the misfit cannot fix q, and the probe's steps let it
+    drift. The ramp is fitted by least squares over the probe centres' region and handed to the probe, whose
+    patterns it does not change at any position (the ramp at the window's corner is a phase per position)."""
+    xp = xp_of(state.objects)
+    rows, cols = lit_region(problem, state.positions)
+    phase = xp.angle(state.objects[:, rows, cols]).sum(0)
+    y, x = xp.meshgrid(xp.arange(phase.shape[0], dtype=float), xp.arange(phase.shape[1], dtype=float), indexing="ij")
+    design = xp.stack([xp.ones(phase.size), y.ravel(), x.ravel()], 1)
+    (_, gy, gx) = (float(v) for v in xp.linalg.lstsq(design, phase.ravel().astype(float), rcond=None)[0])
+    h, w = state.objects.shape[1:]
+    oy, ox = xp.meshgrid(xp.arange(h, dtype=float), xp.arange(w, dtype=float), indexing="ij")
+    state.objects[0] *= xp.exp(-1j * (gy * oy + gx * ox)).astype(state.objects.dtype)
+    n = problem.grid.window
+    py, px = xp.meshgrid(xp.arange(n, dtype=float), xp.arange(n, dtype=float), indexing="ij")
+    state.probe *= xp.exp(1j * (gy * py + gx * px)).astype(state.probe.dtype)
+
+
 def batch_size(problem: Problem, state: PtychoState, options: PtychoOptions, free_bytes: int) -> int:
     """Positions per step: what the forward pass keeps (S + 3 complex waves of K x N x N per position, twice for
     the backward pass's temporaries) within half of ``free_bytes``, at most 64 (smaller steps converge in fewer
@@ -165,11 +203,14 @@ def _step(problem: Problem, state: PtychoState, options: PtychoOptions, index, p
                                                      want_positions=refine_positions, illumination=lit)
     r = options.regularization
     peak = lit.reshape(lit.shape[0], -1).max(1)[:, None, None]
-    state.objects -= options.object_rate * g_obj / ((1 - r) * lit + r * peak + 1e-30)
+    # each slice's step is the Gauss-Newton step of the whole stack shared among the S slices: their derivatives
+    # move the exit wave alike, so S whole steps would overshoot S times
+    rate = options.object_rate / (1 + options.rate_decay * state.iteration) / state.objects.shape[0]
+    state.objects -= rate * g_obj / ((1 - r) * lit + r * peak + 1e-30)
     modulus = xp.abs(state.objects)
     state.objects /= xp.maximum(modulus, 1)  # |O| <= 1
     if refine_probe:
-        state.probe -= options.probe_rate * g_probe / len(index)
+        state.probe -= options.probe_rate / (1 + options.rate_decay * state.iteration) * g_probe / len(index)
     if refine_positions:
         step = _position_step(state, g_pos, index, options.position_rate)
         state.positions[index] -= step - step.mean(0)  # a common shift is the object's, not the scan's
@@ -200,6 +241,7 @@ def iterate(problem: Problem, state: PtychoState, options: PtychoOptions, *, fre
                           state.iteration >= options.positions_from and options.position_rate > 0)
         if state.iteration >= options.probe_from:
             state.probe = orthogonal_modes(state.probe)
+            remove_ramp(problem, state)
         state.objects = kz_filter(state.objects, options.kz_filter, problem.grid.pixel, problem.grid.slice_spacing)
         state.iteration += 1
         state.losses.append(loss / total)

@@ -1,0 +1,76 @@
+"""qora.ssb.ptycho on CUDA (the same array code on CuPy): the model, its gradients and the solver's passes against
+the CPU's, and the one-call chain from a CUDA session."""
+
+import numpy as np
+import pytest
+
+from qora.ssb.optics import Aberrations, wavelength
+from qora.ssb.ptycho import Grid, PtychoOptions, forward, initial_state, iterate, loss_and_gradients, measured_problem
+from qora.ssb.ptycho.run import reconstruct
+from qora.ssb.simulation import amorphous_slices, simulate
+
+pytestmark = pytest.mark.gpu
+
+KV, ALPHA, PIXEL, WINDOW = 300.0, 25.0, 0.15, 32
+
+
+@pytest.fixture(scope="module")
+def cp(gpu_module):
+    import cupy
+
+    return cupy
+
+
+@pytest.fixture(scope="module")
+def film(cp):
+    slices = amorphous_slices((64, 64), PIXEL, slices=3, atoms_per_a2=0.1, seed=3)
+    sim = simulate(slices, pixel=PIXEL, stride=4, window=WINDOW, kv=KV, alpha_mrad=ALPHA,
+                   aberrations=Aberrations(C10=80.0), thickness=30.0, dose=1e6)
+    return sim, cp
+
+
+def test_the_model_and_its_gradients_on_the_device_equal_the_cpu(cp):
+    rng = np.random.default_rng(0)
+    grid = Grid(window=16, pixel=0.2, wavelength=0.0197, slice_spacing=5.0, band=2.0)
+    objects = np.exp(1j * 0.3 * rng.standard_normal((3, 40, 44)))
+    probe = rng.standard_normal((2, 16, 16)) + 1j * rng.standard_normal((2, 16, 16))
+    positions = rng.random((6, 2)) * 20
+    amplitudes = np.sqrt(forward(objects, probe * 1.1, positions + 0.2, grid).intensity)
+    host = loss_and_gradients(objects, probe, positions, amplitudes, grid, want_positions=True,
+                              illumination=np.zeros(objects.shape))
+    lit = cp.zeros(objects.shape)
+    device = loss_and_gradients(cp.asarray(objects), cp.asarray(probe), cp.asarray(positions), cp.asarray(amplitudes),
+                                grid, want_positions=True, illumination=lit)
+    assert device[0] == pytest.approx(host[0], rel=1e-10)
+    for h, d in zip(host[1:], device[1:]):
+        np.testing.assert_allclose(cp.asnumpy(d), h, rtol=0, atol=1e-10 * np.abs(h).max())
+
+
+def test_the_solvers_passes_on_the_device_equal_the_cpu(film):
+    sim, cp = film
+    mrad = 1e3 * wavelength(KV) / (WINDOW * PIXEL)
+    states = []
+    for xp in (np, cp):
+        problem = measured_problem(sim.data, kv=KV, scan_step=sim.scan_step, rotation=0.0, center=(16, 16),
+                                   mrad_per_pixel=mrad, slices=3, thickness=30.0, xp=xp)
+        state = initial_state(problem, aberrations=Aberrations(C10=80.0), alpha_mrad=ALPHA, thickness=30.0, slices=3,
+                              modes=2)
+        iterate(problem, state, PtychoOptions(iterations=3, positions_from=2, batch=16), free_bytes=1 << 30)
+        states.append(state)
+    host, device = states
+    for name in ("objects", "probe", "positions"):
+        a, b = getattr(host, name), cp.asnumpy(getattr(device, name))
+        assert np.linalg.norm(b - a) <= 1e-4 * np.linalg.norm(a), name  # complex64 on both: rounding apart
+    np.testing.assert_allclose(device.losses, host.losses, rtol=1e-4)
+
+
+def test_the_chain_from_a_cuda_session(film):
+    from qora.ssb import Session
+
+    sim, cp = film
+    session = Session(sim.data, kv=KV, alpha_mrad=ALPHA, scan_step=sim.scan_step, backend="cuda")
+    fit = {"rotation_rad": 0.0, "orientation": {"orientation": "identity"}, "better": "standard",
+           "standard": {"parameters": {"C10": 80.0}}, "incoherent": {"parameters": {"thickness": 30.0}}}
+    result = reconstruct(sim.data, session, fit, options=PtychoOptions(iterations=3), modes=2)
+    assert isinstance(result.objects, np.ndarray) and result.objects.shape[0] == 3 and len(result.losses) == 3
+    assert result.losses[-1] < result.losses[0]
