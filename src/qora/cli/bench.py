@@ -268,6 +268,28 @@ def bench_viewer(part, backend, screenshots, no_write) -> None:
     viewer.run(part=part, backend=backend, screenshots=screenshots, write=not no_write, echo=click.echo)
 
 
+@bench.command("ssb-ptycho")
+@backend_option()
+@click.option("--iterations", type=click.IntRange(1, 10_000), default=40, show_default=True,
+              help="Passes of the solver on each abTEM set.")
+@click.option("--data", "data", type=click.Path(exists=True, dir_okay=False), multiple=True,
+              help="abTEM sets in the format of tests/ssb/fixtures/abtem_srtio3_ptycho_8a.npz [default: that one].")
+@click.option("--positions", type=click.IntRange(1), default=None,
+              help="Positions of the time-per-pass case [default: 128^2 on CUDA, 16^2 on the CPU].")
+@click.option("--detector", type=click.IntRange(8, 1024), default=None,
+              help="Detector side of the time-per-pass case [default: 128 on CUDA, 64 on the CPU].")
+@click.option("--slices", type=click.IntRange(1, 256), default=None, help="Slices of the time-per-pass case.")
+@click.option("--modes", type=click.IntRange(1, 16), default=None, help="Probe modes of the time-per-pass case.")
+@click.option("--no-write", is_flag=True, help="Print only; write no result file.")
+def bench_ssb_ptycho(backend, iterations, data, positions, detector, slices, modes, no_write) -> None:
+    """Iterative multislice ptychography beside WDD on abTEM's SrTiO3, and its time per pass."""
+    from qora.bench import ssb_ptycho
+
+    ssb_ptycho.run(backend=backend, data=tuple(data) or (ssb_ptycho.FIXTURE_8A,), iterations=iterations,
+                   positions=positions, detector=detector, slices=slices, modes=modes, write=not no_write,
+                   echo=click.echo)
+
+
 @bench.command("ssb-live")
 @backend_option()
 @click.option("--scan", type=click.IntRange(8, 4096), default=512, show_default=True, help="Scan side.")

@@ -12,7 +12,9 @@ qora.ssb.simulation, so that a slice at depth z sees C10 + z), and F the unitary
 order (q = 0 at pixel 0): the data are ifftshifted once when they are loaded, not the model every step.
 
 The loss is the amplitude misfit L = sum_j sum_k (sqrt(I_j) - sqrt(D_j))^2 (Gaussian in the amplitude: the
-variance of the square root of Poisson counts is 1/4 whatever the count, so the weights are equal). Its gradient
+variance of the square root of Poisson counts is about 1/4 whatever the count, so the weights are equal), or the
+Poisson misfit sum (I - D log I) (exact for counts; at a few counts a pixel the amplitude's variance is not 1/4).
+Its gradient
 flows back through every step (Wirtinger derivatives, dL = 2 Re sum conj(g) dz):
 
     g(Psi_m) = (1 - sqrt(D) / sqrt(I)) Psi_m,  g(exit) = F^H g(Psi),
@@ -123,18 +125,28 @@ def forward(objects, probe, positions, grid: Grid, prop=None) -> Batch:
 
 
 def loss_and_gradients(objects, probe, positions, amplitudes, grid: Grid, *, prop=None, want_positions: bool = False,
-                       illumination=None, floor: float = 1e-12):
+                       illumination=None, floor: float = 1e-12, noise: str = "amplitude"):
     """The amplitude misfit L of the batch at ``positions`` against the measured amplitudes sqrt(D) (B, N, N, FFT
     order) and its Wirtinger gradients: (L, g_objects (S, H, W) with zeros off the windows, g_probe (K, N, N),
     dL/d positions (B, 2) real or None). ``illumination`` (S, H, W) real, if given, receives the summed intensity
     of the waves entering each slice (the solver's step scale). ``floor``: I below it counts as that (sqrt(I) has
-    no derivative at 0)."""
+    no derivative at 0). ``noise`` "poisson": the Poisson misfit sum (I - D log I) - (D - D log D) (0 at I = D)
+    instead, with g(Psi_m) = (1 - D / I) Psi_m."""
     xp = xp_of(objects, probe)
     prop = propagator(grid, xp, objects.dtype) if prop is None else prop
     b = forward(objects, probe, positions, grid, prop)
-    root = xp.sqrt(xp.maximum(b.intensity, floor))
-    loss = float(((root - amplitudes) ** 2).sum())
-    g_exit = ifftn((1.0 - amplitudes / root)[:, None] * b.far, axes=(-2, -1), norm="ortho")
+    intensity = xp.maximum(b.intensity, floor)
+    if noise == "poisson":
+        counts = amplitudes**2
+        loss = float((intensity - counts - counts * xp.log(intensity / xp.maximum(counts, floor))).sum())
+        weight = 1.0 - counts / intensity
+    elif noise == "amplitude":
+        root = xp.sqrt(intensity)
+        loss = float(((root - amplitudes) ** 2).sum())
+        weight = 1.0 - amplitudes / root
+    else:
+        raise ValueError(f"noise must be 'amplitude' or 'poisson', got {noise!r}")
+    g_exit = ifftn(weight[:, None] * b.far, axes=(-2, -1), norm="ortho")
     g_objects, g_probe, g_positions = backward(b, g_exit, objects, grid, prop=prop, want_positions=want_positions,
                                                illumination=illumination)
     return loss, g_objects, g_probe, g_positions

@@ -30,8 +30,10 @@ class PtychoResult:
     """A reconstruction: ``objects`` (S, H, W) complex transmissions on the object's grid (``grid.pixel`` A a
     pixel, slices ``grid.slice_spacing`` A apart), ``probe`` (K, N, N) its modes (sqrt(counts) units, the window
     centred), ``positions`` (J, 2) the refined windows' first pixels, ``start_positions`` as measured, ``losses``
-    the relative misfit of each pass, ``start`` what came from the fit (dict), ``scan_map`` (2, 3) the affine map
-    from (row, col, 1) of the scan to the probe's centre on the object's grid (px). Host arrays."""
+    the relative misfit of each pass, ``start`` what came from the fit and what the solver refined of it (dict:
+    ``scan_scale`` the positions' scale found, ``object_pixel_a`` the object's pixel it implies, the scan step
+    being trusted), ``scan_map`` (2, 3) the affine map from (row, col, 1) of the scan to the probe's centre on the
+    object's grid (px), fitted to the refined positions. Host arrays."""
 
     objects: np.ndarray
     probe: np.ndarray
@@ -113,10 +115,12 @@ def fit_start(fit) -> dict:
             "orientation": fit["orientation"]["orientation"], "thickness": max(0.0, thickness)}
 
 
-def scan_to_object(problem) -> np.ndarray:
-    """The affine map (2, 3) from a scan index (row, col, 1) to the probe's centre on the object's grid (px), from
-    the problem's start positions (exact: they are that map's values)."""
-    positions = np.asarray(problem.positions.get() if hasattr(problem.positions, "get") else problem.positions)
+def scan_to_object(problem, positions=None) -> np.ndarray:
+    """The affine map (2, 3) from a scan index (row, col, 1) to the probe's centre on the object's grid (px), by
+    least squares from ``positions`` (default the problem's start positions, exactly that map's values; refined
+    ones give the map the solver ended with, its scale included)."""
+    positions = problem.positions if positions is None else positions
+    positions = np.asarray(positions.get() if hasattr(positions, "get") else positions)
     rows, cols = problem.scan_shape
     r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
     design = np.stack([r.ravel(), c.ravel(), np.ones(r.size)], 1)
@@ -134,7 +138,7 @@ def solver_bytes(problem, *, slices: int, modes: int, batch: int = 64, itemsize:
                + 2 * (slices + 3) * modes * n * n * itemsize * min(batch, j))
 
 
-def reconstruct(data, session, fit, *, options: PtychoOptions = PtychoOptions(), modes: int = 4,
+def reconstruct(data, session, fit, *, options: PtychoOptions = PtychoOptions(), modes: int = 1,
                 slices: int | None = None, window: int | None = None, first_image=None, progress=None,
                 checkpoint=None, resume: PtychoState | None = None) -> PtychoResult:
     """Iterative multislice ptychography of ``data`` (scan_row, scan_col, det_row, det_col counts; NumPy, or any
@@ -166,10 +170,12 @@ def reconstruct(data, session, fit, *, options: PtychoOptions = PtychoOptions(),
         state = resume
     iterate(problem, state, options, free_bytes=free, progress=progress, checkpoint=checkpoint)
     host = session.backend.to_host
+    scale = float(state.adam.get("scale", 1.0))
     return PtychoResult(objects=host(state.objects), probe=host(state.probe), positions=host(state.positions),
                         start_positions=host(state.adam["start_positions"]), losses=list(state.losses),
-                        grid=problem.grid, scan_map=scan_map,
-                        start={"branch": start["branch"], "rotation_rad": start["rotation"],
+                        grid=problem.grid, scan_map=scan_to_object(problem, host(state.positions)),
+                        start={"branch": start["branch"], "rotation_rad": start["rotation"], "scan_scale": scale,
+                               "object_pixel_a": problem.grid.pixel / scale,
                                "orientation": start["orientation"], "thickness_a": start["thickness"],
                                "slices": slices, "modes": modes, "iterations": state.iteration,
                                **{f"aberration_{k}": float(v) for k, v in _flat(start["aberrations"]).items()}})

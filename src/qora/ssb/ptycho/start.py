@@ -32,7 +32,8 @@ from qora.ssb.ptycho.solver import Problem, PtychoState, orthogonal_modes
 __all__ = ["SLICE_MAX_A", "default_slices", "measured_problem", "initial_state", "oriented_fft_order"]
 
 SLICE_MAX_A = 10.0  # the default slices' largest spacing (A): the module's docstring says why
-MARGIN = 2  # object pixels beyond the outermost windows: room for the positions' refinement
+MARGIN = 2  # object pixels beyond the outermost windows: room for the positions' refinement,
+SCALE_ROOM = 0.02  # and for the scan's scale refined by up to 2% (the detector's calibration)
 
 
 def default_slices(thickness: float) -> int:
@@ -87,8 +88,9 @@ def measured_problem(data, *, kv: float, scan_step, rotation: float, center, mra
     c, s = math.cos(rotation), math.sin(rotation)
     centres = np.stack([c * rows + s * cols, -s * rows + c * cols], -1).reshape(-1, 2) / pixel
     corners = centres - window // 2
-    corners -= corners.min(0) - MARGIN
-    shape = tuple(int(v) for v in np.ceil(corners.max(0)) + window + MARGIN + 1)
+    margin = MARGIN + int(np.ceil(SCALE_ROOM * np.ptp(corners, axis=0).max() / 2))
+    corners -= corners.min(0) - margin
+    shape = tuple(int(v) for v in np.ceil(corners.max(0)) + window + margin + 1)
     spacing = thickness / slices if slices > 1 else 0.0
     grid = Grid(window=window, pixel=pixel, wavelength=lam, slice_spacing=spacing,
                 band=(2 / 3) * 0.5 / pixel if band is None else (None if np.isinf(band) else float(band)))
