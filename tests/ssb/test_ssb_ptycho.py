@@ -11,7 +11,7 @@ from qora.ssb.optics import Aberrations, wavelength
 from qora.ssb.ptycho import Grid, PtychoOptions, PtychoResult, forward, initial_state, iterate, measured_problem
 from qora.ssb.ptycho.model import backward, exit_waves, loss_and_gradients
 from qora.ssb.ptycho.run import fit_start, reconstruct
-from qora.ssb.ptycho.start import MARGIN, default_slices, oriented_fft_order
+from qora.ssb.ptycho.start import default_slices, oriented_fft_order
 from qora.ssb.simulation import amorphous_slices, simulate
 
 KV, ALPHA, PIXEL, WINDOW = 300.0, 25.0, 0.15, 32
@@ -77,9 +77,12 @@ def film():
     return sim, slices, ab
 
 
-def _truth_on_object_grid(slices, shape, field):
-    y = (np.arange(shape[0]) - MARGIN - WINDOW // 2) % field
-    x = (np.arange(shape[1]) - MARGIN - WINDOW // 2) % field
+def _truth_on_object_grid(slices, problem, field):
+    """The simulator's periodic slices on the problem's object grid: its first window's corner is the field's
+    pixel -WINDOW // 2 (the probe centred on the field's pixel 0)."""
+    shape, (first_row, first_col) = problem.object_shape, np.asarray(problem.positions).min(0).astype(int)
+    y = (np.arange(shape[0]) - first_row - WINDOW // 2) % field
+    x = (np.arange(shape[1]) - first_col - WINDOW // 2) % field
     return np.exp(1j * slices[:, y[:, None], x[None, :]])
 
 
@@ -92,7 +95,7 @@ def test_the_model_equals_our_simulator(film):
                                mrad_per_pixel=mrad, slices=4, thickness=40.0, band=np.inf, dtype=np.float64)
     assert problem.grid.pixel == pytest.approx(PIXEL) and problem.grid.slice_spacing == 10.0
     state = initial_state(problem, aberrations=ab, alpha_mrad=ALPHA, thickness=40.0, slices=4, dtype=np.complex128)
-    objects = _truth_on_object_grid(slices, problem.object_shape, 64)
+    objects = _truth_on_object_grid(slices, problem, 64)
     ours = forward(objects, state.probe, problem.positions, problem.grid).intensity
     measured = problem.amplitudes**2
     np.testing.assert_allclose(ours, measured, rtol=0, atol=1e-10 * measured.max())
@@ -119,10 +122,11 @@ def test_the_solver_recovers_a_film_from_the_true_probe(film):
                                mrad_per_pixel=mrad, slices=1)
     state = initial_state(problem, aberrations=Aberrations(C10=80.0), alpha_mrad=ALPHA, slices=1)
     seen = []
-    iterate(problem, state, PtychoOptions(iterations=6, probe_from=100, positions_from=100),
+    iterate(problem, state, PtychoOptions(iterations=6, probe_from=100, positions_from=100, scale_from=100),
             free_bytes=1 << 30, progress=lambda stage, done, total, m: seen.append(m["loss"]))
-    truth = np.angle(_truth_on_object_grid(slices, problem.object_shape, 64)).sum(0)
-    inner = (slice(MARGIN + WINDOW // 2, MARGIN + WINDOW // 2 + 56),) * 2
+    truth = np.angle(_truth_on_object_grid(slices, problem, 64)).sum(0)
+    first = int(np.asarray(problem.positions).min()) + WINDOW // 2
+    inner = (slice(first, first + 56),) * 2
     r = np.corrcoef(np.angle(state.objects).sum(0)[inner].ravel(), truth[inner].ravel())[0, 1]
     assert r > 0.9, r
     assert seen[-1] < 0.5 * seen[0] and len(seen) == 6
