@@ -67,7 +67,7 @@ def ptycho_cmd(data, kv, semiangle, scan_step, fit_file, iterations, modes, slic
         click.echo(f"from {fit_file}: " + _fit_line(fit))
     state = load_state(resume, session.xp) if resume is not None else None
     with tqdm_progress(disable=quiet) as bar:
-        result = reconstruct(np.asarray(stack), session, fit, options=PtychoOptions(iterations=iterations),
+        result = reconstruct(stack, session, fit, options=PtychoOptions(iterations=iterations),
                              modes=modes, slices=slices, window=window, progress=bar, resume=state,
                              checkpoint=None if checkpoint is None else (lambda s: save_state(checkpoint, s)))
     result.save(out)

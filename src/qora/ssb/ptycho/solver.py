@@ -22,7 +22,9 @@ mixed state's modes are only defined up to a unitary mixing; the SVD's are order
 slices' phases are low-passed after each pass by the kz filter of Chen et al. (2021, Science 372, 826) with
 strength ``kz_filter`` (0: none): in the 3D Fourier transform of the phase, the weight
 1 - (2 / pi) atan(gamma kz^2 / (kx^2 + ky^2)) removes what varies along z faster than the lateral band can tell
-(the missing cone of depth from defocus), which otherwise piles into the slices as noise.
+(the missing cone of depth from defocus), which otherwise piles into the slices as noise. It filters the slices'
+angles: a slice holding more than pi of phase wraps, and the filter then mixes wrapped values (keep such slices
+thin, or the filter off).
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ def measured_problem(data, *, kv: float, scan_step, rotation: float, center, mra
         raise InputError(f"the window must be even and fit the detector about its centre ({cy}, {cx}): at most "
                          f"{2 * reach} pixels, got {window}")
     h = window // 2
-    cut = np.asarray(data[:, :, cy - h:cy + h, cx - h:cx + h], np.float64)
+    cut = np.asarray(data[:, :, cy - h:cy + h, cx - h:cx + h], dtype)  # counts: exact in float32 below 2^24
     if not np.all(np.isfinite(cut)) or cut.min() < 0:
         raise InputError("the counts must be finite and non-negative")
     counts = xp.asarray(cut.reshape(-1, window, window))
