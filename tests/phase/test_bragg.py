@@ -207,3 +207,25 @@ def test_unwrapping_in_a_faceted_support_recovers_a_phase_of_several_turns():
     np.testing.assert_allclose(offset, offset[0], atol=1e-9)
     assert abs(offset[0] / (2 * np.pi) - round(offset[0] / (2 * np.pi))) < 1e-9  # whole turns only
     assert np.isnan(found[~support]).all() and np.ptp(phase[support]) > 4 * np.pi
+
+
+def test_the_support_surface_is_its_outer_voxel_faces():
+    """The 3D figure's surface: a lone voxel has 6 faces, a 2 x 1 x 1 block 10, a 3^3 cube with a hollow centre its
+    54 outer faces and the cavity's 6 (the cavity is outside the support), each face a square of the voxel's side,
+    coloured by its inside voxel's value."""
+    from qora.phase.bragg_scan import support_faces
+
+    one = np.zeros((3, 3, 3), bool)
+    one[1, 1, 1] = True
+    quads, colours = support_faces(one, np.full((3, 3, 3), 7.0), 2.0, (10.0, 0.0, 0.0))
+    assert quads.shape == (6, 4, 3) and np.all(colours == 7.0)
+    centres = quads.mean(1)
+    np.testing.assert_allclose(np.sort(np.abs(centres - [12.0, 2.0, 2.0]).sum(1)), 1.0)  # each 1 nm from the centre
+    sides = np.linalg.norm(quads[:, 1] - quads[:, 0], axis=1)
+    np.testing.assert_allclose(sides, 2.0)
+    two = np.zeros((4, 3, 3), bool)
+    two[1:3, 1, 1] = True
+    assert len(support_faces(two, np.zeros((4, 3, 3)), 1.0, (0, 0, 0))[0]) == 10
+    hollow = np.ones((3, 3, 3), bool)
+    hollow[1, 1, 1] = False
+    assert len(support_faces(hollow, np.zeros((3, 3, 3)), 1.0, (0, 0, 0))[0]) == 54 + 6

@@ -217,12 +217,39 @@ def write_vti(path, arrays: dict, *, voxel: float, origin) -> Path:
     return path
 
 
+def support_faces(support, values, voxel_nm: float, origin_nm):
+    """The support's surface as the voxel faces between an inside and an outside voxel: quads (F, 4, 3) of their
+    corners (nm, lab x y z) and the inside voxel's value of ``values`` for each (the surface the modulus threshold
+    drew, exact on the voxels, no interpolation)."""
+    inside = np.pad(np.asarray(support, bool), 1)
+    padded = np.pad(np.asarray(values, float), 1)
+    quads, colours = [], []
+    unit = np.eye(3)
+    for axis in range(3):
+        for step in (-1, 1):
+            neighbour = np.roll(inside, -step, axis=axis)
+            cells = np.argwhere(inside & ~neighbour)
+            if not len(cells):
+                continue
+            others = [a for a in range(3) if a != axis]
+            base = cells - 1 + (0.5 + 0.5 * step) * unit[axis] - 0.5  # the face's plane, voxel centres at integers
+            u, v = unit[others[0]], unit[others[1]]
+            corners = np.stack([base, base + u, base + u + v, base + v], 1)
+            quads.append(corners * voxel_nm + np.asarray(origin_nm))
+            colours.append(padded[tuple(cells.T)])
+    if not quads:
+        return np.zeros((0, 4, 3)), np.zeros(0)
+    return np.concatenate(quads), np.concatenate(colours)
+
+
 def plot_bragg(path, result: BraggResult) -> Path:
     """A PNG of the reconstruction: the modulus, the strain along G and the displacement on the three central lab
-    planes (x-y, x-z, y-z; nm axes), the support's outline over each."""
+    planes (x-y, x-z, y-z; nm axes), the support's outline over each; and the support's surface (the modulus
+    threshold's isosurface, voxel faces) coloured by the strain, in 3D."""
     from qora.plot import save_png, subplots
 
-    fig, axes = subplots(3, 3, figsize=(11, 10))
+    fig, axes = subplots(4, 3, figsize=(11, 15), gridspec_kw={"height_ratios": (1, 1, 1, 1.6)})
+    grid = axes[0, 0].get_gridspec()  # before the colour bars split the cells
     centre = [n // 2 for n in result.lab.shape]
     extent_nm = [result.origin[i] / 10 + result.voxel / 10 * np.array([0, n - 1]) for i, n in
                  enumerate(result.lab.shape)]
@@ -247,7 +274,30 @@ def plot_bragg(path, result: BraggResult) -> Path:
             ax.set_ylabel(f"{second} (nm)")
             ax.set_title(f"{title}, {first}-{second}", fontsize=9)
             fig.colorbar(im, ax=ax, fraction=0.046)
+    for ax in axes[3]:
+        ax.remove()
+    _surface(fig.add_subplot(grid[3, :2], projection="3d"), result, limit)
     fig.suptitle(f"d = {result.d_spacing:.4f} A, voxel {result.voxel / 10:.1f} nm", fontsize=10)
-    fig.tight_layout()
+    # fixed margins: tight_layout draws the figure once more to measure it, 3D surface included
+    fig.subplots_adjust(left=0.07, right=0.93, bottom=0.03, top=0.95, wspace=0.5, hspace=0.3)
     save_png(fig, path)
     return Path(path)
+
+
+def _surface(ax, result: BraggResult, limit: float) -> None:
+    """The support's surface coloured by the strain along G (one colour scale with the planes above)."""
+    from matplotlib import cm
+    from matplotlib.colors import Normalize
+    from mpl_toolkits.mplot3d.art3d import Poly3DCollection
+
+    strain = np.nan_to_num(result.strain, nan=0.0)
+    quads, colours = support_faces(result.lab_support, strain, result.voxel / 10, np.asarray(result.origin) / 10)
+    mapper = cm.ScalarMappable(Normalize(-limit, limit), "coolwarm")
+    ax.add_collection3d(Poly3DCollection(quads, facecolors=mapper.to_rgba(colours), edgecolors="none"))
+    if len(quads):
+        low, high = quads.reshape(-1, 3).min(0), quads.reshape(-1, 3).max(0)
+        ax.set(xlim=(low[0], high[0]), ylim=(low[1], high[1]), zlim=(low[2], high[2]))
+        ax.set_box_aspect(tuple(np.maximum(high - low, 1e-9)))
+    ax.set(xlabel="x (nm)", ylabel="y (nm)", zlabel="z (nm)")
+    ax.set_title("the support's surface (the modulus threshold), coloured by the strain along G", fontsize=9)
+    ax.figure.colorbar(mapper, ax=ax, fraction=0.03, pad=0.1, label="strain")
