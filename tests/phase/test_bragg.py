@@ -151,11 +151,15 @@ def test_qora_phase_bragg_from_raw_frames_to_strain(tmp_path):
                                    str(roi[0]), str(roi[1]), "--starts", "1", "--backend", "cpu", "--quiet",
                                    "--keep", "0.999",  # the whole simulated scan in the box: the truth's own grid
                                    "--out", str(out), "--vti", str(tmp_path / "strain.vti"),
-                                   "--plot", str(tmp_path / "strain.png")])
+                                   "--plot", str(tmp_path / "strain.png"), "--hkl", "1", "1", "1", "--lattice",
+                                   "4.0782"])
     assert run.exit_code == 0, run.output
+    assert f"(111): d_ref {4.0782 / np.sqrt(3):.4f} A, lattice strain" in run.output
     assert "d = " in run.output and "strain" in run.output and (tmp_path / "strain.vti").stat().st_size > 0
     assert (tmp_path / "strain.png").read_bytes()[:4] == b"\x89PNG"
     with h5py.File(out) as f:
+        rotation = f["crystal/lab_to_crystal"][...]
+        assert f.attrs["d_ref_a"] == pytest.approx(4.0782 / np.sqrt(3)) and list(f.attrs["hkl"]) == [1, 1, 1]
         obj, support, eps = f["obj"][...], f["support"][...], f["strain"][...]
         lab_support, voxel, origin = f["lab_support"][...], f.attrs["voxel_a"], f.attrs["origin_a"]
         window = tuple(int(w) for w in f.attrs["window"])
@@ -229,3 +233,30 @@ def test_the_support_surface_is_its_outer_voxel_faces():
     hollow = np.ones((3, 3, 3), bool)
     hollow[1, 1, 1] = False
     assert len(support_faces(hollow, np.zeros((3, 3, 3)), 1.0, (0, 0, 0))[0]) == 54 + 6
+
+
+def test_the_named_reflection_gives_the_lattice_strain_and_a_crystal_frame():
+    """reciprocal_metric against the textbook: a cubic cell's B is 2 pi / a times the identity, a hexagonal one's
+    |b1| = 4 pi / (sqrt 3 a); gold's (111) at a = 4.0782 A has d = a / sqrt 3; the frame takes G_lab to the
+    crystal's [111] direction and is a rotation; bad input is refused."""
+    from qora.io.errors import InputError
+    from qora.phase import reciprocal_metric, reflection_frame
+
+    np.testing.assert_allclose(reciprocal_metric(4.0), 2 * np.pi / 4.0 * np.eye(3), atol=1e-12)
+    hexagonal = reciprocal_metric((3.0, 3.0, 5.0, 90, 90, 120))
+    assert np.linalg.norm(hexagonal[:, 0]) == pytest.approx(4 * np.pi / (np.sqrt(3) * 3.0))
+    assert np.linalg.norm(hexagonal[:, 2]) == pytest.approx(2 * np.pi / 5.0)
+    a = 4.0782
+    d_measured = 2.3672
+    g_lab = 2 * np.pi / d_measured * np.array([0.3, -0.5, 0.81]) / np.linalg.norm([0.3, -0.5, 0.81])
+    frame = reflection_frame(g_lab, (1, 1, 1), a)
+    assert frame["d_ref_a"] == pytest.approx(a / np.sqrt(3))
+    assert frame["lattice_strain"] == pytest.approx((d_measured - a / np.sqrt(3)) / (a / np.sqrt(3)))
+    rotation = np.asarray(frame["lab_to_crystal"])
+    np.testing.assert_allclose(rotation @ rotation.T, np.eye(3), atol=1e-12)
+    assert np.linalg.det(rotation) == pytest.approx(1.0)
+    np.testing.assert_allclose(rotation @ (g_lab / np.linalg.norm(g_lab)), np.ones(3) / np.sqrt(3), atol=1e-12)
+    with pytest.raises(InputError, match="Miller"):
+        reflection_frame(g_lab, (0, 0, 0), a)
+    with pytest.raises(InputError, match="lattice"):
+        reciprocal_metric((1.0, 2.0))

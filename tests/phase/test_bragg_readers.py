@@ -107,10 +107,11 @@ def test_the_real_34idc_scan(shared_data, tmp_path):
     assert frames.shape == (201, 256, 256) and g.notes["detector"] == "34idcTIM2"
     assert g.angles["Theta"] == pytest.approx(-0.28, abs=1e-5) and g.step_deg == pytest.approx(0.005, rel=1e-4)
     assert g.energy_ev == 9000.0 and g.distance_m == 0.5
-    # the brightest voxel is the gold (111) reflection: d = a / sqrt(3), a = 4.07999 A (the file's #G1 lattice)
+    # the brightest voxel is gold's (111) reflection: d = a / sqrt(3), a = 4.0782 A (gold at room temperature; the
+    # file's #G1 holds SPEC's default cell, a = 1.54 A, whose 2 pi / a = 4.080 is a coincidence, not gold's)
     frame, row, col = np.unravel_index(np.argmax(frames), frames.shape)
     d = 2 * np.pi / np.linalg.norm(g.q_sample(frame, row, col))
-    assert d == pytest.approx(4.0799905 / np.sqrt(3), rel=0.01)  # measured 2.368 A against 2.356
+    assert d == pytest.approx(4.0782 / np.sqrt(3), rel=0.01)  # measured 2.368 A against 2.355
     # which detector axis is which: as the crystal rocks, the peak moves across the frames where the geometry says a
     # fixed reciprocal point meets the Ewald sphere (least squares over the two pixel steps: -(J2'J2)^-1 J2' j_frame)
     w = 12

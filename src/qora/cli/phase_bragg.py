@@ -47,9 +47,14 @@ def _bin(text: str) -> tuple:
               help="The modulus, support and strain on the orthogonal grid as a VTK file for ParaView.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="PNG: modulus, strain and displacement on the three central lab planes.")
+@click.option("--hkl", nargs=3, type=int, default=None,
+              help="The reflection's Miller indices (with --lattice): the lattice strain against its spacing and the "
+                   "crystal frame in the result.")
+@click.option("--lattice", default=None,
+              help="The crystal's lattice: a (A, cubic) or a,b,c,alpha,beta,gamma (A, degrees); with --hkl.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def bragg_cmd(frames, spec, sample, scan, dark, white, roi, binning, threshold, keep, starts, seed, backend, out,
-              vti, plot, quiet) -> None:
+              vti, plot, hkl, lattice, quiet) -> None:
     """A Bragg rocking scan from its raw frames to the strain along its reflection, on an orthogonal lab grid
     (docs/phase.md, "Bragg rocking scans"). FRAMES: an APS 34-ID-C scan's folder of TIFF frames (with --spec), or an
     ESRF ID01 BLISS file (.h5)."""
@@ -61,6 +66,13 @@ def bragg_cmd(frames, spec, sample, scan, dark, white, roi, binning, threshold, 
     from qora.progress import tqdm_progress
 
     factors = _bin(binning)
+    if (hkl is None) != (lattice is None):
+        raise click.UsageError("--hkl and --lattice name the reflection together: give both or neither")
+    if lattice is not None:
+        try:
+            lattice = [float(v) for v in lattice.split(",")]
+        except ValueError:
+            raise click.BadParameter(f"a or a,b,c,alpha,beta,gamma, got {lattice!r}", param_hint="--lattice") from None
     outputs_apart([p for p in (out, vti, plot) if p is not None], [p for p in (frames, spec, dark, white) if p])
     if frames.is_dir():
         if spec is None:
@@ -77,12 +89,18 @@ def bragg_cmd(frames, spec, sample, scan, dark, white, roi, binning, threshold, 
                f"{geometry.step_deg:g} deg")
     with tqdm_progress(disable=quiet) as bar:
         result = bragg_strain(stack, geometry, dark=dark_frame, white=white_frame, bin=factors, starts=starts,
-                              seed=seed, backend=backend, progress=bar, threshold=threshold, keep=keep)
+                              seed=seed, backend=backend, progress=bar, threshold=threshold, keep=keep, hkl=hkl,
+                              lattice=lattice)
     result.save(out)
     s = result.summary()
     click.echo(f"box {result.steps['box']['size']} at {list(result.window)}; Fourier error {s['fourier_error']:.4f}; "
                f"d = {s['d_spacing_a']:.4f} A; orthogonal voxel {s['voxel_nm']:.1f} nm, grid {s['lab_shape']}; "
                f"strain {s['strain_mean']:.2e} +- {s['strain_std']:.2e} over the support; wrote {out}")
+    if result.crystal is not None:
+        c = result.crystal
+        click.echo(f"({''.join(map(str, c['hkl']))}): d_ref {c['d_ref_a']:.4f} A, lattice strain "
+                   f"{c['lattice_strain']:+.2e} (the map's mean is 0 by the ramp's removal: add it for the absolute "
+                   "strain); the crystal frame is in the result (its turn about G a convention)")
     agreement = result.phasing.agreement
     if agreement:
         click.echo(("warning: " if agreement["reproducible"] is False else "") + agreement["message"])

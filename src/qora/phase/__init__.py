@@ -20,7 +20,8 @@ from qora.phase.solver import PhaseResult, Solver, reconstruct
 from qora.phase.symmetry import choose_recipe
 from qora.phase.bragg_geometry import CIRCLES_34IDC, CIRCLES_ID01, BraggGeometry, Circles
 from qora.phase.bragg_readers import geometry_34idc, read_34idc, read_id01, read_tiff_frames
-from qora.phase.bragg_scan import BraggResult, bragg_strain, plot_bragg, prepare_scan, write_vti
+from qora.phase.bragg_scan import (BraggResult, bragg_strain, plot_bragg, prepare_scan, reciprocal_metric,
+                                   reflection_frame, write_vti)
 from qora.phase.spec import read_spec_scan
 
 # the face the top layers (cli, viewer, distributed) import from (tests/test_layers.py)
@@ -30,4 +31,4 @@ __all__ = ["reconstruct", "PhaseOptions", "Solver", "PhaseResult", "Recipe", "Re
            "NAMED_RECIPES", "is_default", "is_envelope", "named_recipe", "merge_results", "choose_recipe", "consensus",
            "prtf", "scaled_error", "PLANES", "result_png", "ENVELOPE_ITERATIONS", "CIRCLES_34IDC", "CIRCLES_ID01", "BraggGeometry",
            "Circles", "geometry_34idc", "read_34idc", "read_id01", "read_tiff_frames", "BraggResult", "bragg_strain", "plot_bragg", "prepare_scan",
-           "write_vti", "read_spec_scan"]
+           "write_vti", "read_spec_scan", "reciprocal_metric", "reflection_frame"]

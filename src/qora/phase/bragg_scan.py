@@ -28,7 +28,8 @@ from qora.phase.bragg import displacement_along, orthogonal_grid, remove_ramp, s
 from qora.phase.bragg_geometry import BraggGeometry
 from qora.phase.raw_frames import centre_of_mass, fast_size_below
 
-__all__ = ["prepare_scan", "bragg_strain", "BraggResult", "write_vti", "plot_bragg"]
+__all__ = ["prepare_scan", "bragg_strain", "BraggResult", "write_vti", "plot_bragg", "reciprocal_metric",
+           "reflection_frame", "support_faces"]
 
 
 def _even_fast_at_least(n: int) -> int:
@@ -108,6 +109,56 @@ def _box(intensity, keep: float):
     return window, size
 
 
+def reciprocal_metric(lattice) -> np.ndarray:
+    """The B matrix (1/A, columns the reciprocal basis b1, b2, b3 in a Cartesian frame with b1 along x, 2 pi
+    included) of a lattice (a, b, c in A; alpha, beta, gamma in degrees), or of a cubic one (a)."""
+    values = np.ravel(np.asarray(lattice, np.float64))
+    if values.size not in (1, 6) or not np.all(np.isfinite(values)) or values[:3].min() <= 0:
+        raise InputError(f"lattice: a (cubic) or a, b, c (A) and alpha, beta, gamma (degrees), got {lattice!r}")
+    a, b, c, al, be, ga = (values[0], values[0], values[0], 90.0, 90.0, 90.0) if values.size == 1 else values
+    al, be, ga = np.deg2rad([al, be, ga])
+    # the direct basis in Cartesian coordinates (a along x, b in the x-y plane), then its 2 pi dual
+    ax = np.array([a, 0.0, 0.0])
+    bx = np.array([b * np.cos(ga), b * np.sin(ga), 0.0])
+    cx = c * np.cos(be)
+    cy = c * (np.cos(al) - np.cos(be) * np.cos(ga)) / np.sin(ga)
+    direct = np.stack([ax, bx, np.array([cx, cy, np.sqrt(max(c * c - cx * cx - cy * cy, 0.0))])], 1)
+    if np.linalg.det(direct) <= 0:
+        raise InputError(f"lattice {lattice!r}: the angles make no cell")
+    return 2 * np.pi * np.linalg.inv(direct).T
+
+
+def reflection_frame(g_lab, hkl, lattice, beam=(0.0, 0.0, 1.0)) -> dict:
+    """The reflection named: its reference spacing d_hkl (A) from ``lattice`` (:func:`reciprocal_metric`), the
+    measured spacing's lattice strain (d - d_hkl) / d_hkl, and the rotation (3 x 3) from the lab frame to a frame
+    of the crystal whose z is along G_hkl (B hkl, Cartesian crystal axes): one reflection fixes G's direction, not
+    the crystal's turn about it, which the sample's orientation matrix (UB) would; here the lab beam's component
+    across G is taken to the crystal's x-z plane (a convention, said in the result)."""
+    hkl = np.asarray(hkl, np.float64)
+    if hkl.shape != (3,) or not np.any(hkl):
+        raise InputError(f"hkl: three Miller indices, not all 0, got {tuple(hkl)}")
+    g_crystal = reciprocal_metric(lattice) @ hkl
+    d_ref = float(2 * np.pi / np.linalg.norm(g_crystal))
+    d = float(2 * np.pi / np.linalg.norm(g_lab))
+
+    def frame(g, across):  # orthonormal rows x, y, z with z along g and x toward ``across`` (made perpendicular)
+        z = g / np.linalg.norm(g)
+        x = np.asarray(across, float) - np.dot(across, z) * z
+        if np.linalg.norm(x) < 1e-9:
+            x = np.eye(3)[np.argmin(np.abs(z))] - z * z[np.argmin(np.abs(z))]
+        x /= np.linalg.norm(x)
+        return np.stack([x, np.cross(z, x), z])
+
+    # lab -> (G-aligned) -> crystal: the crystal's G-aligned frame takes its x from the crystal's x axis
+    to_g_lab = frame(np.asarray(g_lab, float), beam)
+    to_g_crystal = frame(g_crystal, (1.0, 0.0, 0.0))
+    rotation = to_g_crystal.T @ to_g_lab
+    return {"hkl": hkl.astype(int).tolist(), "d_ref_a": d_ref, "lattice_strain": (d - d_ref) / d_ref,
+            "lab_to_crystal": rotation.tolist(),
+            "about_g": "the turn about G is a convention (the lab beam's component across G to the crystal's x-z "
+                       "plane): one reflection does not fix it"}
+
+
 @dataclass
 class BraggResult:
     """A rocking scan's reconstruction: ``obj`` and ``support`` in the array's frame (frame, row, col), ``lab`` and
@@ -130,6 +181,7 @@ class BraggResult:
     steps: dict
     geometry: BraggGeometry
     notes: dict = field(default_factory=dict)
+    crystal: dict | None = None  # reflection_frame's, when the reflection is named
 
     @property
     def d_spacing(self) -> float:
@@ -138,9 +190,13 @@ class BraggResult:
 
     def summary(self) -> dict:
         inside = self.strain[np.isfinite(self.strain)]
-        return {"d_spacing_a": self.d_spacing, "voxel_nm": self.voxel / 10, "lab_shape": list(self.lab.shape),
-                "support_voxels": int(self.support.sum()), "strain_mean": float(inside.mean()),
-                "strain_std": float(inside.std()), "fourier_error": float(self.phasing.fourier_error)}
+        out = {"d_spacing_a": self.d_spacing, "voxel_nm": self.voxel / 10, "lab_shape": list(self.lab.shape),
+               "support_voxels": int(self.support.sum()), "strain_mean": float(inside.mean()),
+               "strain_std": float(inside.std()), "fourier_error": float(self.phasing.fourier_error)}
+        if self.crystal is not None:
+            out.update(hkl=self.crystal["hkl"], d_ref_a=self.crystal["d_ref_a"],
+                       lattice_strain=self.crystal["lattice_strain"])
+        return out
 
     def save(self, path) -> Path:
         """The result as HDF5: the objects, supports, strain, the grid and the geometry (every number of it)."""
@@ -162,13 +218,23 @@ class BraggResult:
                 g.attrs[f"angle_{name}"] = value
             for key, value in self.summary().items():
                 f.attrs[key] = value
+            if self.crystal is not None:
+                c = f.create_group("crystal")
+                c.attrs["about_g"] = self.crystal["about_g"]
+                c.create_dataset("lab_to_crystal", data=np.asarray(self.crystal["lab_to_crystal"]))
         return path
 
 
 def bragg_strain(frames, geometry: BraggGeometry, *, dark=None, white=None, threshold: float = 1.0,
                  keep: float = 0.995, bin=(1, 1, 1), starts: int = 4, backend="auto", seed: int = 0,
-                 recipe: str | None = None, progress=None) -> BraggResult:
-    """A rocking scan's frames (frames, rows, cols: the geometry's) to the strain along its reflection."""
+                 recipe: str | None = None, progress=None, hkl=None, lattice=None) -> BraggResult:
+    """A rocking scan's frames (frames, rows, cols: the geometry's) to the strain along its reflection; with
+    ``hkl`` and ``lattice`` (:func:`reflection_frame`) also the lattice strain against that reflection's spacing
+    and the frame of the crystal."""
+    if (hkl is None) != (lattice is None):
+        raise InputError("hkl and lattice name the reflection together: give both or neither")
+    if hkl is not None:
+        reflection_frame(np.ones(3), hkl, lattice)  # a bad reflection refused before the phasing
     from qora.phase import reconstruct
     from qora.phase.recipe import DEFAULT_RECIPE
 
@@ -190,7 +256,9 @@ def bragg_strain(frames, geometry: BraggGeometry, *, dark=None, white=None, thre
     displacement = displacement_along(unwrap_in_support(lab, lab_support), g_lab)
     displacement -= np.nanmean(displacement)
     return BraggResult(flat, support, lab, lab_support, voxel, origin, strain, displacement, g_lab, phasing, window,
-                       steps, geometry, notes={"ramp_rad_per_voxel": ramp.tolist()})
+                       steps, geometry, notes={"ramp_rad_per_voxel": ramp.tolist()},
+                       crystal=None if hkl is None else reflection_frame(g_lab, hkl, lattice,
+                                                                         beam=geometry.circles.beam))
 
 
 def write_vti(path, arrays: dict, *, voxel: float, origin) -> Path:
