@@ -58,14 +58,15 @@ def save_state(path, state: PtychoState) -> Path:
 def load_state(path, xp=np) -> PtychoState:
     """A state written by :func:`save_state`, on ``xp``'s arrays."""
     try:
-        data = np.load(path)
+        with np.load(path) as archive:  # closed here: every array read now
+            data = {key: archive[key] for key in archive.files}
     except (OSError, ValueError) as exc:
         raise InputError(f"{path}: not a readable checkpoint ({exc})") from None
-    missing = {"objects", "probe", "positions", "iteration", "losses"} - set(data.files)
+    missing = {"objects", "probe", "positions", "iteration", "losses"} - set(data)
     if missing:
         raise InputError(f"{path}: not a ptychography checkpoint (no {', '.join(sorted(missing))})")
     adam = {}
-    for key in data.files:
+    for key in data:
         if key.startswith("adam_positions_"):
             adam.setdefault("positions", {})[key[len("adam_positions_"):]] = xp.asarray(data[key])
         elif key.startswith("adam_"):
