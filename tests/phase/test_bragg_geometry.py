@@ -88,3 +88,18 @@ def test_the_bases_are_the_geometry_differentiated_and_dual():
     # the lab-frame bases are the sample frame's turned by the sample circles at that frame
     turn = geometry.sample_rotation(1)
     np.testing.assert_allclose(geometry.reciprocal_basis(1, first[0] + 2, first[1] + 1), turn @ b, atol=1e-15)
+
+
+def test_the_beamline_constants_are_the_ones_xrayutilities_checked():
+    """CIRCLES_34IDC and CIRCLES_ID01 (sample and detector axes, beam, pixel directions) are the circles of the
+    reference's 34-ID-C and ID01 cases: the constants a user's scan gets are the checked ones."""
+    from qora.phase.bragg_geometry import CIRCLES_ID01
+
+    with np.load(REFERENCE) as ref:
+        for circles, names in ((CIRCLES_34IDC, ("34idc_scan54", "34idc_phi_rocking", "34idc_large_angles")),
+                               (CIRCLES_ID01, ("id01_eta_rocking", "id01_phi_rocking"))):
+            for name in names:
+                assert tuple(str(a) for a in ref[f"{name}/sample_axes"]) == circles.sample_axes, name
+                assert tuple(str(a) for a in ref[f"{name}/detector_axes"]) == circles.detector_axes, name
+                assert tuple(ref[f"{name}/beam"]) == tuple(circles.beam), name
+                assert tuple(str(a) for a in ref[f"{name}/pixel_directions"]) == circles.pixel_directions, name
