@@ -168,3 +168,42 @@ def test_cpu_fft_paths_agree_with_numpy(monkeypatch, rng, fftw, shape):
     w = x.copy()
     plan.inverse(plan.forward(x, out=x), out=x)
     np.testing.assert_allclose(x, w * plan.n, atol=2e-6 * np.abs(w * plan.n).max())
+
+
+_PLAN_AND_HASH = """
+import hashlib, numpy as np
+from qora.backend.fft_host import _cpu_c2c, empty, fftw_wisdom
+x = empty((48, 40, 36), np.complex64)
+x[...] = np.random.default_rng(0).standard_normal(x.shape) + 1j * np.random.default_rng(1).standard_normal(x.shape)
+out = empty(x.shape, np.complex64)
+_cpu_c2c(x, out, (0, 1, 2), True)
+print(hashlib.sha256(out.tobytes()).hexdigest())
+"""
+
+
+def test_measured_plans_are_kept_for_the_next_process(tmp_path):
+    """FFTW's measured plans go to the wisdom file (QORA_FFTW_WISDOM), the next process plans from it: the two
+    give the same transform bit for bit (measuring afresh may pick another algorithm, rounding otherwise: the
+    Bragg scan's phasing differed from run to run); "off" writes nothing."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("pyfftw")
+    wisdom = tmp_path / "w.npz"
+    env = {**os.environ, "QORA_FFTW_WISDOM": str(wisdom), "QORA_DISABLE_FFTW": "0", "QORA_NUM_THREADS": "1"}
+    first = subprocess.run([sys.executable, "-c", _PLAN_AND_HASH], env=env, capture_output=True, text=True, check=True)
+    assert wisdom.is_file() and wisdom.stat().st_size > 0
+    stamp = wisdom.stat().st_mtime_ns
+    second = subprocess.run([sys.executable, "-c", _PLAN_AND_HASH], env=env, capture_output=True, text=True,
+                            check=True)
+    assert first.stdout == second.stdout and len(first.stdout.strip()) == 64
+    assert wisdom.stat().st_mtime_ns == stamp  # nothing new measured: the file is as the first process left it
+    assert not list(tmp_path.glob(".*.tmp"))  # the atomic write's temporary is gone
+    unset = {k: v for k, v in env.items() if k != "QORA_FFTW_WISDOM"}
+    subprocess.run([sys.executable, "-c", _PLAN_AND_HASH], env={**unset, "XDG_CACHE_HOME": str(tmp_path / "cache")},
+                   check=True, capture_output=True)
+    assert list((tmp_path / "cache" / "qora").glob("fftw-wisdom-*.npz"))  # the default place
+    subprocess.run([sys.executable, "-c", _PLAN_AND_HASH], check=True, capture_output=True,
+                   env={**env, "QORA_FFTW_WISDOM": "off", "XDG_CACHE_HOME": str(tmp_path / "off")})
+    assert not (tmp_path / "off").exists()

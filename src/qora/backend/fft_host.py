@@ -12,7 +12,7 @@ import numpy as np
 from qora.backend.host import num_threads
 
 __all__ = ["CPU_THREADS_FROM", "FFTW_THREADS_FROM", "cpu_threads", "cpu_libraries", "fftw_wisdom",
-           "load_fftw_wisdom", "empty"]
+           "load_fftw_wisdom", "empty", "wisdom_path", "WISDOM_ENV"]
 
 # Below this many points per transform a second FFT thread costs more than it saves
 # (ducc0 at 256^2: 0.27 ms on one thread, 0.30 on two, on the 2-core development machine).
@@ -77,17 +77,77 @@ def _pyfftw():
     return pyfftw
 
 
+WISDOM_ENV = "QORA_FFTW_WISDOM"  # the wisdom file's path, or "off"
+
+
+def wisdom_path():
+    """The file the measured plans are kept in between processes (:class:`_FFTWPlans`): ``QORA_FFTW_WISDOM``
+    (a path; "off": none), by default ``~/.cache/qora/fftw-wisdom-<pyFFTW's version>.npz`` (``XDG_CACHE_HOME``
+    where set). None when off."""
+    import os
+    from pathlib import Path
+
+    chosen = os.environ.get(WISDOM_ENV, "").strip()
+    if chosen.lower() == "off":
+        return None
+    if chosen:
+        return Path(chosen)
+    pyfftw = _pyfftw()
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "qora" / f"fftw-wisdom-{getattr(pyfftw, '__version__', 'none')}.npz"
+
+
+def _read_wisdom(path):
+    try:
+        with np.load(path) as f:
+            return tuple(f[f"w{i}"].tobytes() for i in range(3))
+    except (OSError, ValueError, KeyError):  # absent or damaged: the plans are measured again
+        return None
+
+
+def _write_wisdom(path, wisdom) -> None:
+    """The wisdom into ``path`` atomically (a reader never sees half a file); a folder that cannot be written is
+    left alone (the plans then live in this process only)."""
+    import os
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            np.savez(f, **{f"w{i}": np.frombuffer(w, np.uint8) for i, w in enumerate(wisdom)})
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
 class _FFTWPlans:
     """FFTW plans per (shape, dtype, axes, direction, in-place), made with FFTW_MEASURE.
 
     A plan is measured once on aligned scratch arrays, then pointed at the caller's
     arrays with ``update_arrays`` (which needs them SIMD-aligned, as arrays from
     :func:`empty` are); other arrays go to ducc0.
+
+    Measuring picks among FFTW's algorithms by timing them, so two processes could pick different ones, whose
+    results differ by rounding (2e-7), which an iterative phase retrieval grows into another reconstruction: the
+    same command on the same files gave Fourier errors 0.134, 0.158 and 0.132. So the wisdom (the measured
+    choices) is kept in a file (:func:`wisdom_path`): each process loads it before its first plan and writes it
+    back after planning something new, and every later process on the machine plans the same algorithms: the
+    same command gives the same result bit for bit. The first process to plan a size measures it (as before).
     """
 
     def __init__(self) -> None:
         self._plans: dict = {}
         self._lock = threading.Lock()
+        self._loaded = False
+
+    def _load_once(self, pyfftw) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        path = wisdom_path()
+        wisdom = None if path is None else _read_wisdom(path)
+        if wisdom is not None:
+            pyfftw.import_wisdom(wisdom)
 
     def get(self, shape, dtype, axes, forward: bool, in_place: bool):
         pyfftw = _pyfftw()
@@ -97,11 +157,17 @@ class _FFTWPlans:
         with self._lock:
             plan = self._plans.get(key)
             if plan is None:
+                self._load_once(pyfftw)
+                before = pyfftw.export_wisdom()
                 a = pyfftw.empty_aligned(shape, dtype)
                 b = a if in_place else pyfftw.empty_aligned(shape, dtype)
                 plan = pyfftw.FFTW(a, b, axes=axes, direction="FFTW_FORWARD" if forward else "FFTW_BACKWARD",
                                    flags=("FFTW_MEASURE",), threads=threads, planning_timelimit=20.0)
                 self._plans[key] = plan
+                after = pyfftw.export_wisdom()
+                path = wisdom_path()
+                if path is not None and after != before:  # something new was measured: kept for the next process
+                    _write_wisdom(path, after)
             return plan
 
     def run(self, x, out, axes, forward: bool) -> bool:
