@@ -237,3 +237,27 @@ def test_the_command_runs_the_chain_with_checkpoints(tmp_path, film):
     run = CliRunner().invoke(cli, ["ssb", "ptycho", str(data), "--fit", str(fit), "--resume", str(bad), "--out",
                                    str(out), "--quiet", "--backend", "cpu"])
     assert run.exit_code != 0 and "not a ptychography checkpoint" in run.output
+
+
+def test_a_checkpoint_round_trips_the_solver_state(tmp_path, film):
+    """save_state / load_state keep the unknowns, the pass count, the misfits and Adam's memory (the positions'
+    moments as arrays, the scale's as numbers), so a resumed run goes on as the uninterrupted one would."""
+    from qora.ssb.ptycho import load_state, save_state
+
+    sim, _, ab = film
+    mrad = 1e3 * wavelength(KV) / (WINDOW * PIXEL)
+    problem = measured_problem(sim.data, kv=KV, scan_step=sim.scan_step, rotation=0.0, center=(16, 16),
+                               mrad_per_pixel=mrad, slices=1)
+    options = PtychoOptions(iterations=2, positions_from=1, scale_from=1, scale_rate=1e-4)
+    state = initial_state(problem, aberrations=ab, alpha_mrad=ALPHA, slices=1)
+    iterate(problem, state, options, free_bytes=1 << 30)
+    back = load_state(save_state(tmp_path / "s.npz", state))
+    np.testing.assert_array_equal(back.objects, state.objects)
+    np.testing.assert_array_equal(back.positions, state.positions)
+    assert back.iteration == 2 and back.losses == state.losses
+    assert back.adam["scale_moments"] == state.adam["scale_moments"] and back.adam["scale"] == state.adam["scale"]
+    np.testing.assert_array_equal(back.adam["positions"]["m"], state.adam["positions"]["m"])
+    more = PtychoOptions(iterations=3, positions_from=1, scale_from=1, scale_rate=1e-4)
+    iterate(problem, state, more, free_bytes=1 << 30)
+    iterate(problem, back, more, free_bytes=1 << 30)
+    np.testing.assert_array_equal(back.objects, state.objects)  # the resumed run is the uninterrupted one

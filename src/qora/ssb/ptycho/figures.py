@@ -67,10 +67,14 @@ def load_state(path, xp=np) -> PtychoState:
         raise InputError(f"{path}: not a ptychography checkpoint (no {', '.join(sorted(missing))})")
     adam = {}
     for key in data:
-        if key.startswith("adam_positions_"):
-            adam.setdefault("positions", {})[key[len("adam_positions_"):]] = xp.asarray(data[key])
+        group = next((g for g in ("positions", "scale_moments") if key.startswith(f"adam_{g}_")), None)
+        if group == "positions":  # the positions' moments: arrays
+            adam.setdefault(group, {})[key[len(f"adam_{group}_"):]] = xp.asarray(data[key])
+        elif group == "scale_moments":  # the scale's: numbers
+            adam.setdefault(group, {})[key[len(f"adam_{group}_"):]] = data[key].item()
         elif key.startswith("adam_"):
-            adam[key[len("adam_"):]] = xp.asarray(data[key])
+            value = data[key]
+            adam[key[len("adam_"):]] = value.item() if value.ndim == 0 else xp.asarray(value)
     return PtychoState(objects=xp.asarray(data["objects"]), probe=xp.asarray(data["probe"]),
                        positions=xp.asarray(data["positions"]), iteration=int(data["iteration"]),
                        losses=list(map(float, data["losses"])), adam=adam)
