@@ -547,6 +547,8 @@ def plot_fit(path, session, result: dict, *, progress=None) -> None:
         axes[1, j].plot(xs * scale, ys, "-")
         axes[1, j].axvline(params[name] * scale, color="k", lw=0.8)
         axes[1, j].set(xlabel=f"{name} ({unit})", ylabel="agreement" if j == 0 else None)
+    for ax in fig.axes:  # tick labels are most of the drawing (0.42 of a 0.52 s draw): four a side are enough
+        ax.locator_params(nbins=4)
     fig.suptitle(f"scan rotation {np.rad2deg(result['rotation_rad']):.2f} deg; better: {best}")
     # fixed margins: tight_layout drew the figure once more to measure it (0.38 of a 1.9 s plot)
     fig.subplots_adjust(left=0.06, right=0.97, bottom=0.08, top=0.9, wspace=0.45, hspace=0.35)
