@@ -360,3 +360,30 @@ def test_bragg_result_opens_as_a_strain_volume(browser, tmp_path):
         page.close()
     finally:
         served.close()
+
+
+def test_ptycho_result_opens_as_its_slices(browser, tmp_path):
+    """`qora view` of a `qora ssb ptycho` result: each slice's phase in the volume view, labelled with the slices'
+    spacing, its profile in rad."""
+    from qora.ssb.ptycho import Grid, PtychoResult
+
+    phase = np.zeros((3, 30, 34))
+    phase[1, 10:20, 12:22] = 0.5
+    result = PtychoResult(objects=np.exp(1j * phase), probe=np.ones((1, 8, 8), complex), positions=np.zeros((4, 2)),
+                          start_positions=np.zeros((4, 2)), losses=[0.1],
+                          grid=Grid(window=8, pixel=0.125, wavelength=0.0197, slice_spacing=7.5), start={})
+    view = open_view(result.save(tmp_path / "ptycho.h5"))
+    info = view.info()
+    assert info["quantity"] == "phase of each of 3 slice(s) (rad), 7.5 A apart" and info["shape"] == [3, 30, 34]
+    assert info["profile_label"] == "phase (rad)" and info["pixel_um"] == pytest.approx(0.125e-4)
+    np.testing.assert_allclose(view._plane({"axis": "0", "index": "1"})[0], phase[1], atol=1e-6)
+    served = Served(view)
+    try:
+        page = browser.new_page()
+        page.goto(served.url)
+        page.wait_for_function("() => ((document.querySelector('#holo-image') || {dataset: {}}).dataset.query || '')"
+                               ".includes('index=')")
+        assert "phase of each of 3 slice(s)" in page.text_content("#holo-caption")
+        page.close()
+    finally:
+        served.close()

@@ -452,10 +452,36 @@ class BraggView(HoloView):
         return {**super().info(), "quantity": f"strain along G (d = {self.d_spacing:.4f} A)"}
 
 
+class PtychoView(HoloView):
+    """An iterative ptychography result (``qora ssb ptycho``'s file): the phase of each object slice (rad) as a
+    volume (slice, row, col) in the volume view's orthogonal slices and line profile; lateral pixels of the object's
+    grid, the slices ``slice_spacing`` A apart (the planes across the slices are drawn on the lateral pixel)."""
+
+    def __init__(self, path) -> None:
+        import h5py
+
+        self.path = Path(path)
+        with h5py.File(path, "r") as f:
+            phase = np.angle(np.asarray(f["objects"][()])).astype(np.float32)
+            self.pixel = float(f.attrs["grid_pixel"]) * 1e-4  # A -> um, the volume view's unit
+            self.spacing = float(f.attrs["grid_slice_spacing"])
+        self.series, self.times, self._volume = None, [0], phase
+        self.medium = None
+        self.shape = phase.shape
+        self.range = (float(phase.min()), float(phase.max())) if phase.max() > phase.min() else (-1.0, 1.0)
+        self._cache = {}
+
+    def info(self) -> dict:
+        slices = self.shape[0]
+        spacing = f", {self.spacing:.1f} A apart" if slices > 1 else ""
+        return {**super().info(), "quantity": f"phase of each of {slices} slice(s) (rad){spacing}",
+                "profile_label": "phase (rad)"}
+
+
 def open_view(path, *, backend="auto", pattern=None):
     """The view for a file: a phase result (.cxi), a holography volume (.h5) or series (.zarr
-    directory), a Bragg reconstruction (.h5 of ``qora phase bragg``), or a 4D-STEM dataset (anything
-    :func:`qora.ssb.files.load_data` reads)."""
+    directory), a Bragg reconstruction (.h5 of ``qora phase bragg``), a ptychography result (.h5 of ``qora ssb
+    ptycho``), or a 4D-STEM dataset (anything :func:`qora.ssb.files.load_data` reads)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such file: {path}")
@@ -474,4 +500,6 @@ def open_view(path, *, backend="auto", pattern=None):
             return HoloView(path)
         if kind == "bragg_result":
             return BraggView(path)
+        if kind == "ptycho_result":
+            return PtychoView(path)
     return SsbView.open(path, backend=backend)

@@ -230,7 +230,7 @@ function buildHolo(info) {
     const blob = await (await api("/api/holo/slice?" + query)).blob();
     await new Promise((resolve) => { image.onload = resolve; image.dataset.query = query; image.src = URL.createObjectURL(blob); });
     const p = await (await api("/api/holo/profile?" + query)).json();
-    plot(profile, [{ x: p.x_um, y: p.index_values }], { xLabel: "position (um)", yLabel: info.quantity ? "strain" : "index" });
+    plot(profile, [{ x: p.x_um, y: p.index_values }], { xLabel: "position (um)", yLabel: info.profile_label || (info.quantity ? "strain" : "index") });
   });
   function update() {
     const a = Number(axis.value);
