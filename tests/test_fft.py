@@ -207,3 +207,21 @@ def test_measured_plans_are_kept_for_the_next_process(tmp_path):
     subprocess.run([sys.executable, "-c", _PLAN_AND_HASH], check=True, capture_output=True,
                    env={**env, "QORA_FFTW_WISDOM": "off", "XDG_CACHE_HOME": str(tmp_path / "off")})
     assert not (tmp_path / "off").exists()
+
+
+def test_an_unwritable_wisdom_file_is_said_once(tmp_path, monkeypatch):
+    """Where the wisdom file cannot be written the transform still runs and a warning names the setting, once."""
+    import warnings
+
+    from qora.backend import fft_host
+
+    pytest.importorskip("pyfftw")
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    monkeypatch.setattr(fft_host, "_WISDOM_WARNED", [])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fft_host._write_wisdom(blocked / "w.npz", (b"a", b"b", b"c"))
+        fft_host._write_wisdom(blocked / "w.npz", (b"a", b"b", b"c"))
+    said = [w for w in caught if "QORA_FFTW_WISDOM" in str(w.message)]
+    assert len(said) == 1 and issubclass(said[0].category, RuntimeWarning)

@@ -106,18 +106,29 @@ def _read_wisdom(path):
 
 
 def _write_wisdom(path, wisdom) -> None:
-    """The wisdom into ``path`` atomically (a reader never sees half a file); a folder that cannot be written is
-    left alone (the plans then live in this process only)."""
+    """The wisdom into ``path`` atomically (a reader never sees half a file). Where it cannot be written the plans
+    live in this process only and a later process may measure others: said once, as a warning naming the way
+    out (the transforms are right either way; what is lost is the bit-for-bit repeat across processes)."""
     import os
+    import warnings
 
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         with open(tmp, "wb") as f:
             np.savez(f, **{f"w{i}": np.frombuffer(w, np.uint8) for i, w in enumerate(wisdom)})
         os.replace(tmp, path)
-    except OSError:
-        pass
+    except OSError as exc:
+        if tmp.parent.is_dir():
+            tmp.unlink(missing_ok=True)
+        if not _WISDOM_WARNED:
+            _WISDOM_WARNED.append(True)
+            warnings.warn(f"FFTW's measured plans could not be kept in {path} ({exc}): another process may plan "
+                          f"other algorithms and round differently; set {WISDOM_ENV} to a writable file",
+                          RuntimeWarning, stacklevel=3)
+
+
+_WISDOM_WARNED: list = []  # the unwritable wisdom file is said once a process
 
 
 class _FFTWPlans:
