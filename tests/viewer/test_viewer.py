@@ -349,15 +349,23 @@ def test_bragg_result_opens_as_a_strain_volume(browser, tmp_path):
     assert info["medium_index"] is None and info["range"][1] == -info["range"][0] > 0
     plane = view._plane({"axis": "0", "index": "10"})[0]
     np.testing.assert_allclose(plane[4:-4, 4:-4], strain[10, 4:-4, 4:-4], rtol=1e-6)
+    caption, status = _volume_page_texts(browser, view, "index=10")
+    assert "strain along G" in caption
+    assert "medium" not in status
+
+
+def _volume_page_texts(browser, view, query: str) -> tuple:
+    """The volume page of ``view`` in the browser, once its slice image for ``query`` has loaded: the caption's and
+    the status line's texts."""
     served = Served(view)
     try:
         page = browser.new_page()
         page.goto(served.url)
         page.wait_for_function("() => ((document.querySelector('#holo-image') || {dataset: {}}).dataset.query || '')"
-                               ".includes('index=10')")
-        assert "strain along G" in page.text_content("#holo-caption")
-        assert "medium" not in page.text_content("#status")
+                               f".includes('{query}')")
+        texts = page.text_content("#holo-caption"), page.text_content("#status")
         page.close()
+        return texts
     finally:
         served.close()
 
@@ -377,13 +385,5 @@ def test_ptycho_result_opens_as_its_slices(browser, tmp_path):
     assert info["quantity"] == "phase of each of 3 slice(s) (rad), 7.5 A apart" and info["shape"] == [3, 30, 34]
     assert info["profile_label"] == "phase (rad)" and info["pixel_um"] == pytest.approx(0.125e-4)
     np.testing.assert_allclose(view._plane({"axis": "0", "index": "1"})[0], phase[1], atol=1e-6)
-    served = Served(view)
-    try:
-        page = browser.new_page()
-        page.goto(served.url)
-        page.wait_for_function("() => ((document.querySelector('#holo-image') || {dataset: {}}).dataset.query || '')"
-                               ".includes('index=')")
-        assert "phase of each of 3 slice(s)" in page.text_content("#holo-caption")
-        page.close()
-    finally:
-        served.close()
+    caption, _ = _volume_page_texts(browser, view, "index=")
+    assert "phase of each of 3 slice(s)" in caption
