@@ -1,9 +1,10 @@
 """``qora bench ssb-ptycho``: iterative multislice ptychography beside WDD on abTEM's SrTiO3, and its time per pass.
 
-Quality (``quality/<set>/<method>``): the set's counts (``tests/ssb/fixtures/abtem_srtio3_ptycho_8a.npz``, made by
+Quality (``quality/<set>/<edge>-edge/<method>``): the set's counts (``tests/ssb/fixtures/abtem_srtio3_ptycho_8a.npz``, made by
 abTEM in its own environment: 300 kV, 25 mrad, C10 100 A, 20 x 20 steps of 0.195 A over one unit cell, 1e5
 e/A^2, a detector reaching 3.0 alpha), the default chain from the counts alone (the detector's disk fitted with
-the ``amplitude`` edge, abTEM's aperture being soft in amplitude: docs/ssb.md; the default fit; then
+the default ``intensity`` edge, as a user's run does, and with the ``amplitude`` edge, the model of abTEM's
+aperture, soft in amplitude: docs/ssb.md; the default fit; then
 :func:`qora.ssb.ptycho.reconstruct` with its defaults), and WDD of the same session and fit. Each summed phase is
 scored by its Pearson correlation, inside the scanned unit cell on the object's grid, with the projected potential's
 phase (sigma V, abTEM's) low-passed to a band, the image low-passed to the same band: 2 alpha / lambda (what the
@@ -79,8 +80,9 @@ def score(result, wdd, data, bands: dict) -> dict:
     return out
 
 
-def quality(result_table: BenchResult, be, path, *, iterations: int, echo) -> dict:
-    """The quality cases on one abTEM set (module docstring); returns {band: (ptycho r, wdd r)}."""
+def quality(result_table: BenchResult, be, path, *, iterations: int, echo, edge: str = "amplitude") -> dict:
+    """The quality cases on one abTEM set (module docstring), the detector's disk fitted with ``edge``; returns
+    {band: (ptycho r, wdd r)}."""
     from qora.ssb import Session, fit_detector, wavelength
     from qora.ssb import fit as fit_session
     from qora.ssb.ptycho import PtychoOptions, fit_start, reconstruct
@@ -88,7 +90,7 @@ def quality(result_table: BenchResult, be, path, *, iterations: int, echo) -> di
     data = np.load(path)
     counts = np.asarray(data["counts"], np.float32)
     kv, alpha, step = float(data["kv"]), float(data["alpha_mrad"]), float(data["scan_step"])
-    detector = fit_detector(counts, alpha, edge="amplitude")
+    detector = fit_detector(counts, alpha, edge=edge)
     session = Session(counts, kv=kv, alpha_mrad=alpha, scan_step=step, detector=detector, backend=be)
     t = time.perf_counter()
     fit = fit_session(session)
@@ -104,7 +106,7 @@ def quality(result_table: BenchResult, be, path, *, iterations: int, echo) -> di
     bands = {"2alpha": 2 * alpha * 1e-3 / lam, "grid": 0.5 / result.grid.pixel,
              "alpha+detector": (alpha + reach) * 1e-3 / lam}
     scores = score(result, wdd, data, bands)
-    name = Path(path).stem
+    name = f"{Path(path).stem}/{edge}-edge"
     start = {k: result.start[k] for k in ("slices", "modes", "thickness_a", "aberration_C10")}
     result_table.add(f"quality/{name}/ptycho", s=t_ptycho, fit_s=t_fit, passes=len(result.losses),
                      misfit=result.losses[-1], **{f"r_{b}": v[0] for b, v in scores.items()}, **start,
@@ -157,13 +159,16 @@ def pass_time(result_table: BenchResult, be, *, positions: int, detector: int, s
 
 def run(*, backend="auto", data=(FIXTURE_8A,), iterations: int = 40, positions: int | None = None,
         detector: int | None = None, slices: int | None = None, modes: int | None = None, repeats: int = 3,
-        write: bool = True, echo=print) -> BenchResult:
-    """The quality cases on each set in ``data`` and one time-per-pass case (default: 128^2 positions of 128^2
-    pixels, 10 slices, 4 modes on CUDA, the issue's size; 16^2 of 64^2, 4 slices, 2 modes on the CPU)."""
+        edges=("intensity", "amplitude"), write: bool = True, echo=print) -> BenchResult:
+    """The quality cases on each set in ``data`` with the detector's disk fitted by each of ``edges`` ("intensity":
+    the default a user's run takes; "amplitude": the edge model of abTEM's aperture), and one time-per-pass case
+    (default: 128^2 positions of 128^2 pixels, 10 slices, 4 modes on CUDA, the issue's size; 16^2 of 64^2, 4 slices,
+    2 modes on the CPU)."""
     be = resolve(backend)
     result = BenchResult(f"ssb-ptycho-{be.name}", be.name, be.device_facts().as_dict(), columns=("s",))
     for path in data:
-        quality(result, be, path, iterations=iterations, echo=echo)
+        for edge in edges:
+            quality(result, be, path, iterations=iterations, echo=echo, edge=edge)
     cuda = be.is_cuda
     pass_time(result, be, positions=positions or (128**2 if cuda else 16**2), detector=detector or (128 if cuda else 64),
               slices=slices or (10 if cuda else 4), modes=modes or (4 if cuda else 2), repeats=repeats, echo=echo)
