@@ -128,7 +128,7 @@ def pass_time(result_table: BenchResult, be, *, positions: int, detector: int, s
     xp = be.xp
     rng = np.random.default_rng(0)
     side = int(round(positions**0.5))
-    grid = Grid(window=detector, pixel=0.1, wavelength=0.0197, slice_spacing=10.0, band=(2 / 3) * 0.5 / 0.1)
+    grid = Grid(window=detector, pixel=0.1, wavelength=0.0197, slice_spacing=10.0, band=0.5 / 0.1)
     step = 2.0
     corners = np.stack(np.meshgrid(np.arange(side) * step, np.arange(side) * step, indexing="ij"), -1).reshape(-1, 2)
     corners = corners + 2 + rng.random(corners.shape) * 0.5

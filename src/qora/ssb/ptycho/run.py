@@ -139,14 +139,16 @@ def solver_bytes(problem, *, slices: int, modes: int, batch: int = 64, itemsize:
 
 
 def reconstruct(data, session, fit, *, options: PtychoOptions = PtychoOptions(), modes: int = 1,
-                slices: int | None = None, window: int | None = None, first_image=None, progress=None,
-                checkpoint=None, resume: PtychoState | None = None) -> PtychoResult:
+                slices: int | None = None, window: int | None = None, first_image=None, aperture: str = "measured",
+                progress=None, checkpoint=None, resume: PtychoState | None = None) -> PtychoResult:
     """Iterative multislice ptychography of ``data`` (scan_row, scan_col, det_row, det_col counts; NumPy, or any
     array NumPy can read) started from ``fit`` (of ``session``, the :class:`qora.ssb.Session` of the same data),
     on the session's backend. ``modes``: the probe's coherent modes; ``slices``: default from the fit's
     thickness (:func:`qora.ssb.ptycho.start.default_slices`); ``window``: the detector pixels used (even; default
     the largest square about the disk's centre); ``first_image`` (rad, the scan's grid): the first summed phase
-    (default the fit's own direct image). ``progress``, ``checkpoint``: :func:`qora.ssb.ptycho.solver.iterate`'s;
+    (default the fit's own direct image); ``aperture``: the probe's modulus, "measured" (read from the scan's mean
+    pattern: right whatever the detector's calibration) or "model" (the aperture of alpha at the calibrated angle
+    per pixel), :func:`qora.ssb.ptycho.start.initial_state`. ``progress``, ``checkpoint``: :func:`qora.ssb.ptycho.solver.iterate`'s;
     ``resume``: a saved state to go on from."""
     from qora.ssb.fitting import fitted_image
 
@@ -165,7 +167,7 @@ def reconstruct(data, session, fit, *, options: PtychoOptions = PtychoOptions(),
         image = fitted_image(session, fit)[0] if first_image is None else np.asarray(first_image)
         state = initial_state(problem, aberrations=start["aberrations"], alpha_mrad=session.alpha_mrad,
                               thickness=start["thickness"], slices=slices, modes=modes,
-                              first_phase=_on_object_grid(image, scan_map, problem.object_shape))
+                              first_phase=_on_object_grid(image, scan_map, problem.object_shape), aperture=aperture)
     else:
         state = resume
     iterate(problem, state, options, free_bytes=free, progress=progress, checkpoint=checkpoint)
@@ -177,7 +179,7 @@ def reconstruct(data, session, fit, *, options: PtychoOptions = PtychoOptions(),
                         start={"branch": start["branch"], "rotation_rad": start["rotation"], "scan_scale": scale,
                                "object_pixel_a": problem.grid.pixel / scale,
                                "orientation": start["orientation"], "thickness_a": start["thickness"],
-                               "slices": slices, "modes": modes, "iterations": state.iteration,
+                               "slices": slices, "modes": modes, "iterations": state.iteration, "aperture": aperture,
                                **{f"aberration_{k}": float(v) for k, v in _flat(start["aberrations"]).items()}})
 
 
