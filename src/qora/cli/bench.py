@@ -270,10 +270,11 @@ def bench_viewer(part, backend, screenshots, no_write) -> None:
 
 @bench.command("ssb-ptycho")
 @backend_option()
-@click.option("--iterations", type=click.IntRange(1, 10_000), default=40, show_default=True,
-              help="Passes of the solver on each abTEM set.")
+@click.option("--iterations", type=click.IntRange(1, 10_000), default=None,
+              help="Passes of the solver on each abTEM set [default: the solver's rule, as a user's run].")
 @click.option("--data", "data", type=click.Path(exists=True, dir_okay=False), multiple=True,
-              help="abTEM sets in the format of tests/ssb/fixtures/abtem_srtio3_ptycho_8a.npz [default: that one].")
+              help="abTEM sets in the format of tests/ssb/fixtures/abtem_srtio3_ptycho_8a.npz [default: that one "
+                   "and the depth-marked 100 A crystal].")
 @click.option("--positions", type=click.IntRange(1), default=None,
               help="Positions of the time-per-pass case [default: 128^2 on CUDA, 16^2 on the CPU].")
 @click.option("--detector", type=click.IntRange(8, 1024), default=None,
@@ -285,7 +286,8 @@ def bench_ssb_ptycho(backend, iterations, data, positions, detector, slices, mod
     """Iterative multislice ptychography beside WDD on abTEM's SrTiO3, and its time per pass."""
     from qora.bench import ssb_ptycho
 
-    ssb_ptycho.run(backend=backend, data=tuple(data) or (ssb_ptycho.FIXTURE_8A,), iterations=iterations,
+    ssb_ptycho.run(backend=backend, data=tuple(data) or (ssb_ptycho.FIXTURE_8A, ssb_ptycho.FIXTURE_100A_MARKED),
+                   iterations=iterations,
                    positions=positions, detector=detector, slices=slices, modes=modes, write=not no_write,
                    echo=click.echo)
 

@@ -19,8 +19,8 @@ from qora.cli.ssb_options import check_outputs, naming
 @click.option("--scan-step", type=SCAN_STEP_A, default=None, help="Scan step (A); default from the file.")
 @click.option("--fit", "fit_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="A fit .json of `qora ssb fit` on this DATA (default: the default fit is run first).")
-@click.option("--iterations", type=click.IntRange(1, 100_000), default=40, show_default=True,
-              help="Passes over the scan.")
+@click.option("--iterations", type=click.IntRange(1, 100_000), default=None,
+              help="Passes over the scan [default: 40 after the misfit settles, at most 400].")
 @click.option("--modes", type=click.IntRange(1, 16), default=1, show_default=True,
               help="The probe's coherent modes (partial coherence: 2-4).")
 @click.option("--slices", type=click.IntRange(1, 256), default=None,

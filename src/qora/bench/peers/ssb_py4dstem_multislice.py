@@ -16,7 +16,7 @@ defocus -100 A is C10 = +100 A), the scan step, the detector's mrad per pixel, S
 rotation forced to ROTATION_DEG and transposed if TRANSPOSE (0 and no transpose for abTEM's fixtures).
 
 Writes to OUT.npz: ``phase``, the object's phase summed over the slices (the sum of each slice's angle, which does
-not wrap where the total would), ``sampling`` (A per object pixel, row and column), ``positions_px`` (each scan
+not wrap where the total would), ``slice_phases`` (slices, rows, cols) each slice's angle, ``sampling`` (A per object pixel, row and column), ``positions_px`` (each scan
 position's probe centre in object pixels, raster order (scan_row, scan_col)), ``scan_map`` (the 2 x 3 affine from
 (scan_row, scan_col, 1) to the object's (row, col), fitted to those positions) and ``errors`` (py4DSTEM's error by
 iteration). Prints one JSON line: the seconds of preprocess and of reconstruct, the settings, the final error and
@@ -59,13 +59,14 @@ def main(path, out, slices=4, iterations=20, step_size=0.5, batch=64, rotation=0
     rec.reconstruct(num_iter=iterations, step_size=step_size, max_batch_size=batch or None, seed_random=0,
                     progress_bar=False)
     t_rec = time.perf_counter() - t0
-    phase = np.angle(np.asarray(rec.object)).sum(0)
+    slice_phases = np.angle(np.asarray(rec.object))
+    phase = slice_phases.sum(0)
     positions = np.asarray(rec._positions_px_initial, np.float64)
     rows, cols = counts.shape[:2]
     ii, jj = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
     design = np.stack([ii.ravel(), jj.ravel(), np.ones(ii.size)], 1)
     scan_map = np.linalg.lstsq(design, positions, rcond=None)[0].T
-    np.savez(out, phase=phase, sampling=np.asarray(rec.sampling, np.float64), positions_px=positions,
+    np.savez(out, phase=phase, slice_phases=slice_phases.astype(np.float32), sampling=np.asarray(rec.sampling, np.float64), positions_px=positions,
              scan_map=scan_map, errors=np.asarray(rec.error_iterations))
     print(json.dumps({"seconds": {"preprocess": t_pre, "reconstruct": t_rec},
                       "settings": {"slices": slices, "slice_thickness": thickness / slices, "iterations": iterations,

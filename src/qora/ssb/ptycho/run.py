@@ -32,7 +32,7 @@ class PtychoResult:
     centred), ``positions`` (J, 2) the refined windows' first pixels, ``start_positions`` as measured, ``losses``
     the relative misfit of each pass, ``start`` what came from the fit and what the solver refined of it (dict:
     ``scan_scale`` the positions' scale found, ``object_pixel_a`` the object's pixel it implies, the scan step
-    being trusted), ``scan_map`` (2, 3) the affine map from (row, col, 1) of the scan to the probe's centre on the
+    being trusted, ``settled_at`` the pass at which the misfit settled), ``scan_map`` (2, 3) the affine map from (row, col, 1) of the scan to the probe's centre on the
     object's grid (px), fitted to the refined positions. Host arrays."""
 
     objects: np.ndarray
@@ -96,16 +96,20 @@ class PtychoResult:
 
 def fit_start(fit) -> dict:
     """What the solver takes from a fit (:class:`qora.ssb.FitResult` or its JSON object): ``branch`` (the better
-    one), ``aberrations`` (its parameters), ``rotation`` (rad), ``orientation``, ``thickness`` (A; from the thick or
-    incoherent branch, 0 without either)."""
+    one), ``aberrations`` (its parameters), ``rotation`` (rad), ``orientation``, ``thickness`` (A; the better
+    branch's, else the chosen depth model's, else the incoherent or thick branch's, 0 without any)."""
     from qora.ssb.model import parameters_to_aberrations
 
     if "rotation_rad" not in fit or "orientation" not in fit:
         raise InputError("the fit lacks its rotation_rad or orientation: not a result of qora ssb fit")
     branch = fit.get("better") or "standard"
     values = dict(fit[branch]["parameters"])
+    # the thickness of the branch whose aberrations are taken, else of the depth model the fit chose (the columnar
+    # one is the "thick" branch), else of any branch that has one: C10 (the mid-plane's) and t belong together
+    chosen = {"columnar": "thick"}.get((fit.get("depth_model") or {}).get("chosen"),
+                                       (fit.get("depth_model") or {}).get("chosen"))
     thickness = 0.0
-    for name in ("incoherent", "thick"):
+    for name in dict.fromkeys((branch, chosen, "incoherent", "thick")):
         if name in fit and "thickness" in fit[name].get("parameters", {}):
             thickness = float(fit[name]["parameters"]["thickness"])
             break
@@ -180,6 +184,7 @@ def reconstruct(data, session, fit, *, options: PtychoOptions = PtychoOptions(),
                                "object_pixel_a": problem.grid.pixel / scale,
                                "orientation": start["orientation"], "thickness_a": start["thickness"],
                                "slices": slices, "modes": modes, "iterations": state.iteration, "aperture": aperture,
+                               **({"settled_at": int(state.adam["settled_at"])} if "settled_at" in state.adam else {}),
                                **{f"aberration_{k}": float(v) for k, v in _flat(start["aberrations"]).items()}})
 
 

@@ -42,7 +42,7 @@ from qora.io.validate import integer, nonnegative
 from qora.progress import report
 from qora.ssb.ptycho.model import Grid, loss_and_gradients, propagator
 
-__all__ = ["BATCH", "PtychoOptions", "PtychoState", "Problem", "iterate", "orthogonal_modes", "kz_filter", "batch_size",
+__all__ = ["BATCH", "MAX_PASSES", "planned_passes", "passes_settled", "PtychoOptions", "PtychoState", "Problem", "iterate", "orthogonal_modes", "kz_filter", "batch_size",
            "remove_ramp", "lit_region"]
 
 
@@ -50,23 +50,29 @@ __all__ = ["BATCH", "PtychoOptions", "PtychoState", "Problem", "iterate", "ortho
 # 4, 8, 16, 32, 64 and 400 gave r 0.953, 0.957, 0.961, 0.961, 0.945, 0.889 with the projected potential (smaller
 # batches fit the counts' noise, larger ones take fewer steps a pass)
 BATCH = 16
+MAX_PASSES = 400  # the most passes of a run whose length the misfit decides (PtychoOptions.iterations None)
 
 
 @dataclass(frozen=True)
 class PtychoOptions:
-    """The solver's settings. ``iterations``: passes over the scan; ``batch``: positions per step (None: from
-    memory, at most :data:`BATCH`); ``object_rate`` and ``probe_rate``: the share of the Gauss-Newton step taken (1: whole);
+    """The solver's settings. ``iterations``: passes over the scan (None: until ``after_settling`` passes after the
+    misfit settled, at most :data:`MAX_PASSES`); ``batch``: positions per step (None: from memory, at most
+    :data:`BATCH`); ``object_rate`` and ``probe_rate``: the share of the Gauss-Newton step taken (1: whole);
     ``regularization``: rPIE's share of the largest illumination in the divisor; ``position_rate`` (px): Adam's
     step for the positions; ``scale_rate``: Adam's relative step for the scan's scale (the detector's angle per
     pixel is known to ~1% from the disk's fit, and so the positions' scale in the model's pixels; off by default:
     from the right scale it drifted by 1.5% on abTEM's SrTiO3);
     ``probe_from``, ``positions_from``, ``scale_from``: the pass from which the probe, the positions and the scale
-    are refined; ``kz_filter``: the strength gamma of the filter along z (0: off); ``rate_decay``: the object's
-    and the probe's rates at pass k are divided by 1 + rate_decay k (steps that shrink average the counts' noise
-    over passes); ``noise``: the misfit, "amplitude" (Gaussian in sqrt(counts)) or "poisson"
-    (:func:`qora.ssb.ptycho.model.loss_and_gradients`); ``seed``: the order of the positions in each pass."""
+    are refined; ``kz_filter``: the strength gamma of the filter along z (0: off); ``settle`` and ``rate_decay``:
+    the misfit has settled at the first pass that lowers it by less than the share ``settle`` of the pass before
+    (or raises it); from then on the object's and the probe's rates are divided by 1 + rate_decay n, n the passes
+    since (steps that shrink average the counts' noise over passes; before, whole steps build the object: a thick
+    crystal needs tens of them, a thin one settles in two or three); ``noise``: the misfit, "amplitude"
+    (Gaussian in sqrt(counts)) or "poisson" (:func:`qora.ssb.ptycho.model.loss_and_gradients`); ``seed``: the
+    order of the positions in each pass."""
 
-    iterations: int = 40
+    iterations: int | None = None
+    after_settling: int = 40
     batch: int | None = None
     object_rate: float = 1.0
     probe_rate: float = 1.0
@@ -79,15 +85,18 @@ class PtychoOptions:
     positions_from: int = 20
     kz_filter: float = 0.1
     rate_decay: float = 1.0
+    settle: float = 1e-3
     noise: str = "amplitude"
     seed: int = 0
 
     def __post_init__(self) -> None:
-        integer("iterations", self.iterations, low=0, high=100_000)
+        if self.iterations is not None:
+            integer("iterations", self.iterations, low=0, high=100_000)
+        integer("after_settling", self.after_settling, low=0, high=100_000)
         if self.batch is not None:
             integer("batch", self.batch, low=1)
         for name in ("object_rate", "probe_rate", "regularization", "position_rate", "scale_rate", "kz_filter",
-                     "rate_decay"):
+                     "rate_decay", "settle"):
             nonnegative(name, getattr(self, name))
         if self.noise not in ("amplitude", "poisson"):
             raise InputError(f"noise must be 'amplitude' or 'poisson', got {self.noise!r}")
@@ -246,12 +255,13 @@ def _step(problem: Problem, state: PtychoState, options: PtychoOptions, index, p
     peak = lit.reshape(lit.shape[0], -1).max(1)[:, None, None]
     # each slice's step is the Gauss-Newton step of the whole stack shared among the S slices: their derivatives
     # move the exit wave alike, so S whole steps would overshoot S times
-    rate = options.object_rate / (1 + options.rate_decay * state.iteration) / state.objects.shape[0]
+    decay = 1 + options.rate_decay * passes_settled(state)
+    rate = options.object_rate / decay / state.objects.shape[0]
     state.objects -= rate * g_obj / ((1 - r) * lit + r * peak + 1e-30)
     modulus = xp.abs(state.objects)
     state.objects /= xp.maximum(modulus, 1)  # |O| <= 1
     if refine_probe:
-        state.probe -= options.probe_rate / (1 + options.rate_decay * state.iteration) * g_probe / len(index)
+        state.probe -= options.probe_rate / decay * g_probe / len(index)
     if refine_positions:
         step = _position_step(state, g_pos, index, options.position_rate)
         state.positions[index] -= step - step.mean(0)  # a common shift is the object's, not the scan's
@@ -261,19 +271,42 @@ def _step(problem: Problem, state: PtychoState, options: PtychoOptions, index, p
     return loss
 
 
+def passes_settled(state: PtychoState) -> int:
+    """Passes done since the misfit settled, the settling pass counted (0 before it has): the pass after one that
+    raised the misfit takes half a step, not another whole one."""
+    settled = state.adam.get("settled_at")
+    return 0 if settled is None else max(0, state.iteration - int(settled) + 1)
+
+
+def _note_settling(state: PtychoState, settle: float) -> None:
+    """Record the pass at which the misfit first fell by less than ``settle`` of the pass before (PtychoOptions)."""
+    if "settled_at" not in state.adam and len(state.losses) >= 2 and \
+            state.losses[-1] > (1 - settle) * state.losses[-2]:
+        state.adam["settled_at"] = state.iteration
+
+
+def planned_passes(state: PtychoState, options: PtychoOptions) -> int:
+    """The run's length as now known: ``options.iterations``, else ``after_settling`` passes after the misfit
+    settled (:data:`MAX_PASSES` while it has not), at most :data:`MAX_PASSES`."""
+    if options.iterations is not None:
+        return options.iterations
+    settled = state.adam.get("settled_at")
+    return MAX_PASSES if settled is None else min(MAX_PASSES, int(settled) + options.after_settling)
+
+
 def iterate(problem: Problem, state: PtychoState, options: PtychoOptions, *, free_bytes: int, progress=None,
             checkpoint=None) -> PtychoState:
-    """Run passes ``state.iteration`` .. ``options.iterations`` (a resumed state goes on where it stopped),
+    """Run passes ``state.iteration`` .. :func:`planned_passes` (a resumed state goes on where it stopped),
     updating ``state`` in place and returning it. ``progress`` (:mod:`qora.progress`) is told each pass with its
-    misfit ("ptycho", with "loss", "s" and "max_shift_px"); its False stops after the current pass.
-    ``checkpoint(state)`` is called after each pass (to save it)."""
+    misfit ("ptycho", with "loss", "s" and "max_shift_px"; the total the planned passes); its False stops after
+    the current pass. ``checkpoint(state)`` is called after each pass (to save it)."""
     xp = xp_of(state.probe)
     j = len(problem.amplitudes)
     prop = propagator(problem.grid, xp, state.probe.dtype)
     batch = batch_size(problem, state, options, free_bytes)
     total = float(xp.sum(problem.amplitudes.astype(np.float64) ** 2))
     start = state.adam.setdefault("start_positions", state.positions.copy())
-    while state.iteration < options.iterations:
+    while state.iteration < planned_passes(state, options):
         t0, loss = time.perf_counter(), 0.0
         order = np.random.default_rng(options.seed + state.iteration).permutation(j)
         for first in range(0, j, batch):
@@ -287,10 +320,11 @@ def iterate(problem: Problem, state: PtychoState, options: PtychoOptions, *, fre
         state.objects = kz_filter(state.objects, options.kz_filter, problem.grid.pixel, problem.grid.slice_spacing)
         state.iteration += 1
         state.losses.append(loss / total)
+        _note_settling(state, options.settle)
         if checkpoint is not None:
             checkpoint(state)
         shift = float(xp.abs(state.positions - start).max())
-        if not report(progress, "ptycho", state.iteration, options.iterations,
+        if not report(progress, "ptycho", state.iteration, planned_passes(state, options),
                       {"loss": loss / total, "s": time.perf_counter() - t0, "max_shift_px": shift}):
             break
     return state
