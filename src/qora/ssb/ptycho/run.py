@@ -32,8 +32,9 @@ class PtychoResult:
     centred), ``positions`` (J, 2) the refined windows' first pixels, ``start_positions`` as measured, ``losses``
     the relative misfit of each pass, ``start`` what came from the fit and what the solver refined of it (dict:
     ``scan_scale`` the positions' scale found, ``object_pixel_a`` the object's pixel it implies, the scan step
-    being trusted, ``settled_at`` the pass at which the misfit settled), ``scan_map`` (2, 3) the affine map from (row, col, 1) of the scan to the probe's centre on the
-    object's grid (px), fitted to the refined positions. Host arrays."""
+    being trusted, ``settled_at`` the pass at which the misfit settled), ``scan_map`` (2, 3) the affine map from
+    (row, col, 1) of the scan to the probe's centre on the object's grid (px), fitted to the refined positions.
+    Host arrays."""
 
     objects: np.ndarray
     probe: np.ndarray

@@ -42,7 +42,8 @@ from qora.io.validate import integer, nonnegative
 from qora.progress import report
 from qora.ssb.ptycho.model import Grid, loss_and_gradients, propagator
 
-__all__ = ["BATCH", "MAX_PASSES", "planned_passes", "passes_settled", "PtychoOptions", "PtychoState", "Problem", "iterate", "orthogonal_modes", "kz_filter", "batch_size",
+__all__ = ["BATCH", "MAX_PASSES", "planned_passes", "passes_settled", "PtychoOptions", "PtychoState", "Problem",
+           "iterate", "orthogonal_modes", "kz_filter", "batch_size",
            "remove_ramp", "lit_region"]
 
 
