@@ -27,6 +27,9 @@ from qora.cli.ssb_options import check_outputs, naming
               help="Object slices [default: the fit's thickness over 10 A].")
 @click.option("--window", type=click.IntRange(8, 4096), default=None,
               help="Detector pixels used about the disk's centre (even) [default: the largest square].")
+@click.option("--mode-spread", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="With --modes > 1: the focal spread (A, half-width) whose modes start the probe's "
+                   "[default: the probe's depth of field, lambda / alpha^2].")
 @click.option("--probe-aperture", type=click.Choice(["measured", "model"]), default="measured", show_default=True,
               help="The probe's modulus: read from the scan's mean pattern (right whatever the detector's "
                    "calibration), or the aperture of the semi-angle at the calibrated angle per pixel.")
@@ -41,8 +44,8 @@ from qora.cli.ssb_options import check_outputs, naming
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @backend_option(help="Where to reconstruct (auto: the GPU where there is one).")
 @data_options
-def ptycho_cmd(data, kv, semiangle, scan_step, fit_file, iterations, modes, slices, window, probe_aperture, checkpoint,
-               resume, out, plot, quiet, backend, source) -> None:
+def ptycho_cmd(data, kv, semiangle, scan_step, fit_file, iterations, modes, slices, window, mode_spread, probe_aperture,
+               checkpoint, resume, out, plot, quiet, backend, source) -> None:
     """Iterative multislice ptychography started from the direct fit: the fit's aberrations, scan rotation,
     detector orientation and thickness (and its direct image as the first summed phase), nothing set by hand.
 
@@ -71,8 +74,8 @@ def ptycho_cmd(data, kv, semiangle, scan_step, fit_file, iterations, modes, slic
     state = load_state(resume, session.xp) if resume is not None else None
     with tqdm_progress(disable=quiet) as bar:
         result = reconstruct(stack, session, fit, options=PtychoOptions(iterations=iterations),
-                             modes=modes, slices=slices, window=window, aperture=probe_aperture, progress=bar,
-                             resume=state,
+                             modes=modes, slices=slices, window=window, aperture=probe_aperture,
+                             mode_spread=mode_spread, progress=bar, resume=state,
                              checkpoint=None if checkpoint is None else (lambda s: save_state(checkpoint, s)))
     result.save(out)
     start = result.start

@@ -145,7 +145,8 @@ def solver_bytes(problem, *, slices: int, modes: int, batch: int = 64, itemsize:
 
 def reconstruct(data, session, fit, *, options: PtychoOptions = PtychoOptions(), modes: int = 1,
                 slices: int | None = None, window: int | None = None, first_image=None, aperture: str = "measured",
-                progress=None, checkpoint=None, resume: PtychoState | None = None) -> PtychoResult:
+                mode_spread: float | None = None, progress=None, checkpoint=None,
+                resume: PtychoState | None = None) -> PtychoResult:
     """Iterative multislice ptychography of ``data`` (scan_row, scan_col, det_row, det_col counts; NumPy, or any
     array NumPy can read) started from ``fit`` (of ``session``, the :class:`qora.ssb.Session` of the same data),
     on the session's backend. ``modes``: the probe's coherent modes; ``slices``: default from the fit's
@@ -153,7 +154,8 @@ def reconstruct(data, session, fit, *, options: PtychoOptions = PtychoOptions(),
     the largest square about the disk's centre); ``first_image`` (rad, the scan's grid): the first summed phase
     (default the fit's own direct image); ``aperture``: the probe's modulus, "measured" (read from the scan's mean
     pattern: right whatever the detector's calibration) or "model" (the aperture of alpha at the calibrated angle
-    per pixel), :func:`qora.ssb.ptycho.start.initial_state`. ``progress``, ``checkpoint``: :func:`qora.ssb.ptycho.solver.iterate`'s;
+    per pixel), :func:`qora.ssb.ptycho.start.initial_state`; ``mode_spread`` (A): the focal spread whose modes
+    start ``modes`` > 1 (default the probe's depth of field). ``progress``, ``checkpoint``: :func:`qora.ssb.ptycho.solver.iterate`'s;
     ``resume``: a saved state to go on from."""
     from qora.ssb.fitting import fitted_image
 
@@ -172,7 +174,8 @@ def reconstruct(data, session, fit, *, options: PtychoOptions = PtychoOptions(),
         image = fitted_image(session, fit)[0] if first_image is None else np.asarray(first_image)
         state = initial_state(problem, aberrations=start["aberrations"], alpha_mrad=session.alpha_mrad,
                               thickness=start["thickness"], slices=slices, modes=modes,
-                              first_phase=_on_object_grid(image, scan_map, problem.object_shape), aperture=aperture)
+                              first_phase=_on_object_grid(image, scan_map, problem.object_shape), aperture=aperture,
+                              mode_spread=mode_spread)
     else:
         state = resume
     iterate(problem, state, options, free_bytes=free, progress=progress, checkpoint=checkpoint)

@@ -44,7 +44,7 @@ from qora.ssb.ptycho.model import Grid
 from qora.ssb.ptycho.solver import Problem, PtychoState, orthogonal_modes
 
 __all__ = ["SLICE_MAX_A", "APERTURES", "default_slices", "measured_problem", "measured_aperture", "initial_state",
-           "oriented_fft_order"]
+           "focal_spread_modes", "oriented_fft_order"]
 
 SLICE_MAX_A = 10.0  # the default slices' largest spacing (A): the module's docstring says why
 MARGIN = 2  # object pixels beyond the outermost windows: room for the positions' refinement,
@@ -152,15 +152,32 @@ def _probe_mode(grid: Grid, aberrations: Aberrations, alpha_mrad: float, xp, mod
     return xp.asarray(mode / np.linalg.norm(mode))
 
 
+def focal_spread_modes(grid: Grid, aberrations: Aberrations, alpha_mrad: float, modes: int, spread: float,
+                       modulus=None) -> np.ndarray:
+    """The ``modes`` strongest coherent modes (K, N, N) of the probe averaged over a focal spread: the probes at
+    C10 + d for 2K + 1 values of d evenly over [-spread, spread] (A), equally weighted, decomposed by their SVD; each
+    mode carries its share of the power (the whole unit norm). A spread of focus (the source's energy spread
+    through the chromatic aberration) is the leading partial coherence of a probe; these modes start the solver
+    inside its subspace, where the steps of weak modes (proportional to the modes) would not bring them."""
+    offsets = np.linspace(-spread, spread, 2 * modes + 1)
+    stack = np.asarray([_probe_mode(grid, Aberrations({**aberrations.values,
+                                                       "C10": (aberrations.get("C10") + d, 0.0)}),
+                                    alpha_mrad, np, modulus) for d in offsets])
+    _, values, rows = np.linalg.svd(stack.reshape(len(offsets), -1), full_matrices=False)
+    share = values[:modes] ** 2 / np.sum(values[:modes] ** 2)
+    n = grid.window
+    return np.sqrt(share)[:, None, None] * rows[:modes].reshape(modes, n, n)
+
+
 def initial_state(problem: Problem, *, aberrations: Aberrations, alpha_mrad: float, thickness: float = 0.0,
                   slices: int = 1, modes: int = 1, first_phase=None, aperture: str = "measured",
-                  dtype=np.complex64) -> PtychoState:
+                  mode_spread: float | None = None, dtype=np.complex64) -> PtychoState:
     """The start: the probe's first mode from ``aberrations`` (the mid-plane's C10, moved to the first slice) and
     ``aperture`` ("measured": its modulus read from the data, :func:`measured_aperture`, the disk's radius
-    ``alpha_mrad`` at the grid's angle per pixel; "model": the aperture of ``alpha_mrad``),
-    ``modes - 1`` more as the first times x, y, xy, ... about the window's centre with 5% of the power each (then
-    made orthogonal), the whole scaled to the mean counts; each slice's phase ``first_phase`` / S (the object's grid,
-    rad; None: 0); no absorption."""
+    ``alpha_mrad`` at the grid's angle per pixel; "model": the aperture of ``alpha_mrad``); with ``modes`` > 1, the
+    modes of a focal spread instead (:func:`focal_spread_modes`, half-width ``mode_spread`` A, default the depth
+    of field lambda / alpha^2); the whole scaled to the mean counts; each slice's phase ``first_phase`` / S (the
+    object's grid, rad; None: 0); no absorption."""
     integer("modes", modes, low=1, high=16)
     integer("slices", slices, low=1, high=256)
     xp = xp_of(problem.amplitudes)
@@ -173,17 +190,12 @@ def initial_state(problem: Problem, *, aberrations: Aberrations, alpha_mrad: flo
     if aperture == "measured":
         radius = alpha_mrad * 1e-3 / grid.wavelength * grid.window * grid.pixel  # alpha / lambda in frequency bins
         modulus = measured_aperture(problem.amplitudes, radius)
-    mode = _probe_mode(grid, entrance, alpha_mrad, np, modulus)
-    n = grid.window
-    y, x = np.meshgrid(np.arange(n) - n // 2, np.arange(n) - n // 2, indexing="ij")
-    width = max(1.0, float(np.sqrt(np.sum(np.abs(mode) ** 2 * (y**2 + x**2)))))
-    shapes = [np.ones_like(y, float), y / width, x / width, y * x / width**2, (y**2 - x**2) / width**2]
-    probe = []
-    for m in range(modes):
-        extra = shapes[m] if m < len(shapes) else np.cos(m * np.arctan2(y, x))
-        p = mode * extra
-        probe.append(p / np.linalg.norm(p) * (1.0 if m == 0 else math.sqrt(0.05)))
-    probe = np.asarray(probe)
+    if modes == 1:
+        probe = _probe_mode(grid, entrance, alpha_mrad, np, modulus)[None]
+    else:
+        spread = grid.wavelength / (alpha_mrad * 1e-3) ** 2 if mode_spread is None else \
+            positive("mode_spread", mode_spread, unit="A")
+        probe = focal_spread_modes(grid, entrance, alpha_mrad, modes, spread, modulus)
     power = float(xp.mean(xp.sum(problem.amplitudes.astype(np.float64) ** 2, axis=(1, 2))))
     probe *= math.sqrt(power / np.sum(np.abs(probe) ** 2))
     probe = orthogonal_modes(xp.asarray(probe.astype(dtype)))
