@@ -266,6 +266,21 @@ def test_the_aperture_is_read_from_the_scan():
         measured_aperture(np.zeros((2, n, n)), radius)
 
 
+def _default_chain_start(path):
+    """An abTEM set's counts through a user's default path up to the solver: the disk's default edge, the session,
+    the default fit and WDD's image of it; (data, counts, session, fit, wdd, the 2 alpha band in 1/A)."""
+    from qora.ssb import Session, fit, fit_detector
+
+    data = np.load(path)
+    counts = np.asarray(data["counts"], np.float32)
+    alpha = float(data["alpha_mrad"])
+    session = Session(counts, kv=float(data["kv"]), alpha_mrad=alpha, scan_step=float(data["scan_step"]),
+                      detector=fit_detector(counts, alpha))
+    result = fit(session)
+    wdd = session.image(fit_start(result)["aberrations"], "wdd")
+    return data, counts, session, result, wdd, 2 * alpha * 1e-3 / float(data["wavelength"])
+
+
 def test_the_default_chain_beats_wdd_on_abtems_crystal():
     """abTEM's SrTiO3 [001], 7.8 A, 1e5 e/A^2 (tests/ssb/fixtures/abtem_srtio3_ptycho_8a.npz) through the chain a
     user's run takes: the disk's default (intensity) edge, the default fit, then 20 passes. Its summed phase
@@ -273,16 +288,9 @@ def test_the_default_chain_beats_wdd_on_abtems_crystal():
     fit; with the aperture drawn from the calibration instead (1.2% off there) it does not: the measured aperture
     is what makes the default right."""
     from qora.bench.ssb_ptycho import FIXTURE_8A, score
-    from qora.ssb import Session, fit, fit_detector
 
-    data = np.load(FIXTURE_8A)
-    counts = np.asarray(data["counts"], np.float32)
-    alpha = float(data["alpha_mrad"])
-    session = Session(counts, kv=float(data["kv"]), alpha_mrad=alpha, scan_step=float(data["scan_step"]),
-                      detector=fit_detector(counts, alpha))
-    result = fit(session)
-    wdd = session.image(fit_start(result)["aberrations"], "wdd")
-    band = {"2alpha": 2 * alpha * 1e-3 / float(data["wavelength"])}
+    data, counts, session, result, wdd, two_alpha = _default_chain_start(FIXTURE_8A)
+    band = {"2alpha": two_alpha}
     scores = {}
     for aperture in ("measured", "model"):
         ptycho = reconstruct(counts, session, result, options=PtychoOptions(iterations=20), aperture=aperture)
@@ -299,16 +307,8 @@ def test_the_default_chain_resolves_a_marked_crystals_depth():
     and middle thirds' slices each match their own third's truth best, and every third's slices match their own
     truth better than WDD's single image does."""
     from qora.bench.ssb_ptycho import FIXTURE_100A_MARKED, depth_scores, score
-    from qora.ssb import Session, fit, fit_detector
 
-    data = np.load(FIXTURE_100A_MARKED)
-    counts = np.asarray(data["counts"], np.float32)
-    alpha = float(data["alpha_mrad"])
-    session = Session(counts, kv=float(data["kv"]), alpha_mrad=alpha, scan_step=float(data["scan_step"]),
-                      detector=fit_detector(counts, alpha))
-    result = fit(session)
-    wdd = session.image(fit_start(result)["aberrations"], "wdd")
-    band = 2 * alpha * 1e-3 / float(data["wavelength"])
+    data, counts, session, result, wdd, band = _default_chain_start(FIXTURE_100A_MARKED)
     ptycho = reconstruct(counts, session, result, options=PtychoOptions(iterations=30))
     ours, theirs = score(ptycho, wdd, data, {"b": band})["b"]
     assert ours >= 0.95 and theirs < 0.8, (ours, theirs)
