@@ -49,6 +49,22 @@ def test_the_gradients_equal_finite_differences():
     assert loss > 0
 
 
+def test_the_spacing_derivative_equals_finite_differences():
+    """dL/d dz, the misfit's derivative with respect to the slices' spacing, against a central difference (float64,
+    three slices, the band's cut included)."""
+    import dataclasses
+
+    rng = np.random.default_rng(4)
+    grid, objects, probe, positions = _random_case(rng)
+    amplitudes = np.abs(rng.standard_normal((len(positions), grid.window, grid.window))) * 3
+    derivatives = {}
+    loss_and_gradients(objects, probe, positions, amplitudes, grid, derivatives=derivatives)
+    h = 1e-4
+    up, down = (loss_and_gradients(objects, probe, positions, amplitudes,
+                                   dataclasses.replace(grid, slice_spacing=grid.slice_spacing + d))[0] for d in (h, -h))
+    assert derivatives["slice_spacing"] == pytest.approx((up - down) / (2 * h), rel=1e-6)
+
+
 def test_the_backward_pass_is_the_adjoint_of_the_linearised_model():
     """Dot test: the exit wave is holomorphic in each slice and in the probe, so its derivative along dO is the
     central difference of a complex step, and <J dO, y> = <dO, J^H y> with J^H the backward pass."""

@@ -67,10 +67,11 @@ def load_state(path, xp=np) -> PtychoState:
         raise InputError(f"{path}: not a ptychography checkpoint (no {', '.join(sorted(missing))})")
     adam = {}
     for key in data:
-        group = next((g for g in ("positions", "scale_moments") if key.startswith(f"adam_{g}_")), None)
+        group = next((g for g in ("positions", "scale_moments", "spacing_moments") if key.startswith(f"adam_{g}_")),
+                     None)
         if group == "positions":  # the positions' moments: arrays
             adam.setdefault(group, {})[key[len(f"adam_{group}_"):]] = xp.asarray(data[key])
-        elif group == "scale_moments":  # the scale's: numbers
+        elif group is not None:  # the scale's and the spacing's: numbers
             adam.setdefault(group, {})[key[len(f"adam_{group}_"):]] = data[key].item()
         elif key.startswith("adam_"):
             value = data[key]

@@ -125,13 +125,14 @@ def forward(objects, probe, positions, grid: Grid, prop=None) -> Batch:
 
 
 def loss_and_gradients(objects, probe, positions, amplitudes, grid: Grid, *, prop=None, want_positions: bool = False,
-                       illumination=None, floor: float = 1e-12, noise: str = "amplitude"):
+                       illumination=None, floor: float = 1e-12, noise: str = "amplitude", derivatives=None):
     """The amplitude misfit L of the batch at ``positions`` against the measured amplitudes sqrt(D) (B, N, N, FFT
     order) and its Wirtinger gradients: (L, g_objects (S, H, W) with zeros off the windows, g_probe (K, N, N),
     dL/d positions (B, 2) real or None). ``illumination`` (S, H, W) real, if given, receives the summed intensity
     of the waves entering each slice (the solver's step scale). ``floor``: I below it counts as that (sqrt(I) has
     no derivative at 0). ``noise`` "poisson": the Poisson misfit sum (I - D log I) - (D - D log D) (0 at I = D)
-    instead, with g(Psi_m) = (1 - D / I) Psi_m."""
+    instead, with g(Psi_m) = (1 - D / I) Psi_m. ``derivatives`` (a dict), if given, receives "slice_spacing": dL/d dz
+    (1/A), the misfit's derivative with respect to the slices' spacing (:func:`backward`)."""
     xp = xp_of(objects, probe)
     prop = propagator(grid, xp, objects.dtype) if prop is None else prop
     b = forward(objects, probe, positions, grid, prop)
@@ -148,25 +149,38 @@ def loss_and_gradients(objects, probe, positions, amplitudes, grid: Grid, *, pro
         raise ValueError(f"noise must be 'amplitude' or 'poisson', got {noise!r}")
     g_exit = ifftn(weight[:, None] * b.far, axes=(-2, -1), norm="ortho")
     g_objects, g_probe, g_positions = backward(b, g_exit, objects, grid, prop=prop, want_positions=want_positions,
-                                               illumination=illumination)
+                                               illumination=illumination, derivatives=derivatives)
     return loss, g_objects, g_probe, g_positions
 
 
-def backward(b: Batch, g_exit, objects, grid: Grid, *, prop=None, want_positions: bool = False, illumination=None):
+def backward(b: Batch, g_exit, objects, grid: Grid, *, prop=None, want_positions: bool = False, illumination=None,
+             derivatives=None):
     """The adjoint of the forward pass's linearisation, applied to ``g_exit`` (B, K, N, N), the gradient with
-    respect to the exit waves: (g_objects, g_probe, dL/d positions or None), as :func:`loss_and_gradients`."""
+    respect to the exit waves: (g_objects, g_probe, dL/d positions or None), as :func:`loss_and_gradients`.
+    ``derivatives`` (a dict), if given, receives "slice_spacing": dL/d dz = 2 Re sum over the propagations of
+    <F g(psi_{s+1}), -i pi lambda |k|^2 F psi_{s+1}> (the propagator's derivative is -i pi lambda |k|^2 times it)."""
     xp = xp_of(objects)
     n = grid.window
     prop = propagator(grid, xp, objects.dtype) if prop is None else prop
     g = g_exit
     g_objects = xp.zeros_like(objects)
+    d_spacing = 0.0
+    if derivatives is not None:
+        ky, kx = grid.frequencies(xp)
+        slope = -1j * np.pi * grid.wavelength * (ky**2 + kx**2)
     for s in range(objects.shape[0] - 1, -1, -1):
         if s + 1 < objects.shape[0]:
-            g = ifftn(fftn(g, axes=(-2, -1), norm="ortho") * xp.conj(prop), axes=(-2, -1), norm="ortho")
+            g_k = fftn(g, axes=(-2, -1), norm="ortho")
+            if derivatives is not None:
+                entering = fftn(b.waves[s + 1], axes=(-2, -1), norm="ortho")
+                d_spacing += 2.0 * float((xp.conj(g_k) * slope * entering).real.sum())
+            g = ifftn(g_k * xp.conj(prop), axes=(-2, -1), norm="ortho")
         _scatter_add(g_objects[s], (xp.conj(b.waves[s]) * g).sum(1), b.corners, n)
         if illumination is not None:
             _scatter_add(illumination[s], (b.waves[s].real**2 + b.waves[s].imag**2).sum(1), b.corners, n)
         g = xp.conj(b.patches[s])[:, None] * g
+    if derivatives is not None:
+        derivatives["slice_spacing"] = d_spacing
     g_k = fftn(g, axes=(-2, -1), norm="ortho")  # (B, K, N, N): the gradient of the shifted probe, in Fourier space
     g_probe = ifftn((xp.conj(b.ramps)[:, None] * g_k).sum(0), axes=(-2, -1), norm="ortho")
     if not want_positions:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -42,7 +42,7 @@ from qora.io.validate import integer, nonnegative
 from qora.progress import report
 from qora.ssb.ptycho.model import Grid, loss_and_gradients, propagator
 
-__all__ = ["BATCH", "MAX_PASSES", "planned_passes", "passes_settled", "PtychoOptions", "PtychoState", "Problem",
+__all__ = ["BATCH", "MAX_PASSES", "planned_passes", "passes_settled", "current_grid", "PtychoOptions", "PtychoState", "Problem",
            "iterate", "orthogonal_modes", "kz_filter", "batch_size",
            "remove_ramp", "lit_region"]
 
@@ -62,7 +62,9 @@ class PtychoOptions:
     ``regularization``: rPIE's share of the largest illumination in the divisor; ``position_rate`` (px): Adam's
     step for the positions; ``scale_rate``: Adam's relative step for the scan's scale (the detector's angle per
     pixel is known to ~1% from the disk's fit, and so the positions' scale in the model's pixels; off by default:
-    from the right scale it drifted by 1.5% on abTEM's SrTiO3);
+    from the right scale it drifted by 1.5% on abTEM's SrTiO3); ``spacing_rate``: Adam's relative step for the
+    slices' spacing (the fitted thickness over S; 0 or None: kept; :func:`qora.ssb.ptycho.reconstruct` sets it by
+    its rule when None), from pass ``spacing_from``;
     ``probe_from``, ``positions_from``, ``scale_from``: the pass from which the probe, the positions and the scale
     are refined; ``kz_filter``: the strength gamma of the filter along z (0: off); ``settle`` and ``rate_decay``:
     the misfit has settled at the first pass that lowers it by less than the share ``settle`` of the pass before
@@ -84,6 +86,8 @@ class PtychoOptions:
     position_rate: float = 0.1
     scale_rate: float = 0.0
     scale_from: int = 2
+    spacing_rate: float | None = None
+    spacing_from: int = 2
     probe_from: int = 2
     positions_from: int = 5
     kz_filter: float = 0.1
@@ -101,6 +105,8 @@ class PtychoOptions:
         for name in ("object_rate", "probe_rate", "regularization", "position_rate", "scale_rate", "kz_filter",
                      "rate_decay", "settle"):
             nonnegative(name, getattr(self, name))
+        if self.spacing_rate is not None:
+            nonnegative("spacing_rate", self.spacing_rate)
         if self.noise not in ("amplitude", "poisson"):
             raise InputError(f"noise must be 'amplitude' or 'poisson', got {self.noise!r}")
         if not self.regularization <= 1:
@@ -108,6 +114,7 @@ class PtychoOptions:
         integer("probe_from", self.probe_from, low=0)
         integer("positions_from", self.positions_from, low=0)
         integer("scale_from", self.scale_from, low=0)
+        integer("spacing_from", self.spacing_from, low=0)
 
 
 @dataclass
@@ -246,19 +253,42 @@ def _scale_step(state: PtychoState, grad, index, rate: float) -> None:
     state.adam["scale"] = float(state.adam.get("scale", 1.0)) * (1 - delta)
 
 
+def current_grid(problem: Problem, state: PtychoState) -> Grid:
+    """The problem's grid with the slices' spacing the solver has reached (``state.adam["slice_spacing"]``)."""
+    spacing = state.adam.get("slice_spacing")
+    return problem.grid if spacing is None else replace(problem.grid, slice_spacing=float(spacing))
+
+
+def _spacing_step(state: PtychoState, derivative: float, spacing: float, rate: float) -> None:
+    """The slices' spacing stepped by Adam on its logarithm (dL/d log dz = dz dL/d dz; ``rate`` relative)."""
+    g = derivative * spacing
+    s = state.adam.setdefault("spacing_moments", {"m": 0.0, "v": 0.0, "t": 0})
+    s["t"] += 1
+    s["m"] = 0.9 * s["m"] + 0.1 * g
+    s["v"] = 0.999 * s["v"] + 0.001 * g * g
+    delta = rate * (s["m"] / (1 - 0.9 ** s["t"])) / (math.sqrt(s["v"] / (1 - 0.999 ** s["t"])) + 1e-30)
+    state.adam["slice_spacing"] = spacing * math.exp(-delta)
+
+
 def _step(problem: Problem, state: PtychoState, options: PtychoOptions, index, prop, *, probe: bool,
-          positions: bool, scale: bool) -> float:
-    """One mini-batch step on the positions ``index`` (``probe``, ``positions``, ``scale``: which of them are
-    refined too); returns the batch's misfit."""
+          positions: bool, scale: bool, spacing: bool = False) -> float:
+    """One mini-batch step on the positions ``index`` (``probe``, ``positions``, ``scale``, ``spacing``: which of
+    them are refined too); returns the batch's misfit."""
     xp = xp_of(state.probe)
     refine_probe, refine_positions = probe, positions
     lit = xp.zeros(state.objects.shape, state.objects.real.dtype)
+    grid = current_grid(problem, state)
+    derivatives = {} if spacing else None
+    if spacing:
+        prop = propagator(grid, xp, state.probe.dtype)
     loss, g_obj, g_probe, g_pos = loss_and_gradients(state.objects, state.probe, state.positions[index],
-                                                     problem.amplitudes[index], problem.grid, prop=prop,
+                                                     problem.amplitudes[index], grid, prop=prop,
                                                      want_positions=positions or scale, illumination=lit,
-                                                     noise=options.noise)
+                                                     noise=options.noise, derivatives=derivatives)
     if scale:
         _scale_step(state, g_pos, index, options.scale_rate)
+    if spacing:
+        _spacing_step(state, derivatives["slice_spacing"], grid.slice_spacing, options.spacing_rate)
     r = options.regularization
     peak = lit.reshape(lit.shape[0], -1).max(1)[:, None, None]
     # each slice's step is the Gauss-Newton step of the whole stack shared among the S slices: their derivatives
@@ -321,11 +351,15 @@ def iterate(problem: Problem, state: PtychoState, options: PtychoOptions, *, fre
             loss += _step(problem, state, options, xp.asarray(order[first:first + batch]), prop,
                           probe=state.iteration >= options.probe_from,
                           positions=state.iteration >= options.positions_from and options.position_rate > 0,
-                          scale=state.iteration >= options.scale_from and options.scale_rate > 0)
+                          scale=state.iteration >= options.scale_from and options.scale_rate > 0,
+                          spacing=(state.iteration >= options.spacing_from and bool(options.spacing_rate)
+                                   and state.objects.shape[0] > 1))
+        prop = propagator(current_grid(problem, state), xp, state.probe.dtype)
         if state.iteration >= options.probe_from:
             state.probe = orthogonal_modes(state.probe)
             remove_ramp(problem, state)
-        state.objects = kz_filter(state.objects, options.kz_filter, problem.grid.pixel, problem.grid.slice_spacing)
+        state.objects = kz_filter(state.objects, options.kz_filter, problem.grid.pixel,
+                                  current_grid(problem, state).slice_spacing)
         state.iteration += 1
         state.losses.append(loss / total)
         _note_settling(state, options.settle)
