@@ -36,12 +36,14 @@ def test_the_model_and_its_gradients_on_the_device_equal_the_cpu(cp):
     probe = rng.standard_normal((2, 16, 16)) + 1j * rng.standard_normal((2, 16, 16))
     positions = rng.random((6, 2)) * 20
     amplitudes = np.sqrt(forward(objects, probe * 1.1, positions + 0.2, grid).intensity)
+    host_d, device_d = {}, {}
     host = loss_and_gradients(objects, probe, positions, amplitudes, grid, want_positions=True,
-                              illumination=np.zeros(objects.shape))
+                              illumination=np.zeros(objects.shape), derivatives=host_d)
     lit = cp.zeros(objects.shape)
     device = loss_and_gradients(cp.asarray(objects), cp.asarray(probe), cp.asarray(positions), cp.asarray(amplitudes),
-                                grid, want_positions=True, illumination=lit)
+                                grid, want_positions=True, illumination=lit, derivatives=device_d)
     assert device[0] == pytest.approx(host[0], rel=1e-10)
+    assert device_d["slice_spacing"] == pytest.approx(host_d["slice_spacing"], rel=1e-9)  # the thickness's step
     for h, d in zip(host[1:], device[1:]):
         np.testing.assert_allclose(cp.asnumpy(d), h, rtol=0, atol=1e-10 * np.abs(h).max())
 
@@ -55,13 +57,16 @@ def test_the_solvers_passes_on_the_device_equal_the_cpu(film):
                                    mrad_per_pixel=mrad, slices=3, thickness=30.0, xp=xp)
         state = initial_state(problem, aberrations=Aberrations(C10=80.0), alpha_mrad=ALPHA, thickness=30.0, slices=3,
                               modes=2)
-        iterate(problem, state, PtychoOptions(iterations=3, positions_from=2, batch=16), free_bytes=1 << 30)
+        # the measured aperture, focal-spread modes and the spacing's refinement on both (the defaults but the last)
+        iterate(problem, state, PtychoOptions(iterations=3, positions_from=2, batch=16, spacing_rate=0.002,
+                                              spacing_from=1), free_bytes=1 << 30)
         states.append(state)
     host, device = states
     for name in ("objects", "probe", "positions"):
         a, b = getattr(host, name), cp.asnumpy(getattr(device, name))
         assert np.linalg.norm(b - a) <= 1e-4 * np.linalg.norm(a), name  # complex64 on both: rounding apart
     np.testing.assert_allclose(device.losses, host.losses, rtol=1e-4)
+    assert device.adam["slice_spacing"] == pytest.approx(host.adam["slice_spacing"], rel=1e-5)
 
 
 def test_the_chain_from_a_cuda_session(film):
