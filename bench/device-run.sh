@@ -80,6 +80,7 @@ for b in ${BENCH:-}; do
     ssb-cuda) timeout 300 $Q bench --out "$OUT/results" ssb --backend cuda ;;
     ssb-methods-cuda) timeout 200 $Q bench --out "$OUT/results" ssb-methods --backend cuda \
                         --data tests/ssb/fixtures/abtem_srtio3_wdd.npz --seeds 3 ;;
+    ssb-ptycho) timeout 300 $Q bench --out "$OUT/results" ssb-ptycho --backend cuda ;;
     ssb-methods-full) timeout 400 python3 bench/probes/ssb_methods_fullscale.py /tmp/qora-ssb-full ;;
     ssb-incoherent) timeout 300 python3 bench/probes/incoherent_cost.py /tmp/qora-ssb-full ;;
     incoherent-kernels) timeout 200 python3 bench/probes/incoherent_kernel_timing.py ;;
