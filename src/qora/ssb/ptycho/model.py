@@ -164,7 +164,7 @@ def backward(b: Batch, g_exit, objects, grid: Grid, *, prop=None, want_positions
     prop = propagator(grid, xp, objects.dtype) if prop is None else prop
     g = g_exit
     g_objects = xp.zeros_like(objects)
-    d_spacing = 0.0
+    d_spacing = 0.0  # summed on the device, read once: a read per slice would stall the GPU's queue each time
     if derivatives is not None:
         ky, kx = grid.frequencies(xp)
         slope = -1j * np.pi * grid.wavelength * (ky**2 + kx**2)
@@ -173,14 +173,14 @@ def backward(b: Batch, g_exit, objects, grid: Grid, *, prop=None, want_positions
             g_k = fftn(g, axes=(-2, -1), norm="ortho")
             if derivatives is not None:
                 entering = fftn(b.waves[s + 1], axes=(-2, -1), norm="ortho")
-                d_spacing += 2.0 * float((xp.conj(g_k) * slope * entering).real.sum())
+                d_spacing = d_spacing + (xp.conj(g_k) * slope * entering).real.sum()
             g = ifftn(g_k * xp.conj(prop), axes=(-2, -1), norm="ortho")
         _scatter_add(g_objects[s], (xp.conj(b.waves[s]) * g).sum(1), b.corners, n)
         if illumination is not None:
             _scatter_add(illumination[s], (b.waves[s].real**2 + b.waves[s].imag**2).sum(1), b.corners, n)
         g = xp.conj(b.patches[s])[:, None] * g
     if derivatives is not None:
-        derivatives["slice_spacing"] = d_spacing
+        derivatives["slice_spacing"] = 2.0 * float(d_spacing)
     g_k = fftn(g, axes=(-2, -1), norm="ortho")  # (B, K, N, N): the gradient of the shifted probe, in Fourier space
     g_probe = ifftn((xp.conj(b.ramps)[:, None] * g_k).sum(0), axes=(-2, -1), norm="ortho")
     if not want_positions:

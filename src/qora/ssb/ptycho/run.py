@@ -20,7 +20,7 @@ from qora.io.errors import InputError
 from qora.io.validate import memory_needed
 from qora.ssb.ptycho.model import Grid
 from qora.ssb.ptycho.solver import PtychoOptions, PtychoState, current_grid, iterate
-from qora.ssb.ptycho.start import default_slices, initial_state, measured_problem
+from qora.ssb.ptycho.start import default_slices, depth_of_field, initial_state, measured_problem
 
 __all__ = ["PtychoResult", "reconstruct", "fit_start", "solver_bytes", "scan_to_object"]
 
@@ -89,7 +89,8 @@ class PtychoResult:
             grid = Grid(window=int(f.attrs["grid_window"]), pixel=float(f.attrs["grid_pixel"]),
                         wavelength=float(f.attrs["grid_wavelength"]),
                         slice_spacing=float(f.attrs["grid_slice_spacing"]), band=None if math.isnan(band) else band)
-            start = {k[6:]: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items() if k.startswith("start_")}
+            start = {k[6:]: (v.item() if hasattr(v, "item") else v) for k, v in f.attrs.items()
+                     if k.startswith("start_")}
             return cls(objects=f["objects"][()], probe=f["probe"][()], positions=f["positions"][()],
                        start_positions=f["start_positions"][()], losses=list(f["losses"][()]), grid=grid,
                        start=start, scan_map=f["scan_map"][()])
@@ -107,8 +108,8 @@ def fit_start(fit) -> dict:
     values = dict(fit[branch]["parameters"])
     # the thickness of the branch whose aberrations are taken, else of the depth model the fit chose (the columnar
     # one is the "thick" branch), else of any branch that has one: C10 (the mid-plane's) and t belong together
-    chosen = {"columnar": "thick"}.get((fit.get("depth_model") or {}).get("chosen"),
-                                       (fit.get("depth_model") or {}).get("chosen"))
+    chosen = (fit.get("depth_model") or {}).get("chosen")
+    chosen = "thick" if chosen == "columnar" else chosen
     thickness = 0.0
     for name in dict.fromkeys((branch, chosen, "incoherent", "thick")):
         if name in fit and "thickness" in fit[name].get("parameters", {}):
@@ -155,7 +156,8 @@ def reconstruct(data, session, fit, *, options: PtychoOptions = PtychoOptions(),
     (default the fit's own direct image); ``aperture``: the probe's modulus, "measured" (read from the scan's mean
     pattern: right whatever the detector's calibration) or "model" (the aperture of alpha at the calibrated angle
     per pixel), :func:`qora.ssb.ptycho.start.initial_state`; ``mode_spread`` (A): the focal spread whose modes
-    start ``modes`` > 1 (default the probe's depth of field). ``progress``, ``checkpoint``: :func:`qora.ssb.ptycho.solver.iterate`'s;
+    start ``modes`` > 1 (default the probe's depth of field). ``progress``, ``checkpoint``:
+    :func:`qora.ssb.ptycho.solver.iterate`'s;
     ``resume``: a saved state to go on from."""
     from qora.ssb.fitting import fitted_image
 
@@ -209,8 +211,7 @@ def _with_spacing_rule(options: PtychoOptions, thickness: float, slices: int, se
 
     if options.spacing_rate is not None:
         return options
-    depth_of_field = session.wavelength / (session.alpha_mrad * 1e-3) ** 2
-    thick = slices > 1 and thickness >= SPACING_DEPTHS_OF_FIELD * depth_of_field
+    thick = slices > 1 and thickness >= SPACING_DEPTHS_OF_FIELD * depth_of_field(session.wavelength, session.alpha_mrad)
     return replace(options, spacing_rate=SPACING_RATE if thick else 0.0)
 
 

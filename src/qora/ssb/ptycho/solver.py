@@ -42,8 +42,8 @@ from qora.io.validate import integer, nonnegative
 from qora.progress import report
 from qora.ssb.ptycho.model import Grid, loss_and_gradients, propagator
 
-__all__ = ["BATCH", "MAX_PASSES", "planned_passes", "passes_settled", "current_grid", "PtychoOptions", "PtychoState", "Problem",
-           "iterate", "orthogonal_modes", "kz_filter", "batch_size",
+__all__ = ["BATCH", "MAX_PASSES", "planned_passes", "passes_settled", "current_grid", "PtychoOptions", "PtychoState",
+           "Problem", "iterate", "orthogonal_modes", "kz_filter", "batch_size",
            "remove_ramp", "lit_region"]
 
 
@@ -238,17 +238,22 @@ def _position_step(state: PtychoState, grad, index, rate: float):
     return rate * (s["m"][index] / (1 - 0.9**t)) / (xp.sqrt(s["v"][index] / (1 - 0.999**t)) + 1e-12)
 
 
-def _scale_step(state: PtychoState, grad, index, rate: float) -> None:
-    """The scan's scale refined: dL/ds = sum_j g_j . (p_j - c) for the positions p scaled about their mean c by s,
-    stepped by Adam (a scalar; ``rate`` relative), every position moved; ``state.adam["scale"]`` keeps the product
-    of the factors applied."""
-    centre = state.positions.mean(0)
-    g = float((grad * (state.positions[index] - centre)).sum())
-    s = state.adam.setdefault("scale_moments", {"m": 0.0, "v": 0.0, "t": 0})
+def _scalar_adam(state: PtychoState, key: str, g: float, rate: float) -> float:
+    """Adam's step (beta 0.9, 0.999; ``rate`` the step's size) for one scalar whose moments are kept in
+    ``state.adam[key]``; returns the step."""
+    s = state.adam.setdefault(key, {"m": 0.0, "v": 0.0, "t": 0})
     s["t"] += 1
     s["m"] = 0.9 * s["m"] + 0.1 * g
     s["v"] = 0.999 * s["v"] + 0.001 * g * g
-    delta = rate * (s["m"] / (1 - 0.9 ** s["t"])) / (math.sqrt(s["v"] / (1 - 0.999 ** s["t"])) + 1e-30)
+    return rate * (s["m"] / (1 - 0.9 ** s["t"])) / (math.sqrt(s["v"] / (1 - 0.999 ** s["t"])) + 1e-30)
+
+
+def _scale_step(state: PtychoState, grad, index, rate: float) -> None:
+    """The scan's scale refined: dL/ds = sum_j g_j . (p_j - c) for the positions p scaled about their mean c by s,
+    stepped by Adam (``rate`` relative), every position moved; ``state.adam["scale"]`` keeps the product of the
+    factors applied."""
+    centre = state.positions.mean(0)
+    delta = _scalar_adam(state, "scale_moments", float((grad * (state.positions[index] - centre)).sum()), rate)
     state.positions[...] = centre + (1 - delta) * (state.positions - centre)
     state.adam["scale"] = float(state.adam.get("scale", 1.0)) * (1 - delta)
 
@@ -261,13 +266,8 @@ def current_grid(problem: Problem, state: PtychoState) -> Grid:
 
 def _spacing_step(state: PtychoState, derivative: float, spacing: float, rate: float) -> None:
     """The slices' spacing stepped by Adam on its logarithm (dL/d log dz = dz dL/d dz; ``rate`` relative)."""
-    g = derivative * spacing
-    s = state.adam.setdefault("spacing_moments", {"m": 0.0, "v": 0.0, "t": 0})
-    s["t"] += 1
-    s["m"] = 0.9 * s["m"] + 0.1 * g
-    s["v"] = 0.999 * s["v"] + 0.001 * g * g
-    delta = rate * (s["m"] / (1 - 0.9 ** s["t"])) / (math.sqrt(s["v"] / (1 - 0.999 ** s["t"])) + 1e-30)
-    state.adam["slice_spacing"] = spacing * math.exp(-delta)
+    state.adam["slice_spacing"] = spacing * math.exp(-_scalar_adam(state, "spacing_moments", derivative * spacing,
+                                                                   rate))
 
 
 def _step(problem: Problem, state: PtychoState, options: PtychoOptions, index, prop, *, probe: bool,
@@ -275,7 +275,6 @@ def _step(problem: Problem, state: PtychoState, options: PtychoOptions, index, p
     """One mini-batch step on the positions ``index`` (``probe``, ``positions``, ``scale``, ``spacing``: which of
     them are refined too); returns the batch's misfit."""
     xp = xp_of(state.probe)
-    refine_probe, refine_positions = probe, positions
     lit = xp.zeros(state.objects.shape, state.objects.real.dtype)
     grid = current_grid(problem, state)
     derivatives = {} if spacing else None
@@ -298,9 +297,9 @@ def _step(problem: Problem, state: PtychoState, options: PtychoOptions, index, p
     state.objects -= rate * g_obj / ((1 - r) * lit + r * peak + 1e-30)
     modulus = xp.abs(state.objects)
     state.objects /= xp.maximum(modulus, 1)  # |O| <= 1
-    if refine_probe:
+    if probe:
         state.probe -= options.probe_rate / decay * g_probe / len(index)
-    if refine_positions:
+    if positions:
         step = _position_step(state, g_pos, index, options.position_rate)
         state.positions[index] -= step - step.mean(0)  # a common shift is the object's, not the scan's
         n = problem.grid.window
@@ -340,7 +339,7 @@ def iterate(problem: Problem, state: PtychoState, options: PtychoOptions, *, fre
     the current pass. ``checkpoint(state)`` is called after each pass (to save it)."""
     xp = xp_of(state.probe)
     j = len(problem.amplitudes)
-    prop = propagator(problem.grid, xp, state.probe.dtype)
+    prop = propagator(current_grid(problem, state), xp, state.probe.dtype)  # a resumed state's spacing
     batch = batch_size(problem, state, options, free_bytes)
     total = float(xp.sum(problem.amplitudes.astype(np.float64) ** 2))
     start = state.adam.setdefault("start_positions", state.positions.copy())
@@ -354,7 +353,8 @@ def iterate(problem: Problem, state: PtychoState, options: PtychoOptions, *, fre
                           scale=state.iteration >= options.scale_from and options.scale_rate > 0,
                           spacing=(state.iteration >= options.spacing_from and bool(options.spacing_rate)
                                    and state.objects.shape[0] > 1))
-        prop = propagator(current_grid(problem, state), xp, state.probe.dtype)
+        if "slice_spacing" in state.adam:  # the spacing moved in this pass: the next pass's propagator
+            prop = propagator(current_grid(problem, state), xp, state.probe.dtype)
         if state.iteration >= options.probe_from:
             state.probe = orthogonal_modes(state.probe)
             remove_ramp(problem, state)

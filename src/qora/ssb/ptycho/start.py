@@ -43,7 +43,8 @@ from qora.ssb.orientation import ORIENTATIONS, check_orientation
 from qora.ssb.ptycho.model import Grid
 from qora.ssb.ptycho.solver import Problem, PtychoState, orthogonal_modes
 
-__all__ = ["SLICE_MAX_A", "APERTURES", "default_slices", "measured_problem", "measured_aperture", "initial_state",
+__all__ = ["SLICE_MAX_A", "APERTURES", "depth_of_field", "default_slices", "measured_problem", "measured_aperture",
+           "initial_state",
            "focal_spread_modes", "oriented_fft_order"]
 
 SLICE_MAX_A = 10.0  # the default slices' largest spacing (A): the module's docstring says why
@@ -52,6 +53,12 @@ SCALE_ROOM = 0.02  # and for the scan's scale refined by up to 2% (the detector'
 APERTURES = ("measured", "model")  # the probe's modulus: read from the data, or drawn from alpha
 DARK_LEVEL = 0.01  # below this share of the bright-field level a pixel is dark field (as fit_detector's edge)
 EDGE_ROOM = 2.0  # px beyond the disk's fitted radius still read as its edge (blur, a descan's spread)
+
+
+def depth_of_field(wavelength_a: float, alpha_mrad: float) -> float:
+    """The probe's depth of field lambda / alpha^2 (A): the depth over which its focus changes little, the scale of
+    depth the data resolve (the focal spread of the modes' start, the spacing's refinement rule)."""
+    return wavelength_a / (alpha_mrad * 1e-3) ** 2
 
 
 def default_slices(thickness: float) -> int:
@@ -193,7 +200,7 @@ def initial_state(problem: Problem, *, aberrations: Aberrations, alpha_mrad: flo
     if modes == 1:
         probe = _probe_mode(grid, entrance, alpha_mrad, np, modulus)[None]
     else:
-        spread = grid.wavelength / (alpha_mrad * 1e-3) ** 2 if mode_spread is None else \
+        spread = depth_of_field(grid.wavelength, alpha_mrad) if mode_spread is None else \
             positive("mode_spread", mode_spread, unit="A")
         probe = focal_spread_modes(grid, entrance, alpha_mrad, modes, spread, modulus)
     power = float(xp.mean(xp.sum(problem.amplitudes.astype(np.float64) ** 2, axis=(1, 2))))
