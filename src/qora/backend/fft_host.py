@@ -112,6 +112,7 @@ def _write_wisdom(path, wisdom) -> None:
     import os
     import warnings
 
+    # qora.io.atomic's atomic_path sits a layer above the backend (the import contract): its rename, written here
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
