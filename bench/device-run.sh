@@ -82,6 +82,11 @@ for b in ${BENCH:-}; do
                         --data tests/ssb/fixtures/abtem_srtio3_wdd.npz --seeds 3 ;;
     ssb-ptycho) timeout 300 $Q bench --out "$OUT/results" ssb-ptycho --backend cuda ;;
     ssb-methods-full) timeout 400 python3 bench/probes/ssb_methods_fullscale.py /tmp/qora-ssb-full ;;
+    ssb-methods-quantem) timeout "${QUANTEM_LIMIT:-300}" python3 bench/probes/ssb_methods_fullscale.py /tmp/qora-ssb-full \
+                           --peer python3 ${QUANTEM_CROP:+--crop $QUANTEM_CROP} ;;
+    ssb-methods-cuda-quantem) QORA_QUANTEM_PYTHON=$(command -v python3) QORA_QUANTEM_DEVICE=cuda timeout 300 $Q bench \
+                                --out "$OUT/results" ssb-methods --backend cuda --data tests/ssb/fixtures/abtem_srtio3_wdd.npz \
+                                --seeds 3 ;;
     ssb-incoherent) timeout 300 python3 bench/probes/incoherent_cost.py /tmp/qora-ssb-full ;;
     incoherent-kernels) timeout 200 python3 bench/probes/incoherent_kernel_timing.py ;;
     ssb-profile) timeout 400 python3 bench/probes/ssb_steps_profile.py /tmp/qora-ssb-full ;;
