@@ -50,9 +50,14 @@ def test_the_model_and_its_gradients_on_the_device_equal_the_cpu(cp):
 
 @pytest.mark.parametrize("spacing", [False, True])
 def test_the_solvers_passes_on_the_device_equal_the_cpu(film, spacing):
-    """Three passes on both backends from the same start (the measured aperture, focal-spread modes): equal within
-    complex64 rounding. With the spacing refined the start is 20 A for the film's 30 (a derivative near zero at
-    the truth would leave Adam's first step, +-rate whatever its size, to the rounding's sign)."""
+    """Three passes on both backends from the same start (the measured aperture, focal-spread modes, a phase of
+    0.01 rad rms as the chain's direct image gives one): equal within complex64 rounding. From a flat object the
+    model's dark field is rounding alone and the amplitude misfit's gradient there takes its phase from it: a
+    relative change of 1e-7 in the counts then moves the objects by 2e-4 after three passes on the CPU alone
+    (1.5e-7 from this start; docs/ssb-methods.md). The probe is compared by its intensity, the sum over modes of
+    |mode|^2, which a unitary mixing of near-degenerate modes leaves alone. With the spacing refined the start is
+    20 A for the film's 30 (a derivative near zero at the truth would leave Adam's first step, +-rate whatever its
+    size, to the rounding's sign)."""
     sim, cp = film
     mrad = 1e3 * wavelength(KV) / (WINDOW * PIXEL)
     thickness = 20.0 if spacing else 30.0
@@ -62,16 +67,19 @@ def test_the_solvers_passes_on_the_device_equal_the_cpu(film, spacing):
     for xp in (np, cp):
         problem = measured_problem(sim.data, kv=KV, scan_step=sim.scan_step, rotation=0.0, center=(16, 16),
                                    mrad_per_pixel=mrad, slices=3, thickness=thickness, xp=xp)
+        first = 0.01 * np.random.default_rng(5).standard_normal(problem.object_shape)
         state = initial_state(problem, aberrations=Aberrations(C10=80.0), alpha_mrad=ALPHA, thickness=thickness,
-                              slices=3, modes=2)
+                              slices=3, modes=2, first_phase=first)
         iterate(problem, state, options, free_bytes=1 << 30)
         states.append(state)
     host, device = states
-    for name in ("objects", "probe", "positions"):
-        a, b = getattr(host, name), cp.asnumpy(getattr(device, name))
+    intensity = {"objects": lambda s: s.objects, "probe": lambda s: (abs(s.probe) ** 2).sum(0),
+                 "positions": lambda s: s.positions}
+    for name, of in intensity.items():
+        a, b = of(host), cp.asnumpy(of(device))
         ratio = float(np.linalg.norm(b - a) / np.linalg.norm(a))
-        assert ratio <= 1e-4, (name, ratio)  # complex64 on both: rounding apart
-    np.testing.assert_allclose(device.losses, host.losses, rtol=1e-4)
+        assert ratio <= 3e-5, (name, ratio)  # complex64 on both: rounding apart (the CPU alone: 2e-7)
+    np.testing.assert_allclose(device.losses, host.losses, rtol=3e-5)
     if spacing:
         assert host.adam["slice_spacing"] != pytest.approx(20.0 / 3, rel=1e-4)  # it moved
         assert device.adam["slice_spacing"] == pytest.approx(host.adam["slice_spacing"], rel=1e-5)

@@ -325,12 +325,19 @@ class _Receiver:
             if time.perf_counter() - self.idle_since > DRAIN_S:
                 return "stop"
         if self.held and self.channel is not None:
-            pending, self.held[:] = list(self.held), []
-            for p in pending:
-                if not self.image(p):
-                    self._forward(p)
+            self._take_held()
             return "again"
         return "poll"
+
+    def _take_held(self) -> None:
+        """The images held until the channel came, taken in their order, before any later image: left until the
+        stream idled (the scan's end when it never does), they came after the rest of this receiver's frames, so
+        that their rows were closed and every one of them late (a third of a 128^2 scan's frames with 4 receivers
+        and 2 senders, each sender's start message reaching one of its two receivers)."""
+        pending, self.held[:] = list(self.held), []
+        for p in pending:
+            if not self.image(p):
+                self._forward(p)
 
     def _message(self) -> list | None:
         import zmq
@@ -358,8 +365,10 @@ class _Receiver:
                 continue
             self.idle_since = None
             count += 1
-            if count % 256 == 0:
-                self.orders()  # a stop while the stream is busy
+            if self.channel is None or count % 256 == 0:
+                self.orders()  # a stop while the stream is busy; the channel, as soon as it comes
+                if self.held and self.channel is not None:
+                    self._take_held()
             if self.image(parts):
                 continue
             if len(parts) == 1 and self.channel is None and parts[0].buffer[:1] != b"{" and _is_v2_image(parts):
