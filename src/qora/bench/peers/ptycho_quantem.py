@@ -1,0 +1,205 @@
+"""quantem's iterative multislice ptychography (PyTorch) on an abTEM fixture, or timed on a synthetic scan: the
+peer of ``qora bench ssb-ptycho``.
+
+Run by quantem's own environment (/work/envs/quantem, bench/quantem-env.sh), never by qora:
+
+    python ptycho_quantem.py FIXTURE.npz OUT.npz [--slices S] [--iterations N] [--batch B] [--modes M]
+        [--device cpu|cuda] [--lr LR] [--lr-probe LR] [--seed SEED]
+    python ptycho_quantem.py --timing [--positions 16384] [--detector 128] [--slices 10] [--modes 4]
+        [--iterations 2] [--batch B] [--device cuda] [--lr LR] [--lr-probe LR]
+
+Quality mode (defaults 4 slices, 10 iterations, batch 16 positions, 1 mode, object step 0.05 and probe step 1e-3,
+device cpu). FIXTURE is one of tests/ssb/fixtures/abtem_srtio3_ptycho_*.npz: its ``counts`` (scan_row, scan_col,
+det_row, det_col), qora's layout, which quantem reads as (Rx, Ry, Qx, Qy), and the true parameters. quantem's
+``PtychoLite`` (a pixelated complex object, a pixelated probe of M modes, AdamW on both, its l2 amplitude loss under
+autograd, shuffled batches of B positions, one optimiser step per batch; no position or descan learning, no
+regularisation) is given the energy, the semiangle, qora's C10 as quantem's C10 (both minus the defocus: quantem's
+alias ``defocus`` is -C10, so abTEM's defocus -100 A is C10 = +100 A), the scan step, the detector's mrad per pixel,
+S equal slices over ``thickness`` (quantem's slice_thicknesses are the S - 1 propagation distances), the rotation
+forced to 0 and no transpose (abTEM's fixtures), the patterns centred on their mean centre of mass (quantem's
+``constant`` fit), and half the probe window of padding around the scan (as py4DSTEM's default; quantem's own
+default, none, lets a window wrap around the object's periodic grid).
+
+Writes to OUT.npz: ``phase``, the object's phase summed over the slices (the sum of each slice's angle), ``slice_phases``
+(slices, rows, cols) each slice's angle (the entrance first), ``sampling`` (A per object pixel, row and column),
+``positions_px`` (each scan position's probe centre in object pixels, raster order (scan_row, scan_col): quantem's
+probe is corner-centred and a window's pixel 0 is its position), ``scan_map`` (the 2 x 3 affine from (scan_row,
+scan_col, 1) to the object's (row, col), fitted to those positions) and ``errors`` (quantem's loss by iteration).
+Prints one JSON line: the seconds of preprocess, of reconstruct and of each iteration, the settings, the final loss,
+quantem's version and, on cuda, torch.cuda.max_memory_allocated.
+
+Timing mode mirrors ``pass_time`` of src/qora/bench/ssb_ptycho.py: a raster of ``positions`` (a square number) of
+random positive counts on ``detector``^2 pixels (300 kV, 25 mrad, C10 100 A, object pixels of 0.1 A so the probe
+window is ``detector``^2 object pixels, a scan step of 2 object pixels as qora's), ``slices`` slices 10 A apart and
+``modes`` probe modes; default batch 512 positions (quantem's own default, the whole scan in one batch, does not fit
+a GPU at this size). Prints one JSON line: the seconds of preprocess, the median seconds per iteration after the
+first (the warm-up), positions per second and the peak GPU memory.
+"""
+
+import argparse
+import json
+import time
+import warnings
+
+import numpy as np
+
+KV, ALPHA, C10 = 300.0, 25.0, 100.0  # timing mode's optics
+
+
+def build(counts, *, kv, alpha, c10, step, mrad, slices, thickness, modes, device, seed, centre="no_shift"):
+    """A preprocessed quantem PtychoLite for ``counts`` (scan_row, scan_col, det_row, det_col) and the truth."""
+    import torch
+    from quantem.core.datastructures.dataset4dstem import Dataset4dstem
+    from quantem.diffractive_imaging import PtychographyDatasetRaster, PtychoLite
+
+    class Timed(PtychoLite):
+        """PtychoLite stamping the end of each iteration (synchronised), for the seconds per iteration."""
+
+        stamps: list = []
+
+        def _record_iter(self, iter_loss, autograd):
+            super()._record_iter(iter_loss, autograd)
+            if str(self._single_device).startswith("cuda"):
+                torch.cuda.synchronize()
+            self.stamps.append(time.perf_counter())
+
+    energy = kv * 1e3
+    pad = (counts.shape[-2] // 2, counts.shape[-1] // 2)
+    ds = Dataset4dstem.from_array(counts, sampling=(step, step, mrad, mrad), units=["A", "A", "mrad", "mrad"])
+    dset = PtychographyDatasetRaster.from_dataset4dstem(ds, verbose=0, learn_descan=False, learn_scan_positions=False)
+    dset.preprocess(com_fit_function=centre, force_com_rotation=0.0, force_com_transpose=False,
+                    obj_padding_px=pad, plot_rotation=False, plot_com=False, probe_energy=energy)
+    ptycho = Timed.from_dataset(dset, num_slices=slices, slice_thicknesses=thickness / slices if slices > 1 else None,
+                                num_probes=modes, energy=energy, semiangle_cutoff=alpha,
+                                polar_parameters={"C10": c10}, obj_padding_px=pad, device=device, verbose=0, rng=seed)
+    ptycho.stamps = []
+    return ptycho
+
+
+def run(ptycho, *, iterations, batch, lr, lr_probe, optimizer, analytic):
+    """Reconstructs; returns (seconds in all, seconds of each iteration)."""
+    import torch
+    from quantem.diffractive_imaging import Ptychography
+
+    params = {"object": {"name": optimizer, "lr": lr}}
+    if lr_probe > 0:
+        params["probe"] = {"name": optimizer, "lr": lr_probe}
+    if ptycho.device.startswith("cuda"):
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    # PtychoLite.reconstruct less its fixed choice of AdamW: the same call it makes, all schedulers "none"
+    Ptychography.reconstruct(ptycho, num_iters=iterations, optimizer_params=params,
+                             scheduler_params={k: {"name": "none"} for k in params}, batch_size=batch,
+                             autograd=not analytic)
+    total = time.perf_counter() - t0
+    return total, np.diff([t0] + ptycho.stamps).tolist()
+
+
+def peak_memory(device):
+    import torch
+
+    return int(torch.cuda.max_memory_allocated()) if device.startswith("cuda") else None
+
+
+def quality(args):
+    import quantem
+
+    data = np.load(args.fixture)
+    counts = np.asarray(data["counts"], np.float32)
+    kv, alpha, c10 = float(data["kv"]), float(data["alpha_mrad"]), float(data["C10"])
+    step, mrad = float(data["scan_step"]), float(data["detector_mrad_per_pixel"])
+    thickness = float(data["thickness"])
+    t0 = time.perf_counter()
+    ptycho = build(counts, kv=kv, alpha=alpha, c10=c10, step=step, mrad=mrad, slices=args.slices,
+                   thickness=thickness, modes=args.modes, device=args.device, seed=args.seed)
+    t_pre = time.perf_counter() - t0
+    t_rec, per_iter = run(ptycho, iterations=args.iterations, batch=args.batch, lr=args.lr, lr_probe=args.lr_probe,
+                          optimizer=args.optimizer, analytic=args.analytic)
+    slice_phases = np.angle(np.asarray(ptycho.obj))
+    positions = np.asarray(ptycho.dset.scan_positions_px.detach().cpu().numpy(), np.float64)
+    rows, cols = counts.shape[:2]
+    ii, jj = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    design = np.stack([ii.ravel(), jj.ravel(), np.ones(ii.size)], 1)
+    scan_map = np.linalg.lstsq(design, positions, rcond=None)[0].T
+    errors = np.asarray(ptycho.iter_losses)
+    np.savez(args.out, phase=slice_phases.sum(0), slice_phases=slice_phases.astype(np.float32),
+             sampling=np.asarray(ptycho.sampling, np.float64), positions_px=positions, scan_map=scan_map,
+             errors=errors)
+    print(json.dumps({"seconds": {"preprocess": t_pre, "reconstruct": t_rec, "per_iteration": per_iter},
+                      "settings": {"slices": args.slices, "slice_thickness": thickness / args.slices,
+                                   "iterations": args.iterations, "batch": args.batch, "modes": args.modes,
+                                   "lr_obj": args.lr, "lr_probe": args.lr_probe, "optimizer": args.optimizer,
+                                   "analytic": args.analytic, "loss": "l2_amplitude", "device": args.device, "rotation_deg": 0.0,
+                                   "transpose": False, "C10": c10, "padding_px": [int(p) for p in ptycho.obj_padding_px],
+                                   "seed": args.seed},
+                      "loss": float(errors[-1]), "object_shape": list(slice_phases.shape),
+                      "quantem": quantem.__version__, "peak_bytes": peak_memory(args.device)}))
+
+
+def timing(args):
+    import quantem
+    import torch
+
+    side = int(round(args.positions**0.5))
+    if side * side != args.positions:
+        raise SystemExit(f"--positions must be a square number, got {args.positions}")
+    n, pixel = args.detector, 0.1
+    wavelength = 12.2643 / np.sqrt(KV * 1e3 * (1 + 0.978476e-6 * KV * 1e3))  # A
+    mrad = wavelength / (n * pixel) * 1e3  # the detector pixel that makes object pixels of 0.1 A
+    counts = np.random.default_rng(args.seed).random((side, side, n, n), dtype=np.float32) * 10 + 0.1
+    t0 = time.perf_counter()
+    ptycho = build(counts, kv=KV, alpha=ALPHA, c10=C10, step=2 * pixel, mrad=mrad, slices=args.slices,
+                   thickness=10.0 * args.slices, modes=args.modes, device=args.device, seed=args.seed)
+    del counts
+    t_pre = time.perf_counter() - t0
+    if args.device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+    _, per_iter = run(ptycho, iterations=args.iterations, batch=args.batch, lr=args.lr, lr_probe=args.lr_probe,
+                          optimizer=args.optimizer, analytic=args.analytic)
+    timed = per_iter[1:] if len(per_iter) > 1 else per_iter
+    seconds = float(np.median(timed))
+    print(json.dumps({"timing": f"{args.positions}x{n}/{args.slices}s{args.modes}m", "seconds_per_iteration": seconds,
+                      "positions_per_s": args.positions / seconds, "peak_bytes": peak_memory(args.device),
+                      "seconds": {"preprocess": t_pre, "iterations": per_iter},
+                      "settings": {"batch": args.batch, "device": args.device, "optimizer": args.optimizer,
+                                   "analytic": args.analytic, "lr_obj": args.lr,
+                                   "lr_probe": args.lr_probe, "object_shape": [int(v) for v in ptycho.obj_shape_full],
+                                   "object_pixel_A": pixel, "scan_step_px": 2},
+                      "quantem": quantem.__version__, "torch": torch.__version__}))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("fixture", nargs="?")
+    p.add_argument("out", nargs="?")
+    p.add_argument("--timing", action="store_true")
+    p.add_argument("--positions", type=int, default=128**2)
+    p.add_argument("--detector", type=int, default=128)
+    p.add_argument("--slices", type=int)
+    p.add_argument("--modes", type=int)
+    p.add_argument("--iterations", type=int)
+    p.add_argument("--batch", type=int)
+    p.add_argument("--device")
+    p.add_argument("--lr", type=float, default=0.05, help="AdamW step of the object")
+    p.add_argument("--lr-probe", type=float, default=1e-3, help="AdamW step of the probe (quantem's default)")
+    p.add_argument("--optimizer", choices=("adamw", "adam", "sgd"), default="adamw")
+    p.add_argument("--analytic", action="store_true",
+                   help="quantem's analytic gradient with its ePIE step normalisation instead of autograd")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    defaults = (dict(slices=10, modes=4, iterations=2, batch=512, device="cuda") if args.timing else
+                dict(slices=4, modes=1, iterations=10, batch=16, device="cpu"))
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.timing:
+        timing(args)
+    elif args.fixture and args.out:
+        quality(args)
+    else:
+        p.error("FIXTURE and OUT are needed, or --timing")
+
+
+if __name__ == "__main__":
+    main()
