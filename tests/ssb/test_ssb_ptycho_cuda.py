@@ -48,6 +48,35 @@ def test_the_model_and_its_gradients_on_the_device_equal_the_cpu(cp):
         np.testing.assert_allclose(cp.asnumpy(d), h, rtol=0, atol=1e-10 * np.abs(h).max())
 
 
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_the_slice_kernels_equal_the_array_code(cp, dtype):
+    """ptycho.cu's transmission and its adjoint (the sums into the slice's gradient and its illumination by
+    atomics, windows overlapping by all but a pixel) against the array code on the host; a float64 illumination
+    beside complex64 waves takes the kernel's float32 sum and is added in."""
+    from qora.ssb.ptycho.model import _slice_adjoint, _transmit
+
+    rng = np.random.default_rng(1)
+    n, modes = 12, 3
+    slice_ = (rng.standard_normal((30, 34)) + 1j * rng.standard_normal((30, 34))).astype(dtype)
+    corners = np.array([[0, 0], [1, 0], [0, 1], [5, 7], [18, 22], [1, 1]], np.int64)
+    wave = (rng.standard_normal((6, modes, n, n)) + 1j * rng.standard_normal((6, modes, n, n))).astype(dtype)
+    g = (rng.standard_normal(wave.shape) + 1j * rng.standard_normal(wave.shape)).astype(dtype)
+    out, patch = _transmit(slice_, wave, corners, n)
+    d_out, d_patch = _transmit(cp.asarray(slice_), cp.asarray(wave), cp.asarray(corners), n)
+    assert patch is not None and d_patch is None  # the kernel's path keeps no windows
+    bound = 1e-6 if dtype == np.complex64 else 1e-13
+    np.testing.assert_allclose(cp.asnumpy(d_out), out, rtol=0, atol=bound * np.abs(out).max())
+    for lit_dtype in (slice_.real.dtype, np.float64):
+        g_slice, lit = np.zeros_like(slice_), np.zeros(slice_.shape, lit_dtype)
+        d_slice, d_lit = cp.zeros_like(cp.asarray(slice_)), cp.zeros(slice_.shape, lit_dtype)
+        g_next = _slice_adjoint(g, wave, slice_, patch, corners, g_slice, lit)
+        d_next = _slice_adjoint(cp.asarray(g), cp.asarray(wave), cp.asarray(slice_), None, cp.asarray(corners),
+                                d_slice, d_lit)
+        for host, device in ((g_next, d_next), (g_slice, d_slice), (lit, d_lit)):
+            np.testing.assert_allclose(cp.asnumpy(device), host, rtol=0, atol=bound * 10 * np.abs(host).max())
+        assert np.abs(lit).max() > 0 and np.count_nonzero(g_slice) > 400  # the windows' pixels were reached
+
+
 @pytest.mark.parametrize("spacing", [False, True])
 def test_the_solvers_passes_on_the_device_equal_the_cpu(film, spacing):
     """Three passes on both backends from the same start (the measured aperture, focal-spread modes, a phase of

@@ -2,7 +2,8 @@
 
 The sources are ``ssb.cu`` (the image sums, the mean-phase planes, the upsampled parallax, the
 general band batch), ``band.cu`` (the quadratic-chi band kernels of the fits), ``depth.cu`` (the
-depth-incoherent model's section transfers) and ``bslz4.cu``
+depth-incoherent model's section transfers), ``ptycho.cu`` (the multislice model's per-slice products) and
+``bslz4.cu``
 (DECTRIS frames decoded from bitshuffle-LZ4 into the gathered pixels, live), compiled on first
 use by :func:`qora.backend.kernels.get_kernel`, the one loader. Each launcher takes keyword
 arguments, computes its launch configuration (grid, block, shared memory) itself and names in
@@ -23,7 +24,7 @@ from qora.backend.kernels import get_kernel
 __all__ = ["ssb_sums", "chi_pixels", "loss_half", "loss_moments", "parallax_fine", "band_batch",
            "band_quad_batch", "band_quad_standard", "band_quad_derivatives", "agreement_sum", "derivative_sums",
            "incoherent_transfers", "incoherent_sums", "incoherent_tasks", "double_overlap",
-           "INCOHERENT_KINDS", "bslz4_gather", "bslz4_shared_bytes",
+           "INCOHERENT_KINDS", "bslz4_gather", "bslz4_shared_bytes", "ptycho_transmit", "ptycho_slice_adjoint",
            "kernel", "compile_modules", "complex_tag", "most_sets", "batch_size",
            "batch_kernel_name", "table_bytes", "sets_per_launch", "FINE_FACTORS", "BLOCK", "SHARED_BYTES"]
 
@@ -54,6 +55,7 @@ _MODULES = {
                + ("band_quad_derivatives<3>", "band_quad_derivatives<6>"),
     "depth.cu": tuple(f"incoherent_transfers<{c}, {o}>" for c in ("float2", "double2") for o in (0, 1, 2))
                 + tuple(f"incoherent_sums<{c}, {o}>" for c in ("float2", "double2") for o in (0, 2)) + ("double_overlap",),
+    "ptycho.cu": tuple(f"{k}<{c}>" for k in ("ptycho_transmit", "ptycho_slice_adjoint") for c in ("float2", "double2")),
     "bslz4.cu": tuple(f"bslz4_gather<{t}, {o}>" for t in ("unsigned char", "unsigned short", "unsigned int")
                       for o in ("float", "double")),
 }
@@ -446,6 +448,35 @@ def double_overlap(*, k, qy, qx, limit: float, out) -> None:
 
     Reference: the sum over k of A1^2 + A2^2 in ``qora.ssb.depth.IncoherentBand``."""
     kernel("double_overlap")((int(qy.size),), (256,), (k, qy, qx, np.int32(len(k)), np.float64(limit), out))
+
+
+# -- ptycho.cu ------------------------------------------------------------------------------------
+def _window_launch(wave):
+    """One thread a (window, pixel): the grid, the block and the (batch, modes, side) arguments."""
+    batch, modes, n = int(wave.shape[0]), int(wave.shape[1]), int(wave.shape[-1])
+    return (-(-batch * n * n // 256),), (256,), (np.int32(batch), np.int32(modes), np.int32(n))
+
+
+def ptycho_transmit(*, wave, slice_, corners, out) -> None:
+    """``out`` = ``wave`` (B, K, N, N) times the windows of ``slice_`` (H, W) at ``corners`` (B, 2) int64 (each
+    window's first pixel), all contiguous and of one complex dtype.
+
+    Reference: ``wave * slice_[windows][:, None]`` in ``qora.ssb.ptycho.model.forward``."""
+    grid, block, (batch, modes, n) = _window_launch(wave)
+    kernel(f"ptycho_transmit<{complex_tag(wave)}>")(
+        grid, block, (wave, slice_, corners, out, batch, modes, n, np.int32(slice_.shape[1])))
+
+
+def ptycho_slice_adjoint(*, wave, g, slice_, corners, g_out, g_slice, lit=None) -> None:
+    """The slice's adjoint in the backward pass: ``g_slice`` (H, W) += sum over modes of conj(``wave``) ``g`` at
+    each window, ``lit`` (H, W, real; optional) += sum over modes of |``wave``|^2, ``g_out`` = ``g`` times the
+    windows' conj(``slice_``); ``wave``, ``g``, ``g_out`` (B, K, N, N), contiguous, one complex dtype.
+
+    Reference: ``qora.ssb.ptycho.model._scatter_add`` of those sums and the product in ``backward``."""
+    grid, block, (batch, modes, n) = _window_launch(wave)
+    lit = np.uint64(0) if lit is None else lit  # 0: a null pointer, no sum
+    kernel(f"ptycho_slice_adjoint<{complex_tag(wave)}>")(
+        grid, block, (wave, g, slice_, corners, g_out, g_slice, lit, batch, modes, n, np.int32(slice_.shape[1])))
 
 
 # -- bslz4.cu -------------------------------------------------------------------------------------

@@ -82,9 +82,53 @@ class Batch:
     ramps: object  # (B, N, N): exp(-2 pi i k.f), the sub-pixel shift in Fourier space
     probe_k: object  # (K, N, N): F(P)
     waves: list  # psi_s (B, K, N, N), the wave entering slice s
-    patches: list  # O_s[c_j] (B, N, N)
+    patches: list  # O_s[c_j] (B, N, N), or None where the CUDA kernels read the slice (model._transmit)
     far: object  # Psi (B, K, N, N)
     intensity: object  # I (B, N, N)
+
+
+def _on_device_kernels(wave, slice_) -> bool:
+    """Whether the slice products run as qora.ssb.kernels' ptycho kernels: CuPy arrays of one complex dtype."""
+    return xp_of(wave) is not np and wave.dtype == slice_.dtype and wave.dtype in (np.complex64, np.complex128)
+
+
+def _transmit(slice_, wave, corners, n: int):
+    """The waves (B, K, N, N) through one slice: (wave times the slice's window at each corner, the windows (B, N,
+    N) for the backward pass, or None where the kernel made the product and the backward kernel reads the slice
+    again)."""
+    if not _on_device_kernels(wave, slice_):
+        patch = _patches(slice_, corners, n)
+        return wave * patch[:, None], patch
+    from qora.ssb.kernels import ptycho_transmit
+
+    xp = xp_of(wave)
+    wave = xp.ascontiguousarray(wave)
+    out = xp.empty_like(wave)
+    ptycho_transmit(wave=wave, slice_=xp.ascontiguousarray(slice_), corners=xp.ascontiguousarray(corners), out=out)
+    return out, None
+
+
+def _slice_adjoint(g, wave, slice_, patch, corners, g_slice, lit):
+    """One slice of the backward pass: the sum over modes of conj(wave) g added into ``g_slice`` (H, W) at the
+    windows, that of |wave|^2 into ``lit`` (H, W; None: not summed), and g times the windows' conj(O) returned."""
+    xp = xp_of(g)
+    if patch is not None:
+        n = g.shape[-1]
+        _scatter_add(g_slice, (xp.conj(wave) * g).sum(1), corners, n)
+        if lit is not None:
+            _scatter_add(lit, (wave.real**2 + wave.imag**2).sum(1), corners, n)
+        return xp.conj(patch)[:, None] * g
+    from qora.ssb.kernels import ptycho_slice_adjoint
+
+    g = xp.ascontiguousarray(g, dtype=wave.dtype)  # the model's precision (g is complex128 from float64 counts)
+    out = xp.empty_like(g)
+    real = wave.real.dtype
+    into = lit if lit is None or lit.dtype == real else xp.zeros(lit.shape, real)
+    ptycho_slice_adjoint(wave=xp.ascontiguousarray(wave), g=g, slice_=xp.ascontiguousarray(slice_),
+                         corners=xp.ascontiguousarray(corners), g_out=out, g_slice=g_slice, lit=into)
+    if into is not lit:
+        lit += into
+    return out
 
 
 def _patches(slice_, corners, n: int):
@@ -113,10 +157,9 @@ def forward(objects, probe, positions, grid: Grid, prop=None) -> Batch:
     wave = ifftn(ramps[:, None] * probe_k[None], axes=(-2, -1), norm="ortho")  # (B, K, N, N)
     waves, patches = [], []
     for s in range(objects.shape[0]):
-        patch = _patches(objects[s], corners, n)
         waves.append(wave)
+        wave, patch = _transmit(objects[s], wave, corners, n)
         patches.append(patch)
-        wave = wave * patch[:, None]
         if s + 1 < objects.shape[0]:
             wave = ifftn(fftn(wave, axes=(-2, -1), norm="ortho") * prop, axes=(-2, -1), norm="ortho")
     far = fftn(wave, axes=(-2, -1), norm="ortho")
@@ -160,7 +203,6 @@ def backward(b: Batch, g_exit, objects, grid: Grid, *, prop=None, want_positions
     ``derivatives`` (a dict), if given, receives "slice_spacing": dL/d dz = 2 Re sum over the propagations of
     <F g(psi_{s+1}), -i pi lambda |k|^2 F psi_{s+1}> (the propagator's derivative is -i pi lambda |k|^2 times it)."""
     xp = xp_of(objects)
-    n = grid.window
     prop = propagator(grid, xp, objects.dtype) if prop is None else prop
     g = g_exit
     g_objects = xp.zeros_like(objects)
@@ -175,10 +217,8 @@ def backward(b: Batch, g_exit, objects, grid: Grid, *, prop=None, want_positions
                 entering = fftn(b.waves[s + 1], axes=(-2, -1), norm="ortho")
                 d_spacing = d_spacing + (xp.conj(g_k) * slope * entering).real.sum()
             g = ifftn(g_k * xp.conj(prop), axes=(-2, -1), norm="ortho")
-        _scatter_add(g_objects[s], (xp.conj(b.waves[s]) * g).sum(1), b.corners, n)
-        if illumination is not None:
-            _scatter_add(illumination[s], (b.waves[s].real**2 + b.waves[s].imag**2).sum(1), b.corners, n)
-        g = xp.conj(b.patches[s])[:, None] * g
+        g = _slice_adjoint(g, b.waves[s], objects[s], b.patches[s], b.corners, g_objects[s],
+                           None if illumination is None else illumination[s])
     if derivatives is not None:
         derivatives["slice_spacing"] = 2.0 * float(d_spacing)
     g_k = fftn(g, axes=(-2, -1), norm="ortho")  # (B, K, N, N): the gradient of the shifted probe, in Fourier space
