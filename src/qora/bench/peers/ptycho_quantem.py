@@ -114,7 +114,7 @@ def quality(args):
                    thickness=thickness, modes=args.modes, device=args.device, seed=args.seed)
     t_pre = time.perf_counter() - t0
     t_rec, per_iter = run(ptycho, iterations=args.iterations, batch=args.batch, lr=args.lr, lr_probe=args.lr_probe,
-                          optimizer=args.optimizer, analytic=args.analytic)
+                          optimizer=args.optimizer, analytic=not args.autograd)
     slice_phases = np.angle(np.asarray(ptycho.obj))
     positions = np.asarray(ptycho.dset.scan_positions_px.detach().cpu().numpy(), np.float64)
     rows, cols = counts.shape[:2]
@@ -129,7 +129,7 @@ def quality(args):
                       "settings": {"slices": args.slices, "slice_thickness": thickness / args.slices,
                                    "iterations": args.iterations, "batch": args.batch, "modes": args.modes,
                                    "lr_obj": args.lr, "lr_probe": args.lr_probe, "optimizer": args.optimizer,
-                                   "analytic": args.analytic, "loss": "l2_amplitude", "device": args.device, "rotation_deg": 0.0,
+                                   "analytic": not args.autograd, "loss": "l2_amplitude", "device": args.device, "rotation_deg": 0.0,
                                    "transpose": False, "C10": c10, "padding_px": [int(p) for p in ptycho.obj_padding_px],
                                    "seed": args.seed},
                       "loss": float(errors[-1]), "object_shape": list(slice_phases.shape),
@@ -155,14 +155,14 @@ def timing(args):
     if args.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     _, per_iter = run(ptycho, iterations=args.iterations, batch=args.batch, lr=args.lr, lr_probe=args.lr_probe,
-                          optimizer=args.optimizer, analytic=args.analytic)
+                          optimizer=args.optimizer, analytic=not args.autograd)
     timed = per_iter[1:] if len(per_iter) > 1 else per_iter
     seconds = float(np.median(timed))
     print(json.dumps({"timing": f"{args.positions}x{n}/{args.slices}s{args.modes}m", "seconds_per_iteration": seconds,
                       "positions_per_s": args.positions / seconds, "peak_bytes": peak_memory(args.device),
                       "seconds": {"preprocess": t_pre, "iterations": per_iter},
                       "settings": {"batch": args.batch, "device": args.device, "optimizer": args.optimizer,
-                                   "analytic": args.analytic, "lr_obj": args.lr,
+                                   "analytic": not args.autograd, "lr_obj": args.lr,
                                    "lr_probe": args.lr_probe, "object_shape": [int(v) for v in ptycho.obj_shape_full],
                                    "object_pixel_A": pixel, "scan_step_px": 2},
                       "quantem": quantem.__version__, "torch": torch.__version__}))
@@ -180,16 +180,16 @@ def main(argv=None):
     p.add_argument("--iterations", type=int)
     p.add_argument("--batch", type=int)
     p.add_argument("--device")
-    p.add_argument("--lr", type=float, default=0.05, help="AdamW step of the object")
-    p.add_argument("--lr-probe", type=float, default=1e-3, help="AdamW step of the probe (quantem's default)")
-    p.add_argument("--optimizer", choices=("adamw", "adam", "sgd"), default="adamw")
-    p.add_argument("--analytic", action="store_true",
-                   help="quantem's analytic gradient with its ePIE step normalisation instead of autograd")
+    p.add_argument("--lr", type=float, default=0.1, help="the object's learning rate")
+    p.add_argument("--lr-probe", type=float, default=0.1, help="the probe's learning rate (0: a fixed probe)")
+    p.add_argument("--optimizer", choices=("sgd", "adamw", "adam"), default="sgd")
+    p.add_argument("--autograd", action="store_true",
+                   help="autograd's gradient instead of quantem's analytic one with its ePIE step normalisation")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore")
     defaults = (dict(slices=10, modes=4, iterations=2, batch=512, device="cuda") if args.timing else
-                dict(slices=4, modes=1, iterations=10, batch=16, device="cpu"))
+                dict(slices=4, modes=1, iterations=20, batch=64, device="cpu"))
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)

@@ -52,7 +52,7 @@ class Grid:
 
     def frequencies(self, xp=np):
         """ky (N, 1) and kx (1, N), 1/A, in FFT order."""
-        k = xp.asarray(np.fft.fftfreq(self.window, self.pixel))
+        k = xp.fft.fftfreq(self.window, self.pixel)  # made where used: a host copy a call waited for the device
         return k[:, None], k[None, :]
 
 
@@ -168,32 +168,34 @@ def forward(objects, probe, positions, grid: Grid, prop=None) -> Batch:
 
 
 def loss_and_gradients(objects, probe, positions, amplitudes, grid: Grid, *, prop=None, want_positions: bool = False,
-                       illumination=None, floor: float = 1e-12, noise: str = "amplitude", derivatives=None):
+                       illumination=None, floor: float = 1e-12, noise: str = "amplitude", derivatives=None,
+                       host_loss: bool = True):
     """The amplitude misfit L of the batch at ``positions`` against the measured amplitudes sqrt(D) (B, N, N, FFT
     order) and its Wirtinger gradients: (L, g_objects (S, H, W) with zeros off the windows, g_probe (K, N, N),
     dL/d positions (B, 2) real or None). ``illumination`` (S, H, W) real, if given, receives the summed intensity
     of the waves entering each slice (the solver's step scale). ``floor``: I below it counts as that (sqrt(I) has
     no derivative at 0). ``noise`` "poisson": the Poisson misfit sum (I - D log I) - (D - D log D) (0 at I = D)
     instead, with g(Psi_m) = (1 - D / I) Psi_m. ``derivatives`` (a dict), if given, receives "slice_spacing": dL/d dz
-    (1/A), the misfit's derivative with respect to the slices' spacing (:func:`backward`)."""
+    (1/A), the misfit's derivative with respect to the slices' spacing (:func:`backward`). ``host_loss`` False: L as
+    a 0-d array of the inputs' kind (on the GPU, read it once a pass: a read each batch waits for the device)."""
     xp = xp_of(objects, probe)
     prop = propagator(grid, xp, objects.dtype) if prop is None else prop
     b = forward(objects, probe, positions, grid, prop)
     intensity = xp.maximum(b.intensity, floor)
     if noise == "poisson":
         counts = amplitudes**2
-        loss = float((intensity - counts - counts * xp.log(intensity / xp.maximum(counts, floor))).sum())
+        loss = (intensity - counts - counts * xp.log(intensity / xp.maximum(counts, floor))).sum()
         weight = 1.0 - counts / intensity
     elif noise == "amplitude":
         root = xp.sqrt(intensity)
-        loss = float(((root - amplitudes) ** 2).sum())
+        loss = ((root - amplitudes) ** 2).sum()
         weight = 1.0 - amplitudes / root
     else:
         raise ValueError(f"noise must be 'amplitude' or 'poisson', got {noise!r}")
     g_exit = ifftn(weight[:, None] * b.far, axes=(-2, -1), norm="ortho")
     g_objects, g_probe, g_positions = backward(b, g_exit, objects, grid, prop=prop, want_positions=want_positions,
                                                illumination=illumination, derivatives=derivatives)
-    return loss, g_objects, g_probe, g_positions
+    return (float(loss) if host_loss else loss), g_objects, g_probe, g_positions
 
 
 def backward(b: Batch, g_exit, objects, grid: Grid, *, prop=None, want_positions: bool = False, illumination=None,

@@ -273,7 +273,7 @@ def _spacing_step(state: PtychoState, derivative: float, spacing: float, rate: f
 def _step(problem: Problem, state: PtychoState, options: PtychoOptions, index, prop, *, probe: bool,
           positions: bool, scale: bool, spacing: bool = False) -> float:
     """One mini-batch step on the positions ``index`` (``probe``, ``positions``, ``scale``, ``spacing``: which of
-    them are refined too); returns the batch's misfit."""
+    them are refined too); returns the batch's misfit (a 0-d array: read once a pass)."""
     xp = xp_of(state.probe)
     lit = xp.zeros(state.objects.shape, state.objects.real.dtype)
     grid = current_grid(problem, state)
@@ -283,7 +283,7 @@ def _step(problem: Problem, state: PtychoState, options: PtychoOptions, index, p
     loss, g_obj, g_probe, g_pos = loss_and_gradients(state.objects, state.probe, state.positions[index],
                                                      problem.amplitudes[index], grid, prop=prop,
                                                      want_positions=positions or scale, illumination=lit,
-                                                     noise=options.noise, derivatives=derivatives)
+                                                     noise=options.noise, derivatives=derivatives, host_loss=False)
     if scale:
         _scale_step(state, g_pos, index, options.scale_rate)
     if spacing:
@@ -345,9 +345,10 @@ def iterate(problem: Problem, state: PtychoState, options: PtychoOptions, *, fre
     start = state.adam.setdefault("start_positions", state.positions.copy())
     while state.iteration < planned_passes(state, options):
         t0, loss = time.perf_counter(), 0.0
-        order = np.random.default_rng(options.seed + state.iteration).permutation(j)
+        # the pass's order sent once (a copy a batch from pageable memory waited for the device each time)
+        order = xp.asarray(np.random.default_rng(options.seed + state.iteration).permutation(j))
         for first in range(0, j, batch):
-            loss += _step(problem, state, options, xp.asarray(order[first:first + batch]), prop,
+            loss += _step(problem, state, options, order[first:first + batch], prop,
                           probe=state.iteration >= options.probe_from,
                           positions=state.iteration >= options.positions_from and options.position_rate > 0,
                           scale=state.iteration >= options.scale_from and options.scale_rate > 0,
@@ -360,6 +361,7 @@ def iterate(problem: Problem, state: PtychoState, options: PtychoOptions, *, fre
             remove_ramp(problem, state)
         state.objects = kz_filter(state.objects, options.kz_filter, problem.grid.pixel,
                                   current_grid(problem, state).slice_spacing)
+        loss = float(loss)
         state.iteration += 1
         state.losses.append(loss / total)
         _note_settling(state, options.settle)
