@@ -87,6 +87,12 @@ class Batch:
     intensity: object  # I (B, N, N)
 
 
+def _propagate(wave, scaled):
+    """The waves (B, K, N, N) over one slice spacing: F^-1 (F(wave) prop) with unscaled transforms and ``scaled`` the
+    propagator over N^2 (the unitary transforms' product; their own scaling was a pass over the waves each)."""
+    return ifftn(fftn(wave, axes=(-2, -1)) * scaled, axes=(-2, -1), norm="forward")
+
+
 def _on_device_kernels(wave, slice_) -> bool:
     """Whether the slice products run as qora.ssb.kernels' ptycho kernels: CuPy arrays of one complex dtype."""
     return xp_of(wave) is not np and wave.dtype == slice_.dtype and wave.dtype in (np.complex64, np.complex128)
@@ -156,12 +162,13 @@ def forward(objects, probe, positions, grid: Grid, prop=None) -> Batch:
     probe_k = fftn(probe, axes=(-2, -1), norm="ortho")
     wave = ifftn(ramps[:, None] * probe_k[None], axes=(-2, -1), norm="ortho")  # (B, K, N, N)
     waves, patches = [], []
+    scaled = prop / (n * n)  # the transforms' two 1/N folded into the propagator: no scaling pass a transform
     for s in range(objects.shape[0]):
         waves.append(wave)
         wave, patch = _transmit(objects[s], wave, corners, n)
         patches.append(patch)
         if s + 1 < objects.shape[0]:
-            wave = ifftn(fftn(wave, axes=(-2, -1), norm="ortho") * prop, axes=(-2, -1), norm="ortho")
+            wave = _propagate(wave, scaled)
     far = fftn(wave, axes=(-2, -1), norm="ortho")
     intensity = (far.real**2 + far.imag**2).sum(1)
     return Batch(corners, ramps, probe_k, waves, patches, far, intensity)
@@ -205,7 +212,9 @@ def backward(b: Batch, g_exit, objects, grid: Grid, *, prop=None, want_positions
     ``derivatives`` (a dict), if given, receives "slice_spacing": dL/d dz = 2 Re sum over the propagations of
     <F g(psi_{s+1}), -i pi lambda |k|^2 F psi_{s+1}> (the propagator's derivative is -i pi lambda |k|^2 times it)."""
     xp = xp_of(objects)
+    n = grid.window
     prop = propagator(grid, xp, objects.dtype) if prop is None else prop
+    scaled = xp.conj(prop) / (n * n)  # as in forward
     g = g_exit
     g_objects = xp.zeros_like(objects)
     d_spacing = 0.0  # summed on the device, read once: a read per slice would stall the GPU's queue each time
@@ -214,15 +223,15 @@ def backward(b: Batch, g_exit, objects, grid: Grid, *, prop=None, want_positions
         slope = -1j * np.pi * grid.wavelength * (ky**2 + kx**2)
     for s in range(objects.shape[0] - 1, -1, -1):
         if s + 1 < objects.shape[0]:
-            g_k = fftn(g, axes=(-2, -1), norm="ortho")
+            g_k = fftn(g, axes=(-2, -1))  # N times the unitary transform (its 1/N^2 in ``scaled``)
             if derivatives is not None:
-                entering = fftn(b.waves[s + 1], axes=(-2, -1), norm="ortho")
+                entering = fftn(b.waves[s + 1], axes=(-2, -1))
                 d_spacing = d_spacing + (xp.conj(g_k) * slope * entering).real.sum()
-            g = ifftn(g_k * xp.conj(prop), axes=(-2, -1), norm="ortho")
+            g = ifftn(g_k * scaled, axes=(-2, -1), norm="forward")
         g = _slice_adjoint(g, b.waves[s], objects[s], b.patches[s], b.corners, g_objects[s],
                            None if illumination is None else illumination[s])
     if derivatives is not None:
-        derivatives["slice_spacing"] = 2.0 * float(d_spacing)
+        derivatives["slice_spacing"] = 2.0 * float(d_spacing) / (n * n)  # two unscaled transforms, N each
     g_k = fftn(g, axes=(-2, -1), norm="ortho")  # (B, K, N, N): the gradient of the shifted probe, in Fourier space
     g_probe = ifftn((xp.conj(b.ramps)[:, None] * g_k).sum(0), axes=(-2, -1), norm="ortho")
     if not want_positions:
