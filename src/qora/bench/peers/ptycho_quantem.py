@@ -1,39 +1,44 @@
 """quantem's iterative multislice ptychography (PyTorch) on an abTEM fixture, or timed on a synthetic scan: the
 peer of ``qora bench ssb-ptycho``.
 
-Run by quantem's own environment (/work/envs/quantem, bench/quantem-env.sh), never by qora:
+Run by quantem's own environment (quantem 0.1.10: /work/envs/quantem, bench/quantem-env.sh), never by qora:
 
-    python ptycho_quantem.py FIXTURE.npz OUT.npz [--slices S] [--iterations N] [--batch B] [--modes M]
-        [--device cpu|cuda] [--lr LR] [--lr-probe LR] [--seed SEED]
+    python ptycho_quantem.py FIXTURE.npz OUT.npz [--slices 4] [--iterations 20] [--batch 64] [--modes 1]
+        [--device cpu|cuda] [--lr 0.1] [--lr-probe 0.1] [--optimizer sgd|adamw|adam] [--autograd] [--seed 0]
     python ptycho_quantem.py --timing [--positions 16384] [--detector 128] [--slices 10] [--modes 4]
-        [--iterations 2] [--batch B] [--device cuda] [--lr LR] [--lr-probe LR]
+        [--iterations 2] [--batch 512] [--device cuda] (and the options above)
 
-Quality mode (defaults 4 slices, 10 iterations, batch 16 positions, 1 mode, object step 0.05 and probe step 1e-3,
-device cpu). FIXTURE is one of tests/ssb/fixtures/abtem_srtio3_ptycho_*.npz: its ``counts`` (scan_row, scan_col,
-det_row, det_col), qora's layout, which quantem reads as (Rx, Ry, Qx, Qy), and the true parameters. quantem's
-``PtychoLite`` (a pixelated complex object, a pixelated probe of M modes, AdamW on both, its l2 amplitude loss under
-autograd, shuffled batches of B positions, one optimiser step per batch; no position or descan learning, no
-regularisation) is given the energy, the semiangle, qora's C10 as quantem's C10 (both minus the defocus: quantem's
-alias ``defocus`` is -C10, so abTEM's defocus -100 A is C10 = +100 A), the scan step, the detector's mrad per pixel,
-S equal slices over ``thickness`` (quantem's slice_thicknesses are the S - 1 propagation distances), the rotation
-forced to 0 and no transpose (abTEM's fixtures), the patterns centred on their mean centre of mass (quantem's
-``constant`` fit), and half the probe window of padding around the scan (as py4DSTEM's default; quantem's own
-default, none, lets a window wrap around the object's periodic grid).
+quantem is built as its ``PtychoLite`` builds itself (``PtychographyDatasetRaster``, a pixelated complex object
+started uniform, a pixelated probe of M modes from the optics, quantem's default weights between them) and run by
+``Ptychography.reconstruct``: its l2 amplitude loss, shuffled batches of B positions with one optimiser step per
+batch, no scheduler, no position or descan learning, no regularisation. The default is quantem's analytic gradient
+with its ePIE step normalisation (``autograd=False``) and plain SGD, steps 0.1 on the object and on the probe:
+on the 8 A set it scored best of what was tried and is converged by 20 iterations (a thick set wants more).
+``--optimizer adamw --autograd --lr 5e-3 --lr-probe 1e-3`` is PtychoLite's own choice (its batch: the whole scan).
 
-Writes to OUT.npz: ``phase``, the object's phase summed over the slices (the sum of each slice's angle), ``slice_phases``
-(slices, rows, cols) each slice's angle (the entrance first), ``sampling`` (A per object pixel, row and column),
-``positions_px`` (each scan position's probe centre in object pixels, raster order (scan_row, scan_col): quantem's
-probe is corner-centred and a window's pixel 0 is its position), ``scan_map`` (the 2 x 3 affine from (scan_row,
-scan_col, 1) to the object's (row, col), fitted to those positions) and ``errors`` (quantem's loss by iteration).
-Prints one JSON line: the seconds of preprocess, of reconstruct and of each iteration, the settings, the final loss,
-quantem's version and, on cuda, torch.cuda.max_memory_allocated.
+Quality mode. FIXTURE is one of tests/ssb/fixtures/abtem_srtio3_ptycho_*.npz: its ``counts`` (scan_row, scan_col,
+det_row, det_col), qora's layout, which quantem reads as (Rx, Ry, Qx, Qy), and the truth, all given to quantem: the
+energy, the semiangle, qora's C10 as quantem's C10 (both minus the defocus: quantem's alias ``defocus`` is -C10, so
+abTEM's defocus -100 A is C10 = +100 A), the scan step, the detector's mrad per pixel, S equal slices over
+``thickness`` (quantem's slice_thicknesses are the S - 1 propagation distances), the rotation forced to 0 and no
+transpose, the patterns' centre (quantem's ``no_shift``, the detector's middle, where ``detector_center`` is it;
+else its ``constant`` fit, the mean centre of mass), and half the probe window of padding around the scan (quantem's
+own default, none, lets a window wrap around the object's periodic grid).
+
+Writes to OUT.npz: ``phase``, the object's phase summed over the slices (the sum of each slice's angle),
+``slice_phases`` (slices, rows, cols) each slice's angle (the entrance first), ``sampling`` (A per object pixel, row
+and column), ``positions_px`` (each scan position's probe centre in object pixels, raster order (scan_row,
+scan_col): quantem's probe is corner-centred and a window's pixel 0 is its position), ``scan_map`` (the 2 x 3 affine
+from (scan_row, scan_col, 1) to the object's (row, col), fitted to those positions) and ``errors`` (quantem's loss by
+iteration). Prints one JSON line: the seconds of preprocess, of reconstruct and of each iteration, the settings, the
+final loss, quantem's version and, on cuda, torch.cuda.max_memory_allocated.
 
 Timing mode mirrors ``pass_time`` of src/qora/bench/ssb_ptycho.py: a raster of ``positions`` (a square number) of
-random positive counts on ``detector``^2 pixels (300 kV, 25 mrad, C10 100 A, object pixels of 0.1 A so the probe
-window is ``detector``^2 object pixels, a scan step of 2 object pixels as qora's), ``slices`` slices 10 A apart and
-``modes`` probe modes; default batch 512 positions (quantem's own default, the whole scan in one batch, does not fit
-a GPU at this size). Prints one JSON line: the seconds of preprocess, the median seconds per iteration after the
-first (the warm-up), positions per second and the peak GPU memory.
+random positive counts on ``detector``^2 pixels (300 kV, 25 mrad, C10 100 A; object pixels of 0.1 A, so the probe
+window is ``detector``^2 object pixels; a scan step of 2 object pixels as qora's), ``slices`` slices 10 A apart and
+``modes`` probe modes, batches of 512 positions (quantem's default, the whole scan in one batch, cannot fit a GPU at
+this size). Prints one JSON line: the seconds of preprocess and of each iteration, the median after the first (the
+warm-up), positions per second and the peak GPU memory of the iterations.
 """
 
 import argparse
@@ -47,7 +52,8 @@ KV, ALPHA, C10 = 300.0, 25.0, 100.0  # timing mode's optics
 
 
 def build(counts, *, kv, alpha, c10, step, mrad, slices, thickness, modes, device, seed, centre="no_shift"):
-    """A preprocessed quantem PtychoLite for ``counts`` (scan_row, scan_col, det_row, det_col) and the truth."""
+    """A preprocessed quantem PtychoLite for ``counts`` (scan_row, scan_col, det_row, det_col) and the truth;
+    ``centre`` is quantem's com_fit_function (module docstring)."""
     import torch
     from quantem.core.datastructures.dataset4dstem import Dataset4dstem
     from quantem.diffractive_imaging import PtychographyDatasetRaster, PtychoLite
@@ -109,9 +115,11 @@ def quality(args):
     kv, alpha, c10 = float(data["kv"]), float(data["alpha_mrad"]), float(data["C10"])
     step, mrad = float(data["scan_step"]), float(data["detector_mrad_per_pixel"])
     thickness = float(data["thickness"])
+    middle = np.asarray(counts.shape[-2:]) / 2
+    centre = "no_shift" if np.allclose(data.get("detector_center", middle + 1), middle) else "constant"
     t0 = time.perf_counter()
     ptycho = build(counts, kv=kv, alpha=alpha, c10=c10, step=step, mrad=mrad, slices=args.slices,
-                   thickness=thickness, modes=args.modes, device=args.device, seed=args.seed)
+                   thickness=thickness, modes=args.modes, device=args.device, seed=args.seed, centre=centre)
     t_pre = time.perf_counter() - t0
     t_rec, per_iter = run(ptycho, iterations=args.iterations, batch=args.batch, lr=args.lr, lr_probe=args.lr_probe,
                           optimizer=args.optimizer, analytic=not args.autograd)
@@ -129,9 +137,9 @@ def quality(args):
                       "settings": {"slices": args.slices, "slice_thickness": thickness / args.slices,
                                    "iterations": args.iterations, "batch": args.batch, "modes": args.modes,
                                    "lr_obj": args.lr, "lr_probe": args.lr_probe, "optimizer": args.optimizer,
-                                   "analytic": not args.autograd, "loss": "l2_amplitude", "device": args.device, "rotation_deg": 0.0,
-                                   "transpose": False, "C10": c10, "padding_px": [int(p) for p in ptycho.obj_padding_px],
-                                   "seed": args.seed},
+                                   "analytic": not args.autograd, "loss": "l2_amplitude", "device": args.device,
+                                   "rotation_deg": 0.0, "transpose": False, "C10": c10, "centre": centre,
+                                   "padding_px": [int(p) for p in ptycho.obj_padding_px], "seed": args.seed},
                       "loss": float(errors[-1]), "object_shape": list(slice_phases.shape),
                       "quantem": quantem.__version__, "peak_bytes": peak_memory(args.device)}))
 
@@ -143,9 +151,10 @@ def timing(args):
     side = int(round(args.positions**0.5))
     if side * side != args.positions:
         raise SystemExit(f"--positions must be a square number, got {args.positions}")
+    from quantem.core.utils.utils import electron_wavelength_angstrom
+
     n, pixel = args.detector, 0.1
-    wavelength = 12.2643 / np.sqrt(KV * 1e3 * (1 + 0.978476e-6 * KV * 1e3))  # A
-    mrad = wavelength / (n * pixel) * 1e3  # the detector pixel that makes object pixels of 0.1 A
+    mrad = electron_wavelength_angstrom(KV * 1e3) / (n * pixel) * 1e3  # the detector pixel for object pixels of 0.1 A
     counts = np.random.default_rng(args.seed).random((side, side, n, n), dtype=np.float32) * 10 + 0.1
     t0 = time.perf_counter()
     ptycho = build(counts, kv=KV, alpha=ALPHA, c10=C10, step=2 * pixel, mrad=mrad, slices=args.slices,
@@ -155,7 +164,7 @@ def timing(args):
     if args.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     _, per_iter = run(ptycho, iterations=args.iterations, batch=args.batch, lr=args.lr, lr_probe=args.lr_probe,
-                          optimizer=args.optimizer, analytic=not args.autograd)
+                      optimizer=args.optimizer, analytic=not args.autograd)
     timed = per_iter[1:] if len(per_iter) > 1 else per_iter
     seconds = float(np.median(timed))
     print(json.dumps({"timing": f"{args.positions}x{n}/{args.slices}s{args.modes}m", "seconds_per_iteration": seconds,
