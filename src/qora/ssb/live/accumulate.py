@@ -31,6 +31,11 @@ from qora.ssb.live.frames import Frames, Placement
 from qora.ssb.live.ingest import Staging, ingest, warm
 from qora.ssb.session import Session
 
+# the share of the device's free memory the row buffers may take beyond the least ring: a receiver scheduled late
+# by more rows than the ring holds finds its rows' slots taken and closed, and each of its frames then takes the
+# late path (a product into its transformed row; 31-98k of a 512^2 scan's frames in warm runs on the H200)
+RING_SHARE = 0.03
+
 __all__ = ["LiveG", "session_from_spectrum"]
 
 
@@ -225,6 +230,7 @@ class LiveG:
         self.gathered = self._pixels_near(first, 0.0 if self.fixed_detector else self.margin)
         self._flat_index = np.ascontiguousarray(self.gathered, np.int64)
         sy, sx = self.scan_shape
+        self.ring = self._ring_rows(len(self.gathered) * sx * np.dtype(self.real).itemsize)
         self.G_rows = xp.zeros((sy, sx // 2 + 1, len(self.gathered)), self.complex)
         # a row's pixels along its last axis: the row transform runs along contiguous memory (a
         # transform along a strided axis was 5x slower on the host)
@@ -236,6 +242,16 @@ class LiveG:
         for frames in pending:
             closed += self.add(frames)
         return closed
+
+    def _ring_rows(self, row_bytes: int) -> int:
+        """The row buffers: the least ring (the open rows, a few closing, the span of the receivers' batches) and, on
+        a GPU, as many more rows as :data:`RING_SHARE` of its free memory holds, up to the scan's rows."""
+        if not self.backend.is_cuda:
+            return self.ring
+        from qora.backend.device import free_memory
+
+        fits = int(RING_SHARE * (free_memory(self.backend) or 0.0) // row_bytes)
+        return max(self.ring, min(self.scan_shape[0], fits))
 
     def _pixels_near(self, detector: DetectorFit, margin: float) -> np.ndarray:
         """Flat indices (sorted) of the pixels within the bright-field disk grown by ``margin`` px."""
