@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qora.backend.core import xp_of
+from qora.backend.core import resolve, xp_of
 from qora.backend.fft import fftn, ifftn
 
 __all__ = ["Grid", "Batch", "forward", "backward", "exit_waves", "loss_and_gradients", "propagator", "window_corners"]
@@ -87,10 +87,23 @@ class Batch:
     intensity: object  # I (B, N, N)
 
 
+def _unscaled(a, *, inverse: bool = False):
+    """The unscaled transform of the last two axes of ``a`` (B, K, N, N); on the GPU by a cuFFT plan kept per shape
+    (cupy.fft's entry point spent more Python on each call than the transform's arithmetic took)."""
+    xp = xp_of(a)
+    if xp is np:
+        return ifftn(a, axes=(-2, -1), norm="forward") if inverse else fftn(a, axes=(-2, -1))
+    a = xp.ascontiguousarray(a)
+    plan = resolve("cuda").fft.c2c(a.shape, a.dtype, axes=(-2, -1), norm=None)
+    return plan.inverse(a) if inverse else plan.forward(a)
+
+
 def _propagate(wave, scaled):
     """The waves (B, K, N, N) over one slice spacing: F^-1 (F(wave) prop) with unscaled transforms and ``scaled`` the
     propagator over N^2 (the unitary transforms' product; their own scaling was a pass over the waves each)."""
-    return ifftn(fftn(wave, axes=(-2, -1)) * scaled, axes=(-2, -1), norm="forward")
+    k = _unscaled(wave)
+    k *= scaled
+    return _unscaled(k, inverse=True)
 
 
 def _on_device_kernels(wave, slice_) -> bool:
@@ -223,11 +236,12 @@ def backward(b: Batch, g_exit, objects, grid: Grid, *, prop=None, want_positions
         slope = -1j * np.pi * grid.wavelength * (ky**2 + kx**2)
     for s in range(objects.shape[0] - 1, -1, -1):
         if s + 1 < objects.shape[0]:
-            g_k = fftn(g, axes=(-2, -1))  # N times the unitary transform (its 1/N^2 in ``scaled``)
+            g_k = _unscaled(g)  # N times the unitary transform (its 1/N^2 in ``scaled``)
             if derivatives is not None:
-                entering = fftn(b.waves[s + 1], axes=(-2, -1))
+                entering = _unscaled(b.waves[s + 1])
                 d_spacing = d_spacing + (xp.conj(g_k) * slope * entering).real.sum()
-            g = ifftn(g_k * scaled, axes=(-2, -1), norm="forward")
+            g_k *= scaled
+            g = _unscaled(g_k, inverse=True)
         g = _slice_adjoint(g, b.waves[s], objects[s], b.patches[s], b.corners, g_objects[s],
                            None if illumination is None else illumination[s])
     if derivatives is not None:
