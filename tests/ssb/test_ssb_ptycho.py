@@ -241,6 +241,48 @@ def test_the_positions_are_corrected(film):
                 grid=problem.grid)
 
 
+@pytest.mark.parametrize("refused", [False, True])
+def test_a_pass_replayed_as_a_graph_is_the_pass_run_as_it_is(film, monkeypatch, refused):
+    """The GPU's pass (the first batch as it is, the whole batches after it as replays of one captured step, the
+    positions copied into its index array, the partial batch last) takes the same steps as the plain pass. Here on
+    the host: the arrays' module stands in for CuPy and the graph calls the captured step at each replay; a capture
+    the graph refuses runs the rest of the pass as it is and is remembered."""
+    import types
+
+    from qora.backend import graph as graphs
+    from qora.ssb.ptycho import solver
+
+    sim, _, _ = film
+    mrad = 1e3 * wavelength(KV) / (WINDOW * PIXEL)
+    problem = measured_problem(sim.data[:, :15], kv=KV, scan_step=sim.scan_step, rotation=0.0, center=(16, 16),
+                               mrad_per_pixel=mrad, slices=2, thickness=20.0)  # 240 positions: a partial batch
+    options = PtychoOptions(iterations=6, batch=16, probe_from=1, positions_from=2)
+    states = []
+    for replayed in (False, True):
+        if replayed:
+            host = types.SimpleNamespace(**{name: getattr(np, name) for name in dir(np) if not name.startswith("__")})
+            monkeypatch.setattr(solver, "xp_of", lambda *a: host)
+
+            class Graph:
+                def __init__(self, step):
+                    if refused:
+                        raise graphs.GraphCaptureError("refused")
+                    self.step, self.replays = step, 0
+
+                def replay(self):
+                    self.step()
+
+            monkeypatch.setattr(graphs, "StepGraph", Graph)
+        state = initial_state(problem, aberrations=Aberrations(C10=80.0), alpha_mrad=ALPHA, thickness=20.0, slices=2)
+        iterate(problem, state, options, free_bytes=1 << 30)
+        states.append(state)
+    plain, graphed = states
+    np.testing.assert_array_equal(graphed.objects, plain.objects)
+    np.testing.assert_array_equal(graphed.positions, plain.positions)
+    np.testing.assert_allclose(graphed.losses, plain.losses, rtol=1e-12)
+    assert ("graph" in graphed.adam) == refused and "graph" not in plain.adam
+
+
 def test_the_result_file_round_trips(tmp_path, film):
     sim, slices, ab = film
     rng = np.random.default_rng(2)

@@ -180,10 +180,12 @@ def pass_time(result_table: BenchResult, be, *, positions: int, detector: int, s
             be.synchronize()
             times.append(time.perf_counter() - t)
     seconds = float(np.median(times))
+    graph = "" if not be.is_cuda else state.adam.get("graph", "the step replayed as a CUDA graph")
     result_table.add(f"pass/{len(corners)}x{detector}/{slices}s{modes}m", s=seconds,
-                     positions_per_s=len(corners) / seconds, peak_bytes=peak.peak_bytes)
+                     positions_per_s=len(corners) / seconds, peak_bytes=peak.peak_bytes, graph=graph)
     echo(f"one pass, {len(corners)} positions of {detector}^2 pixels, {slices} slices, {modes} modes: {seconds:.3f} s "
-         f"({len(corners) / seconds:,.0f} positions/s), peak {peak.peak_bytes / 2**30:.2f} GiB")
+         f"({len(corners) / seconds:,.0f} positions/s), peak {peak.peak_bytes / 2**30:.2f} GiB" + (f"; {graph}" if graph
+                                                                                                   else ""))
     return seconds
 
 

@@ -303,8 +303,10 @@ def _step(problem: Problem, state: PtychoState, options: PtychoOptions, index, p
         step = _position_step(state, g_pos, index, options.position_rate)
         state.positions[index] -= step - step.mean(0)  # a common shift is the object's, not the scan's
         n = problem.grid.window
-        high = xp.asarray([problem.object_shape[0] - n - 1, problem.object_shape[1] - n - 1], state.positions.dtype)
-        state.positions[index] = xp.clip(state.positions[index], 0, high)
+        moved = xp.maximum(state.positions[index], 0)  # the bounds as numbers: no copy to the device in a step
+        moved[:, 0] = xp.minimum(moved[:, 0], problem.object_shape[0] - n - 1)
+        moved[:, 1] = xp.minimum(moved[:, 1], problem.object_shape[1] - n - 1)
+        state.positions[index] = moved
     return loss
 
 
@@ -331,6 +333,48 @@ def planned_passes(state: PtychoState, options: PtychoOptions) -> int:
     return MAX_PASSES if settled is None else min(MAX_PASSES, int(settled) + options.after_settling)
 
 
+def _pass(problem: Problem, state: PtychoState, options: PtychoOptions, order, prop, batch: int, flags: dict) -> float:
+    """One pass's batches in ``order``; returns their summed misfit (read once). On the GPU the whole batches after the
+    first replay one CUDA graph of the step (:class:`qora.backend.graph.StepGraph`), the batch's positions copied
+    into the graph's index array before each launch: a step is ~150 launches of small work (docs/ssb-methods.md,
+    "The pass's launches"), and the graph launches them at once. The first batch runs as it is, so that the plans,
+    the kernels and the step's state exist before the capture; a pass refining the scale or the spacing runs every
+    batch as it is (their steps read a derivative back), and so does a step the capture refuses (the reason is kept
+    in ``state.adam["graph"]`` and no later pass tries)."""
+    xp = xp_of(state.probe)
+    j = len(order)
+
+    def step(index):
+        return _step(problem, state, options, index, prop, **flags)
+
+    whole = j - j % batch
+    total = xp.zeros((), np.float64)  # the batches' float32 misfits summed in float64
+    if xp is np or flags["scale"] or flags["spacing"] or whole < 2 * batch or "graph" in state.adam:
+        for first in range(0, j, batch):
+            total += step(order[first:first + batch])
+        return float(total)
+    from qora.backend.graph import GraphCaptureError, StepGraph
+
+    index, misfit = xp.empty(batch, order.dtype), xp.zeros((), np.float64)
+    total += step(order[:batch])
+
+    def captured():
+        misfit[...] = step(index)
+
+    try:
+        graph = StepGraph(captured)
+    except GraphCaptureError as error:
+        state.adam["graph"] = str(error)
+        graph = None
+    for first in range(batch, whole, batch) if graph is not None else ():
+        index[...] = order[first:first + batch]
+        graph.replay()
+        total += misfit
+    for first in range(whole if graph is not None else batch, j, batch):  # the rest as it is
+        total += step(order[first:first + batch])
+    return float(total)
+
+
 def iterate(problem: Problem, state: PtychoState, options: PtychoOptions, *, free_bytes: int, progress=None,
             checkpoint=None) -> PtychoState:
     """Run passes ``state.iteration`` .. :func:`planned_passes` (a resumed state goes on where it stopped),
@@ -344,16 +388,15 @@ def iterate(problem: Problem, state: PtychoState, options: PtychoOptions, *, fre
     total = float(xp.sum(problem.amplitudes.astype(np.float64) ** 2))
     start = state.adam.setdefault("start_positions", state.positions.copy())
     while state.iteration < planned_passes(state, options):
-        t0, loss = time.perf_counter(), xp.zeros((), np.float64)  # the batches' float32 misfits summed in float64
+        t0 = time.perf_counter()
         # the pass's order sent once (a copy a batch from pageable memory waited for the device each time)
         order = xp.asarray(np.random.default_rng(options.seed + state.iteration).permutation(j))
-        for first in range(0, j, batch):
-            loss += _step(problem, state, options, order[first:first + batch], prop,
-                          probe=state.iteration >= options.probe_from,
-                          positions=state.iteration >= options.positions_from and options.position_rate > 0,
-                          scale=state.iteration >= options.scale_from and options.scale_rate > 0,
-                          spacing=(state.iteration >= options.spacing_from and bool(options.spacing_rate)
-                                   and state.objects.shape[0] > 1))
+        flags = {"probe": state.iteration >= options.probe_from,
+                 "positions": state.iteration >= options.positions_from and options.position_rate > 0,
+                 "scale": state.iteration >= options.scale_from and options.scale_rate > 0,
+                 "spacing": (state.iteration >= options.spacing_from and bool(options.spacing_rate)
+                             and state.objects.shape[0] > 1)}
+        loss = _pass(problem, state, options, order, prop, batch, flags)
         if "slice_spacing" in state.adam:  # the spacing moved in this pass: the next pass's propagator
             prop = propagator(current_grid(problem, state), xp, state.probe.dtype)
         if state.iteration >= options.probe_from:
@@ -361,7 +404,6 @@ def iterate(problem: Problem, state: PtychoState, options: PtychoOptions, *, fre
             remove_ramp(problem, state)
         state.objects = kz_filter(state.objects, options.kz_filter, problem.grid.pixel,
                                   current_grid(problem, state).slice_spacing)
-        loss = float(loss)
         state.iteration += 1
         state.losses.append(loss / total)
         _note_settling(state, options.settle)
