@@ -80,7 +80,8 @@ for b in ${BENCH:-}; do
     ssb-cuda) timeout 300 $Q bench --out "$OUT/results" ssb --backend cuda ;;
     ssb-methods-cuda) timeout 200 $Q bench --out "$OUT/results" ssb-methods --backend cuda \
                         --data tests/ssb/fixtures/abtem_srtio3_wdd.npz --seeds 3 ;;
-    ssb-ptycho) timeout 300 $Q bench --out "$OUT/results" ssb-ptycho --backend cuda ;;
+    ssb-ptycho) timeout "${PTYCHO_LIMIT:-300}" $Q bench --out "$OUT/results" ssb-ptycho --backend cuda \
+                  $(for b in ${PTYCHO_BATCHES:-}; do printf -- '--batch %s ' "$b"; done) ;;
     ssb-methods-full) timeout 400 python3 bench/probes/ssb_methods_fullscale.py /tmp/qora-ssb-full ;;
     ptycho-quantem) P=src/qora/bench/peers/ptycho_quantem.py F=tests/ssb/fixtures/abtem_srtio3_ptycho_8a.npz
                     timeout 120 python3 $P $F "$OUT/quantem-8a.npz" --device cuda && python3 bench/probes/ptycho_peer_score.py \
@@ -103,8 +104,10 @@ for b in ${BENCH:-}; do
     ssb-live-five) for run in 1 2 3 4 5; do  # issue 38's command, each run a fresh process (the first on a fresh machine)
                      echo "== run $run"; timeout 115 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 512 \
                        --detector 192 --protocol dectris2 --receivers 4 --senders 2; echo "== run $run rc=$?"; done ;;
-    ssb-live-methods) timeout 200 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 512 --detector 192 \
-                        --protocol dectris2 --receivers 4 --senders 2 --method obf --method icom --method ssb ;;
+    ssb-live-methods) timeout "${LIVE_LIMIT:-200}" $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 512 \
+                        --detector 192 --protocol dectris2 \
+                        $(for r in ${LIVE_RECEIVERS:-4}; do printf -- '--receivers %s ' "$r"; done) \
+                        --senders "${LIVE_SENDERS:-2}" --method obf --method icom --method ssb ;;
     ssb-live-512-final) timeout 300 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 512 --detector 192 \
                           --dataset-dir /tmp/qora-ssb-full --protocol none --final-fps 40000 ;;
     bslz4) timeout 120 python3 bench/probes/bslz4_device_probe.py --detector 192 --repeats 20 ;;

@@ -21,6 +21,7 @@ the median of ``repeats`` passes after a warm-up, and the backend's peak memory.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -150,10 +151,12 @@ def quality(result_table: BenchResult, be, path, *, iterations: int | None, echo
 
 
 def pass_time(result_table: BenchResult, be, *, positions: int, detector: int, slices: int, modes: int,
-              repeats: int, echo) -> float:
-    """Seconds per pass of the solver on a synthetic scan (module docstring)."""
+              repeats: int, echo, batch: int | None = None) -> float:
+    """Seconds per pass of the solver on a synthetic scan (module docstring); ``batch``: positions per step (None:
+    the solver's default)."""
     from qora.backend.device import PeakMemory
     from qora.ssb.ptycho import Grid, Problem, PtychoOptions, PtychoState, iterate
+    from qora.ssb.ptycho.solver import batch_size
 
     xp = be.xp
     rng = np.random.default_rng(0)
@@ -168,22 +171,24 @@ def pass_time(result_table: BenchResult, be, *, positions: int, detector: int, s
     objects = xp.asarray(np.exp(0.1j * rng.standard_normal((slices,) + shape)).astype(np.complex64))
     probe = xp.asarray((rng.standard_normal((modes, detector, detector)) + 0j).astype(np.complex64))
     state = PtychoState(objects=objects, probe=probe, positions=xp.asarray(corners, np.float32))
-    options = PtychoOptions(iterations=1, probe_from=0, positions_from=0)
+    options = PtychoOptions(iterations=1, probe_from=0, positions_from=0, batch=batch)
     iterate(problem, state, options, free_bytes=8 << 30)  # warm: plans, kernels
     times = []
     with PeakMemory(be) as peak:
         for k in range(repeats):
             be.synchronize()
             t = time.perf_counter()
-            iterate(problem, state, PtychoOptions(iterations=state.iteration + 1, probe_from=0, positions_from=0),
-                    free_bytes=8 << 30)
+            iterate(problem, state, replace(options, iterations=state.iteration + 1), free_bytes=8 << 30)
             be.synchronize()
             times.append(time.perf_counter() - t)
     seconds = float(np.median(times))
     graph = "" if not be.is_cuda else state.adam.get("graph", "the step replayed as a CUDA graph")
-    result_table.add(f"pass/{len(corners)}x{detector}/{slices}s{modes}m", s=seconds,
-                     positions_per_s=len(corners) / seconds, peak_bytes=peak.peak_bytes, graph=graph)
-    echo(f"one pass, {len(corners)} positions of {detector}^2 pixels, {slices} slices, {modes} modes: {seconds:.3f} s "
+    per_step = batch_size(problem, state, options, 8 << 30)
+    result_table.add(f"pass/{len(corners)}x{detector}/{slices}s{modes}m" + ("" if batch is None else f"/b{batch}"),
+                     s=seconds, positions_per_s=len(corners) / seconds, peak_bytes=peak.peak_bytes, graph=graph,
+                     batch=per_step)
+    echo(f"one pass, {len(corners)} positions of {detector}^2 pixels, {slices} slices, {modes} modes, batches of "
+         f"{per_step}: {seconds:.3f} s "
          f"({len(corners) / seconds:,.0f} positions/s), peak {peak.peak_bytes / 2**30:.2f} GiB" + (f"; {graph}" if graph
                                                                                                    else ""))
     return seconds
@@ -191,7 +196,7 @@ def pass_time(result_table: BenchResult, be, *, positions: int, detector: int, s
 
 def run(*, backend="auto", data=(FIXTURE_8A, FIXTURE_100A_MARKED), iterations: int | None = None,
         positions: int | None = None, detector: int | None = None, slices: int | None = None, modes: int | None = None,
-        repeats: int = 3, edges=None, write: bool = True, echo=print) -> BenchResult:
+        repeats: int = 3, edges=None, batches=(None,), write: bool = True, echo=print) -> BenchResult:
     """The quality cases on each set in ``data`` with the detector's disk fitted by each of ``edges`` ("intensity":
     the default a user's run takes; "amplitude": the edge model of abTEM's aperture; default both on the 8 A set,
     the default alone on the others: the thick set's solve takes minutes on two cores), and one time-per-pass case
@@ -203,8 +208,10 @@ def run(*, backend="auto", data=(FIXTURE_8A, FIXTURE_100A_MARKED), iterations: i
         for edge in edges or (("intensity", "amplitude") if Path(path) == FIXTURE_8A else ("intensity",)):
             quality(result, be, path, iterations=iterations, echo=echo, edge=edge)
     cuda = be.is_cuda
-    pass_time(result, be, positions=positions or (128**2 if cuda else 16**2), detector=detector or (128 if cuda else 64),
-              slices=slices or (10 if cuda else 4), modes=modes or (4 if cuda else 2), repeats=repeats, echo=echo)
+    for batch in batches:  # None: the solver's default
+        pass_time(result, be, positions=positions or (128**2 if cuda else 16**2),
+                  detector=detector or (128 if cuda else 64), slices=slices or (10 if cuda else 4),
+                  modes=modes or (4 if cuda else 2), repeats=repeats, echo=echo, batch=batch)
     if write:
         echo(f"result written to {result.write()}")
     return result

@@ -281,15 +281,17 @@ def bench_viewer(part, backend, screenshots, no_write) -> None:
               help="Detector side of the time-per-pass case [default: 128 on CUDA, 64 on the CPU].")
 @click.option("--slices", type=click.IntRange(1, 256), default=None, help="Slices of the time-per-pass case.")
 @click.option("--modes", type=click.IntRange(1, 16), default=None, help="Probe modes of the time-per-pass case.")
+@click.option("--batch", "batches", type=click.IntRange(1), multiple=True,
+              help="Positions per step of the time-per-pass case (repeat to compare) [default: the solver's].")
 @click.option("--no-write", is_flag=True, help="Print only; write no result file.")
-def bench_ssb_ptycho(backend, iterations, data, positions, detector, slices, modes, no_write) -> None:
+def bench_ssb_ptycho(backend, iterations, data, positions, detector, slices, modes, batches, no_write) -> None:
     """Iterative multislice ptychography beside WDD on abTEM's SrTiO3, and its time per pass."""
     from qora.bench import ssb_ptycho
 
     ssb_ptycho.run(backend=backend, data=tuple(data) or (ssb_ptycho.FIXTURE_8A, ssb_ptycho.FIXTURE_100A_MARKED),
                    iterations=iterations,
-                   positions=positions, detector=detector, slices=slices, modes=modes, write=not no_write,
-                   echo=click.echo)
+                   positions=positions, detector=detector, slices=slices, modes=modes, batches=batches or (None,),
+                   write=not no_write, echo=click.echo)
 
 
 @bench.command("ssb-live")
