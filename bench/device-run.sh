@@ -82,6 +82,9 @@ for b in ${BENCH:-}; do
                         --data tests/ssb/fixtures/abtem_srtio3_wdd.npz --seeds 3 ;;
     ssb-ptycho) timeout "${PTYCHO_LIMIT:-300}" $Q bench --out "$OUT/results" ssb-ptycho --backend cuda \
                   $(for b in ${PTYCHO_BATCHES:-}; do printf -- '--batch %s ' "$b"; done) ;;
+    ptycho-kernels) timeout 200 ncu --clock-control none --profile-from-start off --metrics gpu__time_duration.sum \
+                      --print-summary per-kernel python3 bench/probes/ptycho_batch_kernels.py "${PTYCHO_BATCH:-16}" 2 \
+                      || timeout 100 python3 bench/probes/ptycho_batch_kernels.py "${PTYCHO_BATCH:-16}" 2 ;;
     ssb-methods-full) timeout 400 python3 bench/probes/ssb_methods_fullscale.py /tmp/qora-ssb-full ;;
     ptycho-quantem) P=src/qora/bench/peers/ptycho_quantem.py F=tests/ssb/fixtures/abtem_srtio3_ptycho_8a.npz
                     timeout 120 python3 $P $F "$OUT/quantem-8a.npz" --device cuda && python3 bench/probes/ptycho_peer_score.py \
