@@ -155,8 +155,7 @@ def pass_time(result_table: BenchResult, be, *, positions: int, detector: int, s
     """Seconds per pass of the solver on a synthetic scan (module docstring); ``batch``: positions per step (None:
     the solver's default)."""
     from qora.backend.device import PeakMemory
-    from qora.ssb.ptycho import Grid, Problem, PtychoOptions, PtychoState, iterate
-    from qora.ssb.ptycho.solver import batch_size
+    from qora.ssb.ptycho import Grid, Problem, PtychoOptions, PtychoState, batch_size, iterate
 
     xp = be.xp
     rng = np.random.default_rng(0)

@@ -14,9 +14,9 @@ from here.
 from qora.ssb.ptycho.figures import load_state, plot_result, save_state
 from qora.ssb.ptycho.model import Grid, forward, loss_and_gradients
 from qora.ssb.ptycho.run import PtychoResult, fit_start, reconstruct
-from qora.ssb.ptycho.solver import PtychoOptions, PtychoState, Problem, iterate
+from qora.ssb.ptycho.solver import PtychoOptions, PtychoState, Problem, batch_size, iterate
 from qora.ssb.ptycho.start import default_slices, initial_state, measured_problem
 
 __all__ = ["Grid", "forward", "loss_and_gradients", "PtychoResult", "fit_start", "reconstruct", "PtychoOptions",
-           "PtychoState", "Problem", "iterate", "default_slices", "initial_state", "measured_problem", "plot_result",
-           "save_state", "load_state"]
+           "PtychoState", "Problem", "iterate", "batch_size", "default_slices", "initial_state", "measured_problem",
+           "plot_result", "save_state", "load_state"]
