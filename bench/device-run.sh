@@ -91,6 +91,11 @@ for b in ${BENCH:-}; do
                       $F "$OUT/quantem-8a.npz"
                     for b in ${QUANTEM_BATCHES:-64 16}; do timeout 200 python3 $P --timing --positions 16384 --detector 128 \
                       --slices 10 --modes 4 --iterations 3 --batch $b --device cuda; done ;;
+    ptycho-ptyrad) P=src/qora/bench/peers/ptycho_ptyrad.py F=tests/ssb/fixtures/abtem_srtio3_ptycho_8a.npz
+                   timeout 200 python3 $P $F "$OUT/ptyrad-8a.npz" --device cuda && python3 bench/probes/ptycho_peer_score.py \
+                     $F "$OUT/ptyrad-8a.npz"
+                   for b in ${PTYRAD_BATCHES:-64 16}; do timeout 200 python3 $P --timing --positions 16384 --detector 128 \
+                     --slices 10 --modes 4 --iterations 3 --batch $b --device cuda; done ;;
     ssb-methods-quantem) timeout "${QUANTEM_LIMIT:-300}" python3 bench/probes/ssb_methods_fullscale.py /tmp/qora-ssb-full \
                            --peer python3 ${QUANTEM_CROP:+--crop $QUANTEM_CROP} ;;
     ssb-methods-cuda-quantem) QORA_QUANTEM_PYTHON=$(command -v python3) QORA_QUANTEM_DEVICE=cuda timeout 300 $Q bench \

@@ -1,0 +1,266 @@
+"""PtyRAD's multislice ptychography (PyTorch, automatic differentiation) on an abTEM fixture, or timed on a synthetic
+scan: a peer of ``qora bench ssb-ptycho``.
+
+Run by PtyRAD's own environment (ptyrad 1.0.0 in /work/envs/quantem), never by qora:
+
+    python ptycho_ptyrad.py FIXTURE.npz OUT.npz [--slices 4] [--iterations N] [--batch B] [--modes 1]
+        [--device cpu|cuda] [--lr L] [--lr-probe L] [--lr-pos L] [--rblur STD] [--zblur STD] [--seed 0] [--defaults]
+    python ptycho_ptyrad.py --timing [--positions 16384] [--detector 128] [--slices 10] [--modes 4]
+        [--iterations 3] [--batch 64] [--device cuda] (and the options above)
+
+PtyRAD is driven as its CLI drives it (``ptyrad run``: ``set_gpu_device``, the params dict filled with defaults and
+validated by its pydantic ``PtyRADParams``, ``PtyRADSolver(params, device, seed).run()``) from a params dict built
+here, no YAML: the measurements handed over as an array (``meas_source: custom``, (N_scans, ky, kx)), a simulated
+probe from the optics, simulated raster positions, a simulated (uniform) object. Its optimisation is its own:
+automatic differentiation of its multislice forward model, Adam on the object's amplitude and phase, the probe and
+the sub-pixel position shifts as separate tensors, its default loss (``loss_single``: the normalised RMS error of
+the patterns' square roots, its Gaussian noise model), batches of random positions with one Adam step per batch.
+No output folder is made (``SAVE_ITERS: null``); ``output_dir`` and the working directory are a temporary folder.
+
+Defaults here. PtyRAD's own recommendation (its walkthrough 01_multi_slice.yaml and templates: Adam, object lr
+5e-4, probe 1e-4, position shifts 5e-4, batch 32, its constraints ``ortho_pmode``, ``fix_probe_int``, ``obj_rblur``
+(std 0.4 px) and ``obj_zblur`` (std 1 slice), ``pos_recenter``, initial positions jittered by 0.15 px), tuned lightly
+on the 8 A set at the '2alpha' band of bench/probes/ptycho_peer_score.py, keeping what helped:
+(CPU, 2026-12-05, scores 2alpha / grid / alpha+detector) the recommended settings at 60 iterations 0.913 / 0.899 /
+0.899; larger object rates (2e-3, 5e-3) 0.85; a fixed probe 0.81; ``obj_rblur`` 0.4 px 0.908; position learning
+0.912; smaller object rates and smaller batches helped most: 2.5e-4 at batches of 16, 60 iterations 0.938, of 8,
+40 iterations 0.944 (seeds 1, 2: 0.941, 0.943), of 4, 30 iterations **0.952 / 0.940 / 0.938** (seeds 1, 2: 0.944,
+0.948), of 2, 15 iterations 0.953 / 0.939 / 0.938 (seed 1 0.948), at ~1 s an iteration against 0.7 s at 32. So the
+quality default is the batches of 4 (object rate 2.5e-4, probe 1e-4, 30 iterations, ``obj_zblur`` 1 slice, no
+position learning); at batches of 64 it scored 0.905 (100 iterations, rate 5e-4).
+``--defaults`` is PtyRAD's plain pydantic defaults for all but the truth (200 iterations, batch 32, 4 probe modes,
+the rates and constraints above).
+
+Quality mode. FIXTURE is one of tests/ssb/fixtures/abtem_srtio3_ptycho_*.npz: its ``counts`` (scan_row, scan_col,
+det_row, det_col), qora's layout, flattened to PtyRAD's (N_scans, ky, kx) with the scan's slow axis the rows
+(``pos_N_scan_slow`` = scan_row) and no flip or transpose (``meas_flipT`` [0,0,0]: PtyRAD's positions are (y, x) =
+(row, col) and its patterns fftshift2(fft2) of the exit wave, ky along the rows; of the 8 flips/transposes [0,0,0]
+scores best by far, the others are mirrored or rotated), and the truth, all given to PtyRAD: ``probe_kv``,
+``probe_conv_angle``, qora's C10 as PtyRAD's ``C10`` (both minus the defocus: "C10 = -df, positive C10 refers to
+overfocus", abTEM's defocus -100 A is C10 = +100 A), ``pos_scan_step_size``, ``meas_calibration`` {mode: 'da',
+value: the detector's mrad per pixel} (so the object pixel is lambda / (N da)), S equal slices over ``thickness``
+(``obj_slice_thickness`` = thickness / S, PtyRAD propagating between slices), no scan rotation (``pos_scan_affine``
+null). The patterns' centre is PtyRAD's fixed one, pixel N/2 (fftshift), which is the fixtures' ``detector_center``.
+
+Writes to OUT.npz: ``phase``, the object's phase summed over the slices (PtyRAD optimises the phase itself, not
+wrapped), ``slice_phases`` (slices, rows, cols, the entrance first), ``sampling`` (A per object pixel, row and
+column), ``positions_px`` (each scan position's probe centre in object pixels, raster order: PtyRAD's window corner
+``crop_pos`` plus its learnt sub-pixel shift plus N/2, its probe being centred at pixel N/2 of its window),
+``scan_map`` (the 2 x 3 affine from (scan_row, scan_col, 1) to the object's (row, col), fitted to those positions)
+and ``errors`` (PtyRAD's loss by iteration). Prints one JSON line: the seconds of setup (initialisation), of the
+reconstruction and of each iteration (PtyRAD's own synchronised ``iter_times``), the settings, the final loss,
+PtyRAD's version and, on cuda, torch.cuda.max_memory_allocated.
+
+Timing mode mirrors ptycho_quantem.py's: a raster of ``positions`` (a square number) of random positive counts on
+``detector``^2 pixels (300 kV, 25 mrad, C10 100 A; object pixels of 0.1 A, so the probe window is ``detector``^2
+object pixels; a scan step of 2 object pixels), ``slices`` slices 10 A apart, ``modes`` probe modes, batches of 64,
+the settings of quality mode. Prints one JSON line: the seconds of setup and of each iteration, the median after the
+first (the warm-up), positions per second and the peak GPU memory (data, model and iterations).
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+
+KV, ALPHA, C10 = 300.0, 25.0, 100.0  # timing mode's optics
+BEST = dict(iterations=30, batch=4, lr=2.5e-4, lr_probe=1e-4, lr_pos=0.0, rblur=0.0, zblur=1.0)  # quality mode
+PLAIN = dict(iterations=200, batch=32, modes=4, lr=5e-4, lr_probe=1e-4, lr_pos=5e-4, rblur=0.4, zblur=1.0)
+
+
+def make_params(meas, scan, *, kv, alpha, c10, step, mrad, slices, thickness, args, out_dir):
+    """PtyRAD's params dict (before its validation) for ``meas`` (N_scans, ky, kx) on a ``scan`` (rows, cols)."""
+    def update(lr):
+        return {"start_iter": 1 if lr > 0 else None, "lr": lr}
+
+    def blur(std):
+        return {"start_iter": 1 if std > 0 else None, "std": max(std, 0.0)}
+
+    init = {"probe_kv": kv, "probe_conv_angle": alpha, "probe_aberrations": {"C10": c10},
+            "meas_Npix": meas.shape[-1], "pos_N_scans": meas.shape[0], "pos_N_scan_slow": scan[0],
+            "pos_N_scan_fast": scan[1], "pos_scan_step_size": step,
+            "meas_calibration": {"mode": "da", "value": mrad}, "probe_pmode_max": args.modes,
+            "obj_Nlayer": slices, "obj_slice_thickness": thickness / slices,
+            "meas_flipT": [int(v) for v in args.flipT.split(",")], "pos_scan_affine": None,
+            "pos_scan_rand_std": 0.15 if args.lr_pos > 0 else None,
+            "meas_source": "custom", "meas_params": meas}
+    model = {"optimizer_params": {"name": "Adam", "configs": {}},
+             "update_params": {"obja": update(args.lr), "objp": update(args.lr), "probe": update(args.lr_probe),
+                               "probe_pos_shifts": update(args.lr_pos)}}
+    constraints = {"obj_rblur": {**blur(args.rblur), "kernel_size": 5},
+                   "obj_zblur": {**blur(args.zblur), "kernel_size": 5}}
+    recon = {"NITER": args.iterations, "BATCH_SIZE": {"size": args.batch, "grad_accumulation": 1},
+             "SAVE_ITERS": None, "output_dir": out_dir, "copy_params": False, "convergence_monitor": None}
+    return {"init_params": init, "model_params": model, "constraint_params": constraints, "recon_params": recon}
+
+
+def patch_py311():
+    """PtyRAD 1.0.0 claims Python >= 3.10, yet its plotting/basic.py has one f-string (quotes reused inside) that
+    only Python >= 3.12 parses; below 3.12 that module is loaded from its source with those quotes swapped."""
+    if sys.version_info >= (3, 12) or "ptyrad.plotting.basic" in sys.modules:
+        return
+    import importlib.util
+
+    import ptyrad
+
+    path = os.path.join(os.path.dirname(ptyrad.__file__), "plotting", "basic.py")
+    with open(path, encoding="utf-8") as f:
+        source = f.read().replace("{lr_iters['niter'][-1]}", '{lr_iters["niter"][-1]}')
+    module = importlib.util.module_from_spec(importlib.util.spec_from_file_location("ptyrad.plotting.basic", path))
+    sys.modules[module.__name__] = module
+    exec(compile(source, path, "exec"), module.__dict__)
+
+
+def reconstruct(params, device, seed):
+    """Validates ``params`` and runs PtyRAD's solver; returns (model, seconds of setup, seconds of reconstruction)."""
+    import torch
+
+    patch_py311()
+    from ptyrad.params.ptyrad_params import PtyRADParams
+    from ptyrad.runtime.device import set_gpu_device
+    from ptyrad.solver import PtyRADSolver
+
+    dev = set_gpu_device("cpu" if device == "cpu" else 0)
+    t0 = time.perf_counter()
+    params = PtyRADParams(**params).model_dump()
+    solver = PtyRADSolver(params, device=dev, seed=seed)
+    t_setup = time.perf_counter() - t0
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    solver.reconstruct()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return solver.reconstruct_results, t_setup, time.perf_counter() - t0
+
+
+def in_temp(fn, *a, **kw):
+    """Runs ``fn`` with the working directory a temporary folder (PtyRAD's outputs), removed after."""
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="ptyrad_") as tmp:
+        os.chdir(tmp)
+        try:
+            return fn(*a, out_dir=tmp, **kw)
+        finally:
+            os.chdir(here)
+
+
+def peak_memory(device):
+    import torch
+
+    return int(torch.cuda.max_memory_allocated()) if device.startswith("cuda") else None
+
+
+def settings(args, thickness):
+    return {"slices": args.slices, "slice_thickness": thickness / args.slices, "iterations": args.iterations,
+            "batch": args.batch, "modes": args.modes, "optimizer": "Adam", "lr_obj": args.lr,
+            "lr_probe": args.lr_probe, "lr_pos": args.lr_pos, "obj_rblur_std": args.rblur,
+            "obj_zblur_std": args.zblur, "loss": "loss_single dp_pow 0.5", "meas_flipT": args.flipT,
+            "device": args.device, "seed": args.seed}
+
+
+def quality(args):
+    import ptyrad
+
+    fixture, out = os.path.abspath(args.fixture), os.path.abspath(args.out)
+    data = np.load(fixture)
+    counts = np.asarray(data["counts"], np.float32)
+    rows, cols, n = counts.shape[0], counts.shape[1], counts.shape[-1]
+    kv, alpha, c10 = float(data["kv"]), float(data["alpha_mrad"]), float(data["C10"])
+    step, mrad, thickness = float(data["scan_step"]), float(data["detector_mrad_per_pixel"]), float(data["thickness"])
+
+    def run(out_dir):
+        params = make_params(counts.reshape(rows * cols, n, n), (rows, cols), kv=kv, alpha=alpha, c10=c10,
+                             step=step, mrad=mrad, slices=args.slices, thickness=thickness, args=args,
+                             out_dir=out_dir)
+        return reconstruct(params, args.device, args.seed)
+
+    model, t_setup, t_rec = in_temp(run)
+    slice_phases = model.opt_objp.detach().cpu().numpy()[0].astype(np.float64)
+    positions = (model.crop_pos + model.opt_probe_pos_shifts).detach().cpu().numpy().astype(np.float64) + n // 2
+    ii, jj = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    design = np.stack([ii.ravel(), jj.ravel(), np.ones(ii.size)], 1)
+    scan_map = np.linalg.lstsq(design, positions, rcond=None)[0].T
+    errors = np.asarray([loss for _, loss in model.loss_iters])
+    dx = float(model.dx)
+    np.savez(out, phase=slice_phases.sum(0), slice_phases=slice_phases.astype(np.float32),
+             sampling=np.asarray([dx, dx]), positions_px=positions, scan_map=scan_map, errors=errors)
+    print(json.dumps({"seconds": {"setup": t_setup, "reconstruct": t_rec, "per_iteration": list(model.iter_times)},
+                      "settings": {**settings(args, thickness), "C10": c10, "rotation_deg": 0.0},
+                      "loss": float(errors[-1]), "object_shape": list(slice_phases.shape), "pixel_A": dx,
+                      "ptyrad": ptyrad.__version__, "peak_bytes": peak_memory(args.device)}))
+
+
+def timing(args):
+    import ptyrad
+    import torch
+    from ptyrad.optics.constants import get_wavelength_ang
+
+    side = int(round(args.positions**0.5))
+    if side * side != args.positions:
+        raise SystemExit(f"--positions must be a square number, got {args.positions}")
+    n, pixel = args.detector, 0.1
+    mrad = get_wavelength_ang(KV) / (n * pixel) * 1e3  # the detector pixel for object pixels of 0.1 A
+    counts = np.random.default_rng(args.seed).random((side * side, n, n), dtype=np.float32) * 10 + 0.1
+
+    def run(out_dir):
+        params = make_params(counts, (side, side), kv=KV, alpha=ALPHA, c10=C10, step=2 * pixel, mrad=mrad,
+                             slices=args.slices, thickness=10.0 * args.slices, args=args, out_dir=out_dir)
+        return reconstruct(params, args.device, args.seed)
+
+    model, t_setup, _ = in_temp(run)
+    per_iter = list(model.iter_times)
+    seconds = float(np.median(per_iter[1:] if len(per_iter) > 1 else per_iter))
+    print(json.dumps({"timing": f"{args.positions}x{n}/{args.slices}s{args.modes}m", "seconds_per_iteration": seconds,
+                      "positions_per_s": args.positions / seconds, "peak_bytes": peak_memory(args.device),
+                      "seconds": {"setup": t_setup, "iterations": per_iter},
+                      "settings": {**settings(args, 10.0 * args.slices), "object_pixel_A": float(model.dx),
+                                   "object_shape": list(model.opt_objp.shape), "scan_step_px": 2},
+                      "ptyrad": ptyrad.__version__, "torch": torch.__version__}))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("fixture", nargs="?")
+    p.add_argument("out", nargs="?")
+    p.add_argument("--timing", action="store_true")
+    p.add_argument("--positions", type=int, default=128**2)
+    p.add_argument("--detector", type=int, default=128)
+    p.add_argument("--slices", type=int)
+    p.add_argument("--modes", type=int)
+    p.add_argument("--iterations", type=int)
+    p.add_argument("--batch", type=int)
+    p.add_argument("--device")
+    p.add_argument("--lr", type=float, help="the object's amplitude and phase learning rate")
+    p.add_argument("--lr-probe", type=float, help="the probe's learning rate (0: a fixed probe)")
+    p.add_argument("--lr-pos", type=float, help="the position shifts' learning rate (0: fixed, unjittered)")
+    p.add_argument("--rblur", type=float, help="obj_rblur's std in pixels (0: off)")
+    p.add_argument("--zblur", type=float, help="obj_zblur's std in slices (0: off)")
+    p.add_argument("--flipT", default="0,0,0", help="meas_flipT as flipud,fliplr,transpose")
+    p.add_argument("--defaults", action="store_true", help="PtyRAD's plain defaults (module docstring)")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    defaults = dict(PLAIN if args.defaults else BEST, slices=4, modes=PLAIN["modes"] if args.defaults else 1,
+                    device="cpu")
+    if args.timing:
+        defaults.update(slices=10, modes=4, iterations=3, batch=64, device="cuda")
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.timing:
+        timing(args)
+    elif args.fixture and args.out:
+        quality(args)
+    else:
+        p.error("FIXTURE and OUT are needed, or --timing")
+
+
+if __name__ == "__main__":
+    main()
