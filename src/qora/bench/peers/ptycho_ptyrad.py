@@ -3,59 +3,61 @@ scan: a peer of ``qora bench ssb-ptycho``.
 
 Run by PtyRAD's own environment (ptyrad 1.0.0 in /work/envs/quantem), never by qora:
 
-    python ptycho_ptyrad.py FIXTURE.npz OUT.npz [--slices 4] [--iterations N] [--batch B] [--modes 1]
-        [--device cpu|cuda] [--lr L] [--lr-probe L] [--lr-pos L] [--rblur STD] [--zblur STD] [--seed 0] [--defaults]
+    python ptycho_ptyrad.py FIXTURE.npz OUT.npz [--slices 4] [--iterations 30] [--batch 4] [--modes 1]
+        [--device cpu|cuda] [--lr 2.5e-4] [--lr-probe 1e-4] [--lr-pos 0] [--rblur 0] [--zblur 1] [--seed 0]
+        [--flipT 0,0,0] [--defaults]
     python ptycho_ptyrad.py --timing [--positions 16384] [--detector 128] [--slices 10] [--modes 4]
         [--iterations 3] [--batch 64] [--device cuda] (and the options above)
 
-PtyRAD is driven as its CLI drives it (``ptyrad run``: ``set_gpu_device``, the params dict filled with defaults and
-validated by its pydantic ``PtyRADParams``, ``PtyRADSolver(params, device, seed).run()``) from a params dict built
-here, no YAML: the measurements handed over as an array (``meas_source: custom``, (N_scans, ky, kx)), a simulated
-probe from the optics, simulated raster positions, a simulated (uniform) object. Its optimisation is its own:
-automatic differentiation of its multislice forward model, Adam on the object's amplitude and phase, the probe and
-the sub-pixel position shifts as separate tensors, its default loss (``loss_single``: the normalised RMS error of
-the patterns' square roots, its Gaussian noise model), batches of random positions with one Adam step per batch.
-No output folder is made (``SAVE_ITERS: null``); ``output_dir`` and the working directory are a temporary folder.
+PtyRAD is run as its CLI ``ptyrad run`` runs it (``set_gpu_device``; the params filled with defaults and validated by
+its pydantic ``PtyRADParams``; ``PtyRADSolver(params, device, seed)`` and its ``reconstruct``, what ``run`` calls),
+on a params dict built here: the measurements as an array (``meas_source: custom``, (N_scans, ky, kx)), the probe
+simulated from the optics, raster positions simulated, the object started uniform. The optimisation is PtyRAD's:
+autograd through its multislice model, Adam on the object's amplitude and phase, the probe and the positions' sub-
+pixel shifts, its default loss (``loss_single``: the normalised RMS error of the patterns' square roots), batches of
+random positions, one step per batch, its constraints ``ortho_pmode``, ``fix_probe_int``, ``pos_recenter`` and
+``obj_zblur`` (std 1 slice). No output folder (``SAVE_ITERS: null``); the working directory and ``output_dir`` are
+a temporary folder. Below Python 3.12 PtyRAD's plotting/basic.py (one f-string only 3.12 parses) is loaded from its
+source with that string's quotes swapped.
 
-Defaults here. PtyRAD's own recommendation (its walkthrough 01_multi_slice.yaml and templates: Adam, object lr
-5e-4, probe 1e-4, position shifts 5e-4, batch 32, its constraints ``ortho_pmode``, ``fix_probe_int``, ``obj_rblur``
-(std 0.4 px) and ``obj_zblur`` (std 1 slice), ``pos_recenter``, initial positions jittered by 0.15 px), tuned lightly
-on the 8 A set at the '2alpha' band of bench/probes/ptycho_peer_score.py, keeping what helped:
-(CPU, 2026-12-05, scores 2alpha / grid / alpha+detector) the recommended settings at 60 iterations 0.913 / 0.899 /
-0.899; larger object rates (2e-3, 5e-3) 0.85; a fixed probe 0.81; ``obj_rblur`` 0.4 px 0.908; position learning
-0.912; smaller object rates and smaller batches helped most: 2.5e-4 at batches of 16, 60 iterations 0.938, of 8,
-40 iterations 0.944 (seeds 1, 2: 0.941, 0.943), of 4, 30 iterations **0.952 / 0.940 / 0.938** (seeds 1, 2: 0.944,
-0.948), of 2, 15 iterations 0.953 / 0.939 / 0.938 (seed 1 0.948), at ~1 s an iteration against 0.7 s at 32. So the
-quality default is the batches of 4 (object rate 2.5e-4, probe 1e-4, 30 iterations, ``obj_zblur`` 1 slice, no
-position learning); at batches of 64 it scored 0.905 (100 iterations, rate 5e-4).
-``--defaults`` is PtyRAD's plain pydantic defaults for all but the truth (200 iterations, batch 32, 4 probe modes,
-the rates and constraints above).
+Tuning, on the 8 A set (CPU, seed 0, the '2alpha' r of bench/probes/ptycho_peer_score.py; seed to seed r moves by
+~0.005). PtyRAD's recommendation (walkthrough 01_multi_slice.yaml, its templates and defaults: object rate 5e-4,
+probe 1e-4, positions 5e-4 from positions jittered by 0.15 px, batch 32, obj_rblur std 0.4 px) climbs slowly at 1
+mode (r 0.796 at 15 iterations, 0.913 at 60, 0.919 at 100; batch 64: 0.905 at 100); larger object rates are worse
+(2e-3: 0.854, 5e-3: 0.851 at 40), half of it better (2.5e-4: 0.933 at 100 and 150; 1.25e-4: 0.933 at 200); smaller
+batches better still (2.5e-4 at batch 16: 0.938 at 60, at 8: 0.944 at 40 (0.941-0.944 over 3 seeds), at 4: 0.952 at
+30 (0.944-0.952), at 2: 0.953 at 15), at ~1 s an iteration against 0.7 s at 32; more iterations do not help there
+(batch 4, 1.25e-4: 0.947 at 40 and at 60). A fixed probe is worse (0.811 against 0.913), as are a probe rate of 5e-5
+(0.910 against 0.933) and obj_rblur 0.4 (0.908 against 0.913); probe rates of 2e-4 or 5e-4, position learning and
+obj_zblur off each move r by 0.006 or less. Defaults here: batch 4, object rate 2.5e-4, probe 1e-4, 30 iterations
+(~35 s on 2 CPU cores), positions fixed at the truth (no jitter), no obj_rblur: r 0.952 / 0.940 / 0.938 at 2alpha /
+grid / alpha+detector. ``--defaults``, PtyRAD's plain defaults but for the truth (200 iterations, batch 32, 4 probe
+modes, the rates, position learning and obj_rblur above): 0.938 / 0.922 / 0.920 (6 minutes on the CPU).
 
 Quality mode. FIXTURE is one of tests/ssb/fixtures/abtem_srtio3_ptycho_*.npz: its ``counts`` (scan_row, scan_col,
-det_row, det_col), qora's layout, flattened to PtyRAD's (N_scans, ky, kx) with the scan's slow axis the rows
-(``pos_N_scan_slow`` = scan_row) and no flip or transpose (``meas_flipT`` [0,0,0]: PtyRAD's positions are (y, x) =
-(row, col) and its patterns fftshift2(fft2) of the exit wave, ky along the rows; of the 8 flips/transposes [0,0,0]
-scores best by far, the others are mirrored or rotated), and the truth, all given to PtyRAD: ``probe_kv``,
-``probe_conv_angle``, qora's C10 as PtyRAD's ``C10`` (both minus the defocus: "C10 = -df, positive C10 refers to
-overfocus", abTEM's defocus -100 A is C10 = +100 A), ``pos_scan_step_size``, ``meas_calibration`` {mode: 'da',
-value: the detector's mrad per pixel} (so the object pixel is lambda / (N da)), S equal slices over ``thickness``
-(``obj_slice_thickness`` = thickness / S, PtyRAD propagating between slices), no scan rotation (``pos_scan_affine``
-null). The patterns' centre is PtyRAD's fixed one, pixel N/2 (fftshift), which is the fixtures' ``detector_center``.
+det_row, det_col), qora's layout, reshaped to PtyRAD's (N_scans, ky, kx) with scan_row the slow axis and no flip or
+transpose (``meas_flipT`` [0,0,0]: PtyRAD's positions are (y, x) = (row, col), its patterns fftshift2(fft2) of the
+exit wave with ky along the rows; of the 8 flips/transposes [0,0,0] scores best by far, r 0.80 at 15 iterations
+against 0.39 or less), and the truth, all given to PtyRAD: ``probe_kv``, ``probe_conv_angle``, qora's C10 as its
+``C10`` (both minus the defocus, "positive C10 refers to overfocus": abTEM's defocus -100 A is C10 = +100 A; -100
+scores -0.22), ``pos_scan_step_size``, ``meas_calibration`` {mode: da, value: the detector's mrad per pixel} (the
+object pixel lambda / (N da)), S equal slices over ``thickness`` (``obj_slice_thickness`` thickness / S), no scan
+rotation (``pos_scan_affine`` null). The patterns' centre is PtyRAD's, pixel N/2, the fixtures' ``detector_center``.
 
-Writes to OUT.npz: ``phase``, the object's phase summed over the slices (PtyRAD optimises the phase itself, not
-wrapped), ``slice_phases`` (slices, rows, cols, the entrance first), ``sampling`` (A per object pixel, row and
-column), ``positions_px`` (each scan position's probe centre in object pixels, raster order: PtyRAD's window corner
-``crop_pos`` plus its learnt sub-pixel shift plus N/2, its probe being centred at pixel N/2 of its window),
-``scan_map`` (the 2 x 3 affine from (scan_row, scan_col, 1) to the object's (row, col), fitted to those positions)
-and ``errors`` (PtyRAD's loss by iteration). Prints one JSON line: the seconds of setup (initialisation), of the
-reconstruction and of each iteration (PtyRAD's own synchronised ``iter_times``), the settings, the final loss,
+Writes to OUT.npz: ``phase``, the object's phase summed over the slices (PtyRAD learns the phase itself, unwrapped),
+``slice_phases`` (slices, rows, cols, the entrance first), ``sampling`` (A per object pixel, row and column),
+``positions_px`` (each scan position's probe centre in object pixels, raster order: PtyRAD's window corner
+``crop_pos`` plus its sub-pixel shift plus N/2, its probe centred at pixel N/2 of its window), ``scan_map`` (the
+2 x 3 affine from (scan_row, scan_col, 1) to the object's (row, col), fitted to those positions) and ``errors``
+(PtyRAD's loss by iteration). Prints one JSON line: the seconds of setup (validation and PtyRAD's initialisation),
+of the reconstruction and of each iteration (PtyRAD's synchronised ``iter_times``), the settings, the final loss,
 PtyRAD's version and, on cuda, torch.cuda.max_memory_allocated.
 
 Timing mode mirrors ptycho_quantem.py's: a raster of ``positions`` (a square number) of random positive counts on
 ``detector``^2 pixels (300 kV, 25 mrad, C10 100 A; object pixels of 0.1 A, so the probe window is ``detector``^2
 object pixels; a scan step of 2 object pixels), ``slices`` slices 10 A apart, ``modes`` probe modes, batches of 64,
-the settings of quality mode. Prints one JSON line: the seconds of setup and of each iteration, the median after the
-first (the warm-up), positions per second and the peak GPU memory (data, model and iterations).
+the other settings as quality mode's. Prints one JSON line: the seconds of setup and of each iteration, the median
+after the first (the warm-up), positions per second and the peak GPU memory (data, model and iterations).
 """
 
 import argparse
@@ -75,11 +77,8 @@ PLAIN = dict(iterations=200, batch=32, modes=4, lr=5e-4, lr_probe=1e-4, lr_pos=5
 
 def make_params(meas, scan, *, kv, alpha, c10, step, mrad, slices, thickness, args, out_dir):
     """PtyRAD's params dict (before its validation) for ``meas`` (N_scans, ky, kx) on a ``scan`` (rows, cols)."""
-    def update(lr):
-        return {"start_iter": 1 if lr > 0 else None, "lr": lr}
-
-    def blur(std):
-        return {"start_iter": 1 if std > 0 else None, "std": max(std, 0.0)}
+    def on(key, value):  # an update or a constraint: on from iteration 1 where value > 0, else off
+        return {"start_iter": 1 if value > 0 else None, key: max(value, 0.0)}
 
     init = {"probe_kv": kv, "probe_conv_angle": alpha, "probe_aberrations": {"C10": c10},
             "meas_Npix": meas.shape[-1], "pos_N_scans": meas.shape[0], "pos_N_scan_slow": scan[0],
@@ -90,10 +89,9 @@ def make_params(meas, scan, *, kv, alpha, c10, step, mrad, slices, thickness, ar
             "pos_scan_rand_std": 0.15 if args.lr_pos > 0 else None,
             "meas_source": "custom", "meas_params": meas}
     model = {"optimizer_params": {"name": "Adam", "configs": {}},
-             "update_params": {"obja": update(args.lr), "objp": update(args.lr), "probe": update(args.lr_probe),
-                               "probe_pos_shifts": update(args.lr_pos)}}
-    constraints = {"obj_rblur": {**blur(args.rblur), "kernel_size": 5},
-                   "obj_zblur": {**blur(args.zblur), "kernel_size": 5}}
+             "update_params": {"obja": on("lr", args.lr), "objp": on("lr", args.lr),
+                               "probe": on("lr", args.lr_probe), "probe_pos_shifts": on("lr", args.lr_pos)}}
+    constraints = {"obj_rblur": on("std", args.rblur), "obj_zblur": on("std", args.zblur)}
     recon = {"NITER": args.iterations, "BATCH_SIZE": {"size": args.batch, "grad_accumulation": 1},
              "SAVE_ITERS": None, "output_dir": out_dir, "copy_params": False, "convergence_monitor": None}
     return {"init_params": init, "model_params": model, "constraint_params": constraints, "recon_params": recon}
@@ -140,13 +138,13 @@ def reconstruct(params, device, seed):
     return solver.reconstruct_results, t_setup, time.perf_counter() - t0
 
 
-def in_temp(fn, *a, **kw):
-    """Runs ``fn`` with the working directory a temporary folder (PtyRAD's outputs), removed after."""
+def solve(meas, scan, args, **optics):
+    """PtyRAD on ``meas`` in a temporary working directory; returns (model, seconds of setup, of reconstruction)."""
     here = os.getcwd()
     with tempfile.TemporaryDirectory(prefix="ptyrad_") as tmp:
         os.chdir(tmp)
         try:
-            return fn(*a, out_dir=tmp, **kw)
+            return reconstruct(make_params(meas, scan, args=args, out_dir=tmp, **optics), args.device, args.seed)
         finally:
             os.chdir(here)
 
@@ -174,14 +172,8 @@ def quality(args):
     rows, cols, n = counts.shape[0], counts.shape[1], counts.shape[-1]
     kv, alpha, c10 = float(data["kv"]), float(data["alpha_mrad"]), float(data["C10"])
     step, mrad, thickness = float(data["scan_step"]), float(data["detector_mrad_per_pixel"]), float(data["thickness"])
-
-    def run(out_dir):
-        params = make_params(counts.reshape(rows * cols, n, n), (rows, cols), kv=kv, alpha=alpha, c10=c10,
-                             step=step, mrad=mrad, slices=args.slices, thickness=thickness, args=args,
-                             out_dir=out_dir)
-        return reconstruct(params, args.device, args.seed)
-
-    model, t_setup, t_rec = in_temp(run)
+    model, t_setup, t_rec = solve(counts.reshape(rows * cols, n, n), (rows, cols), args, kv=kv, alpha=alpha, c10=c10,
+                                  step=step, mrad=mrad, slices=args.slices, thickness=thickness)
     slice_phases = model.opt_objp.detach().cpu().numpy()[0].astype(np.float64)
     positions = (model.crop_pos + model.opt_probe_pos_shifts).detach().cpu().numpy().astype(np.float64) + n // 2
     ii, jj = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
@@ -208,13 +200,8 @@ def timing(args):
     n, pixel = args.detector, 0.1
     mrad = get_wavelength_ang(KV) / (n * pixel) * 1e3  # the detector pixel for object pixels of 0.1 A
     counts = np.random.default_rng(args.seed).random((side * side, n, n), dtype=np.float32) * 10 + 0.1
-
-    def run(out_dir):
-        params = make_params(counts, (side, side), kv=KV, alpha=ALPHA, c10=C10, step=2 * pixel, mrad=mrad,
-                             slices=args.slices, thickness=10.0 * args.slices, args=args, out_dir=out_dir)
-        return reconstruct(params, args.device, args.seed)
-
-    model, t_setup, _ = in_temp(run)
+    model, t_setup, _ = solve(counts, (side, side), args, kv=KV, alpha=ALPHA, c10=C10, step=2 * pixel, mrad=mrad,
+                              slices=args.slices, thickness=10.0 * args.slices)
     per_iter = list(model.iter_times)
     seconds = float(np.median(per_iter[1:] if len(per_iter) > 1 else per_iter))
     print(json.dumps({"timing": f"{args.positions}x{n}/{args.slices}s{args.modes}m", "seconds_per_iteration": seconds,
@@ -232,10 +219,8 @@ def main(argv=None):
     p.add_argument("--timing", action="store_true")
     p.add_argument("--positions", type=int, default=128**2)
     p.add_argument("--detector", type=int, default=128)
-    p.add_argument("--slices", type=int)
-    p.add_argument("--modes", type=int)
-    p.add_argument("--iterations", type=int)
-    p.add_argument("--batch", type=int)
+    for name in ("--slices", "--modes", "--iterations", "--batch"):
+        p.add_argument(name, type=int)
     p.add_argument("--device")
     p.add_argument("--lr", type=float, help="the object's amplitude and phase learning rate")
     p.add_argument("--lr-probe", type=float, help="the probe's learning rate (0: a fixed probe)")
