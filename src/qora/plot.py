@@ -12,7 +12,27 @@ import io
 
 import numpy as np
 
-__all__ = ["subplots", "save_png", "to_uint8", "png"]
+__all__ = ["subplots", "save_png", "to_uint8", "png", "import_in_background"]
+
+
+def import_in_background():
+    """Start importing matplotlib's figure and Agg canvas on a daemon thread; returns the thread.
+
+    For a figure whose data come from compiled loops that release the GIL (Numba's ``nogil``): the
+    import, about 0.3 s of Python on the two-core machine, then runs beside them instead of after them.
+    :func:`subplots` imports the same modules; if the thread has not finished, Python's import lock
+    makes it wait, so nothing is imported twice. (Started beside a fit, whose Python parts hold the
+    GIL, it gained nothing: measured, docs/ssb-performance.md.)
+    """
+    import threading
+
+    def load():
+        from matplotlib import figure  # noqa: F401
+        from matplotlib.backends import backend_agg  # noqa: F401
+
+    thread = threading.Thread(target=load, name="qora-import-matplotlib", daemon=True)
+    thread.start()
+    return thread
 
 
 def subplots(nrows: int = 1, ncols: int = 1, *, figsize=None, **kwargs):

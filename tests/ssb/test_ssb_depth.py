@@ -35,14 +35,18 @@ def small():
 
 def test_the_values_loop_equals_the_sums_loop_set_by_set(small):
     """depth_loops.incoherent_values (the geometry once a pixel for every set, the sections' weights by a
-    recurrence once per run of one thickness) against incoherent_sums of each set alone (every weight by its own
-    sincos): runs of one thickness, a thickness changing between sets, and a thickness of 0."""
+    recurrence once per run of one thickness, the phasors of evenly spaced sets by a step's recurrence) against
+    incoherent_sums of each set alone (every weight by its own sincos): runs of one thickness, a thickness
+    changing between sets, a thickness of 0, and two curves' evenly spaced points (one longer than a chain)."""
     from qora.ssb import depth_loops
 
     band = IncoherentBand(small, ("C10", "C12a", "C12b", "thickness"), sections=4)
     assert band.transfers == "loops"
     v = {"C10": -75.0, "C12a": 6.0, "C12b": 2.0, "thickness": 50.0}
     sets = [v, {**v, "C10": -70.0}, {**v, "C12b": -3.0}, {**v, "thickness": 20.0}, {**v, "thickness": 0.0}, v]
+    sets += [{**v, "C10": x} for x in np.linspace(-95.0, -55.0, 21)] + [{**v, "C12a": x} for x in np.linspace(0, 12, 5)]
+    steps = depth_loops.set_steps([[x["C10"], x["C12a"], x["C12b"]] for x in sets])
+    assert list(steps[6:9]) == [0, 2, 3] and 0 in steps[9:27] and list(steps[27:30]) == [0, 2, 3]
     sX, AX = band._values_sums(sets)
     nq, m = band.G.shape[0], band.sections
     for i, values in enumerate(sets):
@@ -54,7 +58,7 @@ def test_the_values_loop_equals_the_sums_loop_set_by_set(small):
         np.testing.assert_allclose(sX[i], ref_s[:, 0], rtol=0, atol=1e-12 * np.abs(ref_s).max(), err_msg=str(i))
         np.testing.assert_allclose(AX[i], ref_a[:, 0], rtol=0, atol=1e-12 * scale, err_msg=str(i))
     values = band.evaluate_batch(sets)
-    assert values[0] == values[-1] and values[0] != values[1]
+    assert values[0] == values[5] and values[0] != values[1]
     np.testing.assert_allclose(values, [band.evaluate(x, order=0) for x in sets], rtol=1e-13)
 
 

@@ -158,7 +158,7 @@ def _section_factors(a, t, M, F):
 
 
 @numba.njit(parallel=True, **_jit)
-def _values_loop(G, k, qy, qx, lam, limit, coefs, thick, M, sX, AX):
+def _values_loop(G, k, qy, qx, lam, limit, coefs, thick, steps, M, sX, AX):
     nq, nbf = G.shape
     S = coefs.shape[0]
     zero = np.zeros(3)
@@ -177,17 +177,23 @@ def _values_loop(G, k, qy, qx, lam, limit, coefs, thick, M, sX, AX):
             if amp1 == 0 and amp2 == 0:
                 continue
             g = G[q, j]
+            b1 = b2 = r1 = r2 = 0j
             for i in range(S):
                 if i == 0 or thick[i] != thick[i - 1]:  # the sections' weights change with the thickness alone
                     _section_factors(a1, thick[i], M, F1)
                     _section_factors(a2, thick[i], M, F2)
-                b1 = b2 = 0j
-                if amp1 != 0:
-                    phase = coefs[i, 0] * d1[0] + coefs[i, 1] * d1[1] + coefs[i, 2] * d1[2]
-                    b1 = amp1 * complex(math.cos(phase), -math.sin(phase))
-                if amp2 != 0:
-                    phase = coefs[i, 0] * d2[0] + coefs[i, 1] * d2[1] + coefs[i, 2] * d2[2]
-                    b2 = amp2 * complex(math.cos(phase), -math.sin(phase))
+                mode = steps[i]
+                if mode == _NEW_STEP:  # the phasor of this set's step from the last, kept for the sets after it
+                    r1 = _phasor(coefs[i, 0] - coefs[i - 1, 0], coefs[i, 1] - coefs[i - 1, 1],
+                                 coefs[i, 2] - coefs[i - 1, 2], d1) if amp1 != 0 else 0j
+                    r2 = _phasor(coefs[i, 0] - coefs[i - 1, 0], coefs[i, 1] - coefs[i - 1, 1],
+                                 coefs[i, 2] - coefs[i - 1, 2], d2) if amp2 != 0 else 0j
+                if mode == _DIRECT:
+                    b1 = amp1 * _phasor(coefs[i, 0], coefs[i, 1], coefs[i, 2], d1) if amp1 != 0 else 0j
+                    b2 = amp2 * _phasor(coefs[i, 0], coefs[i, 1], coefs[i, 2], d2) if amp2 != 0 else 0j
+                elif mode != _SAME:  # a step: the last set's phasors times the step's
+                    b1 *= r1
+                    b2 *= r2
                 for m in range(M):
                     X[m] = b1 * F1[m] + b2 * F2[m]
                 for m in range(M):
@@ -201,6 +207,40 @@ def _values_loop(G, k, qy, qx, lam, limit, coefs, thick, M, sX, AX):
                     A[i, m, n] = A[i, n, m].conjugate()
             sX[i, q] = s[i]
             AX[i, q] = A[i]
+
+
+@numba.njit(inline="always", **_jit)
+def _phasor(c0, c1, c2, d):
+    """e^{-i c.d}: a term's aberration phasor for the coefficients (C10, C12a, C12b) ``c``."""
+    phase = c0 * d[0] + c1 * d[1] + c2 * d[2]
+    return complex(math.cos(phase), -math.sin(phase))
+
+
+# how _values_loop makes a set's phasors (set_steps): each by its own sincos, equal to the last set's, the last
+# set's times the phasor of a step made at this set, or times the step made before (a curve's evenly spaced points)
+_DIRECT, _SAME, _NEW_STEP, _SAME_STEP = 0, 1, 2, 3
+
+
+def set_steps(coefficients) -> np.ndarray:
+    """For each set (rows of (C10, C12a, C12b)) how its phasors are made (the codes above): a run of evenly spaced
+    sets (the curves of :func:`qora.ssb.files.agreement_curves`) costs two sincos a term for its step instead of
+    one a set. Each product drifts by about an ulp, so a chain of products is cut by a direct set after 16."""
+    c = np.asarray(coefficients, np.float64).reshape(-1, 3)
+    modes = np.full(len(c), _DIRECT, np.int64)
+    chain = 0
+    for i in range(1, len(c)):
+        step = c[i] - c[i - 1]
+        if not step.any():
+            modes[i] = _SAME
+        elif chain >= 16:
+            chain = 0
+        elif modes[i - 1] in (_NEW_STEP, _SAME_STEP) and np.array_equal(step, c[i - 1] - c[i - 2]):
+            modes[i], chain = _SAME_STEP, chain + 1
+        elif i + 1 < len(c) and np.array_equal(c[i + 1] - c[i], step):  # a run starts: worth its step's sincos
+            modes[i], chain = _NEW_STEP, chain + 1
+        else:
+            chain = 0
+    return modes
 
 
 @numba.njit(parallel=True, **_jit)
@@ -245,13 +285,14 @@ def incoherent_values(*, G, k, qy, qx, wavelength: float, limit: float, coeffici
                       sX, AX) -> None:
     """The value sums of :func:`incoherent_sums` (``order`` 0: sX (S, nq, M), AX (S, nq, M, M), complex128) of S
     parameter sets in one pass over G: ``coefficients`` (S, 3) C10, C12a, C12b (A) and ``thicknesses`` (S,) (A).
-    Each pixel's geometry is made once for all sets, and the sections' weights once for each run of consecutive
-    sets of one thickness (the curves along C10 or C12): one sincos a term and set, for its phase
-    (:func:`incoherent_sums` makes each term's derivative columns as well).
+    Each pixel's geometry is made once for all sets, the sections' weights once for each run of consecutive
+    sets of one thickness (the curves along C10 or C12), and the phase's sincos once a term and set, or once a
+    term for a run of evenly spaced sets (:func:`set_steps`; :func:`incoherent_sums` makes each term's
+    derivative columns as well).
 
     Reference: :func:`incoherent_sums` of each set."""
     numba_threads()
     _values_loop(np.ascontiguousarray(G), np.ascontiguousarray(k, np.float64), np.ascontiguousarray(qy, np.float64),
                  np.ascontiguousarray(qx, np.float64), float(wavelength), float(limit),
                  np.ascontiguousarray(coefficients, np.float64).reshape(-1, 3),
-                 np.ascontiguousarray(thicknesses, np.float64).ravel(), int(sections), sX, AX)
+                 np.ascontiguousarray(thicknesses, np.float64).ravel(), set_steps(coefficients), int(sections), sX, AX)

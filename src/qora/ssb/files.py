@@ -487,11 +487,13 @@ def plot_fit(path, session, result: dict, *, progress=None) -> None:
     along each fitted parameter of that branch around its fit (+-4 standard errors, at least
     +-10 A, +-1 mrad or +-1 degree for a fitted scan rotation), the others held (:func:`agreement_curves`,
     which ``progress`` follows)."""
-    from qora.plot import save_png, subplots
+    from qora.plot import import_in_background, save_png, subplots
 
     from qora.ssb.depth import depth_sections
     from qora.ssb.model import parameters_to_aberrations
     from qora.ssb.optics import chi
+
+    import_in_background()  # beside the images' and curves' compiled loops (nogil), not after them
 
     branches = [b for b in ("standard", "thick", "incoherent") if b in result]
     best = result.get("better", branches[0])
