@@ -60,7 +60,6 @@ the other settings as quality mode's. Prints one JSON line: the seconds of setup
 after the first (the warm-up), positions per second and the peak GPU memory (data, model and iterations).
 """
 
-import argparse
 import json
 import os
 import sys
@@ -69,8 +68,9 @@ import time
 import warnings
 
 import numpy as np
+from ptycho_common import (ALPHA, C10, KV, TIMING_PIXEL, detector_mrad, dispatch, parser, peak_memory, scan_map,
+                           synthetic_counts, timing_summary)
 
-KV, ALPHA, C10 = 300.0, 25.0, 100.0  # timing mode's optics
 BEST = dict(iterations=30, batch=4, lr=2.5e-4, lr_probe=1e-4, lr_pos=0.0, rblur=0.0, zblur=1.0)  # quality mode
 PLAIN = dict(iterations=200, batch=32, modes=4, lr=5e-4, lr_probe=1e-4, lr_pos=5e-4, rblur=0.4, zblur=1.0)
 
@@ -149,12 +149,6 @@ def solve(meas, scan, args, **optics):
             os.chdir(here)
 
 
-def peak_memory(device):
-    import torch
-
-    return int(torch.cuda.max_memory_allocated()) if device.startswith("cuda") else None
-
-
 def settings(args, thickness):
     return {"slices": args.slices, "slice_thickness": thickness / args.slices, "iterations": args.iterations,
             "batch": args.batch, "modes": args.modes, "optimizer": "Adam", "lr_obj": args.lr,
@@ -176,13 +170,11 @@ def quality(args):
                                   step=step, mrad=mrad, slices=args.slices, thickness=thickness)
     slice_phases = model.opt_objp.detach().cpu().numpy()[0].astype(np.float64)
     positions = (model.crop_pos + model.opt_probe_pos_shifts).detach().cpu().numpy().astype(np.float64) + n // 2
-    ii, jj = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
-    design = np.stack([ii.ravel(), jj.ravel(), np.ones(ii.size)], 1)
-    scan_map = np.linalg.lstsq(design, positions, rcond=None)[0].T
     errors = np.asarray([loss for _, loss in model.loss_iters])
     dx = float(model.dx)
     np.savez(out, phase=slice_phases.sum(0), slice_phases=slice_phases.astype(np.float32),
-             sampling=np.asarray([dx, dx]), positions_px=positions, scan_map=scan_map, errors=errors)
+             sampling=np.asarray([dx, dx]), positions_px=positions, scan_map=scan_map(positions, rows, cols),
+             errors=errors)
     print(json.dumps({"seconds": {"setup": t_setup, "reconstruct": t_rec, "per_iteration": list(model.iter_times)},
                       "settings": {**settings(args, thickness), "C10": c10, "rotation_deg": 0.0},
                       "loss": float(errors[-1]), "object_shape": list(slice_phases.shape), "pixel_A": dx,
@@ -194,34 +186,20 @@ def timing(args):
     import torch
     from ptyrad.optics.constants import get_wavelength_ang
 
-    side = int(round(args.positions**0.5))
-    if side * side != args.positions:
-        raise SystemExit(f"--positions must be a square number, got {args.positions}")
-    n, pixel = args.detector, 0.1
-    mrad = get_wavelength_ang(KV) / (n * pixel) * 1e3  # the detector pixel for object pixels of 0.1 A
-    counts = np.random.default_rng(args.seed).random((side * side, n, n), dtype=np.float32) * 10 + 0.1
-    model, t_setup, _ = solve(counts, (side, side), args, kv=KV, alpha=ALPHA, c10=C10, step=2 * pixel, mrad=mrad,
-                              slices=args.slices, thickness=10.0 * args.slices)
+    n = args.detector
+    side, counts = synthetic_counts(args.positions, n, args.seed, flat=True)
+    model, t_setup, _ = solve(counts, (side, side), args, kv=KV, alpha=ALPHA, c10=C10, step=2 * TIMING_PIXEL,
+                              mrad=detector_mrad(get_wavelength_ang(KV), n), slices=args.slices,
+                              thickness=10.0 * args.slices)
     per_iter = list(model.iter_times)
-    seconds = float(np.median(per_iter[1:] if len(per_iter) > 1 else per_iter))
-    print(json.dumps({"timing": f"{args.positions}x{n}/{args.slices}s{args.modes}m", "seconds_per_iteration": seconds,
-                      "positions_per_s": args.positions / seconds, "peak_bytes": peak_memory(args.device),
-                      "seconds": {"setup": t_setup, "iterations": per_iter},
+    print(json.dumps({**timing_summary(args, per_iter), "seconds": {"setup": t_setup, "iterations": per_iter},
                       "settings": {**settings(args, 10.0 * args.slices), "object_pixel_A": float(model.dx),
                                    "object_shape": list(model.opt_objp.shape), "scan_step_px": 2},
                       "ptyrad": ptyrad.__version__, "torch": torch.__version__}))
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("fixture", nargs="?")
-    p.add_argument("out", nargs="?")
-    p.add_argument("--timing", action="store_true")
-    p.add_argument("--positions", type=int, default=128**2)
-    p.add_argument("--detector", type=int, default=128)
-    for name in ("--slices", "--modes", "--iterations", "--batch"):
-        p.add_argument(name, type=int)
-    p.add_argument("--device")
+    p = parser(__doc__)
     p.add_argument("--lr", type=float, help="the object's amplitude and phase learning rate")
     p.add_argument("--lr-probe", type=float, help="the probe's learning rate (0: a fixed probe)")
     p.add_argument("--lr-pos", type=float, help="the position shifts' learning rate (0: fixed, unjittered)")
@@ -229,23 +207,13 @@ def main(argv=None):
     p.add_argument("--zblur", type=float, help="obj_zblur's std in slices (0: off)")
     p.add_argument("--flipT", default="0,0,0", help="meas_flipT as flipud,fliplr,transpose")
     p.add_argument("--defaults", action="store_true", help="PtyRAD's plain defaults (module docstring)")
-    p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore")
     defaults = dict(PLAIN if args.defaults else BEST, slices=4, modes=PLAIN["modes"] if args.defaults else 1,
                     device="cpu")
     if args.timing:
         defaults.update(slices=10, modes=4, iterations=3, batch=64, device="cuda")
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    if args.timing:
-        timing(args)
-    elif args.fixture and args.out:
-        quality(args)
-    else:
-        p.error("FIXTURE and OUT are needed, or --timing")
-
+    dispatch(p, args, defaults, quality=quality, timing=timing)
 
 if __name__ == "__main__":
     main()

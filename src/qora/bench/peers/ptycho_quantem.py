@@ -41,14 +41,13 @@ this size). Prints one JSON line: the seconds of preprocess and of each iteratio
 warm-up), positions per second and the peak GPU memory of the iterations.
 """
 
-import argparse
 import json
 import time
 import warnings
 
 import numpy as np
-
-KV, ALPHA, C10 = 300.0, 25.0, 100.0  # timing mode's optics
+from ptycho_common import (ALPHA, C10, KV, TIMING_PIXEL, detector_mrad, dispatch, parser, peak_memory, scan_map,
+                           synthetic_counts, timing_summary)
 
 
 def build(counts, *, kv, alpha, c10, step, mrad, slices, thickness, modes, device, seed, centre="no_shift"):
@@ -101,12 +100,6 @@ def run(ptycho, *, iterations, batch, lr, lr_probe, optimizer, analytic):
     return total, np.diff([t0] + ptycho.stamps).tolist()
 
 
-def peak_memory(device):
-    import torch
-
-    return int(torch.cuda.max_memory_allocated()) if device.startswith("cuda") else None
-
-
 def quality(args):
     import quantem
 
@@ -125,14 +118,10 @@ def quality(args):
                           optimizer=args.optimizer, analytic=not args.autograd)
     slice_phases = np.angle(np.asarray(ptycho.obj))
     positions = np.asarray(ptycho.dset.scan_positions_px.detach().cpu().numpy(), np.float64)
-    rows, cols = counts.shape[:2]
-    ii, jj = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
-    design = np.stack([ii.ravel(), jj.ravel(), np.ones(ii.size)], 1)
-    scan_map = np.linalg.lstsq(design, positions, rcond=None)[0].T
     errors = np.asarray(ptycho.iter_losses)
     np.savez(args.out, phase=slice_phases.sum(0), slice_phases=slice_phases.astype(np.float32),
-             sampling=np.asarray(ptycho.sampling, np.float64), positions_px=positions, scan_map=scan_map,
-             errors=errors)
+             sampling=np.asarray(ptycho.sampling, np.float64), positions_px=positions,
+             scan_map=scan_map(positions, *counts.shape[:2]), errors=errors)
     print(json.dumps({"seconds": {"preprocess": t_pre, "reconstruct": t_rec, "per_iteration": per_iter},
                       "settings": {"slices": args.slices, "slice_thickness": thickness / args.slices,
                                    "iterations": args.iterations, "batch": args.batch, "modes": args.modes,
@@ -147,17 +136,13 @@ def quality(args):
 def timing(args):
     import quantem
     import torch
-
-    side = int(round(args.positions**0.5))
-    if side * side != args.positions:
-        raise SystemExit(f"--positions must be a square number, got {args.positions}")
     from quantem.core.utils.utils import electron_wavelength_angstrom
 
-    n, pixel = args.detector, 0.1
-    mrad = electron_wavelength_angstrom(KV * 1e3) / (n * pixel) * 1e3  # the detector pixel for object pixels of 0.1 A
-    counts = np.random.default_rng(args.seed).random((side, side, n, n), dtype=np.float32) * 10 + 0.1
+    n = args.detector
+    side, counts = synthetic_counts(args.positions, n, args.seed, flat=False)
     t0 = time.perf_counter()
-    ptycho = build(counts, kv=KV, alpha=ALPHA, c10=C10, step=2 * pixel, mrad=mrad, slices=args.slices,
+    ptycho = build(counts, kv=KV, alpha=ALPHA, c10=C10, step=2 * TIMING_PIXEL,
+                   mrad=detector_mrad(electron_wavelength_angstrom(KV * 1e3), n), slices=args.slices,
                    thickness=10.0 * args.slices, modes=args.modes, device=args.device, seed=args.seed)
     del counts
     t_pre = time.perf_counter() - t0
@@ -165,50 +150,26 @@ def timing(args):
         torch.cuda.reset_peak_memory_stats()
     _, per_iter = run(ptycho, iterations=args.iterations, batch=args.batch, lr=args.lr, lr_probe=args.lr_probe,
                       optimizer=args.optimizer, analytic=not args.autograd)
-    timed = per_iter[1:] if len(per_iter) > 1 else per_iter
-    seconds = float(np.median(timed))
-    print(json.dumps({"timing": f"{args.positions}x{n}/{args.slices}s{args.modes}m", "seconds_per_iteration": seconds,
-                      "positions_per_s": args.positions / seconds, "peak_bytes": peak_memory(args.device),
-                      "seconds": {"preprocess": t_pre, "iterations": per_iter},
+    print(json.dumps({**timing_summary(args, per_iter), "seconds": {"preprocess": t_pre, "iterations": per_iter},
                       "settings": {"batch": args.batch, "device": args.device, "optimizer": args.optimizer,
                                    "analytic": not args.autograd, "lr_obj": args.lr,
                                    "lr_probe": args.lr_probe, "object_shape": [int(v) for v in ptycho.obj_shape_full],
-                                   "object_pixel_A": pixel, "scan_step_px": 2},
+                                   "object_pixel_A": TIMING_PIXEL, "scan_step_px": 2},
                       "quantem": quantem.__version__, "torch": torch.__version__}))
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("fixture", nargs="?")
-    p.add_argument("out", nargs="?")
-    p.add_argument("--timing", action="store_true")
-    p.add_argument("--positions", type=int, default=128**2)
-    p.add_argument("--detector", type=int, default=128)
-    p.add_argument("--slices", type=int)
-    p.add_argument("--modes", type=int)
-    p.add_argument("--iterations", type=int)
-    p.add_argument("--batch", type=int)
-    p.add_argument("--device")
+    p = parser(__doc__)
     p.add_argument("--lr", type=float, default=0.1, help="the object's learning rate")
     p.add_argument("--lr-probe", type=float, default=0.1, help="the probe's learning rate (0: a fixed probe)")
     p.add_argument("--optimizer", choices=("sgd", "adamw", "adam"), default="sgd")
     p.add_argument("--autograd", action="store_true",
                    help="autograd's gradient instead of quantem's analytic one with its ePIE step normalisation")
-    p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore")
     defaults = (dict(slices=10, modes=4, iterations=2, batch=512, device="cuda") if args.timing else
                 dict(slices=4, modes=1, iterations=20, batch=64, device="cpu"))
-    for key, value in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    if args.timing:
-        timing(args)
-    elif args.fixture and args.out:
-        quality(args)
-    else:
-        p.error("FIXTURE and OUT are needed, or --timing")
-
+    dispatch(p, args, defaults, quality=quality, timing=timing)
 
 if __name__ == "__main__":
     main()
