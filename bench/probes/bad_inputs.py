@@ -213,13 +213,25 @@ def _holograms(folder: Path) -> str:
     return str(path)
 
 
+def _as_from_a_terminal(argv, **kwargs):
+    """Popen with Ctrl-C reaching the command as from a terminal: an ignored SIGINT (nohup, a background job, a test
+    runner's worker after some library ignored it) is inherited across exec, and Python then never raises
+    KeyboardInterrupt, so the Ctrl-C cases would run to their end. A handler (not SIG_IGN) becomes SIG_DFL in the
+    child."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(argv, **kwargs)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_case(argv, expected, delay, cwd):
     keep = Path(cwd).parent / "keep.h5"
     if expected == "interrupt" and str(keep) in argv:
         keep.write_text("an existing result")
     before = set(os.listdir(cwd))
     t0 = time.perf_counter()
-    proc = subprocess.Popen(QORA + argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = _as_from_a_terminal(QORA + argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if delay is not None:
         time.sleep(delay)
         proc.send_signal(signal.SIGINT if expected == "interrupt" else signal.SIGTERM)
