@@ -36,8 +36,9 @@ def small():
 def test_the_values_loop_equals_the_sums_loop_set_by_set(small):
     """depth_loops.incoherent_values (the geometry once a pixel for every set, the sections' weights by a
     recurrence once per run of one thickness, the phasors of evenly spaced sets by a step's recurrence) against
-    incoherent_sums of each set alone (every weight by its own sincos): runs of one thickness, a thickness
-    changing between sets, a thickness of 0, and two curves' evenly spaced points (one longer than a chain)."""
+    incoherent_sums of each set alone (every weight by its own sincos): runs of one thickness (AX from their
+    shared sums), a thickness changing between sets, a thickness of 0, and two curves' evenly spaced points (one
+    longer than a chain)."""
     from qora.ssb import depth_loops
 
     band = IncoherentBand(small, ("C10", "C12a", "C12b", "thickness"), sections=4)
@@ -47,6 +48,8 @@ def test_the_values_loop_equals_the_sums_loop_set_by_set(small):
     sets += [{**v, "C10": x} for x in np.linspace(-95.0, -55.0, 21)] + [{**v, "C12a": x} for x in np.linspace(0, 12, 5)]
     steps = depth_loops.set_steps([[x["C10"], x["C12a"], x["C12b"]] for x in sets])
     assert list(steps[6:9]) == [0, 2, 3] and 0 in steps[9:27] and list(steps[27:30]) == [0, 2, 3]
+    runs = depth_loops.shared_runs([x["thickness"] for x in sets])  # AX from a run's shared sums: two runs here
+    assert list(runs[:6]) == [0, 0, 0, -1, -1, 1] and set(runs[5:]) == {1}
     sX, AX = band._values_sums(sets)
     nq, m = band.G.shape[0], band.sections
     for i, values in enumerate(sets):

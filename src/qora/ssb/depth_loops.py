@@ -158,13 +158,16 @@ def _section_factors(a, t, M, F):
 
 
 @numba.njit(parallel=True, **_jit)
-def _values_loop(G, k, qy, qx, lam, limit, coefs, thick, steps, M, sX, AX):
+def _values_loop(G, k, qy, qx, lam, limit, coefs, thick, steps, slot, M, sX, AX):
     nq, nbf = G.shape
     S = coefs.shape[0]
+    R = max(slot.max() + 1, 1)
     zero = np.zeros(3)
     for q in numba.prange(nq):
         s = np.zeros((S, M), np.complex128)
         A = np.zeros((S, M, M), np.complex128)
+        P = np.zeros((R, M, M), np.complex128)  # a shared run's AX less its cross terms (shared_runs)
+        C = np.zeros((R, M, M), np.complex128)  # and its cross sum
         F1 = np.empty(M, np.complex128)
         F2 = np.empty(M, np.complex128)
         X = np.empty(M, np.complex128)
@@ -182,6 +185,8 @@ def _values_loop(G, k, qy, qx, lam, limit, coefs, thick, steps, M, sX, AX):
                 if i == 0 or thick[i] != thick[i - 1]:  # the sections' weights change with the thickness alone
                     _section_factors(a1, thick[i], M, F1)
                     _section_factors(a2, thick[i], M, F2)
+                    if slot[i] >= 0:
+                        _shared_sums(F1, F2, amp1 != 0, amp2 != 0, M, P[slot[i]], C[slot[i]])
                 mode = steps[i]
                 if mode == _NEW_STEP:  # the phasor of this set's step from the last, kept for the sets after it
                     r1 = _phasor(coefs[i, 0] - coefs[i - 1, 0], coefs[i, 1] - coefs[i - 1, 1],
@@ -199,14 +204,50 @@ def _values_loop(G, k, qy, qx, lam, limit, coefs, thick, steps, M, sX, AX):
                 for m in range(M):
                     cx = X[m].conjugate()
                     s[i, m] += cx * g
-                    for n in range(m, M):  # A is Hermitian: its upper triangle, the rest below
-                        A[i, m, n] += cx * X[n]
+                    if slot[i] < 0:
+                        for n in range(m, M):  # A is Hermitian: its upper triangle, the rest below
+                            A[i, m, n] += cx * X[n]
         for i in range(S):
+            if slot[i] >= 0:
+                _shared_matrix(P[slot[i]], C[slot[i]], _cross_phasor(coefs[i], qy[q], qx[q], lam), M, A[i])
             for m in range(M):
                 for n in range(m):
                     A[i, m, n] = A[i, n, m].conjugate()
             sX[i, q] = s[i]
             AX[i, q] = A[i]
+
+
+@numba.njit(inline="always", **_jit)
+def _shared_sums(F1, F2, on1, on2, M, P, C):
+    """One pixel's part of a shared run's P (the upper triangle of the terms' own products) and C (the cross
+    product conj(F1_m) F2_n, where both terms are in their apertures): see :func:`shared_runs`."""
+    for m in range(M):
+        c1, c2 = F1[m].conjugate(), F2[m].conjugate()
+        for n in range(m, M):
+            if on1:
+                P[m, n] += c1 * F1[n]
+            if on2:
+                P[m, n] += c2 * F2[n]
+        if on1 and on2:
+            for n in range(M):
+                C[m, n] += c1 * F2[n]
+
+
+@numba.njit(inline="always", **_jit)
+def _cross_phasor(c, qy, qx, lam):
+    """conj(b1) b2 = -e^{2iK} of a set (rows C10, C12a, C12b), the same at every pixel of a frequency: the two
+    terms' phases differ by 2K = 2 pi lambda (C10 |Q|^2 + C12a (qx^2 - qy^2) + 2 C12b qy qx) (:func:`_term`)."""
+    K = math.pi * lam * (c[0] * (qy * qy + qx * qx) + c[1] * (qx * qx - qy * qy) + 2.0 * c[2] * qy * qx)
+    return -complex(math.cos(2.0 * K), math.sin(2.0 * K))
+
+
+@numba.njit(inline="always", **_jit)
+def _shared_matrix(P, C, w, M, A):
+    """AX's upper triangle of a set of a shared run: P + w C + conj(w) C^H."""
+    wc = w.conjugate()
+    for m in range(M):
+        for n in range(m, M):
+            A[m, n] = P[m, n] + w * C[m, n] + wc * C[n, m].conjugate()
 
 
 @numba.njit(inline="always", **_jit)
@@ -219,6 +260,24 @@ def _phasor(c0, c1, c2, d):
 # how _values_loop makes a set's phasors (set_steps): each by its own sincos, equal to the last set's, the last
 # set's times the phasor of a step made at this set, or times the step made before (a curve's evenly spaced points)
 _DIRECT, _SAME, _NEW_STEP, _SAME_STEP = 0, 1, 2, 3
+
+
+def shared_runs(thicknesses, *, shortest: int = 3) -> np.ndarray:
+    """For each set, the slot of its run of consecutive sets of one thickness where the run is at least
+    ``shortest`` long, else -1. The sets of such a run share AX but for one factor: a set's two terms differ in
+    phase by 2K (:func:`_cross_phasor`) at every pixel of a frequency, so AX = P + w C + conj(w) C^H with P and C
+    sums over the pixels made once for the run and w = -e^{2iK} the set's own (22 complex products a pixel and set
+    -> 12, the run's P and C 36 once; a run of one or two keeps the direct sum)."""
+    t = np.asarray(thicknesses, np.float64).ravel()
+    slot = np.full(t.size, -1, np.int64)
+    start, count = 0, 0
+    for i in range(1, t.size + 1):
+        if i == t.size or t[i] != t[start]:
+            if i - start >= shortest:
+                slot[start:i] = count
+                count += 1
+            start = i
+    return slot
 
 
 def set_steps(coefficients) -> np.ndarray:
@@ -286,13 +345,15 @@ def incoherent_values(*, G, k, qy, qx, wavelength: float, limit: float, coeffici
     """The value sums of :func:`incoherent_sums` (``order`` 0: sX (S, nq, M), AX (S, nq, M, M), complex128) of S
     parameter sets in one pass over G: ``coefficients`` (S, 3) C10, C12a, C12b (A) and ``thicknesses`` (S,) (A).
     Each pixel's geometry is made once for all sets, the sections' weights once for each run of consecutive
-    sets of one thickness (the curves along C10 or C12), and the phase's sincos once a term and set, or once a
+    sets of one thickness (the curves along C10 or C12), the phase's sincos once a term and set, or once a
     term for a run of evenly spaced sets (:func:`set_steps`; :func:`incoherent_sums` makes each term's
-    derivative columns as well).
+    derivative columns as well), and AX of a run of sets of one thickness from sums shared by the run
+    (:func:`shared_runs`).
 
     Reference: :func:`incoherent_sums` of each set."""
     numba_threads()
     _values_loop(np.ascontiguousarray(G), np.ascontiguousarray(k, np.float64), np.ascontiguousarray(qy, np.float64),
                  np.ascontiguousarray(qx, np.float64), float(wavelength), float(limit),
                  np.ascontiguousarray(coefficients, np.float64).reshape(-1, 3),
-                 np.ascontiguousarray(thicknesses, np.float64).ravel(), set_steps(coefficients), int(sections), sX, AX)
+                 np.ascontiguousarray(thicknesses, np.float64).ravel(), set_steps(coefficients), shared_runs(thicknesses),
+                 int(sections), sX, AX)
