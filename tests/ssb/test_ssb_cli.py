@@ -346,9 +346,11 @@ def test_thin_film_sections_out_writes_the_one_section(tmp_path):
 def test_one_truthful_report_of_a_fit(tmp_path):
     """The thin film's fit with the rotation fitted: no standard error for a parameter reported as not determined
     (the JSON's uncertainty is None for the tilt), no "+- 0.0" before a wider bracket, "better" with both agreements
-    and the margin, and the plot's agreement curves passing through the printed agreement at the fit (one number
-    everywhere; the rotation's soft-edged band gave 0.9503 against the printed 0.9456 on the benchmark's film)."""
+    and the margin, every branch's C12 printed with its errors, and the plot's agreement curves passing through the
+    printed agreement at the fit (one number everywhere; the rotation's soft-edged band gave 0.9503 against the
+    printed 0.9456 on the benchmark's film)."""
     import json
+    import re
 
     from qora.ssb import Session
     from qora.ssb.files import agreement_curves
@@ -368,6 +370,9 @@ def test_one_truthful_report_of_a_fit(tmp_path):
         for name, entry in result[branch]["identifiability"]["parameters"].items():
             assert (result[branch]["uncertainty"][name] is None) == (not entry["determined"]), (branch, name)
     assert "+- 0.0 " not in out.output and "+- 0.0[" not in out.output
+    for label in ("rotation", "thick:"):  # every branch's C12 with its C12a/b errors (the thick line printed it bare)
+        line = next(line for line in out.output.splitlines() if line.startswith(label))
+        assert re.search(r"\(C12a/b (\+- |\(not determined\)).*/(\+- |\(not determined\))", line), line
     better = next(line for line in out.output.splitlines() if line.startswith("better: "))
     assert f"{result['thick']['agreement']:.4f}" in better and f"margin {BETTER_MARGIN:g}" in better
     from qora.cli.ssb_data import DataOptions, load_for_session

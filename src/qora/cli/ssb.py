@@ -48,16 +48,18 @@ def _pm(report: dict, name: str, scale: float = 1.0, digits: int = 1) -> str:
 
 
 def _thick_line(t: dict, label: str, *, tilt: bool) -> str:
-    """A thick-film branch's line: C10 and C12, the thickness, the tilt (``tilt`` False: the incoherent model,
-    whose independent sections do not determine one) and the agreement."""
+    """A thick-film branch's line: C10 and C12 (with C12a/b's errors, as the standard branch's line: a C12 printed
+    bare read as exact), the thickness, the tilt (``tilt`` False: the incoherent model, whose independent sections
+    do not determine one) and the agreement."""
     from qora.ssb import parameters_to_aberrations
 
     p = t["parameters"]
     ab = parameters_to_aberrations(p)
     tilt_text = (f"tilt ({p['tilt_y'] * 1e3:.2f} {_pm(t, 'tilt_y', 1e3, 2)}, {p['tilt_x'] * 1e3:.2f} "
                  f"{_pm(t, 'tilt_x', 1e3, 2)}) mrad" if tilt else "tilt not determined (independent sections)")
-    return (f"{label}: C10 {ab.get('C10'):.1f} {_pm(t, 'C10')} A, {c12_text(ab)}, thickness {p['thickness']:.0f} "
-            f"{_pm(t, 'thickness', digits=0)} A, {tilt_text}, agreement {t['agreement']:.4f}")
+    return (f"{label}: C10 {ab.get('C10'):.1f} {_pm(t, 'C10')} A, {c12_text(ab)} (C12a/b {_pm(t, 'C12a')}/"
+            f"{_pm(t, 'C12b')} A), thickness {p['thickness']:.0f} {_pm(t, 'thickness', digits=0)} A, {tilt_text}, "
+            f"agreement {t['agreement']:.4f}")
 
 
 def fit_summary(result: dict) -> list:
