@@ -34,11 +34,10 @@ def small():
 
 
 def test_the_values_loop_equals_the_sums_loop_set_by_set(small):
-    """depth_loops.incoherent_values (the geometry once a pixel for every set, the sections' weights by a
-    recurrence once per run of one thickness, the phasors of evenly spaced sets by a step's recurrence) against
-    incoherent_sums of each set alone (every weight by its own sincos): runs of one thickness (AX from their
-    shared sums), a thickness changing between sets, a thickness of 0, and two curves' evenly spaced points (one
-    longer than a chain)."""
+    """depth_loops.incoherent_values (each set's phasors and each thickness's depth phasors from the detector
+    grid's row and column tables, the sections' weights once per run of one thickness) against incoherent_sums of
+    each set alone (every phasor and weight by its own sincos): runs of one thickness (AX from their shared sums),
+    a thickness changing between sets, a thickness of 0, and two curves' evenly spaced points."""
     from qora.ssb import depth_loops
 
     band = IncoherentBand(small, ("C10", "C12a", "C12b", "thickness"), sections=4)
@@ -46,8 +45,6 @@ def test_the_values_loop_equals_the_sums_loop_set_by_set(small):
     v = {"C10": -75.0, "C12a": 6.0, "C12b": 2.0, "thickness": 50.0}
     sets = [v, {**v, "C10": -70.0}, {**v, "C12b": -3.0}, {**v, "thickness": 20.0}, {**v, "thickness": 0.0}, v]
     sets += [{**v, "C10": x} for x in np.linspace(-95.0, -55.0, 21)] + [{**v, "C12a": x} for x in np.linspace(0, 12, 5)]
-    steps = depth_loops.set_steps([[x["C10"], x["C12a"], x["C12b"]] for x in sets])
-    assert list(steps[6:9]) == [0, 2, 3] and 0 in steps[9:27] and list(steps[27:30]) == [0, 2, 3]
     runs = depth_loops.shared_runs([x["thickness"] for x in sets])  # AX from a run's shared sums: two runs here
     assert list(runs[:6]) == [0, 0, 0, -1, -1, 1] and set(runs[5:]) == {1}
     sX, AX = band._values_sums(sets)
@@ -63,6 +60,24 @@ def test_the_values_loop_equals_the_sums_loop_set_by_set(small):
     values = band.evaluate_batch(sets)
     assert values[0] == values[5] and values[0] != values[1]
     np.testing.assert_allclose(values, [band.evaluate(x, order=0) for x in sets], rtol=1e-13)
+
+
+def test_pixels_off_a_grid_take_the_array_code(small, monkeypatch):
+    """The host's value loop reads each set's phasors from the detector grid's row and column tables: where k's rows
+    or columns are not evenly spaced (grid_columns says None) the band takes the array code, with the same values,
+    and asking for the loops is refused."""
+    from qora.ssb import cpu_kernels
+
+    names = ("C10", "C12a", "C12b", "thickness")
+    v = {"C10": -75.0, "C12a": 6.0, "C12b": 2.0, "thickness": 50.0}
+    on_grid = IncoherentBand(small, names, sections=3)
+    monkeypatch.setattr(cpu_kernels, "grid_columns", lambda grid: None)
+    off_grid = IncoherentBand(small, names, sections=3)
+    assert (on_grid.transfers, off_grid.transfers) == ("loops", "arrays")
+    sets = [v, {**v, "C10": -70.0}, {**v, "C10": -65.0}, {**v, "thickness": 20.0}]
+    np.testing.assert_allclose(off_grid.evaluate_batch(sets), on_grid.evaluate_batch(sets), rtol=1e-12)
+    with pytest.raises(ValueError, match="grid"):
+        IncoherentBand(small, names, sections=3, transfers="loops")
 
 
 def test_derivatives_are_exact(small):

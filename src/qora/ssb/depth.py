@@ -253,11 +253,13 @@ class IncoherentBand(Band):
         xp = self.xp
         on_cuda = getattr(xp, "__name__", "") == "cupy"
         on_host = xp is np
-        self.transfers = ("kernel" if on_cuda else "loops" if on_host else "arrays") if transfers is None else transfers
+        # the host's loops take k's rows and columns as a grid (the values' phase tables): off a grid, the array code
+        loops = on_host and self._grid is not None
+        self.transfers = ("kernel" if on_cuda else "loops" if loops else "arrays") if transfers is None else transfers
         if (self.transfers not in TRANSFERS or (self.transfers in ("kernel", "fused") and not on_cuda)
-                or (self.transfers == "loops" and not on_host)):
-            raise ValueError(f"transfers must be 'arrays', 'loops' for a band on the host, or 'kernel' or 'fused' for "
-                             f"a band on a CUDA device; got {transfers!r}")
+                or (self.transfers == "loops" and not loops)):
+            raise ValueError(f"transfers must be 'arrays', 'loops' for a band on the host whose pixels lie on a grid, "
+                             f"or 'kernel' or 'fused' for a band on a CUDA device; got {transfers!r}")
         precision = "double" if precision is None else precision
         if precision not in ("single", "double") or (precision == "single" and self.transfers == "arrays"):
             raise ValueError(f"precision must be 'double', or 'single' with the kernel's transfers; got {precision!r}")
@@ -538,8 +540,8 @@ class IncoherentBand(Band):
         nq, m = self.G.shape[0], self.sections
         sX = np.empty((len(sets), nq, m), np.complex128)
         AX = np.empty((len(sets), nq, m, m), np.complex128)
-        depth_loops.incoherent_values(G=self.G, k=self._k_pairs, qy=self._qy_flat, qx=self._qx_flat,
-                                      wavelength=self.lam, limit=self._limit, sections=m, sX=sX, AX=AX,
+        depth_loops.incoherent_values(G=self.G, k=self._k_pairs, grid=self._grid, qy=self._qy_flat,
+                                      qx=self._qx_flat, wavelength=self.lam, limit=self._limit, sections=m, sX=sX, AX=AX,
                                       coefficients=[a["coefficients"] for a in arguments],
                                       thicknesses=[a["thickness"] for a in arguments])
         return sX, AX

@@ -25,7 +25,8 @@ openmp_passive()  # before Numba loads its OpenMP runtime
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
-from qora.ssb.cpu_kernels import _sinc3  # noqa: E402  (the band loops' sinc and its derivatives)
+from qora.ssb.cpu_kernels import _phasors, _pixel_apertures, _sinc3, quadratic_tables  # noqa: E402  (the band
+# loops' sinc and its derivatives, their row and column phase tables and aperture tests)
 
 __all__ = ["incoherent_sums", "incoherent_values", "double_overlap", "KINDS"]
 
@@ -135,10 +136,15 @@ def _sums_loop(G, k, qy, qx, lam, limit, c, t, kinds, M, order, sX, AX, B):
 @numba.njit(inline="always", **_jit)
 def _section_phasors(a, t, M, E):
     """E[m] = e^{i c_m a t} for the M sections of a film of thickness ``t`` and a term of depth phase ``a``,
-    c_m = (m + 1/2) / M - 1/2 the section's centre: the phases step by a t / M from -(M - 1) a t / 2M, so one
-    sincos makes all M (a recurrence of M products, ~M ulp)."""
+    c_m = (m + 1/2) / M - 1/2 the section's centre (:func:`_phasors_of` from one sincos)."""
     u = a * t / (2.0 * M)
-    half = complex(math.cos(u), math.sin(u))
+    _phasors_of(complex(math.cos(u), math.sin(u)), M, E)
+
+
+@numba.njit(inline="always", **_jit)
+def _phasors_of(half, M, E):
+    """:func:`_section_phasors` from half = e^{iu}, u = a t / 2M: the phases step by 2u from -(M - 1) u, so one
+    sincos makes all M (a recurrence of M products, ~M ulp)."""
     step = half * half
     first = 1.0 + 0j
     for _ in range(M - 1):
@@ -158,12 +164,30 @@ def _section_factors(a, t, M, F):
 
 
 @numba.njit(parallel=True, **_jit)
-def _values_loop(G, k, qy, qx, lam, limit, coefs, thick, steps, slot, M, sX, AX):
+def _values_loop(G, k, row_of, col_of, krow, kcol, qy, qx, lam, limit, coefs, thick, slot, M, sX, AX):
     nq, nbf = G.shape
     S = coefs.shape[0]
     R = max(slot.max() + 1, 1)
-    zero = np.zeros(3)
+    pl = math.pi * lam
     for q in numba.prange(nq):
+        Qy, Qx = qy[q], qx[q]
+        # each set's phasors on the detector grid: term 1's e^{-i(K + L.k)} = w rows[r] cols[c], term 2's -conj(w)
+        # times the same (the terms' phases differ by 2K at every pixel of Q), with no sincos a pixel
+        rows = np.empty((krow.size, S), np.complex128)
+        cols = np.empty((kcol.size, S), np.complex128)
+        w = np.empty(S, np.complex128)
+        quadratic_tables(coefs, lam, Qy, Qx, krow, kcol, rows, cols, w)
+        # each thickness's depth phasors: e^{iu}, u = a t / 2M with a = -+ pi lam |Q|^2 + 2 pi lam k.Q, a table too
+        hrows = np.empty((krow.size, S), np.complex128)
+        hcols = np.empty((kcol.size, S), np.complex128)
+        q2 = pl * (Qy * Qy + Qx * Qx)
+        h0 = np.empty(S, np.complex128)  # term 1's e^{-i pi lam |Q|^2 t / 2M}; term 2's its conjugate
+        for i in range(S):
+            if i == 0 or thick[i] != thick[i - 1]:
+                _phasors(krow, pl * thick[i] * Qy / (2.0 * M), hrows, i)
+                _phasors(kcol, pl * thick[i] * Qx / (2.0 * M), hcols, i)
+                v = q2 * thick[i] / (2.0 * M)
+                h0[i] = complex(math.cos(v), -math.sin(v))
         s = np.zeros((S, M), np.complex128)
         A = np.zeros((S, M, M), np.complex128)
         P = np.zeros((R, M, M), np.complex128)  # a shared run's AX less its cross terms (shared_runs)
@@ -171,34 +195,24 @@ def _values_loop(G, k, qy, qx, lam, limit, coefs, thick, steps, slot, M, sX, AX)
         F1 = np.empty(M, np.complex128)
         F2 = np.empty(M, np.complex128)
         X = np.empty(M, np.complex128)
-        d1 = np.empty(3)
-        d2 = np.empty(3)
         for j in range(nbf):
-            # the geometry once a pixel: each term's aperture sign, depth phase and basis differences
-            amp1, a1 = _term(k[j, 0], k[j, 1], qy[q], qx[q], -1.0, lam, limit, zero, d1)
-            amp2, a2 = _term(k[j, 0], k[j, 1], qy[q], qx[q], 1.0, lam, limit, zero, d2)
-            if amp1 == 0 and amp2 == 0:
+            code = _pixel_apertures(k, j, Qy, Qx, limit)
+            if code == 0:
                 continue
+            on1, on2 = (code & 1) != 0, (code & 2) != 0
+            r, c = row_of[j], col_of[j]
+            kq = 2.0 * pl * (k[j, 0] * Qy + k[j, 1] * Qx)
             g = G[q, j]
-            b1 = b2 = r1 = r2 = 0j
             for i in range(S):
                 if i == 0 or thick[i] != thick[i - 1]:  # the sections' weights change with the thickness alone
-                    _section_factors(a1, thick[i], M, F1)
-                    _section_factors(a2, thick[i], M, F2)
+                    h = hrows[r, i] * hcols[c, i]
+                    _section_weights(h0[i] * h, (kq - q2) * thick[i] / (2.0 * M), M, F1)
+                    _section_weights(h0[i].conjugate() * h, (kq + q2) * thick[i] / (2.0 * M), M, F2)
                     if slot[i] >= 0:
-                        _shared_sums(F1, F2, amp1 != 0, amp2 != 0, M, P[slot[i]], C[slot[i]])
-                mode = steps[i]
-                if mode == _NEW_STEP:  # the phasor of this set's step from the last, kept for the sets after it
-                    r1 = _phasor(coefs[i, 0] - coefs[i - 1, 0], coefs[i, 1] - coefs[i - 1, 1],
-                                 coefs[i, 2] - coefs[i - 1, 2], d1) if amp1 != 0 else 0j
-                    r2 = _phasor(coefs[i, 0] - coefs[i - 1, 0], coefs[i, 1] - coefs[i - 1, 1],
-                                 coefs[i, 2] - coefs[i - 1, 2], d2) if amp2 != 0 else 0j
-                if mode == _DIRECT:
-                    b1 = amp1 * _phasor(coefs[i, 0], coefs[i, 1], coefs[i, 2], d1) if amp1 != 0 else 0j
-                    b2 = amp2 * _phasor(coefs[i, 0], coefs[i, 1], coefs[i, 2], d2) if amp2 != 0 else 0j
-                elif mode != _SAME:  # a step: the last set's phasors times the step's
-                    b1 *= r1
-                    b2 *= r2
+                        _shared_sums(F1, F2, on1, on2, M, P[slot[i]], C[slot[i]])
+                e = rows[r, i] * cols[c, i]
+                b1 = w[i] * e if on1 else 0j
+                b2 = -w[i].conjugate() * e if on2 else 0j
                 for m in range(M):
                     X[m] = b1 * F1[m] + b2 * F2[m]
                 for m in range(M):
@@ -208,13 +222,23 @@ def _values_loop(G, k, qy, qx, lam, limit, coefs, thick, steps, slot, M, sX, AX)
                         for n in range(m, M):  # A is Hermitian: its upper triangle, the rest below
                             A[i, m, n] += cx * X[n]
         for i in range(S):
-            if slot[i] >= 0:
-                _shared_matrix(P[slot[i]], C[slot[i]], _cross_phasor(coefs[i], qy[q], qx[q], lam), M, A[i])
+            if slot[i] >= 0:  # conj(b1) b2 = -conj(w)^2, the same at every pixel of Q
+                _shared_matrix(P[slot[i]], C[slot[i]], -w[i].conjugate() ** 2, M, A[i])
             for m in range(M):
                 for n in range(m):
                     A[i, m, n] = A[i, n, m].conjugate()
             sX[i, q] = s[i]
             AX[i, q] = A[i]
+
+
+@numba.njit(inline="always", **_jit)
+def _section_weights(half, u, M, F):
+    """:func:`_section_factors` from u = a t / 2M and half = e^{iu} (made from the grid's tables): the phasors by
+    :func:`_phasors_of`, the sinc from half's imaginary part, sin u."""
+    _phasors_of(half, M, F)
+    sinc = 1.0 - u * u / 6.0 if abs(u) < 1e-4 else half.imag / u
+    for m in range(M):
+        F[m] *= sinc
 
 
 @numba.njit(inline="always", **_jit)
@@ -234,14 +258,6 @@ def _shared_sums(F1, F2, on1, on2, M, P, C):
 
 
 @numba.njit(inline="always", **_jit)
-def _cross_phasor(c, qy, qx, lam):
-    """conj(b1) b2 = -e^{2iK} of a set (rows C10, C12a, C12b), the same at every pixel of a frequency: the two
-    terms' phases differ by 2K = 2 pi lambda (C10 |Q|^2 + C12a (qx^2 - qy^2) + 2 C12b qy qx) (:func:`_term`)."""
-    K = math.pi * lam * (c[0] * (qy * qy + qx * qx) + c[1] * (qx * qx - qy * qy) + 2.0 * c[2] * qy * qx)
-    return -complex(math.cos(2.0 * K), math.sin(2.0 * K))
-
-
-@numba.njit(inline="always", **_jit)
 def _shared_matrix(P, C, w, M, A):
     """AX's upper triangle of a set of a shared run: P + w C + conj(w) C^H."""
     wc = w.conjugate()
@@ -250,22 +266,10 @@ def _shared_matrix(P, C, w, M, A):
             A[m, n] = P[m, n] + w * C[m, n] + wc * C[n, m].conjugate()
 
 
-@numba.njit(inline="always", **_jit)
-def _phasor(c0, c1, c2, d):
-    """e^{-i c.d}: a term's aberration phasor for the coefficients (C10, C12a, C12b) ``c``."""
-    phase = c0 * d[0] + c1 * d[1] + c2 * d[2]
-    return complex(math.cos(phase), -math.sin(phase))
-
-
-# how _values_loop makes a set's phasors (set_steps): each by its own sincos, equal to the last set's, the last
-# set's times the phasor of a step made at this set, or times the step made before (a curve's evenly spaced points)
-_DIRECT, _SAME, _NEW_STEP, _SAME_STEP = 0, 1, 2, 3
-
-
 def shared_runs(thicknesses, *, shortest: int = 3) -> np.ndarray:
     """For each set, the slot of its run of consecutive sets of one thickness where the run is at least
     ``shortest`` long, else -1. The sets of such a run share AX but for one factor: a set's two terms differ in
-    phase by 2K (:func:`_cross_phasor`) at every pixel of a frequency, so AX = P + w C + conj(w) C^H with P and C
+    phase by 2K at every pixel of a frequency, so AX = P + w C + conj(w) C^H with P and C
     sums over the pixels made once for the run and w = -e^{2iK} the set's own (22 complex products a pixel and set
     -> 12, the run's P and C 36 once; a run of one or two keeps the direct sum)."""
     t = np.asarray(thicknesses, np.float64).ravel()
@@ -278,28 +282,6 @@ def shared_runs(thicknesses, *, shortest: int = 3) -> np.ndarray:
                 count += 1
             start = i
     return slot
-
-
-def set_steps(coefficients) -> np.ndarray:
-    """For each set (rows of (C10, C12a, C12b)) how its phasors are made (the codes above): a run of evenly spaced
-    sets (the curves of :func:`qora.ssb.files.agreement_curves`) costs two sincos a term for its step instead of
-    one a set. Each product drifts by about an ulp, so a chain of products is cut by a direct set after 16."""
-    c = np.asarray(coefficients, np.float64).reshape(-1, 3)
-    modes = np.full(len(c), _DIRECT, np.int64)
-    chain = 0
-    for i in range(1, len(c)):
-        step = c[i] - c[i - 1]
-        if not step.any():
-            modes[i] = _SAME
-        elif chain >= 16:
-            chain = 0
-        elif modes[i - 1] in (_NEW_STEP, _SAME_STEP) and np.array_equal(step, c[i - 1] - c[i - 2]):
-            modes[i], chain = _SAME_STEP, chain + 1
-        elif i + 1 < len(c) and np.array_equal(c[i + 1] - c[i], step):  # a run starts: worth its step's sincos
-            modes[i], chain = _NEW_STEP, chain + 1
-        else:
-            chain = 0
-    return modes
 
 
 @numba.njit(parallel=True, **_jit)
@@ -340,20 +322,20 @@ def incoherent_sums(*, G, k, qy, qx, wavelength: float, limit: float, coefficien
                sX, AX, dummy if B is None else B)
 
 
-def incoherent_values(*, G, k, qy, qx, wavelength: float, limit: float, coefficients, thicknesses, sections: int,
-                      sX, AX) -> None:
+def incoherent_values(*, G, k, grid, qy, qx, wavelength: float, limit: float, coefficients, thicknesses,
+                      sections: int, sX, AX) -> None:
     """The value sums of :func:`incoherent_sums` (``order`` 0: sX (S, nq, M), AX (S, nq, M, M), complex128) of S
     parameter sets in one pass over G: ``coefficients`` (S, 3) C10, C12a, C12b (A) and ``thicknesses`` (S,) (A).
-    Each pixel's geometry is made once for all sets, the sections' weights once for each run of consecutive
-    sets of one thickness (the curves along C10 or C12), the phase's sincos once a term and set, or once a
-    term for a run of evenly spaced sets (:func:`set_steps`; :func:`incoherent_sums` makes each term's
-    derivative columns as well), and AX of a run of sets of one thickness from sums shared by the run
-    (:func:`shared_runs`).
+    No sincos a pixel: on the detector's grid each set's phasors are a row's and a column's factor (the tables of
+    the standard model's loop, :func:`qora.ssb.cpu_kernels.quadratic_tables`), each thickness's depth phasor too;
+    the sections' weights are made once for each run of consecutive sets of one thickness, and AX of such a run
+    from sums the run shares (:func:`shared_runs`). ``grid``: the detector grid of
+    :func:`qora.ssb.cpu_kernels.grid_columns` (k's rows and columns evenly spaced).
 
     Reference: :func:`incoherent_sums` of each set."""
     numba_threads()
-    _values_loop(np.ascontiguousarray(G), np.ascontiguousarray(k, np.float64), np.ascontiguousarray(qy, np.float64),
-                 np.ascontiguousarray(qx, np.float64), float(wavelength), float(limit),
-                 np.ascontiguousarray(coefficients, np.float64).reshape(-1, 3),
-                 np.ascontiguousarray(thicknesses, np.float64).ravel(), set_steps(coefficients), shared_runs(thicknesses),
-                 int(sections), sX, AX)
+    krow, kcol, row_of, col_of = grid
+    _values_loop(np.ascontiguousarray(G), np.ascontiguousarray(k, np.float64), row_of, col_of, krow, kcol,
+                 np.ascontiguousarray(qy, np.float64), np.ascontiguousarray(qx, np.float64), float(wavelength),
+                 float(limit), np.ascontiguousarray(coefficients, np.float64).reshape(-1, 3),
+                 np.ascontiguousarray(thicknesses, np.float64).ravel(), shared_runs(thicknesses), int(sections), sX, AX)
