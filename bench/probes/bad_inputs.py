@@ -11,7 +11,6 @@ The disk-full cases need root (a 64 KiB tmpfs); without it they are skipped and 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
