@@ -330,3 +330,21 @@ def test_phase_skewness_is_the_third_standardised_moment():
     x = np.random.default_rng(2).gamma(2.0, size=(64, 48)).astype(np.float32)
     assert phase_skewness(x) == pytest.approx(skew(x.ravel().astype(np.float64)), rel=1e-10)
     assert phase_skewness(np.full((5, 5), 0.3)) == 0.0
+
+
+def test_a_thick_crystal_whose_com_rotation_is_wrong_is_checked_over_the_rotation_grid():
+    """abTEM's perfect SrTiO3 [001], 101.5 A (tests/ssb/fixtures/abtem_srtio3_ptycho_100a.npz: channelling, a 20 x 20
+    scan): the identity frame's centre-of-mass rotation is -25 degrees for a true 0 and its curl is untrusted, so
+    its orientation check runs over the coarse rotation grid. The default cold-start fit then finds the identity
+    frame at 0 degrees and C10 near the mid-plane's (abTEM's defocus -100 A at the entrance: C10 150.8 A there); it
+    had chosen the mirrored frame (transpose at -90 degrees) with C10 0.1 A and C12 162 A."""
+    from qora.ssb import fit_session
+
+    with np.load(FIXTURES / "abtem_srtio3_ptycho_100a.npz") as f:
+        counts, kv, alpha, step = f["counts"], float(f["kv"]), float(f["alpha_mrad"]), float(f["scan_step"])
+        mid_plane = float(f["C10"]) + float(f["thickness"]) / 2
+    result = fit_session(Session(counts.astype(np.float64), kv=kv, alpha_mrad=alpha, scan_step=step))
+    assert result["orientation"]["orientation"] == "identity", result["orientation"]
+    assert abs(wrap_angle(math.radians(result["rotation_deg"]), period=math.pi)) < math.radians(1.0)
+    fit = result[result["better"]]["parameters"]
+    assert abs(fit["C10"] - mid_plane) < 15.0 and math.hypot(fit["C12a"], fit["C12b"]) < 5.0, fit
