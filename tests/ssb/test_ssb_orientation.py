@@ -334,8 +334,8 @@ def test_phase_skewness_is_the_third_standardised_moment():
 
 def test_a_thick_crystal_whose_com_rotation_is_wrong_is_checked_over_the_rotation_grid():
     """abTEM's perfect SrTiO3 [001], 101.5 A (tests/ssb/fixtures/abtem_srtio3_ptycho_100a.npz: channelling, a 20 x 20
-    scan): the identity frame's centre-of-mass rotation is -25 degrees for a true 0 and its curl is untrusted, so
-    its orientation check runs over the coarse rotation grid. The default cold-start fit then finds the identity
+    scan): the identity frame's centre-of-mass rotation is -25 degrees for a true 0 and no frame's curl is trusted,
+    so the orientation check runs over the coarse rotation grid. The default cold-start fit then finds the identity
     frame at 0 degrees and C10 near the mid-plane's (abTEM's defocus -100 A at the entrance: C10 150.8 A there); it
     had chosen the mirrored frame (transpose at -90 degrees) with C10 0.1 A and C12 162 A."""
     from qora.ssb import fit_session
