@@ -60,9 +60,8 @@ def fit_rotation(session, parameters=("C10", "C12a", "C12b"), *, band=(0.2, 0.9)
     coarse_deg = in_range("coarse_deg", coarse_deg, 0.0, 90.0, unit="degrees", inclusive=False)
 
     def c10_only(theta):
-        b = _thinned(make_band(session, ("C10",), band=band, rotation=theta), coarse_rows)
-        c10, values = defocus_search(b, step=20.0, low=-400.0, high=400.0)
-        return float(values.max()), c10
+        agreement, _, c10 = _c10_check(session, theta, band, coarse_rows)
+        return agreement, c10
 
     grid = _rotation_grid(coarse_deg) if angles is None else np.asarray(angles, float).ravel()
     searched = len(grid) + 1
@@ -102,10 +101,11 @@ def _thinned(band, rows: int):
 
 
 def _c10_check(session, theta: float, band, coarse_rows: int) -> tuple:
-    """(the agreement of a C10 search at scan rotation ``theta``, theta), on the band thinned to ``coarse_rows``."""
+    """(the agreement of a C10 search at scan rotation ``theta``, theta, the C10 found), on the band thinned to
+    ``coarse_rows``: the rotation grid's step (:func:`fit_rotation`) and the orientation check's."""
     b = _thinned(make_band(session, ("C10",), band=band, rotation=theta), coarse_rows)
-    _, values = defocus_search(b, step=20.0, low=-400.0, high=400.0)
-    return float(values.max()), float(theta)
+    c10, values = defocus_search(b, step=20.0, low=-400.0, high=400.0)
+    return float(values.max()), float(theta), float(c10)
 
 
 def _orientation(session, orientation: str, rotation, band=(0.2, 0.9), coarse_rows: int = COARSE_ROWS):
@@ -144,7 +144,7 @@ def _orientation(session, orientation: str, rotation, band=(0.2, 0.9), coarse_ro
     other = found["runner_up"] if best == found["orientation"] else found["orientation"]
     out = {**found, "searched": True, "orientation": best, "runner_up": other,
               "score": found["scores"][best], "runner_up_score": found["scores"][other],
-              "agreement_check": {n: a for n, (a, _) in checks.items()},
+              "agreement_check": {n: a for n, (a, *_) in checks.items()},
               "method": "bright-field centre-of-mass curl, the best two checked by a C10 search's agreement"}
     if rotation is None:
         out["rotation_rad"] = checks[best][1]
