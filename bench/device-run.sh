@@ -109,6 +109,8 @@ for b in ${BENCH:-}; do
     coarse-rows) timeout 400 python3 bench/probes/coarse_rows_probe.py /tmp/qora-ssb-full ;;
     ssb-live-512) timeout 580 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 512 --detector 192 \
                     --dataset-dir /tmp/qora-ssb-full --receivers 4 --senders 2 --final-fps 40000 ;;
+    live-first-scan) timeout 150 python3 bench/probes/live_first_scan.py -- --out "$OUT/results" --backend cuda --scan 512 \
+                       --detector 192 --protocol dectris2 --receivers 4 --senders 2 ;;
     ssb-live-five) for run in 1 2 3 4 5; do  # issue 38's command, each run a fresh process (the first on a fresh machine)
                      echo "== run $run"; timeout 115 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 512 \
                        --detector 192 --protocol dectris2 --receivers 4 --senders 2; echo "== run $run rc=$?"; done ;;
