@@ -651,15 +651,23 @@ def test_memory_source_paced_at_a_frame_rate(counts):
         MemorySource(data, fps=0)
 
 
-def test_the_rehearsal_runs_the_live_path_and_its_fits():
+def test_the_rehearsal_runs_the_live_path_and_its_fits(monkeypatch):
     """What run_live does before a CUDA scan's header (qora.ssb.live.rehearsal), on the CPU backend here: the small
-    film's frames placed, its session made and fitted cold then warm; the fit finds the film's C10 (-100 A)."""
+    film's frames placed, dealt between two receivers as a detector deals them (each batch every other frame: the
+    indexed write a fresh machine's first scan otherwise compiled during its frames) and in order, its session made
+    and fitted cold then warm; the fit finds the film's C10 (-100 A)."""
     from qora.backend import resolve
+    from qora.ssb.live.accumulate import LiveG
     from qora.ssb.live.rehearsal import rehearse
 
+    batches = []
+    scatter = LiveG._scatter
+    monkeypatch.setattr(LiveG, "_scatter", lambda self, index, values: (batches.append(np.diff(index).max()),
+                                                                         scatter(self, index, values)))
     fit = rehearse(resolve("cpu"), fit=True, fit_rotation=False, tilt=False, band=(0.2, 0.9), trials=64,
                    device_decode=False)
     assert abs(fit["standard"]["parameters"]["C10"] + 100.0) < 10.0  # measured -95.2 A (noise, a 16 x 16 scan)
+    assert batches and min(batches) >= 2  # every batch written in time was a dealt one (the late row's is added)
     assert rehearse(resolve("cpu"), fit=False, fit_rotation=False, tilt=False, band=(0.2, 0.9), trials=64,
                     device_decode=False) is None
 

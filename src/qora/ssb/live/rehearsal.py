@@ -28,16 +28,23 @@ def rehearse(backend, *, fit: bool, fit_rotation: bool, tilt: bool, band, trials
     data, step = film_counts(64, aberrations=Aberrations(C10=-100.0), alpha_mrad=25.0, film_seed=5, noise_seed=6)
     flat = data.reshape((-1,) + data.shape[2:])
     live = LiveG(data.shape[:2], data.shape[2:], kv=300.0, alpha_mrad=25.0, scan_step=step, backend=backend,
-                 calibration_rows=2, decode="device" if device_decode else "host")
+                 calibration_rows=2, decode="device" if device_decode else "host", receivers=2)
     cols = data.shape[1]
+
+    def batch(index, receiver):
+        return (CompressedFrames(index, [bslz4.compress(f) for f in flat[index]], flat.dtype, data.shape[2:],
+                                 receiver=receiver) if device_decode else Frames(index, flat[index], receiver=receiver))
+
+    # the frames dealt between two receivers, as a detector deals them among receiving processes: each
+    # batch is every other frame, a write of many rows' columns at once (its own indexing kernel)
+    held = np.arange(cols + cols // 2, 2 * cols)
+    dealt = np.setdiff1d(np.arange(len(flat)), held)
+    for start in range(0, len(dealt), 128):
+        for receiver in (0, 1):
+            live.add(batch(dealt[start + receiver:start + 128:2], receiver))
     # row 1's second half comes last, after its row was transformed: late frames, as several receivers deliver
     # them, take their own path (a product into the transformed row: cuBLAS loaded, its kernels chosen)
-    held = np.arange(cols + cols // 2, 2 * cols)
-    order = np.concatenate([np.setdiff1d(np.arange(len(flat)), held), held])
-    for start in range(0, len(order), 64):
-        index = order[start:start + 64]
-        live.add(CompressedFrames(index, [bslz4.compress(f) for f in flat[index]], flat.dtype, data.shape[2:])
-                 if device_decode else Frames(index, flat[index]))
+    live.add(batch(held, 0))
     live.finish()
     if not live.report.late:  # the placement changed its rule: the rehearsal no longer covers late frames
         raise RuntimeError("the rehearsal's held-back frames were placed in time, not late")
