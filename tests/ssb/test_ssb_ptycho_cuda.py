@@ -77,6 +77,36 @@ def test_the_slice_kernels_equal_the_array_code(cp, dtype):
         assert np.abs(lit).max() > 0 and np.count_nonzero(g_slice) > 400  # the windows' pixels were reached
 
 
+@pytest.mark.parametrize("dtype, amplitude", [(np.complex64, np.float32), (np.complex64, np.float64),
+                                              (np.complex128, np.float64)])
+@pytest.mark.parametrize("noise", ["amplitude", "poisson"])
+def test_the_misfit_and_probe_kernels_equal_the_array_code(cp, dtype, amplitude, noise):
+    """ptycho.cu's misfit weight (the modes' power summed, floored, the misfit summed by atomics, the far fields
+    weighted) and the probe's gradient sum over the batch, against the array code on the host; a few far-field
+    pixels are dark, where the floor holds the intensity."""
+    from qora.ssb.ptycho.model import Batch, _far_kernel_takes, _far_weight, _unshifted_sum
+
+    rng = np.random.default_rng(2)
+    b, modes, n = 5, 3, 12
+    far = (rng.standard_normal((b, modes, n, n)) + 1j * rng.standard_normal((b, modes, n, n))).astype(dtype)
+    far[0, :, 0, :3] = 0
+    amplitudes = (2.0 * rng.random((b, n, n))).astype(amplitude)
+    host_loss, host_weighted = _far_weight(Batch(None, None, None, [], [], far, None), amplitudes, 1e-12, noise)
+    assert _far_kernel_takes(cp.asarray(far), cp.asarray(amplitudes))
+    device_loss, device_weighted = _far_weight(Batch(None, None, None, [], [], cp.asarray(far), None),
+                                               cp.asarray(amplitudes), 1e-12, noise)
+    single = dtype == np.complex64
+    assert float(device_loss) == pytest.approx(float(host_loss), rel=1e-5 if single else 1e-12)
+    assert device_weighted.dtype == dtype  # float64 amplitudes leave complex64 far fields complex64
+    np.testing.assert_allclose(cp.asnumpy(device_weighted), host_weighted, rtol=0,
+                               atol=(1e-5 if single else 1e-12) * np.abs(host_weighted).max())
+    ramps = np.exp(2j * np.pi * rng.random((b, n, n))).astype(dtype)
+    g = (rng.standard_normal(far.shape) + 1j * rng.standard_normal(far.shape)).astype(dtype)
+    host_sum = _unshifted_sum(g, ramps)
+    np.testing.assert_allclose(cp.asnumpy(_unshifted_sum(cp.asarray(g), cp.asarray(ramps))), host_sum, rtol=0,
+                               atol=(1e-6 if single else 1e-13) * np.abs(host_sum).max())
+
+
 @pytest.mark.parametrize("spacing", [False, True])
 def test_the_solvers_passes_on_the_device_equal_the_cpu(film, spacing):
     """Three passes on both backends from the same start (the measured aperture, focal-spread modes, a phase of

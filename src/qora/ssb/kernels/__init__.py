@@ -25,6 +25,7 @@ __all__ = ["ssb_sums", "chi_pixels", "loss_half", "loss_moments", "parallax_fine
            "band_quad_batch", "band_quad_standard", "band_quad_derivatives", "agreement_sum", "derivative_sums",
            "incoherent_transfers", "incoherent_sums", "incoherent_tasks", "double_overlap",
            "INCOHERENT_KINDS", "bslz4_gather", "bslz4_shared_bytes", "ptycho_transmit", "ptycho_slice_adjoint",
+           "ptycho_far_weight", "ptycho_probe_gradient",
            "kernel", "compile_modules", "complex_tag", "most_sets", "batch_size",
            "batch_kernel_name", "table_bytes", "sets_per_launch", "FINE_FACTORS", "BLOCK", "SHARED_BYTES"]
 
@@ -55,7 +56,9 @@ _MODULES = {
                + ("band_quad_derivatives<3>", "band_quad_derivatives<6>"),
     "depth.cu": tuple(f"incoherent_transfers<{c}, {o}>" for c in ("float2", "double2") for o in (0, 1, 2))
                 + tuple(f"incoherent_sums<{c}, {o}>" for c in ("float2", "double2") for o in (0, 2)) + ("double_overlap",),
-    "ptycho.cu": tuple(f"{k}<{c}>" for k in ("ptycho_transmit", "ptycho_slice_adjoint") for c in ("float2", "double2")),
+    "ptycho.cu": tuple(f"{k}<{c}>" for k in ("ptycho_transmit", "ptycho_slice_adjoint", "ptycho_probe_gradient")
+                       for c in ("float2", "double2"))
+                 + tuple(f"ptycho_far_weight<{c}, {a}>" for c in ("float2", "double2") for a in ("float", "double")),
     "bslz4.cu": tuple(f"bslz4_gather<{t}, {o}>" for t in ("unsigned char", "unsigned short", "unsigned int")
                       for o in ("float", "double")),
 }
@@ -477,6 +480,29 @@ def ptycho_slice_adjoint(*, wave, g, slice_, corners, g_out, g_slice, lit=None) 
     lit = np.uint64(0) if lit is None else lit  # 0: a null pointer, no sum
     kernel(f"ptycho_slice_adjoint<{complex_tag(wave)}>")(
         grid, block, (wave, g, slice_, corners, g_out, g_slice, lit, batch, modes, n, np.int32(slice_.shape[1])))
+
+
+def ptycho_far_weight(*, far, amplitudes, out, loss, floor: float, poisson: bool) -> None:
+    """The misfit's weight at the detector: per (window, pixel) I = max(sum over modes of |``far``|^2, ``floor``),
+    ``out`` (B, K, N, N) = w ``far`` with w = 1 - a / sqrt(I) (amplitude misfit) or 1 - a^2 / I (``poisson``), a
+    the measured ``amplitudes`` (B, N, N; float32 or float64); the misfit (sqrt(I) - a)^2, or I - D - D log(I /
+    max(D, floor)) with D = a^2, summed over the batch into ``loss`` (a 0-d float64, added to).
+
+    Reference: the array code of ``qora.ssb.ptycho.model._far_weight``."""
+    grid, block, (batch, modes, n) = _window_launch(far)
+    amplitude = "float" if amplitudes.dtype == np.float32 else "double"
+    kernel(f"ptycho_far_weight<{complex_tag(far)}, {amplitude}>")(
+        grid, block, (far, amplitudes, out, loss, batch, modes, n, np.float64(floor), np.int32(bool(poisson))))
+
+
+def ptycho_probe_gradient(*, g, ramps, out) -> None:
+    """``out`` (K, N, N) = the sum over the batch of conj(``ramps``) (B, N, N) times ``g`` (B, K, N, N), one complex
+    dtype, contiguous: the probe's gradient in Fourier space.
+
+    Reference: ``(conj(ramps)[:, None] * g).sum(0)`` in ``qora.ssb.ptycho.model.backward``."""
+    batch, modes, n = int(g.shape[0]), int(g.shape[1]), int(g.shape[-1])
+    kernel(f"ptycho_probe_gradient<{complex_tag(g)}>")(
+        (-(-modes * n * n // 256),), (256,), (g, ramps, out, np.int32(batch), np.int32(modes), np.int32(n)))
 
 
 # -- bslz4.cu -------------------------------------------------------------------------------------

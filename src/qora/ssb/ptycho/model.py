@@ -164,9 +164,10 @@ def _ramps(grid: Grid, fractions, dtype):
     return xp.exp(-2j * np.pi * phase).astype(dtype)
 
 
-def forward(objects, probe, positions, grid: Grid, prop=None) -> Batch:
+def forward(objects, probe, positions, grid: Grid, prop=None, *, intensity: bool = True) -> Batch:
     """The patterns I (B, N, N), FFT order, of the probe modes ``probe`` (K, N, N) through the slices ``objects``
-    (S, H, W) at window positions (B, 2) (object pixels; the windows must lie inside the object's grid)."""
+    (S, H, W) at window positions (B, 2) (object pixels; the windows must lie inside the object's grid).
+    ``intensity`` False: the batch's ``intensity`` is left None (the misfit's kernel sums it from ``far``)."""
     xp = xp_of(objects, probe)
     n = grid.window
     prop = propagator(grid, xp, objects.dtype) if prop is None else prop
@@ -183,8 +184,43 @@ def forward(objects, probe, positions, grid: Grid, prop=None) -> Batch:
         if s + 1 < objects.shape[0]:
             wave = _propagate(wave, scaled)
     far = fftn(wave, axes=(-2, -1), norm="ortho")
-    intensity = (far.real**2 + far.imag**2).sum(1)
-    return Batch(corners, ramps, probe_k, waves, patches, far, intensity)
+    return Batch(corners, ramps, probe_k, waves, patches, far, _intensity(far) if intensity else None)
+
+
+def _intensity(far):
+    """I (B, N, N): the modes' far fields' power summed."""
+    return (far.real**2 + far.imag**2).sum(1)
+
+
+def _far_kernel_takes(far, amplitudes) -> bool:
+    """Whether the misfit's weight runs as ptycho.cu's kernel: CuPy arrays, complex far fields, real amplitudes."""
+    return (xp_of(far) is not np and far.dtype in (np.complex64, np.complex128)
+            and amplitudes.dtype in (np.float32, np.float64))
+
+
+def _far_weight(b: Batch, amplitudes, floor: float, noise: str):
+    """The misfit of the batch's far fields against the measured ``amplitudes`` (a 0-d array) and the far fields
+    times the misfit's weight (B, K, N, N), whose inverse transform is the gradient at the exit waves."""
+    xp = xp_of(b.far)
+    if noise not in ("amplitude", "poisson"):
+        raise ValueError(f"noise must be 'amplitude' or 'poisson', got {noise!r}")
+    if _far_kernel_takes(b.far, amplitudes):
+        from qora.ssb.kernels import ptycho_far_weight
+
+        loss, out = xp.zeros((), np.float64), xp.empty_like(b.far)
+        ptycho_far_weight(far=xp.ascontiguousarray(b.far), amplitudes=xp.ascontiguousarray(amplitudes), out=out,
+                          loss=loss, floor=floor, poisson=noise == "poisson")
+        return loss, out
+    intensity = xp.maximum(_intensity(b.far) if b.intensity is None else b.intensity, floor)
+    if noise == "poisson":
+        counts = amplitudes**2
+        loss = (intensity - counts - counts * xp.log(intensity / xp.maximum(counts, floor))).sum()
+        weight = 1.0 - counts / intensity
+    else:
+        root = xp.sqrt(intensity)
+        loss = ((root - amplitudes) ** 2).sum()
+        weight = 1.0 - amplitudes / root
+    return loss, weight[:, None] * b.far
 
 
 def loss_and_gradients(objects, probe, positions, amplitudes, grid: Grid, *, prop=None, want_positions: bool = False,
@@ -200,19 +236,10 @@ def loss_and_gradients(objects, probe, positions, amplitudes, grid: Grid, *, pro
     a 0-d array of the inputs' kind (on the GPU, read it once a pass: a read each batch waits for the device)."""
     xp = xp_of(objects, probe)
     prop = propagator(grid, xp, objects.dtype) if prop is None else prop
-    b = forward(objects, probe, positions, grid, prop)
-    intensity = xp.maximum(b.intensity, floor)
-    if noise == "poisson":
-        counts = amplitudes**2
-        loss = (intensity - counts - counts * xp.log(intensity / xp.maximum(counts, floor))).sum()
-        weight = 1.0 - counts / intensity
-    elif noise == "amplitude":
-        root = xp.sqrt(intensity)
-        loss = ((root - amplitudes) ** 2).sum()
-        weight = 1.0 - amplitudes / root
-    else:
-        raise ValueError(f"noise must be 'amplitude' or 'poisson', got {noise!r}")
-    g_exit = ifftn(weight[:, None] * b.far, axes=(-2, -1), norm="ortho")
+    on_kernels = _far_kernel_takes(objects, amplitudes)  # the far fields take the objects' dtype
+    b = forward(objects, probe, positions, grid, prop, intensity=not on_kernels)
+    loss, weighted = _far_weight(b, amplitudes, floor, noise)
+    g_exit = ifftn(weighted, axes=(-2, -1), norm="ortho")
     g_objects, g_probe, g_positions = backward(b, g_exit, objects, grid, prop=prop, want_positions=want_positions,
                                                illumination=illumination, derivatives=derivatives)
     return (float(loss) if host_loss else loss), g_objects, g_probe, g_positions
@@ -247,7 +274,7 @@ def backward(b: Batch, g_exit, objects, grid: Grid, *, prop=None, want_positions
     if derivatives is not None:
         derivatives["slice_spacing"] = 2.0 * float(d_spacing) / (n * n)  # two unscaled transforms, N each
     g_k = fftn(g, axes=(-2, -1), norm="ortho")  # (B, K, N, N): the gradient of the shifted probe, in Fourier space
-    g_probe = ifftn((xp.conj(b.ramps)[:, None] * g_k).sum(0), axes=(-2, -1), norm="ortho")
+    g_probe = ifftn(_unshifted_sum(g_k, b.ramps), axes=(-2, -1), norm="ortho")
     if not want_positions:
         return g_objects, g_probe, None
     ky, kx = grid.frequencies(xp)
@@ -256,6 +283,19 @@ def backward(b: Batch, g_exit, objects, grid: Grid, *, prop=None, want_positions
     dy = (inner * (-2j * np.pi * ky * grid.pixel)).real.sum(axis=(1, 2, 3))
     dx = (inner * (-2j * np.pi * kx * grid.pixel)).real.sum(axis=(1, 2, 3))
     return g_objects, g_probe, 2.0 * xp.stack([dy, dx], 1)
+
+
+def _unshifted_sum(g_k, ramps):
+    """The sum over the batch of the sub-pixel shifts' adjoints applied to ``g_k`` (B, K, N, N), Fourier space:
+    sum_b conj(ramps_b) g_k[b] (K, N, N); ptycho.cu's kernel where the arrays are CuPy's of one complex dtype."""
+    xp = xp_of(g_k)
+    if xp is np or g_k.dtype != ramps.dtype or g_k.dtype not in (np.complex64, np.complex128):
+        return (xp.conj(ramps)[:, None] * g_k).sum(0)
+    from qora.ssb.kernels import ptycho_probe_gradient
+
+    out = xp.empty(g_k.shape[1:], g_k.dtype)
+    ptycho_probe_gradient(g=xp.ascontiguousarray(g_k), ramps=xp.ascontiguousarray(ramps), out=out)
+    return out
 
 
 def exit_waves(objects, probe, positions, grid: Grid, prop=None):
