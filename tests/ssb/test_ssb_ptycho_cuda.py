@@ -82,9 +82,9 @@ def test_the_slice_kernels_equal_the_array_code(cp, dtype):
 @pytest.mark.parametrize("noise", ["amplitude", "poisson"])
 def test_the_misfit_and_probe_kernels_equal_the_array_code(cp, dtype, amplitude, noise):
     """ptycho.cu's misfit weight (the modes' power summed, floored, the misfit summed by atomics, the far fields
-    weighted) and the probe's gradient sum over the batch, against the array code on the host; a few far-field
-    pixels are dark, where the floor holds the intensity."""
-    from qora.ssb.ptycho.model import Batch, _far_kernel_takes, _far_weight, _unshifted_sum
+    weighted) against the array code on the host, a few far-field pixels dark where the floor holds the intensity;
+    and its sums over the batch (the probe's gradient, the positions' derivatives) against float64 sums."""
+    from qora.ssb.ptycho.model import Batch, _far_kernel_takes, _far_weight, _probe_kernel_takes, _probe_sums
 
     rng = np.random.default_rng(2)
     b, modes, n = 5, 3, 12
@@ -100,11 +100,27 @@ def test_the_misfit_and_probe_kernels_equal_the_array_code(cp, dtype, amplitude,
     assert device_weighted.dtype == dtype  # float64 amplitudes leave complex64 far fields complex64
     np.testing.assert_allclose(cp.asnumpy(device_weighted), host_weighted, rtol=0,
                                atol=(1e-5 if single else 1e-12) * np.abs(host_weighted).max())
+    # the probe's and the positions' sums over the batch (the model's backward pass) against float64 sums here
     ramps = np.exp(2j * np.pi * rng.random((b, n, n))).astype(dtype)
-    g = (rng.standard_normal(far.shape) + 1j * rng.standard_normal(far.shape)).astype(dtype)
-    host_sum = _unshifted_sum(g, ramps)
-    np.testing.assert_allclose(cp.asnumpy(_unshifted_sum(cp.asarray(g), cp.asarray(ramps))), host_sum, rtol=0,
-                               atol=(1e-6 if single else 1e-13) * np.abs(host_sum).max())
+    probe_k = (rng.standard_normal((modes, n, n)) + 1j * rng.standard_normal((modes, n, n))).astype(dtype)
+    g_k = (rng.standard_normal(far.shape) + 1j * rng.standard_normal(far.shape)).astype(dtype)
+    f = np.fft.fftfreq(n)
+    inner = np.conj(g_k) * (ramps[:, None] * probe_k[None]).astype(np.complex128)
+    d_positions = 2 * np.stack([(inner * -2j * np.pi * f[:, None]).real.sum((1, 2, 3)),
+                                (inner * -2j * np.pi * f[None, :]).real.sum((1, 2, 3))], 1)
+    probe_sum = (np.conj(ramps)[:, None] * g_k.astype(np.complex128)).sum(0)
+    assert _probe_kernel_takes(cp.asarray(g_k), cp.asarray(ramps), True)
+    batch = Batch(None, cp.asarray(ramps), cp.asarray(probe_k), [], [], None, None)
+    for want_positions in (False, True):
+        device_sum, device_positions = _probe_sums(cp.asarray(g_k), batch, want_positions)
+        np.testing.assert_allclose(cp.asnumpy(device_sum), probe_sum, rtol=0,
+                                   atol=(1e-6 if single else 1e-13) * np.abs(probe_sum).max())
+        if want_positions:
+            assert device_positions.dtype == g_k.real.dtype
+            np.testing.assert_allclose(cp.asnumpy(device_positions), d_positions, rtol=0,
+                                       atol=(1e-5 if single else 1e-12) * np.abs(d_positions).max())
+        else:
+            assert device_positions is None
 
 
 @pytest.mark.parametrize("spacing", [False, True])

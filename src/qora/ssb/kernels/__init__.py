@@ -25,7 +25,7 @@ __all__ = ["ssb_sums", "chi_pixels", "loss_half", "loss_moments", "parallax_fine
            "band_quad_batch", "band_quad_standard", "band_quad_derivatives", "agreement_sum", "derivative_sums",
            "incoherent_transfers", "incoherent_sums", "incoherent_tasks", "double_overlap",
            "INCOHERENT_KINDS", "bslz4_gather", "bslz4_shared_bytes", "ptycho_transmit", "ptycho_slice_adjoint",
-           "ptycho_far_weight", "ptycho_probe_gradient",
+           "ptycho_far_weight", "ptycho_probe_sums",
            "kernel", "compile_modules", "complex_tag", "most_sets", "batch_size",
            "batch_kernel_name", "table_bytes", "sets_per_launch", "FINE_FACTORS", "BLOCK", "SHARED_BYTES"]
 
@@ -56,7 +56,7 @@ _MODULES = {
                + ("band_quad_derivatives<3>", "band_quad_derivatives<6>"),
     "depth.cu": tuple(f"incoherent_transfers<{c}, {o}>" for c in ("float2", "double2") for o in (0, 1, 2))
                 + tuple(f"incoherent_sums<{c}, {o}>" for c in ("float2", "double2") for o in (0, 2)) + ("double_overlap",),
-    "ptycho.cu": tuple(f"{k}<{c}>" for k in ("ptycho_transmit", "ptycho_slice_adjoint", "ptycho_probe_gradient")
+    "ptycho.cu": tuple(f"{k}<{c}>" for k in ("ptycho_transmit", "ptycho_slice_adjoint", "ptycho_probe_sums")
                        for c in ("float2", "double2"))
                  + tuple(f"ptycho_far_weight<{c}, {a}>" for c in ("float2", "double2") for a in ("float", "double")),
     "bslz4.cu": tuple(f"bslz4_gather<{t}, {o}>" for t in ("unsigned char", "unsigned short", "unsigned int")
@@ -495,14 +495,19 @@ def ptycho_far_weight(*, far, amplitudes, out, loss, floor: float, poisson: bool
         grid, block, (far, amplitudes, out, loss, batch, modes, n, np.float64(floor), np.int32(bool(poisson))))
 
 
-def ptycho_probe_gradient(*, g, ramps, out) -> None:
-    """``out`` (K, N, N) = the sum over the batch of conj(``ramps``) (B, N, N) times ``g`` (B, K, N, N), one complex
-    dtype, contiguous: the probe's gradient in Fourier space.
+def ptycho_probe_sums(*, g, ramps, out, probe_k=None, d_positions=None) -> None:
+    """``out`` (K, N, N) = the sum over the batch of conj(``ramps``) (B, N, N) times ``g`` (B, K, N, N): the probe's
+    gradient in Fourier space; with ``probe_k`` (K, N, N) and ``d_positions`` (B, 2) float64 (added to), the
+    positions' derivatives 2 Re sum conj(g) (-2 pi i f) ramps probe_k over each window's modes and pixels (f the
+    pixel's frequency in cycles a pixel, FFT order). Complex arrays of one dtype, contiguous.
 
-    Reference: ``(conj(ramps)[:, None] * g).sum(0)`` in ``qora.ssb.ptycho.model.backward``."""
+    Reference: ``qora.ssb.ptycho.model.backward``'s array code (the probe's sum and the positions' derivative)."""
     batch, modes, n = int(g.shape[0]), int(g.shape[1]), int(g.shape[-1])
-    kernel(f"ptycho_probe_gradient<{complex_tag(g)}>")(
-        (-(-modes * n * n // 256),), (256,), (g, ramps, out, np.int32(batch), np.int32(modes), np.int32(n)))
+    positions = d_positions is not None
+    kernel(f"ptycho_probe_sums<{complex_tag(g)}>")(
+        (-(-modes * n * n // 256),), (256,),
+        (g, ramps, probe_k if positions else np.uint64(0), out, d_positions if positions else np.uint64(0),
+         np.int32(batch), np.int32(modes), np.int32(n)), shared_mem=16 * batch if positions else 0)
 
 
 # -- bslz4.cu -------------------------------------------------------------------------------------

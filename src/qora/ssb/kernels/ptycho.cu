@@ -100,9 +100,14 @@ __global__ void ptycho_slice_adjoint(const C* __restrict__ wave, const C* __rest
 // four passes (the squares, their sum, the sum over modes), the weight in four more, the product in one; and the
 // float64 weight of float64 counts made the product and the transform after it complex128.
 //
-// ptycho_probe_gradient: the probe's gradient in Fourier space, out[k][p] = sum_b conj(ramp[b][p]) g[b][k][p]: one
-// thread a (k, p), the batch in its loop (CuPy's sum over the leading axis of (B, K, N, N) ran 16 blocks: 58 us at
-// the issue's size, where the bytes take 3 us).
+// ptycho_probe_sums: the probe's gradient in Fourier space, out[k][p] = sum_b conj(ramp[b][p]) g[b][k][p], and, where
+// d_positions is given, the positions' derivatives from the same reads (the model's sub-pixel shift: d psi_0 / d f =
+// F^H(-2 pi i f F(psi_0)), f the frequency in cycles a pixel):
+//     d_positions[b] += 2 Re sum_{k, p} conj(g[b][k][p]) (-2 pi i (fy, fx)_p) ramp[b][p] P[k][p]
+// One thread a (k, p), the batch in its loop; the positions' sums by a warp's shuffles, the block's shared sums,
+// then one atomic a block and window. The array code took a product, a conjugate and a sum over the batch for the
+// probe, and for the positions two products, two more and two sums over (K, N, N) per window: CuPy ran those with
+// one block a window, 58 us each at the issue's size, where the kernel's bytes take a few us.
 
 namespace {
 
@@ -152,21 +157,52 @@ __global__ void ptycho_far_weight(const C* __restrict__ far, const A* __restrict
 }
 
 template <typename C>
-__global__ void ptycho_probe_gradient(const C* __restrict__ g, const C* __restrict__ ramps, C* __restrict__ out,
-                                      int batch, int modes, int n) {
+__global__ void ptycho_probe_sums(const C* __restrict__ g, const C* __restrict__ ramps,
+                                  const C* __restrict__ probe_k, C* __restrict__ out, double* __restrict__ d_positions,
+                                  int batch, int modes, int n) {
+    using R = typename Real<C>::type;
+    extern __shared__ double block_sums[];  // (batch, 2): the block's dL/dy, dL/dx of each window
     const long long plane = (long long)n * n;
     const long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (t >= modes * plane) return;
-    const int k = (int)(t / plane);
-    const long long p = t - k * plane;
-    C sum;
-    sum.x = 0;
-    sum.y = 0;
-#pragma unroll 4
-    for (int b = 0; b < batch; ++b) {
-        const C term = times_conj(g[((long long)b * modes + k) * plane + p], ramps[b * plane + p]);
-        sum.x += term.x;
-        sum.y += term.y;
+    const bool positions = d_positions != nullptr;
+    if (positions) {
+        for (int i = threadIdx.x; i < 2 * batch; i += blockDim.x) block_sums[i] = 0.0;
+        __syncthreads();
     }
-    out[t] = sum;
+    const bool inside = t < modes * plane;
+    const int k = inside ? (int)(t / plane) : 0;
+    const long long p = inside ? t - k * plane : 0;
+    // the pixel's frequencies in cycles a pixel (FFT order): ky pixel and kx pixel of the model
+    const int row = (int)(p / n), col = (int)(p % n);
+    const R fy = R(row < (n + 1) / 2 ? row : row - n) / R(n), fx = R(col < (n + 1) / 2 ? col : col - n) / R(n);
+    const C pk = (positions && inside) ? probe_k[t] : C{};
+    C sum{};
+    for (int b = 0; b < batch; ++b) {
+        C gi{}, ramp{};
+        if (inside) {
+            gi = g[((long long)b * modes + k) * plane + p];
+            ramp = ramps[b * plane + p];
+            const C term = times_conj(gi, ramp);
+            sum.x += term.x;
+            sum.y += term.y;
+        }
+        if (!positions) continue;
+        // dL/df = 2 Re sum conj(g) (-2 pi i f) ramp P: 4 pi f Im(conj(g) ramp P), summed over the block's (k, p)
+        const C shifted = times(ramp, pk);
+        R im = gi.x * shifted.y - gi.y * shifted.x;
+        R dy = im * fy, dx = im * fx;
+        for (int offset = 16; offset > 0; offset >>= 1) {
+            dy += __shfl_down_sync(0xffffffffu, dy, offset);
+            dx += __shfl_down_sync(0xffffffffu, dx, offset);
+        }
+        if ((threadIdx.x & 31) == 0) {
+            atomicAdd(block_sums + 2 * b, (double)dy);
+            atomicAdd(block_sums + 2 * b + 1, (double)dx);
+        }
+    }
+    if (inside) out[t] = sum;
+    if (!positions) return;
+    __syncthreads();
+    const double scale = 4.0 * 3.14159265358979323846;
+    for (int i = threadIdx.x; i < 2 * batch; i += blockDim.x) atomicAdd(d_positions + i, scale * block_sums[i]);
 }

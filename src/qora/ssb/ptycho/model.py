@@ -274,7 +274,10 @@ def backward(b: Batch, g_exit, objects, grid: Grid, *, prop=None, want_positions
     if derivatives is not None:
         derivatives["slice_spacing"] = 2.0 * float(d_spacing) / (n * n)  # two unscaled transforms, N each
     g_k = fftn(g, axes=(-2, -1), norm="ortho")  # (B, K, N, N): the gradient of the shifted probe, in Fourier space
-    g_probe = ifftn(_unshifted_sum(g_k, b.ramps), axes=(-2, -1), norm="ortho")
+    if _probe_kernel_takes(g_k, b.ramps, want_positions):
+        g_probe_k, d_positions = _probe_sums(g_k, b, want_positions)
+        return g_objects, ifftn(g_probe_k, axes=(-2, -1), norm="ortho"), d_positions
+    g_probe = ifftn((xp.conj(b.ramps)[:, None] * g_k).sum(0), axes=(-2, -1), norm="ortho")
     if not want_positions:
         return g_objects, g_probe, None
     ky, kx = grid.frequencies(xp)
@@ -285,17 +288,27 @@ def backward(b: Batch, g_exit, objects, grid: Grid, *, prop=None, want_positions
     return g_objects, g_probe, 2.0 * xp.stack([dy, dx], 1)
 
 
-def _unshifted_sum(g_k, ramps):
-    """The sum over the batch of the sub-pixel shifts' adjoints applied to ``g_k`` (B, K, N, N), Fourier space:
-    sum_b conj(ramps_b) g_k[b] (K, N, N); ptycho.cu's kernel where the arrays are CuPy's of one complex dtype."""
-    xp = xp_of(g_k)
-    if xp is np or g_k.dtype != ramps.dtype or g_k.dtype not in (np.complex64, np.complex128):
-        return (xp.conj(ramps)[:, None] * g_k).sum(0)
-    from qora.ssb.kernels import ptycho_probe_gradient
+def _probe_kernel_takes(g_k, ramps, want_positions: bool) -> bool:
+    """Whether the probe's and the positions' sums run as ptycho.cu's kernel: CuPy arrays of one complex dtype, and
+    a batch whose per-window sums fit a block's shared memory."""
+    from qora.ssb.kernels import SHARED_BYTES
 
+    return (xp_of(g_k) is not np and g_k.dtype == ramps.dtype and g_k.dtype in (np.complex64, np.complex128)
+            and (not want_positions or 16 * len(g_k) <= SHARED_BYTES))
+
+
+def _probe_sums(g_k, b: Batch, want_positions: bool):
+    """ptycho.cu's sums over the batch: the probe's gradient in Fourier space (K, N, N), and dL/d positions (B, 2)
+    (None without ``want_positions``), as :func:`backward`'s array code."""
+    from qora.ssb.kernels import ptycho_probe_sums
+
+    xp = xp_of(g_k)
     out = xp.empty(g_k.shape[1:], g_k.dtype)
-    ptycho_probe_gradient(g=xp.ascontiguousarray(g_k), ramps=xp.ascontiguousarray(ramps), out=out)
-    return out
+    d_positions = xp.zeros((len(g_k), 2), np.float64) if want_positions else None
+    ptycho_probe_sums(g=xp.ascontiguousarray(g_k), ramps=xp.ascontiguousarray(b.ramps), out=out,
+                      probe_k=xp.ascontiguousarray(b.probe_k, dtype=g_k.dtype) if want_positions else None,
+                      d_positions=d_positions)
+    return out, None if d_positions is None else d_positions.astype(g_k.real.dtype)
 
 
 def exit_waves(objects, probe, positions, grid: Grid, prop=None):
