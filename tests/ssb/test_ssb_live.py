@@ -672,6 +672,23 @@ def test_the_rehearsal_runs_the_live_path_and_its_fits(monkeypatch):
                     device_decode=False) is None
 
 
+def test_the_cuda_libraries_are_read_ahead(tmp_path):
+    """Before a CUDA scan the libraries whose kernels load at first use are asked into the page cache: those a
+    process's maps name (cuFFT, cuBLAS and cuBLASLt, NVRTC), not the others, not a file that is gone; no maps, no
+    files."""
+    from qora.ssb.live.rehearsal import read_ahead_libraries
+
+    names = ["libcufft.so.12", "libcublasLt.so.13", "libnvrtc.so.13.0.48", "libcudart.so.13", "libm.so.6"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"\0" * 4096)
+    lines = [f"7f00-7f10 r-xp 00000000 08:01 1234 {tmp_path / name}" for name in names + ["libcublas.so.13"]]
+    maps = tmp_path / "maps"
+    maps.write_text("\n".join(lines + ["7f20-7f30 rw-p 00000000 00:00 0 [heap]"]) + "\n")
+    asked = read_ahead_libraries(str(maps))
+    assert asked == sorted(str(tmp_path / n) for n in ("libcufft.so.12", "libcublasLt.so.13", "libnvrtc.so.13.0.48"))
+    assert read_ahead_libraries(str(tmp_path / "no-maps")) == []
+
+
 @pytest.mark.parametrize("protocol", ["merlin", "dectris"])
 def test_the_source_is_connected_before_the_device_is_prepared(counts, monkeypatch, protocol):
     """run_live prepares the device before the header (13 s on a fresh machine's first run): it connects first, so

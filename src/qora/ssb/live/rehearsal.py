@@ -3,11 +3,51 @@ its first scan, paid before the series' header instead)."""
 
 from __future__ import annotations
 
+import importlib
+import os
+import re
+
 import numpy as np
 
 from qora.ssb.live.fitting import cold_fit, warm_fit
 
-__all__ = ["rehearse"]
+__all__ = ["rehearse", "read_ahead_libraries"]
+
+# the CUDA libraries whose kernels load at first use (CUDA's lazy loading): a transform of a new length, a product
+# of a new shape reads its kernels' pages of the library file then
+_LAZY_LIBRARIES = re.compile(r"/lib(cufft|cublas|cublasLt|nvrtc|nvrtc-builtins|nvJitLink)[^/]*\.so[.0-9]*$")
+
+
+def read_ahead_libraries(maps: str = "/proc/self/maps") -> list[str]:
+    """Ask the kernel to read the CUDA libraries this process has mapped (cuFFT, cuBLAS, NVRTC) into the page cache,
+    in the background (``posix_fadvise`` WILLNEED: it returns once the reads are queued). On a fresh machine the
+    files are on disk, and each kernel loaded at first use, during a scan (a row transform of the scan's length, the
+    slow axis's), would fault in its pages from there; the rehearsal's small film loads other kernels. Returns the
+    files asked for (none where ``maps`` cannot be read: not Linux)."""
+    for module in ("cupy.fft", "cupy.cuda.cublas"):  # their libraries mapped, so that ``maps`` names them
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass
+    try:
+        with open(maps) as f:
+            paths = sorted({line.split()[-1] for line in f if _LAZY_LIBRARIES.search(line.rstrip())})
+    except OSError:
+        return []
+    asked = []
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            asked.append(path)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return asked
 
 
 def rehearse(backend, *, fit: bool, fit_rotation: bool, tilt: bool, band, trials: int,

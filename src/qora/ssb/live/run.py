@@ -21,7 +21,7 @@ from qora.io.errors import InputError
 from qora.ssb.detector import DetectorFit
 from qora.ssb.live.accumulate import LiveG
 from qora.ssb.live.fitting import cold_fit, warm_fit
-from qora.ssb.live.rehearsal import rehearse
+from qora.ssb.live.rehearsal import read_ahead_libraries, rehearse
 from qora.ssb.model import parameters_to_aberrations
 from qora.ssb.optics import Aberrations
 from qora.ssb.session import PREVIEW_METHODS
@@ -193,12 +193,15 @@ def _before_the_scan(source, options, backend, rotation) -> float:
     header is awaited: Qora's CUDA modules compiled (NVRTC: seconds a module where CuPy's disk cache is empty),
     the live path and its fits rehearsed on a small film (:func:`qora.ssb.live.fitting.rehearse`: CuPy's own
     kernels, cuFFT's library and plans), and, where the GPU decodes from the receivers' slots, their
-    page-locking asked for before the header (:attr:`ParallelDectrisSource.pin_for`). Seconds taken."""
+    page-locking asked for before the header (:attr:`ParallelDectrisSource.pin_for`). First of all the CUDA
+    libraries' files are read ahead into the page cache (:func:`qora.ssb.live.rehearsal.read_ahead_libraries`):
+    the scan's own transform lengths load kernels the rehearsal did not. Seconds taken."""
     if not backend.is_cuda:
         return 0.0
     from qora.ssb import kernels
 
     t0 = time.perf_counter()
+    read_ahead_libraries()
     device_decode = options.decode != "host"
     kernels.compile_modules(["ssb.cu", "band.cu"] + (["bslz4.cu"] if device_decode else [])
                             + (["depth.cu"] if options.tilt else []))
