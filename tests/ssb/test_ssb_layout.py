@@ -124,7 +124,8 @@ def test_each_launcher_names_its_reference():
     launchers = ("ssb_sums", "chi_pixels", "loss_half", "loss_moments", "parallax_fine", "band_batch",
                  "band_quad_batch", "band_quad_standard", "band_quad_derivatives", "agreement_sum",
                  "incoherent_transfers", "incoherent_sums", "double_overlap", "bslz4_gather", "ptycho_transmit",
-                 "ptycho_slice_adjoint", "ptycho_far_weight", "ptycho_probe_sums")
+                 "ptycho_slice_adjoint", "ptycho_far_weight", "ptycho_probe_sums",
+                 "ptycho_object_step")
     compiled = {name.split("<")[0] for names in kernels._MODULES.values() for name in names}
     assert compiled == set(launchers) - {"agreement_sum"}  # one launcher per compiled kernel (and the reduction)
     for name in launchers:

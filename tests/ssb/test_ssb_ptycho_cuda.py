@@ -123,6 +123,25 @@ def test_the_misfit_and_probe_kernels_equal_the_array_code(cp, dtype, amplitude,
             assert device_positions is None
 
 
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_the_object_step_kernel_equals_the_array_code(cp, dtype):
+    """ptycho.cu's step of the slices (the illumination-regularised step, |O| clamped to 1) against the solver's
+    array code on the host, with pixels never lit (the regularised peak divides there) and pixels pushed past 1."""
+    from qora.ssb.ptycho.solver import _object_step
+
+    rng = np.random.default_rng(3)
+    shape = (3, 20, 24)
+    objects = (0.9 * np.exp(1j * rng.standard_normal(shape))).astype(dtype)
+    g = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+    lit = (rng.random(shape) * 5).astype(objects.real.dtype)
+    lit[:, :4] = 0
+    device = cp.asarray(objects)
+    _object_step(objects, g, lit, 0.3, 0.05)
+    _object_step(device, cp.asarray(g), cp.asarray(lit), 0.3, 0.05)
+    assert np.abs(objects).max() <= 1 + 1e-6 and np.sum(np.abs(objects) > 1 - 1e-6) > 10  # the clamp acted
+    np.testing.assert_allclose(cp.asnumpy(device), objects, rtol=0, atol=1e-6 if dtype == np.complex64 else 1e-14)
+
+
 @pytest.mark.parametrize("spacing", [False, True])
 def test_the_solvers_passes_on_the_device_equal_the_cpu(film, spacing):
     """Three passes on both backends from the same start (the measured aperture, focal-spread modes, a phase of

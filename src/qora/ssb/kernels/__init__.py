@@ -25,7 +25,7 @@ __all__ = ["ssb_sums", "chi_pixels", "loss_half", "loss_moments", "parallax_fine
            "band_quad_batch", "band_quad_standard", "band_quad_derivatives", "agreement_sum", "derivative_sums",
            "incoherent_transfers", "incoherent_sums", "incoherent_tasks", "double_overlap",
            "INCOHERENT_KINDS", "bslz4_gather", "bslz4_shared_bytes", "ptycho_transmit", "ptycho_slice_adjoint",
-           "ptycho_far_weight", "ptycho_probe_sums",
+           "ptycho_far_weight", "ptycho_probe_sums", "ptycho_object_step",
            "kernel", "compile_modules", "complex_tag", "most_sets", "batch_size",
            "batch_kernel_name", "table_bytes", "sets_per_launch", "FINE_FACTORS", "BLOCK", "SHARED_BYTES"]
 
@@ -56,7 +56,8 @@ _MODULES = {
                + ("band_quad_derivatives<3>", "band_quad_derivatives<6>"),
     "depth.cu": tuple(f"incoherent_transfers<{c}, {o}>" for c in ("float2", "double2") for o in (0, 1, 2))
                 + tuple(f"incoherent_sums<{c}, {o}>" for c in ("float2", "double2") for o in (0, 2)) + ("double_overlap",),
-    "ptycho.cu": tuple(f"{k}<{c}>" for k in ("ptycho_transmit", "ptycho_slice_adjoint", "ptycho_probe_sums")
+    "ptycho.cu": tuple(f"{k}<{c}>" for k in ("ptycho_transmit", "ptycho_slice_adjoint", "ptycho_probe_sums",
+                                              "ptycho_object_step")
                        for c in ("float2", "double2"))
                  + tuple(f"ptycho_far_weight<{c}, {a}>" for c in ("float2", "double2") for a in ("float", "double")),
     "bslz4.cu": tuple(f"bslz4_gather<{t}, {o}>" for t in ("unsigned char", "unsigned short", "unsigned int")
@@ -508,6 +509,18 @@ def ptycho_probe_sums(*, g, ramps, out, probe_k=None, d_positions=None) -> None:
         (-(-modes * n * n // 256),), (256,),
         (g, ramps, probe_k if positions else np.uint64(0), out, d_positions if positions else np.uint64(0),
          np.int32(batch), np.int32(modes), np.int32(n)), shared_mem=16 * batch if positions else 0)
+
+
+def ptycho_object_step(*, objects, g, lit, peak, rate: float, share: float) -> None:
+    """In place, ``objects`` (S, H, W) -= ``rate`` ``g`` / ((1 - ``share``) ``lit`` + ``share`` ``peak`` + 1e-30),
+    then each pixel's modulus clamped to at most 1; ``g`` (S, H, W) of the objects' complex dtype, ``lit`` (S, H,
+    W) and ``peak`` (S,) of its real dtype, contiguous.
+
+    Reference: the array code of ``qora.ssb.ptycho.solver._object_step``."""
+    slices, plane = int(objects.shape[0]), int(objects[0].size)
+    kernel(f"ptycho_object_step<{complex_tag(objects)}>")(
+        (-(-slices * plane // 256),), (256,),
+        (objects, g, lit, peak, np.float64(rate), np.float64(share), np.int64(plane), np.int32(slices)))
 
 
 # -- bslz4.cu -------------------------------------------------------------------------------------

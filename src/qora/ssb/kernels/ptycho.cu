@@ -206,3 +206,29 @@ __global__ void ptycho_probe_sums(const C* __restrict__ g, const C* __restrict__
     const double scale = 4.0 * 3.14159265358979323846;
     for (int i = threadIdx.x; i < 2 * batch; i += blockDim.x) atomicAdd(d_positions + i, scale * block_sums[i]);
 }
+
+// ptycho_object_step: the solver's step of every slice's transmission, in place, per pixel of slice s:
+//     O -= rate g / ((1 - share) lit + share peak[s] + 1e-30),   then O /= max(|O|, 1)   (no slice amplifies)
+// (qora.ssb.ptycho.solver's rPIE-like step). Bytes: O read and written, g and lit read: 28 B a complex64 pixel,
+// where the array code's eleven passes (the products, the sums, the divisions, |O|, the clamp) moved ~150 B.
+template <typename C>
+__global__ void ptycho_object_step(C* __restrict__ objects, const C* __restrict__ g,
+                                   const typename Real<C>::type* __restrict__ lit,
+                                   const typename Real<C>::type* __restrict__ peak, double rate, double share,
+                                   long long plane, int slices) {
+    using R = typename Real<C>::type;
+    const long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (t >= slices * plane) return;
+    const int s = (int)(t / plane);
+    const R step = R(rate) / ((R(1) - R(share)) * lit[t] + R(share) * peak[s] + R(1e-30));
+    const C gi = g[t];
+    C o = objects[t];
+    o.x -= step * gi.x;
+    o.y -= step * gi.y;
+    const R modulus = sqrt(o.x * o.x + o.y * o.y);
+    if (modulus > R(1)) {
+        o.x /= modulus;
+        o.y /= modulus;
+    }
+    objects[t] = o;
+}

@@ -288,15 +288,11 @@ def _step(problem: Problem, state: PtychoState, options: PtychoOptions, index, p
         _scale_step(state, g_pos, index, options.scale_rate)
     if spacing:
         _spacing_step(state, derivatives["slice_spacing"], grid.slice_spacing, options.spacing_rate)
-    r = options.regularization
-    peak = lit.reshape(lit.shape[0], -1).max(1)[:, None, None]
     # each slice's step is the Gauss-Newton step of the whole stack shared among the S slices: their derivatives
     # move the exit wave alike, so S whole steps would overshoot S times
     decay = 1 + options.rate_decay * passes_settled(state)
-    rate = options.object_rate / decay / state.objects.shape[0]
-    state.objects -= rate * g_obj / ((1 - r) * lit + r * peak + 1e-30)
-    modulus = xp.abs(state.objects)
-    state.objects /= xp.maximum(modulus, 1)  # |O| <= 1
+    _object_step(state.objects, g_obj, lit, options.object_rate / decay / state.objects.shape[0],
+                 options.regularization)
     if probe:
         state.probe -= options.probe_rate / decay * g_probe / len(index)
     if positions:
@@ -308,6 +304,23 @@ def _step(problem: Problem, state: PtychoState, options: PtychoOptions, index, p
         moved[:, 1] = xp.minimum(moved[:, 1], problem.object_shape[1] - n - 1)
         state.positions[index] = moved
     return loss
+
+
+def _object_step(objects, g_obj, lit, rate: float, share: float) -> None:
+    """In place: each slice's step, g_obj over the illumination ``lit`` regularised by ``share`` of its peak (rPIE),
+    then |O| <= 1 (no slice amplifies the wave). On CuPy's complex arrays one kernel (ptycho.cu)."""
+    xp = xp_of(objects)
+    peak = lit.reshape(lit.shape[0], -1).max(1)
+    if not isinstance(objects, np.ndarray) and objects.dtype in (np.complex64, np.complex128) \
+            and g_obj.dtype == objects.dtype \
+            and lit.dtype == objects.real.dtype and objects.flags.c_contiguous:
+        from qora.ssb.kernels import ptycho_object_step
+
+        ptycho_object_step(objects=objects, g=xp.ascontiguousarray(g_obj), lit=xp.ascontiguousarray(lit), peak=peak,
+                           rate=rate, share=share)
+        return
+    objects -= rate * g_obj / ((1 - share) * lit + share * peak[:, None, None] + 1e-30)
+    objects /= xp.maximum(xp.abs(objects), 1)
 
 
 def passes_settled(state: PtychoState) -> int:
