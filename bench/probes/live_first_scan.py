@@ -49,11 +49,12 @@ def _cuda_libraries() -> dict[str, int]:
 
 
 def _kernel_names(name: str) -> list[str]:
-    """The __global__ functions of a cached module's saved source (the .cubin's name with .cu)."""
-    source = CACHE / (Path(name).stem + ".cu")
+    """The __global__ functions of a cached module's saved source (CuPy saves it as the binary's name + .cu)."""
+    source = CACHE / (name + ".cu")
     if not source.exists():
         return []
-    return re.findall(r"__global__\s+void\s+(\w+)", source.read_text(errors="replace"))
+    text = source.read_text(errors="replace")
+    return re.findall(r"__global__\s+void\s+(\w+)", text) or [text[:300].replace("\n", " ")]
 
 
 def main() -> None:
