@@ -29,10 +29,13 @@ def read_ahead_libraries(maps: str = "/proc/self/maps") -> list[str]:
             importlib.import_module(module)
         except ImportError:
             pass
+    advise = getattr(os, "posix_fadvise", None)  # Linux's; a system without it has no /proc maps either
     try:
         with open(maps) as f:
             paths = sorted({line.split()[-1] for line in f if _LAZY_LIBRARIES.search(line.rstrip())})
     except OSError:
+        return []
+    if advise is None:
         return []
     asked = []
     for path in paths:
@@ -41,7 +44,7 @@ def read_ahead_libraries(maps: str = "/proc/self/maps") -> list[str]:
         except OSError:
             continue
         try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            advise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
             asked.append(path)
         except OSError:
             pass
