@@ -3,6 +3,7 @@ its first scan, paid before the series' header instead)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import re
@@ -25,31 +26,23 @@ def read_ahead_libraries(maps: str = "/proc/self/maps") -> list[str]:
     slow axis's), would fault in its pages from there; the rehearsal's small film loads other kernels. Returns the
     files asked for (none where ``maps`` cannot be read: not Linux)."""
     for module in ("cupy.fft", "cupy.cuda.cublas"):  # their libraries mapped, so that ``maps`` names them
-        try:
+        with contextlib.suppress(ImportError):
             importlib.import_module(module)
-        except ImportError:
-            pass
     advise = getattr(os, "posix_fadvise", None)  # Linux's; a system without it has no /proc maps either
     try:
         with open(maps) as f:
             paths = sorted({line.split()[-1] for line in f if _LAZY_LIBRARIES.search(line.rstrip())})
     except OSError:
         return []
-    if advise is None:
-        return []
     asked = []
-    for path in paths:
-        try:
+    for path in paths if advise is not None else ():
+        with contextlib.suppress(OSError):  # a file gone or not advisable: the scan loads it as before
             fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            advise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-            asked.append(path)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+            try:
+                advise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+                asked.append(path)
+            finally:
+                os.close(fd)
     return asked
 
 
