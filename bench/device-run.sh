@@ -111,7 +111,7 @@ for b in ${BENCH:-}; do
                     --dataset-dir /tmp/qora-ssb-full --receivers 4 --senders 2 --final-fps 40000 ;;
     live-first-scan) timeout 150 python3 bench/probes/live_first_scan.py -- --out "$OUT/results" --backend cuda --scan 512 \
                        --detector 192 --protocol dectris2 --receivers 4 --senders 2 ;;
-    ssb-live-five) for run in 1 2 3 4 5; do  # issue 38's command, each run a fresh process (the first on a fresh machine)
+    ssb-live-five) for run in $(seq "${LIVE_RUNS:-5}"); do  # issue 38's command, each run a fresh process (the first on a fresh machine)
                      echo "== run $run"; timeout 115 $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 512 \
                        --detector 192 --protocol dectris2 --receivers 4 --senders 2; echo "== run $run rc=$?"; done ;;
     ssb-live-methods) timeout "${LIVE_LIMIT:-200}" $Q bench --out "$OUT/results" ssb-live --backend cuda --scan 512 \

@@ -54,7 +54,9 @@ def _kernel_names(name: str) -> list[str]:
     if not source.exists():
         return []
     text = source.read_text(errors="replace")
-    return re.findall(r"__global__\s+void\s+(\w+)", text) or [text[:300].replace("\n", " ")]
+    names = re.findall(r"__global__\s+void\s+(\w+)", text) or [text[:300].replace("\n", " ")]
+    # the index width CuPy chose (issue 38): CArray<T, ndim, c_contiguous, 32-bit> of the kernel's parameters
+    return names + sorted(set(re.findall(r"CArray<[^>]*>", text)))[:6]
 
 
 def main() -> None:
@@ -85,6 +87,11 @@ def main() -> None:
             for name in compiled:
                 print(f"[probe]   compiled during the scan: {name} {_kernel_names(name)}", flush=True)
         out = finish(source, live, *args, **kwargs)
+        after = sorted(n for n in _listing() - files if not n.endswith(".cu"))
+        print(f"[probe] after the last frame (last rows, slow axis, final fit and image): {len(after)} modules "
+              "compiled", flush=True)
+        for name in after:
+            print(f"[probe]   compiled after the last frame: {name} {_kernel_names(name)}", flush=True)
         marks.clear()
         return out
 

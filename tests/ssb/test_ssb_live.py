@@ -440,6 +440,26 @@ def test_live_run_on_the_device_over_the_wire(counts, protocol):
     assert result.report.placed == data.shape[0] * data.shape[1]
 
 
+@pytest.mark.gpu
+def test_the_wide_rehearsal_takes_cupys_64bit_index_kernels():
+    """The premise of the wide film, on the device: CuPy marks an array of more than 2 GiB (and its views) for
+    64-bit indexing, a kernel variant of its own; the wide film's G rows, row buffers and session G are so marked,
+    as a full scan's are (the rehearsal's small film's are not)."""
+    from qora.backend import resolve
+    from qora.ssb.live.rehearsal import WIDE_BYTES, rehearse_wide
+
+    flat, detector, step = _rehearsal_film()
+    backend = resolve("cuda")
+    xp = backend.xp
+    assert not xp.zeros(WIDE_BYTES // 4 + 1, np.float32)[:4]._index_32_bits
+    assert xp.zeros(WIDE_BYTES // 4, np.float32)._index_32_bits
+    live, session = rehearse_wide(backend, flat, detector, step, device_decode=True)
+    assert not live.G_rows._index_32_bits and not live._buffer._index_32_bits and not session.G._index_32_bits
+    assert len(live.report.late) > 0
+    del live, session
+    xp.get_default_memory_pool().free_all_blocks()
+
+
 # -- the command line ------------------------------------------------------------------------------
 @pytest.mark.parametrize("final_fit", ["cold", "warm"])
 def test_cli_live_over_the_merlin_simulator(counts, tmp_path, final_fit):
@@ -670,6 +690,40 @@ def test_the_rehearsal_runs_the_live_path_and_its_fits(monkeypatch):
     assert batches and min(batches) >= 2  # every batch written in time was a dealt one (the late row's is added)
     assert rehearse(resolve("cpu"), fit=False, fit_rotation=False, tilt=False, band=(0.2, 0.9), trials=64,
                     device_decode=False) is None
+
+
+def _rehearsal_film():
+    """The rehearsal's small film placed (CPU), for the wide film's disk."""
+    from qora.ssb import Aberrations
+    from qora.ssb.live.rehearsal import _batches, _place_dealt
+
+    data, step = film_counts(64, aberrations=Aberrations(C10=-100.0), alpha_mrad=25.0, film_seed=5, noise_seed=6)
+    flat = data.reshape((-1,) + data.shape[2:])
+    small = LiveG(data.shape[:2], data.shape[2:], kv=300.0, alpha_mrad=25.0, scan_step=step, backend="cpu",
+                  calibration_rows=2, receivers=2)
+    _place_dealt(small, _batches(flat, False), len(flat))
+    return flat, small.detector(), step
+
+
+def test_the_wide_rehearsal_reaches_the_asked_extent(monkeypatch):
+    """The wide film (qora.ssb.live.rehearsal.rehearse_wide), here on the CPU at a small extent: its G's rows and
+    the session's G hold at least the bytes asked (on a GPU: beyond CuPy's 32-bit index width), its frames were
+    dealt, some late, the rest of the scan missing and filled by the mean pattern; the CPU's rehearsal never runs
+    it (only a GPU's arrays take CuPy's index widths)."""
+    from qora.backend import resolve
+    from qora.ssb.live import rehearsal
+
+    flat, detector, step = _rehearsal_film()
+    live, session = rehearsal.rehearse_wide(resolve("cpu"), flat, detector, step, device_decode=False,
+                                            bytes_at_least=3 << 20)
+    assert live.scan_shape[1] == rehearsal.WIDE_COLS and live.G_rows.nbytes >= 3 << 20 <= session.G.nbytes
+    assert len(live.report.late) > 0 and live.report.placed == 4 * rehearsal.WIDE_COLS
+    assert np.isfinite(session.G).all() and session.bf_count == live.G_rows.shape[2]
+    called = []
+    monkeypatch.setattr(rehearsal, "rehearse_wide", lambda *a, **k: called.append(a))
+    rehearsal.rehearse(resolve("cpu"), fit=False, fit_rotation=False, tilt=False, band=(0.2, 0.9), trials=64,
+                       device_decode=False)
+    assert not called
 
 
 def test_the_cuda_libraries_are_read_ahead(tmp_path):

@@ -191,8 +191,9 @@ def _opened(source, options, *, kv, alpha_mrad, scan_step, rotation, detector, b
 def _before_the_scan(source, options, backend, rotation) -> float:
     """What a fresh process (on a fresh machine) would otherwise pay during the scan, paid before the series'
     header is awaited: Qora's CUDA modules compiled (NVRTC: seconds a module where CuPy's disk cache is empty),
-    the live path and its fits rehearsed on a small film (:func:`qora.ssb.live.fitting.rehearse`: CuPy's own
-    kernels, cuFFT's library and plans), and, where the GPU decodes from the receivers' slots, their
+    the live path and its fits rehearsed on a small film, then its placing and session on a film of a full scan's
+    extent (:func:`qora.ssb.live.rehearsal.rehearse`: CuPy's own kernels in both index widths, cuFFT's library and
+    plans), and, where the GPU decodes from the receivers' slots, their
     page-locking asked for before the header (:attr:`ParallelDectrisSource.pin_for`). First of all the CUDA
     libraries' files are read ahead into the page cache (:func:`qora.ssb.live.rehearsal.read_ahead_libraries`):
     the scan's own transform lengths load kernels the rehearsal did not. Seconds taken."""
