@@ -256,6 +256,32 @@ def test_no_function_is_jitted_twice_by_hand():
     assert jitted and not [k for k, n in jitted.items() if n > 1]
 
 
+def test_copy_parts_is_numpys_copy_over_threads():
+    """copy_parts (the Pipeline's copies in and out of its page-locked buffers) is np.copyto with same-kind casting,
+    split along the first axis on several threads: the same values for a cast, a broadcast value, a strided source
+    and a 0-d array; an unsafe cast refused as NumPy refuses it. touched_empty is a zeroed array of the asked shape."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from qora.backend.host import copy_parts, threads, touched_empty
+
+    rng = np.random.default_rng(0)
+    src = rng.standard_normal((37, 256, 260))  # a row of 266 KB of float32: four parts of at least 1 MB
+    with threads(4), ThreadPoolExecutor(4) as pool:
+        for source in (src, src[:, ::2, 1::3], np.float64(2.5)):
+            shape = np.broadcast_shapes(np.shape(source), (37,) + np.shape(source)[1:]) if np.ndim(source) else src.shape
+            dst, ref = np.empty(shape, np.float32), np.empty(shape, np.float32)
+            copy_parts(dst, source, pool=pool)
+            np.copyto(ref, source, casting="same_kind")
+            assert np.array_equal(dst, ref)
+        zero_d = np.empty((), np.float64)
+        copy_parts(zero_d, 3.0)
+        assert zero_d == 3.0
+        with pytest.raises(TypeError):
+            copy_parts(np.empty((37, 4), np.int32), np.ones((37, 4)), pool=pool)
+        out = touched_empty((9, 300, 301), np.complex64, pool=pool)
+        assert out.shape == (9, 300, 301) and out.dtype == np.complex64 and not out.any()
+
+
 def test_map_parts_covers_the_range_once_in_order_on_as_many_threads():
     import threading
 

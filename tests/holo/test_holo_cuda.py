@@ -173,6 +173,7 @@ def test_pipeline_matches_the_per_call_chain_and_allocates_nothing(small_case, p
     assert (pool.used_bytes(), pool.total_bytes(), pipe.cuda.work.plan_count) == (used, total, plans)
     np.testing.assert_array_equal(again, first)
     assert np.abs(other - first).max() > 1e-3
+    assert not np.shares_memory(first, pipe.cuda.host_out)  # copied out: a later stack leaves it as it was
 
 
 def test_pipeline_stage_times_and_errors(small_case):

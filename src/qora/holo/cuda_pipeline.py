@@ -10,9 +10,12 @@ through :mod:`qora.holo.api`. A leaf: it imports the CPU and plans modules, neve
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from qora.backend.fft import C2C, FORWARD
+from qora.backend.host import copy_parts, num_threads, touched_empty
 from qora.holo import kernels as K
 from qora.holo.cuda_solver import SpectrumSolver
 from qora.holo.cuda_stages import (MEMCPY_DEFAULT, FieldStage, FirstOrder, Mapper, WorkArea, check_even, cupy,
@@ -187,6 +190,9 @@ class CudaPipeline:
         self.stage_ms: dict = {}
         self.profile = False
         self.plans_made = self.work.plan_count
+        # host threads for the copies into the input buffer and out of the output's (a single core's copy of a
+        # pageable stack and of the volume doubled the 256^3 stack's time: docs/holo-performance.md)
+        self._pool = ThreadPoolExecutor(num_threads(), thread_name_prefix="qora-holo-copy")
 
     def input(self) -> np.ndarray:
         """The page-locked host buffer (A, N, N) float32 that :meth:`process` uploads."""
@@ -198,7 +204,7 @@ class CudaPipeline:
             holos = np.asarray(holograms)
             if holos.shape != self.host_in.shape:
                 raise InputError(f"expected holograms of shape {self.host_in.shape}, got {holos.shape}")
-            np.copyto(self.host_in, holos, casting="same_kind")
+            copy_parts(self.host_in, holos, pool=self._pool)
         self.free.record(self.stream)  # the previous stack's R2C has read the device buffer
         self.copy_stream.wait_event(self.free)
         per = self.host_in[0].size
@@ -267,17 +273,24 @@ class CudaPipeline:
             self.recon(self.phi, self.host_out.ctypes.data,
                        None if self.host_absorption is None else self.host_absorption.ctypes.data)
             mark("solve")
+        # the host's arrays for the result made while the device computes (their pages mapped then, not by the copy)
+        kappa = self.host_absorption
+        out = touched_empty(self.host_out.shape, np.float32, pool=self._pool) if copy else self.host_out
+        out_kappa = (touched_empty(kappa.shape, np.float32, pool=self._pool) if copy and kappa is not None
+                     else kappa)
         self.stream.synchronize()
         self._raise_if_nonfinite()
+        if copy:
+            copy_parts(out, self.host_out, pool=self._pool)
+            if kappa is not None:
+                copy_parts(out_kappa, kappa, pool=self._pool)
         report(progress, "done", units, units)
         if self.profile:
             self.stage_ms = {name: cp.cuda.get_elapsed_time(marks[i - 1][1], e)
                              for i, (name, e) in enumerate(marks) if i > 0}
         o = self.options
-        kappa = self.host_absorption
         info = {"measured_fraction": self.recon.measured_fraction, "r2c": self.recon.solver.real,
                 "grid": self.recon.big, "backend": "cuda", "mapping": o.mapping, "upload_parts": len(self.fields.parts)}
         info.update(self.recon.solver.info)
-        return OdtResult(self.host_out.copy() if copy else self.host_out, self.geometry, o.method, self.approximation,
-                         0 if o.method == "plain" else o.iterations, info=info,
-                         absorption=None if kappa is None else (kappa.copy() if copy else kappa))
+        return OdtResult(out, self.geometry, o.method, self.approximation, 0 if o.method == "plain" else o.iterations,
+                         info=info, absorption=out_kappa)
