@@ -33,8 +33,10 @@ from qora.ssb.session import Session
 
 # the share of the device's free memory the row buffers may take beyond the least ring: a receiver scheduled late
 # by more rows than the ring holds finds its rows' slots taken and closed, and each of its frames then takes the
-# late path (a product into its transformed row; 31-98k of a 512^2 scan's frames in warm runs on the H200)
-RING_SHARE = 0.03
+# late path (a product into its transformed row). At 3% (about 105 rows of a 512^2 scan on a 192^2 detector on an
+# H100), 18-77k of the scan's frames were late in warm runs and one run of five fell to 118k frames/s; 15% holds
+# the whole scan's rows there (10 GB beside G's 10 GB; docs/ssb-performance.md, section 26)
+RING_SHARE = 0.15
 
 __all__ = ["LiveG", "session_from_spectrum"]
 
