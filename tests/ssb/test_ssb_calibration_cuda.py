@@ -47,6 +47,7 @@ def test_anisotropic_fit_matches_the_cpu(anisotropic):
 
 
 def test_descan_corrected_data_stream_to_the_device(gpu_module):
+    pytest.importorskip("dask", reason="correct_descan keeps its output as a dask array: the dask extra")
     sim = simulate(amorphous_slices((64, 64), 0.2, seed=1), pixel=0.2, stride=2, window=48, alpha_mrad=20.0,
                    aberrations=Aberrations(C10=80.0))
     sy, sx = sim.data.shape[:2]
