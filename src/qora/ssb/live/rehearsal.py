@@ -55,6 +55,7 @@ WIDE_BYTES = 1 << 31
 # and their copies, each just over WIDE_BYTES
 WIDE_FREE = 10 * WIDE_BYTES
 WIDE_COLS = 512  # the wide film's scan width: a common scan's, so that its row transforms' plan is made here too
+FILM_KV, FILM_ALPHA = 300.0, 25.0  # the rehearsal's films: kV, convergence semi-angle (mrad)
 
 
 def rehearse(backend, *, fit: bool, fit_rotation: bool, tilt: bool, band, trials: int,
@@ -71,9 +72,9 @@ def rehearse(backend, *, fit: bool, fit_rotation: bool, tilt: bool, band, trials
     from qora.ssb.live.accumulate import LiveG
     from qora.ssb.simulation import film_counts
 
-    data, step = film_counts(64, aberrations=Aberrations(C10=-100.0), alpha_mrad=25.0, film_seed=5, noise_seed=6)
+    data, step = film_counts(64, aberrations=Aberrations(C10=-100.0), alpha_mrad=FILM_ALPHA, film_seed=5, noise_seed=6)
     flat = data.reshape((-1,) + data.shape[2:])
-    live = LiveG(data.shape[:2], data.shape[2:], kv=300.0, alpha_mrad=25.0, scan_step=step, backend=backend,
+    live = LiveG(data.shape[:2], data.shape[2:], kv=FILM_KV, alpha_mrad=FILM_ALPHA, scan_step=step, backend=backend,
                  calibration_rows=2, decode="device" if device_decode else "host", receivers=2)
     _place_dealt(live, _batches(flat, device_decode), len(flat))
     session = live.session()
@@ -101,12 +102,11 @@ def rehearse_wide(backend, flat, detector, step: float, *, device_decode: bool,
     session)."""
     from qora.ssb.live.accumulate import LiveG
 
-    kv, alpha = 300.0, 25.0
-    bright = len(bright_field_pixels(flat.shape[1:], detector, alpha, kv)[0])
+    bright = len(bright_field_pixels(flat.shape[1:], detector, FILM_ALPHA, FILM_KV)[0])
     item = np.dtype(np.complex64 if backend.is_cuda else np.complex128).itemsize
     per_row = min((WIDE_COLS // 2 + 1) * bright * item, WIDE_COLS * bright * item // 2)  # G's, the buffers'
     rows = -(-int(bytes_at_least) // per_row)
-    live = LiveG((rows, WIDE_COLS), flat.shape[1:], kv=kv, alpha_mrad=alpha, scan_step=step, backend=backend,
+    live = LiveG((rows, WIDE_COLS), flat.shape[1:], kv=FILM_KV, alpha_mrad=FILM_ALPHA, scan_step=step, backend=backend,
                  detector=detector, calibration_rows=2, decode="device" if device_decode else "host", receivers=2)
     _place_dealt(live, _batches(flat, device_decode), 4 * WIDE_COLS)
     session = live.session()
