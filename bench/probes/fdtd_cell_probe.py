@@ -4,8 +4,8 @@ shipped phantom (issue 39: the nucleus contrast cytoplasm - nucleus, truth 0.005
     PYTHONPATH=src python bench/probes/fdtd_cell_probe.py ARCHIVE [cpu|cuda] [method ...]
 
 methods: "gp" (the default), "tv" (weight from the data), "plain", "tv:0.08" (a fixed weight); the environment's
-QORA_OVERSAMPLE sets the solver grid's oversampling (default the options'). The axis is taken
-as straight, sense -1 (ODTbrain's angles; docs/holo.md, "The FDTD set's axis"). Regions by the phantom's values:
+QORA_OVERSAMPLE sets the solver grid's oversampling (default the options'), QORA_GRIDDING the gridding. The axis
+is taken as straight, sense -1 (ODTbrain's angles; docs/holo.md, "The FDTD set's axis"). Regions by the phantom's values:
 cytoplasm 1.365, nucleus 1.360, nucleolus > 1.37.
 """
 
@@ -35,6 +35,8 @@ def main(path, backend="cpu", *methods):
         import os
         if os.environ.get("QORA_OVERSAMPLE"):
             kw["oversample"] = float(os.environ["QORA_OVERSAMPLE"])
+        if os.environ.get("QORA_GRIDDING"):
+            kw["gridding"] = os.environ["QORA_GRIDDING"]
         r = holo.reconstruct(s.fields, g, backend=backend, **kw)
         seconds = time.perf_counter() - t
         idx = np.asarray(r.index)

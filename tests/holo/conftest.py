@@ -30,9 +30,9 @@ def counted_plans(monkeypatch):
     made = []
     init = MappingPlan.__init__
 
-    def counting(self, geometry):
+    def counting(self, geometry, gridding="nearest"):
         made.append(geometry.n)
-        init(self, geometry)
+        init(self, geometry, gridding)
 
     monkeypatch.setattr(MappingPlan, "__init__", counting)
     return made

@@ -69,9 +69,9 @@ def target(kind: str, n: int) -> None:
     from qora.backend import resolve
     from qora.holo import reference as R
     from qora.holo.cuda_pipeline import Reconstruction
+    from qora.holo import mapping_plan
     from qora.holo.cuda_stages import Mapper, WorkArea
     from qora.holo import FGP_VARIANTS, ReconstructionOptions
-    from qora.holo import MappingPlan, solver_grid
 
     cp = resolve("cuda").xp
     g = R.geometry(n)
@@ -85,7 +85,7 @@ def target(kind: str, n: int) -> None:
         options = ReconstructionOptions(method="tv", iterations=1, tv_inner=2, tv_weight=1e-3, fgp=kind)
     else:
         options = ReconstructionOptions(method="gp", iterations=2, r2c=True)
-    recon = Reconstruction(g, work, MappingPlan(solver_grid(g, options.oversample)), options)
+    recon = Reconstruction(g, work, mapping_plan(g, options), options)
     work.allocate()
     dst = cp.empty((n, n, n), cp.float32)
     spectra = phi.copy()

@@ -11,7 +11,8 @@ At 256^3 and 512^3 (the reference geometry, 49 illuminations, holograms 2n x 2n)
   at the copy bandwidth + the host transfers at the measured page-locked bandwidth;
 - peak device memory of C2C, R2C, TV and the Pipeline (256^3);
 - the 188^3, 180-angle rotation case with default GP through the Pipeline (host in, host out,
-  transfers included, warm plans) beside the CPU Pipeline on the same machine.
+  transfers included, warm plans) beside the CPU Pipeline on the same machine, and its Ewald mapping by
+  nearest bin and by exact gridding (TV's default there) with the exact one's difference from the host's.
 
 The holograms are a Gaussian phase bump seen by every illumination: the work does not depend
 on the content, and synthesising it takes seconds at 512^3 (the parity tests check values).
@@ -271,6 +272,41 @@ def _rotation_188(result, be, echo) -> None:
          f"x{cpu_s / gpu_s:.0f}; GPU vs CPU {diff:.1e}; Pipeline built in {build_s:.1f} s")
 
 
+def _rotation_mapping(result, be, echo) -> None:
+    """The rotation case's Ewald mapping by nearest bin (GP's default) and exact gridding (TV's default in this
+    geometry) on the solver's grid: device ms of each, the host's plan-building seconds, and the exact mapping's
+    largest difference from the host's (ducc0, float64) relative to the largest value."""
+    from qora.holo import reference as R
+    from qora.holo import Geometry, MappingPlan, ReconstructionOptions, solver_grid
+    from qora.holo.cuda_pipeline import mapper_for
+
+    cp = be.xp
+    g = solver_grid(Geometry(R.WAVELENGTH, R.MEDIUM_INDEX, R.PIXEL, 188, R.NA_DETECTION,
+                             angles=np.linspace(0, 2 * np.pi, 180, endpoint=False)), ReconstructionOptions().oversample)
+    big = g.n
+    phi = np.random.default_rng(0).standard_normal((g.count, big, big)).astype(np.complex64)
+    spectra = cp.fft.fft2(cp.asarray(phi))  # the device's: of centre-origin fields
+    sums, hits = cp.empty(big**3, cp.complex64), cp.empty(big**3, cp.int32)
+    label = f"rotation/{shape_label((188,) * 3)}x180"
+    built = {}
+    for gridding in ("nearest", "exact"):
+        t0 = time.perf_counter()
+        plan = MappingPlan(g, gridding)
+        built[gridding] = time.perf_counter() - t0
+        mapper = mapper_for(plan)
+        ms = time_device(be, lambda: mapper(spectra, sums, hits), warmup=1, repeats=5).median_ms
+        row = {"plan_s": built[gridding], "grid": big}
+        if gridding == "exact":
+            k = np.arange(big) % 2
+            sign = 1 - 2 * ((k[:, None, None] + k[None, :, None] + k[None, None, :]) % 2)
+            want = (plan(phi) * sign).reshape(-1)
+            row["relative_difference"] = float(np.abs(sums.get() - want).max() / np.abs(want).max())
+        del mapper
+        result.add(f"{label}/mapping_{gridding}", ms=ms, **row)
+        echo(f"  {label} on {big}^3, mapping {gridding}: {ms:.1f} ms on the device, plan {built[gridding]:.1f} s"
+             + (f", {row['relative_difference']:.1e} from the host's" if "relative_difference" in row else ""))
+
+
 def _bpm(result, be, n: int, copy_gbs: float, echo) -> None:
     """BPM forward and gradient times, its kernels' GB/s, and RMSE against time on exact-model data."""
     from qora.holo import bpm_cuda, bpm_reconstruct, bpm_resident, reconstruct
@@ -390,6 +426,7 @@ def run(be, *, write: bool = True, echo=print, quick: bool = False, parts=PARTS)
         _bpm(result, be, n, copy["gbs"], echo)
     if not quick and "rotation" in parts:
         _rotation_188(result, be, echo)
+        _rotation_mapping(result, be, echo)
     if write:
         path = result.write()
         echo(f"result written to {path}")

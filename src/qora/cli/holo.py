@@ -225,6 +225,10 @@ def _file_geometry(ctx, path, g, hp, *, wavelength, pixel, hologram_pixel, mediu
               "[default: auto, the variant measured fastest].")
 @click.option("--oversample", type=click.FloatRange(1.0, 4.0), default=2.0, show_default=True,
               help="Map onto a grid this many times finer in k (costs oversample^3; docs/holo.md); not bpm.")
+@click.option("--gridding", type=click.Choice(["auto", "nearest", "exact"]), default="auto", show_default=True,
+              help="How the Ewald caps' samples meet the volume's bins: each at its nearest bin, or each at its own "
+              "frequency (density-compensated; keeps low-contrast structure such as a nucleus); auto: exact for tv, "
+              "nearest for plain and gp (docs/holo.md, 'Exact gridding'); not bpm.")
 @click.option("--input", "input_kind", type=click.Choice(["holograms", "fields", "phase-amplitude"]),
               default="holograms", show_default=True,
               help="HOLOS holds holograms (with BACKGROUNDS), complex field ratios (a qpimage HDF5 series, an "
@@ -247,6 +251,7 @@ def _file_geometry(ctx, path, g, hp, *, wavelength, pixel, hologram_pixel, mediu
 def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, medium_index, na_detection,
                     geometry_kind, angle_range, axis_tilt, axis_angle, fit_axis, rotation_sense, method, approximation,
                     iterations, tv_weight, index_min, index_max, complex_index, batch, bpm_variant, oversample,
+                    gridding,
                     input_kind, amplitude, angles_file, angle_unit, distance, autofocus, focus_range, focus_metric,
                     backend, out, plot, quiet, scheduler, workers, gpus) -> None:
     """Refractive-index volume from a hologram stack (and its backgrounds).
@@ -265,7 +270,8 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
     # what every rotation path reads: the pose of the axis and the solver's options
     solver = dict(axis=H.rotation_axis(math.radians(axis_tilt), math.radians(axis_angle)), fit_axis=fit_axis,
                   rotation_sense=1 if rotation_sense == "qora" else -1, method=method, approximation=approximation,
-                  iterations=iterations, tv_weight=tv_weight, oversample=oversample, index_min=index_min,
+                  iterations=iterations, tv_weight=tv_weight, oversample=oversample, gridding=gridding,
+                  index_min=index_min,
                   index_max=index_max, complex_index=complex_index, batch=batch)
     if input_kind != "holograms":
         _reconstruct_fields(ctx, holos, backgrounds, input_kind=input_kind, amplitude=amplitude, wavelength=wavelength,
@@ -306,7 +312,7 @@ def reconstruct_cmd(holos, backgrounds, wavelength, pixel, hologram_pixel, mediu
         stack, bgs, g, hp = read
     g = _posed(ctx, g, solver, from_file=backgrounds is None, fit_axis=fit_axis)
     options = stack_options(H, method, approximation=approximation, iterations=iterations, tv_weight=tv_weight,
-                            oversample=oversample, index_min=index_min, index_max=index_max,
+                            oversample=oversample, gridding=gridding, index_min=index_min, index_max=index_max,
                             complex_index=complex_index, batch=batch, bpm_variant=bpm_variant, backend=backend)
     sideband = H.find_sideband(bgs[0], hp)  # recorded before the work, and given to the reconstruction
     fourier = None if method == "bpm" else options
@@ -414,7 +420,7 @@ def _posed(ctx, g, solver, *, from_file: bool, fit_axis: bool):
 
 def _check_method_options(ctx, method: str, cluster: bool) -> None:
     """Refuse an option the chosen method would not read (never silently ignored)."""
-    unread = {"bpm": ("approximation", "oversample", "index_min", "index_max", "complex_index"),
+    unread = {"bpm": ("approximation", "oversample", "gridding", "index_min", "index_max", "complex_index"),
               "plain": ("iterations", "tv_weight", "batch", "bpm_variant", "index_min", "index_max"),
               "gp": ("tv_weight", "batch", "bpm_variant"), "tv": ("batch", "bpm_variant")}[method]
     for name in unread:

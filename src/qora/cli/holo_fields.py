@@ -101,13 +101,14 @@ def _reconstruct_fields(ctx, holos, backgrounds, *, input_kind, amplitude, wavel
     _reconstruct_series(series.fields, angles, na_detection=na_detection, truth=series.phantom, **optics, **rest)
 
 
-def stack_options(H, method, *, approximation, iterations, tv_weight, oversample, index_min, index_max,
+def stack_options(H, method, *, approximation, iterations, tv_weight, oversample, gridding, index_min, index_max,
                   complex_index, batch, bpm_variant, backend):
     """The reconstruction's options from the command's: a ReconstructionOptions, or for --method bpm a BpmOptions
     (its GPU slice step only where the run is on the GPU)."""
     if method != "bpm":
         return H.ReconstructionOptions(method=method, approximation=approximation, iterations=iterations,
                                        tv_weight="auto" if tv_weight is None else tv_weight, oversample=oversample,
+                                       gridding=gridding,
                                        index_min=index_min, index_max=index_max, complex_index=complex_index)
     if tv_weight == "auto":
         raise click.BadParameter("bpm takes a numeric --tv-weight ('auto' is for --method tv)", param_hint="--tv-weight")
@@ -133,7 +134,8 @@ def written_line(out, result, method: str, tv_weight) -> str:
 
 
 def _reconstruct_series(fields, angles, *, wavelength, medium_index, pixel, na_detection, axis, fit_axis,
-                        rotation_sense, method, approximation, iterations, tv_weight, oversample, index_min, index_max, complex_index, batch,
+                        rotation_sense, method, approximation, iterations, tv_weight, oversample, gridding, index_min,
+                        index_max, complex_index, batch,
                         bpm_variant, distance, autofocus, focus_range, focus_metric, backend, out, suffix, plot, quiet,
                         truth) -> None:
     """A rotation series of field ratios (any shape) to one volume about ``axis`` (z, y, x) in ``rotation_sense``:
@@ -146,7 +148,7 @@ def _reconstruct_series(fields, angles, *, wavelength, medium_index, pixel, na_d
     if suffix == ".zarr":
         raise click.UsageError("a field series gives one volume: write .h5 or .tif")
     options = stack_options(H, method, approximation=approximation, iterations=iterations, tv_weight=tv_weight,
-                            oversample=oversample, index_min=index_min, index_max=index_max,
+                            oversample=oversample, gridding=gridding, index_min=index_min, index_max=index_max,
                             complex_index=complex_index, batch=batch, bpm_variant=bpm_variant, backend=backend)
     try:
         with tqdm_progress(disable=quiet) as bar:

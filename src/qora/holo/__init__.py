@@ -35,7 +35,7 @@ from qora.holo.mie import vector_mie_ratio
 from qora.holo.odt import OdtResult, index_from_potential, potential_from_index
 from qora.holo.options import FGP_VARIANTS, BpmOptions, ReconstructionOptions
 from qora.holo.phantoms import Sphere, born_ratio, check_simulation_memory, holograms_from_fields, render_spheres, simulate_holograms
-from qora.holo.plans import MappingPlan, bpm_tables, intensities, solver_grid
+from qora.holo.plans import MappingPlan, bpm_tables, intensities, mapping_plan, solver_grid
 from qora.holo.steps import span
 from qora.holo.unwrap import rytov
 
@@ -59,6 +59,7 @@ __all__ = [
     "read_holograms", "write_holograms", "FieldSeries", "read_field_series", "read_qpimage_series",
     "read_phase_amplitude", "read_odtbrain_archive", "read_angles", "read_volume", "write_volume", "write_volume_tiff", "load_stack", "backgrounds_for",
     "plot_volume", "plot_phase", "volume_widget", "display", "describe_axis_fit", "border_on_field", "intensities",
-    "span", "plane_png", "volume_plane", "check_simulation_memory", "MappingPlan", "bpm_tables", "solver_grid",
+    "span", "plane_png", "volume_plane", "check_simulation_memory", "MappingPlan", "mapping_plan",
+    "bpm_tables", "solver_grid",
     "FGP_VARIANTS",
 ]

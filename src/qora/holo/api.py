@@ -29,7 +29,7 @@ from qora.holo.geometry import Geometry, cone_illuminations
 from qora.holo.odt import OdtResult
 from qora.holo.options import BPM_CUDA_ONLY, CUDA_ONLY, BpmOptions, OptionError, ReconstructionOptions
 from qora.holo.pipeline import CpuPipeline
-from qora.holo.plans import CropPlan, MappingPlan, solver_grid
+from qora.holo.plans import CropPlan, MappingPlan, mapping_plan, solver_grid
 from qora.holo.plans import cuda_pipeline_bytes, intensities
 from qora.holo.steps import prefixed, solve_units, span, stack_units
 from qora.io.errors import InputError
@@ -294,7 +294,7 @@ def pipeline_tables(geometry: Geometry, *, sideband, hologram_pixel: float, holo
     Ewald mapping on the solver's grid (both backends take them as they are)."""
     crop = CropPlan(hologram_n, sideband, hologram_pixel=hologram_pixel, n=geometry.n,
                     pupil_frequency=geometry.pupil_frequency)
-    return crop, MappingPlan(solver_grid(geometry, options.oversample))
+    return crop, mapping_plan(geometry, options)
 
 
 class Pipeline:

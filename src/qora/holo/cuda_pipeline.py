@@ -23,7 +23,8 @@ from qora.holo.cuda_stages import (MEMCPY_DEFAULT, FieldStage, FirstOrder, Mappe
 from qora.holo.geometry import Geometry
 from qora.holo.odt import OdtResult, check_ratio, pad_fields
 from qora.holo.options import ReconstructionOptions
-from qora.holo.plans import CropPlan, MappingPlan, solver_grid, stack_holograms
+from qora.holo.gridding_cuda import ExactMapper
+from qora.holo.plans import CropPlan, MappingPlan, mapping_plan, solver_grid, stack_holograms
 from qora.holo.steps import stack_units
 from qora.io.errors import InputError
 from qora.progress import report
@@ -38,11 +39,17 @@ def pad_into(phi, padded) -> None:
     padded[:, lo:lo + n, lo:lo + n] = phi
 
 
+def mapper_for(plan: MappingPlan, mapping: str = "gather"):
+    """The device mapper of a mapping plan: its exact gridding (:class:`ExactMapper`), or the nearest-bin
+    :class:`~qora.holo.cuda_stages.Mapper` by ``mapping`` ("gather" or "scatter")."""
+    return ExactMapper(plan) if plan.gridding == "exact" else Mapper(plan, mapping)
+
+
 class Reconstruction:
     """Mapping FFT, mapper and solver for first-order fields (A, n, n) of one geometry.
 
-    ``plan`` is the geometry's mapping table on the solver's grid (``MappingPlan(solver_grid(geometry,
-    options.oversample))``), made by the caller: once per Pipeline.
+    ``plan`` is the geometry's mapping table on the solver's grid (:func:`~qora.holo.plans.mapping_plan`), made by
+    the caller: once per Pipeline; a plan with exact gridding is spread on the device (:class:`ExactMapper`).
     """
 
     def __init__(self, geometry: Geometry, work: WorkArea, plan: MappingPlan, options: ReconstructionOptions) -> None:
@@ -53,7 +60,7 @@ class Reconstruction:
                              f"solver grid of this geometry and oversample {options.oversample}")
         self.geometry, self.big = geometry, grid.n
         self.plan = plan
-        self.mapper = Mapper(self.plan, options.mapping)
+        self.mapper = mapper_for(plan, options.mapping)
         self.solver = SpectrumSolver(grid, geometry.n, work, options)
         self.padded = cp.zeros((geometry.count, grid.n, grid.n), cp.complex64) if grid.n != geometry.n else None
         self.fft = work.plan(C2C, (grid.n, grid.n), batch=geometry.count)
@@ -125,7 +132,7 @@ def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None
     ratio = check_ratio("ratio", ratio, geometry)
     work = WorkArea()
     order = FirstOrder(geometry.count, geometry.n, work)
-    recon = Reconstruction(geometry, work, MappingPlan(solver_grid(geometry, o.oversample)), o)
+    recon = Reconstruction(geometry, work, mapping_plan(geometry, o), o)
     work.allocate()
     num = cp.asarray(ratio, cp.complex64)
     phi = cp.empty_like(num)
@@ -134,7 +141,8 @@ def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None
     kappa = cp.empty((geometry.n,) * 3, cp.float32) if o.complex_index else None
     recon(phi, out.data.ptr, None if kappa is None else kappa.data.ptr)
     info = {"measured_fraction": recon.measured_fraction, "r2c": bool(recon.solver.real),
-            "oversample": o.oversample, "grid": recon.big, "backend": "cuda", "mapping": o.mapping,
+            "oversample": o.oversample, "grid": recon.big, "gridding": recon.plan.gridding, "backend": "cuda",
+            "mapping": o.mapping,
             "fgp": o.fgp if o.method == "tv" else None, "tv_weight": o.tv_weight if o.method == "tv" else None}
     info.update(recon.solver.info)  # "auto": the weight chosen and the search
     if not on_device:
@@ -290,7 +298,8 @@ class CudaPipeline:
                              for i, (name, e) in enumerate(marks) if i > 0}
         o = self.options
         info = {"measured_fraction": self.recon.measured_fraction, "r2c": self.recon.solver.real,
-                "grid": self.recon.big, "backend": "cuda", "mapping": o.mapping, "upload_parts": len(self.fields.parts)}
+                "grid": self.recon.big, "gridding": self.recon.plan.gridding, "backend": "cuda", "mapping": o.mapping,
+                "upload_parts": len(self.fields.parts)}
         info.update(self.recon.solver.info)
         return OdtResult(out, self.geometry, o.method, self.approximation, 0 if o.method == "plain" else o.iterations,
                          info=info, absorption=out_kappa)

@@ -100,6 +100,7 @@ class SpectrumSolver:
             self.v, self.y, self.x_prev, self.prox = self.vs[0], self.ys[0], self.x_prevs[0], self.proxes[0]
             self.loss = cp.zeros(1, cp.float64)
         self.scale = 1.0 / n3
+        self.averaged = False  # set per call from the mapper: True when it gave averaged data (exact gridding)
         self.info: dict = {}
 
     # -- helpers -------------------------------------------------------------------------------
@@ -107,8 +108,13 @@ class SpectrumSolver:
         """counts = M(k) + M(-k), P = sums / hits, a = (P(k) + conj P(-k)) / 2 (into the hit-count buffer)."""
         big = self.big
         K.gp_counts(hits=self.hits, n=big, counts=self.counts)
-        K.normalise_hits(sums=self.sums, hits=self.hits, total=big**3)
+        self._average()
         K.gp_data(data=self.sums, n=big, a=self.a)
+
+    def _average(self) -> None:
+        """P = sums / hits where hit, unless the mapper averaged already (exact gridding)."""
+        if not self.averaged:
+            K.normalise_hits(sums=self.sums, hits=self.hits, total=self.big**3)
 
     def _restore(self) -> None:
         pairs = self.big**2 * self.half // 2
@@ -132,6 +138,7 @@ class SpectrumSolver:
         if self.auto and self.noise_energy is None:
             raise ValueError("tv_weight 'auto' needs the noise energy of the mapped spectrum (set noise_energy)")
         stream = cp.cuda.get_current_stream()
+        self.averaged = bool(getattr(mapper, "averaged", False))
         mapper(spectra, self.sums, self.hits)
         if self.method == "tv":
             self._tv(dst_ptr, absorption_ptr, stream)
@@ -160,7 +167,7 @@ class SpectrumSolver:
     def _gp_complex(self, dst_ptr, absorption_ptr, stream) -> None:
         cp = cupy()
         n3 = self.big**3
-        K.normalise_hits(sums=self.sums, hits=self.hits, total=n3)
+        self._average()
         cp.cuda.runtime.memcpyAsync(self.estimate.data.ptr, self.sums.data.ptr, 8 * n3, MEMCPY_DEFAULT, stream.ptr)
         e = self.estimate.data.ptr
         iterations = self.iterations if self.method == "gp" else 0
@@ -193,7 +200,7 @@ class SpectrumSolver:
         cp = cupy()
         nb3 = self.nb**3
         if self.complex:
-            K.normalise_hits(sums=self.sums, hits=self.hits, total=self.big**3)  # P, the data of the restore step
+            self._average()  # P, the data of the restore step
         else:
             self._prepare_half()
         if self.auto:

@@ -27,7 +27,7 @@ from qora.backend import fft as backend_fft
 from qora.holo.fista import proximal_gradient
 from qora.holo.geometry import Geometry
 from qora.holo.options import CUDA_ONLY, ReconstructionOptions
-from qora.holo.plans import MappingPlan, solver_grid
+from qora.holo.plans import MappingPlan, mapping_plan
 from qora.holo.steps import solve_units, span
 from qora.holo.unwrap import rytov
 from qora.io.errors import InputError
@@ -418,9 +418,9 @@ def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None
     total = 1 + solve_units(o)
     phi = first_order(ratio, o.approximation)
     report(progress, o.approximation, 1, total)
-    plan = MappingPlan(solver_grid(geometry, o.oversample))
+    plan = mapping_plan(geometry, o)
     info = {"measured_fraction": float(plan.measured.mean()), "r2c": bool(o.r2c), "oversample": o.oversample,
-            "grid": plan.geometry.n, "tv_weight": o.tv_weight if o.method == "tv" else None}
+            "grid": plan.geometry.n, "gridding": plan.gridding, "tv_weight": o.tv_weight if o.method == "tv" else None}
     index = invert(phi, geometry, plan, span(progress, 1, total), info=info, **solve_options(o))
     return result_of(index, geometry, o, info)
 
@@ -437,5 +437,5 @@ def result_of(index, geometry: Geometry, options: ReconstructionOptions, info: d
 
 def solve_options(options: ReconstructionOptions) -> dict:
     """The keywords of :func:`solve` / :func:`invert` from the options (the CPU solver's choices)."""
-    skip = CUDA_ONLY + ("approximation", "oversample")
+    skip = CUDA_ONLY + ("approximation", "oversample", "gridding")
     return {k: v for k, v in options.to_dict().items() if k not in skip}

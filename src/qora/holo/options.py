@@ -21,6 +21,7 @@ __all__ = ["ReconstructionOptions", "BpmOptions", "BPM_CUDA_ONLY", "OptionError"
 APPROXIMATIONS = ("rytov", "born")
 METHODS = ("plain", "gp", "tv")
 MAPPINGS = ("gather", "scatter")
+GRIDDING_CHOICES = ("auto", "nearest", "exact")
 FGP_VARIANTS = ("fused", "separate", "cube", "march")
 #: the fields that only the CUDA backend reads (the CPU path ignores them)
 CUDA_ONLY = ("mapping", "fgp", "upload_parts")
@@ -62,6 +63,11 @@ class ReconstructionOptions:
     complex_index: bool = False
     """Reconstruct the complex index n + i kappa (absorption kappa >= 0 enforced by GP and TV) instead of the
     real part alone; GP then runs on full spectra (C2C). The imaginary part is in ``OdtResult.absorption``."""
+    gridding: str = "auto"
+    """How the caps' samples meet the volume's bins: "nearest" (each to its nearest bin, each bin the mean of its
+    hits), "exact" (each at its own frequency, density-compensated: :mod:`qora.holo.gridding`), or "auto":
+    exact for "tv" in the rotation geometry, nearest otherwise (docs/holo.md, "Exact gridding", says what each costs
+    and reads, and why not in the scanning geometry)."""
     mapping: str = "gather"
     """CUDA only: the Ewald mapping by "gather" (a thread per volume column, no atomics) or "scatter"."""
     fgp: str = "fused"
@@ -71,7 +77,7 @@ class ReconstructionOptions:
 
     def __post_init__(self) -> None:
         for name, allowed in (("approximation", APPROXIMATIONS), ("method", METHODS), ("mapping", MAPPINGS),
-                              ("fgp", FGP_VARIANTS)):
+                              ("fgp", FGP_VARIANTS), ("gridding", GRIDDING_CHOICES)):
             value = getattr(self, name)
             if value not in allowed:
                 raise InputError(f"{name} must be one of {allowed}, got {value!r}")
@@ -100,6 +106,13 @@ class ReconstructionOptions:
             raise InputError(f"complex_index must be True or False, got {self.complex_index!r}")
         if not (isinstance(self.oversample, numbers.Real) and math.isfinite(self.oversample) and self.oversample >= 1.0):
             raise InputError(f"oversample must be at least 1, got {self.oversample!r}")
+
+    def grid_rule(self, rotation: bool) -> str:
+        """The gridding this reconstruction uses ("nearest" or "exact"): ``gridding`` with "auto" resolved, exact
+        for TV in the rotation geometry (``rotation``), whose caps fill the volume densely, nearest otherwise."""
+        if self.gridding != "auto":
+            return self.gridding
+        return "exact" if self.method == "tv" and rotation else "nearest"
 
     def replace(self, **changes) -> "ReconstructionOptions":
         """A copy with ``changes`` (validated); an unknown name is an OptionError naming it (a TypeError too)."""

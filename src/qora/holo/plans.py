@@ -23,7 +23,7 @@ from qora.holo.geometry import Geometry, frequencies, nu_z
 from qora.io.errors import InputError
 from qora.io.validate import numbers_only
 
-__all__ = ["CropPlan", "stack_holograms", "intensities", "cuda_pipeline_bytes", "MappingPlan", "solver_grid", "BpmTables", "bpm_tables", "check_scan",
+__all__ = ["CropPlan", "stack_holograms", "intensities", "cuda_pipeline_bytes", "MappingPlan", "mapping_plan", "solver_grid", "BpmTables", "bpm_tables", "check_scan",
            "lab_geometry"]
 
 
@@ -106,32 +106,38 @@ class MappingPlan:
     For illumination a: the flat volume index of its nearest axial bin, the mask of
     lateral bins inside the pupil, and the factor -4 pi i nu_z / pixel that turns a
     2D DFT value of phi into a 3D DFT value of the potential; and the hit counts.
+
+    ``gridding`` "nearest" averages the samples of each bin; "exact" keeps every sample at its own
+    frequency (:mod:`qora.holo.gridding`: ``points``, the samples' frequencies in bins (M, 3), and their
+    density weights, made once here). Both keep the nearest-bin hits: the solvers' measured bins.
     """
 
-    def __init__(self, geometry: Geometry) -> None:
+    def __init__(self, geometry: Geometry, gridding: str = "nearest") -> None:
+        from qora.holo.gridding import GRIDDINGS
+
+        if gridding not in GRIDDINGS:
+            raise InputError(f"gridding must be one of {GRIDDINGS}, got {gridding!r}")
         n, p = geometry.n, geometry.pixel
-        self.geometry = geometry
+        self.geometry, self.gridding = geometry, gridding
         f = frequencies(n, p)
         ky, kx = np.meshgrid(f, f, indexing="ij")
-        iy, ix = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
         km = geometry.medium_frequency
         nu_in_z = geometry.nu_z_in()
+        exact = gridding == "exact"
 
         def cap(a):
             nuy, nux = geometry.illuminations[a]
             my, mx = ky + nuy, kx + nux
             nz = nu_z(my, mx, km)
             ok = (np.hypot(my, mx) <= geometry.pupil_frequency) & np.isfinite(nz)
-            qz = nz[ok] - nu_in_z[a]
-            if geometry.angles is None:  # scanning: the lateral bins are the volume's
-                kz = np.round(qz * n * p).astype(np.int64) % n
-                target = (kz * n + iy[ok]) * n + ix[ok]
-            else:  # rotation: the cap turned back into the object's frame, nearest bin on every axis
-                q = geometry.rotation(a).T @ np.stack([qz, ky[ok], kx[ok]])
-                k3 = np.round(q * n * p).astype(np.int64) % n
-                target = (k3[0] * n + k3[1]) * n + k3[2]
+            q = np.stack([nz[ok] - nu_in_z[a], ky[ok], kx[ok]])
+            if geometry.angles is not None:  # rotation: the cap turned back into the object's frame
+                q = geometry.rotation(a).T @ q
+            u = q * (n * p)  # in bins; scanning: the lateral ones are the volume's own (integers)
+            k3 = np.round(u).astype(np.int64) % n
+            target = (k3[0] * n + k3[1]) * n + k3[2]
             # continuous Phi ~ p^2 DFT2 and V_DFT3 = V^ / p^3: the factor is -4 pi i nu_z / p
-            return target, np.flatnonzero(ok), -4j * math.pi * nz[ok] / p
+            return target, np.flatnonzero(ok), -4j * math.pi * nz[ok] / p, (u.T if exact else None)
 
         caps = _per_illumination(cap, geometry.count)
         self.targets = [c[0] for c in caps]
@@ -140,6 +146,12 @@ class MappingPlan:
         every = np.concatenate(self.targets) if caps else np.zeros(0, np.int64)
         self.hits = np.bincount(every, minlength=n**3).astype(np.int32)
         self.measured = (self.hits > 0).reshape(n, n, n)
+        self.points = self.density = None
+        if exact:
+            from qora.holo.gridding import density_weights
+
+            self.points = np.concatenate([c[3] for c in caps]) if caps else np.zeros((0, 3))
+            self.density = density_weights(self.points, 1.0 / self.hits[every], n)
 
     def __call__(self, phi) -> np.ndarray:
         """The mapped volume spectrum (FFT order, origin at index 0), averaged over hits.
@@ -156,6 +168,12 @@ class MappingPlan:
             raise InputError(f"phi must be ({g.count}, {n}, {n}) for this geometry, got {phi.shape}")
         spectra = fftn(np.fft.ifftshift(phi, axes=(-2, -1)), axes=(-2, -1)).reshape(g.count, -1)
         values = np.concatenate([self.factors[a] * spectra[a][self.lateral[a]] for a in range(g.count)])
+        if self.gridding == "exact":
+            from qora.holo.gridding import nonuniform_volume
+
+            spectrum = fftn(np.fft.ifftshift(nonuniform_volume(values * self.density, self.points, n)))
+            spectrum[~self.measured] = 0  # the solvers' data: measured bins only, as the nearest-bin mapping's
+            return spectrum
         every = np.concatenate(self.targets)
         spectrum = (np.bincount(every, values.real, minlength=n**3)
                     + 1j * np.bincount(every, values.imag, minlength=n**3))
@@ -206,6 +224,12 @@ def _per_illumination(fn, count: int) -> list:
     return [value for part in map_parts(lambda lo, hi: [fn(a) for a in range(lo, hi)], count) for value in part]
 
 
+def mapping_plan(geometry: Geometry, options) -> MappingPlan:
+    """The mapping of a reconstruction with ``options`` (:class:`~qora.holo.options.ReconstructionOptions`): on the
+    solver's grid (``options.oversample``) with the options' gridding (``options.grid_rule``)."""
+    return MappingPlan(solver_grid(geometry, options.oversample), options.grid_rule(geometry.angles is not None))
+
+
 def solver_grid(geometry: Geometry, oversample: float = 1.0) -> Geometry:
     """The geometry the solver runs on: the same pixel on the smallest fast FFT length of at
     least n * oversample (finer k-bins; the fields are zero-padded onto it and the central
@@ -227,6 +251,9 @@ def cuda_pipeline_bytes(geometry: Geometry, hologram_n: int, options) -> int:
     if grid != n:
         total += 8 * a * grid * grid  # the fields padded onto the solver's grid
     total += 12 * grid**3  # mapped sums (complex64) and hit counts (int32)
+    if options.grid_rule(geometry.angles is not None) == "exact":
+        # the fine grid (complex64) and its transform, the volume's transform, the hit table and the measured mask
+        total += 16 * (2 * grid) ** 3 + 13 * grid**3
     complex_index = bool(getattr(options, "complex_index", False))
     if complex_index or not (options.method == "tv" or (options.method == "gp" and options.r2c)):
         total += 8 * grid**3  # the C2C estimate (a complex index always solves C2C)
