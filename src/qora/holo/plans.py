@@ -154,7 +154,8 @@ class MappingPlan:
             self.density = density_weights(self.points, 1.0 / self.hits[every], n)
 
     def __call__(self, phi) -> np.ndarray:
-        """The mapped volume spectrum (FFT order, origin at index 0), averaged over hits.
+        """The mapped volume spectrum (FFT order, origin at index 0), averaged over hits; with exact gridding the
+        spectrum of the samples' non-uniform transform on the measured bins (zero elsewhere).
 
         The caps' 2D spectra are one batched transform on the host's threads; the sums per volume
         bin one ``bincount`` over every (illumination, lateral bin) (``np.add.at`` per illumination
