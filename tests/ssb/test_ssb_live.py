@@ -713,10 +713,22 @@ def test_the_wide_rehearsal_reaches_the_asked_extent(monkeypatch):
     from qora.backend import resolve
     from qora.ssb.live import rehearsal
 
+    from qora.ssb.live.accumulate import LiveG
+
     flat, detector, step = _rehearsal_film()
+    transformed, transform = [], LiveG._transform
+
+    def counting(self, rows):
+        transformed.append([r for r in rows if self._owner[r % self.ring] == r])  # the rows that had frames
+        transform(self, rows)
+
+    monkeypatch.setattr(LiveG, "_transform", counting)
+    monkeypatch.setattr(LiveG, "_ring_rows", lambda self, row_bytes: self.scan_shape[0])  # a GPU's: every row
     live, session = rehearsal.rehearse_wide(resolve("cpu"), flat, detector, step, device_decode=False,
                                             bytes_at_least=3 << 20)
     assert live.scan_shape[1] == rehearsal.WIDE_COLS and live.G_rows.nbytes >= 3 << 20 <= session.G.nbytes
+    # one transform of several rows with frames, as a scan's receivers close them (its own indexing kernel)
+    assert [2, 3] in transformed and all(len(rows) <= 1 for rows in transformed if rows != [2, 3])
     assert len(live.report.late) > 0 and live.report.placed == 4 * rehearsal.WIDE_COLS
     assert np.isfinite(session.G).all() and session.bf_count == live.G_rows.shape[2]
     called = []

@@ -108,7 +108,8 @@ def rehearse_wide(backend, flat, detector, step: float, *, device_decode: bool,
     rows = -(-int(bytes_at_least) // per_row)
     live = LiveG((rows, WIDE_COLS), flat.shape[1:], kv=FILM_KV, alpha_mrad=FILM_ALPHA, scan_step=step, backend=backend,
                  detector=detector, calibration_rows=2, decode="device" if device_decode else "host", receivers=2)
-    _place_dealt(live, _batches(flat, device_decode), 4 * WIDE_COLS)
+    ends = [np.arange((r + 1) * WIDE_COLS - 64, (r + 1) * WIDE_COLS) for r in (2, 3)]  # rows 2 and 3 close together
+    _place_dealt(live, _batches(flat, device_decode), 4 * WIDE_COLS, joined=np.concatenate(ends))
     session = live.session()
     backend.synchronize()
     return live, session
@@ -132,17 +133,22 @@ def _batches(flat, device_decode: bool):
     return batch
 
 
-def _place_dealt(live, batch, frames: int) -> None:
+def _place_dealt(live, batch, frames: int, joined=()) -> None:
     """The first ``frames`` frames of ``live``'s scan placed as two receivers deal them (each batch every other
-    frame: a write of many rows' columns at once, its own indexing kernel), row 1's second half last: late frames,
-    as several receivers deliver them, take their own path (a product into the transformed row: cuBLAS loaded, its
-    kernels chosen). Then the stream's end."""
+    frame: a write of many rows' columns at once, its own indexing kernel), then the frames ``joined`` in one batch
+    (the ends of several rows: those rows close together, one transform of several rows, whose gather from the row
+    buffers is another indexing kernel than one row's), row 1's second half last: late frames, as several receivers
+    deliver them, take their own path (a product into the transformed row: cuBLAS loaded, its kernels chosen).
+    Then the stream's end."""
     cols = live.scan_shape[1]
     held = np.arange(cols + cols // 2, 2 * cols)
-    dealt = np.setdiff1d(np.arange(frames), held)
+    joined = np.asarray(joined, np.int64)
+    dealt = np.setdiff1d(np.arange(frames), np.concatenate([held, joined]))
     for start in range(0, len(dealt), 128):
         for receiver in (0, 1):
             live.add(batch(dealt[start + receiver:start + 128:2], receiver))
+    if len(joined):
+        live.add(batch(joined, 1))
     live.add(batch(held, 0))
     live.finish()
     if not live.report.late:  # the placement changed its rule: the rehearsal no longer covers late frames
