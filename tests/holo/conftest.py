@@ -30,9 +30,9 @@ def counted_plans(monkeypatch):
     made = []
     init = MappingPlan.__init__
 
-    def counting(self, geometry, gridding="nearest"):
+    def counting(self, geometry, gridding="nearest", progress=None):
         made.append(geometry.n)
-        init(self, geometry, gridding)
+        init(self, geometry, gridding, progress)
 
     monkeypatch.setattr(MappingPlan, "__init__", counting)
     return made

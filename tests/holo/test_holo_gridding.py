@@ -124,3 +124,14 @@ def test_the_command_takes_the_gridding_and_records_it(tmp_path):
         assert json.loads(attrs["extra"])["gridding"] == gridding
         volumes[gridding] = index
     assert np.abs(volumes["exact"] - volumes["nearest"]).max() > 1e-4
+
+
+def test_the_weights_name_their_steps_on_the_runs_bar():
+    g = _rotation(n=16, count=12)
+    ratio = 1 + born_ratio(CELL[:1], g)
+    seen = []
+    H.reconstruct(ratio, g, backend="cpu", method="tv", tv_weight=1e-3, iterations=2, tv_inner=2,
+                  progress=lambda stage, done, total, metrics=None: seen.append((stage, done, total)))
+    steps = [s for s in seen if s[0].startswith("gridding weights")]
+    assert [s[0] for s in steps] == [f"gridding weights {k} of 6" for k in range(1, 7)]
+    assert {s[1:] for s in steps} == {(1, seen[-1][2])}  # the run's count held at the first order's unit

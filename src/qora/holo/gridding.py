@@ -75,17 +75,22 @@ def direct_volume(values, points, n: int) -> np.ndarray:
     return np.einsum("m,mz,my,mx->zyx", values, ez, ey, ex) / n**3
 
 
-def density_weights(points, start, n: int, iterations: int = DENSITY_ITERATIONS, *, threads: int = 0) -> np.ndarray:
+def density_weights(points, start, n: int, iterations: int = DENSITY_ITERATIONS, *, threads: int = 0,
+                    progress=None) -> np.ndarray:
     """Pipe and Menon's density compensation: weights w (M,) with (w convolved with K)(u_j) = 1 at every sample,
     K the transform of :func:`hann_window`; ``start`` the first guess (1 / the nearest-bin hit count).
 
-    Each iteration is one type-1 and one type-2 transform on the n^3 grid."""
+    Each iteration is one type-1 and one type-2 transform on the n^3 grid (30 s in all for the FDTD cell's 4.3 M
+    samples on 384^3, two cores): ``progress`` gets ("gridding weights k of K", 0, 1) before each."""
+    from qora.progress import report
+
     ducc0 = _ducc0()
     coord = _coordinates(points, n)
     w = np.asarray(start, np.float64).copy()
     window = hann_window(n)
     grid = np.empty((n, n, n), np.complex128)
-    for _ in range(int(iterations)):
+    for k in range(int(iterations)):
+        report(progress, f"gridding weights {k + 1} of {int(iterations)}", 0, 1)
         ducc0.nufft.nu2u(points=w.astype(np.complex128), coord=coord, forward=False, epsilon=DENSITY_EPSILON,
                          nthreads=threads, out=grid)
         grid *= window

@@ -418,7 +418,7 @@ def reconstruct(ratio, geometry: Geometry, options: ReconstructionOptions | None
     total = 1 + solve_units(o)
     phi = first_order(ratio, o.approximation)
     report(progress, o.approximation, 1, total)
-    plan = mapping_plan(geometry, o)
+    plan = mapping_plan(geometry, o, span(progress, 1, total))  # exact gridding: its weights' steps named on the bar
     info = {"measured_fraction": float(plan.measured.mean()), "r2c": bool(o.r2c), "oversample": o.oversample,
             "grid": plan.geometry.n, "gridding": plan.gridding, "tv_weight": o.tv_weight if o.method == "tv" else None}
     index = invert(phi, geometry, plan, span(progress, 1, total), info=info, **solve_options(o))

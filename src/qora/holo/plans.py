@@ -109,10 +109,11 @@ class MappingPlan:
 
     ``gridding`` "nearest" averages the samples of each bin; "exact" keeps every sample at its own
     frequency (:mod:`qora.holo.gridding`: ``points``, the samples' frequencies in bins (M, 3), and their
-    density weights, made once here). Both keep the nearest-bin hits: the solvers' measured bins.
+    density weights, made once here; ``progress`` is told of each of their iterations). Both keep the nearest-bin
+    hits: the solvers' measured bins.
     """
 
-    def __init__(self, geometry: Geometry, gridding: str = "nearest") -> None:
+    def __init__(self, geometry: Geometry, gridding: str = "nearest", progress=None) -> None:
         from qora.holo.gridding import GRIDDINGS
 
         if gridding not in GRIDDINGS:
@@ -151,7 +152,7 @@ class MappingPlan:
             from qora.holo.gridding import density_weights
 
             self.points = np.concatenate([c[3] for c in caps]) if caps else np.zeros((0, 3))
-            self.density = density_weights(self.points, 1.0 / self.hits[every], n)
+            self.density = density_weights(self.points, 1.0 / self.hits[every], n, progress=progress)
 
     def __call__(self, phi) -> np.ndarray:
         """The mapped volume spectrum (FFT order, origin at index 0), averaged over hits; with exact gridding the
@@ -225,10 +226,12 @@ def _per_illumination(fn, count: int) -> list:
     return [value for part in map_parts(lambda lo, hi: [fn(a) for a in range(lo, hi)], count) for value in part]
 
 
-def mapping_plan(geometry: Geometry, options) -> MappingPlan:
+def mapping_plan(geometry: Geometry, options, progress=None) -> MappingPlan:
     """The mapping of a reconstruction with ``options`` (:class:`~qora.holo.options.ReconstructionOptions`): on the
-    solver's grid (``options.oversample``) with the options' gridding (``options.grid_rule``)."""
-    return MappingPlan(solver_grid(geometry, options.oversample), options.grid_rule(geometry.angles is not None))
+    solver's grid (``options.oversample``) with the options' gridding (``options.grid_rule``); ``progress`` as
+    :class:`MappingPlan`'s."""
+    return MappingPlan(solver_grid(geometry, options.oversample), options.grid_rule(geometry.angles is not None),
+                       progress)
 
 
 def solver_grid(geometry: Geometry, oversample: float = 1.0) -> Geometry:
