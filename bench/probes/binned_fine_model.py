@@ -10,9 +10,9 @@ import time
 import numpy as np
 import scipy.ndimage
 
-from qora.backend import fft as backend_fft
+from binned_free_r import FineIterations, block_sum  # the modulus step on rectangular bins: one copy
+
 from qora.phase import analysis, envelope
-from qora.phase.envelope_iterate import ArrayIterations
 
 
 class FinePattern:
@@ -20,7 +20,7 @@ class FinePattern:
 
     def __init__(self, binned, binned_mask, b=2):
         xp = np
-        self.xp, self.b = xp, b
+        self.xp, self.b = xp, (b, b)
         n = tuple(s * b for s in binned.shape)
         self.shape, self.axes = n, (1, 2)
         measured_b = ~binned_mask
@@ -31,40 +31,12 @@ class FinePattern:
         self.bins = np.fft.ifftshift(np.where(measured_b, binned, 0))  # binned FFT layout (n//2/b shift)
         self.bmeas = np.fft.ifftshift(measured_b)
         self.norm = float(self.bins[self.bmeas].sum())
-
-
-def _block_sum(a, b):
-    s, ny, nx = a.shape
-    return a.reshape(s, ny // b, b, nx // b, b).sum(axis=(2, 4))
-
-
-def _spread(a, b):
-    return np.repeat(np.repeat(a, b, axis=1), b, axis=2)
-
-
-class FineIterations(ArrayIterations):
-    def _fit_binned(self, spectrum, damp):
-        p = self.p
-        power = _block_sum(np.abs(spectrum) ** 2, p.b)
-        model = np.sqrt(power)
-        misfit = np.sum(np.where(p.bmeas, (model - np.sqrt(p.bins)) ** 2, 0), axis=(1, 2))
-        factor = np.where(p.bmeas, np.sqrt(p.bins) / np.maximum(model, 1e-12), damp)
-        return spectrum * _spread(factor, p.b), np.sqrt(misfit / p.norm)
-
-    def project_complex(self, x):
-        p = self.p
-        spectrum, err = self._fit_binned(backend_fft.fftn(x, axes=p.axes, norm="ortho"), 1.0)
-        return backend_fft.ifftn(spectrum, axes=p.axes, norm="ortho").astype(np.complex64), err
-
-    def project_real(self, x, damp):
-        p = self.p
-        spectrum, err = self._fit_binned(backend_fft.fftn(x.astype(np.complex64), axes=p.axes, norm="ortho"), damp)
-        return backend_fft.ifftn(spectrum, axes=p.axes, norm="ortho").real.astype(np.float32), err
+        self.sqrt_bins = np.sqrt(self.bins).astype(np.float32)
 
 
 def binned_rfactor(obj, binned, binned_mask, b=2):
     power = np.abs(np.fft.fftshift(np.fft.fft2(obj, norm="ortho"))) ** 2
-    model = np.sqrt(_block_sum(power[None], b)[0])
+    model = np.sqrt(block_sum(power[None], (b, b))[0])
     meas = ~binned_mask
     data = np.sqrt(binned)
     return float(np.sum(np.abs(model - data)[meas]) / np.sum(data[meas]))

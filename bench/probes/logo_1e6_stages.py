@@ -46,6 +46,17 @@ def best_overlap(s, t):
     return best
 
 
+def shrinkwrap_sweep(x, hull, truth, sigmas=(0.5, 1.0, 2.0), thresholds=(0.15, 0.25, 0.35)) -> str:
+    """One shrinkwrap of ``x`` inside ``hull`` per (blur, threshold): "sigma/threshold: support size IoU", joined."""
+    steps = _Supports(np, ndi, 2)
+    out = []
+    for sig in sigmas:
+        for thr in thresholds:
+            sw = steps.shrinkwrap(x[None], hull[None], sig, thr)[0]
+            out.append(f"{sig}/{thr}: {int(sw.sum())} {best_overlap(sw, truth)[0]:.2f}")
+    return ", ".join(out)
+
+
 def row(label, x, s, pattern, mask, truth, t0):
     xs, ss = np.asarray(x), np.asarray(s)
     for k in range(xs.shape[0]):

@@ -2,9 +2,7 @@ import sys, time, numpy as np, scipy.ndimage as ndi
 sys.argv=['x','counts']; sys.path.insert(0,'bench/probes')
 import logo_1e6_stages as L
 from qora.phase import analysis
-from qora.phase.envelope import _Supports
 from qora.phase.envelope_iterate import Pattern
-steps=_Supports(np,ndi,2)
 pats, mask, truth = L.variants()
 hull = ndi.binary_dilation(ndi.binary_fill_holes(ndi.binary_closing(truth, iterations=6)), iterations=4)
 for ph in (1e6, 1e7):
@@ -18,11 +16,5 @@ for ph in (1e6, 1e7):
         x = run.positive(x, s, 100, hio=False, damp=0.99)[0]
         r = analysis.amplitude_rfactor(x, pats[ph], mask)
         inside = (np.abs(x)**2 * truth).sum() / (np.abs(x)**2).sum()
-        res=[]
-        for sig in (0.5, 1.0, 2.0):
-            for thr in (0.15, 0.25, 0.35):
-                sw = steps.shrinkwrap(x[None], hull[None], sig, thr)[0]
-                iou, cov, pur = L.best_overlap(sw, truth)
-                res.append(f"{sig}/{thr}: {int(sw.sum())} {iou:.2f}")
         np.save(f'/tmp/band_{ph:.0e}_{k}.npy', x)
-        print(f"{ph:.0e} hull, band k={k}: R {r:.3f}, |x|^2 on truth {inside:.3f}; sw IoU " + ", ".join(res), f"{time.perf_counter()-t:.0f} s", flush=True)
+        print(f"{ph:.0e} hull, band k={k}: R {r:.3f}, |x|^2 on truth {inside:.3f}; sw IoU " + L.shrinkwrap_sweep(x, hull, truth), f"{time.perf_counter()-t:.0f} s", flush=True)

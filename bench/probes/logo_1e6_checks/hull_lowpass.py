@@ -2,9 +2,7 @@ import sys, numpy as np, scipy.ndimage as ndi
 sys.argv=['x','counts']; sys.path.insert(0,'bench/probes')
 import logo_1e6_stages as L
 from qora.phase import analysis
-from qora.phase.envelope import _Supports
 import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt
-steps=_Supports(np,ndi,2)
 pats, mask, truth = L.variants()
 q = L.radius(mask.shape)
 rows, cols = np.nonzero(truth); sl = (slice(rows.min()-15, rows.max()+15), slice(cols.min()-15, cols.max()+15))
@@ -17,12 +15,6 @@ for j, ph in enumerate((1e6, 1e7)):
         r = analysis.amplitude_rfactor(x, pats[ph], mask)
         rl = analysis.amplitude_rfactor(x, pats[ph], fm)
         inside = (np.abs(x)**2 * truth).sum() / (np.abs(x)**2).sum()
-        res = []
-        for sig in (0.5, 1.0, 2.0):
-            for thr in (0.15, 0.25, 0.35):
-                sw = steps.shrinkwrap(x[None], hull[None], sig, thr)[0]
-                iou, cov, pur = L.best_overlap(sw, truth)
-                res.append(f"{sig}/{thr}: {int(sw.sum())} {iou:.2f}")
-        print(f"{ph:.0e} hull, fit |q|<={Q}, damp 0.99: R {r:.3f} (R fitted {rl:.3f}), |x|^2 on truth {inside:.3f}; sw IoU " + ", ".join(res), flush=True)
+        print(f"{ph:.0e} hull, fit |q|<={Q}, damp 0.99: R {r:.3f} (R fitted {rl:.3f}), |x|^2 on truth {inside:.3f}; sw IoU " + L.shrinkwrap_sweep(x, hull, truth), flush=True)
         ax[j, i].imshow(np.abs(x)[sl], cmap='gray'); ax[j, i].set_title(f"{ph:.0e} hull fit q<={Q} on-truth {inside:.2f}")
 plt.tight_layout(); plt.savefig('/tmp/hull_lowpass.png', dpi=55)
