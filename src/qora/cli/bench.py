@@ -170,6 +170,17 @@ def bench_holo_fields(backend: str, no_write: bool) -> None:
     holo_fields.run(backend=backend, write=not no_write, echo=click.echo)
 
 
+@bench.command("holo-measured")
+@backend_option()
+@click.option("--no-write", is_flag=True, help="Print only; write no result file.")
+def bench_holo_measured(backend: str, no_write: bool) -> None:
+    """The default GP and TV on ODTbrain's FDTD cell (../shared/data/odt; QORA_ODT_DATA), each timed beside its
+    error against the cell's phantom."""
+    from qora.bench import holo_measured
+
+    holo_measured.run(backend=backend, write=not no_write, echo=click.echo)
+
+
 @bench.command("ssb")
 @backend_option()
 @threads_option()
