@@ -381,3 +381,16 @@ def newest_result(benchmark: str, directory: Path | None = None, *, tracked: boo
         if best is None or data.get("date", "") > best[1].get("date", ""):
             best = (path, data)
     return best
+
+
+def shared_data_folder(kind: str, env: str):
+    """Where the project's measured files of ``kind`` ("cdi", "odt", ...) are: ``$env``, else ``$QORA_SHARED_DATA``/kind,
+    else ``shared/data/kind`` beside the checkout."""
+    import os
+    from pathlib import Path
+
+    if os.environ.get(env):
+        return Path(os.environ[env])
+    if os.environ.get("QORA_SHARED_DATA"):
+        return Path(os.environ["QORA_SHARED_DATA"]) / kind
+    return Path(__file__).resolve().parents[4] / "shared" / "data" / kind

@@ -11,14 +11,13 @@ else ``shared/data/odt`` beside the checkout; where it is absent the benchmark s
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 
 from qora.backend import resolve
-from qora.bench.common import BenchResult
+from qora.bench.common import BenchResult, shared_data_folder
 from qora.io.errors import InputError
 
 __all__ = ["run", "odt_data_folder", "FDTD_ARCHIVE", "CASES"]
@@ -31,11 +30,7 @@ WAVELENGTH = 0.65  # um, the archive's (ODTbrain's example reads it so)
 def odt_data_folder() -> Path:
     """Where the FDTD cell's archive is: ``QORA_ODT_DATA``, else ``QORA_SHARED_DATA``/odt, else ``shared/data/odt``
     next to the checkout."""
-    if os.environ.get("QORA_ODT_DATA"):
-        return Path(os.environ["QORA_ODT_DATA"])
-    if os.environ.get("QORA_SHARED_DATA"):
-        return Path(os.environ["QORA_SHARED_DATA"]) / "odt"
-    return Path(__file__).resolve().parents[4] / "shared" / "data" / "odt"
+    return shared_data_folder("odt", "QORA_ODT_DATA")
 
 
 def _regions(truth, medium_index):

@@ -18,12 +18,12 @@ default options a user's ``qora phase run`` takes: the pattern, its unmeasured m
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 
+from qora.bench.common import shared_data_folder
 from qora.io.errors import InputError
 from qora.phase import analysis
 
@@ -38,11 +38,7 @@ LOGO_FILES = ("esrf_logo_id10.edf", "esrf_logo_id10_unmeasured.npy", "esrf_logo_
 def cdi_data_folder() -> Path:
     """Where the measured CDI files are: ``QORA_CDI_DATA``, else ``QORA_SHARED_DATA``/cdi, else ``shared/data/cdi``
     next to the checkout."""
-    if os.environ.get("QORA_CDI_DATA"):
-        return Path(os.environ["QORA_CDI_DATA"])
-    if os.environ.get("QORA_SHARED_DATA"):
-        return Path(os.environ["QORA_SHARED_DATA"]) / "cdi"
-    return Path(__file__).resolve().parents[4] / "shared" / "data" / "cdi"
+    return shared_data_folder("cdi", "QORA_CDI_DATA")
 
 
 def load_logo(folder=None):
