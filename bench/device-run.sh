@@ -77,6 +77,9 @@ for b in ${BENCH:-}; do
     crystal) timeout 400 $Q bench --out "$OUT/results" phase-success --backend cuda --cases crystal_128 --starts 10 \
                --consensus 5 --figures "$OUT/figures" ;;
     ssb-full) timeout 400 $Q bench --out "$OUT/results" ssb-full --dir /tmp/qora-ssb-full ;;
+    prepare-floor) timeout 300 python3 bench/probes/prepare_floor.py /tmp/qora-ssb-full ${PREPARE_BEFORE:-} ;;
+    holo-measured) QORA_ODT_DATA=${QORA_ODT_DATA:-.odt-data} timeout 200 $Q bench --out "$OUT/results" holo-measured \
+                     --backend cuda ;;
     ssb-cuda) timeout 300 $Q bench --out "$OUT/results" ssb --backend cuda ;;
     ssb-methods-cuda) timeout 200 $Q bench --out "$OUT/results" ssb-methods --backend cuda \
                         --data tests/ssb/fixtures/abtem_srtio3_wdd.npz --seeds 3 ;;

@@ -461,3 +461,16 @@ def test_random_bytes_under_any_detector_format_name_raise_only_qora_errors(tmp_
         check()
     finally:
         logging.disable(logging.NOTSET)
+
+
+@pytest.mark.parametrize("rows,block", [(512, 29), (29, 29), (30, 29), (10, 29), (64, 8), (5, 1), (1, 1)])
+def test_g_is_streamed_in_blocks_that_end_small(rows, block):
+    """Every scan row once, in order, no block over the pinned buffers' rows, and the last block at most
+    an eighth of a full one (so little is sent and transformed after the last read)."""
+    from qora.ssb.stream import row_blocks
+
+    blocks = row_blocks(rows, block)
+    assert blocks[0][0] == 0 and blocks[-1][1] == rows
+    assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:]))
+    assert all(0 < b - a <= block for a, b in blocks)
+    assert blocks[-1][1] - blocks[-1][0] <= max(1, block // 8)

@@ -1,4 +1,5 @@
-"""cuFFT plans with explicit layouts and one shared work area (for the holography Pipeline).
+"""cuFFT plans with explicit layouts and one shared work area (the holography Pipeline; G's transform along
+the scan rows in :mod:`qora.ssb.stream`, in place with a strided layout).
 
 CuPy's plans allocate a work area each and cannot express the padded in-place R2C layout
 (rows of 2 (n/2 + 1) floats). The holography solver needs both: its real volume lives in
@@ -17,9 +18,9 @@ import threading
 
 from qora.backend import _cupy
 
-__all__ = ["RawPlan", "WorkArea", "R2C", "C2R", "C2C", "FORWARD", "INVERSE"]
+__all__ = ["RawPlan", "WorkArea", "R2C", "C2R", "C2C", "Z2Z", "FORWARD", "INVERSE"]
 
-R2C, C2R, C2C = 0x2A, 0x2C, 0x29
+R2C, C2R, C2C, Z2Z = 0x2A, 0x2C, 0x29, 0x69
 FORWARD, INVERSE = -1, 1
 
 _lock = threading.Lock()
@@ -45,17 +46,20 @@ def _library():
                     path = line.split()[-1]
                     break
         lib = ctypes.CDLL(path or "libcufft.so")
-        c_int, c_void, c_size = ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t
-        ip = ctypes.POINTER(c_int)
+        c_int, c_void, c_size, c_long = ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_longlong
+        ip, lp = ctypes.POINTER(c_int), ctypes.POINTER(c_long)
         sig = {
             "cufftCreate": [ctypes.POINTER(ctypes.c_int)],
             "cufftDestroy": [c_int],
             "cufftSetAutoAllocation": [c_int, c_int],
             "cufftMakePlanMany": [c_int, c_int, ip, ip, c_int, c_int, ip, c_int, c_int, c_int, c_int,
                                   ctypes.POINTER(c_size)],
+            "cufftMakePlanMany64": [c_int, c_int, lp, lp, c_long, c_long, lp, c_long, c_long, c_int, c_long,
+                                    ctypes.POINTER(c_size)],
             "cufftSetWorkArea": [c_int, c_void],
             "cufftSetStream": [c_int, c_void],
             "cufftExecC2C": [c_int, c_void, c_void, c_int],
+            "cufftExecZ2Z": [c_int, c_void, c_void, c_int],
             "cufftExecR2C": [c_int, c_void, c_void],
             "cufftExecC2R": [c_int, c_void, c_void],
         }
@@ -72,8 +76,8 @@ def _check(status: int, what: str) -> None:
         raise RuntimeError(f"cuFFT {what} failed with status {status}")
 
 
-def _dims(values):
-    return None if values is None else (ctypes.c_int * len(values))(*values)
+def _dims(values, kind=ctypes.c_int):
+    return None if values is None else (kind * len(values))(*values)
 
 
 class RawPlan:
@@ -81,7 +85,7 @@ class RawPlan:
 
     Parameters
     ----------
-    kind : R2C, C2R or C2C
+    kind : R2C, C2R, C2C or Z2Z (complex128)
     shape : tuple of int
         The transform's extents (1 to 3 axes, slowest first).
     batch : int
@@ -90,9 +94,19 @@ class RawPlan:
         Storage extents of input and output (None: tight, as cuFFT's basic layout).
     idist, odist : int or None
         Elements between batches (None: the product of the embed or of the tight layout).
+    stride : int
+        Elements between neighbouring points of one transform, input and output alike (a transform
+        along a slow axis with the batch along the fast ones: ``stride`` = the batch, ``idist`` = 1).
+        Needs the embeds.
+    wide : bool or None
+        cuFFT's 64-bit plan (``cufftMakePlanMany64``, the same transforms with 64-bit indices); None:
+        where the layout's last index passes int32.
     """
 
-    def __init__(self, kind: int, shape, *, batch: int = 1, inembed=None, onembed=None, idist=None, odist=None):
+    def __init__(self, kind: int, shape, *, batch: int = 1, inembed=None, onembed=None, idist=None, odist=None,
+                 stride: int = 1, wide: bool | None = None):
+        if stride != 1 and (inembed is None or onembed is None):
+            raise ValueError("a strided layout needs inembed and onembed (cuFFT ignores strides without them)")
         self.lib = _library()
         self.kind = kind
         self.shape = tuple(int(s) for s in shape)
@@ -113,9 +127,14 @@ class RawPlan:
         self.handle = handle.value
         _check(self.lib.cufftSetAutoAllocation(self.handle, 0), "cufftSetAutoAllocation")
         size = ctypes.c_size_t()
-        n = _dims(self.shape)
-        status = self.lib.cufftMakePlanMany(self.handle, len(self.shape), n, _dims(inembed), 1, self.idist,
-                                            _dims(onembed), 1, self.odist, kind, int(batch), ctypes.byref(size))
+        # the last element's index: where it passes int32, cuFFT's 64-bit plan (the same transforms)
+        span = (max(count(inembed or tight_in), count(onembed or tight_out)) * int(stride)
+                + max(self.idist, self.odist) * int(batch))
+        self.wide = span >= 2**31 if wide is None else bool(wide)
+        make, c = ((self.lib.cufftMakePlanMany64, ctypes.c_longlong) if self.wide
+                   else (self.lib.cufftMakePlanMany, ctypes.c_int))
+        status = make(self.handle, len(self.shape), _dims(self.shape, c), _dims(inembed, c), int(stride), self.idist,
+                      _dims(onembed, c), int(stride), self.odist, kind, int(batch), ctypes.byref(size))
         _check(status, f"plan {self.shape} x {batch} (type {kind:#x})")
         self.work_size = int(size.value)
         self.batch = int(batch)
@@ -126,6 +145,8 @@ class RawPlan:
         _check(self.lib.cufftSetStream(self.handle, s.ptr), "cufftSetStream")
         if self.kind == C2C:
             _check(self.lib.cufftExecC2C(self.handle, src, dst, direction), "cufftExecC2C")
+        elif self.kind == Z2Z:
+            _check(self.lib.cufftExecZ2Z(self.handle, src, dst, direction), "cufftExecZ2Z")
         elif self.kind == R2C:
             _check(self.lib.cufftExecR2C(self.handle, src, dst), "cufftExecR2C")
         else:

@@ -34,14 +34,14 @@ import warnings
 import numpy as np
 
 from qora.backend import _cupy
-from qora.backend._cufft_raw import C2C, C2R, FORWARD, INVERSE, R2C, RawPlan, WorkArea
+from qora.backend._cufft_raw import C2C, C2R, FORWARD, INVERSE, R2C, Z2Z, RawPlan, WorkArea
 from qora.backend.fft_host import (  # the host side (qora.backend.fft_host), re-exported: the one entry point
     CPU_THREADS_FROM, _cpu_c2c, _cpu_c2r, _cpu_r2c, cpu_libraries, cpu_threads, empty, fftw_wisdom, load_fftw_wisdom)
 
 __all__ = ["cpu_threads", "cpu_libraries", "CPU_THREADS_FROM", "fftw_wisdom", "load_fftw_wisdom", "empty",
            "PlanCache", "C2CPlan", "R2CPlan", "HalfC2CPlan", "CallbackC2CPlan", "trailing_axes", "fast_length",
            "fft", "ifft", "rfft", "irfft", "fftn", "ifftn", "rfftn", "irfftn",
-           "RawPlan", "WorkArea", "C2C", "R2C", "C2R", "FORWARD", "INVERSE"]
+           "RawPlan", "WorkArea", "C2C", "R2C", "C2R", "Z2Z", "FORWARD", "INVERSE"]
 
 NORMS = ("backward", "ortho", "forward", None)
 

@@ -21,13 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from qora.backend import cpu_count, require_cupy
-from qora.backend.fft import fft, rfft
+from qora.backend.fft import rfft
 from qora.ssb.detector import check_level
 
-__all__ = ["g_on_device"]
+__all__ = ["g_on_device", "row_blocks", "transform_rows"]
 
 BLOCK_BYTES = 256 << 20  # host bytes per block of scan rows read (H200, ssb-full: 0.28 s against 0.33 at 64 MB)
-SLAB_BYTES = 128 << 20  # device bytes per slab of the column transform (each holds ~4 such temporaries)
 READ_THREADS = 16  # host threads copying frames' boxes into the pinned buffers, at most (16: 0.44 s, 8: 0.60 s, H200 host)
 
 
@@ -53,22 +52,21 @@ def g_on_device(data, pixels, dtype, level: float | None = None):
     used = [cp.cuda.Event() for _ in range(2)]  # the device is done with staged[i]
     copy_stream = cp.cuda.Stream(non_blocking=True)
     compute = cp.cuda.get_current_stream()
-    starts = list(range(0, sy, block))
+    blocks = row_blocks(sy, block)
 
     def read(i: int) -> None:  # on the read-ahead thread: block i into pinned[i % 2]
-        s0, b = starts[i], i % 2
+        (s0, s1), b = blocks[i], i % 2
         copied[b].synchronize()  # the copy out of pinned[b] two blocks ago is done: it may be overwritten
-        reader.read(s0, min(sy, s0 + block), pinned[b][:min(sy, s0 + block) - s0])
+        reader.read(s0, s1, pinned[b][:s1 - s0])
 
     # the host reads block i + 1 while this thread sends block i and queues its transforms: the read, the
     # slowest part (issue 38), is never waiting on the launches
     with reader, ThreadPoolExecutor(1, thread_name_prefix="qora-g-read") as ahead:
         pending = ahead.submit(read, 0)
-        for i, s0 in enumerate(starts):
-            s1 = min(sy, s0 + block)
+        for i, (s0, s1) in enumerate(blocks):
             n, b = s1 - s0, i % 2
             pending.result()  # block i is in pinned[b] (a reader's error is raised here)
-            if i + 1 < len(starts):
+            if i + 1 < len(blocks):
                 pending = ahead.submit(read, i + 1)
             with copy_stream:
                 copy_stream.wait_event(used[b])
@@ -85,12 +83,38 @@ def g_on_device(data, pixels, dtype, level: float | None = None):
     if level is None:
         level = float(bright_host.sum() / (sy * sx * nbf))
     check_level(level, data)
-    scale = 1.0 / float(level)
-    slab = max(1, SLAB_BYTES // max(1, sy * nbf * G.itemsize))
-    for j0 in range(0, G.shape[1], slab):
-        part = G[:, j0:j0 + slab]
-        G[:, j0:j0 + slab] = fft(part, axis=0) * real(scale)
+    transform_rows(G)
+    G *= real(1.0 / float(level))
     return G, float(level), bright_host
+
+
+def row_blocks(rows: int, block: int) -> list[tuple[int, int]]:
+    """The scan rows in blocks of ``block`` rows, the last full block split into halves down to an
+    eighth: what is sent and transformed after the last read is a small block, not a whole one."""
+    cuts = list(range(0, max(0, rows - block), block))
+    tail, start = min(rows, block) if rows else 0, max(0, rows - block)
+    while tail > max(1, block // 8):
+        half = (tail + 1) // 2
+        cuts.append(start)
+        start, tail = start + half, tail - half
+    cuts.append(start)
+    return [(a, b) for a, b in zip(cuts, cuts[1:] + [rows]) if b > a]
+
+
+def transform_rows(G) -> None:
+    """G's transform along its first axis (the scan rows), in place: one cuFFT plan whose
+    transforms run down the columns (stride = the columns, batch = the columns), so no copy of
+    G, no slab of temporaries (H200, 512 x 257 x 8,765 complex64: see docs/ssb-performance.md)."""
+    from qora.backend.fft import C2C, FORWARD, Z2Z, RawPlan, WorkArea
+
+    rows, columns = G.shape[0], G.size // G.shape[0]
+    if not G.flags.c_contiguous:
+        raise ValueError("transform_rows needs a C-contiguous G")
+    work = WorkArea()
+    plan = work.add(RawPlan(C2C if G.dtype == np.complex64 else Z2Z, (rows,), batch=columns, inembed=(rows,),
+                            onembed=(rows,), idist=1, odist=1, stride=columns))
+    work.allocate()
+    plan.execute(G.data.ptr, G.data.ptr, FORWARD)
 
 
 class _RunReader:
