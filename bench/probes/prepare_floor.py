@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +61,7 @@ def _loops():
 
 def floors(nbytes: int, block_bytes: int, row_bytes: int, cp) -> None:
     from qora.backend.host import numba_threads
+    from qora.ssb import stream
 
     threads = numba_threads()
     read, copy = _loops()
@@ -67,19 +69,30 @@ def floors(nbytes: int, block_bytes: int, row_bytes: int, cp) -> None:
     t = _median(lambda: read(a, 4 * threads))
     print(f"floor, streaming read of {nbytes / 1e9:.2f} GB (anonymous, {threads} threads): {t:.3f} s, "
           f"{nbytes / t / 1e9:.1f} GB/s", flush=True)
+    pool = ThreadPoolExecutor(threads)
     for label, size in (("two 256 MB page-locked blocks", block_bytes), ("one row's page-locked block", row_bytes)):
-        bufs = [np.frombuffer(cp.cuda.alloc_pinned_memory(size), np.uint16) for _ in range(2 if size > row_bytes else 1)]
-
+        bufs = [stream._pinned(cp, (size // 2,), np.uint16) for _ in range(2 if size > row_bytes else 1)]
         offsets = range(0, a.size - bufs[0].size + 1, bufs[0].size)
+        cuts = np.linspace(0, bufs[0].size, threads + 1).astype(int)
 
-        def copy_all():
+        def numba_copy():
             for i, off in enumerate(offsets):
                 copy(a, off, bufs[i % len(bufs)], 4 * threads)
-        t = _median(copy_all)
-        print(f"floor, copy into {label}: {t:.3f} s, {len(offsets) * size / t / 1e9:.1f} GB/s", flush=True)
+
+        def memcpy():  # NumPy's copy (glibc's memcpy: non-temporal stores for large copies) on the host's threads
+            for i, off in enumerate(offsets):
+                dst = bufs[i % len(bufs)]
+                list(pool.map(lambda j: np.copyto(dst[cuts[j]:cuts[j + 1]], a[off + cuts[j]:off + cuts[j + 1]]),
+                              range(threads)))
+        for how, fn in (("a Numba loop", numba_copy), ("memcpy on threads", memcpy)):
+            t = _median(fn)
+            print(f"floor, copy into {label} by {how}: {t:.3f} s, {len(offsets) * size / t / 1e9:.1f} GB/s",
+                  flush=True)
+    pool.shutdown()
 
 
 def gathers(data, pixels, block_rows: int, cp) -> int:
+    from qora.ssb import stream
     from qora.ssb.bright_runs import gather_runs, pixel_runs
 
     runs = pixel_runs(*pixels)
@@ -89,8 +102,7 @@ def gathers(data, pixels, block_rows: int, cp) -> int:
     lines = sum(((c0 + n) * 2 + 63) // 64 - (c0 * 2) // 64 for _, c0, n, _ in runs) * 64  # per frame, row-aligned
     for label, rows in (("256 MB blocks in turn", block_rows), ("one row's block written over", 1)):
         count = 2 if rows > 1 else 1
-        bufs = [np.frombuffer(cp.cuda.alloc_pinned_memory(rows * sx * nbf * data.itemsize), data.dtype).reshape(
-            rows, sx, nbf) for _ in range(count)]
+        bufs = [stream._pinned(cp, (rows, sx, nbf), data.dtype) for _ in range(count)]
 
         def gather_all():
             for i, s0 in enumerate(range(0, sy, rows)):
