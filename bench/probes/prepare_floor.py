@@ -1,9 +1,9 @@
 """Step 2 of ``qora bench ssb-full`` (G made from the memory-mapped file) beside the host's memory floors (issue 38:
 0.27-0.30 s against the seed's 0.17), on the benchmark's dataset:
 
-    python bench/probes/prepare_floor.py /tmp/qora-ssb-full [BEFORE.py]
+    python bench/probes/prepare_floor.py /tmp/qora-ssb-full [BEFORE.py ...]
 
-BEFORE.py: an older ``qora/ssb/stream.py`` (``git show REV:src/qora/ssb/stream.py``) timed beside the current one.
+BEFORE.py: older ``qora/ssb/stream.py`` files (``git show REV:src/qora/ssb/stream.py``) timed beside the current one.
 Prints, each a median of 3 after a warm-up:
 - floors on the host's threads (Numba): a streaming read of an anonymous uint16 array of the bright field's size, its
   copy into the two 256 MB page-locked blocks in turn, and into one row's page-locked block written over and over
@@ -177,7 +177,7 @@ def row_transform(G, cp) -> None:
     print(f"  strided plan against float64: {float(cp.linalg.norm(part - ref) / cp.linalg.norm(ref)):.2e}", flush=True)
 
 
-def main(directory: str, before: str | None = None) -> None:
+def main(directory: str, *befores: str) -> None:
     import cupy as cp
 
     from qora.bench.ssb_full import ALPHA, KV, dataset
@@ -196,15 +196,16 @@ def main(directory: str, before: str | None = None) -> None:
           flush=True)
     floors(useful, block_rows * sx * nbf * data.itemsize, sx * nbf * data.itemsize, cp)
     gathers(data, pixels, block_rows, cp)
-    modules = [("now", stream)]
-    if before:
-        spec = importlib.util.spec_from_file_location("stream_before", before)
+    modules = []
+    for before in befores:
+        spec = importlib.util.spec_from_file_location(Path(before).stem, before)
         old = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(old)
-        modules.insert(0, ("before", old))
+        modules.append((Path(before).stem, old))
+    modules.append(("now", stream))
     prepare(data, kw, modules)
     row_transform(session.G, cp)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:])
