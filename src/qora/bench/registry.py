@@ -69,6 +69,7 @@ REQUIRED_CASES: dict[str, list[str]] = {
     # the thread sweeps (--threads): the one-thread row of every case, which every sweep runs first
     "phase-cpu-threads": [f"hio/{shape_label(s)}/1_threads" for s in PHASE_THREAD_SHAPES],
     "holo-measured-cpu": ["fdtd_cell/gp_default", "fdtd_cell/tv_default"],
+    "holo-measured": ["fdtd_cell/gp_default", "fdtd_cell/tv_default"],
     "holo-cpu-threads": [f"rotation/188x188x188x180/{k}/1_threads" for k in ("gp50_total", "gp50_solver")],
     "ssb-cpu-threads": ["agreement/128x128x64x64/batch_8_sets/1_threads"],
     "holo-counters": ["copy"] + [f"counters/512/{k}" for k in HOLO_COUNTER_KERNELS],
