@@ -80,6 +80,11 @@ for b in ${BENCH:-}; do
     prepare-floor) timeout 300 python3 bench/probes/prepare_floor.py /tmp/qora-ssb-full ${PREPARE_BEFORE:-} ;;
     holo-measured) QORA_ODT_DATA=${QORA_ODT_DATA:-.odt-data} timeout 200 $Q bench --out "$OUT/results" holo-measured \
                      --backend cuda ;;
+    ssb-agreement-ncu) timeout 240 ncu --clock-control none -k regex:band_quad_batch --launch-count 1 \
+                         --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+                         --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+                         --section InstructionStats --section SourceCounters $Q bench ssb-full --dir /tmp/qora-ssb-full \
+                         --kernels-only --no-write ;;
     ssb-cuda) timeout 300 $Q bench --out "$OUT/results" ssb --backend cuda ;;
     ssb-methods-cuda) timeout 200 $Q bench --out "$OUT/results" ssb-methods --backend cuda \
                         --data tests/ssb/fixtures/abtem_srtio3_wdd.npz --seeds 3 ;;

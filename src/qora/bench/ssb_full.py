@@ -211,11 +211,13 @@ def _agreement_rows(result, session, be, echo) -> None:
 
 
 def _kernel_passes(session, be) -> None:
-    """``--kernels-only``: one batch pass of each model and one derivative pass (for Nsight Compute)."""
+    """``--kernels-only``: a one-set pass, one batch pass of each model and one derivative pass (for Nsight
+    Compute)."""
     from qora.ssb import QUADRATIC_PARAMETERS, Band
 
     band = Band(session, QUADRATIC_PARAMETERS)
     base = {"C10": 100.0, "C12a": 10.0, "C12b": 5.0, "thickness": 120.0, "tilt_y": 1e-3, "tilt_x": 0.0}
+    band._quadratic_batch([base])  # first: the one-set pass (issue 43's row), a profiler's --launch-count 1
     band._quadratic_batch([{**base, "C10": 100.0 + 5 * i} for i in range(8)])
     band._quadratic_batch([{**base, "C10": 100.0 + 5 * i, "thickness": 0.0} for i in range(8)])
     band.moments(base, order=2)
