@@ -2,23 +2,23 @@
 
 A 512 x 512 scan with a 192 x 192 uint16 detector is 19 GB on disk, and reading its ~8,800
 bright-field pixels pixel by pixel would touch every frame once per chunk of pixels. Here the
-scan is read once: each frame's bright-field pixels are copied, one detector row's run at a
-time, by the host's threads (a Numba loop; a lazy array that is not a NumPy array is read by its
-bounding box and gathered on the device), a scan row at a time into a ring of small page-locked
-buffers, each sent to the device on a copy stream as soon as it is full (the piece is still in
-the host's caches when the copy engine reads it). On the device the rows gather into blocks,
-each transformed along the scan columns (a real FFT) into its rows of G while the host reads the
-next. When every row is in, G is transformed along the scan rows in place (one strided cuFFT
-plan) and scaled by the bright-field level. (issue 38: the boxes copied by NumPy on 8 threads
-read 16 GB/s, the prepare step 0.60 s on an H200; the runs read into 256 MB blocks 0.27-0.31 s;
-a row at a time, with the strided transform: docs/ssb-performance.md.)
+scan is read once, in blocks of scan rows: each frame's bright-field pixels are copied, one
+detector row's run at a time, by the host's threads (a Numba loop; a lazy array that is not a
+NumPy array is read by its bounding box and gathered on the device) into one of two pinned
+buffers, sent to the device on a copy stream while the device transforms the block before it,
+and transformed along the scan columns (a real FFT) into its rows of G. A read-ahead thread reads
+block i + 1 while block i is sent and transformed, and the last blocks are small, so little is
+left to send after the last read. When every row is in, G is transformed along the scan rows in
+place (one strided cuFFT plan, no copy) and scaled by the bright-field level. (issue 38: the boxes
+copied by NumPy on 8 threads read 16 GB/s, the prepare step 0.60 s on an H200; the runs, read ahead,
+0.27-0.31 s there; the host's read, near its memory's floor, sets the time: docs/ssb-performance.md,
+sections 15 and 27.)
 
 Peak device memory: G plus a few blocks, no copy of the data.
 """
 
 from __future__ import annotations
 
-import itertools
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -29,8 +29,7 @@ from qora.ssb.detector import check_level
 
 __all__ = ["g_on_device", "row_blocks", "transform_rows"]
 
-BLOCK_BYTES = 256 << 20  # bytes per block of scan rows transformed on the device (H200, ssb-full: 0.28 s against 0.33 at 64 MB)
-PIECE_BYTES = 8 << 20  # host bytes per piece a NumPy array is read in (at least a scan row)
+BLOCK_BYTES = 256 << 20  # host bytes per block of scan rows read (H200, ssb-full: 0.28 s against 0.33 at 64 MB)
 READ_THREADS = 16  # host threads copying frames' boxes into the pinned buffers, at most (16: 0.44 s, 8: 0.60 s, H200 host)
 
 
@@ -46,44 +45,37 @@ def g_on_device(data, pixels, dtype, level: float | None = None):
     nbf = len(np.asarray(pixels[0]))
     real = np.float32 if dtype == np.complex64 else np.float64
     reader = _RunReader(data, pixels) if _RunReader.takes(data) else _BoxReader(data, pixels, cp)
-    row_bytes = sx * int(np.prod(reader.frame)) * np.dtype(data.dtype).itemsize
-    block = max(1, min(sy, BLOCK_BYTES // max(1, row_bytes)))
-    piece = max(1, min(block, reader.piece_bytes // row_bytes))  # rows a ring slot holds
+    frame_bytes = int(np.prod(reader.frame)) * np.dtype(data.dtype).itemsize
+    block = max(1, min(sy, BLOCK_BYTES // max(1, sx * frame_bytes)))
     G = cp.empty((sy, sx // 2 + 1, nbf), dtype)
     bright = cp.empty((sy, sx), np.float64)
-    ring = [_pinned(cp, (piece, sx) + reader.frame, data.dtype) for _ in range(reader.slots)]
-    sent = [cp.cuda.Event() for _ in ring]  # the H2D copy out of ring[k] is done: it may be overwritten
+    pinned = [_pinned(cp, (block, sx) + reader.frame, data.dtype) for _ in range(2)]
     staged = [cp.empty((block, sx) + reader.frame, data.dtype) for _ in range(2)]
-    copied = [cp.cuda.Event() for _ in range(2)]  # every piece of staged[i] is in
+    copied = [cp.cuda.Event() for _ in range(2)]  # the H2D copy out of pinned[i] is done
     used = [cp.cuda.Event() for _ in range(2)]  # the device is done with staged[i]
     copy_stream = cp.cuda.Stream(non_blocking=True)
     compute = cp.cuda.get_current_stream()
-    device = cp.cuda.Device()
     blocks = row_blocks(sy, block)
-    pieces = itertools.count()
 
-    def read(i: int) -> None:  # on the read-ahead thread: block i, piece by piece through the ring, into staged[i % 2]
+    def read(i: int) -> None:  # on the read-ahead thread: block i into pinned[i % 2]
         (s0, s1), b = blocks[i], i % 2
-        with device:
-            copy_stream.wait_event(used[b])  # the copies wait for the device to be done with block i - 2
-            for r0 in range(s0, s1, piece):
-                r1, k = min(s1, r0 + piece), next(pieces) % len(ring)
-                sent[k].synchronize()
-                reader.read(r0, r1, ring[k][:r1 - r0])
-                staged[b][r0 - s0:r1 - s0].set(ring[k][:r1 - r0], stream=copy_stream)
-                sent[k].record(copy_stream)
-            copied[b].record(copy_stream)
+        copied[b].synchronize()  # the copy out of pinned[b] two blocks ago is done: it may be overwritten
+        reader.read(s0, s1, pinned[b][:s1 - s0])
 
-    # the host reads block i + 1 while this thread queues block i's transforms: the read, the slowest part
-    # (issue 38), is never waiting on the launches
+    # the host reads block i + 1 while this thread sends block i and queues its transforms: the read, the
+    # slowest part (issue 38), is never waiting on the launches
     with reader, ThreadPoolExecutor(1, thread_name_prefix="qora-g-read") as ahead:
         pending = ahead.submit(read, 0)
         for i, (s0, s1) in enumerate(blocks):
             n, b = s1 - s0, i % 2
-            pending.result()  # block i's copies are queued (a reader's error is raised here)
-            compute.wait_event(copied[b])
+            pending.result()  # block i is in pinned[b] (a reader's error is raised here)
             if i + 1 < len(blocks):
                 pending = ahead.submit(read, i + 1)
+            with copy_stream:
+                copy_stream.wait_event(used[b])
+                staged[b][:n].set(pinned[b][:n], stream=copy_stream)
+                copied[b].record(copy_stream)
+            compute.wait_event(copied[b])
             x = reader.pixels(staged[b][:n]).astype(real)  # (n, sx, nbf)
             used[b].record(compute)
             bright[s0:s1] = x.sum(-1, dtype=np.float64)
@@ -130,11 +122,7 @@ def transform_rows(G) -> None:
 
 class _RunReader:
     """Frames' bright-field pixels copied run by run into the pinned buffer by a Numba loop on the
-    host's threads (:mod:`qora.ssb.bright_runs`): for data held as a NumPy array or memory map.
-    A row at a time into a ring of three: the pieces stay in the host's caches until the copy engine
-    reads them (ssb-full, H100 host: the whole read 0.141 s so, against 0.178 s into 256 MB blocks)."""
-
-    piece_bytes, slots = PIECE_BYTES, 3
+    host's threads (:mod:`qora.ssb.bright_runs`): for data held as a NumPy array or memory map."""
 
     @staticmethod
     def takes(data) -> bool:
@@ -166,10 +154,7 @@ class _RunReader:
 
 class _BoxReader:
     """Frames' bounding boxes of the bright field copied by NumPy on a pool of threads (any array
-    that reads by slicing: a lazy reader's view), gathered to the bright-field pixels on the device.
-    Whole blocks, two in turn: a lazy reader pays per slice."""
-
-    piece_bytes, slots = BLOCK_BYTES, 2
+    that reads by slicing: a lazy reader's view), gathered to the bright-field pixels on the device."""
 
     def __init__(self, data, pixels, cp):
         rows, cols = (np.asarray(p) for p in pixels)
