@@ -85,6 +85,7 @@ for b in ${BENCH:-}; do
                          --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
                          --section InstructionStats --section SourceCounters $Q bench ssb-full --dir /tmp/qora-ssb-full \
                          --kernels-only --no-write ;;
+    band-ab) timeout 240 python3 bench/probes/band_ab.py /tmp/qora-ssb-full ${BAND_BEFORE:-bench/probes/_band_before.cu} ;;
     ssb-cuda) timeout 300 $Q bench --out "$OUT/results" ssb --backend cuda ;;
     ssb-methods-cuda) timeout 200 $Q bench --out "$OUT/results" ssb-methods --backend cuda \
                         --data tests/ssb/fixtures/abtem_srtio3_wdd.npz --seeds 3 ;;

@@ -53,12 +53,13 @@ __device__ __forceinline__ int inside_fast(float d2, float l2) {
 }
 
 // sinc(u) = sin(u) / u from sin(u) (a table product, absolute error ~1e-7); a series below 0.5,
-// where the quotient would magnify that error
+// where the quotient would magnify that error. Both are computed and one selected (no divergent
+// branch), the quotient by the fast reciprocal (2 ulp for |u| >= 0.5, below the table's error):
+// the IEEE division's sequence was a tenth of the one-set pass's instructions (issue 43, ncu)
 __device__ __forceinline__ float sinc_of(float sin_u, float u) {
     const float u2 = u * u;
-    if (fabsf(u) < 0.5f)
-        return 1.0f + u2 * (-1.0f / 6 + u2 * (1.0f / 120 + u2 * (-1.0f / 5040 + u2 * (1.0f / 362880))));
-    return sin_u / u;
+    const float series = 1.0f + u2 * (-1.0f / 6 + u2 * (1.0f / 120 + u2 * (-1.0f / 5040 + u2 * (1.0f / 362880))));
+    return fabsf(u) < 0.5f ? series : __fdividef(sin_u, u);
 }
 
 // sinc and its first two derivatives in u
@@ -70,7 +71,7 @@ __device__ __forceinline__ void sinc_derivatives(float sin_u, float cos_u, float
         s2 = -1.0f / 3 + u2 * (1.0f / 10 + u2 * (-1.0f / 168 + u2 * (1.0f / 6480)));
         return;
     }
-    const float inv = 1.0f / u;
+    const float inv = __fdividef(1.0f, u);  // |u| >= 0.5: the fast reciprocal's 2 ulp
     s = sin_u * inv;
     s1 = (cos_u - s) * inv;
     s2 = -s - 2.0f * s1 * inv;
@@ -131,20 +132,23 @@ __device__ void make_tables(const double* __restrict__ set, double lam, double Q
 // The block's band frequency in both precisions
 struct Frequency {
     double y, x, limit;
-    float yf, xf, l2f;
+    float yf, xf, l2f, q2f;
     __device__ Frequency(double qy, double qx, double lim)
-        : y(qy), x(qx), limit(lim), yf((float)qy), xf((float)qx), l2f((float)(lim * lim)) {}
+        : y(qy), x(qx), limit(lim), yf((float)qy), xf((float)qx), l2f((float)(lim * lim)),
+          q2f((float)(qy * qy + qx * qx)) {}
 };
 
 // the pixel's apertures against Q (float32; float64 near an edge): false when neither term of
 // Gamma is present
 __device__ __forceinline__ bool pixel_terms(float2 kf, const double* __restrict__ k, int j, int c, const Frequency& Q,
                                             Pixel& p) {
+    // |k -+ Q|^2 = |k|^2 + |Q|^2 -+ 2 k.Q: its float32 rounding is at most ~1.1e-6 l2 (|k| <= l,
+    // |Q| <= 2 l), inside inside_fast's margin, and k.Q is the term's depth phase anyway
     const float k2 = kf.x * kf.x + kf.y * kf.y;
-    const float dy1 = kf.x - Q.yf, dx1 = kf.y - Q.xf, dy2 = kf.x + Q.yf, dx2 = kf.y + Q.xf;
     const int c0 = inside_fast(k2, Q.l2f);
     if (c0 == 0) return false;
-    int c1 = inside_fast(dy1 * dy1 + dx1 * dx1, Q.l2f), c2 = inside_fast(dy2 * dy2 + dx2 * dx2, Q.l2f);
+    const float kq = kf.x * Q.yf + kf.y * Q.xf, base = k2 + Q.q2f;
+    int c1 = inside_fast(fmaf(-2.0f, kq, base), Q.l2f), c2 = inside_fast(fmaf(2.0f, kq, base), Q.l2f);
     if (c0 < 0 || c1 < 0 || c2 < 0) {  // rare: the array code's float64 decisions
         const double ky = k[2 * j], kx = k[2 * j + 1];
         const double kq = ky * Q.y + kx * Q.x, kk = ky * ky + kx * kx, q2 = Q.y * Q.y + Q.x * Q.x;
@@ -159,7 +163,7 @@ __device__ __forceinline__ bool pixel_terms(float2 kf, const double* __restrict_
     p.col = c >> 16;
     p.ky = kf.x;
     p.kx = kf.y;
-    p.kq = kf.x * Q.yf + kf.y * Q.xf;
+    p.kq = kq;
     return true;
 }
 
@@ -194,10 +198,10 @@ struct Pixels {
 };
 
 // body(pixel, g) for every bright-field pixel of the block's row of G with a term of Gamma (this
-// thread's share), U pixels' loads at a time
-template <int U, typename Body>
+// thread's share), U pixels' loads at a time; after() once after each U
+template <int U, typename Body, typename After>
 __device__ __forceinline__ void each_pixel(const float2* __restrict__ G, const Pixels& px, int q, int nbf,
-                                           const Frequency& Q, Body&& body) {
+                                           const Frequency& Q, Body&& body, After&& after) {
     for (int j0 = threadIdx.x; j0 < nbf; j0 += U * BAND_THREADS) {
         Loads<U> in;
         in.fetch(G, px.k32, px.cell, (long long)q * nbf, j0, BAND_THREADS, nbf);
@@ -207,7 +211,14 @@ __device__ __forceinline__ void each_pixel(const float2* __restrict__ G, const P
             if (in.cell[u] < 0 || !pixel_terms(in.k[u], px.k, j0 + u * BAND_THREADS, in.cell[u], Q, p)) continue;
             body(p, in.g[u]);
         }
+        after();
     }
+}
+
+template <int U, typename Body>
+__device__ __forceinline__ void each_pixel(const float2* __restrict__ G, const Pixels& px, int q, int nbf,
+                                           const Frequency& Q, Body&& body) {
+    each_pixel<U>(G, px, q, nbf, Q, body, [] {});
 }
 
 template <int N, typename T>
@@ -259,6 +270,18 @@ __device__ __forceinline__ void mac(double& a, float x1, float y1, float x2, flo
     a += (double)fmaf(x1, y1, x2 * y2);
 }
 
+// one term's seven sums at r[at...]: s1 G conj(e), s2 G conj(e) (complex), s1^2, s2^2, s1 s2
+template <int N>
+__device__ __forceinline__ void add_term(float (&r)[N], int at, float s1, float s2, float ar, float ai) {
+    r[at] = fmaf(s1, ar, r[at]);
+    r[at + 1] = fmaf(s1, ai, r[at + 1]);
+    r[at + 2] = fmaf(s2, ar, r[at + 2]);
+    r[at + 3] = fmaf(s2, ai, r[at + 3]);
+    r[at + 4] = fmaf(s1, s1, r[at + 4]);
+    r[at + 5] = fmaf(s2, s2, r[at + 5]);
+    r[at + 6] = fmaf(s1, s2, r[at + 6]);
+}
+
 #define BAND_BATCH_ARGS const float2 *__restrict__ G, const double *__restrict__ k, const float2 *__restrict__ k32, \
     const int *__restrict__ cell, const double *__restrict__ krow, int nrow, const double *__restrict__ kcol, \
     int ncol, const double *__restrict__ qy, const double *__restrict__ qx, const double *__restrict__ sets, \
@@ -266,24 +289,34 @@ __device__ __forceinline__ void mac(double& a, float x1, float y1, float x2, flo
 
 // S = sum_k G conj(Gamma) and N = sum_k |Gamma|^2 for up to MAXB parameter sets (B x 6 numbers) in
 // one pass: out (B, nq, 3) = Re S, Im S, N. Dynamic shared memory: B * 2 * (nrow + ncol) float2.
-// Acc: each thread's sums (float64 for the one-set passes of Newton's line search, where the
-// agreement's last digits decide a step; float32 for the search's batches, to keep registers and so
-// occupancy); the block's sums are float64.
+// With the depth weights s1, s2 (sinc, 0 where a term's aperture is closed) both terms of Gamma
+// carry the one table phasor e: Gamma = e (s1 w - s2 conj(w)), w = e^{-i QMQ} per (Q, set), so
+//     S = conj(w) A1 - w A2,  A_i = sum_k s_i G conj(e),   N = n1 + n2 - 2 n12 Re(w^2)
+// with n1 = sum s1^2, n2 = sum s2^2, n12 = sum s1 s2 (|e| = |w| = 1): a term is one table product,
+// G conj(e) and seven multiply-adds, and w enters once per (Q, set) (issue 43: from ~24 flops and
+// two complex products a term). Acc: float64 sums for the one-set passes of Newton's line search
+// (where the agreement's last digits decide a step), taken from float32 sums over each U pixels so
+// that a term is not converted seven times; float32 for the search's batches (registers, so
+// occupancy). The block's sums are float64.
 template <int MAXB, typename Acc>
 __global__ void __launch_bounds__(BAND_THREADS, MAXB == 1 ? 3 : (MAXB <= 4 ? 2 : 1))  // the most blocks per SM without spills (ptxas)
 band_quad_batch(BAND_BATCH_ARGS) {
-    constexpr int U = 4;
+    constexpr int U = 4, NS = 7;  // per set: Re A1, Im A1, Re A2, Im A2, n1, n2, n12
     extern __shared__ float2 tables[];
     __shared__ SetConstants sc[MAXB];
-    __shared__ double part[BAND_WARPS][3 * MAXB];
+    __shared__ double part[BAND_WARPS][NS * MAXB];
     const int q = blockIdx.x;
     const Frequency Q(qy[q], qx[q], limit);
     const int stride = 2 * (nrow + ncol);
     make_all_tables(sets, nsets, lam, Q, krow, nrow, kcol, ncol, tables, stride, sc);
     const float pl = (float)(QPI * lam);
-    Acc acc[3 * MAXB];
+    constexpr bool WIDE = sizeof(Acc) > sizeof(float);
+    Acc acc[NS * MAXB];
+    float run[WIDE ? NS * MAXB : 1];  // float64 sums: this U's float32 sums (float32 sums add to acc itself)
 #pragma unroll
-    for (int i = 0; i < 3 * MAXB; ++i) acc[i] = 0;
+    for (int i = 0; i < NS * MAXB; ++i) acc[i] = 0;
+#pragma unroll
+    for (int i = 0; i < (WIDE ? NS * MAXB : 0); ++i) run[i] = 0;
     each_pixel<U>(G, Pixels{k, k32, cell}, q, nbf, Q, [&](const Pixel& p, float2 g) {
 #pragma unroll
             for (int b = 0; b < MAXB; ++b) {
@@ -291,27 +324,38 @@ band_quad_batch(BAND_BATCH_ARGS) {
                     const Tables tb(tables + b * stride, nrow, ncol);
                     const SetConstants& s = sc[b];
                     const float2 e = tb.phase(p);
-                    float2 t1 = p.in1 ? cmul(e, s.w) : make_float2(0.f, 0.f);
-                    float2 t2 = p.in2 ? cmul(e, make_float2(s.w.x, -s.w.y)) : make_float2(0.f, 0.f);
+                    float s1 = p.in1 ? 1.0f : 0.0f, s2 = p.in2 ? 1.0f : 0.0f;
                     if (s.t != 0.0f) {
                         const float2 d = tb.depth(p);  // e^{i pi lambda t k.Q}
                         const float a1 = fmaf(pl, p.kq, s.h1), a2 = fmaf(pl, p.kq, s.h2);
-                        const float w1 = sinc_of(d.x * s.eb1.y + d.y * s.eb1.x, s.t * a1);
-                        const float w2 = sinc_of(d.x * s.eb2.y + d.y * s.eb2.x, s.t * a2);
-                        t1.x *= w1; t1.y *= w1;
-                        t2.x *= w2; t2.y *= w2;
+                        s1 *= sinc_of(d.x * s.eb1.y + d.y * s.eb1.x, s.t * a1);
+                        s2 *= sinc_of(d.x * s.eb2.y + d.y * s.eb2.x, s.t * a2);
                     }
-                    const float gr = t1.x - t2.x, gi = t1.y - t2.y;
-                    acc[3 * b] += (Acc)(g.x * gr + g.y * gi);
-                    acc[3 * b + 1] += (Acc)(g.y * gr - g.x * gi);
-                    acc[3 * b + 2] += (Acc)(gr * gr + gi * gi);
+                    const float ar = fmaf(g.x, e.x, g.y * e.y), ai = fmaf(g.y, e.x, -g.x * e.y);  // G conj(e)
+                    if constexpr (WIDE)
+                        add_term(run, NS * b, s1, s2, ar, ai);
+                    else
+                        add_term(acc, NS * b, s1, s2, ar, ai);
                 }
             }
-    });
+        }, [&] {
+            if constexpr (WIDE) {
+#pragma unroll
+                for (int i = 0; i < NS * MAXB; ++i) {
+                    acc[i] += (Acc)run[i];
+                    run[i] = 0.0f;
+                }
+            }
+        });
     block_sums(acc, part);
-    if (threadIdx.x < 3 * nsets) {
-        const int b = threadIdx.x / 3, c = threadIdx.x % 3;
-        out[((long long)b * nq + q) * 3 + c] = part[0][threadIdx.x];
+    if (threadIdx.x < nsets) {
+        const int b = threadIdx.x;
+        const double* a = part[0] + NS * b;
+        const double wr = sc[b].w.x, wi = sc[b].w.y;
+        double* o = out + ((long long)b * nq + q) * 3;
+        o[0] = wr * a[0] + wi * a[1] - (wr * a[2] - wi * a[3]);  // conj(w) A1 - w A2
+        o[1] = wr * a[1] - wi * a[0] - (wr * a[3] + wi * a[2]);
+        o[2] = a[4] + a[5] - 2.0 * a[6] * (wr * wr - wi * wi);
     }
 }
 
