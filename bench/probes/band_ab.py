@@ -22,6 +22,8 @@ def _use_source(text: str | None) -> None:
 
     original = getattr(_use_source, "original", None) or backend_kernels.kernel_source
     _use_source.original = original
+    if text is not None:  # its local includes written in place, as kernel_source does
+        text = backend_kernels._LOCAL_INCLUDE.sub(lambda m: original("qora.ssb", m.group(1)), text)
     backend_kernels.kernel_source = original if text is None else (
         lambda package, name: text if (package, name) == ("qora.ssb", "band.cu") else original(package, name))
     backend_kernels._modules.clear()

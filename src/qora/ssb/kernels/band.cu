@@ -132,23 +132,20 @@ __device__ void make_tables(const double* __restrict__ set, double lam, double Q
 // The block's band frequency in both precisions
 struct Frequency {
     double y, x, limit;
-    float yf, xf, l2f, q2f;
+    float yf, xf, l2f;
     __device__ Frequency(double qy, double qx, double lim)
-        : y(qy), x(qx), limit(lim), yf((float)qy), xf((float)qx), l2f((float)(lim * lim)),
-          q2f((float)(qy * qy + qx * qx)) {}
+        : y(qy), x(qx), limit(lim), yf((float)qy), xf((float)qx), l2f((float)(lim * lim)) {}
 };
 
 // the pixel's apertures against Q (float32; float64 near an edge): false when neither term of
 // Gamma is present
 __device__ __forceinline__ bool pixel_terms(float2 kf, const double* __restrict__ k, int j, int c, const Frequency& Q,
                                             Pixel& p) {
-    // |k -+ Q|^2 = |k|^2 + |Q|^2 -+ 2 k.Q: its float32 rounding is at most ~1.1e-6 l2 (|k| <= l,
-    // |Q| <= 2 l), inside inside_fast's margin, and k.Q is the term's depth phase anyway
     const float k2 = kf.x * kf.x + kf.y * kf.y;
+    const float dy1 = kf.x - Q.yf, dx1 = kf.y - Q.xf, dy2 = kf.x + Q.yf, dx2 = kf.y + Q.xf;
     const int c0 = inside_fast(k2, Q.l2f);
     if (c0 == 0) return false;
-    const float kq = kf.x * Q.yf + kf.y * Q.xf, base = k2 + Q.q2f;
-    int c1 = inside_fast(fmaf(-2.0f, kq, base), Q.l2f), c2 = inside_fast(fmaf(2.0f, kq, base), Q.l2f);
+    int c1 = inside_fast(dy1 * dy1 + dx1 * dx1, Q.l2f), c2 = inside_fast(dy2 * dy2 + dx2 * dx2, Q.l2f);
     if (c0 < 0 || c1 < 0 || c2 < 0) {  // rare: the array code's float64 decisions
         const double ky = k[2 * j], kx = k[2 * j + 1];
         const double kq = ky * Q.y + kx * Q.x, kk = ky * ky + kx * kx, q2 = Q.y * Q.y + Q.x * Q.x;
@@ -163,7 +160,7 @@ __device__ __forceinline__ bool pixel_terms(float2 kf, const double* __restrict_
     p.col = c >> 16;
     p.ky = kf.x;
     p.kx = kf.y;
-    p.kq = kq;
+    p.kq = kf.x * Q.yf + kf.y * Q.xf;
     return true;
 }
 
