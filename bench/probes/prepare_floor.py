@@ -26,13 +26,10 @@ import numpy as np
 
 
 def _median(fn, repeats=3):
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    """Median wall seconds of ``repeats`` calls after one untimed."""
+    from qora.bench.common import median_wall
+
+    return median_wall(fn, repeats, warmup=1)[1]
 
 
 def _loops():
