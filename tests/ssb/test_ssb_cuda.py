@@ -514,3 +514,36 @@ def test_icom_obf_and_wdd_on_the_device_equal_the_cpu(sessions, single, method):
         assert _rel(session.image(ab, method), reference) < 1e-10
     cpu_counts, gpu_counts = single
     assert _rel(gpu_counts.image(ab, method), cpu_counts.image(ab, method)) < (1e-4 if method == "wdd" else 1e-5)
+
+
+@pytest.mark.parametrize("rows,work_bytes", [(64, None), (97, 4096)], ids=["one-plan", "prime-rows-in-chunks"])
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_g_is_transformed_along_the_scan_rows_in_place(gpu_module, monkeypatch, rows, work_bytes, dtype):
+    """stream.transform_rows against NumPy's float64 transform along axis 0: one strided plan where
+    its work area fits, else the columns in chunks (97 rows: cuFFT's Bluestein work space per column,
+    the budget cut to 4 KB so that the chunks and their remainder plan run)."""
+    import cupy as cp
+
+    from qora.backend import fft as backend_fft
+    from qora.ssb import stream
+
+    batches = []
+
+    class Recorded(backend_fft.RawPlan):
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            batches.append(self.batch)
+
+    monkeypatch.setattr(backend_fft, "RawPlan", Recorded)
+    if work_bytes is not None:
+        monkeypatch.setattr(stream, "WORK_BYTES", work_bytes)
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((rows, 5, 33)) + 1j * rng.standard_normal((rows, 5, 33))).astype(dtype)
+    G = cp.asarray(x)
+    stream.transform_rows(G)
+    ref = np.fft.fft(x.astype(np.complex128), axis=0)
+    assert _rel(G.get(), ref) < (5e-6 if dtype == np.complex64 else 1e-12)
+    if work_bytes is None:
+        assert batches == [165]
+    else:
+        assert batches[0] == 165 and 0 < batches[1] < 165 and len(batches) == 2 + (165 % batches[1] > 0)

@@ -30,6 +30,7 @@ from qora.ssb.detector import check_level
 __all__ = ["g_on_device", "row_blocks", "transform_rows"]
 
 BLOCK_BYTES = 256 << 20  # host bytes per block of scan rows read (H200, ssb-full: 0.28 s against 0.33 at 64 MB)
+WORK_BYTES = 256 << 20  # cuFFT work area the row transform may take at once (G's columns go in chunks beyond)
 READ_THREADS = 16  # host threads copying frames' boxes into the pinned buffers, at most (16: 0.44 s, 8: 0.60 s, H200 host)
 
 
@@ -106,18 +107,32 @@ def row_blocks(rows: int, block: int) -> list[tuple[int, int]]:
 
 def transform_rows(G) -> None:
     """G's transform along its first axis (the scan rows), in place: one cuFFT plan whose
-    transforms run down the columns (stride = the columns, batch = the columns), so no copy of
-    G, no slab of temporaries (H200, 512 x 257 x 8,765 complex64: see docs/ssb-performance.md)."""
+    transforms run down the columns (stride = the columns, idist 1), so no copy of G and no slab of
+    temporaries (ssb-full, H100: 49 -> 18 ms with the scale, docs/ssb-performance.md section 27).
+    Where the plan's work area would pass :data:`WORK_BYTES` (a row count with a large prime factor:
+    cuFFT's Bluestein transforms take work space per transform), the columns go in chunks."""
     from qora.backend.fft import C2C, FORWARD, Z2Z, RawPlan, WorkArea
 
     rows, columns = G.shape[0], G.size // G.shape[0]
     if not G.flags.c_contiguous:
         raise ValueError("transform_rows needs a C-contiguous G")
+
+    def plan(batch: int) -> RawPlan:
+        return RawPlan(C2C if G.dtype == np.complex64 else Z2Z, (rows,), batch=batch, inembed=(rows,),
+                       onembed=(rows,), idist=1, odist=1, stride=columns)
+
+    whole = plan(columns)
+    chunk = columns if whole.work_size <= WORK_BYTES else max(1, columns * WORK_BYTES // whole.work_size)
+    plans = {chunk: whole if chunk == columns else plan(chunk)}
+    if columns % chunk:
+        plans[columns % chunk] = plan(columns % chunk)
     work = WorkArea()
-    plan = work.add(RawPlan(C2C if G.dtype == np.complex64 else Z2Z, (rows,), batch=columns, inembed=(rows,),
-                            onembed=(rows,), idist=1, odist=1, stride=columns))
+    for p in plans.values():
+        work.add(p)
     work.allocate()
-    plan.execute(G.data.ptr, G.data.ptr, FORWARD)
+    for c0 in range(0, columns, chunk):
+        address = G.data.ptr + c0 * G.itemsize
+        plans[min(chunk, columns - c0)].execute(address, address, FORWARD)
 
 
 class _RunReader:
