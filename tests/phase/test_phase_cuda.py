@@ -351,7 +351,7 @@ def test_engine_shrinkwrap_and_detwin_match_cpu(variant, options):
     engine on the same iterates: the same statuses, supports equal up to pixels at the level."""
     from qora.phase.cpu import CpuEngine
     from qora.phase.detector import Detector, record
-    from qora.phase.support import autocorrelation_estimate, halve_supports
+    from qora.phase.support import autocorrelation_estimate, grow_supports, halve_supports
 
     obj = objects.triangle(64)
     counts, mask = record(obj, Detector(photons=1e8, beamstop=2, gap=1))
@@ -373,6 +373,11 @@ def test_engine_shrinkwrap_and_detwin_match_cpu(variant, options):
     halve_supports(cpu.support)
     halve_supports(gpu.support, xp=gpu.xp)
     assert np.all((gpu.get_support() != cpu.get_support()).sum(axis=(1, 2)) <= 2)
+    gpu.set_support(cpu.get_support()[0])  # the grow step (a recipe stage's grow=) on the same supports
+    cpu.set_support(cpu.get_support()[0])
+    grow_supports(cpu.support, 2)
+    grow_supports(gpu.support, 2, xp=gpu.xp)
+    np.testing.assert_array_equal(gpu.get_support(), cpu.get_support())
 
 
 def test_default_recipe_on_the_gpu_from_a_detector_like_pattern():

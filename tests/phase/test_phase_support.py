@@ -179,6 +179,45 @@ def test_recipe_support_options_round_trip_and_errors():
         Recipe.parse("HIO(sw=20, smin=2, smax=1)**10")
     with pytest.raises(RecipeError, match="detwin"):
         Recipe.parse("HIO(detwin=2)**10")
+    grown = Recipe.parse("ER(grow=3)**600")
+    assert grown.stages[0].grow == 3 and Recipe.parse(str(grown)) == grown and "grow=3" in str(grown)
+    for bad in ("-1", "17", "1.5"):
+        with pytest.raises(RecipeError, match="grow"):
+            Recipe.parse(f"ER(grow={bad})**10")
+
+
+def test_grow_supports_is_a_periodic_face_neighbour_dilation():
+    """Against scipy's binary_dilation (its cross, iterated) on a support padded so that nothing wraps, and
+    across the array's edge, where the engine layout's support wraps as the transforms do."""
+    from scipy.ndimage import binary_dilation
+
+    from qora.phase.support import grow_supports
+
+    rng = np.random.default_rng(1)
+    inner = np.zeros((2, 20, 22, 18), bool)
+    inner[:, 6:14, 5:15, 6:12] = rng.random((2, 8, 10, 6)) < 0.3
+    for steps in (1, 2, 3):
+        got = inner.astype(np.float32)
+        grow_supports(got, steps)
+        want = np.stack([binary_dilation(s, iterations=steps) for s in inner])
+        np.testing.assert_array_equal(got.astype(bool), want)
+    edge = np.zeros((1, 8, 8), bool)
+    edge[0, 0, 0] = True
+    grow_supports(edge, 1)
+    assert edge[0, 7, 0] and edge[0, 0, 7] and edge[0, 1, 0] and edge[0, 0, 1] and edge.sum() == 5
+
+
+def test_a_grow_stage_dilates_the_support_it_starts_from():
+    """ER without shrinkwrap keeps its support: after ER(grow=2) it is the given one dilated by two steps."""
+    from scipy.ndimage import binary_dilation
+
+    from qora.phase import reconstruct
+
+    obj = objects.triangle(64)
+    counts, mask = record(obj, Detector(photons=1e8, beamstop=2, gap=1))
+    support = np.abs(obj) > 0
+    result = reconstruct(counts, mask=mask, support=support, recipe="ER(grow=2)**5", backend="cpu")
+    np.testing.assert_array_equal(result.support, binary_dilation(support, iterations=2))
 
 
 def test_size_guard_in_a_run_stops_a_collapse_and_logs_it():

@@ -32,6 +32,7 @@ from qora.phase.physics import ALGORITHMS as PROJECTIONS, update_coefficients
 
 # ML: gradient steps on the Poisson log-likelihood of the counts (qora.phase.ml), to refine a found object
 ALGORITHMS = PROJECTIONS + ("ML",)
+MAX_GROW = 16  # pixels a stage may dilate the support by
 # The most iterations one stage may ask for: a 512^3 iteration takes ~4 ms on an H200, so a million is over an hour
 # of one start; a number beyond it is a typing slip (HIO**10000000000), not a plan, and would run for years.
 MAX_STAGE_ITERATIONS = 1_000_000
@@ -84,6 +85,10 @@ class Stage:
     detwin : int
         1: at the stage's start, each support is cut to its half beyond its centroid along the first
         axis (:func:`qora.phase.support.halve_supports`), to break the twin ambiguity.
+    grow : int
+        At the stage's start, each support dilated by this many pixels (0 to 16; one face-neighbour step
+        each, :func:`qora.phase.support.grow_supports`): after a shrinkwrap search whose threshold cut the
+        object's edges (docs/phase.md, "The final support grown").
     prange : float
         Phase range, radians (0: off): at each shrinkwrap, support pixels whose phase is further than
         this from the support's mean phase are dropped (:func:`qora.phase.support.within_phase_range`).
@@ -145,6 +150,7 @@ class Stage:
     smin: float = 0.0
     smax: float = 0.0
     detwin: int = 0
+    grow: int = 0
     shape: str | None = None
     prange: float = 0.0
     psf: str | None = None
@@ -167,6 +173,10 @@ class Stage:
                 raise RecipeError(f"recipe stage {self.algorithm}: {name} must be a finite number, got {value!r}")
         if self.detwin not in (0, 1):
             raise RecipeError(f"recipe stage {self.algorithm}: detwin must be 0 or 1, got {self.detwin!r}")
+        if (isinstance(self.grow, bool) or not isinstance(self.grow, numbers.Integral)
+                or not 0 <= self.grow <= MAX_GROW):
+            raise RecipeError(f"recipe stage {self.algorithm}: grow must be an integer from 0 to {MAX_GROW}, "
+                              f"got {self.grow!r}")
         if isinstance(self.sw, bool) or not isinstance(self.sw, numbers.Integral):
             raise RecipeError(f"recipe stage {self.algorithm}: sw must be an integer, got {self.sw!r}")
         if (isinstance(self.iterations, bool) or not isinstance(self.iterations, numbers.Integral)
@@ -327,7 +337,7 @@ def _fmt(v) -> str:
 
 _STAGE = re.compile(r"\s*([A-Za-z]+)\s*(?:\(([^()]*)\))?\s*\*\*\s*(\d+)\s*")
 _OPTION_TYPES = {"beta": float, "sw": int, "sigma": float, "sigma_min": float, "threshold": float,
-                 "constraint": str, "stat": str, "smin": float, "smax": float, "detwin": int, "psf": str,
+                 "constraint": str, "stat": str, "smin": float, "smax": float, "detwin": int, "grow": int, "psf": str,
                  "psf_sigma": float, "psf_eta": float, "psf_every": int, "band": float, "masked": str, "switch": int,
                  "shape": str, "prange": float, "sharpen": float,
                  "average": int, "settle": int}

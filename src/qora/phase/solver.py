@@ -20,7 +20,7 @@ from qora.phase.stage_kinds import STAGE_KINDS
 from qora.phase.symmetry import choose_recipe
 from qora.phase.recipe import (default_recipe, is_default, is_envelope, looks_like_counts, named_recipe,
                                photons_per_speckle)
-from qora.phase.support import autocorrelation_estimate, halve_supports, size_range_for
+from qora.phase.support import autocorrelation_estimate, grow_supports, halve_supports, size_range_for
 
 __all__ = ["reconstruct", "Solver", "PhaseResult", "random_start", "check_intensity"]
 
@@ -355,6 +355,8 @@ class Solver:
             updates = stage.iterations // stage.sw if stage.sw else 0
             if stage.detwin:
                 halve_supports(engine.support, xp=engine.backend.xp)
+            if stage.grow:
+                grow_supports(engine.support, stage.grow, xp=engine.backend.xp)
             k = 0
             update = 0
             averaged_from = stage.iterations - stage.average

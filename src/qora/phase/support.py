@@ -187,6 +187,20 @@ def shrinkwrap_starts(x, supports, **options) -> list[str]:
     return statuses
 
 
+def grow_supports(supports, steps: int, *, xp=None) -> None:
+    """Dilate each start's support (B, *shape, engine layout: the origin at index 0) in place by ``steps``
+    face-neighbour steps, periodically (the array wraps as the transforms do): after ``steps`` steps a
+    pixel is in where one within that many axis steps (city-block distance) was."""
+    xp = xp or xp_of(supports)
+    grown = supports.astype(bool)
+    for _ in range(int(steps)):
+        step = grown.copy()
+        for axis in range(1, supports.ndim):
+            step |= xp.roll(grown, 1, axis=axis) | xp.roll(grown, -1, axis=axis)
+        grown = step
+    supports[...] = grown.astype(supports.dtype)
+
+
 def halve_supports(supports, *, axis: int = 0, xp=None) -> None:
     """Detwinning: cut each start's support (B, *shape) in place to the half beyond its centroid along ``axis``.
 
