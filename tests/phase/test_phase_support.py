@@ -270,3 +270,42 @@ def test_recipe_phase_range_option():
     assert r.stages[0].prange == 0.8 and Recipe.parse(str(r)) == r
     with pytest.raises(RecipeError, match="prange"):
         Recipe.parse("HIO(sw=20, prange=4)**10")
+
+
+def test_grown_finish_appends_a_grown_er_that_keeps_the_last_stages_psf():
+    """The default's 3D ending: the recipe as it was, then ER on the support dilated by GROWN_FINISH_VOXELS; after
+    a psf stage the new one asks for the same kernel options, so the Solver keeps each start's fitted kernel."""
+    from qora.phase.recipe import (GROWN_FINISH_ITERATIONS, GROWN_FINISH_VOXELS, default_recipe,
+                                   partial_coherence_recipe, with_grown_finish)
+
+    plain = with_grown_finish(default_recipe())
+    last = plain.stages[-1]
+    assert plain.stages[:-1] == default_recipe().stages
+    assert (last.algorithm, last.iterations, last.grow, last.sw, last.psf) == (
+        "ER", GROWN_FINISH_ITERATIONS, GROWN_FINISH_VOXELS, 0, None)
+    sharpened = partial_coherence_recipe(0.4)
+    grown = with_grown_finish(sharpened)
+    before, after = sharpened.stages[-1], grown.stages[-1]
+    assert after.psf == "gaussian" and after.grow == GROWN_FINISH_VOXELS
+    assert (after.psf_sigma, after.psf_eta, after.psf_every) == (before.psf_sigma, before.psf_eta, before.psf_every)
+    assert Recipe.parse(str(grown)) == grown
+
+
+def test_the_default_grows_its_final_support_in_3d_and_not_in_2d():
+    """Solver.run with the default: a 3D pattern's recipe ends with the grown ER stage, and its final support is a
+    dilation by the growth's city-block ball (so opening it by that ball leaves it unchanged); a 2D pattern's recipe
+    has no grown stage."""
+    from scipy.ndimage import binary_opening
+
+    from qora.phase.recipe import GROWN_FINISH_VOXELS
+    from qora.phase.solver import Solver
+
+    counts3, mask3 = record(objects.cut_prism(24), Detector(photons=1e8, beamstop=2, gap=1))
+    result3 = Solver(counts3, mask=mask3, backend="cpu").run(seed=0)
+    assert result3.recipe.endswith(f"ER(grow={GROWN_FINISH_VOXELS})**600")
+    final = result3.support
+    assert not (final[0].any() or final[-1].any() or final[:, 0].any() or final[:, :, -1].any())  # nothing wraps
+    np.testing.assert_array_equal(binary_opening(final, iterations=GROWN_FINISH_VOXELS), final)
+    counts2, mask2 = record(objects.triangle(32), Detector(photons=1e8, beamstop=2, gap=1))
+    result2 = Solver(counts2, mask=mask2, backend="cpu").run(seed=0)
+    assert "grow" not in result2.recipe and result2.recipe.endswith("ER**300")

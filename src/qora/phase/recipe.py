@@ -480,7 +480,8 @@ def default_recipe(*, photons_per_speckle: float | None = None) -> Recipe:
 
     HIO with shrinkwrap every 20 iterations (blur 3 -> 1 px, threshold 0.25)
     finds the object; ER with a light shrinkwrap tightens the support to it;
-    plain ER then converges on that support. The shrinkwrap is kept between a quarter
+    plain ER then converges on that support (for a 3D pattern the solver adds ER on that support grown,
+    :func:`with_grown_finish`). The shrinkwrap is kept between a quarter
     and four times the object volume the autocorrelation implies (a collapse to a blob, or
     a support swelling over noise, is re-thresholded and logged). See docs/phase.md
     ("Support from the pattern alone", "Success rates") for how it was chosen.
@@ -488,6 +489,25 @@ def default_recipe(*, photons_per_speckle: float | None = None) -> Recipe:
     if photons_per_speckle is not None and photons_per_speckle < FEW_PHOTONS_PER_SPECKLE:
         return Recipe.parse(FEW_PHOTONS_RECIPE)
     return Recipe.parse(DEFAULT_RECIPE)
+
+
+# In 3D the default's search ends on a support cut at 0.25 of the blurred modulus's maximum, which trims the
+# objects' edges: dilated by 3 voxels after the search, ER on it lowers prism_48's median object error from 0.066 to
+# 0.034 and featured3d_64's from 0.072 to 0.051 (10 starts each, every start within the bound), and the 34-ID-C Bragg
+# crop's final error from 0.143-0.157 to 0.108-0.111, its held-out voxels scoring the same (docs/phase.md, "The final
+# support grown, after the search"). In 2D it changes little and mostly for the worse, so only 3D patterns get it.
+GROWN_FINISH_VOXELS = 3
+GROWN_FINISH_ITERATIONS = 600
+
+
+def with_grown_finish(recipe: "Recipe") -> "Recipe":
+    """``recipe`` followed by ER on each start's final support dilated by :data:`GROWN_FINISH_VOXELS` (the default's
+    ending for 3D patterns). The new stage keeps the last stage's psf model, so a partially coherent run's kernels
+    carry on (:meth:`qora.phase.Solver.run`)."""
+    last = recipe.stages[-1]
+    finish = Stage("ER", GROWN_FINISH_ITERATIONS, grow=GROWN_FINISH_VOXELS, psf=last.psf, psf_sigma=last.psf_sigma,
+                   psf_eta=last.psf_eta, psf_every=last.psf_every)
+    return Recipe(tuple(recipe.stages) + (finish,))
 
 
 # PyNX's documented support rule, written as a recipe of ours for comparison (PyNX itself is not on the

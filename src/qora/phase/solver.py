@@ -19,7 +19,7 @@ from qora.phase.result import PhaseResult
 from qora.phase.stage_kinds import STAGE_KINDS
 from qora.phase.symmetry import choose_recipe
 from qora.phase.recipe import (default_recipe, is_default, is_envelope, looks_like_counts, named_recipe,
-                               photons_per_speckle)
+                               photons_per_speckle, with_grown_finish)
 from qora.phase.support import autocorrelation_estimate, grow_supports, halve_supports, size_range_for
 
 __all__ = ["reconstruct", "Solver", "PhaseResult", "random_start", "check_intensity"]
@@ -255,6 +255,8 @@ class Solver:
             self.photons_per_speckle = photons_per_speckle(float(measured.sum()),
                                                            self._autocorrelation_pixels / 2**len(self.shape))
             recipe = default_recipe(photons_per_speckle=self.photons_per_speckle)
+        if pick_default:
+            recipe = self._default_ending(recipe)
         result = self._run_starts(engine_support=support, recipe=recipe, starts=starts, seed=seed, rank=rank,
                                   keep_all=keep_all, progress=progress, sync_every=sync_every, first_start=first_start)
         self.coherence_width = None
@@ -263,6 +265,11 @@ class Solver:
                                            keep_all=keep_all, progress=progress, sync_every=sync_every,
                                            first_start=first_start)
         return result
+
+    def _default_ending(self, recipe):
+        """The default's recipe for this pattern's dimension: in 3D its final support grown and refined
+        (:func:`qora.phase.recipe.with_grown_finish`)."""
+        return with_grown_finish(recipe) if len(self.shape) == 3 else recipe
 
     def _coherence_check(self, result, **run) -> PhaseResult:
         """The default recipe's check for a partially coherent beam (docs/phase.md, "Partial coherence from the
@@ -283,7 +290,8 @@ class Solver:
         if not partially_coherent(deviance):
             return result
         first_seconds = result.timings.get("run_s", 0.0)
-        again = self._run_starts(engine_support=run.pop("support"), recipe=partial_coherence_recipe(width), **run)
+        again = self._run_starts(engine_support=run.pop("support"), recipe=self._default_ending(
+            partial_coherence_recipe(width)), **run)
         again.coherence_width = width
         again.timings["coherent_run_s"] = first_seconds  # the first, coherent run's share of run_s
         again.timings["run_s"] += first_seconds
