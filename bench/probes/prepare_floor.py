@@ -100,16 +100,25 @@ def gathers(data, pixels, block_rows: int, cp) -> int:
     for label, rows in (("256 MB blocks in turn", block_rows), ("one row's block written over", 1)):
         count = 2 if rows > 1 else 1
         bufs = [stream._pinned(cp, (rows, sx, nbf), data.dtype) for _ in range(count)]
-
-        def gather_all():
-            for i, s0 in enumerate(range(0, sy, rows)):
-                n = min(rows, sy - s0)
-                gather_runs(data, s0, runs, bufs[i % count][:n])
-        t = _median(gather_all)
-        print(f"gather from the memory map into {label}: {t:.3f} s, {useful / t / 1e9:.1f} GB/s of pixels "
-              f"({sy * sx * lines / t / 1e9:.1f} GB/s of lines touched, {lines / (nbf * data.itemsize):.2f}x)",
-              flush=True)
+        for streaming in _store_kinds():
+            def gather_all():
+                for i, s0 in enumerate(range(0, sy, rows)):
+                    n = min(rows, sy - s0)
+                    gather_runs(data, s0, runs, bufs[i % count][:n], streaming=streaming)
+            t = _median(gather_all)
+            print(f"gather from the memory map into {label}, {_STORES[streaming]}: {t:.3f} s, "
+                  f"{useful / t / 1e9:.1f} GB/s of pixels ({sy * sx * lines / t / 1e9:.1f} GB/s of lines touched, "
+                  f"{lines / (nbf * data.itemsize):.2f}x)", flush=True)
     return useful
+
+
+_STORES = {False: "ordinary stores", True: "streaming stores"}
+
+
+def _store_kinds() -> tuple:
+    from qora.ssb.bright_runs import STREAMING_STORES
+
+    return (False, True) if STREAMING_STORES else (False,)
 
 
 def _timed_reads(module, ends):
@@ -123,25 +132,39 @@ def _timed_reads(module, ends):
 
 
 def prepare(data, kw, modules) -> None:
+    """Step 2 by each stream module; the current one with the gather's ordinary and streaming stores."""
+    from qora.ssb import bright_runs
+
+    kept = bright_runs.STREAMING_DEFAULT
+    try:
+        for label, module in modules[:-1]:
+            _prepare_one(data, kw, label, module)
+        for streaming in _store_kinds():
+            bright_runs.STREAMING_DEFAULT = streaming  # what the stream's gathers take by default
+            _prepare_one(data, kw, f"{modules[-1][0]}, {_STORES[streaming]}", modules[-1][1])
+    finally:
+        bright_runs.STREAMING_DEFAULT = kept
+
+
+def _prepare_one(data, kw, label, module) -> None:
     from qora.ssb import Session, stream
 
-    for label, module in modules:
-        ends: list = []
-        original = _timed_reads(module, ends)
-        stream.g_on_device, kept = module.g_on_device, stream.g_on_device
-        try:
+    ends: list = []
+    original = _timed_reads(module, ends)
+    stream.g_on_device, kept = module.g_on_device, stream.g_on_device
+    try:
+        Session(data, **kw)
+        totals, tails = [], []
+        for _ in range(3):
+            ends.clear()
+            t0 = time.perf_counter()
             Session(data, **kw)
-            totals, tails = [], []
-            for _ in range(3):
-                ends.clear()
-                t0 = time.perf_counter()
-                Session(data, **kw)
-                totals.append(time.perf_counter() - t0)
-                tails.append(time.perf_counter() - ends[-1] if ends else float("nan"))
-        finally:
-            module._RunReader.read, stream.g_on_device = original, kept
-        print(f"prepare ({label}): {np.median(totals):.3f} s (runs {', '.join(f'{t:.3f}' for t in totals)}), "
-              f"after the last read {np.median(tails) * 1e3:.1f} ms", flush=True)
+            totals.append(time.perf_counter() - t0)
+            tails.append(time.perf_counter() - ends[-1] if ends else float("nan"))
+    finally:
+        module._RunReader.read, stream.g_on_device = original, kept
+    print(f"prepare ({label}): {np.median(totals):.3f} s (runs {', '.join(f'{t:.3f}' for t in totals)}), "
+          f"after the last read {np.median(tails) * 1e3:.1f} ms", flush=True)
 
 
 def row_transform(G, cp) -> None:

@@ -4,7 +4,7 @@ device, against NumPy's fancy indexing of the same frames."""
 import numpy as np
 import pytest
 
-from qora.ssb.bright_runs import gather_runs, pixel_runs
+from qora.ssb.bright_runs import STREAMING_STORES, gather_runs, pixel_runs
 from qora.ssb.detector import DetectorFit, bright_field_pixels
 
 
@@ -17,19 +17,40 @@ def test_runs_of_a_disk_are_one_per_row_and_cover_every_pixel():
     np.testing.assert_array_equal(runs[1:, 3], np.cumsum(runs[:-1, 2]))
 
 
-@pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.float32])
-def test_gathered_runs_equal_fancy_indexing(tmp_path, dtype):
+STREAMING = [False, True] if STREAMING_STORES else [False]
+
+
+@pytest.mark.parametrize("streaming", STREAMING)
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.float32])
+def test_gathered_runs_equal_fancy_indexing(tmp_path, dtype, streaming):
+    """Both gathers (ordinary and streaming stores), an even and an odd number of frames (the streaming gather
+    writes frames in pairs, the odd one last), a disk and a broken set of pixels."""
+    if streaming and dtype == np.uint8:
+        pytest.skip("streaming stores write 2- or 4-byte pixels (uint8 is refused: tested below)")
     rng = np.random.default_rng(3)
-    data = rng.integers(0, 4000, (7, 5, 24, 22)).astype(dtype)
+    data = rng.integers(0, 250, (7, 5, 24, 22)).astype(dtype)
     np.save(tmp_path / "d.npy", data)
     mapped = np.asarray(np.load(tmp_path / "d.npy", mmap_mode="r"))
     index, _ = bright_field_pixels((24, 22), DetectorFit((11.4, 10.2), 7.3, 1.0), 7.3, 300.0)
     rows, cols = np.unravel_index(index, (24, 22))
     odd = np.array([0, 3, 4, 5, 9])  # runs broken inside a row, rows skipped
     for r, c in ((rows, cols), (rows[odd], cols[odd])):
-        out = np.empty((4, 5, len(r)), dtype)
-        gather_runs(mapped, 2, pixel_runs(r, c), out)
-        np.testing.assert_array_equal(out, data[2:6][:, :, r, c])
+        for n in (4, 3):  # 20 frames, 15 frames
+            out = np.empty((n, 5, len(r)), dtype)
+            gather_runs(mapped, 2, pixel_runs(r, c), out, streaming=streaming)
+            np.testing.assert_array_equal(out, data[2:2 + n][:, :, r, c])
+
+
+@pytest.mark.skipif(not STREAMING_STORES, reason="streaming stores are written for x86-64 hosts")
+def test_streaming_gather_refuses_what_it_cannot_write_as_words():
+    data = np.zeros((4, 4, 8, 8), np.uint8)
+    runs = pixel_runs([1, 1, 1], [2, 3, 4])
+    with pytest.raises(ValueError, match="streaming stores need"):
+        gather_runs(data, 0, runs, np.empty((2, 4, 3), np.uint8), streaming=True)
+    unaligned = np.empty(2 * 4 * 3 * 2 + 1, np.uint8)[1:].view(np.uint16).reshape(2, 4, 3)
+    with pytest.raises(ValueError, match="aligned"):
+        gather_runs(data.astype(np.uint16), 0, runs, unaligned, streaming=True)
+    gather_runs(data.astype(np.uint16), 0, runs, unaligned)  # the default (ordinary stores) writes it
 
 
 def test_pixel_runs_refuse_what_is_not_a_list_of_pixels():

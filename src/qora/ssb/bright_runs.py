@@ -10,8 +10,14 @@ from qora.backend.host import numba_threads, openmp_passive
 
 openmp_passive()  # before Numba loads its OpenMP runtime
 
+import platform  # noqa: E402
+
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
+from llvmlite import ir  # noqa: E402
+from numba import types  # noqa: E402
+from numba.core import cgutils  # noqa: E402
+from numba.extending import intrinsic  # noqa: E402
 
 __all__ = ["pixel_runs", "gather_runs"]
 
@@ -30,6 +36,49 @@ def pixel_runs(rows, cols) -> np.ndarray:
     return np.stack([rows[starts], cols[starts], lengths, starts], 1)
 
 
+# Streaming stores: an ordinary store first reads the output's cache line from memory (write-allocate), so the gather
+# moves its output through the host's memory three times (read for ownership, write back, the copy engine's read);
+# memcpy's non-temporal stores skip the first. Numba emits none, so an intrinsic marks a 32-bit store with LLVM's
+# !nontemporal (MOVNTI on x86-64; docs/ssb-performance.md, section 29). Elsewhere the ordinary gather runs.
+STREAMING_STORES = platform.machine().lower() in ("x86_64", "amd64")
+# Off by default until a device host measures a gain: on the 2-core development machine, whose two threads do not
+# saturate its memory, the streaming gather ran at 0.92-1.0x the ordinary one (section 29). The step-2 probe
+# (bench/probes/prepare_floor.py) times both.
+STREAMING_DEFAULT = False
+
+
+@intrinsic
+def _store_streaming(typingctx, words, index, value):
+    """``words[index] = value``, a non-temporal store (``words`` a 1-D contiguous uint32 array)."""
+    def codegen(context, builder, signature, args):
+        array_type = signature.args[0]
+        array = context.make_array(array_type)(context, builder, args[0])
+        pointer = cgutils.get_item_pointer(context, builder, array_type, array, [args[1]], wraparound=False)
+        store = builder.store(args[2], pointer)
+        store.set_metadata("nontemporal", builder.module.add_metadata([ir.IntType(32)(1)]))
+        return context.get_dummy_value()
+    return types.void(words, index, words.dtype), codegen
+
+
+@intrinsic
+def _store_fence(typingctx):
+    """SFENCE: the streaming stores before it are ordered before any store after (the copy engine reads next)."""
+    def codegen(context, builder, signature, args):
+        fence = builder.module.declare_intrinsic("llvm.x86.sse.sfence", fnty=ir.FunctionType(ir.VoidType(), []))
+        builder.call(fence, [])
+        return context.get_dummy_value()
+    return types.void(), codegen
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _gather_frame(src, base, width, runs, dst, obase):
+    for r in range(runs.shape[0]):
+        a = base + numba.uint64(runs[r, 0] * width + runs[r, 1])
+        b = obase + numba.uint64(runs[r, 3])
+        for j in range(numba.uint64(runs[r, 2])):
+            dst[b + j] = src[a + j]
+
+
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _gather(data, s0, runs, out):
     # flat views and unsigned offsets: no negative-index wraparound test per element, so each run's copy
@@ -41,20 +90,59 @@ def _gather(data, s0, runs, out):
     src = data.reshape(-1)
     dst = out.reshape(-1)
     for f in numba.prange(n * sx):
-        base = numba.uint64((s0 * sx + f) * frame)
-        obase = numba.uint64(f * npix)
-        for r in range(runs.shape[0]):
-            a = base + numba.uint64(runs[r, 0] * width + runs[r, 1])
-            b = obase + numba.uint64(runs[r, 3])
-            for j in range(numba.uint64(runs[r, 2])):
-                dst[b + j] = src[a + j]
+        _gather_frame(src, numba.uint64((s0 * sx + f) * frame), width, runs, dst, numba.uint64(f * npix))
 
 
-def gather_runs(data: np.ndarray, s0: int, runs: np.ndarray, out: np.ndarray) -> None:
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _gather_streaming(data, s0, runs, out, words):
+    # frames in pairs, each pair gathered into a scratch array (in cache), then streamed out as whole 32-bit words: a
+    # pair's pixels are an even number of 2- or 4-byte values (the caller checks), so words tile them. The scratch is
+    # made per pair: rows of one per-thread array (numba.get_thread_id) ran 1.3x slower on the 2-core machine
+    n, sx, npix = out.shape[0], out.shape[1], out.shape[2]
+    frame = data.shape[2] * data.shape[3]
+    width = data.shape[3]
+    src = data.reshape(-1)
+    dst = out.reshape(-1)
+    pair_words = npix * out.itemsize // 2  # 2 npix values of 2 or 4 bytes, in 4-byte words
+    for p in numba.prange((n * sx) // 2):
+        pair = np.empty(2 * npix, out.dtype)
+        for h in range(2):
+            f = 2 * p + h
+            _gather_frame(src, numba.uint64((s0 * sx + f) * frame), width, runs, pair, numba.uint64(h * npix))
+        pair_as_words = pair.view(np.uint32)
+        o = numba.uint64(p * pair_words)
+        for j in range(pair_words):
+            _store_streaming(words, o + numba.uint64(j), pair_as_words[j])
+        _store_fence()
+    if (n * sx) % 2:
+        f = n * sx - 1
+        _gather_frame(src, numba.uint64((s0 * sx + f) * frame), width, runs, dst, numba.uint64(f * npix))
+
+
+def _streams(out: np.ndarray) -> bool:
+    """Whether the streaming gather can write ``out``: x86-64, 32-bit aligned, a pair of frames' pixels whole words."""
+    pair_bytes = 2 * out.shape[2] * out.itemsize
+    return (STREAMING_STORES and out.itemsize in (2, 4) and pair_bytes % 4 == 0 and out.ctypes.data % 4 == 0
+            and out.shape[0] * out.shape[1] >= 2)
+
+
+def gather_runs(data: np.ndarray, s0: int, runs: np.ndarray, out: np.ndarray, *, streaming: bool | None = None) -> None:
     """``out[i, c, :] = the pixels of data[s0 + i, c]`` for ``out`` (n, scan_col, pixels) of the
     data's dtype, the pixels given by their :func:`pixel_runs`; in parallel over frames. ``data``
-    and ``out`` C-contiguous."""
+    and ``out`` C-contiguous. ``streaming``: write ``out`` by non-temporal stores (None: :data:`STREAMING_DEFAULT`,
+    where the host and the layout allow them); the pixels are the same either way."""
     if not (data.flags.c_contiguous and out.flags.c_contiguous):
         raise ValueError("gather_runs needs C-contiguous data and output")
     numba_threads()
-    _gather(data, int(s0), runs, out)
+    if streaming is None:
+        streaming = STREAMING_DEFAULT and _streams(out)
+    elif streaming and not _streams(out):
+        raise ValueError(f"streaming stores need an x86-64 host and 2- or 4-byte pixels, 32-bit aligned; got "
+                         f"{platform.machine()}, {out.dtype} at address {out.ctypes.data:#x}")
+    if not streaming:
+        _gather(data, int(s0), runs, out)
+        return
+    pairs = out.shape[0] * out.shape[1] // 2
+    flat = out.reshape(-1)
+    words = flat[:pairs * 2 * out.shape[2]].view(np.uint32)
+    _gather_streaming(data, int(s0), runs, out, words)
