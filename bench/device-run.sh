@@ -32,6 +32,8 @@ for b in ${BENCH:-}; do
     phase-switch) timeout 200 python3 bench/probes/phase_switch_spread.py 5 ;;
     fdtd-cell) timeout 300 python3 bench/probes/fdtd_cell_probe.py .odt-data/fdtd_3d_sino_A220_R6.500_tiltyz0.2.tar.lzma \
                  cuda gp tv plain tv:0.08 ;;
+    # .bragg-data/cohere_crop144.npy: OUT_DIR/crop.npy of `bragg_floor_probe.py prep SCAN.tar.xz OUT_DIR` (cohere's preparation)
+    bragg-cohere) timeout 400 python3 bench/probes/bragg_crop_probe.py .bragg-data/cohere_crop144.npy cuda 10 ${BRAGG_RECIPES:-default} ;;
     bragg-crop) timeout 400 python3 bench/probes/bragg_crop_probe.py .bragg-data/scan54_crop128.npy cuda 4 ${BRAGG_RECIPES:-default cohere} ;;
     envelope-timing) QORA_CDI_DATA=${QORA_CDI_DATA:-.cdi-data} timeout 200 python3 bench/probes/envelope_timing.py cuda 10 ;;
     phase-logo) QORA_CDI_DATA=${QORA_CDI_DATA:-.cdi-data} timeout 300 $Q bench --out "$OUT/results" phase-success \
