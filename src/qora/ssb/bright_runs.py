@@ -42,7 +42,7 @@ def pixel_runs(rows, cols) -> np.ndarray:
 # !nontemporal (MOVNTI on x86-64; docs/ssb-performance.md, section 29). Elsewhere the ordinary gather runs.
 STREAMING_STORES = platform.machine().lower() in ("x86_64", "amd64")
 # Off by default until a device host measures a gain: on the 2-core development machine, whose two threads do not
-# saturate its memory, the streaming gather ran at 0.92-1.0x the ordinary one (section 29). The step-2 probe
+# saturate its memory, the streaming gather ran at 0.85-1.0x the ordinary one (section 29). The step-2 probe
 # (bench/probes/prepare_floor.py) times both.
 STREAMING_DEFAULT = False
 
