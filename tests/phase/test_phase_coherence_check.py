@@ -218,3 +218,20 @@ def test_psf_sigma_zero_fits_each_starts_first_kernel():
     assert solver._coherence.sigmas == expected and all(s > 0.3 for s in expected)
     np.testing.assert_allclose(solver._coherence.kernels[1], kernel_profile((64, 64), sigma=expected[1]))
     assert str(Recipe.parse("ER(psf=gaussian, psf_sigma=0)**3")) == "ER(psf=gaussian, psf_sigma=0)**3"
+
+
+def test_a_rerun_that_fits_the_counts_worse_is_not_kept(monkeypatch):
+    """When the check's partial-coherence rerun ends on an object whose intensity, under its best-fitting blur, fits
+    the counts worse than the coherent run's, the default returns the coherent run, says so in ``choice`` and counts
+    both runs' time. The rerun is made to fail here by a recipe of one ER step from a random start."""
+    import qora.phase.coherence as coherence
+    import qora.phase.recipe as recipe
+
+    monkeypatch.setattr(coherence, "partially_coherent", lambda deviance: True)
+    monkeypatch.setattr(recipe, "partial_coherence_recipe", lambda width=None: Recipe.parse("ER(psf=gaussian)**1"))
+    counts, mask = record(objects.triangle(32), Detector(photons=1e8, beamstop=2, gap=1), seed=0)
+    r = reconstruct(counts, mask=mask, starts=1, backend="cpu")
+    assert r.recipe == str(Recipe.parse(DEFAULT_RECIPE)) and r.psf is None
+    assert "fits the counts worse" in r.choice and "kept the coherent run" in r.choice
+    assert r.timings["run_s"] > r.timings["partial_coherence_run_s"] > 0
+    assert r.fourier_error < 0.05  # the coherent run's fit, not the one ER step's

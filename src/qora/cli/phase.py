@@ -173,9 +173,10 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
     if is_default(recipe) and result.recipe == str(Recipe.parse(FEW_PHOTONS_RECIPE)):
         click.echo("few counts (below 1000 photons per speckle): ran the few-photons recipe")
     if result.coherence_width is not None:
+        kept = "kept the coherent run" in result.choice  # its rerun fitted worse (the choice line above says so)
         click.echo(f"coherence check: a blur of {result.coherence_width:.2f} px fits the coherent run best"
                    + (" -> partially coherent beam: ran the partial-coherence recipe" if result.psf is not None
-                      else " (coherent)"))
+                      else " -> the rerun fitted worse" if kept else " (coherent)"))
     if result.psf is not None:
         click.echo(f"partial coherence: the kernel found has a peak of {float(result.psf.max()):.3g} (sum 1)")
     if consensus is not None:
