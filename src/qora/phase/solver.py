@@ -267,8 +267,7 @@ class Solver:
         return result
 
     def _default_ending(self, recipe):
-        """The default's recipe for this pattern's dimension: in 3D its final support grown and refined
-        (:func:`qora.phase.recipe.with_grown_finish`)."""
+        """The default for this pattern: in 3D it ends on its support grown (``recipe.with_grown_finish``)."""
         return with_grown_finish(recipe) if len(self.shape) == 3 else recipe
 
     def _coherence_check(self, result, **run) -> PhaseResult:
@@ -277,15 +276,15 @@ class Solver:
         (:func:`qora.phase.coherence.blur_deviance`). When a blur of at least
         :data:`~qora.phase.coherence.PARTIAL_COHERENCE_WIDTH` fits better than none
         (:func:`~qora.phase.coherence.partially_coherent`), the starts run again with
-        :func:`~qora.phase.recipe.partial_coherence_recipe`, and that run is returned unless its best object, under
-        its own best-fitting blur, fits the counts worse than the coherent run's did (then the coherent run is, with
-        a note in ``choice``); the best-fitting width is kept in ``PhaseResult.coherence_width`` either way."""
+        :func:`~qora.phase.recipe.partial_coherence_recipe`, kept unless its best object fits the counts worse than
+        the coherent one (each under its best blur; a note in ``choice``); ``coherence_width`` is kept either way."""
         from qora.phase.coherence import BLUR_WIDTHS, blur_deviance, partially_coherent
         from qora.phase.recipe import partial_coherence_recipe
 
         xp = self.backend.xp
         unused = self.free if self.mask is None else (self.mask | self.free)
-        deviance = blur_deviance(xp.asarray(result.object), self.intensity, unused if unused.any() else None, xp=xp)
+        unused = unused if unused.any() else None
+        deviance = blur_deviance(xp.asarray(result.object), self.intensity, unused, xp=xp)
         width = float(BLUR_WIDTHS[int(np.argmin(deviance))])
         self.coherence_width = result.coherence_width = width
         if not partially_coherent(deviance):
@@ -294,17 +293,15 @@ class Solver:
         again = self._run_starts(engine_support=run.pop("support"), recipe=self._default_ending(
             partial_coherence_recipe(width)), **run)
         again.coherence_width = width
-        # The two runs judged on one model, each best object's intensity under its best-fitting blur: the Poisson
-        # deviance per measured pixel. (Their final errors do not compare: on a 0.8 px blurred triangle the psf run,
-        # the right one, ends at 0.10 against the coherent run's 0.06, its deviance 7 times lower.)
-        rerun_deviance = float(np.min(blur_deviance(xp.asarray(again.object), self.intensity,
-                                                    unused if unused.any() else None, xp=xp)))
-        if rerun_deviance > float(np.min(deviance)):
-            result.timings["partial_coherence_run_s"] = again.timings["run_s"]
-            result.timings["run_s"] = first_seconds + again.timings["run_s"]
+        # one model for both runs, each object under its best blur: their final errors do not compare (docs/phase.md)
+        rerun = float(np.min(blur_deviance(xp.asarray(again.object), self.intensity, unused, xp=xp)))
+        coherent = float(np.min(deviance))
+        if rerun > coherent:
+            result.timings.update(partial_coherence_run_s=again.timings["run_s"],
+                                  run_s=first_seconds + again.timings["run_s"])
             note = (f"coherence check: the partial-coherence rerun (blur {width:.2f} px) fits the counts worse "
-                    f"(deviance {rerun_deviance:.4g} against {float(np.min(deviance)):.4g} a pixel, each under its "
-                    f"best blur): kept the coherent run")
+                    f"(deviance {rerun:.4g} against {coherent:.4g} a pixel, each under its best blur): kept the "
+                    "coherent run")
             result.choice = f"{result.choice}; {note}" if result.choice else note
             return result
         again.timings["coherent_run_s"] = first_seconds  # the first, coherent run's share of run_s
