@@ -10,6 +10,7 @@ RUN names (each a recipe string built here, run with ``reconstruct``):
                  iterations) with the grown ending
   sharp-fixed    the same with the fitted Gaussian kept (psf_every=0: no Richardson-Lucy)
   sharp-free     the sharpened search, then the refinement and the grown ending without the psf model
+  sharp-width    the psf's Gaussian width stepped every 20 iterations (psf_fit=width) instead of Richardson-Lucy
 For each, the starts' final errors and, for the best object, its amplitude error against the counts under a
 Gaussian blur of 0 and of the width that fits best (model scaled to the measured total), and the Poisson deviance
 a voxel at that width. Prints one line per run; with $OUT set, saves the best objects there.
@@ -31,9 +32,10 @@ def runs(width: float = 0.4) -> dict:
     search, refine = sharp.stages[:-1], sharp.stages[-1]
     fixed = Recipe(search + (replace(refine, psf_every=0),))
     free = Recipe(search + (Stage("ER", refine.iterations),))
+    width_fit = Recipe(search + (replace(refine, psf_every=20, psf_fit="width"),))
     return {"default": None, "stages": with_grown_finish(Recipe.parse(DEFAULT_RECIPE)),
             "sharp": with_grown_finish(sharp), "sharp-fixed": with_grown_finish(fixed),
-            "sharp-free": with_grown_finish(free)}
+            "sharp-free": with_grown_finish(free), "sharp-width": with_grown_finish(width_fit)}
 
 
 def blurred_fit(obj, counts, widths=(0.0, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6)):

@@ -108,6 +108,34 @@ def test_richardson_lucy_keeps_the_true_kernel():
     np.testing.assert_allclose(richardson_lucy_step(kernel, coherent, counts, used, (n, n), np), kernel, atol=1e-12)
 
 
+def test_width_steps_recover_a_known_blur():
+    """psf_fit=width: counts made by blurring a triangle's coherent intensity with a Gaussian of std 0.6 px (and
+    Poisson noise); from 0.3 and from 1.0 px each refinement moves the width one 0.05 px step towards 0.6, and
+    it stays there; the kernel is the profile of that width."""
+    n = 64
+    coherent = np.abs(np.fft.fftn(objects.triangle(n).astype(np.complex128), norm="ortho")) ** 2
+    coherent *= 1e6 / coherent.sum()
+    counts = blur(coherent, np.fft.rfftn(kernel_profile((n, n), sigma=0.6, xp=np, dtype=np.float64)), (n, n))
+    counts = np.random.default_rng(3).poisson(np.maximum(counts, 0)).astype(float)
+
+    class Engine:  # the attributes Coherence reads
+        class backend:
+            xp = np
+        shape = (n, n)
+        batch = 2
+        amp = np.sqrt(counts)
+    state = Coherence(Engine, sigmas=[0.3, 1.0], fit="width")
+    path = []
+    for _ in range(12):
+        state.refine(coherent.astype(np.float32)[None].repeat(2, 0), np)
+        path.append(list(state.sigmas))
+    assert path[:3] == [[0.35, 0.95], [0.4, 0.9], [0.45, 0.85]]
+    assert path[-1] == [0.6, 0.6] and path[-2] == [0.6, 0.6]
+    np.testing.assert_allclose(state.kernels[0], kernel_profile((n, n), sigma=0.6, xp=np), atol=1e-7)
+    with pytest.raises(InputError, match="psf fit"):
+        Coherence(Engine, fit="lbfgs")
+
+
 def _psf_case(n=64, sigma=0.7, photons=None, seed=0):
     obj = objects.triangle(n)
     counts, mask = record(obj, Detector(photons=photons, beamstop=0, gap=0, coherence_sigma=sigma), seed=seed)
@@ -162,12 +190,39 @@ def test_coherence_fits_only_measured_pixels():
         np.pad(np.ones((2, 32), bool), ((0, 30), (0, 0))))].any()
 
 
+def test_a_psf_run_is_scored_by_the_blurred_model():
+    """A run ending on a psf stage reports the error and deviance of the model it fitted: its object's intensity
+    blurred by its kernel (float64 reference here), as its last iteration's error does; a run whose last stage
+    is coherent is scored unblurred."""
+    obj, counts, _ = _psf_case(n=64, photons=1e7)
+    support = objects.support_of(obj)
+    psf = reconstruct(counts, support=support, recipe="HIO**100 ER(psf=gaussian)**60", backend="cpu", starts=1)
+    a = np.sqrt(np.fft.ifftshift(counts))
+    y = np.fft.fftn(np.fft.ifftshift(psf.object.astype(np.complex128)), norm="ortho")
+    kernel = np.fft.ifftshift(psf.psf.astype(np.float64))
+    model = np.maximum(blur(np.abs(y) ** 2, np.fft.rfftn(kernel), counts.shape), 0)
+    expected = np.sqrt(np.sum((np.sqrt(model) - a) ** 2) / np.sum(a**2))
+    unblurred = np.sqrt(np.sum((np.abs(y) - a) ** 2) / np.sum(a**2))
+    assert psf.final_errors[0] == pytest.approx(expected, rel=1e-4)
+    assert psf.final_errors[0] == pytest.approx(psf.errors[-1, 0], rel=0.05)  # one ER step apart
+    assert unblurred > 1.5 * expected  # the blur it modelled is not charged to it
+    obs = np.fft.ifftshift(counts)
+    deviance = 2 * (model - obs + np.where(obs > 0, obs * np.log(np.where(obs > 0, obs, 1) / np.maximum(model, 1e-30)),
+                                            0))
+    assert psf.llk[0] == pytest.approx(deviance.mean(), rel=1e-3)
+    coherent = reconstruct(counts, support=support, recipe="HIO**100 ER(psf=gaussian)**60 ER**5", backend="cpu",
+                           starts=1)
+    y = np.fft.fftn(np.fft.ifftshift(coherent.object.astype(np.complex128)), norm="ortho")
+    assert coherent.final_errors[0] == pytest.approx(np.sqrt(np.sum((np.abs(y) - a) ** 2) / np.sum(a**2)), rel=1e-4)
+
+
 @pytest.mark.parametrize("text, message", [
     ("ER(psf=airy)**5", "psf must be"),
     ("ML(psf=gaussian)**5", "not to ML"),
     ("ER(psf=gaussian, psf_sigma=-0.5)**5", "psf_sigma"),  # 0 is allowed: fitted per start
     ("ER(psf=voigt, psf_eta=1.5)**5", "psf_eta"),
     ("ER(psf=gaussian, psf_every=-1)**5", "psf_every"),
+    ("ER(psf=gaussian, psf_fit=lbfgs)**5", "psf_fit"),
     ("ER(masked=zero)**5", "masked must be"),
 ])
 def test_bad_psf_options(text, message):
@@ -176,7 +231,8 @@ def test_bad_psf_options(text, message):
 
 
 def test_psf_options_print_back():
-    text = "HIO(psf=voigt, psf_sigma=0.8, psf_eta=0.3, psf_every=10, masked=fill)**20 ER(psf=gaussian)**5 ER**3"
+    text = ("HIO(psf=voigt, psf_sigma=0.8, psf_eta=0.3, psf_every=10, masked=fill)**20 ER(psf=gaussian)**5 "
+            "ER(psf=gaussian, psf_sigma=0, psf_fit=width)**4 ER**3")
     recipe = Recipe.parse(text)
     assert str(recipe) == text and Recipe.parse(str(recipe)) == recipe
     assert str(Recipe.parse("ER(psf_sigma=2)**3")) == "ER**3"  # psf options without psf do nothing
@@ -222,7 +278,8 @@ def test_psf_and_fill_stages_on_gpu_match_cpu(variant):
     mask[31:34, 31:34] = True
     counts = np.where(mask, 0, counts)
     support = objects.support_of(obj)
-    recipe = "HIO(psf=gaussian, psf_every=3, masked=fill)**12 ER(psf=voigt, psf_every=2)**8 ER**5"
+    recipe = ("HIO(psf=gaussian, psf_every=3, masked=fill)**12 ER(psf=voigt, psf_every=2)**8 "
+              "ER(psf=gaussian, psf_sigma=0.4, psf_every=2, psf_fit=width)**6 ER**5")
     runs = [Solver(counts, mask=mask, backend=b, variant=v, batch=2).run(support=support, recipe=recipe, starts=2,
                                                                          keep_all=True)
             for b, v in (("cpu", "auto"), ("cuda", variant))]

@@ -41,6 +41,8 @@ __all__ = ["MODELS", "FWHM_PER_SIGMA", "window_radius", "kernel_profile", "blur"
            "SHARPEN_FLOOR", "sharpen"]
 
 MODELS = ("gaussian", "voigt")
+FITS = ("rl", "width")  # how a psf stage refines its kernel (Coherence)
+WIDTH_STEP = 0.05  # pixels: the width refinement's step, the spacing of BLUR_WIDTHS
 FWHM_PER_SIGMA = 2.0 * math.sqrt(2.0 * math.log(2.0))
 # Below this the model intensity of a pixel is treated as 0 (the ratio I / I_c would be unbounded).
 _FLOOR = 1e-20
@@ -158,7 +160,10 @@ class Coherence:
         Its ``amp`` (FFT layout, -1 where masked or held out), ``batch`` and ``backend`` are used.
     model, sigma, eta : see :func:`kernel_profile`
     every : int
-        Richardson-Lucy update every that many iterations (0: the kernel is kept).
+        The kernel refined every that many iterations (0: the kernel is kept).
+    fit : {"rl", "width"}
+        How it is refined: "rl" a Richardson-Lucy step (the kernel free within its window); "width" the Gaussian's
+        width moved by one :data:`WIDTH_STEP` where that lowers the Poisson deviance (one parameter a start).
     amp : array, optional
         The measured amplitude (FFT layout, -1 where not measured or held out) the kernel is fitted to;
         default the engine's (a stage with ``masked=fill`` gives the engine filled pixels, which the
@@ -166,18 +171,21 @@ class Coherence:
     """
 
     def __init__(self, engine, *, model: str = "gaussian", sigma: float = 1.0, eta: float = 0.5,
-                 every: int = 5, amp=None, sigmas=None) -> None:
+                 every: int = 5, amp=None, sigmas=None, fit: str = "rl") -> None:
         xp = engine.backend.xp
         amp = engine.amp if amp is None else xp.asarray(amp)
         self.shape = tuple(engine.shape)
         self.model, self.sigma, self.eta, self.every = model, float(sigma), float(eta), int(every)
         if sigmas is None:
             first = kernel_profile(self.shape, model=model, sigma=sigma, eta=eta, xp=xp)
-            self.kernels = xp.ascontiguousarray(xp.broadcast_to(first, (engine.batch,) + self.shape))
+            self.kernels = xp.repeat(first[None], engine.batch, axis=0)  # writable: each start refines its own
         else:  # a first kernel of its own width for each start
             self.kernels = xp.stack([kernel_profile(self.shape, model=model, sigma=float(s), eta=eta, xp=xp)
                                      for s in sigmas])
-        self.sigmas = None if sigmas is None else [float(s) for s in sigmas]
+        if fit not in FITS:
+            raise InputError(f"psf fit must be one of {FITS}, got {fit!r}")
+        self.fit = fit
+        self.sigmas = [float(sigma)] * engine.batch if sigmas is None else [float(s) for s in sigmas]
         self.used = amp >= 0
         self.counts = xp.where(self.used, amp * amp, 0).astype(np.float32)
         self.iterations = 0
@@ -191,8 +199,23 @@ class Coherence:
         self.transfer = fft.rfftn(self.kernels, axes=axes)
 
     def refine(self, coherent, xp) -> None:
-        self.kernels = richardson_lucy_step(self.kernels, coherent, self.counts, self.used, self.shape, xp)
+        if self.fit == "width":
+            self._step_widths(coherent, xp)
+        else:
+            self.kernels = richardson_lucy_step(self.kernels, coherent, self.counts, self.used, self.shape, xp)
         self._refresh()
+
+    def _step_widths(self, coherent, xp) -> None:
+        """Each start's Gaussian width moved by :data:`WIDTH_STEP` (kept at least the grid's first nonzero width)
+        where that fits its coherent intensity to the counts better: alternating with the object's updates, a
+        descent on (object, width) of the blurred model's likelihood."""
+        spec = fft.rfftn(coherent, axes=_axes(len(self.shape), coherent.ndim))
+        for k, width in enumerate(self.sigmas):
+            tried = sorted({max(BLUR_WIDTHS[1], round(width + d, 3)) for d in (-WIDTH_STEP, 0.0, WIDTH_STEP)})
+            best = min(tried, key=lambda w: _deviance(spec[k], w, self.counts, self.used, xp))
+            if best != width:
+                self.sigmas[k] = best
+                self.kernels[k] = kernel_profile(self.shape, model=self.model, sigma=best, eta=self.eta, xp=xp)
 
     def kernel_detector_layout(self, start: int, to_host) -> np.ndarray:
         """Start ``start``'s kernel with its origin at index n//2 (the detector's layout), on the host."""
@@ -258,23 +281,21 @@ def blur_deviance(obj, intensity, mask=None, *, widths=BLUR_WIDTHS, xp=np) -> np
     obs = xp.fft.ifftshift(xp.asarray(intensity, dtype=np.float32))
     used = xp.ones(shape, bool) if mask is None else ~xp.fft.ifftshift(xp.asarray(mask, bool))
     y = fft.fftn(xp.asarray(obj, dtype=np.complex64), norm="ortho")
-    coherent = (y.real * y.real + y.imag * y.imag).astype(np.float32)
-    spec = fft.rfftn(coherent)
-    total = float(xp.sum(xp.where(used, obs, 0), dtype=np.float64))
-    safe_obs = xp.where(obs > 0, obs, 1)
-    count = max(1, int(used.sum()))
-    out = []
-    for width in widths:
-        if width > 0:
-            kernel = kernel_profile(shape, sigma=float(width), xp=xp)
-            model = xp.maximum(fft.irfftn(spec * fft.rfftn(kernel), s=shape), 0)
-        else:
-            model = coherent
-        model = model * np.float32(total / max(float(xp.sum(xp.where(used, model, 0), dtype=np.float64)), 1e-30))
-        model = xp.maximum(model, np.float32(1e-30))
-        term = xp.where(obs > 0, obs * xp.log(safe_obs / model), 0)
-        out.append(float(xp.sum(xp.where(used, 2 * (model - obs + term), 0), dtype=np.float64)) / count)
-    return np.array(out)
+    spec = fft.rfftn((y.real * y.real + y.imag * y.imag).astype(np.float32))
+    return np.array([_deviance(spec, width, obs, used, xp) for width in widths])
+
+
+def _deviance(spec, width: float, counts, used, xp) -> float:
+    """Poisson deviance per used pixel of ``counts`` against the coherent intensity whose rfftn is ``spec``
+    blurred by a Gaussian of std ``width`` pixels (0: unblurred), scaled to the counts' total."""
+    shape = tuple(counts.shape)
+    transfer = 1 if width == 0 else fft.rfftn(kernel_profile(shape, sigma=float(width), xp=xp))
+    model = xp.maximum(fft.irfftn(spec * transfer, s=shape), 0)
+    total = float(xp.sum(xp.where(used, counts, 0), dtype=np.float64))
+    model = model * np.float32(total / max(float(xp.sum(xp.where(used, model, 0), dtype=np.float64)), 1e-30))
+    model = xp.maximum(model, np.float32(1e-30))
+    term = xp.where(counts > 0, counts * xp.log(xp.where(counts > 0, counts, 1) / model), 0)
+    return float(xp.sum(xp.where(used, 2 * (model - counts + term), 0), dtype=np.float64)) / max(1, int(used.sum()))
 
 
 def blur_width(obj, intensity, mask=None, *, widths=BLUR_WIDTHS, xp=np) -> float:

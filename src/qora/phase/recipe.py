@@ -105,7 +105,10 @@ class Stage:
     psf_eta : float
         Pseudo-Voigt: the Lorentzian's share, in [0, 1].
     psf_every : int
-        A Richardson-Lucy update of the kernel every that many iterations (0: the kernel is kept).
+        The kernel refined every that many iterations (0: the kernel is kept).
+    psf_fit : {"rl", "width"}
+        How: a Richardson-Lucy step (the kernel free within its window) or a step of the Gaussian's width
+        (one parameter; :class:`qora.phase.coherence.Coherence`).
     band : float
         Noise-aware modulus (:mod:`qora.phase.band`): on measured pixels ``|F x|`` is kept within
         ``sqrt(I) +- band * 0.5`` (0.5 = the std of sqrt of Poisson counts, sqrt(photons)) and moved to the
@@ -157,6 +160,7 @@ class Stage:
     psf_sigma: float = 1.0
     psf_eta: float = 0.5
     psf_every: int = 5
+    psf_fit: str = "rl"
     band: float = 0.0
     masked: str = "free"
     switch: int = 0
@@ -266,7 +270,7 @@ class Stage:
             raise RecipeError(f"{where}: band and psf are two different modulus constraints; use one per stage")
 
     def _check_psf(self) -> None:
-        from qora.phase.coherence import MODELS
+        from qora.phase.coherence import FITS, MODELS
 
         if self.psf is None:
             return
@@ -286,6 +290,8 @@ class Stage:
             raise RecipeError(f"{where}: psf_eta must be in [0, 1], got {self.psf_eta}")
         if isinstance(self.psf_every, bool) or not isinstance(self.psf_every, numbers.Integral) or self.psf_every < 0:
             raise RecipeError(f"{where}: psf_every must be an integer >= 0, got {self.psf_every!r}")
+        if self.psf_fit not in FITS:
+            raise RecipeError(f"{where}: psf_fit must be one of {FITS}, got {self.psf_fit!r}")
 
     @property
     def kind(self) -> str:
@@ -338,7 +344,7 @@ def _fmt(v) -> str:
 _STAGE = re.compile(r"\s*([A-Za-z]+)\s*(?:\(([^()]*)\))?\s*\*\*\s*(\d+)\s*")
 _OPTION_TYPES = {"beta": float, "sw": int, "sigma": float, "sigma_min": float, "threshold": float,
                  "constraint": str, "stat": str, "smin": float, "smax": float, "detwin": int, "grow": int, "psf": str,
-                 "psf_sigma": float, "psf_eta": float, "psf_every": int, "band": float, "masked": str, "switch": int,
+                 "psf_sigma": float, "psf_eta": float, "psf_every": int, "psf_fit": str, "band": float, "masked": str, "switch": int,
                  "shape": str, "prange": float, "sharpen": float,
                  "average": int, "settle": int}
 
@@ -356,7 +362,7 @@ def _parse_options(text: str, where: str) -> dict:
         if key in ("constraint", "shape", "psf"):
             out[key] = None if value.lower() == "none" else value.lower()
             continue
-        if key in ("stat", "masked"):
+        if key in ("stat", "masked", "psf_fit"):
             out[key] = value.lower()
             continue
         try:
@@ -507,7 +513,7 @@ def with_grown_finish(recipe: "Recipe") -> "Recipe":
     carry on (:meth:`qora.phase.Solver.run`)."""
     last = recipe.stages[-1]
     finish = Stage("ER", GROWN_FINISH_ITERATIONS, grow=GROWN_FINISH_VOXELS, psf=last.psf, psf_sigma=last.psf_sigma,
-                   psf_eta=last.psf_eta, psf_every=last.psf_every)
+                   psf_eta=last.psf_eta, psf_every=last.psf_every, psf_fit=last.psf_fit)
     return Recipe(tuple(recipe.stages) + (finish,))
 
 

@@ -16,6 +16,7 @@ from qora.phase.checks import (check_bool_array, check_choice, check_intensity, 
 from qora.phase.physics import native_amplitude
 from qora.phase.options import PhaseOptions
 from qora.phase.result import PhaseResult
+from qora.phase.scores import final_scores, slabs, unitary_in_place
 from qora.phase.stage_kinds import STAGE_KINDS
 from qora.phase.symmetry import choose_recipe
 from qora.phase.recipe import (default_recipe, is_default, is_envelope, looks_like_counts, named_recipe,
@@ -83,26 +84,6 @@ def random_start(amp_native, support, seed: int, start: int, xp=np):
     return xp.where(xp.asarray(support), x, 0).astype(np.complex64)
 
 
-def _slabs(length: int, count: int = 8):
-    step = max(1, -(-length // count))
-    return [slice(i, min(length, i + step)) for i in range(0, length, step)]
-
-
-def _unitary_in_place(engine, *, inverse: bool) -> None:
-    """Unitary F (or F^-1) of every start in the engine's x, in place: with the engine's own
-    unscaled fp32 plan where it has one (no second cuFFT work area on the device), else a
-    cached ortho plan start by start."""
-    x = engine.x
-    plan = getattr(engine, "plan", None)
-    if plan is not None:
-        (plan.inverse if inverse else plan.forward)(x, out=x)
-        x *= np.float32(engine.scale)
-        return
-    plan = engine.backend.fft.c2c(engine.shape, np.complex64, norm="ortho")
-    for k in range(engine.batch):
-        (plan.inverse if inverse else plan.forward)(x[k], out=x[k])
-
-
 def fill_random_starts(engine, seed: int, ids) -> None:
     """Write the random starts ``ids`` into the engine's own x (and zeros past them), in place.
 
@@ -117,22 +98,14 @@ def fill_random_starts(engine, seed: int, ids) -> None:
             x[k].fill(0)
             continue
         phase = start_phases(seed, ids[k], engine.shape)
-        for sl in _slabs(engine.shape[0]):
+        for sl in slabs(engine.shape[0]):
             x[k][sl] = xp.exp(1j * xp.asarray(phase[sl]))
             x[k][sl] *= xp.maximum(engine.amp[sl], np.float32(0))
-    _unitary_in_place(engine, inverse=True)
+    unitary_in_place(engine, inverse=True)
     for k in range(engine.batch):
-        for sl in _slabs(engine.shape[0]):
+        for sl in slabs(engine.shape[0]):
             x[k][sl] *= engine.support[k][sl]
     engine.x_written()
-
-
-def _poisson_deviance_sum(calc, obs, xp=np) -> float:
-    """Sum over pixels of the Poisson deviance 2 (calc - obs + obs log(obs / calc))."""
-    calc = xp.maximum(calc.astype(np.float64), 1e-30)
-    safe_obs = xp.where(obs > 0, obs, 1.0)
-    term = xp.where(obs > 0, obs * xp.log(safe_obs / calc), 0.0)
-    return float(xp.sum(2.0 * (calc - obs + term)))
 
 
 class Solver:
@@ -330,7 +303,9 @@ class Solver:
             all_s.append(engine.get_support()[: len(ids)])
             if self._coherence is not None:
                 all_psf.extend(self._coherence.kernel_detector_layout(k, self.backend.to_host) for k in range(len(ids)))
-            final, group_llk, group_free = self._final_scores(engine, len(ids))  # last: it transforms x
+            psf = self._coherence if recipe.stages[-1].psf else None  # the model the last stage fitted
+            final, group_llk, group_free = final_scores(engine, len(ids), intensity=self.intensity, mask=self.mask,
+                                                        free=self.free, psf=psf)  # last: it transforms x
             all_err.append((errs[:, : len(ids)], final))
             all_llk[0].extend(group_llk)
             all_llk[1].extend(group_free)
@@ -469,7 +444,7 @@ class Solver:
             state = self._coherence = Coherence(engine, model=stage.psf, sigma=stage.psf_sigma or 1.0,
                                                  eta=stage.psf_eta, amp=self.amp, sigmas=sigmas)
             state.sigma = float(stage.psf_sigma)  # what matches() compares: the option as written
-        state.every = stage.psf_every
+        state.every, state.fit = stage.psf_every, stage.psf_fit  # shared kernel; the stage says how it is refined
         return state
 
     def _shrinkwrap(self, engine, stage, update, updates, iteration, ids) -> None:
@@ -484,39 +459,6 @@ class Solver:
             if status != "ok":
                 self._support_log.append({"start": int(start), "iteration": int(iteration), "status": status})
 
-    def _final_scores(self, engine, count: int):
-        """For the engine's first ``count`` starts: the Fourier error of the final object, and
-        the Poisson deviance per pixel on the used and on the held-out pixels (NaN where
-        there are none).
-
-        The objects are transformed in place in the engine's x (they are on the host by
-        then) and the sums taken slab by slab in the FFT layout, so the device needs only a
-        slab's temporaries beyond the engine's buffers.
-        """
-        xp = self.backend.xp
-        measured = ~self.mask if self.mask is not None else np.ones(self.shape, bool)
-        used = np.fft.ifftshift(measured & ~self.free)
-        free = np.fft.ifftshift(self.free)
-        obs = np.fft.ifftshift(self.intensity)
-        _unitary_in_place(engine, inverse=False)
-        x = engine.x
-        errors, llk, free_llk = [], [], []
-        for k in range(count):
-            sums = np.zeros((2, 2))  # (used, free) x (deviance sum, pixel count)
-            misfit = 0.0
-            for sl in _slabs(self.shape[0]):
-                modulus = xp.abs(x[k][sl])
-                amp = engine.amp[sl]
-                misfit += float(xp.sum(xp.where(amp >= 0, (modulus - amp) ** 2, 0), dtype=np.float64))
-                calc = modulus**2
-                for row, sel in ((0, used[sl]), (1, free[sl])):
-                    if sel.any():
-                        sel_d = xp.asarray(sel)
-                        sums[row] += (_poisson_deviance_sum(calc[sel_d], xp.asarray(obs[sl])[sel_d], xp), sel.sum())
-            errors.append(np.sqrt(misfit / engine.denominator))
-            llk.append(sums[0, 0] / sums[0, 1] if sums[0, 1] else float("nan"))
-            free_llk.append(sums[1, 0] / sums[1, 1] if sums[1, 1] else float("nan"))
-        return np.array(errors), llk, free_llk
 
 
 def reconstruct(intensity, options: PhaseOptions | None = None, *, support=None, mask=None, backend="auto",
