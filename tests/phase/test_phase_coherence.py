@@ -214,6 +214,7 @@ def test_a_psf_run_is_scored_by_the_blurred_model():
                            starts=1)
     y = np.fft.fftn(np.fft.ifftshift(coherent.object.astype(np.complex128)), norm="ortho")
     assert coherent.final_errors[0] == pytest.approx(np.sqrt(np.sum((np.abs(y) - a) ** 2) / np.sum(a**2)), rel=1e-4)
+    assert psf.blurred_model and not coherent.blurred_model and coherent.psf is not None
 
 
 @pytest.mark.parametrize("text, message", [
@@ -306,6 +307,7 @@ def test_named_partial_coherence_recipe_and_the_cli(tmp_path):
                                    "--starts", "1", "--backend", "cpu", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "partial coherence: the kernel found" in res.output
+    assert "Fourier error" in res.output and "(of its intensity blurred by the fitted psf)" in res.output
     bad = CliRunner().invoke(cli, ["phase", "run", str(pattern), "--recipe", "ER(psf=airy)**3", "--out",
                                    str(tmp_path / "x.cxi"), "--backend", "cpu"])
     assert bad.exit_code != 0 and "psf must be" in bad.output

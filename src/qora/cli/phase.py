@@ -197,7 +197,9 @@ def run_cmd(data, mask, support, recipe, starts, seed, rank, backend, variant, b
     if steps is not None:
         result.preprocessing = steps
     write_result(out, result)
-    click.echo(f"best start {result.best} of {result.starts}: Fourier error {result.fourier_error:.3e}; wrote {out}")
+    of_model = " (of its intensity blurred by the fitted psf)" if result.blurred_model else ""
+    click.echo(f"best start {result.best} of {result.starts}: Fourier error {result.fourier_error:.3e}{of_model}; "
+               f"wrote {out}")
     _echo_trust(result)
     if plot is not None:
         plot_result(plot, result)

@@ -22,9 +22,11 @@ class PhaseResult:
         Its final support.
     errors : ndarray (iterations, starts)
         Fourier error of every iterate of every start (relative, dimensionless:
-        sqrt(sum (|F x| - a)^2 / sum a^2) over the measured pixels).
+        sqrt(sum (|F x| - a)^2 / sum a^2) over the measured pixels; in a psf stage |F x|^2 is blurred by the
+        kernel).
     final_errors : ndarray (starts,)
-        Fourier error of each start's final object (dimensionless).
+        Fourier error of each start's final object (dimensionless), of the model its last stage fitted: blurred
+        by its kernel when that stage had ``psf`` (:attr:`blurred_model`, :mod:`qora.phase.scores`).
     llk, free_llk : ndarray (starts,)
         Poisson deviance per pixel on the measured pixels used, and on the
         held-out pixels (NaN when none were held out).
@@ -97,6 +99,17 @@ class PhaseResult:
     @property
     def fourier_error(self) -> float:
         return float(self.final_errors[self.best])
+
+    @property
+    def blurred_model(self) -> bool:
+        """Whether the run ended on a psf stage, so that its final errors and deviances are of the intensity
+        blurred by the fitted kernel (``psf``)."""
+        from qora.phase.recipe import Recipe, RecipeError
+
+        try:
+            return self.psf is not None and Recipe.parse(self.recipe).stages[-1].psf is not None
+        except RecipeError:  # a search that is not a list of stages (the real-object envelope)
+            return False
 
     def widget(self):
         """A notebook widget showing the amplitude, phase or support (and, in 3D, any plane) of the
