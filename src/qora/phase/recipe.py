@@ -344,8 +344,8 @@ def _fmt(v) -> str:
 _STAGE = re.compile(r"\s*([A-Za-z]+)\s*(?:\(([^()]*)\))?\s*\*\*\s*(\d+)\s*")
 _OPTION_TYPES = {"beta": float, "sw": int, "sigma": float, "sigma_min": float, "threshold": float,
                  "constraint": str, "stat": str, "smin": float, "smax": float, "detwin": int, "grow": int, "psf": str,
-                 "psf_sigma": float, "psf_eta": float, "psf_every": int, "psf_fit": str, "band": float, "masked": str, "switch": int,
-                 "shape": str, "prange": float, "sharpen": float,
+                 "psf_sigma": float, "psf_eta": float, "psf_every": int, "psf_fit": str, "band": float, "masked": str,
+                 "switch": int, "shape": str, "prange": float, "sharpen": float,
                  "average": int, "settle": int}
 
 

@@ -3,8 +3,9 @@
 The model is the one the run's last stage fitted: the coherent intensity ``|F x|^2``, or, after a stage with the
 psf model (:mod:`qora.phase.coherence`), that intensity blurred by the start's kernel. Scoring a partially
 coherent run by its unblurred intensity would charge it with the blur it modelled: the same object, the same
-counts, and an error that no longer says how well the run fits them (docs/phase.md, "The final error of a psf
-run"). The per-iteration errors of a psf stage are already of the blurred model, as are cohere's.
+counts, and an error that no longer says how well the run fits them (docs/phase.md, "Partial coherence": "A run
+is scored by the model it fitted"). The per-iteration errors of a psf stage are already of the blurred model, as
+are cohere's.
 
 Everything runs on the engine's arrays, slab by slab where no blur is needed, so that the device holds only a
 slab's temporaries beyond the engine's buffers.
