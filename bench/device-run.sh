@@ -34,6 +34,8 @@ for b in ${BENCH:-}; do
                  cuda gp tv plain tv:0.08 ;;
     # .bragg-data/cohere_crop144.npy: OUT_DIR/crop.npy of `bragg_floor_probe.py prep SCAN.tar.xz OUT_DIR` (cohere's preparation)
     bragg-cohere) timeout 400 python3 bench/probes/bragg_crop_probe.py .bragg-data/cohere_crop144.npy cuda 10 ${BRAGG_RECIPES:-default} ;;
+    bragg-models) timeout "${BRAGG_LIMIT:-240}" python3 bench/probes/bragg_models_probe.py .bragg-data/cohere_crop144.npy cuda 10 0 \
+                    ${BRAGG_RUNS:-default} ;;
     bragg-crop) timeout 400 python3 bench/probes/bragg_crop_probe.py .bragg-data/scan54_crop128.npy cuda 4 ${BRAGG_RECIPES:-default cohere} ;;
     envelope-timing) QORA_CDI_DATA=${QORA_CDI_DATA:-.cdi-data} timeout 200 python3 bench/probes/envelope_timing.py cuda 10 ;;
     phase-logo) QORA_CDI_DATA=${QORA_CDI_DATA:-.cdi-data} timeout 300 $Q bench --out "$OUT/results" phase-success \

@@ -13,7 +13,7 @@ RUN names (each a recipe string built here, run with ``reconstruct``):
   sharp-width    the psf's Gaussian width stepped every 20 iterations (psf_fit=width) instead of Richardson-Lucy
 For each, the starts' final errors and, for the best object, its amplitude error against the counts under a
 Gaussian blur of 0 and of the width that fits best (model scaled to the measured total), and the Poisson deviance
-a voxel at that width. Prints one line per run; with $OUT set, saves the best objects there.
+a voxel at that width. Prints one line per run; with $QORA_SAVE_OBJECTS (a folder) set, saves the best objects there.
 """
 
 import os
@@ -68,7 +68,7 @@ def main(argv):
     starts = int(argv[2]) if len(argv) > 2 else 4
     seed = int(argv[3]) if len(argv) > 3 else 0
     table = runs()
-    out = os.environ.get("OUT")
+    out = os.environ.get("QORA_SAVE_OBJECTS")
     for name in argv[4:] or list(table):
         t0 = time.perf_counter()
         result = reconstruct(counts, recipe=table[name], starts=starts, seed=seed, backend=backend)
