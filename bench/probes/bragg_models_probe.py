@@ -76,7 +76,8 @@ def main(argv):
         fit = blurred_fit(np.asarray(result.object), counts)
         best = min(fit, key=lambda f: f[2])
         print(f"{name}: final errors {np.round(result.final_errors, 4).tolist()}, best {result.fourier_error:.4f}; "
-              f"support {int(result.support.sum())}; {result.choice or ''}; unblurred amplitude error "
+              f"support {int(result.support.sum())}; {result.choice or ''}; "
+              f"{result.agreement['message'] if result.agreement else ''}; unblurred amplitude error "
               f"{fit[0][1]:.4f} (deviance {fit[0][2]:.4f}); best blur {best[0]} px: amplitude error {best[1]:.4f}, "
               f"deviance {best[2]:.4f}; {seconds:.1f} s", flush=True)
         if out:
