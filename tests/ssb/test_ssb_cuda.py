@@ -516,17 +516,24 @@ def test_icom_obf_and_wdd_on_the_device_equal_the_cpu(sessions, single, method):
     assert _rel(gpu_counts.image(ab, method), cpu_counts.image(ab, method)) < (1e-4 if method == "wdd" else 1e-5)
 
 
-@pytest.mark.parametrize("rows,work_bytes", [(64, None), (97, 4096)], ids=["one-plan", "prime-rows-in-chunks"])
+@pytest.mark.parametrize("rows,chunked", [(64, False), (1031, True)], ids=["one-plan", "prime-rows-in-chunks"])
 @pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
-def test_g_is_transformed_along_the_scan_rows_in_place(gpu_module, monkeypatch, rows, work_bytes, dtype):
+def test_g_is_transformed_along_the_scan_rows_in_place(gpu_module, monkeypatch, rows, chunked, dtype):
     """stream.transform_rows against NumPy's float64 transform along axis 0: one strided plan where
-    its work area fits, else the columns in chunks (97 rows: cuFFT's Bluestein work space per column,
-    the budget cut to 4 KB so that the chunks and their remainder plan run)."""
+    its work area fits, else the columns in chunks (1031 rows, a prime above cuFFT's radix kernels: Bluestein,
+    with work space per column; the budget cut to 2/5 of the whole plan's so that chunks of 66 columns and the
+    remainder's plan run. 97 rows took no work area on the H100's cuFFT)."""
     import cupy as cp
 
     from qora.backend import fft as backend_fft
     from qora.ssb import stream
 
+    if chunked:
+        kind = backend_fft.C2C if dtype == np.complex64 else backend_fft.Z2Z
+        whole = backend_fft.RawPlan(kind, (rows,), batch=165, inembed=(rows,), onembed=(rows,), idist=1, odist=1,
+                                    stride=165)
+        assert whole.work_size > 0  # the premise: this row count takes work space per column
+        monkeypatch.setattr(stream, "WORK_BYTES", whole.work_size * 2 // 5)
     batches = []
 
     class Recorded(backend_fft.RawPlan):
@@ -535,15 +542,13 @@ def test_g_is_transformed_along_the_scan_rows_in_place(gpu_module, monkeypatch, 
             batches.append(self.batch)
 
     monkeypatch.setattr(backend_fft, "RawPlan", Recorded)
-    if work_bytes is not None:
-        monkeypatch.setattr(stream, "WORK_BYTES", work_bytes)
     rng = np.random.default_rng(3)
     x = (rng.standard_normal((rows, 5, 33)) + 1j * rng.standard_normal((rows, 5, 33))).astype(dtype)
     G = cp.asarray(x)
     stream.transform_rows(G)
     ref = np.fft.fft(x.astype(np.complex128), axis=0)
     assert _rel(G.get(), ref) < (5e-6 if dtype == np.complex64 else 1e-12)
-    if work_bytes is None:
+    if not chunked:
         assert batches == [165]
     else:
         assert batches[0] == 165 and 0 < batches[1] < 165 and len(batches) == 2 + (165 % batches[1] > 0)
