@@ -188,6 +188,7 @@ class Coherence:
         self.sigmas = [float(sigma)] * engine.batch if sigmas is None else [float(s) for s in sigmas]
         self.used = amp >= 0
         self.counts = xp.where(self.used, amp * amp, 0).astype(np.float32)
+        self._measured = None  # the counts' shared sums for psf_fit=width, made at its first step
         self.iterations = 0
         self._refresh()
 
@@ -210,9 +211,11 @@ class Coherence:
         where that fits its coherent intensity to the counts better: alternating with the object's updates, a
         descent on (object, width) of the blurred model's likelihood."""
         spec = fft.rfftn(coherent, axes=_axes(len(self.shape), coherent.ndim))
+        if self._measured is None:
+            self._measured = _Measured(self.counts, self.used, xp)
         for k, width in enumerate(self.sigmas):
             tried = sorted({max(BLUR_WIDTHS[1], round(width + d, 3)) for d in (-WIDTH_STEP, 0.0, WIDTH_STEP)})
-            best = min(tried, key=lambda w: _deviance(spec[k], w, self.counts, self.used, xp))
+            best = min(tried, key=lambda w: self._measured.deviance(spec[k], w))
             if best != width:
                 self.sigmas[k] = best
                 self.kernels[k] = kernel_profile(self.shape, model=self.model, sigma=best, eta=self.eta, xp=xp)
@@ -282,20 +285,30 @@ def blur_deviance(obj, intensity, mask=None, *, widths=BLUR_WIDTHS, xp=np) -> np
     used = xp.ones(shape, bool) if mask is None else ~xp.fft.ifftshift(xp.asarray(mask, bool))
     y = fft.fftn(xp.asarray(obj, dtype=np.complex64), norm="ortho")
     spec = fft.rfftn((y.real * y.real + y.imag * y.imag).astype(np.float32))
-    return np.array([_deviance(spec, width, obs, used, xp) for width in widths])
+    measured = _Measured(obs, used, xp)
+    return np.array([measured.deviance(spec, width) for width in widths])
 
 
-def _deviance(spec, width: float, counts, used, xp) -> float:
-    """Poisson deviance per used pixel of ``counts`` against the coherent intensity whose rfftn is ``spec``
-    blurred by a Gaussian of std ``width`` pixels (0: unblurred), scaled to the counts' total."""
-    shape = tuple(counts.shape)
-    transfer = 1 if width == 0 else fft.rfftn(kernel_profile(shape, sigma=float(width), xp=xp))
-    model = xp.maximum(fft.irfftn(spec * transfer, s=shape), 0)
-    total = float(xp.sum(xp.where(used, counts, 0), dtype=np.float64))
-    model = model * np.float32(total / max(float(xp.sum(xp.where(used, model, 0), dtype=np.float64)), 1e-30))
-    model = xp.maximum(model, np.float32(1e-30))
-    term = xp.where(counts > 0, counts * xp.log(xp.where(counts > 0, counts, 1) / model), 0)
-    return float(xp.sum(xp.where(used, 2 * (model - counts + term), 0), dtype=np.float64)) / max(1, int(used.sum()))
+class _Measured:
+    """The counts a blurred model is scored against, with the sums every width shares taken once."""
+
+    def __init__(self, counts, used, xp) -> None:
+        self.counts, self.used, self.xp = counts, used, xp
+        self.total = float(xp.sum(xp.where(used, counts, 0), dtype=np.float64))
+        self.pixels = max(1, int(used.sum()))
+        self.safe = xp.where(counts > 0, counts, 1)
+
+    def deviance(self, spec, width: float) -> float:
+        """Poisson deviance per used pixel of the counts against the coherent intensity whose rfftn is ``spec``
+        blurred by a Gaussian of std ``width`` pixels (0: unblurred), scaled to the counts' total."""
+        xp, counts, used = self.xp, self.counts, self.used
+        shape = tuple(counts.shape)
+        transfer = 1 if width == 0 else fft.rfftn(kernel_profile(shape, sigma=float(width), xp=xp))
+        model = xp.maximum(fft.irfftn(spec * transfer, s=shape), 0)
+        model = model * np.float32(self.total / max(float(xp.sum(xp.where(used, model, 0), dtype=np.float64)), 1e-30))
+        model = xp.maximum(model, np.float32(1e-30))
+        term = xp.where(counts > 0, counts * xp.log(self.safe / model), 0)
+        return float(xp.sum(xp.where(used, 2 * (model - counts + term), 0), dtype=np.float64)) / self.pixels
 
 
 def blur_width(obj, intensity, mask=None, *, widths=BLUR_WIDTHS, xp=np) -> float:
