@@ -65,3 +65,20 @@ def test_gather_runs_refuses_a_strided_view():
     runs = pixel_runs([1, 1], [2, 3])
     with pytest.raises(ValueError, match="C-contiguous"):
         gather_runs(data[:, :, ::-1], 0, runs, np.empty((2, 4, 2), np.uint16))
+
+
+@pytest.mark.skipif(not STREAMING_STORES, reason="streaming stores need an x86-64 host")
+@pytest.mark.parametrize("block_bytes,threads,streams", [(64 << 20, 8, True), (64 << 20, 2, False),
+                                                          ((64 << 20) - 4, 16, False)])
+def test_the_default_streams_only_large_blocks_on_many_threads(monkeypatch, block_bytes, threads, streams):
+    """streaming=None takes the streaming stores for an output block beyond the last cache on a host of many threads
+    (where they saved 10% of step 2), the ordinary ones for a cached block or a few threads (where they cost)."""
+    from qora.ssb import bright_runs
+
+    taken = []
+    monkeypatch.setattr(bright_runs, "numba_threads", lambda: threads)
+    monkeypatch.setattr(bright_runs, "_gather", lambda *a: taken.append("ordinary"))
+    monkeypatch.setattr(bright_runs, "_gather_streaming", lambda *a: taken.append("streaming"))
+    out = np.empty((1, 2, block_bytes // 4), np.uint16)  # two frames: one pair of whole words
+    gather_runs(np.zeros((3, 2, 4, 4), np.uint16), 0, pixel_runs(np.array([0]), np.array([1])), out)
+    assert taken == ["streaming" if streams else "ordinary"]

@@ -516,13 +516,13 @@ def test_icom_obf_and_wdd_on_the_device_equal_the_cpu(sessions, single, method):
     assert _rel(gpu_counts.image(ab, method), cpu_counts.image(ab, method)) < (1e-4 if method == "wdd" else 1e-5)
 
 
-@pytest.mark.parametrize("rows,chunked", [(64, False), (1031, True)], ids=["one-plan", "prime-rows-in-chunks"])
+@pytest.mark.parametrize("rows,chunked", [(64, False), (4099, True)], ids=["one-plan", "prime-rows-in-chunks"])
 @pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
 def test_g_is_transformed_along_the_scan_rows_in_place(gpu_module, monkeypatch, rows, chunked, dtype):
     """stream.transform_rows against NumPy's float64 transform along axis 0: one strided plan where
-    its work area fits, else the columns in chunks (1031 rows, a prime above cuFFT's radix kernels: Bluestein,
-    with work space per column; the budget cut to 2/5 of the whole plan's so that chunks of 66 columns and the
-    remainder's plan run. At 97 rows the H100's cuFFT asked for no more than 4 KB, so no chunk ran)."""
+    its work area fits, else the columns in chunks (4099 rows, a prime: work space per column, 138 KB in the H100's
+    cuFFT 13.2; the budget cut to 2/5 of the whole plan's so that chunks of 66 columns and the remainder's plan
+    run. At 97 and 1031 rows that cuFFT asked for no work area at all, so no chunk ran)."""
     import cupy as cp
 
     from qora.backend import fft as backend_fft

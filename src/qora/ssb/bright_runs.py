@@ -41,10 +41,13 @@ def pixel_runs(rows, cols) -> np.ndarray:
 # memcpy's non-temporal stores skip the first. Numba emits none, so an intrinsic marks a 32-bit store with LLVM's
 # !nontemporal (MOVNTI on x86-64; docs/ssb-performance.md, section 29). Elsewhere the ordinary gather runs.
 STREAMING_STORES = platform.machine().lower() in ("x86_64", "amd64")
-# Off by default until a device host measures a gain: on the 2-core development machine, whose two threads do not
-# saturate its memory, the streaming gather ran at 0.85-1.0x the ordinary one (section 29). The step-2 probe
-# (bench/probes/prepare_floor.py) times both.
-STREAMING_DEFAULT = False
+# Taken by default where they pay (docs/ssb-performance.md, section 30): an output block larger than the host's last
+# cache (written back to memory anyway) on a host of many threads (whose gather is bound by memory traffic). On a
+# 16-thread H100 host step 2 went 0.194 -> 0.175 s with them, while a gather into one row's block (cached) slowed
+# 0.080 -> 0.115 s; on the 2-core development machine they ran at 0.85-1.0x (section 29).
+STREAMING_DEFAULT = True
+STREAMING_FROM_BYTES = 64 << 20  # an output block at least this large
+STREAMING_FROM_THREADS = 8  # on a host with at least this many threads
 
 
 @intrinsic
@@ -130,12 +133,13 @@ def gather_runs(data: np.ndarray, s0: int, runs: np.ndarray, out: np.ndarray, *,
     """``out[i, c, :] = the pixels of data[s0 + i, c]`` for ``out`` (n, scan_col, pixels) of the
     data's dtype, the pixels given by their :func:`pixel_runs`; in parallel over frames. ``data``
     and ``out`` C-contiguous. ``streaming``: write ``out`` by non-temporal stores (None: :data:`STREAMING_DEFAULT`,
-    where the host and the layout allow them); the pixels are the same either way."""
+    where the block, the host's threads and the layout allow them); the pixels are the same either way."""
     if not (data.flags.c_contiguous and out.flags.c_contiguous):
         raise ValueError("gather_runs needs C-contiguous data and output")
     numba_threads()
     if streaming is None:
-        streaming = STREAMING_DEFAULT and _streams(out)
+        streaming = (STREAMING_DEFAULT and out.nbytes >= STREAMING_FROM_BYTES and numba_threads() >= STREAMING_FROM_THREADS
+                     and _streams(out))
     elif streaming and not _streams(out):
         raise ValueError(f"streaming stores need an x86-64 host and 2- or 4-byte pixels, 32-bit aligned; got "
                          f"{platform.machine()}, {out.dtype} at address {out.ctypes.data:#x}")
