@@ -552,3 +552,28 @@ def test_g_is_transformed_along_the_scan_rows_in_place(gpu_module, monkeypatch, 
         assert batches == [165]
     else:
         assert batches[0] == 165 and 0 < batches[1] < 165 and len(batches) == 2 + (165 % batches[1] > 0)
+
+
+def test_g_rows_go_in_chunks_where_cufft_refuses_the_whole_plan(gpu_module, monkeypatch):
+    """A plan cuFFT refuses (the H100's cuFFT 13.2 refused 1031 rows x 2,252,605 columns) is halved until one plans:
+    here plans of more than 100 columns are refused, so 165 columns go as 83 and 82, and G is still the transform."""
+    import cupy as cp
+
+    from qora.backend import fft as backend_fft
+    from qora.ssb import stream
+
+    batches = []
+
+    class Refusing(backend_fft.RawPlan):
+        def __init__(self, *args, batch=1, **kw):
+            if batch > 100:
+                raise RuntimeError("cuFFT plan refused (status 8)")
+            super().__init__(*args, batch=batch, **kw)
+            batches.append(batch)
+
+    monkeypatch.setattr(backend_fft, "RawPlan", Refusing)
+    x = np.random.default_rng(4).standard_normal((64, 5, 33)).astype(np.complex64)
+    G = cp.asarray(x)
+    stream.transform_rows(G)
+    assert batches == [83, 82]
+    assert _rel(G.get(), np.fft.fft(x.astype(np.complex128), axis=0)) < 5e-6

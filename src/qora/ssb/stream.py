@@ -110,7 +110,8 @@ def transform_rows(G) -> None:
     transforms run down the columns (stride = the columns, idist 1), so no copy of G and no slab of
     temporaries (ssb-full, H100: 49 -> 18 ms with the scale, docs/ssb-performance.md section 27).
     Where the plan's work area would pass :data:`WORK_BYTES` (a row count with a large prime factor:
-    cuFFT's Bluestein transforms take work space per transform), the columns go in chunks."""
+    cuFFT's Bluestein transforms take work space per transform), or cuFFT refuses so many columns in one plan (the
+    H100's cuFFT 13.2: 1031 rows x 2,252,605 columns, CUFFT_INVALID_SIZE), the columns go in chunks."""
     from qora.backend.fft import C2C, FORWARD, Z2Z, RawPlan, WorkArea
 
     rows, columns = G.shape[0], G.size // G.shape[0]
@@ -121,9 +122,17 @@ def transform_rows(G) -> None:
         return RawPlan(C2C if G.dtype == np.complex64 else Z2Z, (rows,), batch=batch, inembed=(rows,),
                        onembed=(rows,), idist=1, odist=1, stride=columns)
 
-    whole = plan(columns)
-    chunk = columns if whole.work_size <= WORK_BYTES else max(1, columns * WORK_BYTES // whole.work_size)
-    plans = {chunk: whole if chunk == columns else plan(chunk)}
+    first = columns
+    while True:
+        try:
+            whole = plan(first)
+            break
+        except RuntimeError:  # cuFFT refused the layout: half the columns a plan
+            if first == 1:
+                raise
+            first = (first + 1) // 2
+    chunk = first if whole.work_size <= WORK_BYTES else max(1, first * WORK_BYTES // whole.work_size)
+    plans = {chunk: whole if chunk == first else plan(chunk)}
     if columns % chunk:
         plans[columns % chunk] = plan(columns % chunk)
     work = WorkArea()
