@@ -136,9 +136,9 @@ def gather_runs(data: np.ndarray, s0: int, runs: np.ndarray, out: np.ndarray, *,
     where the block, the host's threads and the layout allow them); the pixels are the same either way."""
     if not (data.flags.c_contiguous and out.flags.c_contiguous):
         raise ValueError("gather_runs needs C-contiguous data and output")
-    numba_threads()
+    threads = numba_threads()
     if streaming is None:
-        streaming = (STREAMING_DEFAULT and out.nbytes >= STREAMING_FROM_BYTES and numba_threads() >= STREAMING_FROM_THREADS
+        streaming = (STREAMING_DEFAULT and out.nbytes >= STREAMING_FROM_BYTES and threads >= STREAMING_FROM_THREADS
                      and _streams(out))
     elif streaming and not _streams(out):
         raise ValueError(f"streaming stores need an x86-64 host and 2- or 4-byte pixels, 32-bit aligned; got "
