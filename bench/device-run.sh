@@ -6,6 +6,8 @@
 set -u
 OUT=${OUT:-/tmp/qora-out}
 mkdir -p "$OUT/results"
+# .whl (git-ignored, carried): the wheels the device lacks, for its Python 3.12: click, ducc0, h5py, numcodecs, pyzmq,
+# tifffile, tqdm, and fabio (the ESRF logo's EDF files: phase-logo and envelope-timing fail without it)
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     >/dev/null 2>&1 || { echo "wheels did not install"; exit 3; }
