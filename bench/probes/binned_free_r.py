@@ -93,8 +93,9 @@ def rfactors(obj, binned, sets, b):
     return [float(np.sum(np.abs(model - data)[s]) / np.sum(data[s])) for s in sets]
 
 
-def search(pattern, rngs, run, ndi, threshold=0.15, grow=envelope.GROW):
-    """envelope.search with the positivity passes' shrinkwrap threshold (0.15 there) as a parameter."""
+def envelope_stage(pattern, rngs, run, ndi):
+    """envelope.search's first stage (complex HIO/ER from the autocorrelation, shrinkwrapped): (x, support, steps,
+    draw), what the probes' variants of the positivity passes start from."""
     E = envelope
     xp, shape = pattern.xp, pattern.shape
     steps = E._Supports(xp, ndi, len(shape))
@@ -109,6 +110,14 @@ def search(pattern, rngs, run, ndi, threshold=0.15, grow=envelope.GROW):
     for sigma in E._sigmas(2.0, 0.5, cycles):
         x = run.complex(run.complex(x, support, hio, hio=True), support, er, hio=False)
         support = steps.shrinkwrap(x, support, sigma, 0.25)
+    return x, support, steps, draw
+
+
+def search(pattern, rngs, run, ndi, threshold=0.15, grow=envelope.GROW):
+    """envelope.search with the positivity passes' shrinkwrap threshold (0.15 there) as a parameter."""
+    E = envelope
+    shape = pattern.shape
+    x, support, steps, draw = envelope_stage(pattern, rngs, run, ndi)
     first, cycles, hio, er = E.POSITIVE
     for _ in range(2):
         support = steps.grown(support, grow)

@@ -25,7 +25,7 @@ import scipy.ndimage
 
 sys.path.insert(0, os.path.dirname(__file__))
 import locator as loc  # noqa: E402
-from binned_free_r import FineIterations, FinePattern, held_out_bins, rfactors  # noqa: E402
+from binned_free_r import FineIterations, FinePattern, envelope_stage, held_out_bins, rfactors  # noqa: E402
 
 from qora.phase import analysis, envelope as E  # noqa: E402
 
@@ -59,16 +59,7 @@ def search(pattern, rngs, run, ndi, L=None, mode="none", threshold=0.15, trace=N
         if mode == "both":
             bound = support.copy()
     else:
-        start = E._autocorrelation(pattern)
-        x = draw(lambda r: (r.random(shape) * np.exp(2j * np.pi * r.random(shape))).astype(np.complex64)) * start
-        support = np.broadcast_to(start, x.shape)
-        first, cycles, hio, er = E.ENVELOPE
-        x = run.complex(x, support, first, hio=True)
-        support = np.broadcast_to(E._twin_half(start, xp, ndi), x.shape)
-        x = x * support
-        for sigma in E._sigmas(2.0, 0.5, cycles):
-            x = run.complex(run.complex(x, support, hio, hio=True), support, er, hio=False)
-            support = steps.shrinkwrap(x, support, sigma, 0.25)
+        x, support, _, _ = envelope_stage(pattern, rngs, run, ndi)
         if trace:
             trace("envelope", support)
         if mode == "bound":
