@@ -72,7 +72,8 @@ def test_gather_runs_refuses_a_strided_view():
                                                           ((64 << 20) - 4, 16, False)])
 def test_the_default_streams_only_large_blocks_on_many_threads(monkeypatch, block_bytes, threads, streams):
     """streaming=None takes the streaming stores for an output block beyond the last cache on a host of many threads
-    (where they saved 10% of step 2), the ordinary ones for a cached block or a few threads (where they cost)."""
+    (where they saved 6-10% of step 2 on two H100 hosts), the ordinary ones for a cached block or a few threads
+    (where they cost)."""
     from qora.ssb import bright_runs
 
     taken = []

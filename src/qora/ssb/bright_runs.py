@@ -41,10 +41,11 @@ def pixel_runs(rows, cols) -> np.ndarray:
 # memcpy's non-temporal stores skip the first. Numba emits none, so an intrinsic marks a 32-bit store with LLVM's
 # !nontemporal (MOVNTI on x86-64; docs/ssb-performance.md, section 29). Elsewhere the ordinary gather runs.
 STREAMING_STORES = platform.machine().lower() in ("x86_64", "amd64")
-# Taken by default where they pay (docs/ssb-performance.md, section 30): an output block larger than the host's last
-# cache (written back to memory anyway) on a host of many threads (whose gather is bound by memory traffic). On a
-# 16-thread H100 host step 2 went 0.194 -> 0.175 s with them, while a gather into one row's block (cached) slowed
-# 0.080 -> 0.115 s; on the 2-core development machine they ran at 0.85-1.0x (section 29).
+# Taken by default where they pay (docs/ssb-performance.md, section 30): an output block of 64 MB or more (larger
+# than the last-level cache of common hosts, so written back to memory anyway; not measured per host) on a host of
+# many threads (whose gather is bound by memory traffic). On two 16-thread H100 hosts step 2 went 0.194 -> 0.175 s
+# and 0.253 -> 0.237 s with them, while a gather into one row's block (cached) slowed 0.080 -> 0.115 s; on the
+# 2-core development machine they ran at 0.85-1.0x (section 29).
 STREAMING_DEFAULT = True
 STREAMING_FROM_BYTES = 64 << 20  # an output block at least this large
 STREAMING_FROM_THREADS = 8  # on a host with at least this many threads
