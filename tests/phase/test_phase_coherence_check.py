@@ -102,6 +102,9 @@ def test_partial_coherence_recipe_sharpens_the_search_for_the_width_found():
 
 
 def test_cli_reports_the_check_and_the_file_keeps_the_width(tmp_path):
+    """Three starts: one start's rerun on this 32^2 pattern fits better or worse by the FFT library's rounding (FFTW's
+    measured plans: deviance 2048 against 1586 a pixel, the coherent run kept; ducc0: the rerun kept), the best of
+    three is kept under either."""
     from click.testing import CliRunner
 
     from qora.cli import cli
@@ -111,7 +114,7 @@ def test_cli_reports_the_check_and_the_file_keeps_the_width(tmp_path):
     counts, _ = record(obj, Detector(photons=1e8, beamstop=0, gap=0, coherence_sigma=0.8), seed=0)
     pattern, out = tmp_path / "p.cxi", tmp_path / "r.cxi"
     write_pattern(pattern, counts)
-    res = CliRunner().invoke(cli, ["phase", "run", str(pattern), "--starts", "1", "--backend", "cpu", "--out",
+    res = CliRunner().invoke(cli, ["phase", "run", str(pattern), "--starts", "3", "--backend", "cpu", "--out",
                                    str(out)])
     assert res.exit_code == 0, res.output
     assert "coherence check: a blur of" in res.output and "ran the partial-coherence recipe" in res.output

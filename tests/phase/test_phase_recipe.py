@@ -88,10 +88,12 @@ def test_settle_runs_er_before_each_support_update():
     stage = Recipe.parse(recipe).stages[0]
     x, sup = _plain_loop(x0, amp, support, 3, 10, 3, [stage.sigma_at(u, 3) for u in range(3)])
     np.testing.assert_array_equal(result.support, sup)
-    assert np.abs(result.object - x).max() < 1e-3 * np.abs(x).max()
+    # 30 HIO iterations grow the transforms' rounding (NumPy's here, FFTW's or ducc0's there) to 4e-4 - 1.6e-3 of
+    # the object, by which FFT library and which of FFTW's measured plans; without settle the run is 0.59 away
+    assert np.abs(result.object - x).max() < 1e-2 * np.abs(x).max()
     # without settle the run differs: the updates read HIO's outside-support values
     plain = reconstruct(intensity, support=support, recipe=recipe.replace("settle=3, ", ""), backend="cpu", seed=4)
-    assert np.abs(plain.object - x).max() > 1e-2 * np.abs(x).max()
+    assert np.abs(plain.object - x).max() > 0.2 * np.abs(x).max()
 
 
 @pytest.mark.parametrize("bad,match", [("HIO(settle=3)**10", "needs shrinkwrap"), ("HIO(sw=5, settle=5)**10", "less than"),

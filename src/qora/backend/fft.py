@@ -209,14 +209,16 @@ class R2CPlan(_Plan):
 
     ``shape`` is the real array's shape; the spectrum has ``shape[-1] // 2 + 1``
     bins on the last axis (``spectrum_shape``). The C2R (``inverse``) may overwrite
-    its input on either backend (cuFFT's and ducc0's fastest C2R do); pass a copy if the
-    half spectrum is still needed.
+    its input on either backend (cuFFT's, FFTW's and ducc0's fastest C2R do); pass a copy if the
+    half spectrum is still needed. On the host the arrays it allocates are aligned for FFTW, which runs the
+    transforms where installed and ``fftw`` (else ducc0).
     """
 
     kind = "r2c"
 
-    def __init__(self, backend, shape, dtype=np.float32, axes=None, norm="backward"):
+    def __init__(self, backend, shape, dtype=np.float32, axes=None, norm="backward", fftw: bool = True):
         super().__init__(backend, shape, dtype, axes, norm)
+        self.fftw = bool(fftw)
         if self.dtype not in (np.float32, np.float64):
             raise ValueError(f"R2C plans take float32 or float64, got {self.dtype}")
         self.complex_dtype = np.result_type(self.dtype, np.complex64)
@@ -233,30 +235,33 @@ class R2CPlan(_Plan):
             del half
         self.created_s = time.perf_counter() - t0
 
+    def _empty(self, shape, dtype):
+        return self.xp.empty(shape, dtype) if self.backend.is_cuda else empty(shape, dtype)  # aligned for FFTW
+
     def forward(self, x, out=None):
         """Real ``shape`` -> complex ``spectrum_shape``."""
         self._check(x, self.shape, self.dtype, "input")
         if out is None:
-            out = self.xp.empty(self.spectrum_shape, self.complex_dtype)
+            out = self._empty(self.spectrum_shape, self.complex_dtype)
         else:
             self._check(out, self.spectrum_shape, self.complex_dtype, "out")
         if self._fwd is not None:
             self._fwd.fft(x, out, -1)
         else:
-            _cpu_r2c(x, out, self.axes)
+            _cpu_r2c(x, out, self.axes, self.fftw)
         return self._scale(out, self.forward_scale)
 
     def inverse(self, x, out=None):
         """Complex ``spectrum_shape`` -> real ``shape``."""
         self._check(x, self.spectrum_shape, self.complex_dtype, "input")
         if out is None:
-            out = self.xp.empty(self.shape, self.dtype)
+            out = self._empty(self.shape, self.dtype)
         else:
             self._check(out, self.shape, self.dtype, "out")
         if self._inv is not None:
             self._inv.fft(x, out, +1)
         else:
-            _cpu_c2r(x, out, self.axes, self.transform_shape)
+            _cpu_c2r(x, out, self.axes, self.transform_shape, self.fftw)
         return self._scale(out, self.inverse_scale)
 
 
@@ -428,10 +433,10 @@ class PlanCache:
         key = self._key("c2c", shape, dtype, axes, norm) + (bool(fftw),)
         return self._get(key, lambda: C2CPlan(self.backend, shape, dtype, axes, norm, fftw))
 
-    def r2c(self, shape, dtype=np.float32, *, axes=None, norm="backward") -> R2CPlan:
-        """A real-to-complex plan (and its inverse) for real arrays of ``shape``."""
-        key = self._key("r2c", shape, dtype, axes, norm)
-        return self._get(key, lambda: R2CPlan(self.backend, shape, dtype, axes, norm))
+    def r2c(self, shape, dtype=np.float32, *, axes=None, norm="backward", fftw: bool = True) -> R2CPlan:
+        """A real-to-complex plan (and its inverse) for real arrays of ``shape``; ``fftw`` as for :meth:`c2c`."""
+        key = self._key("r2c", shape, dtype, axes, norm) + (bool(fftw),)
+        return self._get(key, lambda: R2CPlan(self.backend, shape, dtype, axes, norm, fftw))
 
     def half_c2c(self, shape, *, axes=None) -> HalfC2CPlan:
         """An fp16 complex plan on the GPU (power-of-two extents; see :class:`HalfC2CPlan`)."""

@@ -161,20 +161,27 @@ class _FFTWPlans:
         if wisdom is not None:
             pyfftw.import_wisdom(wisdom)
 
-    def get(self, shape, dtype, axes, forward: bool, in_place: bool):
+    def get(self, shape, dtype, axes, forward: bool, in_place: bool, out_shape=None, out_dtype=None):
+        """The plan from arrays of ``shape``/``dtype`` to ``out_shape``/``out_dtype`` (the same by default: C2C;
+        a real input: R2C; a real output: C2R)."""
         pyfftw = _pyfftw()
-        n = int(np.prod(shape))
+        out_shape = tuple(shape) if out_shape is None else tuple(out_shape)
+        out_dtype = np.dtype(dtype if out_dtype is None else out_dtype)
+        n = int(np.prod(out_shape if out_dtype.kind == "f" else shape))  # the real array's points
         threads = cpu_threads(n, start=FFTW_THREADS_FROM)
-        key = (shape, np.dtype(dtype).str, axes, forward, in_place, threads)  # FFTW fixes threads per plan
+        # FFTW fixes threads per plan
+        key = (tuple(shape), np.dtype(dtype).str, out_shape, out_dtype.str, axes, forward, in_place, threads)
         with self._lock:
             plan = self._plans.get(key)
             if plan is None:
                 self._load_once(pyfftw)
                 before = pyfftw.export_wisdom()
                 a = pyfftw.empty_aligned(shape, dtype)
-                b = a if in_place else pyfftw.empty_aligned(shape, dtype)
+                b = a if in_place else pyfftw.empty_aligned(out_shape, out_dtype)
+                # a C2R of more than one axis may overwrite its input (FFTW cannot keep it), as R2CPlan allows
+                flags = ("FFTW_MEASURE",) if out_dtype.kind == "c" else ("FFTW_MEASURE", "FFTW_DESTROY_INPUT")
                 plan = pyfftw.FFTW(a, b, axes=axes, direction="FFTW_FORWARD" if forward else "FFTW_BACKWARD",
-                                   flags=("FFTW_MEASURE",), threads=threads, planning_timelimit=20.0)
+                                   flags=flags, threads=threads, planning_timelimit=20.0)
                 self._plans[key] = plan
                 after = pyfftw.export_wisdom()
                 path = wisdom_path()
@@ -183,19 +190,23 @@ class _FFTWPlans:
             return plan
 
     def run(self, x, out, axes, forward: bool) -> bool:
-        """Transform with FFTW if both arrays are aligned; False if the caller must fall back."""
+        """Transform with FFTW if both arrays are aligned; False if the caller must fall back. C2C when both are
+        complex, R2C from a real ``x``, C2R into a real ``out`` (unscaled, as the other libraries here are)."""
         pyfftw = _pyfftw()
-        if pyfftw is None or x.dtype != np.complex64 and x.dtype != np.complex128:
+        if pyfftw is None or not all(a.dtype in _FFTW_DTYPES for a in (x, out)):
             return False
         align = pyfftw.simd_alignment
         if x.ctypes.data % align or out.ctypes.data % align:
             return False
-        plan = self.get(x.shape, x.dtype, axes, forward, x is out)
+        real = x.dtype.kind == "f" or out.dtype.kind == "f"
+        plan = self.get(x.shape, x.dtype, axes, forward, x is out and not real, out.shape, out.dtype)
         plan.update_arrays(x, out)
+        # pyFFTW's execute is unscaled; its __call__ would scale the inverse by 1/n
         plan.execute()
         return True
 
 
+_FFTW_DTYPES = tuple(np.dtype(t) for t in (np.complex64, np.complex128, np.float32, np.float64))
 _fftw = _FFTWPlans()
 
 
@@ -249,8 +260,11 @@ def _cpu_c2c(x, out, axes, forward: bool, fftw: bool = True) -> None:
     out[...] = y
 
 
-def _cpu_r2c(x, out, axes) -> None:
-    """Unscaled R2C of ``x`` into ``out`` on the host (ducc0 in place into ``out``, else scipy.fft)."""
+def _cpu_r2c(x, out, axes, fftw: bool = True) -> None:
+    """Unscaled R2C of ``x`` into ``out`` on the host (FFTW where installed, allowed and both arrays aligned, else
+    ducc0 in place into ``out``, else scipy.fft)."""
+    if fftw and _fftw.run(x, out, axes, True):
+        return
     threads = cpu_threads(x.size)
     ducc0 = _ducc0()
     if ducc0 is not None:
@@ -261,8 +275,11 @@ def _cpu_r2c(x, out, axes) -> None:
     out[...] = scipy.fft.rfftn(x, axes=axes, workers=threads)
 
 
-def _cpu_c2r(x, out, axes, transform_shape) -> None:
-    """Unscaled C2R of the half spectrum ``x`` into the real ``out`` (ducc0, else scipy.fft)."""
+def _cpu_c2r(x, out, axes, transform_shape, fftw: bool = True) -> None:
+    """Unscaled C2R of the half spectrum ``x`` into the real ``out`` (FFTW where installed, allowed and both arrays
+    aligned, else ducc0, else scipy.fft). May overwrite ``x``."""
+    if fftw and _fftw.run(x, out, axes, False):
+        return
     threads = cpu_threads(out.size)
     ducc0 = _ducc0()
     if ducc0 is not None:

@@ -61,7 +61,7 @@ def gp_r2c(a, b, shape, iterations: int, progress=None, *, low: float = 0.0, hig
     (real), both of the half-spectrum shape of real volumes ``shape``, the volume kept in [``low``,
     ``high``]; returns the final real volume (the inverse of the last estimate) in FFT layout (the caller
     shifts it)."""
-    plan = resolve("cpu").fft.r2c(shape, np.float64, norm=None)
+    plan = resolve("cpu").fft.r2c(shape, np.float64, norm=None, fftw=False)  # as gp_c2c's plan: no FFTW planning
     a = np.ascontiguousarray(a, np.complex128).reshape(-1)
     b = np.ascontiguousarray(b, np.float64).reshape(-1)
     estimate = np.empty(plan.spectrum_shape, np.complex128)
