@@ -1,0 +1,87 @@
+"""Probe (issue 37's binned variant): two ways to break the twin superposition the search ends on with the 2 x 2
+binned logo (bench/probes/binned_twin_trace.py), on the fine model, traced as there.
+
+    PYTHONPATH=src:bench/probes python bench/probes/binned_detwin.py VARIANT [STARTS] [file]
+
+VARIANT: ``envelope-start``: the first positivity pass starts from the envelope's modulus, not from noise (the
+envelope is the least twinned iterate of the search); ``suppress:L``: before every shrinkwrap of the positivity
+passes, the iterate less L times its point reflection about its own centre of symmetry, clipped at 0 (the dominant
+of two superposed images grows, the other shrinks); ``both:L``.
+"""
+
+import sys
+import time
+
+import numpy as np
+import scipy.ndimage
+
+from binned_fine_model import FinePattern, binned_rfactor
+from binned_free_r import FineIterations, envelope_stage
+from binned_twin_trace import say
+
+from qora.phase import analysis, envelope
+
+
+def reflected(x):
+    """Each start's iterate reflected through its own centre of symmetry (the peak of its correlation with its
+    point reflection)."""
+    out = np.empty_like(x)
+    for k, o in enumerate(x):
+        f = np.fft.rfft2(o)
+        c = np.fft.irfft2(f * f, s=o.shape)
+        s = np.unravel_index(int(c.argmax()), c.shape)
+        out[k] = np.roll(o[::-1, ::-1], (s[0] + 1, s[1] + 1), (0, 1))
+    return out
+
+
+def main(variant, starts=2, which="binned"):
+    from qora.bench.phase_measured import load_logo
+    from qora.phase.envelope_iterate import FastCpuIterations, Pattern
+
+    intensity, mask, truth = load_logo()
+    n = intensity.shape[0]
+    binned = np.where(mask, 0, intensity).reshape(n // 2, 2, n // 2, 2).sum(axis=(1, 3))
+    bmask = mask.reshape(n // 2, 2, n // 2, 2).any(axis=(1, 3))
+    if which == "file":
+        pattern = Pattern(intensity, mask, np)
+        run = FastCpuIterations(pattern, starts)
+    else:
+        pattern = FinePattern(binned, bmask)
+        run = FineIterations(pattern, starts)
+    start_from_envelope = variant.startswith(("envelope-start", "both"))
+    lam = float(variant.split(":")[1]) if ":" in variant else 0.0
+    t0 = time.perf_counter()
+    rngs = [np.random.default_rng(k) for k in range(starts)]
+    x, support, steps, draw = envelope_stage(pattern, rngs, run, scipy.ndimage)
+    say("envelope", x, support, truth)
+    E = envelope
+    first, cycles, hio, er = E.POSITIVE
+    for p in range(2):
+        support = steps.grown(support, E.GROW)
+        if start_from_envelope and p == 0:
+            x = (np.abs(x) * support).astype(np.float32)
+        else:
+            x = draw(lambda r: r.random(pattern.shape).astype(np.float32)) * support
+        x = run.positive(x, support, first, hio=True, damp=E.DAMPING)
+        for c, sigma in enumerate(E._sigmas(1.0, 0.5, cycles)):
+            x = run.positive(run.positive(x, support, hio, hio=True, damp=E.DAMPING), support, er, hio=False,
+                             damp=E.DAMPING)
+            if lam:
+                x = np.ascontiguousarray(np.clip(x - lam * reflected(x), 0, None), np.float32)
+            support = steps.shrinkwrap(x, support, sigma, 0.15)
+            if c in (0, cycles - 1):
+                say(f"pass {p} cycle {c}", x, support, truth)
+    support = steps.grown(support, 1)
+    x = run.positive(x * support, support, E.REFINE[0], hio=True, damp=1.0)
+    x = run.positive(x, support, E.REFINE[1], hio=False, damp=1.0)
+    say("refined", x, support, truth)
+    for k in range(starts):
+        r = (binned_rfactor(x[k], binned, bmask) if which != "file"
+             else analysis.amplitude_rfactor(x[k], intensity, mask))
+        print(f"start {k}: R {r:.4f}, IoU {analysis.support_iou(support[k], truth):.3f}, "
+              f"{int(support[k].sum())} px", flush=True)
+    print(f"{time.perf_counter() - t0:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 2, sys.argv[3] if len(sys.argv) > 3 else "binned")

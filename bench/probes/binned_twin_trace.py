@@ -1,0 +1,76 @@
+"""Probe (issue 37's binned variant): is the swollen result of the search on the 2 x 2 binned logo the logo and its
+twin superposed? The search's stages traced on the fine model, each start's object correlated with the makers'
+support and with its point reflection (the twin), each at its best translation.
+
+    PYTHONPATH=src:bench/probes python bench/probes/binned_twin_trace.py [STARTS] [file]
+
+``file``: the same trace on the unbinned file (the reference where the search succeeds).
+"""
+
+import sys
+import time
+
+import numpy as np
+import scipy.ndimage
+
+from binned_fine_model import FinePattern
+from binned_free_r import FineIterations, envelope_stage
+
+from qora.phase import analysis, envelope
+
+
+def twin_scores(x, truth):
+    """Per start: (correlation with the truth's support, with its twin), each the peak over translations of the
+    normalised cross-correlation of the object's non-negative part (the modulus for complex objects)."""
+    t = truth.astype(np.float64)
+    ft, fw = np.fft.fft2(t), np.fft.fft2(t[::-1, ::-1].copy())
+    out = []
+    for o in np.asarray(x):
+        o = np.abs(o) if np.iscomplexobj(o) else np.clip(o, 0, None)
+        fo, norm = np.fft.fft2(o), np.linalg.norm(o) * np.linalg.norm(t)
+        out.append(tuple(float(np.real(np.fft.ifft2(fo * np.conj(f))).max() / norm) for f in (ft, fw)))
+    return out
+
+
+def say(label, x, support, truth):
+    parts = [f"d {d:.2f} t {t:.2f} | {int(s.sum())} px IoU {analysis.support_iou(s, truth):.2f}"
+             for (d, t), s in zip(twin_scores(x, truth), np.asarray(support))]
+    print(f"{label:>22}: " + "; ".join(parts), flush=True)
+
+
+def main(starts=2, which="binned"):
+    from qora.bench.phase_measured import load_logo
+    from qora.phase.envelope_iterate import FastCpuIterations, Pattern
+
+    intensity, mask, truth = load_logo()
+    n = intensity.shape[0]
+    if which == "file":
+        pattern = Pattern(intensity, mask, np)
+        run = FastCpuIterations(pattern, starts)
+    else:
+        binned = np.where(mask, 0, intensity).reshape(n // 2, 2, n // 2, 2).sum(axis=(1, 3))
+        bmask = mask.reshape(n // 2, 2, n // 2, 2).any(axis=(1, 3))
+        pattern = FinePattern(binned, bmask)
+        run = FineIterations(pattern, starts)
+    t0 = time.perf_counter()
+    rngs = [np.random.default_rng(k) for k in range(starts)]
+    x, support, steps, draw = envelope_stage(pattern, rngs, run, scipy.ndimage)
+    say("envelope", x, support, truth)
+    E = envelope
+    first, cycles, hio, er = E.POSITIVE
+    for p in range(2):
+        support = steps.grown(support, E.GROW)
+        x = draw(lambda r: r.random(pattern.shape).astype(np.float32)) * support
+        x = run.positive(x, support, first, hio=True, damp=E.DAMPING)
+        say(f"pass {p} first HIO", x, support, truth)
+        for c, sigma in enumerate(E._sigmas(1.0, 0.5, cycles)):
+            x = run.positive(run.positive(x, support, hio, hio=True, damp=E.DAMPING), support, er, hio=False,
+                             damp=E.DAMPING)
+            support = steps.shrinkwrap(x, support, sigma, 0.15)
+            if c in (0, cycles - 1):
+                say(f"pass {p} cycle {c}", x, support, truth)
+    print(f"{time.perf_counter() - t0:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 2, sys.argv[2] if len(sys.argv) > 2 else "binned")
