@@ -6,7 +6,9 @@ binned logo (bench/probes/binned_twin_trace.py), on the fine model, traced as th
 VARIANT: ``envelope-start``: the first positivity pass starts from the envelope's modulus, not from noise (the
 envelope is the least twinned iterate of the search); ``suppress:L``: before every shrinkwrap of the positivity
 passes, the iterate less L times its point reflection about its own centre of symmetry, clipped at 0 (the dominant
-of two superposed images grows, the other shrinks); ``both:L``.
+of two superposed images grows, the other shrinks); ``both:L``; ``grow:G``: the envelope's support grown by G px
+before the positivity passes (the default's 10 px leaves room for the twin's placement); ``grow:G,th:T``: and the
+positivity passes' shrinkwrap threshold T (0.15 by default).
 """
 
 import sys
@@ -49,7 +51,9 @@ def main(variant, starts=2, which="binned"):
         pattern = FinePattern(binned, bmask)
         run = FineIterations(pattern, starts)
     start_from_envelope = variant.startswith(("envelope-start", "both"))
-    lam = float(variant.split(":")[1]) if ":" in variant else 0.0
+    lam = float(variant.split(":")[1]) if ":" in variant and not variant.startswith("grow") else 0.0
+    opts = dict(part.split(":") for part in variant.split(",") if part.startswith(("grow:", "th:")))
+    grow, threshold = int(opts.get("grow", envelope.GROW)), float(opts.get("th", 0.15))
     t0 = time.perf_counter()
     rngs = [np.random.default_rng(k) for k in range(starts)]
     x, support, steps, draw = envelope_stage(pattern, rngs, run, scipy.ndimage)
@@ -57,7 +61,7 @@ def main(variant, starts=2, which="binned"):
     E = envelope
     first, cycles, hio, er = E.POSITIVE
     for p in range(2):
-        support = steps.grown(support, E.GROW)
+        support = steps.grown(support, grow)
         if start_from_envelope and p == 0:
             x = (np.abs(x) * support).astype(np.float32)
         else:
@@ -68,7 +72,7 @@ def main(variant, starts=2, which="binned"):
                              damp=E.DAMPING)
             if lam:
                 x = np.ascontiguousarray(np.clip(x - lam * reflected(x), 0, None), np.float32)
-            support = steps.shrinkwrap(x, support, sigma, 0.15)
+            support = steps.shrinkwrap(x, support, sigma, threshold)
             if c in (0, cycles - 1):
                 say(f"pass {p} cycle {c}", x, support, truth)
     support = steps.grown(support, 1)
