@@ -8,7 +8,8 @@ envelope is the least twinned iterate of the search); ``suppress:L``: before eve
 passes, the iterate less L times its point reflection about its own centre of symmetry, clipped at 0 (the dominant
 of two superposed images grows, the other shrinks); ``both:L``; ``grow:G``: the envelope's support grown by G px
 before the positivity passes (the default's 10 px leaves room for the twin's placement); ``grow:G,th:T``: and the
-positivity passes' shrinkwrap threshold T (0.15 by default).
+positivity passes' shrinkwrap threshold T (0.15 by default); with ``quarter`` among the comma-separated parts,
+the envelope's complex passes start from the autocorrelation's support cut at its centre along both axes, not one.
 """
 
 import sys
@@ -36,6 +37,15 @@ def reflected(x):
     return out
 
 
+def _quarter(support, xp, ndi):
+    """The autocorrelation's support cut at its centre of mass along both axes: for a convex object the quadrant
+    of S - S holds a translate of S."""
+    centre = ndi.center_of_mass(support.astype(xp.float32))
+    rows = xp.arange(support.shape[0]).reshape(-1, 1)
+    cols = xp.arange(support.shape[1]).reshape(1, -1)
+    return support & (rows < centre[0]) & (cols < centre[1])
+
+
 def main(variant, starts=2, which="binned"):
     from qora.bench.phase_measured import load_logo
     from qora.phase.envelope_iterate import FastCpuIterations, Pattern
@@ -54,6 +64,8 @@ def main(variant, starts=2, which="binned"):
     lam = float(variant.split(":")[1]) if ":" in variant and not variant.startswith("grow") else 0.0
     opts = dict(part.split(":") for part in variant.split(",") if part.startswith(("grow:", "th:")))
     grow, threshold = int(opts.get("grow", envelope.GROW)), float(opts.get("th", 0.15))
+    if "quarter" in variant.split(","):
+        envelope._twin_half = _quarter
     t0 = time.perf_counter()
     rngs = [np.random.default_rng(k) for k in range(starts)]
     x, support, steps, draw = envelope_stage(pattern, rngs, run, scipy.ndimage)
