@@ -16,11 +16,9 @@ import sys
 import time
 
 import numpy as np
-import scipy.ndimage
 
-from binned_fine_model import FinePattern, binned_rfactor
-from binned_free_r import FineIterations, envelope_stage
-from binned_twin_trace import say
+from binned_fine_model import binned_rfactor
+from binned_twin_trace import say, setup, traced_envelope
 
 from qora.phase import analysis, envelope
 
@@ -47,19 +45,7 @@ def _quarter(support, xp, ndi):
 
 
 def main(variant, starts=2, which="binned"):
-    from qora.bench.phase_measured import load_logo
-    from qora.phase.envelope_iterate import FastCpuIterations, Pattern
-
-    intensity, mask, truth = load_logo()
-    n = intensity.shape[0]
-    binned = np.where(mask, 0, intensity).reshape(n // 2, 2, n // 2, 2).sum(axis=(1, 3))
-    bmask = mask.reshape(n // 2, 2, n // 2, 2).any(axis=(1, 3))
-    if which == "file":
-        pattern = Pattern(intensity, mask, np)
-        run = FastCpuIterations(pattern, starts)
-    else:
-        pattern = FinePattern(binned, bmask)
-        run = FineIterations(pattern, starts)
+    pattern, run, intensity, mask, truth, binned, bmask = setup(starts, which)
     start_from_envelope = variant.startswith(("envelope-start", "both"))
     lam = float(variant.split(":")[1]) if ":" in variant and not variant.startswith("grow") else 0.0
     opts = dict(part.split(":") for part in variant.split(",") if part.startswith(("grow:", "th:")))
@@ -67,9 +53,7 @@ def main(variant, starts=2, which="binned"):
     if "quarter" in variant.split(","):
         envelope._twin_half = _quarter
     t0 = time.perf_counter()
-    rngs = [np.random.default_rng(k) for k in range(starts)]
-    x, support, steps, draw = envelope_stage(pattern, rngs, run, scipy.ndimage)
-    say("envelope", x, support, truth)
+    x, support, steps, draw = traced_envelope(pattern, run, starts, truth)
     E = envelope
     first, cycles, hio, er = E.POSITIVE
     for p in range(2):

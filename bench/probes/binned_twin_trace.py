@@ -38,24 +38,35 @@ def say(label, x, support, truth):
     print(f"{label:>22}: " + "; ".join(parts), flush=True)
 
 
-def main(starts=2, which="binned"):
+def setup(starts, which="binned"):
+    """The logo (``which`` "file") or its 2 x 2 binned pattern on the fine model: (pattern, iterations, intensity,
+    mask, truth, binned, binned mask)."""
     from qora.bench.phase_measured import load_logo
     from qora.phase.envelope_iterate import FastCpuIterations, Pattern
 
     intensity, mask, truth = load_logo()
     n = intensity.shape[0]
+    binned = np.where(mask, 0, intensity).reshape(n // 2, 2, n // 2, 2).sum(axis=(1, 3))
+    bmask = mask.reshape(n // 2, 2, n // 2, 2).any(axis=(1, 3))
     if which == "file":
         pattern = Pattern(intensity, mask, np)
-        run = FastCpuIterations(pattern, starts)
-    else:
-        binned = np.where(mask, 0, intensity).reshape(n // 2, 2, n // 2, 2).sum(axis=(1, 3))
-        bmask = mask.reshape(n // 2, 2, n // 2, 2).any(axis=(1, 3))
-        pattern = FinePattern(binned, bmask)
-        run = FineIterations(pattern, starts)
-    t0 = time.perf_counter()
+        return pattern, FastCpuIterations(pattern, starts), intensity, mask, truth, binned, bmask
+    pattern = FinePattern(binned, bmask)
+    return pattern, FineIterations(pattern, starts), intensity, mask, truth, binned, bmask
+
+
+def traced_envelope(pattern, run, starts, truth):
+    """The search's envelope stage (start k from seed k), its twin scores printed: (x, support, steps, draw)."""
     rngs = [np.random.default_rng(k) for k in range(starts)]
     x, support, steps, draw = envelope_stage(pattern, rngs, run, scipy.ndimage)
     say("envelope", x, support, truth)
+    return x, support, steps, draw
+
+
+def main(starts=2, which="binned"):
+    pattern, run, _, _, truth, _, _ = setup(starts, which)
+    t0 = time.perf_counter()
+    x, support, steps, draw = traced_envelope(pattern, run, starts, truth)
     E = envelope
     first, cycles, hio, er = E.POSITIVE
     for p in range(2):
