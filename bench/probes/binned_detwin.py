@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from binned_fine_model import binned_rfactor
+from binned_free_r import rfactors
 from binned_twin_trace import say, setup, traced_envelope
 
 from qora.phase import analysis, envelope
@@ -76,8 +77,8 @@ def main(variant, starts=2, which="binned"):
     x = run.positive(x, support, E.REFINE[1], hio=False, damp=1.0)
     say("refined", x, support, truth)
     for k in range(starts):
-        r = (binned_rfactor(x[k], binned, bmask) if which != "file"
-             else analysis.amplitude_rfactor(x[k], intensity, mask))
+        r = (analysis.amplitude_rfactor(x[k], intensity, mask) if which == "file"
+             else rfactors(x[k], binned, [~bmask], (1, 2))[0] if which == "1x2" else binned_rfactor(x[k], binned, bmask))
         print(f"start {k}: R {r:.4f}, IoU {analysis.support_iou(support[k], truth):.3f}, "
               f"{int(support[k].sum())} px", flush=True)
     print(f"{time.perf_counter() - t0:.0f} s", flush=True)

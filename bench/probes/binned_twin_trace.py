@@ -15,6 +15,7 @@ import scipy.ndimage
 
 from binned_fine_model import FinePattern
 from binned_free_r import FineIterations, envelope_stage
+from binned_free_r import FinePattern as RectangularPattern
 
 from qora.phase import analysis, envelope
 
@@ -39,19 +40,20 @@ def say(label, x, support, truth):
 
 
 def setup(starts, which="binned"):
-    """The logo (``which`` "file") or its 2 x 2 binned pattern on the fine model: (pattern, iterations, intensity,
+    """The logo (``which`` "file") or its 2 x 2 ("binned") or 1 x 2 ("1x2") binned pattern on the fine model: (pattern, iterations, intensity,
     mask, truth, binned, binned mask)."""
     from qora.bench.phase_measured import load_logo
     from qora.phase.envelope_iterate import FastCpuIterations, Pattern
 
     intensity, mask, truth = load_logo()
-    n = intensity.shape[0]
-    binned = np.where(mask, 0, intensity).reshape(n // 2, 2, n // 2, 2).sum(axis=(1, 3))
-    bmask = mask.reshape(n // 2, 2, n // 2, 2).any(axis=(1, 3))
+    b = (1, 2) if which == "1x2" else (2, 2)
+    n0, n1 = intensity.shape
+    binned = np.where(mask, 0, intensity).reshape(n0 // b[0], b[0], n1 // b[1], b[1]).sum(axis=(1, 3))
+    bmask = mask.reshape(n0 // b[0], b[0], n1 // b[1], b[1]).any(axis=(1, 3))
     if which == "file":
         pattern = Pattern(intensity, mask, np)
         return pattern, FastCpuIterations(pattern, starts), intensity, mask, truth, binned, bmask
-    pattern = FinePattern(binned, bmask)
+    pattern = FinePattern(binned, bmask) if b == (2, 2) else RectangularPattern(binned, ~bmask, b)
     return pattern, FineIterations(pattern, starts), intensity, mask, truth, binned, bmask
 
 
