@@ -88,3 +88,34 @@ def test_a_chunked_graph_replayed_equals_one_graph_of_the_whole_run():
     np.testing.assert_array_equal(runs[1][0], runs[0][0])
     np.testing.assert_array_equal(runs[1][1], runs[0][1])
     assert runs[1][1].shape == (20, 2) and np.all(runs[1][1] > 0)
+
+
+@pytest.mark.parametrize("shape", [(3, 40, 33), (2, 12, 10, 9)])
+def test_the_support_steps_kernels_equal_scipy(shape):
+    """support.cu's Gaussian filter (every width of the search's schedules, each axis, "reflect") and cross
+    dilation (1 and 4 steps, nothing across starts) against scipy.ndimage in float64 and on the host."""
+    import cupy as cp
+    import scipy.ndimage as ndi
+
+    from qora.phase.envelope import POSITIVE, ENVELOPE, _sigmas
+    from qora.phase.envelope_cuda import SupportNdimage
+
+    device = SupportNdimage()
+    rng = np.random.default_rng(3)
+    x = rng.random(shape).astype(np.float32)
+    sigmas = sorted(set(_sigmas(2.0, 0.5, ENVELOPE[1]) + _sigmas(1.0, 0.5, POSITIVE[1])))
+    for sigma in sigmas[:: max(1, len(sigmas) // 6)] + [3.0]:
+        for axis in range(1, len(shape)):
+            want = ndi.gaussian_filter1d(x.astype(np.float64), sigma, axis=axis)
+            got = cp.asnumpy(device.gaussian_filter1d(cp.asarray(x), sigma, axis=axis))
+            np.testing.assert_allclose(got, want, rtol=0, atol=2e-6)
+    mask = rng.random(shape) > 0.93
+    cross = np.zeros((3,) * len(shape), bool)
+    cross[1] = ndi.generate_binary_structure(len(shape) - 1, 1)
+    for steps in (1, 4):
+        want = ndi.binary_dilation(mask, structure=cross, iterations=steps)
+        got = cp.asnumpy(device.binary_dilation(cp.asarray(mask), structure=cp.asarray(cross), iterations=steps,
+                                                brute_force=True))
+        np.testing.assert_array_equal(got, want)
+    assert want.sum() > 3 * mask.sum()  # the steps did grow it
+    assert device.label is not None  # the rest is cupyx's

@@ -1,4 +1,4 @@
-"""The phase kernels' launchers (qora.phase.kernels): one per kernel of phase.cu and envelope.cu, each with its
+"""The phase kernels' launchers (qora.phase.kernels): one per kernel of phase.cu, envelope.cu and support.cu, each with its
 reference named, and none of the engines launching a kernel by hand (issue 41: phase launched from dicts of
 positional tuples). Runs without a GPU."""
 
@@ -17,9 +17,9 @@ def _kernels(name: str) -> set:
 
 
 def test_every_kernel_has_one_launcher_with_its_reference():
-    names = _kernels("phase.cu") | _kernels("envelope.cu")
+    names = _kernels("phase.cu") | _kernels("envelope.cu") | _kernels("support.cu")
     launchers = {n for n in dir(K) if not n.startswith("_") and callable(getattr(K, n))} - HELPERS
-    assert len(names) == 10 and names == launchers
+    assert len(names) == 12 and names == launchers
     for name in names:
         assert "Reference:" in getattr(K, name).__doc__, name
 

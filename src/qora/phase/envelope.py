@@ -175,10 +175,12 @@ def group_size(backend, shape, starts: int, *, reserved: float = 0.0) -> int:
 
 
 def _ndimage(be):
+    """scipy.ndimage on the host; on the GPU cupyx's with the support steps' filter and dilation compiled once
+    (:class:`qora.phase.envelope_cuda.SupportNdimage`)."""
     if be.is_cuda:
-        from qora.backend import cupy_submodule
+        from qora.phase.envelope_cuda import SupportNdimage
 
-        return cupy_submodule("cupyx.scipy.ndimage")
+        return SupportNdimage()
     import scipy.ndimage
 
     return scipy.ndimage

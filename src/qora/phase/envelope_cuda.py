@@ -19,7 +19,7 @@ from qora.phase import kernels as K
 from qora.phase.cuda_base import _GraphLoop
 from qora.phase.envelope_iterate import BETA, ArrayIterations, Pattern
 
-__all__ = ["PositiveEngine", "CudaIterations", "CHUNK"]
+__all__ = ["PositiveEngine", "CudaIterations", "CHUNK", "SupportNdimage"]
 
 CHUNK = 5  # iterations per captured graph, replayed: every block of the search's schedule is a multiple
 
@@ -93,3 +93,61 @@ class CudaIterations(ArrayIterations):
         self._load(engine, x, support)
         self.record(engine.run(count, hio=hio, damp=damp))
         return engine.x.copy()
+
+
+class SupportNdimage:
+    """``cupyx.scipy.ndimage`` for the search's support steps (:class:`qora.phase.envelope._Supports`), with its
+    Gaussian filter and its dilation by the nearest-neighbour cross taken by ``support.cu``'s two kernels, compiled
+    once: cupyx compiles a kernel per filter length and axis, and a first run on an empty kernel cache spent 19 of
+    its 28 s there (docs/phase-performance.md). Everything else is cupyx's."""
+
+    def __init__(self) -> None:
+        from qora.backend import cupy_submodule
+
+        self._ndi = cupy_submodule("cupyx.scipy.ndimage")
+        self.xp = resolve("cuda").xp
+
+    def __getattr__(self, name):
+        return getattr(self._ndi, name)
+
+    def gaussian_filter1d(self, x, sigma: float, axis: int = -1, *, truncate: float = 4.0):
+        """:func:`scipy.ndimage.gaussian_filter1d` of a float32 array (mode "reflect"), its weights as scipy makes
+        them (float64, normalised, then float32)."""
+        xp = self.xp
+        x = xp.ascontiguousarray(x, xp.float32)
+        radius = int(truncate * float(sigma) + 0.5)
+        k = np.arange(-radius, radius + 1, dtype=np.float64)
+        phi = np.exp(-0.5 / float(sigma) ** 2 * k**2)
+        weights = xp.asarray((phi / phi.sum()).astype(np.float32))
+        axis = axis % x.ndim
+        out = xp.empty_like(x)
+        K.gaussian_axis(x=x, out=out, weights=weights, radius=radius, outer=math.prod(x.shape[:axis]),
+                        n=x.shape[axis], inner=math.prod(x.shape[axis + 1:]))
+        return out
+
+    def binary_dilation(self, mask, structure=None, iterations: int = 1, **kwargs):
+        """``iterations`` (at least 1) dilations by ``structure`` where it is the search's cross (no coupling along the
+        first, the starts' axis; nearest neighbours along the 2 or 3 others), else cupyx's (iterations < 1: until
+        nothing changes)."""
+        xp = self.xp
+        mask = xp.ascontiguousarray(mask, bool)
+        if not _is_start_cross(structure, mask.ndim) or mask.ndim not in (3, 4) or iterations < 1:
+            return self._ndi.binary_dilation(mask, structure=structure, iterations=iterations, **kwargs)
+        shape = mask.shape + (1,) * (4 - mask.ndim)
+        src, out = mask.copy(), xp.empty_like(mask)
+        for _ in range(int(iterations)):
+            K.dilate_cross(src=src, out=out, batch=shape[0], d1=shape[1], d2=shape[2], d3=shape[3])
+            src, out = out, src
+        return src
+
+
+def _is_start_cross(structure, ndim: int) -> bool:
+    """Whether ``structure`` is the nearest-neighbour cross of the last ndim - 1 axes, nothing along the first."""
+    import scipy.ndimage
+
+    if structure is None:
+        return False
+    s = np.asarray(structure.get() if hasattr(structure, "get") else structure, bool)
+    cross = np.zeros((3,) * ndim, bool)
+    cross[1] = scipy.ndimage.generate_binary_structure(ndim - 1, 1)
+    return s.shape == cross.shape and bool(np.array_equal(s, cross))

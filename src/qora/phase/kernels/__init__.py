@@ -1,4 +1,4 @@
-"""Launchers of the kernels in ``phase.cu`` and ``envelope.cu``: one per kernel, keyword arguments, the launch
+"""Launchers of the kernels in ``phase.cu``, ``envelope.cu`` and ``support.cu``: one per kernel, keyword arguments, the launch
 configuration inside (as in ``qora.holo.kernels`` and ``qora.ssb.kernels``).
 
 Each launcher loads its kernel through :func:`qora.backend.kernels.get_kernel` (compiled once per device) and
@@ -20,11 +20,12 @@ THREADS = 256
 PER_SM = 8  # per-start kernels: at most this many blocks per multiprocessor over all starts, each grid-stride
 FLAT_PER_SM = 16  # kernels over all starts as one flat array
 _NULL = np.uint64(0)
-_FILES = {"modulus_damped": "envelope.cu", "update_positive": "envelope.cu"}
+_FILES = {"modulus_damped": "envelope.cu", "update_positive": "envelope.cu", "gaussian_axis": "support.cu",
+          "dilate_cross": "support.cu"}
 
 
 def kernel(name: str):
-    """The compiled kernel ``name`` (of ``envelope.cu`` where it lives there, else ``phase.cu``)."""
+    """The compiled kernel ``name`` (of the file :data:`_FILES` names, else ``phase.cu``)."""
     return get_kernel("qora.phase", _FILES.get(name, "phase.cu"), name)
 
 
@@ -125,3 +126,22 @@ def update_positive(*, x, p, support, a, b, n, batch, counter=None) -> None:
     :meth:`qora.phase.envelope_iterate.ArrayIterations.update` with ``positive``."""
     kernel("update_positive")(per_start_grid(n, batch), (THREADS,),
                               (x, p, support, np.float32(a), np.float32(b), np.int64(n), _or_null(counter)))
+
+
+# -- the envelope search's support steps (support.cu) -------------------------------------------------------------
+
+
+def gaussian_axis(*, x, out, weights, radius, outer, n, inner) -> None:
+    """float32 ``out`` = ``x`` (viewed as (outer, n, inner)) correlated along its middle axis with the 2 radius + 1
+    float32 ``weights``, "reflect" boundary. Reference: :func:`scipy.ndimage.correlate1d`."""
+    total = int(outer) * int(n) * int(inner)
+    kernel("gaussian_axis")(flat_grid(total), (THREADS,), (x, out, weights, np.int32(radius), np.int64(outer),
+                                                          np.int64(n), np.int64(inner)))
+
+
+def dilate_cross(*, src, out, batch, d1, d2, d3=1) -> None:
+    """bool ``out`` = ``src`` (batch, d1, d2, d3) dilated once by the nearest-neighbour cross of the spatial axes,
+    nothing outside the array. Reference: :func:`scipy.ndimage.binary_dilation` (border value 0)."""
+    total = int(batch) * int(d1) * int(d2) * int(d3)
+    kernel("dilate_cross")(flat_grid(total), (THREADS,), (src, out, np.int64(batch), np.int64(d1), np.int64(d2),
+                                                         np.int64(d3)))
