@@ -224,6 +224,18 @@ def test_cpu_real_transforms_agree_with_numpy(monkeypatch, rng, fftw, shape):
     np.testing.assert_allclose(back, x * n, atol=2e-6 * n * np.abs(x).max())
 
 
+def test_aligned_returns_the_array_where_fftw_can_take_it():
+    from qora.backend import fft_host
+
+    a = fft_host.empty((4, 6), np.float32)
+    assert fft_host.aligned(a, np.float32) is a
+    for other in (a[:, ::2], a.astype(np.float64), np.arange(24, dtype=np.float32).reshape(4, 6)[1:]):
+        b = fft_host.aligned(other, np.float32)
+        assert b.dtype == np.float32 and b.flags.c_contiguous and np.array_equal(b, other)
+        pyfftw = fft_host._pyfftw()
+        assert pyfftw is None or b.ctypes.data % pyfftw.simd_alignment == 0
+
+
 _PLAN_AND_HASH = """
 import hashlib, numpy as np
 from qora.backend.fft_host import _cpu_c2c, empty, fftw_wisdom

@@ -12,7 +12,7 @@ import numpy as np
 from qora.backend.host import num_threads
 
 __all__ = ["CPU_THREADS_FROM", "FFTW_THREADS_FROM", "cpu_threads", "cpu_libraries", "fftw_wisdom",
-           "load_fftw_wisdom", "empty", "wisdom_path", "WISDOM_ENV"]
+           "load_fftw_wisdom", "empty", "aligned", "wisdom_path", "WISDOM_ENV"]
 
 # Below this many points per transform a second FFT thread costs more than it saves
 # (ducc0 at 256^2: 0.27 ms on one thread, 0.30 on two, on the 2-core development machine).
@@ -235,6 +235,19 @@ def empty(shape, dtype=np.complex64) -> np.ndarray:
     if pyfftw is not None:
         return pyfftw.empty_aligned(shape, dtype)
     return np.empty(shape, dtype)
+
+
+def aligned(x, dtype) -> np.ndarray:
+    """``x`` as a C-contiguous host array of ``dtype`` that FFTW can transform (as from :func:`empty`): ``x`` itself
+    where it is one, else a copy."""
+    x = np.asarray(x)
+    pyfftw = _pyfftw()
+    if (x.dtype == dtype and x.flags.c_contiguous
+            and (pyfftw is None or x.ctypes.data % pyfftw.simd_alignment == 0)):
+        return x
+    out = empty(x.shape, dtype)
+    out[...] = x
+    return out
 
 
 def _cpu_c2c(x, out, axes, forward: bool, fftw: bool = True) -> None:

@@ -15,14 +15,14 @@ openmp_passive()  # before Numba loads its OpenMP runtime
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
-from qora.backend.fft_host import _ducc0  # noqa: E402
+from qora.backend.fft_host import _cpu_c2c, _cpu_c2r, _cpu_r2c, _ducc0, empty  # noqa: E402
 
 __all__ = ["available", "Projections", "update"]
 
 
 def available() -> bool:
-    """Whether the fast path can run (ducc0 installed: without it, or FFTW on aligned arrays, the host's transforms
-    copy through scipy.fft)."""
+    """Whether the fast path runs: ducc0 installed, as the package requires (its transforms are FFTW's where pyFFTW is
+    installed and the arrays are aligned, else ducc0's; :mod:`qora.backend.fft_host`)."""
     return _ducc0() is not None
 
 
@@ -84,26 +84,6 @@ def update(x, p, support, beta: float, *, hio: bool, positive: bool):
     return x
 
 
-def aligned(x, dtype):
-    """``x`` as a C-contiguous array of ``dtype`` that FFTW can transform (:func:`qora.backend.fft_host.empty`): ``x``
-    itself where it is one, else a copy."""
-    from qora.backend.fft_host import empty
-
-    x = np.asarray(x)
-    if x.dtype == dtype and x.flags.c_contiguous and _fftw_aligned(x):
-        return x
-    out = empty(x.shape, dtype)
-    out[...] = x
-    return out
-
-
-def _fftw_aligned(x) -> bool:
-    from qora.backend.fft_host import _pyfftw
-
-    pyfftw = _pyfftw()
-    return pyfftw is None or x.ctypes.data % pyfftw.simd_alignment == 0
-
-
 class Projections:
     """The complex and the real projection of a batch of starts (arrays (starts, *shape)) of one pattern
     (:class:`qora.phase.envelope_iterate.Pattern`). Each returns the projection and each start's Fourier error.
@@ -121,8 +101,6 @@ class Projections:
         self._buffers: dict = {}
 
     def _buffer(self, name, shape, dtype):
-        from qora.backend.fft_host import empty
-
         buf = self._buffers.get(name)
         if buf is None or buf.shape != shape:
             buf = self._buffers[name] = empty(shape, dtype)
@@ -134,8 +112,6 @@ class Projections:
                          for s in spec])
 
     def complex(self, x):
-        from qora.backend.fft_host import _cpu_c2c
-
         x = np.ascontiguousarray(x, np.complex64)
         spec = self._buffer("complex", x.shape, np.complex64)
         _cpu_c2c(x, spec, self.axes, True)
@@ -144,8 +120,6 @@ class Projections:
         return spec, err
 
     def real(self, x, damp):
-        from qora.backend.fft_host import _cpu_c2r, _cpu_r2c
-
         x = np.ascontiguousarray(x, np.float32)
         spec = self._buffer("half", x.shape[:-1] + (x.shape[-1] // 2 + 1,), np.complex64)
         out = self._buffer("real", x.shape, np.float32)

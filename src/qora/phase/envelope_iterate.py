@@ -153,11 +153,11 @@ class FastCpuIterations(ArrayIterations):
 
     # the iterate is updated in place: copied once a stage into an array FFTW can take, it stays one
     def complex(self, x, support, count: int, *, hio: bool):
-        from qora.phase.envelope_cpu import aligned
+        from qora.backend.fft_host import aligned
 
         return super().complex(aligned(x, np.complex64), support, count, hio=hio)
 
     def positive(self, x, support, count: int, *, hio: bool, damp: float):
-        from qora.phase.envelope_cpu import aligned
+        from qora.backend.fft_host import aligned
 
         return super().positive(aligned(x, np.float32), support, count, hio=hio, damp=damp)
