@@ -127,11 +127,12 @@ class SupportNdimage:
 
     def binary_dilation(self, mask, structure=None, iterations: int = 1, **kwargs):
         """``iterations`` (at least 1) dilations by ``structure`` where it is the search's cross (no coupling along the
-        first, the starts' axis; nearest neighbours along the 2 or 3 others), else cupyx's (iterations < 1: until
-        nothing changes)."""
+        first, the starts' axis; nearest neighbours along the 2 or 3 others) and no other option is given, else cupyx's
+        (iterations < 1: until nothing changes)."""
         xp = self.xp
         mask = xp.ascontiguousarray(mask, bool)
-        if not _is_start_cross(structure, mask.ndim) or mask.ndim not in (3, 4) or iterations < 1:
+        plain = set(kwargs) <= {"brute_force"}  # no mask, border value or origin of cupyx's to honour
+        if not plain or mask.ndim not in (3, 4) or iterations < 1 or not _is_start_cross(structure, mask.ndim):
             return self._ndi.binary_dilation(mask, structure=structure, iterations=iterations, **kwargs)
         shape = mask.shape + (1,) * (4 - mask.ndim)
         src, out = mask.copy(), xp.empty_like(mask)
