@@ -19,7 +19,7 @@ import numpy as np
 
 from binned_fine_model import binned_rfactor
 from binned_free_r import rfactors
-from binned_twin_trace import say, setup, traced_envelope
+from binned_twin_trace import say, setup, traced_envelope, tracer
 
 from qora.phase import analysis, envelope
 
@@ -56,22 +56,14 @@ def main(variant, starts=2, which="binned"):
     t0 = time.perf_counter()
     x, support, steps, draw = traced_envelope(pattern, run, starts, truth)
     E = envelope
-    first, cycles, hio, er = E.POSITIVE
+    suppress = (lambda x: np.ascontiguousarray(np.clip(x - lam * reflected(x), 0, None), np.float32)) if lam else None
     for p in range(2):
         support = steps.grown(support, grow)
         if start_from_envelope and p == 0:
             x = (np.abs(x) * support).astype(np.float32)
         else:
             x = draw(lambda r: r.random(pattern.shape).astype(np.float32)) * support
-        x = run.positive(x, support, first, hio=True, damp=E.DAMPING)
-        for c, sigma in enumerate(E._sigmas(1.0, 0.5, cycles)):
-            x = run.positive(run.positive(x, support, hio, hio=True, damp=E.DAMPING), support, er, hio=False,
-                             damp=E.DAMPING)
-            if lam:
-                x = np.ascontiguousarray(np.clip(x - lam * reflected(x), 0, None), np.float32)
-            support = steps.shrinkwrap(x, support, sigma, threshold)
-            if c in (0, cycles - 1):
-                say(f"pass {p} cycle {c}", x, support, truth)
+        x, support = E.positive_pass(run, steps, x, support, threshold=threshold, edit=suppress, after=tracer(p, truth))
     support = steps.grown(support, 1)
     x = run.positive(x * support, support, E.REFINE[0], hio=True, damp=1.0)
     x = run.positive(x, support, E.REFINE[1], hio=False, damp=1.0)

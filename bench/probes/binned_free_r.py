@@ -118,15 +118,10 @@ def search(pattern, rngs, run, ndi, threshold=0.15, grow=envelope.GROW):
     E = envelope
     shape = pattern.shape
     x, support, steps, draw = envelope_stage(pattern, rngs, run, ndi)
-    first, cycles, hio, er = E.POSITIVE
     for _ in range(2):
         support = steps.grown(support, grow)
         x = draw(lambda r: r.random(shape).astype(np.float32)) * support
-        x = run.positive(x, support, first, hio=True, damp=E.DAMPING)
-        for sigma in E._sigmas(1.0, 0.5, cycles):
-            x = run.positive(run.positive(x, support, hio, hio=True, damp=E.DAMPING), support, er, hio=False,
-                             damp=E.DAMPING)
-            support = steps.shrinkwrap(x, support, sigma, threshold)
+        x, support = E.positive_pass(run, steps, x, support, threshold=threshold)
     support = steps.grown(support, 1)
     x = run.positive(x * support, support, E.REFINE[0], hio=True, damp=1.0)
     return run.positive(x, support, E.REFINE[1], hio=False, damp=1.0), support

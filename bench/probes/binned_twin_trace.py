@@ -57,6 +57,20 @@ def setup(starts, which="binned"):
     return pattern, FineIterations(pattern, starts), intensity, mask, truth, binned, bmask
 
 
+def tracer(p, truth, first_hio=False):
+    """positive_pass's ``after``: the twin scores after the first and the last cycle of pass ``p`` (and, with
+    ``first_hio``, after its first HIO)."""
+    last = envelope.POSITIVE[1] - 1
+
+    def after(cycle, x, support):
+        if cycle == -1 and first_hio:
+            say(f"pass {p} first HIO", x, support, truth)
+        elif cycle in (0, last):
+            say(f"pass {p} cycle {cycle}", x, support, truth)
+
+    return after
+
+
 def traced_envelope(pattern, run, starts, truth):
     """The search's envelope stage (start k from seed k), its twin scores printed: (x, support, steps, draw)."""
     rngs = [np.random.default_rng(k) for k in range(starts)]
@@ -69,19 +83,10 @@ def main(starts=2, which="binned"):
     pattern, run, _, _, truth, _, _ = setup(starts, which)
     t0 = time.perf_counter()
     x, support, steps, draw = traced_envelope(pattern, run, starts, truth)
-    E = envelope
-    first, cycles, hio, er = E.POSITIVE
     for p in range(2):
-        support = steps.grown(support, E.GROW)
+        support = steps.grown(support, envelope.GROW)
         x = draw(lambda r: r.random(pattern.shape).astype(np.float32)) * support
-        x = run.positive(x, support, first, hio=True, damp=E.DAMPING)
-        say(f"pass {p} first HIO", x, support, truth)
-        for c, sigma in enumerate(E._sigmas(1.0, 0.5, cycles)):
-            x = run.positive(run.positive(x, support, hio, hio=True, damp=E.DAMPING), support, er, hio=False,
-                             damp=E.DAMPING)
-            support = steps.shrinkwrap(x, support, sigma, 0.15)
-            if c in (0, cycles - 1):
-                say(f"pass {p} cycle {c}", x, support, truth)
+        x, support = envelope.positive_pass(run, steps, x, support, after=tracer(p, truth, first_hio=True))
     print(f"{time.perf_counter() - t0:.0f} s", flush=True)
 
 

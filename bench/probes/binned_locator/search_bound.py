@@ -64,20 +64,14 @@ def search(pattern, rngs, run, ndi, L=None, mode="none", threshold=0.15, trace=N
             trace("envelope", support)
         if mode == "bound":
             bound = np.stack([loc.align(L, x[k]) for k in range(n)])
-    first, cycles, hio, er = E.POSITIVE
+    bounded = None if bound is None else (lambda cycle, x, s: None if cycle < 0 else s & bound)
     for p in range(2):
         if not (p == 0 and mode in ("start", "both")):
             support = steps.grown(support, E.GROW)
             if bound is not None:
                 support = support & bound
         x = draw(lambda r: r.random(shape).astype(np.float32)) * support
-        x = run.positive(x, support, first, hio=True, damp=E.DAMPING)
-        for sigma in E._sigmas(1.0, 0.5, cycles):
-            x = run.positive(run.positive(x, support, hio, hio=True, damp=E.DAMPING), support, er, hio=False,
-                             damp=E.DAMPING)
-            support = steps.shrinkwrap(x, support, sigma, threshold)
-            if bound is not None:
-                support = support & bound
+        x, support = E.positive_pass(run, steps, x, support, threshold=threshold, after=bounded)
         if trace:
             trace(f"pass {p + 1}", support)
     support = steps.grown(support, 1)

@@ -129,18 +129,35 @@ def search(pattern, rngs, run, ndi):
     for sigma in _sigmas(2.0, 0.5, cycles):
         x = run.complex(run.complex(x, support, hio, hio=True), support, er, hio=False)
         support = steps.shrinkwrap(x, support, sigma, 0.25)
-    first, cycles, hio, er = POSITIVE
     for _ in range(2):
         support = steps.grown(support, GROW)
-        x = draw(lambda r: r.random(shape).astype(np.float32)) * support
-        x = run.positive(x, support, first, hio=True, damp=DAMPING)
-        for sigma in _sigmas(1.0, 0.5, cycles):
-            x = run.positive(run.positive(x, support, hio, hio=True, damp=DAMPING), support, er, hio=False,
-                             damp=DAMPING)
-            support = steps.shrinkwrap(x, support, sigma, 0.15)
+        x, support = positive_pass(run, steps, draw(lambda r: r.random(shape).astype(np.float32)) * support, support)
     support = steps.grown(support, 1)
     x = run.positive(x * support, support, REFINE[0], hio=True, damp=1.0)
     return run.positive(x, support, REFINE[1], hio=False, damp=1.0), support
+
+
+def positive_pass(run, steps, x, support, *, threshold: float = 0.15, edit=None, after=None):
+    """One positivity pass of the search from ``x`` on ``support``: :data:`POSITIVE`'s first HIO, then its cycles of
+    HIO and ER, each followed by a shrinkwrap at ``threshold``. Returns (x, support). For the probes that vary the
+    pass (bench/probes/binned_*): ``edit(x)`` returns the iterate the shrinkwrap reads, ``after(cycle, x, support)``
+    is called after each shrinkwrap (cycle -1: after the first HIO) and may return a new support."""
+    first, cycles, hio, er = POSITIVE
+    x = run.positive(x, support, first, hio=True, damp=DAMPING)
+    if after is not None:
+        support = _or(after(-1, x, support), support)
+    for cycle, sigma in enumerate(_sigmas(1.0, 0.5, cycles)):
+        x = run.positive(run.positive(x, support, hio, hio=True, damp=DAMPING), support, er, hio=False, damp=DAMPING)
+        if edit is not None:
+            x = edit(x)
+        support = steps.shrinkwrap(x, support, sigma, threshold)
+        if after is not None:
+            support = _or(after(cycle, x, support), support)
+    return x, support
+
+
+def _or(value, default):
+    return default if value is None else value
 
 
 def iterations_for(pattern: Pattern, backend, starts: int, *, progress=None, total: int = 0, reference=False,
