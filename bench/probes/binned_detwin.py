@@ -9,7 +9,10 @@ passes, the iterate less L times its point reflection about its own centre of sy
 of two superposed images grows, the other shrinks); ``both:L``; ``grow:G``: the envelope's support grown by G px
 before the positivity passes (the default's 10 px leaves room for the twin's placement); ``grow:G,th:T``: and the
 positivity passes' shrinkwrap threshold T (0.15 by default); with ``quarter`` among the comma-separated parts,
-the envelope's complex passes start from the autocorrelation's support cut at its centre along both axes, not one.
+the envelope's complex passes start from the autocorrelation's support cut at its centre along both axes, not one;
+``half:AXIS:SIDE`` (AXIS 0 or 1, SIDE ``lo`` or ``hi``): the first positivity pass's first HIO runs on the grown
+support cut at its centre of mass along AXIS (Fienup and Wackerman's half support: room for one of two superposed
+images), the pass's cycles on the whole grown support.
 """
 
 import sys
@@ -45,12 +48,32 @@ def _quarter(support, xp, ndi):
     return support & (rows < centre[0]) & (cols < centre[1])
 
 
+def _half(support, axis, side):
+    """Each start's support cut at its centre of mass along ``axis``, the ``side`` ("lo" or "hi") kept."""
+    out = np.empty_like(support)
+    for k, s in enumerate(np.asarray(support)):
+        centre = float(np.nonzero(s)[axis].mean())
+        index = np.arange(s.shape[axis]).reshape((-1, 1) if axis == 0 else (1, -1))
+        out[k] = s & ((index < centre) if side == "lo" else (index >= centre))
+    return out
+
+
+def _restoring(whole, after):
+    """positive_pass's ``after``: the whole support back after the first HIO, then ``after`` as before."""
+    def hook(cycle, x, support):
+        if cycle == -1:
+            return whole
+        return after(cycle, x, support)
+    return hook
+
+
 def main(variant, starts=2, which="binned"):
     pattern, run, intensity, mask, truth, binned, bmask = setup(starts, which)
     start_from_envelope = variant.startswith(("envelope-start", "both"))
-    lam = float(variant.split(":")[1]) if ":" in variant and not variant.startswith("grow") else 0.0
+    lam = float(variant.split(":")[1]) if variant.startswith(("suppress", "both")) else 0.0
     opts = dict(part.split(":") for part in variant.split(",") if part.startswith(("grow:", "th:")))
     grow, threshold = int(opts.get("grow", envelope.GROW)), float(opts.get("th", 0.15))
+    half = [part.split(":")[1:] for part in variant.split(",") if part.startswith("half:")]
     if "quarter" in variant.split(","):
         envelope._twin_half = _quarter
     t0 = time.perf_counter()
@@ -63,7 +86,12 @@ def main(variant, starts=2, which="binned"):
             x = (np.abs(x) * support).astype(np.float32)
         else:
             x = draw(lambda r: r.random(pattern.shape).astype(np.float32)) * support
-        x, support = E.positive_pass(run, steps, x, support, threshold=threshold, edit=suppress, after=tracer(p, truth))
+        after = tracer(p, truth)
+        if half and p == 0:
+            whole, support = support, _half(support, int(half[0][0]), half[0][1])
+            x = x * support
+            after = _restoring(whole, after)
+        x, support = E.positive_pass(run, steps, x, support, threshold=threshold, edit=suppress, after=after)
     support = steps.grown(support, 1)
     x = run.positive(x * support, support, E.REFINE[0], hio=True, damp=1.0)
     x = run.positive(x, support, E.REFINE[1], hio=False, damp=1.0)

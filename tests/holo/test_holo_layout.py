@@ -134,7 +134,8 @@ def test_cpu_modules_never_import_cuda_modules_and_there_is_no_cycle():
     grimp = pytest.importorskip("grimp")
     graph = grimp.build_graph("qora")
     cuda = {"qora.holo.cuda_stages", "qora.holo.cuda_solver", "qora.holo.cuda_pipeline", "qora.holo.bpm_cuda",
-            "qora.holo.bpm_rotation_cuda", "qora.holo.bpm_fused", "qora.holo.bpm_resident", "qora.holo.kernels",
+            "qora.holo.bpm_rotation_cuda", "qora.holo.bpm_fused", "qora.holo.bpm_resident", "qora.holo.gp_fused",
+            "qora.holo.kernels",
             "qora.holo.kernels.rotate", "qora.holo.gridding_cuda"}
     mods = {m for m in graph.modules if m.startswith("qora.holo.")}
     assert cuda <= mods

@@ -134,6 +134,12 @@ def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
         solver._gp_half(dst.data.ptr, stream)
 
     times["gp50_r2c"] = time_device(be, gp_half, warmup=1, repeats=5).median_ms - times["mapping_gather"]
+    fused, solver.fused = solver.fused, None  # the same solve through cuFFT's loop, in the same run
+    times["gp50_r2c_cufft"] = time_device(be, gp_half, warmup=1, repeats=5).median_ms - times["mapping_gather"]
+    solver.fused = fused
+    if fused is not None:
+        result.add(f"gp/{label}/fused_over_cufft", ratio=times["gp50_r2c"] / times["gp50_r2c_cufft"],
+                   fused_ms=times["gp50_r2c"], cufft_ms=times["gp50_r2c_cufft"])
     # transforms alone, for the Pipeline's model
     big = pipe.recon.big
     f = pipe.fields
@@ -148,10 +154,16 @@ def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
                                   repeats=10).median_ms,
     }
     iters = solver.iterations
-    fft_ms = (ffts["hologram_r2c"] + 4 * ffts["field_c2c"] + (iters + 1) * ffts["volume_c2r"]
-              + iters * ffts["volume_r2c"])
+    if fused is not None:  # the fused loop's passes are its transforms, clamp and restore in one: timed as such
+        ffts["gp_fused_loop"] = time_device(be, lambda: fused.run(solver.sums, solver.a, solver.counts, iters,
+                                                                  solver.scale, solver.bounds), repeats=5).median_ms
+        model.update(gp_loop=fused.model_bytes(iters), index=2 * 4 * big * big * 2 * fused.stride + 4 * n**3)
+    loop_ms = ffts.get("gp_fused_loop", (iters + 1) * ffts["volume_c2r"] + iters * ffts["volume_r2c"])
+    fft_ms = ffts["hologram_r2c"] + 4 * ffts["field_c2c"] + loop_ms
     transfer = _transfer_gbs(cp, model["h2d"])
-    kernel_bytes = sum(v for k, v in model.items() if k not in ("h2d", "d2h"))
+    cufft_loop = traffic(n, g.count, big, mapper.entries)["gp_loop"]  # its clamp and restore passes
+    # the transforms are timed, not modelled: the fused loop (which carries the clamp and restore) as a whole
+    kernel_bytes = sum(v for k, v in model.items() if k not in ("h2d", "d2h") + (("gp_loop",) if fused else ()))
     model_ms = (fft_ms + kernel_bytes / copy_gbs / 1e6 + model["h2d"] / transfer["h2d"] / 1e6
                 + model["d2h"] / transfer["d2h"] / 1e6)
     nothing = lambda: None  # noqa: E731 - process() returns when its stream is done
@@ -174,8 +186,8 @@ def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
     for stage, ms in times.items():
         key = {"mapping_gather": "mapping", "mapping_scatter": "mapping", "upload": "h2d"}.get(stage, stage)
         nbytes = model.get(key)
-        if stage == "gp50_r2c":
-            nbytes = model["gp_prepare"] + model["gp_loop"] + model["index"]
+        if stage.startswith("gp50_r2c"):  # the fused loop's bytes by its model; cuFFT's loop: clamp and restore
+            nbytes = model["gp_prepare"] + (model["gp_loop"] if stage == "gp50_r2c" else cufft_loop) + model["index"]
         gbs = nbytes / ms / 1e6 if nbytes and stage not in ("mapping_fft",) else None
         result.add(f"stage/{label}/{stage}", ms=ms, bytes=nbytes, gbs=gbs,
                    pct_copy=100 * gbs / copy_gbs if gbs and stage != "upload" else None)

@@ -1,7 +1,7 @@
 """qora.holo on CUDA: the spectrum solver, from mapped spectra to the index box on the device.
 
 :class:`SpectrumSolver` runs Gerchberg-Papoulis on half spectra (C2R, clamp, R2C, restore on the
-padded in-place layout) or C2C, the plain inversion, or FISTA-TV with the FGP step ("fused"
+padded in-place layout, or where it runs the fused loop of :mod:`qora.holo.gp_fused`) or C2C, the plain inversion, or FISTA-TV with the FGP step ("fused"
 default, "separate", "cube", "march"); the index is computed in place and copied out row by row.
 A complex index (absorption) runs GP in C2C with the imaginary part kept non-negative, and TV in
 C2C with one FGP prox per part (the CPU's :func:`qora.holo.regularisation.fista_tv_complex`). The
@@ -22,9 +22,13 @@ from qora.holo import kernels as K
 from qora.holo.cuda_stages import MEMCPY_DEFAULT, FgpProx, Mapper, WorkArea, check_even, copy_box, cupy
 from qora.holo.fista import momenta
 from qora.holo.geometry import Geometry
+from qora.holo.gp_fused import SIZES as FUSED_SIZES
+from qora.holo.gp_fused import FusedGP
+from qora.holo.gp_fused import available as fused_gp_available
 from qora.holo.odt import potential_bounds
 from qora.holo.options import ReconstructionOptions
 from qora.holo.regularisation import discrepancy_search
+from qora.io.errors import InputError
 
 __all__ = ["SpectrumSolver"]
 
@@ -70,7 +74,10 @@ class SpectrumSolver:
         # "auto" is a valid weight for any method (the options do not read it outside TV): never a number here
         self.lam = 0.0 if tv_weight == "auto" else tv_weight * geometry.k0**2
         self.tv_inner = tv_inner
-        n3, nh = big**3, big * big * self.half
+        self.fused = self._fused_loop(o.gp_loop) if self.real and method == "gp" else None
+        # the half spectrum's row: n / 2 + 1 values, or the fused loop's padded stride
+        self.row = self.fused.stride if self.fused is not None else self.half
+        n3, nh = big**3, big * big * self.row
         # the mapped sums (complex N^3); on the R2C path later the padded real volume and its half spectrum
         self.sums = cp.empty(n3, cp.complex64)
         # hit counts (int32 N^3); on the R2C path later the data term a (complex half spectrum)
@@ -102,14 +109,26 @@ class SpectrumSolver:
         self.scale = 1.0 / n3
         self.averaged = False  # set per call from the mapper: True when it gave averaged data (exact gridding)
         self.info: dict = {}
+        if method == "gp":  # which loop ran (the C2C loop on full spectra is cuFFT's)
+            self.info["gp_loop"] = "fused_fft" if self.fused is not None else "cufft"
 
     # -- helpers -------------------------------------------------------------------------------
-    def _prepare_half(self) -> None:
-        """counts = M(k) + M(-k), P = sums / hits, a = (P(k) + conj P(-k)) / 2 (into the hit-count buffer)."""
+    def _fused_loop(self, choice: str):
+        """The fused GP loop where ``choice`` ("auto", "cufft", "fused_fft") asks for it and it runs, else None."""
+        if choice == "cufft" or (choice == "auto" and not fused_gp_available(self.big)):
+            return None
+        if not fused_gp_available(self.big):
+            raise InputError(f"gp_loop 'fused_fft' needs a solver grid edge in {FUSED_SIZES} on compute capability "
+                             f"9.x (this grid: {self.big}); use gp_loop='cufft'")
+        return FusedGP(self.big)
+
+    def _prepare_half(self, row: int | None = None) -> None:
+        """counts = M(k) + M(-k), P = sums / hits, a = (P(k) + conj P(-k)) / 2 (into the hit-count buffer), in
+        rows of ``row`` values (default n / 2 + 1)."""
         big = self.big
-        K.gp_counts(hits=self.hits, n=big, counts=self.counts)
+        K.gp_counts(hits=self.hits, n=big, counts=self.counts, row=row)
         self._average()
-        K.gp_data(data=self.sums, n=big, a=self.a)
+        K.gp_data(data=self.sums, n=big, a=self.a, row=row)
 
     def _average(self) -> None:
         """P = sums / hits where hit, unless the mapper averaged already (exact gridding)."""
@@ -149,20 +168,23 @@ class SpectrumSolver:
 
     def _gp_half(self, dst_ptr, stream) -> None:
         cp = cupy()
-        self._prepare_half()
-        nh = self.big**2 * self.half
+        row = self.half if self.fused is None else self.fused.stride
+        self._prepare_half(row)
+        nh = self.big**2 * row
         cp.cuda.runtime.memcpyAsync(self.sums.data.ptr, self.a.data.ptr, 8 * nh, MEMCPY_DEFAULT, stream.ptr)
         p = self.sums.data.ptr
-        for _ in range(self.iterations):
+        if self.fused is not None:
+            self.fused.run(self.sums, self.a, self.counts, self.iterations, self.scale, self.bounds)
+        else:
+            for _ in range(self.iterations):
+                self.backward.execute(p, p)
+                self._clamp()
+                self.forward.execute(p, p)
+                self._restore()
             self.backward.execute(p, p)
-            self._clamp()
-            self.forward.execute(p, p)
-            self._restore()
-        self.backward.execute(p, p)
         medium2, inv_k02 = self._index_scalars()
-        total = self.big**2 * 2 * self.half
-        K.index_real(v=self.sums, total=total, scale=self.scale, medium2=medium2, inv_k02=inv_k02)
-        copy_box(p, 2 * self.half, self.big, self.nb, dst_ptr, stream)
+        K.index_real(v=self.sums, total=self.big**2 * 2 * row, scale=self.scale, medium2=medium2, inv_k02=inv_k02)
+        copy_box(p, 2 * row, self.big, self.nb, dst_ptr, stream)
 
     def _gp_complex(self, dst_ptr, absorption_ptr, stream) -> None:
         cp = cupy()

@@ -16,15 +16,16 @@ import numpy as np
 from qora.io.errors import InputError
 from qora.io.options import OptionError, with_changes
 
-__all__ = ["ReconstructionOptions", "BpmOptions", "BPM_CUDA_ONLY", "OptionError", "APPROXIMATIONS", "METHODS", "MAPPINGS", "FGP_VARIANTS", "CUDA_ONLY"]
+__all__ = ["ReconstructionOptions", "BpmOptions", "BPM_CUDA_ONLY", "OptionError", "APPROXIMATIONS", "METHODS", "MAPPINGS", "FGP_VARIANTS", "GP_LOOPS", "CUDA_ONLY"]
 
 APPROXIMATIONS = ("rytov", "born")
 METHODS = ("plain", "gp", "tv")
 MAPPINGS = ("gather", "scatter")
 GRIDDING_CHOICES = ("auto", "nearest", "exact")
 FGP_VARIANTS = ("fused", "separate", "cube", "march")
+GP_LOOPS = ("auto", "cufft", "fused_fft")
 #: the fields that only the CUDA backend reads (the CPU path ignores them)
-CUDA_ONLY = ("mapping", "fgp", "upload_parts")
+CUDA_ONLY = ("mapping", "fgp", "gp_loop", "upload_parts")
 # what a field means, where its name alone would not say it in an error message
 _WHAT = {"tv_inner": " (FGP steps per TV iteration)", "upload_parts": " (upload parts of the hologram stack)"}
 
@@ -72,12 +73,16 @@ class ReconstructionOptions:
     """CUDA only: the Ewald mapping by "gather" (a thread per volume column, no atomics) or "scatter"."""
     fgp: str = "fused"
     """CUDA only: the FGP step's kernel, "fused", "separate", "cube" or "march" (equal within 2 ulp)."""
+    gp_loop: str = "auto"
+    """CUDA only: GP on half spectra (``r2c``) as cuFFT's 3D transforms with a clamp and a restore pass ("cufft"),
+    or as four passes of our own line transforms carrying both ("fused_fft": grid edges 128, 256 and 512 on
+    compute capability 9.x; docs/holo-performance.md, "The fused GP loop"); "auto": fused_fft where it runs."""
     upload_parts: int = 1
     """CUDA Pipeline only: the hologram upload split into this many parts (count, 1 to the number of holograms)."""
 
     def __post_init__(self) -> None:
         for name, allowed in (("approximation", APPROXIMATIONS), ("method", METHODS), ("mapping", MAPPINGS),
-                              ("fgp", FGP_VARIANTS), ("gridding", GRIDDING_CHOICES)):
+                              ("fgp", FGP_VARIANTS), ("gp_loop", GP_LOOPS), ("gridding", GRIDDING_CHOICES)):
             value = getattr(self, name)
             if value not in allowed:
                 raise InputError(f"{name} must be one of {allowed}, got {value!r}")

@@ -132,9 +132,11 @@ def map_gather(*, spectra, column_start, source, plane, factor, columns, sums, h
 # -- Gerchberg-Papoulis ---------------------------------------------------------------------------------
 
 
-def gp_counts(*, hits, n, counts) -> None:
-    """counts = M(k) + M(-k) on the half spectrum. Reference: :func:`qora.holo.odt.gerchberg_papoulis_r2c` (b)."""
-    kernel("gp_counts")((blocks(n * n * (n // 2 + 1)),), (THREADS,), (hits, np.int32(n), counts))
+def gp_counts(*, hits, n, counts, row=None) -> None:
+    """counts = M(k) + M(-k) on the half spectrum, in rows of ``row`` values (default n / 2 + 1). Reference:
+    :func:`qora.holo.odt.gerchberg_papoulis_r2c` (b)."""
+    row = n // 2 + 1 if row is None else row
+    kernel("gp_counts")((blocks(n * n * (n // 2 + 1)),), (THREADS,), (hits, np.int32(n), counts, np.int32(row)))
 
 
 def normalise_hits(*, sums, hits, total) -> None:
@@ -142,9 +144,11 @@ def normalise_hits(*, sums, hits, total) -> None:
     kernel("normalise_hits")((blocks(total),), (THREADS,), (sums, hits, np.int64(total)))
 
 
-def gp_data(*, data, n, a) -> None:
-    """a = (P(k) + conj P(-k)) / 2 on the half spectrum. Reference: :func:`qora.holo.odt.gerchberg_papoulis_r2c` (a)."""
-    kernel("gp_data")((blocks(n * n * (n // 2 + 1)),), (THREADS,), (data, np.int32(n), a))
+def gp_data(*, data, n, a, row=None) -> None:
+    """a = (P(k) + conj P(-k)) / 2 on the half spectrum, in rows of ``row`` values (default n / 2 + 1).
+    Reference: :func:`qora.holo.odt.gerchberg_papoulis_r2c` (a)."""
+    row = n // 2 + 1 if row is None else row
+    kernel("gp_data")((blocks(n * n * (n // 2 + 1)),), (THREADS,), (data, np.int32(n), a, np.int32(row)))
 
 
 def restore_half(*, e, a, counts, pairs) -> None:

@@ -250,14 +250,17 @@ __device__ __forceinline__ long long mirror_index(int kz, int ky, int kx, int n)
     return ((long long)mz * n + my) * n + mx;
 }
 
-// counts[k] = M(k) + M(-k) on the half spectrum (one byte).
-extern "C" __global__ void gp_counts(const int* __restrict__ hits, int n, unsigned char* __restrict__ counts) {
+// counts[k] = M(k) + M(-k) on the half spectrum (one byte). counts and a (gp_data) are written in rows of
+// `row` values: n / 2 + 1, or the fused GP loop's padded rows (gp_fused.cu).
+extern "C" __global__ void gp_counts(const int* __restrict__ hits, int n, unsigned char* __restrict__ counts,
+                                     int row) {
     const int half = n / 2 + 1;
     const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (long long)n * n * half) return;
     const int kx = (int)(idx % half), ky = (int)((idx / half) % n), kz = (int)(idx / ((long long)half * n));
     const long long k = ((long long)kz * n + ky) * n + kx;
-    counts[idx] = (unsigned char)((hits[k] > 0) + (hits[mirror_index(kz, ky, kx, n)] > 0));
+    counts[((long long)kz * n + ky) * row + kx] =
+        (unsigned char)((hits[k] > 0) + (hits[mirror_index(kz, ky, kx, n)] > 0));
 }
 
 extern "C" __global__ void normalise_hits(float2* __restrict__ sums, const int* __restrict__ hits, long long total) {
@@ -269,14 +272,14 @@ extern "C" __global__ void normalise_hits(float2* __restrict__ sums, const int* 
 }
 
 // a(k) = (P(k) + conj P(-k)) / 2 on the half spectrum: the Hermitian part of the data.
-extern "C" __global__ void gp_data(const float2* __restrict__ data, int n, float2* __restrict__ a) {
+extern "C" __global__ void gp_data(const float2* __restrict__ data, int n, float2* __restrict__ a, int row) {
     const int half = n / 2 + 1;
     const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (long long)n * n * half) return;
     const int kx = (int)(idx % half), ky = (int)((idx / half) % n), kz = (int)(idx / ((long long)half * n));
     const float2 p = data[((long long)kz * n + ky) * n + kx];
     const float2 q = data[mirror_index(kz, ky, kx, n)];
-    a[idx] = make_float2(0.5f * (p.x + q.x), 0.5f * (p.y - q.y));
+    a[((long long)kz * n + ky) * row + kx] = make_float2(0.5f * (p.x + q.x), 0.5f * (p.y - q.y));
 }
 
 // v = clamp(scale v, lower, upper) over a padded real volume, four floats per step (padding included:

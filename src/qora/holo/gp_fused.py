@@ -1,0 +1,101 @@
+"""The GP loop's ``fused_fft`` kernels on CUDA: one Gerchberg-Papoulis iteration on the half spectrum as four
+passes of cuFFTDx line transforms that carry the clamp and the restore (``kernels/gp_fused.cu``;
+docs/holo-performance.md, "The fused GP loop").
+
+:class:`FusedGP` runs the loop of :meth:`qora.holo.cuda_solver.SpectrumSolver` on the half spectrum in the
+row layout of :func:`row_stride` (rows of ``n / 2 + 1`` values at a stride padded to whole blocks of lines):
+a z pass back from the restored data, then per iteration a y pass back, the x pass (C2R, clamp, R2C), a y
+pass forward and the z pass that restores the measured bins; the last iteration is followed by a y pass back
+and the x pass's C2R alone, which leaves the real volume in place (rows of ``2 * row_stride(n)`` floats).
+Grids of edge 128, 256 and 512 (:data:`SIZES`), compute capability 9.x (the prebuilt
+``gp_fused.sm_90.cubin``; rebuild with ``python -m qora.holo.build_fused``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qora.backend.kernels import load_cubin
+from qora.holo.cuda_stages import cupy
+
+__all__ = ["FusedGP", "SIZES", "LAYOUT", "PASS_BYTES", "available", "loop_bytes", "row_stride"]
+
+CUBIN = "gp_fused.sm_90.cubin"
+#: (elements per thread, lines per block) by grid edge: qora.phase's measured layouts of its strided passes
+LAYOUT = {128: (8, 16), 256: (16, 16), 512: (16, 8)}
+SIZES = tuple(LAYOUT)
+#: DRAM bytes per half-spectrum value and iteration, by pass (the model of docs/holo-performance.md): the y
+#: passes and the x pass read and write it; the z pass also reads a (8 B) and the counts (1 B)
+PASS_BYTES = {"inverse_y": 16, "rows": 16, "forward_y": 16, "restore_z": 25}
+
+
+def loop_bytes(n: int, iterations: int) -> int:
+    """DRAM bytes of :meth:`FusedGP.run` by the model: every pass reads and writes the half spectrum's
+    n^2 (n / 2 + 1) values (the z pass also reads a and the counts), the first z pass and the last y and x
+    passes included."""
+    values = n * n * (n // 2 + 1)
+    return values * (iterations * sum(PASS_BYTES.values()) + 3 * 16)
+
+
+def row_stride(n: int) -> int:
+    """The half spectrum's row stride in values: ``n / 2 + 1`` rounded up to whole blocks of lines, so that
+    every block's loads start on a 128-byte line."""
+    lines = LAYOUT[n][1]
+    return -(-(n // 2 + 1) // lines) * lines
+
+
+def available(n: int) -> bool:
+    """Whether the fused loop can run on this device at grid edge ``n`` (an sm_90 device, a built size)."""
+    return n in LAYOUT and str(cupy().cuda.Device().compute_capability).startswith("9")
+
+
+class FusedGP:
+    """The fused GP loop at grid edge ``n`` (one of :data:`SIZES`, on compute capability 9.x)."""
+
+    def __init__(self, n: int) -> None:
+        if not available(n):
+            raise ValueError(f"the fused GP loop needs a grid edge in {SIZES} on compute capability 9.x, got {n}")
+        cp = cupy()
+        ept, lines = LAYOUT[n]
+        suffix = f"{n}_{lines}_{ept}"
+        module = load_cubin("qora.holo", CUBIN)
+        out = cp.zeros(5, np.int32)
+        module.get_function(f"gp_params_{suffix}")((1,), (1,), (out,))
+        bx, by, smem_lines, smem_restore, smem_rows = (int(v) for v in out.get())
+        self.n, self.lines, self.block = n, lines, (bx, by)
+        self.width, self.stride = n // 2 + 1, row_stride(n)
+        self.smem = {"inverse": smem_lines, "forward": smem_lines, "restore": smem_restore, "rows": smem_rows,
+                     "rows_final": smem_rows}
+        self.kernels = {}
+        for kind, smem in self.smem.items():
+            kernel = self.kernels[kind] = module.get_function(f"gp_{kind}_{suffix}")
+            kernel.max_dynamic_shared_size_bytes = smem
+        # tiles of a strided pass: n lines of n points (y: one per z, R = 1; z: one per y, R = n) in groups
+        self.tiles = n * -(-self.width // lines)
+
+    def model_bytes(self, iterations: int) -> int:
+        """DRAM bytes of :meth:`run` by the model (:func:`loop_bytes`)."""
+        return loop_bytes(self.n, iterations)
+
+    def _strided(self, kind: str, e, along_z: bool, *extra) -> None:
+        args = (e, np.int64(self.n if along_z else 1), np.int32(self.width), np.int32(self.stride)) + extra
+        self.kernels[kind]((self.tiles,), self.block, args, shared_mem=self.smem[kind])
+
+    def _rows(self, kind: str, e, *extra) -> None:
+        self.kernels[kind]((self.n * self.n // self.lines,), self.block, (e, np.int32(self.stride)) + extra,
+                           shared_mem=self.smem[kind])
+
+    def run(self, e, a, counts, iterations: int, scale: float, bounds) -> None:
+        """``iterations`` GP iterations from ``e`` (the restored data term, half spectrum in the row layout), then
+        the C2R: ``e`` ends as the real volume, unscaled (rows of ``2 * stride`` floats). ``a`` and ``counts``
+        (uint8, M(k) + M(-k)) in the same layout; ``scale`` the inverse transform's (1 / n^3); ``bounds`` the
+        clamp's (lower, upper)."""
+        lower, upper = (np.float32(b) for b in bounds)
+        self._strided("inverse", e, True)
+        for _ in range(iterations):
+            self._strided("inverse", e, False)
+            self._rows("rows", e, np.float32(scale), lower, upper)
+            self._strided("forward", e, False)
+            self._strided("restore", e, True, a, counts)
+        self._strided("inverse", e, False)
+        self._rows("rows_final", e)

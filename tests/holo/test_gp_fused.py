@@ -1,0 +1,118 @@
+"""The GP loop's fused_fft on the CPU: its prebuilt module, and its engine (:class:`qora.holo.gp_fused.FusedGP`:
+the passes, their order, the row layout and the real volume it leaves) on emulated kernels that do each pass's
+algebra with NumPy in float64, against the GP loop written with whole 3D real transforms."""
+
+import numpy as np
+import pytest
+
+from qora.holo import build_fused
+from qora.holo import gp_fused
+
+
+def reference_gp(a, counts, iterations, scale, bounds):
+    """GP on the half spectrum (n, n, n / 2 + 1) in float64 with whole transforms, unnormalised as cuFFT's: the
+    real volume after the last restore, before its scale (what FusedGP.run leaves)."""
+    n = a.shape[0]
+    shape = (n, n, n)
+    e = a.astype(np.complex128)
+    b = 1.0 - 0.5 * counts
+    for _ in range(iterations):
+        v = np.clip(scale * np.fft.irfftn(e, s=shape, axes=(0, 1, 2)) * n**3, *bounds)
+        e = a + b * np.fft.rfftn(v)
+    return np.fft.irfftn(e, s=shape, axes=(0, 1, 2)) * n**3
+
+
+def problem(n, seed=0):
+    """A data term a (the half spectrum of a real volume with a non-negative part) and counts in {0, 1, 2}."""
+    rng = np.random.default_rng(seed)
+    volume = rng.standard_normal((n, n, n)) + 0.5
+    a = np.fft.rfftn(volume)
+    counts = rng.integers(0, 3, a.shape).astype(np.uint8)
+    return a, counts
+
+
+def padded(x, stride):
+    """A half spectrum (n, n, w) in rows of ``stride`` values (the fused loop's layout), flattened."""
+    out = np.zeros(x.shape[:2] + (stride,), x.dtype)
+    out[..., :x.shape[2]] = x
+    return out.reshape(-1)
+
+
+class _Emulated:
+    """gp_<kind>_<n>_<F>_<EPT> in NumPy float64: each pass's transforms along its axis, unnormalised."""
+
+    def __init__(self, kind, n):
+        self.kind, self.n = kind, n
+
+    def __call__(self, grid, block, args, shared_mem=0):
+        n = self.n
+        if self.kind.startswith("rows"):
+            e, stride = args[0], int(args[1])
+            half = e.reshape(n, n, stride)[..., :n // 2 + 1]
+            v = np.fft.irfft(half, n=n, axis=-1) * n
+            if self.kind == "rows_final":
+                e.view(np.float64).reshape(n, n, 2 * stride)[..., :n] = v
+            else:
+                scale, lower, upper = (float(x) for x in args[2:5])
+                half[...] = np.fft.rfft(np.clip(scale * v, lower, upper), axis=-1)
+            return
+        e, rows, width, stride = args[0], int(args[1]), int(args[2]), int(args[3])
+        view = e.reshape(n, n, stride)[..., :width]
+        axis = 0 if rows == n else 1  # z (R = n) or y (R = 1)
+        if self.kind == "inverse":
+            view[...] = np.fft.ifft(view, axis=axis) * n
+        elif self.kind == "forward":
+            view[...] = np.fft.fft(view, axis=axis)
+        else:
+            a, counts = (x.reshape(n, n, stride)[..., :width] for x in args[4:6])
+            view[...] = np.fft.ifft(a + (1.0 - 0.5 * counts) * np.fft.fft(view, axis=axis), axis=axis) * n
+
+
+def emulated_engine(n):
+    engine = object.__new__(gp_fused.FusedGP)
+    ept, lines = gp_fused.LAYOUT[n]
+    engine.n, engine.lines, engine.block = n, lines, (n // ept, lines)
+    engine.width, engine.stride = n // 2 + 1, gp_fused.row_stride(n)
+    engine.tiles = n * -(-engine.width // lines)
+    engine.smem = dict.fromkeys(("inverse", "forward", "restore", "rows", "rows_final"), 0)
+    engine.kernels = {kind: _Emulated(kind, n) for kind in engine.smem}
+    return engine
+
+
+def test_cubin_is_built_from_the_current_sources():
+    """gp_fused.sm_90.cubin matches gp_fused.cu and line_fft.cuh."""
+    digest = (build_fused.KERNELS / "gp_fused.sm_90.cubin.sha256").read_text().strip()
+    assert (build_fused.KERNELS / "gp_fused.sm_90.cubin").stat().st_size > 0
+    assert digest == build_fused.GP.source_digest(), "rebuild: python -m qora.holo.build_fused --mathdx ..."
+
+
+def test_every_layout_is_built():
+    source = (build_fused.KERNELS / "gp_fused.cu").read_text()
+    for n, (ept, lines) in gp_fused.LAYOUT.items():
+        assert f"QORA_GP({n}, {ept}, {lines})" in source
+
+
+@pytest.mark.parametrize("n", [128])
+def test_row_stride_starts_every_block_on_a_line(n):
+    stride = gp_fused.row_stride(n)
+    assert stride >= n // 2 + 1 and stride % gp_fused.LAYOUT[n][1] == 0 and (8 * stride) % 128 == 0
+
+
+@pytest.mark.parametrize("bounds", [(0.0, np.inf), (-0.25, 0.375)])
+def test_the_engine_runs_the_gp_loop(bounds):
+    """The engine's passes (z back from the data, then per iteration y back, x, y forward, z with the restore; y
+    back and the final C2R) on emulated kernels equal GP with whole 3D transforms, in the padded row layout."""
+    n, iterations = 32, 4
+    gp_fused.LAYOUT[n] = (4, 16)  # an emulated size: the layout only sets the row stride here
+    try:
+        engine = emulated_engine(n)
+        a, counts = problem(n)
+        e = padded(a, engine.stride)
+        engine.run(e, padded(a, engine.stride), padded(counts, engine.stride), iterations, 1.0 / n**3, bounds)
+    finally:
+        del gp_fused.LAYOUT[n]
+    got = e.view(np.float64).reshape(n, n, 2 * engine.stride)[..., :n]
+    want = reference_gp(a, counts, iterations, 1.0 / n**3, bounds)
+    assert np.abs(got - want).max() <= 1e-9 * np.abs(want).max()
+    free = reference_gp(a, counts, iterations, 1.0 / n**3, (-np.inf, np.inf))
+    assert np.abs(free - want).max() > 1e-3 * np.abs(want).max()  # the clamp binds: skipping it would show
