@@ -44,14 +44,14 @@ def case_128():
 
 def test_solver_takes_the_fused_loop_and_matches_cufft_and_cpu(case_128):
     g, ratio = case_128
-    runs = {loop: holo.reconstruct(ratio, g, backend="cuda", method="gp", iterations=20, gp_loop=loop)
+    runs = {loop: holo.reconstruct(ratio, g, backend="cuda", method="gp", iterations=20, r2c=True, gp_loop=loop)
             for loop in ("auto", "fused_fft", "cufft")}
     assert [runs[k].info["gp_loop"] for k in runs] == ["fused_fft", "fused_fft", "cufft"]
     np.testing.assert_array_equal(runs["auto"].index, runs["fused_fft"].index)
     fused, cufft = runs["fused_fft"].index, runs["cufft"].index
     contrast = np.linalg.norm(cufft - R.MEDIUM_INDEX)
     assert np.linalg.norm(fused - cufft) / contrast < 1e-5
-    cpu = holo.reconstruct(ratio, g, backend="cpu", method="gp", iterations=20).index
+    cpu = holo.reconstruct(ratio, g, backend="cpu", method="gp", iterations=20, r2c=True).index
     assert np.linalg.norm(fused - cpu) / np.linalg.norm(cpu - R.MEDIUM_INDEX) < 1e-4
     assert np.abs(fused - R.MEDIUM_INDEX).max() > 1e-3  # a real volume, not an empty one
 
@@ -60,6 +60,8 @@ def test_fused_loop_says_where_it_cannot_run():
     g = R.geometry(48)  # solver grid 96: no fused layout
     ratio = np.ones((g.count, g.n, g.n), np.complex64)
     with pytest.raises(ValueError, match="gp_loop='cufft'"):
-        holo.reconstruct(ratio, g, backend="cuda", method="gp", iterations=2, gp_loop="fused_fft")
+        holo.reconstruct(ratio, g, backend="cuda", method="gp", iterations=2, r2c=True, gp_loop="fused_fft")
+    with pytest.raises(ValueError, match="r2c=True"):
+        holo.reconstruct(ratio, g, backend="cuda", method="gp", iterations=2, r2c=False, gp_loop="fused_fft")
     with pytest.raises(ValueError, match="gp_loop"):
         holo.reconstruct(ratio, g, backend="cuda", gp_loop="fast")

@@ -74,6 +74,8 @@ class SpectrumSolver:
         # "auto" is a valid weight for any method (the options do not read it outside TV): never a number here
         self.lam = 0.0 if tv_weight == "auto" else tv_weight * geometry.k0**2
         self.tv_inner = tv_inner
+        if o.gp_loop == "fused_fft" and method == "gp" and not self.real:
+            raise InputError("gp_loop 'fused_fft' runs GP on half spectra: it needs r2c=True and a real index")
         self.fused = self._fused_loop(o.gp_loop) if self.real and method == "gp" else None
         # the half spectrum's row: n / 2 + 1 values, or the fused loop's padded stride
         self.row = self.fused.stride if self.fused is not None else self.half

@@ -37,10 +37,10 @@ def loop_bytes(n: int, iterations: int) -> int:
     return values * (iterations * sum(PASS_BYTES.values()) + 3 * 16)
 
 
-def row_stride(n: int) -> int:
-    """The half spectrum's row stride in values: ``n / 2 + 1`` rounded up to whole blocks of lines, so that
-    every block's loads start on a 128-byte line."""
-    lines = LAYOUT[n][1]
+def row_stride(n: int, lines: int | None = None) -> int:
+    """The half spectrum's row stride in values: ``n / 2 + 1`` rounded up to whole blocks of ``lines`` (default
+    :data:`LAYOUT`'s) and to 16 values, so that every block's loads start on a 128-byte line."""
+    lines = max(LAYOUT[n][1] if lines is None else lines, 16)
     return -(-(n // 2 + 1) // lines) * lines
 
 
@@ -50,20 +50,21 @@ def available(n: int) -> bool:
 
 
 class FusedGP:
-    """The fused GP loop at grid edge ``n`` (one of :data:`SIZES`, on compute capability 9.x)."""
+    """The fused GP loop at grid edge ``n`` (one of :data:`SIZES`, on compute capability 9.x); ``layout``
+    (elements per thread, lines per block): a candidate built beside :data:`LAYOUT`'s (for the probes)."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, layout: tuple | None = None) -> None:
         if not available(n):
             raise ValueError(f"the fused GP loop needs a grid edge in {SIZES} on compute capability 9.x, got {n}")
         cp = cupy()
-        ept, lines = LAYOUT[n]
+        ept, lines = LAYOUT[n] if layout is None else layout
         suffix = f"{n}_{lines}_{ept}"
         module = load_cubin("qora.holo", CUBIN)
         out = cp.zeros(5, np.int32)
         module.get_function(f"gp_params_{suffix}")((1,), (1,), (out,))
         bx, by, smem_lines, smem_restore, smem_rows = (int(v) for v in out.get())
         self.n, self.lines, self.block = n, lines, (bx, by)
-        self.width, self.stride = n // 2 + 1, row_stride(n)
+        self.width, self.stride = n // 2 + 1, row_stride(n, lines)
         self.smem = {"inverse": smem_lines, "forward": smem_lines, "restore": smem_restore, "rows": smem_rows,
                      "rows_final": smem_rows}
         self.kernels = {}

@@ -181,3 +181,8 @@ __device__ __forceinline__ void gp_rows(float2* __restrict__ e, int P, float sca
 QORA_GP(128, 8, 16)
 QORA_GP(256, 16, 16)
 QORA_GP(512, 16, 8)
+// candidates measured against the above (bench/probes/gp_fused_probe.py; FusedGP(n, layout=...))
+QORA_GP(256, 8, 16)
+QORA_GP(256, 16, 8)
+QORA_GP(512, 8, 8)
+QORA_GP(512, 16, 4)
