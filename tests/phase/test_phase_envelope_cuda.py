@@ -119,3 +119,27 @@ def test_the_support_steps_kernels_equal_scipy(shape):
         np.testing.assert_array_equal(got, want)
     assert want.sum() > 3 * mask.sum()  # the steps did grow it
     assert device.label is not None  # the rest is cupyx's
+
+
+def test_the_agreement_report_on_the_device_equals_the_hosts():
+    """analysis.agreement on CuPy objects (what the GPU search hands it) against the same on NumPy: the same
+    alignments (twin, shift to the sub-pixel tolerance), errors and support overlaps, in float64 both."""
+    import cupy as cp
+
+    truth, counts, _ = _case()
+    rng = np.random.default_rng(3)
+    objects = []
+    for k in range(5):
+        o = truth * (1 + 0.05 * rng.standard_normal(truth.shape)) + 0.01 * rng.standard_normal(truth.shape)
+        o = np.roll(o, tuple(rng.integers(-9, 9, 2)), (0, 1)).astype(np.complex64)
+        objects.append(analysis.twin(o) if k % 2 else o)
+    objects.append(rng.standard_normal(truth.shape).astype(np.complex64))  # one start that found something else
+    objects = np.stack(objects)
+    supports = np.abs(objects) > 0.5
+    scores = np.arange(len(objects), dtype=float)
+    host = analysis.agreement(objects, supports, scores, intensity=counts)
+    device = analysis.agreement(cp.asarray(objects), supports, scores, intensity=counts)
+    assert host["agree"] == device["agree"] == 5 and host["message"] == device["message"]
+    np.testing.assert_allclose(device["object_error"], host["object_error"], rtol=1e-4, atol=1e-9)
+    np.testing.assert_array_equal(device["support_overlap"], host["support_overlap"])
+    np.testing.assert_allclose(np.array(device["prtf"], float), np.array(host["prtf"], float), rtol=1e-4)

@@ -3,7 +3,8 @@
 A CDI reconstruction is defined up to a global phase, a translation and the
 twin (complex conjugate with point reflection about the array centre).
 :func:`align` removes all three against a reference; :func:`object_error` is the
-relative L2 error after that.
+relative L2 error after that. The alignment and the agreement report follow their input: CuPy arrays are aligned
+on the GPU (the same arithmetic in float64), NumPy arrays on the host.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.optimize
 
-from qora.backend import fft
+from qora.backend import fft, xp_of
 
 __all__ = ["twin", "shift", "align", "object_error", "scaled_error", "prtf", "prtf_resolution", "modes", "consensus",
            "agreement", "AGREE_OBJECT_ERROR", "convergence", "CONVERGED_FALL", "amplitude_rfactor",
@@ -31,18 +32,20 @@ CONVERGENCE_WINDOW = 50
 
 def twin(x: np.ndarray) -> np.ndarray:
     """The twin image: conj(x(-r)), point reflection about index n//2 on every axis."""
-    out = np.conj(x)
+    xp = xp_of(x)
+    out = xp.conj(x)
     for ax, n in enumerate(x.shape):
-        idx = (2 * (n // 2) - np.arange(n)) % n
-        out = np.take(out, idx, axis=ax)
+        idx = (2 * (n // 2) - xp.arange(n)) % n
+        out = xp.take(out, idx, axis=ax)
     return out
 
 
 def _ramp(spec, delta):
     """A spectrum times the phase ramp that translates its object by ``delta`` pixels."""
+    xp = xp_of(spec)
     for ax, (n, d) in enumerate(zip(spec.shape, delta)):
-        f = np.fft.fftfreq(n).reshape([-1 if i == ax else 1 for i in range(spec.ndim)])
-        spec = spec * np.exp(-2j * np.pi * f * d)
+        f = xp.fft.fftfreq(n).reshape([-1 if i == ax else 1 for i in range(spec.ndim)])
+        spec = spec * xp.exp(-2j * np.pi * f * d)
     return spec
 
 
@@ -60,24 +63,26 @@ def _overlap_at(cross, freqs, d) -> float:
     a few ms at 128^3 where forming the full-array phase ramp took ~0.1 s, which the sub-pixel search
     evaluates hundreds of times (docs/phase.md, "The Bragg-like case").
     """
+    xp = xp_of(cross)
     out = cross
     for f, di in zip(reversed(freqs), reversed(d)):
         # as a 2D matrix: NumPy's matmul of an N-D stack by a vector skips BLAS (12x slower at 128^3)
-        out = out.reshape(-1, f.size) @ np.exp(2j * np.pi * f * di)
+        out = out.reshape(-1, f.size) @ xp.exp(2j * np.pi * f * float(di))
     return abs(complex(out[0]))
 
 
 def _best_shift(spec_x, spec_ref, *, subpixel: bool = True, tolerance: float = 1e-6):
     """The translation maximising |<shift(x), ref>| from the objects' spectra: the integer peak of the
     cross-correlation, then (``subpixel``) its refinement."""
-    cross = np.conj(spec_x) * spec_ref
+    xp = xp_of(spec_x)
+    cross = xp.conj(spec_x) * spec_ref
     xc = fft.ifftn(cross)
     shape = spec_x.shape
-    peak = np.array(np.unravel_index(int(np.argmax(np.abs(xc))), shape), float)
+    peak = np.array(np.unravel_index(int(xp.argmax(xp.abs(xc))), shape), float)
     peak = np.where(peak > np.array(shape) / 2, peak - np.array(shape), peak)
     if not subpixel:
         return peak
-    freqs = [np.fft.fftfreq(n) for n in shape]
+    freqs = [xp.fft.fftfreq(n) for n in shape]
 
     def overlap(d):
         return -_overlap_at(cross, freqs, d)
@@ -94,8 +99,9 @@ def align(x: np.ndarray, reference: np.ndarray, *, allow_twin: bool = True, subp
 
     Returns ``(aligned, info)`` with ``info = {"twin": bool, "shift": tuple, "phase": float}``.
     """
-    x = np.asarray(x, np.complex128)
-    ref = np.asarray(reference, np.complex128)
+    xp = xp_of(x, reference)
+    x = xp.asarray(x, np.complex128)
+    ref = xp.asarray(reference, np.complex128)
     if x.shape != ref.shape:
         raise ValueError(f"shapes differ: {x.shape} and {ref.shape}")
     spec_ref = fft.fftn(ref)
@@ -104,10 +110,10 @@ def align(x: np.ndarray, reference: np.ndarray, *, allow_twin: bool = True, subp
         spec = fft.fftn(twin(x) if is_twin else x)
         d = _best_shift(spec, spec_ref, subpixel=subpixel, tolerance=tolerance)
         moved = fft.ifftn(_ramp(spec, d))
-        c = np.vdot(moved, ref)
+        c = complex(xp.vdot(moved, ref))
         phase = float(np.angle(c))
         moved = moved * np.exp(1j * phase)
-        err = np.linalg.norm(moved - ref)
+        err = float(xp.linalg.norm(moved - ref))
         if best is None or err < best[0]:
             best = (err, moved, {"twin": is_twin, "shift": tuple(float(v) for v in d), "phase": phase})
     return best[1], best[2]
@@ -116,8 +122,9 @@ def align(x: np.ndarray, reference: np.ndarray, *, allow_twin: bool = True, subp
 def object_error(x: np.ndarray, reference: np.ndarray, **kwargs) -> float:
     """||align(x) - ref|| / ||ref||: the relative object error after phase, translation and twin."""
     aligned, _ = align(x, reference, **kwargs)
-    ref = np.asarray(reference, np.complex128)
-    return float(np.linalg.norm(aligned - ref) / np.linalg.norm(ref))
+    xp = xp_of(aligned)
+    ref = xp.asarray(reference, np.complex128)
+    return float(xp.linalg.norm(aligned - ref) / xp.linalg.norm(ref))
 
 
 def scaled_error(x: np.ndarray, reference: np.ndarray) -> tuple[float, dict]:
@@ -276,19 +283,20 @@ def agreement(objects, supports, scores, *, intensity=None, bound: float = AGREE
     ``prtf`` (radial PRTF of the agreeing starts) and ``resolution_px`` (1 / the frequency where it falls
     below 1/e, pixels).
     """
-    objects = np.asarray(objects)
+    xp = xp_of(objects)
+    objects = xp.asarray(objects)
     scores = np.asarray(scores, float)
     if not (len(objects) == len(supports) == len(scores)):
         raise ValueError(f"{len(objects)} objects, {len(supports)} supports and {len(scores)} scores")
     order = [int(i) for i in np.argsort(np.where(np.isfinite(scores), scores, np.inf), kind="stable")]
     objects, supports, intensity, factor = _coarse(objects, supports, intensity)
     best = order[0]
-    ref = objects[best] / max(np.linalg.norm(objects[best]), 1e-30)
+    ref = objects[best] / max(float(xp.linalg.norm(objects[best])), 1e-30)
     errors, overlaps, moved = [0.0], [1.0], {best: objects[best]}
     for i in order[1:]:
-        norm = max(np.linalg.norm(objects[i]), 1e-30)
+        norm = max(float(xp.linalg.norm(objects[i])), 1e-30)
         aligned, info = align(objects[i] / norm, ref, tolerance=AGREE_SHIFT_TOLERANCE)
-        errors.append(float(np.linalg.norm(aligned - ref)))
+        errors.append(float(xp.linalg.norm(aligned - ref)))
         overlaps.append(_support_overlap(supports[i], supports[best], info))
         if errors[-1] <= bound:  # kept for the PRTF (alignment is linear: the start's own scale restored)
             moved[i] = aligned * norm
@@ -304,7 +312,8 @@ def agreement(objects, supports, scores, *, intensity=None, bound: float = AGREE
            "agree": len(agreeing), "total": total, "bound": float(bound), "reproducible": reproducible,
            "message": message, "coarsened": factor}
     if intensity is not None and len(agreeing) >= 2:
-        q, curve = prtf(np.stack([moved[i] for i in agreeing]), intensity, aligned=True)
+        stack = xp.stack([moved[i] for i in agreeing])
+        q, curve = prtf(stack if xp is np else stack.get(), intensity, aligned=True)
         cutoff = prtf_resolution(q, curve)
         out.update(prtf_q=(q / factor).tolist(), prtf=[None if not np.isfinite(v) else float(v) for v in curve],
                    resolution_px=float(factor / cutoff) if cutoff > 0 else None)
@@ -323,13 +332,13 @@ def _coarse(objects, supports, intensity):
     :data:`AGREE_MOST_VOXELS`: each object's unitary spectrum cropped to the central n // factor per axis (so its
     transform there equals the original's, and the cropped pattern is its intensity), each support pooled over
     factor^d blocks (a block is in where any of its pixels is). Factor 1 returns them as they are."""
-    objects = np.asarray(objects)
     shape = objects.shape[1:]
     factor = 1
     while np.prod([n // factor for n in shape]) > AGREE_MOST_VOXELS:
         factor *= 2
     if factor == 1:
         return objects, np.asarray(supports), intensity, 1
+    objects = objects if xp_of(objects) is np else objects.get()  # coarsened on the host
     small = tuple(n // factor for n in shape)
     box = tuple(slice(n // 2 - m // 2, n // 2 - m // 2 + m) for n, m in zip(shape, small))
     axes = tuple(range(len(shape)))

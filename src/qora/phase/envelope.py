@@ -249,7 +249,12 @@ def reconstruct(intensity, *, mask=None, starts: int = 1, seed: int = 0, backend
         timings={"run_s": time.perf_counter() - t0}, versions=versions(),
         objects=stack_o if keep_all else None, supports=stack_s if keep_all else None)
     first = np.where(np.arange(starts) == best, -np.inf, r)  # the report aligns every start to the one ranked first
-    result.agreement = analysis.agreement(stack_o, stack_s, first, intensity=pattern_host)
+    # on the device where the search ran (where the starts fit in a GiB and need no coarsening): its alignments'
+    # transforms and sub-pixel searches took 0.6-0.9 s of the logo's 10-start run on the H200's host
+    # (docs/phase-performance.md)
+    on_device = be.is_cuda and stack_o.nbytes <= 2**30 and stack_o[0].size <= analysis.AGREE_MOST_VOXELS
+    objects = be.xp.asarray(stack_o) if on_device else stack_o
+    result.agreement = analysis.agreement(objects, stack_s, first, intensity=pattern_host)
     result.convergence = analysis.convergence(errors[:, best])
     result.timings.update(rfactor=[float(v) for v in r], support_px=support_px)  # what merge_results ranks by
     result.timings.update(search_s=t_search, report_s=time.perf_counter() - t0 - t_search)
