@@ -14,7 +14,7 @@ from qora.holo import kernels as K
 from qora.backend.fft import C2R, R2C
 from qora.holo.cuda_stages import WorkArea
 
-CANDIDATES = {256: [(16, 16), (8, 16), (16, 8)], 512: [(16, 8), (8, 8), (16, 4)], 128: [(8, 16)]}
+CANDIDATES = {256: [(16, 8), (16, 16), (8, 16)], 512: [(16, 8), (8, 8), (16, 4)], 128: [(8, 16)]}
 
 
 def timed(fn, repeats=20):

@@ -21,8 +21,9 @@ from qora.holo.cuda_stages import cupy
 __all__ = ["FusedGP", "SIZES", "LAYOUT", "PASS_BYTES", "available", "loop_bytes", "row_stride"]
 
 CUBIN = "gp_fused.sm_90.cubin"
-#: (elements per thread, lines per block) by grid edge: qora.phase's measured layouts of its strided passes
-LAYOUT = {128: (8, 16), 256: (16, 16), 512: (16, 8)}
+#: (elements per thread, lines per block) by grid edge: qora.phase's layouts of its strided passes, but 8 lines at
+#: 256 (H200, bench/probes/gp_fused_probe.py: an iteration 0.3176 ms against 0.3263 with 16 lines)
+LAYOUT = {128: (8, 16), 256: (16, 8), 512: (16, 8)}
 SIZES = tuple(LAYOUT)
 #: DRAM bytes per half-spectrum value and iteration, by pass (the model of docs/holo-performance.md): the y
 #: passes and the x pass read and write it; the z pass also reads a (8 B) and the counts (1 B)

@@ -177,12 +177,12 @@ __device__ __forceinline__ void gp_rows(float2* __restrict__ e, int P, float sca
         gp_rows<N, EPT, F, true>(e, P, 1.0f, 0.0f, 0.0f);                                                  \
     }
 
-// (N, elements per thread, lines per block): qora.phase's measured layouts of its strided passes
+// (N, elements per thread, lines per block): gp_fused.LAYOUT's, then the candidates measured against them
+// (bench/probes/gp_fused_probe.py; FusedGP(n, layout=...))
 QORA_GP(128, 8, 16)
-QORA_GP(256, 16, 16)
-QORA_GP(512, 16, 8)
-// candidates measured against the above (bench/probes/gp_fused_probe.py; FusedGP(n, layout=...))
-QORA_GP(256, 8, 16)
 QORA_GP(256, 16, 8)
+QORA_GP(512, 16, 8)
+QORA_GP(256, 16, 16)
+QORA_GP(256, 8, 16)
 QORA_GP(512, 8, 8)
 QORA_GP(512, 16, 4)
