@@ -249,9 +249,9 @@ def reconstruct(intensity, *, mask=None, starts: int = 1, seed: int = 0, backend
         timings={"run_s": time.perf_counter() - t0}, versions=versions(),
         objects=stack_o if keep_all else None, supports=stack_s if keep_all else None)
     first = np.where(np.arange(starts) == best, -np.inf, r)  # the report aligns every start to the one ranked first
-    # on the device where the search ran (where the starts fit in a GiB and need no coarsening): its alignments'
-    # transforms and sub-pixel searches took 0.6-0.9 s of the logo's 10-start run on the H200's host
-    # (docs/phase-performance.md)
+    # on the device where the search ran (where the starts fit in a GiB and need no coarsening): the alignments'
+    # transforms took 0.26 of the report's 0.7 s for the logo's 10 starts on an H100's host, 0.02 s on the device
+    # (bench/probes/agreement_timing.py; docs/phase-performance.md)
     on_device = be.is_cuda and stack_o.nbytes <= 2**30 and stack_o[0].size <= analysis.AGREE_MOST_VOXELS
     objects = be.xp.asarray(stack_o) if on_device else stack_o
     result.agreement = analysis.agreement(objects, stack_s, first, intensity=pattern_host)
