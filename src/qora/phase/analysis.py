@@ -3,8 +3,9 @@
 A CDI reconstruction is defined up to a global phase, a translation and the
 twin (complex conjugate with point reflection about the array centre).
 :func:`align` removes all three against a reference; :func:`object_error` is the
-relative L2 error after that. The alignment and the agreement report follow their input: CuPy arrays are aligned
-on the GPU (the same arithmetic in float64), NumPy arrays on the host.
+relative L2 error after that. The alignment and the agreement report follow their input: CuPy arrays are transformed
+on the GPU (the same arithmetic in float64; the sub-pixel search, a few small products per step, on the host), NumPy
+arrays on the host.
 """
 
 from __future__ import annotations
