@@ -73,6 +73,7 @@ def main(sizes):
             passes = {
                 "inverse_y": lambda: g._strided("inverse", e, False),
                 "rows": lambda: g._rows("rows", e, np.float32(1e-6), np.float32(0), np.float32(np.inf)),
+                "rows_packed": lambda: g._rows("rows_packed", e, np.float32(1e-6), np.float32(0), np.float32(np.inf)),
                 "forward_y": lambda: g._strided("forward", e, False),
                 "restore_z": lambda: g._strided("restore", e, True, a, counts),
                 "inverse_z": lambda: g._strided("inverse", e, True),
@@ -80,19 +81,20 @@ def main(sizes):
             parts = []
             for name, fn in passes.items():
                 ms = timed(fn)
-                model = gp_fused.PASS_BYTES.get(name, 16) * values
+                model = gp_fused.PASS_BYTES.get(name, 16) * values  # rows_packed, inverse_z: 16 B
                 parts.append(f"{name} {ms:.4f} ms ({model / ms / 1e6 / gbs:.0%})")
             loop = timed(lambda: g.run(e, a, counts, 10, 1.0 / n**3, (0.0, np.inf)), repeats=3) / 10
             model = sum(gp_fused.PASS_BYTES.values()) * values
             print(f"  {layout}: iteration {loop:.4f} ms = {loop / ref:.3f}x cuFFT ({model / loop / 1e6 / gbs:.0%} of "
                   f"copy); " + ", ".join(parts), flush=True)
-        g = gp_fused.FusedGP(n)
-        e = cp.zeros(n * n * g.stride, cp.complex64)
-        a, counts = cp.zeros_like(e), cp.zeros(e.size, cp.uint8)
-        for planes in PLANES[n]:
-            loop = timed(lambda: g.run(e, a, counts, 10, 1.0 / n**3, (0.0, np.inf), planes=planes), repeats=3) / 10
-            print(f"  default layout, groups of {planes} planes: iteration {loop:.4f} ms = {loop / ref:.3f}x cuFFT",
-                  flush=True)
+        for packed in (False, True):
+            g = gp_fused.FusedGP(n, packed=packed)
+            e = cp.zeros(n * n * g.stride, cp.complex64)
+            a, counts = cp.zeros_like(e), cp.zeros(e.size, cp.uint8)
+            for planes in PLANES[n]:
+                loop = timed(lambda: g.run(e, a, counts, 10, 1.0 / n**3, (0.0, np.inf), planes=planes), repeats=3) / 10
+                print(f"  default layout{', packed x pass' if packed else ''}, groups of {planes} planes: iteration "
+                      f"{loop:.4f} ms = {loop / ref:.3f}x cuFFT", flush=True)
 
 
 if __name__ == "__main__":

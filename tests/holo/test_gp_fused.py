@@ -46,7 +46,8 @@ class _Emulated:
 
     def __call__(self, grid, block, args, shared_mem=0):
         n = self.n
-        planes = grid[0] * block[1] // n  # the z-planes from the start of e that the launch covers
+        # the z-planes from the start of e that the launch covers (the packed x pass: two rows a transform)
+        planes = grid[0] * block[1] * (2 if self.kind == "rows_packed" else 1) // n
         if self.kind.startswith("rows"):
             e, stride = args[0], int(args[1])
             half = e.reshape(-1, n, stride)[:planes, :, :n // 2 + 1]
@@ -70,13 +71,14 @@ class _Emulated:
             view[...] = np.fft.ifft(a + (1.0 - 0.5 * counts) * np.fft.fft(view, axis=axis), axis=axis) * n
 
 
-def emulated_engine(n):
+def emulated_engine(n, packed=False):
     engine = object.__new__(gp_fused.FusedGP)
+    engine.packed = packed
     ept, lines = gp_fused.LAYOUT[n]
     engine.n, engine.lines, engine.block = n, lines, (n // ept, lines)
     engine.width, engine.stride = n // 2 + 1, gp_fused.row_stride(n)
     engine.groups, engine.planes = -(-engine.width // lines), n
-    engine.smem = dict.fromkeys(("inverse", "forward", "restore", "rows", "rows_final"), 0)
+    engine.smem = dict.fromkeys(("inverse", "forward", "restore", "rows", "rows_final", "rows_packed"), 0)
     engine.kernels = {kind: _Emulated(kind, n) for kind in engine.smem}
     return engine
 
@@ -100,14 +102,15 @@ def test_row_stride_starts_every_block_on_a_line(n):
     assert stride >= n // 2 + 1 and stride % gp_fused.LAYOUT[n][1] == 0 and (8 * stride) % 128 == 0
 
 
-@pytest.mark.parametrize("bounds,planes", [((0.0, np.inf), None), ((-0.25, 0.375), None), ((0.0, np.inf), 5)])
-def test_the_engine_runs_the_gp_loop(bounds, planes):
+@pytest.mark.parametrize("bounds,planes,packed", [((0.0, np.inf), None, False), ((-0.25, 0.375), None, False),
+                                                  ((0.0, np.inf), 5, False), ((0.0, np.inf), 4, True)])
+def test_the_engine_runs_the_gp_loop(bounds, planes, packed):
     """The engine's passes (z back from the data, then per iteration y back, x, y forward, z with the restore; y
     back and the final C2R) on emulated kernels equal GP with whole 3D transforms, in the padded row layout."""
     n, iterations = 32, 4
     gp_fused.LAYOUT[n] = (4, 16)  # an emulated size: the layout only sets the row stride here
     try:
-        engine = emulated_engine(n)
+        engine = emulated_engine(n, packed)
         a, counts = problem(n)
         e = padded(a, engine.stride)
         engine.run(e, padded(a, engine.stride), padded(counts, engine.stride), iterations, 1.0 / n**3, bounds,

@@ -14,17 +14,20 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.mark.parametrize("n", gp_fused.SIZES)
-@pytest.mark.parametrize("bounds", [(0.0, np.inf), (-0.25, 0.375)])
-def test_fused_loop_matches_float64_gp(n, bounds):
+@pytest.mark.parametrize("bounds,packed,planes", [((0.0, np.inf), False, None), ((-0.25, 0.375), False, None),
+                                                  ((-0.25, 0.375), True, 24)])
+def test_fused_loop_matches_float64_gp(n, bounds, packed, planes):
+    """The loop (the x pass plain or packed, the y and x passes on all planes or in groups, 24 leaving a remainder)
+    against GP with whole float64 transforms."""
     import cupy as cp
 
     iterations = 3 if n < 512 else 1
     a, counts = problem(n)
-    engine = gp_fused.FusedGP(n)
+    engine = gp_fused.FusedGP(n, packed=packed)
     stride = engine.stride
     e = cp.asarray(padded(a.astype(np.complex64), stride))
     engine.run(e, cp.asarray(padded(a.astype(np.complex64), stride)), cp.asarray(padded(counts, stride)),
-               iterations, 1.0 / n**3, bounds)
+               iterations, 1.0 / n**3, bounds, planes=planes)
     got = e.view(cp.float32).reshape(n, n, 2 * stride)[..., :n].get()
     want = reference_gp(a, counts, iterations, 1.0 / n**3, bounds)
     error = np.linalg.norm(got - want) / np.linalg.norm(want)

@@ -27,6 +27,8 @@ LAYOUT = {128: (8, 16), 256: (16, 8), 512: (16, 8)}
 SIZES = tuple(LAYOUT)
 #: z-planes a group of the y and x passes holds by grid edge (absent: all of them in one group)
 PLANES: dict = {}
+#: grid edges whose x pass takes two rows a transform (gp_rows_packed)
+PACKED: dict = {}
 #: DRAM bytes per half-spectrum value and iteration, by pass (the model of docs/holo-performance.md): the y
 #: passes and the x pass read and write it; the z pass also reads a (8 B) and the counts (1 B)
 PASS_BYTES = {"inverse_y": 16, "rows": 16, "forward_y": 16, "restore_z": 25}
@@ -54,22 +56,24 @@ def available(n: int) -> bool:
 
 class FusedGP:
     """The fused GP loop at grid edge ``n`` (one of :data:`SIZES`, on compute capability 9.x); ``layout``
-    (elements per thread, lines per block): a candidate built beside :data:`LAYOUT`'s (for the probes)."""
+    (elements per thread, lines per block): a candidate built beside :data:`LAYOUT`'s (for the probes);
+    ``packed``: the x pass with two rows a transform (default :data:`PACKED`)."""
 
-    def __init__(self, n: int, layout: tuple | None = None) -> None:
+    def __init__(self, n: int, layout: tuple | None = None, *, packed: bool | None = None) -> None:
         if not available(n):
             raise ValueError(f"the fused GP loop needs a grid edge in {SIZES} on compute capability 9.x, got {n}")
         cp = cupy()
         ept, lines = LAYOUT[n] if layout is None else layout
         suffix = f"{n}_{lines}_{ept}"
         module = load_cubin("qora.holo", CUBIN)
-        out = cp.zeros(5, np.int32)
+        out = cp.zeros(6, np.int32)
         module.get_function(f"gp_params_{suffix}")((1,), (1,), (out,))
-        bx, by, smem_lines, smem_restore, smem_rows = (int(v) for v in out.get())
+        bx, by, smem_lines, smem_restore, smem_rows, smem_packed = (int(v) for v in out.get())
+        self.packed = PACKED.get(n, False) if packed is None else bool(packed)
         self.n, self.lines, self.block = n, lines, (bx, by)
         self.width, self.stride = n // 2 + 1, row_stride(n, lines)
         self.smem = {"inverse": smem_lines, "forward": smem_lines, "restore": smem_restore, "rows": smem_rows,
-                     "rows_final": smem_rows}
+                     "rows_final": smem_rows, "rows_packed": smem_packed}
         self.kernels = {}
         for kind, smem in self.smem.items():
             kernel = self.kernels[kind] = module.get_function(f"gp_{kind}_{suffix}")
@@ -90,7 +94,8 @@ class FusedGP:
 
     def _rows(self, kind: str, e, *extra, planes: int | None = None) -> None:
         """The x pass over the rows of ``planes`` z-planes from the start of ``e`` (default all n)."""
-        self.kernels[kind](((planes or self.n) * self.n // self.lines,), self.block, (e, np.int32(self.stride)) + extra,
+        rows_a_block = self.lines * (2 if kind == "rows_packed" else 1)
+        self.kernels[kind](((planes or self.n) * self.n // rows_a_block,), self.block, (e, np.int32(self.stride)) + extra,
                            shared_mem=self.smem[kind])
 
     def _planes(self, e, planes: int):
@@ -112,7 +117,8 @@ class FusedGP:
         for _ in range(iterations):
             for group, count in self._planes(e, planes):
                 self._strided("inverse", group, False, planes=count)
-                self._rows("rows", group, np.float32(scale), lower, upper, planes=count)
+                self._rows("rows_packed" if self.packed else "rows", group, np.float32(scale), lower, upper,
+                           planes=count)
                 self._strided("forward", group, False, planes=count)
             self._strided("restore", e, True, a, counts)
         self._strided("inverse", e, False)

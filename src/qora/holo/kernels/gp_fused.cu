@@ -146,8 +146,48 @@ __device__ __forceinline__ void gp_rows(float2* __restrict__ e, int P, float sca
     }
 }
 
+// The x pass with two rows a transform (candidate, gp_rows_packed): rows 2 f and 2 f + 1 of the block (F
+// transforms, 2 F rows) enter as Z = A + i B of their Hermitian extensions (the DC and Nyquist bins' imaginary
+// parts set to 0, as C2R ignores them), so one inverse transform gives both real lines as z = a + i b; both are
+// clamped, and the forward transform's Z' splits again by A'(k) = (Z'(k) + conj Z'(N - k)) / 2 and
+// B'(k) = (Z'(k) - conj Z'(N - k)) / 2i, Z'(N - k) read from the other thread through shared memory.
+template <int N, int EPT, int F>
+__device__ __forceinline__ void gp_rows_packed(float2* __restrict__ e, int P, float scale, float lower, float upper) {
+    using L = LinePair<N, EPT, F>;
+    using cx = typename L::cx;
+    extern __shared__ __align__(16) unsigned char smem[];
+    cx* swap = reinterpret_cast<cx*>(smem + L::fft_bytes);  // N values a transform, after the FFT's memory
+    float2* ra = e + 2 * ((long long)blockIdx.x * F + threadIdx.y) * P;
+    float2* rb = ra + P;
+    cx r[L::Forward::storage_size];
+    for (int k = 0; k < EPT; ++k) {
+        const int j = threadIdx.x + k * L::stride;
+        const int m = j <= N / 2 ? j : N - j;
+        float2 va = ra[m], vb = rb[m];
+        if (m == 0 || m == N / 2) va.y = vb.y = 0.0f;
+        if (j > N / 2) va.y = -va.y, vb.y = -vb.y;
+        r[k] = cx{va.x - vb.y, va.y + vb.x};
+    }
+    typename L::Inverse().execute(r, reinterpret_cast<cx*>(smem));
+    for (int k = 0; k < EPT; ++k)
+        r[k] = cx{fminf(fmaxf(scale * r[k].x, lower), upper), fminf(fmaxf(scale * r[k].y, lower), upper)};
+    __syncthreads();
+    typename L::Forward().execute(r, reinterpret_cast<cx*>(smem));
+    cx* own = swap + threadIdx.y * N;
+    for (int k = 0; k < EPT; ++k) own[threadIdx.x + k * L::stride] = r[k];
+    __syncthreads();  // also: every thread's reads of the block's rows are long done
+    for (int k = 0; k < EPT; ++k) {
+        const int j = threadIdx.x + k * L::stride;
+        if (j <= N / 2) {
+            const cx z = r[k], w = own[(N - j) & (N - 1)];
+            ra[j] = make_float2(0.5f * (z.x + w.x), 0.5f * (z.y - w.y));
+            rb[j] = make_float2(0.5f * (z.y + w.y), -0.5f * (z.x - w.x));
+        }
+    }
+}
+
 // Kernels named gp_<kind>_<N>_<F>_<EPT>; gp_params_<N>_<F>_<EPT> writes block (x, y) and the dynamic shared
-// memory of the strided passes (without, then with the restore's tiles) and of the x pass.
+// memory of the strided passes (without, then with the restore's tiles), of the x pass and of the packed x pass.
 #define QORA_BOUNDS(N, EPT, F) __launch_bounds__(LinePair<N, EPT, F>::Forward::max_threads_per_block)
 #define QORA_GP(N, EPT, F)                                                                                 \
     extern "C" __global__ void gp_params_##N##_##F##_##EPT(int* out) {                                     \
@@ -156,6 +196,11 @@ __device__ __forceinline__ void gp_rows(float2* __restrict__ e, int P, float sca
         out[2] = GpSmem<N, EPT, F>::lines;                                                   \
         out[3] = GpSmem<N, EPT, F>::restore;                                                   \
         out[4] = LinePair<N, EPT, F>::fft_bytes;                                                           \
+        out[5] = LinePair<N, EPT, F>::fft_bytes + N * F * 8;                                               \
+    }                                                                                                      \
+    extern "C" __global__ void QORA_BOUNDS(N, EPT, F) gp_rows_packed_##N##_##F##_##EPT(                    \
+        float2* e, int P, float scale, float lower, float upper) {                                         \
+        gp_rows_packed<N, EPT, F>(e, P, scale, lower, upper);                                              \
     }                                                                                                      \
     extern "C" __global__ void QORA_BOUNDS(N, EPT, F) gp_inverse_##N##_##F##_##EPT(                        \
         float2* e, long long R, int W, int P) {                                                            \
