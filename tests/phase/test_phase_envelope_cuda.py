@@ -143,3 +143,13 @@ def test_the_agreement_report_on_the_device_equals_the_hosts():
     np.testing.assert_allclose(device["object_error"], host["object_error"], rtol=1e-4, atol=1e-9)
     np.testing.assert_array_equal(device["support_overlap"], host["support_overlap"])
     np.testing.assert_allclose(np.array(device["prtf"], float), np.array(host["prtf"], float), rtol=1e-4)
+
+
+def test_the_rfactor_on_the_device_equals_the_hosts():
+    import cupy as cp
+
+    truth, counts, mask = _case()
+    obj = (np.sqrt(counts.sum() / truth.size) * truth * (1 + 0.1 * np.random.default_rng(0).random(truth.shape)))
+    host = analysis.amplitude_rfactor(obj, counts, mask)
+    device = analysis.amplitude_rfactor(cp.asarray(obj.astype(np.complex64)), cp.asarray(counts), cp.asarray(mask))
+    assert 0.01 < host < 2 and device == pytest.approx(host, rel=1e-6)

@@ -381,12 +381,13 @@ def amplitude_rfactor(obj, intensity, mask=None) -> float:
     """The amplitude R-factor of a centre-origin object against a pattern (detector layout):
     sum | |F x| - sqrt(I) | / sum sqrt(I) over the measured pixels, F unitary (dimensionless). The usual figure of
     merit of CDI codes (PyNX prints it); the object must be in sqrt(counts), as a reconstruction's is."""
-    axes = tuple(range(np.ndim(obj)))
-    model = np.abs(np.fft.fftshift(fft.fftn(np.fft.ifftshift(np.asarray(obj, np.complex128), axes=axes),
-                                            norm="ortho"), axes=axes))
-    measured = np.ones(model.shape, bool) if mask is None else ~np.asarray(mask, bool)
-    amp = np.sqrt(np.maximum(np.asarray(intensity, float)[measured], 0.0))
-    return float(np.abs(model[measured] - amp).sum() / amp.sum())
+    xp = xp_of(obj)  # on the device for a CuPy object (the pattern and mask follow it there)
+    obj = xp.asarray(obj, np.complex128)
+    axes = tuple(range(obj.ndim))
+    model = xp.abs(xp.fft.fftshift(fft.fftn(xp.fft.ifftshift(obj, axes=axes), norm="ortho"), axes=axes))
+    measured = xp.ones(model.shape, bool) if mask is None else ~xp.asarray(mask, bool)
+    amp = xp.sqrt(xp.maximum(xp.asarray(intensity, float)[measured], 0.0))
+    return float(xp.abs(model[measured] - amp).sum() / amp.sum())
 
 
 def support_iou(support, reference) -> float:

@@ -236,9 +236,16 @@ def reconstruct(intensity, *, mask=None, starts: int = 1, seed: int = 0, backend
         histories.append(run.history())
         del x, s, run  # the group's arrays freed before the next group's
     t_search = time.perf_counter() - t0
+    # the report on the device where the search ran (where the starts fit in a GiB and need no coarsening): its
+    # transforms took 0.26 s of the 0.7 s the agreement report of the logo's 10 starts took on an H100's host, 0.02 s
+    # on the device (bench/probes/agreement_timing.py; docs/phase-performance.md)
+    on_device = be.is_cuda and stack_o.nbytes <= 2**30 and stack_o[0].size <= analysis.AGREE_MOST_VOXELS
+    objects = be.xp.asarray(stack_o) if on_device else stack_o
     unmeasured = None if mask is None else np.asarray(mask, bool)
     pattern_host = np.asarray(be.to_host(pattern.intensity))
-    r = np.array([analysis.amplitude_rfactor(o, pattern_host, unmeasured) for o in stack_o])
+    where = (pattern.intensity, None if mask is None else be.xp.asarray(unmeasured)) if on_device else (
+        pattern_host, unmeasured)
+    r = np.array([analysis.amplitude_rfactor(o, *where) for o in objects])
     support_px = [int(v.sum()) for v in stack_s]
     best = analysis.compact_best(r, support_px, NEAR)
     errors = np.concatenate(histories, axis=1)
@@ -249,11 +256,6 @@ def reconstruct(intensity, *, mask=None, starts: int = 1, seed: int = 0, backend
         timings={"run_s": time.perf_counter() - t0}, versions=versions(),
         objects=stack_o if keep_all else None, supports=stack_s if keep_all else None)
     first = np.where(np.arange(starts) == best, -np.inf, r)  # the report aligns every start to the one ranked first
-    # on the device where the search ran (where the starts fit in a GiB and need no coarsening): the alignments'
-    # transforms took 0.26 of the report's 0.7 s for the logo's 10 starts on an H100's host, 0.02 s on the device
-    # (bench/probes/agreement_timing.py; docs/phase-performance.md)
-    on_device = be.is_cuda and stack_o.nbytes <= 2**30 and stack_o[0].size <= analysis.AGREE_MOST_VOXELS
-    objects = be.xp.asarray(stack_o) if on_device else stack_o
     result.agreement = analysis.agreement(objects, stack_s, first, intensity=pattern_host)
     result.convergence = analysis.convergence(errors[:, best])
     result.timings.update(rfactor=[float(v) for v in r], support_px=support_px)  # what merge_results ranks by
