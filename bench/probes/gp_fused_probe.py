@@ -1,7 +1,6 @@
 """Probe (issue 43, holo's GP loop): each pass of the fused GP loop timed alone, and the loop, at each layout
-built, against cuFFT's loop (C2R, clamp, R2C, restore) on the same grid; GB/s by the passes' byte model. Then the
-default layout's loop with its y and x passes run on groups of z-planes (``planes``), so that each group stays in
-the L2 cache between its three passes.
+built, against cuFFT's loop (C2R, clamp, R2C, restore) on the same grid; GB/s by the passes' byte model; the x pass
+plain and packed (two rows a transform).
 
     PYTHONPATH=src python bench/probes/gp_fused_probe.py [N ...]     (default 256 512)
 """
@@ -17,7 +16,6 @@ from qora.backend.fft import C2R, R2C
 from qora.holo.cuda_stages import WorkArea
 
 CANDIDATES = {256: [(16, 8), (16, 16), (8, 16)], 512: [(16, 8), (8, 8), (16, 4)], 128: [(8, 16)]}
-PLANES = {256: [256, 128, 64, 32, 16], 512: [512, 64, 32, 16, 8], 128: [128, 32]}
 
 
 def timed(fn, repeats=20):
@@ -91,10 +89,9 @@ def main(sizes):
             g = gp_fused.FusedGP(n, packed=packed)
             e = cp.zeros(n * n * g.stride, cp.complex64)
             a, counts = cp.zeros_like(e), cp.zeros(e.size, cp.uint8)
-            for planes in PLANES[n]:
-                loop = timed(lambda: g.run(e, a, counts, 10, 1.0 / n**3, (0.0, np.inf), planes=planes), repeats=3) / 10
-                print(f"  default layout{', packed x pass' if packed else ''}, groups of {planes} planes: iteration "
-                      f"{loop:.4f} ms = {loop / ref:.3f}x cuFFT", flush=True)
+            loop = timed(lambda: g.run(e, a, counts, 10, 1.0 / n**3, (0.0, np.inf)), repeats=3) / 10
+            print(f"  default layout, x pass {'packed' if packed else 'plain'}: iteration {loop:.4f} ms = "
+                  f"{loop / ref:.3f}x cuFFT", flush=True)
 
 
 if __name__ == "__main__":

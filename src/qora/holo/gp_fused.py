@@ -25,10 +25,9 @@ CUBIN = "gp_fused.sm_90.cubin"
 #: 256 (H200, bench/probes/gp_fused_probe.py: an iteration 0.3176 ms against 0.3263 with 16 lines)
 LAYOUT = {128: (8, 16), 256: (16, 8), 512: (16, 8)}
 SIZES = tuple(LAYOUT)
-#: z-planes a group of the y and x passes holds by grid edge (absent: all of them in one group)
-PLANES: dict = {}
-#: grid edges whose x pass takes two rows a transform (gp_rows_packed)
-PACKED: dict = {}
+#: grid edges whose x pass takes two rows a transform (gp_rows_packed; measured on an H100 with
+#: bench/probes/gp_fused_probe.py: the pass 0.0762 -> 0.0644 ms at 256^3, 0.727 -> 0.509 ms at 512^3)
+PACKED = {256: True, 512: True}
 #: DRAM bytes per half-spectrum value and iteration, by pass (the model of docs/holo-performance.md): the y
 #: passes and the x pass read and write it; the z pass also reads a (8 B) and the counts (1 B)
 PASS_BYTES = {"inverse_y": 16, "rows": 16, "forward_y": 16, "restore_z": 25}
@@ -78,48 +77,33 @@ class FusedGP:
         for kind, smem in self.smem.items():
             kernel = self.kernels[kind] = module.get_function(f"gp_{kind}_{suffix}")
             kernel.max_dynamic_shared_size_bytes = smem
-        self.groups = -(-self.width // lines)  # blocks of lines a row of the half spectrum holds
-        self.planes = PLANES.get(n, n)
+        # tiles of a strided pass: n lines of n points (y: one per z, R = 1; z: one per y, R = n) in groups
+        self.tiles = n * -(-self.width // lines)
 
     def model_bytes(self, iterations: int) -> int:
         """DRAM bytes of :meth:`run` by the model (:func:`loop_bytes`)."""
         return loop_bytes(self.n, iterations)
 
-    def _strided(self, kind: str, e, along_z: bool, *extra, planes: int | None = None) -> None:
-        """A strided pass: along z (R = n, the tiles of every y), or along y over ``planes`` z-planes from the
-        start of ``e`` (R = 1; default all n)."""
-        tiles = self.n * self.groups if along_z else (planes or self.n) * self.groups
+    def _strided(self, kind: str, e, along_z: bool, *extra) -> None:
         args = (e, np.int64(self.n if along_z else 1), np.int32(self.width), np.int32(self.stride)) + extra
-        self.kernels[kind]((tiles,), self.block, args, shared_mem=self.smem[kind])
+        self.kernels[kind]((self.tiles,), self.block, args, shared_mem=self.smem[kind])
 
-    def _rows(self, kind: str, e, *extra, planes: int | None = None) -> None:
-        """The x pass over the rows of ``planes`` z-planes from the start of ``e`` (default all n)."""
+    def _rows(self, kind: str, e, *extra) -> None:
         rows_a_block = self.lines * (2 if kind == "rows_packed" else 1)
-        self.kernels[kind](((planes or self.n) * self.n // rows_a_block,), self.block, (e, np.int32(self.stride)) + extra,
+        self.kernels[kind]((self.n * self.n // rows_a_block,), self.block, (e, np.int32(self.stride)) + extra,
                            shared_mem=self.smem[kind])
 
-    def _planes(self, e, planes: int):
-        """``e`` as groups of ``planes`` z-planes: (first plane's view, planes in it)."""
-        size = self.n * self.stride
-        for first in range(0, self.n, planes):
-            count = min(planes, self.n - first)
-            yield e[first * size:(first + count) * size], count
-
-    def run(self, e, a, counts, iterations: int, scale: float, bounds, *, planes: int | None = None) -> None:
+    def run(self, e, a, counts, iterations: int, scale: float, bounds) -> None:
         """``iterations`` GP iterations from ``e`` (the restored data term, half spectrum in the row layout), then
         the C2R: ``e`` ends as the real volume, unscaled (rows of ``2 * stride`` floats). ``a`` and ``counts``
         (uint8, M(k) + M(-k)) in the same layout; ``scale`` the inverse transform's (1 / n^3); ``bounds`` the
-        clamp's (lower, upper). ``planes``: the y and x passes of an iteration run on groups of this many z-planes
-        in turn (default :data:`PLANES`), so that a group's three passes find it in the L2 cache."""
+        clamp's (lower, upper)."""
         lower, upper = (np.float32(b) for b in bounds)
-        planes = self.planes if planes is None else int(planes)
         self._strided("inverse", e, True)
         for _ in range(iterations):
-            for group, count in self._planes(e, planes):
-                self._strided("inverse", group, False, planes=count)
-                self._rows("rows_packed" if self.packed else "rows", group, np.float32(scale), lower, upper,
-                           planes=count)
-                self._strided("forward", group, False, planes=count)
+            self._strided("inverse", e, False)
+            self._rows("rows_packed" if self.packed else "rows", e, np.float32(scale), lower, upper)
+            self._strided("forward", e, False)
             self._strided("restore", e, True, a, counts)
         self._strided("inverse", e, False)
         self._rows("rows_final", e)
