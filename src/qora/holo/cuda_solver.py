@@ -1,9 +1,9 @@
 """qora.holo on CUDA: the spectrum solver, from mapped spectra to the index box on the device.
 
 :class:`SpectrumSolver` runs Gerchberg-Papoulis on half spectra (C2R, clamp, R2C, restore on the
-padded in-place layout, or where it runs the fused loop of :mod:`qora.holo.gp_fused`) or C2C, the plain inversion, or FISTA-TV with the FGP step ("fused"
-default, "separate", "cube", "march"); the index is computed in place and copied out row by row.
-A complex index (absorption) runs GP in C2C with the imaginary part kept non-negative, and TV in
+padded in-place layout, or where it runs the fused loop of :mod:`qora.holo.gp_fused`) or C2C, the
+plain inversion, or FISTA-TV with the FGP step ("fused" default, "separate", "cube", "march"); the
+index is computed in place and copied out row by row. A complex index (absorption) runs GP in C2C with the imaginary part kept non-negative, and TV in
 C2C with one FGP prox per part (the CPU's :func:`qora.holo.regularisation.fista_tv_complex`). The
 TV weight "auto" is the discrepancy principle's, by the CPU's own search
 (:func:`qora.holo.regularisation.discrepancy_search`) with the device's FISTA and misfit; the noise
@@ -78,8 +78,7 @@ class SpectrumSolver:
             raise InputError("gp_loop 'fused_fft' runs GP on half spectra: it needs r2c=True and a real index")
         self.fused = self._fused_loop(o.gp_loop) if self.real and method == "gp" else None
         # the half spectrum's row: n / 2 + 1 values, or the fused loop's padded stride
-        self.row = self.fused.stride if self.fused is not None else self.half
-        n3, nh = big**3, big * big * self.row
+        n3, nh = big**3, big * big * (self.fused.stride if self.fused is not None else self.half)
         # the mapped sums (complex N^3); on the R2C path later the padded real volume and its half spectrum
         self.sums = cp.empty(n3, cp.complex64)
         # hit counts (int32 N^3); on the R2C path later the data term a (complex half spectrum)
