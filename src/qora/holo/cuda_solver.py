@@ -3,11 +3,12 @@
 :class:`SpectrumSolver` runs Gerchberg-Papoulis on half spectra (C2R, clamp, R2C, restore on the
 padded in-place layout, or where it runs the fused loop of :mod:`qora.holo.gp_fused`) or C2C, the
 plain inversion, or FISTA-TV with the FGP step ("fused" default, "separate", "cube", "march"); the
-index is computed in place and copied out row by row. A complex index (absorption) runs GP in C2C with the imaginary part kept non-negative, and TV in
-C2C with one FGP prox per part (the CPU's :func:`qora.holo.regularisation.fista_tv_complex`). The
-TV weight "auto" is the discrepancy principle's, by the CPU's own search
-(:func:`qora.holo.regularisation.discrepancy_search`) with the device's FISTA and misfit; the noise
-energy comes from the host (``MappingPlan.noise_energy``, set by the caller in :attr:`noise_energy`).
+index is computed in place and copied out row by row. A complex index (absorption) runs GP in C2C
+with the imaginary part kept non-negative, and TV in C2C with one FGP prox per part (the CPU's
+:func:`qora.holo.regularisation.fista_tv_complex`). The TV weight "auto" is the discrepancy
+principle's, by the CPU's own search (:func:`qora.holo.regularisation.discrepancy_search`) with the
+device's FISTA and misfit; the noise energy comes from the host (``MappingPlan.noise_energy``, set
+by the caller in :attr:`noise_energy`).
 Its kernels are launched through :mod:`qora.holo.kernels`. A leaf of the CPU modules.
 """
 
