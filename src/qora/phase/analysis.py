@@ -293,6 +293,7 @@ def agreement(objects, supports, scores, *, intensity=None, bound: float = AGREE
         raise ValueError(f"{len(objects)} objects, {len(supports)} supports and {len(scores)} scores")
     order = [int(i) for i in np.argsort(np.where(np.isfinite(scores), scores, np.inf), kind="stable")]
     objects, supports, intensity, factor = _coarse(objects, supports, intensity)
+    xp = xp_of(objects)  # coarsened objects are on the host
     best = order[0]
     ref = objects[best] / max(float(xp.linalg.norm(objects[best])), 1e-30)
     errors, overlaps, moved = [0.0], [1.0], {best: objects[best]}
