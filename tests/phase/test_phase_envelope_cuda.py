@@ -153,3 +153,20 @@ def test_the_rfactor_on_the_device_equals_the_hosts():
     host = analysis.amplitude_rfactor(obj, counts, mask)
     device = analysis.amplitude_rfactor(cp.asarray(obj.astype(np.complex64)), cp.asarray(counts), cp.asarray(mask))
     assert 0.01 < host < 2 and device == pytest.approx(host, rel=1e-6)
+
+
+def test_the_agreement_report_coarsens_device_objects_on_the_host(monkeypatch):
+    """Objects over the report's size limit are compared at a coarser sampling on the host: CuPy objects there give
+    the host's report."""
+    import cupy as cp
+
+    monkeypatch.setattr(analysis, "AGREE_MOST_VOXELS", 2**12)  # 128^2 objects: coarsened 2x
+    truth = lithograph(128)
+    rng = np.random.default_rng(5)
+    objects = np.stack([np.roll(truth * (1 + 0.05 * rng.standard_normal(truth.shape)), (k, -k), (0, 1))
+                        for k in range(3)]).astype(np.complex64)
+    supports = np.abs(objects) > 0.5
+    host = analysis.agreement(objects, supports, np.arange(3.0))
+    device = analysis.agreement(cp.asarray(objects), supports, np.arange(3.0))
+    assert host["coarsened"] == device["coarsened"] == 2 and host["agree"] == device["agree"] == 3
+    np.testing.assert_allclose(device["object_error"], host["object_error"], rtol=1e-6)
