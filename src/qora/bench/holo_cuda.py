@@ -133,13 +133,8 @@ def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
         mapper(spectra, solver.sums, solver.hits)
         solver._gp_half(dst.data.ptr, stream)
 
-    times["gp50_r2c"] = time_device(be, gp_half, warmup=1, repeats=5).median_ms - times["mapping_gather"]
-    fused, solver.fused = solver.fused, None  # the same solve through cuFFT's loop, in the same run
-    times["gp50_r2c_cufft"] = time_device(be, gp_half, warmup=1, repeats=5).median_ms - times["mapping_gather"]
-    solver.fused = fused
-    if fused is not None:
-        result.add(f"gp/{label}/fused_over_cufft", ratio=times["gp50_r2c"] / times["gp50_r2c_cufft"],
-                   fused_ms=times["gp50_r2c"], cufft_ms=times["gp50_r2c_cufft"])
+    _gp_loops(result, be, solver, gp_half, times, label)
+    fused = solver.fused
     # transforms alone, for the Pipeline's model
     big = pipe.recon.big
     f = pipe.fields
@@ -196,6 +191,18 @@ def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
          f"input buffer {e2e_buffer:.1f}; 4 parts {t4:.1f}); stages {pipe.stage_ms}")
     del pipe
     _solvers(result, be, g, label, echo, memory=memory, peak_pipe=peak_pipe.peak_bytes)
+
+
+def _gp_loops(result, be, solver, gp_half, times, label) -> None:
+    """GP 50 (``gp_half``: mapping and solve) through the solver's loop, then through cuFFT's in the same run, the
+    mapping's time taken off; with a fused loop, their ratio."""
+    times["gp50_r2c"] = time_device(be, gp_half, warmup=1, repeats=5).median_ms - times["mapping_gather"]
+    fused, solver.fused = solver.fused, None
+    times["gp50_r2c_cufft"] = time_device(be, gp_half, warmup=1, repeats=5).median_ms - times["mapping_gather"]
+    solver.fused = fused
+    if fused is not None:
+        result.add(f"gp/{label}/fused_over_cufft", ratio=times["gp50_r2c"] / times["gp50_r2c_cufft"],
+                   fused_ms=times["gp50_r2c"], cufft_ms=times["gp50_r2c_cufft"])
 
 
 def _solvers(result, be, g, label, echo, *, memory: bool, peak_pipe: int) -> None:
