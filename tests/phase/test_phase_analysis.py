@@ -80,3 +80,24 @@ def test_sub_pixel_shift_found_in_3d():
     aligned, info = analysis.align(moved, obj, allow_twin=False)
     np.testing.assert_allclose(info["shift"], (-1.3, 2.6, -0.45), atol=1e-4)
     assert np.linalg.norm(aligned - obj) / np.linalg.norm(obj) < 1e-6
+
+
+@pytest.mark.parametrize("shape,delta", [((64, 48), (3.3, -7.72)), ((20, 24, 16), (1.3, -2.6, 0.45))])
+def test_newtons_peak_is_the_nelder_mead_peak(shape, delta):
+    """The sub-pixel search's Newton steps (analytic gradient and Hessian of the cross-correlation) end where
+    Nelder-Mead ends, at least as high; from a start beyond the peak's concave neighbourhood they decline, and
+    the alignment then takes Nelder-Mead."""
+    rng = np.random.default_rng(1)
+    g = np.meshgrid(*[np.arange(n) - n / 2 for n in shape], indexing="ij")
+    obj = np.exp(-sum(gi**2 for gi in g) / 18.0) * (1 + 0.3 * rng.random(shape)) + 0j
+    cross = np.conj(np.fft.fftn(analysis.shift(obj, delta))) * np.fft.fftn(obj)
+    freqs = [np.fft.fftfreq(n) for n in shape]
+    start = -np.round(delta)
+    newton = analysis._newton_peak(cross, freqs, start, 1e-6)
+    simplex = analysis._nelder_mead_peak(cross, freqs, start, 1e-6)
+    np.testing.assert_allclose(newton, -np.array(delta), atol=1e-3)
+    np.testing.assert_allclose(newton, simplex, atol=1e-5)
+    assert analysis._overlap_at(cross, freqs, newton) >= analysis._overlap_at(cross, freqs, simplex) * (1 - 1e-12)
+    assert analysis._newton_peak(cross, freqs, start + 5.0, 1e-6) is None  # far off: left to Nelder-Mead
+    np.testing.assert_allclose(analysis._best_shift(np.fft.fftn(analysis.shift(obj, delta)), np.fft.fftn(obj)),
+                               -np.array(delta), atol=1e-4)
