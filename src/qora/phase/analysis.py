@@ -117,7 +117,7 @@ def _newton_peak(cross, freqs, start, tolerance: float, steps: int = 20):
         h = np.array([[t[tuple(unit[j] + unit[k])] for k in range(nd)] for j in range(nd)])
         grad = 2 * np.real(np.conj(s) * g)
         hess = 2 * np.real(np.conj(g)[:, None] * g[None, :] + np.conj(s) * h)
-        if not np.all(np.linalg.eigvalsh(hess) < 0):
+        if not (np.all(np.isfinite(hess)) and np.all(np.linalg.eigvalsh(hess) < 0)):
             return None
         step = -np.linalg.solve(hess, grad)
         if np.abs(step).max() > 1.0:
