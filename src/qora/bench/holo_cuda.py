@@ -150,6 +150,7 @@ def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
     }
     iters = solver.iterations
     if fused is not None:  # the fused loop's passes are its transforms, clamp and restore in one: timed as such
+        # the buffers hold the cuFFT loop's layout here: the fused passes' time does not depend on the values
         ffts["gp_fused_loop"] = time_device(be, lambda: fused.run(solver.sums, solver.a, solver.counts, iters,
                                                                   solver.scale, solver.bounds), repeats=5).median_ms
         model.update(gp_loop=fused.model_bytes(iters), index=2 * 4 * big * big * 2 * fused.stride + 4 * n**3)
