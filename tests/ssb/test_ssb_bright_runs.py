@@ -55,14 +55,15 @@ def test_counts_narrowed_to_bytes_equal_the_counts_or_say_they_do_not_fit(dtype,
         np.testing.assert_array_equal(out, data[2:2 + n][:, :, rows, cols])
         for frame in ((2, 1), (2 + n - 1, 4)):  # the first group's second frame; the block's last frame
             wide = data.copy()
-            wide[frame][rows[-1], cols[-1]] = 256  # its byte would read 0
+            wide[frame][rows[-1], cols[-1]] = 256 if dtype == np.uint16 else 1 << 20  # its byte would read 0
             assert not gather_runs(wide, 2, runs, np.empty_like(out), streaming=streaming)
 
 
 def test_narrowing_is_only_for_unsigned_counts():
     runs = pixel_runs([1, 1], [2, 3])
-    for data_type, out_type in ((np.float32, np.uint8), (np.int16, np.uint8), (np.uint16, np.uint32)):
-        with pytest.raises(ValueError, match="bytes for unsigned counts"):
+    for data_type, out_type in ((np.float32, np.uint8), (np.int16, np.uint8), (np.uint64, np.uint8),
+                                (np.uint16, np.uint32)):
+        with pytest.raises(ValueError, match="bytes for unsigned 16- or 32-bit counts"):
             gather_runs(np.zeros((4, 4, 8, 8), data_type), 0, runs, np.empty((2, 4, 2), out_type))
 
 

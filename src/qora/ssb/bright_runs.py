@@ -3,8 +3,8 @@ too) by the host's threads, one detector row's run of pixels at a time: what G's
 (:mod:`qora.ssb.stream`) sends to the device, with no bounding box around them (a disk of 8,765
 pixels has a 105 x 105 box: a quarter more bytes to read, pin and copy) and no NumPy call per frame.
 
-Counts that fit in a byte may be written as bytes (``out`` uint8 for unsigned integer data): the host writes and the
-copy engine reads half the bytes of uint16 counts; the gather says whether every count fitted.
+Counts that fit in a byte may be written as bytes (``out`` uint8 for unsigned 16- or 32-bit data): the host writes
+and the copy engine reads half the bytes of uint16 counts; the gather says whether every count fitted.
 """
 
 from __future__ import annotations
@@ -88,15 +88,17 @@ def _gather_frame(src, base, width, runs, dst, obase):
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _narrow_frame(src, base, width, runs, dst, obase):
-    # the counts as bytes (truncated), and the OR of the counts: above 255 when one did not fit (unsigned data only)
-    seen = numba.uint64(0)
+    # the counts as bytes (truncated), and the OR of the counts: above 255 when one did not fit (unsigned 16- or 32-bit
+    # counts). The OR is held in 32 bits, cast back each step: Numba widens integer arithmetic to 64 bits, which made
+    # the loop's vectors four lanes wide and the gather slower than the wide one (docs/ssb-performance.md, section 32)
+    seen = numba.uint32(0)
     for r in range(runs.shape[0]):
         a = base + numba.uint64(runs[r, 0] * width + runs[r, 1])
         b = obase + numba.uint64(runs[r, 3])
         for j in range(numba.uint64(runs[r, 2])):
             v = src[a + j]
-            seen |= numba.uint64(v)
-            dst[b + j] = numba.uint8(v & 255)
+            seen = numba.uint32(seen | v)
+            dst[b + j] = numba.uint8(v)
     return seen
 
 
@@ -171,10 +173,11 @@ def _gather_narrow_streaming(data, s0, runs, out, words):
     wide = 0
     for p in numba.prange((n * sx) // 4):
         four = np.empty(4 * npix, np.uint8)
-        seen = numba.uint64(0)
+        seen = numba.uint32(0)
         for h in range(4):
             f = 4 * p + h
-            seen |= _narrow_frame(src, numba.uint64((s0 * sx + f) * frame), width, runs, four, numba.uint64(h * npix))
+            seen = numba.uint32(seen | _narrow_frame(src, numba.uint64((s0 * sx + f) * frame), width, runs, four,
+                                                     numba.uint64(h * npix)))
         _stream_group(words, numba.uint64(p * npix), four)
         wide += 1 if seen > 255 else 0
     for f in range((n * sx) // 4 * 4, n * sx):
@@ -195,17 +198,17 @@ def _streams(out: np.ndarray) -> bool:
 
 def gather_runs(data: np.ndarray, s0: int, runs: np.ndarray, out: np.ndarray, *, streaming: bool | None = None) -> bool:
     """``out[i, c, :] = the pixels of data[s0 + i, c]`` for ``out`` (n, scan_col, pixels), the pixels given by their
-    :func:`pixel_runs`; in parallel over frames. ``out`` of the data's dtype, or uint8 for unsigned integer data
-    (the counts as bytes). ``data`` and ``out`` C-contiguous. ``streaming``: write ``out`` by non-temporal stores
+    :func:`pixel_runs`; in parallel over frames. ``out`` of the data's dtype, or uint8 for unsigned 16- or 32-bit
+    data (the counts as bytes). ``data`` and ``out`` C-contiguous. ``streaming``: write ``out`` by non-temporal stores
     (None: :data:`STREAMING_DEFAULT`, where the block, the host's threads and the layout allow them); the pixels are
     the same either way. Returns whether ``out`` holds every count: False only where bytes were asked for and a
     count above 255 was met (``out`` is then unusable: gather again at the data's width)."""
     if not (data.flags.c_contiguous and out.flags.c_contiguous):
         raise ValueError("gather_runs needs C-contiguous data and output")
     narrow = out.dtype != data.dtype
-    if narrow and not (out.dtype == np.uint8 and data.dtype.kind == "u"):
-        raise ValueError(f"gather_runs writes the data's dtype, or bytes for unsigned counts; got {data.dtype} data "
-                         f"into {out.dtype}")
+    if narrow and not (out.dtype == np.uint8 and data.dtype.kind == "u" and data.itemsize in (2, 4)):
+        raise ValueError(f"gather_runs writes the data's dtype, or bytes for unsigned 16- or 32-bit counts; got "
+                         f"{data.dtype} data into {out.dtype}")
     if streaming is None:
         streaming = (STREAMING_DEFAULT and out.nbytes >= STREAMING_FROM_BYTES
                      and numba_threads() >= STREAMING_FROM_THREADS and _streams(out))

@@ -165,7 +165,7 @@ class _RunReader:
         self.data = np.asarray(data)  # a memory map as a plain array view (Numba types it)
         self.runs = pixel_runs(*pixels)
         self.frame = (len(np.asarray(pixels[0])),)
-        self.narrow = NARROW_COUNTS and self.data.dtype.kind == "u" and self.data.dtype.itemsize > 1
+        self.narrow = NARROW_COUNTS and self.data.dtype.kind == "u" and self.data.dtype.itemsize in (2, 4)
 
     def __enter__(self):
         return self
