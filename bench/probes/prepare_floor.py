@@ -9,9 +9,8 @@ Prints, each a median of 3 after a warm-up:
   copy into the two 256 MB page-locked blocks in turn, and into one row's page-locked block written over and over
   (small enough to stay in the host's caches);
 - the bright-field gather from the memory map (the runs, as the stream reads them), into the 256 MB blocks and into
-  one row's block written over, and into the 256 MB blocks as bytes;
-- the prepare step (``Session``), before and now (each store kind, the counts at the data's width and as bytes), split
-  at the last read's end;
+  one row's block written over;
+- the prepare step (``Session``), before and now, split at the last read's end;
 - G's transform along the scan rows alone: NumPy-style slabs of copies (before) against the strided in-place plan.
 """
 
@@ -98,17 +97,14 @@ def gathers(data, pixels, block_rows: int, cp) -> int:
     nbf = len(pixels[0])
     useful = sy * sx * nbf * data.itemsize
     lines = sum(((c0 + n) * 2 + 63) // 64 - (c0 * 2) // 64 for _, c0, n, _ in runs) * 64  # per frame, row-aligned
-    for label, rows, width in (("256 MB blocks in turn", block_rows, data.dtype),
-                               ("one row's block written over", 1, data.dtype),
-                               ("256 MB blocks in turn, counts as bytes", block_rows, np.uint8)):
+    for label, rows in (("256 MB blocks in turn", block_rows), ("one row's block written over", 1)):
         count = 2 if rows > 1 else 1
-        bufs = [stream._pinned(cp, (rows, sx, nbf), width) for _ in range(count)]
+        bufs = [stream._pinned(cp, (rows, sx, nbf), data.dtype) for _ in range(count)]
         for streaming in _store_kinds():
             def gather_all():
                 for i, s0 in enumerate(range(0, sy, rows)):
                     n = min(rows, sy - s0)
-                    if not gather_runs(data, s0, runs, bufs[i % count][:n], streaming=streaming):
-                        raise SystemExit(f"a count above 255 in scan rows {s0}-{s0 + n}: no byte gather to time")
+                    gather_runs(data, s0, runs, bufs[i % count][:n], streaming=streaming)
             t = _median(gather_all)
             print(f"gather from the memory map into {label}, {_STORES[streaming]}: {t:.3f} s, "
                   f"{useful / t / 1e9:.1f} GB/s of pixels ({sy * sx * lines / t / 1e9:.1f} GB/s of lines touched, "
@@ -117,7 +113,6 @@ def gathers(data, pixels, block_rows: int, cp) -> int:
 
 
 _STORES = {False: "ordinary stores", True: "streaming stores"}
-_WIDTHS = {False: "the data's width", True: "counts as bytes"}
 
 
 def _store_kinds() -> tuple:
@@ -130,29 +125,25 @@ def _timed_reads(module, ends):
     original = module._RunReader.read
 
     def read(self, s0, s1, out):
-        written = original(self, s0, s1, out)
+        original(self, s0, s1, out)
         ends.append(time.perf_counter())
-        return written
     module._RunReader.read = read
     return original
 
 
 def prepare(data, kw, modules) -> None:
-    """Step 2 by each stream module; the current one with the gather's ordinary and streaming stores, the counts sent
-    at the data's width and (where they fit) as bytes."""
-    from qora.ssb import bright_runs, stream
+    """Step 2 by each stream module; the current one with the gather's ordinary and streaming stores."""
+    from qora.ssb import bright_runs
 
-    kept = bright_runs.STREAMING_DEFAULT, stream.NARROW_COUNTS
+    kept = bright_runs.STREAMING_DEFAULT
     try:
         for label, module in modules[:-1]:
             _prepare_one(data, kw, label, module)
         for streaming in _store_kinds():
-            for narrow in (False, True):
-                # what the stream's gathers take by default
-                bright_runs.STREAMING_DEFAULT, stream.NARROW_COUNTS = streaming, narrow
-                _prepare_one(data, kw, f"{modules[-1][0]}, {_STORES[streaming]}, {_WIDTHS[narrow]}", modules[-1][1])
+            bright_runs.STREAMING_DEFAULT = streaming  # what the stream's gathers take by default
+            _prepare_one(data, kw, f"{modules[-1][0]}, {_STORES[streaming]}", modules[-1][1])
     finally:
-        bright_runs.STREAMING_DEFAULT, stream.NARROW_COUNTS = kept
+        bright_runs.STREAMING_DEFAULT = kept
 
 
 def _prepare_one(data, kw, label, module) -> None:

@@ -23,8 +23,10 @@ STREAMING = [False, True] if STREAMING_STORES else [False]
 @pytest.mark.parametrize("streaming", STREAMING)
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.float32])
 def test_gathered_runs_equal_fancy_indexing(tmp_path, dtype, streaming):
-    """Both gathers (ordinary and streaming stores), frame counts that fill the streaming gather's groups (pairs,
-    fours of bytes) and that leave frames after the last group, a disk and a broken set of pixels."""
+    """Both gathers (ordinary and streaming stores), an even and an odd number of frames (the streaming gather
+    writes frames in pairs, the odd one last), a disk and a broken set of pixels."""
+    if streaming and dtype == np.uint8:
+        pytest.skip("streaming stores write 2- or 4-byte pixels (uint8 is refused: tested below)")
     rng = np.random.default_rng(3)
     data = rng.integers(0, 250, (7, 5, 24, 22)).astype(dtype)
     np.save(tmp_path / "d.npy", data)
@@ -35,44 +37,16 @@ def test_gathered_runs_equal_fancy_indexing(tmp_path, dtype, streaming):
     for r, c in ((rows, cols), (rows[odd], cols[odd])):
         for n in (4, 3):  # 20 frames, 15 frames
             out = np.empty((n, 5, len(r)), dtype)
-            assert gather_runs(mapped, 2, pixel_runs(r, c), out, streaming=streaming)
+            gather_runs(mapped, 2, pixel_runs(r, c), out, streaming=streaming)
             np.testing.assert_array_equal(out, data[2:2 + n][:, :, r, c])
-
-
-@pytest.mark.parametrize("streaming", STREAMING)
-@pytest.mark.parametrize("dtype", [np.uint16, np.uint32])
-def test_counts_narrowed_to_bytes_equal_the_counts_or_say_they_do_not_fit(dtype, streaming):
-    """Unsigned counts gathered into bytes: every count below 256 comes out equal and the gather says so; one count
-    above 255, in a frame of a whole streaming group or after the last, and the gather says the bytes are unusable."""
-    rng = np.random.default_rng(5)
-    data = rng.integers(0, 256, (7, 5, 24, 22)).astype(dtype)
-    index, _ = bright_field_pixels((24, 22), DetectorFit((11.4, 10.2), 7.3, 1.0), 7.3, 300.0)
-    rows, cols = np.unravel_index(index, (24, 22))
-    runs = pixel_runs(rows, cols)
-    for n in (4, 3):  # 20 frames (five groups of four), 15 (three and three frames after)
-        out = np.empty((n, 5, len(rows)), np.uint8)
-        assert gather_runs(data, 2, runs, out, streaming=streaming)
-        np.testing.assert_array_equal(out, data[2:2 + n][:, :, rows, cols])
-        for frame in ((2, 1), (2 + n - 1, 4)):  # the first group's second frame; the block's last frame
-            wide = data.copy()
-            wide[frame][rows[-1], cols[-1]] = 256 if dtype == np.uint16 else 1 << 20  # its byte would read 0
-            assert not gather_runs(wide, 2, runs, np.empty_like(out), streaming=streaming)
-
-
-def test_narrowing_is_only_for_unsigned_counts():
-    runs = pixel_runs([1, 1], [2, 3])
-    for data_type, out_type in ((np.float32, np.uint8), (np.int16, np.uint8), (np.uint64, np.uint8),
-                                (np.uint16, np.uint32)):
-        with pytest.raises(ValueError, match="bytes for unsigned 16- or 32-bit counts"):
-            gather_runs(np.zeros((4, 4, 8, 8), data_type), 0, runs, np.empty((2, 4, 2), out_type))
 
 
 @pytest.mark.skipif(not STREAMING_STORES, reason="streaming stores are written for x86-64 hosts")
 def test_streaming_gather_refuses_what_it_cannot_write_as_words():
     data = np.zeros((4, 4, 8, 8), np.uint8)
     runs = pixel_runs([1, 1, 1], [2, 3, 4])
-    with pytest.raises(ValueError, match="streaming stores need"):  # bytes go in fours of frames: three is no group
-        gather_runs(data, 0, runs, np.empty((1, 3, 3), np.uint8), streaming=True)
+    with pytest.raises(ValueError, match="streaming stores need"):
+        gather_runs(data, 0, runs, np.empty((2, 4, 3), np.uint8), streaming=True)
     unaligned = np.empty(2 * 4 * 3 * 2 + 1, np.uint8)[1:].view(np.uint16).reshape(2, 4, 3)
     with pytest.raises(ValueError, match="aligned"):
         gather_runs(data.astype(np.uint16), 0, runs, unaligned, streaming=True)

@@ -206,36 +206,6 @@ def test_g_from_the_run_reader_equals_the_box_reader(counts, single):
     np.testing.assert_array_equal(boxed.bright_field, gpu.bright_field)
 
 
-def test_counts_sent_as_bytes_until_one_does_not_fit(counts, single, monkeypatch):
-    """The run reader sends counts that fit in a byte as bytes (the film's counts do, as the test above checks against
-    the box reader's full width). A count above 255 in a later block of scan rows sends that block again at the
-    data's width, and every block after it: G and the bright field equal those of the reader that never narrows, bit
-    for bit."""
-    from qora.ssb import bright_runs, stream
-
-    data, step = counts
-    _, gpu = single
-    wide = data.copy()
-    wide[-3, 2][tuple(np.unravel_index(gpu.bf_index[7], data.shape[2:]))] = 300
-    widths, gather = [], bright_runs.gather_runs
-
-    def spy(data, s0, runs, out, **kw):
-        widths.append((s0, out.dtype.itemsize))
-        return gather(data, s0, runs, out, **kw)
-    monkeypatch.setattr(bright_runs, "gather_runs", spy)
-    monkeypatch.setattr(stream, "BLOCK_BYTES", 4 * data.shape[1] * len(gpu.bf_index) * 2)  # 4 scan rows a block
-    kw = dict(kv=KV, alpha_mrad=ALPHA, scan_step=step, rotation=0.1, detector=gpu.detector, backend="cuda")
-    narrowed = Session(wide, **kw)
-    assert widths[0] == (0, 1) and widths[-1][1] == 2 and sum(w == 1 for _, w in widths) >= 3
-    monkeypatch.setattr(stream, "NARROW_COUNTS", False)
-    widths.clear()
-    plain = Session(wide, **kw)
-    assert {w for _, w in widths} == {2}
-    assert np.array_equal(narrowed.host_G(), plain.host_G())
-    np.testing.assert_array_equal(narrowed.bright_field, plain.bright_field)
-    assert not np.array_equal(plain.bright_field, gpu.bright_field)  # the wide count is in
-
-
 @pytest.mark.parametrize("names", [("C10",), ("C10", "C12a", "C12b"), THICK])
 def test_quadratic_batch_kernel_matches_the_cpu(single, names):
     """Sets with thickness 0, a thin slab (|u| < 0.5: the series) and a thick one (the quotient);

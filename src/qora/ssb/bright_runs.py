@@ -2,9 +2,6 @@
 too) by the host's threads, one detector row's run of pixels at a time: what G's streaming
 (:mod:`qora.ssb.stream`) sends to the device, with no bounding box around them (a disk of 8,765
 pixels has a 105 x 105 box: a quarter more bytes to read, pin and copy) and no NumPy call per frame.
-
-Counts that fit in a byte may be written as bytes (``out`` uint8 for unsigned 16- or 32-bit data): the host writes
-and the copy engine reads half the bytes of uint16 counts; the gather says whether every count fitted.
 """
 
 from __future__ import annotations
@@ -86,31 +83,6 @@ def _gather_frame(src, base, width, runs, dst, obase):
             dst[b + j] = src[a + j]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _narrow_frame(src, base, width, runs, dst, obase):
-    # the counts as bytes (truncated), and the OR of the counts: above 255 when one did not fit (unsigned 16- or 32-bit
-    # counts). The OR is held in 32 bits, cast back each step: Numba widens integer arithmetic to 64 bits, which made
-    # the loop's vectors four lanes wide and the gather slower than the wide one (docs/ssb-performance.md, section 32)
-    seen = numba.uint32(0)
-    for r in range(runs.shape[0]):
-        a = base + numba.uint64(runs[r, 0] * width + runs[r, 1])
-        b = obase + numba.uint64(runs[r, 3])
-        for j in range(numba.uint64(runs[r, 2])):
-            v = src[a + j]
-            seen = numba.uint32(seen | v)
-            dst[b + j] = numba.uint8(v)
-    return seen
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _stream_group(words, start, group):
-    """``group``'s 32-bit words to ``words[start:]`` by streaming stores, then SFENCE."""
-    as_words = group.view(np.uint32)
-    for j in range(as_words.size):
-        _store_streaming(words, start + numba.uint64(j), as_words[j])
-    _store_fence()
-
-
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _gather(data, s0, runs, out):
     # flat views and unsigned offsets: no negative-index wraparound test per element, so each run's copy
@@ -126,104 +98,56 @@ def _gather(data, s0, runs, out):
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def _gather_streaming(data, s0, runs, out, words, group):
-    # frames in groups (pairs of 2- or 4-byte pixels, fours of bytes), each group gathered into a scratch array (in
-    # cache), then streamed out as whole 32-bit words (the caller checks that a group's pixels are whole words); the
-    # frames after the last whole group by ordinary stores. The scratch is made per group: rows of one per-thread array
-    # (numba.get_thread_id) ran 1.3x slower on the 2-core machine
+def _gather_streaming(data, s0, runs, out, words):
+    # frames in pairs, each pair gathered into a scratch array (in cache), then streamed out as whole 32-bit words: a
+    # pair's pixels are an even number of 2- or 4-byte values (the caller checks), so words tile them. The scratch is
+    # made per pair: rows of one per-thread array (numba.get_thread_id) ran 1.3x slower on the 2-core machine
     n, sx, npix = out.shape[0], out.shape[1], out.shape[2]
     frame = data.shape[2] * data.shape[3]
     width = data.shape[3]
     src = data.reshape(-1)
     dst = out.reshape(-1)
-    group_words = group * npix * out.itemsize // 4
-    for p in numba.prange((n * sx) // group):
-        scratch = np.empty(group * npix, out.dtype)
-        for h in range(group):
-            f = group * p + h
-            _gather_frame(src, numba.uint64((s0 * sx + f) * frame), width, runs, scratch, numba.uint64(h * npix))
-        _stream_group(words, numba.uint64(p * group_words), scratch)
-    for f in range((n * sx) // group * group, n * sx):
+    pair_words = npix * out.itemsize // 2  # 2 npix values of 2 or 4 bytes, in 4-byte words
+    for p in numba.prange((n * sx) // 2):
+        pair = np.empty(2 * npix, out.dtype)
+        for h in range(2):
+            f = 2 * p + h
+            _gather_frame(src, numba.uint64((s0 * sx + f) * frame), width, runs, pair, numba.uint64(h * npix))
+        pair_as_words = pair.view(np.uint32)
+        o = numba.uint64(p * pair_words)
+        for j in range(pair_words):
+            _store_streaming(words, o + numba.uint64(j), pair_as_words[j])
+        _store_fence()
+    if (n * sx) % 2:
+        f = n * sx - 1
         _gather_frame(src, numba.uint64((s0 * sx + f) * frame), width, runs, dst, numba.uint64(f * npix))
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _gather_narrow(data, s0, runs, out):
-    # ``_gather`` writing bytes; returns how many frames held a count above 255 (0: ``out`` holds every count)
-    n, sx, npix = out.shape[0], out.shape[1], out.shape[2]
-    frame = data.shape[2] * data.shape[3]
-    width = data.shape[3]
-    src = data.reshape(-1)
-    dst = out.reshape(-1)
-    wide = 0
-    for f in numba.prange(n * sx):
-        seen = _narrow_frame(src, numba.uint64((s0 * sx + f) * frame), width, runs, dst, numba.uint64(f * npix))
-        wide += 1 if seen > 255 else 0
-    return wide
-
-
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _gather_narrow_streaming(data, s0, runs, out, words):
-    # ``_gather_streaming`` writing bytes: frames in fours (four frames' bytes are whole 32-bit words)
-    n, sx, npix = out.shape[0], out.shape[1], out.shape[2]
-    frame = data.shape[2] * data.shape[3]
-    width = data.shape[3]
-    src = data.reshape(-1)
-    dst = out.reshape(-1)
-    wide = 0
-    for p in numba.prange((n * sx) // 4):
-        four = np.empty(4 * npix, np.uint8)
-        seen = numba.uint32(0)
-        for h in range(4):
-            f = 4 * p + h
-            seen = numba.uint32(seen | _narrow_frame(src, numba.uint64((s0 * sx + f) * frame), width, runs, four,
-                                                     numba.uint64(h * npix)))
-        _stream_group(words, numba.uint64(p * npix), four)
-        wide += 1 if seen > 255 else 0
-    for f in range((n * sx) // 4 * 4, n * sx):
-        seen = _narrow_frame(src, numba.uint64((s0 * sx + f) * frame), width, runs, dst, numba.uint64(f * npix))
-        wide += 1 if seen > 255 else 0
-    return wide
-
-
-GROUP = {1: 4, 2: 2, 4: 2}  # frames a streaming gather writes together, by output pixel bytes: whole 32-bit words
-
-
 def _streams(out: np.ndarray) -> bool:
-    """Whether the streaming gather can write ``out``: x86-64, 32-bit aligned, a group of frames' pixels whole words."""
-    group = GROUP.get(out.itemsize, 0)
-    return (STREAMING_STORES and group > 0 and (group * out.shape[2] * out.itemsize) % 4 == 0
-            and out.ctypes.data % 4 == 0 and out.shape[0] * out.shape[1] >= group)
+    """Whether the streaming gather can write ``out``: x86-64, 32-bit aligned, a pair of frames' pixels whole words."""
+    pair_bytes = 2 * out.shape[2] * out.itemsize
+    return (STREAMING_STORES and out.itemsize in (2, 4) and pair_bytes % 4 == 0 and out.ctypes.data % 4 == 0
+            and out.shape[0] * out.shape[1] >= 2)
 
 
-def gather_runs(data: np.ndarray, s0: int, runs: np.ndarray, out: np.ndarray, *, streaming: bool | None = None) -> bool:
-    """``out[i, c, :] = the pixels of data[s0 + i, c]`` for ``out`` (n, scan_col, pixels), the pixels given by their
-    :func:`pixel_runs`; in parallel over frames. ``out`` of the data's dtype, or uint8 for unsigned 16- or 32-bit
-    data (the counts as bytes). ``data`` and ``out`` C-contiguous. ``streaming``: write ``out`` by non-temporal stores
-    (None: :data:`STREAMING_DEFAULT`, where the block, the host's threads and the layout allow them); the pixels are
-    the same either way. Returns whether ``out`` holds every count: False only where bytes were asked for and a
-    count above 255 was met (``out`` is then unusable: gather again at the data's width)."""
+def gather_runs(data: np.ndarray, s0: int, runs: np.ndarray, out: np.ndarray, *, streaming: bool | None = None) -> None:
+    """``out[i, c, :] = the pixels of data[s0 + i, c]`` for ``out`` (n, scan_col, pixels) of the
+    data's dtype, the pixels given by their :func:`pixel_runs`; in parallel over frames. ``data``
+    and ``out`` C-contiguous. ``streaming``: write ``out`` by non-temporal stores (None: :data:`STREAMING_DEFAULT`,
+    where the block, the host's threads and the layout allow them); the pixels are the same either way."""
     if not (data.flags.c_contiguous and out.flags.c_contiguous):
         raise ValueError("gather_runs needs C-contiguous data and output")
-    narrow = out.dtype != data.dtype
-    if narrow and not (out.dtype == np.uint8 and data.dtype.kind == "u" and data.itemsize in (2, 4)):
-        raise ValueError(f"gather_runs writes the data's dtype, or bytes for unsigned 16- or 32-bit counts; got "
-                         f"{data.dtype} data into {out.dtype}")
+    threads = numba_threads()
     if streaming is None:
-        streaming = (STREAMING_DEFAULT and out.nbytes >= STREAMING_FROM_BYTES
-                     and numba_threads() >= STREAMING_FROM_THREADS and _streams(out))
+        streaming = (STREAMING_DEFAULT and out.nbytes >= STREAMING_FROM_BYTES and threads >= STREAMING_FROM_THREADS
+                     and _streams(out))
     elif streaming and not _streams(out):
-        raise ValueError(f"streaming stores need an x86-64 host and a frame group of whole 32-bit words, aligned; got "
-                         f"{platform.machine()}, {out.shape[2]} pixels of {out.dtype} at address {out.ctypes.data:#x}")
+        raise ValueError(f"streaming stores need an x86-64 host and 2- or 4-byte pixels, 32-bit aligned; got "
+                         f"{platform.machine()}, {out.dtype} at address {out.ctypes.data:#x}")
     if not streaming:
-        if narrow:
-            return _gather_narrow(data, int(s0), runs, out) == 0
         _gather(data, int(s0), runs, out)
-        return True
-    group = GROUP[out.itemsize]
-    whole = out.shape[0] * out.shape[1] // group * group * out.shape[2]
-    words = out.reshape(-1)[:whole].view(np.uint32)
-    if narrow:
-        return _gather_narrow_streaming(data, int(s0), runs, out, words) == 0
-    _gather_streaming(data, int(s0), runs, out, words, group)
-    return True
+        return
+    pairs = out.shape[0] * out.shape[1] // 2
+    flat = out.reshape(-1)
+    words = flat[:pairs * 2 * out.shape[2]].view(np.uint32)
+    _gather_streaming(data, int(s0), runs, out, words)

@@ -9,8 +9,7 @@ buffers, sent to the device on a copy stream while the device transforms the blo
 and transformed along the scan columns (a real FFT) into its rows of G. A read-ahead thread reads
 block i + 1 while block i is sent and transformed, and the last blocks are small, so little is
 left to send after the last read. When every row is in, G is transformed along the scan rows in
-place (one strided cuFFT plan, no copy) and scaled by the bright-field level. Counts that fit in a byte
-travel as bytes. (issue 38: the boxes
+place (one strided cuFFT plan, no copy) and scaled by the bright-field level. (issue 38: the boxes
 copied by NumPy on 8 threads read 16 GB/s, the prepare step 0.60 s on an H200; the runs, read ahead,
 0.27-0.31 s there; the host's read, near its memory's floor, sets the time: docs/ssb-performance.md,
 sections 15 and 27.)
@@ -32,10 +31,6 @@ __all__ = ["g_on_device", "row_blocks", "transform_rows"]
 
 BLOCK_BYTES = 256 << 20  # host bytes per block of scan rows read (H200, ssb-full: 0.28 s against 0.33 at 64 MB)
 WORK_BYTES = 256 << 20  # cuFFT work area the row transform may take at once (G's columns go in chunks beyond)
-# Counts that fit in a byte are gathered and sent as bytes: on ssb-full's film (counts up to ~180) the host writes and
-# the copy engine reads 2.3 GB instead of 4.6 (docs/ssb-performance.md, section 32); the first count above 255 sends
-# its block again at the data's width, and every later block at that width.
-NARROW_COUNTS = True
 READ_THREADS = 16  # host threads copying frames' boxes into the pinned buffers, at most (16: 0.44 s, 8: 0.60 s, H200 host)
 
 
@@ -56,34 +51,33 @@ def g_on_device(data, pixels, dtype, level: float | None = None):
     G = cp.empty((sy, sx // 2 + 1, nbf), dtype)
     bright = cp.empty((sy, sx), np.float64)
     pinned = [_pinned(cp, (block, sx) + reader.frame, data.dtype) for _ in range(2)]
-    staged = [cp.empty(p.nbytes, np.uint8) for p in pinned]  # each block sent at the width it was read at
+    staged = [cp.empty((block, sx) + reader.frame, data.dtype) for _ in range(2)]
     copied = [cp.cuda.Event() for _ in range(2)]  # the H2D copy out of pinned[i] is done
     used = [cp.cuda.Event() for _ in range(2)]  # the device is done with staged[i]
     copy_stream = cp.cuda.Stream(non_blocking=True)
     compute = cp.cuda.get_current_stream()
     blocks = row_blocks(sy, block)
 
-    def read(i: int) -> np.ndarray:  # on the read-ahead thread: block i into pinned[i % 2], as it was read
+    def read(i: int) -> None:  # on the read-ahead thread: block i into pinned[i % 2]
         (s0, s1), b = blocks[i], i % 2
         copied[b].synchronize()  # the copy out of pinned[b] two blocks ago is done: it may be overwritten
-        return reader.read(s0, s1, pinned[b][:s1 - s0])
+        reader.read(s0, s1, pinned[b][:s1 - s0])
 
     # the host reads block i + 1 while this thread sends block i and queues its transforms: the read, the
     # slowest part (issue 38), is never waiting on the launches
     with reader, ThreadPoolExecutor(1, thread_name_prefix="qora-g-read") as ahead:
         pending = ahead.submit(read, 0)
         for i, (s0, s1) in enumerate(blocks):
-            b = i % 2
-            host = pending.result()  # block i is in pinned[b] (a reader's error is raised here)
+            n, b = s1 - s0, i % 2
+            pending.result()  # block i is in pinned[b] (a reader's error is raised here)
             if i + 1 < len(blocks):
                 pending = ahead.submit(read, i + 1)
-            device = staged[b][:host.nbytes].view(host.dtype).reshape(host.shape)
             with copy_stream:
                 copy_stream.wait_event(used[b])
-                device.set(host, stream=copy_stream)
+                staged[b][:n].set(pinned[b][:n], stream=copy_stream)
                 copied[b].record(copy_stream)
             compute.wait_event(copied[b])
-            x = reader.pixels(device).astype(real)  # (n, sx, nbf)
+            x = reader.pixels(staged[b][:n]).astype(real)  # (n, sx, nbf)
             used[b].record(compute)
             bright[s0:s1] = x.sum(-1, dtype=np.float64)
             G[s0:s1] = rfft(x, axis=1)
@@ -165,7 +159,6 @@ class _RunReader:
         self.data = np.asarray(data)  # a memory map as a plain array view (Numba types it)
         self.runs = pixel_runs(*pixels)
         self.frame = (len(np.asarray(pixels[0])),)
-        self.narrow = NARROW_COUNTS and self.data.dtype.kind == "u" and self.data.dtype.itemsize in (2, 4)
 
     def __enter__(self):
         return self
@@ -173,17 +166,10 @@ class _RunReader:
     def __exit__(self, *exc):
         return False
 
-    def read(self, s0: int, s1: int, out: np.ndarray) -> np.ndarray:
-        """Rows s0:s1's pixels into ``out``'s memory: the array written, bytes where every count fits in one."""
+    def read(self, s0: int, s1: int, out: np.ndarray) -> None:
         from qora.ssb.bright_runs import gather_runs
 
-        if self.narrow:
-            as_bytes = out.reshape(-1).view(np.uint8)[:out.size].reshape(out.shape)
-            if gather_runs(self.data, s0, self.runs, as_bytes):
-                return as_bytes
-            self.narrow = False  # a count above 255: this block again, and the later ones, at the data's width
         gather_runs(self.data, s0, self.runs, out)
-        return out
 
     @staticmethod
     def pixels(staged):
@@ -209,9 +195,8 @@ class _BoxReader:
         self.pool.shutdown()
         return False
 
-    def read(self, s0: int, s1: int, out: np.ndarray) -> np.ndarray:
+    def read(self, s0: int, s1: int, out: np.ndarray) -> None:
         _read_rows(self.pool, self.threads, self.data, s0, s1, self.box, out)
-        return out
 
     def pixels(self, staged):
         n, sx = staged.shape[:2]
