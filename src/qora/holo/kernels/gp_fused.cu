@@ -85,10 +85,7 @@ __device__ __forceinline__ void gp_strided(float2* __restrict__ e, long long R, 
     __syncthreads();
     cx r[L::Forward::storage_size];
     const int f = threadIdx.y;
-    for (int k = 0; k < EPT; ++k) {
-        const float2 v = tile[(threadIdx.x + k * L::stride) * (F + 1) + f];
-        r[k] = cx{v.x, v.y};
-    }
+    qora::tile_to_registers<L>(tile, r);
     __syncthreads();
     if (MODE == GP_INVERSE) {
         typename L::Inverse().execute(r, reinterpret_cast<cx*>(smem));
@@ -106,8 +103,7 @@ __device__ __forceinline__ void gp_strided(float2* __restrict__ e, long long R, 
         typename L::Inverse().execute(r, reinterpret_cast<cx*>(smem));
     }
     __syncthreads();
-    for (int k = 0; k < EPT; ++k)
-        tile[(threadIdx.x + k * L::stride) * (F + 1) + f] = make_float2(r[k].x, r[k].y);
+    qora::registers_to_tile<L>(r, tile);
     __syncthreads();
     const int threads = blockDim.x * blockDim.y;
     for (int k = qora::block_thread(); k < N * F; k += threads) {
