@@ -75,3 +75,24 @@ def test_the_real_logo_files_when_present(shared_data):
     intensity, mask, support = phase_measured.load_logo(folder)
     assert intensity.shape == (512, 512) and mask.sum() == 2720 and support.sum() == 7577
     assert np.all(intensity[mask] == 0)
+
+
+def test_a_measured_row_on_a_gpu_is_the_second_run_with_the_first_beside_it():
+    """On a GPU the first run in a process also pays CUDA's start-up: the row is a second run's, the first's time
+    and successes kept as cold_seconds and cold_succeeded; on the CPU one run."""
+    from types import SimpleNamespace
+
+    from qora.bench.phase_success import _measured_row
+
+    calls = []
+
+    def fake(*, starts, recipe, backend):
+        calls.append(backend)
+        return {"seconds": 2.0 if len(calls) == 1 else 1.0, "succeeded": 9 + len(calls), "starts": starts}
+
+    row = _measured_row(fake, starts=10, recipe=None, backend=SimpleNamespace(is_cuda=True, name="cuda"))
+    assert calls == ["cuda", "cuda"]
+    assert (row["seconds"], row["succeeded"], row["cold_seconds"], row["cold_succeeded"]) == (1.0, 11, 2.0, 10)
+    calls.clear()
+    row = _measured_row(fake, starts=10, recipe=None, backend=SimpleNamespace(is_cuda=False, name="cpu"))
+    assert calls == ["cpu"] and "cold_seconds" not in row and row["seconds"] == 2.0
