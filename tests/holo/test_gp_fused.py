@@ -22,12 +22,17 @@ def reference_gp(a, counts, iterations, scale, bounds):
     return np.fft.irfftn(e, s=shape, axes=(0, 1, 2)) * n**3
 
 
-def problem(n, seed=0):
-    """A data term a (the half spectrum of a real volume with a non-negative part) and counts in {0, 1, 2}."""
+def problem(n, seed=0, sparse=False):
+    """A data term a (the half spectrum of a real volume with a non-negative part) and counts in {0, 1, 2}; with
+    ``sparse``, as measured data are: most z-lines (y, x) hold no measured bin, and a is 0 where the counts are."""
     rng = np.random.default_rng(seed)
     volume = rng.standard_normal((n, n, n)) + 0.5
     a = np.fft.rfftn(volume)
     counts = rng.integers(0, 3, a.shape).astype(np.uint8)
+    if sparse:  # measured bins on the lines of a low-frequency lateral patch only (|ky| < n / 4, kx < n / 4)
+        y, x = np.meshgrid(np.fft.fftfreq(n) * n, np.arange(a.shape[2]), indexing="ij")
+        counts *= ((np.abs(y) < n / 4) & (x < n / 4)).astype(np.uint8)
+        a[counts == 0] = 0
     return a, counts
 
 
@@ -59,16 +64,27 @@ class _Emulated:
                 half[...] = np.fft.rfft(np.clip(scale * v, lower, upper), axis=-1)
             return
         e, rows, width, stride = args[0], int(args[1]), int(args[2]), int(args[3])
-        assert grid[0] == n * -(-width // block[1])  # every line, once
         view = e.reshape(n, n, stride)[..., :width]
         axis = 0 if rows == n else 1  # z (R = n) or y (R = 1)
         if self.kind == "inverse":
+            assert grid[0] == n * -(-width // block[1])  # every line, once
             view[...] = np.fft.ifft(view, axis=axis) * n
         elif self.kind == "forward":
+            assert grid[0] == n * -(-width // block[1])
             view[...] = np.fft.fft(view, axis=axis)
-        else:
+        else:  # the z pass with the restore, on the listed tiles: lines x = g F .. g F + F - 1 at row y
             a, counts = (x.reshape(n, n, stride)[..., :width] for x in args[4:6])
-            view[...] = np.fft.ifft(a + (1.0 - 0.5 * counts) * np.fft.fft(view, axis=axis), axis=axis) * n
+            tiles, lines = args[6], block[1]
+            assert grid[0] == len(tiles) and len(set(tiles.tolist())) == len(tiles)
+            self.restored.extend(tiles.tolist())
+            groups = -(-width // lines)
+            norm = float(args[7])
+            for t in tiles.tolist():
+                y, x = t // groups, slice(t % groups * lines, t % groups * lines + lines)
+                restored = a[:, y, x] + (1.0 - 0.5 * counts[:, y, x]) * np.fft.fft(view[:, y, x], axis=0)
+                view[:, y, x] = np.fft.ifft(restored, axis=0) * n * norm
+
+    restored: list = []  # the restore's tiles, over all its launches
 
 
 def emulated_engine(n, packed=False):
@@ -102,21 +118,52 @@ def test_row_stride_starts_every_block_on_a_line(n):
     assert stride >= n // 2 + 1 and stride % gp_fused.LAYOUT[n][1] == 0 and (8 * stride) % 128 == 0
 
 
-@pytest.mark.parametrize("bounds,packed", [((0.0, np.inf), False), ((-0.25, 0.375), False), ((-0.25, 0.375), True)])
-def test_the_engine_runs_the_gp_loop(bounds, packed):
-    """The engine's passes (z back from the data, then per iteration y back, x, y forward, z with the restore; y
-    back and the final C2R) on emulated kernels equal GP with whole 3D transforms, in the padded row layout."""
+@pytest.mark.parametrize("bounds,packed,sparse", [((0.0, np.inf), False, False), ((-0.25, 0.375), False, False),
+                                                  ((-0.25, 0.375), True, False), ((-0.25, 0.375), True, True)])
+def test_the_engine_runs_the_gp_loop(bounds, packed, sparse):
+    """The engine's passes (z back from the data, then per iteration y back, x, y forward, z with the restore on the
+    tiles that hold a measured bin; y back and the final C2R) on emulated kernels equal GP with whole 3D transforms,
+    in the padded row layout: also where most lines hold no measured bin, and the restore skips their tiles."""
     n, iterations = 32, 4
     gp_fused.LAYOUT[n] = (4, 16)  # an emulated size: the layout only sets the row stride here
+    _Emulated.restored = []
     try:
         engine = emulated_engine(n, packed)
-        a, counts = problem(n)
+        a, counts = problem(n, sparse=sparse)
         e = padded(a, engine.stride)
-        engine.run(e, padded(a, engine.stride), padded(counts, engine.stride), iterations, 1.0 / n**3, bounds)
+        scale = engine.run(e, padded(a, engine.stride), padded(counts, engine.stride), iterations, 1.0 / n**3, bounds)
     finally:
         del gp_fused.LAYOUT[n]
-    got = e.view(np.float64).reshape(n, n, 2 * engine.stride)[..., :n]
+    got = e.view(np.float64).reshape(n, n, 2 * engine.stride)[..., :n] * scale * n**3  # the reference's scale
     want = reference_gp(a, counts, iterations, 1.0 / n**3, bounds)
     assert np.abs(got - want).max() <= 1e-9 * np.abs(want).max()
     free = reference_gp(a, counts, iterations, 1.0 / n**3, (-np.inf, np.inf))
     assert np.abs(free - want).max() > 1e-3 * np.abs(want).max()  # the clamp binds: skipping it would show
+    tiles = n * -(-(n // 2 + 1) // engine.lines)
+    assert len(_Emulated.restored) == iterations * (tiles if not sparse else len(set(_Emulated.restored)))
+    assert (len(set(_Emulated.restored)) < tiles / 2) == sparse  # sparse data: most tiles skipped
+
+
+def test_measured_tiles_are_the_tiles_with_a_measured_bin():
+    """A tile (lines x = g F .. g F + F - 1 at row y, along z) is measured when a count on one of its lines is not
+    0; the padding beyond n / 2 + 1 values a row is never looked at."""
+    n = 32
+    gp_fused.LAYOUT[n] = (4, 16)
+    try:
+        engine = emulated_engine(n)
+    finally:
+        del gp_fused.LAYOUT[n]
+    counts = np.zeros((n, n, engine.stride), np.uint8)
+    counts[5, 3, 16] = 1  # row 3, group 1
+    counts[31, 7, 0] = 2  # row 7, group 0
+    counts[0, 9, 16:] = 1  # row 9: only group 1 (x 16) lies below n / 2 + 1 = 17; the rest is padding
+    groups = -(-(n // 2 + 1) // engine.lines)
+    assert engine.measured_tiles(counts.reshape(-1)).tolist() == [3 * groups + 1, 7 * groups, 9 * groups + 1]
+    assert engine.measured_tiles(np.zeros(counts.size, np.uint8)).size == 0
+
+
+def test_the_byte_model_counts_the_restore_on_its_measured_tiles():
+    n = 256
+    values = n * n * (n // 2 + 1)
+    assert gp_fused.loop_bytes(n, 50) == values * (50 * 73 + 48)
+    assert gp_fused.loop_bytes(n, 50, measured=0.44) == int(values * (50 * (73 - 0.56 * 25) + 48))

@@ -14,19 +14,22 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.mark.parametrize("n", gp_fused.SIZES)
-@pytest.mark.parametrize("bounds,packed", [((0.0, np.inf), False), ((-0.25, 0.375), False), ((-0.25, 0.375), True)])
-def test_fused_loop_matches_float64_gp(n, bounds, packed):
-    """The loop (the x pass plain or with two rows a transform) against GP with whole float64 transforms."""
+@pytest.mark.parametrize("bounds,packed,sparse", [((0.0, np.inf), False, False), ((-0.25, 0.375), False, False),
+                                                  ((-0.25, 0.375), True, False), ((-0.25, 0.375), True, True)])
+def test_fused_loop_matches_float64_gp(n, bounds, packed, sparse):
+    """The loop (the x pass plain or with two rows a transform; the restoring z pass on every tile, or, with sparse
+    data, on the tiles that hold a measured bin) against GP with whole float64 transforms."""
     import cupy as cp
 
-    iterations = 3 if n < 512 else 1
-    a, counts = problem(n)
+    iterations = 3 if n < 512 else 2
+    a, counts = problem(n, sparse=sparse)
     engine = gp_fused.FusedGP(n, packed=packed)
     stride = engine.stride
     e = cp.asarray(padded(a.astype(np.complex64), stride))
-    engine.run(e, cp.asarray(padded(a.astype(np.complex64), stride)), cp.asarray(padded(counts, stride)),
-               iterations, 1.0 / n**3, bounds)
-    got = e.view(cp.float32).reshape(n, n, 2 * stride)[..., :n].get()
+    dense = cp.asarray(padded(counts, stride))
+    assert (len(engine.measured_tiles(dense)) < engine.tiles / 2) == sparse
+    scale = engine.run(e, cp.asarray(padded(a.astype(np.complex64), stride)), dense, iterations, 1.0 / n**3, bounds)
+    got = e.view(cp.float32).reshape(n, n, 2 * stride)[..., :n].get() * (scale * n**3)  # the reference's scale
     want = reference_gp(a, counts, iterations, 1.0 / n**3, bounds)
     error = np.linalg.norm(got - want) / np.linalg.norm(want)
     assert error < 2e-6, error

@@ -150,10 +150,11 @@ def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
     }
     iters = solver.iterations
     if fused is not None:  # the fused loop's passes are its transforms, clamp and restore in one: timed as such
-        # the buffers hold the cuFFT loop's layout here: the fused passes' time does not depend on the values
+        # the buffers hold the fused loop's layout (_gp_loops ends with it): the restoring z pass runs on the tiles
+        # that hold a measured bin, as in the Pipeline
         ffts["gp_fused_loop"] = time_device(be, lambda: fused.run(solver.sums, solver.a, solver.counts, iters,
                                                                   solver.scale, solver.bounds), repeats=5).median_ms
-        model.update(gp_loop=fused.model_bytes(iters), index=2 * 4 * big * big * 2 * fused.stride + 4 * n**3)
+        model.update(gp_loop=fused.model_bytes(iters, solver.counts), index=8 * big * big * 2 * fused.stride + 4 * n**3)
     loop_ms = ffts.get("gp_fused_loop", (iters + 1) * ffts["volume_c2r"] + iters * ffts["volume_r2c"])
     fft_ms = ffts["hologram_r2c"] + 4 * ffts["field_c2c"] + loop_ms
     transfer = _transfer_gbs(cp, model["h2d"])
@@ -202,8 +203,10 @@ def _gp_loops(result, be, solver, gp_half, times, label) -> None:
     times["gp50_r2c_cufft"] = time_device(be, gp_half, warmup=1, repeats=5).median_ms - times["mapping_gather"]
     solver.fused = fused
     if fused is not None:
+        gp_half()  # a, the counts and the volume back in the fused loop's row layout
+        measured = len(fused.measured_tiles(solver.counts)) / fused.tiles
         result.add(f"gp/{label}/fused_over_cufft", ratio=times["gp50_r2c"] / times["gp50_r2c_cufft"],
-                   fused_ms=times["gp50_r2c"], cufft_ms=times["gp50_r2c_cufft"])
+                   fused_ms=times["gp50_r2c"], cufft_ms=times["gp50_r2c_cufft"], measured_tiles=measured)
 
 
 def _solvers(result, be, g, label, echo, *, memory: bool, peak_pipe: int) -> None:

@@ -175,8 +175,9 @@ class SpectrumSolver:
         nh = self.big**2 * row
         cp.cuda.runtime.memcpyAsync(self.sums.data.ptr, self.a.data.ptr, 8 * nh, MEMCPY_DEFAULT, stream.ptr)
         p = self.sums.data.ptr
+        scale = self.scale  # what takes the volume the loop leaves to the real one
         if self.fused is not None:
-            self.fused.run(self.sums, self.a, self.counts, self.iterations, self.scale, self.bounds)
+            scale = self.fused.run(self.sums, self.a, self.counts, self.iterations, self.scale, self.bounds)
         else:
             for _ in range(self.iterations):
                 self.backward.execute(p, p)
@@ -185,7 +186,7 @@ class SpectrumSolver:
                 self._restore()
             self.backward.execute(p, p)
         medium2, inv_k02 = self._index_scalars()
-        K.index_real(v=self.sums, total=self.big**2 * 2 * row, scale=self.scale, medium2=medium2, inv_k02=inv_k02)
+        K.index_real(v=self.sums, total=self.big**2 * 2 * row, scale=scale, medium2=medium2, inv_k02=inv_k02)
         copy_box(p, 2 * row, self.big, self.nb, dst_ptr, stream)
 
     def _gp_complex(self, dst_ptr, absorption_ptr, stream) -> None:
