@@ -31,8 +31,8 @@ from qora.progress import report
 
 # A stack given as a host array goes into the page-locked buffer and to the device in chunks of this size: the copy
 # of one overlaps the upload of the one before (issue 43: at 256^3 the whole copy first, then the upload, cost the
-# Pipeline 1.33x its model on an H100; docs/holo-performance.md)
-UPLOAD_CHUNK_BYTES = 8 << 20
+# Pipeline 1.33x its model on an H100; 8 MB chunks copied a hologram a thread were slower, docs/holo-performance.md)
+UPLOAD_CHUNK_BYTES = 32 << 20
 
 __all__ = ["CudaPipeline", "Reconstruction", "extract_fields", "first_order", "reconstruct"]
 
@@ -228,8 +228,10 @@ class CudaPipeline:
             step = size if holos is None else max(1, min(size, UPLOAD_CHUNK_BYTES // (4 * per)))
             for lo in range(first, first + size, step):
                 hi = min(first + size, lo + step)
-                if holos is not None:
-                    copy_parts(self.host_in[lo:hi], holos[lo:hi], pool=self._pool)
+                if holos is not None:  # flat, so that a chunk of a few large holograms still takes every thread
+                    dst, src = self.host_in[lo:hi], holos[lo:hi]
+                    flat = src.flags.c_contiguous
+                    copy_parts(dst.reshape(-1) if flat else dst, src.reshape(-1) if flat else src, pool=self._pool)
                 cp.cuda.runtime.memcpyAsync(ptr(self.fields.holograms, lo * per), self.host_in[lo:].ctypes.data,
                                             4 * (hi - lo) * per, 1, self.copy_stream.ptr)
             event.record(self.copy_stream)
