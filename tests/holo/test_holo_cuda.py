@@ -144,17 +144,13 @@ def test_cuda_rejects_what_it_cannot_do(scan_case):
         cuda.first_order(np.ones((1, 15, 15), complex))
 
 
-@pytest.mark.parametrize("parts,chunk", [(1, None), (4, None), (1, 1), (4, 1)])
+@pytest.mark.parametrize("parts", [1, 4])
 @pytest.mark.parametrize("method", ["gp", "tv"])
-def test_pipeline_matches_the_per_call_chain_and_allocates_nothing(small_case, parts, chunk, method, monkeypatch):
-    """Also with a host stack copied and sent one hologram at a time (``chunk``: the page-locked buffer's chunks
-    as small as they go): the same volume as from the filled input buffer, bit for bit."""
+def test_pipeline_matches_the_per_call_chain_and_allocates_nothing(small_case, parts, method):
     import cupy
 
-    from qora.holo import Pipeline, cuda_pipeline
+    from qora.holo import Pipeline
 
-    if chunk is not None:
-        monkeypatch.setattr(cuda_pipeline, "UPLOAD_CHUNK_BYTES", chunk)
     g, hp, bg, stacks = small_case
     sideband = F.find_sideband(bg[0], hp)
     opts = dict(method=method, iterations=10, r2c=True, tv_weight=3e-3, tv_inner=5)

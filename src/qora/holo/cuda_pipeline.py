@@ -29,11 +29,6 @@ from qora.holo.steps import stack_units
 from qora.io.errors import InputError
 from qora.progress import report
 
-# A stack given as a host array goes into the page-locked buffer and to the device in chunks of this size: the copy
-# of one overlaps the upload of the one before (issue 43: at 256^3 the whole copy first, then the upload, cost the
-# Pipeline 1.33x its model on an H100; 8 MB chunks copied a hologram a thread were slower, docs/holo-performance.md)
-UPLOAD_CHUNK_BYTES = 32 << 20
-
 __all__ = ["CudaPipeline", "Reconstruction", "extract_fields", "first_order", "reconstruct"]
 
 
@@ -212,28 +207,18 @@ class CudaPipeline:
         return self.host_in
 
     def _upload(self, holograms) -> None:
-        """The stack to the device, each part's event recorded after it. A stack given as a host array is copied
-        into the page-locked buffer in chunks of :data:`UPLOAD_CHUNK_BYTES`, each sent as soon as it is in, so
-        that the copy of one chunk overlaps the upload of the one before."""
         cp = cupy()
-        holos = None
         if holograms is not None and holograms is not self.host_in:
             holos = np.asarray(holograms)
             if holos.shape != self.host_in.shape:
                 raise InputError(f"expected holograms of shape {self.host_in.shape}, got {holos.shape}")
+            copy_parts(self.host_in, holos, pool=self._pool)
         self.free.record(self.stream)  # the previous stack's R2C has read the device buffer
         self.copy_stream.wait_event(self.free)
         per = self.host_in[0].size
         for event, (first, size) in zip(self.uploaded, self.fields.parts):
-            step = size if holos is None else max(1, min(size, UPLOAD_CHUNK_BYTES // (4 * per)))
-            for lo in range(first, first + size, step):
-                hi = min(first + size, lo + step)
-                if holos is not None:  # flat, so that a chunk of a few large holograms still takes every thread
-                    dst, src = self.host_in[lo:hi], holos[lo:hi]
-                    flat = src.flags.c_contiguous
-                    copy_parts(dst.reshape(-1) if flat else dst, src.reshape(-1) if flat else src, pool=self._pool)
-                cp.cuda.runtime.memcpyAsync(ptr(self.fields.holograms, lo * per), self.host_in[lo:].ctypes.data,
-                                            4 * (hi - lo) * per, 1, self.copy_stream.ptr)
+            cp.cuda.runtime.memcpyAsync(ptr(self.fields.holograms, first * per), self.host_in[first:].ctypes.data,
+                                        4 * size * per, 1, self.copy_stream.ptr)
             event.record(self.copy_stream)
 
     def _check_finite(self) -> None:
