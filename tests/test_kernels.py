@@ -81,3 +81,20 @@ def test_ssb_launchers_read_their_block_sizes_from_the_kernel_sources():
     assert K.BLOCK == {"ssb.cu": 128, "band.cu": 256, "depth.cu": 128, "bslz4.cu": 128}
     with pytest.raises(RuntimeError, match="block size is read from the source"):
         K._source_number("ssb.cu", r"#define NO_SUCH_THING (\d+)")
+
+
+def _prebuilt_modules():
+    from qora.holo import build_fused as holo
+    from qora.phase import build_fused as phase
+
+    return {"phase fused_fft": phase.MODULE, "holo bpm_fused": holo.MODULE, "holo bpm_resident": holo.RESIDENT,
+            "holo gp_fused": holo.GP}
+
+
+@pytest.mark.parametrize("name", sorted(_prebuilt_modules()))
+def test_every_prebuilt_cubin_is_built_from_its_current_sources(name):
+    """Each shipped sm_90 cubin exists and was built from its .cu file and headers as they are now (else:
+    ``python -m qora.<engine>.build_fused --mathdx ...``)."""
+    module = _prebuilt_modules()[name]
+    assert module.cubin().stat().st_size > 0
+    assert module.built_digest() == module.source_digest(), f"{name}: rebuild with python -m ...build_fused"

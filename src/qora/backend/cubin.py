@@ -44,13 +44,20 @@ def find_mathdx(path: str | os.PathLike | None = None) -> Path:
                             "(the folder holding include/cufftdx.hpp) or QORA_MATHDX")
 
 
+def cubin_path(source: Path, arch: str = "sm_90") -> Path:
+    """Where :func:`build_cubin` writes ``source``'s module for ``arch``: ``<stem>.<arch>.cubin`` beside it (its
+    digest at ``<cubin>.sha256``)."""
+    source = Path(source)
+    return source.with_name(f"{source.stem}.{arch}.cubin")
+
+
 def build_cubin(source: Path, *, digest_of, includes=(), arch: str = "sm_90", mathdx=None,
                 nvcc: str = "nvcc") -> Path:
     """Compile ``source`` (a .cu file) for ``arch`` into ``<stem>.<arch>.cubin`` beside it, and write the
     digest of ``digest_of`` (the source and every local header it includes) to ``<cubin>.sha256``."""
     root = find_mathdx(mathdx)
     source = Path(source)
-    out = source.with_name(f"{source.stem}.{arch}.cubin")
+    out = cubin_path(source, arch)
     cmd = [nvcc, "-std=c++17", f"-arch={arch}", "-O3", "-cubin", "--resource-usage",
            "-I", str(root / "include"), "-I", str(root / "external" / "cutlass" / "include")]
     for folder in (source.parent, *includes):
@@ -87,6 +94,15 @@ class PrebuiltModule:
     def source_digest(self) -> str:
         """SHA-256 of :attr:`sources`."""
         return source_digest(self.sources)
+
+    def cubin(self, arch: str = "sm_90") -> Path:
+        """The prebuilt module's path for ``arch``."""
+        return cubin_path(self.sources[0], arch)
+
+    def built_digest(self, arch: str = "sm_90") -> str:
+        """The digest of the sources the prebuilt module for ``arch`` was built from (written beside it)."""
+        cubin = self.cubin(arch)
+        return cubin.with_name(cubin.name + ".sha256").read_text().strip()
 
     def build(self, *, arch: str = "sm_90", mathdx=None, nvcc: str = "nvcc") -> Path:
         """Compile the module for ``arch``; writes the cubin and its source digest, returns the cubin."""
