@@ -176,48 +176,6 @@ def test_pipeline_matches_the_per_call_chain_and_allocates_nothing(small_case, p
     assert not np.shares_memory(first, pipe.cuda.host_out)  # copied out: a later stack leaves it as it was
 
 
-def _registrable(array) -> bool:
-    """True if ``array``'s memory can be page-locked now (so no call left it locked); unlocked again."""
-    from qora.backend import host_register, host_unregister
-
-    if not host_register(array):
-        return False
-    host_unregister(array)
-    return True
-
-
-@pytest.mark.parametrize("complex_index", [False, True])
-def test_pipeline_uploads_and_downloads_in_place_as_through_its_buffers(small_case, complex_index):
-    """A float32 host stack is uploaded from where it lies and the result downloaded into its new array, both
-    page-locked for the call only: the same volume, bit for bit, as through the page-locked buffers, and every
-    array unlocked after, also when the call fails."""
-    from qora.holo import Pipeline
-
-    g, hp, bg, stacks = small_case
-    pipe = Pipeline(g, sideband=F.find_sideband(bg[0], hp), hologram_pixel=hp, hologram_n=2 * g.n, backend="cuda",
-                    iterations=10, complex_index=complex_index).cuda
-    pipe.set_background(bg.astype(np.float32))
-    stack = np.ascontiguousarray(stacks[0], np.float32)
-    results = {}
-    for locked in (False, True):
-        pipe.register_input = pipe.register_output = locked
-        results[locked] = pipe.process(stack)
-    direct, buffered = results[True], results[False]
-    np.testing.assert_array_equal(direct.index, buffered.index)
-    assert (direct.absorption is not None) == complex_index
-    if complex_index:
-        np.testing.assert_array_equal(direct.absorption, buffered.absorption)
-        assert _registrable(direct.absorption)
-    assert not np.shares_memory(direct.index, pipe.host_out)
-    assert _registrable(stack) and _registrable(direct.index)
-    bad = stack.copy()
-    bad[3, 5, 7] = np.nan
-    with pytest.raises(ValueError, match="non-finite"):
-        pipe.process(bad)
-    assert _registrable(bad) and not pipe._locked
-    np.testing.assert_array_equal(pipe.process(stack).index, direct.index)  # the failed call left nothing behind
-
-
 def test_pipeline_stage_times_and_errors(small_case):
     from qora.holo import Pipeline
 

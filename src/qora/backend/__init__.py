@@ -17,11 +17,10 @@ from qora.backend.core import (
     xp_of,
     is_device_array,
 )
-from qora.backend._cupy import host_register, host_unregister
 from qora.backend._cupy import probe_error as cuda_note
 from qora.backend._cupy import require as require_cupy
 from qora.backend._cupy import submodule as cupy_submodule
 from qora.backend.host import cpu_count
 
 __all__ = ["DEFAULT_BACKEND", "Backend", "BackendUnavailable", "has_cuda", "resolve", "xp_of", "is_device_array", "require_cupy",
-           "cupy_submodule", "cuda_note", "cpu_count", "host_register", "host_unregister"]
+           "cupy_submodule", "cuda_note", "cpu_count"]

@@ -103,11 +103,9 @@ def host_register(array) -> bool:
     return True
 
 
-def host_unregister(array, *, synchronize: bool = True) -> None:
+def host_unregister(array) -> None:
     """Undo :func:`host_register`, once the device has finished every copy from ``array`` (the
-    device is synchronised first: an asynchronous copy must not read unmapped memory; with
-    ``synchronize=False`` the caller has waited for those copies itself)."""
+    device is synchronised first: an asynchronous copy must not read unmapped memory)."""
     cupy = require("page-locked host memory")
-    if synchronize:
-        cupy.cuda.runtime.deviceSynchronize()
+    cupy.cuda.runtime.deviceSynchronize()
     cupy.cuda.runtime.hostUnregister(array.ctypes.data)

@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from qora.backend.fft import C2C, FORWARD
-from qora.backend import host_register, host_unregister
 from qora.backend.host import copy_parts, num_threads, touched_empty
 from qora.holo import kernels as K
 from qora.holo.cuda_solver import SpectrumSolver
@@ -198,10 +197,6 @@ class CudaPipeline:
         self.has_background = False
         self.stage_ms: dict = {}
         self.profile = False
-        # a host array is uploaded from where it lies, page-locked for the call (False: through the input buffer)
-        self.register_input = True
-        self.register_output = True  # and the result's new array downloaded into where it lies
-        self._locked: list = []
         self.plans_made = self.work.plan_count
         # host threads for the copies into the input buffer and out of the output's (a single core's copy of a
         # pageable stack and of the volume doubled the 256^3 stack's time: docs/holo-performance.md)
@@ -213,61 +208,18 @@ class CudaPipeline:
 
     def _upload(self, holograms) -> None:
         cp = cupy()
-        source = self.host_in
         if holograms is not None and holograms is not self.host_in:
             holos = np.asarray(holograms)
             if holos.shape != self.host_in.shape:
                 raise InputError(f"expected holograms of shape {self.host_in.shape}, got {holos.shape}")
-            source = self._page_locked(holos)
-            if source is None:
-                copy_parts(self.host_in, holos, pool=self._pool)
-                source = self.host_in
+            copy_parts(self.host_in, holos, pool=self._pool)
         self.free.record(self.stream)  # the previous stack's R2C has read the device buffer
         self.copy_stream.wait_event(self.free)
         per = self.host_in[0].size
         for event, (first, size) in zip(self.uploaded, self.fields.parts):
-            cp.cuda.runtime.memcpyAsync(ptr(self.fields.holograms, first * per), source[first:].ctypes.data,
+            cp.cuda.runtime.memcpyAsync(ptr(self.fields.holograms, first * per), self.host_in[first:].ctypes.data,
                                         4 * size * per, 1, self.copy_stream.ptr)
             event.record(self.copy_stream)
-
-    def _page_locked(self, holos):
-        """``holos`` itself, page-locked where it lies until :meth:`_release` (float32, C order, and the driver
-        agreeing), so that the upload reads it at the bus's rate with no host copy; else None (copied through the
-        input buffer). docs/holo-performance.md: the copy was most of what a host array cost above the buffer."""
-        if not (self.register_input and holos.dtype == np.float32 and holos.flags.c_contiguous):
-            return None
-        if not host_register(holos):
-            return None
-        self._locked.append(holos)
-        return holos
-
-    def _release(self, stream=None) -> None:
-        """Unlock the arrays this call locked (:meth:`_page_locked`, :meth:`_deliver`) once ``stream``'s copies are
-        done (None: the whole device's, after an error)."""
-        if self._locked and stream is not None:
-            stream.synchronize()
-        while self._locked:
-            host_unregister(self._locked.pop(), synchronize=stream is None)
-
-    def _deliver(self, out, out_kappa, copy: bool) -> bool:
-        """Queue the downloads of the volume (and the absorption): into ``out`` (``out_kappa``) themselves,
-        page-locked where they lie, when ``copy`` and the driver agrees (True), else into the page-locked output
-        buffers (False: the caller copies them out)."""
-        arrays = [a for a in (out, out_kappa) if a is not None]
-        direct = copy and self.register_output
-        if direct:
-            for a in arrays:
-                if not host_register(a):
-                    direct = False
-                    break
-                self._locked.append(a)
-            if not direct:
-                self._release(self.copy_stream)  # nothing of theirs queued yet; the holograms' upload is done
-        if not direct:
-            arrays = [self.host_out] + ([] if self.host_absorption is None else [self.host_absorption])
-        with self.stream:
-            self.recon.solver.deliver(*(a.ctypes.data for a in arrays))
-        return direct
 
     def _check_finite(self) -> None:
         """Queue the device-side check of the uploaded holograms (read by :meth:`_raise_if_nonfinite`)."""
@@ -289,15 +241,12 @@ class CudaPipeline:
         """Extract and keep the background fields on the device (one hologram per illumination)."""
         cp = cupy()
         self._upload(holograms)
-        try:
-            with self.stream:
-                self.fields.extract(self.background, ready=self.uploaded)
-                self._check_finite()
-                mag = cp.abs(self.background)
-                low = bool((mag.min() <= 0) | (mag.min() < 1e-6 * cp.median(mag)))
-            self.stream.synchronize()
-        finally:
-            self._release(None)
+        with self.stream:
+            self.fields.extract(self.background, ready=self.uploaded)
+            self._check_finite()
+            mag = cp.abs(self.background)
+            low = bool((mag.min() <= 0) | (mag.min() < 1e-6 * cp.median(mag)))
+        self.stream.synchronize()
         self._raise_if_nonfinite("backgrounds")
         if low:
             raise InputError("a background field is (nearly) zero somewhere: cannot form the ratio")
@@ -309,17 +258,11 @@ class CudaPipeline:
         ``copy=False`` returns the page-locked output buffer itself (no host copy): valid until
         the next call, for a consumer that writes it out at once (a time series to disk).
         """
+        cp = cupy()
         if not self.has_background:
             raise RuntimeError("call set_background(...) before process(...)")
-        self._upload(holograms)
-        try:
-            return self._process(progress, copy)
-        finally:
-            self._release(None)  # after an error (the normal path has released them)
-
-    def _process(self, progress, copy: bool) -> OdtResult:
-        cp = cupy()
         marks = []
+        self._upload(holograms)
         units = stack_units(self.options)  # the CPU Pipeline's units; the device stack is one step here
         report(progress, "fields", 0, units)
         with self.stream:
@@ -335,20 +278,17 @@ class CudaPipeline:
             mark("fields")
             self.order(self.sample, self.background, self.phi, self.approximation)
             mark(self.approximation)
-            self.recon(self.phi, None)  # the volume stays on the device until _deliver
+            self.recon(self.phi, self.host_out.ctypes.data,
+                       None if self.host_absorption is None else self.host_absorption.ctypes.data)
+            mark("solve")
         # the host's arrays for the result made while the device computes (their pages mapped then, not by the copy)
         kappa = self.host_absorption
         out = touched_empty(self.host_out.shape, np.float32, pool=self._pool) if copy else self.host_out
         out_kappa = (touched_empty(kappa.shape, np.float32, pool=self._pool) if copy and kappa is not None
                      else kappa)
-        self._release(self.copy_stream)  # the upload was done long before: unlocked while the device solves
-        direct = self._deliver(out, out_kappa, copy)
-        with self.stream:
-            mark("solve")
         self.stream.synchronize()
-        self._release(self.stream)
         self._raise_if_nonfinite()
-        if copy and not direct:
+        if copy:
             copy_parts(out, self.host_out, pool=self._pool)
             if kappa is not None:
                 copy_parts(out_kappa, kappa, pool=self._pool)

@@ -150,12 +150,11 @@ class SpectrumSolver:
         return np.float32(g.medium_index**2), np.float32(1.0 / g.k0**2)
 
     # -- solvers -------------------------------------------------------------------------------
-    def __call__(self, spectra, mapper: Mapper, dst_ptr: int | None, absorption_ptr: int | None = None) -> None:
+    def __call__(self, spectra, mapper: Mapper, dst_ptr: int, absorption_ptr: int | None = None) -> None:
         """Map ``spectra`` (A, N, N), solve, and write the index box (nb^3 float32) to ``dst_ptr``, and with a
-        complex index the imaginary index kappa (nb^3 float32) to ``absorption_ptr``; with ``dst_ptr`` None the
-        boxes stay on the device for :meth:`deliver`."""
+        complex index the imaginary index kappa (nb^3 float32) to ``absorption_ptr``."""
         cp = cupy()
-        if dst_ptr is not None and self.complex != (absorption_ptr is not None):
+        if self.complex != (absorption_ptr is not None):
             raise ValueError("a complex index writes the absorption too: give absorption_ptr exactly then")
         if self.auto and self.noise_energy is None:
             raise ValueError("tv_weight 'auto' needs the noise energy of the mapped spectrum (set noise_energy)")
@@ -163,25 +162,13 @@ class SpectrumSolver:
         self.averaged = bool(getattr(mapper, "averaged", False))
         mapper(spectra, self.sums, self.hits)
         if self.method == "tv":
-            self._tv(stream)
+            self._tv(dst_ptr, absorption_ptr, stream)
         elif self.real:
-            self._gp_half(stream)
+            self._gp_half(dst_ptr, stream)
         else:
-            self._gp_complex(stream)
-        if dst_ptr is not None:
-            self.deliver(dst_ptr, absorption_ptr)
+            self._gp_complex(dst_ptr, absorption_ptr, stream)
 
-    def deliver(self, dst_ptr: int, absorption_ptr: int | None = None) -> None:
-        """Queue the copies of the last solve's index box (and with a complex index its absorption box) to
-        ``dst_ptr`` (``absorption_ptr``), on the current stream: valid until the next solve."""
-        cp = cupy()
-        if self.complex != (absorption_ptr is not None):
-            raise ValueError("a complex index writes the absorption too: give absorption_ptr exactly then")
-        stream = cp.cuda.get_current_stream()
-        for box, dst in zip(self._boxes, (dst_ptr, absorption_ptr)):
-            copy_box(*box, self.nb, dst, stream)
-
-    def _gp_half(self, stream) -> None:
+    def _gp_half(self, dst_ptr, stream) -> None:
         cp = cupy()
         row = self.half if self.fused is None else self.fused.stride
         self._prepare_half(row)
@@ -200,9 +187,9 @@ class SpectrumSolver:
             self.backward.execute(p, p)
         medium2, inv_k02 = self._index_scalars()
         K.index_real(v=self.sums, total=self.big**2 * 2 * row, scale=scale, medium2=medium2, inv_k02=inv_k02)
-        self._boxes = ((p, 2 * row, self.big),)  # (source, its row in floats, its edge) of each box to deliver
+        copy_box(p, 2 * row, self.big, self.nb, dst_ptr, stream)
 
-    def _gp_complex(self, stream) -> None:
+    def _gp_complex(self, dst_ptr, absorption_ptr, stream) -> None:
         cp = cupy()
         n3 = self.big**3
         self._average()
@@ -220,7 +207,9 @@ class SpectrumSolver:
         kappa = self.sums.view(cp.float32)[:n3] if self.complex else None  # and the data: the absorption there
         K.index_complex(v=self.estimate, total=n3, scale=self.scale, medium2=medium2, inv_k02=inv_k02, out=index,
                         out_imag=kappa)
-        self._boxes = tuple((v.data.ptr, self.big, self.big) for v in (index, kappa) if v is not None)
+        copy_box(index.data.ptr, self.big, self.big, self.nb, dst_ptr, stream)
+        if kappa is not None:
+            copy_box(kappa.data.ptr, self.big, self.big, self.nb, absorption_ptr, stream)
 
     def _box(self, kernel: str, src, dst, scale: float = 1.0) -> None:
         big, nb = self.big, self.nb
@@ -232,7 +221,7 @@ class SpectrumSolver:
             K.box_expand(box=src, n=big, rl=rl, nb=nb, lo=lo, padded=dst)
 
     # -- FISTA-TV: one run per weight (several for "auto"), on the real half spectrum or the complex one ---------
-    def _tv(self, stream) -> None:
+    def _tv(self, dst_ptr, absorption_ptr, stream) -> None:
         cp = cupy()
         nb3 = self.nb**3
         if self.complex:
@@ -252,10 +241,10 @@ class SpectrumSolver:
         medium2, inv_k02 = self._index_scalars()
         if self.complex:
             K.index_parts(re=self.x_prevs[0], im=self.x_prevs[1], total=nb3, medium2=medium2, inv_k02=inv_k02)
+            cp.cuda.runtime.memcpyAsync(absorption_ptr, self.x_prevs[1].data.ptr, 4 * nb3, MEMCPY_DEFAULT, stream.ptr)
         else:
             K.index_real(v=self.x_prev, total=nb3, scale=1.0, medium2=medium2, inv_k02=inv_k02)
-        nb = self.nb
-        self._boxes = ((self.x_prev.data.ptr, nb, nb),) + (((self.x_prevs[1].data.ptr, nb, nb),) if self.complex else ())
+        cp.cuda.runtime.memcpyAsync(dst_ptr, self.x_prev.data.ptr, 4 * nb3, MEMCPY_DEFAULT, stream.ptr)
 
     def _plain_box(self) -> None:
         """y = the box of the plain inversion of the data (FISTA's default start)."""
