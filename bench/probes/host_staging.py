@@ -14,7 +14,7 @@ For each size, medians of 5 wall times (ms) after one untimed, each ending with 
 - out, registered: the mapped array registered, the download into it, unregistered;
 - out, pageable: cudaMemcpy straight into the mapped pageable array.
 Also the registration and unregistration alone, and both buffers' copies by non-temporal stores (Numba, 32-bit
-MOVNTI, as qora.ssb's gather): the copy into the input buffer leaves its lines dirty in the host's caches, which the
+MOVNTI: qora.backend.streaming): the copy into the input buffer leaves its lines dirty in the host's caches, which the
 upload may wait on (in_buffer_nt, out_buffer_nt).
 """
 
@@ -34,26 +34,6 @@ def _median_ms(fn, repeats=5):
         fn()
         samples.append(time.perf_counter() - t0)
     return 1e3 * float(np.median(samples))
-
-
-def _streaming_copy():
-    """A parallel copy of 32-bit words by non-temporal stores, one fence a thread's share."""
-    import numba
-
-    from qora.ssb.bright_runs import _store_fence, _store_streaming
-
-    @numba.njit(parallel=True, nogil=True)
-    def copy(src, dst, parts):
-        n = src.size
-        step = (n + parts - 1) // parts
-        for p in numba.prange(parts):
-            lo = p * step
-            hi = min(n, lo + step)
-            for j in range(lo, hi):
-                _store_streaming(dst, numba.uint64(j), src[j])
-            _store_fence()
-
-    return lambda dst, src: copy(src.reshape(-1).view(np.uint32), dst.reshape(-1).view(np.uint32), 64)
 
 
 def _cases(cp, nbytes, pool):
@@ -98,7 +78,8 @@ def _cases(cp, nbytes, pool):
             lo = k * step
             copy_parts(out[lo:lo + step], pinned[lo:lo + step], pool=pool)
 
-    nt_copy = _streaming_copy()
+    from qora.backend.streaming import copy_streaming as nt_copy
+
     rows_ms = {
         "in_buffer": _median_ms(lambda: (copy_parts(pinned, host, pool=pool), upload(pinned))),
         "in_buffer_copy_only": _median_ms(lambda: copy_parts(pinned, host, pool=pool)),

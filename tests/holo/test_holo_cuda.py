@@ -176,6 +176,25 @@ def test_pipeline_matches_the_per_call_chain_and_allocates_nothing(small_case, p
     assert not np.shares_memory(first, pipe.cuda.host_out)  # copied out: a later stack leaves it as it was
 
 
+def test_pipeline_host_copies_by_streaming_stores_give_the_same_volume(small_case):
+    """A float32 host stack goes into the input buffer, and the volume out of the output buffer, by streaming stores
+    (qora.backend.streaming) where the host has them: the same volume, bit for bit, as by ordinary copies."""
+    from qora.holo import Pipeline
+
+    g, hp, bg, stacks = small_case
+    pipe = Pipeline(g, sideband=F.find_sideband(bg[0], hp), hologram_pixel=hp, hologram_n=2 * g.n, backend="cuda",
+                    iterations=10).cuda
+    pipe.set_background(bg)
+    stack = np.ascontiguousarray(stacks[0], np.float32)
+    volumes = []
+    for streaming in (True, False):
+        pipe.streaming_copies = streaming
+        volumes.append(pipe.process(stack).index)
+        np.testing.assert_array_equal(pipe.host_in, stack)
+    np.testing.assert_array_equal(volumes[0], volumes[1])
+    assert not np.shares_memory(volumes[0], pipe.host_out)
+
+
 def test_pipeline_stage_times_and_errors(small_case):
     from qora.holo import Pipeline
 

@@ -164,15 +164,14 @@ def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
     model_ms = (fft_ms + kernel_bytes / copy_gbs / 1e6 + model["h2d"] / transfer["h2d"] / 1e6
                 + model["d2h"] / transfer["d2h"] / 1e6)
     nothing = lambda: None  # noqa: E731 - process() returns when its stream is done
-    e2e = _wall_ms(lambda: pipe.process(holos), nothing)
-    host_in = pipe.input()
-    host_in[...] = holos
+    e2e, e2e_ordinary = _from_host(pipe, holos)
+    pipe.input()[...] = holos
     e2e_buffer = _wall_ms(lambda: pipe.process(copy=False), nothing)
     pipe.profile = True
     pipe.process()
     pipe.profile = False
     result.add(f"pipeline/{label}/per_stack", ms=e2e, model_ms=model_ms, ratio=e2e / model_ms,
-               input_buffer_ms=e2e_buffer, buffer_ratio=e2e_buffer / model_ms, fft_ms=fft_ms, ffts=ffts,
+               input_buffer_ms=e2e_buffer, buffer_ratio=e2e_buffer / model_ms, ordinary_copies_ms=e2e_ordinary, fft_ms=fft_ms, ffts=ffts,
                kernel_bytes=kernel_bytes, transfer_gbs=transfer, stage_ms=dict(pipe.stage_ms))
     parts4 = Pipeline(g, sideband=sideband, hologram_pixel=hp, hologram_n=2 * n, backend="cuda", upload_parts=4,
                       oversample=1).cuda
@@ -190,9 +189,19 @@ def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
                    pct_copy=100 * gbs / copy_gbs if gbs and stage != "upload" else None)
     echo(f"  {label}: " + ", ".join(f"{k} {v:.2f} ms" for k, v in times.items())
          + f"; pipeline {e2e:.1f} ms (model {model_ms:.1f}, x{e2e / model_ms:.2f}; "
-         f"input buffer {e2e_buffer:.1f}; 4 parts {t4:.1f}); stages {pipe.stage_ms}")
+         f"input buffer {e2e_buffer:.1f}; ordinary copies {e2e_ordinary:.1f}; 4 parts {t4:.1f}); stages {pipe.stage_ms}")
     del pipe
     _solvers(result, be, g, label, echo, memory=memory, peak_pipe=peak_pipe.peak_bytes)
+
+
+def _from_host(pipe, holos) -> tuple:
+    """The Pipeline from the host array ``holos`` (ms): as a user's call runs, and with the buffers' host copies by
+    ordinary stores instead of streaming ones (as before issue 43's change)."""
+    ms = []
+    for streaming in (False, True):
+        pipe.streaming_copies = streaming
+        ms.append(_wall_ms(lambda: pipe.process(holos), lambda: None))
+    return ms[1], ms[0]
 
 
 def _gp_loops(result, be, solver, gp_half, times, label) -> None:

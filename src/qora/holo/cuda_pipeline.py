@@ -16,6 +16,7 @@ import numpy as np
 
 from qora.backend.fft import C2C, FORWARD
 from qora.backend.host import copy_parts, num_threads, touched_empty
+from qora.backend.streaming import copy_streaming
 from qora.holo import kernels as K
 from qora.holo.cuda_solver import SpectrumSolver
 from qora.holo.cuda_stages import (MEMCPY_DEFAULT, FieldStage, FirstOrder, Mapper, WorkArea, check_even, cupy,
@@ -197,6 +198,7 @@ class CudaPipeline:
         self.has_background = False
         self.stage_ms: dict = {}
         self.profile = False
+        self.streaming_copies = True  # False: the buffers' copies by ordinary stores (a benchmark's comparison)
         self.plans_made = self.work.plan_count
         # host threads for the copies into the input buffer and out of the output's (a single core's copy of a
         # pageable stack and of the volume doubled the 256^3 stack's time: docs/holo-performance.md)
@@ -212,7 +214,7 @@ class CudaPipeline:
             holos = np.asarray(holograms)
             if holos.shape != self.host_in.shape:
                 raise InputError(f"expected holograms of shape {self.host_in.shape}, got {holos.shape}")
-            copy_parts(self.host_in, holos, pool=self._pool)
+            self._copy(self.host_in, holos)
         self.free.record(self.stream)  # the previous stack's R2C has read the device buffer
         self.copy_stream.wait_event(self.free)
         per = self.host_in[0].size
@@ -220,6 +222,13 @@ class CudaPipeline:
             cp.cuda.runtime.memcpyAsync(ptr(self.fields.holograms, first * per), self.host_in[first:].ctypes.data,
                                         4 * size * per, 1, self.copy_stream.ptr)
             event.record(self.copy_stream)
+
+    def _copy(self, dst, src) -> None:
+        """``dst[...] = src`` (one of them a page-locked buffer): by streaming stores where they apply, so that the
+        upload reads no line the host's caches hold dirty and the result's lines are not read before written
+        (docs/holo-performance.md), else over the pool's threads (a cast, say)."""
+        if not (self.streaming_copies and copy_streaming(dst, src)):
+            copy_parts(dst, src, pool=self._pool)
 
     def _check_finite(self) -> None:
         """Queue the device-side check of the uploaded holograms (read by :meth:`_raise_if_nonfinite`)."""
@@ -289,9 +298,9 @@ class CudaPipeline:
         self.stream.synchronize()
         self._raise_if_nonfinite()
         if copy:
-            copy_parts(out, self.host_out, pool=self._pool)
+            self._copy(out, self.host_out)
             if kappa is not None:
-                copy_parts(out_kappa, kappa, pool=self._pool)
+                self._copy(out_kappa, kappa)
         report(progress, "done", units, units)
         if self.profile:
             self.stage_ms = {name: cp.cuda.get_elapsed_time(marks[i - 1][1], e)

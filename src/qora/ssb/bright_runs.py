@@ -14,10 +14,8 @@ import platform  # noqa: E402
 
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
-from llvmlite import ir  # noqa: E402
-from numba import types  # noqa: E402
-from numba.core import cgutils  # noqa: E402
-from numba.extending import intrinsic  # noqa: E402
+
+from qora.backend.streaming import STREAMING_STORES, store_fence, store_streaming  # noqa: E402
 
 __all__ = ["pixel_runs", "gather_runs"]
 
@@ -38,9 +36,8 @@ def pixel_runs(rows, cols) -> np.ndarray:
 
 # Streaming stores: an ordinary store first reads the output's cache line from memory (write-allocate), so the gather
 # moves its output through the host's memory three times (read for ownership, write back, the copy engine's read);
-# memcpy's non-temporal stores skip the first. Numba emits none, so an intrinsic marks a 32-bit store with LLVM's
-# !nontemporal (MOVNTI on x86-64; docs/ssb-performance.md, section 29). Elsewhere the ordinary gather runs.
-STREAMING_STORES = platform.machine().lower() in ("x86_64", "amd64")
+# memcpy's non-temporal stores skip the first (qora.backend.streaming; docs/ssb-performance.md, section 29).
+# Elsewhere the ordinary gather runs.
 # Taken by default where they pay (docs/ssb-performance.md, section 30): an output block of 64 MB or more (larger
 # than the last-level cache of common hosts, so written back to memory anyway; not measured per host) on a host of
 # many threads (whose gather is bound by memory traffic). On two 16-thread H100 hosts step 2 went 0.194 -> 0.175 s
@@ -49,29 +46,6 @@ STREAMING_STORES = platform.machine().lower() in ("x86_64", "amd64")
 STREAMING_DEFAULT = True
 STREAMING_FROM_BYTES = 64 << 20  # an output block at least this large
 STREAMING_FROM_THREADS = 8  # on a host with at least this many threads
-
-
-@intrinsic
-def _store_streaming(typingctx, words, index, value):
-    """``words[index] = value``, a non-temporal store (``words`` a 1-D contiguous uint32 array)."""
-    def codegen(context, builder, signature, args):
-        array_type = signature.args[0]
-        array = context.make_array(array_type)(context, builder, args[0])
-        pointer = cgutils.get_item_pointer(context, builder, array_type, array, [args[1]], wraparound=False)
-        store = builder.store(args[2], pointer)
-        store.set_metadata("nontemporal", builder.module.add_metadata([ir.IntType(32)(1)]))
-        return context.get_dummy_value()
-    return types.void(words, index, words.dtype), codegen
-
-
-@intrinsic
-def _store_fence(typingctx):
-    """SFENCE: the streaming stores before it are ordered before any store after (the copy engine reads next)."""
-    def codegen(context, builder, signature, args):
-        fence = builder.module.declare_intrinsic("llvm.x86.sse.sfence", fnty=ir.FunctionType(ir.VoidType(), []))
-        builder.call(fence, [])
-        return context.get_dummy_value()
-    return types.void(), codegen
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -116,8 +90,8 @@ def _gather_streaming(data, s0, runs, out, words):
         pair_as_words = pair.view(np.uint32)
         o = numba.uint64(p * pair_words)
         for j in range(pair_words):
-            _store_streaming(words, o + numba.uint64(j), pair_as_words[j])
-        _store_fence()
+            store_streaming(words, o + numba.uint64(j), pair_as_words[j])
+        store_fence()
     if (n * sx) % 2:
         f = n * sx - 1
         _gather_frame(src, numba.uint64((s0 * sx + f) * frame), width, runs, dst, numba.uint64(f * npix))
