@@ -21,19 +21,14 @@ upload may wait on (in_buffer_nt, out_buffer_nt).
 from __future__ import annotations
 
 import sys
-import time
 
 import numpy as np
 
 
 def _median_ms(fn, repeats=5):
-    fn()
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return 1e3 * float(np.median(samples))
+    from qora.bench.common import median_wall
+
+    return 1e3 * median_wall(fn, repeats, warmup=1)[1]
 
 
 def _cases(cp, nbytes, pool):
