@@ -171,8 +171,8 @@ def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
     pipe.process()
     pipe.profile = False
     result.add(f"pipeline/{label}/per_stack", ms=e2e, model_ms=model_ms, ratio=e2e / model_ms,
-               input_buffer_ms=e2e_buffer, buffer_ratio=e2e_buffer / model_ms, ordinary_copies_ms=e2e_ordinary, fft_ms=fft_ms, ffts=ffts,
-               kernel_bytes=kernel_bytes, transfer_gbs=transfer, stage_ms=dict(pipe.stage_ms))
+               input_buffer_ms=e2e_buffer, buffer_ratio=e2e_buffer / model_ms, ordinary_copies_ms=e2e_ordinary,
+               fft_ms=fft_ms, ffts=ffts, kernel_bytes=kernel_bytes, transfer_gbs=transfer, stage_ms=dict(pipe.stage_ms))
     parts4 = Pipeline(g, sideband=sideband, hologram_pixel=hp, hologram_n=2 * n, backend="cuda", upload_parts=4,
                       oversample=1).cuda
     parts4.set_background(bgs)
@@ -189,7 +189,8 @@ def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
                    pct_copy=100 * gbs / copy_gbs if gbs and stage != "upload" else None)
     echo(f"  {label}: " + ", ".join(f"{k} {v:.2f} ms" for k, v in times.items())
          + f"; pipeline {e2e:.1f} ms (model {model_ms:.1f}, x{e2e / model_ms:.2f}; "
-         f"input buffer {e2e_buffer:.1f}; ordinary copies {e2e_ordinary:.1f}; 4 parts {t4:.1f}); stages {pipe.stage_ms}")
+         f"input buffer {e2e_buffer:.1f}; ordinary copies {e2e_ordinary:.1f}; 4 parts {t4:.1f}); "
+         f"stages {pipe.stage_ms}")
     del pipe
     _solvers(result, be, g, label, echo, memory=memory, peak_pipe=peak_pipe.peak_bytes)
 
