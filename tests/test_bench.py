@@ -323,6 +323,32 @@ def test_a_run_of_some_holo_parts_is_not_the_holo_result():
     assert result_name(("bpm",)) == "holo-bpm" and result_name(("bpm", "stages")) == "holo-stages-bpm"
 
 
+def test_the_gp_rows_give_the_fused_loops_difference_beside_its_time(be):
+    """`qora bench holo`'s GP row (`_gp_loops`, run on the device there): both loops timed, the solver's loop left as
+    it was, and the fused volume's largest difference from cuFFT's loop's, relative to that volume's range."""
+    from types import SimpleNamespace
+
+    from qora.bench.holo_cuda import _gp_loops
+
+    fused = SimpleNamespace(tiles=8, measured_tiles=lambda counts: np.flatnonzero(counts))
+    solver = SimpleNamespace(fused=fused, counts=np.array([0, 1, 0, 1, 1, 0, 0, 0]))
+    cufft_volume = np.linspace(1.33, 1.37, 27).reshape(3, 3, 3)
+    volume = {}
+
+    def gp_half():
+        volume["last"] = cufft_volume + (2e-5 if solver.fused is fused else 0.0)
+        return volume["last"]
+
+    result = BenchResult("holo-stages", "cpu", {})
+    times = {"mapping_gather": 0.0}
+    _gp_loops(result, be, solver, gp_half, times, "3x3x3")
+    row = result.cases["gp/3x3x3/fused_over_cufft"]
+    assert solver.fused is fused and volume["last"][0, 0, 0] == cufft_volume[0, 0, 0] + 2e-5  # fused layout left
+    assert row["max_difference_of_range"] == pytest.approx(2e-5 / 0.04)
+    assert row["measured_tiles"] == 3 / 8 and set(times) >= {"gp50_r2c", "gp50_r2c_cufft"}
+    assert row["ratio"] == pytest.approx(times["gp50_r2c"] / times["gp50_r2c_cufft"])
+
+
 def test_ssb_ptycho_bench_beats_wdd_on_abtems_crystal():
     """`qora bench ssb-ptycho` on abTEM's 8 A SrTiO3 at 1e5 e/A^2 (the default chain from the counts): the summed
     phase correlates at least 0.95 with the projected potential low-passed to 2 alpha / lambda and beats WDD's image

@@ -132,6 +132,7 @@ def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
     def gp_half():
         mapper(spectra, solver.sums, solver.hits)
         solver._gp_half(dst.data.ptr, stream)
+        return dst
 
     _gp_loops(result, be, solver, gp_half, times, label)
     fused = solver.fused
@@ -167,12 +168,10 @@ def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
     e2e, e2e_ordinary = _from_host(pipe, holos)
     pipe.input()[...] = holos
     e2e_buffer = _wall_ms(lambda: pipe.process(copy=False), nothing)
-    pipe.profile = True
-    pipe.process()
-    pipe.profile = False
+    stage_ms = _profiled(pipe)
     result.add(f"pipeline/{label}/per_stack", ms=e2e, model_ms=model_ms, ratio=e2e / model_ms,
                input_buffer_ms=e2e_buffer, buffer_ratio=e2e_buffer / model_ms, ordinary_copies_ms=e2e_ordinary,
-               fft_ms=fft_ms, ffts=ffts, kernel_bytes=kernel_bytes, transfer_gbs=transfer, stage_ms=dict(pipe.stage_ms))
+               fft_ms=fft_ms, ffts=ffts, kernel_bytes=kernel_bytes, transfer_gbs=transfer, stage_ms=stage_ms)
     parts4 = Pipeline(g, sideband=sideband, hologram_pixel=hp, hologram_n=2 * n, backend="cuda", upload_parts=4,
                       oversample=1).cuda
     parts4.set_background(bgs)
@@ -190,9 +189,17 @@ def _stages(result, be, n: int, copy_gbs: float, echo, *, memory: bool) -> None:
     echo(f"  {label}: " + ", ".join(f"{k} {v:.2f} ms" for k, v in times.items())
          + f"; pipeline {e2e:.1f} ms (model {model_ms:.1f}, x{e2e / model_ms:.2f}; "
          f"input buffer {e2e_buffer:.1f}; ordinary copies {e2e_ordinary:.1f}; 4 parts {t4:.1f}); "
-         f"stages {pipe.stage_ms}")
+         f"stages {stage_ms}")
     del pipe
     _solvers(result, be, g, label, echo, memory=memory, peak_pipe=peak_pipe.peak_bytes)
+
+
+def _profiled(pipe) -> dict:
+    """The Pipeline's stage times (ms, CUDA events) of one more run from its input buffer."""
+    pipe.profile = True
+    pipe.process()
+    pipe.profile = False
+    return dict(pipe.stage_ms)
 
 
 def _from_host(pipe, holos) -> tuple:
@@ -206,17 +213,22 @@ def _from_host(pipe, holos) -> tuple:
 
 
 def _gp_loops(result, be, solver, gp_half, times, label) -> None:
-    """GP 50 (``gp_half``: mapping and solve) through the solver's loop, then through cuFFT's in the same run, the
-    mapping's time taken off; with a fused loop, their ratio."""
+    """GP 50 (``gp_half``: mapping and solve, returning the index volume) through the solver's loop, then through
+    cuFFT's in the same run, the mapping's time taken off; with a fused loop, their ratio and the fused volume's
+    largest difference from cuFFT's loop's, relative to the latter's range (its error beside its time)."""
     times["gp50_r2c"] = time_device(be, gp_half, warmup=1, repeats=5).median_ms - times["mapping_gather"]
     fused, solver.fused = solver.fused, None
     times["gp50_r2c_cufft"] = time_device(be, gp_half, warmup=1, repeats=5).median_ms - times["mapping_gather"]
+    reference = gp_half().copy()
     solver.fused = fused
     if fused is not None:
-        gp_half()  # a, the counts and the volume back in the fused loop's row layout
+        volume = gp_half()  # also leaves a, the counts and the volume in the fused loop's row layout
+        xp = be.xp
+        difference = float(xp.abs(volume - reference).max() / (reference.max() - reference.min()))
         measured = len(fused.measured_tiles(solver.counts)) / fused.tiles
         result.add(f"gp/{label}/fused_over_cufft", ratio=times["gp50_r2c"] / times["gp50_r2c_cufft"],
-                   fused_ms=times["gp50_r2c"], cufft_ms=times["gp50_r2c_cufft"], measured_tiles=measured)
+                   fused_ms=times["gp50_r2c"], cufft_ms=times["gp50_r2c_cufft"], measured_tiles=measured,
+                   max_difference_of_range=difference)
 
 
 def _solvers(result, be, g, label, echo, *, memory: bool, peak_pipe: int) -> None:
